@@ -1,0 +1,119 @@
+// Package testenv gives txbox's tests the real local services described in
+// the project's testing guide: PostgreSQL, MariaDB, Redis, RabbitMQ and NATS
+// JetStream on loopback. Each helper hands out an isolated namespace (a
+// schema, a database, a stream or queue name) so tests run in parallel and
+// never depend on what an earlier run left behind.
+//
+// A missing service fails the test; it never skips. `make test` starts the
+// services first (scripts/services.sh).
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Addresses of the local services. Each can be overridden by the
+// environment variable named in its comment.
+var (
+	// PostgresURL: TXBOX_TEST_POSTGRES_URL.
+	PostgresURL = env("TXBOX_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
+	// MySQLDSN (go-sql-driver format, no database): TXBOX_TEST_MYSQL_DSN.
+	MySQLDSN = env("TXBOX_TEST_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/")
+	// RedisAddr: TXBOX_TEST_REDIS_ADDR.
+	RedisAddr = env("TXBOX_TEST_REDIS_ADDR", "127.0.0.1:6379")
+	// RabbitURL: TXBOX_TEST_RABBITMQ_URL.
+	RabbitURL = env("TXBOX_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
+	// NATSURL: TXBOX_TEST_NATS_URL.
+	NATSURL = env("TXBOX_TEST_NATS_URL", "nats://127.0.0.1:4222")
+)
+
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// RequireTCP fails the test unless addr (host:port) accepts a connection.
+func RequireTCP(t testing.TB, service, addr string) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 3*time.Second)
+	if err != nil {
+		t.Fatalf("testenv: %s is not reachable at %s (%v); run scripts/services.sh", service, addr, err)
+	}
+	c.Close()
+}
+
+// UniqueName returns prefix followed by 12 random hex characters: a valid
+// identifier for a schema, database, stream, queue or subject.
+func UniqueName(prefix string) string {
+	b := make([]byte, 6)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return prefix + hex.EncodeToString(b)
+}
+
+// PostgresSchema creates a fresh schema on the local PostgreSQL and drops
+// it (cascade) when the test ends. It returns the schema name.
+func PostgresSchema(t testing.TB, db *sql.DB) string {
+	t.Helper()
+	name := UniqueName("t_")
+	if _, err := db.ExecContext(context.Background(), `CREATE SCHEMA `+name); err != nil {
+		t.Fatalf("testenv: create schema: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = db.ExecContext(ctx, `DROP SCHEMA IF EXISTS `+name+` CASCADE`)
+	})
+	return name
+}
+
+// PostgresURLWithSchema returns PostgresURL with search_path set to schema.
+func PostgresURLWithSchema(schema string) string {
+	sep := "?"
+	if strings.Contains(PostgresURL, "?") {
+		sep = "&"
+	}
+	return PostgresURL + sep + "search_path=" + schema
+}
+
+// MySQLDatabase creates a fresh database on the local MariaDB, drops it when
+// the test ends, and returns a DSN that selects it (parseTime and the
+// given extra parameters appended).
+func MySQLDatabase(t testing.TB, open func(dsn string) (*sql.DB, error), params string) (name, dsn string) {
+	t.Helper()
+	RequireTCP(t, "MariaDB", "127.0.0.1:3306")
+	admin, err := open(MySQLDSN)
+	if err != nil {
+		t.Fatalf("testenv: open mysql: %v", err)
+	}
+	defer admin.Close()
+	name = UniqueName("t_")
+	if _, err := admin.Exec("CREATE DATABASE " + name); err != nil {
+		t.Fatalf("testenv: create database: %v", err)
+	}
+	t.Cleanup(func() {
+		a, err := open(MySQLDSN)
+		if err != nil {
+			return
+		}
+		defer a.Close()
+		_, _ = a.Exec("DROP DATABASE IF EXISTS " + name)
+	})
+	q := "parseTime=true"
+	if params != "" {
+		q += "&" + params
+	}
+	return name, fmt.Sprintf("%s%s?%s", MySQLDSN, name, q)
+}

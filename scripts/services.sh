@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Makes sure the local services the tests use are up. Starts each one that
+# is installed but stopped (commands from the project's testing guide);
+# fails when a service is missing and CI=true.
+set -u
+
+wait_port() { # host port seconds
+  local i
+  for ((i = 0; i < $3 * 10; i++)); do
+    (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+missing=()
+ensure() { # name port start-command...
+  local name=$1 port=$2
+  shift 2
+  if wait_port 127.0.0.1 "$port" 0; then return 0; fi
+  echo "services: $name is not listening on $port; starting it" >&2
+  if ! command -v "${1%% *}" >/dev/null 2>&1 && [ ! -x "${1%% *}" ]; then
+    missing+=("$name"); return 0
+  fi
+  (eval "$@") >/dev/null 2>&1 || true
+  wait_port 127.0.0.1 "$port" 60 || missing+=("$name")
+}
+
+ensure postgresql 5432 'pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start'
+ensure mariadb 3306 'start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd'
+ensure redis 6379 'redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log'
+ensure rabbitmq 5672 'rabbitmq-server -detached'
+ensure nats 4222 'start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log'
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "services: not available: ${missing[*]}" >&2
+  if [ "${CI:-}" = "true" ]; then exit 1; fi
+fi
+exit 0

@@ -1,0 +1,18 @@
+// Package sender defines the seam between the relay and a destination:
+// the [Sender] interface, the [Message] it delivers, and how a sender
+// reports per-message outcomes.
+//
+// A Sender must keep the promise "acked means durable, otherwise
+// retried": Send returns nil for a message only after the destination
+// acknowledged it durably. It should keep many messages in flight (no
+// ack-per-message round trip) and classify failures with
+// [github.com/txbox/txbox.Transient] (destination unavailable: the relay
+// pauses the sender and counts no attempt),
+// [github.com/txbox/txbox.Permanent] (dead-letter now), or leave them
+// unclassified / [github.com/txbox/txbox.Rejected] (count an attempt and
+// retry with backoff).
+//
+// Implementations live in sub-packages (kafka, rabbitmq, nats, webhook,
+// redisstream) so a program compiles only the broker clients it uses. Each
+// runs the shared conformance suite in sender/sendertest.
+package sender

@@ -1,0 +1,108 @@
+package sender
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/txbox/txbox"
+)
+
+// Sender delivers batches of messages to one destination.
+type Sender interface {
+	// Send delivers msgs, pipelined, and waits for the destination's
+	// acknowledgement of each. It returns nil when every message was acked.
+	// When only some failed it returns a *BatchError with one entry per
+	// message (nil = acked). Any other error applies to every message.
+	// Send must return promptly when ctx is done; unacked messages then
+	// count as failed (transient).
+	Send(ctx context.Context, msgs []*Message) error
+	// Close flushes what is in flight and releases connections.
+	Close(ctx context.Context) error
+}
+
+// Message is one event on its way to a destination.
+type Message struct {
+	ID        txbox.ID
+	EventType string
+	// Key is the partition key; empty when the event has none.
+	Key     string
+	Payload []byte
+	// Headers include the event's own headers and the txbox-* headers
+	// (txbox.HeaderEventID, HeaderEventType, HeaderCreatedAt).
+	Headers   map[string]string
+	CreatedAt time.Time
+	// Attempt is 1 for the first delivery attempt.
+	Attempt int
+	// Route is where this message goes, resolved from the event type's
+	// settings.
+	Route Route
+}
+
+// Route says where a message goes. Each sender reads the fields it
+// understands: Kafka a topic, NATS a subject, RabbitMQ an exchange and a
+// routing key, the webhook a URL.
+type Route struct {
+	Topic      string
+	Subject    string
+	Exchange   string
+	RoutingKey string
+	URL        string
+	Stream     string
+}
+
+// Placeholder substituted in route templates.
+const PlaceholderEventType = "{event_type}"
+
+// Expand returns r with every "{event_type}" replaced by eventType, so one
+// default route template such as topic "{event_type}" serves every type.
+func (r Route) Expand(eventType string) Route {
+	rep := func(s string) string { return strings.ReplaceAll(s, PlaceholderEventType, eventType) }
+	return Route{
+		Topic: rep(r.Topic), Subject: rep(r.Subject), Exchange: rep(r.Exchange),
+		RoutingKey: rep(r.RoutingKey), URL: rep(r.URL), Stream: rep(r.Stream),
+	}
+}
+
+// BatchError reports per-message outcomes of a partially failed Send.
+type BatchError struct {
+	// Errs has one entry per message passed to Send, in order; nil means
+	// that message was acked.
+	Errs []error
+}
+
+func (e *BatchError) Error() string {
+	n := 0
+	var first error
+	for _, err := range e.Errs {
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			n++
+		}
+	}
+	if first == nil {
+		return "sender: batch error with no failures"
+	}
+	return fmt.Sprintf("sender: %d of %d messages failed; first: %v", n, len(e.Errs), first)
+}
+
+// Results expands the error returned by Send into one error per message:
+// nil err means all nil; a *BatchError gives its entries; any other error
+// is repeated for every message.
+func Results(err error, n int) []error {
+	out := make([]error, n)
+	if err == nil {
+		return out
+	}
+	if be, ok := err.(*BatchError); ok && len(be.Errs) == n {
+		copy(out, be.Errs)
+		return out
+	}
+	for i := range out {
+		out[i] = err
+	}
+	return out
+}

@@ -1,0 +1,273 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/txbox/txbox"
+)
+
+// Row status values, stored as text in the outbox table's status column.
+const (
+	StatusPending        = "PENDING"
+	StatusInProcess      = "IN_PROCESS"
+	StatusProcessed      = "PROCESSED"
+	StatusFailed         = "FAILED"
+	DeadLetterUnresolved = "UNRESOLVED"
+	DeadLetterResolved   = "RESOLVED"
+)
+
+// Driver is everything a dialect provides. It is composed of smaller
+// interfaces so a caller can ask for only what it uses.
+type Driver interface {
+	Outbox
+	DeadLetters
+	Leases
+	// Dialect names the SQL dialect: "postgres", "mysql" or "sqlite".
+	Dialect() string
+	// Migrate applies the embedded migrations that are not yet applied,
+	// under a database lock so instances starting together are safe.
+	Migrate(ctx context.Context) error
+	// Close releases what the driver itself opened. A pool passed in by the
+	// caller is not closed.
+	Close() error
+}
+
+// Outbox is the part of the seam that publishing and the relay use.
+type Outbox interface {
+	// OutboxInsert inserts events inside the caller's open transaction tx
+	// (pgx.Tx, *sql.Tx, or a value with ExecContext and Commit methods) in
+	// one round trip. It never begins, commits or rolls back. Events must
+	// already be validated and carry their ids. It returns
+	// txbox.ErrNoTransaction (or an *txbox.UnsupportedTxError, which matches
+	// it) when tx is not an open transaction it can use.
+	OutboxInsert(ctx context.Context, tx any, params *OutboxInsertParams) error
+
+	// OutboxClaim claims up to Limit due PENDING rows of one event type,
+	// ordered by due time then id, skipping rows locked by other claimers,
+	// and marks them IN_PROCESS with lease_until = now() + LeaseDuration and
+	// one fresh lease token for the batch. It holds no transaction open
+	// after it returns.
+	OutboxClaim(ctx context.Context, params *OutboxClaimParams) ([]*OutboxRow, error)
+
+	// OutboxFinish records the outcome of sent rows. Every item is fenced by
+	// its lease token: an item whose row is no longer IN_PROCESS with that
+	// token changes nothing and is counted in Fenced.
+	OutboxFinish(ctx context.Context, params *OutboxFinishParams) (*OutboxFinishResult, error)
+
+	// OutboxRecover puts up to Limit IN_PROCESS rows whose lease expired
+	// back to PENDING, due now, without counting an attempt. It returns the
+	// number recovered.
+	OutboxRecover(ctx context.Context, params *OutboxRecoverParams) (int, error)
+
+	// OutboxPendingTypes lists the event types that have PENDING rows,
+	// cheaply (a loose index scan on PostgreSQL), so the relay can start
+	// pollers for types nobody configured.
+	OutboxPendingTypes(ctx context.Context) ([]string, error)
+
+	// OutboxStats returns per-type counts and the age of the oldest pending
+	// row, measured on the database clock.
+	OutboxStats(ctx context.Context) ([]*OutboxTypeStats, error)
+
+	// OutboxCleanup deletes up to Limit PROCESSED rows processed more than
+	// OlderThan ago and returns how many it deleted.
+	OutboxCleanup(ctx context.Context, params *CleanupParams) (int, error)
+}
+
+// DeadLetters is the part of the seam for the dead-letter table.
+type DeadLetters interface {
+	// DeadLetterMove moves up to Limit FAILED outbox rows into the
+	// dead-letter table in one transaction (lock, insert, delete) and
+	// returns how many it moved.
+	DeadLetterMove(ctx context.Context, params *DeadLetterMoveParams) (int, error)
+	// DeadLetterList lists dead letters matching the filter, newest failure
+	// first, after the cursor.
+	DeadLetterList(ctx context.Context, params *DeadLetterListParams) ([]*DeadLetter, error)
+	// DeadLetterCount counts dead letters matching the filter.
+	DeadLetterCount(ctx context.Context, filter *DeadLetterFilter) (int64, error)
+	// DeadLetterGet returns one dead letter or txbox.ErrNotFound.
+	DeadLetterGet(ctx context.Context, id txbox.ID) (*DeadLetter, error)
+	// DeadLetterRetry moves the given dead letters back to the outbox as
+	// PENDING, due now, attempts reset to 0, keeping their ids, in one
+	// transaction. It returns how many it moved.
+	DeadLetterRetry(ctx context.Context, ids []txbox.ID) (int, error)
+	// DeadLetterResolve marks the given dead letters RESOLVED (kept until
+	// the dead-letter TTL, then cleaned up). It returns how many changed.
+	DeadLetterResolve(ctx context.Context, ids []txbox.ID) (int, error)
+	// DeadLetterDelete deletes the given dead letters at once.
+	DeadLetterDelete(ctx context.Context, ids []txbox.ID) (int, error)
+	// DeadLetterCleanup deletes up to Limit RESOLVED dead letters resolved
+	// more than OlderThan ago.
+	DeadLetterCleanup(ctx context.Context, params *CleanupParams) (int, error)
+}
+
+// Leases is the part of the seam for database leases, which let one
+// instance at a time run a job such as cleanup.
+type Leases interface {
+	// LeaseAcquire takes or renews the named lease for Holder until
+	// now() + TTL. It returns true when Holder holds it afterwards: the
+	// lease was free, expired, or already Holder's.
+	LeaseAcquire(ctx context.Context, params *LeaseParams) (bool, error)
+	// LeaseRelease gives the lease up if Holder holds it.
+	LeaseRelease(ctx context.Context, params *LeaseParams) error
+}
+
+// OutboxInsertParams are the parameters of Outbox.OutboxInsert.
+type OutboxInsertParams struct {
+	// Events to insert, validated, with ids assigned.
+	Events []*txbox.Event
+	// Notify asks dialects with wake-ups (PostgreSQL NOTIFY) to signal
+	// listening relays when the transaction commits.
+	Notify bool
+}
+
+// OutboxClaimParams are the parameters of Outbox.OutboxClaim.
+type OutboxClaimParams struct {
+	// EventType is the one type to claim.
+	EventType string
+	// Limit is the batch size, at least 1.
+	Limit int
+	// LeaseDuration is how long the claim is exclusive. After it the row
+	// may be recovered and claimed by another relay.
+	LeaseDuration time.Duration
+	// OrderedByKey makes a row claimable only when no row of the same type
+	// and key with a smaller id is PENDING, IN_PROCESS or FAILED, and no
+	// unresolved dead letter has that type and key (SPEC §4.6).
+	OrderedByKey bool
+}
+
+// OutboxRow is a claimed row.
+type OutboxRow struct {
+	ID         txbox.ID
+	EventType  string
+	Key        string
+	Payload    []byte
+	Headers    map[string]string
+	Attempts   int
+	CreatedAt  time.Time
+	LeaseToken txbox.ID
+}
+
+// Outcome is what happened to one claimed row.
+type Outcome int
+
+const (
+	// OutcomeAcked: the destination acknowledged it. The row becomes
+	// PROCESSED (or is deleted when OutboxFinishParams.DeleteAcked).
+	OutcomeAcked Outcome = iota
+	// OutcomeRetry: the send failed because of the message. attempts+1,
+	// back to PENDING, due after RetryAfter, last error recorded.
+	OutcomeRetry
+	// OutcomeFailed: attempts exhausted or permanent error. attempts+1,
+	// FAILED, last error recorded; the dead-letter mover takes it.
+	OutcomeFailed
+	// OutcomeReleased: not sent or the destination was unavailable. Back to
+	// PENDING, due after RetryAfter, attempts unchanged.
+	OutcomeReleased
+)
+
+// OutboxFinishItem is the outcome of one claimed row.
+type OutboxFinishItem struct {
+	ID         txbox.ID
+	LeaseToken txbox.ID
+	Outcome    Outcome
+	// RetryAfter delays the next claim for OutcomeRetry and
+	// OutcomeReleased: due_at = now() + RetryAfter.
+	RetryAfter time.Duration
+	// Error is stored as last error for OutcomeRetry and OutcomeFailed.
+	Error string
+}
+
+// OutboxFinishParams are the parameters of Outbox.OutboxFinish.
+type OutboxFinishParams struct {
+	Items []OutboxFinishItem
+	// DeleteAcked deletes acked rows instead of marking them PROCESSED
+	// (outbox retention 0).
+	DeleteAcked bool
+}
+
+// OutboxFinishResult reports what OutboxFinish changed.
+type OutboxFinishResult struct {
+	// Finished counts items applied.
+	Finished int
+	// Fenced counts items skipped because their lease token no longer
+	// matched: another relay owns the row now.
+	Fenced int
+}
+
+// OutboxRecoverParams are the parameters of Outbox.OutboxRecover.
+type OutboxRecoverParams struct {
+	Limit int
+}
+
+// OutboxTypeStats describes one event type's rows.
+type OutboxTypeStats struct {
+	EventType string
+	Pending   int64
+	InProcess int64
+	Failed    int64
+	// OldestPendingAge is now() minus the creation time of the oldest
+	// PENDING row, on the database clock; zero when none is pending.
+	OldestPendingAge time.Duration
+}
+
+// CleanupParams are the parameters of the cleanup calls.
+type CleanupParams struct {
+	// OlderThan is the TTL: rows older than now() - OlderThan go.
+	OlderThan time.Duration
+	// Limit bounds one call's deletes so no statement holds locks long.
+	Limit int
+}
+
+// DeadLetterMoveParams are the parameters of DeadLetters.DeadLetterMove.
+type DeadLetterMoveParams struct {
+	Limit int
+}
+
+// DeadLetter is a row of the dead-letter table.
+type DeadLetter struct {
+	ID         txbox.ID
+	EventType  string
+	Key        string
+	Payload    []byte
+	Headers    map[string]string
+	Attempts   int
+	LastError  string
+	CreatedAt  time.Time
+	FailedAt   time.Time
+	Status     string // DeadLetterUnresolved or DeadLetterResolved
+	ResolvedAt time.Time
+}
+
+// DeadLetterFilter selects dead letters. Zero fields match everything.
+type DeadLetterFilter struct {
+	EventType     string
+	Status        string
+	Key           string
+	ErrorContains string
+	FailedAfter   time.Time
+	FailedBefore  time.Time
+}
+
+// DeadLetterListParams are the parameters of DeadLetters.DeadLetterList.
+type DeadLetterListParams struct {
+	Filter DeadLetterFilter
+	// After is the cursor: the last dead letter of the previous page. Nil
+	// starts at the newest.
+	After *DeadLetterCursor
+	Limit int
+}
+
+// DeadLetterCursor positions a page of dead letters (failed_at desc, id
+// desc).
+type DeadLetterCursor struct {
+	FailedAt time.Time
+	ID       txbox.ID
+}
+
+// LeaseParams are the parameters of the lease calls.
+type LeaseParams struct {
+	Name   string
+	Holder string
+	TTL    time.Duration
+}
