@@ -271,3 +271,14 @@ type LeaseParams struct {
 	Holder string
 	TTL    time.Duration
 }
+
+// Waker is implemented by drivers that can wake relays when new events
+// commit (PostgreSQL LISTEN/NOTIFY). It is optional: polling always stays
+// on, so a missed wake-up costs at most the current polling delay.
+type Waker interface {
+	// OutboxListen blocks until ctx is done, calling wake with an event
+	// type each time a transaction that published events of that type
+	// commits. It reconnects on connection loss and returns ctx.Err() when
+	// ctx ends.
+	OutboxListen(ctx context.Context, wake func(eventType string)) error
+}
