@@ -1,0 +1,130 @@
+package relay
+
+import "time"
+
+// Hook observes a Relay, typically to export metrics. The relay calls hooks
+// synchronously from its own goroutines, possibly concurrently: they must be
+// safe for concurrent use and return quickly. Embed NopHook to implement
+// only some methods and stay compatible when methods are added.
+type Hook interface {
+	// OnPoll is called after every claim of one event type.
+	OnPoll(PollEvent)
+	// OnBatch is called after a claimed batch was sent and finished.
+	OnBatch(BatchEvent)
+	// OnCircuit is called when a sender's circuit changes state.
+	OnCircuit(CircuitEvent)
+	// OnMaintenance is called after each round of a background job
+	// (recovery, dead-letter move, cleanup, discovery).
+	OnMaintenance(MaintenanceEvent)
+}
+
+// NopHook implements Hook with methods that do nothing.
+type NopHook struct{}
+
+// OnPoll does nothing.
+func (NopHook) OnPoll(PollEvent) {}
+
+// OnBatch does nothing.
+func (NopHook) OnBatch(BatchEvent) {}
+
+// OnCircuit does nothing.
+func (NopHook) OnCircuit(CircuitEvent) {}
+
+// OnMaintenance does nothing.
+func (NopHook) OnMaintenance(MaintenanceEvent) {}
+
+var _ Hook = NopHook{}
+
+// PollEvent describes one claim.
+type PollEvent struct {
+	EventType string
+	// Claimed is the number of rows claimed.
+	Claimed int
+	// Limit is the batch size asked for; Claimed == Limit is a full batch.
+	Limit int
+	// Full reports Claimed == Limit.
+	Full bool
+	// NextDelay is the polling delay chosen after this claim.
+	NextDelay time.Duration
+	// Duration is how long the claim statement took.
+	Duration time.Duration
+	// Err is the claim's error, if any (then Claimed is 0).
+	Err error
+}
+
+// BatchEvent describes one batch after its finish.
+type BatchEvent struct {
+	EventType string
+	Sender    string
+	// Sent counts acknowledged messages.
+	Sent int
+	// Retried counts rejected messages scheduled for another attempt.
+	Retried int
+	// Failed counts messages that failed for good (attempts exhausted or
+	// permanent error); the dead-letter mover will take them.
+	Failed int
+	// Released counts messages put back without counting an attempt
+	// (transient failure, shutdown).
+	Released int
+	// Fenced counts rows whose finish changed nothing because another
+	// relay owns them now (this relay's lease expired).
+	Fenced int
+	// SendDuration is how long sender.Send took for the batch.
+	SendDuration time.Duration
+	// FinishErr is the finish's error, if any: the rows stay claimed until
+	// their lease expires and are then recovered.
+	FinishErr error
+}
+
+// CircuitState is the state of a sender's circuit breaker.
+type CircuitState int
+
+// Circuit states.
+const (
+	// CircuitClosed lets every batch through.
+	CircuitClosed CircuitState = iota
+	// CircuitOpen lets nothing through until the cool-down has passed.
+	CircuitOpen
+	// CircuitHalfOpen lets one probe batch through.
+	CircuitHalfOpen
+)
+
+func (s CircuitState) String() string {
+	switch s {
+	case CircuitOpen:
+		return "open"
+	case CircuitHalfOpen:
+		return "half-open"
+	default:
+		return "closed"
+	}
+}
+
+// CircuitEvent describes a circuit state change.
+type CircuitEvent struct {
+	Sender string
+	State  CircuitState
+	// CoolDown is the wait before the next probe when State is open.
+	CoolDown time.Duration
+	// Err is the failure that opened the circuit, if any.
+	Err error
+}
+
+// Background job names used in MaintenanceEvent.Job.
+const (
+	JobRecover           = "recover"
+	JobDeadLetterMove    = "dead_letter_move"
+	JobOutboxCleanup     = "outbox_cleanup"
+	JobDeadLetterCleanup = "dead_letter_cleanup"
+	JobDiscover          = "discover"
+)
+
+// MaintenanceEvent describes one round of a background job.
+type MaintenanceEvent struct {
+	// Job is one of the Job* constants.
+	Job string
+	// Count is the number of rows the round changed (types found, for
+	// discovery).
+	Count int
+	Err   error
+}
