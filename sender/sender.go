@@ -52,6 +52,11 @@ type Route struct {
 	Stream     string
 }
 
+// HeaderKey carries [Message.Key] on destinations that have no native key
+// field (NATS, HTTP webhooks). Senders set it only when the key is not
+// empty, so a consumer can still group or order by aggregate.
+const HeaderKey = "txbox-key"
+
 // Placeholder substituted in route templates.
 const PlaceholderEventType = "{event_type}"
 
