@@ -1,0 +1,423 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/store"
+)
+
+// DefaultTTL is how long recorded ids are kept when no TTL is configured:
+// 24 hours. See docs/inbox.md for sizing it.
+const DefaultTTL = 24 * time.Hour
+
+// Mode selects the delivery guarantee of an Inbox.
+type Mode int
+
+const (
+	// Transactional records the id and runs the handler in one database
+	// transaction: effectively-once for effects written through that
+	// transaction. It is the default.
+	Transactional Mode = iota
+	// NonTransactional records the id and commits before running the
+	// handler, which gets a nil transaction: at-most-once, for effects
+	// that cannot be rolled back.
+	NonTransactional
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Transactional:
+		return "transactional"
+	case NonTransactional:
+		return "non-transactional"
+	default:
+		return fmt.Sprintf("Mode(%d)", int(m))
+	}
+}
+
+// Result is the outcome of handling one message.
+type Result int
+
+const (
+	// Processed: the handler ran and its transaction committed (or, in
+	// non-transactional mode, the handler returned nil).
+	Processed Result = iota
+	// Duplicate: the id was already recorded for this consumer; the
+	// handler did not run. Acknowledge the message.
+	Duplicate
+	// Failed: the handler or the store failed; see the error. In
+	// transactional mode nothing was recorded, so a redelivery retries.
+	Failed
+)
+
+func (r Result) String() string {
+	switch r {
+	case Processed:
+		return "processed"
+	case Duplicate:
+		return "duplicate"
+	case Failed:
+		return "failed"
+	default:
+		return fmt.Sprintf("Result(%d)", int(r))
+	}
+}
+
+// Message is one received event, as the consumer adapters hand it over.
+type Message struct {
+	// ID is the event id, read from the txbox-event-id header. Required.
+	ID txbox.ID
+	// Type is the event type (txbox-event-type), informational.
+	Type string
+	// Key is the partition key, when the broker carries one.
+	Key string
+	// Payload is the message body.
+	Payload []byte
+	// Headers are the broker headers.
+	Headers map[string]string
+}
+
+// Handler processes one new message. tx is the open transaction to write
+// the effect through (pgx.Tx for the PostgreSQL store, *sql.Tx for MySQL
+// and SQLite; the dialect packages offer typed accessors), or nil in
+// non-transactional mode. It must not commit or roll back tx. Returning an
+// error, or panicking, rolls the transaction back.
+type Handler func(ctx context.Context, tx any, msg Message) error
+
+// BatchHandler processes the new messages of a batch in one transaction;
+// msgs never contains an id that was already recorded.
+type BatchHandler func(ctx context.Context, tx any, msgs []Message) error
+
+// Hook observes an Inbox; package metrics implements it. Methods are called
+// synchronously and must be cheap.
+type Hook interface {
+	// InboxHandled reports n messages of consumer ending with result r.
+	InboxHandled(consumer string, r Result, n int)
+	// InboxCache reports one cache lookup of consumer.
+	InboxCache(consumer string, hit bool)
+}
+
+// Config configures an Inbox.
+type Config struct {
+	// Consumer names this consumer; ids are deduplicated per consumer.
+	// Required; 1..100 characters from [A-Za-z0-9._:-].
+	Consumer string
+	// Mode is Transactional or NonTransactional. Defaults to
+	// Transactional.
+	Mode Mode
+	// Cache is consulted before the table for single messages. Defaults
+	// to nil: every message goes to the table.
+	Cache Cache
+	// TTL is how long the inbox table keeps ids (the Cleaner's TTL). It is
+	// checked against the cache's TTL at construction. Defaults to
+	// DefaultTTL.
+	TTL time.Duration
+	// Logger receives warnings about cache failures. Payloads are never
+	// logged. Defaults to a logger that discards everything.
+	Logger *slog.Logger
+	// Hook observes results and cache lookups. Defaults to nil.
+	Hook Hook
+}
+
+// Inbox is an idempotent consumer bound to one consumer name. It is safe for
+// concurrent use.
+type Inbox struct {
+	st     store.Inbox
+	cfg    Config
+	logger *slog.Logger
+}
+
+// New returns an Inbox that records ids through st. It returns a
+// *ConfigError for a missing store, an invalid consumer name, an unknown
+// mode or a negative TTL, and a *CacheTTLError when the cache keeps entries
+// longer than TTL.
+func New(st store.Inbox, cfg Config) (*Inbox, error) {
+	if st == nil {
+		return nil, &ConfigError{Field: "store", Reason: "is nil"}
+	}
+	if err := store.ValidateConsumerName(cfg.Consumer); err != nil {
+		return nil, &ConfigError{Field: "Consumer", Reason: err.Error(), Err: err}
+	}
+	if cfg.Mode != Transactional && cfg.Mode != NonTransactional {
+		return nil, &ConfigError{Field: "Mode", Reason: fmt.Sprintf("unknown mode %d", int(cfg.Mode))}
+	}
+	if cfg.TTL < 0 {
+		return nil, &ConfigError{Field: "TTL", Reason: fmt.Sprintf("must not be negative, got %s", cfg.TTL)}
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.Cache != nil {
+		ct := cfg.Cache.TTL()
+		if ct <= 0 {
+			return nil, &ConfigError{Field: "Cache", Reason: fmt.Sprintf("cache TTL must be positive, got %s", ct)}
+		}
+		if ct > cfg.TTL {
+			return nil, &CacheTTLError{CacheTTL: ct, InboxTTL: cfg.TTL}
+		}
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Inbox{st: st, cfg: cfg, logger: logger.With("consumer", cfg.Consumer)}, nil
+}
+
+// Consumer returns the consumer name.
+func (in *Inbox) Consumer() string { return in.cfg.Consumer }
+
+// Mode returns the configured mode.
+func (in *Inbox) Mode() Mode { return in.cfg.Mode }
+
+// Handle processes msg at most once per consumer (see Mode). It returns
+// Processed with a nil error, Duplicate with a nil error when the id was
+// already recorded, or Failed with a *HandlerError, *StoreError or
+// ErrMissingID. A broker adapter acknowledges on a nil error and asks for
+// a redelivery otherwise.
+func (in *Inbox) Handle(ctx context.Context, msg Message, h Handler) (Result, error) {
+	if h == nil {
+		return Failed, ErrNilHandler
+	}
+	if msg.ID == (txbox.ID{}) {
+		return Failed, ErrMissingID
+	}
+	if in.cacheContains(ctx, msg.ID) {
+		in.report(Duplicate, 1)
+		return Duplicate, nil
+	}
+	var r Result
+	var err error
+	if in.cfg.Mode == NonTransactional {
+		r, err = in.handleAtMostOnce(ctx, msg, h)
+	} else {
+		r, err = in.handleInTx(ctx, msg, h)
+	}
+	in.report(r, 1)
+	return r, err
+}
+
+func (in *Inbox) handleInTx(ctx context.Context, msg Message, h Handler) (Result, error) {
+	tx, err := in.st.InboxBegin(ctx)
+	if err != nil {
+		return Failed, in.storeErr("begin", err)
+	}
+	defer rollback(ctx, tx)
+	fresh, err := in.st.InboxRecord(ctx, tx.Native(), &store.InboxRecordParams{Consumer: in.cfg.Consumer, IDs: []txbox.ID{msg.ID}})
+	if err != nil {
+		return Failed, in.storeErr("record", err)
+	}
+	if len(fresh) == 0 {
+		// Recorded by a committed transaction (the insert waited for any
+		// uncommitted one), so the cache may learn it.
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		in.cacheAdd(ctx, []txbox.ID{msg.ID})
+		return Duplicate, nil
+	}
+	if err := call(func() error { return h(ctx, tx.Native(), msg) }); err != nil {
+		return Failed, &HandlerError{Consumer: in.cfg.Consumer, IDs: []txbox.ID{msg.ID}, Err: err}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Failed, in.storeErr("commit", err)
+	}
+	in.cacheAdd(ctx, []txbox.ID{msg.ID})
+	return Processed, nil
+}
+
+func (in *Inbox) handleAtMostOnce(ctx context.Context, msg Message, h Handler) (Result, error) {
+	fresh, err := in.recordAndCommit(ctx, []txbox.ID{msg.ID})
+	if err != nil {
+		return Failed, err
+	}
+	if len(fresh) == 0 {
+		in.cacheAdd(ctx, []txbox.ID{msg.ID})
+		return Duplicate, nil
+	}
+	if err := call(func() error { return h(ctx, nil, msg) }); err != nil {
+		// The id stays recorded: at-most-once means the effect is not
+		// retried. A redelivery is reported as a Duplicate.
+		return Failed, &HandlerError{Consumer: in.cfg.Consumer, IDs: []txbox.ID{msg.ID}, Err: err}
+	}
+	in.cacheAdd(ctx, []txbox.ID{msg.ID})
+	return Processed, nil
+}
+
+func (in *Inbox) recordAndCommit(ctx context.Context, ids []txbox.ID) ([]txbox.ID, error) {
+	tx, err := in.st.InboxBegin(ctx)
+	if err != nil {
+		return nil, in.storeErr("begin", err)
+	}
+	defer rollback(ctx, tx)
+	fresh, err := in.st.InboxRecord(ctx, tx.Native(), &store.InboxRecordParams{Consumer: in.cfg.Consumer, IDs: ids})
+	if err != nil {
+		return nil, in.storeErr("record", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, in.storeErr("commit", err)
+	}
+	return fresh, nil
+}
+
+// HandleBatch processes msgs together. Ids already recorded (and repeated
+// ids within msgs, after their first occurrence) are filtered out; h gets
+// only the new messages, in input order, in one transaction (after the
+// commit of the records in non-transactional mode), and is not called when
+// none is new. The cache is not consulted: one insert-or-ignore answers for
+// the whole batch. It returns one Result per input message; on an error
+// every new message is Failed and, in transactional mode, none is
+// recorded.
+func (in *Inbox) HandleBatch(ctx context.Context, msgs []Message, h BatchHandler) ([]Result, error) {
+	results := make([]Result, len(msgs))
+	if h == nil {
+		fill(results, Failed)
+		return results, ErrNilHandler
+	}
+	ids := make([]txbox.ID, 0, len(msgs))
+	first := make(map[txbox.ID]int, len(msgs))
+	for i, m := range msgs {
+		if m.ID == (txbox.ID{}) {
+			fill(results, Failed)
+			return results, fmt.Errorf("message %d: %w", i, ErrMissingID)
+		}
+		if _, dup := first[m.ID]; !dup {
+			first[m.ID] = i
+			ids = append(ids, m.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return results, nil
+	}
+	var fresh []txbox.ID
+	var tx store.InboxTx
+	var err error
+	if in.cfg.Mode == NonTransactional {
+		fresh, err = in.recordAndCommit(ctx, ids)
+	} else {
+		tx, err = in.st.InboxBegin(ctx)
+		if err != nil {
+			err = in.storeErr("begin", err)
+		} else {
+			defer rollback(ctx, tx)
+			fresh, err = in.st.InboxRecord(ctx, tx.Native(), &store.InboxRecordParams{Consumer: in.cfg.Consumer, IDs: ids})
+			if err != nil {
+				err = in.storeErr("record", err)
+			}
+		}
+	}
+	if err != nil {
+		fill(results, Failed)
+		in.report(Failed, len(msgs))
+		return results, err
+	}
+	isNew := make(map[txbox.ID]bool, len(fresh))
+	for _, id := range fresh {
+		isNew[id] = true
+	}
+	todo := make([]Message, 0, len(fresh))
+	for i, m := range msgs {
+		if isNew[m.ID] && first[m.ID] == i {
+			todo = append(todo, m)
+			results[i] = Processed
+		} else {
+			results[i] = Duplicate
+		}
+	}
+	dups := len(msgs) - len(todo)
+	if len(todo) == 0 {
+		in.report(Duplicate, dups)
+		return results, nil
+	}
+	var native any
+	if tx != nil {
+		native = tx.Native()
+	}
+	if err := call(func() error { return h(ctx, native, todo) }); err != nil {
+		for i := range results {
+			if results[i] == Processed {
+				results[i] = Failed
+			}
+		}
+		in.report(Duplicate, dups)
+		in.report(Failed, len(todo))
+		return results, &HandlerError{Consumer: in.cfg.Consumer, IDs: fresh, Err: err}
+	}
+	if tx != nil {
+		if err := tx.Commit(ctx); err != nil {
+			for i := range results {
+				if results[i] == Processed {
+					results[i] = Failed
+				}
+			}
+			in.report(Duplicate, dups)
+			in.report(Failed, len(todo))
+			return results, in.storeErr("commit", err)
+		}
+	}
+	in.cacheAdd(ctx, fresh)
+	in.report(Duplicate, dups)
+	in.report(Processed, len(todo))
+	return results, nil
+}
+
+func (in *Inbox) cacheContains(ctx context.Context, id txbox.ID) bool {
+	if in.cfg.Cache == nil {
+		return false
+	}
+	hit, err := in.cfg.Cache.Contains(ctx, in.cfg.Consumer, id)
+	if err != nil {
+		// The table is the source of truth: a broken cache costs a lookup.
+		in.logger.WarnContext(ctx, "inbox cache lookup failed; using the table", "event_id", id, "error", err)
+		return false
+	}
+	if in.cfg.Hook != nil {
+		in.cfg.Hook.InboxCache(in.cfg.Consumer, hit)
+	}
+	return hit
+}
+
+func (in *Inbox) cacheAdd(ctx context.Context, ids []txbox.ID) {
+	if in.cfg.Cache == nil || len(ids) == 0 {
+		return
+	}
+	if err := in.cfg.Cache.Add(context.WithoutCancel(ctx), in.cfg.Consumer, ids); err != nil {
+		in.logger.WarnContext(ctx, "inbox cache write failed", "events", len(ids), "error", err)
+	}
+}
+
+func (in *Inbox) report(r Result, n int) {
+	if in.cfg.Hook != nil && n > 0 {
+		in.cfg.Hook.InboxHandled(in.cfg.Consumer, r, n)
+	}
+}
+
+func (in *Inbox) storeErr(op string, err error) error {
+	return &StoreError{Consumer: in.cfg.Consumer, Op: op, Err: err}
+}
+
+// rollback ends tx if it is still open. It runs on a context that outlives
+// cancellation so that a cancelled delivery never leaves a transaction (and
+// its row locks) behind.
+func rollback(ctx context.Context, tx store.InboxTx) {
+	_ = tx.Rollback(context.WithoutCancel(ctx))
+}
+
+// call runs f and turns a panic into a *PanicError.
+func call(f func() error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return f()
+}
+
+func fill(rs []Result, r Result) {
+	for i := range rs {
+		rs[i] = r
+	}
+}
