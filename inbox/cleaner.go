@@ -1,0 +1,279 @@
+package inbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/store"
+)
+
+// Cleaner defaults.
+const (
+	// DefaultCleanupBatchSize bounds one DELETE, so no statement holds row
+	// locks for long.
+	DefaultCleanupBatchSize = 1000
+	// DefaultCleanupMaxBatches bounds the batches of one run; the lease is
+	// renewed between batches.
+	DefaultCleanupMaxBatches = 100
+	// DefaultCleanupMinDelay is the delay after a run that deleted rows.
+	DefaultCleanupMinDelay = 10 * time.Second
+	// DefaultCleanupMaxDelay caps the delay between idle runs.
+	DefaultCleanupMaxDelay = 5 * time.Minute
+	// DefaultCleanupMultiplier grows the delay after an idle run.
+	DefaultCleanupMultiplier = 2.0
+	// DefaultCleanupLeaseName is the database lease that makes one
+	// instance at a time clean the inbox table.
+	DefaultCleanupLeaseName = "txbox.inbox.cleanup"
+	// DefaultCleanupLeaseTTL is how long a cleaner holds the lease without
+	// renewing it. A crashed holder blocks cleanup for at most this long.
+	DefaultCleanupLeaseTTL = time.Minute
+)
+
+// CleanerHook observes a Cleaner; package metrics implements it.
+type CleanerHook interface {
+	// InboxCleaned reports ids deleted by one run.
+	InboxCleaned(deleted int)
+}
+
+// CleanerConfig configures a Cleaner.
+type CleanerConfig struct {
+	// TTL: ids recorded longer ago than this are deleted. Keep it equal to
+	// the Config.TTL of the inboxes sharing the table. Defaults to
+	// DefaultTTL.
+	TTL time.Duration
+	// BatchSize bounds one DELETE. Defaults to DefaultCleanupBatchSize.
+	BatchSize int
+	// MaxBatches bounds the batches of one run. Defaults to
+	// DefaultCleanupMaxBatches.
+	MaxBatches int
+	// MinDelay is the delay after a run that deleted rows (more are
+	// probably expiring). Defaults to DefaultCleanupMinDelay.
+	MinDelay time.Duration
+	// MaxDelay caps the delay, which grows by Multiplier after each run
+	// that deleted nothing or did not hold the lease. Defaults to
+	// DefaultCleanupMaxDelay.
+	MaxDelay time.Duration
+	// Multiplier grows the delay after an idle run; at least 1. Defaults
+	// to DefaultCleanupMultiplier.
+	Multiplier float64
+	// LeaseName names the database lease. Defaults to
+	// DefaultCleanupLeaseName.
+	LeaseName string
+	// LeaseTTL is the lease's lifetime per renewal; it must exceed the
+	// time one batch takes. Defaults to DefaultCleanupLeaseTTL.
+	LeaseTTL time.Duration
+	// Holder identifies this instance in the lease table. Defaults to
+	// hostname, pid and a random suffix.
+	Holder string
+	// Logger receives run summaries and errors. Defaults to a logger that
+	// discards everything.
+	Logger *slog.Logger
+	// Hook observes deletions. Defaults to nil.
+	Hook CleanerHook
+}
+
+// Cleaner deletes expired inbox ids in bounded batches, under a database
+// lease so that one instance at a time does it, with adaptive polling.
+type Cleaner struct {
+	st     store.Inbox
+	leases store.Leases
+	cfg    CleanerConfig
+	logger *slog.Logger
+
+	mu      sync.Mutex
+	cancel  context.CancelFunc
+	done    chan struct{}
+	stopped bool
+}
+
+// NewCleaner returns a Cleaner for st's inbox table using leases. Invalid
+// settings are a *ConfigError naming the field.
+func NewCleaner(st store.Inbox, leases store.Leases, cfg CleanerConfig) (*Cleaner, error) {
+	if st == nil {
+		return nil, &ConfigError{Field: "store", Reason: "is nil"}
+	}
+	if leases == nil {
+		return nil, &ConfigError{Field: "leases", Reason: "is nil"}
+	}
+	if err := cfg.withDefaults(); err != nil {
+		return nil, err
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Cleaner{st: st, leases: leases, cfg: cfg, logger: logger.With("job", cfg.LeaseName)}, nil
+}
+
+func (c *CleanerConfig) withDefaults() error {
+	neg := func(field string, bad bool, v any) error {
+		if bad {
+			return &ConfigError{Field: field, Reason: fmt.Sprintf("must not be negative, got %v", v)}
+		}
+		return nil
+	}
+	for _, err := range []error{
+		neg("TTL", c.TTL < 0, c.TTL), neg("BatchSize", c.BatchSize < 0, c.BatchSize),
+		neg("MaxBatches", c.MaxBatches < 0, c.MaxBatches), neg("MinDelay", c.MinDelay < 0, c.MinDelay),
+		neg("MaxDelay", c.MaxDelay < 0, c.MaxDelay), neg("LeaseTTL", c.LeaseTTL < 0, c.LeaseTTL),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	if c.TTL == 0 {
+		c.TTL = DefaultTTL
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultCleanupBatchSize
+	}
+	if c.MaxBatches == 0 {
+		c.MaxBatches = DefaultCleanupMaxBatches
+	}
+	if c.MinDelay == 0 {
+		c.MinDelay = DefaultCleanupMinDelay
+	}
+	if c.MaxDelay == 0 {
+		c.MaxDelay = DefaultCleanupMaxDelay
+	}
+	if c.Multiplier == 0 {
+		c.Multiplier = DefaultCleanupMultiplier
+	}
+	if c.LeaseName == "" {
+		c.LeaseName = DefaultCleanupLeaseName
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = DefaultCleanupLeaseTTL
+	}
+	if c.Holder == "" {
+		c.Holder = defaultHolder()
+	}
+	if c.MaxDelay < c.MinDelay {
+		return &ConfigError{Field: "MaxDelay", Reason: fmt.Sprintf("%s must be ≥ MinDelay %s", c.MaxDelay, c.MinDelay)}
+	}
+	if c.Multiplier < 1 {
+		return &ConfigError{Field: "Multiplier", Reason: fmt.Sprintf("must be ≥ 1, got %g", c.Multiplier)}
+	}
+	if len(c.LeaseName) > 200 || len(c.Holder) > 200 {
+		return &ConfigError{Field: "LeaseName", Reason: "lease name and holder must be at most 200 bytes"}
+	}
+	return nil
+}
+
+func defaultHolder() string {
+	host, _ := os.Hostname()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
+}
+
+// RunOnce takes (or renews) the lease and, when it holds it, deletes
+// expired ids batch by batch until a batch comes back partial or
+// MaxBatches ran. It returns the number deleted and whether it held the
+// lease. The lease is kept afterwards (it expires after LeaseTTL) so the
+// same instance keeps the job.
+func (c *Cleaner) RunOnce(ctx context.Context) (deleted int, held bool, err error) {
+	lp := &store.LeaseParams{Name: c.cfg.LeaseName, Holder: c.cfg.Holder, TTL: c.cfg.LeaseTTL}
+	for batch := 0; batch < c.cfg.MaxBatches; batch++ {
+		ok, err := c.leases.LeaseAcquire(ctx, lp)
+		if err != nil {
+			return deleted, held, fmt.Errorf("inbox: cleanup lease: %w", err)
+		}
+		if !ok {
+			return deleted, held, nil
+		}
+		held = true
+		n, err := c.st.InboxCleanup(ctx, &store.CleanupParams{OlderThan: c.cfg.TTL, Limit: c.cfg.BatchSize})
+		deleted += n
+		if err != nil {
+			return deleted, held, fmt.Errorf("inbox: cleanup: %w", err)
+		}
+		if n < c.cfg.BatchSize {
+			break
+		}
+	}
+	if deleted > 0 && c.cfg.Hook != nil {
+		c.cfg.Hook.InboxCleaned(deleted)
+	}
+	return deleted, held, nil
+}
+
+// Start runs cleanup in the background, the first run at once, until Stop
+// or ctx ends. It returns txbox.ErrClosed after Stop and an error when
+// already started.
+func (c *Cleaner) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return txbox.ErrClosed
+	}
+	if c.done != nil {
+		return fmt.Errorf("inbox: cleaner already started")
+	}
+	ctx, c.cancel = context.WithCancel(ctx)
+	c.done = make(chan struct{})
+	go c.loop(ctx, c.done)
+	return nil
+}
+
+// Stop ends the background loop and waits for it, bounded by ctx. It
+// releases the lease so another instance can take over at once.
+func (c *Cleaner) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	c.stopped = true
+	cancel, done := c.cancel, c.done
+	c.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return c.leases.LeaseRelease(context.WithoutCancel(ctx), &store.LeaseParams{Name: c.cfg.LeaseName, Holder: c.cfg.Holder, TTL: c.cfg.LeaseTTL})
+}
+
+func (c *Cleaner) loop(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	delay := c.cfg.MinDelay
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, held, err := c.RunOnce(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			c.logger.ErrorContext(ctx, "inbox cleanup failed", "deleted", n, "error", err)
+			delay = c.grow(delay)
+		case n > 0:
+			c.logger.InfoContext(ctx, "inbox cleanup", "deleted", n)
+			delay = c.cfg.MinDelay
+		default:
+			_ = held
+			delay = c.grow(delay)
+		}
+		t.Reset(delay)
+	}
+}
+
+func (c *Cleaner) grow(d time.Duration) time.Duration {
+	next := time.Duration(float64(d) * c.cfg.Multiplier)
+	if next > c.cfg.MaxDelay || next < d {
+		next = c.cfg.MaxDelay
+	}
+	return next
+}
