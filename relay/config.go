@@ -448,10 +448,7 @@ func (c *Config) resolve(eventType, path string, own, parent EventSettings) (*se
 		retention:     DefaultRetention,
 		leaseDuration: DefaultLeaseDuration,
 		inFlight:      DefaultInFlight,
-		polling: PollingSettings{
-			Mode: DefaultPollingMode, MinDelay: DefaultPollingMinDelay, MaxDelay: DefaultPollingMaxDelay,
-			Multiplier: DefaultPollingMultiplier, Delay: DefaultPollingDelay,
-		},
+		polling:       defaultPolling(),
 		backoff: BackoffSettings{
 			Delay: DefaultBackoffDelay, Multiplier: DefaultBackoffMultiplier, Max: DefaultBackoffMax,
 		},
@@ -482,22 +479,8 @@ func (c *Config) resolve(eventType, path string, own, parent EventSettings) (*se
 		if l.InFlight != nil {
 			s.inFlight = *l.InFlight
 		}
-		if p := l.Polling; p != nil {
-			if p.Mode != "" {
-				s.polling.Mode = p.Mode
-			}
-			if p.MinDelay != 0 {
-				s.polling.MinDelay = p.MinDelay
-			}
-			if p.MaxDelay != 0 {
-				s.polling.MaxDelay = p.MaxDelay
-			}
-			if p.Multiplier != 0 {
-				s.polling.Multiplier = p.Multiplier
-			}
-			if p.Delay != 0 {
-				s.polling.Delay = p.Delay
-			}
+		if l.Polling != nil {
+			s.polling = overlayPolling(s.polling, *l.Polling)
 		}
 		if b := l.Backoff; b != nil {
 			if b.Delay != 0 {

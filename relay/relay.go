@@ -1,0 +1,325 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/store"
+)
+
+// Sentinel errors of the relay's lifecycle.
+var (
+	// ErrAlreadyStarted is returned by a second call to Start.
+	ErrAlreadyStarted = errors.New("relay: already started")
+	// ErrNotStarted is returned by Stop before Start.
+	ErrNotStarted = errors.New("relay: not started")
+)
+
+// finishTimeout bounds one finish statement. Finishes run without the
+// caller's cancellation (a shutdown must not strand rows it could still
+// mark), so they need their own bound.
+const finishTimeout = 30 * time.Second
+
+// finishTimeoutAfterDeadline bounds the finishes still running after
+// Stop's context expired: best effort, then the rows' leases expire and
+// recovery puts them back.
+const finishTimeoutAfterDeadline = 2 * time.Second
+
+// Relay delivers outbox rows to senders. Create it with New, run it with
+// Start and stop it with Stop. A Relay is safe for concurrent use.
+type Relay struct {
+	cfg      Config
+	log      *slog.Logger
+	circuits map[string]*circuit
+
+	mu      sync.Mutex
+	started bool
+	stopped bool
+	pollers map[string]*poller
+	// runCtx ends when Stop begins: no new claims.
+	runCtx    context.Context
+	runCancel context.CancelFunc
+	// hardCtx ends when Stop's context expires: in-flight sends abort.
+	hardCtx    context.Context
+	hardCancel context.CancelFunc
+	wg         sync.WaitGroup
+
+	jobsMu  sync.Mutex
+	jobErrs map[string]string
+}
+
+// New checks cfg and returns a Relay that is not running yet. Every
+// configuration problem is a *ConfigError (matching ErrInvalidConfig) that
+// names the field path.
+func New(cfg Config) (*Relay, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	r := &Relay{
+		cfg:      cfg,
+		log:      cfg.Logger.With(slog.String("component", "txbox.relay"), slog.String("instance", cfg.InstanceID)),
+		circuits: make(map[string]*circuit, len(cfg.Senders)),
+		pollers:  make(map[string]*poller),
+		jobErrs:  make(map[string]string),
+	}
+	for name := range cfg.Senders {
+		r.circuits[name] = newCircuit(name, cfg.Circuit, time.Now, r.onCircuit)
+	}
+	return r, nil
+}
+
+// Start starts the pollers of the configured event types, discovery, the
+// wake-up listener (when the store implements store.Waker) and the
+// background jobs, and returns at once. The relay runs until Stop; ctx
+// only carries values (it is detached from cancellation so that a
+// request-scoped context cannot stop the relay by accident).
+func (r *Relay) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.started {
+		return ErrAlreadyStarted
+	}
+	r.started = true
+	base := context.WithoutCancel(ctx)
+	r.runCtx, r.runCancel = context.WithCancel(base)
+	r.hardCtx, r.hardCancel = context.WithCancel(base)
+
+	for _, t := range sortedKeys(r.cfg.Events) {
+		if err := r.startPollerLocked(t); err != nil {
+			return err
+		}
+	}
+	r.goJob(JobRecover, r.cfg.RecoverInterval, r.recoverRound)
+	r.goJob(JobDeadLetterMove, r.cfg.DeadLetterInterval, r.deadLetterRound)
+	if r.cfg.DiscoverInterval > 0 {
+		r.goJob(JobDiscover, r.cfg.DiscoverInterval, r.discoverRound)
+	}
+	if !r.cfg.Cleanup.Disabled {
+		r.wg.Add(1)
+		go r.cleanupLoop()
+	}
+	if w, ok := r.cfg.Store.(store.Waker); ok {
+		r.wg.Add(1)
+		go r.listen(w)
+	}
+	r.log.Info("relay started", slog.Int("configured_types", len(r.cfg.Events)))
+	return nil
+}
+
+// Stop stops claiming at once, lets the batches in flight finish, and
+// returns when every goroutine of the relay has ended. When ctx ends
+// first, sends still in flight are cancelled and their rows released
+// (best effort; rows that cannot be released are recovered when their
+// lease expires), and Stop returns ctx's error after the goroutines
+// ended. Stop does not close the store or the senders.
+func (r *Relay) Stop(ctx context.Context) error {
+	r.mu.Lock()
+	if !r.started {
+		r.mu.Unlock()
+		return ErrNotStarted
+	}
+	if r.stopped {
+		r.mu.Unlock()
+		return nil
+	}
+	r.stopped = true
+	r.runCancel()
+	r.mu.Unlock()
+
+	done := make(chan struct{})
+	go func() {
+		r.wg.Wait()
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+		r.hardCancel()
+		<-done
+	}
+	r.hardCancel()
+	r.releaseCleanupLease()
+	r.log.Info("relay stopped")
+	return err
+}
+
+// Wake asks the pollers of the given event types to claim at once instead
+// of waiting for their next poll; with no types it wakes every poller. A
+// type without a poller gets one. Wake-ups are hints: calling it before
+// Start or after Stop does nothing. The outbox publisher's OnPublish
+// callback can call it for in-process pickup.
+func (r *Relay) Wake(eventTypes ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.started || r.stopped {
+		return
+	}
+	if len(eventTypes) == 0 {
+		for _, p := range r.pollers {
+			p.wake()
+		}
+		return
+	}
+	for _, t := range eventTypes {
+		p := r.pollers[t]
+		if p == nil {
+			if err := txbox.ValidateEventType(t); err != nil {
+				continue
+			}
+			if err := r.startPollerLocked(t); err != nil {
+				r.log.Warn("cannot start poller", slog.String("event_type", t), slog.Any("error", err))
+			}
+			continue
+		}
+		p.wake()
+	}
+}
+
+// startPollerLocked starts the poller of event type t. r.mu is held.
+func (r *Relay) startPollerLocked(t string) error {
+	if _, ok := r.pollers[t]; ok {
+		return nil
+	}
+	s, err := r.cfg.settingsFor(t)
+	if err != nil {
+		return err
+	}
+	p := newPoller(r, s)
+	r.pollers[t] = p
+	r.wg.Add(1)
+	go p.run()
+	return nil
+}
+
+// ensurePollers starts pollers for the types that have none yet.
+func (r *Relay) ensurePollers(types []string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return 0
+	}
+	n := 0
+	for _, t := range types {
+		if _, ok := r.pollers[t]; ok {
+			continue
+		}
+		if err := txbox.ValidateEventType(t); err != nil {
+			r.log.Warn("pending rows have an invalid event type; not delivered", slog.Any("error", err))
+			continue
+		}
+		if err := r.startPollerLocked(t); err != nil {
+			r.log.Warn("cannot start poller", slog.String("event_type", t), slog.Any("error", err))
+			continue
+		}
+		r.log.Info("discovered event type", slog.String("event_type", t))
+		n++
+	}
+	return n
+}
+
+func (r *Relay) onCircuit(ev CircuitEvent) {
+	attrs := []any{slog.String("sender", ev.Sender), slog.String("state", ev.State.String())}
+	if ev.State == CircuitOpen {
+		attrs = append(attrs, slog.Duration("cool_down", ev.CoolDown), slog.Any("error", ev.Err))
+		r.log.Warn("circuit opened: destination unavailable, pausing its pollers", attrs...)
+	} else {
+		r.log.Info("circuit state changed", attrs...)
+	}
+	for _, h := range r.cfg.Hooks {
+		h.OnCircuit(ev)
+	}
+}
+
+// Health is a snapshot of a relay's state for status pages and probes.
+type Health struct {
+	InstanceID string
+	Running    bool
+	// Degraded is true when a circuit is not closed or the last claim of
+	// some type or the last round of some job failed.
+	Degraded bool
+	Circuits []CircuitHealth
+	Types    []TypeHealth
+	// JobErrors maps a job name (Job* constants) to the error of its last
+	// round, for jobs whose last round failed.
+	JobErrors map[string]string
+}
+
+// CircuitHealth is one sender's circuit.
+type CircuitHealth struct {
+	Sender    string
+	State     CircuitState
+	LastError string
+}
+
+// TypeHealth is one event type's poller.
+type TypeHealth struct {
+	EventType string
+	Sender    string
+	// LastPoll is when the last claim returned.
+	LastPoll time.Time
+	// LastError is the last claim's error, empty when it succeeded.
+	LastError string
+	// Delay is the current polling delay.
+	Delay time.Duration
+	// InFlight is the number of batches between claim and finish.
+	InFlight int
+}
+
+// Health returns a snapshot of the relay's state.
+func (r *Relay) Health() Health {
+	r.mu.Lock()
+	h := Health{InstanceID: r.cfg.InstanceID, Running: r.started && !r.stopped, JobErrors: map[string]string{}}
+	pollers := make([]*poller, 0, len(r.pollers))
+	for _, p := range r.pollers {
+		pollers = append(pollers, p)
+	}
+	r.mu.Unlock()
+	for _, name := range sortedKeys(r.circuits) {
+		st, err := r.circuits[name].snapshot()
+		ch := CircuitHealth{Sender: name, State: st}
+		if err != nil {
+			ch.LastError = err.Error()
+		}
+		if st != CircuitClosed {
+			h.Degraded = true
+		}
+		h.Circuits = append(h.Circuits, ch)
+	}
+	for _, p := range pollers {
+		th := p.health()
+		if th.LastError != "" {
+			h.Degraded = true
+		}
+		h.Types = append(h.Types, th)
+	}
+	sort.Slice(h.Types, func(i, j int) bool { return h.Types[i].EventType < h.Types[j].EventType })
+	r.jobsMu.Lock()
+	for k, v := range r.jobErrs {
+		h.JobErrors[k] = v
+		h.Degraded = true
+	}
+	r.jobsMu.Unlock()
+	return h
+}
+
+func (r *Relay) setJobErr(job string, err error) {
+	r.jobsMu.Lock()
+	defer r.jobsMu.Unlock()
+	if err == nil {
+		delete(r.jobErrs, job)
+		return
+	}
+	r.jobErrs[job] = err.Error()
+}
+
+// String describes the relay for logs.
+func (r *Relay) String() string { return fmt.Sprintf("relay %s", r.cfg.InstanceID) }
