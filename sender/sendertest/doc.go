@@ -1,0 +1,29 @@
+// Package sendertest is the conformance suite every txbox sender runs, in
+// the spirit of watermill's tests.TestPubSub: one [Exercise] call drives a
+// sender against its real destination and checks the promises the relay
+// relies on.
+//
+//   - every message of a batch arrives once, with its payload, headers,
+//     txbox-event-id and (when the destination carries one) key, and Send
+//     reports success only for acknowledged messages;
+//   - many messages are in flight at once: with latency injected between
+//     the sender and the destination, a batch of M messages takes far less
+//     than M round trips (a structural ratio, never an absolute speed);
+//   - a message the destination refuses fails alone, classified Rejected
+//     or Permanent, while the rest of its batch is acknowledged;
+//   - an unreachable destination, or one that goes away, fails the whole
+//     batch as Transient within a bound, and the sender recovers when the
+//     destination comes back;
+//   - cancelling the context stops Send promptly, unacked messages failing
+//     as Transient;
+//   - Close waits for the Sends in flight, and Send after Close fails with
+//     txbox.ErrClosed.
+//
+// A [Harness] adapts one sender: it creates a fresh, isolated destination
+// (a stream, topic, queue or URL of its own), builds a sender that talks to
+// it through a given address, reads back what arrived, and optionally
+// poisons one message so the destination refuses it. Faults (latency, an
+// outage) are injected by default with an in-process toxiproxy in front of
+// the destination's address; a destination that cannot sit behind a plain
+// TCP proxy supplies its own [Faults].
+package sendertest
