@@ -1,0 +1,259 @@
+package config
+
+import (
+	"time"
+)
+
+// Default values applied by Load for keys the file, the environment and the
+// flags leave unset. They mirror SPEC §4.
+const (
+	// DefaultDialect is the database used when none is configured: an
+	// embedded SQLite file, so `txbox relay` works with nothing installed.
+	DefaultDialect = "sqlite"
+	// DefaultSQLitePath is the SQLite file used when the dialect is sqlite
+	// and no dsn is given.
+	DefaultSQLitePath = "./txbox.db"
+
+	DefaultBatchSize          = 200
+	DefaultPollingMode        = PollingAdaptive
+	DefaultPollingMinDelay    = 250 * time.Millisecond
+	DefaultPollingMultiplier  = 1.5
+	DefaultPollingMaxDelay    = time.Minute
+	DefaultMaxAttempts        = 4
+	DefaultBackoffDelay       = 10 * time.Second
+	DefaultBackoffMultiplier  = 3.0
+	DefaultBackoffMax         = time.Hour
+	DefaultBackoffJitter      = 0.0
+	DefaultOrdering           = OrderingNone
+	DefaultRetention          = 24 * time.Hour
+	DefaultLease              = 5 * time.Minute
+	DefaultCleanupInterval    = time.Minute
+	DefaultOutboxTTL          = 24 * time.Hour
+	DefaultDeadLetterTTL      = 7 * 24 * time.Hour
+	DefaultLogLevel           = "info"
+	DefaultLogFormat          = "text"
+	DefaultSenderTimeout      = 10 * time.Second
+	DefaultDefaultSenderRoute = "{event_type}"
+)
+
+// Accepted values of enumerated keys.
+const (
+	PollingAdaptive = "adaptive"
+	PollingFixed    = "fixed"
+	OrderingNone    = "none"
+	OrderingKey     = "key"
+
+	DialectPostgres = "postgres"
+	DialectMySQL    = "mysql"
+	DialectSQLite   = "sqlite"
+
+	SenderNATS     = "nats"
+	SenderWebhook  = "webhook"
+	SenderKafka    = "kafka"
+	SenderRabbitMQ = "rabbitmq"
+	SenderRedis    = "redis"
+)
+
+// Config is a loaded txbox configuration: the YAML file with environment
+// and flag overrides applied. After Load every pointer field of Defaults is
+// set; fields of Events entries stay nil where the type inherits from
+// Defaults (see Effective).
+type Config struct {
+	// Database selects the store. Defaults to SQLite at ./txbox.db.
+	Database Database `yaml:"database"`
+	// Senders are the named destinations. Events pick one by name.
+	Senders map[string]*Sender `yaml:"senders"`
+	// Defaults are the settings of every event type, including types the
+	// file does not list.
+	Defaults EventSettings `yaml:"defaults"`
+	// Events override Defaults per event type; unset keys inherit.
+	Events map[string]*EventSettings `yaml:"events"`
+	// Cleanup controls deletion of old processed rows and resolved dead
+	// letters.
+	Cleanup Cleanup `yaml:"cleanup"`
+	// Log controls the relay's own log output.
+	Log Log `yaml:"log"`
+}
+
+// Database selects and configures the store.
+type Database struct {
+	// Dialect is postgres, mysql or sqlite. Defaults to sqlite.
+	Dialect string `yaml:"dialect"`
+	// DSN is the connection string: a PostgreSQL URL or key=value string,
+	// a go-sql-driver/mysql DSN, or a SQLite file path. It is a secret: it
+	// prints with its password redacted. Defaults to ./txbox.db for
+	// sqlite; required for the other dialects.
+	DSN DSN `yaml:"dsn"`
+	// DSNEnv names an environment variable holding the DSN, so the file
+	// need not contain a password. Used when DSN is empty.
+	DSNEnv string `yaml:"dsn-env"`
+	// Schema is the PostgreSQL schema (MySQL: unused, the DSN's database
+	// is used). Defaults to the connection's default.
+	Schema string `yaml:"schema"`
+	// TablePrefix prefixes every txbox table. Defaults to txbox_.
+	TablePrefix string `yaml:"table-prefix"`
+	// MaxConns bounds the relay's connection pool. Defaults to the
+	// driver's default.
+	MaxConns int `yaml:"max-conns"`
+}
+
+// Sender is one named destination. Type selects which of the other fields
+// apply; a key that does not belong to the type is rejected at load.
+type Sender struct {
+	// Type is nats, webhook, kafka, rabbitmq or redis. Required.
+	Type string `yaml:"type"`
+
+	NATS     *NATSSender     `yaml:"-"`
+	Webhook  *WebhookSender  `yaml:"-"`
+	Kafka    *KafkaSender    `yaml:"-"`
+	RabbitMQ *RabbitMQSender `yaml:"-"`
+	Redis    *RedisSender    `yaml:"-"`
+}
+
+// NATSSender configures a NATS JetStream sender.
+type NATSSender struct {
+	// URL of the NATS server(s), comma-separated. Defaults to
+	// nats://127.0.0.1:4222.
+	URL DSN `yaml:"url"`
+	// Timeout bounds the wait for a batch's acks. Defaults to 10s.
+	Timeout time.Duration `yaml:"timeout"`
+	// TokenEnv names an environment variable holding an auth token.
+	TokenEnv string `yaml:"token-env"`
+}
+
+// WebhookSender configures the HTTP webhook sender.
+type WebhookSender struct {
+	// URL is the default endpoint; a route's url overrides it.
+	URL string `yaml:"url"`
+	// HMACSecretEnv names an environment variable holding the HMAC
+	// signing secret. No signature is sent when empty.
+	HMACSecretEnv string `yaml:"hmac-secret-env"`
+	// Timeout bounds one request. Defaults to 10s.
+	Timeout time.Duration `yaml:"timeout"`
+	// Concurrency bounds the requests in flight per batch. Defaults to
+	// the sender's default.
+	Concurrency int `yaml:"concurrency"`
+}
+
+// KafkaSender configures the Kafka sender.
+type KafkaSender struct {
+	// Brokers are the seed brokers, host:port. Required.
+	Brokers []string `yaml:"brokers"`
+	// ClientID names the producer. Defaults to the sender's default.
+	ClientID string `yaml:"client-id"`
+	// Timeout bounds the wait for a batch's acks. Defaults to 10s.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// RabbitMQSender configures the RabbitMQ sender.
+type RabbitMQSender struct {
+	// URL is the AMQP URL; its password is redacted when printed.
+	// Required.
+	URL DSN `yaml:"url"`
+	// Timeout bounds the wait for a batch's confirms. Defaults to 10s.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// RedisSender configures the Redis Streams sender.
+type RedisSender struct {
+	// Addr is host:port. Defaults to 127.0.0.1:6379.
+	Addr string `yaml:"addr"`
+	// PasswordEnv names an environment variable holding the password.
+	PasswordEnv string `yaml:"password-env"`
+	// DB selects the Redis database. Defaults to 0.
+	DB int `yaml:"db"`
+	// MaxLen caps each stream approximately (XADD MAXLEN ~). Defaults to
+	// no cap.
+	MaxLen int64 `yaml:"max-len"`
+	// Timeout bounds one batch. Defaults to 10s.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// EventSettings are the relay settings of one event type. A nil field
+// inherits the value of Config.Defaults.
+type EventSettings struct {
+	// Sender names the destination in Config.Senders. Defaults to the only
+	// sender when exactly one is configured.
+	Sender *string `yaml:"sender"`
+	// Route says where the event goes; "{event_type}" in any field is
+	// replaced by the event type. A route replaces the inherited route as
+	// a whole. Defaults to topic/subject/routing key "{event_type}".
+	Route *Route `yaml:"route"`
+	// BatchSize is the number of rows claimed per poll. Defaults to 200.
+	BatchSize *int `yaml:"batch-size"`
+	// Polling is the polling strategy; its keys inherit one by one.
+	Polling *Polling `yaml:"polling"`
+	// MaxAttempts is the number of delivery attempts before the event is
+	// dead-lettered (1 try + retries). Defaults to 4.
+	MaxAttempts *int `yaml:"max-attempts"`
+	// Backoff is the delay before retries; its keys inherit one by one.
+	Backoff *Backoff `yaml:"backoff"`
+	// Ordering is none or key (events with the same key delivered in id
+	// order). Defaults to none.
+	Ordering *string `yaml:"ordering"`
+	// Retention is how long acked rows are kept as PROCESSED before
+	// cleanup deletes them; 0 deletes them on ack. Defaults to 24h.
+	Retention *time.Duration `yaml:"retention"`
+	// Lease is how long a claim is exclusive before another relay may
+	// recover the rows (max batch processing time). Defaults to 5m.
+	Lease *time.Duration `yaml:"lease"`
+}
+
+// Route is where an event goes. Each sender reads the fields it
+// understands (see sender.Route).
+type Route struct {
+	Topic      string `yaml:"topic"`
+	Subject    string `yaml:"subject"`
+	Exchange   string `yaml:"exchange"`
+	RoutingKey string `yaml:"routing-key"`
+	URL        string `yaml:"url"`
+	Stream     string `yaml:"stream"`
+}
+
+// Polling is a polling strategy.
+type Polling struct {
+	// Mode is adaptive or fixed. Defaults to adaptive.
+	Mode *string `yaml:"mode"`
+	// MinDelay is the delay after a full batch (adaptive) or the constant
+	// delay (fixed). Defaults to 250ms.
+	MinDelay *time.Duration `yaml:"min-delay"`
+	// Multiplier grows the delay after a partial or empty batch
+	// (adaptive). Defaults to 1.5.
+	Multiplier *float64 `yaml:"multiplier"`
+	// MaxDelay caps the adaptive delay: the worst pickup wait when idle.
+	// Defaults to 1m.
+	MaxDelay *time.Duration `yaml:"max-delay"`
+}
+
+// Backoff is the retry delay: delay × multiplier^(n-1), capped by max,
+// spread by ± jitter (a fraction).
+type Backoff struct {
+	// Delay before the first retry. Defaults to 10s.
+	Delay *time.Duration `yaml:"delay"`
+	// Multiplier per further retry. Defaults to 3.0.
+	Multiplier *float64 `yaml:"multiplier"`
+	// Max caps the delay. Defaults to 1h.
+	Max *time.Duration `yaml:"max"`
+	// Jitter is the random spread as a fraction in [0, 1]. Defaults to 0.
+	Jitter *float64 `yaml:"jitter"`
+}
+
+// Cleanup controls the deletion of old rows.
+type Cleanup struct {
+	// Interval between cleanup runs when there was nothing to delete.
+	// Defaults to 1m.
+	Interval time.Duration `yaml:"interval"`
+	// OutboxTTL is how long PROCESSED rows are kept. Defaults to 24h.
+	OutboxTTL time.Duration `yaml:"outbox-ttl"`
+	// DeadLetterTTL is how long resolved dead letters are kept. Defaults
+	// to 168h (7 days).
+	DeadLetterTTL time.Duration `yaml:"dead-letter-ttl"`
+}
+
+// Log controls logging.
+type Log struct {
+	// Level is debug, info, warn or error. Defaults to info.
+	Level string `yaml:"level"`
+	// Format is text or json. Defaults to text.
+	Format string `yaml:"format"`
+}

@@ -1,0 +1,25 @@
+// Package config loads txbox's YAML configuration (SPEC §4.2, §8) and
+// builds the store, the senders and the relay configuration from it.
+//
+// A file has six top-level keys: database, senders, defaults, events,
+// cleanup and log. defaults holds the relay settings of every event type;
+// each entry of events overrides any part of them, and every key it leaves
+// unset is inherited (polling, backoff and route key by key). Types that
+// events does not list get defaults, so a producer may publish any type.
+//
+// Load is strict, because a typo in an outbox configuration silently
+// changes delivery: unknown keys, duplicate keys, values of the wrong type,
+// durations without a unit and out-of-range values are rejected, every one
+// of them reported with its key path and line, such as
+//
+//	txbox.yaml:14: events.order-created.polling.max-delay: must be ≥ min-delay (250ms < 1s)
+//
+// Every key can be overridden by an environment variable named after its
+// path (EnvName: defaults.batch-size is TXBOX_DEFAULTS_BATCH_SIZE) and by
+// a key=value flag, in that order of precedence.
+//
+// Secrets never print: DSN is a string type whose String, GoString,
+// LogValue and marshalers redact the password, secrets themselves can be
+// kept out of the file (database.dsn-env, hmac-secret-env, token-env), and
+// Scrub cleans driver errors that echo a connection string.
+package config

@@ -1,0 +1,163 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+const fullYAML = `
+database: { dialect: postgres, dsn: "postgres://app:s3cret@127.0.0.1:5432/test", schema: app, table-prefix: txbox_ }
+senders:
+  main: { type: nats, url: nats://127.0.0.1:4222 }
+  hooks: { type: webhook, hmac-secret-env: HOOK_SECRET, timeout: 10s, url: "http://127.0.0.1:9/hook" }
+  kafka: { type: kafka, brokers: [127.0.0.1:9092, 127.0.0.2:9092] }
+  rabbit: { type: rabbitmq, url: "amqp://guest:guest@127.0.0.1:5672/" }
+defaults:
+  sender: main
+  route: { subject: "events.{event_type}" }
+  batch-size: 200
+  polling: { mode: adaptive, min-delay: 250ms, multiplier: 1.5, max-delay: 1m }
+  max-attempts: 4
+  backoff: { delay: 10s, multiplier: 3.0, max: 1h, jitter: 0.1 }
+  ordering: none
+  retention: 24h
+  lease: 5m
+events:
+  order-created: { batch-size: 500, route: { subject: orders.created } }
+  order.shipped: { sender: hooks, polling: { max-delay: 5s }, ordering: key }
+cleanup: { interval: 1m, outbox-ttl: 24h, dead-letter-ttl: 168h }
+log: { level: info, format: json }
+`
+
+func TestLoadFull(t *testing.T) {
+	t.Parallel()
+	c, err := Load(Source{Name: "txbox.yaml", YAML: []byte(fullYAML)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Database.Dialect != "postgres" || c.Database.Schema != "app" {
+		t.Errorf("database = %+v", c.Database)
+	}
+	if got := c.Senders["kafka"].Kafka.Brokers; len(got) != 2 || got[1] != "127.0.0.2:9092" {
+		t.Errorf("kafka brokers = %v", got)
+	}
+	if c.Senders["hooks"].Webhook.HMACSecretEnv != "HOOK_SECRET" {
+		t.Errorf("webhook = %+v", c.Senders["hooks"].Webhook)
+	}
+	oc := c.Effective("order-created")
+	if *oc.BatchSize != 500 || oc.Route.Subject != "orders.created" || *oc.Sender != "main" || *oc.Polling.MaxDelay != time.Minute {
+		t.Errorf("order-created = batch %d subject %q sender %q max-delay %s", *oc.BatchSize, oc.Route.Subject, *oc.Sender, *oc.Polling.MaxDelay)
+	}
+	os := c.Effective("order.shipped")
+	if *os.Sender != "hooks" || *os.Polling.MaxDelay != 5*time.Second || *os.Polling.MinDelay != 250*time.Millisecond || *os.Ordering != OrderingKey || *os.BatchSize != 200 {
+		t.Errorf("order.shipped inherits wrongly: %+v", os)
+	}
+	un := c.Effective("never-listed")
+	if un.Route.Subject != "events.{event_type}" || *un.Backoff.Jitter != 0.1 {
+		t.Errorf("unlisted type = %+v", un.Route)
+	}
+	if c.Log.Format != "json" || c.Cleanup.DeadLetterTTL != 168*time.Hour {
+		t.Errorf("log/cleanup = %+v %+v", c.Log, c.Cleanup)
+	}
+}
+
+func TestLoadEmptyGivesDefaults(t *testing.T) {
+	t.Parallel()
+	c, err := Load(Source{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := c.Effective("x")
+	if c.Database.Dialect != "sqlite" || *d.BatchSize != 200 || *d.Polling.MinDelay != 250*time.Millisecond ||
+		*d.Polling.Multiplier != 1.5 || *d.Polling.MaxDelay != time.Minute || *d.MaxAttempts != 4 ||
+		*d.Backoff.Delay != 10*time.Second || *d.Backoff.Multiplier != 3 || *d.Lease != 5*time.Minute ||
+		c.Cleanup.OutboxTTL != 24*time.Hour || c.Log.Level != "info" {
+		t.Errorf("defaults wrong: %+v", d)
+	}
+}
+
+func TestLoadRejects(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, yaml, want string
+	}{
+		{"unknown top key", "databse: {}", "databse: unknown key"},
+		{"unknown nested key", "defaults: { polling: { max-dealy: 1s } }", "defaults.polling.max-dealy: unknown key"},
+		{"unknown sender type", "senders: { main: { type: natz } }", `senders.main.type: unknown sender type "natz"`},
+		{"missing sender type", "senders: { main: { url: x } }", "senders.main.type: required"},
+		{"key of another sender type", "senders: { main: { type: nats, brokers: [a:1] } }", "senders.main.brokers: unknown key for sender type nats"},
+		{"max-delay below min-delay", "events: { order-created: { polling: { min-delay: 2s, max-delay: 1s } } }", "events.order-created.polling.max-delay: must be ≥ min-delay"},
+		{"inherited max-delay below own min-delay", "events: { order-created: { polling: { min-delay: 2m } } }", "events.order-created.polling.max-delay: must be ≥ min-delay"},
+		{"duration without unit", "defaults: { lease: 300 }", "defaults.lease: must be a duration"},
+		{"negative duration", "cleanup: { outbox-ttl: -1h }", "cleanup.outbox-ttl: must not be negative"},
+		{"bad duration text", "defaults: { backoff: { delay: soon } }", `defaults.backoff.delay: must be a duration such as 250ms, 10s or 1h30m, not "soon"`},
+		{"int not a number", "defaults: { batch-size: many }", `defaults.batch-size: must be an integer, not "many"`},
+		{"batch-size zero", "events: { a: { batch-size: 0 } }", "events.a.batch-size: must be between 1 and 10000"},
+		{"float not a number", "defaults: { polling: { multiplier: fast } }", "defaults.polling.multiplier: must be a number"},
+		{"multiplier below one", "defaults: { polling: { multiplier: 0.5 } }", "defaults.polling.multiplier: must be ≥ 1"},
+		{"jitter above one", "defaults: { backoff: { jitter: 2 } }", "defaults.backoff.jitter: must be between 0 and 1"},
+		{"backoff max below delay", "defaults: { backoff: { delay: 1m, max: 10s } }", "defaults.backoff.max: must be ≥ delay"},
+		{"bad event type", "events: { 'order created': { batch-size: 1 } }", `events.order created: txbox: invalid event type "order created"`},
+		{"bad ordering", "defaults: { ordering: fifo }", `defaults.ordering: must be none or key, not "fifo"`},
+		{"bad polling mode", "events: { a: { polling: { mode: eager } } }", `events.a.polling.mode: must be adaptive or fixed, not "eager"`},
+		{"bad dialect", "database: { dialect: oracle }", `database.dialect: unknown dialect "oracle"`},
+		{"postgres without dsn", "database: { dialect: postgres }", "database.dsn: required for dialect postgres"},
+		{"hostile prefix", `database: { table-prefix: 'x"; DROP TABLE t;--' }`, "database.table-prefix: txbox: invalid identifier"},
+		{"hostile schema", "database: { dialect: postgres, dsn: x, schema: 'a`b' }", "database.schema: txbox: invalid identifier"},
+		{"unknown sender referenced", "senders: { main: { type: nats } }\nevents: { a: { sender: nope } }", `events.a.sender: no sender named "nope"`},
+		{"sender ambiguous", "senders: { a: { type: nats }, b: { type: nats } }", "defaults.sender: required when more than one sender"},
+		{"kafka without brokers", "senders: { k: { type: kafka } }", "senders.k.brokers: required"},
+		{"kafka without topic", "senders: { k: { type: kafka, brokers: [a:1] } }\ndefaults: { route: { topic: '' } }", `defaults.route.topic: required for kafka sender "k"`},
+		{"webhook without url", "senders: { h: { type: webhook } }", "defaults.route.url: required for webhook sender"},
+		{"duplicate key", "log: { level: info, level: debug }", "log.level: duplicate key"},
+		{"mapping expected", "defaults: 5", "defaults: must be a mapping, not a scalar"},
+		{"scalar expected", "defaults: { batch-size: [1, 2] }", "defaults.batch-size: must be a single value, not a list"},
+		{"top level not a mapping", "- a\n- b", "the top level must be a mapping"},
+		{"not yaml", "defaults: { batch-size: 1", "not valid YAML"},
+		{"two documents", "log: { level: info }\n---\nlog: { level: debug }", "more than one YAML document"},
+		{"bad log level", "log: { level: loud }", `log.level: must be debug, info, warn or error, not "loud"`},
+		{"cleanup interval zero", "cleanup: { interval: 0s }", "cleanup.interval: must be ≥ 1s"},
+		{"dotted event type path", "events: { order.created: { batch-size: -1 } }", `events["order.created"].batch-size: must be between 1 and 10000`},
+		{"lease too short", "defaults: { lease: 10ms }", "defaults.lease: must be ≥ 1s"},
+		{"bool as int", "database: { max-conns: true }", `database.max-conns: must be an integer, not "true"`},
+		{"bad dsn-env", "database: { dsn-env: 'A B' }", `database.dsn-env: "A B" is not an environment variable name`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Load(Source{Name: "txbox.yaml", YAML: []byte(tc.yaml)})
+			if err == nil {
+				t.Fatalf("Load accepted %q", tc.yaml)
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("error %v does not match ErrInvalid", err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error = %q\nwant it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestLoadErrorHasLine(t *testing.T) {
+	t.Parallel()
+	_, err := Load(Source{Name: "txbox.yaml", YAML: []byte("log:\n  level: info\n  colour: red\n")})
+	if err == nil || !strings.Contains(err.Error(), "txbox.yaml:3: log.colour: unknown key") {
+		t.Fatalf("error = %v, want file:line prefix", err)
+	}
+	var es Errors
+	if !errors.As(err, &es) || len(es) != 1 || es[0].Path != "log.colour" || es[0].Line != 3 {
+		t.Fatalf("Errors = %#v", es)
+	}
+}
+
+func TestLoadReportsEveryProblem(t *testing.T) {
+	t.Parallel()
+	_, err := Load(Source{YAML: []byte("log: { colour: red }\ndefaults: { batch-size: x }")})
+	var es Errors
+	if !errors.As(err, &es) || len(es) != 2 {
+		t.Fatalf("want 2 problems, got %v", err)
+	}
+}
