@@ -400,9 +400,6 @@ func (c *Config) validate() error {
 	if c.Cleanup.MaxInterval < c.Cleanup.Interval {
 		return &ConfigError{Path: "cleanup.max-interval", Reason: "must be ≥ interval"}
 	}
-	if *c.Cleanup.OutboxTTL < 0 {
-		return &ConfigError{Path: "cleanup.outbox-ttl", Reason: "must be ≥ 0"}
-	}
 	if *c.Cleanup.DeadLetterTTL < 0 {
 		return &ConfigError{Path: "cleanup.dead-letter-ttl", Reason: "must be ≥ 0"}
 	}
@@ -414,6 +411,9 @@ func (c *Config) validate() error {
 	}
 	if _, err := c.resolve("", "defaults", c.Defaults, EventSettings{}); err != nil {
 		return err
+	}
+	if *c.Cleanup.OutboxTTL < 0 {
+		return &ConfigError{Path: "cleanup.outbox-ttl", Reason: "must be ≥ 0"}
 	}
 	for _, t := range sortedKeys(c.Events) {
 		if err := txbox.ValidateEventType(t); err != nil {

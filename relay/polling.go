@@ -65,7 +65,7 @@ func (f *fixedPolling) next(claimed, limit int) time.Duration {
 func (f *fixedPolling) reset() {}
 
 // IdlePollsPerHour returns how many claims an event type with no events
-// makes in its first hour under polling settings p (zero fields take the
+// makes in its first hour (polls at t < 1h) under polling settings p (zero fields take the
 // defaults), counting the immediate first poll. With the defaults it is
 // about 70, against 14,400 for a fixed 250ms poll.
 func IdlePollsPerHour(p PollingSettings) int {
@@ -74,7 +74,7 @@ func IdlePollsPerHour(p PollingSettings) int {
 	n := 1 // the first poll happens at Start
 	for {
 		elapsed += s.next(0, 1)
-		if elapsed > time.Hour {
+		if elapsed >= time.Hour {
 			return n
 		}
 		n++

@@ -1,0 +1,179 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox/sender"
+	"github.com/txbox/txbox/store"
+)
+
+// nopSender is a sender for configuration tests; it is never called.
+type nopSender struct{}
+
+func (nopSender) Send(context.Context, []*sender.Message) error { return nil }
+func (nopSender) Close(context.Context) error                   { return nil }
+
+// fakeDriver satisfies store.Driver for configuration tests, which never
+// touch the database; calling any method panics through the nil
+// embedded interface.
+type fakeDriver struct{ store.Driver }
+
+func ptr[T any](v T) *T { return &v }
+
+func TestSettingsInheritance(t *testing.T) {
+	t.Parallel()
+	cfg := Config{
+		Store:   fakeDriver{},
+		Senders: map[string]sender.Sender{"nats": nopSender{}, "hook": nopSender{}},
+		Defaults: EventSettings{
+			Sender:    ptr("nats"),
+			Route:     &sender.Route{Subject: "events.{event_type}"},
+			BatchSize: ptr(500),
+			Polling:   &PollingSettings{MaxDelay: 10 * time.Second},
+			Backoff:   &BackoffSettings{Delay: time.Second, Jitter: 0.1},
+		},
+		Events: map[string]EventSettings{
+			"orders": {
+				Sender:    ptr("hook"),
+				Route:     &sender.Route{URL: "http://x/{event_type}"},
+				Polling:   &PollingSettings{MinDelay: 100 * time.Millisecond},
+				Backoff:   &BackoffSettings{Multiplier: 2},
+				Retention: ptr(time.Duration(0)),
+				Ordering:  ptr(OrderingKey),
+			},
+		},
+	}.withDefaults()
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	o, err := cfg.settingsFor("orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.senderName != "hook" || o.route.URL != "http://x/orders" || o.route.Subject != "" {
+		t.Errorf("orders sender/route = %q %+v", o.senderName, o.route)
+	}
+	if o.batchSize != 500 {
+		t.Errorf("orders batch size = %d, want inherited 500", o.batchSize)
+	}
+	wantPoll := PollingSettings{Mode: PollingAdaptive, MinDelay: 100 * time.Millisecond, MaxDelay: 10 * time.Second, Multiplier: 1.5, Delay: DefaultPollingDelay}
+	if o.polling != wantPoll {
+		t.Errorf("orders polling = %+v, want %+v", o.polling, wantPoll)
+	}
+	wantBackoff := BackoffSettings{Delay: time.Second, Multiplier: 2, Max: DefaultBackoffMax, Jitter: 0.1}
+	if o.backoff != wantBackoff {
+		t.Errorf("orders backoff = %+v, want %+v", o.backoff, wantBackoff)
+	}
+	if o.retention != 0 || o.ordering != OrderingKey || o.maxAttempts != DefaultMaxAttempts || o.leaseDuration != DefaultLeaseDuration || o.inFlight != DefaultInFlight {
+		t.Errorf("orders = %+v", o)
+	}
+	u, err := cfg.settingsFor("unlisted")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.senderName != "nats" || u.route.Subject != "events.unlisted" || u.retention != DefaultRetention || u.ordering != OrderingNone {
+		t.Errorf("unlisted = %+v", u)
+	}
+	if *cfg.Cleanup.OutboxTTL != DefaultRetention || *cfg.Cleanup.DeadLetterTTL != DefaultDeadLetterTTL {
+		t.Errorf("cleanup TTLs = %v %v", *cfg.Cleanup.OutboxTTL, *cfg.Cleanup.DeadLetterTTL)
+	}
+}
+
+func TestDefaultsMatchSpec(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Store: fakeDriver{}, Senders: map[string]sender.Sender{"only": nopSender{}}}.withDefaults()
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := cfg.settingsFor("x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.senderName != "only" {
+		t.Errorf("sender = %q, want the only one", s.senderName)
+	}
+	if s.batchSize != 200 || s.polling.MinDelay != 250*time.Millisecond || s.polling.Multiplier != 1.5 ||
+		s.polling.MaxDelay != time.Minute || s.polling.Mode != "adaptive" || s.maxAttempts != 4 ||
+		s.backoff.Delay != 10*time.Second || s.backoff.Multiplier != 3 || s.leaseDuration != 5*time.Minute ||
+		s.retention != 24*time.Hour {
+		t.Errorf("defaults = %+v", s)
+	}
+	if cfg.InstanceID == "" || cfg.Logger == nil {
+		t.Error("instance id or logger not defaulted")
+	}
+}
+
+func TestConfigErrorsNameThePath(t *testing.T) {
+	t.Parallel()
+	two := map[string]sender.Sender{"a": nopSender{}, "b": nopSender{}}
+	one := map[string]sender.Sender{"a": nopSender{}}
+	cases := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no store", Config{Senders: one}, "relay: store is required"},
+		{"no senders", Config{Store: fakeDriver{}}, "relay: senders must name at least one sender"},
+		{"nil sender", Config{Store: fakeDriver{}, Senders: map[string]sender.Sender{"x": nil}}, "relay: senders.x is nil"},
+		{"ambiguous sender", Config{Store: fakeDriver{}, Senders: two}, "relay: defaults.sender is required when there are 2 senders"},
+		{"unknown sender", Config{Store: fakeDriver{}, Senders: one, Events: map[string]EventSettings{"orders": {Sender: ptr("zz")}}},
+			`relay: events.orders.sender names unknown sender "zz"`},
+		{"max below min", Config{Store: fakeDriver{}, Senders: one, Events: map[string]EventSettings{"orders": {Polling: &PollingSettings{MinDelay: 2 * time.Minute}}}},
+			"relay: events.orders.polling.max-delay must be ≥ min-delay"},
+		{"bad mode", Config{Store: fakeDriver{}, Senders: one, Defaults: EventSettings{Polling: &PollingSettings{Mode: "lazy"}}},
+			`relay: defaults.polling.mode must be "adaptive" or "fixed", not "lazy"`},
+		{"multiplier below 1", Config{Store: fakeDriver{}, Senders: one, Events: map[string]EventSettings{"o": {Polling: &PollingSettings{Multiplier: 0.5}}}},
+			"relay: events.o.polling.multiplier must be a finite number ≥ 1"},
+		{"batch 0", Config{Store: fakeDriver{}, Senders: one, Events: map[string]EventSettings{"o": {BatchSize: ptr(0)}}},
+			"relay: events.o.batch-size must be ≥ 1"},
+		{"attempts 0", Config{Store: fakeDriver{}, Senders: one, Defaults: EventSettings{MaxAttempts: ptr(0)}},
+			"relay: defaults.max-attempts must be ≥ 1"},
+		{"jitter", Config{Store: fakeDriver{}, Senders: one, Defaults: EventSettings{Backoff: &BackoffSettings{Jitter: 1.5}}},
+			"relay: defaults.backoff.jitter must be in [0, 1]"},
+		{"backoff max", Config{Store: fakeDriver{}, Senders: one, Defaults: EventSettings{Backoff: &BackoffSettings{Delay: 2 * time.Hour}}},
+			"relay: defaults.backoff.max must be ≥ delay"},
+		{"retention", Config{Store: fakeDriver{}, Senders: one, Defaults: EventSettings{Retention: ptr(-time.Second)}},
+			"relay: defaults.retention must be ≥ 0"},
+		{"ordering", Config{Store: fakeDriver{}, Senders: one, Defaults: EventSettings{Ordering: ptr(Ordering("fifo"))}},
+			`relay: defaults.ordering must be "none" or "key", not "fifo"`},
+		{"in flight", Config{Store: fakeDriver{}, Senders: one, Defaults: EventSettings{InFlight: ptr(-1)}},
+			"relay: defaults.in-flight must be ≥ 1"},
+		{"lease", Config{Store: fakeDriver{}, Senders: one, Defaults: EventSettings{LeaseDuration: ptr(time.Duration(0))}},
+			"relay: defaults.lease-duration must be > 0"},
+		{"fixed delay", Config{Store: fakeDriver{}, Senders: one, Defaults: EventSettings{Polling: &PollingSettings{Mode: "fixed", Delay: -1}}},
+			"relay: defaults.polling.delay must be > 0"},
+		{"bad type", Config{Store: fakeDriver{}, Senders: one, Events: map[string]EventSettings{`x"; DROP`: {}}},
+			`relay: events.x"; DROP is not a valid event type`},
+		{"cleanup interval", Config{Store: fakeDriver{}, Senders: one, Cleanup: CleanupConfig{Interval: time.Hour, MaxInterval: time.Minute}},
+			"relay: cleanup.max-interval must be ≥ interval"},
+		{"recover interval", Config{Store: fakeDriver{}, Senders: one, RecoverInterval: -time.Second},
+			"relay: recover-interval must be > 0"},
+		{"circuit", Config{Store: fakeDriver{}, Senders: one, Circuit: CircuitConfig{Multiplier: 0.5}},
+			"relay: circuit.multiplier must be a finite number ≥ 1"},
+		{"dead letter ttl", Config{Store: fakeDriver{}, Senders: one, Cleanup: CleanupConfig{DeadLetterTTL: ptr(-time.Hour)}},
+			"relay: cleanup.dead-letter-ttl must be ≥ 0"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r, err := New(tc.cfg)
+			if err == nil {
+				t.Fatalf("New accepted the config: %v", r)
+			}
+			if !errors.Is(err, ErrInvalidConfig) {
+				t.Errorf("error %v does not match ErrInvalidConfig", err)
+			}
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Errorf("error %T is not a *ConfigError", err)
+			}
+			if !strings.HasPrefix(err.Error(), tc.want) {
+				t.Errorf("error = %q, want prefix %q", err.Error(), tc.want)
+			}
+		})
+	}
+}
