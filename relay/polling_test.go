@@ -13,15 +13,15 @@ func TestAdaptivePollingSequence(t *testing.T) {
 		claimed int
 		want    time.Duration
 	}{
-		{0, ms(250)},     // empty: wait min, then stretch
-		{0, ms(375)},     // ×1.5
-		{10, ms(562.5)},  // partial counts as not full
-		{200, 0},         // full: claim again at once, reset to min
-		{200, 0},         // still a backlog
-		{199, ms(250)},   // first partial after a full batch waits min
-		{0, ms(375)},     //
-		{0, ms(562.5)},   //
-		{0, ms(843.75)},  //
+		{0, ms(250)},    // empty: wait min, then stretch
+		{0, ms(375)},    // ×1.5
+		{10, ms(562.5)}, // partial counts as not full
+		{200, 0},        // full: claim again at once, reset to min
+		{200, 0},        // still a backlog
+		{199, ms(250)},  // first partial after a full batch waits min
+		{0, ms(375)},    //
+		{0, ms(562.5)},  //
+		{0, ms(843.75)}, //
 		{0, ms(1265.625)},
 	}
 	for i, st := range steps {
