@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"reflect"
 	"runtime/debug"
 	"time"
 
@@ -419,5 +420,27 @@ func call(f func() error) (err error) {
 func fill(rs []Result, r Result) {
 	for i := range rs {
 		rs[i] = r
+	}
+}
+
+// Typed adapts a handler that wants the store's concrete transaction type
+// (pgx.Tx, *sql.Tx) into a Handler, so handler code needs no type
+// assertion:
+//
+//	h := inbox.Typed(func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
+//		_, err := tx.Exec(ctx, "UPDATE stock SET n = n - 1 WHERE sku = $1", m.Key)
+//		return err
+//	})
+//
+// When the transaction is not a T (a nil tx in non-transactional mode, or a
+// store of another dialect) the handler is not called and the error
+// matches txbox.ErrNoTransaction.
+func Typed[T any](h func(ctx context.Context, tx T, msg Message) error) Handler {
+	return func(ctx context.Context, tx any, msg Message) error {
+		t, ok := tx.(T)
+		if !ok {
+			return &txbox.UnsupportedTxError{Dialect: "inbox", Type: fmt.Sprintf("%T (handler wants %s)", tx, reflect.TypeFor[T]())}
+		}
+		return h(ctx, t, msg)
 	}
 }

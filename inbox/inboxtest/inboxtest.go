@@ -1,0 +1,56 @@
+// Package inboxtest is the conformance suite every dialect's store.Inbox
+// runs, through the real inbox.Inbox, against the real database: duplicate
+// suppression, rollback of the id with the effect on error and panic,
+// concurrent duplicates from 16 goroutines and a second OS process, batches,
+// TTL cleanup on both sides of the boundary, the cleanup lease, hostile
+// consumer names and the cache contract.
+//
+// A dialect package wires it with two test functions:
+//
+//	func TestInbox(t *testing.T) { inboxtest.Run(t, harness()) }
+//	func TestInboxHelperProcess(t *testing.T) { inboxtest.HelperProcess(t, harness()) }
+//
+// The second is the entry point of the child process that Run re-executes
+// (the test binary itself); it returns at once in a normal run.
+package inboxtest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/store"
+)
+
+// Store is what the suite needs from a dialect: the inbox queries and the
+// leases the Cleaner uses.
+type Store interface {
+	store.Inbox
+	store.Leases
+}
+
+// Harness adapts one dialect to the suite. Every function uses the real
+// database.
+type Harness struct {
+	// NewNamespace creates an isolated namespace (a schema, a database, a
+	// SQLite file) that is dropped when t ends and returns a handle that
+	// Open understands, in this process and in a child process.
+	NewNamespace func(t testing.TB) string
+	// Open opens a migrated store on ns, closed when t ends.
+	Open func(t testing.TB, ns string) Store
+	// CreateEffectTable creates the table inbox_effect(consumer text,
+	// event_id text) in ns, with no unique key, so that a second effect
+	// shows up as a second row.
+	CreateEffectTable func(t testing.TB, ns string)
+	// InsertEffect inserts (consumer, id) into ns's inbox_effect through
+	// tx, the transaction an inbox handler received.
+	InsertEffect func(ctx context.Context, tx any, ns, consumer string, id txbox.ID) error
+	// CountEffects returns the number of effect rows per id of consumer.
+	CountEffects func(t testing.TB, ns, consumer string) map[txbox.ID]int
+	// CountInbox returns the number of inbox rows of consumer.
+	CountInbox func(t testing.TB, ns, consumer string) int
+	// AgeInbox moves the processed_at of consumer's id back by age, on the
+	// database clock.
+	AgeInbox func(t testing.TB, ns, consumer string, id txbox.ID, age time.Duration)
+}
