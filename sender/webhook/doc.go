@@ -1,0 +1,35 @@
+// Package webhook is the txbox sender for HTTP webhooks: every message is
+// POSTed to its route's URL, and a 2xx response is the acknowledgement.
+//
+// What a receiver sees, per request:
+//
+//   - the body is the event payload, byte for byte;
+//   - Content-Type comes from the message's "content-type" header when it
+//     has one, else from Config.ContentType (application/octet-stream by
+//     default: txbox does not know what the payload is);
+//   - Idempotency-Key is the event id, so a receiver (or txbox's inbox)
+//     drops the duplicates that at-least-once delivery produces;
+//   - every message header travels as an HTTP header of the same name
+//     (HTTP names are case-insensitive; Go sends them canonicalized, e.g.
+//     Txbox-Event-Id), including txbox-event-id, txbox-event-type,
+//     txbox-created-at, and txbox-key when the event has a key;
+//   - with Config.Secret set, a signature header (Txbox-Signature by
+//     default) "t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">", the
+//     scheme Stripe made familiar. Receivers check it with [Verify], which
+//     also bounds the timestamp's age so a captured request cannot be
+//     replayed later.
+//
+// How responses are classified (see [github.com/txbox/txbox.Classify]):
+// 2xx acks; 408 and 429 are Transient (the receiver is overloaded, not
+// refusing the message); other 4xx are Rejected (the relay counts an
+// attempt and retries with backoff, then dead-letters); 5xx, timeouts and
+// network errors are Transient (the relay pauses the destination without
+// burning attempts). Redirects are not followed: a 3xx is Rejected, since
+// following one would turn the POST into a GET on most status codes. A
+// message that can never be sent as is (no or bad URL, a header name or
+// value HTTP cannot carry) fails Permanent without a request.
+//
+// A batch is sent with up to Config.MaxConcurrency requests in flight
+// (shared by all Sends of one sender) on a keep-alive client, and the
+// result is reported per message.
+package webhook

@@ -1,0 +1,406 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/sender"
+)
+
+// Defaults applied by [New] to zero Config fields.
+const (
+	DefaultTimeout         = 10 * time.Second
+	DefaultMaxConcurrency  = 16
+	DefaultContentType     = "application/octet-stream"
+	DefaultSignatureHeader = "Txbox-Signature"
+)
+
+// HeaderIdempotencyKey carries the event id on every request.
+const HeaderIdempotencyKey = "Idempotency-Key"
+
+// maxDrain is how much of a response body is read (and discarded) so the
+// connection can be reused; a longer body costs a new connection instead.
+const maxDrain = 64 << 10
+
+// Config configures a webhook [Sender]. The zero value is valid.
+type Config struct {
+	// Timeout bounds one request, from dialing to reading the response.
+	// A request that times out fails Transient: its outcome is unknown,
+	// so the relay retries and the receiver's idempotency absorbs a
+	// duplicate. Defaults to 10s.
+	Timeout time.Duration
+	// MaxConcurrency is the most requests in flight at once, across all
+	// Sends of this sender; it is also the number of keep-alive
+	// connections kept per host. Defaults to 16.
+	MaxConcurrency int
+	// ContentType is sent for messages without a "content-type" header.
+	// Defaults to "application/octet-stream".
+	ContentType string
+	// Secret, when not empty, signs every request with HMAC-SHA256 (see
+	// [Sign]). It is never logged or put in an error. Defaults to no
+	// signature.
+	Secret string
+	// SignatureHeader names the signature header. Defaults to
+	// "Txbox-Signature".
+	SignatureHeader string
+	// Headers are added to every request, such as an Authorization
+	// header. Their values are never logged or put in an error. A
+	// message's own header of the same name wins. Defaults to none.
+	Headers map[string]string
+	// HTTPClient, for Go callers only, replaces the sender's own
+	// keep-alive client (custom TLS, a test transport). Its redirect
+	// policy is left alone. Defaults to a client built from Timeout and
+	// MaxConcurrency that does not follow redirects.
+	HTTPClient *http.Client
+}
+
+// ConfigError reports an invalid Config field or Verify argument.
+type ConfigError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("webhook: invalid %s: %s", e.Field, e.Reason)
+}
+
+// StatusError is a non-2xx response. Classify it with txbox.Classify.
+type StatusError struct {
+	// StatusCode is the response's status code.
+	StatusCode int
+	// URL is the request URL without user info and query, which may hold
+	// credentials.
+	URL string
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("webhook: POST %s: %d %s", e.URL, e.StatusCode, http.StatusText(e.StatusCode))
+}
+
+// MessageError is returned, Permanent, for a message that cannot be sent
+// as an HTTP request at all: its route has no usable URL, or a header
+// name or value is not valid in HTTP.
+type MessageError struct {
+	Reason string
+}
+
+func (e *MessageError) Error() string { return "webhook: cannot send message: " + e.Reason }
+
+// Sender POSTs messages to their route's URL. It is safe for concurrent
+// use.
+type Sender struct {
+	client      *http.Client
+	ownClient   bool
+	timeout     time.Duration
+	sem         chan struct{}
+	contentType string
+	secret      []byte
+	sigHeader   string
+	headers     http.Header
+
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+}
+
+var _ sender.Sender = (*Sender)(nil)
+
+// New returns a Sender for cfg, or a *ConfigError naming the bad field.
+func New(cfg Config) (*Sender, error) {
+	if cfg.Timeout < 0 {
+		return nil, &ConfigError{Field: "timeout", Reason: "must not be negative"}
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.MaxConcurrency < 0 {
+		return nil, &ConfigError{Field: "max-concurrency", Reason: "must not be negative"}
+	}
+	if cfg.MaxConcurrency == 0 {
+		cfg.MaxConcurrency = DefaultMaxConcurrency
+	}
+	if cfg.ContentType == "" {
+		cfg.ContentType = DefaultContentType
+	}
+	if err := checkValue(cfg.ContentType); err != nil {
+		return nil, &ConfigError{Field: "content-type", Reason: err.Error()}
+	}
+	if cfg.SignatureHeader == "" {
+		cfg.SignatureHeader = DefaultSignatureHeader
+	}
+	if err := checkName(cfg.SignatureHeader); err != nil {
+		return nil, &ConfigError{Field: "signature-header", Reason: err.Error()}
+	}
+	if reserved(cfg.SignatureHeader, "") {
+		return nil, &ConfigError{Field: "signature-header", Reason: fmt.Sprintf("%q is set by the transport or the sender", cfg.SignatureHeader)}
+	}
+	headers := make(http.Header, len(cfg.Headers))
+	for k, v := range cfg.Headers {
+		if err := checkName(k); err != nil {
+			return nil, &ConfigError{Field: "headers", Reason: err.Error()}
+		}
+		if err := checkValue(v); err != nil {
+			// The value may be a secret: name the header only.
+			return nil, &ConfigError{Field: "headers." + k, Reason: "value contains a control character"}
+		}
+		if reserved(k, cfg.SignatureHeader) {
+			return nil, &ConfigError{Field: "headers." + k, Reason: "is set by the transport or the sender"}
+		}
+		headers.Set(k, v)
+	}
+	s := &Sender{
+		client:      cfg.HTTPClient,
+		timeout:     cfg.Timeout,
+		sem:         make(chan struct{}, cfg.MaxConcurrency),
+		contentType: cfg.ContentType,
+		sigHeader:   cfg.SignatureHeader,
+		headers:     headers,
+	}
+	if cfg.Secret != "" {
+		s.secret = []byte(cfg.Secret)
+	}
+	if s.client == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		// The default keeps 2 idle connections per host: a batch of
+		// parallel requests would open and close connections every time.
+		tr.MaxIdleConnsPerHost = cfg.MaxConcurrency
+		if tr.MaxIdleConns < cfg.MaxConcurrency {
+			tr.MaxIdleConns = cfg.MaxConcurrency
+		}
+		s.client = &http.Client{
+			Transport: tr,
+			CheckRedirect: func(*http.Request, []*http.Request) error {
+				return http.ErrUseLastResponse
+			},
+		}
+		s.ownClient = true
+	}
+	return s, nil
+}
+
+// Send POSTs every message, up to MaxConcurrency at once, and reports the
+// outcome per message (see [sender.Sender]).
+func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	if !s.enter() {
+		return txbox.Transient(fmt.Errorf("webhook: send: %w", txbox.ErrClosed))
+	}
+	defer s.wg.Done()
+
+	errs := make([]error, len(msgs))
+	var wg sync.WaitGroup
+	for i, m := range msgs {
+		select {
+		case s.sem <- struct{}{}:
+		case <-ctx.Done():
+			for j := i; j < len(msgs); j++ {
+				errs[j] = txbox.Transient(fmt.Errorf("webhook: not sent: %w", ctx.Err()))
+			}
+			wg.Wait()
+			return result(errs)
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-s.sem; wg.Done() }()
+			errs[i] = s.post(ctx, m)
+		}()
+	}
+	wg.Wait()
+	return result(errs)
+}
+
+func result(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return &sender.BatchError{Errs: errs}
+		}
+	}
+	return nil
+}
+
+func (s *Sender) enter() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.wg.Add(1)
+	return true
+}
+
+// Close waits for the Sends in flight (bounded by ctx), then releases idle
+// connections. Later Sends fail with txbox.ErrClosed. Close is idempotent.
+func (s *Sender) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return fmt.Errorf("webhook: close: sends still in flight: %w", ctx.Err())
+	}
+	if s.ownClient {
+		s.client.CloseIdleConnections()
+	}
+	return nil
+}
+
+func (s *Sender) post(ctx context.Context, m *sender.Message) error {
+	req, err := s.request(ctx, m)
+	if err != nil {
+		return txbox.Permanent(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	req = req.WithContext(rctx)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return txbox.Transient(fmt.Errorf("webhook: POST %s: %w", redact(req.URL), ctx.Err()))
+		}
+		// url.Error repeats the full URL, query included: keep only the
+		// cause.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return txbox.Transient(fmt.Errorf("webhook: POST %s: %w", redact(req.URL), err))
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
+	resp.Body.Close()
+	return classifyStatus(resp.StatusCode, req.URL)
+}
+
+func classifyStatus(code int, u *url.URL) error {
+	switch {
+	case code >= 200 && code < 300:
+		return nil
+	case code == http.StatusRequestTimeout, code == http.StatusTooManyRequests, code >= 500:
+		return txbox.Transient(&StatusError{StatusCode: code, URL: redact(u)})
+	default:
+		return txbox.Rejected(&StatusError{StatusCode: code, URL: redact(u)})
+	}
+}
+
+// request builds the POST for m, or a *MessageError.
+func (s *Sender) request(ctx context.Context, m *sender.Message) (*http.Request, error) {
+	if m.Route.URL == "" {
+		return nil, &MessageError{Reason: fmt.Sprintf("event type %q has no route URL", m.EventType)}
+	}
+	u, err := url.Parse(m.Route.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, &MessageError{Reason: fmt.Sprintf("route URL of event type %q is not an absolute http(s) URL", m.EventType)}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(m.Payload))
+	if err != nil {
+		return nil, &MessageError{Reason: err.Error()}
+	}
+	for k, vs := range s.headers {
+		req.Header[k] = vs
+	}
+	contentType := s.contentType
+	for k, v := range m.Headers {
+		if err := checkName(k); err != nil {
+			return nil, &MessageError{Reason: err.Error()}
+		}
+		if err := checkValue(v); err != nil {
+			return nil, &MessageError{Reason: fmt.Sprintf("header %q: %v", k, err)}
+		}
+		if strings.EqualFold(k, "content-type") {
+			contentType = v
+			continue
+		}
+		if reserved(k, s.sigHeader) {
+			return nil, &MessageError{Reason: fmt.Sprintf("header %q is set by the transport or the sender", k)}
+		}
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("Content-Type", contentType)
+	id := m.ID.String()
+	req.Header.Set(HeaderIdempotencyKey, id)
+	req.Header.Set(txbox.HeaderEventID, id)
+	if m.Key != "" {
+		if err := checkValue(m.Key); err != nil {
+			return nil, &MessageError{Reason: fmt.Sprintf("key: %v", err)}
+		}
+		req.Header.Set(sender.HeaderKey, m.Key)
+	}
+	if req.Header.Get("User-Agent") == "" {
+		req.Header.Set("User-Agent", "txbox-webhook")
+	}
+	if s.secret != nil {
+		req.Header.Set(s.sigHeader, sign(s.secret, time.Now(), m.Payload))
+	}
+	return req, nil
+}
+
+// redact drops user info and query from u for errors: both may carry
+// credentials.
+func redact(u *url.URL) string {
+	c := *u
+	c.User = nil
+	c.RawQuery = ""
+	c.ForceQuery = false
+	c.Fragment = ""
+	return c.String()
+}
+
+// reserved reports whether header name is one a message or the config
+// must not set: framing and hop-by-hop headers the transport owns, and
+// the headers the sender itself sets.
+func reserved(name, sigHeader string) bool {
+	switch strings.ToLower(name) {
+	case "host", "content-length", "transfer-encoding", "connection", "keep-alive",
+		"te", "trailer", "upgrade", "proxy-connection", "proxy-authorization",
+		"idempotency-key":
+		return true
+	}
+	return sigHeader != "" && strings.EqualFold(name, sigHeader)
+}
+
+// checkName reports whether name is an HTTP token (RFC 9110 §5.6.2).
+func checkName(name string) error {
+	if name == "" {
+		return errors.New("empty header name")
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
+			continue
+		}
+		return fmt.Errorf("header name %q: character %q is not allowed in HTTP", truncate(name), c)
+	}
+	return nil
+}
+
+// checkValue reports whether v can travel as an HTTP field value: no
+// control characters other than tab (CR or LF would split the header).
+func checkValue(v string) error {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return fmt.Errorf("control character %q at %d", c, i)
+		}
+	}
+	return nil
+}
+
+func truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
