@@ -88,4 +88,3 @@ func TestConformance(t *testing.T) {
 		},
 	})
 }
-
