@@ -28,6 +28,17 @@ const (
 	DefaultRetention          = 24 * time.Hour
 	DefaultLease              = 5 * time.Minute
 	DefaultCleanupInterval    = time.Minute
+	DefaultCleanupMaxInterval = 10 * time.Minute
+	DefaultCleanupBatchSize   = 1000
+	DefaultPollingDelay       = 250 * time.Millisecond
+	DefaultInFlight           = 4
+	DefaultShutdownTimeout    = 30 * time.Second
+	DefaultDiscoverInterval   = 10 * time.Second
+	DefaultRecoverInterval    = 5 * time.Second
+	DefaultDeadLetterInterval = 5 * time.Second
+	DefaultCircuitCoolDown    = time.Second
+	DefaultCircuitMaxCoolDown = time.Minute
+	DefaultCircuitMultiplier  = 2.0
 	DefaultOutboxTTL          = 24 * time.Hour
 	DefaultDeadLetterTTL      = 7 * 24 * time.Hour
 	DefaultLogLevel           = "info"
@@ -71,8 +82,42 @@ type Config struct {
 	// Cleanup controls deletion of old processed rows and resolved dead
 	// letters.
 	Cleanup Cleanup `yaml:"cleanup"`
+	// Relay holds the relay-wide settings that are not per event type.
+	Relay RelaySettings `yaml:"relay"`
 	// Log controls the relay's own log output.
 	Log Log `yaml:"log"`
+}
+
+// RelaySettings are relay-wide settings.
+type RelaySettings struct {
+	// InstanceID names this relay in leases and logs. Defaults to
+	// hostname-pid-random.
+	InstanceID string `yaml:"instance-id"`
+	// DiscoverInterval is how often the relay looks for event types with
+	// pending rows that have no poller yet. Defaults to 10s.
+	DiscoverInterval time.Duration `yaml:"discover-interval"`
+	// RecoverInterval is how often rows whose lease expired are put back
+	// to PENDING. Defaults to 5s.
+	RecoverInterval time.Duration `yaml:"recover-interval"`
+	// DeadLetterInterval is how often FAILED rows move to the dead-letter
+	// table. Defaults to 5s.
+	DeadLetterInterval time.Duration `yaml:"dead-letter-interval"`
+	// ShutdownTimeout bounds the graceful stop after SIGTERM or SIGINT:
+	// batches in flight finish or are released within it. Defaults to 30s.
+	ShutdownTimeout time.Duration `yaml:"shutdown-timeout"`
+	// Circuit configures the per-sender circuit breakers.
+	Circuit Circuit `yaml:"circuit"`
+}
+
+// Circuit configures the circuit breaker that pauses a sender's pollers
+// while its destination is down.
+type Circuit struct {
+	// CoolDown is the first wait before a probe batch. Defaults to 1s.
+	CoolDown time.Duration `yaml:"cool-down"`
+	// MaxCoolDown caps the doubling cool-down. Defaults to 1m.
+	MaxCoolDown time.Duration `yaml:"max-cool-down"`
+	// Multiplier grows the cool-down after a failed probe. Defaults to 2.
+	Multiplier float64 `yaml:"multiplier"`
 }
 
 // Database selects and configures the store.
@@ -197,6 +242,9 @@ type EventSettings struct {
 	// Lease is how long a claim is exclusive before another relay may
 	// recover the rows (max batch processing time). Defaults to 5m.
 	Lease *time.Duration `yaml:"lease"`
+	// InFlight bounds the batches of the type between claim and finish at
+	// once. Defaults to 4.
+	InFlight *int `yaml:"in-flight"`
 }
 
 // Route is where an event goes. Each sender reads the fields it
@@ -214,8 +262,8 @@ type Route struct {
 type Polling struct {
 	// Mode is adaptive or fixed. Defaults to adaptive.
 	Mode *string `yaml:"mode"`
-	// MinDelay is the delay after a full batch (adaptive) or the constant
-	// delay (fixed). Defaults to 250ms.
+	// MinDelay is the adaptive delay after a full batch. Defaults to
+	// 250ms.
 	MinDelay *time.Duration `yaml:"min-delay"`
 	// Multiplier grows the delay after a partial or empty batch
 	// (adaptive). Defaults to 1.5.
@@ -223,6 +271,8 @@ type Polling struct {
 	// MaxDelay caps the adaptive delay: the worst pickup wait when idle.
 	// Defaults to 1m.
 	MaxDelay *time.Duration `yaml:"max-delay"`
+	// Delay is the constant delay of fixed polling. Defaults to 250ms.
+	Delay *time.Duration `yaml:"delay"`
 }
 
 // Backoff is the retry delay: delay × multiplier^(n-1), capped by max,
@@ -240,9 +290,16 @@ type Backoff struct {
 
 // Cleanup controls the deletion of old rows.
 type Cleanup struct {
-	// Interval between cleanup runs when there was nothing to delete.
-	// Defaults to 1m.
+	// Disabled turns cleanup off on this instance (another instance, or
+	// a cron job, does it). Defaults to false.
+	Disabled bool `yaml:"disabled"`
+	// Interval is the shortest time between cleanup rounds; it doubles up
+	// to MaxInterval while a round finds nothing to delete. Defaults to 1m.
 	Interval time.Duration `yaml:"interval"`
+	// MaxInterval caps the interval. Defaults to 10m.
+	MaxInterval time.Duration `yaml:"max-interval"`
+	// BatchSize bounds one delete statement. Defaults to 1000.
+	BatchSize int `yaml:"batch-size"`
 	// OutboxTTL is how long PROCESSED rows are kept. Defaults to 24h.
 	OutboxTTL time.Duration `yaml:"outbox-ttl"`
 	// DeadLetterTTL is how long resolved dead letters are kept. Defaults

@@ -104,16 +104,16 @@ func urlPassword(s string) (start, end int, ok bool) {
 	}
 	base := i + 3
 	rest := s[base:]
-	stop := strings.IndexAny(rest, "/?#")
+	// The user info ends at the last '@' before the query. Searching past
+	// the first '/' errs on the side of hiding too much: a password with
+	// an unescaped '/', '#' or '@' is still hidden whole.
+	stop := strings.IndexByte(rest, '?')
 	if stop < 0 {
 		stop = len(rest)
 	}
 	at := strings.LastIndexByte(rest[:stop], '@')
 	if at < 0 {
-		// A password may itself contain '/', '?' or '#'.
-		if at = strings.LastIndexByte(rest, '@'); at < 0 {
-			return 0, 0, false
-		}
+		return 0, 0, false
 	}
 	colon := strings.IndexByte(rest[:at], ':')
 	if colon < 0 || colon+1 >= at {

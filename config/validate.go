@@ -38,6 +38,7 @@ func Default() *Config {
 				MinDelay:   ptr(DefaultPollingMinDelay),
 				Multiplier: ptr(DefaultPollingMultiplier),
 				MaxDelay:   ptr(DefaultPollingMaxDelay),
+				Delay:      ptr(DefaultPollingDelay),
 			},
 			MaxAttempts: ptr(DefaultMaxAttempts),
 			Backoff: &Backoff{
@@ -49,11 +50,25 @@ func Default() *Config {
 			Ordering:  ptr(DefaultOrdering),
 			Retention: ptr(DefaultRetention),
 			Lease:     ptr(DefaultLease),
+			InFlight:  ptr(DefaultInFlight),
 		},
 		Cleanup: Cleanup{
 			Interval:      DefaultCleanupInterval,
+			MaxInterval:   DefaultCleanupMaxInterval,
+			BatchSize:     DefaultCleanupBatchSize,
 			OutboxTTL:     DefaultOutboxTTL,
 			DeadLetterTTL: DefaultDeadLetterTTL,
+		},
+		Relay: RelaySettings{
+			DiscoverInterval:   DefaultDiscoverInterval,
+			RecoverInterval:    DefaultRecoverInterval,
+			DeadLetterInterval: DefaultDeadLetterInterval,
+			ShutdownTimeout:    DefaultShutdownTimeout,
+			Circuit: Circuit{
+				CoolDown:    DefaultCircuitCoolDown,
+				MaxCoolDown: DefaultCircuitMaxCoolDown,
+				Multiplier:  DefaultCircuitMultiplier,
+			},
 		},
 		Log: Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
 	}
@@ -100,6 +115,7 @@ func merge(def EventSettings, ev *EventSettings) EventSettings {
 		Ordering:    ptr(deref(def.Ordering)),
 		Retention:   ptr(deref(def.Retention)),
 		Lease:       ptr(deref(def.Lease)),
+		InFlight:    ptr(deref(def.InFlight)),
 	}
 	dp, db := def.Polling, def.Backoff
 	if dp == nil {
@@ -108,7 +124,7 @@ func merge(def EventSettings, ev *EventSettings) EventSettings {
 	if db == nil {
 		db = &Backoff{}
 	}
-	*out.Polling = Polling{Mode: ptr(deref(dp.Mode)), MinDelay: ptr(deref(dp.MinDelay)), Multiplier: ptr(deref(dp.Multiplier)), MaxDelay: ptr(deref(dp.MaxDelay))}
+	*out.Polling = Polling{Mode: ptr(deref(dp.Mode)), MinDelay: ptr(deref(dp.MinDelay)), Multiplier: ptr(deref(dp.Multiplier)), MaxDelay: ptr(deref(dp.MaxDelay)), Delay: ptr(deref(dp.Delay))}
 	*out.Backoff = Backoff{Delay: ptr(deref(db.Delay)), Multiplier: ptr(deref(db.Multiplier)), Max: ptr(deref(db.Max)), Jitter: ptr(deref(db.Jitter))}
 	if ev == nil {
 		return out
@@ -119,6 +135,7 @@ func merge(def EventSettings, ev *EventSettings) EventSettings {
 	over(&out.Ordering, ev.Ordering)
 	over(&out.Retention, ev.Retention)
 	over(&out.Lease, ev.Lease)
+	over(&out.InFlight, ev.InFlight)
 	if r := ev.Route; r != nil {
 		o := out.Route
 		for _, f := range []struct {
@@ -138,6 +155,7 @@ func merge(def EventSettings, ev *EventSettings) EventSettings {
 		over(&out.Polling.MinDelay, p.MinDelay)
 		over(&out.Polling.Multiplier, p.Multiplier)
 		over(&out.Polling.MaxDelay, p.MaxDelay)
+		over(&out.Polling.Delay, p.Delay)
 	}
 	if b := ev.Backoff; b != nil {
 		over(&out.Backoff.Delay, b.Delay)
@@ -230,6 +248,33 @@ func (c *Config) validate(d *decoder) {
 
 	if c.Cleanup.Interval < time.Second {
 		d.fail("cleanup.interval", nil, "must be ≥ 1s")
+	}
+	if c.Cleanup.MaxInterval < c.Cleanup.Interval {
+		d.fail("cleanup.max-interval", nil, "must be ≥ interval (%s < %s)", c.Cleanup.MaxInterval, c.Cleanup.Interval)
+	}
+	if c.Cleanup.BatchSize < 1 || c.Cleanup.BatchSize > 100_000 {
+		d.fail("cleanup.batch-size", nil, "must be between 1 and 100000")
+	}
+	r := &c.Relay
+	for _, iv := range []struct {
+		key string
+		v   time.Duration
+	}{
+		{"relay.discover-interval", r.DiscoverInterval},
+		{"relay.recover-interval", r.RecoverInterval},
+		{"relay.dead-letter-interval", r.DeadLetterInterval},
+		{"relay.shutdown-timeout", r.ShutdownTimeout},
+		{"relay.circuit.cool-down", r.Circuit.CoolDown},
+	} {
+		if iv.v < 10*time.Millisecond {
+			d.fail(iv.key, nil, "must be ≥ 10ms")
+		}
+	}
+	if r.Circuit.MaxCoolDown < r.Circuit.CoolDown {
+		d.fail("relay.circuit.max-cool-down", nil, "must be ≥ cool-down (%s < %s)", r.Circuit.MaxCoolDown, r.Circuit.CoolDown)
+	}
+	if r.Circuit.Multiplier < 1 {
+		d.fail("relay.circuit.multiplier", nil, "must be ≥ 1")
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
@@ -357,6 +402,11 @@ func (c *Config) validateSettings(d *decoder, p string, s *EventSettings, own *E
 	if set(has(func(e *EventSettings) bool { return e.Lease != nil })) && *s.Lease < minLease {
 		d.fail(join(p, "lease"), nil, "must be ≥ %s", minLease)
 	}
+	if set(has(func(e *EventSettings) bool { return e.InFlight != nil })) {
+		if n := *s.InFlight; n < 1 || n > 64 {
+			d.fail(join(p, "in-flight"), nil, "must be between 1 and 64")
+		}
+	}
 
 	pp := join(p, "polling")
 	po := s.Polling
@@ -374,6 +424,9 @@ func (c *Config) validateSettings(d *decoder, p string, s *EventSettings, own *E
 	}
 	if set(op.Multiplier != nil) && *po.Multiplier < 1 {
 		d.fail(join(pp, "multiplier"), nil, "must be ≥ 1")
+	}
+	if set(op.Delay != nil) && *po.Delay < minPollDelay {
+		d.fail(join(pp, "delay"), nil, "must be ≥ %s", minPollDelay)
 	}
 	if set(op.MaxDelay != nil || op.MinDelay != nil) && *po.MaxDelay < *po.MinDelay {
 		d.fail(join(pp, "max-delay"), nil, "must be ≥ min-delay (%s < %s)", *po.MaxDelay, *po.MinDelay)
