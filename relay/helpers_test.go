@@ -1,0 +1,252 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/sender"
+	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/postgres"
+)
+
+// bundle is what most engine tests need: a migrated PostgreSQL store in a
+// fresh schema and a recording sender.
+type bundle struct {
+	pool   *pgxpool.Pool
+	store  *postgres.Driver
+	schema string
+	sender *testSender
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	schema := testenv.UniqueName("t_")
+	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// The pool is closed after this (cleanups run last-in first-out).
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+	})
+	d, err := postgres.New(pool, postgres.Config{Schema: schema, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return &bundle{pool: pool, store: d, schema: schema, sender: newTestSender()}
+}
+
+func quietLogger() *slog.Logger {
+	if os.Getenv("TXBOX_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(discard{}, nil))
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// publish inserts events of type typ in one committed transaction and
+// returns their ids.
+func (b *bundle) publish(t *testing.T, typ string, n int, mod func(i int, ev *txbox.Event)) []txbox.ID {
+	t.Helper()
+	ctx := context.Background()
+	evs := make([]*txbox.Event, n)
+	ids := make([]txbox.ID, n)
+	for i := range evs {
+		evs[i] = &txbox.Event{ID: txbox.NewID(), Type: typ, Payload: fmt.Appendf(nil, `{"n":%d}`, i)}
+		if mod != nil {
+			mod(i, evs[i])
+		}
+		ids[i] = evs[i].ID
+	}
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if err := b.store.OutboxInsert(ctx, tx, &store.OutboxInsertParams{Events: evs}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// count runs a COUNT(*) style query against the outbox table of the
+// bundle's schema; where is the predicate.
+func (b *bundle) count(t *testing.T, table, where string, args ...any) int {
+	t.Helper()
+	var n int
+	q := fmt.Sprintf("SELECT count(*) FROM %s.txbox_%s WHERE %s", b.schema, table, where)
+	if err := b.pool.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return n
+}
+
+// start runs a relay with fast test settings, adjusted by mod, and stops
+// it when the test ends.
+func (b *bundle) start(t *testing.T, mod func(*relay.Config)) *relay.Relay {
+	t.Helper()
+	cfg := fastConfig(b.store, map[string]sender.Sender{"test": b.sender})
+	if mod != nil {
+		mod(&cfg)
+	}
+	r, err := relay.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := r.Stop(ctx); err != nil && err != relay.ErrNotStarted {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	return r
+}
+
+func fastConfig(d store.Driver, senders map[string]sender.Sender) relay.Config {
+	return relay.Config{
+		Store:   d,
+		Senders: senders,
+		Defaults: relay.EventSettings{
+			Polling: &relay.PollingSettings{MinDelay: 10 * time.Millisecond, MaxDelay: 100 * time.Millisecond},
+			Backoff: &relay.BackoffSettings{Delay: 50 * time.Millisecond, Multiplier: 2, Max: time.Second},
+		},
+		DiscoverInterval:   50 * time.Millisecond,
+		RecoverInterval:    50 * time.Millisecond,
+		DeadLetterInterval: 50 * time.Millisecond,
+		Circuit:            relay.CircuitConfig{CoolDown: 50 * time.Millisecond, MaxCoolDown: 200 * time.Millisecond},
+		Cleanup:            relay.CleanupConfig{Interval: 50 * time.Millisecond, MaxInterval: 200 * time.Millisecond},
+		Logger:             quietLogger(),
+	}
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond) // polling a condition, not waiting for something to happen
+	}
+}
+
+// delivery is one message the test sender saw, with when.
+type delivery struct {
+	msg *sender.Message
+	at  time.Time
+}
+
+// testSender records every message it is given. behave decides the
+// outcome of each Send; nil acks everything.
+type testSender struct {
+	mu     sync.Mutex
+	got    []delivery
+	behave func(ctx context.Context, msgs []*sender.Message) error
+	sends  int
+}
+
+func newTestSender() *testSender { return &testSender{} }
+
+func (s *testSender) setBehave(f func(ctx context.Context, msgs []*sender.Message) error) {
+	s.mu.Lock()
+	s.behave = f
+	s.mu.Unlock()
+}
+
+func (s *testSender) Send(ctx context.Context, msgs []*sender.Message) error {
+	s.mu.Lock()
+	f := s.behave
+	s.sends++
+	now := time.Now()
+	for _, m := range msgs {
+		s.got = append(s.got, delivery{m, now})
+	}
+	s.mu.Unlock()
+	if f == nil {
+		return nil
+	}
+	return f(ctx, msgs)
+}
+
+func (s *testSender) Close(context.Context) error { return nil }
+
+// deliveries returns what was delivered for id.
+func (s *testSender) deliveries(id txbox.ID) []delivery {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []delivery
+	for _, d := range s.got {
+		if d.msg.ID == id {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// distinct returns the number of distinct ids seen and the total number
+// of deliveries.
+func (s *testSender) distinct() (ids, total int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := map[txbox.ID]bool{}
+	for _, d := range s.got {
+		seen[d.msg.ID] = true
+	}
+	return len(seen), len(s.got)
+}
+
+func (s *testSender) ids() []txbox.ID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]txbox.ID, 0, len(s.got))
+	for _, d := range s.got {
+		out = append(out, d.msg.ID)
+	}
+	return out
+}
+
+func containsAll(have []txbox.ID, want []txbox.ID) bool {
+	set := make(map[txbox.ID]bool, len(have))
+	for _, id := range have {
+		set[id] = true
+	}
+	return !slices.ContainsFunc(want, func(id txbox.ID) bool { return !set[id] })
+}

@@ -1,0 +1,532 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/sender"
+	"github.com/txbox/txbox/store"
+)
+
+func TestDeliversConfiguredAndDiscoveredTypes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	orders := b.publish(t, "orders", 450, func(i int, ev *txbox.Event) {
+		ev.Key = "k1"
+		ev.Headers = map[string]string{"x-own": "yes"}
+	})
+	unlisted := b.publish(t, "unlisted.type", 30, nil)
+	var polls atomic.Int64
+	hook := &recordingHook{}
+	b.start(t, func(c *relay.Config) {
+		c.Defaults.Route = &sender.Route{Subject: "ev.{event_type}"}
+		c.Defaults.Retention = new(time.Duration(0))
+		c.Events = map[string]relay.EventSettings{
+			"orders": {BatchSize: new(100), Route: &sender.Route{Subject: "orders-subject"}},
+		}
+		c.Hooks = []relay.Hook{hook, pollCounter{&polls}}
+	})
+	all := append(append([]txbox.ID{}, orders...), unlisted...)
+	waitFor(t, 20*time.Second, "every event delivered", func() bool { return containsAll(b.sender.ids(), all) })
+	waitFor(t, 10*time.Second, "outbox empty (deleted on ack)", func() bool { return b.count(t, "outbox", "true") == 0 })
+
+	if ids, total := b.sender.distinct(); ids != len(all) || total != len(all) {
+		t.Errorf("delivered %d distinct / %d total, want %d / %d (no duplicates without a crash)", ids, total, len(all), len(all))
+	}
+	m := b.sender.deliveries(orders[7])[0].msg
+	if m.Route.Subject != "orders-subject" || m.Key != "k1" || m.Attempt != 1 || m.EventType != "orders" {
+		t.Errorf("orders message = %+v", m)
+	}
+	if m.Headers["x-own"] != "yes" || m.Headers[txbox.HeaderEventID] != orders[7].String() || m.Headers[txbox.HeaderEventType] != "orders" {
+		t.Errorf("headers = %v", m.Headers)
+	}
+	if ts, err := time.Parse(time.RFC3339Nano, m.Headers[txbox.HeaderCreatedAt]); err != nil || !ts.Equal(m.CreatedAt) {
+		t.Errorf("created-at header %q (%v) does not match CreatedAt %v", m.Headers[txbox.HeaderCreatedAt], err, m.CreatedAt)
+	}
+	if string(m.Payload) != `{"n":7}` {
+		t.Errorf("payload = %q", m.Payload)
+	}
+	u := b.sender.deliveries(unlisted[0])[0].msg
+	if u.Route.Subject != "ev.unlisted.type" {
+		t.Errorf("default route for an unlisted type = %+v", u.Route)
+	}
+	if polls.Load() == 0 {
+		t.Error("OnPoll hook never called")
+	}
+	if sent := hook.sent(); sent != len(all) {
+		t.Errorf("OnBatch counted %d sent, want %d", sent, len(all))
+	}
+}
+
+func TestRollbackNeverDelivered(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rolledBack := &txbox.Event{ID: txbox.NewID(), Type: "orders", Payload: []byte("x")}
+	if err := b.store.OutboxInsert(ctx, tx, &store.OutboxInsertParams{Events: []*txbox.Event{rolledBack}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.start(t, nil)
+	// A committed event published after the rolled-back one is a marker:
+	// once it arrived, the relay has polled past the rollback.
+	marker := b.publish(t, "orders", 1, nil)
+	waitFor(t, 10*time.Second, "marker delivered", func() bool { return containsAll(b.sender.ids(), marker) })
+	if n := len(b.sender.deliveries(rolledBack.ID)); n != 0 {
+		t.Fatalf("rolled-back event delivered %d times", n)
+	}
+}
+
+func TestDelayedEventNotBeforeItsTime(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	notBefore := time.Now().Add(1500 * time.Millisecond)
+	delayed := b.publish(t, "orders", 1, func(_ int, ev *txbox.Event) { ev.NotBefore = notBefore })
+	now := b.publish(t, "orders", 1, nil)
+	b.start(t, nil)
+	waitFor(t, 10*time.Second, "delayed event delivered", func() bool { return containsAll(b.sender.ids(), delayed) })
+	if at := b.sender.deliveries(delayed[0])[0].at; at.Before(notBefore) {
+		t.Errorf("delayed event delivered at %v, %v before its time", at, notBefore.Sub(at))
+	}
+	if at := b.sender.deliveries(now[0]); len(at) != 1 || !at[0].at.Before(notBefore) {
+		t.Errorf("the undelayed event waited for the delayed one: %v", at)
+	}
+}
+
+func TestRetryScheduleThenDeadLetter(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.publish(t, "orders", 5, nil)
+	poison := ids[2]
+	b.sender.setBehave(func(_ context.Context, msgs []*sender.Message) error {
+		errs := make([]error, len(msgs))
+		for i, m := range msgs {
+			if m.ID == poison {
+				errs[i] = errors.New("422 unprocessable: bad schema")
+			}
+		}
+		return &sender.BatchError{Errs: errs}
+	})
+	b.start(t, func(c *relay.Config) {
+		c.Defaults.MaxAttempts = new(3)
+		c.Defaults.Backoff = &relay.BackoffSettings{Delay: 200 * time.Millisecond, Multiplier: 2, Max: time.Minute}
+	})
+	waitFor(t, 20*time.Second, "poison dead-lettered", func() bool { return b.count(t, "dead_letter", "id = $1", poison) == 1 })
+
+	tries := b.sender.deliveries(poison)
+	if len(tries) != 3 {
+		t.Fatalf("poison tried %d times, want max-attempts 3", len(tries))
+	}
+	for i, d := range tries {
+		if d.msg.Attempt != i+1 {
+			t.Errorf("try %d has Attempt %d", i+1, d.msg.Attempt)
+		}
+	}
+	// Retry n waits 200ms×2^(n-1): ≥200ms, then ≥400ms. The upper bound
+	// allows for polling and scheduling, not for a missed retry.
+	for i, want := range []time.Duration{200 * time.Millisecond, 400 * time.Millisecond} {
+		gap := tries[i+1].at.Sub(tries[i].at)
+		if gap < want-20*time.Millisecond || gap > want+2*time.Second {
+			t.Errorf("gap before retry %d = %v, want about %v", i+1, gap, want)
+		}
+	}
+	dl, err := b.store.DeadLetterGet(context.Background(), poison)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dl.Attempts != 3 || !strings.Contains(dl.LastError, "422 unprocessable") {
+		t.Errorf("dead letter = attempts %d, last error %q", dl.Attempts, dl.LastError)
+	}
+	for _, id := range ids {
+		if id != poison && len(b.sender.deliveries(id)) != 1 {
+			t.Errorf("healthy event %v delivered %d times", id, len(b.sender.deliveries(id)))
+		}
+	}
+	if n := b.count(t, "dead_letter", "true"); n != 1 {
+		t.Errorf("%d dead letters, want only the poison", n)
+	}
+}
+
+func TestPermanentErrorDeadLettersAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.publish(t, "orders", 1, nil)
+	b.sender.setBehave(func(context.Context, []*sender.Message) error {
+		return txbox.Permanent(errors.New("message too large"))
+	})
+	b.start(t, nil)
+	waitFor(t, 10*time.Second, "dead-lettered", func() bool { return b.count(t, "dead_letter", "id = $1", ids[0]) == 1 })
+	if n := len(b.sender.deliveries(ids[0])); n != 1 {
+		t.Errorf("permanent failure tried %d times, want 1", n)
+	}
+}
+
+func TestOutageOpensCircuitWithoutBurningAttempts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var down atomic.Bool
+	down.Store(true)
+	b.sender.setBehave(func(context.Context, []*sender.Message) error {
+		if down.Load() {
+			return txbox.Transient(errors.New("connection refused"))
+		}
+		return nil
+	})
+	hook := &recordingHook{}
+	r := b.start(t, func(c *relay.Config) {
+		c.Defaults.MaxAttempts = new(2)
+		c.Events = map[string]relay.EventSettings{"a": {}, "b": {}}
+		c.Hooks = []relay.Hook{hook}
+	})
+	idsA := b.publish(t, "a", 300, nil)
+	idsB := b.publish(t, "b", 300, nil)
+	waitFor(t, 10*time.Second, "circuit open", func() bool { return r.Health().Circuits[0].State == relay.CircuitOpen })
+	// Let several cool-downs and probes pass while the destination is down.
+	waitFor(t, 10*time.Second, "three failed probes", func() bool { return hook.count(relay.CircuitOpen) >= 4 })
+	if h := r.Health(); !h.Degraded || !strings.Contains(h.Circuits[0].LastError, "connection refused") {
+		t.Errorf("health during the outage = %+v", h)
+	}
+	if n := b.count(t, "outbox", "attempts > 0"); n != 0 {
+		t.Errorf("%d rows had attempts burned by an outage", n)
+	}
+	if n := b.count(t, "dead_letter", "true") + b.count(t, "outbox", "status = 'FAILED'"); n != 0 {
+		t.Errorf("%d rows failed during an outage", n)
+	}
+	// Pollers pause while the circuit is open: the sender sees probes, not
+	// a flood. 600 rows in batches of 200 would be 3+ sends per round.
+	b.sender.mu.Lock()
+	sendsDuringOutage := b.sender.sends
+	b.sender.mu.Unlock()
+	opens := hook.count(relay.CircuitOpen)
+	if sendsDuringOutage > 2*(opens+1)*relay.DefaultInFlight {
+		t.Errorf("%d sends for %d circuit openings: pollers did not pause", sendsDuringOutage, opens)
+	}
+	down.Store(false)
+	all := append(idsA, idsB...)
+	waitFor(t, 20*time.Second, "backlog drained after the outage", func() bool { return containsAll(b.sender.ids(), all) })
+	waitFor(t, 10*time.Second, "circuit closed", func() bool { return r.Health().Circuits[0].State == relay.CircuitClosed })
+	if hook.count(relay.CircuitHalfOpen) == 0 || hook.count(relay.CircuitClosed) == 0 {
+		t.Errorf("circuit events: %v", hook.circuitStates())
+	}
+	for _, id := range all[:5] {
+		ds := b.sender.deliveries(id)
+		if last := ds[len(ds)-1].msg; last.Attempt != 1 {
+			t.Errorf("after the outage %v is delivered as attempt %d, want 1", id, last.Attempt)
+		}
+	}
+	if n := b.count(t, "dead_letter", "true"); n != 0 {
+		t.Errorf("%d dead letters after an outage", n)
+	}
+}
+
+func TestPartialTransientReleasesOnlyThose(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.publish(t, "orders", 4, nil)
+	var once sync.Once
+	flaky := ids[1]
+	b.sender.setBehave(func(_ context.Context, msgs []*sender.Message) error {
+		errs := make([]error, len(msgs))
+		failed := false
+		for i, m := range msgs {
+			if m.ID == flaky {
+				once.Do(func() { errs[i] = txbox.Transient(errors.New("partition leader moved")); failed = true })
+			}
+		}
+		if !failed {
+			return nil
+		}
+		return &sender.BatchError{Errs: errs}
+	})
+	b.start(t, nil)
+	waitFor(t, 10*time.Second, "flaky event delivered", func() bool { return len(b.sender.deliveries(flaky)) == 2 })
+	if a := b.sender.deliveries(flaky)[1].msg.Attempt; a != 1 {
+		t.Errorf("released message came back as attempt %d, want 1", a)
+	}
+	for _, id := range ids {
+		if id != flaky && len(b.sender.deliveries(id)) != 1 {
+			t.Errorf("%v delivered %d times", id, len(b.sender.deliveries(id)))
+		}
+	}
+}
+
+func TestStopReleasesInFlightBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.publish(t, "orders", 20, nil)
+	entered := make(chan struct{}, 1)
+	b.sender.setBehave(func(ctx context.Context, msgs []*sender.Message) error {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		<-ctx.Done() // a destination that never acks
+		return txbox.Transient(ctx.Err())
+	})
+	r := b.start(t, nil)
+	<-entered
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if err := r.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop = %v, want deadline exceeded", err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("Stop took %v with a 300ms deadline", took)
+	}
+	if n := b.count(t, "outbox", "status = 'PENDING' AND attempts = 0"); n != len(ids) {
+		t.Errorf("%d of %d rows released as PENDING with no attempt counted", n, len(ids))
+	}
+	if err := r.Stop(context.Background()); err != nil {
+		t.Errorf("second Stop = %v", err)
+	}
+}
+
+func TestGracefulStopFinishesInFlight(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.publish(t, "orders", 20, nil)
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	b.sender.setBehave(func(ctx context.Context, msgs []*sender.Message) error {
+		once.Do(func() { close(entered) })
+		<-release
+		return nil
+	})
+	r := b.start(t, func(c *relay.Config) { c.Defaults.Retention = new(time.Duration(0)) })
+	<-entered
+	stopped := make(chan error, 1)
+	go func() { stopped <- r.Stop(context.Background()) }()
+	close(release)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, "outbox", "true"); n != 0 {
+		t.Errorf("%d rows left after a graceful stop with all sends acked", n)
+	}
+	if got, _ := b.sender.distinct(); got != len(ids) {
+		t.Errorf("delivered %d, want %d", got, len(ids))
+	}
+}
+
+func TestWakeSkipsThePollingDelay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r := b.start(t, func(c *relay.Config) {
+		// Without wake-ups the next poll after the first empty one is an
+		// hour away.
+		c.Defaults.Polling = &relay.PollingSettings{MinDelay: time.Hour, MaxDelay: time.Hour}
+		c.Events = map[string]relay.EventSettings{"orders": {}}
+		c.DiscoverInterval = -1
+	})
+	waitFor(t, 5*time.Second, "first empty poll", func() bool {
+		h := r.Health()
+		return len(h.Types) == 1 && !h.Types[0].LastPoll.IsZero()
+	})
+	ids := b.publish(t, "orders", 1, nil)
+	r.Wake("orders")
+	waitFor(t, 5*time.Second, "woken delivery", func() bool { return containsAll(b.sender.ids(), ids) })
+	// A type without a poller gets one on a wake-up.
+	other := b.publish(t, "fresh", 1, nil)
+	r.Wake("fresh")
+	waitFor(t, 5*time.Second, "new type delivered on wake", func() bool { return containsAll(b.sender.ids(), other) })
+}
+
+func TestListenNotifyWakesRelay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r := b.start(t, func(c *relay.Config) {
+		c.Defaults.Polling = &relay.PollingSettings{MinDelay: time.Hour, MaxDelay: time.Hour}
+		c.Events = map[string]relay.EventSettings{"orders": {}}
+		c.DiscoverInterval = -1
+	})
+	waitFor(t, 5*time.Second, "first empty poll", func() bool {
+		h := r.Health()
+		return len(h.Types) == 1 && !h.Types[0].LastPoll.IsZero()
+	})
+	// The listener connects asynchronously; keep publishing with NOTIFY
+	// until one arrives (each publish is a fresh event).
+	ctx := context.Background()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(b.sender.ids()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no delivery through LISTEN/NOTIFY within 10s")
+		}
+		tx, err := b.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := &txbox.Event{ID: txbox.NewID(), Type: "orders", Payload: []byte("n")}
+		if err := b.store.OutboxInsert(ctx, tx, &store.OutboxInsertParams{Events: []*txbox.Event{ev}, Notify: true}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(200*time.Millisecond, func() bool { return len(b.sender.ids()) > 0 })
+	}
+}
+
+func TestExpiredLeaseIsRecoveredWithoutAttempt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.publish(t, "orders", 3, nil)
+	// A relay that claimed and crashed.
+	rows, err := b.store.OutboxClaim(context.Background(), &store.OutboxClaimParams{EventType: "orders", Limit: 10, LeaseDuration: time.Second})
+	if err != nil || len(rows) != 3 {
+		t.Fatalf("claim: %d rows, %v", len(rows), err)
+	}
+	claimedAt := time.Now()
+	b.start(t, nil)
+	waitFor(t, 10*time.Second, "recovered rows delivered", func() bool { return containsAll(b.sender.ids(), ids) })
+	for _, id := range ids {
+		d := b.sender.deliveries(id)[0]
+		if d.at.Sub(claimedAt) < 900*time.Millisecond {
+			t.Errorf("%v delivered %v after the claim, before its 1s lease expired", id, d.at.Sub(claimedAt))
+		}
+		if d.msg.Attempt != 1 {
+			t.Errorf("recovered row delivered as attempt %d, want 1", d.msg.Attempt)
+		}
+	}
+	// The crashed relay's late finish is fenced.
+	res, err := b.store.OutboxFinish(context.Background(), &store.OutboxFinishParams{Items: []store.OutboxFinishItem{
+		{ID: rows[0].ID, LeaseToken: rows[0].LeaseToken, Outcome: store.OutcomeRetry, Error: "late"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Fenced != 1 || res.Finished != 0 {
+		t.Errorf("stale finish = %+v, want fenced", res)
+	}
+}
+
+func TestCleanupDeletesProcessedRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.publish(t, "orders", 10, nil)
+	hook := &recordingHook{}
+	b.start(t, func(c *relay.Config) {
+		c.Defaults.Retention = new(time.Millisecond) // keep, then clean up
+		c.Cleanup.OutboxTTL = new(time.Millisecond)
+		c.Hooks = []relay.Hook{hook}
+	})
+	waitFor(t, 10*time.Second, "delivered", func() bool { return containsAll(b.sender.ids(), ids) })
+	waitFor(t, 10*time.Second, "processed rows cleaned up", func() bool { return b.count(t, "outbox", "true") == 0 })
+	if hook.maintenance(relay.JobOutboxCleanup) < len(ids) {
+		t.Errorf("cleanup hook counted %d deletions, want %d", hook.maintenance(relay.JobOutboxCleanup), len(ids))
+	}
+}
+
+func TestStartStopErrors(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r, err := relay.New(fastConfig(b.store, map[string]sender.Sender{"test": b.sender}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Stop(context.Background()); !errors.Is(err, relay.ErrNotStarted) {
+		t.Errorf("Stop before Start = %v", err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); !errors.Is(err, relay.ErrAlreadyStarted) {
+		t.Errorf("second Start = %v", err)
+	}
+	if err := r.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r.Wake("orders") // after Stop: ignored, no goroutine started
+}
+
+func waitUntil(d time.Duration, cond func() bool) {
+	deadline := time.Now().Add(d)
+	for !cond() && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// recordingHook counts what the relay reports.
+type recordingHook struct {
+	relay.NopHook
+	mu       sync.Mutex
+	batches  []relay.BatchEvent
+	circuits []relay.CircuitState
+	maint    map[string]int
+}
+
+func (h *recordingHook) OnBatch(ev relay.BatchEvent) {
+	h.mu.Lock()
+	h.batches = append(h.batches, ev)
+	h.mu.Unlock()
+}
+
+func (h *recordingHook) OnCircuit(ev relay.CircuitEvent) {
+	h.mu.Lock()
+	h.circuits = append(h.circuits, ev.State)
+	h.mu.Unlock()
+}
+
+func (h *recordingHook) OnMaintenance(ev relay.MaintenanceEvent) {
+	h.mu.Lock()
+	if h.maint == nil {
+		h.maint = map[string]int{}
+	}
+	h.maint[ev.Job] += ev.Count
+	h.mu.Unlock()
+}
+
+func (h *recordingHook) sent() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, b := range h.batches {
+		n += b.Sent
+	}
+	return n
+}
+
+func (h *recordingHook) count(s relay.CircuitState) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, c := range h.circuits {
+		if c == s {
+			n++
+		}
+	}
+	return n
+}
+
+func (h *recordingHook) circuitStates() []relay.CircuitState {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]relay.CircuitState(nil), h.circuits...)
+}
+
+func (h *recordingHook) maintenance(job string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.maint[job]
+}
+
+type pollCounter struct{ n *atomic.Int64 }
+
+func (p pollCounter) OnPoll(relay.PollEvent)               { p.n.Add(1) }
+func (p pollCounter) OnBatch(relay.BatchEvent)             {}
+func (p pollCounter) OnCircuit(relay.CircuitEvent)         {}
+func (p pollCounter) OnMaintenance(relay.MaintenanceEvent) {}
