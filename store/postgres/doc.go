@@ -1,0 +1,25 @@
+// Package postgres is txbox's PostgreSQL store, built on jackc/pgx v5.
+//
+// [New] wraps a *pgxpool.Pool the caller owns. [Driver.Migrate] applies the
+// embedded, versioned migrations (the same SQL is published as plain files
+// under sql/ for goose, golang-migrate or atlas users) under a transaction
+// advisory lock, so instances starting together are safe.
+//
+// Publishing joins the caller's transaction: [Driver.OutboxInsert] accepts a
+// pgx.Tx, a *sql.Tx (pgx's stdlib driver, lib/pq, ...) or any ORM
+// transaction with ExecContext and Commit methods, and inserts any batch in
+// one statement (INSERT ... SELECT FROM unnest(arrays)) whose text never
+// changes, so the server's prepared statement is reused. The same statement
+// issues pg_notify per event type, which PostgreSQL delivers only when the
+// transaction commits; [Driver.OutboxListen] listens on a dedicated
+// connection and wakes the relay.
+//
+// The relay's hot path is one statement per step: the claim is a CTE that
+// selects due PENDING rows ORDER BY due_at, id LIMIT n FOR UPDATE SKIP
+// LOCKED and marks them IN_PROCESS with a fresh lease token; the finish
+// applies every outcome of a batch from unnest'ed arrays, fenced by the
+// lease token. Partial indexes keep the claim O(batch) however large the
+// processed history grows; see docs/schema.md for the plans.
+//
+// Every timestamp comes from the database clock (now()).
+package postgres

@@ -1,0 +1,76 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Backoff bounds of the listener's reconnect loop.
+const (
+	listenMinBackoff = 100 * time.Millisecond
+	listenMaxBackoff = 10 * time.Second
+)
+
+// OutboxListen LISTENs on the driver's channel on one dedicated connection
+// (opened from the pool's connection config, never borrowed from the pool,
+// so a long wait cannot starve it) and calls wake with the event type of
+// every notification. On connection loss it reconnects with exponential
+// backoff. It returns ctx.Err() when ctx ends. See store.Waker.
+func (d *Driver) OutboxListen(ctx context.Context, wake func(eventType string)) error {
+	backoff := listenMinBackoff
+	for {
+		err := d.listenOnce(ctx, wake, func() { backoff = listenMinBackoff })
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		d.logger.Warn("txbox postgres listener lost its connection; reconnecting",
+			slogErr(err), "backoff", backoff, "channel", d.channel)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		backoff = min(backoff*2, listenMaxBackoff)
+	}
+}
+
+func (d *Driver) listenOnce(ctx context.Context, wake func(string), connected func()) error {
+	conn, err := pgx.ConnectConfig(ctx, d.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{d.channel}.Sanitize()); err != nil {
+		return err
+	}
+	connected()
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		if n.Channel == d.channel && n.Payload != "" {
+			wake(n.Payload)
+		}
+	}
+}
+
+func slogErr(err error) any {
+	if err == nil {
+		err = errors.New("unknown")
+	}
+	return slogAttr("error", err.Error())
+}
+
+func slogAttr(k, v string) any { return slog.String(k, v) }

@@ -1,0 +1,371 @@
+package postgres
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/store"
+)
+
+// OutboxInsert inserts params.Events inside the caller's transaction tx in
+// one statement, whatever the batch size. See store.Outbox.
+func (d *Driver) OutboxInsert(ctx context.Context, tx any, params *store.OutboxInsertParams) error {
+	ex, err := adaptTx(tx)
+	if err != nil {
+		return err
+	}
+	if params == nil || len(params.Events) == 0 {
+		return nil
+	}
+	n := len(params.Events)
+	ids := make([]uuid.UUID, n)
+	types := make([]string, n)
+	keys := make([]string, n)
+	payloads := make([][]byte, n)
+	headers := make([]string, n)
+	notBefore := make([]pgtype.Timestamptz, n)
+	for i, ev := range params.Events {
+		if ev == nil {
+			return fmt.Errorf("postgres: insert: event %d is nil", i)
+		}
+		if ev.ID == (uuid.UUID{}) {
+			return fmt.Errorf("postgres: insert: event %d has no id", i)
+		}
+		ids[i] = ev.ID
+		types[i] = ev.Type
+		keys[i] = ev.Key
+		payloads[i] = ev.Payload
+		if payloads[i] == nil {
+			payloads[i] = []byte{} // nil would bind as NULL
+		}
+		h, err := encodeHeaders(ev.Headers)
+		if err != nil {
+			return fmt.Errorf("postgres: insert: event %d headers: %w", i, err)
+		}
+		headers[i] = h
+		if !ev.NotBefore.IsZero() {
+			notBefore[i] = pgtype.Timestamptz{Time: ev.NotBefore, Valid: true}
+		}
+	}
+	var args []any
+	var query string
+	if ex.native() {
+		query = d.q.insertNative
+		if params.Notify {
+			query = d.q.insertNativeNotify
+		}
+		args = []any{ids, types, keys, payloads, headers, notBefore}
+	} else {
+		query = d.q.insertText
+		if params.Notify {
+			query = d.q.insertTextNotify
+		}
+		args = []any{uuidArrayText(ids), textArrayText(types), textArrayText(keys),
+			byteaArrayText(payloads), textArrayText(headers), timeArrayText(notBefore)}
+	}
+	if params.Notify {
+		args = append(args, d.channel)
+	}
+	if _, err := ex.exec(ctx, query, args...); err != nil {
+		return translate("insert", err)
+	}
+	return nil
+}
+
+func encodeHeaders(h map[string]string) (string, error) {
+	if len(h) == 0 {
+		return "{}", nil
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+// PostgreSQL array text literals, for database/sql drivers that cannot bind
+// Go slices. Every element is double-quoted with \ and " escaped.
+func textArrayText(vs []string) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, v := range vs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		for _, r := range v {
+			if r == '"' || r == '\\' {
+				b.WriteByte('\\')
+			}
+			b.WriteRune(r)
+		}
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+func uuidArrayText(ids []uuid.UUID) string {
+	var b strings.Builder
+	b.Grow(len(ids)*37 + 2)
+	b.WriteByte('{')
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(id.String())
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+func byteaArrayText(ps [][]byte) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, p := range ps {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		// "\\x..." : the array parser turns \\ into \, bytea input reads \x hex.
+		b.WriteString(`"\\x`)
+		b.WriteString(hex.EncodeToString(p))
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+func timeArrayText(ts []pgtype.Timestamptz) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, t := range ts {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		if !t.Valid {
+			b.WriteString("NULL")
+			continue
+		}
+		b.WriteByte('"')
+		b.WriteString(t.Time.UTC().Format("2006-01-02 15:04:05.999999Z07:00"))
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// errBadParams reports invalid call parameters.
+func errBadParams(op, format string, args ...any) error {
+	return fmt.Errorf("postgres: %s: invalid parameters: %s", op, fmt.Sprintf(format, args...))
+}
+
+// OutboxClaim claims up to params.Limit due PENDING rows of one type in
+// one statement. See store.Outbox.
+func (d *Driver) OutboxClaim(ctx context.Context, params *store.OutboxClaimParams) ([]*store.OutboxRow, error) {
+	if params == nil {
+		return nil, errBadParams("claim", "params are nil")
+	}
+	if err := txbox.ValidateEventType(params.EventType); err != nil {
+		return nil, fmt.Errorf("postgres: claim: %w", err)
+	}
+	if params.Limit < 1 {
+		return nil, errBadParams("claim", "limit %d must be at least 1", params.Limit)
+	}
+	if params.LeaseDuration <= 0 {
+		return nil, errBadParams("claim", "lease duration %s must be positive", params.LeaseDuration)
+	}
+	query := d.q.claim
+	if params.OrderedByKey {
+		query = d.q.claimOrdered
+	}
+	token := txbox.NewID()
+	rows, err := d.pool.Query(ctx, query, params.EventType, params.Limit, params.LeaseDuration.Microseconds(), token)
+	if err != nil {
+		return nil, translate("claim", err)
+	}
+	defer rows.Close()
+	type claimed struct {
+		row *store.OutboxRow
+		due time.Time
+	}
+	var out []claimed
+	for rows.Next() {
+		r := &store.OutboxRow{LeaseToken: token}
+		var due time.Time
+		if err := rows.Scan(&r.ID, &r.EventType, &r.Key, &r.Payload, &r.Headers, &r.Attempts, &r.CreatedAt, &due); err != nil {
+			return nil, translate("claim", err)
+		}
+		out = append(out, claimed{r, due})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, translate("claim", err)
+	}
+	// RETURNING has no order; hand rows out in claim order.
+	slices.SortFunc(out, func(a, b claimed) int {
+		if c := a.due.Compare(b.due); c != 0 {
+			return c
+		}
+		return strings.Compare(string(a.row.ID[:]), string(b.row.ID[:]))
+	})
+	res := make([]*store.OutboxRow, len(out))
+	for i, c := range out {
+		res[i] = c.row
+	}
+	return res, nil
+}
+
+// OutboxFinish applies every outcome of params.Items in one statement,
+// each fenced by its lease token. See store.Outbox.
+func (d *Driver) OutboxFinish(ctx context.Context, params *store.OutboxFinishParams) (*store.OutboxFinishResult, error) {
+	if params == nil {
+		return nil, errBadParams("finish", "params are nil")
+	}
+	n := len(params.Items)
+	ids := make([]uuid.UUID, 0, n)
+	tokens := make([]uuid.UUID, 0, n)
+	outcomes := make([]int32, 0, n)
+	delays := make([]int64, 0, n)
+	errs := make([]string, 0, n)
+	seen := make(map[uuid.UUID]struct{}, n)
+	dup := 0
+	for i, it := range params.Items {
+		if it.Outcome < store.OutcomeAcked || it.Outcome > store.OutcomeReleased {
+			return nil, errBadParams("finish", "item %d has unknown outcome %d", i, it.Outcome)
+		}
+		if it.RetryAfter < 0 {
+			return nil, errBadParams("finish", "item %d has negative retry delay %s", i, it.RetryAfter)
+		}
+		// A row can only be finished once per claim; a repeated id is
+		// treated like a fenced one rather than applied twice.
+		if _, ok := seen[it.ID]; ok {
+			dup++
+			continue
+		}
+		seen[it.ID] = struct{}{}
+		ids = append(ids, it.ID)
+		tokens = append(tokens, it.LeaseToken)
+		outcomes = append(outcomes, int32(it.Outcome))
+		delays = append(delays, it.RetryAfter.Microseconds())
+		errs = append(errs, it.Error)
+	}
+	if len(ids) == 0 {
+		return &store.OutboxFinishResult{Fenced: dup}, nil
+	}
+	var finished int64
+	err := d.pool.QueryRow(ctx, d.q.finish, ids, tokens, outcomes, delays, errs, params.DeleteAcked).Scan(&finished)
+	if err != nil {
+		return nil, translate("finish", err)
+	}
+	return &store.OutboxFinishResult{Finished: int(finished), Fenced: n - int(finished)}, nil
+}
+
+// OutboxRecover puts IN_PROCESS rows whose lease expired back to PENDING
+// without counting an attempt. See store.Outbox.
+func (d *Driver) OutboxRecover(ctx context.Context, params *store.OutboxRecoverParams) (int, error) {
+	if params == nil || params.Limit < 1 {
+		return 0, errBadParams("recover", "limit must be at least 1")
+	}
+	tag, err := d.pool.Exec(ctx, d.q.recover, params.Limit)
+	if err != nil {
+		return 0, translate("recover", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// OutboxPendingTypes lists types with PENDING rows by a loose index scan.
+func (d *Driver) OutboxPendingTypes(ctx context.Context) ([]string, error) {
+	rows, err := d.pool.Query(ctx, d.q.pendingTypes)
+	if err != nil {
+		return nil, translate("pending types", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var t string
+		if err := rows.Scan(&t); err != nil {
+			return nil, translate("pending types", err)
+		}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, translate("pending types", err)
+	}
+	return out, nil
+}
+
+// OutboxStats returns per-type counts, sorted by type.
+func (d *Driver) OutboxStats(ctx context.Context) ([]*store.OutboxTypeStats, error) {
+	rows, err := d.pool.Query(ctx, d.q.stats)
+	if err != nil {
+		return nil, translate("stats", err)
+	}
+	defer rows.Close()
+	byType := map[string]*store.OutboxTypeStats{}
+	for rows.Next() {
+		var (
+			typ, kind string
+			count     int64
+			ageSec    float64
+		)
+		if err := rows.Scan(&typ, &kind, &count, &ageSec); err != nil {
+			return nil, translate("stats", err)
+		}
+		s := byType[typ]
+		if s == nil {
+			s = &store.OutboxTypeStats{EventType: typ}
+			byType[typ] = s
+		}
+		switch kind {
+		case "P":
+			s.Pending = count
+			s.OldestPendingAge = max(0, time.Duration(ageSec*float64(time.Second)))
+		case "I":
+			s.InProcess = count
+		case "F":
+			s.Failed = count
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, translate("stats", err)
+	}
+	out := make([]*store.OutboxTypeStats, 0, len(byType))
+	for _, s := range byType {
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b *store.OutboxTypeStats) int { return strings.Compare(a.EventType, b.EventType) })
+	return out, nil
+}
+
+// OutboxCleanup deletes up to Limit PROCESSED rows older than the TTL.
+func (d *Driver) OutboxCleanup(ctx context.Context, params *store.CleanupParams) (int, error) {
+	if err := checkCleanup("outbox cleanup", params); err != nil {
+		return 0, err
+	}
+	tag, err := d.pool.Exec(ctx, d.q.cleanup, params.OlderThan.Microseconds(), params.Limit)
+	if err != nil {
+		return 0, translate("outbox cleanup", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+func checkCleanup(op string, p *store.CleanupParams) error {
+	if p == nil {
+		return errBadParams(op, "params are nil")
+	}
+	if p.Limit < 1 {
+		return errBadParams(op, "limit %d must be at least 1", p.Limit)
+	}
+	if p.OlderThan < 0 {
+		return errBadParams(op, "older-than %s must not be negative", p.OlderThan)
+	}
+	return nil
+}

@@ -1,0 +1,242 @@
+package postgres
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/store"
+)
+
+// Dialect is the name returned by [Driver.Dialect].
+const Dialect = "postgres"
+
+// Config configures a [Driver].
+type Config struct {
+	// Schema holds txbox's tables. Migrate creates it when missing.
+	// Defaults to "" (unqualified names, resolved through the connection's
+	// search_path).
+	Schema string
+	// TablePrefix starts every table name. Defaults to
+	// store.DefaultTablePrefix ("txbox_").
+	TablePrefix string
+	// Logger receives the driver's own diagnostics (listener reconnects).
+	// Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Driver is the PostgreSQL implementation of store.Driver and store.Waker.
+// It is safe for concurrent use.
+type Driver struct {
+	pool    *pgxpool.Pool
+	tables  store.Tables
+	prefix  string
+	logger  *slog.Logger
+	channel string
+	q       queries
+}
+
+var (
+	_ store.Driver = (*Driver)(nil)
+	_ store.Waker  = (*Driver)(nil)
+)
+
+// New returns a driver on pool. It validates Schema and TablePrefix before
+// any SQL is built, so a hostile name is rejected with an error matching
+// txbox.ErrInvalidIdentifier and never reaches the database. New does not
+// touch the database; call Migrate to create the tables.
+func New(pool *pgxpool.Pool, cfg Config) (*Driver, error) {
+	if pool == nil {
+		return nil, errors.New("postgres: New: pool is nil")
+	}
+	tables, err := store.NewTables(cfg.Schema, cfg.TablePrefix)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	prefix := cfg.TablePrefix
+	if prefix == "" {
+		prefix = store.DefaultTablePrefix
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	d := &Driver{
+		pool:    pool,
+		tables:  tables,
+		prefix:  prefix,
+		logger:  logger,
+		channel: channelName(tables),
+	}
+	d.q = buildQueries(d)
+	return d, nil
+}
+
+// Dialect returns "postgres".
+func (d *Driver) Dialect() string { return Dialect }
+
+// Close does nothing: the pool belongs to the caller.
+func (d *Driver) Close() error { return nil }
+
+// Pool returns the pool the driver was built on.
+func (d *Driver) Pool() *pgxpool.Pool { return d.pool }
+
+// Tables returns the validated table names.
+func (d *Driver) Tables() store.Tables { return d.tables }
+
+// NotifyChannel is the LISTEN/NOTIFY channel the driver publishes wake-ups
+// on: "<prefix>outbox", qualified by the schema when one is configured, or
+// a hash of that when it would exceed PostgreSQL's 63-byte limit.
+func (d *Driver) NotifyChannel() string { return d.channel }
+
+// table returns the quoted, schema-qualified name of one of txbox's tables.
+func (d *Driver) table(name string) string {
+	if d.tables.Schema == "" {
+		return pgx.Identifier{name}.Sanitize()
+	}
+	return pgx.Identifier{d.tables.Schema, name}.Sanitize()
+}
+
+func channelName(t store.Tables) string {
+	name := t.Outbox
+	if t.Schema != "" {
+		name = t.Schema + "." + t.Outbox
+	}
+	if len(name) <= 63 {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return "txbox_" + hex.EncodeToString(sum[:16])
+}
+
+// ORMTx is the method set txbox accepts from ORM transactions (sqlx.Tx,
+// bun.Tx, ...) besides pgx.Tx and *sql.Tx. The Commit method is what tells
+// a transaction from a *sql.DB, which also has ExecContext but would
+// autocommit the event on its own.
+type ORMTx interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+type committer interface{ Commit() error }
+type ctxCommitter interface{ Commit(context.Context) error }
+
+// txExec runs statements inside a caller's transaction. Native pgx
+// transactions get binary array parameters; database/sql and ORM
+// transactions get PostgreSQL text literals, which every driver can bind as
+// plain text (the SQL then casts them).
+type txExec struct {
+	pgx pgx.Tx
+	std ORMTx
+}
+
+func (t txExec) native() bool { return t.pgx != nil }
+
+func (t txExec) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	if t.pgx != nil {
+		tag, err := t.pgx.Exec(ctx, query, args...)
+		if err != nil {
+			return 0, err
+		}
+		return tag.RowsAffected(), nil
+	}
+	res, err := t.std.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, nil // some drivers cannot say; the statement still ran
+	}
+	return n, nil
+}
+
+// adaptTx classifies the caller's transaction value.
+func adaptTx(tx any) (txExec, error) {
+	switch v := tx.(type) {
+	case nil:
+		return txExec{}, txbox.ErrNoTransaction
+	case pgx.Tx:
+		if isNilPtr(v) {
+			return txExec{}, txbox.ErrNoTransaction
+		}
+		return txExec{pgx: v}, nil
+	case *sql.Tx:
+		if v == nil {
+			return txExec{}, txbox.ErrNoTransaction
+		}
+		return txExec{std: v}, nil
+	case *sql.DB, *sql.Conn, *pgxpool.Pool, *pgx.Conn, *pgxpool.Conn, *pgconn.PgConn:
+		return txExec{}, txbox.ErrNoTransaction
+	}
+	if e, ok := tx.(ORMTx); ok && !isNilPtr(tx) {
+		_, c1 := tx.(committer)
+		_, c2 := tx.(ctxCommitter)
+		if c1 || c2 {
+			return txExec{std: e}, nil
+		}
+		return txExec{}, fmt.Errorf("postgres: %T has ExecContext but no Commit method, so it is not a transaction: %w", tx, txbox.ErrNoTransaction)
+	}
+	if isNilPtr(tx) {
+		return txExec{}, txbox.ErrNoTransaction
+	}
+	return txExec{}, &txbox.UnsupportedTxError{Dialect: Dialect, Type: fmt.Sprintf("%T", tx)}
+}
+
+func isNilPtr(v any) bool {
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return rv.IsNil()
+	}
+	return false
+}
+
+// Undefined-table and undefined-schema SQLSTATEs: the tables are missing.
+const (
+	codeUndefinedTable  = "42P01"
+	codeUndefinedSchema = "3F000"
+	codeUniqueViolation = "23505"
+)
+
+// ErrNotMigrated is returned (wrapped) when txbox's tables do not exist:
+// run Migrate or `txbox migrate` first.
+var ErrNotMigrated = errors.New("postgres: txbox tables are missing; run migrations first")
+
+// ErrDuplicateID is returned (wrapped) when a published event's id already
+// exists in the outbox.
+var ErrDuplicateID = errors.New("postgres: an event with this id already exists")
+
+// translate wraps a driver error with the operation and maps the cases
+// callers act on to txbox or package sentinels, keeping the *pgconn.PgError
+// reachable through errors.As.
+func translate(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("postgres: %s: %w", op, err)
+	}
+	if errors.Is(err, pgx.ErrNoRows) || errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("postgres: %s: %w", op, txbox.ErrNotFound)
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case codeUndefinedTable, codeUndefinedSchema:
+			return fmt.Errorf("%w (%s: %w)", ErrNotMigrated, op, err)
+		case codeUniqueViolation:
+			return fmt.Errorf("%w (%s: %w)", ErrDuplicateID, op, err)
+		}
+	}
+	return fmt.Errorf("postgres: %s: %w", op, err)
+}
