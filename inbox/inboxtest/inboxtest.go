@@ -5,10 +5,12 @@
 // TTL cleanup on both sides of the boundary, the cleanup lease, hostile
 // consumer names and the cache contract.
 //
-// A dialect package wires it with two test functions:
+// A test package wires it with two test functions:
 //
 //	func TestInbox(t *testing.T) { inboxtest.Run(t, harness()) }
-//	func TestInboxHelperProcess(t *testing.T) { inboxtest.HelperProcess(t, harness()) }
+//	func TestInboxHelperProcess(t *testing.T) {
+//		inboxtest.HelperProcess(t, map[string]inboxtest.Harness{"pg": harness()})
+//	}
 //
 // The second is the entry point of the child process that Run re-executes
 // (the test binary itself); it returns at once in a normal run.
@@ -23,6 +25,10 @@ import (
 	"github.com/txbox/txbox/store"
 )
 
+// HarnessEnv is the environment variable that tells the child process
+// started by Run which Harness (by Name) to use.
+const HarnessEnv = "TXBOX_INBOXTEST_HARNESS"
+
 // Store is what the suite needs from a dialect: the inbox queries and the
 // leases the Cleaner uses.
 type Store interface {
@@ -33,6 +39,10 @@ type Store interface {
 // Harness adapts one dialect to the suite. Every function uses the real
 // database.
 type Harness struct {
+	// Name identifies the harness to the child process of the
+	// concurrency test, which receives it in HarnessEnv, so that one test
+	// binary can run the suite for several dialects.
+	Name string
 	// NewNamespace creates an isolated namespace (a schema, a database, a
 	// SQLite file) that is dropped when t ends and returns a handle that
 	// Open understands, in this process and in a child process.

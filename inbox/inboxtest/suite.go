@@ -444,7 +444,7 @@ func testConcurrent(t *testing.T, e *env) {
 		strIDs[i] = id.String()
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestInboxHelperProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), helperEnv+"=1", helperNSEnv+"="+e.ns, helperConsumerEnv+"="+consumer, helperIDsEnv+"="+strings.Join(strIDs, ","))
+	cmd.Env = append(os.Environ(), helperEnv+"=1", HarnessEnv+"="+e.h.Name, helperNSEnv+"="+e.ns, helperConsumerEnv+"="+consumer, helperIDsEnv+"="+strings.Join(strIDs, ","))
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -521,11 +521,16 @@ func testConcurrent(t *testing.T, e *env) {
 	}
 }
 
-// HelperProcess is the child side of the concurrent-duplicates test. It
-// returns at once unless the parent started this process.
-func HelperProcess(t *testing.T, h Harness) {
+// HelperProcess is the child side of the concurrent-duplicates test: it
+// picks the harness named by HarnessEnv. It returns at once unless the
+// parent started this process.
+func HelperProcess(t *testing.T, harnesses map[string]Harness) {
 	if os.Getenv(helperEnv) != "1" {
 		return
+	}
+	h, ok := harnesses[os.Getenv(HarnessEnv)]
+	if !ok {
+		t.Fatalf("helper: no harness named %q", os.Getenv(HarnessEnv))
 	}
 	ns, consumer := os.Getenv(helperNSEnv), os.Getenv(helperConsumerEnv)
 	var all []txbox.ID

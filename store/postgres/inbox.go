@@ -1,0 +1,193 @@
+package postgres
+
+// The inbox queries (store.Inbox). Written by the inbox engineer; the inbox
+// table itself is created by this package's migration.
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/store"
+)
+
+var _ store.Inbox = (*Driver)(nil)
+
+// inboxTx is the store.InboxTx of the PostgreSQL driver: a pgx.Tx from the
+// driver's pool.
+type inboxTx struct{ tx pgx.Tx }
+
+func (t inboxTx) Native() any { return t.tx }
+func (t inboxTx) Commit(ctx context.Context) error {
+	return translate("inbox commit", t.tx.Commit(ctx))
+}
+func (t inboxTx) Rollback(ctx context.Context) error { return rollbackErr(t.tx.Rollback(ctx)) }
+
+func rollbackErr(err error) error {
+	if err == nil || errors.Is(err, pgx.ErrTxClosed) {
+		return nil
+	}
+	return translate("inbox rollback", err)
+}
+
+// InboxBegin starts a READ COMMITTED transaction on the driver's pool. Its
+// Native value is a pgx.Tx (see PgxTx). READ COMMITTED is pinned rather
+// than inherited because at REPEATABLE READ a concurrent duplicate would
+// fail with a serialization error instead of being reported as a
+// duplicate.
+func (d *Driver) InboxBegin(ctx context.Context) (store.InboxTx, error) {
+	tx, err := d.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return nil, translate("inbox begin", err)
+	}
+	return inboxTx{tx: tx}, nil
+}
+
+// queryer is the part of *sql.Tx (and ORM transactions) InboxRecord needs:
+// RETURNING tells which ids were new.
+type queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// InboxRecord records params.IDs for params.Consumer in tx with one
+// INSERT … ON CONFLICT DO NOTHING RETURNING and returns the new ids in
+// input order. A concurrent transaction that inserted the same id first
+// makes this insert wait for its outcome: commit → not new, rollback → new.
+// See store.Inbox.
+func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRecordParams) ([]txbox.ID, error) {
+	if it, ok := tx.(store.InboxTx); ok {
+		tx = it.Native()
+	}
+	ex, err := adaptTx(tx)
+	if err != nil {
+		return nil, err
+	}
+	if params == nil {
+		return nil, errBadParams("inbox record", "params are nil")
+	}
+	if err := store.ValidateConsumerName(params.Consumer); err != nil {
+		return nil, fmt.Errorf("postgres: inbox record: %w", err)
+	}
+	ids := dedupIDs(params.IDs)
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	fresh := make(map[uuid.UUID]bool, len(ids))
+	if ex.native() {
+		rows, err := ex.pgx.Query(ctx, d.inboxRecordSQL(`$2::uuid[]`), params.Consumer, ids)
+		if err != nil {
+			return nil, translate("inbox record", err)
+		}
+		var id uuid.UUID
+		_, err = pgx.ForEachRow(rows, []any{&id}, func() error { fresh[id] = true; return nil })
+		if err != nil {
+			return nil, translate("inbox record", err)
+		}
+	} else {
+		q, ok := ex.std.(queryer)
+		if !ok {
+			return nil, &txbox.UnsupportedTxError{Dialect: Dialect, Type: fmt.Sprintf("%T (no QueryContext)", tx)}
+		}
+		rows, err := q.QueryContext(ctx, d.inboxRecordSQL(`$2::text::uuid[]`), params.Consumer, uuidArrayText(ids))
+		if err != nil {
+			return nil, translate("inbox record", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var s string
+			if err := rows.Scan(&s); err != nil {
+				return nil, translate("inbox record", err)
+			}
+			id, err := uuid.Parse(s)
+			if err != nil {
+				return nil, fmt.Errorf("postgres: inbox record: %w", err)
+			}
+			fresh[id] = true
+		}
+		if err := rows.Err(); err != nil {
+			return nil, translate("inbox record", err)
+		}
+	}
+	return inputOrder(params.IDs, fresh), nil
+}
+
+func (d *Driver) inboxRecordSQL(idsArg string) string {
+	// The table name is validated and quoted by New; the rest is constant.
+	return `INSERT INTO ` + d.table(d.tables.Inbox) + ` (consumer_name, event_id)
+		SELECT $1::text, u.id FROM unnest(` + idsArg + `) AS u(id)
+		ON CONFLICT DO NOTHING
+		RETURNING event_id::text`
+}
+
+// InboxCleanup deletes up to Limit ids recorded more than OlderThan ago, on
+// the database clock, using the processed_at index. See store.Inbox.
+func (d *Driver) InboxCleanup(ctx context.Context, params *store.CleanupParams) (int, error) {
+	if err := checkCleanup("inbox cleanup", params); err != nil {
+		return 0, err
+	}
+	t := d.table(d.tables.Inbox)
+	q := `DELETE FROM ` + t + ` WHERE (consumer_name, event_id) IN (
+		SELECT consumer_name, event_id FROM ` + t + `
+		WHERE processed_at < now() - $1::bigint * interval '1 microsecond'
+		LIMIT $2)`
+	tag, err := d.pool.Exec(ctx, q, params.OlderThan.Microseconds(), params.Limit)
+	if err != nil {
+		return 0, translate("inbox cleanup", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// PgxTx returns the pgx.Tx inside the tx an inbox handler receives from a
+// PostgreSQL store. It returns txbox.ErrNoTransaction for nil (a
+// non-transactional inbox) and an *txbox.UnsupportedTxError for anything
+// else. inbox.Typed does the same generically.
+func PgxTx(tx any) (pgx.Tx, error) {
+	if it, ok := tx.(store.InboxTx); ok {
+		tx = it.Native()
+	}
+	switch v := tx.(type) {
+	case nil:
+		return nil, txbox.ErrNoTransaction
+	case pgx.Tx:
+		return v, nil
+	default:
+		return nil, &txbox.UnsupportedTxError{Dialect: Dialect, Type: fmt.Sprintf("%T", tx)}
+	}
+}
+
+// dedupIDs returns the distinct ids sorted, so that two transactions
+// recording overlapping batches lock the keys in the same order and cannot
+// deadlock each other.
+func dedupIDs(in []txbox.ID) []txbox.ID {
+	seen := make(map[txbox.ID]struct{}, len(in))
+	out := make([]txbox.ID, 0, len(in))
+	for _, id := range in {
+		if _, ok := seen[id]; ok {
+			continue
+		}
+		seen[id] = struct{}{}
+		out = append(out, id)
+	}
+	slices.SortFunc(out, func(a, b txbox.ID) int { return bytes.Compare(a[:], b[:]) })
+	return out
+}
+
+// inputOrder returns the ids of in that are in fresh, once each, in input
+// order.
+func inputOrder(in []txbox.ID, fresh map[txbox.ID]bool) []txbox.ID {
+	out := make([]txbox.ID, 0, len(fresh))
+	for _, id := range in {
+		if fresh[id] {
+			out = append(out, id)
+			delete(fresh, id)
+		}
+	}
+	return out
+}
