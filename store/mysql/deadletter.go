@@ -1,0 +1,282 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/store"
+)
+
+// DeadLetterMove moves up to Limit FAILED outbox rows to the dead-letter
+// table in one READ COMMITTED transaction: lock them (SKIP LOCKED, so two
+// movers take disjoint rows), copy them, delete them from the outbox. The
+// outbox row's processed_at (when it failed) becomes failed_at.
+func (d *Driver) DeadLetterMove(ctx context.Context, params *store.DeadLetterMoveParams) (int, error) {
+	if params == nil || params.Limit < 1 {
+		return 0, fmt.Errorf("%w: dead-letter move needs Limit >= 1", ErrInvalidParams)
+	}
+	var moved int
+	err := d.inTx(ctx, func(tx *sql.Tx) error {
+		moved = 0
+		ids, err := queryIDs(ctx, tx, "SELECT id FROM "+d.qOutbox+" FORCE INDEX (txbox_claim) WHERE status = 'FAILED' LIMIT ? FOR UPDATE SKIP LOCKED", params.Limit)
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		in := placeholders(len(ids))
+		_, err = tx.ExecContext(ctx, "INSERT INTO "+d.qDeadLetter+
+			" (id, event_type, event_key, payload, headers, attempts, last_error, created_at, failed_at, status, resolved_at)"+
+			" SELECT id, event_type, event_key, payload, headers, attempts, last_error, created_at, COALESCE(processed_at, UTC_TIMESTAMP(6)), 'UNRESOLVED', NULL FROM "+
+			d.qOutbox+" WHERE id IN ("+in+")"+
+			// An id dead-lettered before, retried, and failed again
+			// replaces its old entry (the retry deleted it, but a plain
+			// SQL producer may reuse an id).
+			" ON DUPLICATE KEY UPDATE event_type = VALUES(event_type), event_key = VALUES(event_key), payload = VALUES(payload),"+
+			" headers = VALUES(headers), attempts = VALUES(attempts), last_error = VALUES(last_error), created_at = VALUES(created_at),"+
+			" failed_at = VALUES(failed_at), status = 'UNRESOLVED', resolved_at = NULL",
+			idArgs(nil, ids)...)
+		if err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, "DELETE FROM "+d.qOutbox+" WHERE id IN ("+in+")", idArgs(nil, ids)...)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		moved = int(n)
+		return err
+	})
+	if err != nil {
+		return 0, wrap("dead-letter move", err)
+	}
+	return moved, nil
+}
+
+type queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+func queryIDs(ctx context.Context, q queryer, query string, args ...any) ([]txbox.ID, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []txbox.ID
+	for rows.Next() {
+		var id txbox.ID
+		if err := rows.Scan(idScan{&id}); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
+const deadLetterColumns = "id, event_type, event_key, payload, headers, attempts, last_error, created_at, failed_at, status, resolved_at"
+
+func scanDeadLetter(sc interface{ Scan(...any) error }) (*store.DeadLetter, error) {
+	dl := &store.DeadLetter{}
+	var key, headers []byte
+	var lastErr sql.NullString
+	if err := sc.Scan(idScan{&dl.ID}, &dl.EventType, &key, &dl.Payload, &headers, &dl.Attempts, &lastErr,
+		nullTime{&dl.CreatedAt}, nullTime{&dl.FailedAt}, &dl.Status, nullTime{&dl.ResolvedAt}); err != nil {
+		return nil, err
+	}
+	dl.Key = string(key)
+	dl.LastError = lastErr.String
+	if dl.Payload == nil {
+		dl.Payload = []byte{}
+	}
+	var err error
+	dl.Headers, err = decodeHeaders(headers)
+	return dl, err
+}
+
+// likeEscaper escapes LIKE wildcards with '!', an escape character that
+// does not depend on the NO_BACKSLASH_ESCAPES SQL mode.
+var likeEscaper = strings.NewReplacer("!", "!!", "%", "!%", "_", "!_")
+
+// deadLetterWhere renders a filter as " WHERE ..." (or "") and its args.
+func deadLetterWhere(f *store.DeadLetterFilter) (string, []any, error) {
+	if f == nil {
+		return "", nil, nil
+	}
+	var conds []string
+	var args []any
+	if f.EventType != "" {
+		conds = append(conds, "event_type = ?")
+		args = append(args, f.EventType)
+	}
+	if f.Status != "" {
+		if f.Status != store.DeadLetterUnresolved && f.Status != store.DeadLetterResolved {
+			return "", nil, fmt.Errorf("%w: dead-letter status %q is neither %s nor %s", ErrInvalidParams, f.Status, store.DeadLetterUnresolved, store.DeadLetterResolved)
+		}
+		conds = append(conds, "status = ?")
+		args = append(args, f.Status)
+	}
+	if f.Key != "" {
+		conds = append(conds, "event_key = ?")
+		args = append(args, []byte(f.Key))
+	}
+	if f.ErrorContains != "" {
+		// Case-insensitive substring match.
+		conds = append(conds, "last_error COLLATE utf8mb4_general_ci LIKE ? ESCAPE '!'")
+		args = append(args, "%"+likeEscaper.Replace(strings.ToValidUTF8(f.ErrorContains, ""))+"%")
+	}
+	if !f.FailedAfter.IsZero() {
+		conds = append(conds, "failed_at >= ?")
+		args = append(args, dbTimeArg(f.FailedAfter))
+	}
+	if !f.FailedBefore.IsZero() {
+		conds = append(conds, "failed_at < ?")
+		args = append(args, dbTimeArg(f.FailedBefore))
+	}
+	if len(conds) == 0 {
+		return "", nil, nil
+	}
+	return " WHERE " + strings.Join(conds, " AND "), args, nil
+}
+
+// DeadLetterList lists dead letters matching the filter, newest failure
+// first (failed_at desc, id desc), after the keyset cursor.
+func (d *Driver) DeadLetterList(ctx context.Context, params *store.DeadLetterListParams) ([]*store.DeadLetter, error) {
+	if params == nil || params.Limit < 1 {
+		return nil, fmt.Errorf("%w: dead-letter list needs Limit >= 1", ErrInvalidParams)
+	}
+	where, args, err := deadLetterWhere(&params.Filter)
+	if err != nil {
+		return nil, err
+	}
+	if c := params.After; c != nil {
+		cond := "(failed_at < ? OR (failed_at = ? AND id < ?))"
+		if where == "" {
+			where = " WHERE " + cond
+		} else {
+			where += " AND " + cond
+		}
+		t := dbTimeArg(c.FailedAt)
+		args = append(args, t, t, c.ID.String())
+	}
+	args = append(args, params.Limit)
+	rows, err := d.db.QueryContext(ctx, "SELECT "+deadLetterColumns+" FROM "+d.qDeadLetter+where+" ORDER BY failed_at DESC, id DESC LIMIT ?", args...)
+	if err != nil {
+		return nil, wrap("dead-letter list", err)
+	}
+	defer rows.Close()
+	var out []*store.DeadLetter
+	for rows.Next() {
+		dl, err := scanDeadLetter(rows)
+		if err != nil {
+			return nil, wrap("dead-letter list", err)
+		}
+		out = append(out, dl)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap("dead-letter list", err)
+	}
+	return out, nil
+}
+
+// DeadLetterCount counts dead letters matching the filter.
+func (d *Driver) DeadLetterCount(ctx context.Context, filter *store.DeadLetterFilter) (int64, error) {
+	where, args, err := deadLetterWhere(filter)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	if err := d.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+d.qDeadLetter+where, args...).Scan(&n); err != nil {
+		return 0, wrap("dead-letter count", err)
+	}
+	return n, nil
+}
+
+// DeadLetterGet returns one dead letter, or an error matching
+// txbox.ErrNotFound.
+func (d *Driver) DeadLetterGet(ctx context.Context, id txbox.ID) (*store.DeadLetter, error) {
+	row := d.db.QueryRowContext(ctx, "SELECT "+deadLetterColumns+" FROM "+d.qDeadLetter+" WHERE id = ?", id.String())
+	dl, err := scanDeadLetter(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("mysql: dead letter %s: %w", id, txbox.ErrNotFound)
+	}
+	if err != nil {
+		return nil, wrap("dead-letter get", err)
+	}
+	return dl, nil
+}
+
+// DeadLetterRetry moves the given dead letters back to the outbox in one
+// transaction: PENDING, due now, attempts 0, same id and created_at, so
+// ordered delivery keeps their place in their key.
+func (d *Driver) DeadLetterRetry(ctx context.Context, ids []txbox.ID) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	var moved int
+	err := d.inTx(ctx, func(tx *sql.Tx) error {
+		moved = 0
+		locked, err := queryIDs(ctx, tx, "SELECT id FROM "+d.qDeadLetter+" WHERE id IN ("+placeholders(len(ids))+") FOR UPDATE", idArgs(nil, ids)...)
+		if err != nil || len(locked) == 0 {
+			return err
+		}
+		in := placeholders(len(locked))
+		if _, err := tx.ExecContext(ctx, "INSERT INTO "+d.qOutbox+
+			" (id, event_type, event_key, payload, headers, status, attempts, due_at, last_error, created_at)"+
+			" SELECT id, event_type, event_key, payload, headers, 'PENDING', 0, UTC_TIMESTAMP(6), last_error, created_at FROM "+
+			d.qDeadLetter+" WHERE id IN ("+in+")", idArgs(nil, locked)...); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, "DELETE FROM "+d.qDeadLetter+" WHERE id IN ("+in+")", idArgs(nil, locked)...)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		moved = int(n)
+		return err
+	})
+	if err != nil {
+		return 0, wrap("dead-letter retry", err)
+	}
+	return moved, nil
+}
+
+// DeadLetterResolve marks the given unresolved dead letters RESOLVED.
+func (d *Driver) DeadLetterResolve(ctx context.Context, ids []txbox.ID) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	n, err := d.exec(ctx, "UPDATE "+d.qDeadLetter+" SET status = 'RESOLVED', resolved_at = UTC_TIMESTAMP(6) WHERE status = 'UNRESOLVED' AND id IN ("+placeholders(len(ids))+")", idArgs(nil, ids)...)
+	if err != nil {
+		return 0, wrap("dead-letter resolve", err)
+	}
+	return int(n), nil
+}
+
+// DeadLetterDelete deletes the given dead letters.
+func (d *Driver) DeadLetterDelete(ctx context.Context, ids []txbox.ID) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	n, err := d.exec(ctx, "DELETE FROM "+d.qDeadLetter+" WHERE id IN ("+placeholders(len(ids))+")", idArgs(nil, ids)...)
+	if err != nil {
+		return 0, wrap("dead-letter delete", err)
+	}
+	return int(n), nil
+}
+
+// DeadLetterCleanup deletes up to Limit RESOLVED dead letters resolved
+// before now - OlderThan, oldest first.
+func (d *Driver) DeadLetterCleanup(ctx context.Context, params *store.CleanupParams) (int, error) {
+	if err := checkCleanup(params); err != nil {
+		return 0, err
+	}
+	n, err := d.exec(ctx, "DELETE FROM "+d.qDeadLetter+" WHERE status = 'RESOLVED' AND resolved_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY resolved_at LIMIT ?",
+		micros(params.OlderThan), params.Limit)
+	if err != nil {
+		return 0, wrap("dead-letter cleanup", err)
+	}
+	return int(n), nil
+}

@@ -1,0 +1,223 @@
+package mysql
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// migration is one embedded, versioned schema change.
+type migration struct {
+	version     int
+	description string
+	sql         string // template with {{table}} markers
+}
+
+var migrationName = regexp.MustCompile(`^(\d{4})_([a-z0-9_]+)\.sql$`)
+
+// migrations returns the embedded migrations in version order.
+func migrations() ([]migration, error) {
+	entries, err := fs.ReadDir(migrationFS, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	var ms []migration
+	for _, e := range entries {
+		m := migrationName.FindStringSubmatch(e.Name())
+		if m == nil {
+			return nil, fmt.Errorf("mysql: bad migration file name %q", e.Name())
+		}
+		v, _ := strconv.Atoi(m[1])
+		b, err := migrationFS.ReadFile("migrations/" + e.Name())
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, migration{version: v, description: m[2], sql: string(b)})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
+	return ms, nil
+}
+
+// render substitutes the driver's quoted table names into a migration.
+func (d *Driver) render(sqlText string) string {
+	return strings.NewReplacer(
+		"{{outbox}}", d.qOutbox,
+		"{{dead_letter}}", d.qDeadLetter,
+		"{{inbox}}", d.qInbox,
+		"{{lease}}", d.qLease,
+		"{{schema_version}}", d.qSchemaVersion,
+	).Replace(sqlText)
+}
+
+// statements splits rendered SQL into statements: comment lines are dropped
+// and statements end with a semicolon at the end of a line. The embedded
+// files contain no semicolon inside a statement.
+func statements(sqlText string) []string {
+	var b strings.Builder
+	for _, line := range strings.Split(sqlText, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "--") {
+			continue
+		}
+		b.WriteString(line)
+		b.WriteByte('\n')
+	}
+	var out []string
+	for _, s := range strings.Split(b.String(), ";\n") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// migrateLockWait is how long one GET_LOCK call waits before Migrate checks
+// its context and tries again.
+const migrateLockWait = 5
+
+// Migrate applies the embedded migrations that are not yet applied. It
+// holds a named lock (GET_LOCK) on one connection for the whole run, so
+// instances starting together apply each migration once; the others wait
+// and then find nothing to do. MySQL commits DDL implicitly, so each
+// migration is written to be re-runnable (CREATE ... IF NOT EXISTS) and is
+// recorded in the schema_version table after it succeeded.
+func (d *Driver) Migrate(ctx context.Context) error {
+	ms, err := migrations()
+	if err != nil {
+		return err
+	}
+	conn, err := d.db.Conn(ctx)
+	if err != nil {
+		return wrap("migrate", err)
+	}
+	defer conn.Close()
+
+	if err := checkVersion(ctx, conn); err != nil {
+		return err
+	}
+
+	// Lock names are limited to 64 characters; hash schema and prefix.
+	sum := sha256.Sum256([]byte(d.tables.Schema + "." + d.tables.Outbox))
+	lockName := "txbox_migrate_" + hex.EncodeToString(sum[:16])
+	for {
+		var got sql.NullInt64
+		if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", lockName, migrateLockWait).Scan(&got); err != nil {
+			return wrap("migrate: lock", err)
+		}
+		if got.Valid && got.Int64 == 1 {
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("mysql: migrate: waiting for the migration lock: %w", err)
+		}
+	}
+	defer func() {
+		// conn.Close returns the connection to the pool with its session,
+		// and a session keeps its named locks: release explicitly, even
+		// when ctx is already cancelled.
+		_, _ = conn.ExecContext(context.WithoutCancel(ctx), "SELECT RELEASE_LOCK(?)", lockName)
+	}()
+
+	if d.tables.Schema != "" {
+		var n int
+		err := conn.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", d.tables.Schema).Scan(&n)
+		if err != nil {
+			return wrap("migrate", err)
+		}
+		if n == 0 {
+			if _, err := conn.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS `"+d.tables.Schema+"` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"); err != nil {
+				return wrap("migrate: create database", err)
+			}
+		}
+	}
+	if _, err := conn.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+d.qSchemaVersion+` (
+  version INT NOT NULL,
+  description VARCHAR(200) NOT NULL,
+  applied_at DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
+  PRIMARY KEY (version)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`); err != nil {
+		return wrap("migrate: schema_version", err)
+	}
+	var current int
+	if err := conn.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM "+d.qSchemaVersion).Scan(&current); err != nil {
+		return wrap("migrate", err)
+	}
+	for _, m := range ms {
+		if m.version <= current {
+			continue
+		}
+		for _, stmt := range statements(d.render(m.sql)) {
+			if _, err := conn.ExecContext(ctx, stmt); err != nil {
+				return wrap(fmt.Sprintf("migrate: version %d", m.version), err)
+			}
+		}
+		if _, err := conn.ExecContext(ctx, "INSERT INTO "+d.qSchemaVersion+" (version, description) VALUES (?, ?)", m.version, m.description); err != nil {
+			return wrap(fmt.Sprintf("migrate: record version %d", m.version), err)
+		}
+	}
+	return nil
+}
+
+// SchemaVersion returns the highest applied migration version, 0 when none
+// is applied.
+func (d *Driver) SchemaVersion(ctx context.Context) (int, error) {
+	var v int
+	err := d.db.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM "+d.qSchemaVersion).Scan(&v)
+	if err != nil {
+		return 0, wrap("schema version", err)
+	}
+	return v, nil
+}
+
+// RenderMigrations returns the SQL of every embedded migration with the
+// driver's table names, in version order: the plain files to hand to goose,
+// golang-migrate or atlas instead of calling Migrate. The schema_version
+// table is Migrate's own bookkeeping and is not included.
+func (d *Driver) RenderMigrations() ([]string, error) {
+	ms, err := migrations()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = d.render(m.sql)
+	}
+	return out, nil
+}
+
+var versionPattern = regexp.MustCompile(`^(\d+)\.(\d+)\.(\d+)`)
+
+// checkVersion refuses servers without SKIP LOCKED or expression defaults.
+func checkVersion(ctx context.Context, conn *sql.Conn) error {
+	var v string
+	if err := conn.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); err != nil {
+		return wrap("migrate: version", err)
+	}
+	m := versionPattern.FindStringSubmatch(v)
+	if m == nil {
+		return fmt.Errorf("%w: cannot parse version %q", ErrUnsupportedServer, v)
+	}
+	major, _ := strconv.Atoi(m[1])
+	minor, _ := strconv.Atoi(m[2])
+	patch, _ := strconv.Atoi(m[3])
+	ok := false
+	if strings.Contains(strings.ToLower(v), "mariadb") {
+		ok = major > 10 || (major == 10 && minor >= 6)
+	} else {
+		ok = major > 8 || (major == 8 && (minor > 0 || patch >= 13))
+	}
+	if !ok {
+		return fmt.Errorf("%w: server is %s", ErrUnsupportedServer, v)
+	}
+	return nil
+}

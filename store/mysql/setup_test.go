@@ -1,0 +1,92 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/store"
+)
+
+func openSQL(dsn string) (*sql.DB, error) { return sql.Open("mysql", dsn) }
+
+// newDatabase creates a fresh database and returns its name and a DSN.
+func newDatabase(t testing.TB) (name, dsn string) {
+	t.Helper()
+	return testenv.MySQLDatabase(t, openSQL, "")
+}
+
+// setup returns a migrated driver opened with Open on a fresh database.
+func setup(t testing.TB) *Driver {
+	t.Helper()
+	_, dsn := newDatabase(t)
+	d, err := Open(dsn, Config{})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	if err := d.Migrate(context.Background()); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	return d
+}
+
+// publish inserts events in one committed transaction and returns them.
+func publish(t testing.TB, d *Driver, events ...*txbox.Event) []*txbox.Event {
+	t.Helper()
+	ctx := context.Background()
+	for _, ev := range events {
+		if ev.ID == (txbox.ID{}) {
+			ev.ID = txbox.NewID()
+		}
+	}
+	tx, err := d.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.OutboxInsert(ctx, tx, &store.OutboxInsertParams{Events: events}); err != nil {
+		tx.Rollback()
+		t.Fatalf("OutboxInsert: %v", err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	return events
+}
+
+// events makes n events of one type with small distinct payloads.
+func events(typ string, n int) []*txbox.Event {
+	out := make([]*txbox.Event, n)
+	for i := range out {
+		out[i] = &txbox.Event{ID: txbox.NewID(), Type: typ, Payload: []byte{byte(i), byte(i >> 8)}}
+	}
+	return out
+}
+
+// statusOf reads one row's status and attempts straight from the table.
+func statusOf(t testing.TB, d *Driver, id txbox.ID) (status string, attempts int) {
+	t.Helper()
+	err := d.DB().QueryRow("SELECT status, attempts FROM "+d.qOutbox+" WHERE id = ?", id.String()).Scan(&status, &attempts)
+	if err == sql.ErrNoRows {
+		return "", 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return status, attempts
+}
+
+// waitUntil polls cond until it is true or the deadline passes.
+func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
