@@ -1,0 +1,276 @@
+package nats_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/sender"
+	txnats "github.com/txbox/txbox/sender/nats"
+	"github.com/txbox/txbox/sender/sendertest"
+)
+
+func send(t *testing.T, s sender.Sender, msgs []*sender.Message) []error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return sender.Results(s.Send(ctx, msgs), len(msgs))
+}
+
+func closeOnCleanup(t *testing.T, s sender.Sender) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.Close(ctx); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+}
+
+func TestConfigErrors(t *testing.T) {
+	t.Parallel()
+	for name, cfg := range map[string]txnats.Config{
+		"url":             {},
+		"ack-timeout":     {URL: "nats://127.0.0.1:1", AckTimeout: -1},
+		"max-pending":     {URL: "nats://127.0.0.1:1", MaxPending: -1},
+		"connect-timeout": {URL: "nats://127.0.0.1:1", ConnectTimeout: -time.Second},
+		"reconnect-wait":  {URL: "nats://127.0.0.1:1", ReconnectWait: -time.Second},
+	} {
+		_, err := txnats.New(cfg)
+		var ce *txnats.ConfigError
+		if !errors.As(err, &ce) || ce.Field != name {
+			t.Errorf("New(%+v) = %v, want a ConfigError for %s", cfg, err, name)
+		}
+	}
+	_, err := txnats.NewFromConn(nil, txnats.Config{})
+	var ce *txnats.ConfigError
+	if !errors.As(err, &ce) || ce.Field != "conn" {
+		t.Errorf("NewFromConn(nil) = %v, want a ConfigError for conn", err)
+	}
+}
+
+func TestConnectErrorHidesCredentials(t *testing.T) {
+	t.Parallel()
+	_, err := txnats.New(txnats.Config{URL: "nats://user:s3cr3t-canary@[bad"})
+	if err == nil {
+		t.Fatal("New with a malformed URL succeeded")
+	}
+	if strings.Contains(err.Error(), "s3cr3t-canary") {
+		t.Fatalf("error leaks the password: %v", err)
+	}
+}
+
+func TestNotConnectedIsTransient(t *testing.T) {
+	t.Parallel()
+	s := newSender(t, sendertest.ClosedAddr(t), txnats.Config{})
+	closeOnCleanup(t, s)
+	msgs := sendertest.NewMessages(3, sender.Route{Subject: "x.events"})
+	for i, err := range send(t, s, msgs) {
+		if !errors.Is(err, txnats.ErrNotConnected) || txbox.Classify(err) != txbox.ClassTransient {
+			t.Fatalf("message %d: %v, want transient ErrNotConnected", i, err)
+		}
+	}
+}
+
+// TestPerMessageFailures puts every kind of per-message failure in one
+// batch and checks each is classified on its own while the good messages
+// are stored.
+func TestPerMessageFailures(t *testing.T) {
+	t.Parallel()
+	st := newStream(t)
+	s := newSender(t, natsAddr(t), txnats.Config{})
+	closeOnCleanup(t, s)
+	msgs := sendertest.NewMessages(6, sender.Route{Subject: st.subject()})
+	msgs[1].Route.Subject = "nostream_" + st.name + ".events"
+	msgs[2].Route.Subject = ""
+	msgs[3].Headers["Nats-Rollup"] = "all"
+	msgs[4].Headers["bad name"] = "x"
+	errs := send(t, s, msgs)
+	want := []struct {
+		class txbox.ErrorClass
+		is    error
+	}{
+		{},
+		{txbox.ClassRejected, txnats.ErrNoStream},
+		{txbox.ClassPermanent, nil},
+		{txbox.ClassPermanent, nil},
+		{txbox.ClassPermanent, nil},
+		{},
+	}
+	for i, w := range want {
+		err := errs[i]
+		if i == 0 || i == 5 {
+			if err != nil {
+				t.Fatalf("message %d failed with its neighbours: %v", i, err)
+			}
+			continue
+		}
+		if err == nil {
+			t.Fatalf("message %d acked, want a %v error", i, w.class)
+		}
+		if c := txbox.Classify(err); c != w.class {
+			t.Fatalf("message %d classified %v, want %v: %v", i, c, w.class, err)
+		}
+		if w.is != nil && !errors.Is(err, w.is) {
+			t.Fatalf("message %d: %v, want errors.Is %v", i, err, w.is)
+		}
+		var me *txnats.MessageError
+		if w.class == txbox.ClassPermanent && !errors.As(err, &me) {
+			t.Fatalf("message %d: %v, want a *MessageError", i, err)
+		}
+	}
+	if !errors.Is(errs[1], jetstream.ErrNoStreamResponse) {
+		t.Fatalf("no-stream error does not match jetstream.ErrNoStreamResponse: %v", errs[1])
+	}
+	got := st.received(t)
+	if len(got) != 2 {
+		t.Fatalf("stream holds %d messages, want the 2 good ones", len(got))
+	}
+}
+
+func TestStreamRefusesMessage(t *testing.T) {
+	t.Parallel()
+	st := newStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// A stream limit the message breaks: JetStream answers with an API
+	// error, a refusal of this message (Rejected), not an outage.
+	if _, err := st.js.UpdateStream(ctx, jetstream.StreamConfig{
+		Name: st.name, Subjects: []string{st.name + ".>"}, Storage: jetstream.MemoryStorage,
+		MaxMsgSize: 512,
+	}); err != nil {
+		t.Fatalf("update stream: %v", err)
+	}
+	s := newSender(t, natsAddr(t), txnats.Config{})
+	closeOnCleanup(t, s)
+	msgs := sendertest.NewMessages(2, sender.Route{Subject: st.subject()})
+	msgs[1].Payload = make([]byte, 2048)
+	errs := send(t, s, msgs)
+	if errs[0] != nil {
+		t.Fatalf("small message: %v", errs[0])
+	}
+	var apiErr *jetstream.APIError
+	if !errors.As(errs[1], &apiErr) || txbox.Classify(errs[1]) != txbox.ClassRejected {
+		t.Fatalf("oversized message: %v, want a rejected *jetstream.APIError", errs[1])
+	}
+}
+
+func TestOverServerMaxPayloadIsPermanent(t *testing.T) {
+	t.Parallel()
+	st := newStream(t)
+	s := newSender(t, natsAddr(t), txnats.Config{})
+	closeOnCleanup(t, s)
+	msgs := sendertest.NewMessages(1, sender.Route{Subject: st.subject()})
+	msgs[0].Payload = make([]byte, 64<<20) // beyond any max_payload NATS allows
+	errs := send(t, s, msgs)
+	if !errors.Is(errs[0], natsgo.ErrMaxPayload) || txbox.Classify(errs[0]) != txbox.ClassPermanent {
+		t.Fatalf("64 MiB message: %v, want permanent ErrMaxPayload", errs[0])
+	}
+}
+
+// TestBatchLargerThanMaxPending checks a batch larger than the in-flight
+// cap is published as acks free room, not failed.
+func TestBatchLargerThanMaxPending(t *testing.T) {
+	t.Parallel()
+	st := newStream(t)
+	s := newSender(t, natsAddr(t), txnats.Config{MaxPending: 8})
+	closeOnCleanup(t, s)
+	msgs := sendertest.NewMessages(300, sender.Route{Subject: st.subject()})
+	for i, err := range send(t, s, msgs) {
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	if got := len(st.received(t)); got != len(msgs) {
+		t.Fatalf("stream holds %d messages, want %d", got, len(msgs))
+	}
+}
+
+func TestAckTimeoutIsTransient(t *testing.T) {
+	t.Parallel()
+	st := newStream(t)
+	p := sendertest.NewProxy(t, natsAddr(t))
+	s := newSender(t, p.Addr(), txnats.Config{AckTimeout: 200 * time.Millisecond})
+	closeOnCleanup(t, s)
+	route := sender.Route{Subject: st.subject()}
+	if err := send(t, s, sendertest.NewMessages(1, route))[0]; err != nil {
+		t.Fatalf("warm-up: %v", err)
+	}
+	p.SetLatency(t, 3*time.Second)
+	start := time.Now()
+	errs := send(t, s, sendertest.NewMessages(5, route))
+	took := time.Since(start)
+	for i, err := range errs {
+		if !errors.Is(err, jetstream.ErrAsyncPublishTimeout) || txbox.Classify(err) != txbox.ClassTransient {
+			t.Fatalf("message %d: %v, want transient ErrAsyncPublishTimeout", i, err)
+		}
+	}
+	if took > 2*time.Second {
+		t.Fatalf("Send took %v with a 200ms ack timeout", took)
+	}
+	p.SetLatency(t, 0)
+}
+
+func TestNewFromConnLeavesConnOpen(t *testing.T) {
+	t.Parallel()
+	st := newStream(t)
+	nc, err := natsgo.Connect("nats://" + natsAddr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	s, err := txnats.NewFromConn(nc, txnats.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := sendertest.NewMessages(3, sender.Route{Subject: st.subject()})
+	for i, err := range send(t, s, msgs) {
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if nc.IsClosed() {
+		t.Fatal("Close closed a connection the caller owns")
+	}
+	err = s.Send(context.Background(), msgs)
+	if !errors.Is(err, txbox.ErrClosed) || txbox.Classify(err) != txbox.ClassTransient {
+		t.Fatalf("Send after Close = %v, want transient ErrClosed", err)
+	}
+}
+
+// TestHeadersKeepTheirCase checks NATS, whose header names are case
+// sensitive, gets them exactly as the event had them.
+func TestHeadersKeepTheirCase(t *testing.T) {
+	t.Parallel()
+	st := newStream(t)
+	s := newSender(t, natsAddr(t), txnats.Config{})
+	closeOnCleanup(t, s)
+	msgs := sendertest.NewMessages(1, sender.Route{Subject: st.subject()})
+	msgs[0].Headers["X-MixedCase"] = "v"
+	msgs[0].Key = ""
+	if err := send(t, s, msgs)[0]; err != nil {
+		t.Fatal(err)
+	}
+	got := st.received(t)
+	if len(got) != 1 {
+		t.Fatalf("got %d messages", len(got))
+	}
+	if got[0].Headers["X-MixedCase"] != "v" {
+		t.Fatalf("headers %v lack X-MixedCase exactly", got[0].Headers)
+	}
+	if _, ok := got[0].Headers[sender.HeaderKey]; ok {
+		t.Fatalf("%s set for an event without a key", sender.HeaderKey)
+	}
+	if got[0].ID != msgs[0].ID.String() {
+		t.Fatalf("%s = %q, want %s", txnats.HeaderMsgID, got[0].ID, msgs[0].ID)
+	}
+}
