@@ -155,39 +155,59 @@ type Sender struct {
 	Redis    *RedisSender    `yaml:"-"`
 }
 
-// NATSSender configures a NATS JetStream sender.
+// NATSSender configures a NATS JetStream sender (sender/nats). The
+// subject of each event comes from its route.
 type NATSSender struct {
-	// URL of the NATS server(s), comma-separated. Defaults to
+	// URL of the NATS server(s), comma-separated; it may carry a user and
+	// password, which are redacted when printed. Defaults to
 	// nats://127.0.0.1:4222.
 	URL DSN `yaml:"url"`
-	// Timeout bounds the wait for a batch's acks. Defaults to 10s.
+	// Name is the connection name the server shows. Defaults to txbox.
+	Name string `yaml:"name"`
+	// CredsFile is a NATS credentials file. Defaults to none.
+	CredsFile string `yaml:"creds-file"`
+	// Timeout bounds the wait for each message's ack. Defaults to 10s.
 	Timeout time.Duration `yaml:"timeout"`
-	// TokenEnv names an environment variable holding an auth token.
-	TokenEnv string `yaml:"token-env"`
+	// MaxPending is the most messages awaiting an ack at once. Defaults
+	// to 4096.
+	MaxPending int `yaml:"max-pending"`
 }
 
-// WebhookSender configures the HTTP webhook sender.
+// WebhookSender configures the HTTP webhook sender (sender/webhook).
 type WebhookSender struct {
 	// URL is the default endpoint; a route's url overrides it.
 	URL string `yaml:"url"`
-	// HMACSecretEnv names an environment variable holding the HMAC
-	// signing secret. No signature is sent when empty.
+	// HMACSecretEnv names an environment variable holding the HMAC-SHA256
+	// signing secret; the secret itself never goes in the file. No
+	// signature is sent when empty.
 	HMACSecretEnv string `yaml:"hmac-secret-env"`
+	// SignatureHeader names the signature header. Defaults to
+	// Txbox-Signature.
+	SignatureHeader string `yaml:"signature-header"`
 	// Timeout bounds one request. Defaults to 10s.
 	Timeout time.Duration `yaml:"timeout"`
-	// Concurrency bounds the requests in flight per batch. Defaults to
-	// the sender's default.
+	// Concurrency bounds the requests in flight. Defaults to 16.
 	Concurrency int `yaml:"concurrency"`
+	// ContentType is sent for messages without a content-type header.
+	// Defaults to application/octet-stream.
+	ContentType string `yaml:"content-type"`
 }
 
-// KafkaSender configures the Kafka sender.
+// KafkaSender configures the Kafka sender (sender/kafka).
 type KafkaSender struct {
 	// Brokers are the seed brokers, host:port. Required.
 	Brokers []string `yaml:"brokers"`
-	// ClientID names the producer. Defaults to the sender's default.
+	// ClientID names the producer. Defaults to txbox.
 	ClientID string `yaml:"client-id"`
-	// Timeout bounds the wait for a batch's acks. Defaults to 10s.
+	// Timeout bounds how long a record may wait to be produced, retries
+	// included (delivery timeout). Defaults to 10s.
 	Timeout time.Duration `yaml:"timeout"`
+	// Linger lets the records of a batch share produce requests. Defaults
+	// to 5ms.
+	Linger time.Duration `yaml:"linger"`
+	// MaxBufferedRecords bounds the records buffered in the client.
+	// Defaults to 10000.
+	MaxBufferedRecords int `yaml:"max-buffered-records"`
 }
 
 // RabbitMQSender configures the RabbitMQ sender.

@@ -166,9 +166,6 @@ func (c *Config) Secrets(getenv func(string) string) []string {
 		switch {
 		case s.NATS != nil:
 			addDSN(s.NATS.URL)
-			if s.NATS.TokenEnv != "" && getenv != nil {
-				add(getenv(s.NATS.TokenEnv))
-			}
 		case s.RabbitMQ != nil:
 			addDSN(s.RabbitMQ.URL)
 		case s.Webhook != nil && s.Webhook.HMACSecretEnv != "" && getenv != nil:

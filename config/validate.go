@@ -328,7 +328,9 @@ func (c *Config) validateSender(d *decoder, p, name string, s *Sender) {
 			d.fail(join(p, "url"), nil, "required")
 		}
 		positive("timeout", s.NATS.Timeout)
-		env("token-env", s.NATS.TokenEnv)
+		if s.NATS.MaxPending < 0 {
+			d.fail(join(p, "max-pending"), nil, "must be ≥ 0")
+		}
 	case SenderWebhook:
 		if u := s.Webhook.URL; u != "" && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
 			d.fail(join(p, "url"), nil, "must be an http:// or https:// URL")
@@ -348,6 +350,9 @@ func (c *Config) validateSender(d *decoder, p, name string, s *Sender) {
 			}
 		}
 		positive("timeout", s.Kafka.Timeout)
+		if s.Kafka.MaxBufferedRecords < 0 {
+			d.fail(join(p, "max-buffered-records"), nil, "must be ≥ 0")
+		}
 	case SenderRabbitMQ:
 		if s.RabbitMQ.URL == "" {
 			d.fail(join(p, "url"), nil, "required")

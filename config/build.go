@@ -1,0 +1,309 @@
+package config
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/sender"
+	"github.com/txbox/txbox/sender/kafka"
+	"github.com/txbox/txbox/sender/nats"
+	"github.com/txbox/txbox/sender/webhook"
+	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/mysql"
+	"github.com/txbox/txbox/store/postgres"
+	"github.com/txbox/txbox/store/sqlite"
+)
+
+// ErrUnsupportedSender is returned by OpenSenders for a sender type this
+// build of txbox has no implementation for yet.
+var ErrUnsupportedSender = errors.New("config: sender type not available in this build")
+
+// Store is an opened store: the driver plus the pool the caller's own
+// transactions run on.
+type Store struct {
+	store.Driver
+	// Pool is the pgx pool (postgres); nil for the other dialects.
+	Pool *pgxpool.Pool
+	// DB is the database/sql pool (mysql, sqlite); nil for postgres.
+	DB *sql.DB
+}
+
+// Close closes the driver and the pool OpenStore opened.
+func (s *Store) Close() error {
+	err := s.Driver.Close()
+	if s.Pool != nil {
+		s.Pool.Close()
+	}
+	return err
+}
+
+// Tx is a business transaction on a Store: publish in it through Native,
+// run your own statements with Exec.
+type Tx interface {
+	// Native is what store.Outbox.OutboxInsert and outbox publishing
+	// accept: a pgx.Tx or a *sql.Tx.
+	Native() any
+	// Exec runs one statement with the dialect's placeholders ($1 on
+	// postgres, ? elsewhere; see Store.Placeholder).
+	Exec(ctx context.Context, query string, args ...any) error
+	Commit(ctx context.Context) error
+	Rollback(ctx context.Context) error
+}
+
+// Begin starts a transaction on the store's pool.
+func (s *Store) Begin(ctx context.Context) (Tx, error) {
+	if s.Pool != nil {
+		tx, err := s.Pool.Begin(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return pgxTx{tx}, nil
+	}
+	tx, err := s.DB.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	return sqlTx{tx}, nil
+}
+
+// Placeholder returns the n-th (1-based) bind placeholder of the dialect.
+func (s *Store) Placeholder(n int) string {
+	if s.Pool != nil {
+		return fmt.Sprintf("$%d", n)
+	}
+	return "?"
+}
+
+type pgxTx struct{ tx pgx.Tx }
+
+func (t pgxTx) Native() any { return t.tx }
+func (t pgxTx) Exec(ctx context.Context, q string, args ...any) error {
+	_, err := t.tx.Exec(ctx, q, args...)
+	return err
+}
+func (t pgxTx) Commit(ctx context.Context) error   { return t.tx.Commit(ctx) }
+func (t pgxTx) Rollback(ctx context.Context) error { return t.tx.Rollback(ctx) }
+
+type sqlTx struct{ tx *sql.Tx }
+
+func (t sqlTx) Native() any { return t.tx }
+func (t sqlTx) Exec(ctx context.Context, q string, args ...any) error {
+	_, err := t.tx.ExecContext(ctx, q, args...)
+	return err
+}
+func (t sqlTx) Commit(context.Context) error   { return t.tx.Commit() }
+func (t sqlTx) Rollback(context.Context) error { return t.tx.Rollback() }
+
+// DatabaseDSN returns the DSN to connect with: database.dsn, else the
+// variable named by database.dsn-env (read with getenv), else the SQLite
+// default path.
+func (c *Config) DatabaseDSN(getenv func(string) string) (DSN, error) {
+	db := c.Database
+	if db.DSN != "" {
+		return db.DSN, nil
+	}
+	if db.DSNEnv != "" {
+		if v := getenv(db.DSNEnv); v != "" {
+			return DSN(v), nil
+		}
+		return "", &Error{Path: "database.dsn-env", Msg: fmt.Sprintf("environment variable %s is empty", db.DSNEnv)}
+	}
+	if db.Dialect == DialectSQLite {
+		return DefaultSQLitePath, nil
+	}
+	return "", &Error{Path: "database.dsn", Msg: "required"}
+}
+
+// OpenStore connects to the configured database and returns the store.
+// It does not migrate. Errors never contain the DSN's password.
+func (c *Config) OpenStore(ctx context.Context, getenv func(string) string, logger *slog.Logger) (*Store, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	dsn, err := c.DatabaseDSN(getenv)
+	if err != nil {
+		return nil, err
+	}
+	secrets := append(c.Secrets(getenv), passwordsIn(dsn.Reveal())...)
+	wrap := func(what string, err error) error {
+		return Scrub(fmt.Errorf("config: %s %s: %w", what, c.Database.Dialect, err), secrets)
+	}
+	switch c.Database.Dialect {
+	case DialectPostgres:
+		pc, err := pgxpool.ParseConfig(dsn.Reveal())
+		if err != nil {
+			// pgx quotes the connection string in some parse errors.
+			return nil, wrap("parse dsn for", err)
+		}
+		if c.Database.MaxConns > 0 {
+			pc.MaxConns = int32(c.Database.MaxConns)
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, pc)
+		if err != nil {
+			return nil, wrap("connect to", err)
+		}
+		d, err := postgres.New(pool, postgres.Config{Schema: c.Database.Schema, TablePrefix: c.Database.TablePrefix, Logger: logger})
+		if err != nil {
+			pool.Close()
+			return nil, wrap("open", err)
+		}
+		return &Store{Driver: d, Pool: pool}, nil
+	case DialectMySQL:
+		d, err := mysql.Open(dsn.Reveal(), mysql.Config{Schema: c.Database.Schema, TablePrefix: c.Database.TablePrefix})
+		if err != nil {
+			return nil, wrap("open", err)
+		}
+		if c.Database.MaxConns > 0 {
+			d.DB().SetMaxOpenConns(c.Database.MaxConns)
+		}
+		return &Store{Driver: d, DB: d.DB()}, nil
+	case DialectSQLite:
+		path := strings.TrimPrefix(dsn.Reveal(), "file:")
+		d, err := sqlite.Open(path, sqlite.Config{TablePrefix: c.Database.TablePrefix, MaxOpenConns: c.Database.MaxConns})
+		if err != nil {
+			return nil, wrap("open", err)
+		}
+		return &Store{Driver: d, DB: d.DB()}, nil
+	}
+	return nil, &Error{Path: "database.dialect", Msg: fmt.Sprintf("unknown dialect %q", c.Database.Dialect)}
+}
+
+// OpenSenders creates every configured sender. Secrets named by *-env keys
+// are read with getenv (nil means os.Getenv); a named variable that is
+// empty is an error. On error the senders already created are closed.
+func (c *Config) OpenSenders(ctx context.Context, getenv func(string) string) (map[string]sender.Sender, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	out := make(map[string]sender.Sender, len(c.Senders))
+	fail := func(err error) (map[string]sender.Sender, error) {
+		for _, s := range out {
+			_ = s.Close(ctx)
+		}
+		return nil, Scrub(err, c.Secrets(getenv))
+	}
+	for _, name := range c.SenderNames() {
+		sc := c.Senders[name]
+		p := join("senders", name)
+		var (
+			s   sender.Sender
+			err error
+		)
+		switch sc.Type {
+		case SenderNATS:
+			s, err = nats.New(nats.Config{URL: sc.NATS.URL.Reveal(), Name: sc.NATS.Name, CredsFile: sc.NATS.CredsFile, AckTimeout: sc.NATS.Timeout, MaxPending: sc.NATS.MaxPending})
+		case SenderWebhook:
+			w := sc.Webhook
+			secret := ""
+			if w.HMACSecretEnv != "" {
+				if secret = getenv(w.HMACSecretEnv); secret == "" {
+					return fail(&Error{Path: join(p, "hmac-secret-env"), Msg: fmt.Sprintf("environment variable %s is empty", w.HMACSecretEnv)})
+				}
+			}
+			s, err = webhook.New(webhook.Config{Timeout: w.Timeout, MaxConcurrency: w.Concurrency, ContentType: w.ContentType, Secret: secret, SignatureHeader: w.SignatureHeader})
+		case SenderKafka:
+			k := sc.Kafka
+			s, err = kafka.New(kafka.Config{Brokers: k.Brokers, ClientID: k.ClientID, DeliveryTimeout: k.Timeout, Linger: k.Linger, MaxBufferedRecords: k.MaxBufferedRecords})
+		default:
+			err = fmt.Errorf("%w: %s", ErrUnsupportedSender, sc.Type)
+		}
+		if err != nil {
+			return fail(fmt.Errorf("config: %s: %w", p, err))
+		}
+		out[name] = s
+	}
+	return out, nil
+}
+
+// RelayConfig builds the relay configuration: the store, the senders, and
+// every setting of the file. Each listed event type gets its complete
+// effective settings (so inheritance is the file's, key by key), and
+// Defaults serves the types the file does not list.
+func (c *Config) RelayConfig(st store.Driver, senders map[string]sender.Sender, logger *slog.Logger) relay.Config {
+	rc := relay.Config{
+		Store:              st,
+		Senders:            senders,
+		Defaults:           c.relaySettings(c.Defaults),
+		Events:             make(map[string]relay.EventSettings, len(c.Events)),
+		DiscoverInterval:   c.Relay.DiscoverInterval,
+		RecoverInterval:    c.Relay.RecoverInterval,
+		DeadLetterInterval: c.Relay.DeadLetterInterval,
+		Cleanup: relay.CleanupConfig{
+			Disabled:      c.Cleanup.Disabled,
+			Interval:      c.Cleanup.Interval,
+			MaxInterval:   c.Cleanup.MaxInterval,
+			OutboxTTL:     ptr(c.Cleanup.OutboxTTL),
+			DeadLetterTTL: ptr(c.Cleanup.DeadLetterTTL),
+			BatchSize:     c.Cleanup.BatchSize,
+		},
+		Circuit: relay.CircuitConfig{
+			CoolDown:    c.Relay.Circuit.CoolDown,
+			MaxCoolDown: c.Relay.Circuit.MaxCoolDown,
+			Multiplier:  c.Relay.Circuit.Multiplier,
+		},
+		InstanceID: c.Relay.InstanceID,
+		Logger:     logger,
+	}
+	for _, t := range c.EventTypes() {
+		rc.Events[t] = c.relaySettings(c.Effective(t))
+	}
+	return rc
+}
+
+func (c *Config) relaySettings(s EventSettings) relay.EventSettings {
+	var out relay.EventSettings
+	if v := deref(s.Sender); v != "" {
+		out.Sender = ptr(v)
+	}
+	if s.Route != nil {
+		r := sender.Route{Topic: s.Route.Topic, Subject: s.Route.Subject, Exchange: s.Route.Exchange,
+			RoutingKey: s.Route.RoutingKey, URL: s.Route.URL, Stream: s.Route.Stream}
+		// A webhook route without a url takes the sender's url.
+		if r.URL == "" {
+			if sc := c.Senders[deref(s.Sender)]; sc != nil && sc.Webhook != nil {
+				r.URL = sc.Webhook.URL
+			}
+		}
+		out.Route = &r
+	}
+	out.BatchSize = s.BatchSize
+	out.MaxAttempts = s.MaxAttempts
+	out.Retention = s.Retention
+	out.LeaseDuration = s.Lease
+	out.InFlight = s.InFlight
+	if s.Ordering != nil {
+		out.Ordering = ptr(relay.Ordering(*s.Ordering))
+	}
+	if p := s.Polling; p != nil {
+		out.Polling = &relay.PollingSettings{Mode: deref(p.Mode), MinDelay: deref(p.MinDelay), MaxDelay: deref(p.MaxDelay), Multiplier: deref(p.Multiplier), Delay: deref(p.Delay)}
+	}
+	if b := s.Backoff; b != nil {
+		out.Backoff = &relay.BackoffSettings{Delay: deref(b.Delay), Multiplier: deref(b.Multiplier), Max: deref(b.Max), Jitter: deref(b.Jitter)}
+	}
+	return out
+}
+
+// NewLogger returns the slog logger log.level and log.format ask for,
+// writing to w.
+func (c *Config) NewLogger(w io.Writer) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(c.Log.Level))
+	opts := &slog.HandlerOptions{Level: lvl}
+	if c.Log.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
