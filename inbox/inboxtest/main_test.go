@@ -11,5 +11,6 @@ import (
 func TestInboxHelperProcess(t *testing.T) {
 	inboxtest.HelperProcess(t, map[string]inboxtest.Harness{
 		"postgres": pgHarness(),
+		"sqlite":   sqliteHarness(),
 	})
 }
