@@ -1,0 +1,231 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/postgres"
+)
+
+// storeKind adapts one SQL dialect to the delivery tests. Adding a dialect
+// is one more entry in storeKinds. open and publish take no *testing.T so
+// that child processes (which run no test) can use them too.
+type storeKind struct {
+	name string
+	// newNamespace creates an isolated namespace (schema, database, file)
+	// with migrated tables, dropped when t ends.
+	newNamespace func(t testing.TB) string
+	// open opens a driver on namespace ns for a relay or a publisher.
+	// conns bounds its connection pool. close releases it.
+	open func(ns string, conns int) (d store.Driver, close func(), err error)
+	// publish inserts evs in one transaction on d, then commits it or,
+	// when commit is false, rolls it back.
+	publish func(ctx context.Context, d store.Driver, evs []*txbox.Event, commit bool) error
+}
+
+// storeKinds lists the dialects every delivery test runs on. MySQL and
+// SQLite join with one entry each when their drivers land.
+var storeKinds = []storeKind{postgresKind}
+
+// storeKindByName finds a dialect for a child process.
+func storeKindByName(name string) (storeKind, error) {
+	for _, k := range storeKinds {
+		if k.name == name {
+			return k, nil
+		}
+	}
+	return storeKind{}, fmt.Errorf("e2e: unknown store kind %q", name)
+}
+
+var postgresKind = storeKind{
+	name: "postgres",
+	newNamespace: func(t testing.TB) string {
+		t.Helper()
+		testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+		d, closeFn, err := openPostgres("", 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer closeFn()
+		pool := d.(*postgres.Driver).Pool()
+		schema := testenv.UniqueName("e2e_")
+		ctx := context.Background()
+		if _, err := pool.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			d, closeFn, err := openPostgres("", 1)
+			if err != nil {
+				return
+			}
+			defer closeFn()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, _ = d.(*postgres.Driver).Pool().Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+		})
+		md, mclose, err := openPostgres(schema, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer mclose()
+		if err := md.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return schema
+	},
+	open: openPostgres,
+	publish: func(ctx context.Context, d store.Driver, evs []*txbox.Event, commit bool) error {
+		tx, err := d.(*postgres.Driver).Pool().Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(ctx)
+		if err := d.OutboxInsert(ctx, tx, &store.OutboxInsertParams{Events: evs}); err != nil {
+			return err
+		}
+		if !commit {
+			return tx.Rollback(ctx)
+		}
+		return tx.Commit(ctx)
+	},
+}
+
+func openPostgres(schema string, conns int) (store.Driver, func(), error) {
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.MaxConns = int32(conns)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := postgres.New(pool, postgres.Config{Schema: schema, Logger: quietLogger()})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return d, pool.Close, nil
+}
+
+// openStore opens a driver on ns closed when t ends.
+func openStore(t testing.TB, k storeKind, ns string, conns int) store.Driver {
+	t.Helper()
+	d, closeFn, err := k.open(ns, conns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeFn)
+	return d
+}
+
+// publisher publishes events of one type in transactions of a given size,
+// rolling back every rollbackEvery-th transaction, and tells the oracle.
+type publisher struct {
+	kind          storeKind
+	d             store.Driver
+	o             *oracle
+	eventType     string
+	txSize        int
+	rollbackEvery int // 0: never
+}
+
+// run publishes n committed events (plus the rolled-back ones) with
+// workers goroutines in parallel.
+func (p publisher) run(t testing.TB, n, workers int) {
+	t.Helper()
+	ctx := context.Background()
+	txs := (n + p.txSize - 1) / p.txSize
+	jobs := make(chan int)
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				size := min(p.txSize, n-j*p.txSize)
+				if err := p.publishTx(ctx, size, true); err != nil {
+					errs <- err
+					return
+				}
+				if p.rollbackEvery > 0 && j%p.rollbackEvery == 0 {
+					if err := p.publishTx(ctx, p.txSize, false); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		}()
+	}
+	for j := 0; j < txs; j++ {
+		select {
+		case jobs <- j:
+		case err := <-errs:
+			close(jobs)
+			wg.Wait()
+			t.Fatalf("publish: %v", err)
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		t.Fatalf("publish: %v", err)
+	default:
+	}
+}
+
+func (p publisher) publishTx(ctx context.Context, size int, commit bool) error {
+	evs := make([]*txbox.Event, size)
+	ids := make([]txbox.ID, size)
+	for i := range evs {
+		id := txbox.NewID()
+		evs[i] = &txbox.Event{ID: id, Type: p.eventType, Key: fmt.Sprintf("k%d", i%7), Payload: []byte(`{"e2e":true}`)}
+		ids[i] = id
+	}
+	if err := p.kind.publish(ctx, p.d, evs, commit); err != nil {
+		return err
+	}
+	if commit {
+		p.o.committedIDs(ids...)
+	} else {
+		p.o.rolledBackIDs(ids...)
+	}
+	return nil
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition, not waiting for an effect
+	}
+}
+
+// outboxSettled reports whether d has no PENDING or IN_PROCESS rows.
+func outboxSettled(t testing.TB, d store.Driver) bool {
+	t.Helper()
+	stats, err := d.OutboxStats(context.Background())
+	if err != nil {
+		t.Fatalf("stats: %v", err)
+	}
+	for _, s := range stats {
+		if s.Pending+s.InProcess > 0 {
+			return false
+		}
+	}
+	return true
+}

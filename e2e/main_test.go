@@ -1,0 +1,195 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/sender"
+	natssender "github.com/txbox/txbox/sender/nats"
+	"github.com/txbox/txbox/store"
+)
+
+// Environment of a child relay process (see startChild).
+const (
+	envChild     = "TXBOX_E2E_CHILD" // "relay" selects the child mode
+	envStore     = "TXBOX_E2E_STORE"
+	envNamespace = "TXBOX_E2E_NS"
+	envSubject   = "TXBOX_E2E_SUBJECT"
+	envAcks      = "TXBOX_E2E_ACKS"
+	envRetention = "TXBOX_E2E_RETENTION"
+)
+
+// TestMain runs the tests, or, when the test binary was re-executed as a
+// child relay process, the relay.
+func TestMain(m *testing.M) {
+	if os.Getenv(envChild) == "relay" {
+		os.Exit(childRelay())
+	}
+	os.Exit(m.Run())
+}
+
+func quietLogger() *slog.Logger {
+	if os.Getenv("TXBOX_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// relayConfig is the configuration every delivery test's relay shares:
+// NATS subjects under subjectPrefix, "orders" configured, other types
+// discovered, fast polling and maintenance so tests finish quickly.
+func relayConfig(d store.Driver, s sender.Sender, subjectPrefix string, retention time.Duration) relay.Config {
+	return relay.Config{
+		Store:   d,
+		Senders: map[string]sender.Sender{"nats": s},
+		Defaults: relay.EventSettings{
+			Route:     &sender.Route{Subject: subjectPrefix + ".{event_type}"},
+			Polling:   &relay.PollingSettings{MinDelay: 10 * time.Millisecond, MaxDelay: 200 * time.Millisecond},
+			Backoff:   &relay.BackoffSettings{Delay: 100 * time.Millisecond, Multiplier: 2, Max: time.Second},
+			Retention: &retention,
+		},
+		Events:             map[string]relay.EventSettings{"orders": {}},
+		DiscoverInterval:   100 * time.Millisecond,
+		RecoverInterval:    100 * time.Millisecond,
+		DeadLetterInterval: 100 * time.Millisecond,
+		Circuit:            relay.CircuitConfig{CoolDown: 100 * time.Millisecond, MaxCoolDown: 500 * time.Millisecond},
+		Logger:             quietLogger(),
+	}
+}
+
+// childRelay runs one relay until SIGTERM, then stops it gracefully and
+// writes the ids the destination acknowledged to the acks file, one per
+// line. It prints "ready" once the relay runs.
+func childRelay() int {
+	fail := func(err error) int {
+		fmt.Fprintln(os.Stderr, "child relay:", err)
+		return 2
+	}
+	kind, err := storeKindByName(os.Getenv(envStore))
+	if err != nil {
+		return fail(err)
+	}
+	d, closeStore, err := kind.open(os.Getenv(envNamespace), 8)
+	if err != nil {
+		return fail(err)
+	}
+	defer closeStore()
+	ns, err := natssender.New(natssender.Config{URL: testenv.NATSURL})
+	if err != nil {
+		return fail(err)
+	}
+	acks := newAckCounter(ns)
+	retention, err := time.ParseDuration(os.Getenv(envRetention))
+	if err != nil {
+		return fail(err)
+	}
+	r, err := relay.New(relayConfig(d, acks, os.Getenv(envSubject), retention))
+	if err != nil {
+		return fail(err)
+	}
+	sig, stopSig := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stopSig()
+	if err := r.Start(context.Background()); err != nil {
+		return fail(err)
+	}
+	fmt.Println("ready")
+	<-sig.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := r.Stop(ctx); err != nil {
+		return fail(err)
+	}
+	if err := ns.Close(ctx); err != nil {
+		return fail(err)
+	}
+	var b strings.Builder
+	for _, id := range acks.ids() {
+		b.WriteString(id.String())
+		b.WriteByte('\n')
+	}
+	if err := os.WriteFile(os.Getenv(envAcks), []byte(b.String()), 0o600); err != nil {
+		return fail(err)
+	}
+	return 0
+}
+
+// child is a relay running in a child process.
+type child struct {
+	cmd  *exec.Cmd
+	acks string
+	done chan error
+}
+
+// startChild re-executes the test binary as a relay process and waits
+// until it runs. The process is killed if the test ends first.
+func startChild(t *testing.T, kind storeKind, ns, subjectPrefix string, retention time.Duration) *child {
+	t.Helper()
+	acks := t.TempDir() + "/acks"
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(),
+		envChild+"=relay", envStore+"="+kind.name, envNamespace+"="+ns,
+		envSubject+"="+subjectPrefix, envAcks+"="+acks, envRetention+"="+retention.String())
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &child{cmd: cmd, acks: acks, done: make(chan error, 1)}
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		ok := false
+		for sc.Scan() {
+			if !ok && sc.Text() == "ready" {
+				ok = true
+				ready <- true
+			}
+		}
+		if !ok {
+			ready <- false
+		}
+		c.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+	})
+	select {
+	case ok := <-ready:
+		if !ok {
+			t.Fatal("child relay exited before it was ready")
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("child relay not ready within 60s")
+	}
+	return c
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (c *child) stop(t *testing.T) {
+	t.Helper()
+	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM: %v", err)
+	}
+	select {
+	case err := <-c.done:
+		if err != nil {
+			t.Fatalf("child relay: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("child relay did not stop within 60s of SIGTERM")
+	}
+}
