@@ -1,0 +1,316 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/store"
+)
+
+// DeadLetterMove moves up to Limit FAILED rows, lowest id first, into the
+// dead-letter table in one transaction: INSERT ... SELECT ... RETURNING id,
+// then DELETE of exactly the returned ids. A dead letter that already has
+// the id (a row dead-lettered, retried and failed again while its old dead
+// letter was kept) is overwritten and unresolved again.
+func (d *Driver) DeadLetterMove(ctx context.Context, params *store.DeadLetterMoveParams) (int, error) {
+	if params == nil || params.Limit < 1 {
+		return 0, fmt.Errorf("%w: dead-letter move Limit must be ≥ 1", ErrInvalidParams)
+	}
+	var moved int
+	err := d.write(ctx, func(tx *sql.Tx) error {
+		ids, err := queryIDs(ctx, tx, d.q.deadLetterMove, params.Limit)
+		if err != nil {
+			return err
+		}
+		n, err := execChunked(ctx, tx, d.q.deadLetterMoveDelete, ids)
+		if err != nil {
+			return err
+		}
+		if n != len(ids) {
+			return fmt.Errorf("moved %d rows but deleted %d", len(ids), n)
+		}
+		moved = n
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("dead-letter move: %w", err)
+	}
+	return moved, nil
+}
+
+// queryIDs runs a statement returning one text column and collects it.
+func queryIDs(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]any, error) {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []any
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
+// execChunked runs prefix + "(?, ...)" for the ids, at most maxListIDs at a
+// time, and returns the rows changed in total.
+func execChunked(ctx context.Context, tx *sql.Tx, prefix string, ids []any) (int, error) {
+	total := 0
+	for start := 0; start < len(ids); start += maxListIDs {
+		chunk := ids[start:min(start+maxListIDs, len(ids))]
+		r, err := tx.ExecContext(ctx, prefix+placeholders(len(chunk)), chunk...)
+		if err != nil {
+			return 0, err
+		}
+		n, err := r.RowsAffected()
+		if err != nil {
+			return 0, err
+		}
+		total += int(n)
+	}
+	return total, nil
+}
+
+// deadLetterWhere renders the filter (and cursor) as a WHERE clause with
+// its arguments.
+func deadLetterWhere(f *store.DeadLetterFilter, after *store.DeadLetterCursor) (string, []any, error) {
+	var conds []string
+	var args []any
+	if f != nil {
+		if f.EventType != "" {
+			conds = append(conds, "event_type = ?")
+			args = append(args, f.EventType)
+		}
+		switch f.Status {
+		case "":
+		case store.DeadLetterUnresolved, store.DeadLetterResolved:
+			conds = append(conds, "status = ?")
+			args = append(args, f.Status)
+		default:
+			return "", nil, fmt.Errorf("%w: dead-letter status filter must be %s or %s, got %q", ErrInvalidParams, store.DeadLetterUnresolved, store.DeadLetterResolved, f.Status)
+		}
+		if f.Key != "" {
+			conds = append(conds, "event_key = ?")
+			args = append(args, f.Key)
+		}
+		if f.ErrorContains != "" {
+			// instr, not LIKE: the user's text has no wildcards to
+			// escape. Case-insensitive for ASCII, like a search box.
+			conds = append(conds, "instr(lower(coalesce(last_error, '')), lower(?)) > 0")
+			args = append(args, f.ErrorContains)
+		}
+		if !f.FailedAfter.IsZero() {
+			conds = append(conds, "failed_at >= ?")
+			args = append(args, formatTime(f.FailedAfter))
+		}
+		if !f.FailedBefore.IsZero() {
+			conds = append(conds, "failed_at < ?")
+			args = append(args, formatTime(f.FailedBefore))
+		}
+	}
+	if after != nil {
+		conds = append(conds, "(failed_at < ? OR (failed_at = ? AND id < ?))")
+		ts := formatTime(after.FailedAt)
+		args = append(args, ts, ts, after.ID.String())
+	}
+	if len(conds) == 0 {
+		return "", nil, nil
+	}
+	return " WHERE " + strings.Join(conds, " AND "), args, nil
+}
+
+// DeadLetterList lists dead letters matching the filter, newest failure
+// first (failed_at desc, id desc), after the cursor.
+func (d *Driver) DeadLetterList(ctx context.Context, params *store.DeadLetterListParams) ([]*store.DeadLetter, error) {
+	if params == nil || params.Limit < 1 {
+		return nil, fmt.Errorf("%w: dead-letter list Limit must be ≥ 1", ErrInvalidParams)
+	}
+	if err := d.check(); err != nil {
+		return nil, err
+	}
+	where, args, err := deadLetterWhere(&params.Filter, params.After)
+	if err != nil {
+		return nil, err
+	}
+	args = append(args, params.Limit)
+	rows, err := d.db.QueryContext(ctx, d.q.deadLetterSelect+where+" ORDER BY failed_at DESC, id DESC LIMIT ?", args...)
+	if err != nil {
+		return nil, d.translate(fmt.Errorf("dead-letter list: %w", err))
+	}
+	defer rows.Close()
+	out := []*store.DeadLetter{}
+	for rows.Next() {
+		dl, err := scanDeadLetter(rows)
+		if err != nil {
+			return nil, d.translate(fmt.Errorf("dead-letter list: %w", err))
+		}
+		out = append(out, dl)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, d.translate(fmt.Errorf("dead-letter list: %w", err))
+	}
+	return out, nil
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanDeadLetter(s scanner) (*store.DeadLetter, error) {
+	var (
+		id, typ, headers, created, failed, status string
+		key, lastErr, resolved                    sql.NullString
+		payload                                   []byte
+		dl                                        store.DeadLetter
+		err                                       error
+	)
+	if err := s.Scan(&id, &typ, &key, &payload, &headers, &dl.Attempts, &lastErr, &created, &failed, &status, &resolved); err != nil {
+		return nil, err
+	}
+	if dl.ID, err = txbox.ParseID(id); err != nil {
+		return nil, err
+	}
+	dl.EventType, dl.Key, dl.LastError, dl.Status = typ, key.String, lastErr.String, status
+	dl.Payload = payload
+	if dl.Payload == nil {
+		dl.Payload = []byte{}
+	}
+	dl.Headers = decodeHeaders(headers)
+	if dl.CreatedAt, err = parseTime(created); err != nil {
+		return nil, err
+	}
+	if dl.FailedAt, err = parseTime(failed); err != nil {
+		return nil, err
+	}
+	if resolved.Valid {
+		if dl.ResolvedAt, err = parseTime(resolved.String); err != nil {
+			return nil, err
+		}
+	}
+	return &dl, nil
+}
+
+// DeadLetterCount counts dead letters matching the filter (nil matches
+// all).
+func (d *Driver) DeadLetterCount(ctx context.Context, filter *store.DeadLetterFilter) (int64, error) {
+	if err := d.check(); err != nil {
+		return 0, err
+	}
+	where, args, err := deadLetterWhere(filter, nil)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	if err := d.db.QueryRowContext(ctx, d.q.deadLetterCount+where, args...).Scan(&n); err != nil {
+		return 0, d.translate(fmt.Errorf("dead-letter count: %w", err))
+	}
+	return n, nil
+}
+
+// DeadLetterGet returns one dead letter, or an error matching
+// txbox.ErrNotFound.
+func (d *Driver) DeadLetterGet(ctx context.Context, id txbox.ID) (*store.DeadLetter, error) {
+	if err := d.check(); err != nil {
+		return nil, err
+	}
+	dl, err := scanDeadLetter(d.db.QueryRowContext(ctx, d.q.deadLetterSelect+" WHERE id = ?", id.String()))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("sqlite: dead letter %s: %w", id, txbox.ErrNotFound)
+	}
+	if err != nil {
+		return nil, d.translate(fmt.Errorf("dead-letter get: %w", err))
+	}
+	return dl, nil
+}
+
+// DeadLetterRetry moves the dead letters back to the outbox as PENDING, due
+// now, attempts 0, same id and created_at, in one transaction. An id that
+// is unknown, or already back in the outbox, is skipped and not counted.
+func (d *Driver) DeadLetterRetry(ctx context.Context, ids []txbox.ID) (int, error) {
+	if len(ids) == 0 {
+		return 0, d.check()
+	}
+	args := idArgs(dedupe(ids))
+	var moved int
+	err := d.write(ctx, func(tx *sql.Tx) error {
+		moved = 0
+		for start := 0; start < len(args); start += maxListIDs {
+			chunk := args[start:min(start+maxListIDs, len(args))]
+			// WHERE ... AND true: see deadLetterMove.
+			back, err := queryIDs(ctx, tx, d.q.deadLetterRetry+placeholders(len(chunk))+
+				" AND true ON CONFLICT (id) DO NOTHING RETURNING id", chunk...)
+			if err != nil {
+				return err
+			}
+			n, err := execChunked(ctx, tx, d.q.deadLetterRetryDel, back)
+			if err != nil {
+				return err
+			}
+			moved += n
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("dead-letter retry: %w", err)
+	}
+	return moved, nil
+}
+
+// DeadLetterResolve marks UNRESOLVED dead letters RESOLVED and returns how
+// many changed; already resolved or unknown ids are not counted.
+func (d *Driver) DeadLetterResolve(ctx context.Context, ids []txbox.ID) (int, error) {
+	return d.changeIDs(ctx, "dead-letter resolve", d.q.deadLetterResolve, ids)
+}
+
+// DeadLetterDelete deletes dead letters at once, whatever their status.
+func (d *Driver) DeadLetterDelete(ctx context.Context, ids []txbox.ID) (int, error) {
+	return d.changeIDs(ctx, "dead-letter delete", d.q.deadLetterDelete, ids)
+}
+
+func (d *Driver) changeIDs(ctx context.Context, what, prefix string, ids []txbox.ID) (int, error) {
+	if len(ids) == 0 {
+		return 0, d.check()
+	}
+	args := idArgs(dedupe(ids))
+	var n int
+	err := d.write(ctx, func(tx *sql.Tx) error {
+		var err error
+		n, err = execChunked(ctx, tx, prefix, args)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	return n, nil
+}
+
+// DeadLetterCleanup deletes up to Limit RESOLVED dead letters resolved more
+// than OlderThan ago.
+func (d *Driver) DeadLetterCleanup(ctx context.Context, params *store.CleanupParams) (int, error) {
+	if err := validCleanup(params); err != nil {
+		return 0, err
+	}
+	n, err := d.writeExec(ctx, d.q.deadLetterCleanup, modifier(-params.OlderThan), params.Limit)
+	if err != nil {
+		return 0, fmt.Errorf("dead-letter cleanup: %w", err)
+	}
+	return n, nil
+}
+
+func dedupe(ids []txbox.ID) []txbox.ID {
+	seen := make(map[txbox.ID]struct{}, len(ids))
+	out := make([]txbox.ID, 0, len(ids))
+	for _, id := range ids {
+		if _, ok := seen[id]; !ok {
+			seen[id] = struct{}{}
+			out = append(out, id)
+		}
+	}
+	return out
+}

@@ -1,0 +1,153 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"embed"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/txbox/txbox/store"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Migration is one versioned step of the schema.
+type Migration struct {
+	// Version is the step's number, from its file name (0001_initial.sql
+	// is version 1). Steps apply in increasing version order.
+	Version int
+	// Name is the file name.
+	Name string
+	// SQL is the step's text with the table prefix filled in.
+	SQL string
+}
+
+// Migrations returns the embedded migrations with the table prefix filled
+// in (empty means store.DefaultTablePrefix), for users who apply schema
+// changes with goose, golang-migrate or atlas instead of Migrate. The
+// version table is Migrate's own bookkeeping and is not part of them.
+func Migrations(prefix string) ([]Migration, error) {
+	if _, err := store.NewTables("", prefix); err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	if prefix == "" {
+		prefix = store.DefaultTablePrefix
+	}
+	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(names)
+	out := make([]Migration, 0, len(names))
+	for _, n := range names {
+		base := path.Base(n)
+		num, _, ok := strings.Cut(base, "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil || v < 1 {
+			return nil, fmt.Errorf("sqlite: migration %s: file name must start with a version number", base)
+		}
+		b, err := migrationFiles.ReadFile(n)
+		if err != nil {
+			return nil, err
+		}
+		// The prefix passed ValidateIdentifier ([A-Za-z_][A-Za-z0-9_]*),
+		// and every use in the files sits inside double quotes.
+		out = append(out, Migration{Version: v, Name: base, SQL: strings.ReplaceAll(string(b), "{prefix}", prefix)})
+	}
+	return out, nil
+}
+
+// Migrate applies the embedded migrations that are not applied yet, each
+// recorded in the schema_version table, all inside one BEGIN IMMEDIATE
+// transaction: a second Migrate, in this process or another, waits for the
+// write lock (busy_timeout), then finds the versions applied and does
+// nothing.
+func (d *Driver) Migrate(ctx context.Context) error {
+	if err := d.check(); err != nil {
+		return err
+	}
+	migs, err := Migrations(d.prefix)
+	if err != nil {
+		return err
+	}
+	if err := d.lockWriter(ctx); err != nil {
+		return err
+	}
+	defer d.unlockWriter()
+
+	// A raw connection, because BEGIN IMMEDIATE must be the first statement
+	// whatever the pool's DSN says, and the lock-grab write that begin
+	// uses needs a table that may not exist yet.
+	conn, err := d.db.Conn(ctx)
+	if err != nil {
+		return d.translate(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return d.translate(fmt.Errorf("migrate: %w", err))
+	}
+	if err := d.migrate(ctx, conn, migs); err != nil {
+		if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
+			// The transaction may have been rolled back already (an
+			// interrupted statement does that); if not, the connection is
+			// in an unknown state: drop it instead of pooling it.
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+		return d.translate(fmt.Errorf("migrate: %w", err))
+	}
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		return d.translate(fmt.Errorf("migrate: commit: %w", err))
+	}
+	return nil
+}
+
+func (d *Driver) migrate(ctx context.Context, conn *sql.Conn, migs []Migration) error {
+	if _, err := conn.ExecContext(ctx, d.q.schemaVersionCreate); err != nil {
+		return err
+	}
+	var current int
+	if err := conn.QueryRowContext(ctx, d.q.schemaVersionMax).Scan(&current); err != nil {
+		return err
+	}
+	for _, m := range migs {
+		if m.Version <= current {
+			continue
+		}
+		if _, err := conn.ExecContext(ctx, m.SQL); err != nil {
+			return fmt.Errorf("%s: %w", m.Name, err)
+		}
+		if _, err := conn.ExecContext(ctx, d.q.schemaVersionInsert, m.Version); err != nil {
+			return fmt.Errorf("%s: %w", m.Name, err)
+		}
+	}
+	return nil
+}
+
+// SchemaVersion returns the highest applied migration version, 0 when
+// none is.
+func (d *Driver) SchemaVersion(ctx context.Context) (int, error) {
+	if err := d.check(); err != nil {
+		return 0, err
+	}
+	var exists int
+	if err := d.db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?`, d.tables.SchemaVersion).Scan(&exists); err != nil {
+		return 0, d.translate(err)
+	}
+	if exists == 0 {
+		return 0, nil
+	}
+	var v int
+	if err := d.db.QueryRowContext(ctx, d.q.schemaVersionMax).Scan(&v); err != nil {
+		return 0, d.translate(err)
+	}
+	return v, nil
+}

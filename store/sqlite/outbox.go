@@ -1,0 +1,454 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/store"
+)
+
+// Execer is the method set OutboxInsert needs from a transaction, besides
+// Commit: *sql.Tx has it, and so do the transactions of sqlx and bun.
+type Execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// txCommitter is how OutboxInsert tells a transaction from a pool or a
+// connection, which have ExecContext too but would autocommit.
+type txCommitter interface {
+	Execer
+	Commit() error
+}
+
+// execerOf returns the Execer of a caller's transaction: a *sql.Tx, or any
+// value with ExecContext and Commit (ORM transactions). nil, a nil pointer
+// and a *sql.DB are txbox.ErrNoTransaction; other types are an
+// *txbox.UnsupportedTxError.
+func execerOf(tx any) (Execer, error) {
+	if tx == nil {
+		return nil, txbox.ErrNoTransaction
+	}
+	if v := reflect.ValueOf(tx); v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil, txbox.ErrNoTransaction
+	}
+	switch t := tx.(type) {
+	case *sql.Tx:
+		return t, nil
+	case *sql.DB:
+		return nil, fmt.Errorf("%w: got a *sql.DB, which would autocommit; pass the *sql.Tx of your business transaction", txbox.ErrNoTransaction)
+	case txCommitter:
+		return t, nil
+	default:
+		return nil, &txbox.UnsupportedTxError{Dialect: DialectName, Type: fmt.Sprintf("%T", tx)}
+	}
+}
+
+// OutboxInsert inserts params.Events inside the caller's transaction tx
+// with one multi-row INSERT per 500 events. It never begins, commits or
+// rolls back. A NotBefore in the past means due now; the row's created_at
+// and (without NotBefore) due_at come from the database clock.
+//
+// The write takes SQLite's write lock until tx ends: keep business
+// transactions short, and begin them with BEGIN IMMEDIATE (pools from Open
+// do) so they wait for the lock up front instead of failing with
+// SQLITE_BUSY on their first write.
+func (d *Driver) OutboxInsert(ctx context.Context, tx any, params *store.OutboxInsertParams) error {
+	ex, err := execerOf(tx)
+	if err != nil {
+		return err
+	}
+	if params == nil {
+		return fmt.Errorf("%w: nil OutboxInsertParams", ErrInvalidParams)
+	}
+	if err := d.check(); err != nil {
+		return err
+	}
+	events := params.Events
+	if len(events) == 0 {
+		return nil
+	}
+	for i, e := range events {
+		if e == nil {
+			return fmt.Errorf("%w: event %d is nil", ErrInvalidParams, i)
+		}
+		if e.ID == (txbox.ID{}) {
+			return fmt.Errorf("%w: event %d has no id", ErrInvalidParams, i)
+		}
+	}
+	for start := 0; start < len(events); start += maxInsertRows {
+		chunk := events[start:min(start+maxInsertRows, len(events))]
+		args := make([]any, 0, len(chunk)*insertParams)
+		for _, e := range chunk {
+			h, err := encodeHeaders(e.Headers)
+			if err != nil {
+				return err
+			}
+			var key, due any
+			if e.Key != "" {
+				key = e.Key
+			}
+			if !e.NotBefore.IsZero() {
+				due = formatTime(e.NotBefore)
+			}
+			payload := e.Payload
+			if payload == nil {
+				payload = []byte{}
+			}
+			args = append(args, e.ID.String(), e.Type, key, payload, h, due)
+		}
+		if _, err := ex.ExecContext(ctx, d.insertSQL(len(chunk)), args...); err != nil {
+			if errors.Is(err, sql.ErrTxDone) {
+				return fmt.Errorf("%w: %w", txbox.ErrNoTransaction, err)
+			}
+			return d.translate(fmt.Errorf("outbox insert: %w", err))
+		}
+	}
+	return nil
+}
+
+// insertSQL returns the INSERT statement for n rows. The one-row form, by
+// far the most common, is built once.
+func (d *Driver) insertSQL(n int) string {
+	if n == 1 {
+		return d.q.insertPrefix + d.q.insertRow
+	}
+	var b strings.Builder
+	b.Grow(len(d.q.insertPrefix) + n*(len(d.q.insertRow)+2))
+	b.WriteString(d.q.insertPrefix)
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(d.q.insertRow)
+	}
+	return b.String()
+}
+
+func encodeHeaders(h map[string]string) (string, error) {
+	if len(h) == 0 {
+		return "{}", nil
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		return "", fmt.Errorf("sqlite: encode headers: %w", err)
+	}
+	return string(b), nil
+}
+
+// decodeHeaders reads the headers column. Plain-SQL producers may store
+// numbers or booleans as values; they are kept in their JSON text form
+// rather than failing the claim, which would block the queue. Text that is
+// not a JSON object yields no headers.
+func decodeHeaders(s string) map[string]string {
+	if s == "" || s == "{}" {
+		return map[string]string{}
+	}
+	var m map[string]string
+	if err := json.Unmarshal([]byte(s), &m); err == nil {
+		return m
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(s), &raw); err != nil {
+		return map[string]string{}
+	}
+	m = make(map[string]string, len(raw))
+	for k, v := range raw {
+		var str string
+		if json.Unmarshal(v, &str) == nil {
+			m[k] = str
+		} else {
+			m[k] = string(v)
+		}
+	}
+	return m
+}
+
+// OutboxClaim claims up to Limit due PENDING rows of one type in one
+// UPDATE ... WHERE id IN (SELECT ... ORDER BY due_at, id LIMIT n) RETURNING
+// statement under BEGIN IMMEDIATE. SQLite has one writer, so claimers are
+// serialised by the write lock and never see each other's rows: there is
+// nothing to skip. The rows come back in (due_at, id) order.
+func (d *Driver) OutboxClaim(ctx context.Context, params *store.OutboxClaimParams) ([]*store.OutboxRow, error) {
+	if params == nil {
+		return nil, fmt.Errorf("%w: nil OutboxClaimParams", ErrInvalidParams)
+	}
+	if err := txbox.ValidateEventType(params.EventType); err != nil {
+		return nil, err
+	}
+	if params.Limit < 1 {
+		return nil, fmt.Errorf("%w: claim Limit must be ≥ 1, got %d", ErrInvalidParams, params.Limit)
+	}
+	if params.LeaseDuration <= 0 {
+		return nil, fmt.Errorf("%w: claim LeaseDuration must be > 0, got %s", ErrInvalidParams, params.LeaseDuration)
+	}
+	q := d.q.claim
+	if params.OrderedByKey {
+		q = d.q.claimOrdered
+	}
+	token := txbox.NewID()
+	type claimed struct {
+		row *store.OutboxRow
+		due string
+		id  string
+	}
+	var out []claimed
+	err := d.write(ctx, func(tx *sql.Tx) error {
+		out = out[:0]
+		rows, err := tx.QueryContext(ctx, q, modifier(params.LeaseDuration), token.String(), params.EventType, params.Limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				id, typ, headers, created, due string
+				key                            sql.NullString
+				payload                        []byte
+				attempts                       int
+			)
+			if err := rows.Scan(&id, &typ, &key, &payload, &headers, &attempts, &created, &due); err != nil {
+				return err
+			}
+			r := &store.OutboxRow{
+				EventType:  typ,
+				Key:        key.String,
+				Payload:    payload,
+				Headers:    decodeHeaders(headers),
+				Attempts:   attempts,
+				LeaseToken: token,
+			}
+			if r.ID, err = txbox.ParseID(id); err != nil {
+				return err
+			}
+			if r.CreatedAt, err = parseTime(created); err != nil {
+				return err
+			}
+			if r.Payload == nil {
+				r.Payload = []byte{}
+			}
+			out = append(out, claimed{row: r, due: due, id: id})
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outbox claim: %w", err)
+	}
+	// RETURNING gives rows in the order they were updated, which SQLite
+	// does not promise to be the subquery's order.
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].due != out[j].due {
+			return out[i].due < out[j].due
+		}
+		return out[i].id < out[j].id
+	})
+	rows := make([]*store.OutboxRow, len(out))
+	for i, c := range out {
+		rows[i] = c.row
+	}
+	return rows, nil
+}
+
+// OutboxFinish applies every item's outcome in one transaction. Acked items
+// of one lease token go in one statement per 1,000 ids; the others, which
+// carry their own error and delay, one statement each.
+func (d *Driver) OutboxFinish(ctx context.Context, params *store.OutboxFinishParams) (*store.OutboxFinishResult, error) {
+	if params == nil {
+		return nil, fmt.Errorf("%w: nil OutboxFinishParams", ErrInvalidParams)
+	}
+	res := &store.OutboxFinishResult{}
+	if len(params.Items) == 0 {
+		return res, d.check()
+	}
+	acked := map[txbox.ID][]any{} // lease token → ids
+	var tokens []txbox.ID
+	var others []store.OutboxFinishItem
+	for i, it := range params.Items {
+		switch it.Outcome {
+		case store.OutcomeAcked:
+			if _, ok := acked[it.LeaseToken]; !ok {
+				tokens = append(tokens, it.LeaseToken)
+			}
+			acked[it.LeaseToken] = append(acked[it.LeaseToken], it.ID.String())
+		case store.OutcomeRetry, store.OutcomeFailed, store.OutcomeReleased:
+			if it.RetryAfter < 0 {
+				return nil, fmt.Errorf("%w: finish item %d: RetryAfter must be ≥ 0, got %s", ErrInvalidParams, i, it.RetryAfter)
+			}
+			others = append(others, it)
+		default:
+			return nil, fmt.Errorf("%w: finish item %d: unknown outcome %d", ErrInvalidParams, i, it.Outcome)
+		}
+	}
+	ackSQL := d.q.finishAck
+	if params.DeleteAcked {
+		ackSQL = d.q.finishDelete
+	}
+	err := d.write(ctx, func(tx *sql.Tx) error {
+		res.Finished = 0
+		for _, tok := range tokens {
+			ids := acked[tok]
+			for start := 0; start < len(ids); start += maxListIDs {
+				chunk := ids[start:min(start+maxListIDs, len(ids))]
+				args := append([]any{tok.String()}, chunk...)
+				r, err := tx.ExecContext(ctx, ackSQL+placeholders(len(chunk)), args...)
+				if err != nil {
+					return err
+				}
+				n, err := r.RowsAffected()
+				if err != nil {
+					return err
+				}
+				res.Finished += int(n)
+			}
+		}
+		for _, it := range others {
+			var (
+				r   sql.Result
+				err error
+			)
+			switch it.Outcome {
+			case store.OutcomeRetry:
+				r, err = tx.ExecContext(ctx, d.q.finishRetry, modifier(it.RetryAfter), it.Error, it.ID.String(), it.LeaseToken.String())
+			case store.OutcomeFailed:
+				r, err = tx.ExecContext(ctx, d.q.finishFailed, it.Error, it.ID.String(), it.LeaseToken.String())
+			case store.OutcomeReleased:
+				r, err = tx.ExecContext(ctx, d.q.finishReleas, modifier(it.RetryAfter), it.ID.String(), it.LeaseToken.String())
+			}
+			if err != nil {
+				return err
+			}
+			n, err := r.RowsAffected()
+			if err != nil {
+				return err
+			}
+			res.Finished += int(n)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outbox finish: %w", err)
+	}
+	res.Fenced = len(params.Items) - res.Finished
+	return res, nil
+}
+
+// OutboxRecover puts IN_PROCESS rows whose lease expired back to PENDING,
+// due now, attempts unchanged, oldest lease first.
+func (d *Driver) OutboxRecover(ctx context.Context, params *store.OutboxRecoverParams) (int, error) {
+	if params == nil || params.Limit < 1 {
+		return 0, fmt.Errorf("%w: recover Limit must be ≥ 1", ErrInvalidParams)
+	}
+	n, err := d.writeExec(ctx, d.q.recover, params.Limit)
+	if err != nil {
+		return 0, fmt.Errorf("outbox recover: %w", err)
+	}
+	return n, nil
+}
+
+// writeExec runs one statement in a write transaction and returns the
+// rows it changed.
+func (d *Driver) writeExec(ctx context.Context, query string, args ...any) (int, error) {
+	var n int64
+	err := d.write(ctx, func(tx *sql.Tx) error {
+		r, err := tx.ExecContext(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		n, err = r.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
+
+// OutboxPendingTypes lists the types with PENDING rows, sorted, with a
+// loose index scan of the claim index.
+func (d *Driver) OutboxPendingTypes(ctx context.Context) ([]string, error) {
+	if err := d.check(); err != nil {
+		return nil, err
+	}
+	rows, err := d.db.QueryContext(ctx, d.q.pendingTypes)
+	if err != nil {
+		return nil, d.translate(fmt.Errorf("outbox pending types: %w", err))
+	}
+	defer rows.Close()
+	types := []string{}
+	for rows.Next() {
+		var t string
+		if err := rows.Scan(&t); err != nil {
+			return nil, d.translate(err)
+		}
+		types = append(types, t)
+	}
+	return types, d.translate(rows.Err())
+}
+
+// OutboxStats returns per-type counts of unfinished rows and the age of
+// the oldest PENDING row on the database clock, sorted by type. Types with
+// only PROCESSED rows are not listed.
+func (d *Driver) OutboxStats(ctx context.Context) ([]*store.OutboxTypeStats, error) {
+	if err := d.check(); err != nil {
+		return nil, err
+	}
+	rows, err := d.db.QueryContext(ctx, d.q.stats)
+	if err != nil {
+		return nil, d.translate(fmt.Errorf("outbox stats: %w", err))
+	}
+	defer rows.Close()
+	out := []*store.OutboxTypeStats{}
+	for rows.Next() {
+		s := &store.OutboxTypeStats{}
+		var ageMS int64
+		if err := rows.Scan(&s.EventType, &s.Pending, &s.InProcess, &s.Failed, &ageMS); err != nil {
+			return nil, d.translate(err)
+		}
+		if ageMS > 0 && s.Pending > 0 {
+			s.OldestPendingAge = msToDuration(ageMS)
+		}
+		out = append(out, s)
+	}
+	return out, d.translate(rows.Err())
+}
+
+// OutboxCleanup deletes up to Limit PROCESSED rows processed more than
+// OlderThan ago, oldest first.
+func (d *Driver) OutboxCleanup(ctx context.Context, params *store.CleanupParams) (int, error) {
+	if err := validCleanup(params); err != nil {
+		return 0, err
+	}
+	n, err := d.writeExec(ctx, d.q.cleanup, modifier(-params.OlderThan), params.Limit)
+	if err != nil {
+		return 0, fmt.Errorf("outbox cleanup: %w", err)
+	}
+	return n, nil
+}
+
+func validCleanup(p *store.CleanupParams) error {
+	if p == nil {
+		return fmt.Errorf("%w: nil CleanupParams", ErrInvalidParams)
+	}
+	if p.OlderThan < 0 {
+		return fmt.Errorf("%w: cleanup OlderThan must be ≥ 0, got %s", ErrInvalidParams, p.OlderThan)
+	}
+	if p.Limit < 1 {
+		return fmt.Errorf("%w: cleanup Limit must be ≥ 1, got %d", ErrInvalidParams, p.Limit)
+	}
+	return nil
+}
+
+// idArgs renders ids as bound arguments.
+func idArgs(ids []txbox.ID) []any {
+	out := make([]any, len(ids))
+	for i, id := range ids {
+		out[i] = id.String()
+	}
+	return out
+}
+
+func msToDuration(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
