@@ -25,6 +25,10 @@ func (d DSN) String() string { return RedactDSN(string(d)) }
 // GoString returns the redacted DSN, so %#v of a Config prints no password.
 func (d DSN) GoString() string { return `config.DSN("` + RedactDSN(string(d)) + `")` }
 
+// Secrets returns the parts of the DSN that String hides (passwords,
+// tokens), for scrubbing them from text that quotes the DSN.
+func (d DSN) Secrets() []string { return passwordsIn(string(d)) }
+
 // LogValue returns the redacted DSN for log/slog.
 func (d DSN) LogValue() slog.Value { return slog.StringValue(RedactDSN(string(d))) }
 

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/txbox/txbox/config"
+)
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+// env is the command's view of its surroundings, so tests can run it in
+// process with their own streams and environment.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
+	environ        []string
+	// isTTY reports whether stdout is a terminal (live progress redraws).
+	isTTY bool
+	// secrets are removed from every error printed: the passwords of the
+	// loaded configuration and of --dsn.
+	secrets []string
+}
+
+// usageError is a mistake in the command line: exit code 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+
+type command struct {
+	name, summary string
+	run           func(ctx context.Context, e *env, args []string) error
+}
+
+var commands = []command{
+	{"migrate", "create or upgrade txbox's tables", runMigrate},
+	{"relay", "deliver outbox rows until SIGTERM or SIGINT", runRelay},
+	{"publish", "insert one event in a transaction, from the shell", runPublish},
+	{"demo", "run the whole pipeline on SQLite and an in-process NATS", runDemo},
+	{"version", "print the version of this build", runVersion},
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	e := &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, environ: os.Environ(), isTTY: isTerminal(os.Stdout)}
+	os.Exit(run(ctx, e, os.Args[1:]))
+}
+
+// run executes one command line and returns the exit code. Errors go to
+// stderr as "txbox <command>: <error>".
+func run(ctx context.Context, e *env, args []string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		topUsage(e.stderr)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	name := args[0]
+	for _, c := range commands {
+		if c.name != name {
+			continue
+		}
+		err := c.run(ctx, e, args[1:])
+		switch {
+		case err == nil:
+			return exitOK
+		case errors.Is(err, flag.ErrHelp):
+			return exitOK
+		}
+		err = config.Scrub(err, e.secrets)
+		fmt.Fprintf(e.stderr, "txbox %s: %v\n", name, err)
+		var ue *usageError
+		if errors.As(err, &ue) || errors.Is(err, config.ErrInvalid) {
+			return exitUsage
+		}
+		return exitFailure
+	}
+	fmt.Fprintf(e.stderr, "txbox: unknown command %q\n\n", name)
+	topUsage(e.stderr)
+	return exitUsage
+}
+
+func topUsage(w io.Writer) {
+	fmt.Fprintln(w, "txbox: transactional outbox relay")
+	fmt.Fprintln(w, "\nUsage: txbox <command> [flags]\n\nCommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun 'txbox <command> --help' for the flags of a command.")
+	fmt.Fprintln(w, "Configuration: docs/configuration.md (YAML file, TXBOX_* environment, --set key=value).")
+}
+
+// newFlagSet returns a flag set that reports errors instead of exiting.
+func newFlagSet(e *env, name, usage string) *flag.FlagSet {
+	fs := flag.NewFlagSet("txbox "+name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "Usage: txbox %s\n\n", usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses args and turns flag errors into usage errors.
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}
+
+// multiFlag collects a repeatable flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+// configFlags are the flags every command that reads the configuration
+// takes.
+type configFlags struct {
+	path    string
+	set     multiFlag
+	dialect string
+	dsn     string
+}
+
+func (cf *configFlags) register(fs *flag.FlagSet, e *env) {
+	def := e.getenv("TXBOX_CONFIG")
+	fs.StringVar(&cf.path, "config", def, "YAML configuration `file` (env TXBOX_CONFIG; default ./txbox.yaml when it exists)")
+	fs.Var(&cf.set, "set", "override one key, `key=value` (repeatable), e.g. --set defaults.batch-size=500")
+	fs.StringVar(&cf.dialect, "dialect", "", "shortcut for --set database.dialect=`name` (postgres, mysql, sqlite)")
+	fs.StringVar(&cf.dsn, "dsn", "", "shortcut for --set database.dsn=`dsn`")
+}
+
+// load reads the configuration: file, then TXBOX_* environment, then
+// flags.
+func (cf *configFlags) load(e *env) (*config.Config, error) {
+	path := cf.path
+	if path == "" {
+		if _, err := os.Stat("txbox.yaml"); err == nil {
+			path = "txbox.yaml"
+		}
+	}
+	src := config.Source{Name: path, Env: e.environ}
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, usagef("read configuration: %v", err)
+		}
+		src.YAML = data
+	}
+	src.Set = append(src.Set, cf.set...)
+	if cf.dialect != "" {
+		src.Set = append(src.Set, "database.dialect="+cf.dialect)
+	}
+	if cf.dsn != "" {
+		src.Set = append(src.Set, "database.dsn="+cf.dsn)
+		e.secrets = append(e.secrets, config.DSN(cf.dsn).Secrets()...)
+	}
+	for _, kv := range cf.set {
+		_, v, _ := strings.Cut(kv, "=")
+		e.secrets = append(e.secrets, config.DSN(v).Secrets()...)
+	}
+	cfg, err := config.Load(src)
+	if err != nil {
+		return nil, err
+	}
+	e.secrets = append(e.secrets, cfg.Secrets(e.getenv)...)
+	return cfg, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/txbox/txbox/relay"
+)
+
+func runRelay(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "relay", "relay [--config txbox.yaml] [--migrate] [--set key=value]...")
+	var cf configFlags
+	cf.register(fs, e)
+	migrate := fs.Bool("migrate", false, "apply migrations before starting")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	cfg, err := cf.load(e)
+	if err != nil {
+		return err
+	}
+	if len(cfg.Senders) == 0 {
+		return usagef("the configuration names no sender: add one under senders (see docs/configuration.md)")
+	}
+	log := cfg.NewLogger(e.stderr)
+	st, err := cfg.OpenStore(ctx, e.getenv, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if *migrate {
+		if err := st.Migrate(ctx); err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+	}
+	senders, err := cfg.OpenSenders(ctx, e.getenv)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		for _, name := range sortedKeys(senders) {
+			if err := senders[name].Close(cctx); err != nil {
+				log.Warn("close sender", "sender", name, "err", err)
+			}
+		}
+	}()
+	r, err := relay.New(cfg.RelayConfig(st, senders, log))
+	if err != nil {
+		if errors.Is(err, relay.ErrInvalidConfig) {
+			return &usageError{err.Error()}
+		}
+		return err
+	}
+	if err := r.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	log.Info("relay started", "dialect", st.Dialect(), "event_types", cfg.EventTypes(), "senders", sortedKeys(senders))
+	<-ctx.Done()
+	log.Info("relay stopping", "deadline", cfg.Relay.ShutdownTimeout.String())
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Relay.ShutdownTimeout)
+	defer cancel()
+	if err := r.Stop(sctx); err != nil {
+		return fmt.Errorf("graceful stop did not finish within %s: %w", cfg.Relay.ShutdownTimeout, err)
+	}
+	log.Info("relay stopped")
+	return nil
+}
