@@ -58,5 +58,5 @@
 // IN_PROCESS; ordered delivery (event_type, event_key, id) WHERE status IN
 // (PENDING, IN_PROCESS, FAILED); FAILED rows by id for the dead-letter
 // mover; PROCESSED rows by processed_at for cleanup. An event_key that is
-// NULL or '' has no ordering constraint.
+// NULL or empty has no ordering constraint.
 package sqlite
