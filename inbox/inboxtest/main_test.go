@@ -12,5 +12,6 @@ func TestInboxHelperProcess(t *testing.T) {
 	inboxtest.HelperProcess(t, map[string]inboxtest.Harness{
 		"postgres": pgHarness(),
 		"sqlite":   sqliteHarness(),
+		"mysql":    mysqlHarness(),
 	})
 }

@@ -1,0 +1,177 @@
+package mysql
+
+// The inbox queries (store.Inbox). Written by the inbox engineer; the inbox
+// table itself is created by this package's migration.
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/store"
+)
+
+var _ store.Inbox = (*Driver)(nil)
+
+// inboxTx is the store.InboxTx of the MySQL driver: a *sql.Tx at READ
+// COMMITTED.
+type inboxTx struct{ tx *sql.Tx }
+
+func (t inboxTx) Native() any                    { return t.tx }
+func (t inboxTx) Commit(context.Context) error   { return wrap("inbox commit", t.tx.Commit()) }
+func (t inboxTx) Rollback(context.Context) error { return rollbackErr(t.tx.Rollback()) }
+
+func rollbackErr(err error) error {
+	if err == nil || errors.Is(err, sql.ErrTxDone) {
+		return nil
+	}
+	return wrap("inbox rollback", err)
+}
+
+// InboxBegin starts a READ COMMITTED transaction whose Native value is a
+// *sql.Tx. At READ COMMITTED InnoDB takes no gap locks, so deliveries of
+// different ids never wait for each other; a duplicate of an uncommitted id
+// waits on that row's lock.
+func (d *Driver) InboxBegin(ctx context.Context) (store.InboxTx, error) {
+	tx, err := d.begin(ctx)
+	if err != nil {
+		return nil, wrap("inbox begin", err)
+	}
+	return inboxTx{tx: tx}, nil
+}
+
+// InboxRecord records params.IDs for params.Consumer with INSERT IGNORE and
+// returns the new ids in input order. MySQL has no RETURNING, so the
+// affected-row count says how many were new: one multi-row INSERT answers
+// when all or none were new (the common cases); a mixed batch is rolled
+// back to a savepoint and recorded one id at a time. Ids are inserted in
+// sorted order so overlapping batches lock in the same order. See
+// store.Inbox.
+func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRecordParams) ([]txbox.ID, error) {
+	ex, err := txExecer(tx)
+	if err != nil {
+		return nil, err
+	}
+	if params == nil {
+		return nil, fmt.Errorf("%w: nil InboxRecordParams", ErrInvalidParams)
+	}
+	if err := store.ValidateConsumerName(params.Consumer); err != nil {
+		return nil, fmt.Errorf("mysql: inbox record: %w", err)
+	}
+	ids := sortedUnique(params.IDs)
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	insert := func(batch []txbox.ID) (int64, error) {
+		var b strings.Builder
+		b.WriteString("INSERT IGNORE INTO " + d.qInbox + " (consumer_name, event_id) VALUES ")
+		args := make([]any, 0, 2*len(batch))
+		for i, id := range batch {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString("(?,?)")
+			args = append(args, params.Consumer, id.String())
+		}
+		res, err := ex.ExecContext(ctx, b.String(), args...)
+		if err != nil {
+			return 0, wrap("inbox record", err)
+		}
+		return res.RowsAffected()
+	}
+	fresh := make(map[txbox.ID]bool, len(ids))
+	if len(ids) == 1 {
+		n, err := insert(ids)
+		if err != nil {
+			return nil, err
+		}
+		if n == 1 {
+			fresh[ids[0]] = true
+		}
+		return inputOrder(params.IDs, fresh), nil
+	}
+	if _, err := ex.ExecContext(ctx, "SAVEPOINT txbox_inbox_record"); err != nil {
+		return nil, wrap("inbox record", err)
+	}
+	n, err := insert(ids)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case n == int64(len(ids)):
+		for _, id := range ids {
+			fresh[id] = true
+		}
+	case n == 0:
+	default:
+		if _, err := ex.ExecContext(ctx, "ROLLBACK TO SAVEPOINT txbox_inbox_record"); err != nil {
+			return nil, wrap("inbox record", err)
+		}
+		for _, id := range ids {
+			n, err := insert([]txbox.ID{id})
+			if err != nil {
+				return nil, err
+			}
+			if n == 1 {
+				fresh[id] = true
+			}
+		}
+	}
+	return inputOrder(params.IDs, fresh), nil
+}
+
+// InboxCleanup deletes up to Limit ids recorded more than OlderThan ago,
+// oldest first, in one bounded DELETE on the processed_at index.
+func (d *Driver) InboxCleanup(ctx context.Context, params *store.CleanupParams) (int, error) {
+	if err := checkCleanup(params); err != nil {
+		return 0, err
+	}
+	n, err := d.exec(ctx, "DELETE FROM "+d.qInbox+" WHERE processed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?",
+		micros(params.OlderThan), params.Limit)
+	if err != nil {
+		return 0, wrap("inbox cleanup", err)
+	}
+	return int(n), nil
+}
+
+// SQLTx returns the *sql.Tx inside the tx an inbox handler receives from a
+// MySQL store. It returns txbox.ErrNoTransaction for nil (a
+// non-transactional inbox) and an *txbox.UnsupportedTxError for anything
+// else. inbox.Typed does the same generically.
+func SQLTx(tx any) (*sql.Tx, error) {
+	if n, ok := tx.(nativer); ok {
+		tx = n.Native()
+	}
+	switch v := tx.(type) {
+	case nil:
+		return nil, txbox.ErrNoTransaction
+	case *sql.Tx:
+		return v, nil
+	default:
+		return nil, &txbox.UnsupportedTxError{Dialect: Dialect, Type: fmt.Sprintf("%T", tx)}
+	}
+}
+
+func sortedUnique(in []txbox.ID) []txbox.ID {
+	out := slices.Clone(in)
+	slices.SortFunc(out, func(a, b txbox.ID) int { return bytes.Compare(a[:], b[:]) })
+	return slices.Compact(out)
+}
+
+// inputOrder returns the ids of in that are in fresh, once each, in input
+// order.
+func inputOrder(in []txbox.ID, fresh map[txbox.ID]bool) []txbox.ID {
+	out := make([]txbox.ID, 0, len(fresh))
+	for _, id := range in {
+		if fresh[id] {
+			out = append(out, id)
+			delete(fresh, id)
+		}
+	}
+	return out
+}
