@@ -1,8 +1,8 @@
 -- txbox schema version 1 for PostgreSQL 13+.
 --
--- Placeholders: {{table:NAME}} is a quoted, schema-qualified table or
--- function name; {{index:NAME}} is a quoted index name. Both are rendered
--- from identifiers that passed store.ValidateIdentifier.
+-- Names use the default prefix txbox_ and no schema. The embedded copy in
+-- store/postgres/migrations renders them for the configured schema and
+-- prefix, from identifiers that passed store.ValidateIdentifier.
 
 -- A time-ordered UUIDv7 for plain-SQL producers: PostgreSQL before 18 has
 -- no uuidv7(). The first 48 bits are the Unix time in milliseconds, the

@@ -1,0 +1,327 @@
+package postgres_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/postgres"
+)
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func claimAll(t *testing.T, d *postgres.Driver, typ string) []*store.OutboxRow {
+	t.Helper()
+	rows, err := d.OutboxClaim(context.Background(), &store.OutboxClaimParams{EventType: typ, Limit: 1000, LeaseDuration: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+// ormTx stands for an ORM transaction (sqlx.Tx, bun.Tx): ExecContext and
+// Commit, no pgx or database/sql type.
+type ormTx struct{ tx *sql.Tx }
+
+func (o ormTx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	return o.tx.ExecContext(ctx, q, args...)
+}
+func (o ormTx) Commit() error { return o.tx.Commit() }
+
+// execOnly has ExecContext but no Commit: it could be a *sql.DB wrapper,
+// which would autocommit.
+type execOnly struct{ db *sql.DB }
+
+func (e execOnly) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	return e.db.ExecContext(ctx, q, args...)
+}
+
+func TestInsertThroughDatabaseSQLAndORM(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	d := open(t)
+	db, err := sql.Open("pgx", testenv.PostgresURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(2)
+	t.Cleanup(func() { db.Close() })
+
+	mk := func(typ string) *txbox.Event {
+		return &txbox.Event{
+			ID:        txbox.NewID(),
+			Type:      typ,
+			Key:       `k"\{},NULL`,
+			Payload:   []byte{0, 1, 2, '\\', '"', 0xff},
+			Headers:   map[string]string{`q"`: `a\b`, "u": "名前"},
+			NotBefore: time.Now().Add(-time.Second),
+		}
+	}
+	for _, c := range []struct {
+		name string
+		wrap func(*sql.Tx) any
+	}{
+		{"*sql.Tx", func(tx *sql.Tx) any { return tx }},
+		{"ORM tx", func(tx *sql.Tx) any { return ormTx{tx} }},
+	} {
+		typ := "std-" + strings.ReplaceAll(strings.Trim(c.name, "*"), " ", "-")
+		typ = strings.ReplaceAll(typ, ".", "-")
+		evs := []*txbox.Event{mk(typ), mk(typ), {ID: txbox.NewID(), Type: typ}}
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.OutboxInsert(ctx, c.wrap(tx), &store.OutboxInsertParams{Events: evs, Notify: true}); err != nil {
+			t.Fatalf("%s: insert: %v", c.name, err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		rows := claimAll(t, d, typ)
+		if len(rows) != 3 {
+			t.Fatalf("%s: claimed %d, want 3", c.name, len(rows))
+		}
+		for _, r := range rows {
+			var want *txbox.Event
+			for _, ev := range evs {
+				if ev.ID == r.ID {
+					want = ev
+				}
+			}
+			if want == nil || r.Key != want.Key || !bytes.Equal(r.Payload, want.Payload) || len(r.Headers) != len(want.Headers) {
+				t.Fatalf("%s: row %+v does not round-trip %+v", c.name, r, want)
+			}
+			for k, v := range want.Headers {
+				if r.Headers[k] != v {
+					t.Fatalf("%s: header %q = %q, want %q", c.name, k, r.Headers[k], v)
+				}
+			}
+		}
+	}
+
+	p := &store.OutboxInsertParams{Events: []*txbox.Event{mk("refused")}}
+	for name, tx := range map[string]any{"*sql.DB": db, "pool": d.Pool(), "exec only": execOnly{db}, "nil *sql.Tx": (*sql.Tx)(nil)} {
+		if err := d.OutboxInsert(ctx, tx, p); !errors.Is(err, txbox.ErrNoTransaction) {
+			t.Errorf("insert through %s: %v, want ErrNoTransaction", name, err)
+		}
+	}
+	var unsupported *txbox.UnsupportedTxError
+	if err := d.OutboxInsert(ctx, struct{ X int }{}, p); !errors.As(err, &unsupported) || unsupported.Dialect != "postgres" {
+		t.Errorf("insert through a struct: %v, want *txbox.UnsupportedTxError", err)
+	}
+	if rows := claimAll(t, d, "refused"); len(rows) != 0 {
+		t.Fatalf("refused inserts wrote %d rows", len(rows))
+	}
+}
+
+func TestPlainSQLProducer(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	d := open(t)
+	q := `INSERT INTO ` + d.Tables().Schema + `.txbox_outbox (event_type, payload) VALUES ('order-created', '{"id":42}')`
+	for range 2 {
+		if _, err := d.Pool().Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows := claimAll(t, d, "order-created")
+	if len(rows) != 2 {
+		t.Fatalf("claimed %d plain-SQL rows, want 2", len(rows))
+	}
+	for _, r := range rows {
+		if r.ID.Version() != 7 || string(r.Payload) != `{"id":42}` || r.Attempts != 0 || len(r.Headers) != 0 {
+			t.Fatalf("plain-SQL row %+v: want a UUIDv7 id and defaults", r)
+		}
+	}
+	if bytes.Compare(rows[0].ID[:], rows[1].ID[:]) >= 0 {
+		t.Fatal("SQL-generated ids are not increasing")
+	}
+	// The table rejects a hostile event type from plain SQL too.
+	_, err := d.Pool().Exec(ctx, `INSERT INTO `+d.Tables().Schema+`.txbox_outbox (event_type, payload) VALUES ($1, '')`, `x"; DROP TABLE t;--`)
+	if err == nil {
+		t.Fatal("a hostile event type passed the table's check constraint")
+	}
+}
+
+func TestSchemaVersionAndMigrationFiles(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	d := open(t)
+	v, err := d.SchemaVersion(ctx)
+	if err != nil || v != 1 {
+		t.Fatalf("schema version = %d, %v; want 1", v, err)
+	}
+	migs, err := postgres.Migrations("", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The plain files for goose / golang-migrate users are the rendered
+	// default; regenerate with TXBOX_UPDATE_SQL=1.
+	for _, m := range migs {
+		path := filepath.Join("sql", pad(m.Version)+"_"+m.Name+".up.sql")
+		if os.Getenv("TXBOX_UPDATE_SQL") != "" {
+			if err := os.WriteFile(path, []byte(m.SQL), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("%v (run with TXBOX_UPDATE_SQL=1 to write it)", err)
+		}
+		if string(got) != m.SQL {
+			t.Fatalf("%s is stale: run TXBOX_UPDATE_SQL=1 go test -run TestSchemaVersionAndMigrationFiles ./store/postgres", path)
+		}
+		if strings.Contains(m.SQL, "{{") {
+			t.Fatalf("unrendered placeholder in migration %d", m.Version)
+		}
+	}
+	if _, err := postgres.Migrations(`x"; DROP TABLE t;--`, ""); !errors.Is(err, txbox.ErrInvalidIdentifier) {
+		t.Fatalf("hostile schema: %v", err)
+	}
+	if _, err := postgres.New(d.Pool(), postgres.Config{Schema: "bad schema"}); !errors.Is(err, txbox.ErrInvalidIdentifier) {
+		t.Fatalf("hostile schema in New: %v", err)
+	}
+	// A driver on a schema nobody migrated reports it clearly.
+	bare, err := postgres.New(d.Pool(), postgres.Config{Schema: "txbox_never_migrated_x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bare.OutboxClaim(ctx, &store.OutboxClaimParams{EventType: "x", Limit: 1, LeaseDuration: time.Second}); !errors.Is(err, postgres.ErrNotMigrated) {
+		t.Fatalf("claim on an unmigrated schema: %v, want ErrNotMigrated", err)
+	}
+}
+
+func pad(v int) string { return fmt.Sprintf("%04d", v) }
+
+func TestListenWakesOnCommitOnly(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	d := open(t)
+	wakes := make(chan string, 100)
+	lctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.OutboxListen(lctx, func(typ string) { wakes <- typ }) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("OutboxListen returned %v, want context.Canceled", err)
+		}
+	})
+
+	publish := func(typ string, commit bool) func() {
+		tx, err := d.Pool().Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.OutboxInsert(ctx, tx, &store.OutboxInsertParams{Events: []*txbox.Event{{ID: txbox.NewID(), Type: typ}}, Notify: true}); err != nil {
+			t.Fatal(err)
+		}
+		if commit {
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return nil
+		}
+		return func() {
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// waitFor publishes pings until the listener hears one: it proves the
+	// LISTEN is in place without guessing how long connecting takes.
+	waitFor := func(ping string) {
+		t.Helper()
+		end := time.After(20 * time.Second)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		publish(ping, true)
+		for {
+			select {
+			case typ := <-wakes:
+				if typ == ping {
+					return
+				}
+			case <-tick.C:
+				publish(ping, true)
+			case <-end:
+				t.Fatalf("no wake-up for %s", ping)
+			}
+		}
+	}
+	waitFor("ping")
+	drain := func() {
+		for {
+			select {
+			case <-wakes:
+			default:
+				return
+			}
+		}
+	}
+	drain()
+	commitFirst := publish("first", false)
+	publish("second", true)
+	select {
+	case typ := <-wakes:
+		if typ != "second" {
+			t.Fatalf("woke for %q before its transaction committed", typ)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no wake-up for a committed publish")
+	}
+	commitFirst()
+	select {
+	case typ := <-wakes:
+		if typ != "first" {
+			t.Fatalf("woke for %q, want first", typ)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no wake-up after the commit")
+	}
+
+	// Kill the listener's connection: it reconnects and hears again.
+	var killed int
+	err := d.Pool().QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE query LIKE 'LISTEN %' AND query LIKE '%' || $1 || '%' AND pid <> pg_backend_pid()`, d.NotifyChannel()).Scan(&killed)
+	if err != nil || killed != 1 {
+		t.Fatalf("terminated %d listener connections (%v), want 1", killed, err)
+	}
+	waitFor("after-reconnect")
+
+	// Without Notify nothing is signalled.
+	drain()
+	tx, err := d.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.OutboxInsert(ctx, tx, &store.OutboxInsertParams{Events: []*txbox.Event{{ID: txbox.NewID(), Type: "silent"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	publish("marker", true)
+	for typ := range wakes {
+		if typ == "silent" {
+			t.Fatal("an insert without Notify woke the relay")
+		}
+		if typ == "marker" {
+			break
+		}
+	}
+}
