@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/txbox/txbox"
@@ -37,6 +38,13 @@ type Inbox interface {
 	// how many it deleted.
 	InboxCleanup(ctx context.Context, params *CleanupParams) (int, error)
 }
+
+// ErrTxConflict is matched (errors.Is) by errors of InboxRecord when the
+// database rolled the whole transaction back to break a deadlock or a
+// serialization conflict (MySQL 1213, PostgreSQL 40P01 / 40001). Nothing of
+// the transaction survives, and InboxRecord runs before any handler, so
+// the caller may begin a new transaction and try again.
+var ErrTxConflict = errors.New("store: transaction rolled back by a lock conflict; retry it")
 
 // InboxTx is a transaction opened by Inbox.InboxBegin.
 type InboxTx interface {
