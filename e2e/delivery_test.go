@@ -1,0 +1,513 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/sender"
+	natssender "github.com/txbox/txbox/sender/nats"
+	"github.com/txbox/txbox/sender/sendertest"
+	"github.com/txbox/txbox/sender/webhook"
+	"github.com/txbox/txbox/store"
+)
+
+// startRelay runs cfg and stops it when the test ends.
+func startRelay(t *testing.T, cfg relay.Config) *relay.Relay {
+	t.Helper()
+	r, err := relay.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := r.Stop(ctx); err != nil && err != relay.ErrNotStarted {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	return r
+}
+
+func newNATSSender(t *testing.T, url string) *natssender.Sender {
+	t.Helper()
+	s, err := natssender.New(natssender.Config{URL: url, AckTimeout: 2 * time.Second, ReconnectWait: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	return s
+}
+
+// publishOne publishes one committed event and returns its id.
+func publishOne(t *testing.T, kind storeKind, d store.Driver, ev *txbox.Event) txbox.ID {
+	t.Helper()
+	if ev.ID == (txbox.ID{}) {
+		ev.ID = txbox.NewID()
+	}
+	if ev.Payload == nil {
+		ev.Payload = []byte("{}")
+	}
+	if err := kind.publish(context.Background(), d, []*txbox.Event{ev}, true); err != nil {
+		t.Fatal(err)
+	}
+	return ev.ID
+}
+
+func publishN(t *testing.T, kind storeKind, d store.Driver, typ string, n int, o *oracle) []txbox.ID {
+	t.Helper()
+	ids := make([]txbox.ID, n)
+	evs := make([]*txbox.Event, n)
+	for i := range evs {
+		ids[i] = txbox.NewID()
+		evs[i] = &txbox.Event{ID: ids[i], Type: typ, Payload: []byte("{}")}
+	}
+	if err := kind.publish(context.Background(), d, evs, true); err != nil {
+		t.Fatal(err)
+	}
+	if o != nil {
+		o.committedIDs(ids...)
+	}
+	return ids
+}
+
+// TestRollbackAndDelayedEvent: a rolled-back event never reaches the
+// stream; a delayed event does not arrive before its time (measured on
+// the broker's clock, which is this machine's).
+func TestRollbackAndDelayedEvent(t *testing.T) {
+	t.Parallel()
+	for _, kind := range storeKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			ns := kind.newNamespace(t)
+			d := openStore(t, kind, ns, 4)
+			st := newStream(t)
+			o := newOracle()
+			rb := &txbox.Event{ID: txbox.NewID(), Type: "orders", Payload: []byte("{}")}
+			if err := kind.publish(context.Background(), d, []*txbox.Event{rb}, false); err != nil {
+				t.Fatal(err)
+			}
+			o.rolledBackIDs(rb.ID)
+			notBefore := time.Now().Add(2 * time.Second)
+			delayed := publishOne(t, kind, d, &txbox.Event{Type: "orders", NotBefore: notBefore})
+			o.committedIDs(delayed)
+			now := publishOne(t, kind, d, &txbox.Event{Type: "orders"})
+			o.committedIDs(now)
+			startRelay(t, relayConfig(d, newNATSSender(t, testenv.NATSURL), st.prefix, 0))
+			waitFor(t, 15*time.Second, "both events in the stream", func() bool { return st.count(t) >= 2 })
+			waitFor(t, 10*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
+			msgs := st.readAll(t)
+			for _, m := range msgs {
+				o.receivedIDs(m.id)
+				if m.id == delayed && m.at.Before(notBefore) {
+					t.Errorf("delayed event arrived %v before its time", notBefore.Sub(m.at))
+				}
+				if m.id == now && !m.at.Before(notBefore) {
+					t.Errorf("the undelayed event waited for the delayed one")
+				}
+			}
+			if r := o.report(); !r.clean() || r.OK != 2 {
+				t.Errorf("oracle: %v", r)
+			}
+		})
+	}
+}
+
+// hookServer is an httptest webhook receiver whose answer per request is
+// chosen by respond; it records every request.
+type hookServer struct {
+	*httptest.Server
+	mu      sync.Mutex
+	reqs    []hookRequest
+	respond atomic.Value // func(id string, n int) int: status for the n-th request of id
+}
+
+type hookRequest struct {
+	id     string
+	status int
+	at     time.Time
+}
+
+func newHookServer(t *testing.T, respond func(id string, n int) int) *hookServer {
+	t.Helper()
+	h := &hookServer{}
+	h.respond.Store(respond)
+	h.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("Idempotency-Key")
+		if id == "" || r.Header.Get(txbox.HeaderEventID) != id {
+			http.Error(w, "missing idempotency key", http.StatusBadRequest)
+			return
+		}
+		h.mu.Lock()
+		n := 0
+		for _, q := range h.reqs {
+			if q.id == id {
+				n++
+			}
+		}
+		status := h.respond.Load().(func(string, int) int)(id, n+1)
+		h.reqs = append(h.reqs, hookRequest{id: id, status: status, at: time.Now()})
+		h.mu.Unlock()
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(h.Close)
+	return h
+}
+
+func (h *hookServer) requests(id string) []hookRequest {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []hookRequest
+	for _, q := range h.reqs {
+		if id == "" || q.id == id {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// acked returns the ids answered 2xx, with repeats.
+func (h *hookServer) acked() []txbox.ID {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []txbox.ID
+	for _, q := range h.reqs {
+		if q.status/100 == 2 {
+			id, _ := txbox.ParseID(q.id)
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// attemptRecorder wraps a sender and records the Attempt of every message
+// it is given.
+type attemptRecorder struct {
+	sender.Sender
+	mu       sync.Mutex
+	attempts map[txbox.ID][]int
+}
+
+func (a *attemptRecorder) Send(ctx context.Context, msgs []*sender.Message) error {
+	a.mu.Lock()
+	if a.attempts == nil {
+		a.attempts = map[txbox.ID][]int{}
+	}
+	for _, m := range msgs {
+		a.attempts[m.ID] = append(a.attempts[m.ID], m.Attempt)
+	}
+	a.mu.Unlock()
+	return a.Sender.Send(ctx, msgs)
+}
+
+// maxAttempt is the highest Attempt any message was sent with.
+func (a *attemptRecorder) maxAttempt() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	m := 0
+	for _, as := range a.attempts {
+		for _, n := range as {
+			m = max(m, n)
+		}
+	}
+	return m
+}
+
+func webhookConfig(t *testing.T, d store.Driver, url string, wrap func(sender.Sender) sender.Sender) relay.Config {
+	t.Helper()
+	s, err := webhook.New(webhook.Config{Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	var snd sender.Sender = s
+	if wrap != nil {
+		snd = wrap(s)
+	}
+	cfg := relayConfig(d, snd, "unused", 0)
+	cfg.Defaults.Route = &sender.Route{URL: url + "/{event_type}"}
+	return cfg
+}
+
+// TestRetryScheduleAndPoison: a message the receiver refuses with 422 is
+// retried on the configured schedule (attempts and due times) and
+// dead-lettered after max attempts with its last error, exactly once,
+// while other events flow; a message refused twice then accepted is
+// delivered on its third attempt.
+func TestRetryScheduleAndPoison(t *testing.T) {
+	t.Parallel()
+	for _, kind := range storeKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			ns := kind.newNamespace(t)
+			d := openStore(t, kind, ns, 4)
+			var poison, flaky atomic.Value
+			poison.Store("")
+			flaky.Store("")
+			h := newHookServer(t, func(id string, n int) int {
+				switch {
+				case id == poison.Load().(string):
+					return http.StatusUnprocessableEntity
+				case id == flaky.Load().(string) && n <= 2:
+					return http.StatusUnprocessableEntity
+				}
+				return http.StatusOK
+			})
+			o := newOracle()
+			p := publishOne(t, kind, d, &txbox.Event{Type: "orders"})
+			f := publishOne(t, kind, d, &txbox.Event{Type: "orders"})
+			poison.Store(p.String())
+			flaky.Store(f.String())
+			o.committedIDs(f)
+			o.committedIDs(publishN(t, kind, d, "orders", 50, nil)...)
+			o.committedIDs(publishN(t, kind, d, "other", 50, nil)...)
+			rec := &attemptRecorder{}
+			cfg := webhookConfig(t, d, h.URL, func(s sender.Sender) sender.Sender { rec.Sender = s; return rec })
+			cfg.Defaults.MaxAttempts = new(4)
+			cfg.Defaults.Backoff = &relay.BackoffSettings{Delay: 300 * time.Millisecond, Multiplier: 2, Max: time.Minute}
+			startRelay(t, cfg)
+
+			waitFor(t, 20*time.Second, "poison dead-lettered", func() bool {
+				n, err := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{})
+				return err == nil && n >= 1
+			})
+			waitFor(t, 10*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
+			dl, err := d.DeadLetterGet(context.Background(), p)
+			if err != nil {
+				t.Fatalf("poison not in the dead-letter table: %v", err)
+			}
+			if dl.Attempts != 4 || !strings.Contains(dl.LastError, "422") {
+				t.Errorf("dead letter: attempts %d, last error %q; want 4 and the 422", dl.Attempts, dl.LastError)
+			}
+			if n, _ := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{}); n != 1 {
+				t.Errorf("%d dead letters, want exactly the poison", n)
+			}
+			// Schedule: retry n after 300ms × 2^(n-1) → gaps ≥ 300, 600, 1200ms.
+			tries := h.requests(p.String())
+			if len(tries) != 4 {
+				t.Fatalf("poison requested %d times, want 4", len(tries))
+			}
+			for i, want := range []time.Duration{300 * time.Millisecond, 600 * time.Millisecond, 1200 * time.Millisecond} {
+				gap := tries[i+1].at.Sub(tries[i].at)
+				if gap < want-20*time.Millisecond || gap > want+2*time.Second {
+					t.Errorf("gap before retry %d = %v, want about %v", i+1, gap, want)
+				}
+			}
+			rec.mu.Lock()
+			pa, fa := rec.attempts[p], rec.attempts[f]
+			rec.mu.Unlock()
+			if len(pa) != 4 || pa[0] != 1 || pa[3] != 4 {
+				t.Errorf("poison attempts = %v, want 1..4", pa)
+			}
+			if len(fa) != 3 || fa[2] != 3 {
+				t.Errorf("flaky attempts = %v, want 1..3", fa)
+			}
+			o.receivedIDs(h.acked()...)
+			if r := o.report(); !r.clean() {
+				t.Errorf("oracle: %v", r)
+			}
+		})
+	}
+}
+
+// TestOutage503: the receiver answers 503 to everything for a while. The
+// circuit opens, no attempt is burned, nothing is dead-lettered, and the
+// backlog drains once it recovers.
+func TestOutage503(t *testing.T) {
+	t.Parallel()
+	for _, kind := range storeKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			ns := kind.newNamespace(t)
+			d := openStore(t, kind, ns, 4)
+			var down atomic.Bool
+			down.Store(true)
+			h := newHookServer(t, func(string, int) int {
+				if down.Load() {
+					return http.StatusServiceUnavailable
+				}
+				return http.StatusNoContent
+			})
+			o := newOracle()
+			publishN(t, kind, d, "orders", 200, o)
+			publishN(t, kind, d, "other", 200, o)
+			rec := &attemptRecorder{}
+			circuits := &circuitHook{}
+			cfg := webhookConfig(t, d, h.URL, func(s sender.Sender) sender.Sender { rec.Sender = s; return rec })
+			cfg.Defaults.MaxAttempts = new(2)
+			cfg.Hooks = []relay.Hook{circuits}
+			r := startRelay(t, cfg)
+			waitFor(t, 10*time.Second, "three failed probes", func() bool { return circuits.opened() >= 4 })
+			if st := r.Health().Circuits[0]; st.State == relay.CircuitClosed || !strings.Contains(st.LastError, "503") {
+				t.Errorf("circuit during the outage = %+v", st)
+			}
+			requestsDuringOutage := len(h.requests(""))
+			down.Store(false)
+			waitFor(t, 30*time.Second, "backlog drained", func() bool { return outboxSettled(t, d) })
+			if m := rec.maxAttempt(); m != 1 {
+				t.Errorf("a message was sent as attempt %d: the outage burned attempts", m)
+			}
+			if n, _ := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{}); n != 0 {
+				t.Errorf("%d dead letters after an outage", n)
+			}
+			// 400 rows in batches of 200: the first claim of each type
+			// sends its whole batch (the webhook posts every message of
+			// it), then only probes of 10 rows go out per cool-down.
+			// Without the circuit every poll would hit the receiver again.
+			opened := circuits.opened()
+			t.Logf("%d requests during the outage, %d circuit openings", requestsDuringOutage, opened)
+			if limit := 400 + 10*(opened+1); requestsDuringOutage > limit {
+				t.Errorf("%d requests during the outage, want ≤ %d: pollers did not pause", requestsDuringOutage, limit)
+			}
+			o.receivedIDs(h.acked()...)
+			if rep := o.report(); !rep.clean() {
+				t.Errorf("oracle: %v", rep)
+			}
+			if st := r.Health().Circuits[0].State; st != relay.CircuitClosed {
+				t.Errorf("circuit after recovery = %v", st)
+			}
+		})
+	}
+}
+
+// TestNATSUnavailable: the NATS server becomes unreachable (a proxy in
+// front of it goes down). The circuit opens, attempts are not burned,
+// nothing is dead-lettered; after it comes back everything arrives, with
+// duplicates only from sends whose outcome was unknown.
+func TestNATSUnavailable(t *testing.T) {
+	t.Parallel()
+	for _, kind := range storeKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			ns := kind.newNamespace(t)
+			d := openStore(t, kind, ns, 4)
+			st := newStream(t)
+			proxy := sendertest.NewProxy(t, "127.0.0.1:4222")
+			rec := &attemptRecorder{Sender: newNATSSender(t, "nats://"+proxy.Addr())}
+			circuits := &circuitHook{}
+			cfg := relayConfig(d, rec, st.prefix, 0)
+			cfg.Defaults.MaxAttempts = new(2)
+			cfg.Hooks = []relay.Hook{circuits}
+			r := startRelay(t, cfg)
+			o := newOracle()
+			publishN(t, kind, d, "orders", 100, o)
+			waitFor(t, 15*time.Second, "first events delivered", func() bool { return st.count(t) >= 100 })
+
+			proxy.Down(t)
+			publishN(t, kind, d, "orders", 300, o)
+			publishN(t, kind, d, "other", 100, o)
+			waitFor(t, 20*time.Second, "circuit open with failed probes", func() bool { return circuits.opened() >= 3 })
+			if h := r.Health(); !h.Degraded {
+				t.Errorf("health not degraded during the outage: %+v", h)
+			}
+			if n, _ := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{}); n != 0 {
+				t.Errorf("%d dead letters during the outage", n)
+			}
+			proxy.Up(t)
+			waitFor(t, 60*time.Second, "backlog drained after the outage", func() bool { return outboxSettled(t, d) })
+			if m := rec.maxAttempt(); m != 1 {
+				t.Errorf("a message was sent as attempt %d: the outage burned attempts", m)
+			}
+			if n, _ := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{}); n != 0 {
+				t.Errorf("%d dead letters after the outage", n)
+			}
+			for _, m := range st.readAll(t) {
+				o.receivedIDs(m.id)
+			}
+			rep := o.report()
+			t.Logf("oracle: %v", rep)
+			// Duplicates are allowed only for unknown outcomes, bounded by
+			// what can be in flight: in-flight batches × batch size.
+			if len(rep.Lost) != 0 || len(rep.Unexpected) != 0 || rep.extra() > relay.DefaultInFlight*relay.DefaultBatchSize {
+				t.Errorf("oracle: %v", rep)
+			}
+		})
+	}
+}
+
+// TestStaleRelayFinishIsFenced: a relay claims a batch and stalls past its
+// lease; the rows are recovered and delivered by another relay (as attempt
+// 1, not before the lease expired); the stale relay's finish then changes
+// nothing. The store-level boundary (not at expiry−δ, yes at expiry+δ) is
+// in the storetest conformance suite.
+func TestStaleRelayFinishIsFenced(t *testing.T) {
+	t.Parallel()
+	for _, kind := range storeKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			ns := kind.newNamespace(t)
+			d := openStore(t, kind, ns, 4)
+			st := newStream(t)
+			o := newOracle()
+			publishN(t, kind, d, "orders", 20, o)
+			const lease = 2 * time.Second
+			stale, err := d.OutboxClaim(context.Background(), &store.OutboxClaimParams{EventType: "orders", Limit: 100, LeaseDuration: lease})
+			if err != nil || len(stale) != 20 {
+				t.Fatalf("stale claim: %d rows, %v", len(stale), err)
+			}
+			claimed := time.Now()
+			rec := &attemptRecorder{Sender: newNATSSender(t, testenv.NATSURL)}
+			startRelay(t, relayConfig(d, rec, st.prefix, 24*time.Hour))
+			waitFor(t, 20*time.Second, "recovered rows delivered", func() bool { return st.count(t) >= 20 })
+			msgs := st.readAll(t)
+			for _, m := range msgs {
+				o.receivedIDs(m.id)
+				if m.at.Sub(claimed) < lease-100*time.Millisecond {
+					t.Errorf("row redelivered %v after the claim, before its %v lease expired", m.at.Sub(claimed), lease)
+				}
+			}
+			if m := rec.maxAttempt(); m != 1 {
+				t.Errorf("recovered rows sent as attempt %d, want 1", m)
+			}
+			waitFor(t, 10*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
+			items := make([]store.OutboxFinishItem, len(stale))
+			for i, row := range stale {
+				items[i] = store.OutboxFinishItem{ID: row.ID, LeaseToken: row.LeaseToken, Outcome: store.OutcomeFailed, Error: "stale"}
+			}
+			res, err := d.OutboxFinish(context.Background(), &store.OutboxFinishParams{Items: items})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Finished != 0 || res.Fenced != len(stale) {
+				t.Errorf("stale finish = %+v, want all fenced", res)
+			}
+			stats, err := d.OutboxStats(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range stats {
+				if s.Failed != 0 {
+					t.Errorf("stale finish failed %d rows of %s", s.Failed, s.EventType)
+				}
+			}
+			if r := o.report(); !r.clean() {
+				t.Errorf("oracle: %v", r)
+			}
+		})
+	}
+}
+
+// circuitHook counts circuit openings.
+type circuitHook struct {
+	relay.NopHook
+	n atomic.Int64
+}
+
+func (c *circuitHook) OnCircuit(ev relay.CircuitEvent) {
+	if ev.State == relay.CircuitOpen {
+		c.n.Add(1)
+	}
+}
+
+func (c *circuitHook) opened() int { return int(c.n.Load()) }
