@@ -1,5 +1,548 @@
 package main
 
-import "context"
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
 
-func runDemo(ctx context.Context, e *env, args []string) error { return usagef("not yet") }
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/config"
+	"github.com/txbox/txbox/outbox"
+	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/store"
+)
+
+// Demo defaults.
+const (
+	demoDefaultDuration = 10 * time.Second
+	demoDefaultRate     = 500
+	// demoRollbackEvery: one business transaction in this many is rolled
+	// back on purpose, after its event was written.
+	demoRollbackEvery = 10
+	demoStream        = "TXBOX_DEMO"
+	demoSubjectPrefix = "demo."
+)
+
+type demoOptions struct {
+	duration     time.Duration
+	rate         int
+	dialect, dsn string
+	drainTimeout time.Duration
+	refresh      time.Duration
+}
+
+func runDemo(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "demo", "demo [--duration 10s] [--rate 500] [--database-dialect postgres|mysql|sqlite --dsn DSN]")
+	o := demoOptions{refresh: 500 * time.Millisecond}
+	fs.DurationVar(&o.duration, "duration", demoDefaultDuration, "how long the simulated service publishes")
+	fs.IntVar(&o.rate, "rate", demoDefaultRate, "business transactions per second to attempt")
+	fs.StringVar(&o.dialect, "database-dialect", config.DialectSQLite, "database: sqlite (a file in a temp dir), postgres or mysql")
+	fs.StringVar(&o.dsn, "dsn", "", "DSN for postgres or mysql; the demo's tables get a unique prefix and are dropped at the end")
+	fs.DurationVar(&o.drainTimeout, "drain-timeout", 30*time.Second, "how long to wait for the backlog to drain after publishing stops")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	switch {
+	case o.duration <= 0:
+		return usagef("--duration must be > 0")
+	case o.rate < 1 || o.rate > 100_000:
+		return usagef("--rate must be between 1 and 100000")
+	case o.drainTimeout <= 0:
+		return usagef("--drain-timeout must be > 0")
+	case o.dialect != config.DialectSQLite && o.dsn == "":
+		return usagef("--dsn is required with --database-dialect %s", o.dialect)
+	case o.dialect == config.DialectSQLite && o.dsn != "":
+		return usagef("--dsn is only for postgres and mysql; sqlite uses a file in a temp dir")
+	}
+	e.secrets = append(e.secrets, config.DSN(o.dsn).Secrets()...)
+	return demo(ctx, e, o)
+}
+
+// demoState is the oracle: what the simulated service committed or rolled
+// back, and what the consumer received.
+type demoState struct {
+	mu         sync.Mutex
+	committed  map[txbox.ID]time.Time // id → commit time
+	rolledBack map[txbox.ID]bool
+	// uncertain holds the events of transactions whose COMMIT failed:
+	// the outcome is unknown, so they may or may not arrive.
+	uncertain map[txbox.ID]bool
+	received   map[txbox.ID]int // id → times received
+	latencies  []time.Duration  // commit → receipt, first receipt only
+	unexpected int              // received, never committed
+	rbSeen     int              // received, rolled back
+	dups       int
+	txFailed   int
+}
+
+func demo(ctx context.Context, e *env, o demoOptions) (err error) {
+	out := e.stdout
+	dir, err := os.MkdirTemp("", "txbox-demo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+
+	// 1. An embedded NATS server with JetStream, on a random port.
+	ns, err := natsserver.NewServer(&natsserver.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: filepath.Join(dir, "jetstream"),
+		NoLog: true, NoSigs: true, DisableJetStreamBanner: true,
+	})
+	if err != nil {
+		return fmt.Errorf("start embedded NATS: %w", err)
+	}
+	go ns.Start()
+	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		return errors.New("embedded NATS did not start within 10s")
+	}
+	nc, err := natsgo.Connect(ns.ClientURL())
+	if err != nil {
+		return fmt.Errorf("connect to embedded NATS: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: demoStream, Subjects: []string{demoSubjectPrefix + ">"}, Storage: jetstream.FileStorage})
+	if err != nil {
+		return fmt.Errorf("create stream: %w", err)
+	}
+
+	// 2. The database: the configuration is built the same way as for
+	// `txbox relay`, through the config package.
+	prefix := "demo_" + randHex(4) + "_"
+	set := []string{
+		"database.dialect=" + o.dialect,
+		"database.table-prefix=" + prefix,
+		"senders.nats.type=nats",
+		"senders.nats.url=" + ns.ClientURL(),
+		"defaults.route.subject=" + demoSubjectPrefix + "{event_type}",
+		"defaults.polling.max-delay=1s",
+		"defaults.retention=0s",
+		"relay.discover-interval=1s",
+		"relay.shutdown-timeout=10s",
+		"log.level=warn",
+	}
+	if o.dialect == config.DialectSQLite {
+		set = append(set, "database.dsn="+filepath.Join(dir, "demo.db"))
+	} else {
+		set = append(set, "database.dsn="+o.dsn)
+	}
+	cfg, err := config.Load(config.Source{Name: "demo", Set: set})
+	if err != nil {
+		return err
+	}
+	e.secrets = append(e.secrets, cfg.Secrets(e.getenv)...)
+	log := cfg.NewLogger(e.stderr)
+	st, err := cfg.OpenStore(ctx, e.getenv, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := st.Migrate(ctx); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	orders := prefix + "orders"
+	if err := demoExec(ctx, st, `CREATE TABLE `+orders+` (id VARCHAR(36) PRIMARY KEY, customer VARCHAR(64) NOT NULL, amount_cents BIGINT NOT NULL)`); err != nil {
+		return fmt.Errorf("create orders table: %w", err)
+	}
+	if o.dialect != config.DialectSQLite {
+		// A shared database: leave it as it was.
+		defer demoDropTables(context.WithoutCancel(ctx), st, prefix, orders)
+	}
+
+	// 3. The relay, with its senders, woken in-process by the publisher.
+	senders, err := cfg.OpenSenders(ctx, e.getenv)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, s := range senders {
+			_ = s.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	r, err := relay.New(cfg.RelayConfig(st, senders, log))
+	if err != nil {
+		return err
+	}
+	pub, err := outbox.NewPublisher(st, outbox.Config{OnPublish: func(types []string) { r.Wake(types...) }})
+	if err != nil {
+		return err
+	}
+
+	// 4. The consumer: a durable JetStream consumer acking each message.
+	s := &demoState{committed: map[txbox.ID]time.Time{}, rolledBack: map[txbox.ID]bool{}, uncertain: map[txbox.ID]bool{}, received: map[txbox.ID]int{}}
+	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "demo", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		return fmt.Errorf("create consumer: %w", err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		s.receive(m.Headers().Get(txbox.HeaderEventID), time.Now())
+		_ = m.Ack()
+	})
+	if err != nil {
+		return fmt.Errorf("consume: %w", err)
+	}
+	defer cc.Stop()
+
+	if err := r.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	relayStopped := false
+	stopRelay := func() error {
+		if relayStopped {
+			return nil
+		}
+		relayStopped = true
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Relay.ShutdownTimeout)
+		defer cancel()
+		return r.Stop(sctx)
+	}
+	defer stopRelay()
+
+	where := "SQLite in " + dir
+	if o.dialect != config.DialectSQLite {
+		where = o.dialect + " " + config.RedactDSN(o.dsn) + " (tables " + prefix + "*)"
+	}
+	fmt.Fprintf(out, "txbox demo: %s → relay → NATS JetStream (embedded, %s)\n", where, ns.ClientURL())
+	fmt.Fprintf(out, "publishing ~%d business transactions/s for %s; 1 in %d is rolled back on purpose\n\n", o.rate, o.duration, demoRollbackEvery)
+
+	// 5. The simulated service and the progress display.
+	start := time.Now()
+	prodCtx, stopProd := context.WithTimeout(ctx, o.duration)
+	defer stopProd()
+	prodDone := make(chan error, 1)
+	go func() { prodDone <- s.produce(prodCtx, st, pub, orders, o.rate) }()
+
+	p := &progress{w: out, tty: e.isTTY, start: start}
+	tick := time.NewTicker(o.refresh)
+	defer tick.Stop()
+	var prodErr error
+	producing := true
+	var drainDeadline <-chan time.Time
+	interrupted := false
+loop:
+	for {
+		select {
+		case prodErr = <-prodDone:
+			producing = false
+			drainDeadline = time.After(o.drainTimeout)
+			if prodErr != nil {
+				break loop
+			}
+		case <-tick.C:
+			p.show(s.snapshot(), producing)
+			if !producing && s.drained() {
+				break loop
+			}
+		case <-drainDeadline:
+			break loop
+		case <-ctx.Done():
+			interrupted = true
+			if producing {
+				stopProd()
+				prodErr = <-prodDone
+			}
+			break loop
+		}
+	}
+	p.show(s.snapshot(), false)
+	p.done()
+	if err := stopRelay(); err != nil {
+		fmt.Fprintf(e.stderr, "relay stop: %v\n", err)
+	}
+	cc.Stop()
+	if prodErr != nil && !errors.Is(prodErr, context.Canceled) {
+		return fmt.Errorf("simulated service: %w", prodErr)
+	}
+	return s.summary(out, time.Since(start), interrupted)
+}
+
+func demoExec(ctx context.Context, st *config.Store, q string) error {
+	if st.Pool != nil {
+		_, err := st.Pool.Exec(ctx, q)
+		return err
+	}
+	_, err := st.DB.ExecContext(ctx, q)
+	return err
+}
+
+// demoDropTables removes what the demo created in a shared database.
+func demoDropTables(ctx context.Context, st *config.Store, prefix, orders string) {
+	tables, err := store.NewTables("", prefix)
+	if err != nil {
+		return
+	}
+	for _, t := range []string{orders, tables.Outbox, tables.DeadLetter, tables.Inbox, tables.Lease, tables.SchemaVersion} {
+		_ = demoExec(ctx, st, "DROP TABLE IF EXISTS "+t)
+	}
+}
+
+// produce runs business transactions at rate per second until ctx ends:
+// each inserts an order and publishes order-created (and, for large
+// orders, order-flagged) in the same transaction, and one in
+// demoRollbackEvery is rolled back after both writes.
+func (s *demoState) produce(ctx context.Context, st *config.Store, pub *outbox.Publisher, orders string, rate int) error {
+	start := time.Now()
+	interval := time.Second / time.Duration(rate)
+	insert := fmt.Sprintf("INSERT INTO %s (id, customer, amount_cents) VALUES (%s, %s, %s)", orders, st.Placeholder(1), st.Placeholder(2), st.Placeholder(3))
+	for n := 0; ; n++ {
+		// Pace by the schedule, not by a fixed sleep, so a slow
+		// transaction is caught up rather than lost from the rate.
+		if wait := time.Until(start.Add(time.Duration(n) * interval)); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(wait):
+			}
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		// The transaction itself is not cancelled with ctx: a COMMIT cut
+		// short by a cancelled context has an unknown outcome, and the
+		// oracle needs to know what was committed.
+		if err := s.oneOrder(context.WithoutCancel(ctx), st, pub, insert, n); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			s.mu.Lock()
+			s.txFailed++
+			failed := s.txFailed
+			s.mu.Unlock()
+			// A busy database may refuse an odd transaction; keep going,
+			// but not forever.
+			if failed > 100 {
+				return err
+			}
+		}
+	}
+}
+
+func (s *demoState) oneOrder(ctx context.Context, st *config.Store, pub *outbox.Publisher, insert string, n int) (err error) {
+	orderID := txbox.NewID().String()
+	customer := fmt.Sprintf("customer-%03d", mrand.IntN(200))
+	amount := 100 + mrand.IntN(50_000)
+	tx, err := st.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	if err := tx.Exec(ctx, insert, orderID, customer, amount); err != nil {
+		return err
+	}
+	payload, _ := json.Marshal(map[string]any{"order_id": orderID, "customer": customer, "amount_cents": amount})
+	events := []txbox.Event{{Type: "order-created", Key: customer, Payload: payload, Headers: map[string]string{"content-type": "application/json"}}}
+	if amount > 40_000 {
+		events = append(events, txbox.Event{Type: "order-flagged", Key: customer, Payload: payload})
+	}
+	ids, err := pub.Publish(ctx, tx.Native(), events...)
+	if err != nil {
+		return err
+	}
+	if n%demoRollbackEvery == demoRollbackEvery-1 {
+		// The business logic changes its mind: the order and its events
+		// vanish together.
+		if err := tx.Rollback(ctx); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		for _, id := range ids {
+			s.rolledBack[id] = true
+		}
+		s.mu.Unlock()
+		return nil
+	}
+	// Record before commit: a fast relay may deliver the event before
+	// Commit returns. On a failed commit the ids move to rolled back.
+	now := time.Now()
+	s.mu.Lock()
+	for _, id := range ids {
+		s.committed[id] = now
+	}
+	s.mu.Unlock()
+	if err := tx.Commit(ctx); err != nil {
+		s.mu.Lock()
+		for _, id := range ids {
+			delete(s.committed, id)
+			s.uncertain[id] = true
+		}
+		s.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+func (s *demoState) receive(idText string, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id, err := txbox.ParseID(idText)
+	if err != nil {
+		s.unexpected++
+		return
+	}
+	s.received[id]++
+	switch {
+	case s.received[id] > 1:
+		s.dups++
+	case s.rolledBack[id]:
+		s.rbSeen++
+	case s.uncertain[id]:
+	default:
+		if t, ok := s.committed[id]; ok {
+			s.latencies = append(s.latencies, at.Sub(t))
+		} else {
+			s.unexpected++
+		}
+	}
+}
+
+type demoSnapshot struct {
+	committed, rolledBack, delivered, pending, unexpected, dups int
+	oldestPending                                               time.Duration
+}
+
+func (s *demoState) snapshot() demoSnapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	snap := demoSnapshot{committed: len(s.committed), rolledBack: len(s.rolledBack), unexpected: s.unexpected + s.rbSeen, dups: s.dups}
+	now := time.Now()
+	for id, t := range s.committed {
+		if s.received[id] > 0 {
+			snap.delivered++
+		} else if age := now.Sub(t); age > snap.oldestPending {
+			snap.oldestPending = age
+		}
+	}
+	snap.pending = snap.committed - snap.delivered
+	return snap
+}
+
+func (s *demoState) drained() bool {
+	snap := s.snapshot()
+	return snap.pending == 0
+}
+
+// progress draws the live status line: redrawn in place on a terminal,
+// one line per refresh otherwise.
+type progress struct {
+	w             io.Writer
+	tty           bool
+	start         time.Time
+	lastDelivered int
+	lastAt        time.Time
+	drawn         bool
+}
+
+func (p *progress) show(s demoSnapshot, producing bool) {
+	now := time.Now()
+	rate := 0.0
+	if !p.lastAt.IsZero() {
+		if dt := now.Sub(p.lastAt).Seconds(); dt > 0 {
+			rate = float64(s.delivered-p.lastDelivered) / dt
+		}
+	}
+	p.lastDelivered, p.lastAt = s.delivered, now
+	phase := "publishing"
+	if !producing {
+		phase = "draining"
+	}
+	line := fmt.Sprintf("%5.1fs %-10s  published %6d  rolled back %5d  delivered %6d  pending %5d  %7.0f ev/s  lag %s",
+		now.Sub(p.start).Seconds(), phase, s.committed, s.rolledBack, s.delivered, s.pending, rate, s.oldestPending.Round(time.Millisecond))
+	if s.unexpected > 0 {
+		line += fmt.Sprintf("  UNEXPECTED %d", s.unexpected)
+	}
+	if p.tty {
+		fmt.Fprint(p.w, "\r\033[K"+line)
+		p.drawn = true
+		return
+	}
+	fmt.Fprintln(p.w, line)
+}
+
+func (p *progress) done() {
+	if p.tty && p.drawn {
+		fmt.Fprintln(p.w)
+	}
+}
+
+// errDemoFailed is returned when the oracle found a lost or unexpected
+// event.
+var errDemoFailed = errors.New("demo failed: see the summary")
+
+func (s *demoState) summary(w io.Writer, elapsed time.Duration, interrupted bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	lost := 0
+	for id := range s.committed {
+		if s.received[id] == 0 {
+			lost++
+		}
+	}
+	delivered := len(s.committed) - lost
+	fmt.Fprintf(w, "\nsummary after %s:\n", elapsed.Round(100*time.Millisecond))
+	fmt.Fprintf(w, "  committed events      %d\n", len(s.committed))
+	fmt.Fprintf(w, "  delivered             %d\n", delivered)
+	fmt.Fprintf(w, "  lost                  %d\n", lost)
+	fmt.Fprintf(w, "  duplicated            %d\n", s.dups)
+	fmt.Fprintf(w, "  unexpected            %d\n", s.unexpected)
+	fmt.Fprintf(w, "  rolled back           %d (delivered: %d)\n", len(s.rolledBack), s.rbSeen)
+	if s.txFailed > 0 {
+		fmt.Fprintf(w, "  failed transactions   %d (the simulated service moved on; %d events of failed COMMITs may or may not arrive)\n", s.txFailed, len(s.uncertain))
+	}
+	if n := len(s.latencies); n > 0 {
+		l := slices.Clone(s.latencies)
+		slices.Sort(l)
+		pct := func(q float64) time.Duration { return l[min(n-1, int(q*float64(n)))].Round(100 * time.Microsecond) }
+		fmt.Fprintf(w, "  commit → consumer     p50 %s  p99 %s  max %s\n", pct(0.50), pct(0.99), l[n-1].Round(100*time.Microsecond))
+	}
+	var problems []string
+	if lost > 0 {
+		problems = append(problems, fmt.Sprintf("%d committed events never arrived", lost))
+	}
+	if s.unexpected > 0 {
+		problems = append(problems, fmt.Sprintf("%d events arrived that were never committed", s.unexpected))
+	}
+	if s.rbSeen > 0 {
+		problems = append(problems, fmt.Sprintf("%d rolled-back events were delivered", s.rbSeen))
+	}
+	if len(s.committed) == 0 {
+		problems = append(problems, "no event was committed")
+	}
+	if len(problems) > 0 {
+		if interrupted {
+			problems = append(problems, "interrupted before the backlog drained")
+		}
+		fmt.Fprintf(w, "FAILED: %s\n", strings.Join(problems, "; "))
+		return errDemoFailed
+	}
+	fmt.Fprintf(w, "OK: all %d committed events delivered, none lost, none unexpected; no rolled-back event was ever delivered.\n", len(s.committed))
+	return nil
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
