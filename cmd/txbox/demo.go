@@ -81,7 +81,7 @@ type demoState struct {
 	rolledBack map[txbox.ID]bool
 	// uncertain holds the events of transactions whose COMMIT failed:
 	// the outcome is unknown, so they may or may not arrive.
-	uncertain map[txbox.ID]bool
+	uncertain  map[txbox.ID]bool
 	received   map[txbox.ID]int // id → times received
 	latencies  []time.Duration  // commit → receipt, first receipt only
 	unexpected int              // received, never committed
