@@ -1,0 +1,32 @@
+// Package kafka is the txbox sender for Apache Kafka, built on
+// github.com/twmb/franz-go.
+//
+// Every batch the relay hands over is produced with one promise per record
+// and awaited once, so the whole batch is in flight together (franz-go
+// batches it further per partition). The producer is idempotent (franz-go's
+// default) and writes with acks=all, so an acked record survives the loss of
+// the partition leader; the broker also discards the duplicates of its own
+// internal retries.
+//
+// Records carry the message key as the Kafka key (the event id when the
+// event has none, so one event always lands in one partition), every event
+// header as a record header, and the txbox-* headers. The topic is the
+// route's Topic.
+//
+// Failures are classified for the relay:
+//
+//   - the broker refused this record (UNKNOWN_TOPIC_OR_PARTITION,
+//     MESSAGE_TOO_LARGE, INVALID_RECORD, ...): [txbox.Rejected] for that
+//     record only; the relay counts an attempt;
+//   - the cluster is unreachable, retriable broker errors exhausted their
+//     retries, or the record waited past [Config.DeliveryTimeout]:
+//     [txbox.Transient]; the relay opens its circuit and counts no attempt.
+//
+// DeliveryTimeout bounds how long a Send can take during an outage; without
+// it franz-go would retry forever and the relay would never learn that the
+// destination is down. For the same reason the client allows idempotent
+// produce cancellation: a record whose request was written but never
+// answered fails after the timeout instead of waiting for an answer that
+// may never come. Its outcome is then unknown; the relay retries it and the
+// receiver's inbox absorbs the duplicate, which is the outbox's contract.
+package kafka

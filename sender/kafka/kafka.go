@@ -1,0 +1,377 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/sender"
+)
+
+// Defaults applied by [New] to zero fields of [Config].
+const (
+	DefaultClientID           = "txbox"
+	DefaultLinger             = 5 * time.Millisecond
+	DefaultMaxBufferedRecords = 10000
+	DefaultDeliveryTimeout    = 10 * time.Second
+	DefaultDialTimeout        = 5 * time.Second
+	DefaultUnknownTopicTries  = 2
+)
+
+// Sentinel errors.
+var (
+	// ErrInvalidConfig is returned by New when the configuration is
+	// unusable; the message names the field.
+	ErrInvalidConfig = errors.New("kafka sender: invalid config")
+	// ErrNoTopic is the per-message error (rejected) of a message whose
+	// route has no Topic.
+	ErrNoTopic = errors.New("kafka sender: route has no topic")
+)
+
+// Config configures a Kafka sender. The fields are plain values so the
+// command line can fill them from YAML.
+type Config struct {
+	// Brokers are the seed brokers, host:port. Required.
+	Brokers []string
+	// ClientID is sent to the brokers to name this producer in their logs
+	// and quotas. Defaults to "txbox".
+	ClientID string
+	// Linger is how long a partition waits for more records before it cuts
+	// a produce request. A few milliseconds lets the records of one relay
+	// batch (and of concurrent batches) share requests, which is where the
+	// throughput comes from; the relay waits for the whole batch anyway.
+	// Defaults to 5ms. Use a negative value for no linger.
+	Linger time.Duration
+	// MaxBufferedRecords bounds the records buffered in the client; Send
+	// blocks (bounded by its context) when it is reached, which bounds
+	// memory during an outage. Defaults to 10000.
+	MaxBufferedRecords int
+	// DeliveryTimeout bounds how long a record may wait to be produced,
+	// retries included. A record that times out fails as transient (the
+	// cluster is unreachable or unhealthy), so an outage ends a Send after
+	// about this long instead of hanging. Defaults to 10s.
+	DeliveryTimeout time.Duration
+	// DialTimeout bounds opening a connection to a broker. Defaults to 5s.
+	DialTimeout time.Duration
+	// UnknownTopicRetries is how many metadata refreshes a record waits for
+	// a topic that the cluster reports as unknown before it fails as
+	// rejected. Defaults to 2.
+	UnknownTopicRetries int
+	// MaxRecordBytes caps one produce batch (and therefore one record), the
+	// client-side twin of the broker's max.message.bytes. A bigger record
+	// fails at once as rejected. Defaults to franz-go's 1,000,012 bytes.
+	MaxRecordBytes int
+}
+
+func (c Config) withDefaults() Config {
+	if c.ClientID == "" {
+		c.ClientID = DefaultClientID
+	}
+	if c.Linger == 0 {
+		c.Linger = DefaultLinger
+	} else if c.Linger < 0 {
+		c.Linger = 0
+	}
+	if c.MaxBufferedRecords == 0 {
+		c.MaxBufferedRecords = DefaultMaxBufferedRecords
+	}
+	if c.DeliveryTimeout == 0 {
+		c.DeliveryTimeout = DefaultDeliveryTimeout
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = DefaultDialTimeout
+	}
+	if c.UnknownTopicRetries == 0 {
+		c.UnknownTopicRetries = DefaultUnknownTopicTries
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if len(c.Brokers) == 0 {
+		return fmt.Errorf("%w: brokers is empty", ErrInvalidConfig)
+	}
+	for i, b := range c.Brokers {
+		if _, _, err := net.SplitHostPort(b); err != nil {
+			return fmt.Errorf("%w: brokers[%d] %q is not host:port: %v", ErrInvalidConfig, i, b, err)
+		}
+	}
+	switch {
+	case c.MaxBufferedRecords < 0:
+		return fmt.Errorf("%w: max-buffered-records must be > 0, got %d", ErrInvalidConfig, c.MaxBufferedRecords)
+	case c.DeliveryTimeout < 0:
+		return fmt.Errorf("%w: delivery-timeout must be > 0, got %s", ErrInvalidConfig, c.DeliveryTimeout)
+	case c.DialTimeout < 0:
+		return fmt.Errorf("%w: dial-timeout must be > 0, got %s", ErrInvalidConfig, c.DialTimeout)
+	case c.UnknownTopicRetries < 0:
+		return fmt.Errorf("%w: unknown-topic-retries must be > 0, got %d", ErrInvalidConfig, c.UnknownTopicRetries)
+	case c.MaxRecordBytes != 0 && (c.MaxRecordBytes < 512 || c.MaxRecordBytes > 1<<30):
+		return fmt.Errorf("%w: max-record-bytes must be in [512, 1GiB], got %d", ErrInvalidConfig, c.MaxRecordBytes)
+	}
+	return nil
+}
+
+// Options returns the franz-go options New uses for cfg (after defaults),
+// so a caller can build its own client with the same producer guarantees
+// and extra options (TLS, SASL) and pass it to [NewFromClient].
+func (c Config) Options() ([]kgo.Opt, error) {
+	c = c.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(c.Brokers...),
+		kgo.ClientID(c.ClientID),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerLinger(c.Linger),
+		kgo.MaxBufferedRecords(c.MaxBufferedRecords),
+		kgo.RecordDeliveryTimeout(c.DeliveryTimeout),
+		kgo.DialTimeout(c.DialTimeout),
+		kgo.UnknownTopicRetries(c.UnknownTopicRetries),
+		// A produce request that gets no answer must not outlive the
+		// delivery timeout by much.
+		kgo.ProduceRequestTimeout(c.DeliveryTimeout),
+		// Without this an idempotent producer refuses to fail a record
+		// whose request was written but never answered, and a Send during
+		// an outage would wait forever. The outbox is at-least-once
+		// anyway: a record failed here is retried by the relay and a
+		// duplicate is absorbed by the receiver's inbox.
+		kgo.AllowIdempotentProduceCancellation(),
+	}
+	if c.MaxRecordBytes > 0 {
+		opts = append(opts, kgo.ProducerBatchMaxBytes(int32(c.MaxRecordBytes)))
+	}
+	return opts, nil
+}
+
+// Sender produces txbox messages to Kafka. It is safe for concurrent use.
+type Sender struct {
+	cl     *kgo.Client
+	owned  bool
+	closed atomic.Bool
+}
+
+var _ sender.Sender = (*Sender)(nil)
+
+// New returns a Sender with its own franz-go client built from cfg. It
+// does not contact the cluster: an unreachable cluster shows up as
+// transient Send errors, so the relay can start during an outage.
+func New(cfg Config) (*Sender, error) {
+	opts, err := cfg.Options()
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	return &Sender{cl: cl, owned: true}, nil
+}
+
+// NewFromClient wraps a client the caller built and owns; Close does not
+// close it. The client should use acks=all (franz-go's default) with the
+// idempotent producer (also the default) and a RecordDeliveryTimeout, or an
+// outage makes Send wait until its context ends. [Config.Options] gives the
+// options New uses.
+func NewFromClient(cl *kgo.Client) *Sender {
+	return &Sender{cl: cl}
+}
+
+// Client returns the underlying franz-go client.
+func (s *Sender) Client() *kgo.Client { return s.cl }
+
+// batch collects the promises of one Send.
+type batch struct {
+	mu      sync.Mutex
+	errs    []error
+	settled []bool
+	left    int
+	done    chan struct{}
+}
+
+func (b *batch) settle(i int, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.settled[i] {
+		return
+	}
+	b.settled[i] = true
+	b.errs[i] = err
+	b.left--
+	if b.left == 0 {
+		close(b.done)
+	}
+}
+
+// Send produces every message, then waits once for all promises. It
+// returns nil when every record was acked by all in-sync replicas, a
+// *sender.BatchError when only some failed, and a single transient error
+// when the whole batch failed for transient reasons (an outage).
+func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
+	if s.closed.Load() {
+		return txbox.Transient(fmt.Errorf("kafka sender: %w", txbox.ErrClosed))
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	b := &batch{
+		errs:    make([]error, len(msgs)),
+		settled: make([]bool, len(msgs)),
+		left:    len(msgs),
+		done:    make(chan struct{}),
+	}
+	for i, m := range msgs {
+		if m.Route.Topic == "" {
+			b.settle(i, txbox.Rejected(fmt.Errorf("%w (event %s, type %q)", ErrNoTopic, m.ID, m.EventType)))
+			continue
+		}
+		i := i
+		s.cl.Produce(ctx, record(m), func(_ *kgo.Record, err error) {
+			b.settle(i, classify(err))
+		})
+	}
+	select {
+	case <-b.done:
+	case <-ctx.Done():
+		// Records already written cannot be recalled; report the ones
+		// without an answer as failed so the relay retries them (the
+		// receiver's inbox absorbs a duplicate).
+		cause := txbox.Transient(fmt.Errorf("kafka sender: no ack before the context ended: %w", ctx.Err()))
+		b.mu.Lock()
+		for i := range b.errs {
+			if !b.settled[i] {
+				b.settled[i] = true
+				b.errs[i] = cause
+			}
+		}
+		b.mu.Unlock()
+	}
+	b.mu.Lock()
+	errs := slices.Clone(b.errs)
+	b.mu.Unlock()
+	return summarize(errs)
+}
+
+// summarize turns per-record outcomes into Send's result.
+func summarize(errs []error) error {
+	failed, transient := 0, 0
+	var first error
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		failed++
+		if first == nil {
+			first = err
+		}
+		if txbox.Classify(err) == txbox.ClassTransient {
+			transient++
+		}
+	}
+	switch {
+	case failed == 0:
+		return nil
+	case transient == len(errs):
+		// The whole batch failed for lack of a cluster: report one
+		// outage rather than n copies of it.
+		return first
+	default:
+		return &sender.BatchError{Errs: errs}
+	}
+}
+
+// Close flushes records still buffered (bounded by ctx) and closes the
+// client if New created it.
+func (s *Sender) Close(ctx context.Context) error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	err := s.cl.Flush(ctx)
+	if s.owned {
+		s.cl.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("kafka sender: flush on close: %w", err)
+	}
+	return nil
+}
+
+// record builds the Kafka record of one message.
+func record(m *sender.Message) *kgo.Record {
+	key := m.Key
+	if key == "" {
+		key = m.ID.String()
+	}
+	r := &kgo.Record{
+		Topic: m.Route.Topic,
+		Key:   []byte(key),
+		Value: m.Payload,
+	}
+	r.Headers = make([]kgo.RecordHeader, 0, len(m.Headers)+3)
+	names := make([]string, 0, len(m.Headers))
+	for k := range m.Headers {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(m.Headers[k])})
+	}
+	// The relay fills the txbox-* headers; a sender used on its own still
+	// delivers the event's identity.
+	add := func(k, v string) {
+		if _, ok := m.Headers[k]; !ok && v != "" {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
+		}
+	}
+	add(txbox.HeaderEventID, m.ID.String())
+	add(txbox.HeaderEventType, m.EventType)
+	if !m.CreatedAt.IsZero() {
+		add(txbox.HeaderCreatedAt, m.CreatedAt.UTC().Format(time.RFC3339Nano))
+	}
+	return r
+}
+
+// classify sorts a produce error into the relay's classes.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	wrapped := fmt.Errorf("kafka sender: %w", err)
+	var ke *kerr.Error
+	switch {
+	case errors.Is(err, kerr.UnknownTopicOrPartition),
+		errors.Is(err, kerr.UnknownTopicID),
+		errors.Is(err, kerr.MessageTooLarge),
+		errors.Is(err, kerr.RecordListTooLarge),
+		errors.Is(err, kerr.InvalidRecord),
+		errors.Is(err, kerr.CorruptMessage),
+		errors.Is(err, kerr.InvalidTopicException),
+		errors.Is(err, kerr.TopicAuthorizationFailed):
+		return txbox.Rejected(wrapped)
+	case errors.Is(err, kgo.ErrRecordTimeout),
+		errors.Is(err, kgo.ErrRecordRetries),
+		errors.Is(err, kgo.ErrMaxBuffered),
+		errors.Is(err, kgo.ErrClientClosed),
+		errors.Is(err, context.Canceled),
+		errors.Is(err, context.DeadlineExceeded):
+		return txbox.Transient(wrapped)
+	case errors.As(err, &ke):
+		if ke.Retriable {
+			return txbox.Transient(wrapped)
+		}
+		return txbox.Rejected(wrapped)
+	default:
+		// Network errors and anything else franz-go gives up on are
+		// failures to reach the cluster, not faults of the record.
+		return txbox.Transient(wrapped)
+	}
+}
