@@ -2,9 +2,11 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"reflect"
 	"runtime/debug"
 	"time"
@@ -204,15 +206,11 @@ func (in *Inbox) Handle(ctx context.Context, msg Message, h Handler) (Result, er
 }
 
 func (in *Inbox) handleInTx(ctx context.Context, msg Message, h Handler) (Result, error) {
-	tx, err := in.st.InboxBegin(ctx)
+	tx, fresh, err := in.beginRecord(ctx, []txbox.ID{msg.ID})
 	if err != nil {
-		return Failed, in.storeErr("begin", err)
+		return Failed, err
 	}
 	defer rollback(ctx, tx)
-	fresh, err := in.st.InboxRecord(ctx, tx.Native(), &store.InboxRecordParams{Consumer: in.cfg.Consumer, IDs: []txbox.ID{msg.ID}})
-	if err != nil {
-		return Failed, in.storeErr("record", err)
-	}
 	if len(fresh) == 0 {
 		// Recorded by a committed transaction (the insert waited for any
 		// uncommitted one), so the cache may learn it.
@@ -249,15 +247,11 @@ func (in *Inbox) handleAtMostOnce(ctx context.Context, msg Message, h Handler) (
 }
 
 func (in *Inbox) recordAndCommit(ctx context.Context, ids []txbox.ID) ([]txbox.ID, error) {
-	tx, err := in.st.InboxBegin(ctx)
+	tx, fresh, err := in.beginRecord(ctx, ids)
 	if err != nil {
-		return nil, in.storeErr("begin", err)
+		return nil, err
 	}
 	defer rollback(ctx, tx)
-	fresh, err := in.st.InboxRecord(ctx, tx.Native(), &store.InboxRecordParams{Consumer: in.cfg.Consumer, IDs: ids})
-	if err != nil {
-		return nil, in.storeErr("record", err)
-	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, in.storeErr("commit", err)
 	}
@@ -299,15 +293,9 @@ func (in *Inbox) HandleBatch(ctx context.Context, msgs []Message, h BatchHandler
 	if in.cfg.Mode == NonTransactional {
 		fresh, err = in.recordAndCommit(ctx, ids)
 	} else {
-		tx, err = in.st.InboxBegin(ctx)
-		if err != nil {
-			err = in.storeErr("begin", err)
-		} else {
+		tx, fresh, err = in.beginRecord(ctx, ids)
+		if err == nil {
 			defer rollback(ctx, tx)
-			fresh, err = in.st.InboxRecord(ctx, tx.Native(), &store.InboxRecordParams{Consumer: in.cfg.Consumer, IDs: ids})
-			if err != nil {
-				err = in.storeErr("record", err)
-			}
 		}
 	}
 	if err != nil {
@@ -363,6 +351,40 @@ func (in *Inbox) HandleBatch(ctx context.Context, msgs []Message, h BatchHandler
 	in.report(Duplicate, dups)
 	in.report(Processed, len(todo))
 	return results, nil
+}
+
+// maxRecordAttempts bounds the retries of a begin+record that the database
+// rolled back to break a lock conflict (store.ErrTxConflict).
+const maxRecordAttempts = 5
+
+// beginRecord begins a transaction and records ids in it. A conflict that
+// made the database roll the transaction back is retried with a fresh
+// transaction after a short jittered pause: nothing has run yet, so a retry
+// is invisible to the handler.
+func (in *Inbox) beginRecord(ctx context.Context, ids []txbox.ID) (store.InboxTx, []txbox.ID, error) {
+	for attempt := 1; ; attempt++ {
+		tx, err := in.st.InboxBegin(ctx)
+		if err != nil {
+			return nil, nil, in.storeErr("begin", err)
+		}
+		fresh, err := in.st.InboxRecord(ctx, tx.Native(), &store.InboxRecordParams{Consumer: in.cfg.Consumer, IDs: ids})
+		if err == nil {
+			return tx, fresh, nil
+		}
+		rollback(ctx, tx)
+		if !errors.Is(err, store.ErrTxConflict) || attempt == maxRecordAttempts {
+			return nil, nil, in.storeErr("record", err)
+		}
+		in.logger.DebugContext(ctx, "inbox record conflict; retrying", "attempt", attempt, "error", err)
+		pause := time.Duration(attempt) * time.Millisecond * time.Duration(1+rand.IntN(5))
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, nil, in.storeErr("record", ctx.Err())
+		case <-t.C:
+		}
+	}
 }
 
 func (in *Inbox) cacheContains(ctx context.Context, id txbox.ID) bool {

@@ -91,6 +91,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("RecordSeam", func(t *testing.T) { t.Parallel(); testRecordSeam(t, e) })
 	t.Run("HostileConsumerNames", func(t *testing.T) { t.Parallel(); testHostileNames(t, e) })
 	t.Run("ConcurrentDuplicates", func(t *testing.T) { t.Parallel(); testConcurrent(t, e) })
+	t.Run("ConcurrentOverlappingBatches", func(t *testing.T) { t.Parallel(); testConcurrentBatches(t, e) })
 	t.Run("CleanupTTLBoundary", func(t *testing.T) { t.Parallel(); testCleanupBoundary(t, h) })
 	t.Run("CleanerLease", func(t *testing.T) { t.Parallel(); testCleanerLease(t, h) })
 	t.Run("LRUCache", func(t *testing.T) {
@@ -655,4 +656,62 @@ func testCleanerLease(t *testing.T, h Harness) {
 	if _, held, err := b.RunOnce(ctx); err != nil || !held {
 		t.Errorf("b.RunOnce after a stopped = held %v, %v; want the lease", held, err)
 	}
+}
+
+// testConcurrentBatches has workers deliver overlapping batches (windows
+// over one id list, in opposite directions) at once: every id has exactly
+// one effect, and no worker fails (no lock-order deadlock).
+func testConcurrentBatches(t *testing.T, e *env) {
+	const consumer = "batches"
+	const n, window, workers = 40, 10, 6
+	all := ids(n)
+	in := e.newInbox(t, inbox.Config{Consumer: consumer})
+	h := func(ctx context.Context, tx any, ms []inbox.Message) error {
+		for _, m := range ms {
+			if err := e.h.InsertEffect(ctx, tx, e.ns, consumer, m.ID); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	var processed atomic.Int64
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for i := 0; i+window <= n; i += window / 2 {
+				batch := make([]inbox.Message, 0, window)
+				for j := 0; j < window; j++ {
+					k := i + j
+					if w%2 == 1 {
+						k = n - 1 - k
+					}
+					batch = append(batch, inbox.Message{ID: all[k]})
+				}
+				results, err := in.HandleBatch(context.Background(), batch, h)
+				if err != nil {
+					t.Errorf("worker %d: HandleBatch: %v", w, err)
+					return
+				}
+				for _, r := range results {
+					if r == inbox.Processed {
+						processed.Add(1)
+					}
+				}
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if got := processed.Load(); got != n {
+		t.Errorf("processed = %d, want %d", got, n)
+	}
+	want := map[txbox.ID]int{}
+	for _, id := range all {
+		want[id] = 1
+	}
+	e.expectEffects(t, consumer, want)
 }

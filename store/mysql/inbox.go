@@ -80,7 +80,7 @@ func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRec
 		}
 		res, err := ex.ExecContext(ctx, b.String(), args...)
 		if err != nil {
-			return 0, wrap("inbox record", err)
+			return 0, recordErr(err)
 		}
 		return res.RowsAffected()
 	}
@@ -123,6 +123,18 @@ func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRec
 		}
 	}
 	return inputOrder(params.IDs, fresh), nil
+}
+
+// recordErr marks a deadlock as store.ErrTxConflict: InnoDB rolled the
+// whole transaction back, and the inbox retries it. INSERT IGNORE's
+// duplicate check takes shared next-key locks even at READ COMMITTED, so
+// overlapping batches (or three deliveries of one id when the first rolls
+// back) can deadlock.
+func recordErr(err error) error {
+	if isDeadlock(err) {
+		return fmt.Errorf("mysql: inbox record: %w: %w", store.ErrTxConflict, err)
+	}
+	return wrap("inbox record", err)
 }
 
 // InboxCleanup deletes up to Limit ids recorded more than OlderThan ago,

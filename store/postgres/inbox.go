@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
@@ -83,12 +84,12 @@ func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRec
 	if ex.native() {
 		rows, err := ex.pgx.Query(ctx, d.inboxRecordSQL(`$2::uuid[]`), params.Consumer, ids)
 		if err != nil {
-			return nil, translate("inbox record", err)
+			return nil, recordErr(err)
 		}
 		var id uuid.UUID
 		_, err = pgx.ForEachRow(rows, []any{&id}, func() error { fresh[id] = true; return nil })
 		if err != nil {
-			return nil, translate("inbox record", err)
+			return nil, recordErr(err)
 		}
 	} else {
 		q, ok := ex.std.(queryer)
@@ -97,7 +98,7 @@ func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRec
 		}
 		rows, err := q.QueryContext(ctx, d.inboxRecordSQL(`$2::text::uuid[]`), params.Consumer, uuidArrayText(ids))
 		if err != nil {
-			return nil, translate("inbox record", err)
+			return nil, recordErr(err)
 		}
 		defer rows.Close()
 		for rows.Next() {
@@ -112,10 +113,21 @@ func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRec
 			fresh[id] = true
 		}
 		if err := rows.Err(); err != nil {
-			return nil, translate("inbox record", err)
+			return nil, recordErr(err)
 		}
 	}
 	return inputOrder(params.IDs, fresh), nil
+}
+
+// recordErr marks deadlocks and serialization failures (a caller's
+// REPEATABLE READ or SERIALIZABLE transaction) as store.ErrTxConflict, by
+// SQLSTATE.
+func recordErr(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001") {
+		return fmt.Errorf("postgres: inbox record: %w: %w", store.ErrTxConflict, err)
+	}
+	return translate("inbox record", err)
 }
 
 func (d *Driver) inboxRecordSQL(idsArg string) string {
