@@ -268,15 +268,19 @@ func (d *Driver) DeadLetterDelete(ctx context.Context, ids []txbox.ID) (int, err
 }
 
 // DeadLetterCleanup deletes up to Limit RESOLVED dead letters resolved
-// before now - OlderThan, oldest first.
+// before now - OlderThan, oldest first (locked through the cleanup index,
+// then deleted by primary key).
 func (d *Driver) DeadLetterCleanup(ctx context.Context, params *store.CleanupParams) (int, error) {
 	if err := checkCleanup(params); err != nil {
 		return 0, err
 	}
-	n, err := d.exec(ctx, "DELETE FROM "+d.qDeadLetter+" WHERE status = 'RESOLVED' AND resolved_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY resolved_at LIMIT ?",
-		micros(params.OlderThan), params.Limit)
+	n, err := d.lockThenWrite(ctx,
+		"SELECT id FROM "+d.qDeadLetter+" FORCE INDEX (txbox_cleanup) WHERE status = 'RESOLVED' AND resolved_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"+
+			" ORDER BY status, resolved_at LIMIT ? FOR UPDATE SKIP LOCKED",
+		[]any{micros(params.OlderThan), params.Limit},
+		"DELETE FROM "+d.qDeadLetter+" WHERE id IN (%s)")
 	if err != nil {
 		return 0, wrap("dead-letter cleanup", err)
 	}
-	return int(n), nil
+	return n, nil
 }

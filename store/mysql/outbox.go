@@ -374,7 +374,15 @@ func (d *Driver) finishStatements(token txbox.ID, items []store.OutboxFinishItem
 	// processed_at of a FAILED row is when it failed: the dead-letter
 	// mover copies it into failed_at.
 	caseExpr("processed_at", failed, "UTC_TIMESTAMP(6)", none, "processed_at")
-	caseExpr("status", failed, "'FAILED'", none, "'PENDING'")
+	anyFailed := false
+	for _, it := range rest {
+		anyFailed = anyFailed || failed(it)
+	}
+	if anyFailed {
+		caseExpr("status", failed, "'FAILED'", none, "'PENDING'")
+	} else {
+		q.WriteString(" status = 'PENDING',")
+	}
 	q.WriteString(" lease_until = NULL, lease_token = NULL")
 	q.WriteString(fence)
 	args = append(args, token.String())
@@ -388,19 +396,46 @@ func (d *Driver) finishStatements(token txbox.ID, items []store.OutboxFinishItem
 }
 
 // OutboxRecover puts up to Limit IN_PROCESS rows whose lease expired back
-// to PENDING, due now, attempts unchanged. It is one UPDATE ... LIMIT: at
-// READ COMMITTED a row another relay is finishing is read in its last
-// committed version and skipped or waited on only briefly.
+// to PENDING, due now, attempts unchanged. Like every range write of this
+// driver it is a locking SELECT ... SKIP LOCKED through a forced index
+// followed by a write by primary key, in one short transaction: a range
+// UPDATE or DELETE would lock (and wait on) every entry it scans, which
+// deadlocks against claims updating the same index.
 func (d *Driver) OutboxRecover(ctx context.Context, params *store.OutboxRecoverParams) (int, error) {
 	if params == nil || params.Limit < 1 {
 		return 0, fmt.Errorf("%w: recover needs Limit >= 1", ErrInvalidParams)
 	}
-	n, err := d.exec(ctx, "UPDATE "+d.qOutbox+" SET status = 'PENDING', due_at = UTC_TIMESTAMP(6), lease_until = NULL, lease_token = NULL"+
-		" WHERE status = 'IN_PROCESS' AND lease_until < UTC_TIMESTAMP(6) LIMIT ?", params.Limit)
+	n, err := d.lockThenWrite(ctx,
+		"SELECT id FROM "+d.qOutbox+" FORCE INDEX (txbox_claim) WHERE status = 'IN_PROCESS' AND lease_until < UTC_TIMESTAMP(6) LIMIT ? FOR UPDATE SKIP LOCKED",
+		[]any{params.Limit},
+		"UPDATE "+d.qOutbox+" SET status = 'PENDING', due_at = UTC_TIMESTAMP(6), lease_until = NULL, lease_token = NULL WHERE id IN (%s)")
 	if err != nil {
 		return 0, wrap("recover", err)
 	}
-	return int(n), nil
+	return n, nil
+}
+
+// lockThenWrite runs, in one READ COMMITTED transaction, the locking
+// SELECT of ids lockQuery (which must end with FOR UPDATE SKIP LOCKED) and
+// then write, whose %s is replaced by the ids' placeholders. It returns the
+// rows write affected.
+func (d *Driver) lockThenWrite(ctx context.Context, lockQuery string, lockArgs []any, write string) (int, error) {
+	var affected int
+	err := d.inTx(ctx, func(tx *sql.Tx) error {
+		affected = 0
+		ids, err := queryIDs(ctx, tx, lockQuery, lockArgs...)
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, fmt.Sprintf(write, placeholders(len(ids))), idArgs(nil, ids)...)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		affected = int(n)
+		return err
+	})
+	return affected, err
 }
 
 // OutboxPendingTypes lists the types with PENDING rows by a loose index
@@ -475,17 +510,21 @@ func (d *Driver) OutboxStats(ctx context.Context) ([]*store.OutboxTypeStats, err
 }
 
 // OutboxCleanup deletes up to Limit PROCESSED rows processed before
-// now - OlderThan, oldest first, in one bounded DELETE.
+// now - OlderThan, oldest first: the ids are locked through the cleanup
+// index (SKIP LOCKED), then deleted by primary key.
 func (d *Driver) OutboxCleanup(ctx context.Context, params *store.CleanupParams) (int, error) {
 	if err := checkCleanup(params); err != nil {
 		return 0, err
 	}
-	n, err := d.exec(ctx, "DELETE FROM "+d.qOutbox+" WHERE status = 'PROCESSED' AND processed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?",
-		micros(params.OlderThan), params.Limit)
+	n, err := d.lockThenWrite(ctx,
+		"SELECT id FROM "+d.qOutbox+" FORCE INDEX (txbox_cleanup) WHERE status = 'PROCESSED' AND processed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"+
+			" ORDER BY status, processed_at LIMIT ? FOR UPDATE SKIP LOCKED",
+		[]any{micros(params.OlderThan), params.Limit},
+		"DELETE FROM "+d.qOutbox+" WHERE id IN (%s)")
 	if err != nil {
 		return 0, wrap("cleanup", err)
 	}
-	return int(n), nil
+	return n, nil
 }
 
 func checkCleanup(p *store.CleanupParams) error {

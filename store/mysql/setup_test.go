@@ -22,6 +22,13 @@ func newDatabase(t testing.TB) (name, dsn string) {
 // setup returns a migrated driver opened with Open on a fresh database.
 func setup(t testing.TB) *Driver {
 	t.Helper()
+	d, _ := setupDSN(t)
+	return d
+}
+
+// setupDSN is setup that also returns the database's DSN.
+func setupDSN(t testing.TB) (*Driver, string) {
+	t.Helper()
 	_, dsn := newDatabase(t)
 	d, err := Open(dsn, Config{})
 	if err != nil {
@@ -31,7 +38,7 @@ func setup(t testing.TB) *Driver {
 	if err := d.Migrate(context.Background()); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
-	return d
+	return d, dsn
 }
 
 // publish inserts events in one committed transaction and returns them.
