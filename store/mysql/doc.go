@@ -76,7 +76,7 @@
 // publish batch whose payloads exceed Config.MaxInsertBytes is split into
 // several INSERTs inside the same caller transaction. Headers are JSON
 // (MariaDB stores JSON as LONGTEXT with a validity check). event_key is
-// VARBINARY(255): keys compare byte for byte, and a key that is not valid
+// VARBINARY(1024): keys compare byte for byte, and a key that is not valid
 // UTF-8 cannot fail the insert.
 //
 // # Migrations

@@ -48,8 +48,8 @@ var (
 )
 
 // MaxKeyLength is the longest event key, in bytes, the event_key column
-// (VARBINARY(255)) stores. Longer keys are refused at publish time.
-const MaxKeyLength = 255
+// (VARBINARY(1024)) stores. Longer keys are refused at publish time.
+const MaxKeyLength = 1024
 
 // maxErrorLength bounds last_error (a TEXT column, 64 KiB) well below the
 // column so a huge error message never fails the finish.

@@ -174,6 +174,9 @@ func (d *Driver) OutboxClaim(ctx context.Context, params *store.OutboxClaimParam
 	if params == nil || params.EventType == "" || params.Limit < 1 || params.LeaseDuration <= 0 {
 		return nil, fmt.Errorf("%w: claim needs an event type, Limit >= 1 and LeaseDuration > 0", ErrInvalidParams)
 	}
+	if err := txbox.ValidateEventType(params.EventType); err != nil {
+		return nil, err
+	}
 	var q strings.Builder
 	q.WriteString("SELECT o.id, o.event_key, o.payload, o.headers, o.attempts, o.created_at FROM ")
 	q.WriteString(d.qOutbox)

@@ -152,7 +152,7 @@ func TestOutboxInsertBadEvents(t *testing.T) {
 	key := string(bytes.Repeat([]byte{0xff}, MaxKeyLength))
 	e := &txbox.Event{ID: txbox.NewID(), Type: "t", Key: key}
 	if err := d.OutboxInsert(ctx, tx, &store.OutboxInsertParams{Events: []*txbox.Event{e}}); err != nil {
-		t.Fatalf("255-byte binary key: %v", err)
+		t.Fatalf("MaxKeyLength-byte binary key: %v", err)
 	}
 	var got []byte
 	if err := tx.QueryRow("SELECT event_key FROM "+d.qOutbox+" WHERE id = ?", e.ID.String()).Scan(&got); err != nil || string(got) != key {

@@ -19,7 +19,7 @@ CREATE TABLE IF NOT EXISTS {{outbox}} (
     SUBSTR(MD5(CONCAT(UUID(), RAND())), 1, 3), '-',
     SUBSTR(MD5(CONCAT(UUID(), RAND())), 1, 12)))),
   event_type VARCHAR(200) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-  event_key VARBINARY(255) NULL,
+  event_key VARBINARY(1024) NULL,
   payload LONGBLOB NOT NULL,
   headers JSON NOT NULL DEFAULT ('{}'),
   status VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT 'PENDING',
@@ -48,7 +48,7 @@ CREATE TABLE IF NOT EXISTS {{outbox}} (
 CREATE TABLE IF NOT EXISTS {{dead_letter}} (
   id CHAR(36) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
   event_type VARCHAR(200) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-  event_key VARBINARY(255) NULL,
+  event_key VARBINARY(1024) NULL,
   payload LONGBLOB NOT NULL,
   headers JSON NOT NULL DEFAULT ('{}'),
   attempts INT NOT NULL DEFAULT 0,
