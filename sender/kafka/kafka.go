@@ -7,7 +7,6 @@ import (
 	"net"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -155,9 +154,13 @@ func (c Config) Options() ([]kgo.Opt, error) {
 
 // Sender produces txbox messages to Kafka. It is safe for concurrent use.
 type Sender struct {
-	cl     *kgo.Client
-	owned  bool
-	closed atomic.Bool
+	cl    *kgo.Client
+	owned bool
+
+	mu     sync.Mutex // guards closed and inflight.Add
+	closed bool
+	// inflight counts running Sends; Close waits for them.
+	inflight sync.WaitGroup
 }
 
 var _ sender.Sender = (*Sender)(nil)
@@ -217,12 +220,18 @@ func (b *batch) settle(i int, err error) {
 // *sender.BatchError when only some failed, and a single transient error
 // when the whole batch failed for transient reasons (an outage).
 func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
-	if s.closed.Load() {
-		return txbox.Transient(fmt.Errorf("kafka sender: %w", txbox.ErrClosed))
-	}
 	if len(msgs) == 0 {
 		return nil
 	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return txbox.Transient(fmt.Errorf("kafka sender: %w", txbox.ErrClosed))
+	}
+	s.inflight.Add(1)
+	s.mu.Unlock()
+	defer s.inflight.Done()
+
 	b := &batch{
 		errs:    make([]error, len(msgs)),
 		settled: make([]bool, len(msgs)),
@@ -289,18 +298,34 @@ func summarize(errs []error) error {
 	}
 }
 
-// Close flushes records still buffered (bounded by ctx) and closes the
-// client if New created it.
+// Close stops new Sends (they fail with txbox.ErrClosed), waits for the
+// Sends in flight and flushes what is buffered (bounded by ctx), then
+// closes the client if New created it.
 func (s *Sender) Close(ctx context.Context) error {
-	if s.closed.Swap(true) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
 		return nil
 	}
-	err := s.cl.Flush(ctx)
+	s.closed = true
+	s.mu.Unlock()
+	drained := make(chan struct{})
+	go func() {
+		s.inflight.Wait()
+		close(drained)
+	}()
+	var err error
+	select {
+	case <-drained:
+		err = s.cl.Flush(ctx)
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
 	if s.owned {
 		s.cl.Close()
 	}
 	if err != nil {
-		return fmt.Errorf("kafka sender: flush on close: %w", err)
+		return fmt.Errorf("kafka sender: close: %w", err)
 	}
 	return nil
 }

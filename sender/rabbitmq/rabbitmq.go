@@ -1,0 +1,647 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/sender"
+)
+
+// Defaults applied by [New] to zero fields of [Config].
+const (
+	DefaultChannels         = 2
+	DefaultDialTimeout      = 5 * time.Second
+	DefaultReconnectDelay   = time.Second
+	DefaultHeartbeat        = 10 * time.Second
+	DefaultConfirmTimeout   = 30 * time.Second
+	DefaultExchangeCheckTTL = time.Minute
+	DefaultConnectionName   = "txbox"
+)
+
+// Sentinel errors.
+var (
+	// ErrInvalidConfig is returned by New when the configuration is
+	// unusable; the message names the field.
+	ErrInvalidConfig = errors.New("rabbitmq sender: invalid config")
+	// ErrUnroutable is the per-message error (rejected) of a mandatory
+	// message the broker returned because no queue is bound for it.
+	ErrUnroutable = errors.New("rabbitmq sender: message returned as unroutable")
+	// ErrNacked is the per-message error (rejected) of a message the
+	// broker negatively confirmed.
+	ErrNacked = errors.New("rabbitmq sender: message nacked by the broker")
+	// ErrNoExchange is the per-message error (rejected) of a message routed
+	// to an exchange that does not exist.
+	ErrNoExchange = errors.New("rabbitmq sender: exchange does not exist")
+	// ErrConnection wraps every transient failure: dial, lost connection
+	// or channel, or a confirm that did not come in time.
+	ErrConnection = errors.New("rabbitmq sender: broker unavailable")
+)
+
+// Config configures a RabbitMQ sender. The fields are plain values so the
+// command line can fill them from YAML.
+type Config struct {
+	// URL is the AMQP URI, amqp://user:pass@host:port/vhost. Required. It
+	// is never logged or put in an error.
+	URL string
+	// Channels is the number of confirm-mode channels the sender publishes
+	// on. One Send uses one channel and publishes on it under a lock, so
+	// this bounds how many Sends publish at once; confirms of different
+	// Sends still overlap. Defaults to 2.
+	Channels int
+	// DialTimeout bounds the TCP connect and the AMQP handshake. Defaults to
+	// 5s.
+	DialTimeout time.Duration
+	// ReconnectDelay is the least time between two dials after a failure:
+	// during an outage a Send fails at once with the last dial error rather
+	// than dialing again. Defaults to 1s.
+	ReconnectDelay time.Duration
+	// Heartbeat is the AMQP heartbeat interval; a silent broker is declared
+	// dead after about three intervals. Defaults to 10s.
+	Heartbeat time.Duration
+	// ConfirmTimeout bounds the wait for the publisher confirms of a batch
+	// (beyond the context of Send). Unconfirmed messages then fail as
+	// transient. Defaults to 30s.
+	ConfirmTimeout time.Duration
+	// ExchangeCheckTTL is how long the sender trusts that an exchange
+	// exists after checking it. Publishing to a missing exchange makes the
+	// broker close the channel, failing every message in flight on it, so
+	// the sender checks (passive declare) before the first publish to an
+	// exchange and again after this long. Defaults to 1m.
+	ExchangeCheckTTL time.Duration
+	// ConnectionName is shown in the RabbitMQ management UI. Defaults to
+	// "txbox".
+	ConnectionName string
+}
+
+func (c Config) withDefaults() Config {
+	if c.Channels == 0 {
+		c.Channels = DefaultChannels
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = DefaultDialTimeout
+	}
+	if c.ReconnectDelay == 0 {
+		c.ReconnectDelay = DefaultReconnectDelay
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = DefaultHeartbeat
+	}
+	if c.ConfirmTimeout == 0 {
+		c.ConfirmTimeout = DefaultConfirmTimeout
+	}
+	if c.ExchangeCheckTTL == 0 {
+		c.ExchangeCheckTTL = DefaultExchangeCheckTTL
+	}
+	if c.ConnectionName == "" {
+		c.ConnectionName = DefaultConnectionName
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.URL == "" {
+		return fmt.Errorf("%w: url is empty", ErrInvalidConfig)
+	}
+	if _, err := amqp.ParseURI(c.URL); err != nil {
+		// The parse error may quote the URL, password included.
+		return fmt.Errorf("%w: url is not a valid amqp:// or amqps:// URI", ErrInvalidConfig)
+	}
+	switch {
+	case c.Channels < 0 || c.Channels > 1000:
+		return fmt.Errorf("%w: channels must be in 1..1000, got %d", ErrInvalidConfig, c.Channels)
+	case c.DialTimeout < 0:
+		return fmt.Errorf("%w: dial-timeout must be > 0, got %s", ErrInvalidConfig, c.DialTimeout)
+	case c.ReconnectDelay < 0:
+		return fmt.Errorf("%w: reconnect-delay must be > 0, got %s", ErrInvalidConfig, c.ReconnectDelay)
+	case c.Heartbeat < 0:
+		return fmt.Errorf("%w: heartbeat must be > 0, got %s", ErrInvalidConfig, c.Heartbeat)
+	case c.ConfirmTimeout < 0:
+		return fmt.Errorf("%w: confirm-timeout must be > 0, got %s", ErrInvalidConfig, c.ConfirmTimeout)
+	case c.ExchangeCheckTTL < 0:
+		return fmt.Errorf("%w: exchange-check-ttl must be > 0, got %s", ErrInvalidConfig, c.ExchangeCheckTTL)
+	}
+	return nil
+}
+
+// Sender publishes txbox messages to RabbitMQ. It is safe for concurrent
+// use.
+type Sender struct {
+	cfg Config
+
+	mu          sync.Mutex // guards the fields below
+	conn        *amqp.Connection
+	chans       []*pubChan
+	next        int
+	lastDialErr error
+	lastDialAt  time.Time
+	exchanges   map[string]time.Time // exchange -> checked at
+	closed      bool
+
+	// inflight counts running Sends; Close waits for them so their
+	// confirms are not cut off.
+	inflight sync.WaitGroup
+}
+
+var _ sender.Sender = (*Sender)(nil)
+
+// New returns a Sender for cfg. It does not connect: the first Send does,
+// so a relay can start while the broker is down.
+func New(cfg Config) (*Sender, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Sender{cfg: cfg, exchanges: map[string]time.Time{}}, nil
+}
+
+// pubChan is one confirm-mode channel and its return listener.
+type pubChan struct {
+	ch *amqp.Channel
+	// pub serializes publishes: the delivery tags of one channel are a
+	// sequence, and interleaving two batches gains nothing.
+	pub sync.Mutex
+
+	// closed is closed once the channel is closed; closeErr is set before.
+	closed   chan struct{}
+	closeErr atomic.Pointer[amqp.Error]
+
+	// Returned messages, correlated by MessageId to the Send waiting for
+	// them. pending maps a message id to the return flags of the sends
+	// that published it (normally one).
+	rmu     sync.Mutex
+	pending map[string][]*atomic.Bool
+
+	syncReq      chan chan struct{}
+	listenerDone chan struct{}
+}
+
+func (s *Sender) dial() (*amqp.Connection, error) {
+	cfg := amqp.Config{
+		Dial:       amqp.DefaultDial(s.cfg.DialTimeout),
+		Heartbeat:  s.cfg.Heartbeat,
+		Properties: amqp.NewConnectionProperties(),
+	}
+	cfg.Properties.SetClientConnectionName(s.cfg.ConnectionName)
+	conn, err := amqp.DialConfig(s.cfg.URL, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return conn, nil
+}
+
+// connLocked returns the live connection, dialing when there is none. It
+// is called with s.mu held.
+func (s *Sender) connLocked() (*amqp.Connection, error) {
+	if s.closed {
+		return nil, txbox.Transient(fmt.Errorf("rabbitmq sender: %w", txbox.ErrClosed))
+	}
+	if s.conn != nil && !s.conn.IsClosed() {
+		return s.conn, nil
+	}
+	if s.lastDialErr != nil && time.Since(s.lastDialAt) < s.cfg.ReconnectDelay {
+		return nil, txbox.Transient(fmt.Errorf("%w: %v", ErrConnection, s.lastDialErr))
+	}
+	s.lastDialAt = time.Now()
+	conn, err := s.dial()
+	if err != nil {
+		s.lastDialErr = err
+		return nil, txbox.Transient(fmt.Errorf("%w: dial: %v", ErrConnection, err))
+	}
+	s.lastDialErr = nil
+	s.conn = conn
+	s.chans = make([]*pubChan, s.cfg.Channels)
+	// Exchanges may have changed while we were away.
+	clear(s.exchanges)
+	return conn, nil
+}
+
+// connection returns the live connection, dialing if needed.
+func (s *Sender) connection() (*amqp.Connection, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.connLocked()
+}
+
+// channel returns a usable channel, connecting or reopening as needed.
+func (s *Sender) channel() (*pubChan, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	conn, err := s.connLocked()
+	if err != nil {
+		return nil, err
+	}
+	i := s.next % len(s.chans)
+	s.next++
+	pc := s.chans[i]
+	if pc != nil && !pc.isClosed() {
+		return pc, nil
+	}
+	pc, err = openPubChan(conn)
+	if err != nil {
+		return nil, txbox.Transient(fmt.Errorf("%w: open channel: %v", ErrConnection, err))
+	}
+	s.chans[i] = pc
+	return pc, nil
+}
+
+func openPubChan(conn *amqp.Connection) (*pubChan, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, err
+	}
+	if err := ch.Confirm(false); err != nil {
+		_ = ch.Close()
+		return nil, err
+	}
+	pc := &pubChan{
+		ch:           ch,
+		closed:       make(chan struct{}),
+		pending:      map[string][]*atomic.Bool{},
+		syncReq:      make(chan chan struct{}),
+		listenerDone: make(chan struct{}),
+	}
+	// Unbuffered on purpose: the client's reader goroutine hands a return
+	// over before it processes the next frame (the basic.ack of the same
+	// message), so once a confirm is seen the return has been received by
+	// the listener. See sync.
+	returns := ch.NotifyReturn(make(chan amqp.Return))
+	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
+	go pc.listen(returns, closes)
+	return pc, nil
+}
+
+func (pc *pubChan) listen(returns <-chan amqp.Return, closes <-chan *amqp.Error) {
+	defer close(pc.listenerDone)
+	for {
+		select {
+		case r, ok := <-returns:
+			if !ok {
+				returns = nil
+				continue
+			}
+			pc.rmu.Lock()
+			for _, f := range pc.pending[r.MessageId] {
+				f.Store(true)
+			}
+			pc.rmu.Unlock()
+		case done := <-pc.syncReq:
+			close(done)
+		case e, ok := <-closes:
+			if ok && e != nil {
+				pc.closeErr.Store(e)
+			}
+			close(pc.closed)
+			// Returns are closed with the channel; nothing more can
+			// arrive, so the listener can stop. Sends that still want a
+			// barrier see listenerDone.
+			return
+		}
+	}
+}
+
+// sync returns once every return the client handed over before now has
+// been recorded.
+func (pc *pubChan) sync() {
+	done := make(chan struct{})
+	select {
+	case pc.syncReq <- done:
+		<-done
+	case <-pc.listenerDone:
+	}
+}
+
+func (pc *pubChan) isClosed() bool {
+	select {
+	case <-pc.closed:
+		return true
+	default:
+		return pc.ch.IsClosed()
+	}
+}
+
+// closeError waits briefly for the listener to record why the channel
+// closed (the client closes confirms and notifies listeners in one
+// teardown, in no order we can rely on).
+func (pc *pubChan) closeError() *amqp.Error {
+	select {
+	case <-pc.closed:
+	case <-time.After(time.Second):
+	}
+	return pc.closeErr.Load()
+}
+
+// Send publishes every message, then waits once for all confirms. It
+// returns nil when the broker confirmed every message and returned none, a
+// *sender.BatchError when only some failed, and a single transient error
+// when the broker could not be reached or the whole batch failed for that
+// reason.
+func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return txbox.Transient(fmt.Errorf("rabbitmq sender: %w", txbox.ErrClosed))
+	}
+	s.inflight.Add(1)
+	s.mu.Unlock()
+	defer s.inflight.Done()
+
+	errs := make([]error, len(msgs))
+	todo := make([]int, 0, len(msgs)) // indexes still to publish
+	for i, m := range msgs {
+		if err := s.checkExchange(ctx, m.Route.Exchange); err != nil {
+			errs[i] = err
+			continue
+		}
+		todo = append(todo, i)
+	}
+	if len(todo) > 0 {
+		pc, err := s.channel()
+		if err != nil {
+			for _, i := range todo {
+				errs[i] = err
+			}
+		} else {
+			s.publish(ctx, pc, msgs, todo, errs)
+		}
+	}
+	return summarize(errs)
+}
+
+// publish publishes msgs[todo] on pc and fills errs with their outcomes.
+func (s *Sender) publish(ctx context.Context, pc *pubChan, msgs []*sender.Message, todo []int, errs []error) {
+	returned := make([]atomic.Bool, len(msgs))
+	ids := make([]string, len(msgs))
+	pc.rmu.Lock()
+	for _, i := range todo {
+		ids[i] = msgs[i].ID.String()
+		pc.pending[ids[i]] = append(pc.pending[ids[i]], &returned[i])
+	}
+	pc.rmu.Unlock()
+	defer func() {
+		pc.rmu.Lock()
+		for _, i := range todo {
+			fs := slices.DeleteFunc(pc.pending[ids[i]], func(f *atomic.Bool) bool { return f == &returned[i] })
+			if len(fs) == 0 {
+				delete(pc.pending, ids[i])
+			} else {
+				pc.pending[ids[i]] = fs
+			}
+		}
+		pc.rmu.Unlock()
+	}()
+
+	dcs := make([]*amqp.DeferredConfirmation, len(msgs))
+	pc.pub.Lock()
+	var pubErr error
+	for _, i := range todo {
+		if pubErr == nil {
+			m := msgs[i]
+			var err error
+			dcs[i], err = pc.ch.PublishWithDeferredConfirmWithContext(ctx,
+				m.Route.Exchange, routingKey(m), true, false, publishing(m))
+			if err != nil {
+				pubErr = s.publishFailed(ctx, pc, err)
+			}
+		}
+		if pubErr != nil {
+			errs[i] = pubErr
+		}
+	}
+	pc.pub.Unlock()
+
+	timer := time.NewTimer(s.cfg.ConfirmTimeout)
+	defer timer.Stop()
+	var waitErr error
+	for _, i := range todo {
+		dc := dcs[i]
+		if dc == nil {
+			continue
+		}
+		if waitErr == nil {
+			select {
+			case <-dc.Done():
+			case <-ctx.Done():
+				waitErr = fmt.Errorf("%w: no confirm before the context ended: %w", ErrConnection, ctx.Err())
+			case <-timer.C:
+				waitErr = fmt.Errorf("%w: no confirm within %s", ErrConnection, s.cfg.ConfirmTimeout)
+			}
+		}
+		if waitErr != nil {
+			errs[i] = txbox.Transient(waitErr)
+			continue
+		}
+		if !dc.Acked() {
+			if pc.ch.IsClosed() {
+				// The client nacks everything outstanding when the
+				// channel closes; that is a loss, not a refusal, unless
+				// the channel closed because the exchange is gone.
+				errs[i] = s.channelLost(pc, msgs[i])
+			} else {
+				errs[i] = txbox.Rejected(fmt.Errorf("%w (event %s)", ErrNacked, msgs[i].ID))
+			}
+		}
+	}
+	pc.sync()
+	for _, i := range todo {
+		if errs[i] == nil && returned[i].Load() {
+			m := msgs[i]
+			errs[i] = txbox.Rejected(fmt.Errorf("%w: no queue bound for exchange %q routing key %q (event %s)",
+				ErrUnroutable, m.Route.Exchange, routingKey(m), m.ID))
+		}
+	}
+}
+
+// publishFailed classifies a failed publish: the context ended, or the
+// channel or connection is gone (every later publish on it fails too).
+func (s *Sender) publishFailed(ctx context.Context, pc *pubChan, err error) error {
+	if ctx.Err() != nil {
+		return txbox.Transient(fmt.Errorf("%w: publish: %w", ErrConnection, ctx.Err()))
+	}
+	if pc.ch.IsClosed() {
+		if e := pc.closeError(); e != nil && isMissingExchange(e) {
+			s.forgetExchanges()
+		}
+	}
+	return txbox.Transient(fmt.Errorf("%w: publish: %v", ErrConnection, err))
+}
+
+func (s *Sender) channelLost(pc *pubChan, m *sender.Message) error {
+	e := pc.closeError()
+	if e != nil && isMissingExchange(e) {
+		s.forgetExchanges()
+		if m.Route.Exchange != "" && strings.Contains(e.Reason, "'"+m.Route.Exchange+"'") {
+			return txbox.Rejected(fmt.Errorf("%w: %q (event %s)", ErrNoExchange, m.Route.Exchange, m.ID))
+		}
+	}
+	reason := "channel closed"
+	if e != nil {
+		reason = fmt.Sprintf("channel closed: %d %s", e.Code, e.Reason)
+	}
+	return txbox.Transient(fmt.Errorf("%w: %s before the confirm of event %s", ErrConnection, reason, m.ID))
+}
+
+func isMissingExchange(e *amqp.Error) bool {
+	return e.Code == amqp.NotFound && strings.Contains(e.Reason, "exchange")
+}
+
+func (s *Sender) forgetExchanges() {
+	s.mu.Lock()
+	clear(s.exchanges)
+	s.mu.Unlock()
+}
+
+// checkExchange makes sure the exchange exists before the first publish to
+// it (and after ExchangeCheckTTL), on a throwaway channel, because a
+// publish to a missing exchange closes the publishing channel and fails
+// every message in flight on it.
+func (s *Sender) checkExchange(ctx context.Context, name string) error {
+	if name == "" || strings.HasPrefix(name, "amq.") {
+		return nil // the default and the amq.* exchanges always exist
+	}
+	s.mu.Lock()
+	at, ok := s.exchanges[name]
+	s.mu.Unlock()
+	if ok && time.Since(at) < s.cfg.ExchangeCheckTTL {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return txbox.Transient(fmt.Errorf("%w: %w", ErrConnection, err))
+	}
+	conn, err := s.connection()
+	if err != nil {
+		return err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return txbox.Transient(fmt.Errorf("%w: open channel: %v", ErrConnection, err))
+	}
+	err = ch.ExchangeDeclarePassive(name, "direct", false, false, false, false, nil)
+	if err == nil {
+		_ = ch.Close()
+		s.mu.Lock()
+		s.exchanges[name] = time.Now()
+		s.mu.Unlock()
+		return nil
+	}
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+		return txbox.Rejected(fmt.Errorf("%w: %q", ErrNoExchange, name))
+	}
+	return txbox.Transient(fmt.Errorf("%w: check exchange %q: %v", ErrConnection, name, err))
+}
+
+// Close stops new Sends (they fail with txbox.ErrClosed), waits for the
+// Sends in flight to get their confirms (bounded by ctx), then closes the
+// connection.
+func (s *Sender) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+
+	drained := make(chan struct{})
+	go func() {
+		s.inflight.Wait()
+		close(drained)
+	}()
+	var waitErr error
+	select {
+	case <-drained:
+	case <-ctx.Done():
+		waitErr = fmt.Errorf("rabbitmq sender: close: sends still in flight: %w", ctx.Err())
+	}
+
+	s.mu.Lock()
+	conn := s.conn
+	s.mu.Unlock()
+	if conn == nil || conn.IsClosed() {
+		return waitErr
+	}
+	done := make(chan error, 1)
+	go func() { done <- conn.Close() }()
+	select {
+	case err := <-done:
+		if err != nil && !errors.Is(err, amqp.ErrClosed) && waitErr == nil {
+			return fmt.Errorf("rabbitmq sender: close: %w", err)
+		}
+		return waitErr
+	case <-ctx.Done():
+		return fmt.Errorf("rabbitmq sender: close: %w", ctx.Err())
+	}
+}
+
+func routingKey(m *sender.Message) string {
+	if m.Route.RoutingKey != "" {
+		return m.Route.RoutingKey
+	}
+	return m.EventType
+}
+
+func publishing(m *sender.Message) amqp.Publishing {
+	h := make(amqp.Table, len(m.Headers)+3)
+	for k, v := range m.Headers {
+		h[k] = v
+	}
+	add := func(k, v string) {
+		if _, ok := h[k]; !ok && v != "" {
+			h[k] = v
+		}
+	}
+	add(txbox.HeaderEventID, m.ID.String())
+	add(txbox.HeaderEventType, m.EventType)
+	if !m.CreatedAt.IsZero() {
+		add(txbox.HeaderCreatedAt, m.CreatedAt.UTC().Format(time.RFC3339Nano))
+	}
+	add(sender.HeaderKey, m.Key)
+	return amqp.Publishing{
+		Headers:      h,
+		DeliveryMode: amqp.Persistent,
+		MessageId:    m.ID.String(),
+		Type:         m.EventType,
+		Timestamp:    m.CreatedAt,
+		AppId:        "txbox",
+		Body:         m.Payload,
+	}
+}
+
+// summarize turns per-message outcomes into Send's result.
+func summarize(errs []error) error {
+	failed, transient := 0, 0
+	var first error
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		failed++
+		if first == nil {
+			first = err
+		}
+		if txbox.Classify(err) == txbox.ClassTransient {
+			transient++
+		}
+	}
+	switch {
+	case failed == 0:
+		return nil
+	case transient == len(errs):
+		// One outage, not n copies of it.
+		return first
+	default:
+		return &sender.BatchError{Errs: errs}
+	}
+}
