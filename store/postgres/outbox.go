@@ -58,7 +58,17 @@ func (d *Driver) OutboxInsert(ctx context.Context, tx any, params *store.OutboxI
 	}
 	var args []any
 	var query string
-	if ex.native() {
+	if n == 1 {
+		query = d.q.insertOne
+		if params.Notify {
+			query = d.q.insertOneNotify
+		}
+		var nb any
+		if notBefore[0].Valid {
+			nb = notBefore[0].Time
+		}
+		args = []any{ids[0].String(), types[0], keys[0], payloads[0], headers[0], nb}
+	} else if ex.native() {
 		query = d.q.insertNative
 		if params.Notify {
 			query = d.q.insertNativeNotify

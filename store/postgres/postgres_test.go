@@ -80,20 +80,26 @@ func TestInsertThroughDatabaseSQLAndORM(t *testing.T) {
 	} {
 		typ := "std-" + strings.ReplaceAll(strings.Trim(c.name, "*"), " ", "-")
 		typ = strings.ReplaceAll(typ, ".", "-")
-		evs := []*txbox.Event{mk(typ), mk(typ), {ID: txbox.NewID(), Type: typ}}
+		// A batch (array statement) and a single event (scalar statement).
+		one := mk(typ)
+		one.NotBefore = time.Time{}
+		evs := []*txbox.Event{mk(typ), mk(typ), {ID: txbox.NewID(), Type: typ}, one}
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := d.OutboxInsert(ctx, c.wrap(tx), &store.OutboxInsertParams{Events: evs, Notify: true}); err != nil {
+		if err := d.OutboxInsert(ctx, c.wrap(tx), &store.OutboxInsertParams{Events: evs[:3], Notify: true}); err != nil {
 			t.Fatalf("%s: insert: %v", c.name, err)
+		}
+		if err := d.OutboxInsert(ctx, c.wrap(tx), &store.OutboxInsertParams{Events: evs[3:], Notify: true}); err != nil {
+			t.Fatalf("%s: insert one: %v", c.name, err)
 		}
 		if err := tx.Commit(); err != nil {
 			t.Fatal(err)
 		}
 		rows := claimAll(t, d, typ)
-		if len(rows) != 3 {
-			t.Fatalf("%s: claimed %d, want 3", c.name, len(rows))
+		if len(rows) != len(evs) {
+			t.Fatalf("%s: claimed %d, want %d", c.name, len(rows), len(evs))
 		}
 		for _, r := range rows {
 			var want *txbox.Event

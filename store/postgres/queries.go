@@ -8,6 +8,7 @@ import "strings"
 type queries struct {
 	insertNative, insertNativeNotify string
 	insertText, insertTextNotify     string
+	insertOne, insertOneNotify       string
 
 	claim, claimOrdered string
 	finish              string
@@ -58,8 +59,20 @@ func insertSQL(args string, notify bool) string {
 	SELECT pg_notify($7, t.event_type) FROM (SELECT DISTINCT event_type FROM ins) t`
 }
 
+// insertOneBody is the single-event statement: plain parameters instead
+// of arrays, which saves the array encoding on both sides and the unnest
+// scan on the most common publish (one event in a business transaction).
+// Scalar parameters bind the same way through pgx and database/sql.
+const insertOneBody = `
+	INSERT INTO {{outbox}} (id, event_type, event_key, payload, headers, due_at)
+	VALUES ($1::uuid, $2::text, NULLIF($3::text, ''), $4::bytea, $5::text::jsonb, GREATEST(now(), $6::timestamptz))`
+
 func buildQueries(d *Driver) queries {
 	var q queries
+	q.insertOne = d.render(insertOneBody)
+	q.insertOneNotify = d.render(`WITH ins AS (` + insertOneBody + `
+	RETURNING event_type)
+	SELECT pg_notify($7, event_type) FROM ins`)
 	q.insertNative = d.render(insertSQL(insertNativeArgs, false))
 	q.insertNativeNotify = d.render(insertSQL(insertNativeArgs, true))
 	q.insertText = d.render(insertSQL(insertTextArgs, false))
