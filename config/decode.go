@@ -26,7 +26,10 @@ type decoder struct {
 	// environment variable or a flag), for error messages.
 	sources map[string]string
 	file    string
-	errs    []*Error
+	// lines maps each key path seen in the file to its line, so errors
+	// found after decoding (validation) still point into the file.
+	lines map[string]int
+	errs  []*Error
 	nodes   int
 }
 
@@ -37,8 +40,36 @@ func (d *decoder) fail(path string, n *yaml.Node, format string, args ...any) {
 	} else if n != nil && n.Line > 0 {
 		e.Source = d.file
 		e.Line = n.Line
+	} else if line := d.lineOf(path); line > 0 {
+		e.Source = d.file
+		e.Line = line
 	}
 	d.errs = append(d.errs, e)
+}
+
+// lineOf returns the line of path, or of its nearest ancestor that is in
+// the file (an inherited value is reported where the entry is), or 0.
+func (d *decoder) lineOf(path string) int {
+	for p := path; p != ""; {
+		if line, ok := d.lines[p]; ok {
+			return line
+		}
+		i := strings.LastIndexAny(p, ".[")
+		if i < 0 {
+			break
+		}
+		p = p[:i]
+	}
+	return 0
+}
+
+func (d *decoder) seen(path string, key *yaml.Node) {
+	if d.lines == nil {
+		d.lines = map[string]int{}
+	}
+	if key != nil && key.Line > 0 {
+		d.lines[path] = key.Line
+	}
 }
 
 // join appends key to path with a dot. A map key that itself contains a
@@ -120,6 +151,7 @@ func (d *decoder) mappingPairs(path string, n *yaml.Node) ([][2]*yaml.Node, bool
 			continue
 		}
 		seen[k.Value] = true
+		d.seen(join(path, k.Value), k)
 		pairs = append(pairs, [2]*yaml.Node{k, v})
 	}
 	return pairs, true

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestMain lets the test binary act as the txbox command: a child process
+// started with TXBOX_TEST_RUN_MAIN=1 runs main with its own arguments, so
+// the subprocess tests need no separate `go build`.
+func TestMain(m *testing.M) {
+	if os.Getenv("TXBOX_TEST_RUN_MAIN") == "1" {
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// runInProcess runs a command line in this process and returns its exit
+// code, stdout and stderr.
+func runInProcess(t *testing.T, environ []string, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	lookup := map[string]string{}
+	for _, kv := range environ {
+		k, v, _ := strings.Cut(kv, "=")
+		lookup[k] = v
+	}
+	e := &env{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr, environ: environ, getenv: func(k string) string { return lookup[k] }}
+	code := run(context.Background(), e, args)
+	return code, stdout.String(), stderr.String()
+}
+
+func TestHelpAndUsage(t *testing.T) {
+	t.Parallel()
+	if code, _, errOut := runInProcess(t, nil); code != exitUsage || !strings.Contains(errOut, "Commands:") {
+		t.Errorf("no arguments: code %d, stderr %q", code, errOut)
+	}
+	if code, _, errOut := runInProcess(t, nil, "frobnicate"); code != exitUsage || !strings.Contains(errOut, `unknown command "frobnicate"`) {
+		t.Errorf("unknown command: code %d, stderr %q", code, errOut)
+	}
+	for _, c := range commands {
+		code, _, errOut := runInProcess(t, nil, c.name, "--help")
+		if code != exitOK || !strings.Contains(errOut, "Usage: txbox "+c.name) {
+			t.Errorf("%s --help: code %d, stderr %q", c.name, code, errOut)
+		}
+	}
+	if code, _, errOut := runInProcess(t, nil, "relay", "--no-such-flag"); code != exitUsage || !strings.Contains(errOut, "flag provided but not defined") {
+		t.Errorf("bad flag: code %d, stderr %q", code, errOut)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	code, out, _ := runInProcess(t, nil, "version")
+	if code != exitOK || !strings.HasPrefix(out, "txbox ") || !strings.Contains(out, "go1.") {
+		t.Fatalf("version: code %d, out %q", code, out)
+	}
+}
+
+func TestBadConfigExitsTwoWithKeyPath(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, tc := range []struct{ yaml, want string }{
+		{"senders: { main: { type: natz } }\n", `senders.main.type: unknown sender type "natz"`},
+		{"senders: { main: { type: nats } }\nevents:\n  order-created:\n    polling: { min-delay: 5s, max-delay: 1s }\n", "bad.yaml:4: events.order-created.polling.max-delay: must be ≥ min-delay"},
+		{"defaults: { lease: 5 }\n", "defaults.lease: must be a duration"},
+	} {
+		path := dir + "/bad.yaml"
+		if err := os.WriteFile(path, []byte(tc.yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, _, errOut := runInProcess(t, nil, "relay", "--config", path)
+		if code != exitUsage || !strings.Contains(errOut, tc.want) {
+			t.Errorf("relay with %q: code %d, stderr %q; want 2 and %q", tc.yaml, code, errOut, tc.want)
+		}
+	}
+	code, _, errOut := runInProcess(t, []string{"TXBOX_DEFAULTS_BATCH_SIZE=0"}, "migrate", "--dsn", dir+"/x.db")
+	if code != exitUsage || !strings.Contains(errOut, "environment variable TXBOX_DEFAULTS_BATCH_SIZE: defaults.batch-size: must be between 1 and 10000") {
+		t.Errorf("env override: code %d, stderr %q", code, errOut)
+	}
+	code, _, errOut = runInProcess(t, nil, "relay", "--dsn", dir+"/x.db")
+	if code != exitUsage || !strings.Contains(errOut, "names no sender") {
+		t.Errorf("relay without senders: code %d, stderr %q", code, errOut)
+	}
+}
+
+func TestPublishSQLite(t *testing.T) {
+	t.Parallel()
+	db := t.TempDir() + "/t.db"
+	if code, out, errOut := runInProcess(t, nil, "migrate", "--dsn", db); code != exitOK || !strings.Contains(out, "migrated sqlite") {
+		t.Fatalf("migrate: %d %q %q", code, out, errOut)
+	}
+	code, out, errOut := runInProcess(t, nil, "publish", "--dsn", db, "--type", "order-created", "--key", "k", "--payload", "{}", "--header", "a=b", "--not-before", "1m")
+	if code != exitOK || !strings.Contains(out, `"type":"order-created"`) {
+		t.Fatalf("publish: %d %q %q", code, out, errOut)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--payload", "x"}, "--type is required"},
+		{[]string{"--type", "bad type"}, "invalid event type"},
+		{[]string{"--type", "a", "--payload", "x", "--payload-file", "f"}, "not both"},
+		{[]string{"--type", "a", "--header", "novalue"}, "must be name=value"},
+		{[]string{"--type", "a", "--not-before", "tomorrow"}, "--not-before"},
+	} {
+		code, _, errOut := runInProcess(t, nil, append([]string{"publish", "--dsn", db}, tc.args...)...)
+		if code != exitUsage || !strings.Contains(errOut, tc.want) {
+			t.Errorf("publish %v: code %d, stderr %q, want 2 and %q", tc.args, code, errOut, tc.want)
+		}
+	}
+}
+
+func TestDemoSQLite(t *testing.T) {
+	t.Parallel()
+	code, out, errOut := runInProcess(t, nil, "demo", "--duration", "1500ms", "--rate", "100")
+	if code != exitOK {
+		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	assertDemoSummary(t, out)
+}
+
+func assertDemoSummary(t *testing.T, out string) {
+	t.Helper()
+	for _, want := range []string{"publishing", "delivered", "lost                  0", "unexpected            0", "(delivered: 0)", "OK: all "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "committed events      0\n") {
+		t.Errorf("demo committed nothing:\n%s", out)
+	}
+}
