@@ -30,7 +30,7 @@ type decoder struct {
 	// found after decoding (validation) still point into the file.
 	lines map[string]int
 	errs  []*Error
-	nodes   int
+	nodes int
 }
 
 func (d *decoder) fail(path string, n *yaml.Node, format string, args ...any) {
