@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -15,8 +16,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/sender/kafka"
+	"github.com/txbox/txbox/sender/sendertest"
 )
 
 type bundle struct {
@@ -358,4 +361,92 @@ func TestConfigValidation(t *testing.T) {
 			t.Errorf("%s: New = %v, want ErrInvalidConfig", name, err)
 		}
 	}
+}
+
+// sink reads a topic in the background for the conformance suite.
+type sink struct {
+	mu  sync.Mutex
+	got []*kgo.Record
+}
+
+func newSink(t *testing.T, addrs []string, topic string) *sink {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	s := &sink{}
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			fs := cl.PollFetches(ctx)
+			s.mu.Lock()
+			s.got = append(s.got, fs.Records()...)
+			s.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		cl.Close()
+	})
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	sendertest.Exercise(t, sendertest.Harness{
+		Features:         sendertest.Features{SupportsPerMessageReject: true, SupportsKey: true},
+		UnreachableBound: 10 * time.Second,
+		NewDestination: func(t *testing.T) *sendertest.Destination {
+			topic := testenv.UniqueName("txbox_")
+			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, topic))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Close)
+			sk := newSink(t, c.ListenAddrs(), topic)
+			return &sendertest.Destination{
+				Addr: c.ListenAddrs()[0],
+				Connect: func(t *testing.T, addr string) (sender.Sender, sender.Route) {
+					opts, err := kafka.Config{Brokers: c.ListenAddrs(), DeliveryTimeout: 3 * time.Second, DialTimeout: time.Second}.Options()
+					if err != nil {
+						t.Fatal(err)
+					}
+					// A broker advertises its own address; dial every
+					// broker through addr so the suite's proxy sits on
+					// every connection.
+					d := &net.Dialer{Timeout: time.Second}
+					opts = append(opts, kgo.Dialer(func(ctx context.Context, network, _ string) (net.Conn, error) {
+						return d.DialContext(ctx, network, addr)
+					}))
+					cl, err := kgo.NewClient(opts...)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(cl.Close)
+					return kafka.NewFromClient(cl), sender.Route{Topic: topic}
+				},
+				Received: func(t *testing.T) []sendertest.Delivery {
+					sk.mu.Lock()
+					defer sk.mu.Unlock()
+					out := make([]sendertest.Delivery, 0, len(sk.got))
+					for _, r := range sk.got {
+						h := map[string]string{}
+						for _, x := range r.Headers {
+							h[x.Key] = string(x.Value)
+						}
+						out = append(out, sendertest.Delivery{Payload: r.Value, Headers: h, Key: string(r.Key)})
+					}
+					return out
+				},
+				Poison: func(t *testing.T, m *sender.Message) {
+					m.Route.Topic = "no-such-topic"
+				},
+			}
+		},
+	})
 }
