@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -182,15 +183,24 @@ func (d *Driver) OutboxClaim(ctx context.Context, params *store.OutboxClaimParam
 	q.WriteString(d.qOutbox)
 	q.WriteString(" o FORCE INDEX (txbox_claim) WHERE o.status = 'PENDING' AND o.event_type = ? AND o.due_at <= UTC_TIMESTAMP(6)")
 	if params.OrderedByKey {
-		// Only the head of each key: no earlier unfinished row of the same
-		// type and key, and no unresolved dead letter parking the key. A
-		// NULL key matches nothing, so keyless rows are never held back.
-		// The subqueries are plain consistent reads (FOR UPDATE applies to
-		// the outer table only).
-		q.WriteString(" AND NOT EXISTS (SELECT 1 FROM ")
+		// Only the head of each key: the row must be its key's PENDING row
+		// with the smallest id, no IN_PROCESS or FAILED row of the key may
+		// have a smaller id, and no unresolved dead letter may park the
+		// key. Each test is an equality lookup on txbox_order (type, key,
+		// status, id), so it reads O(1) entries: an IN list or a plain
+		// "EXISTS an earlier unfinished row" would scan the key's whole
+		// backlog per candidate (MySQL and MariaDB use ref access, not
+		// ranges, in dependent subqueries). Keyless rows are never held
+		// back. The subqueries are plain consistent reads (FOR UPDATE
+		// applies to the outer table only).
+		q.WriteString(" AND (o.event_key IS NULL OR o.id = (SELECT p.id FROM ")
 		q.WriteString(d.qOutbox)
-		q.WriteString(" p FORCE INDEX (txbox_order) WHERE p.event_type = o.event_type AND p.event_key = o.event_key" +
-			" AND p.status IN ('PENDING', 'IN_PROCESS', 'FAILED') AND p.id < o.id)")
+		q.WriteString(" p FORCE INDEX (txbox_order) WHERE p.event_type = o.event_type AND p.event_key = o.event_key AND p.status = 'PENDING' ORDER BY p.id LIMIT 1))")
+		for _, status := range []string{store.StatusInProcess, store.StatusFailed} {
+			q.WriteString(" AND NOT EXISTS (SELECT 1 FROM ")
+			q.WriteString(d.qOutbox)
+			q.WriteString(" p FORCE INDEX (txbox_order) WHERE p.event_type = o.event_type AND p.event_key = o.event_key AND p.status = '" + status + "' AND p.id < o.id)")
+		}
 		q.WriteString(" AND NOT EXISTS (SELECT 1 FROM ")
 		q.WriteString(d.qDeadLetter)
 		q.WriteString(" x WHERE x.event_type = o.event_type AND x.event_key = o.event_key AND x.status = 'UNRESOLVED')")
@@ -442,31 +452,28 @@ func (d *Driver) lockThenWrite(ctx context.Context, lockQuery string, lockArgs [
 }
 
 // OutboxPendingTypes lists the types with PENDING rows by a loose index
-// scan of the claim index (a recursive CTE that jumps from one type to the
-// next), so it reads one index entry per type, not one per row.
+// scan of the claim index driven from Go: each query jumps to the first
+// PENDING entry after the previous type and reads one index entry, so the
+// cost is one short query per type, not one row per pending event. (A
+// recursive CTE does the same in one statement on PostgreSQL, but MySQL
+// and MariaDB execute its correlated step with ref access on status alone
+// and read the whole pending range.)
 func (d *Driver) OutboxPendingTypes(ctx context.Context) ([]string, error) {
-	q := "WITH RECURSIVE t (event_type) AS (" +
-		"(SELECT event_type FROM " + d.qOutbox + " FORCE INDEX (txbox_claim) WHERE status = 'PENDING' ORDER BY status, event_type LIMIT 1)" +
-		" UNION ALL SELECT (SELECT o.event_type FROM " + d.qOutbox + " o FORCE INDEX (txbox_claim) WHERE o.status = 'PENDING' AND o.event_type > t.event_type ORDER BY o.status, o.event_type LIMIT 1)" +
-		" FROM t WHERE t.event_type IS NOT NULL)" +
-		" SELECT event_type FROM t WHERE event_type IS NOT NULL"
-	rows, err := d.db.QueryContext(ctx, q)
-	if err != nil {
-		return nil, wrap("pending types", err)
-	}
-	defer rows.Close()
+	q := "SELECT event_type FROM " + d.qOutbox + " FORCE INDEX (txbox_claim) WHERE status = 'PENDING' AND event_type > ? ORDER BY status, event_type LIMIT 1"
 	var out []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
+	last := ""
+	for {
+		var typ string
+		err := d.db.QueryRowContext(ctx, q, last).Scan(&typ)
+		if errors.Is(err, sql.ErrNoRows) {
+			return out, nil
+		}
+		if err != nil {
 			return nil, wrap("pending types", err)
 		}
-		out = append(out, s)
+		out = append(out, typ)
+		last = typ
 	}
-	if err := rows.Err(); err != nil {
-		return nil, wrap("pending types", err)
-	}
-	return out, nil
 }
 
 // OutboxStats counts PENDING, IN_PROCESS and FAILED rows per type and the
