@@ -243,19 +243,20 @@ func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
 		if f == nil {
 			continue
 		}
+		ok, failed := f.Ok(), f.Err()
 		// An ack that already arrived wins over a context cancelled
 		// meanwhile: it is durable.
 		select {
-		case <-f.Ok():
+		case <-ok:
 			continue
-		case err := <-f.Err():
+		case err := <-failed:
 			errs[i] = classify(err, msgs[i].Route.Subject)
 			continue
 		default:
 		}
 		select {
-		case <-f.Ok():
-		case err := <-f.Err():
+		case <-ok:
+		case err := <-failed:
 			errs[i] = classify(err, msgs[i].Route.Subject)
 		case <-ctx.Done():
 			errs[i] = txbox.Transient(fmt.Errorf("nats: ack not received: %w", ctx.Err()))

@@ -300,13 +300,11 @@ func (s *Sender) request(ctx context.Context, m *sender.Message) (*http.Request,
 	if m.Route.URL == "" {
 		return nil, &MessageError{Reason: fmt.Sprintf("event type %q has no route URL", m.EventType)}
 	}
-	u, err := url.Parse(m.Route.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.Route.URL, bytes.NewReader(m.Payload))
+	if err != nil || (req.URL.Scheme != "http" && req.URL.Scheme != "https") || req.URL.Host == "" {
+		// Not the parse error itself: it repeats the URL, which may
+		// carry credentials.
 		return nil, &MessageError{Reason: fmt.Sprintf("route URL of event type %q is not an absolute http(s) URL", m.EventType)}
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(m.Payload))
-	if err != nil {
-		return nil, &MessageError{Reason: err.Error()}
 	}
 	for k, vs := range s.headers {
 		req.Header[k] = vs
