@@ -1,0 +1,202 @@
+package config
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/sender/webhook"
+)
+
+// TestPlainSQLProducerDeliveredFromYAML is the non-Go producer contract on
+// PostgreSQL: rows inserted with plain SQL giving only event_type and
+// payload are delivered by a relay built entirely from a YAML file, here to
+// an HTTP webhook that verifies the HMAC signature from hmac-secret-env.
+// The DSN carries a password (trust auth ignores it) that must appear in no
+// log line.
+func TestPlainSQLProducerDeliveredFromYAML(t *testing.T) {
+	t.Parallel()
+	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	admin, err := sql.Open("pgx", testenv.PostgresURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	schema := testenv.PostgresSchema(t, admin)
+
+	const secret = "hook-secret-Zq81"
+	type hit struct {
+		id, typ, body, path string
+	}
+	var (
+		mu   sync.Mutex
+		hits []hit
+	)
+	got := make(chan struct{}, 16)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if err := webhook.Verify(secret, r.Header.Get("Txbox-Signature"), body, time.Minute); err != nil {
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		mu.Lock()
+		hits = append(hits, hit{r.Header.Get(txbox.HeaderEventID), r.Header.Get(txbox.HeaderEventType), string(body), r.URL.Path})
+		mu.Unlock()
+		got <- struct{}{}
+	}))
+	t.Cleanup(srv.Close)
+
+	const canary = "Canary-PW-55x"
+	dsn := strings.Replace(testenv.PostgresURL, "postgres@", "postgres:"+canary+"@", 1)
+	if dsn == testenv.PostgresURL {
+		t.Fatalf("cannot put a password into %s", testenv.PostgresURL)
+	}
+	yml := fmt.Sprintf(`
+database: { dialect: postgres, dsn-env: APP_DSN, schema: %s }
+senders:
+  hooks: { type: webhook, url: "%s/events/default", hmac-secret-env: HOOK_SECRET, timeout: 5s }
+defaults:
+  polling: { min-delay: 10ms, max-delay: 200ms }
+events:
+  invoice-paid: { route: { url: "%s/events/invoices" } }
+relay: { discover-interval: 100ms }
+log: { level: debug }
+`, schema, srv.URL, srv.URL)
+	environ := map[string]string{"APP_DSN": dsn, "HOOK_SECRET": secret}
+	getenv := func(k string) string { return environ[k] }
+	c, err := Load(Source{Name: "txbox.yaml", YAML: []byte(yml)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	ctx := context.Background()
+	st, err := c.OpenStore(ctx, getenv, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	senders, err := c.OpenSenders(ctx, getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := relay.New(c.RelayConfig(st, senders, log))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The non-Go producer: plain SQL, two columns, its own transaction.
+	for _, q := range []string{
+		fmt.Sprintf(`INSERT INTO %s.txbox_outbox (event_type, payload) VALUES ('invoice-paid', '{"invoice":1}')`, schema),
+		fmt.Sprintf(`INSERT INTO %s.txbox_outbox (event_type, payload) VALUES ('legacy.thing', 'raw bytes')`, schema),
+	} {
+		if _, err := admin.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(30 * time.Second)
+	for n := 0; n < 2; n++ {
+		select {
+		case <-got:
+		case <-deadline:
+			t.Fatalf("only %d of 2 plain-SQL events delivered; logs:\n%s", n, logs.String())
+		}
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := r.Stop(sctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range senders {
+		_ = s.Close(ctx)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	byType := map[string]hit{}
+	for _, h := range hits {
+		byType[h.typ] = h
+	}
+	if h := byType["invoice-paid"]; h.body != `{"invoice":1}` || h.path != "/events/invoices" {
+		t.Errorf("invoice-paid = %+v", h)
+	}
+	if h := byType["legacy.thing"]; h.body != "raw bytes" || h.path != "/events/default" {
+		t.Errorf("legacy.thing = %+v", h)
+	}
+	for _, h := range hits {
+		if _, err := txbox.ParseID(h.id); err != nil {
+			t.Errorf("event %s arrived without a database-assigned id: %v", h.typ, err)
+		}
+	}
+	if len(hits) != 2 {
+		t.Errorf("got %d deliveries, want 2: %+v", len(hits), hits)
+	}
+	// Secrets canary over everything the relay and the driver logged.
+	if logs.Len() == 0 {
+		t.Fatal("no logs captured: the canary check would prove nothing")
+	}
+	if strings.Contains(logs.String(), canary) || strings.Contains(logs.String(), secret) {
+		t.Fatalf("a secret leaked into the logs:\n%s", logs.String())
+	}
+}
+
+// TestOpenStoreErrorHidesPassword: a connection failure names the server,
+// never the password.
+func TestOpenStoreErrorHidesPassword(t *testing.T) {
+	t.Parallel()
+	const canary = "Canary-PW-66y"
+	for _, dialect := range []string{"postgres", "mysql"} {
+		dsn := "postgres://u:" + canary + "@127.0.0.1:1/db?connect_timeout=2"
+		if dialect == "mysql" {
+			dsn = "u:" + canary + "@tcp(127.0.0.1:1)/db?timeout=2s"
+		}
+		c, err := Load(Source{Set: []string{"database.dialect=" + dialect, "database.dsn=" + dsn}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		st, err := c.OpenStore(ctx, nil, slog.New(slog.DiscardHandler))
+		if err == nil {
+			// Pools connect lazily: the first use fails instead.
+			err = st.Migrate(ctx)
+			st.Close()
+		}
+		if err == nil {
+			t.Fatalf("%s: connecting to a closed port succeeded", dialect)
+		}
+		if strings.Contains(err.Error(), canary) {
+			t.Errorf("%s: the password is in the error: %v", dialect, err)
+		}
+	}
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
