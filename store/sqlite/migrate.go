@@ -107,6 +107,8 @@ func (d *Driver) Migrate(ctx context.Context) error {
 		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 		return d.translate(fmt.Errorf("migrate: commit: %w", err))
 	}
+	conn.Close() // back to the pool: warm may need it
+	d.warm(ctx)
 	return nil
 }
 

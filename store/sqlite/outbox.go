@@ -52,7 +52,8 @@ func execerOf(tx any) (Execer, error) {
 }
 
 // OutboxInsert inserts params.Events inside the caller's transaction tx
-// with one multi-row INSERT per 500 events. It never begins, commits or
+// with one multi-row INSERT per 500 events. A one-event insert in a *sql.Tx
+// of the Driver's pool runs a statement prepared once per connection. It never begins, commits or
 // rolls back. A NotBefore in the past means due now; the row's created_at
 // and (without NotBefore) due_at come from the database clock.
 //
@@ -83,28 +84,51 @@ func (d *Driver) OutboxInsert(ctx context.Context, tx any, params *store.OutboxI
 			return fmt.Errorf("%w: event %d has no id", ErrInvalidParams, i)
 		}
 	}
+	sqlTx, _ := ex.(*sql.Tx)
 	for start := 0; start < len(events); start += maxInsertRows {
 		chunk := events[start:min(start+maxInsertRows, len(events))]
-		args := make([]any, 0, len(chunk)*insertParams)
+		withDue := false
+		for _, e := range chunk {
+			if !e.NotBefore.IsZero() {
+				withDue = true
+				break
+			}
+		}
+		per := insertParams
+		if !withDue {
+			per--
+		}
+		args := make([]any, 0, len(chunk)*per)
 		for _, e := range chunk {
 			h, err := encodeHeaders(e.Headers)
 			if err != nil {
 				return err
 			}
-			var key, due any
+			var key any
 			if e.Key != "" {
 				key = e.Key
-			}
-			if !e.NotBefore.IsZero() {
-				due = formatTime(e.NotBefore)
 			}
 			payload := e.Payload
 			if payload == nil {
 				payload = []byte{}
 			}
-			args = append(args, e.ID.String(), e.Type, key, payload, h, due)
+			args = append(args, e.ID.String(), e.Type, key, payload, h)
+			if withDue {
+				var due any
+				if !e.NotBefore.IsZero() {
+					due = formatTime(e.NotBefore)
+				}
+				args = append(args, due)
+			}
 		}
-		if _, err := ex.ExecContext(ctx, d.insertSQL(len(chunk)), args...); err != nil {
+		q := d.insertSQL(len(chunk), withDue)
+		var err error
+		if sqlTx != nil {
+			_, err = d.txExec(ctx, sqlTx, q, args...)
+		} else {
+			_, err = ex.ExecContext(ctx, q, args...)
+		}
+		if err != nil {
 			if errors.Is(err, sql.ErrTxDone) {
 				return fmt.Errorf("%w: %w", txbox.ErrNoTransaction, err)
 			}
@@ -116,18 +140,22 @@ func (d *Driver) OutboxInsert(ctx context.Context, tx any, params *store.OutboxI
 
 // insertSQL returns the INSERT statement for n rows. The one-row form, by
 // far the most common, is built once.
-func (d *Driver) insertSQL(n int) string {
+func (d *Driver) insertSQL(n int, withDue bool) string {
+	prefix, row := d.q.insertPrefixNoDue, d.q.insertRowNoDue
+	if withDue {
+		prefix, row = d.q.insertPrefix, d.q.insertRow
+	}
 	if n == 1 {
-		return d.q.insertPrefix + d.q.insertRow
+		return prefix + row
 	}
 	var b strings.Builder
-	b.Grow(len(d.q.insertPrefix) + n*(len(d.q.insertRow)+2))
-	b.WriteString(d.q.insertPrefix)
+	b.Grow(len(prefix) + n*(len(row)+2))
+	b.WriteString(prefix)
 	for i := 0; i < n; i++ {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString(d.q.insertRow)
+		b.WriteString(row)
 	}
 	return b.String()
 }
@@ -202,7 +230,7 @@ func (d *Driver) OutboxClaim(ctx context.Context, params *store.OutboxClaimParam
 	var out []claimed
 	err := d.write(ctx, func(tx *sql.Tx) error {
 		out = out[:0]
-		rows, err := tx.QueryContext(ctx, q, modifier(params.LeaseDuration), token.String(), params.EventType, params.Limit)
+		rows, err := d.txQuery(ctx, tx, q, modifier(params.LeaseDuration), token.String(), params.EventType, params.Limit)
 		if err != nil {
 			return err
 		}
@@ -256,9 +284,9 @@ func (d *Driver) OutboxClaim(ctx context.Context, params *store.OutboxClaimParam
 	return rows, nil
 }
 
-// OutboxFinish applies every item's outcome in one transaction. Acked items
-// of one lease token go in one statement per 1,000 ids; the others, which
-// carry their own error and delay, one statement each.
+// OutboxFinish applies every item's outcome in one transaction. The acked
+// items of one lease token go in one statement (ids as a JSON array); the
+// others, which carry their own error and delay, one statement each.
 func (d *Driver) OutboxFinish(ctx context.Context, params *store.OutboxFinishParams) (*store.OutboxFinishResult, error) {
 	if params == nil {
 		return nil, fmt.Errorf("%w: nil OutboxFinishParams", ErrInvalidParams)
@@ -267,7 +295,7 @@ func (d *Driver) OutboxFinish(ctx context.Context, params *store.OutboxFinishPar
 	if len(params.Items) == 0 {
 		return res, d.check()
 	}
-	acked := map[txbox.ID][]any{} // lease token → ids
+	acked := map[txbox.ID][]string{} // lease token → ids
 	var tokens []txbox.ID
 	var others []store.OutboxFinishItem
 	for i, it := range params.Items {
@@ -286,6 +314,16 @@ func (d *Driver) OutboxFinish(ctx context.Context, params *store.OutboxFinishPar
 			return nil, fmt.Errorf("%w: finish item %d: unknown outcome %d", ErrInvalidParams, i, it.Outcome)
 		}
 	}
+	// The acked ids of one token travel as one JSON array: one fixed,
+	// prepared statement whatever the batch size.
+	ackIDs := make(map[txbox.ID]string, len(tokens))
+	for _, tok := range tokens {
+		b, err := json.Marshal(acked[tok])
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: outbox finish: %w", err)
+		}
+		ackIDs[tok] = string(b)
+	}
 	ackSQL := d.q.finishAck
 	if params.DeleteAcked {
 		ackSQL = d.q.finishDelete
@@ -293,20 +331,15 @@ func (d *Driver) OutboxFinish(ctx context.Context, params *store.OutboxFinishPar
 	err := d.write(ctx, func(tx *sql.Tx) error {
 		res.Finished = 0
 		for _, tok := range tokens {
-			ids := acked[tok]
-			for start := 0; start < len(ids); start += maxListIDs {
-				chunk := ids[start:min(start+maxListIDs, len(ids))]
-				args := append([]any{tok.String()}, chunk...)
-				r, err := tx.ExecContext(ctx, ackSQL+placeholders(len(chunk)), args...)
-				if err != nil {
-					return err
-				}
-				n, err := r.RowsAffected()
-				if err != nil {
-					return err
-				}
-				res.Finished += int(n)
+			r, err := d.txExec(ctx, tx, ackSQL, tok.String(), ackIDs[tok])
+			if err != nil {
+				return err
 			}
+			n, err := r.RowsAffected()
+			if err != nil {
+				return err
+			}
+			res.Finished += int(n)
 		}
 		for _, it := range others {
 			var (
@@ -315,11 +348,11 @@ func (d *Driver) OutboxFinish(ctx context.Context, params *store.OutboxFinishPar
 			)
 			switch it.Outcome {
 			case store.OutcomeRetry:
-				r, err = tx.ExecContext(ctx, d.q.finishRetry, modifier(it.RetryAfter), it.Error, it.ID.String(), it.LeaseToken.String())
+				r, err = d.txExec(ctx, tx, d.q.finishRetry, modifier(it.RetryAfter), it.Error, it.ID.String(), it.LeaseToken.String())
 			case store.OutcomeFailed:
-				r, err = tx.ExecContext(ctx, d.q.finishFailed, it.Error, it.ID.String(), it.LeaseToken.String())
+				r, err = d.txExec(ctx, tx, d.q.finishFailed, it.Error, it.ID.String(), it.LeaseToken.String())
 			case store.OutcomeReleased:
-				r, err = tx.ExecContext(ctx, d.q.finishReleas, modifier(it.RetryAfter), it.ID.String(), it.LeaseToken.String())
+				r, err = d.txExec(ctx, tx, d.q.finishReleas, modifier(it.RetryAfter), it.ID.String(), it.LeaseToken.String())
 			}
 			if err != nil {
 				return err

@@ -52,13 +52,15 @@ type queries struct {
 	schemaVersionMax    string
 	schemaVersionInsert string
 
-	insertPrefix string // INSERT INTO outbox (...) VALUES
-	insertRow    string // one row's value tuple, insertParams parameters
+	insertPrefix      string // INSERT INTO outbox (...) VALUES
+	insertRow         string // one row's value tuple, insertParams parameters
+	insertPrefixNoDue string // the same without due_at, which then defaults to now
+	insertRowNoDue    string // insertParams-1 parameters
 
 	claim        string
 	claimOrdered string
-	finishAck    string // + id list
-	finishDelete string // + id list
+	finishAck    string // ids as a JSON array
+	finishDelete string // ids as a JSON array
 	finishRetry  string
 	finishFailed string
 	finishReleas string
@@ -133,13 +135,18 @@ RETURNING id, event_type, event_key, payload, headers, attempts, created_at, due
 
 		insertPrefix: r.Replace(`INSERT INTO {outbox} (id, event_type, event_key, payload, headers, due_at) VALUES `),
 		insertRow:    r.Replace(`(?, ?, ?, ?, ?, coalesce(max(?, {now}), {now}))`),
+		// Most events have no NotBefore: the simpler statement compiles
+		// and runs measurably faster (see docs/benchmarks/sqlite.md).
+		insertPrefixNoDue: r.Replace(`INSERT INTO {outbox} (id, event_type, event_key, payload, headers) VALUES `),
+		insertRowNoDue:    `(?, ?, ?, ?, ?)`,
 
 		claim:        r.Replace(fmt.Sprintf(claimBase, "")),
 		claimOrdered: r.Replace(fmt.Sprintf(claimBase, orderedCond)),
 		finishAck: r.Replace(`UPDATE {outbox}
 SET status = 'PROCESSED', processed_at = {now}, lease_until = NULL, lease_token = NULL
-WHERE lease_token = ? AND status = 'IN_PROCESS' AND id IN `),
-		finishDelete: r.Replace(`DELETE FROM {outbox} WHERE lease_token = ? AND status = 'IN_PROCESS' AND id IN `),
+WHERE lease_token = ? AND status = 'IN_PROCESS' AND id IN (SELECT value FROM json_each(?))`),
+		finishDelete: r.Replace(`DELETE FROM {outbox}
+WHERE lease_token = ? AND status = 'IN_PROCESS' AND id IN (SELECT value FROM json_each(?))`),
 		finishRetry: r.Replace(`UPDATE {outbox}
 SET status = 'PENDING', attempts = attempts + 1, due_at = {now+}, last_error = ?, lease_until = NULL, lease_token = NULL
 WHERE id = ? AND lease_token = ? AND status = 'IN_PROCESS'`),

@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	// The pure-Go SQLite driver, registered as "sqlite".
@@ -100,8 +102,17 @@ type Driver struct {
 	// with sleeps of up to 100ms. Other processes and the caller's
 	// transactions still meet at SQLite's lock and wait in the busy
 	// handler.
-	wlock  chan struct{}
-	closed chan struct{}
+	wlock chan struct{}
+	// noWriterQueue skips wlock. Only the benchmarks set it, to measure
+	// what the queue buys.
+	noWriterQueue bool
+	closed        chan struct{}
+
+	// stmts caches statements prepared on db, by query text, for the hot
+	// path (see warm). SQLite compiles a statement each time it is run
+	// unprepared, which costs about a tenth of a one-row publish.
+	stmts  sync.Map // string → *sql.Stmt
+	warmed atomic.Bool
 }
 
 var (
@@ -216,14 +227,92 @@ func (d *Driver) Close() error {
 	default:
 		close(d.closed)
 	}
+	d.stmts.Range(func(k, v any) bool {
+		_ = v.(*sql.Stmt).Close()
+		d.stmts.Delete(k)
+		return true
+	})
 	if d.owned {
 		return d.db.Close()
 	}
 	return nil
 }
 
+// hotQueries are the statements warm prepares: everything a relay and a
+// publisher run per batch.
+func (d *Driver) hotQueries() []string {
+	return []string{
+		d.q.insertPrefixNoDue + d.q.insertRowNoDue,
+		d.q.insertPrefix + d.q.insertRow,
+		d.q.claim, d.q.claimOrdered,
+		d.q.finishAck, d.q.finishDelete, d.q.finishRetry, d.q.finishFailed, d.q.finishReleas,
+	}
+}
+
+// warm prepares the hot statements on the pool once the tables exist. It
+// runs after Migrate and before the first write transaction, never inside
+// a caller's transaction: preparing on the pool takes a connection, and a
+// pool of one connection held by that transaction would wait forever.
+// Failures are ignored; the statements then run unprepared.
+func (d *Driver) warm(ctx context.Context) {
+	if d.warmed.Load() {
+		return
+	}
+	for _, q := range d.hotQueries() {
+		if _, ok := d.stmts.Load(q); ok {
+			continue
+		}
+		s, err := d.db.PrepareContext(ctx, q)
+		if err != nil {
+			return // tables missing yet; try again next time
+		}
+		if _, loaded := d.stmts.LoadOrStore(q, s); loaded {
+			_ = s.Close()
+		}
+	}
+	d.warmed.Store(true)
+}
+
+// cached returns the prepared statement for q, or nil.
+func (d *Driver) cached(q string) *sql.Stmt {
+	if s, ok := d.stmts.Load(q); ok {
+		return s.(*sql.Stmt)
+	}
+	return nil
+}
+
+// errOtherDB is database/sql's error for a statement used with a
+// transaction of another *sql.DB.
+const errOtherDB = "statement from different database used"
+
+// txExec runs q in tx, through the cached prepared statement when there
+// is one.
+func (d *Driver) txExec(ctx context.Context, tx *sql.Tx, q string, args ...any) (sql.Result, error) {
+	if s := d.cached(q); s != nil {
+		r, err := tx.StmtContext(ctx, s).ExecContext(ctx, args...)
+		if err == nil || !strings.Contains(err.Error(), errOtherDB) {
+			return r, err
+		}
+	}
+	return tx.ExecContext(ctx, q, args...)
+}
+
+// txQuery is txExec for statements that return rows.
+func (d *Driver) txQuery(ctx context.Context, tx *sql.Tx, q string, args ...any) (*sql.Rows, error) {
+	if s := d.cached(q); s != nil {
+		r, err := tx.StmtContext(ctx, s).QueryContext(ctx, args...)
+		if err == nil || !strings.Contains(err.Error(), errOtherDB) {
+			return r, err
+		}
+	}
+	return tx.QueryContext(ctx, q, args...)
+}
+
 // lockWriter takes the in-process write slot, or fails when ctx ends first.
 func (d *Driver) lockWriter(ctx context.Context) error {
+	if d.noWriterQueue {
+		return ctx.Err()
+	}
 	select {
 	case d.wlock <- struct{}{}:
 		return nil
@@ -232,7 +321,11 @@ func (d *Driver) lockWriter(ctx context.Context) error {
 	}
 }
 
-func (d *Driver) unlockWriter() { <-d.wlock }
+func (d *Driver) unlockWriter() {
+	if !d.noWriterQueue {
+		<-d.wlock
+	}
+}
 
 // begin starts a transaction that already holds SQLite's write lock, as
 // BEGIN IMMEDIATE does. A deferred transaction that reads first and writes
@@ -263,6 +356,7 @@ func (d *Driver) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 		return err
 	}
 	defer d.unlockWriter()
+	d.warm(ctx)
 	tx, err := d.begin(ctx)
 	if err != nil {
 		return d.translate(err)

@@ -1,0 +1,346 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/store"
+)
+
+// The benchmarks compare txbox with hand-written SQL doing the same work on
+// the same schema, measured in the same run and interleaved step by step,
+// so the shared, noisy machine slows both sides alike. They report ratios
+// (txbox/bare) next to the raw figures. Results: docs/benchmarks/sqlite.md.
+
+var benchPayload = []byte(`{"order_id":"0190f5c2-7c1e-7e1a-9d2b-3b1f4c5d6e7f","customer":"c-42","total_cents":129900,"currency":"EUR","items":[{"sku":"sku-1","qty":2},{"sku":"sku-2","qty":1}]}`)
+
+func benchEvent() *txbox.Event {
+	return &txbox.Event{ID: txbox.NewID(), Type: "bench", Payload: benchPayload, Headers: map[string]string{"h": "v"}}
+}
+
+// backlog is the drain benchmarks' backlog: TXBOX_BENCH_BACKLOG, default
+// 20,000 rows.
+func backlog() int {
+	if v, err := strconv.Atoi(os.Getenv("TXBOX_BENCH_BACKLOG")); err == nil && v > 0 {
+		return v
+	}
+	return 20000
+}
+
+// BenchmarkPublish: one business transaction inserting 1 or 100 events
+// through OutboxInsert, against the same rows inserted by hand: one INSERT
+// for a single event, a prepared INSERT executed per row for a batch
+// (SQLite's fastest bulk path; it has no COPY).
+func BenchmarkPublish(b *testing.B) {
+	for _, n := range []int{1, 100} {
+		b.Run(fmt.Sprintf("events=%d", n), func(b *testing.B) {
+			d := setup(b).d
+			ctx := context.Background()
+			bare := `INSERT INTO txbox_outbox (id, event_type, payload, headers) VALUES (?, ?, ?, ?)`
+			var tBare, tBox time.Duration
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				ids := make([]string, n)
+				for j := range ids {
+					ids[j] = txbox.NewID().String()
+				}
+				evs := make([]*txbox.Event, n)
+				for j := range evs {
+					evs[j] = benchEvent()
+				}
+
+				runBare := func() {
+					tx, err := d.DB().BeginTx(ctx, nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if n == 1 {
+						_, err = tx.ExecContext(ctx, bare, ids[0], "bench", benchPayload, `{"h":"v"}`)
+					} else {
+						var st *sql.Stmt
+						st, err = tx.PrepareContext(ctx, bare)
+						for j := 0; err == nil && j < n; j++ {
+							_, err = st.ExecContext(ctx, ids[j], "bench", benchPayload, `{"h":"v"}`)
+						}
+						if st != nil {
+							st.Close()
+						}
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := tx.Commit(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				runBox := func() {
+					tx, err := d.DB().BeginTx(ctx, nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := d.OutboxInsert(ctx, tx, &store.OutboxInsertParams{Events: evs}); err != nil {
+						b.Fatal(err)
+					}
+					if err := tx.Commit(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				// Alternate which side goes first so neither always pays
+				// for the other's WAL growth or checkpoint.
+				if i%2 == 0 {
+					tBare += timed(runBare)
+					tBox += timed(runBox)
+				} else {
+					tBox += timed(runBox)
+					tBare += timed(runBare)
+				}
+			}
+			b.ReportMetric(float64(tBare.Nanoseconds())/float64(b.N), "bare-ns/tx")
+			b.ReportMetric(float64(tBox.Nanoseconds())/float64(b.N), "txbox-ns/tx")
+			b.ReportMetric(float64(tBox)/float64(tBare), "txbox/bare")
+		})
+	}
+}
+
+func timed(f func()) time.Duration {
+	t0 := time.Now()
+	f()
+	return time.Since(t0)
+}
+
+// fill inserts n bench events into d in transactions of 500.
+func fill(b *testing.B, d *Driver, n int) {
+	b.Helper()
+	ctx := context.Background()
+	for done := 0; done < n; {
+		k := min(500, n-done)
+		evs := make([]*txbox.Event, k)
+		for i := range evs {
+			evs[i] = benchEvent()
+		}
+		tx, err := d.DB().BeginTx(ctx, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := d.OutboxInsert(ctx, tx, &store.OutboxInsertParams{Events: evs}); err != nil {
+			b.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			b.Fatal(err)
+		}
+		done += k
+	}
+}
+
+// bareClaimDelete is the baseline relay: one BEGIN IMMEDIATE transaction
+// that deletes the next batch and returns it, the least a queue can do.
+func bareClaimDelete(ctx context.Context, db *sql.DB, limit int) (int, error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, `DELETE FROM txbox_outbox WHERE id IN (
+    SELECT id FROM txbox_outbox
+    WHERE status = 'PENDING' AND event_type = ? AND due_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')
+    ORDER BY due_at, id LIMIT ?)
+RETURNING id, event_type, event_key, payload, headers, attempts, created_at`, "bench", limit)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for rows.Next() {
+		var id, typ, headers, created string
+		var key sql.NullString
+		var payload []byte
+		var attempts int
+		if err := rows.Scan(&id, &typ, &key, &payload, &headers, &attempts, &created); err != nil {
+			return 0, err
+		}
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	rows.Close()
+	return n, tx.Commit()
+}
+
+// txboxDrainStep claims a batch and acks it all, as the relay does after
+// its sends were acknowledged.
+func txboxDrainStep(ctx context.Context, d *Driver, limit int, deleteAcked bool) (int, error) {
+	rows, err := d.OutboxClaim(ctx, &store.OutboxClaimParams{EventType: "bench", Limit: limit, LeaseDuration: time.Minute})
+	if err != nil || len(rows) == 0 {
+		return 0, err
+	}
+	items := make([]store.OutboxFinishItem, len(rows))
+	for i, r := range rows {
+		items[i] = store.OutboxFinishItem{ID: r.ID, LeaseToken: r.LeaseToken, Outcome: store.OutcomeAcked}
+	}
+	res, err := d.OutboxFinish(ctx, &store.OutboxFinishParams{Items: items, DeleteAcked: deleteAcked})
+	if err != nil {
+		return 0, err
+	}
+	if res.Finished != len(rows) {
+		return 0, fmt.Errorf("finished %d of %d", res.Finished, len(rows))
+	}
+	return len(rows), nil
+}
+
+// BenchmarkDrain drains a backlog with claim + finish (batch 200), one
+// relay, against the bare claim-and-delete loop on a second file with the
+// same backlog, alternating batch by batch. retention=0 deletes acked
+// rows; retention=keep marks them PROCESSED.
+func BenchmarkDrain(b *testing.B) {
+	const batch = 200
+	for _, keep := range []bool{false, true} {
+		name := "retention=0"
+		if keep {
+			name = "retention=keep"
+		}
+		b.Run(name, func(b *testing.B) {
+			ctx := context.Background()
+			n := backlog()
+			var tBare, tBox time.Duration
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				box := setup(b).d
+				bare := setup(b).d
+				fill(b, box, n)
+				fill(b, bare, n)
+				b.StartTimer()
+				doneBare, doneBox := 0, 0
+				for doneBare < n || doneBox < n {
+					if doneBare < n {
+						t0 := time.Now()
+						k, err := bareClaimDelete(ctx, bare.DB(), batch)
+						if err != nil {
+							b.Fatal(err)
+						}
+						tBare += time.Since(t0)
+						if k == 0 {
+							b.Fatalf("bare drain stalled at %d", doneBare)
+						}
+						doneBare += k
+					}
+					if doneBox < n {
+						t0 := time.Now()
+						k, err := txboxDrainStep(ctx, box, batch, !keep)
+						if err != nil {
+							b.Fatal(err)
+						}
+						tBox += time.Since(t0)
+						if k == 0 {
+							b.Fatalf("txbox drain stalled at %d", doneBox)
+						}
+						doneBox += k
+					}
+				}
+			}
+			total := float64(n * b.N)
+			b.ReportMetric(total/tBare.Seconds(), "bare-events/s")
+			b.ReportMetric(total/tBox.Seconds(), "txbox-events/s")
+			b.ReportMetric(tBare.Seconds()/tBox.Seconds(), "txbox/bare-rate")
+		})
+	}
+}
+
+// BenchmarkDrainConcurrent drains a backlog with 8 claiming goroutines on
+// one Driver, once with the in-process writer queue (the default) and once
+// without it, where the goroutines meet only at SQLite's lock and its busy
+// handler. Two publishers keep adding events meanwhile. It reports both
+// rates, their ratio and errors (SQLITE_BUSY would show up there).
+func BenchmarkDrainConcurrent(b *testing.B) {
+	const (
+		batch     = 100
+		claimers  = 8
+		publishes = 500 // per publisher, one event per transaction
+	)
+	ctx := context.Background()
+	n := backlog()
+	run := func(b *testing.B, d *Driver) (time.Duration, time.Duration, int64) {
+		var (
+			errs     atomic.Int64
+			pubWG    sync.WaitGroup
+			claimWG  sync.WaitGroup
+			drained  atomic.Int64
+			pubDone  = make(chan struct{})
+			start    = time.Now()
+			pubSpent time.Duration
+		)
+		want := int64(n + 2*publishes)
+		for p := 0; p < 2; p++ {
+			pubWG.Go(func() {
+				for i := 0; i < publishes; i++ {
+					tx, err := d.DB().BeginTx(ctx, nil)
+					if err != nil {
+						errs.Add(1)
+						continue
+					}
+					if err := d.OutboxInsert(ctx, tx, &store.OutboxInsertParams{Events: []*txbox.Event{benchEvent()}}); err != nil {
+						errs.Add(1)
+						tx.Rollback()
+						continue
+					}
+					if err := tx.Commit(); err != nil {
+						errs.Add(1)
+					}
+				}
+			})
+		}
+		go func() { pubWG.Wait(); pubSpent = time.Since(start); close(pubDone) }()
+		for c := 0; c < claimers; c++ {
+			claimWG.Go(func() {
+				for drained.Load() < want {
+					k, err := txboxDrainStep(ctx, d, batch, true)
+					if err != nil {
+						errs.Add(1)
+						if errs.Load() > 100 {
+							return
+						}
+						continue
+					}
+					drained.Add(int64(k))
+					if k == 0 {
+						time.Sleep(time.Millisecond) // idle poll until publishers add more
+					}
+				}
+			})
+		}
+		claimWG.Wait()
+		<-pubDone
+		return time.Since(start), pubSpent, errs.Load()
+	}
+	var tQueue, tNoQueue, pQueue, pNoQueue time.Duration
+	var eQueue, eNoQueue int64
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		withQ := setup(b).d
+		noQ := setup(b).d
+		noQ.noWriterQueue = true
+		fill(b, withQ, n)
+		fill(b, noQ, n)
+		b.StartTimer()
+		t, p, e := run(b, withQ)
+		tQueue, pQueue, eQueue = tQueue+t, pQueue+p, eQueue+e
+		t, p, e = run(b, noQ)
+		tNoQueue, pNoQueue, eNoQueue = tNoQueue+t, pNoQueue+p, eNoQueue+e
+	}
+	total := float64((n + 2*publishes) * b.N)
+	b.ReportMetric(total/tQueue.Seconds(), "queue-events/s")
+	b.ReportMetric(total/tNoQueue.Seconds(), "noqueue-events/s")
+	b.ReportMetric(tNoQueue.Seconds()/tQueue.Seconds(), "queue/noqueue-rate")
+	b.ReportMetric(float64(2*publishes*b.N)/pQueue.Seconds(), "queue-publish/s")
+	b.ReportMetric(float64(2*publishes*b.N)/pNoQueue.Seconds(), "noqueue-publish/s")
+	b.ReportMetric(float64(eQueue), "queue-errors")
+	b.ReportMetric(float64(eNoQueue), "noqueue-errors")
+}
