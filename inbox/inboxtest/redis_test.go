@@ -79,7 +79,9 @@ func TestRedisDownFallsBackToTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	handler := func(ctx context.Context, tx any, m inbox.Message) error { return h.InsertEffect(ctx, tx, ns, "down", m.ID) }
+	handler := func(ctx context.Context, tx any, m inbox.Message) error {
+		return h.InsertEffect(ctx, tx, ns, "down", m.ID)
+	}
 	id := txbox.NewID()
 	msg := inbox.Message{ID: id, Payload: []byte("secret-payload")}
 	if r, err := in.Handle(context.Background(), msg, handler); err != nil || r != inbox.Processed {
