@@ -1,0 +1,26 @@
+// Package redisstream is the txbox sender for Redis Streams, built on
+// github.com/redis/go-redis/v9.
+//
+// A Send pipelines one XADD per message (one round trip for the whole
+// batch). Each stream entry has the fields
+//
+//	id       the event id (the receiver's deduplication key)
+//	type     the event type
+//	key      the partition key ("" when the event has none)
+//	payload  the payload bytes, unchanged
+//	headers  the event headers and the txbox-* headers, as a JSON object
+//
+// The stream is the route's Stream, or its Topic when Stream is empty. With
+// MaxLen set, each XADD trims the stream approximately (MAXLEN ~ n), which
+// is cheap and keeps it bounded.
+//
+// Redis acknowledges an XADD when the entry is in memory; durability is the
+// server's persistence setting (AOF with appendfsync), not the sender's.
+// Redis Streams have no broker-side deduplication: a retried batch may add
+// an event twice, which the receiver's inbox absorbs.
+//
+// Failures are classified for the relay: an error reply for one command
+// (the key holds another type: WRONGTYPE; OOM) is [txbox.Rejected] for that
+// message; a connection error, a timeout or a cancelled context is
+// [txbox.Transient] for the messages whose outcome is not known.
+package redisstream

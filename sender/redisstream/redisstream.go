@@ -1,0 +1,316 @@
+package redisstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/sender"
+)
+
+// Defaults applied by [New] to zero fields of [Config].
+const (
+	DefaultAddr         = "127.0.0.1:6379"
+	DefaultDialTimeout  = 5 * time.Second
+	DefaultReadTimeout  = 5 * time.Second
+	DefaultWriteTimeout = 5 * time.Second
+	DefaultPoolSize     = 10
+)
+
+// Sentinel errors.
+var (
+	// ErrInvalidConfig is returned by New when the configuration is
+	// unusable; the message names the field.
+	ErrInvalidConfig = errors.New("redisstream sender: invalid config")
+	// ErrNoStream is the per-message error (rejected) of a message whose
+	// route has neither Stream nor Topic.
+	ErrNoStream = errors.New("redisstream sender: route has no stream")
+	// ErrUnavailable wraps every transient failure: dial, lost connection,
+	// timeout, cancelled context.
+	ErrUnavailable = errors.New("redisstream sender: redis unavailable")
+)
+
+// Config configures a Redis Streams sender. The fields are plain values so
+// the command line can fill them from YAML.
+type Config struct {
+	// Addr is the Redis server, host:port. Defaults to "127.0.0.1:6379".
+	Addr string
+	// Username for Redis 6 ACLs; empty uses the default user.
+	Username string
+	// Password; empty means none. It is never logged or put in an error.
+	Password string
+	// DB is the database number. Defaults to 0.
+	DB int
+	// MaxLen trims each stream to about this many entries on every XADD
+	// (MAXLEN ~). Defaults to 0: no trimming.
+	MaxLen int64
+	// DialTimeout bounds opening a connection. Defaults to 5s.
+	DialTimeout time.Duration
+	// ReadTimeout bounds waiting for the replies of a batch. Defaults to 5s.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds writing a batch. Defaults to 5s.
+	WriteTimeout time.Duration
+	// PoolSize is the number of connections kept to Redis. Defaults to 10.
+	PoolSize int
+}
+
+func (c Config) withDefaults() Config {
+	if c.Addr == "" {
+		c.Addr = DefaultAddr
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = DefaultDialTimeout
+	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = DefaultReadTimeout
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = DefaultWriteTimeout
+	}
+	if c.PoolSize == 0 {
+		c.PoolSize = DefaultPoolSize
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		return fmt.Errorf("%w: addr %q is not host:port", ErrInvalidConfig, c.Addr)
+	}
+	switch {
+	case c.DB < 0:
+		return fmt.Errorf("%w: db must be ≥ 0, got %d", ErrInvalidConfig, c.DB)
+	case c.MaxLen < 0:
+		return fmt.Errorf("%w: max-len must be ≥ 0, got %d", ErrInvalidConfig, c.MaxLen)
+	case c.DialTimeout < 0:
+		return fmt.Errorf("%w: dial-timeout must be > 0, got %s", ErrInvalidConfig, c.DialTimeout)
+	case c.ReadTimeout < 0:
+		return fmt.Errorf("%w: read-timeout must be > 0, got %s", ErrInvalidConfig, c.ReadTimeout)
+	case c.WriteTimeout < 0:
+		return fmt.Errorf("%w: write-timeout must be > 0, got %s", ErrInvalidConfig, c.WriteTimeout)
+	case c.PoolSize < 0:
+		return fmt.Errorf("%w: pool-size must be > 0, got %d", ErrInvalidConfig, c.PoolSize)
+	}
+	return nil
+}
+
+// Sender appends txbox messages to Redis streams. It is safe for
+// concurrent use.
+type Sender struct {
+	rdb    redis.UniversalClient
+	owned  bool
+	maxLen int64
+
+	mu     sync.Mutex // guards closed and inflight.Add
+	closed bool
+	// inflight counts running Sends; Close waits for them.
+	inflight sync.WaitGroup
+}
+
+var _ sender.Sender = (*Sender)(nil)
+
+// New returns a Sender with its own go-redis client. It does not connect:
+// an unreachable server shows up as transient Send errors.
+func New(cfg Config) (*Sender, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	rdb := redis.NewClient(&redis.Options{
+		Addr:         cfg.Addr,
+		Username:     cfg.Username,
+		Password:     cfg.Password,
+		DB:           cfg.DB,
+		DialTimeout:  cfg.DialTimeout,
+		ReadTimeout:  cfg.ReadTimeout,
+		WriteTimeout: cfg.WriteTimeout,
+		PoolSize:     cfg.PoolSize,
+		// Let a Send's deadline reach the socket.
+		ContextTimeoutEnabled: true,
+	})
+	return &Sender{rdb: rdb, owned: true, maxLen: cfg.MaxLen}, nil
+}
+
+// NewFromClient wraps a client the caller built and owns; Close does not
+// close it. maxLen is as Config.MaxLen.
+func NewFromClient(rdb redis.UniversalClient, maxLen int64) *Sender {
+	return &Sender{rdb: rdb, maxLen: maxLen}
+}
+
+// Send pipelines one XADD per message and waits for the replies. It
+// returns nil when every entry was added, a *sender.BatchError when only
+// some failed, and a single transient error when Redis could not be
+// reached.
+func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return txbox.Transient(fmt.Errorf("redisstream sender: %w", txbox.ErrClosed))
+	}
+	s.inflight.Add(1)
+	s.mu.Unlock()
+	defer s.inflight.Done()
+
+	if err := ctx.Err(); err != nil {
+		return txbox.Transient(fmt.Errorf("%w: %w", ErrUnavailable, err))
+	}
+	errs := make([]error, len(msgs))
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(msgs))
+	queued := 0
+	for i, m := range msgs {
+		args, err := s.args(m)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		cmds[i] = pipe.XAdd(ctx, args)
+		queued++
+	}
+	if queued > 0 {
+		// go-redis bounds a pipeline by its deadline and socket timeouts
+		// but not by cancellation; run it aside so a cancelled Send
+		// returns at once. The pipeline ends by itself within the
+		// timeouts.
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = pipe.Exec(ctx)
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			cause := txbox.Transient(fmt.Errorf("%w: no reply before the context ended: %w", ErrUnavailable, ctx.Err()))
+			for i, c := range cmds {
+				if c != nil {
+					errs[i] = cause
+				}
+			}
+			return summarize(errs)
+		}
+		for i, c := range cmds {
+			if c != nil {
+				errs[i] = classify(c.Err())
+			}
+		}
+	}
+	return summarize(errs)
+}
+
+func (s *Sender) args(m *sender.Message) (*redis.XAddArgs, error) {
+	stream := m.Route.Stream
+	if stream == "" {
+		stream = m.Route.Topic
+	}
+	if stream == "" {
+		return nil, txbox.Rejected(fmt.Errorf("%w (event %s, type %q)", ErrNoStream, m.ID, m.EventType))
+	}
+	h := make(map[string]string, len(m.Headers)+3)
+	for k, v := range m.Headers {
+		h[k] = v
+	}
+	add := func(k, v string) {
+		if _, ok := h[k]; !ok && v != "" {
+			h[k] = v
+		}
+	}
+	add(txbox.HeaderEventID, m.ID.String())
+	add(txbox.HeaderEventType, m.EventType)
+	if !m.CreatedAt.IsZero() {
+		add(txbox.HeaderCreatedAt, m.CreatedAt.UTC().Format(time.RFC3339Nano))
+	}
+	hj, err := json.Marshal(h)
+	if err != nil { // a map[string]string always marshals; kept for safety
+		return nil, txbox.Permanent(fmt.Errorf("redisstream sender: encode headers of event %s: %w", m.ID, err))
+	}
+	a := &redis.XAddArgs{
+		Stream: stream,
+		Values: []any{"id", m.ID.String(), "type", m.EventType, "key", m.Key, "payload", m.Payload, "headers", hj},
+	}
+	if s.maxLen > 0 {
+		a.MaxLen = s.maxLen
+		a.Approx = true
+	}
+	return a, nil
+}
+
+// classify sorts the outcome of one XADD.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var re redis.Error
+	if errors.As(err, &re) && !errors.Is(err, redis.ErrClosed) {
+		// An error reply: Redis refused this command (WRONGTYPE, OOM,
+		// an invalid stream id), the connection is fine.
+		return txbox.Rejected(fmt.Errorf("redisstream sender: %w", err))
+	}
+	return txbox.Transient(fmt.Errorf("%w: %v", ErrUnavailable, err))
+}
+
+// summarize turns per-message outcomes into Send's result.
+func summarize(errs []error) error {
+	failed, transient := 0, 0
+	var first error
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		failed++
+		if first == nil {
+			first = err
+		}
+		if txbox.Classify(err) == txbox.ClassTransient {
+			transient++
+		}
+	}
+	switch {
+	case failed == 0:
+		return nil
+	case transient == len(errs):
+		// One outage, not n copies of it.
+		return first
+	default:
+		return &sender.BatchError{Errs: errs}
+	}
+}
+
+// Close stops new Sends (they fail with txbox.ErrClosed), waits for the
+// Sends in flight (bounded by ctx), then closes the client if New created
+// it.
+func (s *Sender) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	drained := make(chan struct{})
+	go func() {
+		s.inflight.Wait()
+		close(drained)
+	}()
+	var err error
+	select {
+	case <-drained:
+	case <-ctx.Done():
+		err = fmt.Errorf("redisstream sender: close: sends still in flight: %w", ctx.Err())
+	}
+	if s.owned {
+		if cerr := s.rdb.Close(); cerr != nil && err == nil && !errors.Is(cerr, redis.ErrClosed) {
+			err = fmt.Errorf("redisstream sender: close: %w", cerr)
+		}
+	}
+	return err
+}
