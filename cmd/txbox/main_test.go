@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/txbox/txbox/internal/testenv"
 )
 
 // TestMain lets the test binary act as the txbox command: a child process
@@ -133,5 +136,52 @@ func assertDemoSummary(t *testing.T, out string) {
 	}
 	if strings.Contains(out, "committed events      0\n") {
 		t.Errorf("demo committed nothing:\n%s", out)
+	}
+}
+
+// TestDemoPostgres runs the demo against the local PostgreSQL (LISTEN/NOTIFY
+// wake-ups, shared database: the demo's tables must be gone afterwards).
+func TestDemoPostgres(t *testing.T) {
+	t.Parallel()
+	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	code, out, errOut := runInProcess(t, nil, "demo", "--duration", "1500ms", "--rate", "100", "--database-dialect", "postgres", "--dsn", testenv.PostgresURL)
+	if code != exitOK {
+		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	assertDemoSummary(t, out)
+	i := strings.Index(out, "(tables ")
+	if i < 0 {
+		t.Fatalf("demo did not name its tables:\n%s", out)
+	}
+	prefix := strings.TrimSuffix(strings.Fields(out[i+len("(tables "):])[0], "*)")
+	db, err := sql.Open("pgx", testenv.PostgresURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM information_schema.tables WHERE table_name LIKE $1`, prefix+"%").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 || !strings.HasPrefix(prefix, "demo_") {
+		t.Errorf("%d demo tables with prefix %q left behind", n, prefix)
+	}
+}
+
+func TestDemoFlagErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--rate", "0"}, "--rate must be between"},
+		{[]string{"--duration", "-1s"}, "--duration must be > 0"},
+		{[]string{"--database-dialect", "postgres"}, "--dsn is required"},
+		{[]string{"--dsn", "x"}, "--dsn is only for postgres and mysql"},
+	} {
+		code, _, errOut := runInProcess(t, nil, append([]string{"demo"}, tc.args...)...)
+		if code != exitUsage || !strings.Contains(errOut, tc.want) {
+			t.Errorf("demo %v: code %d, stderr %q", tc.args, code, errOut)
+		}
 	}
 }

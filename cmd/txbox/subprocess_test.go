@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/testenv"
+)
+
+// child returns a command that runs this test binary as the txbox command
+// (see TestMain).
+func child(t *testing.T, ctx context.Context, args ...string) (*exec.Cmd, *lockedBuffer, *lockedBuffer) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "TXBOX_TEST_RUN_MAIN=1")
+	var stdout, stderr lockedBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	return cmd, &stdout, &stderr
+}
+
+// TestSubprocessMigratePublishRelay runs `txbox migrate`, `txbox publish`
+// and `txbox relay` as real processes against PostgreSQL and NATS
+// JetStream, with one more event inserted by plain SQL, then stops the
+// relay with SIGTERM and expects a graceful exit 0. The DSN's password
+// must appear in none of the processes' output.
+func TestSubprocessMigratePublishRelay(t *testing.T) {
+	t.Parallel()
+	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	testenv.RequireTCP(t, "NATS", strings.TrimPrefix(testenv.NATSURL, "nats://"))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	admin, err := sql.Open("pgx", testenv.PostgresURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	schema := testenv.PostgresSchema(t, admin)
+
+	// A stream of its own for this test.
+	nc, err := natsgo.Connect(testenv.NATSURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj := testenv.UniqueName("cli")
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: strings.ToUpper(subj), Subjects: []string{subj + ".>"}, Storage: jetstream.MemoryStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), strings.ToUpper(subj)) })
+
+	const canary = "Canary-PW-77z"
+	dsn := strings.Replace(testenv.PostgresURL, "postgres@", "postgres:"+canary+"@", 1)
+	cfgPath := filepath.Join(t.TempDir(), "txbox.yaml")
+	yml := fmt.Sprintf(`
+database: { dialect: postgres, schema: %s }
+senders:
+  main: { type: nats, url: %q }
+defaults:
+  route: { subject: "%s.{event_type}" }
+  polling: { min-delay: 10ms, max-delay: 200ms }
+events:
+  order-created: { route: { subject: %s.orders.created } }
+relay: { discover-interval: 100ms, shutdown-timeout: 15s }
+log: { level: debug }
+`, schema, testenv.NATSURL, subj, subj)
+	if err := os.WriteFile(cfgPath, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var outputs []*lockedBuffer
+	runChild := func(args ...string) string {
+		t.Helper()
+		cmd, stdout, stderr := child(t, ctx, args...)
+		cmd.Env = append(cmd.Env, "TXBOX_DATABASE_DSN="+dsn)
+		outputs = append(outputs, stdout, stderr)
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("txbox %v: %v\nstdout: %s\nstderr: %s", args, err, stdout, stderr)
+		}
+		return stdout.String()
+	}
+
+	if out := runChild("migrate", "--config", cfgPath); !strings.Contains(out, "migrated postgres") {
+		t.Fatalf("migrate printed %q", out)
+	}
+	out := runChild("publish", "--config", cfgPath, "--type", "order-created", "--key", "cust-1", "--payload", `{"order":42}`, "--header", "tenant=acme")
+	var published struct{ ID string }
+	if err := json.Unmarshal([]byte(out), &published); err != nil {
+		t.Fatalf("publish printed %q: %v", out, err)
+	}
+	if _, err := admin.ExecContext(ctx, fmt.Sprintf(`INSERT INTO %s.txbox_outbox (event_type, payload) VALUES ('legacy-ping', 'ping')`, schema)); err != nil {
+		t.Fatal(err)
+	}
+
+	relayCmd, relayOut, relayErr := child(t, ctx, "relay", "--config", cfgPath)
+	relayCmd.Env = append(relayCmd.Env, "TXBOX_DATABASE_DSN="+dsn)
+	outputs = append(outputs, relayOut, relayErr)
+	if err := relayCmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- relayCmd.Wait() }()
+
+	// Consume both events from JetStream.
+	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type msg struct{ subject, id, typ, tenant, data string }
+	got := map[string]msg{}
+	deadline := time.Now().Add(60 * time.Second)
+	for len(got) < 2 && time.Now().Before(deadline) {
+		batch, err := cons.Fetch(2, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			h := m.Headers()
+			got[h.Get(txbox.HeaderEventType)] = msg{m.Subject(), h.Get(txbox.HeaderEventID), h.Get(txbox.HeaderEventType), h.Get("tenant"), string(m.Data())}
+			_ = m.Ack()
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("relay exited early: %v\nstderr: %s", err, relayErr)
+		default:
+		}
+	}
+	if len(got) < 2 {
+		t.Fatalf("got %d of 2 events: %+v\nrelay stderr: %s", len(got), got, relayErr)
+	}
+	if m := got["order-created"]; m.id != published.ID || m.subject != subj+".orders.created" || m.tenant != "acme" || m.data != `{"order":42}` {
+		t.Errorf("order-created = %+v, want id %s on %s.orders.created", m, published.ID, subj)
+	}
+	if m := got["legacy-ping"]; m.subject != subj+".legacy-ping" || m.data != "ping" || m.id == "" {
+		t.Errorf("legacy-ping = %+v", m)
+	}
+
+	// Graceful stop on SIGTERM.
+	if err := relayCmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("relay exited with %v after SIGTERM\nstderr: %s", err, relayErr)
+		}
+	case <-time.After(30 * time.Second):
+		_ = relayCmd.Process.Kill()
+		t.Fatalf("relay did not stop within 30s of SIGTERM\nstderr: %s", relayErr)
+	}
+	if !strings.Contains(relayErr.String(), "relay stopped") {
+		t.Errorf("relay log lacks the graceful stop:\n%s", relayErr)
+	}
+	var rows int
+	if err := admin.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*) FROM %s.txbox_outbox WHERE status <> 'PROCESSED'`, schema)).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 0 {
+		t.Errorf("%d outbox rows not processed after the relay stopped", rows)
+	}
+	var all strings.Builder
+	for _, b := range outputs {
+		all.WriteString(b.String())
+	}
+	if all.Len() == 0 {
+		t.Fatal("no output captured: the canary check would prove nothing")
+	}
+	if strings.Contains(all.String(), canary) {
+		t.Fatalf("the DSN password leaked into the output:\n%s", all.String())
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
