@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/txbox/txbox/store"
 )
 
 //go:embed migrations/*.sql
@@ -19,6 +21,7 @@ var migrationFS embed.FS
 
 // migration is one embedded, versioned schema change.
 type migration struct {
+	file        string
 	version     int
 	description string
 	sql         string // template with {{table}} markers
@@ -43,7 +46,7 @@ func migrations() ([]migration, error) {
 		if err != nil {
 			return nil, err
 		}
-		ms = append(ms, migration{version: v, description: m[2], sql: string(b)})
+		ms = append(ms, migration{file: e.Name(), version: v, description: m[2], sql: string(b)})
 	}
 	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
 	return ms, nil
@@ -180,10 +183,17 @@ func (d *Driver) SchemaVersion(ctx context.Context) (int, error) {
 }
 
 // RenderMigrations returns the SQL of every embedded migration with the
-// driver's table names, in version order: the plain files to hand to goose,
-// golang-migrate or atlas instead of calling Migrate. The schema_version
-// table is Migrate's own bookkeeping and is not included.
-func (d *Driver) RenderMigrations() ([]string, error) {
+// table names cfg configures, in version order: the plain files to hand to
+// goose, golang-migrate or atlas instead of calling Migrate. The
+// schema_version table is Migrate's own bookkeeping and is not included.
+// sql/*.sql in this package holds the rendering with the defaults.
+func RenderMigrations(cfg Config) ([]string, error) {
+	tables, err := store.NewTables(cfg.Schema, cfg.TablePrefix)
+	if err != nil {
+		return nil, fmt.Errorf("mysql: %w", err)
+	}
+	d := &Driver{tables: tables}
+	d.setNames()
 	ms, err := migrations()
 	if err != nil {
 		return nil, err
@@ -203,21 +213,24 @@ func checkVersion(ctx context.Context, conn *sql.Conn) error {
 	if err := conn.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); err != nil {
 		return wrap("migrate: version", err)
 	}
+	if !supportedVersion(v) {
+		return fmt.Errorf("%w: server is %q", ErrUnsupportedServer, v)
+	}
+	return nil
+}
+
+// supportedVersion reports whether a VERSION() string names MariaDB 10.6+
+// or MySQL 8.0.13+.
+func supportedVersion(v string) bool {
 	m := versionPattern.FindStringSubmatch(v)
 	if m == nil {
-		return fmt.Errorf("%w: cannot parse version %q", ErrUnsupportedServer, v)
+		return false
 	}
 	major, _ := strconv.Atoi(m[1])
 	minor, _ := strconv.Atoi(m[2])
 	patch, _ := strconv.Atoi(m[3])
-	ok := false
 	if strings.Contains(strings.ToLower(v), "mariadb") {
-		ok = major > 10 || (major == 10 && minor >= 6)
-	} else {
-		ok = major > 8 || (major == 8 && (minor > 0 || patch >= 13))
+		return major > 10 || (major == 10 && minor >= 6)
 	}
-	if !ok {
-		return fmt.Errorf("%w: server is %s", ErrUnsupportedServer, v)
-	}
-	return nil
+	return major > 8 || (major == 8 && (minor > 0 || patch >= 13))
 }

@@ -91,6 +91,10 @@ type Driver struct {
 	// are built only from names store.NewTables validated.
 	qOutbox, qDeadLetter, qInbox, qLease, qSchemaVersion string
 
+	// maxPacket caches the server's max_allowed_packet, read once on the
+	// first publish; 0 until then or when it could not be read.
+	maxPacket atomic.Int64
+
 	// deadlockRetries counts transactions retried after error 1213. The
 	// READ COMMITTED design should keep it at zero; tests assert that.
 	deadlockRetries atomic.Int64
@@ -125,12 +129,17 @@ func New(db *sql.DB, cfg Config) (*Driver, error) {
 		maxInsert: cfg.MaxInsertBytes,
 		tables:    tables,
 	}
-	d.qOutbox = d.qualify(tables.Outbox)
-	d.qDeadLetter = d.qualify(tables.DeadLetter)
-	d.qInbox = d.qualify(tables.Inbox)
-	d.qLease = d.qualify(tables.Lease)
-	d.qSchemaVersion = d.qualify(tables.SchemaVersion)
+	d.setNames()
 	return d, nil
+}
+
+// setNames derives the quoted table names from d.tables.
+func (d *Driver) setNames() {
+	d.qOutbox = d.qualify(d.tables.Outbox)
+	d.qDeadLetter = d.qualify(d.tables.DeadLetter)
+	d.qInbox = d.qualify(d.tables.Inbox)
+	d.qLease = d.qualify(d.tables.Lease)
+	d.qSchemaVersion = d.qualify(d.tables.SchemaVersion)
 }
 
 // Open opens a pool with OpenDB and returns a Driver on it that Close
@@ -160,7 +169,9 @@ func Open(dsn string, cfg Config) (*Driver, error) {
 // ISOLATION LEVEL READ COMMITTED, which MySQL 8 and MariaDB both accept
 // (their DSN variables differ: transaction_isolation / tx_isolation). It
 // also turns on interpolateParams, saving the prepare round trip of every
-// statement. Use it to share one pool between the relay and your code
+// statement, and sets maxAllowedPacket=0 (use the server's value, read at
+// connect), so an oversized statement is refused with ErrPacketTooLarge
+// instead of a connection reset. Use it to share one pool between the relay and your code
 // through New with SessionReadCommitted. Like sql.Open it does not
 // connect; a malformed DSN is an error.
 func OpenDB(dsn string) (*sql.DB, error) {
@@ -171,6 +182,10 @@ func OpenDB(dsn string) (*sql.DB, error) {
 		return nil, fmt.Errorf("mysql: %w", err)
 	}
 	mc.InterpolateParams = true
+	// 0 makes the driver read the server's max_allowed_packet when it
+	// connects, so an oversized statement fails with ErrPktTooLarge before
+	// it is sent, instead of the server resetting the connection.
+	mc.MaxAllowedPacket = 0
 	conn, err := gomysql.NewConnector(mc)
 	if err != nil {
 		return nil, fmt.Errorf("mysql: %w", err)

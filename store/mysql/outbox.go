@@ -85,6 +85,17 @@ func (d *Driver) OutboxInsert(ctx context.Context, tx any, params *store.OutboxI
 			return fmt.Errorf("%w: event %d: key of %d bytes exceeds %d", ErrInvalidParams, i, len(ev.Key), MaxKeyLength)
 		}
 	}
+	if limit := d.maxAllowedPacket(ctx, ex); limit > 0 {
+		for i, ev := range params.Events {
+			// A payload travels as one parameter, which the server bounds
+			// by max_allowed_packet; refuse it here, typed, rather than
+			// with a generic server error (MariaDB: 1105) or a reset
+			// connection.
+			if int64(len(ev.Payload))+packetOverhead > limit {
+				return fmt.Errorf("mysql: publish: event %d: payload of %d bytes: %w (%d bytes)", i, len(ev.Payload), ErrPacketTooLarge, limit)
+			}
+		}
+	}
 	events := params.Events
 	for len(events) > 0 {
 		n, size := 0, 0
@@ -105,6 +116,32 @@ func (d *Driver) OutboxInsert(ctx context.Context, tx any, params *store.OutboxI
 		events = events[n:]
 	}
 	return nil
+}
+
+// packetOverhead is what one event's other columns and the statement
+// around it may add to its payload in a packet.
+const packetOverhead = 64 << 10
+
+// maxAllowedPacket returns the server's max_allowed_packet, read once and
+// cached; 0 when it is unknown (the server then decides). It reads it
+// through the caller's transaction, never from the pool: a caller holding
+// the pool's last connection would otherwise wait on itself.
+func (d *Driver) maxAllowedPacket(ctx context.Context, ex execer) int64 {
+	if v := d.maxPacket.Load(); v > 0 {
+		return v
+	}
+	q, ok := ex.(interface {
+		QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	})
+	if !ok {
+		return 0
+	}
+	var v int64
+	if err := q.QueryRowContext(ctx, "SELECT @@max_allowed_packet").Scan(&v); err != nil || v <= 0 {
+		return 0
+	}
+	d.maxPacket.Store(v)
+	return v
 }
 
 func (d *Driver) insertSQL(events []*txbox.Event) (string, []any, error) {

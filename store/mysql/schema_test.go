@@ -1,0 +1,232 @@
+package mysql
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/store"
+)
+
+// TestPlainSQLProducer inserts the way a non-Go service would, giving only
+// the event type and payload, and checks every default: a UUIDv7 id that
+// sorts between the library ids published before and after it, PENDING,
+// due now, no key, empty headers.
+func TestPlainSQLProducer(t *testing.T) {
+	t.Parallel()
+	d := setup(t)
+	ctx := context.Background()
+	before := publish(t, d, &txbox.Event{Type: "plain", Payload: []byte("go-1")})[0]
+	// UUIDv7 order is by millisecond: let the clock pass one.
+	waitClock(2 * time.Millisecond)
+	if _, err := d.DB().Exec("INSERT INTO "+d.qOutbox+" (event_type, payload) VALUES ('plain', ?)", []byte(`{"from":"sql"}`)); err != nil {
+		t.Fatalf("plain SQL insert: %v", err)
+	}
+	waitClock(2 * time.Millisecond)
+	after := publish(t, d, &txbox.Event{Type: "plain", Payload: []byte("go-2")})[0]
+
+	rows, err := d.OutboxClaim(ctx, &store.OutboxClaimParams{EventType: "plain", Limit: 10, LeaseDuration: time.Minute})
+	if err != nil || len(rows) != 3 {
+		t.Fatalf("claim: %d rows, %v", len(rows), err)
+	}
+	var sqlRow *store.OutboxRow
+	for _, r := range rows {
+		if string(r.Payload) == `{"from":"sql"}` {
+			sqlRow = r
+		}
+	}
+	if sqlRow == nil {
+		t.Fatal("the plain-SQL row was not claimed")
+	}
+	id := sqlRow.ID
+	if id.Version() != 7 || id.Variant() != uuid.RFC4122 {
+		t.Fatalf("default id %s is version %d variant %v, want a UUIDv7", id, id.Version(), id.Variant())
+	}
+	ms := time.UnixMilli(int64(id.Time()/10_000) - 12219292800000) // uuid.Time is 100ns since 1582
+	if d := time.Since(ms); d < -time.Second || d > 10*time.Second {
+		t.Fatalf("default id's time %v is not now", ms)
+	}
+	if !(before.ID.String() < id.String() && id.String() < after.ID.String()) {
+		t.Fatalf("default id %s does not sort between %s and %s", id, before.ID, after.ID)
+	}
+	if sqlRow.Key != "" || sqlRow.Headers != nil || sqlRow.Attempts != 0 {
+		t.Fatalf("defaults: key %q headers %v attempts %d", sqlRow.Key, sqlRow.Headers, sqlRow.Attempts)
+	}
+	if !(rows[0].ID == before.ID && rows[1].ID == id && rows[2].ID == after.ID) {
+		t.Fatalf("claim order %v %v %v, want go-1, sql, go-2", rows[0].ID, rows[1].ID, rows[2].ID)
+	}
+}
+
+// waitClock busy-waits until the wall clock advanced by d: the test is
+// about timestamps, not about letting something happen.
+func waitClock(d time.Duration) {
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+	}
+}
+
+// TestTimesAreUTCWhateverTheSession uses a pool whose sessions run in
+// another time zone, with and without parseTime, and checks that times
+// read back are true UTC and that not-before is honoured.
+func TestTimesAreUTCWhateverTheSession(t *testing.T) {
+	t.Parallel()
+	for _, parseTime := range []bool{true, false} {
+		name := "parseTime=false"
+		if parseTime {
+			name = "parseTime=true&loc=Local"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, dsn := newDatabase(t)
+			dsn = strings.Replace(dsn, "parseTime=true", "", 1)
+			if parseTime {
+				dsn += "&parseTime=true&loc=Local"
+			}
+			dsn += "&time_zone=" + url.QueryEscape("'+05:00'")
+			db, err := openSQL(dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			var tz string
+			if err := db.QueryRow("SELECT @@session.time_zone").Scan(&tz); err != nil || tz != "+05:00" {
+				t.Fatalf("session time zone %q, %v", tz, err)
+			}
+			d, err := New(db, Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			if err := d.Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			soon := &txbox.Event{ID: txbox.NewID(), Type: "tz", NotBefore: time.Now().Add(time.Hour)}
+			past := &txbox.Event{ID: txbox.NewID(), Type: "tz", NotBefore: time.Now().Add(-time.Minute)}
+			publish(t, d, soon, past)
+			rows, err := d.OutboxClaim(ctx, &store.OutboxClaimParams{EventType: "tz", Limit: 10, LeaseDuration: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rows) != 1 || rows[0].ID != past.ID {
+				t.Fatalf("claimed %d rows; want only the event whose not-before passed", len(rows))
+			}
+			if skew := time.Since(rows[0].CreatedAt); skew < -5*time.Second || skew > 5*time.Second {
+				t.Fatalf("created_at %v is %v away from now: not read as UTC", rows[0].CreatedAt, skew)
+			}
+		})
+	}
+}
+
+func TestNotMigratedAndBadConfig(t *testing.T) {
+	t.Parallel()
+	_, dsn := newDatabase(t)
+	d, err := Open(dsn, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	_, err = d.OutboxClaim(context.Background(), &store.OutboxClaimParams{EventType: "x", Limit: 1, LeaseDuration: time.Second})
+	if !errors.Is(err, ErrNotMigrated) {
+		t.Fatalf("claim before Migrate: %v, want ErrNotMigrated", err)
+	}
+
+	// Hostile names are refused before any connection is attempted: the
+	// DSN points nowhere.
+	for _, cfg := range []Config{{Schema: "x`; DROP DATABASE test;--"}, {TablePrefix: "a b"}, {Schema: strings.Repeat("s", 41)}} {
+		if _, err := Open("root@tcp(192.0.2.1:1)/", cfg); !errors.Is(err, txbox.ErrInvalidIdentifier) {
+			t.Errorf("Open(%+v): %v, want ErrInvalidIdentifier", cfg, err)
+		}
+	}
+	if _, err := New(nil, Config{}); !errors.Is(err, ErrInvalidParams) {
+		t.Errorf("New(nil): %v", err)
+	}
+	// A malformed DSN is an error that does not echo the password.
+	_, err = Open("app:s3cr3t-pw@tcp(127.0.0.1:3306/db", Config{})
+	if err == nil || strings.Contains(err.Error(), "s3cr3t-pw") {
+		t.Fatalf("malformed DSN: %v", err)
+	}
+}
+
+func TestPacketTooLarge(t *testing.T) {
+	t.Parallel()
+	d := setup(t)
+	ctx := context.Background()
+	var maxPacket int
+	if err := d.DB().QueryRow("SELECT @@max_allowed_packet").Scan(&maxPacket); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := d.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	ev := &txbox.Event{ID: txbox.NewID(), Type: "huge", Payload: make([]byte, maxPacket+1)}
+	err = d.OutboxInsert(ctx, tx, &store.OutboxInsertParams{Events: []*txbox.Event{ev}})
+	if !errors.Is(err, ErrPacketTooLarge) {
+		t.Fatalf("payload over max_allowed_packet (%d): %v, want ErrPacketTooLarge", maxPacket, err)
+	}
+}
+
+func TestSupportedVersion(t *testing.T) {
+	t.Parallel()
+	for v, want := range map[string]bool{
+		"10.11.19-MariaDB-0+deb12u1": true,
+		"10.6.0-MariaDB":             true,
+		"10.5.22-MariaDB":            false,
+		"11.4.2-MariaDB":             true,
+		"8.0.13":                     true,
+		"8.0.12":                     false,
+		"8.4.0":                      true,
+		"9.1.0":                      true,
+		"5.7.44-log":                 false,
+		"garbage":                    false,
+	} {
+		if got := supportedVersion(v); got != want {
+			t.Errorf("supportedVersion(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
+
+// TestPlainSQLFiles keeps sql/ (the migrations rendered with the default
+// prefix, for goose / golang-migrate / atlas users) in step with the
+// embedded migrations. TXBOX_UPDATE_SQL=1 rewrites the files.
+func TestPlainSQLFiles(t *testing.T) {
+	t.Parallel()
+	ms, err := migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered, err := RenderMigrations(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range ms {
+		path := filepath.Join("sql", m.file)
+		if os.Getenv("TXBOX_UPDATE_SQL") != "" {
+			if err := os.MkdirAll("sql", 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte(rendered[i]), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("%v (run with TXBOX_UPDATE_SQL=1 to create it)", err)
+		}
+		if string(got) != rendered[i] {
+			t.Fatalf("%s is stale: run the tests with TXBOX_UPDATE_SQL=1", path)
+		}
+		if strings.Contains(rendered[i], "{{") {
+			t.Fatalf("%s has unrendered markers", path)
+		}
+	}
+}
