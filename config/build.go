@@ -17,6 +17,8 @@ import (
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/sender/kafka"
 	"github.com/txbox/txbox/sender/nats"
+	"github.com/txbox/txbox/sender/rabbitmq"
+	"github.com/txbox/txbox/sender/redisstream"
 	"github.com/txbox/txbox/sender/webhook"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/mysql"
@@ -217,6 +219,18 @@ func (c *Config) OpenSenders(ctx context.Context, getenv func(string) string) (m
 		case SenderKafka:
 			k := sc.Kafka
 			s, err = kafka.New(kafka.Config{Brokers: k.Brokers, ClientID: k.ClientID, DeliveryTimeout: k.Timeout, Linger: k.Linger, MaxBufferedRecords: k.MaxBufferedRecords})
+		case SenderRabbitMQ:
+			rc := sc.RabbitMQ
+			s, err = rabbitmq.New(rabbitmq.Config{URL: rc.URL.Reveal(), ConfirmTimeout: rc.Timeout, Channels: rc.Channels})
+		case SenderRedis:
+			rc := sc.Redis
+			password := ""
+			if rc.PasswordEnv != "" {
+				if password = getenv(rc.PasswordEnv); password == "" {
+					return fail(&Error{Path: join(p, "password-env"), Msg: fmt.Sprintf("environment variable %s is empty", rc.PasswordEnv)})
+				}
+			}
+			s, err = redisstream.New(redisstream.Config{Addr: rc.Addr, Username: rc.Username, Password: password, DB: rc.DB, MaxLen: rc.MaxLen, ReadTimeout: rc.Timeout, WriteTimeout: rc.Timeout, PoolSize: rc.PoolSize})
 		default:
 			err = fmt.Errorf("%w: %s", ErrUnsupportedSender, sc.Type)
 		}

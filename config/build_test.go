@@ -200,3 +200,43 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	defer s.mu.Unlock()
 	return s.w.Write(p)
 }
+
+// TestOpenSendersEveryType builds one sender of each type from YAML (none
+// connects before its first Send) and checks the env-held secrets.
+func TestOpenSendersEveryType(t *testing.T) {
+	t.Parallel()
+	yml := `
+senders:
+  n: { type: nats, url: "nats://127.0.0.1:1" }
+  w: { type: webhook, url: "http://127.0.0.1:1/h", hmac-secret-env: HOOK }
+  k: { type: kafka, brokers: ["127.0.0.1:1"] }
+  r: { type: rabbitmq, url: "amqp://guest:guest@127.0.0.1:1/" }
+  s: { type: redis, addr: "127.0.0.1:1", password-env: REDIS_PW }
+defaults: { sender: n }
+`
+	c, err := Load(Source{YAML: []byte(yml)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	env := map[string]string{"HOOK": "s3cret", "REDIS_PW": "pw"}
+	senders, err := c.OpenSenders(ctx, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"n", "w", "k", "r", "s"} {
+		if senders[name] == nil {
+			t.Errorf("sender %s missing", name)
+		}
+	}
+	for _, s := range senders {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_ = s.Close(cctx)
+		cancel()
+	}
+	delete(env, "HOOK")
+	_, err = c.OpenSenders(ctx, func(k string) string { return env[k] })
+	if err == nil || !strings.Contains(err.Error(), "senders.w.hmac-secret-env: environment variable HOOK is empty") {
+		t.Fatalf("empty secret env: %v", err)
+	}
+}

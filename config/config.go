@@ -210,28 +210,39 @@ type KafkaSender struct {
 	MaxBufferedRecords int `yaml:"max-buffered-records"`
 }
 
-// RabbitMQSender configures the RabbitMQ sender.
+// RabbitMQSender configures the RabbitMQ sender (sender/rabbitmq). The
+// exchange and routing key of each event come from its route.
 type RabbitMQSender struct {
-	// URL is the AMQP URL; its password is redacted when printed.
-	// Required.
+	// URL is the AMQP URL, amqp://user:pass@host:port/vhost; its password
+	// is redacted when printed. Required.
 	URL DSN `yaml:"url"`
-	// Timeout bounds the wait for a batch's confirms. Defaults to 10s.
+	// Timeout bounds the wait for a batch's publisher confirms. Defaults
+	// to 30s.
 	Timeout time.Duration `yaml:"timeout"`
+	// Channels is the number of confirm-mode channels. Defaults to 2.
+	Channels int `yaml:"channels"`
 }
 
-// RedisSender configures the Redis Streams sender.
+// RedisSender configures the Redis Streams sender (sender/redisstream).
+// The stream of each event comes from its route.
 type RedisSender struct {
 	// Addr is host:port. Defaults to 127.0.0.1:6379.
 	Addr string `yaml:"addr"`
+	// Username for Redis ACLs. Defaults to the default user.
+	Username string `yaml:"username"`
 	// PasswordEnv names an environment variable holding the password.
+	// Defaults to no password.
 	PasswordEnv string `yaml:"password-env"`
 	// DB selects the Redis database. Defaults to 0.
 	DB int `yaml:"db"`
 	// MaxLen caps each stream approximately (XADD MAXLEN ~). Defaults to
-	// no cap.
+	// 0: no cap.
 	MaxLen int64 `yaml:"max-len"`
-	// Timeout bounds one batch. Defaults to 10s.
+	// Timeout bounds writing a batch and reading its replies. Defaults to
+	// 10s.
 	Timeout time.Duration `yaml:"timeout"`
+	// PoolSize is the number of connections. Defaults to 10.
+	PoolSize int `yaml:"pool-size"`
 }
 
 // EventSettings are the relay settings of one event type. A nil field

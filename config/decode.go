@@ -352,7 +352,7 @@ var senderTypes = map[string]func(s *Sender) any{
 		return s.Kafka
 	},
 	SenderRabbitMQ: func(s *Sender) any {
-		s.RabbitMQ = &RabbitMQSender{Timeout: DefaultSenderTimeout}
+		s.RabbitMQ = &RabbitMQSender{Timeout: 30 * time.Second}
 		return s.RabbitMQ
 	},
 	SenderRedis: func(s *Sender) any {

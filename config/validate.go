@@ -358,12 +358,21 @@ func (c *Config) validateSender(d *decoder, p, name string, s *Sender) {
 			d.fail(join(p, "url"), nil, "required")
 		}
 		positive("timeout", s.RabbitMQ.Timeout)
+		if s.RabbitMQ.Channels < 0 {
+			d.fail(join(p, "channels"), nil, "must be ≥ 0")
+		}
 	case SenderRedis:
 		if s.Redis.Addr == "" {
 			d.fail(join(p, "addr"), nil, "required")
 		}
-		if s.Redis.DB < 0 || s.Redis.MaxLen < 0 {
-			d.fail(p, nil, "db and max-len must be ≥ 0")
+		if s.Redis.DB < 0 {
+			d.fail(join(p, "db"), nil, "must be ≥ 0")
+		}
+		if s.Redis.MaxLen < 0 {
+			d.fail(join(p, "max-len"), nil, "must be ≥ 0")
+		}
+		if s.Redis.PoolSize < 0 {
+			d.fail(join(p, "pool-size"), nil, "must be ≥ 0")
 		}
 		positive("timeout", s.Redis.Timeout)
 		env("password-env", s.Redis.PasswordEnv)
