@@ -1,0 +1,98 @@
+// Package consume holds what the broker consumer adapters share: turning a
+// received message into an inbox.Message (the event id comes from the
+// txbox-event-id header) and a bounded retry backoff. Each broker has its
+// own subpackage, so a service compiles only the client it uses:
+//
+//   - consume/kafka: a franz-go consumer group; offsets are committed only
+//     after the handler returned.
+//   - consume/rabbitmq: manual acks; nack with requeue when the handler
+//     failed.
+//   - consume/nats: a JetStream consumer; ack after the handler, nak on
+//     failure.
+//   - consume/webhook: an http.Handler for txbox's webhook sender, with
+//     HMAC verification; 2xx only once the effect is committed.
+//
+// Every adapter acknowledges a message only after inbox.Inbox.Handle
+// returned Processed or Duplicate, so a crash at any point leads to a
+// redelivery, which the inbox turns into a no-op when the effect was
+// already committed.
+package consume
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/inbox"
+)
+
+// InvalidMessageError is returned for a message that cannot be handled at
+// all, whatever the number of attempts: it carries no event id, or a
+// malformed one. Adapters do not redeliver such messages (a redelivery
+// would fail the same way); they log them and, where the broker has one,
+// reject them to its dead-letter mechanism.
+type InvalidMessageError struct {
+	Reason string
+}
+
+func (e *InvalidMessageError) Error() string { return "consume: invalid message: " + e.Reason }
+
+// NewMessage builds the inbox.Message of a received message. id is the
+// value of the txbox-event-id header (or the broker's message id field,
+// which txbox's senders set to the same value); eventType that of
+// txbox-event-type, informational.
+func NewMessage(id, eventType, key string, payload []byte, headers map[string]string) (inbox.Message, error) {
+	if id == "" {
+		return inbox.Message{}, &InvalidMessageError{Reason: "no " + txbox.HeaderEventID + " header"}
+	}
+	parsed, err := txbox.ParseID(id)
+	if err != nil {
+		return inbox.Message{}, &InvalidMessageError{Reason: fmt.Sprintf("malformed %s header: %v", txbox.HeaderEventID, err)}
+	}
+	if parsed == (txbox.ID{}) {
+		return inbox.Message{}, &InvalidMessageError{Reason: "zero " + txbox.HeaderEventID}
+	}
+	return inbox.Message{ID: parsed, Type: eventType, Key: key, Payload: payload, Headers: headers}, nil
+}
+
+// Backoff is an exponential retry delay: Min, doubled per failure, capped
+// at Max.
+type Backoff struct {
+	// Min is the first delay. Defaults to DefaultMinBackoff.
+	Min time.Duration
+	// Max caps the delay. Defaults to DefaultMaxBackoff.
+	Max time.Duration
+}
+
+// Backoff defaults.
+const (
+	DefaultMinBackoff = 100 * time.Millisecond
+	DefaultMaxBackoff = 30 * time.Second
+)
+
+// Normalize fills zero fields with defaults and checks the values. The
+// error names the field.
+func (b Backoff) Normalize() (Backoff, error) {
+	if b.Min < 0 || b.Max < 0 {
+		return b, fmt.Errorf("consume: backoff must not be negative (min %s, max %s)", b.Min, b.Max)
+	}
+	if b.Min == 0 {
+		b.Min = DefaultMinBackoff
+	}
+	if b.Max == 0 {
+		b.Max = DefaultMaxBackoff
+	}
+	if b.Max < b.Min {
+		return b, fmt.Errorf("consume: backoff max %s is below min %s", b.Max, b.Min)
+	}
+	return b, nil
+}
+
+// Delay returns the delay before retry number attempt (1-based).
+func (b Backoff) Delay(attempt int) time.Duration {
+	d := b.Min
+	for i := 1; i < attempt && d < b.Max; i++ {
+		d *= 2
+	}
+	return min(d, b.Max)
+}

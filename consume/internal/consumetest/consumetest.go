@@ -1,0 +1,169 @@
+// Package consumetest gives the consumer adapters' tests a real inbox on a
+// SQLite file and an effect table the handler writes through the inbox
+// transaction, so a test can count effects per event id.
+package consumetest
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/store/sqlite"
+)
+
+// Env is one test's inbox and effect table.
+type Env struct {
+	Store *sqlite.Driver
+	Inbox *inbox.Inbox
+
+	mu       sync.Mutex
+	failLeft map[txbox.ID]int
+	calls    int
+}
+
+// ErrInjected is returned by the handler for ids given to FailFirst.
+var ErrInjected = errors.New("consumetest: injected handler failure")
+
+// New opens a migrated SQLite store in t's temp dir and an inbox on it
+// named consumer.
+func New(t testing.TB, consumer string) *Env {
+	t.Helper()
+	d, err := sqlite.Open(filepath.Join(t.TempDir(), "inbox.db"), sqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.DB().Exec(`CREATE TABLE effect (event_id TEXT NOT NULL, payload BLOB)`); err != nil {
+		t.Fatal(err)
+	}
+	in, err := inbox.New(d, inbox.Config{Consumer: consumer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Env{Store: d, Inbox: in, failLeft: map[txbox.ID]int{}}
+}
+
+// FailFirst makes the handler fail the first n deliveries of id.
+func (e *Env) FailFirst(id txbox.ID, n int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.failLeft[id] = n
+}
+
+// Calls returns how many times the handler ran.
+func (e *Env) Calls() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.calls
+}
+
+// Handler writes one effect row per message through the inbox transaction
+// (after the injected failures of FailFirst).
+func (e *Env) Handler(ctx context.Context, tx any, m inbox.Message) error {
+	e.mu.Lock()
+	e.calls++
+	fail := e.failLeft[m.ID] > 0
+	if fail {
+		e.failLeft[m.ID]--
+	}
+	e.mu.Unlock()
+	stx, err := sqlite.SQLTx(tx)
+	if err != nil {
+		return err
+	}
+	if _, err := stx.ExecContext(ctx, `INSERT INTO effect (event_id, payload) VALUES (?, ?)`, m.ID.String(), m.Payload); err != nil {
+		return err
+	}
+	if fail {
+		return ErrInjected
+	}
+	return nil
+}
+
+// Effects returns the effect rows per event id.
+func (e *Env) Effects(t testing.TB) map[txbox.ID]int {
+	t.Helper()
+	rows, err := e.Store.DB().Query(`SELECT event_id, count(*) FROM effect GROUP BY event_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[txbox.ID]int{}
+	for rows.Next() {
+		var s string
+		var n int
+		if err := rows.Scan(&s, &n); err != nil {
+			t.Fatal(err)
+		}
+		id, err := txbox.ParseID(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[id] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// WaitEffects polls until every id in want has an effect or the deadline
+// passes, then checks that each has exactly one and that no other id has
+// any.
+func (e *Env) WaitEffects(t testing.TB, want []txbox.ID, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		got := e.Effects(t)
+		missing := 0
+		for _, id := range want {
+			if got[id] == 0 {
+				missing++
+			}
+		}
+		if missing == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d events have no effect after %s", missing, len(want), within)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
+	}
+	e.CheckExactlyOnce(t, want)
+}
+
+// CheckExactlyOnce checks one effect per id in want and none other: the
+// delivery oracle (lost = 0, duplicated effects = 0, unexpected = 0).
+func (e *Env) CheckExactlyOnce(t testing.TB, want []txbox.ID) {
+	t.Helper()
+	got := e.Effects(t)
+	wantSet := make(map[txbox.ID]bool, len(want))
+	var lost, dup, unexpected int
+	for _, id := range want {
+		wantSet[id] = true
+		switch n := got[id]; {
+		case n == 0:
+			lost++
+		case n > 1:
+			dup++
+		}
+	}
+	for id := range got {
+		if !wantSet[id] {
+			unexpected++
+		}
+	}
+	if lost+dup+unexpected > 0 {
+		t.Errorf("effects: %d lost, %d duplicated, %d unexpected (of %d events)", lost, dup, unexpected, len(want))
+	}
+}

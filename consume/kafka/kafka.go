@@ -1,0 +1,194 @@
+// Package kafka feeds an inbox from a franz-go consumer group and commits a
+// record's offset only after the inbox handled it.
+//
+// Create the client with kgo.ConsumerGroup, kgo.ConsumeTopics and
+// kgo.DisableAutoCommit (the consumer then commits with CommitRecords after
+// each polled batch) or kgo.AutoCommitMarks (it marks records after
+// handling them and franz-go commits the marks). With plain auto-commit,
+// franz-go commits what was polled, handled or not, so a crash loses
+// messages: New logs a warning.
+//
+// Records are handled one at a time in poll order. A record whose handler
+// fails is retried with backoff, holding back the records after it, until
+// it succeeds or Run's context ends: Kafka has no per-record nack, and
+// committing past a failed record would lose it. After a rebalance or a
+// crash, records are redelivered from the last commit; the inbox reports
+// them as duplicates.
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/consume"
+	"github.com/txbox/txbox/inbox"
+)
+
+// DefaultMaxPollRecords bounds one poll.
+const DefaultMaxPollRecords = 500
+
+// Config configures a Consumer.
+type Config struct {
+	// Inbox deduplicates and runs Handler. Required.
+	Inbox *inbox.Inbox
+	// Handler processes each new message. Required.
+	Handler inbox.Handler
+	// Backoff spaces the retries of a failing record. Defaults to
+	// consume.DefaultMinBackoff doubling up to consume.DefaultMaxBackoff.
+	Backoff consume.Backoff
+	// MaxPollRecords bounds the records of one poll. Defaults to
+	// DefaultMaxPollRecords.
+	MaxPollRecords int
+	// Logger receives warnings (auto-commit on, invalid records, handler
+	// failures). Payloads are never logged. Defaults to a logger that
+	// discards everything.
+	Logger *slog.Logger
+}
+
+// commitMode is how offsets reach Kafka.
+type commitMode int
+
+const (
+	commitSync  commitMode = iota // DisableAutoCommit: CommitRecords per batch
+	commitMarks                   // AutoCommitMarks: MarkCommitRecords per record
+	commitAuto                    // plain auto-commit: unsafe, warned about
+)
+
+// Consumer feeds the records of a consumer group to an inbox.
+type Consumer struct {
+	cl     *kgo.Client
+	cfg    Config
+	mode   commitMode
+	logger *slog.Logger
+}
+
+// New returns a Consumer on cl, which must be a consumer-group client; it
+// stays the caller's to close. Missing fields are an error naming them.
+func New(cl *kgo.Client, cfg Config) (*Consumer, error) {
+	if cl == nil {
+		return nil, errors.New("consume/kafka: client is nil")
+	}
+	if cfg.Inbox == nil || cfg.Handler == nil {
+		return nil, errors.New("consume/kafka: Config.Inbox and Config.Handler are required")
+	}
+	if cfg.MaxPollRecords < 0 {
+		return nil, fmt.Errorf("consume/kafka: MaxPollRecords must not be negative, got %d", cfg.MaxPollRecords)
+	}
+	if cfg.MaxPollRecords == 0 {
+		cfg.MaxPollRecords = DefaultMaxPollRecords
+	}
+	b, err := cfg.Backoff.Normalize()
+	if err != nil {
+		return nil, fmt.Errorf("consume/kafka: %w", err)
+	}
+	cfg.Backoff = b
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	logger = logger.With("consumer", cfg.Inbox.Consumer())
+	if g, _ := cl.OptValue(kgo.ConsumerGroup).(string); g == "" {
+		return nil, errors.New("consume/kafka: the client has no consumer group (kgo.ConsumerGroup)")
+	}
+	mode := commitAuto
+	switch {
+	case optBool(cl, kgo.DisableAutoCommit):
+		mode = commitSync
+	case optBool(cl, kgo.AutoCommitMarks):
+		mode = commitMarks
+	default:
+		logger.Warn("kafka auto-commit is on: offsets are committed whether or not the handler finished, so a crash can lose messages; use kgo.DisableAutoCommit or kgo.AutoCommitMarks")
+	}
+	return &Consumer{cl: cl, cfg: cfg, mode: mode, logger: logger}, nil
+}
+
+func optBool(cl *kgo.Client, opt any) bool {
+	v, _ := cl.OptValue(opt).(bool)
+	return v
+}
+
+// Run polls and handles records until ctx ends or the client is closed. It
+// returns nil then; records handled before are committed. Fetch errors are
+// logged and polling goes on.
+func (c *Consumer) Run(ctx context.Context) error {
+	for {
+		fetches := c.cl.PollRecords(ctx, c.cfg.MaxPollRecords)
+		if fetches.IsClientClosed() || ctx.Err() != nil {
+			return nil
+		}
+		fetches.EachError(func(topic string, p int32, err error) {
+			if !errors.Is(err, context.Canceled) {
+				c.logger.WarnContext(ctx, "kafka fetch error", "topic", topic, "partition", p, "error", err)
+			}
+		})
+		done := make([]*kgo.Record, 0, fetches.NumRecords())
+		var stopped bool
+		fetches.EachRecord(func(r *kgo.Record) {
+			if stopped {
+				return
+			}
+			if !c.handle(ctx, r) {
+				stopped = true
+				return
+			}
+			done = append(done, r)
+			if c.mode == commitMarks {
+				c.cl.MarkCommitRecords(r)
+			}
+		})
+		if c.mode == commitSync && len(done) > 0 {
+			// WithoutCancel: what was handled is committed even during
+			// shutdown, so a restart does not redo it.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			err := c.cl.CommitRecords(cctx, done...)
+			cancel()
+			if err != nil {
+				c.logger.WarnContext(ctx, "kafka offset commit failed; the records will be redelivered and deduplicated", "records", len(done), "error", err)
+			}
+		}
+		if stopped {
+			return nil
+		}
+	}
+}
+
+// handle runs one record through the inbox, retrying until it succeeds. It
+// returns false when ctx ended first.
+func (c *Consumer) handle(ctx context.Context, r *kgo.Record) bool {
+	headers := make(map[string]string, len(r.Headers))
+	for _, h := range r.Headers {
+		headers[h.Key] = string(h.Value)
+	}
+	msg, err := consume.NewMessage(headers[txbox.HeaderEventID], headers[txbox.HeaderEventType], string(r.Key), r.Value, headers)
+	if err != nil {
+		// Retrying cannot give it an id; holding the partition forever
+		// would stop every later record. Skip it, loudly.
+		c.logger.ErrorContext(ctx, "kafka record skipped", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "error", err)
+		return true
+	}
+	for attempt := 1; ; attempt++ {
+		_, err := c.cfg.Inbox.Handle(ctx, msg, c.cfg.Handler)
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		delay := c.cfg.Backoff.Delay(attempt)
+		c.logger.WarnContext(ctx, "kafka record failed; retrying", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "event_id", msg.ID, "attempt", attempt, "retry_in", delay, "error", err)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+	}
+}
