@@ -1,0 +1,352 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/sender"
+	"github.com/txbox/txbox/sender/kafka"
+	"github.com/txbox/txbox/sender/rabbitmq"
+	"github.com/txbox/txbox/sender/sendertest"
+	"github.com/txbox/txbox/store"
+)
+
+// outageBroker is one broker behind a proxy that a test can take down,
+// with a sender that goes through the proxy and a reader that does not.
+type outageBroker struct {
+	name   string
+	proxy  *sendertest.Proxy
+	sender sender.Sender
+	route  sender.Route
+
+	mu      sync.Mutex
+	arrived []txbox.ID
+}
+
+func (b *outageBroker) add(id string) {
+	parsed, err := txbox.ParseID(id)
+	if err != nil {
+		return // not ours; the oracle only counts known ids
+	}
+	b.mu.Lock()
+	b.arrived = append(b.arrived, parsed)
+	b.mu.Unlock()
+}
+
+// unique is the number of distinct ids that arrived.
+func (b *outageBroker) unique() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	seen := make(map[txbox.ID]struct{}, len(b.arrived))
+	for _, id := range b.arrived {
+		seen[id] = struct{}{}
+	}
+	return len(seen)
+}
+
+func (b *outageBroker) all() []txbox.ID {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]txbox.ID(nil), b.arrived...)
+}
+
+// rabbitOutageBroker declares a topic exchange and a queue for every event
+// type, consumes it directly, and gives the relay a sender through a proxy.
+func rabbitOutageBroker(t *testing.T) *outageBroker {
+	t.Helper()
+	testenv.RequireTCP(t, "RabbitMQ", "127.0.0.1:5672")
+	conn, err := amqp.Dial(testenv.RabbitURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, q := testenv.UniqueName("e2e_ex_"), testenv.UniqueName("e2e_q_")
+	if err := ch.ExchangeDeclare(ex, "topic", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(q, false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(q, "#", ex, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if c, err := amqp.Dial(testenv.RabbitURL); err == nil {
+			if ch, err := c.Channel(); err == nil {
+				_, _ = ch.QueueDelete(q, false, false, false)
+				_ = ch.ExchangeDelete(ex, false, false)
+			}
+			c.Close()
+		}
+	})
+	b := &outageBroker{name: "rabbitmq", route: sender.Route{Exchange: ex, RoutingKey: "{event_type}"}}
+	ds, err := ch.Consume(q, "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for d := range ds {
+			b.add(d.MessageId)
+		}
+	}()
+	b.proxy = sendertest.NewProxy(t, "127.0.0.1:5672")
+	s, err := rabbitmq.New(rabbitmq.Config{
+		URL:            "amqp://guest:guest@" + b.proxy.Addr() + "/",
+		DialTimeout:    2 * time.Second,
+		ReconnectDelay: 200 * time.Millisecond,
+		ConfirmTimeout: 5 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	b.sender = s
+	return b
+}
+
+// kafkaOutageBroker runs an in-process kfake cluster, reads its topics
+// directly, and gives the relay a sender whose every broker connection
+// goes through a proxy (a broker advertises its own address, so the
+// dialer, not the seed list, routes through the proxy).
+func kafkaOutageBroker(t *testing.T) *outageBroker {
+	t.Helper()
+	prefix := testenv.UniqueName("e2e_")
+	topics := []string{prefix + "_orders", prefix + "_other"}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topics...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	b := &outageBroker{name: "kafka", route: sender.Route{Topic: prefix + "_{event_type}"}}
+
+	consumer, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics(topics...),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			consumer.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+				for _, h := range r.Headers {
+					if h.Key == txbox.HeaderEventID {
+						b.add(string(h.Value))
+					}
+				}
+			})
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done; consumer.Close() })
+
+	b.proxy = sendertest.NewProxy(t, c.ListenAddrs()[0])
+	opts, err := kafka.Config{Brokers: c.ListenAddrs(), DeliveryTimeout: 2 * time.Second, DialTimeout: time.Second}.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dialer := &net.Dialer{Timeout: time.Second}
+	proxyAddr := b.proxy.Addr()
+	opts = append(opts, kgo.Dialer(func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return dialer.DialContext(ctx, network, proxyAddr)
+	}))
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	b.sender = kafka.NewFromClient(cl)
+	return b
+}
+
+// outageLength is how long the broker stays down: short by default, one
+// minute under TXBOX_CHAOS.
+func outageLength() time.Duration {
+	if os.Getenv("TXBOX_CHAOS") != "" {
+		return time.Minute
+	}
+	return 6 * time.Second
+}
+
+// liveHeap is the heap in use after a full collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// TestBrokerOutage (TESTING.md scenario 7): through the real relay on
+// PostgreSQL, the broker becomes unreachable for a while under a steady
+// publishing load. The circuit opens, no attempt is burned, nothing is
+// dead-lettered, the relay's memory stays flat while the backlog grows in
+// the database, and once the broker is back the backlog drains with
+// nothing lost.
+//
+// Not parallel on purpose: it measures this process's heap, which other
+// tests running at the same time would disturb. Go runs it before the
+// package's parallel tests start.
+func TestBrokerOutage(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		new  func(t *testing.T) *outageBroker
+	}{
+		{"rabbitmq", rabbitOutageBroker},
+		{"kafka", kafkaOutageBroker},
+	} {
+		t.Run(tc.name, func(t *testing.T) { runOutage(t, tc.new(t)) })
+	}
+}
+
+func runOutage(t *testing.T, b *outageBroker) {
+	kind := postgresKind
+	ns := kind.newNamespace(t)
+	d := openStore(t, kind, ns, 6)
+	rec := &attemptRecorder{Sender: b.sender}
+	circuits := &circuitHook{}
+	cfg := relayConfig(d, rec, "unused", 0)
+	cfg.Senders = map[string]sender.Sender{b.name: rec}
+	cfg.Defaults.Route = &b.route
+	cfg.Defaults.MaxAttempts = new(2)
+	cfg.Events = map[string]relay.EventSettings{"orders": {}, "other": {}}
+	cfg.Hooks = []relay.Hook{circuits}
+	r := startRelay(t, cfg)
+
+	o := newOracle()
+	publishN(t, kind, d, "orders", 200, o)
+	waitFor(t, 30*time.Second, "first events delivered", func() bool { return b.unique() >= 200 })
+
+	// A steady load of small business transactions, on two types, for
+	// the whole outage and a little after.
+	stopLoad := make(chan struct{})
+	loadDone := make(chan struct{})
+	var published atomic.Int64
+	var loadErr atomic.Pointer[error]
+	go func() {
+		defer close(loadDone)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-stopLoad:
+				return
+			case <-tick.C:
+			}
+			typ := "orders"
+			if i%3 == 0 {
+				typ = "other"
+			}
+			evs := make([]*txbox.Event, 10)
+			ids := make([]txbox.ID, len(evs))
+			for j := range evs {
+				ids[j] = txbox.NewID()
+				evs[j] = &txbox.Event{ID: ids[j], Type: typ, Key: fmt.Sprint(j), Payload: []byte(`{"outage":true}`)}
+			}
+			if err := kind.publish(context.Background(), d, evs, true); err != nil {
+				loadErr.Store(&err)
+				return
+			}
+			o.committedIDs(ids...)
+			published.Add(int64(len(evs)))
+		}
+	}()
+	defer func() {
+		select {
+		case <-loadDone:
+		default:
+			close(stopLoad)
+			<-loadDone
+		}
+	}()
+
+	b.proxy.Down(t)
+	waitFor(t, 20*time.Second, "circuit open", func() bool { return circuits.opened() >= 1 })
+	heapAtStart := liveHeap()
+	publishedAtStart := published.Load()
+	outage := time.NewTimer(outageLength())
+	check := time.NewTicker(250 * time.Millisecond)
+	for waiting := true; waiting; {
+		select {
+		case <-outage.C:
+			waiting = false
+		case <-check.C:
+			// The outage is the scenario's input, not an effect to wait
+			// for; meanwhile its invariants must hold at every moment.
+			if n, _ := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{}); n != 0 {
+				t.Fatalf("%d dead letters during the outage", n)
+			}
+			if m := rec.maxAttempt(); m > 1 {
+				t.Fatalf("a message was sent as attempt %d during the outage: attempts were burned", m)
+			}
+		}
+	}
+	check.Stop()
+	if h := r.Health(); !h.Degraded {
+		t.Errorf("health not degraded during the outage: %+v", h)
+	}
+	heapAtEnd := liveHeap()
+	backlog := published.Load() - publishedAtStart
+	growth := int64(heapAtEnd) - int64(heapAtStart)
+	t.Logf("%s: outage %v, %d events published meanwhile, %d circuit openings, live heap %.1f MiB -> %.1f MiB",
+		b.name, outageLength(), backlog, circuits.opened(), float64(heapAtStart)/(1<<20), float64(heapAtEnd)/(1<<20))
+	if backlog < 100 {
+		t.Fatalf("only %d events published during the outage: the load did not run", backlog)
+	}
+	// The backlog waits in the database, not in the relay: its heap must
+	// not grow with it. 32 MiB is far below what holding the backlog's
+	// rows (or retrying them in memory) would cost at the chaos length,
+	// and far above GC noise.
+	if growth > 32<<20 {
+		t.Errorf("live heap grew by %.1f MiB during the outage", float64(growth)/(1<<20))
+	}
+
+	b.proxy.Up(t)
+	close(stopLoad)
+	<-loadDone
+	if p := loadErr.Load(); p != nil {
+		t.Fatalf("publish under load: %v", *p)
+	}
+	drain := 60 * time.Second
+	if os.Getenv("TXBOX_CHAOS") != "" {
+		drain = 5 * time.Minute
+	}
+	waitFor(t, drain, "backlog drained after the outage", func() bool { return outboxSettled(t, d) })
+	waitFor(t, 30*time.Second, "every committed event at the broker", func() bool { return b.unique() >= o.expected() })
+
+	if m := rec.maxAttempt(); m != 1 {
+		t.Errorf("a message was sent as attempt %d: the outage burned attempts", m)
+	}
+	if n, _ := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{}); n != 0 {
+		t.Errorf("%d dead letters after the outage", n)
+	}
+	if h := r.Health(); h.Degraded {
+		t.Errorf("health still degraded after the backlog drained: %+v", h)
+	}
+	o.receivedIDs(b.all()...)
+	rep := o.report()
+	t.Logf("%s: oracle: %v", b.name, rep)
+	// Duplicates only from sends whose outcome the cut made unknown:
+	// at most the batches in flight per type when the proxy went down,
+	// and the probes after.
+	if len(rep.Lost) != 0 || len(rep.Unexpected) != 0 || rep.extra() > 2*relay.DefaultInFlight*relay.DefaultBatchSize {
+		t.Errorf("oracle: %v", rep)
+	}
+}
