@@ -132,7 +132,7 @@ func BenchmarkPublishOne(b *testing.B) {
 	ctx := context.Background()
 	ev := benchEvent()
 	for _, syncCommit := range []bool{true, false} {
-		for _, notify := range []bool{false, true} {
+		for _, notify := range []bool{true, false} {
 			name := fmt.Sprintf("%s/notify=%v", map[bool]string{true: "fsync", false: "nofsync"}[syncCommit], notify)
 			b.Run(name, func(b *testing.B) {
 				d := benchDriver(b, syncCommit)
@@ -168,7 +168,7 @@ func BenchmarkPublishBatch100(b *testing.B) {
 		batch[i] = ev
 	}
 	for _, syncCommit := range []bool{true, false} {
-		for _, notify := range []bool{false, true} {
+		for _, notify := range []bool{true, false} {
 			name := fmt.Sprintf("%s/notify=%v", map[bool]string{true: "fsync", false: "nofsync"}[syncCommit], notify)
 			b.Run(name, func(b *testing.B) {
 				d := benchDriver(b, syncCommit)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txbox/txbox"
@@ -56,6 +57,9 @@ func (d *Driver) OutboxInsert(ctx context.Context, tx any, params *store.OutboxI
 			notBefore[i] = pgtype.Timestamptz{Time: ev.NotBefore, Valid: true}
 		}
 	}
+	if ex.native() && n >= copyMinRows && !anyValid(notBefore) {
+		return d.copyInsert(ctx, ex.pgx, ids, types, keys, payloads, headers, params.Notify)
+	}
 	var args []any
 	var query string
 	if n == 1 {
@@ -87,6 +91,53 @@ func (d *Driver) OutboxInsert(ctx context.Context, tx any, params *store.OutboxI
 	}
 	if _, err := ex.exec(ctx, query, args...); err != nil {
 		return translate("insert", err)
+	}
+	return nil
+}
+
+// copyMinRows is the batch size from which a native pgx transaction
+// inserts with COPY: the server writes COPY rows in multi-row heap and WAL
+// records, which beats INSERT ... SELECT FROM unnest by about a third at
+// 100 rows, and is worth the extra round trip (two, three with a NOTIFY)
+// only for batches of this size.
+const copyMinRows = 32
+
+func anyValid(ts []pgtype.Timestamptz) bool {
+	for _, t := range ts {
+		if t.Valid {
+			return true
+		}
+	}
+	return false
+}
+
+var copyColumns = []string{"id", "event_type", "event_key", "payload", "headers"}
+
+// copyInsert inserts with COPY FROM STDIN (binary). due_at and created_at
+// take their defaults, now(), from the database clock. Events with a
+// not-before time never come here: COPY cannot compute GREATEST(now(),
+// not_before) on the server. The NOTIFY, if asked for, is a second
+// statement in the same transaction, so it still fires only on commit.
+func (d *Driver) copyInsert(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, types, keys []string, payloads [][]byte, headers []string, notify bool) error {
+	rows := make([][]any, len(ids))
+	var distinct []string
+	for i := range ids {
+		var key any
+		if keys[i] != "" {
+			key = keys[i]
+		}
+		rows[i] = []any{ids[i], types[i], key, payloads[i], headers[i]}
+		if !slices.Contains(distinct, types[i]) {
+			distinct = append(distinct, types[i])
+		}
+	}
+	if _, err := tx.CopyFrom(ctx, d.copyTable, copyColumns, pgx.CopyFromRows(rows)); err != nil {
+		return translate("insert (copy)", err)
+	}
+	if notify {
+		if _, err := tx.Exec(ctx, d.q.notify, d.channel, distinct); err != nil {
+			return translate("insert (notify)", err)
+		}
 	}
 	return nil
 }

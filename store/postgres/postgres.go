@@ -44,6 +44,9 @@ type Driver struct {
 	logger  *slog.Logger
 	channel string
 	q       queries
+	// copyTable is the outbox table for COPY, which takes an identifier
+	// rather than SQL text.
+	copyTable pgx.Identifier
 }
 
 var (
@@ -79,6 +82,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Driver, error) {
 		channel: channelName(tables),
 	}
 	d.q = buildQueries(d)
+	d.copyTable = pgx.Identifier{tables.Outbox}
+	if tables.Schema != "" {
+		d.copyTable = pgx.Identifier{tables.Schema, tables.Outbox}
+	}
 	return d, nil
 }
 

@@ -300,9 +300,34 @@ func TestListenWakesOnCommitOnly(t *testing.T) {
 		t.Fatal("no wake-up after the commit")
 	}
 
+	// A large batch (the COPY path) notifies too, once per type.
+	drain()
+	bulk := make([]*txbox.Event, 64)
+	for i := range bulk {
+		bulk[i] = &txbox.Event{ID: txbox.NewID(), Type: "bulk"}
+	}
+	tx, err := d.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.OutboxInsert(ctx, tx, &store.OutboxInsertParams{Events: bulk, Notify: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case typ := <-wakes:
+		if typ != "bulk" {
+			t.Fatalf("woke for %q, want bulk", typ)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no wake-up for a large batch")
+	}
+
 	// Kill the listener's connection: it reconnects and hears again.
 	var killed int
-	err := d.Pool().QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+	err = d.Pool().QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 		WHERE query LIKE 'LISTEN %' AND query LIKE '%' || $1 || '%' AND pid <> pg_backend_pid()`, d.NotifyChannel()).Scan(&killed)
 	if err != nil || killed != 1 {
 		t.Fatalf("terminated %d listener connections (%v), want 1", killed, err)
@@ -311,7 +336,7 @@ func TestListenWakesOnCommitOnly(t *testing.T) {
 
 	// Without Notify nothing is signalled.
 	drain()
-	tx, err := d.Pool().Begin(ctx)
+	tx, err = d.Pool().Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,6 +353,78 @@ func TestListenWakesOnCommitOnly(t *testing.T) {
 		}
 		if typ == "marker" {
 			break
+		}
+	}
+}
+
+// Batches of 32 and more through a pgx transaction take the COPY path;
+// smaller ones, and any batch with a not-before time, the INSERT path. All
+// must store the same rows.
+func TestInsertPathsAgree(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	d := open(t)
+	insert := func(evs []*txbox.Event) error {
+		tx, err := d.Pool().Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		if err := d.OutboxInsert(ctx, tx, &store.OutboxInsertParams{Events: evs, Notify: true}); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	}
+	mk := func(typ string, n int, notBefore bool) []*txbox.Event {
+		evs := make([]*txbox.Event, n)
+		for i := range evs {
+			evs[i] = &txbox.Event{ID: txbox.NewID(), Type: typ, Payload: []byte{byte(i), 0}, Headers: map[string]string{"i": fmt.Sprint(i)}}
+			if i%2 == 0 {
+				evs[i].Key = fmt.Sprint("k", i)
+			}
+		}
+		if notBefore {
+			evs[0].NotBefore = time.Now().Add(-time.Hour)
+		}
+		return evs
+	}
+	for _, c := range []struct {
+		typ       string
+		n         int
+		notBefore bool
+	}{{"copy", 64, false}, {"unnest", 64, true}, {"small", 5, false}, {"one", 1, false}} {
+		evs := mk(c.typ, c.n, c.notBefore)
+		if err := insert(evs); err != nil {
+			t.Fatalf("%s: %v", c.typ, err)
+		}
+		rows := claimAll(t, d, c.typ)
+		if len(rows) != c.n {
+			t.Fatalf("%s: claimed %d, want %d", c.typ, len(rows), c.n)
+		}
+		byID := map[txbox.ID]*store.OutboxRow{}
+		for _, r := range rows {
+			byID[r.ID] = r
+		}
+		for _, ev := range evs {
+			r := byID[ev.ID]
+			if r == nil || r.Key != ev.Key || !bytes.Equal(r.Payload, ev.Payload) || r.Headers["i"] != ev.Headers["i"] {
+				t.Fatalf("%s: row %+v does not match %+v", c.typ, r, ev)
+			}
+		}
+		// Keyless events store NULL, not '', on every path: ordering
+		// treats NULL as "no key".
+		var empty int
+		if err := d.Pool().QueryRow(ctx, `SELECT count(*) FROM `+d.Tables().Schema+`.txbox_outbox WHERE event_key = ''`).Scan(&empty); err != nil || empty != 0 {
+			t.Fatalf("%s: %d rows with an empty key (%v)", c.typ, empty, err)
+		}
+		// A duplicate id fails the whole batch with ErrDuplicateID.
+		dup := mk(c.typ, c.n, c.notBefore)
+		dup[len(dup)-1].ID = evs[0].ID
+		if err := insert(dup); !errors.Is(err, postgres.ErrDuplicateID) {
+			t.Fatalf("%s: duplicate id: %v, want ErrDuplicateID", c.typ, err)
+		}
+		if rows := claimAll(t, d, c.typ); len(rows) != 0 {
+			t.Fatalf("%s: a failed batch left %d rows", c.typ, len(rows))
 		}
 	}
 }

@@ -9,6 +9,7 @@ type queries struct {
 	insertNative, insertNativeNotify string
 	insertText, insertTextNotify     string
 	insertOne, insertOneNotify       string
+	notify                           string
 
 	claim, claimOrdered string
 	finish              string
@@ -69,6 +70,7 @@ const insertOneBody = `
 
 func buildQueries(d *Driver) queries {
 	var q queries
+	q.notify = `SELECT pg_notify($1, t) FROM unnest($2::text[]) AS t`
 	q.insertOne = d.render(insertOneBody)
 	q.insertOneNotify = d.render(`WITH ins AS (` + insertOneBody + `
 	RETURNING event_type)
