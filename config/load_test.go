@@ -161,3 +161,19 @@ func TestLoadReportsEveryProblem(t *testing.T) {
 		t.Fatalf("want 2 problems, got %v", err)
 	}
 }
+
+// TestExampleFileLoads keeps examples/txbox.yaml, which the documentation
+// points to, valid.
+func TestExampleFileLoads(t *testing.T) {
+	t.Parallel()
+	c, err := LoadFile("../examples/txbox.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Senders) != 5 || len(c.Events) != 5 {
+		t.Fatalf("example has %d senders and %d events, want 5 and 5", len(c.Senders), len(c.Events))
+	}
+	if e := c.Effective("audit-entry"); *e.Polling.Mode != PollingFixed || *e.Polling.Delay != 5*time.Second || *e.BatchSize != 200 {
+		t.Errorf("audit-entry = %+v", e)
+	}
+}
