@@ -1035,6 +1035,10 @@ func TestClaimUsesIndex(t *testing.T) {
 	if p := plan(b.d.q.pendingTypes); contains(p, "SCAN txbox_outbox\n") {
 		t.Errorf("pending types scans the table:\n%s", p)
 	}
+	if p := plan(b.d.q.stats); contains(p, "SCAN txbox_outbox\n") || !contains(p, "txbox_outbox_claim") ||
+		!contains(p, "txbox_outbox_lease") || !contains(p, "txbox_outbox_failed") {
+		t.Errorf("stats does not read through the partial indexes:\n%s", p)
+	}
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }

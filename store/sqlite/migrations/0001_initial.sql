@@ -46,9 +46,9 @@ CREATE INDEX "{prefix}outbox_lease" ON "{prefix}outbox" (lease_until)
     WHERE status = 'IN_PROCESS';
 
 -- Ordered delivery: the NOT EXISTS probe for an earlier unfinished row of
--- the same type and key.
+-- the same type and key. Keyless rows, the common case, stay out of it.
 CREATE INDEX "{prefix}outbox_key" ON "{prefix}outbox" (event_type, event_key, id)
-    WHERE status IN ('PENDING', 'IN_PROCESS', 'FAILED');
+    WHERE event_key IS NOT NULL AND status IN ('PENDING', 'IN_PROCESS', 'FAILED');
 
 -- The dead-letter mover's scan of FAILED rows (rare, so the index is tiny).
 CREATE INDEX "{prefix}outbox_failed" ON "{prefix}outbox" (id)
