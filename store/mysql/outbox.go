@@ -565,7 +565,7 @@ func (d *Driver) OutboxCleanup(ctx context.Context, params *store.CleanupParams)
 	}
 	n, err := d.lockThenWrite(ctx,
 		"SELECT id FROM "+d.qOutbox+" FORCE INDEX (txbox_cleanup) WHERE status = 'PROCESSED' AND processed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"+
-			" ORDER BY status, processed_at LIMIT ? FOR UPDATE SKIP LOCKED",
+			" ORDER BY processed_at LIMIT ? FOR UPDATE SKIP LOCKED",
 		[]any{micros(params.OlderThan), params.Limit},
 		"DELETE FROM "+d.qOutbox+" WHERE id IN (%s)")
 	if err != nil {

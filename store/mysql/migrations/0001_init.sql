@@ -39,8 +39,11 @@ CREATE TABLE IF NOT EXISTS {{outbox}} (
   -- Ordered delivery: is there an earlier PENDING/IN_PROCESS/FAILED row of
   -- this type and key? Status is in the key so PROCESSED history is skipped.
   KEY txbox_order (event_type, event_key, status, id),
-  -- Retention cleanup of PROCESSED rows, oldest first.
-  KEY txbox_cleanup (status, processed_at),
+  -- Retention cleanup of PROCESSED rows, oldest first. Not (status, ...):
+  -- a claim would then move every claimed row's entry in this index too.
+  -- processed_at is NULL until a row is acked (or fails for good), so a
+  -- claim leaves this index alone.
+  KEY txbox_cleanup (processed_at),
   CHECK (status IN ('PENDING', 'IN_PROCESS', 'PROCESSED', 'FAILED')),
   CHECK (attempts >= 0)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
