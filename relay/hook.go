@@ -71,6 +71,9 @@ type BatchEvent struct {
 	Fenced int
 	// SendDuration is how long sender.Send took for the batch.
 	SendDuration time.Duration
+	// FinishDuration is how long recording the outcome took, including
+	// waiting for a group finish shared with other batches.
+	FinishDuration time.Duration
 	// FinishErr is the finish's error, if any: the rows stay claimed until
 	// their lease expires and are then recovered.
 	FinishErr error

@@ -29,11 +29,17 @@ type poller struct {
 	// slots bounds the batches between claim and finish.
 	slots chan struct{}
 
+	// Group finish: see finishCoalesced.
+	fmu       sync.Mutex
+	finishing bool
+	fqueue    []*finishReq
+
 	mu        sync.Mutex
 	lastPoll  time.Time
 	lastErr   string
 	delay     time.Duration
 	inFlight  int
+	helpers   int
 	errStreak int
 }
 
@@ -104,14 +110,7 @@ func (p *poller) run() {
 		if t.probe {
 			limit = min(limit, probeBatchSize)
 		}
-		start := time.Now()
-		rows, err := p.r.cfg.Store.OutboxClaim(ctx, &store.OutboxClaimParams{
-			EventType:     p.s.eventType,
-			Limit:         limit,
-			LeaseDuration: p.s.leaseDuration,
-			OrderedByKey:  p.s.ordering == OrderingKey,
-		})
-		took := time.Since(start)
+		rows, took, err := p.claim(ctx, limit)
 		if err != nil {
 			<-p.slots
 			p.circuit.abandon(t)
@@ -133,20 +132,100 @@ func (p *poller) run() {
 			p.circuit.abandon(t)
 			continue
 		}
-		p.mu.Lock()
-		p.inFlight++
-		p.mu.Unlock()
-		p.r.wg.Add(1)
-		go func() {
-			defer p.r.wg.Done()
-			p.deliver(rows, t)
-			p.mu.Lock()
-			p.inFlight--
-			p.mu.Unlock()
-			<-p.slots
-		}()
+		p.dispatch(rows, t)
+		if len(rows) == p.s.batchSize {
+			p.startHelper(ctx)
+		}
 	}
 }
+
+// claim runs one claim statement.
+func (p *poller) claim(ctx context.Context, limit int) ([]*store.OutboxRow, time.Duration, error) {
+	start := time.Now()
+	rows, err := p.r.cfg.Store.OutboxClaim(ctx, &store.OutboxClaimParams{
+		EventType:     p.s.eventType,
+		Limit:         limit,
+		LeaseDuration: p.s.leaseDuration,
+		OrderedByKey:  p.s.ordering == OrderingKey,
+	})
+	return rows, time.Since(start), err
+}
+
+// dispatch delivers a claimed batch on its own goroutine; the caller holds
+// a slot, which the goroutine gives back after the finish.
+func (p *poller) dispatch(rows []*store.OutboxRow, t ticket) {
+	p.mu.Lock()
+	p.inFlight++
+	p.mu.Unlock()
+	p.r.wg.Add(1)
+	go func() {
+		defer p.r.wg.Done()
+		p.deliver(rows, t)
+		p.mu.Lock()
+		p.inFlight--
+		p.mu.Unlock()
+		<-p.slots
+	}()
+}
+
+// startHelper starts one more claimer while the type has a backlog, up to
+// maxHelpers. A claim is a write statement whose latency, not the
+// database's capacity, bounds a single claimer: with one claimer a
+// backlog drains at batch-size / claim-latency however many batches may be
+// in flight. Helpers claim concurrently (SKIP LOCKED hands them disjoint
+// rows) and share the poller's in-flight slots, so the in-flight bound
+// still holds. A helper stops at the first batch that is not full, so an
+// idle type still costs one poller's queries.
+func (p *poller) startHelper(ctx context.Context) {
+	p.mu.Lock()
+	if p.helpers >= p.maxHelpers() {
+		p.mu.Unlock()
+		return
+	}
+	p.helpers++
+	p.mu.Unlock()
+	p.r.wg.Add(1)
+	go func() {
+		defer p.r.wg.Done()
+		defer func() {
+			p.mu.Lock()
+			p.helpers--
+			p.mu.Unlock()
+		}()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case p.slots <- struct{}{}:
+			}
+			t := p.circuit.allow()
+			if !t.ok || t.probe {
+				// Outages and probes are the main loop's business.
+				p.circuit.abandon(t)
+				<-p.slots
+				return
+			}
+			rows, took, err := p.claim(ctx, p.s.batchSize)
+			if err != nil || len(rows) == 0 {
+				<-p.slots
+				if err != nil && ctx.Err() == nil {
+					p.emitPoll(PollEvent{EventType: p.s.eventType, Limit: p.s.batchSize, Duration: took, Err: err})
+				}
+				return
+			}
+			full := len(rows) == p.s.batchSize
+			p.emitPoll(PollEvent{EventType: p.s.eventType, Claimed: len(rows), Limit: p.s.batchSize, Full: full, Duration: took})
+			p.dispatch(rows, t)
+			if !full {
+				return
+			}
+		}
+	}()
+}
+
+// maxHelpers is how many extra claimers a backlog may start: half the
+// in-flight batches, so each claimer keeps about two batches in flight.
+func (p *poller) maxHelpers() int { return p.s.inFlight / 2 }
 
 // waitCircuit waits until the circuit may let a claim through. It returns
 // false when the relay stops.
@@ -277,7 +356,9 @@ func (p *poller) deliver(rows []*store.OutboxRow, t ticket) {
 			slog.Int("retried", ev.Retried), slog.Int("failed", ev.Failed), slog.Any("first_error", firstError(results)))
 	}
 
-	res, ferr := p.finish(items)
+	fstart := time.Now()
+	res, ferr := p.finishCoalesced(items)
+	ev.FinishDuration = time.Since(fstart)
 	if ferr != nil {
 		ev.FinishErr = ferr
 		p.log.Error("finish failed; rows will be recovered after their lease expires",
@@ -289,6 +370,86 @@ func (p *poller) deliver(rows []*store.OutboxRow, t ticket) {
 	for _, h := range p.r.cfg.Hooks {
 		h.OnBatch(ev)
 	}
+}
+
+// finishReq is one batch's finish waiting in a group finish.
+type finishReq struct {
+	items []store.OutboxFinishItem
+	done  chan finishOutcome
+}
+
+type finishOutcome struct {
+	res *store.OutboxFinishResult
+	err error
+	// lead hands the waiting batch the leadership of the next group.
+	lead bool
+}
+
+// finishCoalesced records one batch's outcome, folding it with the
+// outcomes of other batches of this type that completed meanwhile (group
+// commit): when no finish is running, the caller becomes the leader and
+// finishes everything queued in one statement (one transaction, one WAL
+// flush); batches completing meanwhile queue up, and when the leader is
+// done it hands leadership to the first of them, which finishes the whole
+// queue in turn. A leader finishes exactly one group, so no batch waits
+// for more than the statement running when it arrived plus its own.
+func (p *poller) finishCoalesced(items []store.OutboxFinishItem) (*store.OutboxFinishResult, error) {
+	req := &finishReq{items: items, done: make(chan finishOutcome, 1)}
+	p.fmu.Lock()
+	p.fqueue = append(p.fqueue, req)
+	if p.finishing {
+		p.fmu.Unlock()
+		o := <-req.done
+		if !o.lead {
+			return o.res, o.err
+		}
+		p.fmu.Lock() // leadership handed over; finishing stays true
+	} else {
+		p.finishing = true
+	}
+	group := p.fqueue
+	p.fqueue = nil
+	p.fmu.Unlock()
+
+	all := group[0].items
+	if len(group) > 1 {
+		all = make([]store.OutboxFinishItem, 0, len(group)*len(items))
+		for _, g := range group {
+			all = append(all, g.items...)
+		}
+	}
+	res, err := p.finish(all)
+	// The statement reports totals: fenced rows are attributed to the
+	// batches in order.
+	fenced := 0
+	if res != nil {
+		fenced = res.Fenced
+	}
+	var own finishOutcome
+	for _, g := range group {
+		o := finishOutcome{err: err}
+		if err == nil {
+			f := min(fenced, len(g.items))
+			fenced -= f
+			o.res = &store.OutboxFinishResult{Finished: len(g.items) - f, Fenced: f}
+		}
+		if g == req {
+			own = o
+			continue
+		}
+		g.done <- o
+	}
+
+	p.fmu.Lock()
+	if len(p.fqueue) > 0 {
+		next := p.fqueue[0]
+		p.fmu.Unlock()
+		next.done <- finishOutcome{lead: true}
+	} else {
+		p.finishing = false
+		p.fmu.Unlock()
+	}
+	return own.res, own.err
 }
 
 // finish records the batch's outcome, retrying a few times on error: a
