@@ -19,7 +19,7 @@ import (
 // Defaults applied by [New] to zero fields of [Config].
 const (
 	DefaultClientID           = "txbox"
-	DefaultLinger             = 5 * time.Millisecond
+	DefaultLinger             = 0
 	DefaultMaxBufferedRecords = 10000
 	DefaultDeliveryTimeout    = 10 * time.Second
 	DefaultDialTimeout        = 5 * time.Second
@@ -45,10 +45,12 @@ type Config struct {
 	// and quotas. Defaults to "txbox".
 	ClientID string
 	// Linger is how long a partition waits for more records before it cuts
-	// a produce request. A few milliseconds lets the records of one relay
-	// batch (and of concurrent batches) share requests, which is where the
-	// throughput comes from; the relay waits for the whole batch anyway.
-	// Defaults to 5ms. Use a negative value for no linger.
+	// a produce request. The relay hands over a whole batch at once and
+	// franz-go already packs whatever accumulates while a request is in
+	// flight, so lingering only adds latency to every batch: with 5ms a
+	// sequence of 200-message batches ran about 10× slower on kfake (see
+	// docs/benchmarks/senders-kafka-rabbitmq.md). Raise it only for many
+	// small concurrent batches. Defaults to 0 (no linger).
 	Linger time.Duration
 	// MaxBufferedRecords bounds the records buffered in the client; Send
 	// blocks (bounded by its context) when it is reached, which bounds
@@ -75,11 +77,6 @@ func (c Config) withDefaults() Config {
 	if c.ClientID == "" {
 		c.ClientID = DefaultClientID
 	}
-	if c.Linger == 0 {
-		c.Linger = DefaultLinger
-	} else if c.Linger < 0 {
-		c.Linger = 0
-	}
 	if c.MaxBufferedRecords == 0 {
 		c.MaxBufferedRecords = DefaultMaxBufferedRecords
 	}
@@ -105,6 +102,8 @@ func (c Config) validate() error {
 		}
 	}
 	switch {
+	case c.Linger < 0:
+		return fmt.Errorf("%w: linger must be ≥ 0, got %s", ErrInvalidConfig, c.Linger)
 	case c.MaxBufferedRecords < 0:
 		return fmt.Errorf("%w: max-buffered-records must be > 0, got %d", ErrInvalidConfig, c.MaxBufferedRecords)
 	case c.DeliveryTimeout < 0:
@@ -342,13 +341,8 @@ func record(m *sender.Message) *kgo.Record {
 		Value: m.Payload,
 	}
 	r.Headers = make([]kgo.RecordHeader, 0, len(m.Headers)+3)
-	names := make([]string, 0, len(m.Headers))
-	for k := range m.Headers {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	for _, k := range names {
-		r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(m.Headers[k])})
+	for k, v := range m.Headers {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
 	}
 	// The relay fills the txbox-* headers; a sender used on its own still
 	// delivers the event's identity.

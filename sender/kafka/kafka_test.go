@@ -356,6 +356,7 @@ func TestConfigValidation(t *testing.T) {
 		"negative buffered": {Brokers: []string{"a:1"}, MaxBufferedRecords: -1},
 		"negative timeout":  {Brokers: []string{"a:1"}, DeliveryTimeout: -time.Second},
 		"tiny max bytes":    {Brokers: []string{"a:1"}, MaxRecordBytes: 10},
+		"negative linger":   {Brokers: []string{"a:1"}, Linger: -time.Millisecond},
 	} {
 		if _, err := kafka.New(cfg); !errors.Is(err, kafka.ErrInvalidConfig) {
 			t.Errorf("%s: New = %v, want ErrInvalidConfig", name, err)
