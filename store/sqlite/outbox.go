@@ -205,6 +205,33 @@ func decodeHeaders(s string) map[string]string {
 // serialised by the write lock and never see each other's rows: there is
 // nothing to skip. The rows come back in (due_at, id) order.
 func (d *Driver) OutboxClaim(ctx context.Context, params *store.OutboxClaimParams) ([]*store.OutboxRow, error) {
+	c, err := d.planClaim(params)
+	if err != nil {
+		return nil, err
+	}
+	err = d.write(ctx, func(tx *sql.Tx) error { return c.run(ctx, d, tx) })
+	if err != nil {
+		return nil, fmt.Errorf("outbox claim: %w", err)
+	}
+	return c.result(), nil
+}
+
+// claimRun is one validated claim: its statement, arguments and, once run
+// inside a write transaction, its rows.
+type claimRun struct {
+	q     string
+	args  []any
+	token txbox.ID
+	out   []claimedRow
+}
+
+type claimedRow struct {
+	row *store.OutboxRow
+	due string
+	id  string
+}
+
+func (d *Driver) planClaim(params *store.OutboxClaimParams) (*claimRun, error) {
 	if params == nil {
 		return nil, fmt.Errorf("%w: nil OutboxClaimParams", ErrInvalidParams)
 	}
@@ -217,159 +244,208 @@ func (d *Driver) OutboxClaim(ctx context.Context, params *store.OutboxClaimParam
 	if params.LeaseDuration <= 0 {
 		return nil, fmt.Errorf("%w: claim LeaseDuration must be > 0, got %s", ErrInvalidParams, params.LeaseDuration)
 	}
-	q := d.q.claim
+	c := &claimRun{q: d.q.claim, token: txbox.NewID()}
 	if params.OrderedByKey {
-		q = d.q.claimOrdered
+		c.q = d.q.claimOrdered
 	}
-	token := txbox.NewID()
-	type claimed struct {
-		row *store.OutboxRow
-		due string
-		id  string
+	c.args = []any{modifier(params.LeaseDuration), c.token.String(), params.EventType, params.Limit}
+	return c, nil
+}
+
+// run executes the claim in tx. It may run again if the transaction is
+// retried, so it starts from an empty result.
+func (c *claimRun) run(ctx context.Context, d *Driver, tx *sql.Tx) error {
+	c.out = c.out[:0]
+	rows, err := d.txQuery(ctx, tx, c.q, c.args...)
+	if err != nil {
+		return err
 	}
-	var out []claimed
-	err := d.write(ctx, func(tx *sql.Tx) error {
-		out = out[:0]
-		rows, err := d.txQuery(ctx, tx, q, modifier(params.LeaseDuration), token.String(), params.EventType, params.Limit)
-		if err != nil {
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id, typ, headers, created, due string
+			key                            sql.NullString
+			payload                        []byte
+			attempts                       int
+		)
+		if err := rows.Scan(&id, &typ, &key, &payload, &headers, &attempts, &created, &due); err != nil {
 			return err
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var (
-				id, typ, headers, created, due string
-				key                            sql.NullString
-				payload                        []byte
-				attempts                       int
-			)
-			if err := rows.Scan(&id, &typ, &key, &payload, &headers, &attempts, &created, &due); err != nil {
-				return err
-			}
-			r := &store.OutboxRow{
-				EventType:  typ,
-				Key:        key.String,
-				Payload:    payload,
-				Headers:    decodeHeaders(headers),
-				Attempts:   attempts,
-				LeaseToken: token,
-			}
-			if r.ID, err = txbox.ParseID(id); err != nil {
-				return err
-			}
-			if r.CreatedAt, err = parseTime(created); err != nil {
-				return err
-			}
-			if r.Payload == nil {
-				r.Payload = []byte{}
-			}
-			out = append(out, claimed{row: r, due: due, id: id})
+		r := &store.OutboxRow{
+			EventType:  typ,
+			Key:        key.String,
+			Payload:    payload,
+			Headers:    decodeHeaders(headers),
+			Attempts:   attempts,
+			LeaseToken: c.token,
 		}
-		return rows.Err()
-	})
-	if err != nil {
-		return nil, fmt.Errorf("outbox claim: %w", err)
-	}
-	// RETURNING gives rows in the order they were updated, which SQLite
-	// does not promise to be the subquery's order.
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].due != out[j].due {
-			return out[i].due < out[j].due
+		if r.ID, err = txbox.ParseID(id); err != nil {
+			return err
 		}
-		return out[i].id < out[j].id
-	})
-	rows := make([]*store.OutboxRow, len(out))
-	for i, c := range out {
-		rows[i] = c.row
+		if r.CreatedAt, err = parseTime(created); err != nil {
+			return err
+		}
+		if r.Payload == nil {
+			r.Payload = []byte{}
+		}
+		c.out = append(c.out, claimedRow{row: r, due: due, id: id})
 	}
-	return rows, nil
+	return rows.Err()
+}
+
+// result returns the claimed rows in (due_at, id) order. RETURNING gives
+// them in the order they were updated, which SQLite does not promise to be
+// the subquery's order.
+func (c *claimRun) result() []*store.OutboxRow {
+	sort.Slice(c.out, func(i, j int) bool {
+		if c.out[i].due != c.out[j].due {
+			return c.out[i].due < c.out[j].due
+		}
+		return c.out[i].id < c.out[j].id
+	})
+	rows := make([]*store.OutboxRow, len(c.out))
+	for i, cr := range c.out {
+		rows[i] = cr.row
+	}
+	return rows
 }
 
 // OutboxFinish applies every item's outcome in one transaction. The acked
 // items of one lease token go in one statement (ids as a JSON array); the
 // others, which carry their own error and delay, one statement each.
 func (d *Driver) OutboxFinish(ctx context.Context, params *store.OutboxFinishParams) (*store.OutboxFinishResult, error) {
+	f, err := d.planFinish(params)
+	if err != nil {
+		return nil, err
+	}
+	if f.empty() {
+		return &store.OutboxFinishResult{}, d.check()
+	}
+	if err := d.write(ctx, func(tx *sql.Tx) error { return f.run(ctx, d, tx) }); err != nil {
+		return nil, fmt.Errorf("outbox finish: %w", err)
+	}
+	return f.result(), nil
+}
+
+// OutboxFinishAndClaim applies finish and then claims with claim, in one
+// write transaction: one commit instead of two per batch for a relay that
+// finishes batch N as it claims batch N+1. The claim sees the finish's
+// effects (a released or acked row of an ordered key frees the next). It is
+// an optimisation the relay may use when the store offers it; the result
+// is the same as OutboxFinish followed by OutboxClaim.
+func (d *Driver) OutboxFinishAndClaim(ctx context.Context, finish *store.OutboxFinishParams, claim *store.OutboxClaimParams) (*store.OutboxFinishResult, []*store.OutboxRow, error) {
+	f, err := d.planFinish(finish)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := d.planClaim(claim)
+	if err != nil {
+		return nil, nil, err
+	}
+	err = d.write(ctx, func(tx *sql.Tx) error {
+		if err := f.run(ctx, d, tx); err != nil {
+			return err
+		}
+		return c.run(ctx, d, tx)
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("outbox finish and claim: %w", err)
+	}
+	return f.result(), c.result(), nil
+}
+
+// finishRun is one validated finish.
+type finishRun struct {
+	items    int
+	ackSQL   string
+	tokens   []txbox.ID
+	ackIDs   map[txbox.ID]string // lease token → JSON array of ids
+	others   []store.OutboxFinishItem
+	finished int
+}
+
+func (f *finishRun) empty() bool { return f.items == 0 }
+
+func (f *finishRun) result() *store.OutboxFinishResult {
+	return &store.OutboxFinishResult{Finished: f.finished, Fenced: f.items - f.finished}
+}
+
+func (d *Driver) planFinish(params *store.OutboxFinishParams) (*finishRun, error) {
 	if params == nil {
 		return nil, fmt.Errorf("%w: nil OutboxFinishParams", ErrInvalidParams)
 	}
-	res := &store.OutboxFinishResult{}
-	if len(params.Items) == 0 {
-		return res, d.check()
+	f := &finishRun{items: len(params.Items), ackSQL: d.q.finishAck}
+	if params.DeleteAcked {
+		f.ackSQL = d.q.finishDelete
 	}
-	acked := map[txbox.ID][]string{} // lease token → ids
-	var tokens []txbox.ID
-	var others []store.OutboxFinishItem
+	acked := map[txbox.ID][]string{}
 	for i, it := range params.Items {
 		switch it.Outcome {
 		case store.OutcomeAcked:
 			if _, ok := acked[it.LeaseToken]; !ok {
-				tokens = append(tokens, it.LeaseToken)
+				f.tokens = append(f.tokens, it.LeaseToken)
 			}
 			acked[it.LeaseToken] = append(acked[it.LeaseToken], it.ID.String())
 		case store.OutcomeRetry, store.OutcomeFailed, store.OutcomeReleased:
 			if it.RetryAfter < 0 {
 				return nil, fmt.Errorf("%w: finish item %d: RetryAfter must be ≥ 0, got %s", ErrInvalidParams, i, it.RetryAfter)
 			}
-			others = append(others, it)
+			f.others = append(f.others, it)
 		default:
 			return nil, fmt.Errorf("%w: finish item %d: unknown outcome %d", ErrInvalidParams, i, it.Outcome)
 		}
 	}
 	// The acked ids of one token travel as one JSON array: one fixed,
 	// prepared statement whatever the batch size.
-	ackIDs := make(map[txbox.ID]string, len(tokens))
-	for _, tok := range tokens {
+	f.ackIDs = make(map[txbox.ID]string, len(f.tokens))
+	for _, tok := range f.tokens {
 		b, err := json.Marshal(acked[tok])
 		if err != nil {
 			return nil, fmt.Errorf("sqlite: outbox finish: %w", err)
 		}
-		ackIDs[tok] = string(b)
+		f.ackIDs[tok] = string(b)
 	}
-	ackSQL := d.q.finishAck
-	if params.DeleteAcked {
-		ackSQL = d.q.finishDelete
-	}
-	err := d.write(ctx, func(tx *sql.Tx) error {
-		res.Finished = 0
-		for _, tok := range tokens {
-			r, err := d.txExec(ctx, tx, ackSQL, tok.String(), ackIDs[tok])
-			if err != nil {
-				return err
-			}
-			n, err := r.RowsAffected()
-			if err != nil {
-				return err
-			}
-			res.Finished += int(n)
+	return f, nil
+}
+
+// run applies the finish in tx, from a zero count so a retried
+// transaction counts once.
+func (f *finishRun) run(ctx context.Context, d *Driver, tx *sql.Tx) error {
+	f.finished = 0
+	for _, tok := range f.tokens {
+		r, err := d.txExec(ctx, tx, f.ackSQL, tok.String(), f.ackIDs[tok])
+		if err != nil {
+			return err
 		}
-		for _, it := range others {
-			var (
-				r   sql.Result
-				err error
-			)
-			switch it.Outcome {
-			case store.OutcomeRetry:
-				r, err = d.txExec(ctx, tx, d.q.finishRetry, modifier(it.RetryAfter), it.Error, it.ID.String(), it.LeaseToken.String())
-			case store.OutcomeFailed:
-				r, err = d.txExec(ctx, tx, d.q.finishFailed, it.Error, it.ID.String(), it.LeaseToken.String())
-			case store.OutcomeReleased:
-				r, err = d.txExec(ctx, tx, d.q.finishReleas, modifier(it.RetryAfter), it.ID.String(), it.LeaseToken.String())
-			}
-			if err != nil {
-				return err
-			}
-			n, err := r.RowsAffected()
-			if err != nil {
-				return err
-			}
-			res.Finished += int(n)
+		n, err := r.RowsAffected()
+		if err != nil {
+			return err
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("outbox finish: %w", err)
+		f.finished += int(n)
 	}
-	res.Fenced = len(params.Items) - res.Finished
-	return res, nil
+	for _, it := range f.others {
+		var (
+			r   sql.Result
+			err error
+		)
+		switch it.Outcome {
+		case store.OutcomeRetry:
+			r, err = d.txExec(ctx, tx, d.q.finishRetry, modifier(it.RetryAfter), it.Error, it.ID.String(), it.LeaseToken.String())
+		case store.OutcomeFailed:
+			r, err = d.txExec(ctx, tx, d.q.finishFailed, it.Error, it.ID.String(), it.LeaseToken.String())
+		case store.OutcomeReleased:
+			r, err = d.txExec(ctx, tx, d.q.finishReleas, modifier(it.RetryAfter), it.ID.String(), it.LeaseToken.String())
+		}
+		if err != nil {
+			return err
+		}
+		n, err := r.RowsAffected()
+		if err != nil {
+			return err
+		}
+		f.finished += int(n)
+	}
+	return nil
 }
 
 // OutboxRecover puts IN_PROCESS rows whose lease expired back to PENDING,
