@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -53,6 +54,11 @@ type Config struct {
 	// ReconnectWait is the pause between reconnect attempts to the same
 	// server. Defaults to 1s.
 	ReconnectWait time.Duration
+	// Logger, for Go callers, receives connection events of a connection
+	// New made (connected, disconnected, reconnected, async errors such as
+	// a publish permission violation). Server addresses are logged without
+	// credentials. Defaults to slog.Default().
+	Logger *slog.Logger
 }
 
 // ConfigError reports an invalid Config field.
@@ -149,6 +155,29 @@ func New(cfg Config) (*Sender, error) {
 		// out; the relay keeps the rows and retries.
 		natsgo.ReconnectBufSize(-1),
 	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("component", "txbox.sender.nats", "name", cfg.Name)
+	opts = append(opts,
+		natsgo.ConnectHandler(func(nc *natsgo.Conn) {
+			log.Info("nats connected", "server", nc.ConnectedUrlRedacted())
+		}),
+		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", "error", err)
+			}
+		}),
+		natsgo.ReconnectHandler(func(nc *natsgo.Conn) {
+			log.Info("nats reconnected", "server", nc.ConnectedUrlRedacted())
+		}),
+		natsgo.ErrorHandler(func(_ *natsgo.Conn, _ *natsgo.Subscription, err error) {
+			// A publish permission violation surfaces only here; the
+			// messages then fail on their ack timeout.
+			log.Error("nats async error", "error", err)
+		}),
+	)
 	if cfg.CredsFile != "" {
 		opts = append(opts, natsgo.UserCredentials(cfg.CredsFile))
 	}

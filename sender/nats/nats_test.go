@@ -3,7 +3,9 @@ package nats_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -272,5 +274,71 @@ func TestHeadersKeepTheirCase(t *testing.T) {
 	}
 	if got[0].ID != msgs[0].ID.String() {
 		t.Fatalf("%s = %q, want %s", txnats.HeaderMsgID, got[0].ID, msgs[0].ID)
+	}
+}
+
+// syncBuffer is a log sink safe for the connection's callback goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestConnectionLogsHideCredentials drives a connection through a drop and
+// a reconnect with a password in the URL, and checks the logs report both
+// without the password.
+func TestConnectionLogsHideCredentials(t *testing.T) {
+	t.Parallel()
+	st := newStream(t)
+	p := sendertest.NewProxy(t, natsAddr(t))
+	var logs syncBuffer
+	s, err := txnats.New(txnats.Config{
+		URL:           "nats://txbox:s3cr3t-canary@" + p.Addr(),
+		ReconnectWait: 50 * time.Millisecond,
+		Logger:        slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeOnCleanup(t, s)
+	route := sender.Route{Subject: st.subject()}
+	waitAcked := func() {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for send(t, s, sendertest.NewMessages(1, route))[0] != nil {
+			if time.Now().After(deadline) {
+				t.Fatal("no successful send within 30s")
+			}
+			time.Sleep(50 * time.Millisecond) // polling a condition with a deadline
+		}
+	}
+	waitAcked()
+	p.Down(t)
+	p.Up(t)
+	waitAcked()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), "nats reconnected") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no reconnect logged; logs:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition with a deadline
+	}
+	out := logs.String()
+	if !strings.Contains(out, "nats disconnected") {
+		t.Errorf("no disconnect logged; logs:\n%s", out)
+	}
+	if strings.Contains(out, "s3cr3t-canary") {
+		t.Fatalf("logs leak the password:\n%s", out)
 	}
 }
