@@ -49,6 +49,14 @@ func (s *Store) Close() error {
 	return err
 }
 
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if s.Pool != nil {
+		return s.Pool.Ping(ctx)
+	}
+	return s.DB.PingContext(ctx)
+}
+
 // Tx is a business transaction on a Store: publish in it through Native,
 // run your own statements with Exec.
 type Tx interface {

@@ -59,6 +59,12 @@ var commands = []command{
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The first signal starts a graceful stop; restoring the default
+	// handling lets a second one end the process at once.
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
 	e := &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, environ: os.Environ(), isTTY: isTerminal(os.Stdout)}
 	os.Exit(run(ctx, e, os.Args[1:]))
 }

@@ -8,7 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/store/mysql"
 )
 
 // TestMain lets the test binary act as the txbox command: a child process
@@ -19,7 +22,7 @@ func TestMain(m *testing.M) {
 		main()
 		return
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // runInProcess runs a command line in this process and returns its exit
@@ -166,6 +169,18 @@ func TestDemoPostgres(t *testing.T) {
 	if n != 0 || !strings.HasPrefix(prefix, "demo_") {
 		t.Errorf("%d demo tables with prefix %q left behind", n, prefix)
 	}
+}
+
+// TestDemoMySQL runs the demo against the local MariaDB, in a database of
+// its own.
+func TestDemoMySQL(t *testing.T) {
+	t.Parallel()
+	_, dsn := testenv.MySQLDatabase(t, mysql.OpenDB, "")
+	code, out, errOut := runInProcess(t, nil, "demo", "--duration", "1500ms", "--rate", "100", "--database-dialect", "mysql", "--dsn", dsn)
+	if code != exitOK {
+		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	assertDemoSummary(t, out)
 }
 
 func TestDemoFlagErrors(t *testing.T) {

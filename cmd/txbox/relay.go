@@ -30,6 +30,14 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer st.Close()
+	// Fail fast on a wrong DSN or an unreachable database instead of
+	// starting a relay that can only log errors.
+	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	err = st.Ping(pctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("database %s: %w", cfg.Database.Dialect, err)
+	}
 	if *migrate {
 		if err := st.Migrate(ctx); err != nil {
 			return fmt.Errorf("migrate: %w", err)
