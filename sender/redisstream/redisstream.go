@@ -215,19 +215,29 @@ func (s *Sender) args(m *sender.Message) (*redis.XAddArgs, error) {
 	if stream == "" {
 		return nil, txbox.Rejected(fmt.Errorf("%w (event %s, type %q)", ErrNoStream, m.ID, m.EventType))
 	}
-	h := make(map[string]string, len(m.Headers)+3)
-	for k, v := range m.Headers {
-		h[k] = v
+	h := m.Headers
+	created := ""
+	if !m.CreatedAt.IsZero() {
+		created = m.CreatedAt.UTC().Format(time.RFC3339Nano)
 	}
-	add := func(k, v string) {
-		if _, ok := h[k]; !ok && v != "" {
+	// The relay fills the txbox-* headers; copy the map only when one is
+	// missing (a sender used on its own), never modifying the caller's.
+	if missing(h, txbox.HeaderEventID) || missing(h, txbox.HeaderEventType) || (created != "" && missing(h, txbox.HeaderCreatedAt)) {
+		h = make(map[string]string, len(m.Headers)+3)
+		for k, v := range m.Headers {
 			h[k] = v
 		}
+		add := func(k, v string) {
+			if _, ok := h[k]; !ok && v != "" {
+				h[k] = v
+			}
+		}
+		add(txbox.HeaderEventID, m.ID.String())
+		add(txbox.HeaderEventType, m.EventType)
+		add(txbox.HeaderCreatedAt, created)
 	}
-	add(txbox.HeaderEventID, m.ID.String())
-	add(txbox.HeaderEventType, m.EventType)
-	if !m.CreatedAt.IsZero() {
-		add(txbox.HeaderCreatedAt, m.CreatedAt.UTC().Format(time.RFC3339Nano))
+	if h == nil {
+		h = map[string]string{}
 	}
 	hj, err := json.Marshal(h)
 	if err != nil { // a map[string]string always marshals; kept for safety
@@ -242,6 +252,11 @@ func (s *Sender) args(m *sender.Message) (*redis.XAddArgs, error) {
 		a.Approx = true
 	}
 	return a, nil
+}
+
+func missing(h map[string]string, k string) bool {
+	_, ok := h[k]
+	return !ok
 }
 
 // classify sorts the outcome of one XADD.
