@@ -58,8 +58,8 @@ func Migrations(prefix string) ([]Migration, error) {
 			return nil, err
 		}
 		// The prefix passed ValidateIdentifier ([A-Za-z_][A-Za-z0-9_]*),
-		// and every use in the files sits inside double quotes.
-		out = append(out, Migration{Version: v, Name: base, SQL: strings.ReplaceAll(string(b), "{prefix}", prefix)})
+		// and only placeholders inside double-quoted names are replaced.
+		out = append(out, Migration{Version: v, Name: base, SQL: strings.ReplaceAll(string(b), `"{prefix}`, `"`+prefix)})
 	}
 	return out, nil
 }
@@ -127,7 +127,7 @@ func (d *Driver) migrate(ctx context.Context, conn *sql.Conn, migs []Migration) 
 		if _, err := conn.ExecContext(ctx, m.SQL); err != nil {
 			return fmt.Errorf("%s: %w", m.Name, err)
 		}
-		if _, err := conn.ExecContext(ctx, d.q.schemaVersionInsert, m.Version); err != nil {
+		if _, err := conn.ExecContext(ctx, d.q.schemaVersionInsert, m.Version, m.Name); err != nil {
 			return fmt.Errorf("%s: %w", m.Name, err)
 		}
 	}

@@ -129,9 +129,10 @@ RETURNING id, event_type, event_key, payload, headers, attempts, created_at, due
 
 		schemaVersionCreate: r.Replace(`CREATE TABLE IF NOT EXISTS {schema_version} (
     version    INTEGER NOT NULL PRIMARY KEY,
+    name       TEXT    NOT NULL DEFAULT '',
     applied_at TEXT    NOT NULL DEFAULT ({now}))`),
 		schemaVersionMax:    r.Replace(`SELECT coalesce(max(version), 0) FROM {schema_version}`),
-		schemaVersionInsert: r.Replace(`INSERT INTO {schema_version} (version) VALUES (?)`),
+		schemaVersionInsert: r.Replace(`INSERT INTO {schema_version} (version, name) VALUES (?, ?)`),
 
 		insertPrefix: r.Replace(`INSERT INTO {outbox} (id, event_type, event_key, payload, headers, due_at) VALUES `),
 		insertRow:    r.Replace(`(?, ?, ?, ?, ?, coalesce(max(?, {now}), {now}))`),

@@ -1,9 +1,10 @@
 -- txbox SQLite schema, version 1.
 --
--- {prefix} stands for the table prefix (default txbox_). The store replaces
--- it with the validated prefix before running this file; users of goose,
--- golang-migrate or atlas get a copy with the prefix filled in from
--- sqlite.Migrations.
+-- In store/sqlite/migrations every table and index name starts with a
+-- {prefix} placeholder that Migrate replaces with the validated table
+-- prefix. store/sqlite/sql/0001_initial.up.sql is the same file rendered
+-- for the default prefix, txbox_, for users of goose, golang-migrate or
+-- atlas (sqlite.Migrations renders any other prefix).
 --
 -- Ids are TEXT in canonical, lower-case UUID form. txbox writes UUIDv7 made
 -- in Go; the column default makes a UUIDv7 in SQL (48-bit Unix milliseconds
@@ -20,7 +21,10 @@ CREATE TABLE "{prefix}outbox" (
                      CAST(round(unixepoch('now', 'subsec') * 1000) AS INTEGER) & 65535,
                      random() & 4095, 8 | (random() & 3), random() & 4095,
                      random() & 281474976710655))),
-    event_type   TEXT    NOT NULL,
+    -- The event type pattern, [A-Za-z0-9._:-]{1,200}, checked for
+    -- plain-SQL producers too.
+    event_type   TEXT    NOT NULL
+                     CHECK (length(event_type) BETWEEN 1 AND 200 AND event_type NOT GLOB '*[^A-Za-z0-9._:-]*'),
     event_key    TEXT,
     payload      BLOB    NOT NULL,
     headers      TEXT    NOT NULL DEFAULT '{}',

@@ -1,0 +1,95 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/txbox/txbox"
+)
+
+var update = flag.Bool("update", false, "rewrite store/sqlite/sql from the embedded migrations")
+
+// TestPublishedSQL keeps the plain files for goose / golang-migrate / atlas
+// users (sql/*.up.sql) identical to the embedded migrations rendered for the
+// default prefix, and checks that up, down and up again apply cleanly.
+func TestPublishedSQL(t *testing.T) {
+	t.Parallel()
+	migs, err := Migrations("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range migs {
+		path := filepath.Join("sql", m.Name[:len(m.Name)-len(".sql")]+".up.sql")
+		if *update {
+			if err := os.WriteFile(path, []byte(m.SQL), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("%v (run go test -run TestPublishedSQL -update)", err)
+		}
+		if string(got) != m.SQL {
+			t.Fatalf("%s differs from the embedded %s (run go test -run TestPublishedSQL -update)", path, m.Name)
+		}
+	}
+
+	other, err := Migrations("app_")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := other[0].SQL; strings.Contains(s, `"{prefix}`) || strings.Contains(s, `"txbox_`) || !strings.Contains(s, `"app_outbox_claim"`) {
+		t.Fatal("Migrations(app_) left a placeholder or the default prefix in a name")
+	}
+	if _, err := Migrations(`x"; DROP TABLE t;--`); !errors.Is(err, txbox.ErrInvalidIdentifier) {
+		t.Fatalf("hostile prefix: %v", err)
+	}
+
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "plain.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	apply := func(file string) {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join("sql", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.ExecContext(ctx, string(b)); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+	}
+	apply("0001_initial.up.sql")
+	want := []string{"txbox_dead_letter", "txbox_inbox", "txbox_lease", "txbox_outbox"}
+	if got := tableNames(t, db); !slices.Equal(got, want) {
+		t.Fatalf("after up: %v, want %v", got, want)
+	}
+	apply("0001_initial.down.sql")
+	if got := tableNames(t, db); len(got) != 0 {
+		t.Fatalf("after down: %v", got)
+	}
+	apply("0001_initial.up.sql")
+	// A plain-SQL producer gets the defaults, and the event type check.
+	if _, err := db.Exec(`INSERT INTO txbox_outbox (event_type, payload) VALUES ('order-created', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"", "has space", "semi;colon", string(make([]byte, 201))} {
+		if _, err := db.Exec(`INSERT INTO txbox_outbox (event_type, payload) VALUES (?, '{}')`, bad); err == nil {
+			t.Errorf("event type %q accepted by the CHECK constraint", bad)
+		}
+	}
+	for _, good := range []string{"a", "order.created:v1_x-y", string(slices.Repeat([]byte("a"), 200))} {
+		if _, err := db.Exec(`INSERT INTO txbox_outbox (event_type, payload) VALUES (?, '{}')`, good); err != nil {
+			t.Errorf("event type %q refused: %v", good, err)
+		}
+	}
+}
