@@ -22,7 +22,10 @@
 // Failures are classified for the relay: a nack, an unroutable message or a
 // missing exchange is [txbox.Rejected] for that message; a lost connection
 // or channel, a failed dial or a confirm that does not arrive within
-// ConfirmTimeout is [txbox.Transient]. The sender reconnects lazily: the
+// ConfirmTimeout is [txbox.Transient], and so is a Send while the broker
+// blocks publishers for a resource alarm (connection.blocked: it would stop
+// reading the socket and the publish would hang). The sender reconnects
+// lazily: the
 // first Send after a loss dials again (at most once per ReconnectDelay, so
 // during an outage Send fails fast instead of dialing on every call).
 package rabbitmq

@@ -139,6 +139,10 @@ type Sender struct {
 
 	mu          sync.Mutex // guards the fields below
 	conn        *amqp.Connection
+	// blocked is the state of conn's resource alarm (connection.blocked):
+	// while the broker blocks publishers it stops reading their sockets,
+	// and a publish would hang instead of failing.
+	blocked *atomic.Pointer[string]
 	chans       []*pubChan
 	next        int
 	lastDialErr error
@@ -218,10 +222,30 @@ func (s *Sender) connLocked() (*amqp.Connection, error) {
 	}
 	s.lastDialErr = nil
 	s.conn = conn
+	s.blocked = watchBlocked(conn)
 	s.chans = make([]*pubChan, s.cfg.Channels)
 	// Exchanges may have changed while we were away.
 	clear(s.exchanges)
 	return conn, nil
+}
+
+// watchBlocked follows conn's connection.blocked / unblocked notifications.
+// The returned pointer holds the broker's reason while it blocks.
+func watchBlocked(conn *amqp.Connection) *atomic.Pointer[string] {
+	state := new(atomic.Pointer[string])
+	ch := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
+	go func() {
+		// The client closes ch when the connection closes.
+		for b := range ch {
+			if b.Active {
+				reason := b.Reason
+				state.Store(&reason)
+			} else {
+				state.Store(nil)
+			}
+		}
+	}()
+	return state
 }
 
 // connection returns the live connection, dialing if needed.
@@ -238,6 +262,11 @@ func (s *Sender) channel() (*pubChan, error) {
 	conn, err := s.connLocked()
 	if err != nil {
 		return nil, err
+	}
+	if reason := s.blocked.Load(); reason != nil {
+		// A resource alarm (memory or disk) on the broker: an outage
+		// for the relay's purposes, reported at once.
+		return nil, txbox.Transient(fmt.Errorf("%w: broker blocks publishers: %s", ErrConnection, *reason))
 	}
 	i := s.next % len(s.chans)
 	s.next++
