@@ -137,12 +137,12 @@ func (c Config) validate() error {
 type Sender struct {
 	cfg Config
 
-	mu          sync.Mutex // guards the fields below
-	conn        *amqp.Connection
+	mu   sync.Mutex // guards the fields below
+	conn *amqp.Connection
 	// blocked is the state of conn's resource alarm (connection.blocked):
 	// while the broker blocks publishers it stops reading their sockets,
 	// and a publish would hang instead of failing.
-	blocked *atomic.Pointer[string]
+	blocked     *atomic.Pointer[string]
 	chans       []*pubChan
 	next        int
 	lastDialErr error
