@@ -326,9 +326,17 @@ func (s *Sender) Close(ctx context.Context) error {
 		err = fmt.Errorf("nats: close: sends still in flight: %w", ctx.Err())
 	}
 	if !already {
-		s.js.CleanupPublisher()
 		if s.ownConn {
+			// Closing the connection ends the publisher's reply
+			// subscription and status goroutine. CleanupPublisher is not
+			// called first: in nats.go v1.55 it can strand that goroutine
+			// on a nil channel when it runs before the goroutine started.
 			s.nc.Close()
+		} else {
+			// A borrowed connection stays open: release the reply
+			// subscription (subject to the nats.go race above, which can
+			// leave one idle goroutine behind).
+			s.js.CleanupPublisher()
 		}
 	}
 	return err
