@@ -206,3 +206,106 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestSubprocessRelayStopsMidBacklog sends SIGTERM while the relay drains a
+// backlog: it must exit 0 within its shutdown timeout and leave no row
+// IN_PROCESS (every batch finished or released).
+func TestSubprocessRelayStopsMidBacklog(t *testing.T) {
+	t.Parallel()
+	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	testenv.RequireTCP(t, "NATS", strings.TrimPrefix(testenv.NATSURL, "nats://"))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admin, err := sql.Open("pgx", testenv.PostgresURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	schema := testenv.PostgresSchema(t, admin)
+	nc, err := natsgo.Connect(testenv.NATSURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj := testenv.UniqueName("cli")
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: strings.ToUpper(subj), Subjects: []string{subj + ".>"}, Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), strings.ToUpper(subj)) })
+	cfgPath := filepath.Join(t.TempDir(), "txbox.yaml")
+	yml := fmt.Sprintf(`
+database: { dialect: postgres, schema: %s }
+senders: { main: { type: nats, url: %q } }
+defaults:
+  route: { subject: "%s.{event_type}" }
+  batch-size: 50
+  polling: { min-delay: 1ms, max-delay: 100ms }
+relay: { discover-interval: 50ms, shutdown-timeout: 20s }
+`, schema, testenv.NATSURL, subj)
+	if err := os.WriteFile(cfgPath, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mig, _, migErr := child(t, ctx, "migrate", "--config", cfgPath, "--dsn", testenv.PostgresURL)
+	if err := mig.Run(); err != nil {
+		t.Fatalf("migrate: %v: %s", err, migErr)
+	}
+	const n = 20000
+	if _, err := admin.ExecContext(ctx, fmt.Sprintf(`INSERT INTO %s.txbox_outbox (event_type, payload)
+		SELECT 'bulk-' || (i %% 4), convert_to('{"i":' || i || '}', 'UTF8') FROM generate_series(1, %d) AS i`, schema, n)); err != nil {
+		t.Fatal(err)
+	}
+	relayCmd, _, relayErr := child(t, ctx, "relay", "--config", cfgPath, "--dsn", testenv.PostgresURL)
+	if err := relayCmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- relayCmd.Wait() }()
+	count := func(status string) int {
+		var c int
+		if err := admin.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*) FROM %s.txbox_outbox WHERE status = $1`, schema), status).Scan(&c); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	// Wait until delivery is under way, then stop it mid-backlog.
+	deadline := time.Now().Add(60 * time.Second)
+	for count("PROCESSED") < 500 {
+		if time.Now().After(deadline) {
+			_ = relayCmd.Process.Kill()
+			t.Fatalf("relay delivered nothing within 60s: %s", relayErr)
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("relay exited early: %v: %s", err, relayErr)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	stopAt := time.Now()
+	if err := relayCmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("relay exited with %v after SIGTERM: %s", err, relayErr)
+		}
+	case <-time.After(40 * time.Second):
+		_ = relayCmd.Process.Kill()
+		t.Fatalf("relay did not stop within 40s of SIGTERM: %s", relayErr)
+	}
+	processed, inProcess, pending := count("PROCESSED"), count("IN_PROCESS"), count("PENDING")
+	t.Logf("stopped in %s: %d processed, %d pending, %d in process", time.Since(stopAt).Round(time.Millisecond), processed, pending, inProcess)
+	if inProcess != 0 {
+		t.Errorf("%d rows left IN_PROCESS after a graceful stop", inProcess)
+	}
+	if processed+pending != n {
+		t.Errorf("processed %d + pending %d != %d published", processed, pending, n)
+	}
+	if pending == 0 {
+		t.Logf("the whole backlog drained before SIGTERM landed; the stop was not mid-batch")
+	}
+}
