@@ -256,6 +256,10 @@ func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
 			}
 			break
 		}
+		if m == nil {
+			errs[i] = txbox.Permanent(&MessageError{Reason: "nil message"})
+			continue
+		}
 		nm, err := natsMsg(m)
 		if err != nil {
 			errs[i] = txbox.Permanent(err)

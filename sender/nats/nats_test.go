@@ -342,3 +342,20 @@ func TestConnectionLogsHideCredentials(t *testing.T) {
 		t.Fatalf("logs leak the password:\n%s", out)
 	}
 }
+
+func TestNilMessageIsPermanent(t *testing.T) {
+	t.Parallel()
+	st := newStream(t)
+	s := newSender(t, natsAddr(t), txnats.Config{})
+	closeOnCleanup(t, s)
+	msgs := sendertest.NewMessages(2, sender.Route{Subject: st.subject()})
+	msgs[0] = nil
+	errs := send(t, s, msgs)
+	var me *txnats.MessageError
+	if !errors.As(errs[0], &me) || txbox.Classify(errs[0]) != txbox.ClassPermanent {
+		t.Fatalf("nil message: %v, want a permanent *MessageError", errs[0])
+	}
+	if errs[1] != nil {
+		t.Fatalf("the other message: %v", errs[1])
+	}
+}

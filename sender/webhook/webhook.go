@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -80,6 +81,9 @@ type StatusError struct {
 	// URL is the request URL without user info and query, which may hold
 	// credentials.
 	URL string
+	// RetryAfter is the receiver's Retry-After (seconds or an HTTP date),
+	// when it sent one, typically with 429 or 503; zero otherwise.
+	RetryAfter time.Duration
 }
 
 func (e *StatusError) Error() string {
@@ -201,6 +205,10 @@ func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
 	errs := make([]error, len(msgs))
 	var wg sync.WaitGroup
 	for i, m := range msgs {
+		if m == nil {
+			errs[i] = txbox.Permanent(&MessageError{Reason: "nil message"})
+			continue
+		}
 		select {
 		case s.sem <- struct{}{}:
 		case <-ctx.Done():
@@ -281,18 +289,38 @@ func (s *Sender) post(ctx context.Context, m *sender.Message) error {
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
 	resp.Body.Close()
-	return classifyStatus(resp.StatusCode, req.URL)
+	return classifyStatus(resp, time.Now())
 }
 
-func classifyStatus(code int, u *url.URL) error {
-	switch {
-	case code >= 200 && code < 300:
+func classifyStatus(resp *http.Response, now time.Time) error {
+	code := resp.StatusCode
+	if code >= 200 && code < 300 {
 		return nil
-	case code == http.StatusRequestTimeout, code == http.StatusTooManyRequests, code >= 500:
-		return txbox.Transient(&StatusError{StatusCode: code, URL: redact(u)})
-	default:
-		return txbox.Rejected(&StatusError{StatusCode: code, URL: redact(u)})
 	}
+	se := &StatusError{StatusCode: code, URL: redact(resp.Request.URL), RetryAfter: retryAfter(resp.Header.Get("Retry-After"), now)}
+	if code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500 {
+		return txbox.Transient(se)
+	}
+	return txbox.Rejected(se)
+}
+
+// retryAfter parses a Retry-After value: delay seconds or an HTTP date.
+// Anything else, a time in the past, or a delay over a day (not a hint
+// the relay should follow) is zero.
+func retryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs <= 0 || secs > int64(24*time.Hour/time.Second) {
+			return 0
+		}
+		return time.Duration(secs) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
 }
 
 // request builds the POST for m, or a *MessageError.

@@ -286,3 +286,48 @@ func TestTimeoutIsTransient(t *testing.T) {
 		t.Fatalf("Send took %v with a 100ms request timeout", took)
 	}
 }
+
+func TestRetryAfterAndNilMessage(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/seconds":
+			w.Header().Set("Retry-After", "7")
+			w.WriteHeader(http.StatusTooManyRequests)
+		case "/date":
+			w.Header().Set("Retry-After", time.Now().Add(time.Hour).UTC().Format(http.TimeFormat))
+			w.WriteHeader(http.StatusServiceUnavailable)
+		case "/garbage":
+			w.Header().Set("Retry-After", "soon")
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	s := newSender(t, webhook.Config{})
+	msgs := sendertest.NewMessages(4, sender.Route{})
+	msgs[0].Route.URL = srv.URL + "/seconds"
+	msgs[1].Route.URL = srv.URL + "/date"
+	msgs[2].Route.URL = srv.URL + "/garbage"
+	msgs[3] = nil
+	errs := send(t, s, msgs)
+	retry := func(err error) time.Duration {
+		var se *webhook.StatusError
+		if !errors.As(err, &se) {
+			t.Fatalf("%v is not a *StatusError", err)
+		}
+		return se.RetryAfter
+	}
+	if d := retry(errs[0]); d != 7*time.Second {
+		t.Errorf("Retry-After: 7 gave %v", d)
+	}
+	if d := retry(errs[1]); d < 58*time.Minute || d > time.Hour {
+		t.Errorf("Retry-After in an hour gave %v", d)
+	}
+	if d := retry(errs[2]); d != 0 {
+		t.Errorf("Retry-After: soon gave %v", d)
+	}
+	var me *webhook.MessageError
+	if !errors.As(errs[3], &me) || txbox.Classify(errs[3]) != txbox.ClassPermanent {
+		t.Errorf("nil message: %v, want a permanent *MessageError", errs[3])
+	}
+}
