@@ -26,4 +26,28 @@
 // outage) are injected by default with an in-process toxiproxy in front of
 // the destination's address; a destination that cannot sit behind a plain
 // TCP proxy supplies its own [Faults].
+//
+// A sender package runs it from a test of its own:
+//
+//	func TestConformance(t *testing.T) {
+//		t.Parallel()
+//		sendertest.Exercise(t, sendertest.Harness{
+//			Features: sendertest.Features{SupportsPerMessageReject: true, SupportsKey: true},
+//			NewDestination: func(t *testing.T) *sendertest.Destination {
+//				q := newQueue(t) // unique, removed when t ends
+//				return &sendertest.Destination{
+//					Addr: "127.0.0.1:5672",
+//					Connect: func(t *testing.T, addr string) (sender.Sender, sender.Route) {
+//						return newSender(t, addr), sender.Route{RoutingKey: q.name}
+//					},
+//					Received: q.readAll,
+//					Poison:   func(t *testing.T, m *sender.Message) { m.Route.RoutingKey = "unbound" },
+//				}
+//			},
+//		})
+//	}
+//
+// The checks never compare absolute speeds; the one timing bound that is
+// not a ratio (Harness.UnreachableBound, and "promptly" = 2s after a
+// cancel) is generous enough for a loaded machine under -race.
 package sendertest

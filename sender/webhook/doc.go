@@ -26,6 +26,8 @@
 // network errors are Transient (the relay pauses the destination without
 // burning attempts). Redirects are not followed: a 3xx is Rejected, since
 // following one would turn the POST into a GET on most status codes. A
+// non-2xx answer is a *StatusError, which carries the receiver's
+// Retry-After when it sent one. A
 // message that can never be sent as is (no or bad URL, a header name or
 // value HTTP cannot carry) fails Permanent without a request.
 //
