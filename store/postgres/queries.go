@@ -109,15 +109,24 @@ func buildQueries(d *Driver) queries {
 				  AND x.event_key IS NOT NULL AND x.status = 'UNRESOLVED')))`, 1))
 
 	// Outcomes: 0 acked, 1 retry, 2 failed, 3 released (store.Outcome).
+	//
+	// The fence is lease_token alone: a claim sets it together with
+	// IN_PROCESS and every transition out of IN_PROCESS clears it, so a
+	// matching token implies the row is still ours. Leaving status out of
+	// the WHERE clause is deliberate: with it the planner may pick the
+	// IN_PROCESS partial index (whose statistics lag far behind a queue's
+	// churn) as the outer side of a nested loop and compare every
+	// in-process row with every item; without it each item is one
+	// primary-key probe.
 	q.finish = d.render(`
-	WITH items AS (
+	WITH items AS MATERIALIZED (
 		SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::bigint[], $5::text[])
 			AS i(id, token, outcome, delay_us, err)
 	),
 	del AS (
 		DELETE FROM {{outbox}} o USING items i
 		WHERE $6::bool AND i.outcome = 0
-		  AND o.id = i.id AND o.lease_token = i.token AND o.status = 'IN_PROCESS'
+		  AND o.id = i.id AND o.lease_token = i.token
 		RETURNING o.id
 	),
 	upd AS (
@@ -131,7 +140,7 @@ func buildQueries(d *Driver) queries {
 			lease_token = NULL
 		FROM items i
 		WHERE NOT ($6::bool AND i.outcome = 0)
-		  AND o.id = i.id AND o.lease_token = i.token AND o.status = 'IN_PROCESS'
+		  AND o.id = i.id AND o.lease_token = i.token
 		RETURNING o.id
 	)
 	SELECT (SELECT count(*) FROM del) + (SELECT count(*) FROM upd)`)

@@ -1,0 +1,101 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/postgres"
+)
+
+// BenchmarkDrain measures the store's claim + finish loop draining a
+// backlog, against a bare claim-and-delete SQL loop on the same table, with
+// and without another session pinning the xmin horizon (a REPEATABLE READ
+// transaction left open, which keeps vacuum and index-entry killing from
+// removing the dead versions every claim leaves behind).
+func BenchmarkDrain(b *testing.B) {
+	const backlog, batch = 20_000, 200
+	ctx := context.Background()
+	for _, pinned := range []bool{false, true} {
+		b.Run(fmt.Sprintf("pinned=%v", pinned), func(b *testing.B) {
+			d := benchDriver(b, false)
+			ob := pgx.Identifier{d.Tables().Schema, d.Tables().Outbox}.Sanitize()
+			fill := fmt.Sprintf(`INSERT INTO %s (event_type, payload) SELECT 'drain', '\x00'::bytea FROM generate_series(1, %d); ANALYZE %s`, ob, backlog, ob)
+			bare := `DELETE FROM ` + ob + ` WHERE id IN (SELECT id FROM ` + ob + ` WHERE status = 'PENDING' AND event_type = 'drain' AND due_at <= now() ORDER BY due_at, id LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING id, payload`
+			// drain fills the backlog (untimed), pins the horizon if asked,
+			// and times one full drain by step.
+			drain := func(step func() int) time.Duration {
+				if _, err := d.Pool().Exec(ctx, fill, pgx.QueryExecModeSimpleProtocol); err != nil {
+					b.Fatal(err)
+				}
+				if pinned {
+					pin, err := d.Pool().BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, err := pin.Exec(ctx, "SELECT 1"); err != nil {
+						b.Fatal(err)
+					}
+					defer pin.Rollback(ctx)
+				}
+				start := time.Now()
+				for n := 0; n < backlog; {
+					got := step()
+					if got == 0 {
+						b.Fatalf("drained %d of %d", n, backlog)
+					}
+					n += got
+				}
+				return time.Since(start)
+			}
+			bareStep := func() int {
+				tag, err := d.Pool().Exec(ctx, bare, batch)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return int(tag.RowsAffected())
+			}
+			txboxStep := func() int { return drainOnce(ctx, b, d, batch) }
+			var tb, tt []float64
+			i := 0
+			for b.Loop() {
+				if i%2 == 0 {
+					tb = append(tb, float64(drain(bareStep)))
+					tt = append(tt, float64(drain(txboxStep)))
+				} else {
+					tt = append(tt, float64(drain(txboxStep)))
+					tb = append(tb, float64(drain(bareStep)))
+				}
+				i++
+			}
+			b.ReportMetric(backlog/(median(tb)/1e9), "bare-events/s")
+			b.ReportMetric(backlog/(median(tt)/1e9), "txbox-events/s")
+			b.ReportMetric(median(tb)/median(tt), "txbox/bare-rate")
+		})
+	}
+}
+
+func drainOnce(ctx context.Context, b *testing.B, d *postgres.Driver, batch int) int {
+	rows, err := d.OutboxClaim(ctx, &store.OutboxClaimParams{EventType: "drain", Limit: batch, LeaseDuration: time.Minute})
+	if err != nil {
+		b.Fatal(err)
+	}
+	items := make([]store.OutboxFinishItem, len(rows))
+	for i, r := range rows {
+		items[i] = store.OutboxFinishItem{ID: r.ID, LeaseToken: r.LeaseToken, Outcome: store.OutcomeAcked}
+	}
+	if len(items) > 0 {
+		res, err := d.OutboxFinish(ctx, &store.OutboxFinishParams{Items: items, DeleteAcked: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res.Finished != len(items) {
+			b.Fatalf("finished %d of %d", res.Finished, len(items))
+		}
+	}
+	return len(rows)
+}
