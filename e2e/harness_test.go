@@ -104,6 +104,10 @@ func openPostgres(schema string, conns int) (store.Driver, func(), error) {
 		return nil, nil, err
 	}
 	cfg.MaxConns = int32(conns)
+	if schema != "" {
+		// Lets a test find (and kill) the connections of its namespace.
+		cfg.ConnConfig.RuntimeParams["application_name"] = appName(schema)
+	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		return nil, nil, err
@@ -229,3 +233,7 @@ func outboxSettled(t testing.TB, d store.Driver) bool {
 	}
 	return true
 }
+
+// appName is the application_name of the connections opened on a
+// PostgreSQL namespace.
+func appName(schema string) string { return "txbox_e2e_" + schema }

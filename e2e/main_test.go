@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -28,6 +29,9 @@ const (
 	envSubject   = "TXBOX_E2E_SUBJECT"
 	envAcks      = "TXBOX_E2E_ACKS"
 	envRetention = "TXBOX_E2E_RETENTION"
+	envLease     = "TXBOX_E2E_LEASE"      // lease duration; empty = default
+	envStats     = "TXBOX_E2E_STATS"      // file for "fenced=N" at exit
+	envDelay     = "TXBOX_E2E_SEND_DELAY" // a slow destination: delay before each send
 )
 
 // TestMain runs the tests, or, when the test binary was re-executed as a
@@ -89,12 +93,30 @@ func childRelay() int {
 	if err != nil {
 		return fail(err)
 	}
-	acks := newAckCounter(ns)
+	var snd sender.Sender = ns
+	if v := os.Getenv(envDelay); v != "" {
+		delay, err := time.ParseDuration(v)
+		if err != nil {
+			return fail(err)
+		}
+		snd = slowSender{Sender: ns, delay: delay}
+	}
+	acks := newAckCounter(snd)
 	retention, err := time.ParseDuration(os.Getenv(envRetention))
 	if err != nil {
 		return fail(err)
 	}
-	r, err := relay.New(relayConfig(d, acks, os.Getenv(envSubject), retention))
+	cfg := relayConfig(d, acks, os.Getenv(envSubject), retention)
+	if v := os.Getenv(envLease); v != "" {
+		lease, err := time.ParseDuration(v)
+		if err != nil {
+			return fail(err)
+		}
+		cfg.Defaults.LeaseDuration = &lease
+	}
+	fenced := &fenceCounter{}
+	cfg.Hooks = append(cfg.Hooks, fenced)
+	r, err := relay.New(cfg)
 	if err != nil {
 		return fail(err)
 	}
@@ -121,25 +143,58 @@ func childRelay() int {
 	if err := os.WriteFile(os.Getenv(envAcks), []byte(b.String()), 0o600); err != nil {
 		return fail(err)
 	}
+	if path := os.Getenv(envStats); path != "" {
+		if err := os.WriteFile(path, fmt.Appendf(nil, "fenced=%d\n", fenced.n.Load()), 0o600); err != nil {
+			return fail(err)
+		}
+	}
 	return 0
 }
 
+// slowSender waits before each send, like a destination with high
+// latency, so that a relay spends most of its time with batches in flight.
+type slowSender struct {
+	sender.Sender
+	delay time.Duration
+}
+
+func (s slowSender) Send(ctx context.Context, msgs []*sender.Message) error {
+	t := time.NewTimer(s.delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return s.Sender.Send(ctx, msgs)
+}
+
+// fenceCounter counts finishes fenced because the lease was lost.
+type fenceCounter struct {
+	relay.NopHook
+	n atomic.Int64
+}
+
+func (f *fenceCounter) OnBatch(ev relay.BatchEvent) { f.n.Add(int64(ev.Fenced)) }
+
 // child is a relay running in a child process.
 type child struct {
-	cmd  *exec.Cmd
-	acks string
-	done chan error
+	cmd   *exec.Cmd
+	acks  string
+	stats string
+	done  chan error
 }
 
 // startChild re-executes the test binary as a relay process and waits
 // until it runs. The process is killed if the test ends first.
-func startChild(t *testing.T, kind storeKind, ns, subjectPrefix string, retention time.Duration) *child {
+func startChild(t *testing.T, kind storeKind, ns, subjectPrefix string, retention time.Duration, extraEnv ...string) *child {
 	t.Helper()
-	acks := t.TempDir() + "/acks"
+	dir := t.TempDir()
+	acks, stats := dir+"/acks", dir+"/stats"
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(),
 		envChild+"=relay", envStore+"="+kind.name, envNamespace+"="+ns,
-		envSubject+"="+subjectPrefix, envAcks+"="+acks, envRetention+"="+retention.String())
+		envSubject+"="+subjectPrefix, envAcks+"="+acks, envRetention+"="+retention.String(), envStats+"="+stats)
+	cmd.Env = append(cmd.Env, extraEnv...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -148,7 +203,7 @@ func startChild(t *testing.T, kind storeKind, ns, subjectPrefix string, retentio
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := &child{cmd: cmd, acks: acks, done: make(chan error, 1)}
+	c := &child{cmd: cmd, acks: acks, stats: stats, done: make(chan error, 1)}
 	ready := make(chan bool, 1)
 	go func() {
 		sc := bufio.NewScanner(out)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -21,8 +22,10 @@ import (
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/sender/kafka"
 	"github.com/txbox/txbox/sender/rabbitmq"
+	"github.com/txbox/txbox/sender/redisstream"
 	"github.com/txbox/txbox/sender/sendertest"
 	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/postgres"
 )
 
 // outageBroker is one broker behind a proxy that a test can take down,
@@ -349,4 +352,131 @@ func runOutage(t *testing.T, b *outageBroker) {
 	if len(rep.Lost) != 0 || len(rep.Unexpected) != 0 || rep.extra() > 2*relay.DefaultInFlight*relay.DefaultBatchSize {
 		t.Errorf("oracle: %v", rep)
 	}
+}
+
+// BenchmarkDrainSenders drains the same PostgreSQL backlog through the
+// real relay into Kafka (kfake, in process), RabbitMQ and Redis Streams,
+// and through a sender that acks at once (the relay's database-side
+// ceiling, measured in the same run). It reports events/s and the ratio to
+// the no-op sender. Backlog size: TXBOX_BENCH_EVENTS (default 20,000).
+//
+//	go test -run '^$' -bench DrainSenders -benchtime 1x ./e2e
+func BenchmarkDrainSenders(b *testing.B) {
+	testenv.RequireTCP(b, "PostgreSQL", "127.0.0.1:5432")
+	n := benchEvents(b)
+	var ceiling float64
+	for _, tc := range []struct {
+		name string
+		new  func(b *testing.B) (sender.Sender, sender.Route)
+	}{
+		{"noop", func(b *testing.B) (sender.Sender, sender.Route) { return noopSender{}, sender.Route{} }},
+		{"kafka", benchKafka},
+		{"rabbitmq", benchRabbit},
+		{"redisstream", benchRedis},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			for range b.N {
+				b.StopTimer()
+				ns := postgresKind.newNamespace(b)
+				d := openStore(b, postgresKind, ns, 4).(*postgres.Driver)
+				fillBacklog(b, d, n)
+				s, route := tc.new(b)
+				rd := openStore(b, postgresKind, ns, 2*relay.DefaultInFlight+4)
+				cfg := relayConfig(rd, s, "unused", 0)
+				cfg.Senders = map[string]sender.Sender{tc.name: s}
+				cfg.Defaults.Route = &route
+				cfg.Cleanup.Disabled = true
+				cfg.DiscoverInterval = -1
+				r, err := relay.New(cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				start := time.Now()
+				if err := r.Start(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				waitFor(b, 30*time.Minute, "backlog drained", func() bool { return outboxSettledOrders(b, d) })
+				el := time.Since(start)
+				b.StopTimer()
+				if err := r.Stop(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				if dl, _ := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{}); dl != 0 {
+					b.Fatalf("%d dead letters", dl)
+				}
+				rate := float64(n) / el.Seconds()
+				b.ReportMetric(rate, "events/s")
+				if tc.name == "noop" {
+					ceiling = rate
+				} else if ceiling > 0 {
+					b.ReportMetric(rate/ceiling, "ratio-to-noop")
+				}
+				b.StartTimer()
+			}
+		})
+	}
+}
+
+func benchKafka(b *testing.B) (sender.Sender, sender.Route) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "orders"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(c.Close)
+	s, err := kafka.New(kafka.Config{Brokers: c.ListenAddrs()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close(context.Background()) })
+	return s, sender.Route{Topic: "{event_type}"}
+}
+
+func benchRabbit(b *testing.B) (sender.Sender, sender.Route) {
+	conn, err := amqp.Dial(testenv.RabbitURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ex, q := testenv.UniqueName("bench_ex_"), testenv.UniqueName("bench_q_")
+	if err := ch.ExchangeDeclare(ex, "direct", false, false, false, false, nil); err != nil {
+		b.Fatal(err)
+	}
+	// The broker routes and stores every message; the queue drops its
+	// head beyond 10,000 so the benchmark does not fill the broker.
+	if _, err := ch.QueueDeclare(q, false, false, false, false, amqp.Table{"x-max-length": int32(10000)}); err != nil {
+		b.Fatal(err)
+	}
+	if err := ch.QueueBind(q, "orders", ex, false, nil); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_, _ = ch.QueueDelete(q, false, false, false)
+		_ = ch.ExchangeDelete(ex, false, false)
+	})
+	s, err := rabbitmq.New(rabbitmq.Config{URL: testenv.RabbitURL})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close(context.Background()) })
+	return s, sender.Route{Exchange: ex}
+}
+
+func benchRedis(b *testing.B) (sender.Sender, sender.Route) {
+	stream := testenv.UniqueName("bench_stream_")
+	s, err := redisstream.New(redisstream.Config{Addr: testenv.RedisAddr, MaxLen: 10000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = s.Close(context.Background())
+		rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr})
+		rdb.Del(context.Background(), stream)
+		rdb.Close()
+	})
+	return s, sender.Route{Stream: stream}
 }

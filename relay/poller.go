@@ -110,6 +110,7 @@ func (p *poller) run() {
 		if t.probe {
 			limit = min(limit, probeBatchSize)
 		}
+		claimStart := time.Now()
 		rows, took, err := p.claim(ctx, limit)
 		if err != nil {
 			<-p.slots
@@ -132,7 +133,7 @@ func (p *poller) run() {
 			p.circuit.abandon(t)
 			continue
 		}
-		p.dispatch(rows, t)
+		p.dispatch(rows, t, claimStart)
 		if len(rows) == p.s.batchSize {
 			p.startHelper(ctx)
 		}
@@ -153,14 +154,14 @@ func (p *poller) claim(ctx context.Context, limit int) ([]*store.OutboxRow, time
 
 // dispatch delivers a claimed batch on its own goroutine; the caller holds
 // a slot, which the goroutine gives back after the finish.
-func (p *poller) dispatch(rows []*store.OutboxRow, t ticket) {
+func (p *poller) dispatch(rows []*store.OutboxRow, t ticket, claimStart time.Time) {
 	p.mu.Lock()
 	p.inFlight++
 	p.mu.Unlock()
 	p.r.wg.Add(1)
 	go func() {
 		defer p.r.wg.Done()
-		p.deliver(rows, t)
+		p.deliver(rows, t, claimStart)
 		p.mu.Lock()
 		p.inFlight--
 		p.mu.Unlock()
@@ -205,6 +206,7 @@ func (p *poller) startHelper(ctx context.Context) {
 				<-p.slots
 				return
 			}
+			claimStart := time.Now()
 			rows, took, err := p.claim(ctx, p.s.batchSize)
 			if err != nil || len(rows) == 0 {
 				<-p.slots
@@ -215,7 +217,7 @@ func (p *poller) startHelper(ctx context.Context) {
 			}
 			full := len(rows) == p.s.batchSize
 			p.emitPoll(PollEvent{EventType: p.s.eventType, Claimed: len(rows), Limit: p.s.batchSize, Full: full, Duration: took})
-			p.dispatch(rows, t)
+			p.dispatch(rows, t, claimStart)
 			if !full {
 				return
 			}
@@ -267,8 +269,12 @@ func (p *poller) emitPoll(ev PollEvent) {
 	}
 }
 
-// deliver sends one claimed batch and finishes it.
-func (p *poller) deliver(rows []*store.OutboxRow, t ticket) {
+// deliver sends one claimed batch and finishes it. claimStart is when the
+// claim statement was sent: the lease, taken on the database clock during
+// the statement, ends no earlier than claimStart + lease duration on this
+// process's monotonic clock (which keeps counting while the process is
+// paused, as with SIGSTOP).
+func (p *poller) deliver(rows []*store.OutboxRow, t ticket, claimStart time.Time) {
 	msgs := make([]*sender.Message, len(rows))
 	for i, row := range rows {
 		h := make(map[string]string, len(row.Headers)+3)
@@ -282,14 +288,26 @@ func (p *poller) deliver(rows []*store.OutboxRow, t ticket) {
 		}
 	}
 
-	// The send may take at most the lease: past it another relay may own
-	// the rows, and our finish would be fenced anyway.
-	sendCtx, cancel := context.WithTimeout(p.r.hardCtx, p.s.leaseDuration)
-	start := time.Now()
-	err := p.s.sender.Send(sendCtx, msgs)
-	took := time.Since(start)
-	cancel()
-	shuttingDown := p.r.hardCtx.Err() != nil
+	// The send must end within the lease, with a margin for the finish:
+	// past it another relay may own the rows, so sending would only make
+	// duplicates and our finish would be fenced anyway. A batch whose
+	// lease is already (nearly) over, such as one claimed just before this
+	// process was paused, is not sent at all.
+	deadline := claimStart.Add(p.s.leaseDuration - p.s.leaseDuration/10)
+	var err error
+	var took time.Duration
+	leaseLost := !time.Now().Before(deadline)
+	if !leaseLost {
+		sendCtx, cancel := context.WithDeadline(p.r.hardCtx, deadline)
+		start := time.Now()
+		err = p.s.sender.Send(sendCtx, msgs)
+		took = time.Since(start)
+		cancel()
+	} else {
+		err = errLeaseLost
+		p.log.Warn("lease ran out before the batch was sent; releasing it unsent", slog.Int("rows", len(rows)))
+	}
+	shuttingDown := p.r.hardCtx.Err() != nil || leaseLost
 
 	results := sender.Results(err, len(rows))
 	items := make([]store.OutboxFinishItem, len(rows))
@@ -312,9 +330,10 @@ func (p *poller) deliver(rows []*store.OutboxRow, t ticket) {
 				if firstTransient == nil {
 					firstTransient = res
 				}
-				// Only some messages failed this way: wait a little so a
-				// sick partition is not hammered; the circuit is not
-				// opened for a partial failure.
+				// Wait a cool-down before the row is due again. When the
+				// whole batch failed the circuit opens as well; when only
+				// some messages failed (a sick partition) it does not,
+				// and this delay alone keeps them from being hammered.
 				it.RetryAfter = p.r.cfg.Circuit.CoolDown
 			}
 			ev.Released++
@@ -482,6 +501,10 @@ func (p *poller) finish(items []store.OutboxFinishItem) (*store.OutboxFinishResu
 	}
 	return nil, lastErr
 }
+
+// errLeaseLost marks the rows of a batch whose lease ran out before it
+// was sent.
+var errLeaseLost = errors.New("relay: lease ran out before the send")
 
 // maxErrorText bounds the last error stored per row.
 const maxErrorText = 2000
