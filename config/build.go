@@ -193,10 +193,15 @@ func (c *Config) OpenStore(ctx context.Context, getenv func(string) string, logg
 
 // OpenSenders creates every configured sender. Secrets named by *-env keys
 // are read with getenv (nil means os.Getenv); a named variable that is
-// empty is an error. On error the senders already created are closed.
-func (c *Config) OpenSenders(ctx context.Context, getenv func(string) string) (map[string]sender.Sender, error) {
+// empty is an error. Senders that log (NATS connection events) use logger
+// (nil means slog.Default()). On error the senders already created are
+// closed.
+func (c *Config) OpenSenders(ctx context.Context, getenv func(string) string, logger *slog.Logger) (map[string]sender.Sender, error) {
 	if getenv == nil {
 		getenv = os.Getenv
+	}
+	if logger == nil {
+		logger = slog.Default()
 	}
 	out := make(map[string]sender.Sender, len(c.Senders))
 	fail := func(err error) (map[string]sender.Sender, error) {
@@ -214,7 +219,7 @@ func (c *Config) OpenSenders(ctx context.Context, getenv func(string) string) (m
 		)
 		switch sc.Type {
 		case SenderNATS:
-			s, err = nats.New(nats.Config{URL: sc.NATS.URL.Reveal(), Name: sc.NATS.Name, CredsFile: sc.NATS.CredsFile, AckTimeout: sc.NATS.Timeout, MaxPending: sc.NATS.MaxPending})
+			s, err = nats.New(nats.Config{URL: sc.NATS.URL.Reveal(), Name: sc.NATS.Name, CredsFile: sc.NATS.CredsFile, AckTimeout: sc.NATS.Timeout, MaxPending: sc.NATS.MaxPending, Logger: logger.With("sender", name)})
 		case SenderWebhook:
 			w := sc.Webhook
 			secret := ""

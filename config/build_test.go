@@ -93,7 +93,7 @@ log: { level: debug }
 	if err := st.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	senders, err := c.OpenSenders(ctx, getenv)
+	senders, err := c.OpenSenders(ctx, getenv, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +220,7 @@ defaults: { sender: n }
 	}
 	ctx := context.Background()
 	env := map[string]string{"HOOK": "s3cret", "REDIS_PW": "pw"}
-	senders, err := c.OpenSenders(ctx, func(k string) string { return env[k] })
+	senders, err := c.OpenSenders(ctx, func(k string) string { return env[k] }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +235,7 @@ defaults: { sender: n }
 		cancel()
 	}
 	delete(env, "HOOK")
-	_, err = c.OpenSenders(ctx, func(k string) string { return env[k] })
+	_, err = c.OpenSenders(ctx, func(k string) string { return env[k] }, nil)
 	if err == nil || !strings.Contains(err.Error(), "senders.w.hmac-secret-env: environment variable HOOK is empty") {
 		t.Fatalf("empty secret env: %v", err)
 	}

@@ -202,8 +202,9 @@ type KafkaSender struct {
 	// Timeout bounds how long a record may wait to be produced, retries
 	// included (delivery timeout). Defaults to 10s.
 	Timeout time.Duration `yaml:"timeout"`
-	// Linger lets the records of a batch share produce requests. Defaults
-	// to 5ms.
+	// Linger is how long a partition waits for more records before it
+	// cuts a produce request; it only adds latency to the relay's whole
+	// batches. Defaults to 0 (no linger).
 	Linger time.Duration `yaml:"linger"`
 	// MaxBufferedRecords bounds the records buffered in the client.
 	// Defaults to 10000.

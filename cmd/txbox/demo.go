@@ -169,7 +169,7 @@ func demo(ctx context.Context, e *env, o demoOptions) (err error) {
 	}
 
 	// 3. The relay, with its senders, woken in-process by the publisher.
-	senders, err := cfg.OpenSenders(ctx, e.getenv)
+	senders, err := cfg.OpenSenders(ctx, e.getenv, log)
 	if err != nil {
 		return err
 	}

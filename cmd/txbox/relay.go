@@ -43,7 +43,7 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 			return fmt.Errorf("migrate: %w", err)
 		}
 	}
-	senders, err := cfg.OpenSenders(ctx, e.getenv)
+	senders, err := cfg.OpenSenders(ctx, e.getenv, log)
 	if err != nil {
 		return err
 	}
