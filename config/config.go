@@ -148,11 +148,17 @@ type Sender struct {
 	// Type is nats, webhook, kafka, rabbitmq or redis. Required.
 	Type string `yaml:"type"`
 
-	NATS     *NATSSender     `yaml:"-"`
-	Webhook  *WebhookSender  `yaml:"-"`
-	Kafka    *KafkaSender    `yaml:"-"`
+	// NATS holds the settings when Type is nats; nil otherwise. The
+	// same holds for the other types below.
+	NATS *NATSSender `yaml:"-"`
+	// Webhook holds the settings when Type is webhook.
+	Webhook *WebhookSender `yaml:"-"`
+	// Kafka holds the settings when Type is kafka.
+	Kafka *KafkaSender `yaml:"-"`
+	// RabbitMQ holds the settings when Type is rabbitmq.
 	RabbitMQ *RabbitMQSender `yaml:"-"`
-	Redis    *RedisSender    `yaml:"-"`
+	// Redis holds the settings when Type is redis.
+	Redis *RedisSender `yaml:"-"`
 }
 
 // NATSSender configures a NATS JetStream sender (sender/nats). The
@@ -282,12 +288,19 @@ type EventSettings struct {
 // Route is where an event goes. Each sender reads the fields it
 // understands (see sender.Route).
 type Route struct {
-	Topic      string `yaml:"topic"`
-	Subject    string `yaml:"subject"`
-	Exchange   string `yaml:"exchange"`
+	// Topic is the Kafka topic. Defaults to {event_type}.
+	Topic string `yaml:"topic"`
+	// Subject is the NATS subject. Defaults to {event_type}.
+	Subject string `yaml:"subject"`
+	// Exchange is the RabbitMQ exchange. Defaults to the default
+	// exchange.
+	Exchange string `yaml:"exchange"`
+	// RoutingKey is the RabbitMQ routing key. Defaults to {event_type}.
 	RoutingKey string `yaml:"routing-key"`
-	URL        string `yaml:"url"`
-	Stream     string `yaml:"stream"`
+	// URL is the webhook URL. Defaults to the webhook sender's url.
+	URL string `yaml:"url"`
+	// Stream is the Redis stream. Defaults to {event_type}.
+	Stream string `yaml:"stream"`
 }
 
 // Polling is a polling strategy.

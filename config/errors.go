@@ -26,6 +26,7 @@ type Error struct {
 	Msg string
 }
 
+// Error formats the problem as "source:line: path: message".
 func (e *Error) Error() string {
 	var b strings.Builder
 	if e.Source != "" {
@@ -50,6 +51,7 @@ func (e *Error) Is(target error) bool { return target == ErrInvalid }
 // ErrInvalid.
 type Errors []*Error
 
+// Error lists every problem, one per line.
 func (es Errors) Error() string {
 	if len(es) == 1 {
 		return "config: " + es[0].Error()
