@@ -27,6 +27,12 @@
 // the caller's transactions, wait in the busy handler up to BusyTimeout.
 // Keep business transactions short: they hold the one write lock.
 //
+// The hot statements (publish one event, claim, finish) are prepared once
+// per connection after Migrate. [Driver.OutboxFinishAndClaim] finishes one
+// batch and claims the next in a single transaction for relays that want
+// one commit per batch. Figures: docs/benchmarks/sqlite.md; the schema in
+// detail: SCHEMA.md in this directory.
+//
 // # Schema (version 1)
 //
 // Tables, with the default prefix txbox_ (configurable, validated with
@@ -36,7 +42,7 @@
 //	txbox_dead_letter     dead letters, same id as the outbox row
 //	txbox_inbox           (consumer_name, event_id) PRIMARY KEY, processed_at
 //	txbox_lease           (name PRIMARY KEY, holder, lease_until)
-//	txbox_schema_version  (version PRIMARY KEY, applied_at)
+//	txbox_schema_version  (version PRIMARY KEY, name, applied_at)
 //
 // Column types: ids are TEXT in canonical lower-case UUID form; payload is
 // BLOB (a plain-SQL TEXT payload is read back as its bytes); headers is a
