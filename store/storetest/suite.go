@@ -51,6 +51,7 @@ func Exercise(t *testing.T, h Harness) {
 		{"RetryScheduling", testRetry},
 		{"Released", testReleased},
 		{"DeadLetterMove", testDeadLetterMove},
+		{"DeadLetterMoveConcurrent", testDeadLetterMoveConcurrent},
 		{"DeadLetterRetrySameID", testDeadLetterRetry},
 		{"DeadLetterAdmin", testDeadLetterAdmin},
 		{"DeadLetterCursor", testDeadLetterCursor},
@@ -61,6 +62,7 @@ func Exercise(t *testing.T, h Harness) {
 		{"HostileIdentifiers", testHostileIdentifiers},
 		{"OrderedByKey", testOrderedByKey},
 		{"OrderedByKeyParkedUntilRetried", testOrderedParkedRetry},
+		{"OrderedByKeyConcurrent", testOrderedConcurrent},
 		{"StatsAndPendingTypes", testStats},
 	}
 	for _, tc := range tests {
@@ -1241,5 +1243,153 @@ func testStats(t *testing.T, e *env) {
 		if c.Pending == 0 && s.OldestPendingAge != 0 {
 			t.Errorf("stats %s oldest pending age %s with nothing pending", c.EventType, s.OldestPendingAge)
 		}
+	}
+}
+
+func testDeadLetterMoveConcurrent(t *testing.T, e *env) {
+	const total, movers = 60, 4
+	e.publish(events("poison-many", total)...)
+	e.finishAll(e.claim("poison-many", total, longLease), store.OutcomeFailed, 0, "boom")
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		moved int
+		errs  = make(chan error, movers)
+	)
+	start := make(chan struct{})
+	for range movers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for {
+				n, err := e.d.DeadLetterMove(e.ctx, &store.DeadLetterMoveParams{Limit: 7})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if n == 0 {
+					return
+				}
+				mu.Lock()
+				moved += n
+				mu.Unlock()
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	// A mover that saw only locked rows may stop early; what is left is
+	// still FAILED, never lost or duplicated.
+	moved += e.moveAll()
+	if moved != total {
+		t.Fatalf("concurrent movers moved %d rows, want %d", moved, total)
+	}
+	if c, err := e.d.DeadLetterCount(e.ctx, nil); err != nil || c != total {
+		t.Fatalf("dead letters = %d (%v), want %d", c, err, total)
+	}
+	if s := e.stats("poison-many"); s.Failed != 0 {
+		t.Fatalf("%d FAILED rows left in the outbox", s.Failed)
+	}
+}
+
+// testOrderedConcurrent runs 8 claimers on an ordered type: a key never has
+// two rows in flight at once, and each key's rows are claimed exactly once,
+// in id order.
+func testOrderedConcurrent(t *testing.T, e *env) {
+	const keys, perKey, claimers = 12, 8, 8
+	var evs []*txbox.Event
+	for i := range keys * perKey {
+		evs = append(evs, keyed("seq-conc", fmt.Sprint("key-", i%keys)))
+	}
+	e.publish(evs...)
+	var (
+		mu       sync.Mutex
+		inFlight = map[string]bool{}
+		order    = map[string][]txbox.ID{}
+		claimed  int
+		wg       sync.WaitGroup
+		errs     = make(chan error, claimers)
+	)
+	start := make(chan struct{})
+	end := time.Now().Add(deadline)
+	for range claimers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for {
+				mu.Lock()
+				n := claimed
+				mu.Unlock()
+				if n == len(evs) {
+					return
+				}
+				if time.Now().After(end) {
+					errs <- fmt.Errorf("timed out with %d of %d claimed", n, len(evs))
+					return
+				}
+				rows, err := e.d.OutboxClaim(e.ctx, &store.OutboxClaimParams{EventType: "seq-conc", Limit: 3, LeaseDuration: longLease, OrderedByKey: true})
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				for _, r := range rows {
+					if inFlight[r.Key] {
+						mu.Unlock()
+						errs <- fmt.Errorf("key %s has two rows in flight", r.Key)
+						return
+					}
+					inFlight[r.Key] = true
+					order[r.Key] = append(order[r.Key], r.ID)
+					claimed++
+				}
+				// Leave the flight before the finish commits: the next row
+				// of the key cannot be claimed until it has.
+				for _, r := range rows {
+					delete(inFlight, r.Key)
+				}
+				mu.Unlock()
+				if len(rows) == 0 {
+					// Every head is in flight elsewhere: poll again shortly.
+					time.Sleep(5 * time.Millisecond)
+					continue
+				}
+				items := make([]store.OutboxFinishItem, len(rows))
+				for i, r := range rows {
+					items[i] = item(r, store.OutcomeAcked, 0, "")
+				}
+				if _, err := e.d.OutboxFinish(e.ctx, &store.OutboxFinishParams{Items: items}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for k, got := range order {
+		var want []txbox.ID
+		for _, ev := range evs {
+			if ev.Key == k {
+				want = append(want, ev.ID)
+			}
+		}
+		slices.SortFunc(want, func(a, b txbox.ID) int { return bytes.Compare(a[:], b[:]) })
+		if !slices.Equal(got, want) {
+			t.Fatalf("key %s claimed in order %v, want %v", k, got, want)
+		}
+	}
+	if len(order) != keys {
+		t.Fatalf("claimed %d keys, want %d", len(order), keys)
 	}
 }
