@@ -22,6 +22,10 @@ type Harness struct {
 	// connect, write and ack timeouts; the suite's context allows twice as
 	// long). Defaults to 15s.
 	UnreachableBound time.Duration
+
+	// DeliveryTimeout is how long the suite waits for acked messages to
+	// become readable at the destination. Defaults to 30s.
+	DeliveryTimeout time.Duration
 }
 
 // Features are the optional capabilities of a sender and its destination.
@@ -107,4 +111,11 @@ func (h Harness) unreachableBound() time.Duration {
 		return h.UnreachableBound
 	}
 	return 15 * time.Second
+}
+
+func (h Harness) deliveryTimeout() time.Duration {
+	if h.DeliveryTimeout > 0 {
+		return h.DeliveryTimeout
+	}
+	return 30 * time.Second
 }

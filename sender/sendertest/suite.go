@@ -18,10 +18,6 @@ import (
 // EventType is the event type of every message the suite sends.
 const EventType = "sendertest.event"
 
-// deliveryTimeout bounds how long the suite waits for sent messages to be
-// readable at the destination.
-const deliveryTimeout = 30 * time.Second
-
 // Exercise runs the conformance suite against the sender h adapts. Each
 // check runs as a parallel subtest with a destination of its own.
 func Exercise(t *testing.T, h Harness) {
@@ -208,8 +204,9 @@ func index(t *testing.T, ds []Delivery) map[string][]Delivery {
 
 // waitDelivered polls the destination until every message in want has
 // arrived, then returns everything that arrived, indexed by event id.
-func waitDelivered(t *testing.T, d *Destination, want []*sender.Message) map[string][]Delivery {
+func waitDelivered(t *testing.T, h Harness, d *Destination, want []*sender.Message) map[string][]Delivery {
 	t.Helper()
+	deliveryTimeout := h.deliveryTimeout()
 	deadline := time.Now().Add(deliveryTimeout)
 	for {
 		got := index(t, d.Received(t))
@@ -307,7 +304,7 @@ func testDeliversBatch(t *testing.T, h Harness) {
 	if after := snapshot(msgs); after != before {
 		t.Fatalf("sendertest: Send modified its messages:\nbefore %s\nafter  %s", before, after)
 	}
-	got := waitDelivered(t, f.d, msgs)
+	got := waitDelivered(t, h, f.d, msgs)
 	checkContent(t, h, got, msgs)
 	checkNoStrangers(t, got, msgs)
 }
@@ -327,7 +324,7 @@ func testEmptyBatch(t *testing.T, h Harness) {
 	msgs := NewMessages(1, f.route)
 	errs, _ := send(t, f.s, msgs, 30*time.Second)
 	requireAllAcked(t, errs)
-	got := waitDelivered(t, f.d, msgs)
+	got := waitDelivered(t, h, f.d, msgs)
 	checkNoStrangers(t, got, msgs)
 }
 
@@ -353,7 +350,7 @@ func testConcurrentSends(t *testing.T, h Harness) {
 		requireAllAcked(t, results[i])
 		all = append(all, batches[i]...)
 	}
-	got := waitDelivered(t, f.d, all)
+	got := waitDelivered(t, h, f.d, all)
 	checkContent(t, h, got, all)
 	checkNoStrangers(t, got, all)
 }
@@ -388,7 +385,7 @@ func testPipelined(t *testing.T, h Harness) {
 	if ratio >= 0.2 {
 		t.Fatalf("sendertest: batch of %d took %v, ≥ 1/5 of the %v a one-at-a-time sender needs: messages are not kept in flight", m, took, serial)
 	}
-	got := waitDelivered(t, f.d, msgs)
+	got := waitDelivered(t, h, f.d, msgs)
 	checkContent(t, h, got, msgs)
 }
 
@@ -444,7 +441,7 @@ func testRejectsOneMessage(t *testing.T, h Harness) {
 			t.Fatalf("sendertest: refused message %d classified %v, want rejected or permanent: %v", i, c, e)
 		}
 	}
-	got := waitDelivered(t, f.d, good)
+	got := waitDelivered(t, h, f.d, good)
 	checkContent(t, h, got, good)
 	for i := range poisoned {
 		if len(got[msgs[i].ID.String()]) != 0 {
@@ -465,7 +462,7 @@ func testBrokerDedup(t *testing.T, h Harness) {
 	requireAllAcked(t, first(send(t, f.s, marker, 30*time.Second)))
 	// Once the marker sent after the copies is readable, the copies
 	// would be too.
-	got := waitDelivered(t, f.d, append(msgs[:len(msgs):len(msgs)], marker...))
+	got := waitDelivered(t, h, f.d, append(msgs[:len(msgs):len(msgs)], marker...))
 	checkContent(t, h, got, msgs)
 }
 
@@ -524,7 +521,7 @@ func testDestinationGoesDown(t *testing.T, h Harness) {
 		}
 		time.Sleep(100 * time.Millisecond) // the relay's probe interval, shortened
 	}
-	got := waitDelivered(t, f.d, append(before[:len(before):len(before)], after...))
+	got := waitDelivered(t, h, f.d, append(before[:len(before):len(before)], after...))
 	checkContent(t, h, got, before)
 	checkContent(t, h, got, after)
 }
@@ -545,7 +542,7 @@ func testCancelStopsSend(t *testing.T, h Harness) {
 	// Cancel once the destination has seen the batch, so Send is waiting
 	// for acks that the latency holds back.
 	// 2 = the warm-up message and at least one of the batch.
-	deadline := time.Now().Add(deliveryTimeout)
+	deadline := time.Now().Add(h.deliveryTimeout())
 	for len(f.d.Received(t)) < 2 {
 		if time.Now().After(deadline) {
 			t.Fatal("sendertest: the batch never reached the destination")
@@ -592,7 +589,7 @@ func testCancelledBeforeSend(t *testing.T, h Harness) {
 	}
 	if len(acked) > 0 {
 		// Acked despite the cancelled context: then it must really be there.
-		waitDelivered(t, f.d, acked)
+		waitDelivered(t, h, f.d, acked)
 	}
 }
 
@@ -612,7 +609,7 @@ func testCloseFlushes(t *testing.T, h Harness) {
 		done <- f.s.Send(ctx, msgs)
 	}()
 	// 2 = the warm-up message and at least one of the batch.
-	deadline := time.Now().Add(deliveryTimeout)
+	deadline := time.Now().Add(h.deliveryTimeout())
 	for len(f.d.Received(t)) < 2 {
 		if time.Now().After(deadline) {
 			t.Fatal("sendertest: the batch never reached the destination")
@@ -633,7 +630,7 @@ func testCloseFlushes(t *testing.T, h Harness) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("sendertest: Send still running 10s after Close returned")
 	}
-	got := waitDelivered(t, f.d, msgs)
+	got := waitDelivered(t, h, f.d, msgs)
 	checkContent(t, h, got, msgs)
 
 	after := NewMessages(3, f.route)
