@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -458,7 +459,7 @@ func benchRabbit(b *testing.B) (sender.Sender, sender.Route) {
 		_, _ = ch.QueueDelete(q, false, false, false)
 		_ = ch.ExchangeDelete(ex, false, false)
 	})
-	s, err := rabbitmq.New(rabbitmq.Config{URL: testenv.RabbitURL})
+	s, err := rabbitmq.New(rabbitmq.Config{URL: testenv.RabbitURL, Channels: benchChannels()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -479,4 +480,11 @@ func benchRedis(b *testing.B) (sender.Sender, sender.Route) {
 		rdb.Close()
 	})
 	return s, sender.Route{Stream: stream}
+}
+
+// benchChannels is the RabbitMQ sender's channel count in the drain
+// benchmark: TXBOX_BENCH_RABBIT_CHANNELS, default the sender's default.
+func benchChannels() int {
+	n, _ := strconv.Atoi(os.Getenv("TXBOX_BENCH_RABBIT_CHANNELS"))
+	return n
 }
