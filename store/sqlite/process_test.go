@@ -1,0 +1,268 @@
+package sqlite
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/store"
+)
+
+// Child processes re-run this test binary with TXBOX_SQLITE_CHILD set to a
+// role and TXBOX_SQLITE_PATH to the database file.
+const (
+	childRoleEnv = "TXBOX_SQLITE_CHILD"
+	childPathEnv = "TXBOX_SQLITE_PATH"
+)
+
+// TestChildProcess is not a test of its own: it is the body of the child
+// processes the tests below start. Without the environment it returns.
+func TestChildProcess(t *testing.T) {
+	role := os.Getenv(childRoleEnv)
+	if role == "" {
+		return
+	}
+	path := os.Getenv(childPathEnv)
+	d, err := Open(path, Config{})
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(2)
+	}
+	ctx := context.Background()
+	switch role {
+	case "claimer":
+		// Claim and ack until three empty polls in a row; print every id.
+		empty := 0
+		for empty < 3 {
+			rows, err := d.OutboxClaim(ctx, &store.OutboxClaimParams{EventType: "multi", Limit: 13, LeaseDuration: time.Minute})
+			if err != nil {
+				fmt.Println("error", err)
+				os.Exit(2)
+			}
+			if len(rows) == 0 {
+				empty++
+				continue
+			}
+			empty = 0
+			items := make([]store.OutboxFinishItem, len(rows))
+			for i, r := range rows {
+				fmt.Println("claimed", r.ID)
+				items[i] = store.OutboxFinishItem{ID: r.ID, LeaseToken: r.LeaseToken, Outcome: store.OutcomeAcked}
+			}
+			res, err := d.OutboxFinish(ctx, &store.OutboxFinishParams{Items: items, DeleteAcked: true})
+			if err != nil || res.Finished != len(rows) {
+				fmt.Println("error finish", res, err)
+				os.Exit(2)
+			}
+		}
+		fmt.Println("done")
+		os.Exit(0)
+	case "killed-publisher":
+		// Publish inside a transaction, say so, and wait to be killed
+		// while the transaction holds the write lock.
+		tx, err := d.DB().BeginTx(ctx, nil)
+		if err != nil {
+			fmt.Println("error", err)
+			os.Exit(2)
+		}
+		ev := &txbox.Event{ID: txbox.NewID(), Type: "killed", Payload: []byte("never")}
+		if err := d.OutboxInsert(ctx, tx, &store.OutboxInsertParams{Events: []*txbox.Event{ev}}); err != nil {
+			fmt.Println("error", err)
+			os.Exit(2)
+		}
+		fmt.Println("holding", ev.ID)
+		select {} // until SIGKILL
+	}
+	os.Exit(3)
+}
+
+func startChild(t *testing.T, role, path string) (*exec.Cmd, *bufio.Scanner) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestChildProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), childRoleEnv+"="+role, childPathEnv+"="+path)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, bufio.NewScanner(out)
+}
+
+// TestMultiProcessClaimExclusive: three relay processes drain one file
+// while this process publishes more. Every event is claimed exactly once
+// and no process sees an error (SQLITE_BUSY included).
+func TestMultiProcessClaimExclusive(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const first, more = 600, 150
+	evs := make([]*txbox.Event, first)
+	for i := range evs {
+		evs[i] = newEvent("multi", "")
+	}
+	publish(t, b.d, evs...)
+	published := map[txbox.ID]bool{}
+	for _, e := range evs {
+		published[e.ID] = true
+	}
+
+	var (
+		mu      sync.Mutex
+		seen    = map[txbox.ID]int{}
+		wg      sync.WaitGroup
+		failure = make(chan string, 8)
+	)
+	for i := 0; i < 3; i++ {
+		cmd, out := startChild(t, "claimer", b.path)
+		wg.Go(func() {
+			done := false
+			for out.Scan() {
+				line := out.Text()
+				switch {
+				case strings.HasPrefix(line, "claimed "):
+					id, err := txbox.ParseID(strings.TrimPrefix(line, "claimed "))
+					if err != nil {
+						failure <- line
+						continue
+					}
+					mu.Lock()
+					seen[id]++
+					mu.Unlock()
+				case line == "done":
+					done = true
+				case strings.HasPrefix(line, "error"):
+					failure <- line
+				}
+			}
+			if err := cmd.Wait(); err != nil || !done {
+				failure <- fmt.Sprintf("child exited: %v (done=%v)", err, done)
+			}
+		})
+	}
+	// Publish more while the children drain, one event per transaction.
+	for i := 0; i < more; i++ {
+		e := newEvent("multi", "")
+		publish(t, b.d, e)
+		mu.Lock()
+		published[e.ID] = true
+		mu.Unlock()
+	}
+	wg.Wait()
+	close(failure)
+	for f := range failure {
+		t.Error(f)
+	}
+	// Children stop after idle polls: whatever they left must still be
+	// claimable here, never lost.
+	for _, r := range claim(t, b.d, "multi", 1000, time.Minute, false) {
+		seen[r.ID]++
+	}
+	for id, n := range seen {
+		if n != 1 || !published[id] {
+			t.Fatalf("event %s claimed %d times (published: %v)", id, n, published[id])
+		}
+	}
+	if len(seen) != first+more {
+		t.Fatalf("claimed %d distinct events, want %d", len(seen), first+more)
+	}
+}
+
+// TestKilledWriterReleasesLock: a process killed while its business
+// transaction holds the write lock leaves no row behind, and the lock is
+// free at once for the next writer (SQLite's WAL recovery), without
+// waiting for the busy timeout.
+func TestKilledWriterReleasesLock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cmd, out := startChild(t, "killed-publisher", b.path)
+	var held txbox.ID
+	for out.Scan() {
+		if line := out.Text(); strings.HasPrefix(line, "holding ") {
+			var err error
+			if held, err = txbox.ParseID(strings.TrimPrefix(line, "holding ")); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	if held == (txbox.ID{}) {
+		t.Fatal("child never reported its transaction")
+	}
+	// While the child holds the lock, a claim waits and gives up when its
+	// context ends, long before BusyTimeout.
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	start := time.Now()
+	_, err := b.d.OutboxClaim(ctx, &store.OutboxClaimParams{EventType: "killed", Limit: 10, LeaseDuration: time.Minute})
+	cancel()
+	if err == nil {
+		t.Fatal("claim succeeded while another process held the write lock")
+	}
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Fatalf("claim ignored its context: returned after %s", waited)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+
+	// The next writer gets the lock promptly and sees nothing of the dead
+	// transaction.
+	start = time.Now()
+	ok := newEvent("killed", "")
+	publish(t, b.d, ok)
+	rows := claim(t, b.d, "killed", 10, time.Minute, false)
+	if len(rows) != 1 || rows[0].ID != ok.ID {
+		t.Fatalf("after the kill claimed %v, want only %s (the killed tx's %s must not exist)", ids(rows), ok.ID, held)
+	}
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Fatalf("the lock of the killed process was held for %s", waited)
+	}
+	if s, _ := status(t, b.d, held); s != "" {
+		t.Fatalf("the killed transaction's row exists with status %s", s)
+	}
+}
+
+// TestCancelledWriterFreesQueue: a write call whose context ends while it
+// waits for SQLite's lock returns the context's error and leaves the
+// Driver usable (the in-process writer slot is released).
+func TestCancelledWriterFreesQueue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	publish(t, b.d, newEvent("cancel", ""))
+	// A business transaction on the same pool holds the write lock.
+	tx, err := b.d.DB().BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.d.OutboxInsert(context.Background(), tx, &store.OutboxInsertParams{Events: []*txbox.Event{newEvent("cancel", "")}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	_, err = b.d.OutboxClaim(ctx, &store.OutboxClaimParams{EventType: "cancel", Limit: 10, LeaseDuration: time.Minute})
+	cancel()
+	if err == nil {
+		t.Fatal("claim succeeded while the write lock was held")
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("claim error under a held lock does not say why: %v", err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	rows := claim(t, b.d, "cancel", 10, time.Minute, false)
+	if len(rows) != 2 {
+		t.Fatalf("after the lock was released claimed %d, want 2", len(rows))
+	}
+}
