@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,7 +27,7 @@ func TestConcurrentPollersNoDeadlockNoDoubleClaim(t *testing.T) {
 	t.Run("session", func(t *testing.T) {
 		t.Parallel()
 		d, dsn := setupDSN(t)
-		runPollers(t, d, dsn)
+		checkPollers(t, d, runPollers(t, d, dsn))
 	})
 	t.Run("per-transaction", func(t *testing.T) {
 		t.Parallel()
@@ -52,11 +53,21 @@ func TestConcurrentPollersNoDeadlockNoDoubleClaim(t *testing.T) {
 		if err := d.Migrate(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		runPollers(t, d, dsn)
+		checkPollers(t, d, runPollers(t, d, dsn))
 	})
 }
 
-func runPollers(t *testing.T, d *Driver, dsn string) {
+// pollerResult is what runPollers observed.
+type pollerResult struct {
+	failures []error
+	acked    int64
+	total    int64
+	claims   map[txbox.ID]int
+	retried  map[txbox.ID]bool
+}
+
+// runPollers runs the workload; the first failure cancels it.
+func runPollers(t *testing.T, d *Driver, dsn string) pollerResult {
 	const (
 		typ          = "conc"
 		preloaded    = 1500
@@ -202,24 +213,32 @@ func runPollers(t *testing.T, d *Driver, dsn string) {
 	}()
 	wg.Wait()
 	close(failures)
+	res := pollerResult{acked: acked.Load(), total: total, claims: claims, retried: retried}
 	for err := range failures {
+		res.failures = append(res.failures, err)
+	}
+	return res
+}
+
+func checkPollers(t *testing.T, d *Driver, res pollerResult) {
+	for _, err := range res.failures {
 		t.Error(err)
 	}
 	if t.Failed() {
 		return
 	}
-	if got := acked.Load(); got != total {
-		t.Fatalf("acked %d rows, want %d", got, total)
+	if res.acked != res.total {
+		t.Fatalf("acked %d rows, want %d", res.acked, res.total)
 	}
 	if n := d.deadlockRetries.Load(); n != 0 {
 		t.Fatalf("%d deadlocks happened (and were retried); READ COMMITTED should avoid them", n)
 	}
-	if len(claims) != total {
-		t.Fatalf("%d distinct rows claimed, want %d", len(claims), total)
+	if int64(len(res.claims)) != res.total {
+		t.Fatalf("%d distinct rows claimed, want %d", len(res.claims), res.total)
 	}
-	for id, n := range claims {
+	for id, n := range res.claims {
 		want := 1
-		if retried[id] {
+		if res.retried[id] {
 			want = 2
 		}
 		if n != want {
@@ -231,7 +250,50 @@ func runPollers(t *testing.T, d *Driver, dsn string) {
 	if open != 0 {
 		t.Fatalf("%d rows are not PROCESSED at the end", open)
 	}
-	t.Logf("%d rows, %d retried once, 4 pollers, 0 deadlocks", total, len(retried))
+	t.Logf("%d rows, %d retried once, 4 pollers, 0 deadlocks", res.total, len(res.retried))
+}
+
+// TestChaosRepeatableReadControl is the control experiment for the test
+// above (TXBOX_CHAOS=1 only: its outcome is timing-dependent): the same
+// workload with the driver's transactions forced to REPEATABLE READ. It
+// reports the deadlocks (and lock-wait timeouts) it provoked; it fails when
+// there were none, since the READ COMMITTED requirement would then be
+// unproven on this server.
+func TestChaosRepeatableReadControl(t *testing.T) {
+	if os.Getenv("TXBOX_CHAOS") == "" {
+		t.Log("control experiment: set TXBOX_CHAOS=1 (make chaos) to run it")
+		return
+	}
+	_, dsn := newDatabase(t)
+	db, err := openSQL(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	d, err := New(db, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.isolation = sql.LevelRepeatableRead
+	if err := d.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	res := runPollers(t, d, dsn)
+	deadlocks := d.deadlockRetries.Load()
+	var other []error
+	for _, err := range res.failures {
+		switch mysqlErrno(err) {
+		case errDeadlock, errLockWaitTimeout:
+			deadlocks++
+		default:
+			other = append(other, err)
+		}
+	}
+	t.Logf("REPEATABLE READ: %d deadlocks or lock-wait timeouts, acked %d of %d before the first failure; other errors: %v",
+		deadlocks, res.acked, res.total, other)
+	if deadlocks == 0 {
+		t.Fatal("no deadlock at REPEATABLE READ: the control does not show why READ COMMITTED is needed")
+	}
 }
 
 // TestDriverTransactionsAreReadCommitted observes the isolation level of

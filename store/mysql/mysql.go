@@ -95,6 +95,11 @@ type Driver struct {
 	// first publish; 0 until then or when it could not be read.
 	maxPacket atomic.Int64
 
+	// isolation, when not LevelDefault, replaces READ COMMITTED for the
+	// driver's transactions: only the control experiment in the tests
+	// sets it, to show what REPEATABLE READ does.
+	isolation sql.IsolationLevel
+
 	// deadlockRetries counts transactions retried after error 1213. The
 	// READ COMMITTED design should keep it at zero; tests assert that.
 	deadlockRetries atomic.Int64
@@ -243,6 +248,9 @@ func (d *Driver) qualify(name string) string {
 
 // begin starts one of the driver's own transactions at READ COMMITTED.
 func (d *Driver) begin(ctx context.Context) (*sql.Tx, error) {
+	if d.isolation != sql.LevelDefault {
+		return d.db.BeginTx(ctx, &sql.TxOptions{Isolation: d.isolation})
+	}
 	if d.sessionRC {
 		return d.db.BeginTx(ctx, nil)
 	}
