@@ -28,16 +28,19 @@ type txCommitter interface {
 	Commit() error
 }
 
-// execerOf returns the Execer of a caller's transaction: a *sql.Tx, or any
-// value with ExecContext and Commit (ORM transactions). nil, a nil pointer
-// and a *sql.DB are txbox.ErrNoTransaction; other types are an
-// *txbox.UnsupportedTxError.
+// execerOf returns the Execer of a caller's transaction: a *sql.Tx, a
+// store.InboxTx of this driver (a consumer publishing inside its inbox
+// transaction), or any value with ExecContext and Commit (ORM
+// transactions). nil, a nil pointer and a *sql.DB are
+// txbox.ErrNoTransaction; other types are an *txbox.UnsupportedTxError.
 func execerOf(tx any) (Execer, error) {
-	if tx == nil {
+	if isNil(tx) {
 		return nil, txbox.ErrNoTransaction
 	}
-	if v := reflect.ValueOf(tx); v.Kind() == reflect.Pointer && v.IsNil() {
-		return nil, txbox.ErrNoTransaction
+	if it, ok := tx.(store.InboxTx); ok {
+		if tx = it.Native(); isNil(tx) {
+			return nil, txbox.ErrNoTransaction
+		}
 	}
 	switch t := tx.(type) {
 	case *sql.Tx:
@@ -51,11 +54,19 @@ func execerOf(tx any) (Execer, error) {
 	}
 }
 
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
+}
+
 // OutboxInsert inserts params.Events inside the caller's transaction tx
-// with one multi-row INSERT per 500 events. A one-event insert in a *sql.Tx
-// of the Driver's pool runs a statement prepared once per connection. It never begins, commits or
+// with one multi-row INSERT per 500 events. It never begins, commits or
 // rolls back. A NotBefore in the past means due now; the row's created_at
-// and (without NotBefore) due_at come from the database clock.
+// and (without NotBefore) due_at come from the database clock. In a *sql.Tx
+// of the Driver's pool the statement is prepared once per connection.
 //
 // The write takes SQLite's write lock until tx ends: keep business
 // transactions short, and begin them with BEGIN IMMEDIATE (pools from Open

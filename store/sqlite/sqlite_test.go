@@ -1135,3 +1135,37 @@ func TestFinishAndClaim(t *testing.T) {
 		t.Fatalf("a rejected call finished k2: %s", s)
 	}
 }
+
+// TestPublishInInboxTx: a consumer that publishes inside its inbox
+// transaction may pass the store.InboxTx itself; the events commit or roll
+// back with it.
+func TestPublishInInboxTx(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	for _, commit := range []bool{false, true} {
+		itx, err := b.d.InboxBegin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := newEvent("from-consumer", "")
+		if err := b.d.OutboxInsert(ctx, itx, &store.OutboxInsertParams{Events: []*txbox.Event{e}}); err != nil {
+			t.Fatalf("insert through InboxTx: %v", err)
+		}
+		if commit {
+			err = itx.Commit(ctx)
+		} else {
+			err = itx.Rollback(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows := claim(t, b.d, "from-consumer", 10, time.Minute, false)
+		if commit && (len(rows) != 1 || rows[0].ID != e.ID) {
+			t.Fatalf("committed inbox tx: claimed %v, want %s", ids(rows), e.ID)
+		}
+		if !commit && len(rows) != 0 {
+			t.Fatalf("rolled-back inbox tx: claimed %v", ids(rows))
+		}
+	}
+}
