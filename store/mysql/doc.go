@@ -33,6 +33,10 @@
 // driver then refuses oversized statements itself) to the DSN, as OpenDB
 // does.
 //
+// MySQL refuses READ COMMITTED transactions that write when the binary
+// log is statement-based (error 1665): binlog_format must be ROW (MySQL
+// 8's default) or MIXED (MariaDB's).
+//
 // MySQL has no LISTEN/NOTIFY: the driver does not implement store.Waker
 // and ignores OutboxInsertParams.Notify. Relays find new rows by polling,
 // or through an in-process publisher's wake-up.
@@ -102,8 +106,9 @@
 // Driver errors are translated by MySQL error number, never by message:
 // 1146 (no such table) matches ErrNotMigrated, 1153 (packet too large)
 // matches ErrPacketTooLarge, 1406 (data too long) matches
-// ErrInvalidParams; a deadlock (1213) inside one of the driver's own
-// transactions is retried once. A payload larger than the server's
+// ErrInvalidParams, 1213 (deadlock) matches store.ErrTxConflict; a
+// deadlock inside one of the driver's own transactions is first retried
+// once. A payload larger than the server's
 // max_allowed_packet (read once, through the caller's transaction) is
 // refused before it is sent, with ErrPacketTooLarge.
 //

@@ -344,6 +344,10 @@ func wrap(op string, err error) error {
 		return fmt.Errorf("mysql: %s: %w: %w", op, ErrPacketTooLarge, err)
 	case errDataTooLong:
 		return fmt.Errorf("mysql: %s: %w: %w", op, ErrInvalidParams, err)
+	case errDeadlock:
+		// InnoDB rolled the whole transaction back: nothing of it
+		// survived, so the caller may run it again.
+		return fmt.Errorf("mysql: %s: %w: %w", op, store.ErrTxConflict, err)
 	}
 	if errors.Is(err, gomysql.ErrPktTooLarge) {
 		return fmt.Errorf("mysql: %s: %w: %w", op, ErrPacketTooLarge, err)
