@@ -3,6 +3,7 @@ package nats_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/url"
 	"sync"
 	"testing"
@@ -112,6 +113,9 @@ func newSender(t testing.TB, addr string, cfg txnats.Config) *txnats.Sender {
 	cfg.URL = "nats://" + addr
 	if cfg.ReconnectWait == 0 {
 		cfg.ReconnectWait = 100 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = 2 * time.Second
