@@ -200,3 +200,23 @@ func TestDemoFlagErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestProgressRendering(t *testing.T) {
+	t.Parallel()
+	var tty, plain bytes.Buffer
+	snap := demoSnapshot{committed: 10, rolledBack: 1, delivered: 7, pending: 3}
+	for _, p := range []*progress{{w: &tty, tty: true}, {w: &plain}} {
+		p.show(snap, true)
+		p.show(snap, false)
+		p.done()
+	}
+	if got := strings.Count(tty.String(), "\r\033[K"); got != 2 || strings.Count(tty.String(), "\n") != 1 {
+		t.Errorf("terminal output should redraw one line in place, got %q", tty.String())
+	}
+	if strings.Contains(plain.String(), "\033") || strings.Count(plain.String(), "\n") != 2 {
+		t.Errorf("plain output should be one line per refresh without escapes, got %q", plain.String())
+	}
+	if !strings.Contains(plain.String(), "pending     3") || !strings.Contains(plain.String(), "draining") {
+		t.Errorf("progress lacks pending count or phase: %q", plain.String())
+	}
+}
