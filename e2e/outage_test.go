@@ -181,6 +181,55 @@ func kafkaOutageBroker(t *testing.T) *outageBroker {
 	return b
 }
 
+// redisOutageBroker reads two streams directly and gives the relay a
+// sender through a proxy in front of Redis.
+func redisOutageBroker(t *testing.T) *outageBroker {
+	t.Helper()
+	testenv.RequireTCP(t, "Redis", testenv.RedisAddr)
+	prefix := testenv.UniqueName("e2e_")
+	streams := []string{prefix + "_orders", prefix + "_other"}
+	b := &outageBroker{name: "redisstream", route: sender.Route{Stream: prefix + "_{event_type}"}}
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		last := []string{"0", "0"}
+		for ctx.Err() == nil {
+			res, err := rdb.XRead(ctx, &redis.XReadArgs{Streams: append(append([]string(nil), streams...), last...), Count: 1000, Block: 200 * time.Millisecond}).Result()
+			if err != nil {
+				continue // redis.Nil on an idle block, or the test ending
+			}
+			for _, st := range res {
+				for _, m := range st.Messages {
+					if id, ok := m.Values["id"].(string); ok {
+						b.add(id)
+					}
+					for i, name := range streams {
+						if name == st.Stream {
+							last[i] = m.ID
+						}
+					}
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		rdb.Del(context.Background(), streams...)
+		rdb.Close()
+	})
+	b.proxy = sendertest.NewProxy(t, testenv.RedisAddr)
+	s, err := redisstream.New(redisstream.Config{Addr: b.proxy.Addr(), DialTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	b.sender = s
+	return b
+}
+
 // outageLength is how long the broker stays down: short by default, one
 // minute under TXBOX_CHAOS.
 func outageLength() time.Duration {
@@ -199,7 +248,7 @@ func liveHeap() uint64 {
 }
 
 // TestBrokerOutage (TESTING.md scenario 7): through the real relay on
-// PostgreSQL, the broker becomes unreachable for a while under a steady
+// PostgreSQL, the broker (RabbitMQ, Kafka, Redis Streams) becomes unreachable for a while under a steady
 // publishing load. The circuit opens, no attempt is burned, nothing is
 // dead-lettered, the relay's memory stays flat while the backlog grows in
 // the database, and once the broker is back the backlog drains with
@@ -215,6 +264,7 @@ func TestBrokerOutage(t *testing.T) {
 	}{
 		{"rabbitmq", rabbitOutageBroker},
 		{"kafka", kafkaOutageBroker},
+		{"redisstream", redisOutageBroker},
 	} {
 		t.Run(tc.name, func(t *testing.T) { runOutage(t, tc.new(t)) })
 	}
