@@ -1,0 +1,140 @@
+// Package nats feeds an inbox from a NATS JetStream consumer (nats.go's
+// jetstream package): a message is acked only after the inbox handled it
+// (processed or duplicate), naked with a delay growing with its delivery
+// count when the handler failed, and terminated when it carries no event
+// id (a redelivery could not fix it).
+//
+// Create the consumer with AckPolicy AckExplicitPolicy and an AckWait
+// longer than the slowest handler: a message not acked within AckWait is
+// redelivered while the first delivery may still be running, which the
+// inbox then absorbs, but at the cost of a second lookup.
+//
+// The event id is read from the txbox-event-id header, else from
+// Nats-Msg-Id, which txbox's NATS sender sets to the same value.
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/consume"
+	"github.com/txbox/txbox/inbox"
+)
+
+// Config configures a Consumer.
+type Config struct {
+	// Inbox deduplicates and runs Handler. Required.
+	Inbox *inbox.Inbox
+	// Handler processes each new message. Required.
+	Handler inbox.Handler
+	// Backoff is the nak delay of a failed message by its delivery count.
+	// Defaults to consume.DefaultMinBackoff doubling up to
+	// consume.DefaultMaxBackoff.
+	Backoff consume.Backoff
+	// Logger receives warnings. Payloads are never logged. Defaults to a
+	// logger that discards everything.
+	Logger *slog.Logger
+}
+
+// Consumer feeds a JetStream consumer's messages to an inbox.
+type Consumer struct {
+	cons   jetstream.Consumer
+	cfg    Config
+	logger *slog.Logger
+}
+
+// New returns a Consumer on cons.
+func New(cons jetstream.Consumer, cfg Config) (*Consumer, error) {
+	if cons == nil {
+		return nil, errors.New("consume/nats: consumer is nil")
+	}
+	if cfg.Inbox == nil || cfg.Handler == nil {
+		return nil, errors.New("consume/nats: Config.Inbox and Config.Handler are required")
+	}
+	b, err := cfg.Backoff.Normalize()
+	if err != nil {
+		return nil, fmt.Errorf("consume/nats: %w", err)
+	}
+	cfg.Backoff = b
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Consumer{cons: cons, cfg: cfg, logger: logger.With("consumer", cfg.Inbox.Consumer())}, nil
+}
+
+// Run pulls and handles messages one at a time until ctx ends; it returns
+// nil then. Pull errors other than the end of the iterator are logged and
+// pulling goes on (the iterator reconnects).
+func (c *Consumer) Run(ctx context.Context) error {
+	it, err := c.cons.Messages()
+	if err != nil {
+		return fmt.Errorf("consume/nats: messages: %w", err)
+	}
+	stopped := make(chan struct{})
+	defer close(stopped)
+	go func() {
+		select {
+		case <-ctx.Done():
+			it.Stop()
+		case <-stopped:
+			it.Stop()
+		}
+	}()
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
+				return nil
+			}
+			c.logger.WarnContext(ctx, "nats pull failed", "error", err)
+			continue
+		}
+		c.handle(ctx, msg)
+	}
+}
+
+func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
+	h := m.Headers()
+	headers := make(map[string]string, len(h))
+	for k, vs := range h {
+		if len(vs) > 0 {
+			headers[k] = vs[0]
+		}
+	}
+	id := h.Get(txbox.HeaderEventID)
+	if id == "" {
+		id = h.Get(jetstream.MsgIDHeader)
+	}
+	msg, err := consume.NewMessage(id, h.Get(txbox.HeaderEventType), "", m.Data(), headers)
+	if err != nil {
+		c.logger.ErrorContext(ctx, "nats message terminated", "subject", m.Subject(), "error", err)
+		c.settle(ctx, "term", m.Term())
+		return
+	}
+	if _, err := c.cfg.Inbox.Handle(ctx, msg, c.cfg.Handler); err != nil {
+		delivered := 1
+		if md, mdErr := m.Metadata(); mdErr == nil {
+			delivered = int(md.NumDelivered)
+		}
+		delay := c.cfg.Backoff.Delay(delivered)
+		c.logger.WarnContext(ctx, "nats message failed; nak", "event_id", msg.ID, "delivered", delivered, "redeliver_in", delay, "error", err)
+		c.settle(ctx, "nak", m.NakWithDelay(delay))
+		return
+	}
+	c.settle(ctx, "ack", m.Ack())
+}
+
+func (c *Consumer) settle(ctx context.Context, op string, err error) {
+	if err != nil {
+		// Unacked messages are redelivered after AckWait; the inbox absorbs
+		// those already handled.
+		c.logger.WarnContext(ctx, "nats "+op+" failed", "error", err)
+	}
+}

@@ -1,0 +1,128 @@
+package nats_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/consume"
+	"github.com/txbox/txbox/consume/internal/consumetest"
+	cnats "github.com/txbox/txbox/consume/nats"
+	"github.com/txbox/txbox/internal/testenv"
+)
+
+// stream creates a unique stream and durable consumer on the local NATS,
+// deleted when the test ends.
+func stream(t *testing.T) (jetstream.JetStream, string, jetstream.Consumer) {
+	t.Helper()
+	testenv.RequireTCP(t, "NATS", "127.0.0.1:4222")
+	nc, err := natsgo.Connect(testenv.NATSURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := testenv.UniqueName("TXBOXINBOX_")
+	subject := name + ".events"
+	ctx := context.Background()
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject}, Storage: jetstream.MemoryStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
+	cons, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "inbox", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js, subject, cons
+}
+
+func publish(t *testing.T, js jetstream.JetStream, subject string, id txbox.ID, asMsgID bool) {
+	t.Helper()
+	m := natsgo.NewMsg(subject)
+	m.Data = []byte(`{"n":1}`)
+	m.Header.Set(txbox.HeaderEventType, "order-created")
+	if asMsgID {
+		m.Header.Set(jetstream.MsgIDHeader, id.String())
+	} else {
+		m.Header.Set(txbox.HeaderEventID, id.String())
+	}
+	if _, err := js.PublishMsg(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAckAfterHandler: duplicates (published without Nats-Msg-Id, so
+// JetStream does not drop them) have no second effect, a failing handler
+// is naked and redelivered until it succeeds, a message without id is
+// terminated, and nothing stays pending or unacked.
+func TestAckAfterHandler(t *testing.T) {
+	t.Parallel()
+	js, subject, jc := stream(t)
+	env := consumetest.New(t, "nats-test")
+	const n = 200
+	ids := make([]txbox.ID, n)
+	for i := range ids {
+		ids[i] = txbox.NewID()
+		publish(t, js, subject, ids[i], i%2 == 1)
+	}
+	for i := 0; i < n; i += 10 {
+		publish(t, js, subject, ids[i], false)
+	}
+	if _, err := js.Publish(context.Background(), subject, []byte("no id")); err != nil {
+		t.Fatal(err)
+	}
+	env.FailFirst(ids[5], 2)
+	cons, err := cnats.New(jc, cnats.Config{Inbox: env.Inbox, Handler: env.Handler, Backoff: consume.Backoff{Min: 5 * time.Millisecond, Max: 20 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cons.Run(ctx) }()
+	env.WaitEffects(t, ids, 60*time.Second)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		info, err := jc.Info(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumPending == 0 && info.NumAckPending == 0 && info.NumRedelivered == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("consumer still has %d pending, %d unacked, %d redelivered", info.NumPending, info.NumAckPending, info.NumRedelivered)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run = %v", err)
+	}
+	env.CheckExactlyOnce(t, ids)
+	if got := env.Calls(); got != n+2 {
+		t.Errorf("handler calls = %d, want %d", got, n+2)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	t.Parallel()
+	_, _, jc := stream(t)
+	env := consumetest.New(t, "nats-cfg")
+	if _, err := cnats.New(nil, cnats.Config{Inbox: env.Inbox, Handler: env.Handler}); err == nil {
+		t.Error("nil consumer accepted")
+	}
+	if _, err := cnats.New(jc, cnats.Config{Inbox: env.Inbox}); err == nil {
+		t.Error("missing handler accepted")
+	}
+	if _, err := cnats.New(jc, cnats.Config{Inbox: env.Inbox, Handler: env.Handler, Backoff: consume.Backoff{Min: -1}}); err == nil {
+		t.Error("negative backoff accepted")
+	}
+}
