@@ -129,16 +129,19 @@ var (
 // first writes. Use [Driver.DB] for the business transactions you publish
 // in.
 //
-// path is a file name, not a DSN; ":memory:" is refused because every
-// connection of a pool would see its own empty database. Open does not
+// path is a file name, not a DSN: a file: URI or a '?' is refused, and
+// ":memory:" too, because every connection of a pool would see its own
+// empty database. Open does not
 // migrate: call Migrate.
 func Open(path string, cfg Config) (*Driver, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") {
-		return nil, fmt.Errorf("%w: path %q must name a database file (not :memory: or a file: URI)", ErrInvalidConfig, path)
+	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") || strings.Contains(path, "?") {
+		// A '?' is almost always DSN parameters passed as a path; they
+		// would silently become part of the file name.
+		return nil, fmt.Errorf("%w: path %q must name a database file (not :memory:, a file: URI or a DSN with ?parameters; Open sets the parameters itself)", ErrInvalidConfig, path)
 	}
 	tables, err := store.NewTables("", cfg.TablePrefix)
 	if err != nil {

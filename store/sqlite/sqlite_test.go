@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -129,7 +130,7 @@ func TestOpenRejectsBadConfig(t *testing.T) {
 			t.Errorf("prefix %q: got %v, want ErrInvalidIdentifier", prefix, err)
 		}
 	}
-	for _, p := range []string{"", ":memory:", "file:x.db?mode=memory"} {
+	for _, p := range []string{"", ":memory:", "file:x.db?mode=memory", "app.db?_pragma=query_only(1)"} {
 		if _, err := Open(p, Config{}); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("path %q: got %v, want ErrInvalidConfig", p, err)
 		}
@@ -144,9 +145,8 @@ func TestOpenRejectsBadConfig(t *testing.T) {
 
 func TestPathIsNotADSN(t *testing.T) {
 	t.Parallel()
-	// A '?' in the file name must stay part of the name, not start DSN
-	// parameters.
-	path := filepath.Join(t.TempDir(), "odd?_pragma=query_only(1)#x.db")
+	// Characters that mean something in a URI stay part of the name.
+	path := filepath.Join(t.TempDir(), "odd #1 100% & x=y.db")
 	d := openDriver(t, path, "")
 	if err := d.Migrate(context.Background()); err != nil {
 		t.Fatalf("migrate on %q: %v", path, err)
@@ -154,6 +154,16 @@ func TestPathIsNotADSN(t *testing.T) {
 	var mode string
 	if err := d.DB().QueryRow(`PRAGMA journal_mode`).Scan(&mode); err != nil || mode != "wal" {
 		t.Fatalf("journal_mode = %q, %v; want wal", mode, err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("the database file is not at the path given: %v", err)
+	}
+	var sync, fk, busy int
+	if err := d.DB().QueryRow(`SELECT * FROM pragma_synchronous, pragma_foreign_keys, pragma_busy_timeout`).Scan(&sync, &fk, &busy); err != nil {
+		t.Fatal(err)
+	}
+	if sync != 1 || fk != 0 || busy != int(DefaultBusyTimeout.Milliseconds()) {
+		t.Fatalf("synchronous=%d foreign_keys=%d busy_timeout=%d; want 1 (NORMAL), 0, %d", sync, fk, busy, DefaultBusyTimeout.Milliseconds())
 	}
 }
 
