@@ -372,14 +372,16 @@ func natsMsg(m *sender.Message) (*natsgo.Msg, error) {
 }
 
 // checkHeader refuses what the NATS header block cannot carry (a name
-// with a colon, space or control character; a value with CR or LF) and
+// with a space, a control character or an HTTP delimiter such as a colon;
+// a value with CR or LF, which nats.go would turn into spaces) and
 // the Nats-* names that steer JetStream.
 func checkHeader(name, value string) error {
 	if name == "" {
 		return &MessageError{Reason: "empty header name"}
 	}
 	for i := 0; i < len(name); i++ {
-		if c := name[i]; c <= ' ' || c == ':' || c >= 0x7f {
+		// nats.go's rule: printable ASCII without the HTTP delimiters.
+		if c := name[i]; c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
 			return &MessageError{Reason: fmt.Sprintf("header name %q: character %q is not allowed", truncate(name), c)}
 		}
 	}
