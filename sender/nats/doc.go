@@ -10,10 +10,15 @@
 //
 //   - Nats-Msg-Id is the event id, so JetStream drops a resent copy within
 //     the stream's duplicate window (2 minutes by default): the relay's
-//     retries after an unknown outcome do not reach consumers twice;
+//     retries after an unknown outcome do not reach consumers twice. A
+//     resend later than the window (after a long outage) is stored again;
+//     the consumer's inbox absorbs that copy;
 //   - every message header travels as a NATS header of the same name,
 //     including txbox-event-id, txbox-event-type, txbox-created-at, and
-//     txbox-key when the event has a key;
+//     txbox-key when the event has a key (names keep their case; NATS
+//     trims the whitespace around a value; a name NATS cannot carry, or a
+//     value with CR or LF, fails the message Permanent instead of being
+//     altered);
 //   - message headers named Nats-* are refused (Permanent): they steer
 //     JetStream itself (Nats-Rollup purges a subject, Nats-Expected-*
 //     adds preconditions) and must not come from event data.

@@ -12,7 +12,10 @@
 //   - every message header travels as an HTTP header of the same name
 //     (HTTP names are case-insensitive; Go sends them canonicalized, e.g.
 //     Txbox-Event-Id), including txbox-event-id, txbox-event-type,
-//     txbox-created-at, and txbox-key when the event has a key;
+//     txbox-created-at, and txbox-key when the event has a key; HTTP
+//     trims the whitespace around a value, and a header name or value
+//     HTTP cannot carry fails the message (Permanent) instead of being
+//     altered;
 //   - with Config.Secret set, a signature header (Txbox-Signature by
 //     default) "t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">", the
 //     scheme Stripe made familiar. Receivers check it with [Verify], which
