@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -264,5 +265,37 @@ func TestCancelledWriterFreesQueue(t *testing.T) {
 	rows := claim(t, b.d, "cancel", 10, time.Minute, false)
 	if len(rows) != 2 {
 		t.Fatalf("after the lock was released claimed %d, want 2", len(rows))
+	}
+}
+
+// TestBusyTimeoutIsErrBusy: when another connection holds the write lock
+// longer than BusyTimeout, a write fails with an error matching ErrBusy
+// and changes nothing.
+func TestBusyTimeoutIsErrBusy(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "busy.db")
+	holder := openDriver(t, path, "")
+	if err := holder.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	impatient, err := Open(path, Config{BusyTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer impatient.Close()
+	publish(t, holder, newEvent("busy", ""))
+
+	tx, err := holder.DB().BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	_, err = impatient.OutboxClaim(context.Background(), &store.OutboxClaimParams{EventType: "busy", Limit: 1, LeaseDuration: time.Minute})
+	if !errors.Is(err, ErrBusy) {
+		t.Fatalf("claim against a held lock: %v, want ErrBusy", err)
+	}
+	tx.Rollback()
+	if rows := claim(t, impatient, "busy", 10, time.Minute, false); len(rows) != 1 {
+		t.Fatalf("after the lock was released claimed %d, want 1 (the busy claim must change nothing)", len(rows))
 	}
 }

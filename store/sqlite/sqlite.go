@@ -13,11 +13,15 @@ import (
 	"time"
 
 	// The pure-Go SQLite driver, registered as "sqlite".
-	_ "modernc.org/sqlite"
+	msqlite "modernc.org/sqlite"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
 )
+
+// sqliteBusy is SQLITE_BUSY, the primary result code (low byte) of a
+// lock wait that timed out.
+const sqliteBusy = 5
 
 // DialectName is what Driver.Dialect returns.
 const DialectName = "sqlite"
@@ -34,6 +38,11 @@ const (
 // cannot use (a nil handle, a negative duration, an in-memory path).
 // Invalid table prefixes match txbox.ErrInvalidIdentifier instead.
 var ErrInvalidConfig = errors.New("sqlite: invalid configuration")
+
+// ErrBusy matches errors of a write that waited BusyTimeout for SQLite's
+// single write lock and gave up (SQLITE_BUSY): another connection or
+// process held it that long. Nothing was changed; retrying later is safe.
+var ErrBusy = errors.New("sqlite: database busy")
 
 // ErrInvalidParams is returned when a call's parameters are out of range (a
 // claim Limit below 1, a negative lease duration, an empty lease name). The
@@ -389,6 +398,10 @@ func (d *Driver) translate(err error) error {
 	}
 	if d.check() != nil {
 		return fmt.Errorf("sqlite: %w: %w", txbox.ErrClosed, err)
+	}
+	var se *msqlite.Error
+	if errors.As(err, &se) && se.Code()&0xff == sqliteBusy {
+		return fmt.Errorf("%w: %w", ErrBusy, err)
 	}
 	return fmt.Errorf("sqlite: %w", err)
 }
