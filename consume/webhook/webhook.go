@@ -1,0 +1,172 @@
+// Package webhook is the receiving end of txbox's webhook sender: an
+// http.Handler that verifies the HMAC signature (when a secret is
+// configured), reads the event id from the Idempotency-Key (or
+// txbox-event-id) header, and runs the request through an inbox.
+//
+// Status codes tell the sender what to do:
+//
+//   - 200 when the event was processed or is a duplicate (the sender acks);
+//   - 4xx with a problem-details JSON body (RFC 9457) for a request that a
+//     retry cannot fix: wrong method, no or malformed id, bad or missing
+//     signature, body too large;
+//   - 500 only when the handler (or the inbox table) failed: nothing was
+//     recorded, and the sender retries.
+package webhook
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/consume"
+	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/sender"
+	"github.com/txbox/txbox/sender/webhook"
+)
+
+// Config configures a Handler.
+type Config struct {
+	// Inbox deduplicates and runs Handler. Required.
+	Inbox *inbox.Inbox
+	// Handler processes each new event. Required.
+	Handler inbox.Handler
+	// Secret, when not empty, requires every request to carry a valid
+	// signature made with it (see sender/webhook.Verify). It is never
+	// logged. Defaults to no verification.
+	Secret string
+	// SignatureHeader names the signature header. Defaults to
+	// webhook.DefaultSignatureHeader ("Txbox-Signature").
+	SignatureHeader string
+	// Tolerance is how far a signature's timestamp may be from this
+	// server's clock. Defaults to webhook.DefaultTolerance (5m).
+	Tolerance time.Duration
+	// MaxBodyBytes bounds a request body. Defaults to
+	// txbox.DefaultMaxPayloadSize (1 MiB), the publish-side limit.
+	MaxBodyBytes int64
+	// Logger receives handler failures. Payloads and the secret are never
+	// logged. Defaults to a logger that discards everything.
+	Logger *slog.Logger
+}
+
+// Handler is the http.Handler. It is safe for concurrent use.
+type Handler struct {
+	cfg    Config
+	logger *slog.Logger
+}
+
+var _ http.Handler = (*Handler)(nil)
+
+// New returns a Handler. Missing or invalid fields are an error naming
+// them.
+func New(cfg Config) (*Handler, error) {
+	if cfg.Inbox == nil || cfg.Handler == nil {
+		return nil, errors.New("consume/webhook: Config.Inbox and Config.Handler are required")
+	}
+	if cfg.Tolerance < 0 || cfg.MaxBodyBytes < 0 {
+		return nil, errors.New("consume/webhook: Tolerance and MaxBodyBytes must not be negative")
+	}
+	if cfg.SignatureHeader == "" {
+		cfg.SignatureHeader = webhook.DefaultSignatureHeader
+	}
+	if cfg.Tolerance == 0 {
+		cfg.Tolerance = webhook.DefaultTolerance
+	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = txbox.DefaultMaxPayloadSize
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Handler{cfg: cfg, logger: logger.With("consumer", cfg.Inbox.Consumer())}, nil
+}
+
+// Problem is the RFC 9457 problem-details body of an error response.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// Problem types, relative URIs naming each failure.
+const (
+	ProblemMethod    = "/problems/method-not-allowed"
+	ProblemTooLarge  = "/problems/body-too-large"
+	ProblemSignature = "/problems/bad-signature"
+	ProblemEventID   = "/problems/bad-event-id"
+	ProblemHandler   = "/problems/handler-failed"
+)
+
+// Response is the JSON body of a 200 response.
+type Response struct {
+	// Result is "processed" or "duplicate".
+	Result  string   `json:"result"`
+	EventID txbox.ID `json:"event_id"`
+}
+
+// ServeHTTP handles one delivery.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeProblem(w, Problem{Type: ProblemMethod, Title: "method not allowed", Status: http.StatusMethodNotAllowed, Detail: "deliveries are POST requests"})
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeProblem(w, Problem{Type: ProblemTooLarge, Title: "body too large", Status: http.StatusRequestEntityTooLarge, Detail: fmt.Sprintf("the limit is %d bytes", h.cfg.MaxBodyBytes)})
+			return
+		}
+		writeProblem(w, Problem{Type: "about:blank", Title: "unreadable body", Status: http.StatusBadRequest})
+		return
+	}
+	if h.cfg.Secret != "" {
+		if err := webhook.Verify(h.cfg.Secret, r.Header.Get(h.cfg.SignatureHeader), body, h.cfg.Tolerance); err != nil {
+			// The Verify errors name what is wrong, never the secret or the
+			// expected signature.
+			writeProblem(w, Problem{Type: ProblemSignature, Title: "bad signature", Status: http.StatusUnauthorized, Detail: err.Error()})
+			return
+		}
+	}
+	id := r.Header.Get(txbox.HeaderEventID)
+	if id == "" {
+		id = r.Header.Get(webhook.HeaderIdempotencyKey)
+	}
+	headers := make(map[string]string, len(r.Header))
+	for k, vs := range r.Header {
+		if len(vs) > 0 && !strings.EqualFold(k, h.cfg.SignatureHeader) {
+			headers[strings.ToLower(k)] = vs[0]
+		}
+	}
+	msg, err := consume.NewMessage(id, r.Header.Get(txbox.HeaderEventType), r.Header.Get(sender.HeaderKey), body, headers)
+	if err != nil {
+		writeProblem(w, Problem{Type: ProblemEventID, Title: "bad event id", Status: http.StatusBadRequest, Detail: err.Error()})
+		return
+	}
+	res, err := h.cfg.Inbox.Handle(r.Context(), msg, h.cfg.Handler)
+	if err != nil {
+		h.logger.ErrorContext(r.Context(), "webhook delivery failed", "event_id", msg.ID, "error", err)
+		// The handler's error text stays in the log: it may carry details
+		// the sender has no business seeing.
+		writeProblem(w, Problem{Type: ProblemHandler, Title: "handler failed", Status: http.StatusInternalServerError, Detail: "the event was not processed; retry later"})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_ = json.NewEncoder(w).Encode(Response{Result: res.String(), EventID: msg.ID})
+}
+
+func writeProblem(w http.ResponseWriter, p Problem) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(p.Status)
+	_ = json.NewEncoder(w).Encode(p)
+}
