@@ -133,9 +133,9 @@ func TestChaosSIGKILLRelayProcess(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				publisher{kind: kind, d: d, o: o, eventType: "orders", txSize: txSize, rollbackEvery: rollbackEvery}.run(t, 30_000, 2)
+				publisher{kind: kind, d: d, o: o, eventType: "orders", txSize: txSize, rollbackEvery: rollbackEvery}.run(t, kind.events(30_000), 2)
 			}()
-			waitFor(t, 60*time.Second, "deliveries under way", func() bool { return st.count(t) >= 3000 })
+			waitFor(t, 60*time.Second, "deliveries under way", func() bool { return st.count(t) >= uint64(kind.events(3000)) })
 			if err := children[0].cmd.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
@@ -178,8 +178,8 @@ func TestChaosSIGSTOPStaleRelay(t *testing.T) {
 			stale := startChild(t, kind, ns, st.prefix, 0, lease, envDelay+"=300ms")
 			d := openStore(t, kind, ns, 4)
 			o := newOracle()
-			publisher{kind: kind, d: d, o: o, eventType: "orders", txSize: txSize}.run(t, 20_000, 2)
-			waitFor(t, 60*time.Second, "deliveries under way", func() bool { return st.count(t) >= 1000 })
+			publisher{kind: kind, d: d, o: o, eventType: "orders", txSize: txSize}.run(t, kind.events(20_000), 2)
+			waitFor(t, 60*time.Second, "deliveries under way", func() bool { return st.count(t) >= uint64(kind.events(1000)) })
 			if err := stale.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}

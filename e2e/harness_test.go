@@ -29,6 +29,18 @@ type storeKind struct {
 	// publish inserts evs in one transaction on d, then commits it or,
 	// when commit is false, rolls it back.
 	publish func(ctx context.Context, d store.Driver, evs []*txbox.Event, commit bool) error
+	// scale divides the event counts of the load tests (0 or 1 = full
+	// size): SQLite has one writer for all relays and publishers, so its
+	// multi-relay runs use fewer events to keep the default suite short.
+	scale int
+}
+
+// events returns n scaled for this dialect.
+func (k storeKind) events(n int) int {
+	if k.scale > 1 {
+		return n / k.scale
+	}
+	return n
 }
 
 // storeKinds lists the dialects every delivery test runs on. MySQL and

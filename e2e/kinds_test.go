@@ -1,0 +1,100 @@
+package e2e
+
+import (
+	"context"
+	"database/sql"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/mysql"
+	"github.com/txbox/txbox/store/sqlite"
+)
+
+func init() {
+	storeKinds = append(storeKinds, mysqlKind, sqliteKind)
+}
+
+// sqlTxPublish publishes through a database/sql transaction, as both
+// MySQL and SQLite producers do.
+func sqlTxPublish(db func(store.Driver) *sql.DB) func(context.Context, store.Driver, []*txbox.Event, bool) error {
+	return func(ctx context.Context, d store.Driver, evs []*txbox.Event, commit bool) error {
+		tx, err := db(d).BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if err := d.OutboxInsert(ctx, tx, &store.OutboxInsertParams{Events: evs}); err != nil {
+			return err
+		}
+		if !commit {
+			return tx.Rollback()
+		}
+		return tx.Commit()
+	}
+}
+
+// mysqlKind runs on the local MariaDB; the namespace is the DSN of a
+// fresh database (no password on the test server, so nothing secret).
+var mysqlKind = storeKind{
+	name: "mysql",
+	newNamespace: func(t testing.TB) string {
+		t.Helper()
+		_, dsn := testenv.MySQLDatabase(t, mysql.OpenDB, "")
+		d, closeFn, err := openMySQL(dsn, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer closeFn()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if err := d.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return dsn
+	},
+	open:    openMySQL,
+	publish: sqlTxPublish(func(d store.Driver) *sql.DB { return d.(*mysql.Driver).DB() }),
+}
+
+func openMySQL(dsn string, conns int) (store.Driver, func(), error) {
+	d, err := mysql.Open(dsn, mysql.Config{})
+	if err != nil {
+		return nil, nil, err
+	}
+	d.DB().SetMaxOpenConns(conns)
+	return d, func() { _ = d.Close() }, nil
+}
+
+// sqliteKind runs on a database file in the test's temporary directory;
+// child relay processes open the same file.
+var sqliteKind = storeKind{
+	name: "sqlite",
+	newNamespace: func(t testing.TB) string {
+		t.Helper()
+		path := filepath.Join(t.TempDir(), "e2e.db")
+		d, closeFn, err := openSQLite(path, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer closeFn()
+		if err := d.Migrate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	},
+	open:    openSQLite,
+	publish: sqlTxPublish(func(d store.Driver) *sql.DB { return d.(*sqlite.Driver).DB() }),
+	scale:   5,
+}
+
+func openSQLite(path string, conns int) (store.Driver, func(), error) {
+	d, err := sqlite.Open(path, sqlite.Config{MaxOpenConns: conns})
+	if err != nil {
+		return nil, nil, err
+	}
+	return d, func() { _ = d.Close() }, nil
+}
