@@ -29,7 +29,7 @@ import (
 // "nofsync" sets synchronous_commit=off for the session, which removes
 // the flush and exposes the per-statement overhead txbox adds.
 
-func benchDriver(b *testing.B, syncCommit bool) *postgres.Driver {
+func benchDriver(b *testing.B, syncCommit bool, opts ...func(*postgres.Config)) *postgres.Driver {
 	b.Helper()
 	testenv.RequireTCP(b, "PostgreSQL", "127.0.0.1:5432")
 	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL)
@@ -45,7 +45,11 @@ func benchDriver(b *testing.B, syncCommit bool) *postgres.Driver {
 		b.Fatal(err)
 	}
 	b.Cleanup(pool.Close)
-	d, err := postgres.New(pool, postgres.Config{Schema: newSchema(b)})
+	cfg2 := postgres.Config{Schema: newSchema(b)}
+	for _, o := range opts {
+		o(&cfg2)
+	}
+	d, err := postgres.New(pool, cfg2)
 	if err != nil {
 		b.Fatal(err)
 	}

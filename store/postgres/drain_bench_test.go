@@ -3,6 +3,8 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -18,64 +20,71 @@ import (
 // transaction left open, which keeps vacuum and index-entry killing from
 // removing the dead versions every claim leaves behind).
 func BenchmarkDrain(b *testing.B) {
-	const backlog, batch = 20_000, 200
+	const batch = 200
+	// TXBOX_DRAIN_BACKLOG overrides the backlog size (default 20,000).
+	backlog := 20_000
+	if v, err := strconv.Atoi(os.Getenv("TXBOX_DRAIN_BACKLOG")); err == nil && v > 0 {
+		backlog = v
+	}
 	ctx := context.Background()
 	for _, pinned := range []bool{false, true} {
-		b.Run(fmt.Sprintf("pinned=%v", pinned), func(b *testing.B) {
-			d := benchDriver(b, false)
-			ob := pgx.Identifier{d.Tables().Schema, d.Tables().Outbox}.Sanitize()
-			fill := fmt.Sprintf(`INSERT INTO %s (event_type, payload) SELECT 'drain', '\x00'::bytea FROM generate_series(1, %d); ANALYZE %s`, ob, backlog, ob)
-			bare := `DELETE FROM ` + ob + ` WHERE id IN (SELECT id FROM ` + ob + ` WHERE status = 'PENDING' AND event_type = 'drain' AND due_at <= now() ORDER BY due_at, id LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING id, payload`
-			// drain fills the backlog (untimed), pins the horizon if asked,
-			// and times one full drain by step.
-			drain := func(step func() int) time.Duration {
-				if _, err := d.Pool().Exec(ctx, fill, pgx.QueryExecModeSimpleProtocol); err != nil {
-					b.Fatal(err)
+		for _, lookback := range []time.Duration{-1, postgres.DefaultClaimLookback} {
+			b.Run(fmt.Sprintf("pinned=%v/lookback=%v", pinned, lookback), func(b *testing.B) {
+				d := benchDriver(b, false, func(c *postgres.Config) { c.ClaimLookback = lookback })
+				ob := pgx.Identifier{d.Tables().Schema, d.Tables().Outbox}.Sanitize()
+				fill := fmt.Sprintf(`INSERT INTO %s (event_type, payload) SELECT 'drain', '\x00'::bytea FROM generate_series(1, %d); ANALYZE %s`, ob, backlog, ob)
+				bare := `DELETE FROM ` + ob + ` WHERE id IN (SELECT id FROM ` + ob + ` WHERE status = 'PENDING' AND event_type = 'drain' AND due_at <= now() ORDER BY due_at, id LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING id, payload`
+				// drain fills the backlog (untimed), pins the horizon if asked,
+				// and times one full drain by step.
+				drain := func(step func() int) time.Duration {
+					if _, err := d.Pool().Exec(ctx, fill, pgx.QueryExecModeSimpleProtocol); err != nil {
+						b.Fatal(err)
+					}
+					if pinned {
+						pin, err := d.Pool().BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+						if err != nil {
+							b.Fatal(err)
+						}
+						if _, err := pin.Exec(ctx, "SELECT 1"); err != nil {
+							b.Fatal(err)
+						}
+						defer pin.Rollback(ctx)
+					}
+					start := time.Now()
+					for n := 0; n < backlog; {
+						got := step()
+						if got == 0 {
+							b.Fatalf("drained %d of %d", n, backlog)
+						}
+						n += got
+					}
+					return time.Since(start)
 				}
-				if pinned {
-					pin, err := d.Pool().BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+				bareStep := func() int {
+					tag, err := d.Pool().Exec(ctx, bare, batch)
 					if err != nil {
 						b.Fatal(err)
 					}
-					if _, err := pin.Exec(ctx, "SELECT 1"); err != nil {
-						b.Fatal(err)
+					return int(tag.RowsAffected())
+				}
+				txboxStep := func() int { return drainOnce(ctx, b, d, batch) }
+				var tb, tt []float64
+				i := 0
+				for b.Loop() {
+					if i%2 == 0 {
+						tb = append(tb, float64(drain(bareStep)))
+						tt = append(tt, float64(drain(txboxStep)))
+					} else {
+						tt = append(tt, float64(drain(txboxStep)))
+						tb = append(tb, float64(drain(bareStep)))
 					}
-					defer pin.Rollback(ctx)
+					i++
 				}
-				start := time.Now()
-				for n := 0; n < backlog; {
-					got := step()
-					if got == 0 {
-						b.Fatalf("drained %d of %d", n, backlog)
-					}
-					n += got
-				}
-				return time.Since(start)
-			}
-			bareStep := func() int {
-				tag, err := d.Pool().Exec(ctx, bare, batch)
-				if err != nil {
-					b.Fatal(err)
-				}
-				return int(tag.RowsAffected())
-			}
-			txboxStep := func() int { return drainOnce(ctx, b, d, batch) }
-			var tb, tt []float64
-			i := 0
-			for b.Loop() {
-				if i%2 == 0 {
-					tb = append(tb, float64(drain(bareStep)))
-					tt = append(tt, float64(drain(txboxStep)))
-				} else {
-					tt = append(tt, float64(drain(txboxStep)))
-					tb = append(tb, float64(drain(bareStep)))
-				}
-				i++
-			}
-			b.ReportMetric(backlog/(median(tb)/1e9), "bare-events/s")
-			b.ReportMetric(backlog/(median(tt)/1e9), "txbox-events/s")
-			b.ReportMetric(median(tb)/median(tt), "txbox/bare-rate")
-		})
+				b.ReportMetric(float64(backlog)/(median(tb)/1e9), "bare-events/s")
+				b.ReportMetric(float64(backlog)/(median(tt)/1e9), "txbox-events/s")
+				b.ReportMetric(median(tb)/median(tt), "txbox/bare-rate")
+			})
+		}
 	}
 }
 

@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib"
 
@@ -66,14 +68,16 @@ func TestClaimPlanIsOBatch(t *testing.T) {
 	}
 
 	const limit = 100
+	full := pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
 	cases := []struct {
 		name  string
 		query string
 		args  []any
 		index string
 	}{
-		{"claim", d.q.claim, []any{"type-2", limit, int64(time.Minute / time.Microsecond), txbox.NewID()}, d.prefix + "outbox_claim_idx"},
-		{"claim ordered by key", d.q.claimOrdered, []any{"type-4", limit, int64(time.Minute / time.Microsecond), txbox.NewID()}, d.prefix + "outbox_claim_idx"},
+		{"claim", d.q.claim, []any{"type-2", limit, int64(time.Minute / time.Microsecond), txbox.NewID(), full, uuid.UUID{}, int64(0)}, d.prefix + "outbox_claim_idx"},
+		{"claim after a cursor", d.q.claim, []any{"type-2", limit, int64(time.Minute / time.Microsecond), txbox.NewID(), time.Now().Add(-time.Hour), uuid.UUID{}, int64(time.Second / time.Microsecond)}, d.prefix + "outbox_claim_idx"},
+		{"claim ordered by key", d.q.claimOrdered, []any{"type-4", limit, int64(time.Minute / time.Microsecond), txbox.NewID(), full, uuid.UUID{}, int64(0)}, d.prefix + "outbox_claim_idx"},
 		{"pending types", d.q.pendingTypes, nil, d.prefix + "outbox_claim_idx"},
 	}
 	for _, c := range cases {

@@ -245,11 +245,22 @@ func (d *Driver) OutboxClaim(ctx context.Context, params *store.OutboxClaimParam
 		return nil, errBadParams("claim", "lease duration %s must be positive", params.LeaseDuration)
 	}
 	query := d.q.claim
+	lowerDue := pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+	var lowerID uuid.UUID
+	var cur *claimCursor
 	if params.OrderedByKey {
+		// No lower bound for ordered types: a row the scan passed while
+		// its key was blocked becomes the head later, below any cursor.
 		query = d.q.claimOrdered
+	} else {
+		cur = d.cursor(params.EventType)
+		if due, id, ok := cur.lowerBound(time.Now(), d.lookback); ok {
+			lowerDue, lowerID = pgtype.Timestamptz{Time: due, Valid: true}, id
+		}
 	}
 	token := txbox.NewID()
-	rows, err := d.pool.Query(ctx, query, params.EventType, params.Limit, params.LeaseDuration.Microseconds(), token)
+	rows, err := d.pool.Query(ctx, query, params.EventType, params.Limit, params.LeaseDuration.Microseconds(), token,
+		lowerDue, lowerID, max(d.lookback, 0).Microseconds())
 	if err != nil {
 		return nil, translate("claim", err)
 	}
@@ -280,6 +291,14 @@ func (d *Driver) OutboxClaim(ctx context.Context, params *store.OutboxClaimParam
 	res := make([]*store.OutboxRow, len(out))
 	for i, c := range out {
 		res[i] = c.row
+	}
+	if cur != nil {
+		var lastDue time.Time
+		var lastID uuid.UUID
+		if len(out) > 0 {
+			lastDue, lastID = out[len(out)-1].due, out[len(out)-1].row.ID
+		}
+		cur.claimed(time.Now(), lastDue, lastID, lowerDue.InfinityModifier == pgtype.NegativeInfinity, d.rescan)
 	}
 	return res, nil
 }

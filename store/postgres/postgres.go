@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -33,7 +35,34 @@ type Config struct {
 	// Logger receives the driver's own diagnostics (listener reconnects).
 	// Defaults to slog.Default().
 	Logger *slog.Logger
+
+	// ClaimLookback bounds the claim's index scan from below at the
+	// latest due time this driver claimed for the type, minus this
+	// lookback. Each claim leaves dead index entries behind it; vacuum
+	// removes them, but not while another session's transaction pins the
+	// xmin horizon, and then a claim that scans from the start of the
+	// index wades through every row claimed since (measured: the drain
+	// rate of a 100k backlog fell 3.5x with one open REPEATABLE READ
+	// transaction). The lookback catches rows of transactions that
+	// committed out of order; a row from a transaction open longer than
+	// this is claimed at the next full scan (see ClaimRescanInterval).
+	// Ordered-by-key claims always scan in full. Negative disables the
+	// bound. Defaults to DefaultClaimLookback (1s).
+	ClaimLookback time.Duration
+
+	// ClaimRescanInterval is how often a claim scans the whole due range
+	// regardless of ClaimLookback; a claim that comes back empty also
+	// makes the next one scan in full. It is the longest extra delay of a
+	// row whose transaction stayed open longer than ClaimLookback.
+	// Defaults to DefaultClaimRescanInterval (5s).
+	ClaimRescanInterval time.Duration
 }
+
+// Defaults of Config's claim window.
+const (
+	DefaultClaimLookback       = time.Second
+	DefaultClaimRescanInterval = 5 * time.Second
+)
 
 // Driver is the PostgreSQL implementation of store.Driver and store.Waker.
 // It is safe for concurrent use.
@@ -47,6 +76,10 @@ type Driver struct {
 	// copyTable is the outbox table for COPY, which takes an identifier
 	// rather than SQL text.
 	copyTable pgx.Identifier
+
+	lookback, rescan time.Duration
+	cursorsMu        sync.Mutex
+	cursors          map[string]*claimCursor
 }
 
 var (
@@ -74,12 +107,23 @@ func New(pool *pgxpool.Pool, cfg Config) (*Driver, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
+	if cfg.ClaimLookback == 0 {
+		cfg.ClaimLookback = DefaultClaimLookback
+	}
+	if cfg.ClaimRescanInterval == 0 {
+		cfg.ClaimRescanInterval = DefaultClaimRescanInterval
+	}
+	if cfg.ClaimRescanInterval < 0 {
+		return nil, fmt.Errorf("postgres: ClaimRescanInterval %s must not be negative", cfg.ClaimRescanInterval)
+	}
 	d := &Driver{
-		pool:    pool,
-		tables:  tables,
-		prefix:  prefix,
-		logger:  logger,
-		channel: channelName(tables),
+		lookback: cfg.ClaimLookback,
+		rescan:   cfg.ClaimRescanInterval,
+		pool:     pool,
+		tables:   tables,
+		prefix:   prefix,
+		logger:   logger,
+		channel:  channelName(tables),
 	}
 	d.q = buildQueries(d)
 	d.copyTable = pgx.Identifier{tables.Outbox}

@@ -83,7 +83,11 @@ func buildQueries(d *Driver) queries {
 	const claimTmpl = `
 	WITH picked AS (
 		SELECT o.id FROM {{outbox}} o
-		WHERE o.status = 'PENDING' AND o.event_type = $1 AND o.due_at <= now() %s
+		WHERE o.status = 'PENDING' AND o.event_type = $1 AND o.due_at <= now()
+		  AND (o.due_at, o.id) > (
+			LEAST($5::timestamptz, now() - $7::float8 * interval '1 microsecond'),
+			CASE WHEN $5::timestamptz < now() - $7::float8 * interval '1 microsecond'
+			     THEN $6::uuid ELSE '00000000-0000-0000-0000-000000000000'::uuid END) %s
 		ORDER BY o.due_at, o.id
 		LIMIT $2
 		FOR UPDATE SKIP LOCKED

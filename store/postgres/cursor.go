@@ -1,0 +1,70 @@
+package postgres
+
+import (
+	"bytes"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// claimCursor remembers, per event type, the last (due_at, id) this
+// driver claimed, so the next claim can start its index scan there instead
+// of at the beginning of the type's due range, where every row claimed so
+// far left a dead index entry (see Config.ClaimLookback). The claim
+// statement lowers the bound to now() - lookback when the cursor is more
+// recent, so rows of transactions that committed out of order within the
+// lookback are still found. It is a hint held in memory: losing it costs
+// one full scan, never a row.
+type claimCursor struct {
+	mu       sync.Mutex
+	due      time.Time // database clock
+	id       uuid.UUID
+	rescanAt time.Time // local clock: the next claim scans in full after this
+}
+
+func (d *Driver) cursor(eventType string) *claimCursor {
+	d.cursorsMu.Lock()
+	defer d.cursorsMu.Unlock()
+	if d.cursors == nil {
+		d.cursors = map[string]*claimCursor{}
+	}
+	c := d.cursors[eventType]
+	if c == nil {
+		c = &claimCursor{}
+		d.cursors[eventType] = c
+	}
+	return c
+}
+
+// lowerBound returns the (due_at, id) to start the scan after, or false
+// for a full scan.
+func (c *claimCursor) lowerBound(now time.Time, lookback time.Duration) (time.Time, uuid.UUID, bool) {
+	if lookback < 0 {
+		return time.Time{}, uuid.UUID{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.due.IsZero() || !now.Before(c.rescanAt) {
+		return time.Time{}, uuid.UUID{}, false
+	}
+	return c.due, c.id, true
+}
+
+// claimed records a claim's outcome: the last row claimed (zero when none)
+// and whether the claim scanned in full. An empty bounded claim forces the
+// next claim to scan in full, so an idle type never waits for the rescan
+// timer to find a row that committed late.
+func (c *claimCursor) claimed(now, due time.Time, id uuid.UUID, full bool, rescan time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !due.IsZero() && (due.After(c.due) || (due.Equal(c.due) && bytes.Compare(id[:], c.id[:]) > 0)) {
+		c.due, c.id = due, id
+	}
+	switch {
+	case full:
+		c.rescanAt = now.Add(rescan)
+	case due.IsZero():
+		c.rescanAt = time.Time{}
+	}
+}
