@@ -1,0 +1,65 @@
+package rabbitmq_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox/consume/internal/consumetest"
+	"github.com/txbox/txbox/consume/rabbitmq"
+	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/sender"
+	rabbitsender "github.com/txbox/txbox/sender/rabbitmq"
+)
+
+// TestEndToEnd: business transactions (some rolled back) → outbox → relay
+// → RabbitMQ → consume/rabbitmq → inbox → handler writing an effect row in
+// the same PostgreSQL transaction. The relay is stopped abruptly half way
+// and a second one takes over after the lease; a slice of events is
+// published again by hand. Every committed event has exactly one effect.
+func TestEndToEnd(t *testing.T) {
+	t.Parallel()
+	conn := dial(t)
+	q := queue(t, conn)
+	ch := channel(t, conn)
+	exchange := testenv.UniqueName("txbox_inbox_x_")
+	if err := ch.ExchangeDeclare(exchange, "direct", false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(q, "order-created", exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	p := consumetest.NewPipeline(t, "rabbit-e2e")
+	n := consumetest.E2EEvents()
+	const perTx = 10
+	p.Publish(t, "order-created", n/perTx/2, perTx, 7)
+
+	snd, err := rabbitsender.New(rabbitsender.Config{URL: testenv.RabbitURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = snd.Close(context.Background()) })
+	route := sender.Route{Exchange: exchange, RoutingKey: "{event_type}"}
+	stop1 := p.StartRelay(t, snd, route, 2*time.Second)
+
+	cons, err := rabbitmq.New(channel(t, conn), rabbitmq.Config{Inbox: p.Inbox, Handler: p.Handler, Queue: q})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- cons.Run(ctx) }()
+
+	p.Publish(t, "order-created", n/perTx/2, perTx, 7)
+	stop1(time.Millisecond)
+	p.StartRelay(t, snd, route, 2*time.Second)
+
+	committed := p.Committed()
+	for _, id := range committed[:len(committed)/10] {
+		publish(t, ch, q, id, true)
+	}
+	p.WaitDelivered(t, 120*time.Second)
+	cancel()
+	<-done
+}
