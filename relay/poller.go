@@ -19,6 +19,13 @@ import (
 // should cost little when the destination is still down.
 const probeBatchSize = 10
 
+// wakeFollowUps are the delays of the extra polls after a wake-up that
+// found nothing. In-process publishers wake the relay from inside the
+// transaction, before it commits (outbox.Config.OnPublish), so the first
+// poll often comes too early; the commit follows within milliseconds, and
+// these polls pick it up without waiting for the adaptive delay.
+var wakeFollowUps = []time.Duration{2 * time.Millisecond, 10 * time.Millisecond, 50 * time.Millisecond}
+
 // poller claims, sends and finishes the rows of one event type.
 type poller struct {
 	r       *Relay
@@ -77,6 +84,7 @@ func (p *poller) run() {
 	ctx := p.r.runCtx
 	strategy := newPollStrategy(p.s.polling)
 	var delay time.Duration // no initial delay: poll at once
+	var followUps []time.Duration
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
@@ -88,6 +96,7 @@ func (p *poller) run() {
 			case <-timer.C:
 			case <-p.wakeC:
 				strategy.reset()
+				followUps = wakeFollowUps
 				timer.Stop() // Go ≥ 1.23: no stale tick remains after Stop
 			}
 		}
@@ -124,6 +133,12 @@ func (p *poller) run() {
 		}
 		p.claimSucceeded()
 		delay = strategy.next(len(rows), limit)
+		if len(rows) == 0 && len(followUps) > 0 {
+			delay = min(delay, followUps[0])
+			followUps = followUps[1:]
+		} else if len(rows) > 0 {
+			followUps = nil
+		}
 		p.mu.Lock()
 		p.delay = delay
 		p.mu.Unlock()

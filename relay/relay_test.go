@@ -346,6 +346,41 @@ func TestWakeSkipsThePollingDelay(t *testing.T) {
 	waitFor(t, 5*time.Second, "new type delivered on wake", func() bool { return containsAll(b.sender.ids(), other) })
 }
 
+// TestWakeBeforeCommit: an in-process publisher wakes the relay from
+// inside its transaction (outbox.Config.OnPublish), before the commit. The
+// follow-up polls after an empty woken poll pick the event up soon after
+// the commit, not at the next regular poll an hour later.
+func TestWakeBeforeCommit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r := b.start(t, func(c *relay.Config) {
+		c.Defaults.Polling = &relay.PollingSettings{MinDelay: time.Hour, MaxDelay: time.Hour}
+		c.Events = map[string]relay.EventSettings{"orders": {}}
+		c.DiscoverInterval = -1
+	})
+	waitFor(t, 5*time.Second, "first empty poll", func() bool {
+		h := r.Health()
+		return len(h.Types) == 1 && !h.Types[0].LastPoll.IsZero()
+	})
+	ctx := context.Background()
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := &txbox.Event{ID: txbox.NewID(), Type: "orders", Payload: []byte("x")}
+	if err := b.store.OutboxInsert(ctx, tx, &store.OutboxInsertParams{Events: []*txbox.Event{ev}}); err != nil {
+		t.Fatal(err)
+	}
+	r.Wake("orders") // before the commit, as OnPublish does
+	waitUntil(5*time.Millisecond, func() bool { return false })
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	committed := time.Now()
+	waitFor(t, 5*time.Second, "delivery after a pre-commit wake", func() bool { return len(b.sender.deliveries(ev.ID)) == 1 })
+	t.Logf("picked up %v after the commit", b.sender.deliveries(ev.ID)[0].at.Sub(committed))
+}
+
 func TestListenNotifyWakesRelay(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
