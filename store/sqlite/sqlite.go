@@ -46,8 +46,8 @@ var ErrBusy = errors.New("sqlite: database busy")
 
 // ErrInvalidParams is returned when a call's parameters are out of range (a
 // claim Limit below 1, a negative lease duration, an empty lease name). The
-// call changes nothing.
-var ErrInvalidParams = errors.New("sqlite: invalid parameters")
+// call changes nothing. It wraps store.ErrInvalidParams, so either matches.
+var ErrInvalidParams = fmt.Errorf("sqlite: %w", store.ErrInvalidParams)
 
 // Config configures a Driver.
 type Config struct {

@@ -1179,3 +1179,12 @@ func TestPublishInInboxTx(t *testing.T) {
 		}
 	}
 }
+
+func TestInvalidParamsMatchesSeamSentinel(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.d.OutboxClaim(context.Background(), &store.OutboxClaimParams{EventType: "t", Limit: 0, LeaseDuration: time.Second})
+	if !errors.Is(err, ErrInvalidParams) || !errors.Is(err, store.ErrInvalidParams) {
+		t.Fatalf("got %v, want an error matching sqlite.ErrInvalidParams and store.ErrInvalidParams", err)
+	}
+}
