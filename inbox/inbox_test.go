@@ -1,0 +1,244 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/store/sqlite"
+)
+
+func openStore(t *testing.T) *sqlite.Driver {
+	t.Helper()
+	d, err := sqlite.Open(filepath.Join(t.TempDir(), "inbox.db"), sqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	if err := d.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func TestNewValidatesConfig(t *testing.T) {
+	t.Parallel()
+	st := openStore(t)
+	lru, err := inbox.NewLRU(10, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name  string
+		cfg   inbox.Config
+		field string
+	}{
+		{"no consumer", inbox.Config{}, "Consumer"},
+		{"hostile consumer", inbox.Config{Consumer: "a'; DROP TABLE x;--"}, "Consumer"},
+		{"bad mode", inbox.Config{Consumer: "c", Mode: inbox.Mode(7)}, "Mode"},
+		{"negative TTL", inbox.Config{Consumer: "c", TTL: -time.Second}, "TTL"},
+	}
+	for _, c := range cases {
+		_, err := inbox.New(st, c.cfg)
+		var ce *inbox.ConfigError
+		if !errors.As(err, &ce) || ce.Field != c.field {
+			t.Errorf("%s: err = %v; want a *ConfigError for %s", c.name, err, c.field)
+		}
+	}
+	if _, err := inbox.New(nil, inbox.Config{Consumer: "c"}); err == nil {
+		t.Error("nil store accepted")
+	}
+	// The default inbox TTL is 24h: a 1h cache fits, a 25h one does not.
+	if _, err := inbox.New(st, inbox.Config{Consumer: "c", Cache: lru}); err != nil {
+		t.Errorf("1h cache under the default TTL: %v", err)
+	}
+	long, _ := inbox.NewLRU(10, 25*time.Hour)
+	var te *inbox.CacheTTLError
+	if _, err := inbox.New(st, inbox.Config{Consumer: "c", Cache: long}); !errors.As(err, &te) || te.InboxTTL != inbox.DefaultTTL {
+		t.Errorf("25h cache: err = %v; want *CacheTTLError against the 24h default", err)
+	}
+	in, err := inbox.New(st, inbox.Config{Consumer: "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.Handle(context.Background(), inbox.Message{ID: txbox.NewID()}, nil); !errors.Is(err, inbox.ErrNilHandler) {
+		t.Errorf("nil handler: %v", err)
+	}
+	if _, err := in.HandleBatch(context.Background(), []inbox.Message{{ID: txbox.NewID()}}, nil); !errors.Is(err, inbox.ErrNilHandler) {
+		t.Errorf("nil batch handler: %v", err)
+	}
+	if in.Consumer() != "c" || in.Mode() != inbox.Transactional || in.Mode().String() != "transactional" {
+		t.Errorf("accessors: %q %v", in.Consumer(), in.Mode())
+	}
+}
+
+func TestLRU(t *testing.T) {
+	t.Parallel()
+	if _, err := inbox.NewLRU(-1, time.Hour); err == nil {
+		t.Error("negative size accepted")
+	}
+	if _, err := inbox.NewLRU(1, 0); err == nil {
+		t.Error("zero TTL accepted")
+	}
+	c, err := inbox.NewLRU(3, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ids := []txbox.ID{txbox.NewID(), txbox.NewID(), txbox.NewID(), txbox.NewID()}
+	_ = c.Add(ctx, "a", ids[:3])
+	// Touch ids[0] so ids[1] is the least recently used.
+	if hit, _ := c.Contains(ctx, "a", ids[0]); !hit {
+		t.Fatal("miss after Add")
+	}
+	_ = c.Add(ctx, "a", ids[3:])
+	if hit, _ := c.Contains(ctx, "a", ids[1]); hit {
+		t.Error("least recently used entry not evicted")
+	}
+	for _, id := range []txbox.ID{ids[0], ids[2], ids[3]} {
+		if hit, _ := c.Contains(ctx, "a", id); !hit {
+			t.Errorf("%s evicted", id)
+		}
+	}
+	if hit, _ := c.Contains(ctx, "b", ids[0]); hit {
+		t.Error("consumer b sees consumer a's entry")
+	}
+	if c.Len() != 3 {
+		t.Errorf("Len = %d", c.Len())
+	}
+	c.Purge()
+	if c.Len() != 0 {
+		t.Errorf("Len after Purge = %d", c.Len())
+	}
+}
+
+func TestLRUExpires(t *testing.T) {
+	t.Parallel()
+	c, err := inbox.NewLRU(10, 20*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	id := txbox.NewID()
+	_ = c.Add(ctx, "a", []txbox.ID{id})
+	if hit, _ := c.Contains(ctx, "a", id); !hit {
+		t.Fatal("miss right after Add")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if hit, _ := c.Contains(ctx, "a", id); !hit {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("entry never expired")
+		}
+		time.Sleep(5 * time.Millisecond) // waiting for the TTL to pass is the point here
+	}
+}
+
+func TestTyped(t *testing.T) {
+	t.Parallel()
+	st := openStore(t)
+	in, err := inbox.New(st, inbox.Config{Consumer: "typed", Mode: inbox.NonTransactional})
+	if err != nil {
+		t.Fatal(err)
+	}
+	called := false
+	// Non-transactional handlers get a nil tx, which is no *struct{}.
+	_, err = in.Handle(context.Background(), inbox.Message{ID: txbox.NewID()}, inbox.Typed(func(ctx context.Context, tx *struct{}, m inbox.Message) error {
+		called = true
+		return nil
+	}))
+	if called || !errors.Is(err, txbox.ErrNoTransaction) || !strings.Contains(err.Error(), "*struct {}") {
+		t.Errorf("called %v, err %v; want ErrNoTransaction naming the wanted type", called, err)
+	}
+}
+
+type recordingHook struct {
+	mu      sync.Mutex
+	results map[inbox.Result]int
+	hits    int
+	misses  int
+}
+
+func (h *recordingHook) InboxHandled(_ string, r inbox.Result, n int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.results[r] += n
+}
+
+func (h *recordingHook) InboxCache(_ string, hit bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if hit {
+		h.hits++
+	} else {
+		h.misses++
+	}
+}
+
+func TestHookAndPanicUnwrap(t *testing.T) {
+	t.Parallel()
+	st := openStore(t)
+	lru, _ := inbox.NewLRU(10, time.Hour)
+	hook := &recordingHook{results: map[inbox.Result]int{}}
+	in, err := inbox.New(st, inbox.Config{Consumer: "hook", Cache: lru, Hook: hook})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ok := func(context.Context, any, inbox.Message) error { return nil }
+	id := txbox.NewID()
+	sentinel := errors.New("boom")
+	if _, err := in.Handle(ctx, inbox.Message{ID: id}, func(context.Context, any, inbox.Message) error { panic(sentinel) }); !errors.Is(err, sentinel) {
+		t.Errorf("panic(err) does not unwrap to err: %v", err)
+	}
+	_, _ = in.Handle(ctx, inbox.Message{ID: id}, ok)
+	_, _ = in.Handle(ctx, inbox.Message{ID: id}, ok)
+	_, _ = in.HandleBatch(ctx, []inbox.Message{{ID: id}, {ID: txbox.NewID()}}, func(context.Context, any, []inbox.Message) error { return nil })
+	want := map[inbox.Result]int{inbox.Failed: 1, inbox.Processed: 2, inbox.Duplicate: 2}
+	hook.mu.Lock()
+	defer hook.mu.Unlock()
+	for r, n := range want {
+		if hook.results[r] != n {
+			t.Errorf("hook %v = %d, want %d (all %v)", r, hook.results[r], n, hook.results)
+		}
+	}
+	if hook.hits != 1 || hook.misses != 2 {
+		t.Errorf("cache hits %d misses %d, want 1 and 2", hook.hits, hook.misses)
+	}
+}
+
+func TestCleanerConfig(t *testing.T) {
+	t.Parallel()
+	st := openStore(t)
+	bad := []inbox.CleanerConfig{
+		{TTL: -1}, {BatchSize: -1}, {MinDelay: time.Minute, MaxDelay: time.Second}, {Multiplier: 0.5}, {LeaseName: strings.Repeat("x", 201)},
+	}
+	for _, cfg := range bad {
+		var ce *inbox.ConfigError
+		if _, err := inbox.NewCleaner(st, st, cfg); !errors.As(err, &ce) {
+			t.Errorf("NewCleaner(%+v) = %v; want *ConfigError", cfg, err)
+		}
+	}
+	if _, err := inbox.NewCleaner(st, nil, inbox.CleanerConfig{}); err == nil {
+		t.Error("nil leases accepted")
+	}
+	c, err := inbox.NewCleaner(st, st, inbox.CleanerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Stop before Start is a no-op; Start after Stop is refused.
+	if err := c.Stop(context.Background()); err != nil {
+		t.Errorf("Stop before Start: %v", err)
+	}
+	if err := c.Start(context.Background()); !errors.Is(err, txbox.ErrClosed) {
+		t.Errorf("Start after Stop: %v", err)
+	}
+}
