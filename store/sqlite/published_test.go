@@ -87,6 +87,12 @@ func TestPublishedSQL(t *testing.T) {
 			t.Errorf("event type %q accepted by the CHECK constraint", bad)
 		}
 	}
+	for due, ok := range map[string]bool{"2026-01-01 00:00:00": true, "2026-01-01 00:00:00.123": true, "2026-01-01T00:00:00Z": false, "tomorrow": false} {
+		_, err := db.Exec(`INSERT INTO txbox_outbox (event_type, payload, due_at) VALUES ('t', '{}', ?)`, due)
+		if (err == nil) != ok {
+			t.Errorf("due_at %q: error %v, want accepted=%v", due, err, ok)
+		}
+	}
 	for _, good := range []string{"a", "order.created:v1_x-y", string(slices.Repeat([]byte("a"), 200))} {
 		if _, err := db.Exec(`INSERT INTO txbox_outbox (event_type, payload) VALUES (?, '{}')`, good); err != nil {
 			t.Errorf("event type %q refused: %v", good, err)

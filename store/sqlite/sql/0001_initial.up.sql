@@ -31,7 +31,11 @@ CREATE TABLE "txbox_outbox" (
     status       TEXT    NOT NULL DEFAULT 'PENDING'
                      CHECK (status IN ('PENDING', 'IN_PROCESS', 'PROCESSED', 'FAILED')),
     attempts     INTEGER NOT NULL DEFAULT 0,
-    due_at       TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now')),
+    -- Compared as text with the database clock, so a producer that sets it
+    -- must use the same 'YYYY-MM-DD HH:MM:SS[.SSS]' UTC form: an ISO 8601
+    -- 'T' would sort after every time of that day and delay the event.
+    due_at       TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now'))
+                     CHECK (due_at GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9]*'),
     lease_until  TEXT,
     lease_token  TEXT,
     last_error   TEXT,
