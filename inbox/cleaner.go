@@ -254,7 +254,7 @@ func (c *Cleaner) loop(ctx context.Context, done chan struct{}) {
 			return
 		case <-t.C:
 		}
-		n, held, err := c.RunOnce(ctx)
+		n, _, err := c.RunOnce(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			c.logger.ErrorContext(ctx, "inbox cleanup failed", "deleted", n, "error", err)
@@ -262,8 +262,7 @@ func (c *Cleaner) loop(ctx context.Context, done chan struct{}) {
 		case n > 0:
 			c.logger.InfoContext(ctx, "inbox cleanup", "deleted", n)
 			delay = c.cfg.MinDelay
-		default:
-			_ = held
+		default: // nothing expired, or another instance holds the lease
 			delay = c.grow(delay)
 		}
 		t.Reset(delay)
