@@ -27,21 +27,23 @@ func (d *Driver) DeadLetterMove(ctx context.Context, params *store.DeadLetterMov
 			return err
 		}
 		in := placeholders(len(ids))
+		// An id dead-lettered before, retried, and failed again replaces
+		// its old entry (the retry deleted it, but a plain-SQL producer may
+		// reuse an id). Delete-then-insert rather than INSERT ... ON
+		// DUPLICATE KEY UPDATE, whose duplicate check takes next-key locks
+		// on the primary key even at READ COMMITTED.
+		if _, err := tx.ExecContext(ctx, deleteByID(d.qDeadLetter)+" WHERE id IN ("+in+")", idArgs(nil, ids)...); err != nil {
+			return err
+		}
 		_, err = tx.ExecContext(ctx, "INSERT INTO "+d.qDeadLetter+
 			" (id, event_type, event_key, payload, headers, attempts, last_error, created_at, failed_at, status, resolved_at)"+
 			" SELECT id, event_type, event_key, payload, headers, attempts, last_error, created_at, COALESCE(processed_at, UTC_TIMESTAMP(6)), 'UNRESOLVED', NULL FROM "+
-			d.qOutbox+" WHERE id IN ("+in+")"+
-			// An id dead-lettered before, retried, and failed again
-			// replaces its old entry (the retry deleted it, but a plain
-			// SQL producer may reuse an id).
-			" ON DUPLICATE KEY UPDATE event_type = VALUES(event_type), event_key = VALUES(event_key), payload = VALUES(payload),"+
-			" headers = VALUES(headers), attempts = VALUES(attempts), last_error = VALUES(last_error), created_at = VALUES(created_at),"+
-			" failed_at = VALUES(failed_at), status = 'UNRESOLVED', resolved_at = NULL",
+			d.qOutbox+" WHERE id IN ("+in+")",
 			idArgs(nil, ids)...)
 		if err != nil {
 			return err
 		}
-		res, err := tx.ExecContext(ctx, "DELETE FROM "+d.qOutbox+" WHERE id IN ("+in+")", idArgs(nil, ids)...)
+		res, err := tx.ExecContext(ctx, deleteByID(d.qOutbox)+" WHERE id IN ("+in+")", idArgs(nil, ids)...)
 		if err != nil {
 			return err
 		}
@@ -229,7 +231,7 @@ func (d *Driver) DeadLetterRetry(ctx context.Context, ids []txbox.ID) (int, erro
 			d.qDeadLetter+" WHERE id IN ("+in+")", idArgs(nil, locked)...); err != nil {
 			return err
 		}
-		res, err := tx.ExecContext(ctx, "DELETE FROM "+d.qDeadLetter+" WHERE id IN ("+in+")", idArgs(nil, locked)...)
+		res, err := tx.ExecContext(ctx, deleteByID(d.qDeadLetter)+" WHERE id IN ("+in+")", idArgs(nil, locked)...)
 		if err != nil {
 			return err
 		}
@@ -248,7 +250,7 @@ func (d *Driver) DeadLetterResolve(ctx context.Context, ids []txbox.ID) (int, er
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	n, err := d.exec(ctx, "UPDATE "+d.qDeadLetter+" SET status = 'RESOLVED', resolved_at = UTC_TIMESTAMP(6) WHERE status = 'UNRESOLVED' AND id IN ("+placeholders(len(ids))+")", idArgs(nil, ids)...)
+	n, err := d.exec(ctx, updateByID(d.qDeadLetter)+" SET status = 'RESOLVED', resolved_at = UTC_TIMESTAMP(6) WHERE status = 'UNRESOLVED' AND id IN ("+placeholders(len(ids))+")", idArgs(nil, ids)...)
 	if err != nil {
 		return 0, wrap("dead-letter resolve", err)
 	}
@@ -260,7 +262,7 @@ func (d *Driver) DeadLetterDelete(ctx context.Context, ids []txbox.ID) (int, err
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	n, err := d.exec(ctx, "DELETE FROM "+d.qDeadLetter+" WHERE id IN ("+placeholders(len(ids))+")", idArgs(nil, ids)...)
+	n, err := d.exec(ctx, deleteByID(d.qDeadLetter)+" WHERE id IN ("+placeholders(len(ids))+")", idArgs(nil, ids)...)
 	if err != nil {
 		return 0, wrap("dead-letter delete", err)
 	}
@@ -278,7 +280,7 @@ func (d *Driver) DeadLetterCleanup(ctx context.Context, params *store.CleanupPar
 		"SELECT id FROM "+d.qDeadLetter+" FORCE INDEX (txbox_cleanup) WHERE status = 'RESOLVED' AND resolved_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"+
 			" ORDER BY status, resolved_at LIMIT ? FOR UPDATE SKIP LOCKED",
 		[]any{micros(params.OlderThan), params.Limit},
-		"DELETE FROM "+d.qDeadLetter+" WHERE id IN (%s)")
+		deleteByID(d.qDeadLetter)+" WHERE id IN (%s)")
 	if err != nil {
 		return 0, wrap("dead-letter cleanup", err)
 	}

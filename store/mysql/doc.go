@@ -106,9 +106,10 @@
 // Driver errors are translated by MySQL error number, never by message:
 // 1146 (no such table) matches ErrNotMigrated, 1153 (packet too large)
 // matches ErrPacketTooLarge, 1406 (data too long) matches
-// ErrInvalidParams, 1213 (deadlock) matches store.ErrTxConflict; a
-// deadlock inside one of the driver's own transactions is first retried
-// once. A payload larger than the server's
+// ErrInvalidParams, 1213 (deadlock) matches store.ErrTxConflict. A
+// transaction of the driver's own that InnoDB picked as a deadlock victim
+// was rolled back whole, so it is re-run (up to 4 times, after a few
+// random milliseconds). A payload larger than the server's
 // max_allowed_packet (read once, through the caller's transaction) is
 // refused before it is sent, with ErrPacketTooLarge.
 //

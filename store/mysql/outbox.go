@@ -209,11 +209,30 @@ func decodeHeaders(b []byte) (map[string]string, error) {
 // locked in index order and never after a filesort), then one UPDATE by
 // primary key that sets IN_PROCESS, the lease and one fresh token.
 func (d *Driver) OutboxClaim(ctx context.Context, params *store.OutboxClaimParams) ([]*store.OutboxRow, error) {
+	claimSQL, err := d.claimSQL(params)
+	if err != nil {
+		return nil, err
+	}
+	token := txbox.NewID()
+	var out []*store.OutboxRow
+	err = d.inTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		out, err = d.claimIn(ctx, tx, claimSQL, params, token)
+		return err
+	})
+	if err != nil {
+		return nil, wrap("claim", err)
+	}
+	return out, nil
+}
+
+// claimSQL validates params and returns the locking SELECT of a claim.
+func (d *Driver) claimSQL(params *store.OutboxClaimParams) (string, error) {
 	if params == nil || params.EventType == "" || params.Limit < 1 || params.LeaseDuration <= 0 {
-		return nil, fmt.Errorf("%w: claim needs an event type, Limit >= 1 and LeaseDuration > 0", ErrInvalidParams)
+		return "", fmt.Errorf("%w: claim needs an event type, Limit >= 1 and LeaseDuration > 0", ErrInvalidParams)
 	}
 	if err := txbox.ValidateEventType(params.EventType); err != nil {
-		return nil, err
+		return "", err
 	}
 	var q strings.Builder
 	q.WriteString("SELECT o.id, o.event_key, o.payload, o.headers, o.attempts, o.created_at FROM ")
@@ -243,50 +262,49 @@ func (d *Driver) OutboxClaim(ctx context.Context, params *store.OutboxClaimParam
 		q.WriteString(" x WHERE x.event_type = o.event_type AND x.event_key = o.event_key AND x.status = 'UNRESOLVED')")
 	}
 	q.WriteString(" ORDER BY o.due_at, o.id LIMIT ? FOR UPDATE SKIP LOCKED")
-	claimSQL := q.String()
-	updateHead := "UPDATE " + d.qOutbox + " SET status = 'IN_PROCESS', lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, lease_token = ? WHERE id IN ("
+	return q.String(), nil
+}
 
-	token := txbox.NewID()
-	var out []*store.OutboxRow
-	err := d.inTx(ctx, func(tx *sql.Tx) error {
-		out = out[:0]
-		rows, err := tx.QueryContext(ctx, claimSQL, params.EventType, params.Limit)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			r := &store.OutboxRow{EventType: params.EventType, LeaseToken: token}
-			var key, headers []byte
-			if err := rows.Scan(idScan{&r.ID}, &key, &r.Payload, &headers, &r.Attempts, nullTime{&r.CreatedAt}); err != nil {
-				return err
-			}
-			r.Key = string(key)
-			if r.Payload == nil {
-				r.Payload = []byte{}
-			}
-			if r.Headers, err = decodeHeaders(headers); err != nil {
-				return err
-			}
-			out = append(out, r)
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		rows.Close()
-		if len(out) == 0 {
-			return nil
-		}
-		args := make([]any, 0, 2+len(out))
-		args = append(args, micros(params.LeaseDuration), token.String())
-		for _, r := range out {
-			args = append(args, r.ID.String())
-		}
-		_, err = tx.ExecContext(ctx, updateHead+placeholders(len(out))+")", args...)
-		return err
-	})
+// claimIn runs a claim inside tx: the locking SELECT, then one UPDATE by
+// primary key that sets IN_PROCESS, the lease and token.
+func (d *Driver) claimIn(ctx context.Context, tx *sql.Tx, claimSQL string, params *store.OutboxClaimParams, token txbox.ID) ([]*store.OutboxRow, error) {
+	rows, err := tx.QueryContext(ctx, claimSQL, params.EventType, params.Limit)
 	if err != nil {
-		return nil, wrap("claim", err)
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*store.OutboxRow
+	for rows.Next() {
+		r := &store.OutboxRow{EventType: params.EventType, LeaseToken: token}
+		var key, headers []byte
+		if err := rows.Scan(idScan{&r.ID}, &key, &r.Payload, &headers, &r.Attempts, nullTime{&r.CreatedAt}); err != nil {
+			return nil, err
+		}
+		r.Key = string(key)
+		if r.Payload == nil {
+			r.Payload = []byte{}
+		}
+		if r.Headers, err = decodeHeaders(headers); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	rows.Close()
+	if len(out) == 0 {
+		return nil, nil
+	}
+	args := make([]any, 0, 2+len(out))
+	args = append(args, micros(params.LeaseDuration), token.String())
+	for _, r := range out {
+		args = append(args, r.ID.String())
+	}
+	_, err = tx.ExecContext(ctx, updateByID(d.qOutbox)+" SET status = 'IN_PROCESS', lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, lease_token = ?"+
+		" WHERE id IN ("+placeholders(len(out))+")", args...)
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -304,8 +322,90 @@ type statement struct {
 // (the common all-acked batch) runs without a transaction when the session
 // is READ COMMITTED; otherwise the statements share one short transaction.
 func (d *Driver) OutboxFinish(ctx context.Context, params *store.OutboxFinishParams) (*store.OutboxFinishResult, error) {
-	if params == nil || len(params.Items) == 0 {
+	stmts, err := d.finishPlan(params)
+	if err != nil {
+		return nil, err
+	}
+	if len(stmts) == 0 {
 		return &store.OutboxFinishResult{}, nil
+	}
+	var finished int64
+	if len(stmts) == 1 {
+		finished, err = d.exec(ctx, stmts[0].query, stmts[0].args...)
+	} else {
+		err = d.inTx(ctx, func(tx *sql.Tx) error {
+			var err error
+			finished, err = execAll(ctx, tx, stmts)
+			return err
+		})
+	}
+	if err != nil {
+		return nil, wrap("finish", err)
+	}
+	return finishResult(params, finished), nil
+}
+
+// OutboxFinishAndClaim records the outcome of one batch and claims the
+// next in a single READ COMMITTED transaction: one commit instead of two
+// for a poller that has a full batch to finish and wants another. It is
+// the same as OutboxFinish followed by OutboxClaim, fencing included, but
+// the two are atomic together. It is not (yet) part of the store seam;
+// see docs/benchmarks/mysql.md for what it saves.
+func (d *Driver) OutboxFinishAndClaim(ctx context.Context, finish *store.OutboxFinishParams, claim *store.OutboxClaimParams) (*store.OutboxFinishResult, []*store.OutboxRow, error) {
+	stmts, err := d.finishPlan(finish)
+	if err != nil {
+		return nil, nil, err
+	}
+	claimSQL, err := d.claimSQL(claim)
+	if err != nil {
+		return nil, nil, err
+	}
+	token := txbox.NewID()
+	var finished int64
+	var rows []*store.OutboxRow
+	err = d.inTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		if finished, err = execAll(ctx, tx, stmts); err != nil {
+			return err
+		}
+		rows, err = d.claimIn(ctx, tx, claimSQL, claim, token)
+		return err
+	})
+	if err != nil {
+		return nil, nil, wrap("finish and claim", err)
+	}
+	return finishResult(finish, finished), rows, nil
+}
+
+func execAll(ctx context.Context, tx *sql.Tx, stmts []statement) (int64, error) {
+	var total int64
+	for _, s := range stmts {
+		res, err := tx.ExecContext(ctx, s.query, s.args...)
+		if err != nil {
+			return 0, err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return 0, err
+		}
+		total += n
+	}
+	return total, nil
+}
+
+func finishResult(params *store.OutboxFinishParams, finished int64) *store.OutboxFinishResult {
+	n := 0
+	if params != nil {
+		n = len(params.Items)
+	}
+	return &store.OutboxFinishResult{Finished: int(finished), Fenced: n - int(finished)}
+}
+
+// finishPlan validates params and returns the fenced statements that apply
+// them.
+func (d *Driver) finishPlan(params *store.OutboxFinishParams) ([]statement, error) {
+	if params == nil || len(params.Items) == 0 {
+		return nil, nil
 	}
 	// Group by lease token, keeping the first-seen order; a relay finishes
 	// one claim batch per call, so there is usually one group.
@@ -329,34 +429,7 @@ func (d *Driver) OutboxFinish(ctx context.Context, params *store.OutboxFinishPar
 	for _, tok := range tokens {
 		stmts = append(stmts, d.finishStatements(tok, groups[tok], params.DeleteAcked)...)
 	}
-	var finished int64
-	var err error
-	if len(stmts) == 1 {
-		finished, err = d.exec(ctx, stmts[0].query, stmts[0].args...)
-	} else {
-		err = d.inTx(ctx, func(tx *sql.Tx) error {
-			finished = 0
-			for _, s := range stmts {
-				res, err := tx.ExecContext(ctx, s.query, s.args...)
-				if err != nil {
-					return err
-				}
-				n, err := res.RowsAffected()
-				if err != nil {
-					return err
-				}
-				finished += n
-			}
-			return nil
-		})
-	}
-	if err != nil {
-		return nil, wrap("finish", err)
-	}
-	return &store.OutboxFinishResult{
-		Finished: int(finished),
-		Fenced:   len(params.Items) - int(finished),
-	}, nil
+	return stmts, nil
 }
 
 func (d *Driver) finishStatements(token txbox.ID, items []store.OutboxFinishItem, deleteAcked bool) []statement {
@@ -374,9 +447,9 @@ func (d *Driver) finishStatements(token txbox.ID, items []store.OutboxFinishItem
 	if len(acked) > 0 {
 		var q string
 		if deleteAcked {
-			q = "DELETE FROM " + d.qOutbox + fence
+			q = deleteByID(d.qOutbox) + fence
 		} else {
-			q = "UPDATE " + d.qOutbox + " SET status = 'PROCESSED', processed_at = UTC_TIMESTAMP(6), lease_until = NULL, lease_token = NULL" + fence
+			q = updateByID(d.qOutbox) + " SET status = 'PROCESSED', processed_at = UTC_TIMESTAMP(6), lease_until = NULL, lease_token = NULL" + fence
 		}
 		args := idArgs([]any{token.String()}, acked)
 		out = append(out, statement{q + placeholders(len(acked)) + ")", args})
@@ -389,8 +462,7 @@ func (d *Driver) finishStatements(token txbox.ID, items []store.OutboxFinishItem
 	// CASE switches on id only and status is assigned last.
 	var q strings.Builder
 	var args []any
-	q.WriteString("UPDATE ")
-	q.WriteString(d.qOutbox)
+	q.WriteString(updateByID(d.qOutbox))
 	q.WriteString(" SET")
 	caseExpr := func(col string, pick func(it store.OutboxFinishItem) bool, value string, arg func(it store.OutboxFinishItem) []any, elseExpr string) {
 		first := true
@@ -458,7 +530,7 @@ func (d *Driver) OutboxRecover(ctx context.Context, params *store.OutboxRecoverP
 	n, err := d.lockThenWrite(ctx,
 		"SELECT id FROM "+d.qOutbox+" FORCE INDEX (txbox_claim) WHERE status = 'IN_PROCESS' AND lease_until < UTC_TIMESTAMP(6) LIMIT ? FOR UPDATE SKIP LOCKED",
 		[]any{params.Limit},
-		"UPDATE "+d.qOutbox+" SET status = 'PENDING', due_at = UTC_TIMESTAMP(6), lease_until = NULL, lease_token = NULL WHERE id IN (%s)")
+		updateByID(d.qOutbox)+" SET status = 'PENDING', due_at = UTC_TIMESTAMP(6), lease_until = NULL, lease_token = NULL WHERE id IN (%s)")
 	if err != nil {
 		return 0, wrap("recover", err)
 	}
@@ -567,7 +639,7 @@ func (d *Driver) OutboxCleanup(ctx context.Context, params *store.CleanupParams)
 		"SELECT id FROM "+d.qOutbox+" FORCE INDEX (txbox_cleanup) WHERE status = 'PROCESSED' AND processed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"+
 			" ORDER BY processed_at LIMIT ? FOR UPDATE SKIP LOCKED",
 		[]any{micros(params.OlderThan), params.Limit},
-		"DELETE FROM "+d.qOutbox+" WHERE id IN (%s)")
+		deleteByID(d.qOutbox)+" WHERE id IN (%s)")
 	if err != nil {
 		return 0, wrap("cleanup", err)
 	}
