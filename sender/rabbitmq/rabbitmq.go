@@ -41,6 +41,11 @@ var (
 	// ErrNoExchange is the per-message error (rejected) of a message routed
 	// to an exchange that does not exist.
 	ErrNoExchange = errors.New("rabbitmq sender: exchange does not exist")
+	// ErrInvalidMessage is the per-message error (rejected) of a message
+	// AMQP cannot carry: an exchange, routing key or header name longer
+	// than 255 bytes (AMQP short strings). It is refused before anything
+	// is written, so it cannot break the connection for its neighbours.
+	ErrInvalidMessage = errors.New("rabbitmq sender: message cannot be encoded")
 	// ErrConnection wraps every transient failure: dial, lost connection
 	// or channel, or a confirm that did not come in time.
 	ErrConnection = errors.New("rabbitmq sender: broker unavailable")
@@ -389,6 +394,10 @@ func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
 	errs := make([]error, len(msgs))
 	todo := make([]int, 0, len(msgs)) // indexes still to publish
 	for i, m := range msgs {
+		if err := encodable(m); err != nil {
+			errs[i] = err
+			continue
+		}
 		if err := s.checkExchange(ctx, m.Route.Exchange); err != nil {
 			errs[i] = err
 			continue
@@ -612,6 +621,26 @@ func (s *Sender) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("rabbitmq sender: close: %w", ctx.Err())
 	}
+}
+
+// encodable checks the AMQP short-string limits a publish frame must meet.
+func encodable(m *sender.Message) error {
+	const max = 255
+	bad := func(what string, n int) error {
+		return txbox.Rejected(fmt.Errorf("%w: %s is %d bytes, AMQP allows %d (event %s)", ErrInvalidMessage, what, n, max, m.ID))
+	}
+	if n := len(m.Route.Exchange); n > max {
+		return bad("exchange", n)
+	}
+	if n := len(routingKey(m)); n > max {
+		return bad("routing key", n)
+	}
+	for k := range m.Headers {
+		if len(k) > max {
+			return bad("a header name", len(k))
+		}
+	}
+	return nil
 }
 
 func routingKey(m *sender.Message) string {

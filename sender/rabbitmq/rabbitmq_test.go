@@ -285,6 +285,31 @@ func TestExchangeDeletedAfterCheck(t *testing.T) {
 	}
 }
 
+func TestOversizedNamesAreRejectedBeforePublish(t *testing.T) {
+	t.Parallel()
+	tp := newTopology(t, "rk", nil)
+	tp.consume(t)
+	s := newSender(t, rabbitmq.Config{Channels: 1})
+	msgs := sendertest.NewMessages(5, sender.Route{Exchange: tp.exchange, RoutingKey: "rk"})
+	msgs[1].Route.RoutingKey = strings.Repeat("k", 256)
+	msgs[3].Headers[strings.Repeat("h", 300)] = "v"
+	errs := sender.Results(s.Send(context.Background(), msgs), len(msgs))
+	for i, e := range errs {
+		if i == 1 || i == 3 {
+			if !errors.Is(e, rabbitmq.ErrInvalidMessage) || txbox.Classify(e) != txbox.ClassRejected {
+				t.Errorf("message %d: %v, want rejected ErrInvalidMessage", i, e)
+			}
+		} else if e != nil {
+			t.Errorf("message %d: %v", i, e)
+		}
+	}
+	// The connection is intact: the next batch goes through.
+	if err := s.Send(context.Background(), sendertest.NewMessages(2, sender.Route{Exchange: tp.exchange, RoutingKey: "rk"})); err != nil {
+		t.Fatalf("Send after refused messages: %v", err)
+	}
+	tp.waitFor(t, 5)
+}
+
 func TestNackIsRejected(t *testing.T) {
 	t.Parallel()
 	// A queue that refuses publishes beyond one message makes the broker
