@@ -157,7 +157,10 @@ func (d *Driver) insertSQL(n int, withDue bool) string {
 		prefix, row = d.q.insertPrefix, d.q.insertRow
 	}
 	if n == 1 {
-		return prefix + row
+		if withDue {
+			return d.q.insertOne
+		}
+		return d.q.insertOneNoDue
 	}
 	var b strings.Builder
 	b.Grow(len(prefix) + n*(len(row)+2))

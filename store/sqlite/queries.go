@@ -56,6 +56,8 @@ type queries struct {
 	insertRow         string // one row's value tuple, insertParams parameters
 	insertPrefixNoDue string // the same without due_at, which then defaults to now
 	insertRowNoDue    string // insertParams-1 parameters
+	insertOne         string // insertPrefix + insertRow
+	insertOneNoDue    string // insertPrefixNoDue + insertRowNoDue
 
 	claim        string
 	claimOrdered string
@@ -124,7 +126,7 @@ RETURNING id, event_type, event_key, payload, headers, attempts, created_at, due
             WHERE x.event_type = o.event_type AND x.event_key = o.event_key
               AND x.status = 'UNRESOLVED')))`
 	dlCols := `id, event_type, event_key, payload, headers, attempts, last_error, created_at, failed_at, status, resolved_at`
-	return queries{
+	qs := queries{
 		lockGrab: r.Replace(`UPDATE {lease} SET name = name WHERE 0`),
 
 		schemaVersionCreate: r.Replace(`CREATE TABLE IF NOT EXISTS {schema_version} (
@@ -226,6 +228,9 @@ ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, lease_until = exclude
 WHERE {lease}.lease_until < {now} OR {lease}.holder = excluded.holder`),
 		leaseRelease: r.Replace(`DELETE FROM {lease} WHERE name = ? AND holder = ?`),
 	}
+	qs.insertOne = qs.insertPrefix + qs.insertRow
+	qs.insertOneNoDue = qs.insertPrefixNoDue + qs.insertRowNoDue
+	return qs
 }
 
 // placeholders returns "(?, ?, ..., ?)" with n marks.

@@ -254,8 +254,7 @@ func (d *Driver) Close() error {
 // publisher run per batch.
 func (d *Driver) hotQueries() []string {
 	return []string{
-		d.q.insertPrefixNoDue + d.q.insertRowNoDue,
-		d.q.insertPrefix + d.q.insertRow,
+		d.q.insertOneNoDue, d.q.insertOne,
 		d.q.claim, d.q.claimOrdered,
 		d.q.finishAck, d.q.finishDelete, d.q.finishRetry, d.q.finishFailed, d.q.finishReleas,
 	}
