@@ -17,8 +17,13 @@ import (
 	"github.com/txbox/txbox/store"
 )
 
-// OutboxInsert inserts params.Events inside the caller's transaction tx in
-// one statement, whatever the batch size. See store.Outbox.
+// OutboxInsert inserts params.Events inside the caller's transaction tx,
+// in one round trip whatever the batch size: one event is one INSERT ...
+// VALUES, a batch one INSERT ... SELECT FROM unnest(arrays) (NOTIFY folded
+// into the same statement). A pgx transaction with copyMinRows or more
+// events and no not-before time uses COPY instead, followed by one NOTIFY
+// statement when asked. tx is a pgx.Tx, a *sql.Tx or an ORMTx with a
+// Commit method; see store.Outbox.
 func (d *Driver) OutboxInsert(ctx context.Context, tx any, params *store.OutboxInsertParams) error {
 	ex, err := adaptTx(tx)
 	if err != nil {
