@@ -7,9 +7,10 @@
 //
 // Publishing joins the caller's transaction: [Driver.OutboxInsert] accepts a
 // pgx.Tx, a *sql.Tx (pgx's stdlib driver, lib/pq, ...) or any ORM
-// transaction with ExecContext and Commit methods, and inserts any batch in
-// one statement (INSERT ... SELECT FROM unnest(arrays)) whose text never
-// changes, so the server's prepared statement is reused. The same statement
+// transaction with ExecContext and Commit methods. One event is one INSERT
+// ... VALUES, a batch one INSERT ... SELECT FROM unnest(arrays), and a
+// large batch through a pgx transaction is a COPY; statement texts never
+// change, so the server's prepared statements are reused. The insert
 // issues pg_notify per event type, which PostgreSQL delivers only when the
 // transaction commits; [Driver.OutboxListen] listens on a dedicated
 // connection and wakes the relay.
@@ -19,7 +20,9 @@
 // LOCKED and marks them IN_PROCESS with a fresh lease token; the finish
 // applies every outcome of a batch from unnest'ed arrays, fenced by the
 // lease token. Partial indexes keep the claim O(batch) however large the
-// processed history grows; see docs/schema.md for the plans.
+// processed history grows, and a per-type keyset lower bound keeps it so
+// while a long transaction elsewhere stops vacuum (Config.ClaimLookback);
+// see docs/schema.md for the plans.
 //
 // Every timestamp comes from the database clock (now()).
 package postgres
