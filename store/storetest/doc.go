@@ -2,4 +2,36 @@
 // the spirit of River's riverdrivertest: one exported entry point,
 // [Exercise], called by each dialect's tests with a [Harness] that opens
 // drivers on isolated namespaces of the real database.
+//
+// Every subtest runs in parallel in a fresh namespace and uses only the
+// store.Driver seam, so what it checks is the contract the relay, the
+// publisher and the admin API rely on:
+//
+//   - publishing joins the caller's transaction (visible on commit, never
+//     claimable after rollback, refused without a transaction), stores
+//     hostile keys, headers and payloads verbatim, and inserts batches;
+//   - claims return due PENDING rows of one type in (due_at, id) order, at
+//     most Limit, never before not-before, never the same row to two of 8
+//     concurrent claimers; bad parameters (Limit < 1, a zero lease, an
+//     invalid event type) are errors;
+//   - leases expire on the database clock (not before, yes after), recovery
+//     counts no attempt, and a finish with a stale or wrong lease token
+//     changes nothing and is counted as fenced;
+//   - retry (attempts+1, due later, last error), release (attempts kept),
+//     failure, delete on ack; the dead-letter move (also with 4 concurrent
+//     movers), retry back to the outbox with the same id, resolve, delete,
+//     list filters, count and keyset cursor;
+//   - cleanup TTL boundaries and batch limits for processed rows and
+//     resolved dead letters; the cleanup lease (one holder, renewal,
+//     release, expiry);
+//   - migrations applied concurrently and twice; hostile table prefixes
+//     rejected with txbox.ErrInvalidIdentifier and the namespace unchanged;
+//   - ordered-by-key claims: only each key's head, retries keep their
+//     place, a dead-lettered head parks its key until resolved or retried,
+//     and under 8 concurrent claimers no key ever has two rows in flight;
+//   - per-type stats and the pending-types discovery.
+//
+// Boundaries are checked on both sides without sleeping "long enough": the
+// early side is asserted only when the clock proves the boundary had not
+// passed, and the late side is polled with a deadline.
 package storetest
