@@ -3,6 +3,8 @@
 //	txbox migrate  [--config txbox.yaml]   create or upgrade txbox's tables
 //	txbox relay    [--config txbox.yaml]   deliver outbox rows until SIGTERM/SIGINT
 //	txbox publish  --type T --payload P    insert one event from the shell
+//	txbox status                           backlog per event type, dead-letter counts
+//	txbox dlq list|show|retry|resolve|delete   manage dead letters
 //	txbox demo     [--duration 10s]        the whole pipeline, nothing to install
 //	txbox version                          print the build's version
 //

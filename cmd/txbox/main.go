@@ -52,6 +52,8 @@ var commands = []command{
 	{"migrate", "create or upgrade txbox's tables", runMigrate},
 	{"relay", "deliver outbox rows until SIGTERM or SIGINT", runRelay},
 	{"publish", "insert one event in a transaction, from the shell", runPublish},
+	{"status", "print the backlog per event type and the dead-letter count", runStatus},
+	{"dlq", "list, show, retry, resolve or delete dead letters", runDLQ},
 	{"demo", "run the whole pipeline on SQLite and an in-process NATS", runDemo},
 	{"version", "print the version of this build", runVersion},
 }
