@@ -21,7 +21,9 @@ import (
 type Proxy struct {
 	mu      sync.Mutex
 	p       *toxiproxy.Proxy
-	latency time.Duration
+	latency time.Duration // wanted latency, kept across Down and Up
+	toxic   bool          // a latency toxic is installed
+	down    bool
 }
 
 // NewProxy starts a proxy in front of upstream (host:port) and stops it
@@ -29,12 +31,17 @@ type Proxy struct {
 func NewProxy(t *testing.T, upstream string) *Proxy {
 	t.Helper()
 	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
-	p := toxiproxy.NewProxy(srv, testenv.UniqueName("sendertest_"), "127.0.0.1:0", upstream)
-	if err := p.Start(); err != nil {
+	p := &Proxy{p: toxiproxy.NewProxy(srv, testenv.UniqueName("sendertest_"), "127.0.0.1:0", upstream)}
+	if err := p.p.Start(); err != nil {
 		t.Fatalf("sendertest: start proxy to %s: %v", upstream, err)
 	}
-	t.Cleanup(p.Stop)
-	return &Proxy{p: p}
+	t.Cleanup(func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.removeToxic(t)
+		p.p.Stop()
+	})
+	return p
 }
 
 // Addr implements [Faults].
@@ -50,20 +57,11 @@ func (p *Proxy) SetLatency(t *testing.T, d time.Duration) {
 	t.Helper()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.latency > 0 {
-		if err := p.p.Toxics.RemoveToxic(context.Background(), "latency"); err != nil {
-			t.Fatalf("sendertest: remove latency toxic: %v", err)
-		}
-		p.latency = 0
+	p.removeToxic(t)
+	p.latency = max(d, 0)
+	if !p.down {
+		p.addToxic(t)
 	}
-	if d <= 0 {
-		return
-	}
-	js := fmt.Sprintf(`{"name":"latency","type":"latency","stream":"downstream","attributes":{"latency":%d}}`, d.Milliseconds())
-	if _, err := p.p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
-		t.Fatalf("sendertest: add latency toxic: %v", err)
-	}
-	p.latency = d
 }
 
 // Down implements [Faults]: the proxy stops listening and closes every
@@ -72,7 +70,12 @@ func (p *Proxy) Down(t *testing.T) {
 	t.Helper()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	// A latency toxic still holding data when its connection is closed
+	// blocks its goroutine forever (toxiproxy v2.5): take it off the live
+	// links first; Up puts it back.
+	p.removeToxic(t)
 	p.p.Stop()
+	p.down = true
 }
 
 // Up implements [Faults]: the proxy listens again on the same address.
@@ -93,6 +96,31 @@ func (p *Proxy) Up(t *testing.T) {
 	if err != nil {
 		t.Fatalf("sendertest: restart proxy on %s: %v", p.p.Listen, err)
 	}
+	p.down = false
+	p.addToxic(t)
+}
+
+func (p *Proxy) addToxic(t *testing.T) {
+	t.Helper()
+	if p.latency <= 0 || p.toxic {
+		return
+	}
+	js := fmt.Sprintf(`{"name":"latency","type":"latency","stream":"downstream","attributes":{"latency":%d}}`, p.latency.Milliseconds())
+	if _, err := p.p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
+		t.Fatalf("sendertest: add latency toxic: %v", err)
+	}
+	p.toxic = true
+}
+
+func (p *Proxy) removeToxic(t *testing.T) {
+	t.Helper()
+	if !p.toxic {
+		return
+	}
+	if err := p.p.Toxics.RemoveToxic(context.Background(), "latency"); err != nil {
+		t.Errorf("sendertest: remove latency toxic: %v", err)
+	}
+	p.toxic = false
 }
 
 // ClosedAddr returns a loopback host:port on which nothing listens: a
