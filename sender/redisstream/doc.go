@@ -19,8 +19,11 @@
 // Redis Streams have no broker-side deduplication: a retried batch may add
 // an event twice, which the receiver's inbox absorbs.
 //
-// Failures are classified for the relay: an error reply for one command
-// (the key holds another type: WRONGTYPE; OOM) is [txbox.Rejected] for that
-// message; a connection error, a timeout or a cancelled context is
-// [txbox.Transient] for the messages whose outcome is not known.
+// Failures are classified for the relay: an error reply about one command
+// (the key holds another type: WRONGTYPE; an invalid argument) is
+// [txbox.Rejected] for that message; a connection error, a timeout, a
+// cancelled context, or a reply with which Redis refuses every write for a
+// while (OOM, LOADING, MISCONF, READONLY, NOAUTH, ...) is [txbox.Transient]
+// for the messages whose outcome is not known, so a full or read-only Redis
+// pauses the relay instead of dead-lettering the backlog.
 package redisstream

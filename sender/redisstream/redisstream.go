@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -254,6 +256,21 @@ func (s *Sender) args(m *sender.Message) (*redis.XAddArgs, error) {
 	return a, nil
 }
 
+// unavailableReplies are the error-reply codes with which Redis refuses
+// every write for a while, whatever the message: out of memory, loading
+// its dataset, a failed background save, a read-only replica, a cluster
+// or replication problem, a busy script, an authentication failure. They
+// are outages (no attempt counted), not faults of the message.
+var unavailableReplies = []string{
+	"OOM", "LOADING", "MISCONF", "READONLY", "MASTERDOWN", "CLUSTERDOWN",
+	"TRYAGAIN", "NOREPLICAS", "BUSY", "NOAUTH", "WRONGPASS",
+}
+
+func serverUnavailable(reply string) bool {
+	code, _, _ := strings.Cut(reply, " ")
+	return slices.Contains(unavailableReplies, code)
+}
+
 func missing(h map[string]string, k string) bool {
 	_, ok := h[k]
 	return !ok
@@ -266,8 +283,11 @@ func classify(err error) error {
 	}
 	var re redis.Error
 	if errors.As(err, &re) && !errors.Is(err, redis.ErrClosed) {
-		// An error reply: Redis refused this command (WRONGTYPE, OOM,
-		// an invalid stream id), the connection is fine.
+		if serverUnavailable(re.Error()) {
+			return txbox.Transient(fmt.Errorf("%w: %v", ErrUnavailable, err))
+		}
+		// An error reply about this command (WRONGTYPE, an invalid
+		// stream id): the message's fault, the server is fine.
 		return txbox.Rejected(fmt.Errorf("redisstream sender: %w", err))
 	}
 	return txbox.Transient(fmt.Errorf("%w: %v", ErrUnavailable, err))
