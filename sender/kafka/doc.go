@@ -19,8 +19,10 @@
 //     MESSAGE_TOO_LARGE, INVALID_RECORD, ...): [txbox.Rejected] for that
 //     record only; the relay counts an attempt;
 //   - the cluster is unreachable, retriable broker errors exhausted their
-//     retries, or the record waited past [Config.DeliveryTimeout]:
-//     [txbox.Transient]; the relay opens its circuit and counts no attempt.
+//     retries, the record waited past [Config.DeliveryTimeout], or the
+//     cluster refuses this producer as a whole (CLUSTER_AUTHORIZATION_FAILED,
+//     SASL failures): [txbox.Transient]; the relay opens its circuit and
+//     counts no attempt.
 //
 // DeliveryTimeout bounds how long a Send can take during an outage; without
 // it franz-go would retry forever and the relay would never learn that the

@@ -376,6 +376,14 @@ func classify(err error) error {
 		errors.Is(err, kerr.InvalidTopicException),
 		errors.Is(err, kerr.TopicAuthorizationFailed):
 		return txbox.Rejected(wrapped)
+	case errors.Is(err, kerr.ClusterAuthorizationFailed),
+		errors.Is(err, kerr.SaslAuthenticationFailed),
+		errors.Is(err, kerr.UnsupportedSaslMechanism),
+		errors.Is(err, kerr.IllegalSaslState):
+		// The whole cluster refuses this producer (missing IDEMPOTENT_WRITE
+		// ACL, bad credentials): no message can get through until an
+		// operator fixes it, so pause rather than dead-letter the backlog.
+		return txbox.Transient(wrapped)
 	case errors.Is(err, kgo.ErrRecordTimeout),
 		errors.Is(err, kgo.ErrRecordRetries),
 		errors.Is(err, kgo.ErrMaxBuffered),
