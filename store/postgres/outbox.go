@@ -229,9 +229,10 @@ func timeArrayText(ts []pgtype.Timestamptz) string {
 	return b.String()
 }
 
-// errBadParams reports invalid call parameters.
+// errBadParams reports invalid call parameters; the error matches
+// store.ErrInvalidParams.
 func errBadParams(op, format string, args ...any) error {
-	return fmt.Errorf("postgres: %s: invalid parameters: %s", op, fmt.Sprintf(format, args...))
+	return fmt.Errorf("postgres: %s: %w: %s", op, store.ErrInvalidParams, fmt.Sprintf(format, args...))
 }
 
 // OutboxClaim claims up to params.Limit due PENDING rows of one type in
@@ -241,7 +242,7 @@ func (d *Driver) OutboxClaim(ctx context.Context, params *store.OutboxClaimParam
 		return nil, errBadParams("claim", "params are nil")
 	}
 	if err := txbox.ValidateEventType(params.EventType); err != nil {
-		return nil, fmt.Errorf("postgres: claim: %w", err)
+		return nil, fmt.Errorf("postgres: claim: %w: %w", store.ErrInvalidParams, err)
 	}
 	if params.Limit < 1 {
 		return nil, errBadParams("claim", "limit %d must be at least 1", params.Limit)

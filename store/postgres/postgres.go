@@ -257,6 +257,8 @@ const (
 	codeUndefinedTable  = "42P01"
 	codeUndefinedSchema = "3F000"
 	codeUniqueViolation = "23505"
+	codeDeadlock        = "40P01"
+	codeSerialization   = "40001"
 )
 
 // ErrNotMigrated is returned (wrapped) when txbox's tables do not exist:
@@ -287,6 +289,8 @@ func translate(op string, err error) error {
 			return fmt.Errorf("%w (%s: %w)", ErrNotMigrated, op, err)
 		case codeUniqueViolation:
 			return fmt.Errorf("%w (%s: %w)", ErrDuplicateID, op, err)
+		case codeDeadlock, codeSerialization:
+			return fmt.Errorf("postgres: %s: %w: %w", op, store.ErrTxConflict, err)
 		}
 	}
 	return fmt.Errorf("postgres: %s: %w", op, err)

@@ -436,8 +436,48 @@ func testClaimBadParams(t *testing.T, e *env) {
 		{EventType: "bad", Limit: 1, LeaseDuration: 0},
 		{EventType: "", Limit: 1, LeaseDuration: longLease},
 	} {
-		if rows, err := e.d.OutboxClaim(e.ctx, &p); err == nil {
-			t.Errorf("claim %+v: no error (claimed %d)", p, len(rows))
+		rows, err := e.d.OutboxClaim(e.ctx, &p)
+		var badType *txbox.InvalidEventTypeError
+		if !errors.Is(err, store.ErrInvalidParams) && !(p.EventType == "" && errors.As(err, &badType)) {
+			t.Errorf("claim %+v: error %v (claimed %d), want one matching store.ErrInvalidParams", p, err, len(rows))
+		}
+	}
+	bad := []struct {
+		name string
+		call func() error
+	}{
+		{"finish with an unknown outcome", func() error {
+			_, err := e.d.OutboxFinish(e.ctx, &store.OutboxFinishParams{Items: []store.OutboxFinishItem{{ID: txbox.NewID(), Outcome: store.Outcome(99)}}})
+			return err
+		}},
+		{"recover with limit 0", func() error {
+			_, err := e.d.OutboxRecover(e.ctx, &store.OutboxRecoverParams{Limit: 0})
+			return err
+		}},
+		{"cleanup with limit 0", func() error {
+			_, err := e.d.OutboxCleanup(e.ctx, &store.CleanupParams{OlderThan: time.Hour, Limit: 0})
+			return err
+		}},
+		{"dead-letter move with limit 0", func() error {
+			_, err := e.d.DeadLetterMove(e.ctx, &store.DeadLetterMoveParams{Limit: 0})
+			return err
+		}},
+		{"dead-letter list with limit 0", func() error {
+			_, err := e.d.DeadLetterList(e.ctx, &store.DeadLetterListParams{Limit: 0})
+			return err
+		}},
+		{"dead-letter count with an unknown status", func() error {
+			_, err := e.d.DeadLetterCount(e.ctx, &store.DeadLetterFilter{Status: "BOGUS"})
+			return err
+		}},
+		{"lease with a zero TTL", func() error {
+			_, err := e.d.LeaseAcquire(e.ctx, &store.LeaseParams{Name: "n", Holder: "h"})
+			return err
+		}},
+	}
+	for _, c := range bad {
+		if err := c.call(); !errors.Is(err, store.ErrInvalidParams) {
+			t.Errorf("%s: error %v, want one matching store.ErrInvalidParams", c.name, err)
 		}
 	}
 	if rows := e.claim("bad", 10, longLease); len(rows) != 1 {
