@@ -54,8 +54,10 @@ type Config struct {
 	// "Txbox-Signature".
 	SignatureHeader string
 	// Headers are added to every request, such as an Authorization
-	// header. Their values are never logged or put in an error. A
-	// message's own header of the same name wins. Defaults to none.
+	// header. Their values are never logged or put in an error. They
+	// override an event header of the same name, so event data cannot
+	// change credentials. Content-Type belongs in ContentType. Defaults
+	// to none.
 	Headers map[string]string
 	// HTTPClient, for Go callers only, replaces the sender's own
 	// keep-alive client (custom TLS, a test transport). Its redirect
@@ -158,6 +160,9 @@ func New(cfg Config) (*Sender, error) {
 		}
 		if reserved(k, cfg.SignatureHeader) {
 			return nil, &ConfigError{Field: "headers." + k, Reason: "is set by the transport or the sender"}
+		}
+		if strings.EqualFold(k, "content-type") {
+			return nil, &ConfigError{Field: "headers." + k, Reason: "set content-type instead"}
 		}
 		headers.Set(k, v)
 	}
@@ -334,9 +339,6 @@ func (s *Sender) request(ctx context.Context, m *sender.Message) (*http.Request,
 		// carry credentials.
 		return nil, &MessageError{Reason: fmt.Sprintf("route URL of event type %q is not an absolute http(s) URL", m.EventType)}
 	}
-	for k, vs := range s.headers {
-		req.Header[k] = vs
-	}
 	contentType := s.contentType
 	for k, v := range m.Headers {
 		if err := checkName(k); err != nil {
@@ -353,6 +355,11 @@ func (s *Sender) request(ctx context.Context, m *sender.Message) (*http.Request,
 			return nil, &MessageError{Reason: fmt.Sprintf("header %q is set by the transport or the sender", k)}
 		}
 		req.Header.Set(k, v)
+	}
+	// Configured headers (credentials, typically) override event
+	// headers: event data must not be able to change them.
+	for k, vs := range s.headers {
+		req.Header[k] = vs
 	}
 	req.Header.Set("Content-Type", contentType)
 	id := m.ID.String()

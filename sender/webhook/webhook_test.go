@@ -162,6 +162,7 @@ func TestRequestShape(t *testing.T) {
 	})
 	msgs := sendertest.NewMessages(2, sender.Route{URL: srv.URL})
 	msgs[0].Headers["Content-Type"] = "application/json"
+	msgs[0].Headers["authorization"] = "Bearer forged-by-event-data"
 	msgs[1].Key = ""
 	for i, err := range send(t, s, msgs) {
 		if err != nil {
@@ -211,6 +212,7 @@ func TestConfigErrors(t *testing.T) {
 		"headers.Content-Length":  {Headers: map[string]string{"Content-Length": "1"}},
 		"headers.Txbox-Signature": {Headers: map[string]string{"Txbox-Signature": "forged"}},
 		"headers.idempotency-key": {Headers: map[string]string{"idempotency-key": "x"}},
+		"headers.Content-Type":    {Headers: map[string]string{"Content-Type": "text/plain"}},
 	} {
 		_, err := webhook.New(cfg)
 		var ce *webhook.ConfigError
