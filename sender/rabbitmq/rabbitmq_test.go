@@ -227,6 +227,44 @@ func TestUnroutableIsRejectedEvenThoughConfirmed(t *testing.T) {
 	}
 }
 
+// TestReturnsCorrelateUnderConcurrency: concurrent Sends share one channel
+// and interleave routable and unroutable messages; every returned message
+// is reported to its own Send, and no routable one is mistaken for it.
+func TestReturnsCorrelateUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	tp := newTopology(t, "rk", nil)
+	tp.consume(t)
+	s := newSender(t, rabbitmq.Config{Channels: 1})
+	const senders, per = 8, 60
+	var wg sync.WaitGroup
+	routable := 0
+	for g := 0; g < senders; g++ {
+		msgs := sendertest.NewMessages(per, sender.Route{Exchange: tp.exchange, RoutingKey: "rk"})
+		for i := range msgs {
+			if (i+g)%3 == 0 {
+				msgs[i].Route.RoutingKey = "nobody"
+			} else {
+				routable++
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs := sender.Results(s.Send(context.Background(), msgs), len(msgs))
+			for i, e := range errs {
+				unroutable := msgs[i].Route.RoutingKey == "nobody"
+				if unroutable != errors.Is(e, rabbitmq.ErrUnroutable) || (!unroutable && e != nil) {
+					t.Errorf("sender %d message %d (unroutable %v): %v", g, i, unroutable, e)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got := tp.waitFor(t, routable); len(got) != routable {
+		t.Fatalf("delivered %d, want %d", len(got), routable)
+	}
+}
+
 func TestMissingExchangeIsRejectedAndChannelSurvives(t *testing.T) {
 	t.Parallel()
 	tp := newTopology(t, "rk", nil)
