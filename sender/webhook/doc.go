@@ -26,9 +26,10 @@
 // 2xx acks; 408 and 429 are Transient (the receiver is overloaded, not
 // refusing the message); other 4xx are Rejected (the relay counts an
 // attempt and retries with backoff, then dead-letters); 5xx, timeouts and
-// network errors are Transient (the relay pauses the destination without
-// burning attempts). Redirects are not followed: a 3xx is Rejected, since
-// following one would turn the POST into a GET on most status codes. A
+// network errors (an untrusted TLS certificate included) are Transient
+// (the relay pauses the destination without burning attempts). Redirects
+// are not followed: a 3xx is Rejected, since following one would turn the
+// POST into a GET on most status codes. A
 // non-2xx answer is a *StatusError, which carries the receiver's
 // Retry-After when it sent one. A
 // message that can never be sent as is (no or bad URL, a header name or

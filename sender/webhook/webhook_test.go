@@ -333,3 +333,26 @@ func TestRetryAfterAndNilMessage(t *testing.T) {
 		t.Errorf("nil message: %v, want a permanent *MessageError", errs[3])
 	}
 }
+
+func TestTLS(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(srv.Close)
+	msgs := sendertest.NewMessages(2, sender.Route{URL: srv.URL + "/hook"})
+
+	// The test server's certificate is trusted by its own client only.
+	trusted := newSender(t, webhook.Config{HTTPClient: srv.Client()})
+	for i, err := range send(t, trusted, msgs) {
+		if err != nil {
+			t.Fatalf("message %d over TLS: %v", i, err)
+		}
+	}
+	// An untrusted certificate is the destination's problem, not the
+	// message's: transient, so no attempt is burned while it is fixed.
+	strict := newSender(t, webhook.Config{})
+	for i, err := range send(t, strict, msgs) {
+		if err == nil || txbox.Classify(err) != txbox.ClassTransient {
+			t.Fatalf("message %d to an untrusted certificate: %v, want transient", i, err)
+		}
+	}
+}
