@@ -29,9 +29,10 @@
 //     Rejected, the "unroutable" case of the spec, which counts an attempt
 //     and is retried with backoff before it is dead-lettered (a stream may
 //     be created in the meantime);
-//   - JetStream refuses the message (API error, e.g. the stream's maximum
-//     message size or count): Rejected, except server-side errors (5xx
-//     codes), which are Transient;
+//   - JetStream refuses the message with an API error: Rejected (e.g. the
+//     stream's maximum message size), except 5xx codes, which are
+//     Transient: a stream full under DiscardNew (503 "maximum messages
+//     exceeded") is the destination out of room, not the message's fault;
 //   - a message that cannot be published at all (no subject, an invalid
 //     subject or header, larger than the server's max_payload): Permanent;
 //   - not connected, disconnected while waiting, ack timeout, context

@@ -359,3 +359,29 @@ func TestNilMessageIsPermanent(t *testing.T) {
 		t.Fatalf("the other message: %v", errs[1])
 	}
 }
+
+// TestStreamFullIsTransient: a stream at its limits with DiscardNew
+// answers 503; that is the destination out of room, not the message's
+// fault, so no attempt is burned.
+func TestStreamFullIsTransient(t *testing.T) {
+	t.Parallel()
+	st := newStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := st.js.UpdateStream(ctx, jetstream.StreamConfig{
+		Name: st.name, Subjects: []string{st.name + ".>"}, Storage: jetstream.MemoryStorage,
+		MaxMsgs: 1, Discard: jetstream.DiscardNew,
+	}); err != nil {
+		t.Fatalf("update stream: %v", err)
+	}
+	s := newSender(t, natsAddr(t), txnats.Config{})
+	closeOnCleanup(t, s)
+	errs := send(t, s, sendertest.NewMessages(2, sender.Route{Subject: st.subject()}))
+	if errs[0] != nil {
+		t.Fatalf("first message: %v", errs[0])
+	}
+	var apiErr *jetstream.APIError
+	if !errors.As(errs[1], &apiErr) || apiErr.Code != 503 || txbox.Classify(errs[1]) != txbox.ClassTransient {
+		t.Fatalf("message beyond the stream's limit: %v, want a transient 503 *jetstream.APIError", errs[1])
+	}
+}
