@@ -67,9 +67,9 @@ func NewMessages(n int, route sender.Route) []*sender.Message {
 			ID:        id,
 			EventType: EventType,
 			Key:       fmt.Sprintf("key-%d", i%7),
-			// A NUL byte, a non-ASCII rune and the id: payloads must
-			// travel byte for byte.
-			Payload: []byte(fmt.Sprintf("payload %d \x00 ✓ %s", i, id)),
+			// A NUL byte, bytes that are not UTF-8, a non-ASCII rune and
+			// the id: payloads must travel byte for byte.
+			Payload: []byte(fmt.Sprintf("payload %d \x00\xff\xfe ✓ %s", i, id)),
 			Headers: map[string]string{
 				txbox.HeaderEventID:   id.String(),
 				txbox.HeaderEventType: EventType,
