@@ -19,12 +19,12 @@ import (
 	"github.com/txbox/txbox/store/postgres"
 )
 
-// stream returns n message ids of which about 10% repeat an earlier id,
-// as redeliveries do.
-func benchStream(n int) []txbox.ID {
+// benchStream returns n message ids of which about dupPct% repeat an
+// earlier id, as redeliveries do.
+func benchStream(n, dupPct int) []txbox.ID {
 	out := make([]txbox.ID, n)
 	for i := range out {
-		if i > 10 && rand.IntN(10) == 0 {
+		if i > 10 && rand.IntN(100) < dupPct {
 			out[i] = out[rand.IntN(i)]
 		} else {
 			out[i] = txbox.NewID()
@@ -36,7 +36,8 @@ func benchStream(n int) []txbox.ID {
 // BenchmarkConsumePostgres measures messages/s through the transactional
 // consumer on PostgreSQL against the same handler (one INSERT in its own
 // transaction) without the inbox, with no cache, the LRU and Redis, with
-// 10% duplicate deliveries, sequentially and from 8 goroutines. Compare
+// 10% duplicate deliveries (and 50% from 8 goroutines, where a cache has
+// something to save), sequentially and from 8 goroutines. Compare
 // the msgs/s of the variants of one run; see docs/benchmarks/inbox.md.
 func BenchmarkConsumePostgres(b *testing.B) {
 	h := pgHarness()
@@ -103,11 +104,12 @@ func BenchmarkConsumePostgres(b *testing.B) {
 	// processes put on the shared machine hits them alike; the ratios to
 	// "bare" are the figures to compare.
 	const chunk = 50
-	for _, par := range []int{1, 8} {
-		b.Run(fmt.Sprintf("interleaved/goroutines=%d", par), func(b *testing.B) {
+	for _, bc := range []struct{ par, dupPct int }{{1, 10}, {8, 10}, {8, 50}} {
+		par := bc.par
+		b.Run(fmt.Sprintf("interleaved/goroutines=%d/dup=%d%%", par, bc.dupPct), func(b *testing.B) {
 			streams := make([][]txbox.ID, len(variants))
 			for i := range streams {
-				streams[i] = benchStream(b.N)
+				streams[i] = benchStream(b.N, bc.dupPct)
 			}
 			elapsed := make([]time.Duration, len(variants))
 			ctx := context.Background()
