@@ -245,6 +245,7 @@ defaults:
   batch-size: 50
   polling: { min-delay: 1ms, max-delay: 100ms }
 relay: { discover-interval: 50ms, shutdown-timeout: 20s }
+log: { level: debug }
 `, schema, testenv.NATSURL, subj)
 	if err := os.WriteFile(cfgPath, []byte(yml), 0o600); err != nil {
 		t.Fatal(err)
@@ -300,7 +301,8 @@ relay: { discover-interval: 50ms, shutdown-timeout: 20s }
 	processed, inProcess, pending := count("PROCESSED"), count("IN_PROCESS"), count("PENDING")
 	t.Logf("stopped in %s: %d processed, %d pending, %d in process", time.Since(stopAt).Round(time.Millisecond), processed, pending, inProcess)
 	if inProcess != 0 {
-		t.Errorf("%d rows left IN_PROCESS after a graceful stop", inProcess)
+		logs := relayErr.String()
+		t.Errorf("%d rows left IN_PROCESS after a graceful stop; relay log:\n%.20000s", inProcess, logs)
 	}
 	if processed+pending != n {
 		t.Errorf("processed %d + pending %d != %d published", processed, pending, n)
