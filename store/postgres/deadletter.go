@@ -59,9 +59,9 @@ func (d *Driver) DeadLetterList(ctx context.Context, params *store.DeadLetterLis
 	}
 	args := filterArgs(&params.Filter)
 	if params.After != nil {
-		args = append(args, pgtype.Timestamptz{Time: params.After.FailedAt, Valid: true}, params.After.ID)
+		args = append(args, pgtype.Timestamptz{Time: params.After.FailedAt, Valid: true}, pgUUID(params.After.ID))
 	} else {
-		args = append(args, pgtype.Timestamptz{}, uuid.UUID{})
+		args = append(args, pgtype.Timestamptz{}, pgUUID(uuid.UUID{}))
 	}
 	args = append(args, params.Limit)
 	rows, err := d.pool.Query(ctx, d.q.dlList, args...)
@@ -86,7 +86,7 @@ func (d *Driver) DeadLetterList(ctx context.Context, params *store.DeadLetterLis
 func scanDeadLetter(row pgx.Row) (*store.DeadLetter, error) {
 	dl := &store.DeadLetter{}
 	var resolved pgtype.Timestamptz
-	if err := row.Scan(&dl.ID, &dl.EventType, &dl.Key, &dl.Payload, &dl.Headers, &dl.Attempts,
+	if err := row.Scan(uuidDest{&dl.ID}, &dl.EventType, &dl.Key, &dl.Payload, &dl.Headers, &dl.Attempts,
 		&dl.LastError, &dl.CreatedAt, &dl.FailedAt, &dl.Status, &resolved); err != nil {
 		return nil, err
 	}
@@ -111,7 +111,7 @@ func (d *Driver) DeadLetterCount(ctx context.Context, filter *store.DeadLetterFi
 // DeadLetterGet returns one dead letter or an error matching
 // txbox.ErrNotFound.
 func (d *Driver) DeadLetterGet(ctx context.Context, id txbox.ID) (*store.DeadLetter, error) {
-	dl, err := scanDeadLetter(d.pool.QueryRow(ctx, d.q.dlGet, id))
+	dl, err := scanDeadLetter(d.pool.QueryRow(ctx, d.q.dlGet, pgUUID(id)))
 	if err != nil {
 		return nil, translate("dead-letter get", err)
 	}
@@ -125,7 +125,7 @@ func (d *Driver) DeadLetterRetry(ctx context.Context, ids []txbox.ID) (int, erro
 		return 0, nil
 	}
 	var n int64
-	if err := d.pool.QueryRow(ctx, d.q.dlRetry, ids).Scan(&n); err != nil {
+	if err := d.pool.QueryRow(ctx, d.q.dlRetry, pgUUIDs(ids)).Scan(&n); err != nil {
 		return 0, translate("dead-letter retry", err)
 	}
 	return int(n), nil
@@ -145,7 +145,7 @@ func (d *Driver) execIDs(ctx context.Context, op, query string, ids []txbox.ID) 
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	tag, err := d.pool.Exec(ctx, query, ids)
+	tag, err := d.pool.Exec(ctx, query, pgUUIDs(ids))
 	if err != nil {
 		return 0, translate(op, err)
 	}

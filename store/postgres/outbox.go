@@ -82,7 +82,7 @@ func (d *Driver) OutboxInsert(ctx context.Context, tx any, params *store.OutboxI
 		if params.Notify {
 			query = d.q.insertNativeNotify
 		}
-		args = []any{ids, types, keys, payloads, headers, notBefore}
+		args = []any{pgUUIDs(ids), types, keys, payloads, headers, notBefore}
 	} else {
 		query = d.q.insertText
 		if params.Notify {
@@ -131,7 +131,7 @@ func (d *Driver) copyInsert(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, typ
 		if keys[i] != "" {
 			key = keys[i]
 		}
-		rows[i] = []any{ids[i], types[i], key, payloads[i], headers[i]}
+		rows[i] = []any{pgUUID(ids[i]), types[i], key, payloads[i], headers[i]}
 		if !slices.Contains(distinct, types[i]) {
 			distinct = append(distinct, types[i])
 		}
@@ -238,6 +238,29 @@ func errBadParams(op, format string, args ...any) error {
 // OutboxClaim claims up to params.Limit due PENDING rows of one type in
 // one statement. See store.Outbox.
 func (d *Driver) OutboxClaim(ctx context.Context, params *store.OutboxClaimParams) ([]*store.OutboxRow, error) {
+	c, err := d.prepareClaim(params)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := d.pool.Query(ctx, c.query, c.args...)
+	if err != nil {
+		return nil, translate("claim", err)
+	}
+	return c.scan(rows)
+}
+
+// claimCall is one prepared claim: its statement, arguments and what is
+// needed to read the rows back and move the cursor.
+type claimCall struct {
+	d        *Driver
+	query    string
+	args     []any
+	token    txbox.ID
+	cur      *claimCursor
+	fullScan bool
+}
+
+func (d *Driver) prepareClaim(params *store.OutboxClaimParams) (*claimCall, error) {
 	if params == nil {
 		return nil, errBadParams("claim", "params are nil")
 	}
@@ -250,26 +273,27 @@ func (d *Driver) OutboxClaim(ctx context.Context, params *store.OutboxClaimParam
 	if params.LeaseDuration <= 0 {
 		return nil, errBadParams("claim", "lease duration %s must be positive", params.LeaseDuration)
 	}
-	query := d.q.claim
+	c := &claimCall{d: d, query: d.q.claim, token: txbox.NewID(), fullScan: true}
 	lowerDue := pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
 	var lowerID uuid.UUID
-	var cur *claimCursor
 	if params.OrderedByKey {
 		// No lower bound for ordered types: a row the scan passed while
 		// its key was blocked becomes the head later, below any cursor.
-		query = d.q.claimOrdered
+		c.query = d.q.claimOrdered
 	} else {
-		cur = d.cursor(params.EventType)
-		if due, id, ok := cur.lowerBound(time.Now(), d.lookback); ok {
+		c.cur = d.cursor(params.EventType)
+		if due, id, ok := c.cur.lowerBound(time.Now(), d.lookback); ok {
 			lowerDue, lowerID = pgtype.Timestamptz{Time: due, Valid: true}, id
+			c.fullScan = false
 		}
 	}
-	token := txbox.NewID()
-	rows, err := d.pool.Query(ctx, query, params.EventType, params.Limit, params.LeaseDuration.Microseconds(), token,
-		lowerDue, lowerID, max(d.lookback, 0).Microseconds())
-	if err != nil {
-		return nil, translate("claim", err)
-	}
+	c.args = []any{params.EventType, params.Limit, params.LeaseDuration.Microseconds(), pgUUID(c.token),
+		lowerDue, pgUUID(lowerID), max(d.lookback, 0).Microseconds()}
+	return c, nil
+}
+
+// scan reads the claimed rows in claim order and moves the cursor.
+func (c *claimCall) scan(rows pgx.Rows) ([]*store.OutboxRow, error) {
 	defer rows.Close()
 	type claimed struct {
 		row *store.OutboxRow
@@ -277,9 +301,9 @@ func (d *Driver) OutboxClaim(ctx context.Context, params *store.OutboxClaimParam
 	}
 	var out []claimed
 	for rows.Next() {
-		r := &store.OutboxRow{LeaseToken: token}
+		r := &store.OutboxRow{LeaseToken: c.token}
 		var due time.Time
-		if err := rows.Scan(&r.ID, &r.EventType, &r.Key, &r.Payload, &r.Headers, &r.Attempts, &r.CreatedAt, &due); err != nil {
+		if err := rows.Scan(uuidDest{&r.ID}, &r.EventType, &r.Key, &r.Payload, &r.Headers, &r.Attempts, &r.CreatedAt, &due); err != nil {
 			return nil, translate("claim", err)
 		}
 		out = append(out, claimed{r, due})
@@ -295,16 +319,16 @@ func (d *Driver) OutboxClaim(ctx context.Context, params *store.OutboxClaimParam
 		return strings.Compare(string(a.row.ID[:]), string(b.row.ID[:]))
 	})
 	res := make([]*store.OutboxRow, len(out))
-	for i, c := range out {
-		res[i] = c.row
+	for i, o := range out {
+		res[i] = o.row
 	}
-	if cur != nil {
+	if c.cur != nil {
 		var lastDue time.Time
 		var lastID uuid.UUID
 		if len(out) > 0 {
 			lastDue, lastID = out[len(out)-1].due, out[len(out)-1].row.ID
 		}
-		cur.claimed(time.Now(), lastDue, lastID, lowerDue.InfinityModifier == pgtype.NegativeInfinity, d.rescan)
+		c.cur.claimed(time.Now(), lastDue, lastID, c.fullScan, c.d.rescan)
 	}
 	return res, nil
 }
@@ -312,17 +336,84 @@ func (d *Driver) OutboxClaim(ctx context.Context, params *store.OutboxClaimParam
 // OutboxFinish applies every outcome of params.Items in one statement,
 // each fenced by its lease token. See store.Outbox.
 func (d *Driver) OutboxFinish(ctx context.Context, params *store.OutboxFinishParams) (*store.OutboxFinishResult, error) {
+	f, err := prepareFinish(params)
+	if err != nil {
+		return nil, err
+	}
+	if f.args == nil {
+		return f.result(0), nil
+	}
+	var finished int64
+	if err := d.pool.QueryRow(ctx, d.q.finish, f.args...).Scan(&finished); err != nil {
+		return nil, translate("finish", err)
+	}
+	return f.result(finished), nil
+}
+
+// OutboxFinishAndClaim records the outcome of one batch and claims the
+// next in one round trip and one transaction (a pgx pipeline of the two
+// statements under one Sync, so one commit and one WAL flush instead of
+// two), for a poller that has a batch to finish and wants another. It is
+// OutboxFinish followed by OutboxClaim, fencing included, atomic together.
+// It is not (yet) part of the store seam; store/mysql offers the same
+// method.
+func (d *Driver) OutboxFinishAndClaim(ctx context.Context, finish *store.OutboxFinishParams, claim *store.OutboxClaimParams) (*store.OutboxFinishResult, []*store.OutboxRow, error) {
+	f, err := prepareFinish(finish)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := d.prepareClaim(claim)
+	if err != nil {
+		return nil, nil, err
+	}
+	if f.args == nil {
+		rows, err := d.OutboxClaim(ctx, claim)
+		return f.result(0), rows, err
+	}
+	b := &pgx.Batch{}
+	b.Queue(d.q.finish, f.args...)
+	b.Queue(c.query, c.args...)
+	br := d.pool.SendBatch(ctx, b)
+	defer br.Close()
+	var finished int64
+	if err := br.QueryRow().Scan(&finished); err != nil {
+		return nil, nil, translate("finish", err)
+	}
+	rq, err := br.Query()
+	if err != nil {
+		return nil, nil, translate("claim", err)
+	}
+	rows, err := c.scan(rq)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := br.Close(); err != nil {
+		return nil, nil, translate("finish and claim", err)
+	}
+	return f.result(finished), rows, nil
+}
+
+// finishCall is one prepared finish.
+type finishCall struct {
+	args []any // nil when there is nothing to apply
+	n    int
+}
+
+func (f *finishCall) result(finished int64) *store.OutboxFinishResult {
+	return &store.OutboxFinishResult{Finished: int(finished), Fenced: f.n - int(finished)}
+}
+
+func prepareFinish(params *store.OutboxFinishParams) (*finishCall, error) {
 	if params == nil {
 		return nil, errBadParams("finish", "params are nil")
 	}
 	n := len(params.Items)
-	ids := make([]uuid.UUID, 0, n)
-	tokens := make([]uuid.UUID, 0, n)
+	ids := make([]pgtype.UUID, 0, n)
+	tokens := make([]pgtype.UUID, 0, n)
 	outcomes := make([]int32, 0, n)
 	delays := make([]int64, 0, n)
 	errs := make([]string, 0, n)
 	seen := make(map[uuid.UUID]struct{}, n)
-	dup := 0
 	for i, it := range params.Items {
 		if it.Outcome < store.OutcomeAcked || it.Outcome > store.OutcomeReleased {
 			return nil, errBadParams("finish", "item %d has unknown outcome %d", i, it.Outcome)
@@ -333,25 +424,20 @@ func (d *Driver) OutboxFinish(ctx context.Context, params *store.OutboxFinishPar
 		// A row can only be finished once per claim; a repeated id is
 		// treated like a fenced one rather than applied twice.
 		if _, ok := seen[it.ID]; ok {
-			dup++
 			continue
 		}
 		seen[it.ID] = struct{}{}
-		ids = append(ids, it.ID)
-		tokens = append(tokens, it.LeaseToken)
+		ids = append(ids, pgUUID(it.ID))
+		tokens = append(tokens, pgUUID(it.LeaseToken))
 		outcomes = append(outcomes, int32(it.Outcome))
 		delays = append(delays, it.RetryAfter.Microseconds())
 		errs = append(errs, it.Error)
 	}
-	if len(ids) == 0 {
-		return &store.OutboxFinishResult{Fenced: dup}, nil
+	f := &finishCall{n: n}
+	if len(ids) > 0 {
+		f.args = []any{ids, tokens, outcomes, delays, errs, params.DeleteAcked}
 	}
-	var finished int64
-	err := d.pool.QueryRow(ctx, d.q.finish, ids, tokens, outcomes, delays, errs, params.DeleteAcked).Scan(&finished)
-	if err != nil {
-		return nil, translate("finish", err)
-	}
-	return &store.OutboxFinishResult{Finished: int(finished), Fenced: n - int(finished)}, nil
+	return f, nil
 }
 
 // OutboxRecover puts IN_PROCESS rows whose lease expired back to PENDING
