@@ -76,7 +76,11 @@ func (d *Driver) OutboxInsert(ctx context.Context, tx any, params *store.OutboxI
 		if notBefore[0].Valid {
 			nb = notBefore[0].Time
 		}
-		args = []any{ids[0].String(), types[0], keys[0], payloads[0], headers[0], nb}
+		var id any = ids[0].String() // any database/sql driver binds text
+		if ex.native() {
+			id = pgUUID(ids[0])
+		}
+		args = []any{id, types[0], keys[0], payloads[0], headers[0], nb}
 	} else if ex.native() {
 		query = d.q.insertNative
 		if params.Notify {
