@@ -258,6 +258,43 @@ func (in *Inbox) recordAndCommit(ctx context.Context, ids []txbox.ID) ([]txbox.I
 	return fresh, nil
 }
 
+// HandleInTx processes msg inside the caller's open transaction tx (a
+// pgx.Tx or *sql.Tx of the store's database), for consumers that already
+// run their own unit of work: it records the id in tx and, when the id is
+// new, runs h with tx. It neither commits nor rolls back: the caller does,
+// and must roll back on any error, which also forgets the id. It returns
+// Processed or Duplicate with a nil error. The cache is consulted but not
+// written, since the commit is the caller's; Mode is ignored (this is
+// transactional by construction). A conflict the database broke by rolling
+// tx back (store.ErrTxConflict) is returned, not retried.
+func (in *Inbox) HandleInTx(ctx context.Context, tx any, msg Message, h Handler) (Result, error) {
+	if h == nil {
+		return Failed, ErrNilHandler
+	}
+	if msg.ID == (txbox.ID{}) {
+		return Failed, ErrMissingID
+	}
+	if in.cacheContains(ctx, msg.ID) {
+		in.report(Duplicate, 1)
+		return Duplicate, nil
+	}
+	fresh, err := in.st.InboxRecord(ctx, tx, &store.InboxRecordParams{Consumer: in.cfg.Consumer, IDs: []txbox.ID{msg.ID}})
+	if err != nil {
+		in.report(Failed, 1)
+		return Failed, in.storeErr("record", err)
+	}
+	if len(fresh) == 0 {
+		in.report(Duplicate, 1)
+		return Duplicate, nil
+	}
+	if err := call(func() error { return h(ctx, tx, msg) }); err != nil {
+		in.report(Failed, 1)
+		return Failed, &HandlerError{Consumer: in.cfg.Consumer, IDs: []txbox.ID{msg.ID}, Err: err}
+	}
+	in.report(Processed, 1)
+	return Processed, nil
+}
+
 // HandleBatch processes msgs together. Ids already recorded (and repeated
 // ids within msgs, after their first occurrence) are filtered out; h gets
 // only the new messages, in input order, in one transaction (after the

@@ -89,6 +89,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Batch", func(t *testing.T) { t.Parallel(); testBatch(t, e) })
 	t.Run("BatchErrorRecordsNothing", func(t *testing.T) { t.Parallel(); testBatchError(t, e) })
 	t.Run("RecordSeam", func(t *testing.T) { t.Parallel(); testRecordSeam(t, e) })
+	t.Run("HandleInCallerTx", func(t *testing.T) { t.Parallel(); testHandleInTx(t, e) })
 	t.Run("HostileConsumerNames", func(t *testing.T) { t.Parallel(); testHostileNames(t, e) })
 	t.Run("ConcurrentDuplicates", func(t *testing.T) { t.Parallel(); testConcurrent(t, e) })
 	t.Run("ConcurrentOverlappingBatches", func(t *testing.T) { t.Parallel(); testConcurrentBatches(t, e) })
@@ -714,4 +715,43 @@ func testConcurrentBatches(t *testing.T, e *env) {
 		want[id] = 1
 	}
 	e.expectEffects(t, consumer, want)
+}
+
+// testHandleInTx: the caller's own transaction records the id with the
+// effect; its rollback forgets both, its commit keeps both.
+func testHandleInTx(t *testing.T, e *env) {
+	const consumer = "callertx"
+	in := e.newInbox(t, inbox.Config{Consumer: consumer})
+	ctx := context.Background()
+	id := txbox.NewID()
+	for _, commit := range []bool{false, true} {
+		tx, err := e.st.InboxBegin(ctx) // stands for the caller's transaction
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := in.HandleInTx(ctx, tx.Native(), inbox.Message{ID: id}, e.handler(consumer))
+		if err != nil || r != inbox.Processed {
+			t.Fatalf("HandleInTx (commit=%v) = %v, %v; want processed", commit, r, err)
+		}
+		if commit {
+			err = tx.Commit(ctx)
+		} else {
+			err = tx.Rollback(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.expectEffects(t, consumer, map[txbox.ID]int{id: 1})
+	tx, err := e.st.InboxBegin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if r, err := in.HandleInTx(ctx, tx.Native(), inbox.Message{ID: id}, e.handler(consumer)); err != nil || r != inbox.Duplicate {
+		t.Errorf("after commit: %v, %v; want duplicate", r, err)
+	}
+	if _, err := in.HandleInTx(ctx, nil, inbox.Message{ID: id}, e.handler(consumer)); !errors.Is(err, txbox.ErrNoTransaction) {
+		t.Errorf("nil tx: %v; want ErrNoTransaction", err)
+	}
 }
