@@ -173,7 +173,9 @@ func runPollers(t *testing.T, d *Driver, dsn string) pollerResult {
 					delete(held, it.ID)
 				}
 				mu.Unlock()
-				res, err := d.OutboxFinish(ctx, &store.OutboxFinishParams{Items: items})
+				// Half the pollers delete on ack (retention 0), half keep
+				// the rows: concurrent DELETEs and UPDATEs on one table.
+				res, err := d.OutboxFinish(ctx, &store.OutboxFinishParams{Items: items, DeleteAcked: p%2 == 1})
 				if err != nil {
 					fail(fmt.Errorf("finish: %w", err))
 					return

@@ -39,8 +39,9 @@ var (
 
 	// ErrInvalidParams is returned when a call's parameters are out of
 	// range (a Limit below 1, a negative duration, a key longer than the
-	// column). Nothing is sent to the database.
-	ErrInvalidParams = errors.New("mysql: invalid parameters")
+	// column). Nothing is sent to the database. It matches
+	// store.ErrInvalidParams.
+	ErrInvalidParams = fmt.Errorf("mysql: %w", store.ErrInvalidParams)
 
 	// ErrUnsupportedServer is returned by Migrate when the server is older
 	// than MySQL 8.0.13 or MariaDB 10.6 (SKIP LOCKED and expression

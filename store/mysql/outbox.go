@@ -629,21 +629,35 @@ func (d *Driver) OutboxStats(ctx context.Context) ([]*store.OutboxTypeStats, err
 }
 
 // OutboxCleanup deletes up to Limit PROCESSED rows processed before
-// now - OlderThan, oldest first: the ids are locked through the cleanup
-// index (SKIP LOCKED), then deleted by primary key.
+// now - OlderThan, oldest first: candidates are read through the cleanup
+// index without locks, then deleted by one statement that checks the
+// condition again. Holding no locks before the DELETE, it acquires its
+// row locks in primary-key order like every other single-statement write,
+// so it cannot close a deadlock cycle with them.
 func (d *Driver) OutboxCleanup(ctx context.Context, params *store.CleanupParams) (int, error) {
 	if err := checkCleanup(params); err != nil {
 		return 0, err
 	}
-	n, err := d.lockThenWrite(ctx,
-		"SELECT id FROM "+d.qOutbox+" FORCE INDEX (txbox_cleanup) WHERE status = 'PROCESSED' AND processed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"+
-			" ORDER BY processed_at LIMIT ? FOR UPDATE SKIP LOCKED",
-		[]any{micros(params.OlderThan), params.Limit},
-		deleteByID(d.qOutbox)+" WHERE id IN (%s)")
+	cond := "status = 'PROCESSED' AND processed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"
+	n, err := d.selectThenDelete(ctx, d.qOutbox,
+		"SELECT id FROM "+d.qOutbox+" FORCE INDEX (txbox_cleanup) WHERE "+cond+" ORDER BY processed_at LIMIT ?",
+		[]any{micros(params.OlderThan), params.Limit}, cond, []any{micros(params.OlderThan)})
 	if err != nil {
 		return 0, wrap("cleanup", err)
 	}
 	return n, nil
+}
+
+// selectThenDelete reads candidate ids with sel (a plain consistent read)
+// and deletes those that still satisfy cond with one DELETE.
+func (d *Driver) selectThenDelete(ctx context.Context, table, sel string, selArgs []any, cond string, condArgs []any) (int, error) {
+	ids, err := queryIDs(ctx, d.db, sel, selArgs...)
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	args := idArgs(append([]any(nil), condArgs...), ids)
+	n, err := d.exec(ctx, "DELETE FROM "+table+" WHERE "+cond+" AND id IN ("+placeholders(len(ids))+")", args...)
+	return int(n), err
 }
 
 func checkCleanup(p *store.CleanupParams) error {
