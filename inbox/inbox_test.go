@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/store/sqlite"
@@ -241,4 +243,27 @@ func TestCleanerConfig(t *testing.T) {
 	if err := c.Start(context.Background()); !errors.Is(err, txbox.ErrClosed) {
 		t.Errorf("Start after Stop: %v", err)
 	}
+}
+
+// TestCleanerStopLeaksNothing is not parallel so that the goroutine
+// snapshot sees only its own.
+func TestCleanerStopLeaksNothing(t *testing.T) {
+	st := openStore(t)
+	opts := goleak.IgnoreCurrent()
+	c, err := inbox.NewCleaner(st, st, inbox.CleanerConfig{MinDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(context.Background()); err == nil {
+		t.Error("second Start accepted")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	goleak.VerifyNone(t, opts)
 }
