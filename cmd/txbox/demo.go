@@ -88,6 +88,12 @@ type demoState struct {
 	rbSeen     int              // received, rolled back
 	dups       int
 	txFailed   int
+	// orders counts committed business transactions; ordersCreated the
+	// delivered order-created events. With the orders table's row count
+	// they show the business data and the events agree.
+	orders        int
+	ordersCreated map[txbox.ID]bool
+	ordersInTable int64
 }
 
 func demo(ctx context.Context, e *env, o demoOptions) (err error) {
@@ -188,7 +194,7 @@ func demo(ctx context.Context, e *env, o demoOptions) (err error) {
 	}
 
 	// 4. The consumer: a durable JetStream consumer acking each message.
-	s := &demoState{committed: map[txbox.ID]time.Time{}, rolledBack: map[txbox.ID]bool{}, uncertain: map[txbox.ID]bool{}, received: map[txbox.ID]int{}}
+	s := &demoState{committed: map[txbox.ID]time.Time{}, rolledBack: map[txbox.ID]bool{}, uncertain: map[txbox.ID]bool{}, ordersCreated: map[txbox.ID]bool{}, received: map[txbox.ID]int{}}
 	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "demo", AckPolicy: jetstream.AckExplicitPolicy})
 	if err != nil {
 		return fmt.Errorf("create consumer: %w", err)
@@ -272,7 +278,21 @@ loop:
 	if prodErr != nil && !errors.Is(prodErr, context.Canceled) {
 		return fmt.Errorf("simulated service: %w", prodErr)
 	}
+	var inTable int64
+	if err := demoQueryInt(context.WithoutCancel(ctx), st, "SELECT count(*) FROM "+orders, &inTable); err != nil {
+		return fmt.Errorf("count orders: %w", err)
+	}
+	s.mu.Lock()
+	s.ordersInTable = inTable
+	s.mu.Unlock()
 	return s.summary(out, time.Since(start), interrupted)
+}
+
+func demoQueryInt(ctx context.Context, st *config.Store, q string, dst *int64) error {
+	if st.Pool != nil {
+		return st.Pool.QueryRow(ctx, q).Scan(dst)
+	}
+	return st.DB.QueryRowContext(ctx, q).Scan(dst)
 }
 
 func demoExec(ctx context.Context, st *config.Store, q string) error {
@@ -361,6 +381,7 @@ func (s *demoState) oneOrder(ctx context.Context, st *config.Store, pub *outbox.
 	if err != nil {
 		return err
 	}
+	orderEvent := ids[0]
 	if n%demoRollbackEvery == demoRollbackEvery-1 {
 		// The business logic changes its mind: the order and its events
 		// vanish together.
@@ -381,6 +402,8 @@ func (s *demoState) oneOrder(ctx context.Context, st *config.Store, pub *outbox.
 	for _, id := range ids {
 		s.committed[id] = now
 	}
+	s.ordersCreated[orderEvent] = true
+	s.orders++
 	s.mu.Unlock()
 	if err := tx.Commit(ctx); err != nil {
 		s.mu.Lock()
@@ -388,6 +411,8 @@ func (s *demoState) oneOrder(ctx context.Context, st *config.Store, pub *outbox.
 			delete(s.committed, id)
 			s.uncertain[id] = true
 		}
+		delete(s.ordersCreated, orderEvent)
+		s.orders--
 		s.mu.Unlock()
 		return err
 	}
@@ -511,6 +536,13 @@ func (s *demoState) summary(w io.Writer, elapsed time.Duration, interrupted bool
 	if s.txFailed > 0 {
 		fmt.Fprintf(w, "  failed transactions   %d (the simulated service moved on; %d events of failed COMMITs may or may not arrive)\n", s.txFailed, len(s.uncertain))
 	}
+	createdDelivered := 0
+	for id := range s.ordersCreated {
+		if s.received[id] > 0 {
+			createdDelivered++
+		}
+	}
+	fmt.Fprintf(w, "  orders committed      %d (rows in the orders table: %d, order-created events delivered: %d)\n", s.orders, s.ordersInTable, createdDelivered)
 	if n := len(s.latencies); n > 0 {
 		l := slices.Clone(s.latencies)
 		slices.Sort(l)
@@ -526,6 +558,9 @@ func (s *demoState) summary(w io.Writer, elapsed time.Duration, interrupted bool
 	}
 	if s.rbSeen > 0 {
 		problems = append(problems, fmt.Sprintf("%d rolled-back events were delivered", s.rbSeen))
+	}
+	if s.txFailed == 0 && (int64(s.orders) != s.ordersInTable || createdDelivered != s.orders) {
+		problems = append(problems, fmt.Sprintf("business data and events disagree: %d orders committed, %d in the table, %d order-created delivered", s.orders, s.ordersInTable, createdDelivered))
 	}
 	if len(s.committed) == 0 {
 		problems = append(problems, "no event was committed")

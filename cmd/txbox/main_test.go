@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -139,6 +140,17 @@ func assertDemoSummary(t *testing.T, out string) {
 	}
 	if strings.Contains(out, "committed events      0\n") {
 		t.Errorf("demo committed nothing:\n%s", out)
+	}
+	var orders, inTable, delivered int
+	i := strings.Index(out, "orders committed")
+	if i < 0 {
+		t.Fatalf("demo output lacks the orders line:\n%s", out)
+	}
+	if _, err := fmt.Sscanf(out[i:], "orders committed %d (rows in the orders table: %d, order-created events delivered: %d)", &orders, &inTable, &delivered); err != nil {
+		t.Fatalf("cannot parse the orders line: %v\n%s", err, out)
+	}
+	if orders == 0 || orders != inTable || orders != delivered {
+		t.Errorf("business data and events disagree: %d committed, %d in table, %d delivered", orders, inTable, delivered)
 	}
 }
 
