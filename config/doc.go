@@ -1,8 +1,8 @@
 // Package config loads txbox's YAML configuration (SPEC §4.2, §8) and
 // builds the store, the senders and the relay configuration from it.
 //
-// A file has six top-level keys: database, senders, defaults, events,
-// cleanup and log. defaults holds the relay settings of every event type;
+// A file has seven top-level keys: database, senders, defaults, events,
+// cleanup, relay and log. defaults holds the relay settings of every event type;
 // each entry of events overrides any part of them, and every key it leaves
 // unset is inherited (polling, backoff and route key by key). Types that
 // events does not list get defaults, so a producer may publish any type.
