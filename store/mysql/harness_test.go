@@ -58,7 +58,14 @@ func harness() storetest.Harness {
 				return nil, err
 			}
 			d.DB().SetMaxOpenConns(10)
-			t.Cleanup(func() { _ = d.Close() })
+			t.Cleanup(func() {
+				// Every conformance scenario, the concurrent ones included,
+				// must run without a single deadlock.
+				if n := d.DeadlockRetries(); n != 0 {
+					t.Errorf("%d deadlocks were retried", n)
+				}
+				_ = d.Close()
+			})
 			return d, nil
 		},
 		Begin: func(t *testing.T, d store.Driver) storetest.Tx {
