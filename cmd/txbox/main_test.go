@@ -105,10 +105,15 @@ func TestPublishSQLite(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, `"type":"order-created"`) {
 		t.Fatalf("publish: %d %q %q", code, out, errOut)
 	}
+	big := t.TempDir() + "/big"
+	if err := os.WriteFile(big, make([]byte, 1<<20+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
+		{[]string{"--type", "a", "--payload-file", big}, "exceeds the limit of 1048576 bytes"},
 		{[]string{"--payload", "x"}, "--type is required"},
 		{[]string{"--type", "bad type"}, "invalid event type"},
 		{[]string{"--type", "a", "--payload", "x", "--payload-file", "f"}, "not both"},

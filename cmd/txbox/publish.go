@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -90,6 +91,10 @@ func runPublish(ctx context.Context, e *env, args []string) error {
 	ids, err := pub.Publish(ctx, tx.Native(), ev)
 	if err != nil {
 		_ = tx.Rollback(ctx)
+		var tooLarge *txbox.PayloadTooLargeError
+		if errors.As(err, &tooLarge) {
+			return &usageError{err.Error()}
+		}
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
