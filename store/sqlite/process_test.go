@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -63,6 +64,47 @@ func TestChildProcess(t *testing.T) {
 			if err != nil || res.Finished != len(rows) {
 				fmt.Println("error finish", res, err)
 				os.Exit(2)
+			}
+		}
+		fmt.Println("done")
+		os.Exit(0)
+	case "chaos-claimer":
+		// A relay: recover expired leases, claim with a short lease,
+		// "send", ack. It reports each claim before acking it.
+		empty := 0
+		for empty < 5 {
+			if _, err := d.OutboxRecover(ctx, &store.OutboxRecoverParams{Limit: 100}); err != nil {
+				fmt.Println("error recover", err)
+				os.Exit(2)
+			}
+			rows, err := d.OutboxClaim(ctx, &store.OutboxClaimParams{EventType: "chaos", Limit: 5, LeaseDuration: chaosLease})
+			if err != nil {
+				fmt.Println("error", err)
+				os.Exit(2)
+			}
+			if len(rows) == 0 {
+				empty++
+				time.Sleep(chaosLease / 4) // idle poll
+				continue
+			}
+			empty = 0
+			items := make([]store.OutboxFinishItem, len(rows))
+			for i, r := range rows {
+				fmt.Println("claimed", r.ID)
+				items[i] = store.OutboxFinishItem{ID: r.ID, LeaseToken: r.LeaseToken, Outcome: store.OutcomeAcked}
+			}
+			// The send: the window in which the parent kills relays.
+			fmt.Println("sending")
+			time.Sleep(chaosSend)
+			res, err := d.OutboxFinish(ctx, &store.OutboxFinishParams{Items: items})
+			if err != nil {
+				fmt.Println("error finish", err)
+				os.Exit(2)
+			}
+			if res.Fenced > 0 {
+				// This relay was too slow: its lease expired and another
+				// relay took rows over. At-least-once allows it.
+				fmt.Println("fenced", res.Fenced)
 			}
 		}
 		fmt.Println("done")
@@ -298,4 +340,185 @@ func TestBusyTimeoutIsErrBusy(t *testing.T) {
 	if rows := claim(t, impatient, "busy", 10, time.Minute, false); len(rows) != 1 {
 		t.Fatalf("after the lock was released claimed %d, want 1 (the busy claim must change nothing)", len(rows))
 	}
+}
+
+// chaosLease is the children's lease in TestKilledClaimersLoseNothing:
+// short, so rows of a killed relay come back quickly.
+const chaosLease = time.Second
+
+// chaosSend is how long a chaos relay "sends" a batch before acking it.
+const chaosSend = 100 * time.Millisecond
+
+// TestKilledClaimersLoseNothing runs relay processes on one file and
+// SIGKILLs them while they hold a claimed batch (between claim and
+// finish) or just after (during the finish or the next claim, possibly
+// inside a write transaction). Afterwards every published event
+// is PROCESSED (nothing lost), a row was claimed twice only when its
+// earlier claimer was killed or lost its lease (a fenced finish), and the
+// database passes PRAGMA integrity_check. The
+// default run kills 3 processes; TXBOX_CHAOS=1 kills 25 over a larger
+// backlog.
+func TestKilledClaimersLoseNothing(t *testing.T) {
+	t.Parallel()
+	kills, total := 3, 600
+	if os.Getenv("TXBOX_CHAOS") != "" {
+		kills, total = 25, 6000
+	}
+	b := setup(t)
+	evs := make([]*txbox.Event, total)
+	for i := range evs {
+		evs[i] = newEvent("chaos", "")
+	}
+	for i := 0; i < total; i += 500 {
+		publish(t, b.d, evs[i:min(i+500, total)]...)
+	}
+
+	type child struct {
+		cmd     *exec.Cmd
+		killed  bool
+		fenced  bool // a finish of this relay was fenced: its lease expired
+		ids     []txbox.ID
+		done    chan struct{}
+		sending chan struct{} // a signal per batch in its send window
+		err     string
+	}
+	var mu sync.Mutex
+	start := func() *child {
+		cmd, out := startChild(t, "chaos-claimer", b.path)
+		c := &child{cmd: cmd, done: make(chan struct{}), sending: make(chan struct{}, 1)}
+		go func() {
+			defer close(c.done)
+			for out.Scan() {
+				line := out.Text()
+				if id, ok := strings.CutPrefix(line, "claimed "); ok {
+					if parsed, err := txbox.ParseID(id); err == nil {
+						mu.Lock()
+						c.ids = append(c.ids, parsed)
+						mu.Unlock()
+					}
+				} else if line == "sending" {
+					select {
+					case c.sending <- struct{}{}:
+					default:
+					}
+				} else if strings.HasPrefix(line, "fenced ") {
+					mu.Lock()
+					c.fenced = true
+					mu.Unlock()
+				} else if strings.HasPrefix(line, "error") {
+					mu.Lock()
+					c.err = line
+					mu.Unlock()
+				}
+			}
+			_ = cmd.Wait()
+		}()
+		return c
+	}
+	children := []*child{start(), start(), start()}
+	live := slices.Clone(children)
+	for k := 0; k < kills; k++ {
+		// Kill one of the three live relays while it holds a batch: in
+		// its send window, between claim and finish.
+		victim := live[k%3]
+		select {
+		case <-victim.sending:
+			// Drop a signal left from an earlier batch, wait for a fresh one.
+			select {
+			case <-victim.sending:
+			case <-victim.done:
+			}
+		case <-victim.done:
+		}
+		if k%2 == 1 {
+			// Every other kill lands a little after the send window ends:
+			// during the finish or the next claim, inside a write
+			// transaction or between two.
+			select {
+			case <-time.After(chaosSend + time.Duration(k%7)*3*time.Millisecond):
+			case <-victim.done:
+			}
+		}
+		if err := victim.cmd.Process.Signal(syscall.SIGKILL); err == nil {
+			mu.Lock()
+			victim.killed = true
+			mu.Unlock()
+		}
+		<-victim.done
+		fresh := start()
+		children = append(children, fresh)
+		live[k%3] = fresh
+	}
+	for _, c := range children {
+		<-c.done
+	}
+
+	// Whatever the killed relays held comes back after its lease.
+	ctx := context.Background()
+	eventually(t, 30*time.Second, "every event PROCESSED", func() bool {
+		if _, err := b.d.OutboxRecover(ctx, &store.OutboxRecoverParams{Limit: 1000}); err != nil {
+			t.Fatal(err)
+		}
+		if rows := claim(t, b.d, "chaos", 1000, time.Minute, false); len(rows) > 0 {
+			mu.Lock()
+			last := &child{ids: ids(rows)}
+			children = append(children, last)
+			mu.Unlock()
+			finish(t, b.d, store.OutcomeAcked, 0, rows...)
+		}
+		var left int
+		if err := b.d.DB().QueryRow(`SELECT count(*) FROM txbox_outbox WHERE status <> 'PROCESSED'`).Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		return left == 0
+	})
+	var processed int
+	if err := b.d.DB().QueryRow(`SELECT count(*) FROM txbox_outbox WHERE status = 'PROCESSED'`).Scan(&processed); err != nil {
+		t.Fatal(err)
+	}
+	if processed != total {
+		t.Fatalf("%d of %d events PROCESSED: lost %d", processed, total, total-processed)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	claimedBy := map[txbox.ID][]*child{}
+	killed := 0
+	for _, c := range children {
+		if c.err != "" {
+			t.Errorf("a relay failed: %s", c.err)
+		}
+		if c.killed {
+			killed++
+		}
+		for _, id := range c.ids {
+			claimedBy[id] = append(claimedBy[id], c)
+		}
+	}
+	dups := 0
+	for id, cs := range claimedBy {
+		if len(cs) == 1 {
+			continue
+		}
+		dups++
+		// All claimers but the one that finished it lost the row: killed,
+		// or so slow their lease expired (their finish was fenced).
+		healthy := 0
+		for _, c := range cs {
+			if !c.killed && !c.fenced {
+				healthy++
+			}
+		}
+		if healthy > 1 {
+			t.Fatalf("event %s claimed by %d relays that were neither killed nor fenced", id, healthy)
+		}
+	}
+	if killed == 0 || dups == 0 {
+		t.Fatalf("%d kills landed, %d rows claimed again: the test did not crash a relay holding rows", killed, dups)
+	}
+	var check string
+	if err := b.d.DB().QueryRow(`PRAGMA integrity_check`).Scan(&check); err != nil || check != "ok" {
+		t.Fatalf("integrity_check: %q, %v", check, err)
+	}
+	t.Logf("%d events, %d relays killed, %d events claimed again after a kill, 0 lost", total, killed, dups)
 }
