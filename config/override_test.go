@@ -128,6 +128,9 @@ func TestRedactDSN(t *testing.T) {
 		{"root@tcp(127.0.0.1:3306)/db", "root@tcp(127.0.0.1:3306)/db"},
 		{"amqp://guest:guest@127.0.0.1:5672/", "amqp://guest:xxxxx@127.0.0.1:5672/"},
 		{"nats://a:1@h1:4222,nats://b:2@h2:4222", "nats://a:xxxxx@h1:4222,nats://b:xxxxx@h2:4222"},
+		{"nats://s3cretToken@127.0.0.1:4222", "nats://xxxxx@127.0.0.1:4222"},
+		{"postgres://app@127.0.0.1/db", "postgres://app@127.0.0.1/db"},
+		{"redis://:pw@127.0.0.1:6379/0", "redis://:xxxxx@127.0.0.1:6379/0"},
 		{"./txbox.db", "./txbox.db"},
 		{"", ""},
 	} {

@@ -120,7 +120,18 @@ func urlPassword(s string) (start, end int, ok bool) {
 		return 0, 0, false
 	}
 	colon := strings.IndexByte(rest[:at], ':')
-	if colon < 0 || colon+1 >= at {
+	if colon < 0 {
+		// nats://TOKEN@host: NATS puts a bare token where other schemes
+		// put a user name, so the whole user info is the secret.
+		switch strings.ToLower(strings.TrimSpace(s[:i])) {
+		case "nats", "tls", "ws", "wss":
+			if at > 0 {
+				return base, base + at, true
+			}
+		}
+		return 0, 0, false
+	}
+	if colon+1 >= at {
 		return 0, 0, false
 	}
 	return base + colon + 1, base + at, true
