@@ -55,6 +55,17 @@ func (r *recorder) distinct() int {
 // must hold, and no deadlock may happen.
 func TestTwoRelaysOnMySQL(t *testing.T) {
 	t.Parallel()
+	for _, retention := range []time.Duration{0, time.Hour} {
+		t.Run(fmt.Sprintf("retention=%v", retention), func(t *testing.T) {
+			t.Parallel()
+			twoRelays(t, retention)
+		})
+	}
+}
+
+// twoRelays runs the scenario with one outbox retention: 0 deletes rows on
+// ack, anything else keeps them PROCESSED.
+func twoRelays(t *testing.T, retention time.Duration) {
 	_, dsn := newDatabase(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -81,7 +92,7 @@ func TestTwoRelaysOnMySQL(t *testing.T) {
 		r, err := relay.New(relay.Config{
 			Store:    d,
 			Senders:  map[string]sender.Sender{"mem": rec},
-			Defaults: relay.EventSettings{BatchSize: &batch, InFlight: &inFlight, Polling: fast},
+			Defaults: relay.EventSettings{BatchSize: &batch, InFlight: &inFlight, Polling: fast, Retention: &retention},
 			Events:   map[string]relay.EventSettings{"seq": {Ordering: &ordered}},
 			// Discovery is what starts the "flat" poller.
 			DiscoverInterval: 100 * time.Millisecond,
@@ -183,5 +194,16 @@ func TestTwoRelaysOnMySQL(t *testing.T) {
 		if n := d.deadlockRetries.Load(); n != 0 {
 			t.Errorf("driver %d retried %d deadlocks", i, n)
 		}
+	}
+	// Retention decides what is left: nothing, or every row PROCESSED.
+	var left, processed int
+	if err := drivers[0].DB().QueryRow("SELECT COUNT(*), COALESCE(SUM(status = 'PROCESSED'), 0) FROM " + drivers[0].qOutbox).Scan(&left, &processed); err != nil {
+		t.Fatal(err)
+	}
+	if retention == 0 && left != 0 {
+		t.Errorf("retention 0 left %d rows in the outbox", left)
+	}
+	if retention > 0 && (left != len(published) || processed != left) {
+		t.Errorf("retention %v: %d rows left, %d PROCESSED; want %d, all PROCESSED", retention, left, processed, len(published))
 	}
 }

@@ -230,3 +230,34 @@ func TestPlainSQLFiles(t *testing.T) {
 		}
 	}
 }
+
+func TestMigrateRecordsEachVersionOnce(t *testing.T) {
+	t.Parallel()
+	d := setup(t) // migrated once
+	ctx := context.Background()
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	v, err := d.SchemaVersion(ctx)
+	if err != nil || v != 1 {
+		t.Fatalf("schema version = %d, %v; want 1", v, err)
+	}
+	var rows int
+	if err := d.DB().QueryRow("SELECT COUNT(*) FROM " + d.qSchemaVersion).Scan(&rows); err != nil || rows != 1 {
+		t.Fatalf("schema_version holds %d rows (%v), want 1", rows, err)
+	}
+	// A half-applied migration (MySQL DDL commits on its own) is applied
+	// again without error: drop the version row and one table, migrate.
+	if _, err := d.DB().Exec("DELETE FROM " + d.qSchemaVersion); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.DB().Exec("DROP TABLE " + d.qLease); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatalf("re-running an interrupted migration: %v", err)
+	}
+	if ok, err := d.LeaseAcquire(ctx, &store.LeaseParams{Name: "n", Holder: "h", TTL: time.Second}); err != nil || !ok {
+		t.Fatalf("the re-created lease table does not work: %v %v", ok, err)
+	}
+}
