@@ -197,7 +197,7 @@ func twoRelays(t *testing.T, retention time.Duration) {
 	}
 	// Retention decides what is left: nothing, or every row PROCESSED.
 	var left, processed int
-	if err := drivers[0].DB().QueryRow("SELECT COUNT(*), COALESCE(SUM(status = 'PROCESSED'), 0) FROM " + drivers[0].qOutbox).Scan(&left, &processed); err != nil {
+	if err := drivers[0].DB().QueryRow("SELECT COUNT(*), COALESCE(SUM(status = 'PROCESSED'), 0) FROM "+drivers[0].qOutbox).Scan(&left, &processed); err != nil {
 		t.Fatal(err)
 	}
 	if retention == 0 && left != 0 {
