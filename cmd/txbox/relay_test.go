@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox"
+)
+
+// TestRelayCommandSQLiteWebhook runs `txbox relay` in process on SQLite with
+// a webhook sender, publishes with `txbox publish`, waits for the POST,
+// then cancels the command's context as SIGTERM would and expects exit 0.
+func TestRelayCommandSQLiteWebhook(t *testing.T) {
+	t.Parallel()
+	got := make(chan *http.Request, 4)
+	bodies := make(chan string, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		bodies <- string(b)
+		got <- r
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	cfgPath := dir + "/txbox.yaml"
+	yml := fmt.Sprintf(`
+database: { dsn: %s/relay.db }
+senders: { hooks: { type: webhook, url: "%s/in" } }
+defaults: { polling: { min-delay: 5ms, max-delay: 50ms } }
+relay: { discover-interval: 20ms, shutdown-timeout: 10s }
+`, dir, srv.URL)
+	if err := os.WriteFile(cfgPath, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := runInProcess(t, nil, "migrate", "--config", cfgPath); code != exitOK {
+		t.Fatalf("migrate: %s", errOut)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stderr := &lockedBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: stderr, getenv: func(string) string { return "" }}
+		done <- run(ctx, e, []string{"relay", "--config", cfgPath})
+	}()
+	code, out, errOut := runInProcess(t, nil, "publish", "--config", cfgPath, "--type", "user.signed-up", "--payload", `{"u":1}`)
+	if code != exitOK {
+		t.Fatalf("publish: %s", errOut)
+	}
+	select {
+	case r := <-got:
+		if body := <-bodies; body != `{"u":1}` || r.Header.Get(txbox.HeaderEventType) != "user.signed-up" || !strings.Contains(out, r.Header.Get(txbox.HeaderEventID)) {
+			t.Errorf("delivered %q with headers %v; publish printed %s", body, r.Header, out)
+		}
+	case code := <-done:
+		t.Fatalf("relay exited with %d before delivering: %s", code, stderr.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("nothing delivered within 30s")
+	}
+	cancel() // what SIGTERM does through signal.NotifyContext
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Fatalf("relay exited %d after the stop signal", code)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("relay did not stop within 20s")
+	}
+}
