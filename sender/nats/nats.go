@@ -97,6 +97,8 @@ type Sender struct {
 	ownConn    bool
 	js         jetstream.JetStream
 	ackTimeout time.Duration
+	slots      chan struct{} // one per publish awaiting its ack
+	release    func()
 
 	mu     sync.Mutex
 	closed bool
@@ -209,14 +211,31 @@ func NewFromConn(nc *natsgo.Conn, cfg Config) (*Sender, error) {
 }
 
 func newSender(nc *natsgo.Conn, cfg Config) (*Sender, error) {
+	s := &Sender{nc: nc, ackTimeout: cfg.AckTimeout, slots: make(chan struct{}, cfg.MaxPending)}
+	// MaxPending is enforced by the slots, acquired before each publish
+	// (so a Send blocked on a full window still sees its context) and
+	// released by the callbacks nats.go calls exactly once per publish it
+	// registered: an ack, or an error (nack, ack timeout, connection
+	// lost). nats.go's own cap is set to the same value; as it removes a
+	// publish before the callback runs, it never stalls first.
+	release := func() {
+		select {
+		case <-s.slots:
+		default:
+		}
+	}
 	js, err := jetstream.New(nc,
 		jetstream.WithPublishAsyncMaxPending(cfg.MaxPending),
 		jetstream.WithPublishAsyncTimeout(cfg.AckTimeout),
+		jetstream.WithPublishAsyncAckHandler(func(jetstream.JetStream, *natsgo.Msg, *jetstream.PubAck) { release() }),
+		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *natsgo.Msg, error) { release() }),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("nats: jetstream: %w", err)
 	}
-	return &Sender{nc: nc, js: js, ackTimeout: cfg.AckTimeout}, nil
+	s.js = js
+	s.release = release
+	return s, nil
 }
 
 func redactErr(err error, url string) string {
@@ -265,8 +284,16 @@ func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
 			errs[i] = txbox.Permanent(err)
 			continue
 		}
+		if !s.acquire(ctx) {
+			for j := i; j < len(msgs); j++ {
+				errs[j] = txbox.Transient(fmt.Errorf("nats: not sent: %w", ctx.Err()))
+			}
+			break
+		}
 		f, err := s.js.PublishMsgAsync(nm, stall)
 		if err != nil {
+			// Not registered, so no callback will free the slot.
+			s.release()
 			errs[i] = classify(err, m.Route.Subject)
 			continue
 		}
@@ -301,6 +328,16 @@ func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
 		}
 	}
 	return nil
+}
+
+// acquire takes a MaxPending slot, or gives up when ctx is done.
+func (s *Sender) acquire(ctx context.Context) bool {
+	select {
+	case s.slots <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 func (s *Sender) enter() bool {

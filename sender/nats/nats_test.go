@@ -385,3 +385,49 @@ func TestStreamFullIsTransient(t *testing.T) {
 		t.Fatalf("message beyond the stream's limit: %v, want a transient 503 *jetstream.APIError", errs[1])
 	}
 }
+
+// TestCancelWhileAtMaxPending: with MaxPending messages awaiting acks that
+// the latency holds back, a batch larger than MaxPending is blocked
+// publishing; cancelling its context must still return promptly.
+func TestCancelWhileAtMaxPending(t *testing.T) {
+	t.Parallel()
+	st := newStream(t)
+	p := sendertest.NewProxy(t, natsAddr(t))
+	s := newSender(t, p.Addr(), txnats.Config{MaxPending: 8, AckTimeout: 20 * time.Second})
+	closeOnCleanup(t, s)
+	route := sender.Route{Subject: st.subject()}
+	if err := send(t, s, sendertest.NewMessages(1, route))[0]; err != nil {
+		t.Fatalf("warm-up: %v", err)
+	}
+	p.SetLatency(t, 5*time.Second)
+	msgs := sendertest.NewMessages(50, route)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Send(ctx, msgs) }()
+	// Wait until the first 8 reached the server: the sender is now at
+	// MaxPending, blocked on the ninth.
+	deadline := time.Now().Add(30 * time.Second)
+	for len(st.received(t)) < 1+8 {
+		if time.Now().After(deadline) {
+			t.Fatal("the first messages never reached the server")
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
+	}
+	cancel()
+	cancelled := time.Now()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(4 * time.Second):
+		t.Fatal("Send blocked at MaxPending did not return within 4s of its context being cancelled")
+	}
+	if took := time.Since(cancelled); took > 2*time.Second {
+		t.Fatalf("Send returned %v after cancel, want promptly", took)
+	}
+	for i, e := range sender.Results(err, len(msgs)) {
+		if txbox.Classify(e) != txbox.ClassTransient || e == nil {
+			t.Fatalf("message %d: %v, want transient", i, e)
+		}
+	}
+	p.SetLatency(t, 0)
+}
