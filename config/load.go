@@ -52,9 +52,6 @@ func LoadFile(path string, set []string) (*Config, error) {
 		if err != nil {
 			return nil, fmt.Errorf("config: read %s: %w", path, err)
 		}
-		if len(data) > maxFileSize {
-			return nil, &Error{Source: path, Msg: fmt.Sprintf("file larger than %d bytes", maxFileSize)}
-		}
 		src.YAML = data
 	}
 	return Load(src)
@@ -70,6 +67,9 @@ func LoadFile(path string, set []string) (*Config, error) {
 func Load(src Source) (*Config, error) {
 	if src.Name == "" {
 		src.Name = "config"
+	}
+	if len(src.YAML) > maxFileSize {
+		return nil, Errors{{Source: src.Name, Msg: fmt.Sprintf("larger than %d bytes", maxFileSize)}}
 	}
 	root, err := parseRoot(src.Name, src.YAML)
 	if err != nil {

@@ -141,6 +141,14 @@ func TestLoadRejects(t *testing.T) {
 	}
 }
 
+func TestLoadRefusesHugeInput(t *testing.T) {
+	t.Parallel()
+	big := []byte("log: { level: info }\n#" + strings.Repeat("x", 4<<20))
+	if _, err := Load(Source{YAML: big}); err == nil || !strings.Contains(err.Error(), "larger than 4194304 bytes") || !errors.Is(err, ErrInvalid) {
+		t.Fatalf("error = %v", err)
+	}
+}
+
 func TestLoadErrorHasLine(t *testing.T) {
 	t.Parallel()
 	_, err := Load(Source{Name: "txbox.yaml", YAML: []byte("log:\n  level: info\n  colour: red\n")})
