@@ -189,16 +189,31 @@ func encodeHeaders(h map[string]string) (string, error) {
 	return string(b), nil
 }
 
+// decodeHeaders reads the headers column leniently. The library writes a
+// JSON object of strings, but a plain-SQL producer may write numbers,
+// booleans or nested values; failing the claim would wedge the whole
+// event type behind one row, so non-string values are delivered as their
+// JSON text (null as ""), and a value that is not a JSON object at all
+// yields no headers.
 func decodeHeaders(b []byte) (map[string]string, error) {
 	if len(b) == 0 || string(b) == "{}" {
 		return nil, nil
 	}
-	var h map[string]string
-	if err := json.Unmarshal(b, &h); err != nil {
-		return nil, fmt.Errorf("mysql: decode headers: %w", err)
-	}
-	if len(h) == 0 {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil || len(raw) == 0 {
 		return nil, nil
+	}
+	h := make(map[string]string, len(raw))
+	for k, v := range raw {
+		var s string
+		switch {
+		case json.Unmarshal(v, &s) == nil:
+			h[k] = s
+		case string(v) == "null":
+			h[k] = ""
+		default:
+			h[k] = string(v)
+		}
 	}
 	return h, nil
 }

@@ -261,3 +261,56 @@ func TestMigrateRecordsEachVersionOnce(t *testing.T) {
 		t.Fatalf("the re-created lease table does not work: %v %v", ok, err)
 	}
 }
+
+// TestPlainSQLHeadersNeverWedgeTheClaim: headers written by hand may hold
+// numbers, objects or not be an object at all; the rows are still claimed.
+func TestPlainSQLHeadersNeverWedgeTheClaim(t *testing.T) {
+	t.Parallel()
+	d := setup(t)
+	for _, h := range []string{`{"n": 3, "b": true, "s": "x", "o": {"k": 1}, "z": null}`, `[1, 2]`, `"text"`} {
+		if _, err := d.DB().Exec("INSERT INTO "+d.qOutbox+" (event_type, payload, headers) VALUES ('hdr', 'p', ?)", h); err != nil {
+			t.Fatalf("insert headers %s: %v", h, err)
+		}
+	}
+	rows, err := d.OutboxClaim(context.Background(), &store.OutboxClaimParams{EventType: "hdr", Limit: 10, LeaseDuration: time.Minute})
+	if err != nil || len(rows) != 3 {
+		t.Fatalf("claim: %d rows, %v", len(rows), err)
+	}
+	var got map[string]string
+	for _, r := range rows {
+		if len(r.Headers) > 0 {
+			got = r.Headers
+		}
+	}
+	want := map[string]string{"n": "3", "b": "true", "s": "x", "o": `{"k": 1}`, "z": ""}
+	if len(got) != len(want) {
+		t.Fatalf("headers = %v, want %v", got, want)
+	}
+	for k, v := range want {
+		// MySQL 8 normalises JSON text; compare without spaces.
+		if strings.ReplaceAll(got[k], " ", "") != strings.ReplaceAll(v, " ", "") {
+			t.Errorf("header %s = %q, want %q", k, got[k], v)
+		}
+	}
+}
+
+// TestMalformedPlainSQLRowsAreRefused: the table refuses what the relay
+// could not parse, so no hand-written row can wedge an event type.
+func TestMalformedPlainSQLRowsAreRefused(t *testing.T) {
+	t.Parallel()
+	d := setup(t)
+	for _, c := range []struct{ id, typ string }{
+		{"not-a-uuid", "ok"},
+		{strings.ToUpper(txbox.NewID().String()), "ok"},
+		{txbox.NewID().String(), "has space"},
+		{txbox.NewID().String(), ""},
+		{txbox.NewID().String(), "x'); DROP TABLE t;--"},
+	} {
+		if _, err := d.DB().Exec("INSERT INTO "+d.qOutbox+" (id, event_type, payload) VALUES (?, ?, 'p')", c.id, c.typ); err == nil {
+			t.Errorf("row with id %q and type %q was accepted", c.id, c.typ)
+		}
+	}
+	if _, err := d.DB().Exec("INSERT INTO "+d.qOutbox+" (id, event_type, payload) VALUES (?, 'a.B:c-d_9', 'p')", txbox.NewID().String()); err != nil {
+		t.Fatalf("a well-formed row was refused: %v", err)
+	}
+}

@@ -45,7 +45,12 @@ CREATE TABLE IF NOT EXISTS `txbox_outbox` (
   -- claim leaves this index alone.
   KEY txbox_cleanup (processed_at),
   CHECK (status IN ('PENDING', 'IN_PROCESS', 'PROCESSED', 'FAILED')),
-  CHECK (attempts >= 0)
+  CHECK (attempts >= 0),
+  -- A row the relay could not parse would wedge its event type: refuse
+  -- malformed ids (uppercase too, which would sort wrongly) and event
+  -- types at insert time instead. ascii_bin makes REGEXP case-sensitive.
+  CHECK (id REGEXP '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'),
+  CHECK (event_type REGEXP '^[A-Za-z0-9._:-]{1,200}$')
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 CREATE TABLE IF NOT EXISTS `txbox_dead_letter` (
