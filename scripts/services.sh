@@ -5,12 +5,12 @@
 set -u
 
 wait_port() { # host port seconds
-  local i
-  for ((i = 0; i < $3 * 10; i++)); do
+  local i=0
+  while :; do
     (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null && return 0
+    ((i++ >= $3 * 10)) && return 1
     sleep 0.1
   done
-  return 1
 }
 
 missing=()
