@@ -499,6 +499,13 @@ func (p *progress) show(s demoSnapshot, producing bool) {
 		line += fmt.Sprintf("  UNEXPECTED %d", s.unexpected)
 	}
 	if p.tty {
+		// One line redrawn in place must not wrap on an 80-column
+		// terminal, or \r would return to its last row only.
+		line = fmt.Sprintf("%5.1fs  published %-6d  delivered %-6d  pending %-5d  %5.0f/s  lag %s",
+			now.Sub(p.start).Seconds(), s.committed, s.delivered, s.pending, rate, s.oldestPending.Round(time.Millisecond))
+		if s.unexpected > 0 {
+			line += fmt.Sprintf("  UNEXPECTED %d", s.unexpected)
+		}
 		fmt.Fprint(p.w, "\r\033[K"+line)
 		p.drawn = true
 		return

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -221,8 +222,8 @@ func TestDemoFlagErrors(t *testing.T) {
 func TestProgressRendering(t *testing.T) {
 	t.Parallel()
 	var tty, plain bytes.Buffer
-	snap := demoSnapshot{committed: 10, rolledBack: 1, delivered: 7, pending: 3}
-	for _, p := range []*progress{{w: &tty, tty: true}, {w: &plain}} {
+	snap := demoSnapshot{committed: 123456, rolledBack: 12345, delivered: 123450, pending: 6, oldestPending: 1234 * time.Millisecond}
+	for _, p := range []*progress{{w: &tty, tty: true, start: time.Now()}, {w: &plain, start: time.Now()}} {
 		p.show(snap, true)
 		p.show(snap, false)
 		p.done()
@@ -230,10 +231,15 @@ func TestProgressRendering(t *testing.T) {
 	if got := strings.Count(tty.String(), "\r\033[K"); got != 2 || strings.Count(tty.String(), "\n") != 1 {
 		t.Errorf("terminal output should redraw one line in place, got %q", tty.String())
 	}
+	for _, l := range strings.Split(tty.String(), "\r\033[K") {
+		if n := len(strings.TrimSpace(l)); n >= 80 {
+			t.Errorf("terminal line of %d characters would wrap: %q", n, l)
+		}
+	}
 	if strings.Contains(plain.String(), "\033") || strings.Count(plain.String(), "\n") != 2 {
 		t.Errorf("plain output should be one line per refresh without escapes, got %q", plain.String())
 	}
-	if !strings.Contains(plain.String(), "pending     3") || !strings.Contains(plain.String(), "draining") {
+	if !strings.Contains(plain.String(), "pending     6") || !strings.Contains(plain.String(), "draining") {
 		t.Errorf("progress lacks pending count or phase: %q", plain.String())
 	}
 }
