@@ -451,3 +451,43 @@ func TestConformance(t *testing.T) {
 		},
 	})
 }
+
+// TestSameKeyKeepsOrder: records with one key land in one partition in the
+// order of the batch, which ordered delivery (ordering: key) relies on.
+func TestSameKeyKeepsOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t, kafka.Config{})
+	msgs := messages(200, b.topic)
+	for i, m := range msgs {
+		m.Key = fmt.Sprintf("aggregate-%d", i%5)
+	}
+	// Two Sends in a row, as the relay does for consecutive batches.
+	if err := b.sender.Send(context.Background(), msgs[:100]); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.sender.Send(context.Background(), msgs[100:]); err != nil {
+		t.Fatal(err)
+	}
+	pos := map[string]int{}
+	for i, m := range msgs {
+		pos[m.ID.String()] = i
+	}
+	recs := consume(t, b.cluster.ListenAddrs(), b.topic, len(msgs))
+	partOf := map[string]int32{}
+	last := map[string]int{}
+	for _, r := range recs {
+		id, _ := header(r, txbox.HeaderEventID)
+		k := string(r.Key)
+		if p, ok := partOf[k]; ok && p != r.Partition {
+			t.Fatalf("key %s in partitions %d and %d", k, p, r.Partition)
+		}
+		partOf[k] = r.Partition
+		if prev, ok := last[k]; ok && pos[id] < prev {
+			t.Fatalf("key %s: message %d arrived after message %d", k, pos[id], prev)
+		}
+		last[k] = pos[id]
+	}
+	if len(partOf) != 5 {
+		t.Fatalf("%d keys seen, want 5", len(partOf))
+	}
+}
