@@ -63,3 +63,59 @@ func TestEndToEnd(t *testing.T) {
 	cancel()
 	<-done
 }
+
+const exchangeEnv = "TXBOX_CONSUMETEST_EXCHANGE"
+
+// TestRelayChildProcess is the relay process of TestEndToEndRelayKilled;
+// it does nothing in a normal run.
+func TestRelayChildProcess(t *testing.T) {
+	consumetest.RelayChild(t, func(getenv func(string) string) (sender.Sender, sender.Route) {
+		s, err := rabbitsender.New(rabbitsender.Config{URL: testenv.RabbitURL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, sender.Route{Exchange: getenv(exchangeEnv), RoutingKey: "{event_type}"}
+	})
+}
+
+// TestEndToEndRelayKilled: the relay runs as a separate OS process and is
+// SIGKILLed while it delivers (possibly between the broker's confirm and
+// marking the rows done); a second relay process takes over after the
+// lease. RabbitMQ does not deduplicate, so every resend reaches the
+// consumer: the inbox alone keeps the effects at exactly one per event.
+func TestEndToEndRelayKilled(t *testing.T) {
+	t.Parallel()
+	conn := dial(t)
+	q := queue(t, conn)
+	ch := channel(t, conn)
+	exchange := testenv.UniqueName("txbox_inbox_x_")
+	if err := ch.ExchangeDeclare(exchange, "direct", false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(q, "order-created", exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	p := consumetest.NewPipeline(t, "rabbit-kill")
+	n := consumetest.E2EEvents()
+	const perTx = 10
+	p.Publish(t, "order-created", n/perTx, perTx, 7)
+
+	cons, err := rabbitmq.New(channel(t, conn), rabbitmq.Config{Inbox: p.Inbox, Handler: p.Handler, Queue: q})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- cons.Run(ctx) }()
+
+	env := map[string]string{exchangeEnv: exchange}
+	kill1 := p.StartRelayProcess(t, "TestRelayChildProcess", env)
+	// Kill it mid-drain: once a quarter of the events left the outbox.
+	p.WaitOutboxAtMost(t, len(p.Committed())*3/4, 60*time.Second)
+	kill1()
+	p.StartRelayProcess(t, "TestRelayChildProcess", env)
+	p.WaitDelivered(t, 120*time.Second)
+	cancel()
+	<-done
+}

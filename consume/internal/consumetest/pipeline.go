@@ -1,11 +1,15 @@
 package consumetest
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -36,6 +40,29 @@ type Pipeline struct {
 	mu         sync.Mutex
 	committed  []txbox.ID
 	rolledBack []txbox.ID
+	results    map[inbox.Result]int
+}
+
+// InboxHandled implements inbox.Hook: it counts results for the oracle's
+// log line.
+func (p *Pipeline) InboxHandled(_ string, r inbox.Result, n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.results[r] += n
+}
+
+// InboxCache implements inbox.Hook.
+func (p *Pipeline) InboxCache(string, bool) {}
+
+// Results returns how many deliveries the inbox reported per result.
+func (p *Pipeline) Results() map[inbox.Result]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[inbox.Result]int, len(p.results))
+	for k, v := range p.results {
+		out[k] = v
+	}
+	return out
 }
 
 // E2EEvents is the number of events of an end-to-end test: 2000, or 10000
@@ -90,7 +117,8 @@ func NewPipeline(t testing.TB, consumer string) *Pipeline {
 	if _, err := pool.Exec(ctx, "CREATE TABLE "+pgx.Identifier{schema, "orders"}.Sanitize()+" (id bigserial PRIMARY KEY, note text)"); err != nil {
 		t.Fatal(err)
 	}
-	in, err := inbox.New(d, inbox.Config{Consumer: consumer})
+	p := &Pipeline{Schema: schema, Store: d, pool: pool, results: map[inbox.Result]int{}}
+	in, err := inbox.New(d, inbox.Config{Consumer: consumer, Hook: p})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +126,8 @@ func NewPipeline(t testing.TB, consumer string) *Pipeline {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Pipeline{Schema: schema, Store: d, Inbox: in, pool: pool, pub: pub}
+	p.Inbox, p.pub = in, pub
+	return p
 }
 
 // Handler writes one effect row through the inbox's pgx transaction.
@@ -159,15 +188,12 @@ func (p *Pipeline) Committed() []txbox.ID {
 	return append([]txbox.ID(nil), p.committed...)
 }
 
-// StartRelay starts a relay delivering every type through s to route
-// (with "{event_type}" expanded). The returned stop function stops it
-// within timeout; a tiny timeout abandons in-flight batches, as a crash
-// would (their leases expire after lease and they are delivered again).
-func (p *Pipeline) StartRelay(t testing.TB, s sender.Sender, route sender.Route, lease time.Duration) (stop func(timeout time.Duration)) {
-	t.Helper()
+// relayConfig is the relay configuration of the end-to-end tests: every
+// type through s to route, fast polling and recovery, retention 0.
+func relayConfig(d *postgres.Driver, s sender.Sender, route sender.Route, lease time.Duration) relay.Config {
 	retention := time.Duration(0)
-	cfg := relay.Config{
-		Store:   p.Store,
+	return relay.Config{
+		Store:   d,
 		Senders: map[string]sender.Sender{"broker": s},
 		Defaults: relay.EventSettings{
 			Route:         &route,
@@ -182,7 +208,15 @@ func (p *Pipeline) StartRelay(t testing.TB, s sender.Sender, route sender.Route,
 		Circuit:            relay.CircuitConfig{CoolDown: 100 * time.Millisecond, MaxCoolDown: 500 * time.Millisecond},
 		Logger:             slog.New(slog.DiscardHandler),
 	}
-	r, err := relay.New(cfg)
+}
+
+// StartRelay starts a relay delivering every type through s to route
+// (with "{event_type}" expanded). The returned stop function stops it
+// within timeout; a tiny timeout abandons in-flight batches (their leases
+// expire after lease and they are delivered again).
+func (p *Pipeline) StartRelay(t testing.TB, s sender.Sender, route sender.Route, lease time.Duration) (stop func(timeout time.Duration)) {
+	t.Helper()
+	r, err := relay.New(relayConfig(p.Store, s, route, lease))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,6 +233,147 @@ func (p *Pipeline) StartRelay(t testing.TB, s sender.Sender, route sender.Route,
 	}
 	t.Cleanup(func() { stop(30 * time.Second) })
 	return stop
+}
+
+// Environment of a relay child process.
+const (
+	childEnv       = "TXBOX_CONSUMETEST_RELAY_CHILD"
+	childSchemaEnv = "TXBOX_CONSUMETEST_SCHEMA"
+	childReady     = "consumetest-relay-ready"
+	// ChildLease is the relay lease in child processes: a killed child's
+	// claimed rows are delivered again this long after the kill.
+	ChildLease = 2 * time.Second
+)
+
+// RelayChild is the body of a child process started by
+// StartRelayProcess: it runs a relay on the parent's schema with the
+// sender and route newSender builds (from the environment the parent
+// passed) until it is killed. In a normal test run it returns at once.
+func RelayChild(t *testing.T, newSender func(getenv func(string) string) (sender.Sender, sender.Route)) {
+	if os.Getenv(childEnv) != "1" {
+		return
+	}
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 6
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := postgres.New(pool, postgres.Config{Schema: os.Getenv(childSchemaEnv), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, route := newSender(os.Getenv)
+	r, err := relay.New(relayConfig(d, s, route, ChildLease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println(childReady)
+	select {} // until SIGKILL
+}
+
+// StartRelayProcess re-executes the test binary to run testName, which
+// must call RelayChild, as a relay process on this pipeline's schema, with
+// env added to its environment. It returns once the relay runs; kill sends
+// SIGKILL (as a crash would) and waits for the process. The process is
+// killed when t ends.
+func (p *Pipeline) StartRelayProcess(t testing.TB, testName string, env map[string]string) (kill func()) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+testName+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), childEnv+"=1", childSchemaEnv+"="+p.Schema)
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	kill = func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGKILL)
+			_ = cmd.Wait()
+		})
+	}
+	t.Cleanup(kill)
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		ok := false
+		for sc.Scan() {
+			if !ok && sc.Text() == childReady {
+				ok = true
+				ready <- true
+			}
+		}
+		if !ok {
+			ready <- false
+		}
+	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			kill()
+			t.Fatalf("relay process exited before it was ready; stderr:\n%s", stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		kill()
+		t.Fatalf("relay process not ready within 60s; stderr:\n%s", stderr.String())
+	}
+	return kill
+}
+
+// WaitOutboxAtMost polls (every millisecond, to catch a relay mid-drain)
+// until at most n rows are left in the outbox table: with retention 0 the
+// relay deletes a row when the broker acked it.
+func (p *Pipeline) WaitOutboxAtMost(t testing.TB, n int, within time.Duration) {
+	t.Helper()
+	q := "SELECT count(*) FROM " + pgx.Identifier{p.Schema, p.Store.Tables().Outbox}.Sanitize()
+	deadline := time.Now().Add(within)
+	for {
+		var left int
+		if err := p.pool.QueryRow(context.Background(), q).Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		if left <= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d outbox rows left after %s, want ≤ %d", left, within, n)
+		}
+		time.Sleep(time.Millisecond) // polling a condition with a deadline
+	}
+}
+
+// WaitEffectsAtLeast polls until at least n effect rows exist.
+func (p *Pipeline) WaitEffectsAtLeast(t testing.TB, n int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		total := 0
+		for _, c := range p.Effects(t) {
+			total += c
+		}
+		if total >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d effects after %s", total, n, within)
+		}
+		time.Sleep(5 * time.Millisecond) // polling a condition with a deadline
+	}
 }
 
 // Effects returns the effect rows per event id.
@@ -257,7 +432,9 @@ func (p *Pipeline) WaitDelivered(t testing.TB, within time.Duration) {
 	p.mu.Lock()
 	rolled := len(p.rolledBack)
 	p.mu.Unlock()
-	t.Logf("oracle: %d committed, %d rolled back; effects: %d ok, 0 lost, %d duplicated, %d unexpected", len(want), rolled, len(want)-dup, dup, unexpected)
+	res := p.Results()
+	t.Logf("oracle: %d committed, %d rolled back; effects: %d ok, 0 lost, %d duplicated, %d unexpected; inbox: %d processed, %d duplicates absorbed, %d failed",
+		len(want), rolled, len(want)-dup, dup, unexpected, res[inbox.Processed], res[inbox.Duplicate], res[inbox.Failed])
 	if dup+unexpected > 0 {
 		t.Errorf("effects: %d duplicated, %d unexpected", dup, unexpected)
 	}
