@@ -5,8 +5,9 @@
 // one round trip however large it is. A message is acked once JetStream
 // stored it in a stream.
 //
-// Each message goes to its route's Subject, which a stream must bind.
-// Headers:
+// Each message goes to its route's Subject, which a stream must bind; the
+// route's other fields (Stream included: the relay's default route fills
+// it in for Redis Streams) are ignored. Headers:
 //
 //   - Nats-Msg-Id is the event id, so JetStream drops a resent copy within
 //     the stream's duplicate window (2 minutes by default): the relay's
