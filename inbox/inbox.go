@@ -11,6 +11,9 @@ import (
 	"runtime/debug"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
 )
@@ -178,7 +181,8 @@ func (in *Inbox) Consumer() string { return in.cfg.Consumer }
 // Mode returns the configured mode.
 func (in *Inbox) Mode() Mode { return in.cfg.Mode }
 
-// Handle processes msg at most once per consumer (see Mode). It returns
+// Handle processes msg at most once per consumer (see Mode). The
+// handler's context continues the trace of the traceparent header, if any. It returns
 // Processed with a nil error, Duplicate with a nil error when the id was
 // already recorded, or Failed with a *HandlerError, *StoreError or
 // ErrMissingID. A broker adapter acknowledges on a nil error and asks for
@@ -190,6 +194,7 @@ func (in *Inbox) Handle(ctx context.Context, msg Message, h Handler) (Result, er
 	if msg.ID == (txbox.ID{}) {
 		return Failed, ErrMissingID
 	}
+	ctx = continueTrace(ctx, msg.Headers)
 	if in.cacheContains(ctx, msg.ID) {
 		in.report(Duplicate, 1)
 		return Duplicate, nil
@@ -274,6 +279,7 @@ func (in *Inbox) HandleInTx(ctx context.Context, tx any, msg Message, h Handler)
 	if msg.ID == (txbox.ID{}) {
 		return Failed, ErrMissingID
 	}
+	ctx = continueTrace(ctx, msg.Headers)
 	if in.cacheContains(ctx, msg.ID) {
 		in.report(Duplicate, 1)
 		return Duplicate, nil
@@ -457,6 +463,17 @@ func (in *Inbox) report(r Result, n int) {
 
 func (in *Inbox) storeErr(op string, err error) error {
 	return &StoreError{Consumer: in.cfg.Consumer, Op: op, Err: err}
+}
+
+// continueTrace makes the handler's context continue the producer's trace:
+// the publisher put W3C traceparent/tracestate headers on the event, and
+// the handler's spans become its children. A context that already carries
+// a span (an instrumented HTTP server, say) is left alone.
+func continueTrace(ctx context.Context, headers map[string]string) context.Context {
+	if len(headers) == 0 || trace.SpanContextFromContext(ctx).IsValid() {
+		return ctx
+	}
+	return propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(headers))
 }
 
 // rollback ends tx if it is still open. It runs on a context that outlives

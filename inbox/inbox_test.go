@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
 
 	"github.com/txbox/txbox"
@@ -266,4 +267,26 @@ func TestCleanerStopLeaksNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	goleak.VerifyNone(t, opts)
+}
+
+func TestHandlerContinuesTrace(t *testing.T) {
+	t.Parallel()
+	st := openStore(t)
+	in, err := inbox.New(st, inbox.Config{Consumer: "trace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	var got trace.SpanContext
+	_, err = in.Handle(context.Background(), inbox.Message{ID: txbox.NewID(), Headers: map[string]string{txbox.HeaderTraceParent: tp}},
+		func(ctx context.Context, _ any, _ inbox.Message) error {
+			got = trace.SpanContextFromContext(ctx)
+			return nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" || !got.IsRemote() {
+		t.Errorf("handler span context = %v; want the producer's trace", got)
+	}
 }
