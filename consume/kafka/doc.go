@@ -1,0 +1,17 @@
+// Package kafka feeds an inbox from a franz-go consumer group and commits a
+// record's offset only after the inbox handled it.
+//
+// Create the client with kgo.ConsumerGroup, kgo.ConsumeTopics and
+// kgo.DisableAutoCommit (the consumer then commits with CommitRecords after
+// each polled batch) or kgo.AutoCommitMarks (it marks records after
+// handling them and franz-go commits the marks). With plain auto-commit,
+// franz-go commits what was polled, handled or not, so a crash loses
+// messages: New logs a warning.
+//
+// Records are handled one at a time in poll order. A record whose handler
+// fails is retried with backoff, holding back the records after it, until
+// it succeeds or Run's context ends: Kafka has no per-record nack, and
+// committing past a failed record would lose it. After a rebalance or a
+// crash, records are redelivered from the last commit; the inbox reports
+// them as duplicates.
+package kafka
