@@ -185,11 +185,30 @@ func TestChaosSIGSTOPStaleRelay(t *testing.T) {
 			}
 			t.Logf("SIGSTOPped the relay at %d messages in the stream", st.count(t))
 			other := startChild(t, kind, ns, st.prefix, 0, lease)
-			waitFor(t, 5*time.Minute, "the other relay delivered everything", func() bool { return st.count(t) >= uint64(o.expected()) })
-			waitFor(t, 60*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
+			// The other relay recovers the paused relay's claimed batches
+			// once their lease expires and delivers everything, except on
+			// dialects whose claim is a multi-statement transaction (MySQL
+			// SELECT … FOR UPDATE then UPDATE; SQLite BEGIN IMMEDIATE): a
+			// relay paused inside that transaction keeps its row locks (or,
+			// on SQLite, the write lock) until it resumes or its connection
+			// dies. Those rows are delayed, never lost; the test then
+			// resumes the relay and checks the rest.
+			deadline := time.Now().Add(90 * time.Second)
+			for st.count(t) < uint64(o.expected()) && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond) // polling progress, not waiting for an effect
+			}
+			if left := uint64(o.expected()) - min(st.count(t), uint64(o.expected())); left > 0 {
+				if kind.name == "postgres" {
+					t.Errorf("%d events not delivered while the stale relay was paused: a one-statement claim holds no lock across a pause", left)
+				} else {
+					t.Logf("%d events held by the paused relay's open claim transaction until it resumes (%s)", left, kind.name)
+				}
+			}
 			if err := stale.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 				t.Fatal(err)
 			}
+			waitFor(t, 2*time.Minute, "everything delivered", func() bool { return st.count(t) >= uint64(o.expected()) })
+			waitFor(t, 60*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
 			stale.stop(t)
 			other.stop(t)
 			b, err := os.ReadFile(stale.stats)
@@ -214,7 +233,11 @@ func TestChaosSIGSTOPStaleRelay(t *testing.T) {
 			}
 			rep := o.report()
 			t.Logf("oracle: %v", rep)
-			if len(rep.Lost) != 0 || len(rep.Unexpected) != 0 || rep.extra() > relay.DefaultInFlight*relay.DefaultBatchSize {
+			// Duplicates: the paused relay's in-flight batches, and, with
+			// a 2s lease on a loaded machine, batches of the other relay
+			// that outlived their own lease: at most both relays'
+			// in-flight rows.
+			if len(rep.Lost) != 0 || len(rep.Unexpected) != 0 || rep.extra() > 2*relay.DefaultInFlight*relay.DefaultBatchSize {
 				t.Errorf("oracle: %v", rep)
 			}
 		})
