@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -354,5 +355,35 @@ func TestTLS(t *testing.T) {
 		if err == nil || txbox.Classify(err) != txbox.ClassTransient {
 			t.Fatalf("message %d to an untrusted certificate: %v, want transient", i, err)
 		}
+	}
+}
+
+// TestKeepAlive checks connections are reused across requests and
+// batches: a pool smaller than MaxConcurrency (net/http keeps 2 idle
+// connections per host by default) would open new ones all the time.
+func TestKeepAlive(t *testing.T) {
+	t.Parallel()
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	const limit = 8
+	s := newSender(t, webhook.Config{MaxConcurrency: limit})
+	for batch := 0; batch < 5; batch++ {
+		for i, err := range send(t, s, sendertest.NewMessages(100, sender.Route{URL: srv.URL})) {
+			if err != nil {
+				t.Fatalf("batch %d message %d: %v", batch, i, err)
+			}
+		}
+	}
+	if n := conns.Load(); n > limit {
+		t.Fatalf("500 requests opened %d connections, want at most MaxConcurrency = %d", n, limit)
 	}
 }
