@@ -19,6 +19,19 @@ type InvalidMessageError struct {
 
 func (e *InvalidMessageError) Error() string { return "consume: invalid message: " + e.Reason }
 
+// ConfigError is returned by the adapters' constructors for a missing or
+// invalid setting. Field names it.
+type ConfigError struct {
+	// Adapter is "kafka", "rabbitmq", "nats" or "webhook".
+	Adapter string
+	Field   string
+	Reason  string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("consume/%s: config %s: %s", e.Adapter, e.Field, e.Reason)
+}
+
 // NewMessage builds the inbox.Message of a received message. id is the
 // value of the txbox-event-id header (or the broker's message id field,
 // which txbox's senders set to the same value); eventType that of
@@ -56,7 +69,7 @@ const (
 // error names the field.
 func (b Backoff) Normalize() (Backoff, error) {
 	if b.Min < 0 || b.Max < 0 {
-		return b, fmt.Errorf("consume: backoff must not be negative (min %s, max %s)", b.Min, b.Max)
+		return b, &ConfigError{Adapter: "*", Field: "Backoff", Reason: fmt.Sprintf("must not be negative (min %s, max %s)", b.Min, b.Max)}
 	}
 	if b.Min == 0 {
 		b.Min = DefaultMinBackoff
@@ -65,7 +78,7 @@ func (b Backoff) Normalize() (Backoff, error) {
 		b.Max = DefaultMaxBackoff
 	}
 	if b.Max < b.Min {
-		return b, fmt.Errorf("consume: backoff max %s is below min %s", b.Max, b.Min)
+		return b, &ConfigError{Adapter: "*", Field: "Backoff.Max", Reason: fmt.Sprintf("%s is below Min %s", b.Max, b.Min)}
 	}
 	return b, nil
 }

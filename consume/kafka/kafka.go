@@ -57,20 +57,20 @@ type Consumer struct {
 // stays the caller's to close. Missing fields are an error naming them.
 func New(cl *kgo.Client, cfg Config) (*Consumer, error) {
 	if cl == nil {
-		return nil, errors.New("consume/kafka: client is nil")
+		return nil, &consume.ConfigError{Adapter: "kafka", Field: "client", Reason: "is nil"}
 	}
 	if cfg.Inbox == nil || cfg.Handler == nil {
-		return nil, errors.New("consume/kafka: Config.Inbox and Config.Handler are required")
+		return nil, &consume.ConfigError{Adapter: "kafka", Field: "Inbox, Handler", Reason: "are required"}
 	}
 	if cfg.MaxPollRecords < 0 {
-		return nil, fmt.Errorf("consume/kafka: MaxPollRecords must not be negative, got %d", cfg.MaxPollRecords)
+		return nil, &consume.ConfigError{Adapter: "kafka", Field: "MaxPollRecords", Reason: fmt.Sprintf("must not be negative, got %d", cfg.MaxPollRecords)}
 	}
 	if cfg.MaxPollRecords == 0 {
 		cfg.MaxPollRecords = DefaultMaxPollRecords
 	}
 	b, err := cfg.Backoff.Normalize()
 	if err != nil {
-		return nil, fmt.Errorf("consume/kafka: %w", err)
+		return nil, err
 	}
 	cfg.Backoff = b
 	logger := cfg.Logger
@@ -79,7 +79,7 @@ func New(cl *kgo.Client, cfg Config) (*Consumer, error) {
 	}
 	logger = logger.With("consumer", cfg.Inbox.Consumer())
 	if g, _ := cl.OptValue(kgo.ConsumerGroup).(string); g == "" {
-		return nil, errors.New("consume/kafka: the client has no consumer group (kgo.ConsumerGroup)")
+		return nil, &consume.ConfigError{Adapter: "kafka", Field: "client", Reason: "has no consumer group (kgo.ConsumerGroup)"}
 	}
 	mode := commitAuto
 	switch {

@@ -3,6 +3,7 @@ package kafka_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/consume"
 	"github.com/txbox/txbox/consume/internal/consumetest"
 	"github.com/txbox/txbox/consume/kafka"
 )
@@ -209,8 +211,9 @@ func TestWarnsOnAutoCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer noGroup.Close()
-	if _, err := kafka.New(noGroup, kafka.Config{Inbox: env.Inbox, Handler: env.Handler}); err == nil {
-		t.Error("a client without a consumer group was accepted")
+	var ce *consume.ConfigError
+	if _, err := kafka.New(noGroup, kafka.Config{Inbox: env.Inbox, Handler: env.Handler}); !errors.As(err, &ce) || ce.Field != "client" {
+		t.Errorf("a client without a consumer group: %v; want a *consume.ConfigError for client", err)
 	}
 	if _, err := kafka.New(noGroup, kafka.Config{}); err == nil {
 		t.Error("missing Inbox/Handler accepted")

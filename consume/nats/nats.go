@@ -39,14 +39,14 @@ type Consumer struct {
 // New returns a Consumer on cons.
 func New(cons jetstream.Consumer, cfg Config) (*Consumer, error) {
 	if cons == nil {
-		return nil, errors.New("consume/nats: consumer is nil")
+		return nil, &consume.ConfigError{Adapter: "nats", Field: "consumer", Reason: "is nil"}
 	}
 	if cfg.Inbox == nil || cfg.Handler == nil {
-		return nil, errors.New("consume/nats: Config.Inbox and Config.Handler are required")
+		return nil, &consume.ConfigError{Adapter: "nats", Field: "Inbox, Handler", Reason: "are required"}
 	}
 	b, err := cfg.Backoff.Normalize()
 	if err != nil {
-		return nil, fmt.Errorf("consume/nats: %w", err)
+		return nil, err
 	}
 	cfg.Backoff = b
 	logger := cfg.Logger

@@ -81,20 +81,20 @@ const maxTrackedFailures = 10_000
 // New returns a Consumer on ch, which stays the caller's to close.
 func New(ch *amqp.Channel, cfg Config) (*Consumer, error) {
 	if ch == nil {
-		return nil, errors.New("consume/rabbitmq: channel is nil")
+		return nil, &consume.ConfigError{Adapter: "rabbitmq", Field: "channel", Reason: "is nil"}
 	}
 	if cfg.Inbox == nil || cfg.Handler == nil || cfg.Queue == "" {
-		return nil, errors.New("consume/rabbitmq: Config.Inbox, Config.Handler and Config.Queue are required")
+		return nil, &consume.ConfigError{Adapter: "rabbitmq", Field: "Inbox, Handler, Queue", Reason: "are required"}
 	}
 	if cfg.Prefetch < 0 {
-		return nil, fmt.Errorf("consume/rabbitmq: Prefetch must not be negative, got %d", cfg.Prefetch)
+		return nil, &consume.ConfigError{Adapter: "rabbitmq", Field: "Prefetch", Reason: fmt.Sprintf("must not be negative, got %d", cfg.Prefetch)}
 	}
 	if cfg.Prefetch == 0 {
 		cfg.Prefetch = DefaultPrefetch
 	}
 	b, err := cfg.Backoff.Normalize()
 	if err != nil {
-		return nil, fmt.Errorf("consume/rabbitmq: %w", err)
+		return nil, err
 	}
 	cfg.Backoff = b
 	logger := cfg.Logger

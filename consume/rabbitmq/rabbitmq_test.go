@@ -2,6 +2,7 @@ package rabbitmq_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -147,8 +148,9 @@ func TestConfigErrors(t *testing.T) {
 		{Inbox: env.Inbox, Handler: env.Handler, Queue: "q", Prefetch: -1},
 		{Inbox: env.Inbox, Handler: env.Handler, Queue: "q", Backoff: consume.Backoff{Min: time.Second, Max: time.Millisecond}},
 	} {
-		if _, err := rabbitmq.New(ch, cfg); err == nil {
-			t.Errorf("New(%+v) accepted", cfg)
+		var ce *consume.ConfigError
+		if _, err := rabbitmq.New(ch, cfg); !errors.As(err, &ce) {
+			t.Errorf("New(%+v) = %v; want *consume.ConfigError", cfg, err)
 		}
 	}
 }

@@ -53,10 +53,10 @@ var _ http.Handler = (*Handler)(nil)
 // them.
 func New(cfg Config) (*Handler, error) {
 	if cfg.Inbox == nil || cfg.Handler == nil {
-		return nil, errors.New("consume/webhook: Config.Inbox and Config.Handler are required")
+		return nil, &consume.ConfigError{Adapter: "webhook", Field: "Inbox, Handler", Reason: "are required"}
 	}
 	if cfg.Tolerance < 0 || cfg.MaxBodyBytes < 0 {
-		return nil, errors.New("consume/webhook: Tolerance and MaxBodyBytes must not be negative")
+		return nil, &consume.ConfigError{Adapter: "webhook", Field: "Tolerance, MaxBodyBytes", Reason: "must not be negative"}
 	}
 	if cfg.SignatureHeader == "" {
 		cfg.SignatureHeader = webhook.DefaultSignatureHeader
