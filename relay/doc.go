@@ -7,11 +7,17 @@
 //
 // Each poller claims a batch of due rows (one statement, SKIP LOCKED, a
 // lease), hands the batch to its [sender.Sender] outside any database
-// transaction, and records the outcome of every row with one fenced finish
-// per batch. Several batches of one type may be in flight at once
+// transaction, and records the outcome of every row with a fenced finish.
+// Several batches of one type may be in flight at once
 // ([EventSettings.InFlight]): the poller claims batch N+1 while batch N's
-// acknowledgements are still outstanding, which is where the throughput
-// comes from.
+// acknowledgements are still outstanding. While a type has a backlog (its
+// claims come back full) up to InFlight/2 helper claimers claim
+// concurrently, sharing the same in-flight slots, because one claimer is
+// bound by the latency of its claim statement; they stop at the first
+// batch that is not full. Finishes of batches that complete together are
+// folded into one statement (group commit). A batch whose lease ran out
+// before it could be sent (the process was paused, say) is released
+// unsent instead of producing duplicates.
 //
 // Failures are classified with [txbox.Classify]:
 //
@@ -32,11 +38,17 @@
 // dead letters are deleted after their TTLs by a cleanup job that runs on
 // one instance at a time under a database lease.
 //
-// Polling is adaptive by default: a full batch polls again at once (after
-// MinDelay), a partial or empty batch stretches the delay by Multiplier up
-// to MaxDelay, so an idle type costs about 70 queries an hour. Wake-ups
-// shortcut the wait: when the store implements [store.Waker] (PostgreSQL
-// LISTEN/NOTIFY) and when an in-process publisher calls [Relay.Wake].
+// Polling is adaptive by default: after a full batch the poller claims
+// again at once (waiting MinDelay after every full batch would cap a drain
+// at batch-size/MinDelay events per second) and the delay resets to
+// MinDelay; each partial or empty batch waits the current delay and then
+// stretches it by Multiplier up to MaxDelay, so an idle type costs about
+// 70 queries an hour ([IdlePollsPerHour]). Fixed polling waits Delay after
+// every batch that is not full. Wake-ups shortcut the wait: when the store
+// implements [store.Waker] (PostgreSQL LISTEN/NOTIFY) and when an
+// in-process publisher calls [Relay.Wake]; since outbox.Config.OnPublish
+// fires before the publisher's commit, an empty woken poll is followed by
+// a few quick follow-up polls (2, 10, 50ms).
 //
 // The relay imports no broker client, database driver or metrics library;
 // metrics plug in through [Hook].

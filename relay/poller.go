@@ -155,8 +155,14 @@ func (p *poller) run() {
 	}
 }
 
-// claim runs one claim statement.
-func (p *poller) claim(ctx context.Context, limit int) ([]*store.OutboxRow, time.Duration, error) {
+// claim runs one claim statement. Stop does not interrupt it (only Stop's
+// deadline does): a claim cancelled mid-flight may still commit on the
+// server, and its rows would then wait out their lease before anyone could
+// deliver them. A claim that completes during a graceful stop is
+// delivered like any other batch.
+func (p *poller) claim(_ context.Context, limit int) ([]*store.OutboxRow, time.Duration, error) {
+	ctx, cancel := context.WithTimeout(p.r.hardCtx, finishTimeout)
+	defer cancel()
 	start := time.Now()
 	rows, err := p.r.cfg.Store.OutboxClaim(ctx, &store.OutboxClaimParams{
 		EventType:     p.s.eventType,
