@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"log/slog"
@@ -20,7 +19,9 @@ const (
 // (opened from the pool's connection config, never borrowed from the pool,
 // so a long wait cannot starve it) and calls wake with the event type of
 // every notification. On connection loss it reconnects with exponential
-// backoff. It returns ctx.Err() when ctx ends. See store.Waker.
+// backoff. wake runs on the listener's goroutine and should return
+// quickly (signal a channel, do not poll from it). It returns ctx.Err()
+// when ctx ends. See store.Waker.
 func (d *Driver) OutboxListen(ctx context.Context, wake func(eventType string)) error {
 	backoff := listenMinBackoff
 	for {
@@ -28,8 +29,9 @@ func (d *Driver) OutboxListen(ctx context.Context, wake func(eventType string)) 
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		// pgconn's errors name host, user and database, never the password.
 		d.logger.Warn("txbox postgres listener lost its connection; reconnecting",
-			slogErr(err), "backoff", backoff, "channel", d.channel)
+			slog.Any("error", err), slog.Duration("backoff", backoff), slog.String("channel", d.channel))
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
@@ -65,12 +67,3 @@ func (d *Driver) listenOnce(ctx context.Context, wake func(string), connected fu
 		}
 	}
 }
-
-func slogErr(err error) any {
-	if err == nil {
-		err = errors.New("unknown")
-	}
-	return slogAttr("error", err.Error())
-}
-
-func slogAttr(k, v string) any { return slog.String(k, v) }
