@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -68,8 +69,8 @@ func (b *outageBroker) all() []txbox.ID {
 	return append([]txbox.ID(nil), b.arrived...)
 }
 
-// rabbitOutageBroker declares a topic exchange and a queue for every event
-// type, consumes it directly, and gives the relay a sender through a proxy.
+// rabbitOutageBroker declares a topic exchange and a queue bound for the
+// event types orders and other, consumes it directly, and gives the relay a sender through a proxy.
 func rabbitOutageBroker(t *testing.T) *outageBroker {
 	t.Helper()
 	testenv.RequireTCP(t, "RabbitMQ", "127.0.0.1:5672")
@@ -89,8 +90,10 @@ func rabbitOutageBroker(t *testing.T) *outageBroker {
 	if _, err := ch.QueueDeclare(q, false, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := ch.QueueBind(q, "#", ex, false, nil); err != nil {
-		t.Fatal(err)
+	for _, key := range []string{"orders", "other"} {
+		if err := ch.QueueBind(q, key, ex, false, nil); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(func() {
 		if c, err := amqp.Dial(testenv.RabbitURL); err == nil {
@@ -132,6 +135,13 @@ func rabbitOutageBroker(t *testing.T) *outageBroker {
 // dialer, not the seed list, routes through the proxy).
 func kafkaOutageBroker(t *testing.T) *outageBroker {
 	t.Helper()
+	// A short delivery timeout makes the sender report the outage (and
+	// each failed probe) quickly.
+	return kafkaBroker(t, 2*time.Second)
+}
+
+func kafkaBroker(t *testing.T, deliveryTimeout time.Duration) *outageBroker {
+	t.Helper()
 	prefix := testenv.UniqueName("e2e_")
 	topics := []string{prefix + "_orders", prefix + "_other"}
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topics...))
@@ -163,7 +173,7 @@ func kafkaOutageBroker(t *testing.T) *outageBroker {
 	t.Cleanup(func() { cancel(); <-done; consumer.Close() })
 
 	b.proxy = sendertest.NewProxy(t, c.ListenAddrs()[0])
-	opts, err := kafka.Config{Brokers: c.ListenAddrs(), DeliveryTimeout: 2 * time.Second, DialTimeout: time.Second}.Options()
+	opts, err := kafka.Config{Brokers: c.ListenAddrs(), DeliveryTimeout: deliveryTimeout, DialTimeout: time.Second}.Options()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -554,4 +564,84 @@ func benchRedis(b *testing.B) (sender.Sender, sender.Route) {
 func benchChannels() int {
 	n, _ := strconv.Atoi(os.Getenv("TXBOX_BENCH_RABBIT_CHANNELS"))
 	return n
+}
+
+// TestUnroutableDeadLettered (TESTING.md scenario 8) for the brokers of
+// this file: an event whose route leads nowhere (RabbitMQ: no queue bound
+// for its routing key; Kafka: a topic that does not exist; Redis: a key of
+// another type) is never marked done, counts an attempt per try, and is
+// dead-lettered after max attempts with the broker's reason, while the
+// other events flow and the circuit stays closed.
+func TestUnroutableDeadLettered(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		new    func(t *testing.T) *outageBroker
+		poison func(t *testing.T, b *outageBroker) sender.Route
+		reason string
+	}{
+		{"rabbitmq", rabbitOutageBroker, func(t *testing.T, b *outageBroker) sender.Route {
+			return sender.Route{Exchange: b.route.Exchange, RoutingKey: "bound-to-nothing"}
+		}, "unroutable"},
+		// The sender's default delivery timeout: learning that a topic does
+		// not exist takes a few metadata round trips, and a timeout shorter
+		// than those reports a slow answer as an outage.
+		{"kafka", func(t *testing.T) *outageBroker { return kafkaBroker(t, kafka.DefaultDeliveryTimeout) }, func(t *testing.T, b *outageBroker) sender.Route {
+			return sender.Route{Topic: "no-such-topic"}
+		}, "UNKNOWN_TOPIC_OR_PARTITION"},
+		{"redisstream", redisOutageBroker, func(t *testing.T, b *outageBroker) sender.Route {
+			key := testenv.UniqueName("e2e_string_")
+			rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr})
+			t.Cleanup(func() { rdb.Del(context.Background(), key); rdb.Close() })
+			if err := rdb.Set(context.Background(), key, "not a stream", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			return sender.Route{Stream: key}
+		}, "WRONGTYPE"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := tc.new(t)
+			kind := postgresKind
+			d := openStore(t, kind, kind.newNamespace(t), 4)
+			rec := &attemptRecorder{Sender: b.sender}
+			circuits := &circuitHook{}
+			poison := tc.poison(t, b)
+			cfg := relayConfig(d, rec, "unused", 0)
+			cfg.Senders = map[string]sender.Sender{b.name: rec}
+			cfg.Defaults.Route = &b.route
+			cfg.Defaults.MaxAttempts = new(3)
+			cfg.Events = map[string]relay.EventSettings{"orders": {}, "lost": {Route: &poison}}
+			cfg.Hooks = []relay.Hook{circuits}
+			startRelay(t, cfg)
+
+			o := newOracle()
+			lost := publishN(t, kind, d, "lost", 3, nil)
+			publishN(t, kind, d, "orders", 100, o)
+			waitFor(t, 60*time.Second, "poison dead-lettered", func() bool {
+				n, err := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n == int64(len(lost)) && outboxSettled(t, d)
+			})
+			for _, id := range lost {
+				dl, err := d.DeadLetterGet(context.Background(), id)
+				if err != nil {
+					t.Fatalf("dead letter %s: %v", id, err)
+				}
+				if dl.Attempts != 3 || !strings.Contains(dl.LastError, tc.reason) {
+					t.Errorf("dead letter %s: attempts %d, last error %q; want 3 attempts and %q", id, dl.Attempts, dl.LastError, tc.reason)
+				}
+			}
+			if n := circuits.opened(); n != 0 {
+				t.Errorf("circuit opened %d times for a rejected message", n)
+			}
+			waitFor(t, 30*time.Second, "orders at the broker", func() bool { return b.unique() >= 100 })
+			o.receivedIDs(b.all()...)
+			if rep := o.report(); !rep.clean() {
+				t.Errorf("oracle (orders): %v", rep)
+			}
+		})
+	}
 }

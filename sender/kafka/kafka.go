@@ -59,7 +59,11 @@ type Config struct {
 	// DeliveryTimeout bounds how long a record may wait to be produced,
 	// retries included. A record that times out fails as transient (the
 	// cluster is unreachable or unhealthy), so an outage ends a Send after
-	// about this long instead of hanging. Defaults to 10s.
+	// about this long instead of hanging. Keep it well above a few metadata
+	// round trips: a topic that does not exist is recognised (rejected)
+	// only after UnknownTopicRetries metadata refreshes, and a record that
+	// times out before that is reported as transient, which pauses the
+	// sender instead of counting an attempt. Defaults to 10s.
 	DeliveryTimeout time.Duration
 	// DialTimeout bounds opening a connection to a broker. Defaults to 5s.
 	DialTimeout time.Duration
