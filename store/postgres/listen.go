@@ -2,9 +2,8 @@ package postgres
 
 import (
 	"context"
-	"time"
-
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
