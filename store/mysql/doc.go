@@ -9,9 +9,10 @@
 // # Isolation: READ COMMITTED, always
 //
 // Every transaction the driver opens (claim, multi-statement finish,
-// dead-letter move and retry) runs at READ COMMITTED, and so does every
-// single statement it sends outside a transaction (recovery, cleanup,
-// leases). At MySQL's default REPEATABLE READ, locking reads and range
+// lease recovery, dead-letter move and retry) runs at READ COMMITTED, and
+// so does every single statement it sends outside a transaction (the
+// all-acked finish, cleanup deletes, leases, dead-letter resolve and
+// delete). At MySQL's default REPEATABLE READ, locking reads and range
 // UPDATE/DELETE take next-key (gap) locks; concurrent pollers and
 // publishers' inserts then deadlock on each other's gaps. At READ
 // COMMITTED InnoDB locks only the rows it returns, and SKIP LOCKED hands
@@ -54,7 +55,9 @@
 //
 // The index is forced: should the optimizer choose a filesort, FOR UPDATE
 // would lock every matching row before the LIMIT, and the other pollers
-// would skip them all.
+// would skip them all. Driver.OutboxFinishAndClaim (outside the store
+// seam for now) runs the finish of one batch and the claim of the next in
+// one such transaction.
 //
 // # Schema choices
 //
