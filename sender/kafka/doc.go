@@ -24,6 +24,15 @@
 //     SASL failures): [txbox.Transient]; the relay opens its circuit and
 //     counts no attempt.
 //
+// Size limits: txbox accepts payloads up to 1 MiB at publish time by
+// default, while a Kafka broker accepts record batches up to
+// max.message.bytes (1,048,588 by default, headers and batch overhead
+// included) and franz-go cuts batches at 1,000,012 bytes unless
+// [Config.MaxRecordBytes] says otherwise. A payload near the publish limit
+// is therefore rejected by Kafka (MESSAGE_TOO_LARGE, counted as an attempt,
+// then dead-lettered): keep the publish limit below the topic's
+// max.message.bytes, or raise both that and MaxRecordBytes.
+//
 // DeliveryTimeout bounds how long a Send can take during an outage; without
 // it franz-go would retry forever and the relay would never learn that the
 // destination is down. For the same reason the client allows idempotent
