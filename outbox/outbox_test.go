@@ -401,3 +401,33 @@ func TestPublishJSONAndResult(t *testing.T) {
 		t.Fatalf("PublishResult without tx: %v", err)
 	}
 }
+
+// database/sql users (pgx's stdlib driver here) publish through *sql.Tx.
+func TestPublishThroughDatabaseSQL(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p := newPublisher(t, b.store, outbox.Config{})
+	tx, err := b.db.BeginTx(b.ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, err := p.PublishJSON(b.ctx, tx, "sql-tx", "k", map[string]int{"n": 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := p.Publish(b.ctx, tx, txbox.Event{Type: "sql-tx", Payload: []byte("a")}, txbox.Event{Type: "sql-tx", Payload: []byte("b")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	rows := b.claim(t, "sql-tx")
+	got := map[txbox.ID]bool{}
+	for _, r := range rows {
+		got[r.ID] = true
+	}
+	if len(rows) != 3 || !got[one] || !got[batch[0]] || !got[batch[1]] {
+		t.Fatalf("claimed %d rows, want the 3 published through *sql.Tx", len(rows))
+	}
+}
