@@ -140,6 +140,15 @@ func TestClaimReadsOBatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	// Stats is O(pending) by design (exact counts and the exact oldest
+	// pending row); logged, bounded by the table size.
+	measure("stats", 3*int64(n), func() {
+		t0 := time.Now()
+		if _, err := d.OutboxStats(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("stats took %v", time.Since(t0))
+	})
 	measure("cleanup (nothing old enough)", 50, func() {
 		if _, err := d.OutboxCleanup(ctx, &store.CleanupParams{OlderThan: time.Hour, Limit: 100}); err != nil {
 			t.Fatal(err)
