@@ -54,7 +54,7 @@ func TestEndToEnd(t *testing.T) {
 		again = append(again, record(id))
 	}
 	produce(t, c, again)
-	p.WaitDelivered(t, 120*time.Second)
+	p.WaitDelivered(t, consumetest.E2ETimeout())
 	cancel()
 	<-done
 }

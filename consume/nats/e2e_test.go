@@ -61,7 +61,7 @@ func TestEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p.WaitDelivered(t, 120*time.Second)
+	p.WaitDelivered(t, consumetest.E2ETimeout())
 	cancel()
 	<-done
 }

@@ -59,7 +59,7 @@ func TestEndToEnd(t *testing.T) {
 	for _, id := range committed[:len(committed)/10] {
 		publish(t, ch, q, id, true)
 	}
-	p.WaitDelivered(t, 120*time.Second)
+	p.WaitDelivered(t, consumetest.E2ETimeout())
 	cancel()
 	<-done
 }
@@ -115,7 +115,7 @@ func TestEndToEndRelayKilled(t *testing.T) {
 	p.WaitOutboxAtMost(t, len(p.Committed())*3/4, 60*time.Second)
 	kill1()
 	p.StartRelayProcess(t, "TestRelayChildProcess", env)
-	p.WaitDelivered(t, 120*time.Second)
+	p.WaitDelivered(t, consumetest.E2ETimeout())
 	cancel()
 	<-done
 }

@@ -60,5 +60,5 @@ func TestEndToEnd(t *testing.T) {
 			t.Fatalf("redelivery by hand: status %d", resp.StatusCode)
 		}
 	}
-	p.WaitDelivered(t, 120*time.Second)
+	p.WaitDelivered(t, consumetest.E2ETimeout())
 }

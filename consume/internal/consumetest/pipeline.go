@@ -74,6 +74,16 @@ func E2EEvents() int {
 	return 2000
 }
 
+// E2ETimeout bounds waiting for delivery: 2 minutes, 10 with TXBOX_CHAOS
+// set (10,000 events through a one-at-a-time consumer under -race on a
+// shared 2-core machine).
+func E2ETimeout() time.Duration {
+	if os.Getenv("TXBOX_CHAOS") != "" {
+		return 10 * time.Minute
+	}
+	return 2 * time.Minute
+}
+
 // NewPipeline creates a schema with txbox's tables and an effect table,
 // dropped when t ends, and an inbox named consumer on it.
 func NewPipeline(t testing.TB, consumer string) *Pipeline {
