@@ -37,7 +37,7 @@ func TestEndToEnd(t *testing.T) {
 	route := sender.Route{Subject: subject}
 	stop1 := p.StartRelay(t, snd, route, 2*time.Second)
 
-	cons, err := cnats.New(jc, cnats.Config{Inbox: p.Inbox, Handler: p.Handler})
+	cons, err := cnats.New(jc, cnats.Config{Inbox: p.Inbox, Handler: p.Handler, Concurrency: 4})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -24,6 +25,9 @@ type Config struct {
 	// Defaults to consume.DefaultMinBackoff doubling up to
 	// consume.DefaultMaxBackoff.
 	Backoff consume.Backoff
+	// Concurrency is the number of messages handled at once. Above 1,
+	// messages are handled out of order. Defaults to 1.
+	Concurrency int
 	// Logger receives warnings. Payloads are never logged. Defaults to a
 	// logger that discards everything.
 	Logger *slog.Logger
@@ -48,6 +52,12 @@ func New(cons jetstream.Consumer, cfg Config) (*Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Concurrency < 0 {
+		return nil, &consume.ConfigError{Adapter: "nats", Field: "Concurrency", Reason: fmt.Sprintf("must not be negative, got %d", cfg.Concurrency)}
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = 1
+	}
 	cfg.Backoff = b
 	logger := cfg.Logger
 	if logger == nil {
@@ -56,23 +66,38 @@ func New(cons jetstream.Consumer, cfg Config) (*Consumer, error) {
 	return &Consumer{cons: cons, cfg: cfg, logger: logger.With("consumer", cfg.Inbox.Consumer())}, nil
 }
 
-// Run pulls and handles messages one at a time until ctx ends; it returns
-// nil then. Pull errors other than the end of the iterator are logged and
-// pulling goes on (the iterator reconnects).
+// Run pulls messages and handles them with Concurrency workers (one: in
+// order) until ctx ends; it returns nil then. Pull errors other than the end
+// of the iterator are logged and pulling goes on (the iterator
+// reconnects).
 func (c *Consumer) Run(ctx context.Context) error {
 	it, err := c.cons.Messages()
 	if err != nil {
 		return fmt.Errorf("consume/nats: messages: %w", err)
 	}
 	stopped := make(chan struct{})
-	defer close(stopped)
 	go func() {
 		select {
 		case <-ctx.Done():
-			it.Stop()
 		case <-stopped:
-			it.Stop()
 		}
+		it.Stop()
+	}()
+	work := make(chan jetstream.Msg)
+	var wg sync.WaitGroup
+	for w := 0; w < c.cfg.Concurrency; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for m := range work {
+				c.handle(ctx, m)
+			}
+		}()
+	}
+	defer func() {
+		close(work)
+		wg.Wait()
+		close(stopped)
 	}()
 	for {
 		msg, err := it.Next()
@@ -83,7 +108,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 			c.logger.WarnContext(ctx, "nats pull failed", "error", err)
 			continue
 		}
-		c.handle(ctx, msg)
+		select {
+		case work <- msg:
+		case <-ctx.Done():
+			// Not handled: it is redelivered after AckWait.
+			return nil
+		}
 	}
 }
 

@@ -42,7 +42,7 @@ func TestEndToEnd(t *testing.T) {
 	route := sender.Route{Exchange: exchange, RoutingKey: "{event_type}"}
 	stop1 := p.StartRelay(t, snd, route, 2*time.Second)
 
-	cons, err := rabbitmq.New(channel(t, conn), rabbitmq.Config{Inbox: p.Inbox, Handler: p.Handler, Queue: q})
+	cons, err := rabbitmq.New(channel(t, conn), rabbitmq.Config{Inbox: p.Inbox, Handler: p.Handler, Queue: q, Concurrency: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestEndToEndRelayKilled(t *testing.T) {
 	const perTx = 10
 	p.Publish(t, "order-created", n/perTx, perTx, 7)
 
-	cons, err := rabbitmq.New(channel(t, conn), rabbitmq.Config{Inbox: p.Inbox, Handler: p.Handler, Queue: q})
+	cons, err := rabbitmq.New(channel(t, conn), rabbitmq.Config{Inbox: p.Inbox, Handler: p.Handler, Queue: q, Concurrency: 4})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,6 +39,9 @@ type Config struct {
 	// Prefetch is the QoS prefetch count: unacked deliveries in flight.
 	// Defaults to DefaultPrefetch.
 	Prefetch int
+	// Concurrency is the number of deliveries handled at once. Above 1,
+	// deliveries of the queue are handled out of order. Defaults to 1.
+	Concurrency int
 	// Backoff delays the nack of a failed delivery, growing with the
 	// failures of the same event id seen by this consumer. Defaults to
 	// consume.DefaultMinBackoff doubling up to consume.DefaultMaxBackoff.
@@ -92,6 +95,12 @@ func New(ch *amqp.Channel, cfg Config) (*Consumer, error) {
 	if cfg.Prefetch == 0 {
 		cfg.Prefetch = DefaultPrefetch
 	}
+	if cfg.Concurrency < 0 {
+		return nil, &consume.ConfigError{Adapter: "rabbitmq", Field: "Concurrency", Reason: fmt.Sprintf("must not be negative, got %d", cfg.Concurrency)}
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = 1
+	}
 	b, err := cfg.Backoff.Normalize()
 	if err != nil {
 		return nil, err
@@ -105,8 +114,8 @@ func New(ch *amqp.Channel, cfg Config) (*Consumer, error) {
 }
 
 // Run consumes until ctx ends (it returns nil) or the deliveries channel
-// closes (ErrDeliveriesClosed). Deliveries are handled one at a time, in
-// order.
+// closes (ErrDeliveriesClosed). Deliveries are handled by Concurrency
+// workers; with one, in order.
 func (c *Consumer) Run(ctx context.Context) error {
 	if err := c.ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
 		return fmt.Errorf("consume/rabbitmq: qos: %w", err)
@@ -115,21 +124,35 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("consume/rabbitmq: consume: %w", err)
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			drain(deliveries)
-			return nil
-		case d, ok := <-deliveries:
-			if !ok {
-				if ctx.Err() != nil {
-					return nil
+	var wg sync.WaitGroup
+	var closed atomic.Bool
+	for w := 0; w < c.cfg.Concurrency; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case d, ok := <-deliveries:
+					if !ok {
+						closed.Store(true)
+						return
+					}
+					c.handle(ctx, d)
 				}
-				return ErrDeliveriesClosed
 			}
-			c.handle(ctx, d)
-		}
+		}()
 	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		drain(deliveries)
+		return nil
+	}
+	if closed.Load() {
+		return ErrDeliveriesClosed
+	}
+	return nil
 }
 
 // drain hands back the deliveries amqp091 already buffered after the
