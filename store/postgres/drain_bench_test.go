@@ -139,3 +139,53 @@ func drainOnce(ctx context.Context, b *testing.B, d *postgres.Driver, batch int)
 	}
 	return len(rows)
 }
+
+// BenchmarkDrainBacklogSize drains the first 10,000 events of a backlog of
+// 10,000 and of a much larger one (200,000; 1,000,000 with
+// TXBOX_DRAIN_BIG=1) with the store's claim + finish loop, interleaved,
+// and reports the rate at the large backlog as a fraction of the rate at
+// the small one (SPEC §9: within 20%).
+func BenchmarkDrainBacklogSize(b *testing.B) {
+	const drained, batch = 10_000, 200
+	big := 200_000
+	if os.Getenv("TXBOX_DRAIN_BIG") != "" {
+		big = 1_000_000
+	}
+	ctx := context.Background()
+	small := benchDriver(b, false)
+	large := benchDriver(b, false)
+	fill := func(d *postgres.Driver, n int) {
+		ob := pgx.Identifier{d.Tables().Schema, d.Tables().Outbox}.Sanitize()
+		q := fmt.Sprintf(`TRUNCATE %[1]s; INSERT INTO %[1]s (event_type, payload) SELECT 'drain', '\x00'::bytea FROM generate_series(1, %[2]d)`, ob, n)
+		if _, err := d.Pool().Exec(ctx, q, pgx.QueryExecModeSimpleProtocol); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := d.Pool().Exec(ctx, `VACUUM ANALYZE `+ob, pgx.QueryExecModeSimpleProtocol); err != nil {
+			b.Fatal(err)
+		}
+	}
+	drain := func(d *postgres.Driver) time.Duration {
+		start := time.Now()
+		for n := 0; n < drained; {
+			got := drainOnce(ctx, b, d, batch)
+			if got == 0 {
+				b.Fatalf("drained %d of %d", n, drained)
+			}
+			n += got
+		}
+		return time.Since(start)
+	}
+	var ts, tl []float64
+	for b.Loop() {
+		b.StopTimer()
+		fill(small, drained)
+		fill(large, big)
+		b.StartTimer()
+		ts = append(ts, float64(drain(small)))
+		tl = append(tl, float64(drain(large)))
+	}
+	b.ReportMetric(drained/(median(ts)/1e9), "small-events/s")
+	b.ReportMetric(drained/(median(tl)/1e9), "large-events/s")
+	b.ReportMetric(median(ts)/median(tl), "large/small-rate")
+	b.ReportMetric(float64(big), "large-backlog")
+}
