@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
@@ -44,6 +45,9 @@ type demoOptions struct {
 	dialect, dsn string
 	drainTimeout time.Duration
 	refresh      time.Duration
+	// dropLiveEvery makes the live consumer ignore every n-th message
+	// (tests of the final re-read); 0 ignores none.
+	dropLiveEvery int
 }
 
 func runDemo(ctx context.Context, e *env, args []string) error {
@@ -199,8 +203,11 @@ func demo(ctx context.Context, e *env, o demoOptions) (err error) {
 	if err != nil {
 		return fmt.Errorf("create consumer: %w", err)
 	}
+	var seen atomic.Int64
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		s.receive(m.Headers().Get(txbox.HeaderEventID), time.Now())
+		if n := seen.Add(1); o.dropLiveEvery == 0 || n%int64(o.dropLiveEvery) != 0 {
+			s.receive(m.Headers().Get(txbox.HeaderEventID), time.Now())
+		}
 		_ = m.Ack()
 	})
 	if err != nil {
@@ -275,6 +282,17 @@ loop:
 		fmt.Fprintf(e.stderr, "relay stop: %v\n", err)
 	}
 	cc.Stop()
+	if !s.drained() {
+		// The live consumer may have fallen behind (a very busy machine):
+		// read the stream once more from its start before calling any
+		// event lost, so "lost" means "never reached the broker".
+		n, err := s.reconcile(context.WithoutCancel(ctx), stream)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "re-reading the stream: %v\n", err)
+		} else if n > 0 {
+			fmt.Fprintf(out, "re-read the stream: %d events the live consumer had not seen yet\n", n)
+		}
+	}
 	if prodErr != nil && !errors.Is(prodErr, context.Canceled) {
 		return fmt.Errorf("simulated service: %w", prodErr)
 	}
@@ -286,6 +304,47 @@ loop:
 	s.ordersInTable = inTable
 	s.mu.Unlock()
 	return s.summary(out, time.Since(start), interrupted)
+}
+
+// reconcile reads the whole stream with an ordered consumer and records
+// every event the live consumer missed. It returns how many it found.
+func (s *demoState) reconcile(ctx context.Context, stream jetstream.Stream) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	oc, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return 0, err
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	found, read := 0, uint64(0)
+	for read < info.State.Msgs {
+		batch, err := oc.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			return found, err
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			read++
+			id, err := txbox.ParseID(m.Headers().Get(txbox.HeaderEventID))
+			if err != nil {
+				continue // counted as unexpected by the live consumer
+			}
+			s.mu.Lock()
+			if s.received[id] == 0 {
+				found++
+				s.receiveLocked(id, time.Time{})
+			}
+			s.mu.Unlock()
+		}
+		if n == 0 || ctx.Err() != nil {
+			return found, batch.Error()
+		}
+	}
+	return found, nil
 }
 
 func demoQueryInt(ctx context.Context, st *config.Store, q string, dst *int64) error {
@@ -427,6 +486,12 @@ func (s *demoState) receive(idText string, at time.Time) {
 		s.unexpected++
 		return
 	}
+	s.receiveLocked(id, at)
+}
+
+// receiveLocked records one receipt of id at time at (zero: found late by
+// reconcile, so no latency is recorded).
+func (s *demoState) receiveLocked(id txbox.ID, at time.Time) {
 	s.received[id]++
 	switch {
 	case s.received[id] > 1:
@@ -436,7 +501,9 @@ func (s *demoState) receive(idText string, at time.Time) {
 	case s.uncertain[id]:
 	default:
 		if t, ok := s.committed[id]; ok {
-			s.latencies = append(s.latencies, at.Sub(t))
+			if !at.IsZero() {
+				s.latencies = append(s.latencies, at.Sub(t))
+			}
 		} else {
 			s.unexpected++
 		}

@@ -130,7 +130,7 @@ func TestPublishSQLite(t *testing.T) {
 
 func TestDemoSQLite(t *testing.T) {
 	t.Parallel()
-	code, out, errOut := runInProcess(t, nil, "demo", "--duration", "1500ms", "--rate", "100")
+	code, out, errOut := runInProcess(t, nil, "demo", "--duration", "1500ms", "--rate", "100", "--drain-timeout", "2m")
 	if code != exitOK {
 		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
@@ -165,7 +165,7 @@ func assertDemoSummary(t *testing.T, out string) {
 func TestDemoPostgres(t *testing.T) {
 	t.Parallel()
 	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
-	code, out, errOut := runInProcess(t, nil, "demo", "--duration", "1500ms", "--rate", "100", "--database-dialect", "postgres", "--dsn", testenv.PostgresURL)
+	code, out, errOut := runInProcess(t, nil, "demo", "--duration", "1500ms", "--rate", "100", "--drain-timeout", "2m", "--database-dialect", "postgres", "--dsn", testenv.PostgresURL)
 	if code != exitOK {
 		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
@@ -194,11 +194,28 @@ func TestDemoPostgres(t *testing.T) {
 func TestDemoMySQL(t *testing.T) {
 	t.Parallel()
 	_, dsn := testenv.MySQLDatabase(t, mysql.OpenDB, "")
-	code, out, errOut := runInProcess(t, nil, "demo", "--duration", "1500ms", "--rate", "100", "--database-dialect", "mysql", "--dsn", dsn)
+	code, out, errOut := runInProcess(t, nil, "demo", "--duration", "1500ms", "--rate", "100", "--drain-timeout", "2m", "--database-dialect", "mysql", "--dsn", dsn)
 	if code != exitOK {
 		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 	assertDemoSummary(t, out)
+}
+
+// TestDemoReReadsStream: when the live consumer misses messages, the demo
+// reads the stream again before calling anything lost, and still passes.
+func TestDemoReReadsStream(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	e := &env{stdout: &out, stderr: &errOut, getenv: func(string) string { return "" }}
+	err := demo(context.Background(), e, demoOptions{duration: time.Second, rate: 100, dialect: "sqlite",
+		drainTimeout: time.Second, refresh: 200 * time.Millisecond, dropLiveEvery: 7})
+	if err != nil {
+		t.Fatalf("demo: %v\n%s\n%s", err, out.String(), errOut.String())
+	}
+	if !strings.Contains(out.String(), "re-read the stream: ") {
+		t.Fatalf("the dropped messages were not re-read:\n%s", out.String())
+	}
+	assertDemoSummary(t, out.String())
 }
 
 func TestDemoFlagErrors(t *testing.T) {
