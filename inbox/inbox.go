@@ -181,12 +181,13 @@ func (in *Inbox) Consumer() string { return in.cfg.Consumer }
 // Mode returns the configured mode.
 func (in *Inbox) Mode() Mode { return in.cfg.Mode }
 
-// Handle processes msg at most once per consumer (see Mode). The
-// handler's context continues the trace of the traceparent header, if any. It returns
-// Processed with a nil error, Duplicate with a nil error when the id was
-// already recorded, or Failed with a *HandlerError, *StoreError or
-// ErrMissingID. A broker adapter acknowledges on a nil error and asks for
-// a redelivery otherwise.
+// Handle runs h for msg unless this consumer already recorded msg's id
+// (see Mode for the guarantee). It returns Processed with a nil error,
+// Duplicate with a nil error when the id was already recorded, or Failed
+// with a *HandlerError, *StoreError or ErrMissingID. A broker adapter
+// acknowledges on a nil error and asks for a redelivery otherwise. The
+// handler's context continues the trace of the message's traceparent
+// header, if any.
 func (in *Inbox) Handle(ctx context.Context, msg Message, h Handler) (Result, error) {
 	if h == nil {
 		return Failed, ErrNilHandler
