@@ -131,6 +131,15 @@ func (d *Driver) Migrate(ctx context.Context) error {
 		_, _ = conn.ExecContext(context.WithoutCancel(ctx), "SELECT RELEASE_LOCK(?)", lockName)
 	}()
 
+	if d.tables.Schema == "" {
+		var db sql.NullString
+		if err := conn.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&db); err != nil {
+			return wrap("migrate", err)
+		}
+		if !db.Valid {
+			return fmt.Errorf("%w: no database selected: name one in the DSN (…/dbname) or in Config.Schema", ErrInvalidParams)
+		}
+	}
 	if d.tables.Schema != "" {
 		var n int
 		err := conn.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", d.tables.Schema).Scan(&n)

@@ -314,3 +314,15 @@ func TestMalformedPlainSQLRowsAreRefused(t *testing.T) {
 		t.Fatalf("a well-formed row was refused: %v", err)
 	}
 }
+
+func TestMigrateWithoutDatabaseIsAClearError(t *testing.T) {
+	t.Parallel()
+	d, err := Open(testenvDSNWithoutDatabase(), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Migrate(context.Background()); !errors.Is(err, ErrInvalidParams) || !strings.Contains(err.Error(), "no database") {
+		t.Fatalf("Migrate with no database: %v", err)
+	}
+}

@@ -97,3 +97,6 @@ func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() boo
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// testenvDSNWithoutDatabase is the server's DSN naming no database.
+func testenvDSNWithoutDatabase() string { return testenv.MySQLDSN }
