@@ -110,8 +110,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: linger must be ≥ 0, got %s", ErrInvalidConfig, c.Linger)
 	case c.MaxBufferedRecords < 0:
 		return fmt.Errorf("%w: max-buffered-records must be > 0, got %d", ErrInvalidConfig, c.MaxBufferedRecords)
-	case c.DeliveryTimeout < 0:
-		return fmt.Errorf("%w: delivery-timeout must be > 0, got %s", ErrInvalidConfig, c.DeliveryTimeout)
+	case c.DeliveryTimeout < 200*time.Millisecond:
+		return fmt.Errorf("%w: delivery-timeout must be ≥ 200ms, got %s", ErrInvalidConfig, c.DeliveryTimeout)
 	case c.DialTimeout < 0:
 		return fmt.Errorf("%w: dial-timeout must be > 0, got %s", ErrInvalidConfig, c.DialTimeout)
 	case c.UnknownTopicRetries < 0:
@@ -139,9 +139,15 @@ func (c Config) Options() ([]kgo.Opt, error) {
 		kgo.RecordDeliveryTimeout(c.DeliveryTimeout),
 		kgo.DialTimeout(c.DialTimeout),
 		kgo.UnknownTopicRetries(c.UnknownTopicRetries),
-		// A produce request that gets no answer must not outlive the
-		// delivery timeout by much.
-		kgo.ProduceRequestTimeout(c.DeliveryTimeout),
+		// A produce request that gets no answer (a hung broker, a network
+		// that drops packets) must not outlive the delivery timeout:
+		// franz-go only fails records once the request is answered or its
+		// connection times out, after the produce timeout plus this
+		// overhead (10s + 10s by default). Half and half keeps the total
+		// at DeliveryTimeout; a timed-out connection is closed and
+		// redialed.
+		kgo.ProduceRequestTimeout(c.DeliveryTimeout / 2),
+		kgo.RequestTimeoutOverhead(c.DeliveryTimeout / 2),
 		// Without this an idempotent producer refuses to fail a record
 		// whose request was written but never answered, and a Send during
 		// an outage would wait forever. The outbox is at-least-once

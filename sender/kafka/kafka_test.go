@@ -491,3 +491,61 @@ func TestSameKeyKeepsOrder(t *testing.T) {
 		t.Fatalf("%d keys seen, want 5", len(partOf))
 	}
 }
+
+// TestHungBroker: the broker stops answering without closing anything.
+// With the idempotent producer a written but unanswered request normally
+// pins its records forever; the sender allows cancelling them, so Send
+// reports transient after DeliveryTimeout and recovers afterwards.
+func TestHungBroker(t *testing.T) {
+	t.Parallel()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	f := newFreezer(t, c.ListenAddrs()[0])
+	opts, err := kafka.Config{Brokers: c.ListenAddrs(), DeliveryTimeout: time.Second, DialTimeout: time.Second}.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &net.Dialer{Timeout: time.Second}
+	opts = append(opts, kgo.Dialer(func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return d.DialContext(ctx, network, f.addr())
+	}))
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	s := kafka.NewFromClient(cl)
+	if err := s.Send(context.Background(), messages(5, "orders")); err != nil {
+		t.Fatalf("warm-up: %v", err)
+	}
+	f.freeze()
+	for i := 0; i < 2; i++ {
+		start := time.Now()
+		err := s.Send(context.Background(), messages(20, "orders"))
+		if err == nil || txbox.Classify(err) != txbox.ClassTransient {
+			t.Fatalf("Send %d to a hung broker = %v, want transient", i, err)
+		}
+		t.Logf("Send %d to a hung %s: %v after %v", i, "broker", txbox.Classify(err), time.Since(start).Round(time.Millisecond))
+		if d := time.Since(start); d > 4*time.Second {
+			t.Fatalf("Send %d to a hung broker took %v", i, d)
+		}
+	}
+	f.unfreeze()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := s.Send(context.Background(), messages(1, "orders"))
+		if err == nil {
+			break
+		}
+		if txbox.Classify(err) != txbox.ClassTransient {
+			t.Fatalf("while recovering: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no recovery within 30s: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond) // the relay's probe interval, shortened
+	}
+}

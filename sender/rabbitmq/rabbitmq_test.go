@@ -404,3 +404,47 @@ func TestConfigValidation(t *testing.T) {
 		}
 	}
 }
+
+// TestHungBroker: the broker stops answering without closing anything (a
+// hung process, a network that drops packets). Send reports it as
+// transient within ConfirmTimeout instead of hanging, keeps doing so while
+// it lasts, and the sender recovers once bytes move again.
+func TestHungBroker(t *testing.T) {
+	t.Parallel()
+	tp := newTopology(t, "rk", nil)
+	tp.consume(t)
+	f := newFreezer(t, rabbitAddr)
+	s := newSender(t, rabbitmq.Config{URL: "amqp://guest:guest@" + f.addr() + "/", ConfirmTimeout: time.Second,
+		DialTimeout: time.Second, Heartbeat: time.Second, ReconnectDelay: 100 * time.Millisecond})
+	route := sender.Route{Exchange: tp.exchange, RoutingKey: "rk"}
+	if err := s.Send(context.Background(), sendertest.NewMessages(5, route)); err != nil {
+		t.Fatalf("warm-up: %v", err)
+	}
+	f.freeze()
+	for i := 0; i < 3; i++ {
+		start := time.Now()
+		err := s.Send(context.Background(), sendertest.NewMessages(20, route))
+		if err == nil || txbox.Classify(err) != txbox.ClassTransient {
+			t.Fatalf("Send %d to a hung broker = %v, want transient", i, err)
+		}
+		t.Logf("Send %d to a hung %s: %v after %v", i, "broker", txbox.Classify(err), time.Since(start).Round(time.Millisecond))
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("Send %d to a hung broker took %v", i, d)
+		}
+	}
+	f.unfreeze()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := s.Send(context.Background(), sendertest.NewMessages(1, route))
+		if err == nil {
+			break
+		}
+		if txbox.Classify(err) != txbox.ClassTransient {
+			t.Fatalf("while recovering: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no recovery within 30s: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond) // the relay's probe interval, shortened
+	}
+}

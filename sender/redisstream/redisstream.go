@@ -24,6 +24,7 @@ const (
 	DefaultReadTimeout  = 5 * time.Second
 	DefaultWriteTimeout = 5 * time.Second
 	DefaultPoolSize     = 10
+	DefaultMaxRetries   = 1
 )
 
 // Sentinel errors.
@@ -61,6 +62,17 @@ type Config struct {
 	WriteTimeout time.Duration
 	// PoolSize is the number of connections kept to Redis. Defaults to 10.
 	PoolSize int
+	// MaxRetries is how many times go-redis retries a batch that failed
+	// on the network before Send reports it. One retry rides over a pooled
+	// connection that went stale (a Redis restart); more only delay the
+	// relay learning of an outage (each retry can wait DialTimeout or
+	// ReadTimeout), and the relay retries anyway. Defaults to 1; -1
+	// disables retries.
+	MaxRetries int
+	// SendTimeout bounds one Send, go-redis's retries included, so a hung
+	// server is reported (as transient) in bounded time. Defaults to
+	// DialTimeout + WriteTimeout + ReadTimeout.
+	SendTimeout time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -78,6 +90,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PoolSize == 0 {
 		c.PoolSize = DefaultPoolSize
+	}
+	if c.MaxRetries == 0 {
+		c.MaxRetries = DefaultMaxRetries
+	}
+	if c.SendTimeout == 0 {
+		c.SendTimeout = c.DialTimeout + c.WriteTimeout + c.ReadTimeout
 	}
 	return c
 }
@@ -99,6 +117,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: write-timeout must be > 0, got %s", ErrInvalidConfig, c.WriteTimeout)
 	case c.PoolSize < 0:
 		return fmt.Errorf("%w: pool-size must be > 0, got %d", ErrInvalidConfig, c.PoolSize)
+	case c.SendTimeout < 0:
+		return fmt.Errorf("%w: send-timeout must be > 0, got %s", ErrInvalidConfig, c.SendTimeout)
+	case c.MaxRetries < -1:
+		return fmt.Errorf("%w: max-retries must be ≥ -1, got %d", ErrInvalidConfig, c.MaxRetries)
 	}
 	return nil
 }
@@ -106,9 +128,10 @@ func (c Config) validate() error {
 // Sender appends txbox messages to Redis streams. It is safe for
 // concurrent use.
 type Sender struct {
-	rdb    redis.UniversalClient
-	owned  bool
-	maxLen int64
+	rdb         redis.UniversalClient
+	owned       bool
+	maxLen      int64
+	sendTimeout time.Duration // 0: none
 
 	mu     sync.Mutex // guards closed and inflight.Add
 	closed bool
@@ -134,14 +157,16 @@ func New(cfg Config) (*Sender, error) {
 		ReadTimeout:  cfg.ReadTimeout,
 		WriteTimeout: cfg.WriteTimeout,
 		PoolSize:     cfg.PoolSize,
+		MaxRetries:   cfg.MaxRetries,
 		// Let a Send's deadline reach the socket.
 		ContextTimeoutEnabled: true,
 	})
-	return &Sender{rdb: rdb, owned: true, maxLen: cfg.MaxLen}, nil
+	return &Sender{rdb: rdb, owned: true, maxLen: cfg.MaxLen, sendTimeout: cfg.SendTimeout}, nil
 }
 
 // NewFromClient wraps a client the caller built and owns; Close does not
-// close it. maxLen is as Config.MaxLen.
+// close it. maxLen is as Config.MaxLen. A Send is then bounded only by its
+// context and the client's own timeouts and retries.
 func NewFromClient(rdb redis.UniversalClient, maxLen int64) *Sender {
 	return &Sender{rdb: rdb, maxLen: maxLen}
 }
@@ -165,6 +190,11 @@ func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
 
 	if err := ctx.Err(); err != nil {
 		return txbox.Transient(fmt.Errorf("%w: %w", ErrUnavailable, err))
+	}
+	if s.sendTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.sendTimeout)
+		defer cancel()
 	}
 	errs := make([]error, len(msgs))
 	pipe := s.rdb.Pipeline()

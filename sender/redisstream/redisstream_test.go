@@ -200,3 +200,44 @@ func TestUnreachableHidesPassword(t *testing.T) {
 		t.Fatalf("error leaks the password: %v", err)
 	}
 }
+
+// TestHungServer: Redis stops answering without closing anything. Send
+// reports transient within the read timeout and recovers afterwards.
+func TestHungServer(t *testing.T) {
+	t.Parallel()
+	rdb := direct(t)
+	stream := newStream(t, rdb)
+	f := newFreezer(t, testenv.RedisAddr)
+	s := newSender(t, redisstream.Config{Addr: f.addr(), DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+	route := sender.Route{Stream: stream}
+	if err := s.Send(context.Background(), sendertest.NewMessages(5, route)); err != nil {
+		t.Fatalf("warm-up: %v", err)
+	}
+	f.freeze()
+	for i := 0; i < 2; i++ {
+		start := time.Now()
+		err := s.Send(context.Background(), sendertest.NewMessages(20, route))
+		if err == nil || txbox.Classify(err) != txbox.ClassTransient {
+			t.Fatalf("Send %d to a hung server = %v, want transient", i, err)
+		}
+		t.Logf("Send %d to a hung %s: %v after %v", i, "server", txbox.Classify(err), time.Since(start).Round(time.Millisecond))
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("Send %d to a hung server took %v", i, d)
+		}
+	}
+	f.unfreeze()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := s.Send(context.Background(), sendertest.NewMessages(1, route))
+		if err == nil {
+			break
+		}
+		if txbox.Classify(err) != txbox.ClassTransient {
+			t.Fatalf("while recovering: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no recovery within 30s: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond) // the relay's probe interval, shortened
+	}
+}
