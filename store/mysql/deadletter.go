@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/txbox/txbox"
@@ -94,9 +95,8 @@ func scanDeadLetter(sc interface{ Scan(...any) error }) (*store.DeadLetter, erro
 	if dl.Payload == nil {
 		dl.Payload = []byte{}
 	}
-	var err error
-	dl.Headers, err = decodeHeaders(headers)
-	return dl, err
+	dl.Headers = decodeHeaders(headers)
+	return dl, nil
 }
 
 // likeEscaper escapes LIKE wildcards with '!', an escape character that
@@ -224,6 +224,17 @@ func (d *Driver) DeadLetterRetry(ctx context.Context, ids []txbox.ID) (int, erro
 		locked, err := queryIDs(ctx, tx, "SELECT id FROM "+d.qDeadLetter+" WHERE id IN ("+placeholders(len(ids))+") FOR UPDATE", idArgs(nil, ids)...)
 		if err != nil || len(locked) == 0 {
 			return err
+		}
+		// An id already back in the outbox (a producer re-published it)
+		// stays dead-lettered rather than failing the whole batch on a
+		// duplicate key.
+		present, err := queryIDs(ctx, tx, "SELECT id FROM "+d.qOutbox+" WHERE id IN ("+placeholders(len(locked))+")", idArgs(nil, locked)...)
+		if err != nil {
+			return err
+		}
+		locked = slices.DeleteFunc(locked, func(id txbox.ID) bool { return slices.Contains(present, id) })
+		if len(locked) == 0 {
+			return nil
 		}
 		in := placeholders(len(locked))
 		if _, err := tx.ExecContext(ctx, "INSERT INTO "+d.qOutbox+

@@ -195,13 +195,13 @@ func encodeHeaders(h map[string]string) (string, error) {
 // event type behind one row, so non-string values are delivered as their
 // JSON text (null as ""), and a value that is not a JSON object at all
 // yields no headers.
-func decodeHeaders(b []byte) (map[string]string, error) {
+func decodeHeaders(b []byte) map[string]string {
 	if len(b) == 0 || string(b) == "{}" {
-		return nil, nil
+		return nil
 	}
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(b, &raw); err != nil || len(raw) == 0 {
-		return nil, nil
+		return nil
 	}
 	h := make(map[string]string, len(raw))
 	for k, v := range raw {
@@ -215,7 +215,7 @@ func decodeHeaders(b []byte) (map[string]string, error) {
 			h[k] = string(v)
 		}
 	}
-	return h, nil
+	return h
 }
 
 // OutboxClaim claims up to Limit due PENDING rows of one type in one short
@@ -299,9 +299,7 @@ func (d *Driver) claimIn(ctx context.Context, tx *sql.Tx, claimSQL string, param
 		if r.Payload == nil {
 			r.Payload = []byte{}
 		}
-		if r.Headers, err = decodeHeaders(headers); err != nil {
-			return nil, err
-		}
+		r.Headers = decodeHeaders(headers)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {

@@ -326,3 +326,42 @@ func TestMigrateWithoutDatabaseIsAClearError(t *testing.T) {
 		t.Fatalf("Migrate with no database: %v", err)
 	}
 }
+
+// TestDeadLetterRetrySkipsIDsBackInTheOutbox: a dead letter whose id a
+// producer already published again stays dead-lettered; the others of the
+// batch are retried.
+func TestDeadLetterRetrySkipsIDsBackInTheOutbox(t *testing.T) {
+	t.Parallel()
+	d := setup(t)
+	ctx := context.Background()
+	evs := publish(t, d, events("dl", 2)...)
+	rows, err := d.OutboxClaim(ctx, &store.OutboxClaimParams{EventType: "dl", Limit: 2, LeaseDuration: time.Minute})
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("claim: %d %v", len(rows), err)
+	}
+	var items []store.OutboxFinishItem
+	for _, r := range rows {
+		items = append(items, store.OutboxFinishItem{ID: r.ID, LeaseToken: r.LeaseToken, Outcome: store.OutcomeFailed, Error: "x"})
+	}
+	if _, err := d.OutboxFinish(ctx, &store.OutboxFinishParams{Items: items}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := d.DeadLetterMove(ctx, &store.DeadLetterMoveParams{Limit: 10}); err != nil || n != 2 {
+		t.Fatalf("move: %d %v", n, err)
+	}
+	// A producer publishes evs[0]'s id again.
+	publish(t, d, &txbox.Event{ID: evs[0].ID, Type: "dl", Payload: []byte("again")})
+	n, err := d.DeadLetterRetry(ctx, []txbox.ID{evs[0].ID, evs[1].ID})
+	if err != nil || n != 1 {
+		t.Fatalf("retry = %d, %v; want 1 retried and no error", n, err)
+	}
+	if _, err := d.DeadLetterGet(ctx, evs[0].ID); err != nil {
+		t.Fatalf("the conflicting dead letter is gone: %v", err)
+	}
+	if _, err := d.DeadLetterGet(ctx, evs[1].ID); !errors.Is(err, txbox.ErrNotFound) {
+		t.Fatalf("the retried dead letter is still there: %v", err)
+	}
+	if s, _ := statusOf(t, d, evs[1].ID); s != store.StatusPending {
+		t.Fatalf("retried row status %q", s)
+	}
+}
