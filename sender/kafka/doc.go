@@ -40,4 +40,7 @@
 // answered fails after the timeout instead of waiting for an answer that
 // may never come. Its outcome is then unknown; the relay retries it and the
 // receiver's inbox absorbs the duplicate, which is the outbox's contract.
+// The produce request timeout and franz-go's request overhead split the
+// delivery timeout between them, so even a broker that hangs without
+// closing its connection is reported within DeliveryTimeout.
 package kafka
