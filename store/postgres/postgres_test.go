@@ -201,6 +201,13 @@ func TestSchemaVersionAndMigrationFiles(t *testing.T) {
 	if _, err := postgres.New(d.Pool(), postgres.Config{Schema: "bad schema"}); !errors.Is(err, txbox.ErrInvalidIdentifier) {
 		t.Fatalf("hostile schema in New: %v", err)
 	}
+	// A database migrated by a newer build is refused, not downgraded.
+	if _, err := d.Pool().Exec(ctx, `INSERT INTO `+d.Tables().Schema+`.txbox_schema_version (version, name) VALUES (99, 'future')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Migrate(ctx); err == nil || !strings.Contains(err.Error(), "newer") {
+		t.Fatalf("migrate on a newer schema: %v, want an error saying it is newer", err)
+	}
 	// A driver on a schema nobody migrated reports it clearly.
 	bare, err := postgres.New(d.Pool(), postgres.Config{Schema: "txbox_never_migrated_x"})
 	if err != nil {
