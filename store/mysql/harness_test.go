@@ -102,3 +102,32 @@ func TestConformance(t *testing.T) {
 	t.Parallel()
 	storetest.Exercise(t, harness())
 }
+
+// TestConformanceOnPlainPool runs the suite again through New on a plain
+// go-sql-driver pool left at the server's REPEATABLE READ default, without
+// interpolateParams: the path where the driver sets READ COMMITTED per
+// transaction and every statement is prepared.
+func TestConformanceOnPlainPool(t *testing.T) {
+	t.Parallel()
+	h := harness()
+	h.Open = func(t *testing.T, ns, prefix string) (store.Driver, error) {
+		db, err := sql.Open("mysql", testenv.MySQLDSN+"?parseTime=true")
+		if err != nil {
+			t.Fatal(err)
+		}
+		db.SetMaxOpenConns(10)
+		d, err := mysql.New(db, mysql.Config{Schema: ns, TablePrefix: prefix})
+		if err != nil {
+			db.Close()
+			return nil, err
+		}
+		t.Cleanup(func() {
+			if n := d.DeadlockRetries(); n != 0 {
+				t.Errorf("%d deadlocks were retried", n)
+			}
+			_ = db.Close()
+		})
+		return d, nil
+	}
+	storetest.Exercise(t, h)
+}
