@@ -178,6 +178,11 @@ func New(st store.Inbox, cfg Config) (*Inbox, error) {
 // Consumer returns the consumer name.
 func (in *Inbox) Consumer() string { return in.cfg.Consumer }
 
+// TTL returns the inbox TTL (Config.TTL after defaults). Pass it to the
+// Cleaner's CleanerConfig.TTL so the table keeps ids as long as the cache
+// check assumed.
+func (in *Inbox) TTL() time.Duration { return in.cfg.TTL }
+
 // Mode returns the configured mode.
 func (in *Inbox) Mode() Mode { return in.cfg.Mode }
 

@@ -76,7 +76,7 @@ func TestNewValidatesConfig(t *testing.T) {
 	if _, err := in.HandleBatch(context.Background(), []inbox.Message{{ID: txbox.NewID()}}, nil); !errors.Is(err, inbox.ErrNilHandler) {
 		t.Errorf("nil batch handler: %v", err)
 	}
-	if in.Consumer() != "c" || in.Mode() != inbox.Transactional || in.Mode().String() != "transactional" {
+	if in.Consumer() != "c" || in.Mode() != inbox.Transactional || in.Mode().String() != "transactional" || in.TTL() != inbox.DefaultTTL {
 		t.Errorf("accessors: %q %v", in.Consumer(), in.Mode())
 	}
 }
