@@ -103,6 +103,8 @@ func TestLoadRejects(t *testing.T) {
 		{"bad ordering", "defaults: { ordering: fifo }", `defaults.ordering: must be none or key, not "fifo"`},
 		{"bad polling mode", "events: { a: { polling: { mode: eager } } }", `events.a.polling.mode: must be adaptive or fixed, not "eager"`},
 		{"bad dialect", "database: { dialect: oracle }", `database.dialect: unknown dialect "oracle"`},
+		{"sqlite dsn with parameters", "database: { dsn: 'file:x.db?_pragma=busy_timeout(1)' }", "database.dsn: sqlite takes a file path"},
+		{"sqlite in memory", "database: { dsn: ':memory:' }", "database.dsn: sqlite takes a file path"},
 		{"postgres without dsn", "database: { dialect: postgres }", "database.dsn: required for dialect postgres"},
 		{"hostile prefix", `database: { table-prefix: 'x"; DROP TABLE t;--' }`, "database.table-prefix: txbox: invalid identifier"},
 		{"hostile schema", "database: { dialect: postgres, dsn: x, schema: 'a`b' }", "database.schema: txbox: invalid identifier"},

@@ -198,6 +198,9 @@ func (c *Config) validate(d *decoder) {
 			d.fail("database.dsn", nil, "required for dialect %s (or set database.dsn-env, or %s)", db.Dialect, EnvName("database", "dsn"))
 		}
 	case DialectSQLite:
+		if strings.Contains(db.DSN.Reveal(), "?") || db.DSN == ":memory:" {
+			d.fail("database.dsn", nil, "sqlite takes a file path (WAL mode and timeouts are set by txbox), not a DSN with parameters or :memory:")
+		}
 	default:
 		d.fail("database.dialect", nil, "unknown dialect %q (valid: postgres, mysql, sqlite)", clip(db.Dialect))
 	}
