@@ -22,7 +22,7 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 	}
 	defer st.Close()
 	if err := st.Migrate(ctx); err != nil {
-		return fmt.Errorf("migrate: %w", err)
+		return err // the driver names the operation
 	}
 	v := ""
 	if sv, ok := st.Driver.(interface {
