@@ -52,7 +52,7 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 		defer cancel()
 		for _, name := range sortedKeys(senders) {
 			if err := senders[name].Close(cctx); err != nil {
-				log.Warn("close sender", "sender", name, "err", err)
+				log.Warn("close sender", "sender", name, "error", err)
 			}
 		}
 	}()
