@@ -978,8 +978,10 @@ func testDeadLetterCursor(t *testing.T, e *env) {
 
 func testOutboxCleanup(t *testing.T, e *env) {
 	e.publish(events("kept", 5)...)
-	e.finishAll(e.claim("kept", 5, longLease), store.OutcomeAcked, 0, "")
-	ackedAt := time.Now()
+	rows := e.claim("kept", 5, longLease)
+	ackedBefore := time.Now() // processed_at is not earlier than this
+	e.finishAll(rows, store.OutcomeAcked, 0, "")
+	ackedAt := time.Now()           // nor later than this
 	e.publish(events("kept", 2)...) // pending, never cleaned up
 	cleanup := func(ttl time.Duration, limit int) int {
 		t.Helper()
@@ -993,7 +995,7 @@ func testOutboxCleanup(t *testing.T, e *env) {
 		t.Fatalf("cleanup with a 1h TTL deleted %d fresh rows", n)
 	}
 	ttl := 400 * time.Millisecond
-	if n := cleanup(ttl, 100); n != 0 && time.Since(ackedAt) < ttl {
+	if n := cleanup(ttl, 100); n != 0 && time.Since(ackedBefore) < ttl {
 		t.Fatalf("cleanup deleted %d rows before the TTL", n)
 	}
 	waitUntil(ackedAt.Add(ttl + 50*time.Millisecond))
@@ -1023,6 +1025,7 @@ func testDeadLetterCleanup(t *testing.T, e *env) {
 		resolved = append(resolved, e.deadLetter("dl-clean", "", "x"))
 	}
 	open := e.deadLetter("dl-clean", "", "x")
+	resolvedBefore := time.Now()
 	if n, err := e.d.DeadLetterResolve(e.ctx, resolved); err != nil || n != 3 {
 		t.Fatalf("resolve: %d %v", n, err)
 	}
@@ -1039,7 +1042,7 @@ func testDeadLetterCleanup(t *testing.T, e *env) {
 		t.Fatalf("cleanup with a 1h TTL deleted %d", n)
 	}
 	ttl := 400 * time.Millisecond
-	if n := cleanup(ttl, 100); n != 0 && time.Since(resolvedAt) < ttl {
+	if n := cleanup(ttl, 100); n != 0 && time.Since(resolvedBefore) < ttl {
 		t.Fatalf("cleanup deleted %d before the TTL", n)
 	}
 	waitUntil(resolvedAt.Add(ttl + 50*time.Millisecond))
@@ -1086,10 +1089,10 @@ func testLease(t *testing.T, e *env) {
 		t.Fatal("b's release freed a's lease")
 	}
 	release("a")
+	takenAt := time.Now() // before: the lease cannot expire earlier than this + TTL
 	if !acquire("b", shortLease) {
 		t.Fatal("b could not take a released lease")
 	}
-	takenAt := time.Now()
 	if acquire("a", time.Hour) && time.Since(takenAt) < shortLease {
 		t.Fatal("a took b's lease before it expired")
 	}
