@@ -465,6 +465,8 @@ func BenchmarkDrainSenders(b *testing.B) {
 				cfg.Defaults.Route = &route
 				cfg.Cleanup.Disabled = true
 				cfg.DiscoverInterval = -1
+				timing := &timingHook{}
+				cfg.Hooks = []relay.Hook{timing}
 				r, err := relay.New(cfg)
 				if err != nil {
 					b.Fatal(err)
@@ -484,6 +486,7 @@ func BenchmarkDrainSenders(b *testing.B) {
 					b.Fatalf("%d dead letters", dl)
 				}
 				rate := float64(n) / el.Seconds()
+				b.Logf("%s: %d events in %v; %s", tc.name, n, el.Round(time.Millisecond), timing)
 				b.ReportMetric(rate, "events/s")
 				if tc.name == "noop" {
 					ceiling = rate
