@@ -89,6 +89,7 @@ const (
 	ProblemSignature = "/problems/bad-signature"
 	ProblemEventID   = "/problems/bad-event-id"
 	ProblemHandler   = "/problems/handler-failed"
+	ProblemRejected  = "/problems/event-rejected"
 )
 
 // Response is the JSON body of a 200 response.
@@ -139,6 +140,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := h.cfg.Inbox.Handle(r.Context(), msg, h.cfg.Handler)
+	if err != nil && txbox.Classify(err) == txbox.ClassPermanent {
+		// The handler marked the event as one it can never process
+		// (txbox.Permanent): 422 makes the sender count an attempt and
+		// dead-letter it after max attempts, where a 5xx would read as an
+		// outage and pause the whole destination.
+		h.logger.ErrorContext(r.Context(), "webhook delivery rejected by the handler", "event_id", msg.ID, "error", err)
+		writeProblem(w, Problem{Type: ProblemRejected, Title: "event rejected", Status: http.StatusUnprocessableEntity, Detail: "the handler cannot process this event"})
+		return
+	}
 	if err != nil {
 		h.logger.ErrorContext(r.Context(), "webhook delivery failed", "event_id", msg.ID, "error", err)
 		// The handler's error text stays in the log: it may carry details

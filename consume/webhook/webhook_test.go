@@ -3,6 +3,7 @@ package webhook_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consume/internal/consumetest"
 	cwebhook "github.com/txbox/txbox/consume/webhook"
+	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/sender/webhook"
 )
@@ -179,5 +181,35 @@ func TestNoSecretAcceptsUnsigned(t *testing.T) {
 	}
 	if _, err := cwebhook.New(cwebhook.Config{}); err == nil {
 		t.Error("New without Inbox/Handler accepted")
+	}
+}
+
+// TestPermanentHandlerErrorIs422: a poison event marked txbox.Permanent
+// is a 422, which txbox's sender classifies as a rejection (an attempt is
+// counted, then it is dead-lettered) rather than an outage.
+func TestPermanentHandlerErrorIs422(t *testing.T) {
+	t.Parallel()
+	env := consumetest.New(t, "webhook-poison")
+	h, err := cwebhook.New(cwebhook.Config{Inbox: env.Inbox, Handler: func(context.Context, any, inbox.Message) error {
+		return txbox.Permanent(errors.New("unknown product"))
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	s, err := webhook.New(webhook.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	err = s.Send(context.Background(), messages(srv.URL, []txbox.ID{txbox.NewID()}))
+	errs := sender.Results(err, 1)
+	if errs[0] == nil || txbox.Classify(errs[0]) == txbox.ClassTransient {
+		t.Fatalf("sender error %v (class %v); want a non-transient rejection", errs[0], txbox.Classify(errs[0]))
+	}
+	resp, p := post(t, srv.URL, "{}", map[string]string{txbox.HeaderEventID: txbox.NewID().String()}, http.MethodPost)
+	if resp.StatusCode != http.StatusUnprocessableEntity || p.Type != cwebhook.ProblemRejected {
+		t.Errorf("status %d problem %+v; want 422 %s", resp.StatusCode, p, cwebhook.ProblemRejected)
 	}
 }
