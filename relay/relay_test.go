@@ -466,6 +466,38 @@ func TestCleanupDeletesProcessedRows(t *testing.T) {
 	}
 }
 
+func TestCleanupDeletesResolvedDeadLetters(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.publish(t, "orders", 3, nil)
+	b.sender.setBehave(func(context.Context, []*sender.Message) error {
+		return txbox.Permanent(errors.New("bad message"))
+	})
+	hook := &recordingHook{}
+	b.start(t, func(c *relay.Config) {
+		c.Cleanup.DeadLetterTTL = new(time.Millisecond)
+		c.Hooks = []relay.Hook{hook}
+	})
+	waitFor(t, 10*time.Second, "dead-lettered", func() bool { return b.count(t, "dead_letter", "true") == 3 })
+	// Unresolved dead letters are kept whatever their age: let two more
+	// cleanup rounds pass (they are older than the 1ms TTL by then).
+	start := hook.rounds(relay.JobDeadLetterCleanup)
+	waitFor(t, 10*time.Second, "two cleanup rounds", func() bool { return hook.rounds(relay.JobDeadLetterCleanup) >= start+2 })
+	if hook.maintenance(relay.JobDeadLetterCleanup) != 0 || b.count(t, "dead_letter", "true") != 3 {
+		t.Fatal("cleanup deleted unresolved dead letters")
+	}
+	if n, err := b.store.DeadLetterResolve(context.Background(), ids[:2]); err != nil || n != 2 {
+		t.Fatalf("resolve: %d, %v", n, err)
+	}
+	waitFor(t, 10*time.Second, "resolved dead letters cleaned up", func() bool { return b.count(t, "dead_letter", "true") == 1 })
+	if b.count(t, "dead_letter", "id = $1", ids[2]) != 1 {
+		t.Error("the unresolved dead letter was deleted")
+	}
+	if hook.maintenance(relay.JobDeadLetterMove) != 3 {
+		t.Errorf("dead-letter move hook counted %d, want 3", hook.maintenance(relay.JobDeadLetterMove))
+	}
+}
+
 func TestStartStopErrors(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -502,6 +534,7 @@ type recordingHook struct {
 	batches  []relay.BatchEvent
 	circuits []relay.CircuitState
 	maint    map[string]int
+	nrounds  map[string]int
 }
 
 func (h *recordingHook) OnBatch(ev relay.BatchEvent) {
@@ -522,7 +555,17 @@ func (h *recordingHook) OnMaintenance(ev relay.MaintenanceEvent) {
 		h.maint = map[string]int{}
 	}
 	h.maint[ev.Job] += ev.Count
+	if h.nrounds == nil {
+		h.nrounds = map[string]int{}
+	}
+	h.nrounds[ev.Job]++
 	h.mu.Unlock()
+}
+
+func (h *recordingHook) rounds(job string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.nrounds[job]
 }
 
 func (h *recordingHook) sent() int {
