@@ -363,7 +363,8 @@ func record(m *sender.Message) *kgo.Record {
 	}
 	add(txbox.HeaderEventID, m.ID.String())
 	add(txbox.HeaderEventType, m.EventType)
-	if !m.CreatedAt.IsZero() {
+	if _, ok := m.Headers[txbox.HeaderCreatedAt]; !ok && !m.CreatedAt.IsZero() {
+		// Formatted only when missing: it allocates, per message.
 		add(txbox.HeaderCreatedAt, m.CreatedAt.UTC().Format(time.RFC3339Nano))
 	}
 	return r

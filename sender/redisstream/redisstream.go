@@ -248,13 +248,10 @@ func (s *Sender) args(m *sender.Message) (*redis.XAddArgs, error) {
 		return nil, txbox.Rejected(fmt.Errorf("%w (event %s, type %q)", ErrNoStream, m.ID, m.EventType))
 	}
 	h := m.Headers
-	created := ""
-	if !m.CreatedAt.IsZero() {
-		created = m.CreatedAt.UTC().Format(time.RFC3339Nano)
-	}
 	// The relay fills the txbox-* headers; copy the map only when one is
 	// missing (a sender used on its own), never modifying the caller's.
-	if missing(h, txbox.HeaderEventID) || missing(h, txbox.HeaderEventType) || (created != "" && missing(h, txbox.HeaderCreatedAt)) {
+	needCreated := missing(h, txbox.HeaderCreatedAt) && !m.CreatedAt.IsZero()
+	if missing(h, txbox.HeaderEventID) || missing(h, txbox.HeaderEventType) || needCreated {
 		h = make(map[string]string, len(m.Headers)+3)
 		for k, v := range m.Headers {
 			h[k] = v
@@ -266,7 +263,9 @@ func (s *Sender) args(m *sender.Message) (*redis.XAddArgs, error) {
 		}
 		add(txbox.HeaderEventID, m.ID.String())
 		add(txbox.HeaderEventType, m.EventType)
-		add(txbox.HeaderCreatedAt, created)
+		if needCreated {
+			add(txbox.HeaderCreatedAt, m.CreatedAt.UTC().Format(time.RFC3339Nano))
+		}
 	}
 	if h == nil {
 		h = map[string]string{}
