@@ -448,3 +448,22 @@ func TestHungBroker(t *testing.T) {
 		time.Sleep(100 * time.Millisecond) // the relay's probe interval, shortened
 	}
 }
+
+// TestWrongPasswordIsTransientAndHidden: the broker refuses the login. No
+// message can get through until an operator fixes the credentials, so the
+// relay must pause (transient) rather than dead-letter the backlog, and
+// the password appears in no error.
+func TestWrongPasswordIsTransientAndHidden(t *testing.T) {
+	t.Parallel()
+	testenv.RequireTCP(t, "RabbitMQ", rabbitAddr)
+	const pw = "canary-Pw-7d1e"
+	s := newSender(t, rabbitmq.Config{URL: "amqp://guest:" + pw + "@" + rabbitAddr + "/"})
+	err := s.Send(context.Background(), sendertest.NewMessages(2, sender.Route{Exchange: "amq.topic", RoutingKey: "x"}))
+	if err == nil || txbox.Classify(err) != txbox.ClassTransient || !errors.Is(err, rabbitmq.ErrConnection) {
+		t.Fatalf("Send with a wrong password = %v, want transient ErrConnection", err)
+	}
+	if strings.Contains(err.Error(), pw) {
+		t.Fatalf("error leaks the password: %v", err)
+	}
+	t.Logf("refused login reported as: %v", err)
+}
