@@ -11,7 +11,8 @@
 // Records are handled one at a time in poll order. A record whose handler
 // fails is retried with backoff, holding back the records after it, until
 // it succeeds or Run's context ends: Kafka has no per-record nack, and
-// committing past a failed record would lose it. After a rebalance or a
+// committing past a failed record would lose it. A handler error marked
+// txbox.Permanent skips the record instead (logged as an error). After a rebalance or a
 // crash, records are redelivered from the last commit; the inbox reports
 // them as duplicates.
 package kafka

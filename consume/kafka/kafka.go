@@ -162,6 +162,12 @@ func (c *Consumer) handle(ctx context.Context, r *kgo.Record) bool {
 		if err == nil {
 			return true
 		}
+		if txbox.Classify(err) == txbox.ClassPermanent {
+			// The handler says no retry can succeed (txbox.Permanent): skip
+			// the record, loudly, rather than stall the partition forever.
+			c.logger.ErrorContext(ctx, "kafka record skipped by the handler", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "event_id", msg.ID, "error", err)
+			return true
+		}
 		if ctx.Err() != nil {
 			return false
 		}

@@ -90,6 +90,9 @@ func TestCommitAfterHandler(t *testing.T) {
 		recs = append(recs, record(ids[i]))
 	}
 	recs = append(recs, &kgo.Record{Value: []byte("no id")})
+	poison := txbox.NewID()
+	env.Poison(poison)
+	recs = append(recs, record(poison))
 	env.FailFirst(ids[7], 2)
 	produce(t, c, recs)
 
@@ -116,7 +119,7 @@ func TestCommitAfterHandler(t *testing.T) {
 	env.CheckExactlyOnce(t, ids)
 	// The failing event ran three times, the duplicates never reached the
 	// handler a second time.
-	if got, want := env.Calls(), n+2; got != want {
+	if got, want := env.Calls(), n+3; got != want { // the poison event once
 		t.Errorf("handler calls = %d, want %d", got, want)
 	}
 }

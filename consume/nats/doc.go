@@ -2,7 +2,8 @@
 // jetstream package): a message is acked only after the inbox handled it
 // (processed or duplicate), naked with a delay growing with its delivery
 // count when the handler failed, and terminated when it carries no event
-// id (a redelivery could not fix it).
+// id or the handler returned an error marked txbox.Permanent (a redelivery
+// could not fix either).
 //
 // Create the consumer with AckPolicy AckExplicitPolicy and an AckWait
 // longer than the slowest handler: a message not acked within AckWait is

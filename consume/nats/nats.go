@@ -136,6 +136,12 @@ func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	if _, err := c.cfg.Inbox.Handle(ctx, msg, c.cfg.Handler); err != nil {
+		if txbox.Classify(err) == txbox.ClassPermanent {
+			// The handler says no redelivery can succeed (txbox.Permanent).
+			c.logger.ErrorContext(ctx, "nats message terminated by the handler", "event_id", msg.ID, "error", err)
+			c.settle(ctx, "term", m.Term())
+			return
+		}
 		delivered := 1
 		if md, mdErr := m.Metadata(); mdErr == nil {
 			delivered = int(md.NumDelivered)

@@ -80,6 +80,9 @@ func TestAckAfterHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 	env.FailFirst(ids[5], 2)
+	poison := txbox.NewID()
+	env.Poison(poison)
+	publish(t, js, subject, poison, false)
 	cons, err := cnats.New(jc, cnats.Config{Inbox: env.Inbox, Handler: env.Handler, Backoff: consume.Backoff{Min: 5 * time.Millisecond, Max: 20 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
@@ -107,8 +110,8 @@ func TestAckAfterHandler(t *testing.T) {
 		t.Errorf("Run = %v", err)
 	}
 	env.CheckExactlyOnce(t, ids)
-	if got := env.Calls(); got != n+2 {
-		t.Errorf("handler calls = %d, want %d", got, n+2)
+	if got := env.Calls(); got != n+3 {
+		t.Errorf("handler calls = %d, want %d (the poison event once)", got, n+3)
 	}
 }
 

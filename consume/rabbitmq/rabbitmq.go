@@ -198,6 +198,15 @@ func (c *Consumer) handle(ctx context.Context, d amqp.Delivery) {
 		return
 	}
 	if _, err := c.cfg.Inbox.Handle(ctx, msg, c.cfg.Handler); err != nil {
+		if txbox.Classify(err) == txbox.ClassPermanent {
+			// The handler says no redelivery can succeed (txbox.Permanent):
+			// reject it to the queue's dead-letter exchange, if any, rather
+			// than requeue it forever.
+			c.logger.ErrorContext(ctx, "rabbitmq delivery rejected by the handler", "event_id", msg.ID, "error", err)
+			c.succeeded(msg.ID)
+			c.settle(ctx, "reject", d.Reject(false), &c.rejected)
+			return
+		}
 		n := c.failed(msg.ID)
 		delay := c.cfg.Backoff.Delay(n)
 		c.logger.WarnContext(ctx, "rabbitmq delivery failed; requeueing", "event_id", msg.ID, "failures", n, "requeue_in", delay, "error", err)

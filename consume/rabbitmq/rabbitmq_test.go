@@ -69,7 +69,8 @@ func publish(t *testing.T, ch *amqp.Channel, q string, id txbox.ID, viaHeader bo
 
 // TestAckAfterHandler: duplicates have no second effect, a failing handler
 // is nacked and redelivered until it succeeds, a delivery without an id is
-// rejected, and the queue ends empty (everything acked or rejected).
+// rejected, a poison event (txbox.Permanent) is rejected after one try,
+// and the queue ends empty (everything acked or rejected).
 func TestAckAfterHandler(t *testing.T) {
 	t.Parallel()
 	conn := dial(t)
@@ -89,6 +90,9 @@ func TestAckAfterHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 	env.FailFirst(ids[3], 2)
+	poison := txbox.NewID()
+	env.Poison(poison)
+	publish(t, pub, q, poison, true)
 
 	cch := channel(t, conn)
 	cons, err := rabbitmq.New(cch, rabbitmq.Config{Inbox: env.Inbox, Handler: env.Handler, Queue: q,
@@ -108,7 +112,7 @@ func TestAckAfterHandler(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s := cons.Stats(); st.Messages == 0 && s.Acked == n+n/10 && s.Rejected == 1 && s.Nacked == 2 {
+		if s := cons.Stats(); st.Messages == 0 && s.Acked == n+n/10 && s.Rejected == 2 && s.Nacked == 2 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -131,8 +135,8 @@ func TestAckAfterHandler(t *testing.T) {
 		t.Errorf("after closing the consumer channel the queue has %d messages: some were not acked", st.Messages)
 	}
 	env.CheckExactlyOnce(t, ids)
-	if got := env.Calls(); got != n+2 {
-		t.Errorf("handler calls = %d, want %d", got, n+2)
+	if got := env.Calls(); got != n+3 {
+		t.Errorf("handler calls = %d, want %d (the poison event once)", got, n+3)
 	}
 }
 

@@ -20,7 +20,16 @@ type Env struct {
 
 	mu       sync.Mutex
 	failLeft map[txbox.ID]int
+	poison   map[txbox.ID]bool
 	calls    int
+}
+
+// Poison makes the handler fail every delivery of id with an error marked
+// txbox.Permanent.
+func (e *Env) Poison(id txbox.ID) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.poison[id] = true
 }
 
 // ErrInjected is returned by the handler for ids given to FailFirst.
@@ -47,7 +56,7 @@ func New(t testing.TB, consumer string) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Env{Store: d, Inbox: in, failLeft: map[txbox.ID]int{}}
+	return &Env{Store: d, Inbox: in, failLeft: map[txbox.ID]int{}, poison: map[txbox.ID]bool{}}
 }
 
 // FailFirst makes the handler fail the first n deliveries of id.
@@ -73,6 +82,7 @@ func (e *Env) Handler(ctx context.Context, tx any, m inbox.Message) error {
 	if fail {
 		e.failLeft[m.ID]--
 	}
+	poison := e.poison[m.ID]
 	e.mu.Unlock()
 	stx, err := sqlite.SQLTx(tx)
 	if err != nil {
@@ -80,6 +90,9 @@ func (e *Env) Handler(ctx context.Context, tx any, m inbox.Message) error {
 	}
 	if _, err := stx.ExecContext(ctx, `INSERT INTO effect (event_id, payload) VALUES (?, ?)`, m.ID.String(), m.Payload); err != nil {
 		return err
+	}
+	if poison {
+		return txbox.Permanent(ErrInjected)
 	}
 	if fail {
 		return ErrInjected
