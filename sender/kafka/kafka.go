@@ -28,6 +28,9 @@ const (
 
 // Sentinel errors.
 var (
+	// ErrNilMessage is the per-message error (permanent) of a nil entry in
+	// the batch given to Send.
+	ErrNilMessage = errors.New("kafka sender: nil message")
 	// ErrInvalidConfig is returned by New when the configuration is
 	// unusable; the message names the field.
 	ErrInvalidConfig = errors.New("kafka sender: invalid config")
@@ -248,6 +251,10 @@ func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
 		done:    make(chan struct{}),
 	}
 	for i, m := range msgs {
+		if m == nil {
+			b.settle(i, txbox.Permanent(ErrNilMessage))
+			continue
+		}
 		if m.Route.Topic == "" {
 			b.settle(i, txbox.Rejected(fmt.Errorf("%w (event %s, type %q)", ErrNoTopic, m.ID, m.EventType)))
 			continue

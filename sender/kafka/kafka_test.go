@@ -549,3 +549,13 @@ func TestHungBroker(t *testing.T) {
 		time.Sleep(100 * time.Millisecond) // the relay's probe interval, shortened
 	}
 }
+
+func TestNilMessageIsPermanentNotPanic(t *testing.T) {
+	t.Parallel()
+	b := setup(t, kafka.Config{})
+	msgs := messages(2, b.topic)
+	errs := sender.Results(b.sender.Send(context.Background(), []*sender.Message{msgs[0], nil, msgs[1]}), 3)
+	if errs[0] != nil || errs[2] != nil || !errors.Is(errs[1], kafka.ErrNilMessage) || txbox.Classify(errs[1]) != txbox.ClassPermanent {
+		t.Fatalf("results = %v", errs)
+	}
+}

@@ -29,6 +29,9 @@ const (
 
 // Sentinel errors.
 var (
+	// ErrNilMessage is the per-message error (permanent) of a nil entry in
+	// the batch given to Send.
+	ErrNilMessage = errors.New("rabbitmq sender: nil message")
 	// ErrInvalidConfig is returned by New when the configuration is
 	// unusable; the message names the field.
 	ErrInvalidConfig = errors.New("rabbitmq sender: invalid config")
@@ -394,6 +397,10 @@ func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
 	errs := make([]error, len(msgs))
 	todo := make([]int, 0, len(msgs)) // indexes still to publish
 	for i, m := range msgs {
+		if m == nil {
+			errs[i] = txbox.Permanent(ErrNilMessage)
+			continue
+		}
 		if err := encodable(m); err != nil {
 			errs[i] = err
 			continue

@@ -467,3 +467,14 @@ func TestWrongPasswordIsTransientAndHidden(t *testing.T) {
 	}
 	t.Logf("refused login reported as: %v", err)
 }
+
+func TestNilMessageIsPermanentNotPanic(t *testing.T) {
+	t.Parallel()
+	tp := newTopology(t, "rk", nil)
+	s := newSender(t, rabbitmq.Config{})
+	msgs := sendertest.NewMessages(2, sender.Route{Exchange: tp.exchange, RoutingKey: "rk"})
+	errs := sender.Results(s.Send(context.Background(), []*sender.Message{msgs[0], nil, msgs[1]}), 3)
+	if errs[0] != nil || errs[2] != nil || !errors.Is(errs[1], rabbitmq.ErrNilMessage) || txbox.Classify(errs[1]) != txbox.ClassPermanent {
+		t.Fatalf("results = %v", errs)
+	}
+}

@@ -29,6 +29,9 @@ const (
 
 // Sentinel errors.
 var (
+	// ErrNilMessage is the per-message error (permanent) of a nil entry in
+	// the batch given to Send.
+	ErrNilMessage = errors.New("redisstream sender: nil message")
 	// ErrInvalidConfig is returned by New when the configuration is
 	// unusable; the message names the field.
 	ErrInvalidConfig = errors.New("redisstream sender: invalid config")
@@ -201,6 +204,10 @@ func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
 	cmds := make([]*redis.StringCmd, len(msgs))
 	queued := 0
 	for i, m := range msgs {
+		if m == nil {
+			errs[i] = txbox.Permanent(ErrNilMessage)
+			continue
+		}
 		args, err := s.args(m)
 		if err != nil {
 			errs[i] = err

@@ -241,3 +241,14 @@ func TestHungServer(t *testing.T) {
 		time.Sleep(100 * time.Millisecond) // the relay's probe interval, shortened
 	}
 }
+
+func TestNilMessageIsPermanentNotPanic(t *testing.T) {
+	t.Parallel()
+	rdb := direct(t)
+	s := newSender(t, redisstream.Config{})
+	msgs := sendertest.NewMessages(2, sender.Route{Stream: newStream(t, rdb)})
+	errs := sender.Results(s.Send(context.Background(), []*sender.Message{msgs[0], nil, msgs[1]}), 3)
+	if errs[0] != nil || errs[2] != nil || !errors.Is(errs[1], redisstream.ErrNilMessage) || txbox.Classify(errs[1]) != txbox.ClassPermanent {
+		t.Fatalf("results = %v", errs)
+	}
+}
