@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -30,6 +32,10 @@ type Config struct {
 	// MaxPollRecords bounds the records of one poll. Defaults to
 	// DefaultMaxPollRecords.
 	MaxPollRecords int
+	// Concurrency is the number of partitions handled at once; records of
+	// one partition are always handled in order, one at a time. Defaults
+	// to 1.
+	Concurrency int
 	// Logger receives warnings (auto-commit on, invalid records, handler
 	// failures). Payloads are never logged. Defaults to a logger that
 	// discards everything.
@@ -67,6 +73,12 @@ func New(cl *kgo.Client, cfg Config) (*Consumer, error) {
 	}
 	if cfg.MaxPollRecords == 0 {
 		cfg.MaxPollRecords = DefaultMaxPollRecords
+	}
+	if cfg.Concurrency < 0 {
+		return nil, &consume.ConfigError{Adapter: "kafka", Field: "Concurrency", Reason: fmt.Sprintf("must not be negative, got %d", cfg.Concurrency)}
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = 1
 	}
 	b, err := cfg.Backoff.Normalize()
 	if err != nil {
@@ -112,21 +124,41 @@ func (c *Consumer) Run(ctx context.Context) error {
 				c.logger.WarnContext(ctx, "kafka fetch error", "topic", topic, "partition", p, "error", err)
 			}
 		})
-		done := make([]*kgo.Record, 0, fetches.NumRecords())
-		var stopped bool
-		fetches.EachRecord(func(r *kgo.Record) {
-			if stopped {
-				return
-			}
-			if !c.handle(ctx, r) {
-				stopped = true
-				return
-			}
-			done = append(done, r)
-			if c.mode == commitMarks {
-				c.cl.MarkCommitRecords(r)
+		var parts [][]*kgo.Record
+		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+			if len(p.Records) > 0 {
+				parts = append(parts, p.Records)
 			}
 		})
+		// Each partition's records in order, up to Concurrency partitions
+		// at once; a partition stops at the first record it could not
+		// handle before ctx ended, so what is committed is a prefix.
+		handled := make([][]*kgo.Record, len(parts))
+		var stopped atomic.Bool
+		sem := make(chan struct{}, c.cfg.Concurrency)
+		var wg sync.WaitGroup
+		for i, recs := range parts {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				for _, r := range recs {
+					if !c.handle(ctx, r) {
+						stopped.Store(true)
+						return
+					}
+					handled[i] = append(handled[i], r)
+					if c.mode == commitMarks {
+						c.cl.MarkCommitRecords(r)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		var done []*kgo.Record
+		for _, h := range handled {
+			done = append(done, h...)
+		}
 		if c.mode == commitSync && len(done) > 0 {
 			// WithoutCancel: what was handled is committed even during
 			// shutdown, so a restart does not redo it.
@@ -137,7 +169,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 				c.logger.WarnContext(ctx, "kafka offset commit failed; the records will be redelivered and deduplicated", "records", len(done), "error", err)
 			}
 		}
-		if stopped {
+		if stopped.Load() {
 			return nil
 		}
 	}

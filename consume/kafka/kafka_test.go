@@ -97,7 +97,7 @@ func TestCommitAfterHandler(t *testing.T) {
 	produce(t, c, recs)
 
 	cl := consumer(t, c, "g1", kgo.DisableAutoCommit())
-	cons, err := kafka.New(cl, kafka.Config{Inbox: env.Inbox, Handler: env.Handler, Backoff: consumeBackoff})
+	cons, err := kafka.New(cl, kafka.Config{Inbox: env.Inbox, Handler: env.Handler, Backoff: consumeBackoff, Concurrency: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
