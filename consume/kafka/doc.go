@@ -12,9 +12,9 @@
 // Config.Concurrency partitions are handled at once (default 1). A record
 // whose handler fails is retried with backoff, holding back the records
 // after it in its partition (and the next poll), until it succeeds or
-// Run's context ends: Kafka has no per-record nack, and
-// committing past a failed record would lose it. A handler error marked
-// txbox.Permanent skips the record instead (logged as an error). After a rebalance or a
+// Run's context ends: Kafka has no per-record nack, and committing past a
+// failed record would lose it. A handler error marked txbox.Permanent
+// skips the record instead (logged as an error). After a rebalance or a
 // crash, records are redelivered from the last commit; the inbox reports
 // them as duplicates.
 package kafka
