@@ -120,8 +120,9 @@ type Config struct {
 	// Cache is consulted before the table for single messages. Defaults
 	// to nil: every message goes to the table.
 	Cache Cache
-	// TTL is how long the inbox table keeps ids (the Cleaner's TTL). It is
-	// checked against the cache's TTL at construction. Defaults to
+	// TTL is how long the inbox table keeps ids. The Cleaner does the
+	// deleting with its own CleanerConfig.TTL: give it Inbox.TTL(). Here
+	// it bounds the cache's TTL, checked at construction. Defaults to
 	// DefaultTTL.
 	TTL time.Duration
 	// Logger receives warnings about cache failures. Payloads are never
