@@ -33,6 +33,10 @@ type storeKind struct {
 	// size): SQLite has one writer for all relays and publishers, so its
 	// multi-relay runs use fewer events to keep the default suite short.
 	scale int
+	// serialWriter is true for dialects with one writer at a time
+	// (SQLite): one relay may win every claim, so load sharing between
+	// relays is not asserted.
+	serialWriter bool
 }
 
 // events returns n scaled for this dialect.

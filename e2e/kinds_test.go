@@ -86,9 +86,10 @@ var sqliteKind = storeKind{
 		}
 		return path
 	},
-	open:    openSQLite,
-	publish: sqlTxPublish(func(d store.Driver) *sql.DB { return d.(*sqlite.Driver).DB() }),
-	scale:   5,
+	open:         openSQLite,
+	publish:      sqlTxPublish(func(d store.Driver) *sql.DB { return d.(*sqlite.Driver).DB() }),
+	scale:        5,
+	serialWriter: true,
 }
 
 func openSQLite(path string, conns int) (store.Driver, func(), error) {

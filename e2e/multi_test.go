@@ -68,7 +68,7 @@ func TestThreeRelaysInOneProcess(t *testing.T) {
 				for i, a := range acks {
 					ids := a.ids()
 					t.Logf("relay %d acked %d", i, len(ids))
-					if len(ids) == 0 {
+					if len(ids) == 0 && !kind.serialWriter {
 						t.Errorf("relay %d delivered nothing: the load was not shared", i)
 					}
 					rel.receivedIDs(ids...)
@@ -98,7 +98,7 @@ func TestThreeRelayProcesses(t *testing.T) {
 				for i, c := range children {
 					ids := readAcks(t, c.acks)
 					t.Logf("relay process %d acked %d", i, len(ids))
-					if len(ids) == 0 {
+					if len(ids) == 0 && !kind.serialWriter {
 						t.Errorf("relay process %d delivered nothing: the load was not shared", i)
 					}
 					rel.receivedIDs(ids...)
