@@ -123,6 +123,7 @@ type ConfigError struct {
 	Reason string
 }
 
+// Error returns "relay: <path> <reason>".
 func (e *ConfigError) Error() string { return "relay: " + e.Path + " " + e.Reason }
 
 // Is makes every ConfigError match ErrInvalidConfig.

@@ -37,6 +37,7 @@ var _ Hook = NopHook{}
 
 // PollEvent describes one claim.
 type PollEvent struct {
+	// EventType is the type claimed.
 	EventType string
 	// Claimed is the number of rows claimed.
 	Claimed int
@@ -54,8 +55,10 @@ type PollEvent struct {
 
 // BatchEvent describes one batch after its finish.
 type BatchEvent struct {
+	// EventType is the batch's event type.
 	EventType string
-	Sender    string
+	// Sender names the sender the batch went to.
+	Sender string
 	// Sent counts acknowledged messages.
 	Sent int
 	// Retried counts rejected messages scheduled for another attempt.
@@ -92,6 +95,7 @@ const (
 	CircuitHalfOpen
 )
 
+// String returns "closed", "open" or "half-open".
 func (s CircuitState) String() string {
 	switch s {
 	case CircuitOpen:
@@ -105,8 +109,10 @@ func (s CircuitState) String() string {
 
 // CircuitEvent describes a circuit state change.
 type CircuitEvent struct {
+	// Sender names the sender (a key of Config.Senders).
 	Sender string
-	State  CircuitState
+	// State is the new state.
+	State CircuitState
 	// CoolDown is the wait before the next probe when State is open.
 	CoolDown time.Duration
 	// Err is the failure that opened the circuit, if any.
@@ -129,5 +135,6 @@ type MaintenanceEvent struct {
 	// Count is the number of rows the round changed (types found, for
 	// discovery).
 	Count int
-	Err   error
+	// Err is the round's error, if any.
+	Err error
 }

@@ -241,13 +241,17 @@ func (r *Relay) onCircuit(ev CircuitEvent) {
 
 // Health is a snapshot of a relay's state for status pages and probes.
 type Health struct {
+	// InstanceID is Config.InstanceID.
 	InstanceID string
-	Running    bool
+	// Running is true between Start and Stop.
+	Running bool
 	// Degraded is true when a circuit is not closed or the last claim of
 	// some type or the last round of some job failed.
 	Degraded bool
+	// Circuits has one entry per sender, sorted by name.
 	Circuits []CircuitHealth
-	Types    []TypeHealth
+	// Types has one entry per poller, sorted by event type.
+	Types []TypeHealth
 	// JobErrors maps a job name (Job* constants) to the error of its last
 	// round, for jobs whose last round failed.
 	JobErrors map[string]string
@@ -255,15 +259,21 @@ type Health struct {
 
 // CircuitHealth is one sender's circuit.
 type CircuitHealth struct {
-	Sender    string
-	State     CircuitState
+	// Sender names the sender.
+	Sender string
+	// State is the circuit's state.
+	State CircuitState
+	// LastError is the failure that last opened the circuit, empty once
+	// it closed again.
 	LastError string
 }
 
 // TypeHealth is one event type's poller.
 type TypeHealth struct {
+	// EventType is the poller's type.
 	EventType string
-	Sender    string
+	// Sender names the sender the type is routed to.
+	Sender string
 	// LastPoll is when the last claim returned.
 	LastPoll time.Time
 	// LastError is the last claim's error, empty when it succeeded.
