@@ -21,6 +21,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/store/postgres"
 )
 
 // child returns a command that runs this test binary as the txbox command
@@ -309,5 +310,51 @@ log: { level: debug }
 	}
 	if pending == 0 {
 		t.Logf("the whole backlog drained before SIGTERM landed; the stop was not mid-batch")
+	}
+}
+
+// TestSubprocessConcurrentMigrate: four `txbox migrate` processes started
+// at once on an empty schema all succeed, and the migration is recorded
+// once.
+func TestSubprocessConcurrentMigrate(t *testing.T) {
+	t.Parallel()
+	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin, err := sql.Open("pgx", testenv.PostgresURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	// A schema name nobody created yet: migrate creates it.
+	schema := testenv.UniqueName("t_")
+	t.Cleanup(func() { _, _ = admin.Exec(`DROP SCHEMA IF EXISTS ` + schema + ` CASCADE`) })
+	var wg sync.WaitGroup
+	errs := make(chan string, 4)
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd, stdout, stderr := child(t, ctx, "migrate", "--dialect", "postgres", "--dsn", testenv.PostgresURL, "--set", "database.schema="+schema)
+			if err := cmd.Run(); err != nil || !strings.Contains(stdout.String(), "migrated postgres") {
+				errs <- fmt.Sprintf("%v: %s %s", err, stdout, stderr)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	var n int
+	if err := admin.QueryRowContext(ctx, `SELECT count(*) FROM `+schema+`.txbox_schema_version`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	migs, err := postgres.Migrations(schema, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != len(migs) {
+		t.Errorf("schema_version has %d rows after 4 concurrent runs, want %d", n, len(migs))
 	}
 }
