@@ -73,3 +73,22 @@ relay: { discover-interval: 20ms, shutdown-timeout: 10s }
 		t.Fatal("relay did not stop within 20s")
 	}
 }
+
+// TestRelayCommandDatabaseDown: an unreachable database fails the start
+// with exit 1 and a message naming the dialect, not the password.
+func TestRelayCommandDatabaseDown(t *testing.T) {
+	t.Parallel()
+	const canary = "Canary-PW-88w"
+	start := time.Now()
+	code, _, errOut := runInProcess(t, nil, "relay", "--dialect", "postgres",
+		"--dsn", "postgres://u:"+canary+"@127.0.0.1:1/x?connect_timeout=2", "--set", "senders.m.type=nats")
+	if code != exitFailure || !strings.Contains(errOut, "database postgres:") {
+		t.Fatalf("code %d, stderr %q", code, errOut)
+	}
+	if strings.Contains(errOut, canary) {
+		t.Fatalf("password in the error: %q", errOut)
+	}
+	if el := time.Since(start); el > 20*time.Second {
+		t.Errorf("took %s to give up", el)
+	}
+}
