@@ -511,3 +511,35 @@ func (c *circuitHook) OnCircuit(ev relay.CircuitEvent) {
 }
 
 func (c *circuitHook) opened() int { return int(c.n.Load()) }
+
+// TestUnroutableNATSSubject (scenario 8): a route whose subject no stream
+// captures is the message's problem, not an outage: each send counts an
+// attempt, the rows are dead-lettered after max attempts with the cause,
+// and the circuit stays closed.
+func TestUnroutableNATSSubject(t *testing.T) {
+	t.Parallel()
+	kind := postgresKind
+	ns := kind.newNamespace(t)
+	d := openStore(t, kind, ns, 4)
+	ids := publishN(t, kind, d, "orders", 5, nil)
+	circuits := &circuitHook{}
+	cfg := relayConfig(d, newNATSSender(t, testenv.NATSURL), testenv.UniqueName("nostream_"), 0)
+	cfg.Defaults.MaxAttempts = new(2)
+	cfg.Defaults.Backoff = &relay.BackoffSettings{Delay: 50 * time.Millisecond, Multiplier: 1, Max: time.Second}
+	cfg.Hooks = []relay.Hook{circuits}
+	startRelay(t, cfg)
+	waitFor(t, 30*time.Second, "unroutable events dead-lettered", func() bool {
+		n, err := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{})
+		return err == nil && n == int64(len(ids))
+	})
+	dl, err := d.DeadLetterGet(context.Background(), ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dl.Attempts != 2 || !strings.Contains(dl.LastError, "no stream") {
+		t.Errorf("dead letter: attempts %d, last error %q; want 2 and the missing stream", dl.Attempts, dl.LastError)
+	}
+	if n := circuits.opened(); n != 0 {
+		t.Errorf("circuit opened %d times for an unroutable subject", n)
+	}
+}
