@@ -499,7 +499,8 @@ func (p *poller) finish(items []store.OutboxFinishItem) (*store.OutboxFinishResu
 	params := &store.OutboxFinishParams{Items: items, DeleteAcked: p.s.retention == 0}
 	var lastErr error
 	backoff := 50 * time.Millisecond
-	for attempt := 0; attempt < 4; attempt++ {
+	const attempts = 4
+	for attempt := 0; attempt < attempts; attempt++ {
 		timeout := finishTimeout
 		if p.r.hardCtx.Err() != nil {
 			timeout = finishTimeoutAfterDeadline
@@ -514,10 +515,15 @@ func (p *poller) finish(items []store.OutboxFinishItem) (*store.OutboxFinishResu
 			return res, nil
 		}
 		lastErr = err
+		if attempt == attempts-1 {
+			break
+		}
+		t := time.NewTimer(backoff)
 		select {
-		case <-time.After(backoff):
+		case <-t.C:
 		case <-p.r.hardCtx.Done():
 		}
+		t.Stop()
 		backoff *= 4
 	}
 	return nil, lastErr
