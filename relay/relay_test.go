@@ -608,3 +608,70 @@ func (p pollCounter) OnPoll(relay.PollEvent)               { p.n.Add(1) }
 func (p pollCounter) OnBatch(relay.BatchEvent)             {}
 func (p pollCounter) OnCircuit(relay.CircuitEvent)         {}
 func (p pollCounter) OnMaintenance(relay.MaintenanceEvent) {}
+
+// flakyFinishStore injects failures into the real store's OutboxFinish.
+type flakyFinishStore struct {
+	store.Driver
+	mu       sync.Mutex
+	failNext int // fail this many finishes, then pass
+	calls    int
+}
+
+func (f *flakyFinishStore) OutboxFinish(ctx context.Context, p *store.OutboxFinishParams) (*store.OutboxFinishResult, error) {
+	f.mu.Lock()
+	f.calls++
+	fail := f.failNext > 0
+	if fail {
+		f.failNext--
+	}
+	f.mu.Unlock()
+	if fail {
+		return nil, errors.New("injected: connection reset")
+	}
+	return f.Driver.OutboxFinish(ctx, p)
+}
+
+// TestFinishRetriedThenRecovered: a finish that fails is retried (it is
+// fenced, so repeating it is safe) and the batch is not delivered twice;
+// when every retry fails, the rows stay claimed until their lease expires
+// and are then delivered again (at-least-once), as attempt 1.
+func TestFinishRetriedThenRecovered(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	flaky := &flakyFinishStore{Driver: b.store, failNext: 2}
+	ids := b.publish(t, "orders", 10, nil)
+	hook := &recordingHook{}
+	b.start(t, func(c *relay.Config) {
+		c.Store = flaky
+		c.Defaults.LeaseDuration = new(time.Second)
+		c.Hooks = []relay.Hook{hook}
+	})
+	waitFor(t, 10*time.Second, "processed after two failed finishes", func() bool {
+		return b.count(t, "outbox", "status = 'PROCESSED'") == len(ids)
+	})
+	if _, total := b.sender.distinct(); total != len(ids) {
+		t.Errorf("%d deliveries for %d events: a retried finish caused a resend", total, len(ids))
+	}
+	hook.mu.Lock()
+	for _, ev := range hook.batches {
+		if ev.FinishErr != nil {
+			t.Errorf("finish error reported although a retry succeeded: %v", ev.FinishErr)
+		}
+	}
+	hook.mu.Unlock()
+
+	// Now every attempt of the next batch's finish fails.
+	flaky.mu.Lock()
+	flaky.failNext = 4
+	flaky.mu.Unlock()
+	more := b.publish(t, "orders", 5, nil)
+	waitFor(t, 20*time.Second, "redelivered after the lease expired and finished", func() bool {
+		return b.count(t, "outbox", "status = 'PROCESSED' AND id = ANY($1)", more) == len(more)
+	})
+	for _, id := range more {
+		ds := b.sender.deliveries(id)
+		if len(ds) != 2 || ds[1].msg.Attempt != 1 {
+			t.Errorf("%v: %d deliveries (want 2: lost finish, then recovery), last attempt %d", id, len(ds), ds[len(ds)-1].msg.Attempt)
+		}
+	}
+}
