@@ -47,8 +47,8 @@ func (k storeKind) events(n int) int {
 	return n
 }
 
-// storeKinds lists the dialects every delivery test runs on. MySQL and
-// SQLite join with one entry each when their drivers land.
+// storeKinds lists the dialects every delivery test runs on; kinds_test.go
+// adds MySQL and SQLite. A new dialect is one more entry.
 var storeKinds = []storeKind{postgresKind}
 
 // storeKindByName finds a dialect for a child process.

@@ -1,3 +1,12 @@
+// Package e2e holds txbox's end-to-end delivery tests: real databases
+// (PostgreSQL, MariaDB, SQLite through the storeKind harness), the real
+// relay, and real destinations (NATS JetStream, an httptest webhook
+// receiver). Every test publishes events with known ids, reads back what
+// arrived, and lets the oracle sort them into ok / lost / duplicated /
+// unexpected (docs: TESTING.md). Relay processes are the test binary
+// re-executed in child mode (TestMain). Long chaos runs need TXBOX_CHAOS=1;
+// the drain and pickup benchmarks write their figures to
+// docs/benchmarks/relay.md.
 package e2e
 
 import (
