@@ -203,7 +203,8 @@ type EventSettings struct {
 	// Retention is how long processed rows are kept; 0 deletes a row as
 	// soon as it is acknowledged. Per type it only chooses between
 	// deleting on ack and keeping the row; the cleanup job deletes kept
-	// rows after Config.Cleanup.OutboxTTL. Defaults to 24h.
+	// rows after Config.Cleanup.OutboxTTL (by default the longest
+	// retention configured). Defaults to 24h.
 	Retention *time.Duration
 	// LeaseDuration is the max-batch-processing-time: how long a claimed
 	// batch is exclusive before another relay may recover it. Defaults to
@@ -255,8 +256,10 @@ type CleanupConfig struct {
 	Interval time.Duration
 	// MaxInterval caps the interval. Defaults to 10m.
 	MaxInterval time.Duration
-	// OutboxTTL is how long PROCESSED rows are kept. Nil defaults to
-	// Defaults.Retention when that is set, else 24h.
+	// OutboxTTL is how long PROCESSED rows are kept. The cleanup is not
+	// per type, so nil defaults to the longest retention of Defaults and
+	// every entry of Events (each unset one counting as 24h): no type
+	// loses its processed rows before its own retention.
 	OutboxTTL *time.Duration
 	// DeadLetterTTL is how long RESOLVED dead letters are kept. Nil
 	// defaults to 7 days.
@@ -319,9 +322,15 @@ func (c Config) withDefaults() Config {
 		cl.MaxInterval = max(DefaultCleanupMaxInterval, cl.Interval)
 	}
 	if cl.OutboxTTL == nil {
-		ttl := DefaultRetention
+		base := DefaultRetention
 		if c.Defaults.Retention != nil {
-			ttl = *c.Defaults.Retention
+			base = *c.Defaults.Retention
+		}
+		ttl := base
+		for _, ev := range c.Events {
+			if ev.Retention != nil {
+				ttl = max(ttl, *ev.Retention)
+			}
 		}
 		cl.OutboxTTL = &ttl
 	}

@@ -83,6 +83,31 @@ func TestSettingsInheritance(t *testing.T) {
 	}
 }
 
+func TestOutboxTTLIsTheLongestRetention(t *testing.T) {
+	t.Parallel()
+	one := map[string]sender.Sender{"a": nopSender{}}
+	cfg := Config{Store: fakeDriver{}, Senders: one,
+		Defaults: EventSettings{Retention: ptr(time.Duration(0))},
+		Events: map[string]EventSettings{
+			"audit":  {Retention: ptr(7 * 24 * time.Hour)},
+			"orders": {Retention: ptr(time.Hour)},
+			"plain":  {},
+		}}.withDefaults()
+	if got := *cfg.Cleanup.OutboxTTL; got != 7*24*time.Hour {
+		t.Errorf("outbox TTL = %v, want the longest retention (7d)", got)
+	}
+	cfg = Config{Store: fakeDriver{}, Senders: one, Defaults: EventSettings{Retention: ptr(time.Duration(0))}}.withDefaults()
+	if got := *cfg.Cleanup.OutboxTTL; got != 0 {
+		t.Errorf("outbox TTL with retention 0 everywhere = %v, want 0", got)
+	}
+	explicit := time.Minute
+	cfg = Config{Store: fakeDriver{}, Senders: one, Cleanup: CleanupConfig{OutboxTTL: &explicit},
+		Events: map[string]EventSettings{"audit": {Retention: ptr(48 * time.Hour)}}}.withDefaults()
+	if got := *cfg.Cleanup.OutboxTTL; got != time.Minute {
+		t.Errorf("explicit outbox TTL = %v, want 1m", got)
+	}
+}
+
 func TestDefaultsMatchSpec(t *testing.T) {
 	t.Parallel()
 	cfg := Config{Store: fakeDriver{}, Senders: map[string]sender.Sender{"only": nopSender{}}}.withDefaults()
