@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -221,7 +222,17 @@ func drainWithRelay(b *testing.B, n int, v relayVariant) float64 {
 			b.Fatal(err)
 		}
 	}
-	waitFor(b, 30*time.Minute, "backlog drained", func() bool { return outboxSettledOrders(b, d) })
+	// Memory must stay flat in the backlog size: sample the heap while
+	// the backlog drains (the backlog itself lives in PostgreSQL).
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	baseHeap, peakHeap := ms.HeapAlloc, ms.HeapAlloc
+	waitFor(b, 30*time.Minute, "backlog drained", func() bool {
+		runtime.ReadMemStats(&ms)
+		peakHeap = max(peakHeap, ms.HeapAlloc)
+		return outboxSettledOrders(b, d)
+	})
 	el := time.Since(start)
 	b.StopTimer()
 	for _, r := range relays {
@@ -232,7 +243,8 @@ func drainWithRelay(b *testing.B, n int, v relayVariant) float64 {
 	if got := st.count(b); got != uint64(n) && !v.noop {
 		b.Fatalf("stream holds %d messages, want %d", got, n)
 	}
-	b.Logf("%s: %d events in %v; %s", v.name, n, el.Round(time.Millisecond), timing)
+	b.Logf("%s: %d events in %v; %s; heap peak %.1f MiB over %.1f MiB at start",
+		v.name, n, el.Round(time.Millisecond), timing, float64(peakHeap-baseHeap)/(1<<20), float64(baseHeap)/(1<<20))
 	return float64(n) / el.Seconds()
 }
 
