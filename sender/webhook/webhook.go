@@ -182,6 +182,11 @@ func New(cfg Config) (*Sender, error) {
 		// The default keeps 2 idle connections per host: a batch of
 		// parallel requests would open and close connections every time.
 		tr.MaxIdleConnsPerHost = cfg.MaxConcurrency
+		// A request may start the moment an earlier one released its
+		// concurrency slot, before that connection went back to the idle
+		// pool; capping connections per host makes it wait for the
+		// returning connection instead of dialing a new one.
+		tr.MaxConnsPerHost = cfg.MaxConcurrency
 		if tr.MaxIdleConns < cfg.MaxConcurrency {
 			tr.MaxIdleConns = cfg.MaxConcurrency
 		}
