@@ -503,14 +503,14 @@ func TestHungBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	f := newFreezer(t, c.ListenAddrs()[0])
+	f := sendertest.NewFreezer(t, c.ListenAddrs()[0])
 	opts, err := kafka.Config{Brokers: c.ListenAddrs(), DeliveryTimeout: time.Second, DialTimeout: time.Second}.Options()
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := &net.Dialer{Timeout: time.Second}
 	opts = append(opts, kgo.Dialer(func(ctx context.Context, network, _ string) (net.Conn, error) {
-		return d.DialContext(ctx, network, f.addr())
+		return d.DialContext(ctx, network, f.Addr())
 	}))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
@@ -521,7 +521,7 @@ func TestHungBroker(t *testing.T) {
 	if err := s.Send(context.Background(), messages(5, "orders")); err != nil {
 		t.Fatalf("warm-up: %v", err)
 	}
-	f.freeze()
+	f.Freeze()
 	for i := 0; i < 2; i++ {
 		start := time.Now()
 		err := s.Send(context.Background(), messages(20, "orders"))
@@ -533,7 +533,7 @@ func TestHungBroker(t *testing.T) {
 			t.Fatalf("Send %d to a hung broker took %v", i, d)
 		}
 	}
-	f.unfreeze()
+	f.Unfreeze()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		err := s.Send(context.Background(), messages(1, "orders"))

@@ -413,14 +413,14 @@ func TestHungBroker(t *testing.T) {
 	t.Parallel()
 	tp := newTopology(t, "rk", nil)
 	tp.consume(t)
-	f := newFreezer(t, rabbitAddr)
-	s := newSender(t, rabbitmq.Config{URL: "amqp://guest:guest@" + f.addr() + "/", ConfirmTimeout: time.Second,
+	f := sendertest.NewFreezer(t, rabbitAddr)
+	s := newSender(t, rabbitmq.Config{URL: "amqp://guest:guest@" + f.Addr() + "/", ConfirmTimeout: time.Second,
 		DialTimeout: time.Second, Heartbeat: time.Second, ReconnectDelay: 100 * time.Millisecond})
 	route := sender.Route{Exchange: tp.exchange, RoutingKey: "rk"}
 	if err := s.Send(context.Background(), sendertest.NewMessages(5, route)); err != nil {
 		t.Fatalf("warm-up: %v", err)
 	}
-	f.freeze()
+	f.Freeze()
 	for i := 0; i < 3; i++ {
 		start := time.Now()
 		err := s.Send(context.Background(), sendertest.NewMessages(20, route))
@@ -432,7 +432,7 @@ func TestHungBroker(t *testing.T) {
 			t.Fatalf("Send %d to a hung broker took %v", i, d)
 		}
 	}
-	f.unfreeze()
+	f.Unfreeze()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		err := s.Send(context.Background(), sendertest.NewMessages(1, route))

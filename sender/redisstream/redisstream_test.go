@@ -207,13 +207,13 @@ func TestHungServer(t *testing.T) {
 	t.Parallel()
 	rdb := direct(t)
 	stream := newStream(t, rdb)
-	f := newFreezer(t, testenv.RedisAddr)
-	s := newSender(t, redisstream.Config{Addr: f.addr(), DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+	f := sendertest.NewFreezer(t, testenv.RedisAddr)
+	s := newSender(t, redisstream.Config{Addr: f.Addr(), DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
 	route := sender.Route{Stream: stream}
 	if err := s.Send(context.Background(), sendertest.NewMessages(5, route)); err != nil {
 		t.Fatalf("warm-up: %v", err)
 	}
-	f.freeze()
+	f.Freeze()
 	for i := 0; i < 2; i++ {
 		start := time.Now()
 		err := s.Send(context.Background(), sendertest.NewMessages(20, route))
@@ -225,7 +225,7 @@ func TestHungServer(t *testing.T) {
 			t.Fatalf("Send %d to a hung server took %v", i, d)
 		}
 	}
-	f.unfreeze()
+	f.Unfreeze()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		err := s.Send(context.Background(), sendertest.NewMessages(1, route))

@@ -1,4 +1,4 @@
-package rabbitmq_test
+package sendertest
 
 import (
 	"io"
@@ -7,10 +7,12 @@ import (
 	"testing"
 )
 
-// freezer is a TCP proxy that can stop moving bytes without closing
-// anything: a hung broker (or a network that silently drops packets),
-// which a refused or reset connection does not simulate.
-type freezer struct {
+// Freezer is a TCP proxy that can stop moving bytes without closing
+// anything: a hung broker, or a network that silently drops packets,
+// which a refused or reset connection (see Proxy.Down) does not simulate.
+// Senders must turn such a hang into a transient error within their
+// timeouts instead of blocking Send forever.
+type Freezer struct {
 	ln       net.Listener
 	upstream string
 
@@ -22,13 +24,15 @@ type freezer struct {
 	wg     sync.WaitGroup
 }
 
-func newFreezer(t *testing.T, upstream string) *freezer {
+// NewFreezer starts a Freezer on a loopback port in front of upstream
+// (host:port). It is closed when t ends.
+func NewFreezer(t testing.TB, upstream string) *Freezer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &freezer{ln: ln, upstream: upstream, thaw: make(chan struct{})}
+	f := &Freezer{ln: ln, upstream: upstream, thaw: make(chan struct{})}
 	close(f.thaw)
 	f.wg.Add(1)
 	go f.accept()
@@ -36,9 +40,12 @@ func newFreezer(t *testing.T, upstream string) *freezer {
 	return f
 }
 
-func (f *freezer) addr() string { return f.ln.Addr().String() }
+// Addr is the address clients connect to instead of upstream.
+func (f *Freezer) Addr() string { return f.ln.Addr().String() }
 
-func (f *freezer) freeze() {
+// Freeze holds every byte in both directions, and every new connection's
+// dial, until Unfreeze.
+func (f *Freezer) Freeze() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.frozen {
@@ -47,7 +54,8 @@ func (f *freezer) freeze() {
 	}
 }
 
-func (f *freezer) unfreeze() {
+// Unfreeze lets bytes and dials move again.
+func (f *Freezer) Unfreeze() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.frozen {
@@ -57,13 +65,13 @@ func (f *freezer) unfreeze() {
 }
 
 // gate returns a channel that is closed when bytes may move.
-func (f *freezer) gate() <-chan struct{} {
+func (f *Freezer) gate() <-chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.thaw
 }
 
-func (f *freezer) track(c net.Conn) bool {
+func (f *Freezer) track(c net.Conn) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
@@ -74,7 +82,7 @@ func (f *freezer) track(c net.Conn) bool {
 	return true
 }
 
-func (f *freezer) accept() {
+func (f *Freezer) accept() {
 	defer f.wg.Done()
 	for {
 		c, err := f.ln.Accept()
@@ -105,7 +113,7 @@ func (f *freezer) accept() {
 }
 
 // pipe copies src to dst, holding every chunk while frozen.
-func (f *freezer) pipe(dst, src net.Conn) {
+func (f *Freezer) pipe(dst, src net.Conn) {
 	defer f.wg.Done()
 	buf := make([]byte, 32<<10)
 	for {
@@ -128,7 +136,7 @@ func (f *freezer) pipe(dst, src net.Conn) {
 	}
 }
 
-func (f *freezer) close() {
+func (f *Freezer) close() {
 	f.mu.Lock()
 	f.closed = true
 	conns := f.conns
