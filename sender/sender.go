@@ -111,3 +111,33 @@ func Results(err error, n int) []error {
 	}
 	return out
 }
+
+// Summarize turns per-message outcomes (one entry per message, nil =
+// acked) into what Send returns: nil when every message was acked; the
+// first error alone when every message failed transiently (one outage,
+// not n copies of it); otherwise a *BatchError. It is the inverse of
+// Results.
+func Summarize(errs []error) error {
+	failed, transient := 0, 0
+	var first error
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		failed++
+		if first == nil {
+			first = err
+		}
+		if txbox.Classify(err) == txbox.ClassTransient {
+			transient++
+		}
+	}
+	switch {
+	case failed == 0:
+		return nil
+	case transient == len(errs):
+		return first
+	default:
+		return &BatchError{Errs: errs}
+	}
+}

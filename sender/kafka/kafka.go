@@ -283,35 +283,7 @@ func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
 	b.mu.Lock()
 	errs := slices.Clone(b.errs)
 	b.mu.Unlock()
-	return summarize(errs)
-}
-
-// summarize turns per-record outcomes into Send's result.
-func summarize(errs []error) error {
-	failed, transient := 0, 0
-	var first error
-	for _, err := range errs {
-		if err == nil {
-			continue
-		}
-		failed++
-		if first == nil {
-			first = err
-		}
-		if txbox.Classify(err) == txbox.ClassTransient {
-			transient++
-		}
-	}
-	switch {
-	case failed == 0:
-		return nil
-	case transient == len(errs):
-		// The whole batch failed for lack of a cluster: report one
-		// outage rather than n copies of it.
-		return first
-	default:
-		return &sender.BatchError{Errs: errs}
-	}
+	return sender.Summarize(errs)
 }
 
 // Close stops new Sends (they fail with txbox.ErrClosed), waits for the

@@ -421,7 +421,7 @@ func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
 			s.publish(ctx, pc, msgs, todo, errs)
 		}
 	}
-	return summarize(errs)
+	return sender.Summarize(errs)
 }
 
 // publish publishes msgs[todo] on pc and fills errs with their outcomes.
@@ -682,32 +682,5 @@ func publishing(m *sender.Message) amqp.Publishing {
 		Timestamp:    m.CreatedAt,
 		AppId:        "txbox",
 		Body:         m.Payload,
-	}
-}
-
-// summarize turns per-message outcomes into Send's result.
-func summarize(errs []error) error {
-	failed, transient := 0, 0
-	var first error
-	for _, err := range errs {
-		if err == nil {
-			continue
-		}
-		failed++
-		if first == nil {
-			first = err
-		}
-		if txbox.Classify(err) == txbox.ClassTransient {
-			transient++
-		}
-	}
-	switch {
-	case failed == 0:
-		return nil
-	case transient == len(errs):
-		// One outage, not n copies of it.
-		return first
-	default:
-		return &sender.BatchError{Errs: errs}
 	}
 }

@@ -235,7 +235,7 @@ func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
 					errs[i] = cause
 				}
 			}
-			return summarize(errs)
+			return sender.Summarize(errs)
 		}
 		for i, c := range cmds {
 			if c != nil {
@@ -243,7 +243,7 @@ func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
 			}
 		}
 	}
-	return summarize(errs)
+	return sender.Summarize(errs)
 }
 
 func (s *Sender) args(m *sender.Message) (*redis.XAddArgs, error) {
@@ -327,33 +327,6 @@ func classify(err error) error {
 		return txbox.Rejected(fmt.Errorf("redisstream sender: %w", err))
 	}
 	return txbox.Transient(fmt.Errorf("%w: %v", ErrUnavailable, err))
-}
-
-// summarize turns per-message outcomes into Send's result.
-func summarize(errs []error) error {
-	failed, transient := 0, 0
-	var first error
-	for _, err := range errs {
-		if err == nil {
-			continue
-		}
-		failed++
-		if first == nil {
-			first = err
-		}
-		if txbox.Classify(err) == txbox.ClassTransient {
-			transient++
-		}
-	}
-	switch {
-	case failed == 0:
-		return nil
-	case transient == len(errs):
-		// One outage, not n copies of it.
-		return first
-	default:
-		return &sender.BatchError{Errs: errs}
-	}
 }
 
 // Close stops new Sends (they fail with txbox.ErrClosed), waits for the
