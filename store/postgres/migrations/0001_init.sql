@@ -6,19 +6,19 @@
 
 -- A time-ordered UUIDv7 for plain-SQL producers: PostgreSQL before 18 has
 -- no uuidv7(). The first 48 bits are the Unix time in milliseconds, the
--- version nibble is 7, the rest is gen_random_uuid()'s randomness (which
--- already carries the RFC 4122 variant bits).
+-- version nibble is 7, the next 12 bits are the sub-millisecond fraction
+-- (RFC 9562 method 3, so ids made microseconds apart still sort in time
+-- order), the rest is gen_random_uuid()'s randomness (which already
+-- carries the RFC 4122 variant bits).
 CREATE OR REPLACE FUNCTION {{table:uuidv7}}() RETURNS uuid
 LANGUAGE sql VOLATILE PARALLEL SAFE AS $$
   SELECT encode(
-    set_bit(
-      set_bit(
-        overlay(uuid_send(gen_random_uuid())
-                placing substring(int8send(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3)
-                FROM 1 FOR 6),
-        52, 1),
-      53, 1),
+    overlay(uuid_send(gen_random_uuid())
+            placing substring(int8send(t.us / 1000) FROM 3)
+                    || int2send((28672 + (t.us % 1000) * 4096 / 1000)::int2)
+            FROM 1 FOR 8),
     'hex')::uuid
+  FROM (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS us) t
 $$;
 
 -- The outbox: one row per event. Rows change state three times (insert,
