@@ -228,7 +228,7 @@ func drainWithRelay(b *testing.B, n int, v relayVariant) float64 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	baseHeap, peakHeap := ms.HeapAlloc, ms.HeapAlloc
-	waitFor(b, 30*time.Minute, "backlog drained", func() bool {
+	testenv.WaitFor(b, 30*time.Minute, "backlog drained", func() bool {
 		runtime.ReadMemStats(&ms)
 		peakHeap = max(peakHeap, ms.HeapAlloc)
 		return outboxSettledOrders(b, d)

@@ -88,7 +88,7 @@ func TestDatabaseConnectionsKilled(t *testing.T) {
 	// The kills also hit d's pooled connections (same application name);
 	// check the backlog through a pool opened after the last kill.
 	after := openStore(t, kind, ns, 2)
-	waitFor(t, 60*time.Second, "backlog drained after the kills", func() bool { return outboxSettled(t, after) })
+	testenv.WaitFor(t, 60*time.Second, "backlog drained after the kills", func() bool { return outboxSettled(t, after) })
 	for _, m := range st.readAll(t) {
 		o.receivedIDs(m.id)
 	}
@@ -99,7 +99,7 @@ func TestDatabaseConnectionsKilled(t *testing.T) {
 	}
 	// Every job's next round succeeds again (cleanup runs every 200ms at
 	// most here), so health recovers.
-	waitFor(t, 10*time.Second, "health no longer degraded", func() bool { return !r.Health().Degraded })
+	testenv.WaitFor(t, 10*time.Second, "health no longer degraded", func() bool { return !r.Health().Degraded })
 }
 
 // chaos reports whether the long chaos runs are enabled: they take
@@ -138,7 +138,7 @@ func TestChaosSIGKILLRelayProcess(t *testing.T) {
 				defer close(done)
 				publisher{kind: kind, d: d, o: o, eventType: "orders", txSize: txSize, rollbackEvery: rollbackEvery}.run(t, kind.events(30_000), 2)
 			}()
-			waitFor(t, 60*time.Second, "deliveries under way", func() bool { return st.count(t) >= uint64(kind.events(3000)) })
+			testenv.WaitFor(t, 60*time.Second, "deliveries under way", func() bool { return st.count(t) >= uint64(kind.events(3000)) })
 			if err := children[0].cmd.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
@@ -146,8 +146,8 @@ func TestChaosSIGKILLRelayProcess(t *testing.T) {
 			t.Logf("SIGKILLed relay 0 at %d messages in the stream", st.count(t))
 			children[0] = startChild(t, kind, ns, st.prefix, 0, lease)
 			<-done
-			waitFor(t, 5*time.Minute, "everything delivered", func() bool { return st.count(t) >= uint64(o.expected()) })
-			waitFor(t, 60*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
+			testenv.WaitFor(t, 5*time.Minute, "everything delivered", func() bool { return st.count(t) >= uint64(o.expected()) })
+			testenv.WaitFor(t, 60*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
 			for _, c := range children {
 				c.stop(t)
 			}
@@ -182,7 +182,7 @@ func TestChaosSIGSTOPStaleRelay(t *testing.T) {
 			d := openStore(t, kind, ns, 4)
 			o := newOracle()
 			publisher{kind: kind, d: d, o: o, eventType: "orders", txSize: txSize}.run(t, kind.events(20_000), 2)
-			waitFor(t, 60*time.Second, "deliveries under way", func() bool { return st.count(t) >= uint64(kind.events(1000)) })
+			testenv.WaitFor(t, 60*time.Second, "deliveries under way", func() bool { return st.count(t) >= uint64(kind.events(1000)) })
 			if err := stale.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
@@ -210,8 +210,8 @@ func TestChaosSIGSTOPStaleRelay(t *testing.T) {
 			if err := stale.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 2*time.Minute, "everything delivered", func() bool { return st.count(t) >= uint64(o.expected()) })
-			waitFor(t, 60*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
+			testenv.WaitFor(t, 2*time.Minute, "everything delivered", func() bool { return st.count(t) >= uint64(o.expected()) })
+			testenv.WaitFor(t, 60*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
 			stale.stop(t)
 			other.stop(t)
 			b, err := os.ReadFile(stale.stats)

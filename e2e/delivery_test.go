@@ -105,8 +105,8 @@ func TestRollbackAndDelayedEvent(t *testing.T) {
 			now := publishOne(t, kind, d, &txbox.Event{Type: "orders"})
 			o.committedIDs(now)
 			startRelay(t, relayConfig(d, newNATSSender(t, testenv.NATSURL), st.prefix, 0))
-			waitFor(t, 15*time.Second, "both events in the stream", func() bool { return st.count(t) >= 2 })
-			waitFor(t, 10*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
+			testenv.WaitFor(t, 15*time.Second, "both events in the stream", func() bool { return st.count(t) >= 2 })
+			testenv.WaitFor(t, 10*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
 			msgs := st.readAll(t)
 			for _, m := range msgs {
 				o.receivedIDs(m.id)
@@ -278,11 +278,11 @@ func TestRetryScheduleAndPoison(t *testing.T) {
 			cfg.Defaults.Backoff = &relay.BackoffSettings{Delay: 300 * time.Millisecond, Multiplier: 2, Max: time.Minute}
 			startRelay(t, cfg)
 
-			waitFor(t, 20*time.Second, "poison dead-lettered", func() bool {
+			testenv.WaitFor(t, 20*time.Second, "poison dead-lettered", func() bool {
 				n, err := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{})
 				return err == nil && n >= 1
 			})
-			waitFor(t, 10*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
+			testenv.WaitFor(t, 10*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
 			dl, err := d.DeadLetterGet(context.Background(), p)
 			if err != nil {
 				t.Fatalf("poison not in the dead-letter table: %v", err)
@@ -348,13 +348,13 @@ func TestOutage503(t *testing.T) {
 			cfg.Defaults.MaxAttempts = new(2)
 			cfg.Hooks = []relay.Hook{circuits}
 			r := startRelay(t, cfg)
-			waitFor(t, 10*time.Second, "three failed probes", func() bool { return circuits.opened() >= 4 })
+			testenv.WaitFor(t, 10*time.Second, "three failed probes", func() bool { return circuits.opened() >= 4 })
 			if st := r.Health().Circuits[0]; st.State == relay.CircuitClosed || !strings.Contains(st.LastError, "503") {
 				t.Errorf("circuit during the outage = %+v", st)
 			}
 			requestsDuringOutage := len(h.requests(""))
 			down.Store(false)
-			waitFor(t, 30*time.Second, "backlog drained", func() bool { return outboxSettled(t, d) })
+			testenv.WaitFor(t, 30*time.Second, "backlog drained", func() bool { return outboxSettled(t, d) })
 			if m := rec.maxAttempt(); m != 1 {
 				t.Errorf("a message was sent as attempt %d: the outage burned attempts", m)
 			}
@@ -402,12 +402,12 @@ func TestNATSUnavailable(t *testing.T) {
 			r := startRelay(t, cfg)
 			o := newOracle()
 			publishN(t, kind, d, "orders", 100, o)
-			waitFor(t, 15*time.Second, "first events delivered", func() bool { return st.count(t) >= 100 })
+			testenv.WaitFor(t, 15*time.Second, "first events delivered", func() bool { return st.count(t) >= 100 })
 
 			proxy.Down(t)
 			publishN(t, kind, d, "orders", 300, o)
 			publishN(t, kind, d, "other", 100, o)
-			waitFor(t, 20*time.Second, "circuit open with failed probes", func() bool { return circuits.opened() >= 3 })
+			testenv.WaitFor(t, 20*time.Second, "circuit open with failed probes", func() bool { return circuits.opened() >= 3 })
 			if h := r.Health(); !h.Degraded {
 				t.Errorf("health not degraded during the outage: %+v", h)
 			}
@@ -415,7 +415,7 @@ func TestNATSUnavailable(t *testing.T) {
 				t.Errorf("%d dead letters during the outage", n)
 			}
 			proxy.Up(t)
-			waitFor(t, 60*time.Second, "backlog drained after the outage", func() bool { return outboxSettled(t, d) })
+			testenv.WaitFor(t, 60*time.Second, "backlog drained after the outage", func() bool { return outboxSettled(t, d) })
 			if m := rec.maxAttempt(); m != 1 {
 				t.Errorf("a message was sent as attempt %d: the outage burned attempts", m)
 			}
@@ -459,7 +459,7 @@ func TestStaleRelayFinishIsFenced(t *testing.T) {
 			claimed := time.Now()
 			rec := &attemptRecorder{Sender: newNATSSender(t, testenv.NATSURL)}
 			startRelay(t, relayConfig(d, rec, st.prefix, 24*time.Hour))
-			waitFor(t, 20*time.Second, "recovered rows delivered", func() bool { return st.count(t) >= 20 })
+			testenv.WaitFor(t, 20*time.Second, "recovered rows delivered", func() bool { return st.count(t) >= 20 })
 			msgs := st.readAll(t)
 			for _, m := range msgs {
 				o.receivedIDs(m.id)
@@ -470,7 +470,7 @@ func TestStaleRelayFinishIsFenced(t *testing.T) {
 			if m := rec.maxAttempt(); m != 1 {
 				t.Errorf("recovered rows sent as attempt %d, want 1", m)
 			}
-			waitFor(t, 10*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
+			testenv.WaitFor(t, 10*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
 			items := make([]store.OutboxFinishItem, len(stale))
 			for i, row := range stale {
 				items[i] = store.OutboxFinishItem{ID: row.ID, LeaseToken: row.LeaseToken, Outcome: store.OutcomeFailed, Error: "stale"}
@@ -528,7 +528,7 @@ func TestUnroutableNATSSubject(t *testing.T) {
 	cfg.Defaults.Backoff = &relay.BackoffSettings{Delay: 50 * time.Millisecond, Multiplier: 1, Max: time.Second}
 	cfg.Hooks = []relay.Hook{circuits}
 	startRelay(t, cfg)
-	waitFor(t, 30*time.Second, "unroutable events dead-lettered", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "unroutable events dead-lettered", func() bool {
 		n, err := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{})
 		return err == nil && n == int64(len(ids))
 	})

@@ -223,18 +223,6 @@ func (p publisher) publishTx(ctx context.Context, size int, commit bool) error {
 	return nil
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition, not waiting for an effect
-	}
-}
-
 // outboxSettled reports whether d has no PENDING or IN_PROCESS rows.
 func outboxSettled(t testing.TB, d store.Driver) bool {
 	t.Helper()

@@ -127,8 +127,8 @@ func runLoad(t *testing.T, kind storeKind, ns string, st *jsStream) *oracle {
 	if o.expected() != total {
 		t.Fatalf("published %d, want %d", o.expected(), total)
 	}
-	waitFor(t, 120*time.Second, "every event in the stream", func() bool { return st.count(t) >= uint64(total) })
-	waitFor(t, 30*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
+	testenv.WaitFor(t, 120*time.Second, "every event in the stream", func() bool { return st.count(t) >= uint64(total) })
+	testenv.WaitFor(t, 30*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
 	el := time.Since(start)
 	t.Logf("%d events published and delivered by %d relays in %v (%.0f events/s end to end)", total, multiRelays, el.Round(time.Millisecond), float64(total)/el.Seconds())
 	return o

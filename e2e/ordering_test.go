@@ -59,8 +59,8 @@ func TestOrderedByKey(t *testing.T) {
 			cfg.Defaults.BatchSize = new(50)
 			cfg.Defaults.Backoff = &relay.BackoffSettings{Delay: 50 * time.Millisecond, Multiplier: 1, Max: time.Second}
 			startRelay(t, cfg)
-			waitFor(t, 60*time.Second, "all events delivered", func() bool { return st.count(t) >= uint64(keys*perKey) })
-			waitFor(t, 20*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
+			testenv.WaitFor(t, 60*time.Second, "all events delivered", func() bool { return st.count(t) >= uint64(keys*perKey) })
+			testenv.WaitFor(t, 20*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
 			msgs := st.readAll(t)
 			last := map[string]txbox.ID{}
 			violations := 0

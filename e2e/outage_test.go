@@ -296,7 +296,7 @@ func runOutage(t *testing.T, b *outageBroker) {
 
 	o := newOracle()
 	publishN(t, kind, d, "orders", 200, o)
-	waitFor(t, 30*time.Second, "first events delivered", func() bool { return b.unique() >= 200 })
+	testenv.WaitFor(t, 30*time.Second, "first events delivered", func() bool { return b.unique() >= 200 })
 
 	// A steady load of small business transactions, on two types, for
 	// the whole outage and a little after.
@@ -346,9 +346,9 @@ func runOutage(t *testing.T, b *outageBroker) {
 	// resend them, and the oracle sees duplicates, never a loss.
 	b.proxy.SetLatency(t, 300*time.Millisecond)
 	sentBefore := len(b.all())
-	waitFor(t, 20*time.Second, "sends under ack latency", func() bool { return len(b.all()) >= sentBefore+50 })
+	testenv.WaitFor(t, 20*time.Second, "sends under ack latency", func() bool { return len(b.all()) >= sentBefore+50 })
 	b.proxy.Down(t)
-	waitFor(t, 20*time.Second, "circuit open", func() bool { return circuits.opened() >= 1 })
+	testenv.WaitFor(t, 20*time.Second, "circuit open", func() bool { return circuits.opened() >= 1 })
 	heapAtStart := liveHeap()
 	var peak uint64
 	publishedAtStart := published.Load()
@@ -409,8 +409,8 @@ func runOutage(t *testing.T, b *outageBroker) {
 	if os.Getenv("TXBOX_CHAOS") != "" {
 		drain = 5 * time.Minute
 	}
-	waitFor(t, drain, "backlog drained after the outage", func() bool { return outboxSettled(t, d) })
-	waitFor(t, 30*time.Second, "every committed event at the broker", func() bool { return b.unique() >= o.expected() })
+	testenv.WaitFor(t, drain, "backlog drained after the outage", func() bool { return outboxSettled(t, d) })
+	testenv.WaitFor(t, 30*time.Second, "every committed event at the broker", func() bool { return b.unique() >= o.expected() })
 
 	if m := rec.maxAttempt(); m != 1 {
 		t.Errorf("a message was sent as attempt %d: the outage burned attempts", m)
@@ -476,7 +476,7 @@ func BenchmarkDrainSenders(b *testing.B) {
 				if err := r.Start(context.Background()); err != nil {
 					b.Fatal(err)
 				}
-				waitFor(b, 30*time.Minute, "backlog drained", func() bool { return outboxSettledOrders(b, d) })
+				testenv.WaitFor(b, 30*time.Minute, "backlog drained", func() bool { return outboxSettledOrders(b, d) })
 				el := time.Since(start)
 				b.StopTimer()
 				if err := r.Stop(context.Background()); err != nil {
@@ -621,7 +621,7 @@ func TestUnroutableDeadLettered(t *testing.T) {
 			o := newOracle()
 			lost := publishN(t, kind, d, "lost", 3, nil)
 			publishN(t, kind, d, "orders", 100, o)
-			waitFor(t, 60*time.Second, "poison dead-lettered", func() bool {
+			testenv.WaitFor(t, 60*time.Second, "poison dead-lettered", func() bool {
 				n, err := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{})
 				if err != nil {
 					t.Fatal(err)
@@ -640,7 +640,7 @@ func TestUnroutableDeadLettered(t *testing.T) {
 			if n := circuits.opened(); n != 0 {
 				t.Errorf("circuit opened %d times for a rejected message", n)
 			}
-			waitFor(t, 30*time.Second, "orders at the broker", func() bool { return b.unique() >= 100 })
+			testenv.WaitFor(t, 30*time.Second, "orders at the broker", func() bool { return b.unique() >= 100 })
 			o.receivedIDs(b.all()...)
 			if rep := o.report(); !rep.clean() {
 				t.Errorf("oracle (orders): %v", rep)

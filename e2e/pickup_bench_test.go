@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store"
@@ -91,7 +92,7 @@ func BenchmarkPickupLatency(b *testing.B) {
 			}
 		}
 		tick.Stop()
-		waitFor(b, 60*time.Second, "all events acked", func() bool {
+		testenv.WaitFor(b, 60*time.Second, "all events acked", func() bool {
 			rec.mu.Lock()
 			defer rec.mu.Unlock()
 			return len(rec.ackedAt) >= events

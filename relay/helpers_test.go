@@ -156,18 +156,6 @@ func fastConfig(d store.Driver, senders map[string]sender.Sender) relay.Config {
 	}
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond) // polling a condition, not waiting for something to happen
-	}
-}
-
 // delivery is one message the test sender saw, with when.
 type delivery struct {
 	msg *sender.Message

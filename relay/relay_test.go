@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store"
@@ -34,8 +35,8 @@ func TestDeliversConfiguredAndDiscoveredTypes(t *testing.T) {
 		c.Hooks = []relay.Hook{hook, pollCounter{&polls}}
 	})
 	all := append(append([]txbox.ID{}, orders...), unlisted...)
-	waitFor(t, 20*time.Second, "every event delivered", func() bool { return containsAll(b.sender.ids(), all) })
-	waitFor(t, 10*time.Second, "outbox empty (deleted on ack)", func() bool { return b.count(t, "outbox", "true") == 0 })
+	testenv.WaitFor(t, 20*time.Second, "every event delivered", func() bool { return containsAll(b.sender.ids(), all) })
+	testenv.WaitFor(t, 10*time.Second, "outbox empty (deleted on ack)", func() bool { return b.count(t, "outbox", "true") == 0 })
 
 	if ids, total := b.sender.distinct(); ids != len(all) || total != len(all) {
 		t.Errorf("delivered %d distinct / %d total, want %d / %d (no duplicates without a crash)", ids, total, len(all), len(all))
@@ -84,7 +85,7 @@ func TestRollbackNeverDelivered(t *testing.T) {
 	// A committed event published after the rolled-back one is a marker:
 	// once it arrived, the relay has polled past the rollback.
 	marker := b.publish(t, "orders", 1, nil)
-	waitFor(t, 10*time.Second, "marker delivered", func() bool { return containsAll(b.sender.ids(), marker) })
+	testenv.WaitFor(t, 10*time.Second, "marker delivered", func() bool { return containsAll(b.sender.ids(), marker) })
 	if n := len(b.sender.deliveries(rolledBack.ID)); n != 0 {
 		t.Fatalf("rolled-back event delivered %d times", n)
 	}
@@ -97,7 +98,7 @@ func TestDelayedEventNotBeforeItsTime(t *testing.T) {
 	delayed := b.publish(t, "orders", 1, func(_ int, ev *txbox.Event) { ev.NotBefore = notBefore })
 	now := b.publish(t, "orders", 1, nil)
 	b.start(t, nil)
-	waitFor(t, 10*time.Second, "delayed event delivered", func() bool { return containsAll(b.sender.ids(), delayed) })
+	testenv.WaitFor(t, 10*time.Second, "delayed event delivered", func() bool { return containsAll(b.sender.ids(), delayed) })
 	if at := b.sender.deliveries(delayed[0])[0].at; at.Before(notBefore) {
 		t.Errorf("delayed event delivered at %v, %v before its time", at, notBefore.Sub(at))
 	}
@@ -124,7 +125,7 @@ func TestRetryScheduleThenDeadLetter(t *testing.T) {
 		c.Defaults.MaxAttempts = new(3)
 		c.Defaults.Backoff = &relay.BackoffSettings{Delay: 200 * time.Millisecond, Multiplier: 2, Max: time.Minute}
 	})
-	waitFor(t, 20*time.Second, "poison dead-lettered", func() bool { return b.count(t, "dead_letter", "id = $1", poison) == 1 })
+	testenv.WaitFor(t, 20*time.Second, "poison dead-lettered", func() bool { return b.count(t, "dead_letter", "id = $1", poison) == 1 })
 
 	tries := b.sender.deliveries(poison)
 	if len(tries) != 3 {
@@ -168,7 +169,7 @@ func TestPermanentErrorDeadLettersAtOnce(t *testing.T) {
 		return txbox.Permanent(errors.New("message too large"))
 	})
 	b.start(t, nil)
-	waitFor(t, 10*time.Second, "dead-lettered", func() bool { return b.count(t, "dead_letter", "id = $1", ids[0]) == 1 })
+	testenv.WaitFor(t, 10*time.Second, "dead-lettered", func() bool { return b.count(t, "dead_letter", "id = $1", ids[0]) == 1 })
 	if n := len(b.sender.deliveries(ids[0])); n != 1 {
 		t.Errorf("permanent failure tried %d times, want 1", n)
 	}
@@ -193,9 +194,9 @@ func TestOutageOpensCircuitWithoutBurningAttempts(t *testing.T) {
 	})
 	idsA := b.publish(t, "a", 300, nil)
 	idsB := b.publish(t, "b", 300, nil)
-	waitFor(t, 10*time.Second, "circuit open", func() bool { return r.Health().Circuits[0].State == relay.CircuitOpen })
+	testenv.WaitFor(t, 10*time.Second, "circuit open", func() bool { return r.Health().Circuits[0].State == relay.CircuitOpen })
 	// Let several cool-downs and probes pass while the destination is down.
-	waitFor(t, 10*time.Second, "three failed probes", func() bool { return hook.count(relay.CircuitOpen) >= 4 })
+	testenv.WaitFor(t, 10*time.Second, "three failed probes", func() bool { return hook.count(relay.CircuitOpen) >= 4 })
 	if h := r.Health(); !h.Degraded || !strings.Contains(h.Circuits[0].LastError, "connection refused") {
 		t.Errorf("health during the outage = %+v", h)
 	}
@@ -216,8 +217,8 @@ func TestOutageOpensCircuitWithoutBurningAttempts(t *testing.T) {
 	}
 	down.Store(false)
 	all := append(idsA, idsB...)
-	waitFor(t, 20*time.Second, "backlog drained after the outage", func() bool { return containsAll(b.sender.ids(), all) })
-	waitFor(t, 10*time.Second, "circuit closed", func() bool { return r.Health().Circuits[0].State == relay.CircuitClosed })
+	testenv.WaitFor(t, 20*time.Second, "backlog drained after the outage", func() bool { return containsAll(b.sender.ids(), all) })
+	testenv.WaitFor(t, 10*time.Second, "circuit closed", func() bool { return r.Health().Circuits[0].State == relay.CircuitClosed })
 	if hook.count(relay.CircuitHalfOpen) == 0 || hook.count(relay.CircuitClosed) == 0 {
 		t.Errorf("circuit events: %v", hook.circuitStates())
 	}
@@ -252,7 +253,7 @@ func TestPartialTransientReleasesOnlyThose(t *testing.T) {
 		return &sender.BatchError{Errs: errs}
 	})
 	b.start(t, nil)
-	waitFor(t, 10*time.Second, "flaky event delivered", func() bool { return len(b.sender.deliveries(flaky)) == 2 })
+	testenv.WaitFor(t, 10*time.Second, "flaky event delivered", func() bool { return len(b.sender.deliveries(flaky)) == 2 })
 	if a := b.sender.deliveries(flaky)[1].msg.Attempt; a != 1 {
 		t.Errorf("released message came back as attempt %d, want 1", a)
 	}
@@ -333,17 +334,17 @@ func TestWakeSkipsThePollingDelay(t *testing.T) {
 		c.Events = map[string]relay.EventSettings{"orders": {}}
 		c.DiscoverInterval = -1
 	})
-	waitFor(t, 5*time.Second, "first empty poll", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "first empty poll", func() bool {
 		h := r.Health()
 		return len(h.Types) == 1 && !h.Types[0].LastPoll.IsZero()
 	})
 	ids := b.publish(t, "orders", 1, nil)
 	r.Wake("orders")
-	waitFor(t, 5*time.Second, "woken delivery", func() bool { return containsAll(b.sender.ids(), ids) })
+	testenv.WaitFor(t, 5*time.Second, "woken delivery", func() bool { return containsAll(b.sender.ids(), ids) })
 	// A type without a poller gets one on a wake-up.
 	other := b.publish(t, "fresh", 1, nil)
 	r.Wake("fresh")
-	waitFor(t, 5*time.Second, "new type delivered on wake", func() bool { return containsAll(b.sender.ids(), other) })
+	testenv.WaitFor(t, 5*time.Second, "new type delivered on wake", func() bool { return containsAll(b.sender.ids(), other) })
 }
 
 // TestWakeBeforeCommit: an in-process publisher wakes the relay from
@@ -358,7 +359,7 @@ func TestWakeBeforeCommit(t *testing.T) {
 		c.Events = map[string]relay.EventSettings{"orders": {}}
 		c.DiscoverInterval = -1
 	})
-	waitFor(t, 5*time.Second, "first empty poll", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "first empty poll", func() bool {
 		h := r.Health()
 		return len(h.Types) == 1 && !h.Types[0].LastPoll.IsZero()
 	})
@@ -377,7 +378,7 @@ func TestWakeBeforeCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	committed := time.Now()
-	waitFor(t, 5*time.Second, "delivery after a pre-commit wake", func() bool { return len(b.sender.deliveries(ev.ID)) == 1 })
+	testenv.WaitFor(t, 5*time.Second, "delivery after a pre-commit wake", func() bool { return len(b.sender.deliveries(ev.ID)) == 1 })
 	t.Logf("picked up %v after the commit", b.sender.deliveries(ev.ID)[0].at.Sub(committed))
 }
 
@@ -389,7 +390,7 @@ func TestListenNotifyWakesRelay(t *testing.T) {
 		c.Events = map[string]relay.EventSettings{"orders": {}}
 		c.DiscoverInterval = -1
 	})
-	waitFor(t, 5*time.Second, "first empty poll", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "first empty poll", func() bool {
 		h := r.Health()
 		return len(h.Types) == 1 && !h.Types[0].LastPoll.IsZero()
 	})
@@ -427,7 +428,7 @@ func TestExpiredLeaseIsRecoveredWithoutAttempt(t *testing.T) {
 	}
 	claimedAt := time.Now()
 	b.start(t, nil)
-	waitFor(t, 10*time.Second, "recovered rows delivered", func() bool { return containsAll(b.sender.ids(), ids) })
+	testenv.WaitFor(t, 10*time.Second, "recovered rows delivered", func() bool { return containsAll(b.sender.ids(), ids) })
 	for _, id := range ids {
 		d := b.sender.deliveries(id)[0]
 		if d.at.Sub(claimedAt) < 900*time.Millisecond {
@@ -459,8 +460,8 @@ func TestCleanupDeletesProcessedRows(t *testing.T) {
 		c.Cleanup.OutboxTTL = new(time.Millisecond)
 		c.Hooks = []relay.Hook{hook}
 	})
-	waitFor(t, 10*time.Second, "delivered", func() bool { return containsAll(b.sender.ids(), ids) })
-	waitFor(t, 10*time.Second, "processed rows cleaned up", func() bool { return b.count(t, "outbox", "true") == 0 })
+	testenv.WaitFor(t, 10*time.Second, "delivered", func() bool { return containsAll(b.sender.ids(), ids) })
+	testenv.WaitFor(t, 10*time.Second, "processed rows cleaned up", func() bool { return b.count(t, "outbox", "true") == 0 })
 	if hook.maintenance(relay.JobOutboxCleanup) < len(ids) {
 		t.Errorf("cleanup hook counted %d deletions, want %d", hook.maintenance(relay.JobOutboxCleanup), len(ids))
 	}
@@ -478,18 +479,18 @@ func TestCleanupDeletesResolvedDeadLetters(t *testing.T) {
 		c.Cleanup.DeadLetterTTL = new(time.Millisecond)
 		c.Hooks = []relay.Hook{hook}
 	})
-	waitFor(t, 10*time.Second, "dead-lettered", func() bool { return b.count(t, "dead_letter", "true") == 3 })
+	testenv.WaitFor(t, 10*time.Second, "dead-lettered", func() bool { return b.count(t, "dead_letter", "true") == 3 })
 	// Unresolved dead letters are kept whatever their age: let two more
 	// cleanup rounds pass (they are older than the 1ms TTL by then).
 	start := hook.rounds(relay.JobDeadLetterCleanup)
-	waitFor(t, 10*time.Second, "two cleanup rounds", func() bool { return hook.rounds(relay.JobDeadLetterCleanup) >= start+2 })
+	testenv.WaitFor(t, 10*time.Second, "two cleanup rounds", func() bool { return hook.rounds(relay.JobDeadLetterCleanup) >= start+2 })
 	if hook.maintenance(relay.JobDeadLetterCleanup) != 0 || b.count(t, "dead_letter", "true") != 3 {
 		t.Fatal("cleanup deleted unresolved dead letters")
 	}
 	if n, err := b.store.DeadLetterResolve(context.Background(), ids[:2]); err != nil || n != 2 {
 		t.Fatalf("resolve: %d, %v", n, err)
 	}
-	waitFor(t, 10*time.Second, "resolved dead letters cleaned up", func() bool { return b.count(t, "dead_letter", "true") == 1 })
+	testenv.WaitFor(t, 10*time.Second, "resolved dead letters cleaned up", func() bool { return b.count(t, "dead_letter", "true") == 1 })
 	if b.count(t, "dead_letter", "id = $1", ids[2]) != 1 {
 		t.Error("the unresolved dead letter was deleted")
 	}
@@ -646,7 +647,7 @@ func TestFinishRetriedThenRecovered(t *testing.T) {
 		c.Defaults.LeaseDuration = new(time.Second)
 		c.Hooks = []relay.Hook{hook}
 	})
-	waitFor(t, 10*time.Second, "processed after two failed finishes", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "processed after two failed finishes", func() bool {
 		return b.count(t, "outbox", "status = 'PROCESSED'") == len(ids)
 	})
 	if _, total := b.sender.distinct(); total != len(ids) {
@@ -665,7 +666,7 @@ func TestFinishRetriedThenRecovered(t *testing.T) {
 	flaky.failNext = 4
 	flaky.mu.Unlock()
 	more := b.publish(t, "orders", 5, nil)
-	waitFor(t, 20*time.Second, "redelivered after the lease expired and finished", func() bool {
+	testenv.WaitFor(t, 20*time.Second, "redelivered after the lease expired and finished", func() bool {
 		return b.count(t, "outbox", "status = 'PROCESSED' AND id = ANY($1)", more) == len(more)
 	})
 	for _, id := range more {

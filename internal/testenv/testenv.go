@@ -117,3 +117,17 @@ func MySQLDatabase(t testing.TB, open func(dsn string) (*sql.DB, error), params 
 	}
 	return name, fmt.Sprintf("%s%s?%s", MySQLDSN, name, q)
 }
+
+// WaitFor polls cond every few milliseconds until it holds, and fails the
+// test naming what it waited for when timeout passes first. Tests wait on
+// a condition with a deadline, never on a fixed sleep.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond) // polling a condition with a deadline
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store"
 )
 
@@ -243,7 +244,7 @@ func TestFencingAndLeaseRecovery(t *testing.T) {
 	}
 	// After expiry all three are recovered, attempts unchanged.
 	var recovered int
-	waitUntil(t, 10*time.Second, "lease recovery", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "lease recovery", func() bool {
 		n, err := d.OutboxRecover(ctx, &store.OutboxRecoverParams{Limit: 100})
 		if err != nil {
 			t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store"
@@ -165,7 +166,7 @@ func twoRelays(t *testing.T, retention time.Duration) {
 	if t.Failed() {
 		return
 	}
-	waitUntil(t, 60*time.Second, "every event to be delivered", func() bool { return rec.distinct() >= flat+seq })
+	testenv.WaitFor(t, 60*time.Second, "every event to be delivered", func() bool { return rec.distinct() >= flat+seq })
 
 	rec.mu.Lock()
 	defer rec.mu.Unlock()

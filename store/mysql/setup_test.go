@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"testing"
-	"time"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
@@ -84,18 +83,6 @@ func statusOf(t testing.TB, d *Driver, id txbox.ID) (status string, attempts int
 		t.Fatal(err)
 	}
 	return status, attempts
-}
-
-// waitUntil polls cond until it is true or the deadline passes.
-func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // testenvDSNWithoutDatabase is the server's DSN naming no database.

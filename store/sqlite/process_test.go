@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store"
 )
 
@@ -455,7 +456,7 @@ func TestKilledClaimersLoseNothing(t *testing.T) {
 
 	// Whatever the killed relays held comes back after its lease.
 	ctx := context.Background()
-	eventually(t, 30*time.Second, "every event PROCESSED", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "every event PROCESSED", func() bool {
 		if _, err := b.d.OutboxRecover(ctx, &store.OutboxRecoverParams{Limit: 1000}); err != nil {
 			t.Fatal(err)
 		}

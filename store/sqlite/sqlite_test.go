@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store"
 )
 
@@ -108,18 +109,6 @@ func status(t testing.TB, d *Driver, id txbox.ID) (string, int) {
 		t.Fatalf("status: %v", err)
 	}
 	return s, a
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func TestOpenRejectsBadConfig(t *testing.T) {
@@ -402,7 +391,7 @@ func TestClaimOrderFollowsDueAt(t *testing.T) {
 	if len(rows) != 2 || rows[0].ID != early[0].ID || rows[1].ID != early[1].ID {
 		t.Fatalf("before NotBefore: claimed %v, want %v", ids(rows), []txbox.ID{early[0].ID, early[1].ID})
 	}
-	eventually(t, 5*time.Second, "the delayed event to become due", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "the delayed event to become due", func() bool {
 		rows = claim(t, b.d, "due", 10, time.Minute, false)
 		return len(rows) > 0
 	})
@@ -634,7 +623,7 @@ func TestLeaseExpiryRecoverAndFence(t *testing.T) {
 	if rows := claim(t, b.d, "lease", 1, lease, false); len(rows) != 0 && time.Since(start) < lease {
 		t.Fatal("claimed an IN_PROCESS row before its lease expired")
 	}
-	eventually(t, 5*time.Second, "lease recovery", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "lease recovery", func() bool {
 		n, err := b.d.OutboxRecover(ctx, &store.OutboxRecoverParams{Limit: 10})
 		if err != nil {
 			t.Fatal(err)
@@ -853,7 +842,7 @@ func TestDeadLetters(t *testing.T) {
 	if n, err := b.d.DeadLetterCleanup(ctx, &store.CleanupParams{OlderThan: time.Hour, Limit: 10}); err != nil || n != 0 {
 		t.Fatalf("cleanup before TTL %d, %v", n, err)
 	}
-	eventually(t, 5*time.Second, "dead-letter cleanup", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "dead-letter cleanup", func() bool {
 		n, err := b.d.DeadLetterCleanup(ctx, &store.CleanupParams{OlderThan: 10 * time.Millisecond, Limit: 10})
 		if err != nil {
 			t.Fatal(err)
@@ -883,7 +872,7 @@ func TestCleanupStatsPendingTypes(t *testing.T) {
 	if !slices.Equal(types, []string{"a-type", "b.type"}) {
 		t.Fatalf("pending types after claims %v", types)
 	}
-	eventually(t, 5*time.Second, "a measurable pending age", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "a measurable pending age", func() bool {
 		st, err := b.d.OutboxStats(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -908,7 +897,7 @@ func TestCleanupStatsPendingTypes(t *testing.T) {
 	if n, err := b.d.OutboxCleanup(ctx, &store.CleanupParams{OlderThan: time.Hour, Limit: 100}); err != nil || n != 0 {
 		t.Fatalf("cleanup before TTL: %d, %v", n, err)
 	}
-	eventually(t, 5*time.Second, "outbox cleanup", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "outbox cleanup", func() bool {
 		n, err := b.d.OutboxCleanup(ctx, &store.CleanupParams{OlderThan: 10 * time.Millisecond, Limit: 100})
 		if err != nil {
 			t.Fatal(err)
@@ -949,7 +938,7 @@ func TestLeases(t *testing.T) {
 	if acquire("b", time.Minute) && time.Since(start) < 200*time.Millisecond {
 		t.Fatal("b took a's live lease")
 	}
-	eventually(t, 5*time.Second, "b to take the expired lease", func() bool { return acquire("b", time.Minute) })
+	testenv.WaitFor(t, 5*time.Second, "b to take the expired lease", func() bool { return acquire("b", time.Minute) })
 	if acquire("a", time.Minute) {
 		t.Fatal("a took b's live lease")
 	}
