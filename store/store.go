@@ -146,6 +146,12 @@ type OutboxRow struct {
 	Attempts   int
 	CreatedAt  time.Time
 	LeaseToken txbox.ID
+	// Invalid is non-empty when the row could not be turned into a
+	// message, for example a headers value written by a plain-SQL
+	// producer that is not a JSON object. It says why. The relay does not
+	// send such a row: it fails it at once with this reason, so it goes to
+	// the dead-letter table and the rest of its batch is delivered.
+	Invalid string
 }
 
 // Outcome is what happened to one claimed row.
