@@ -23,7 +23,7 @@ func TestCircuitLifecycle(t *testing.T) {
 	t.Parallel()
 	clk := &fakeClock{t: time.Unix(1e9, 0)}
 	var events []CircuitEvent
-	c := newCircuit("nats", CircuitConfig{CoolDown: time.Second, MaxCoolDown: 3 * time.Second, Multiplier: 2}, clk.now,
+	c := newCircuit("nats", "", true, CircuitConfig{CoolDown: time.Second, MaxCoolDown: 3 * time.Second, Multiplier: 2}, clk.now,
 		func(ev CircuitEvent) { events = append(events, ev) })
 	down := errors.New("connection refused")
 
@@ -32,14 +32,14 @@ func TestCircuitLifecycle(t *testing.T) {
 		t.Fatalf("closed circuit: %+v", t1)
 	}
 	t2 := c.allow()
-	c.failure(t1, down)
+	c.failure(t1.probe, down)
 	if st, err := c.snapshot(); st != CircuitOpen || err != down {
 		t.Fatalf("after failure: %v %v", st, err)
 	}
 	// A second in-flight batch failing does not extend the cool-down.
-	c.failure(t2, down)
+	c.failure(t2.probe, down)
 	// A straggler succeeding while open does not close it.
-	c.success(t2)
+	c.success(t2.probe)
 	if st, _ := c.snapshot(); st != CircuitOpen {
 		t.Fatalf("straggler success closed the circuit")
 	}
@@ -61,30 +61,30 @@ func TestCircuitLifecycle(t *testing.T) {
 		t.Fatal("second poller got through while the probe is out")
 	}
 	// Failed probe: cool-down doubles.
-	c.failure(probe, down)
+	c.failure(probe.probe, down)
 	if tk := c.allow(); tk.ok || tk.wait != 2*time.Second {
 		t.Fatalf("after failed probe: %+v, want wait 2s", tk)
 	}
 	clk.add(2 * time.Second)
 	probe = c.allow()
-	c.failure(probe, down)
+	c.failure(probe.probe, down)
 	if tk := c.allow(); tk.wait != 3*time.Second {
 		t.Fatalf("cool-down not capped: %+v", tk)
 	}
 	clk.add(3 * time.Second)
 	// An abandoned probe (nothing claimed) lets another poller probe.
 	probe = c.allow()
-	c.abandon(probe)
+	c.abandon(probe.probe)
 	probe = c.allow()
 	if !probe.ok || !probe.probe {
 		t.Fatalf("after abandoned probe: %+v", probe)
 	}
-	c.success(probe)
+	c.success(probe.probe)
 	if st, err := c.snapshot(); st != CircuitClosed || err != nil {
 		t.Fatalf("after successful probe: %v %v", st, err)
 	}
 	// The cool-down is reset after closing.
-	c.failure(c.allow(), down)
+	c.failure(c.allow().probe, down)
 	if tk := c.allow(); tk.wait != time.Second {
 		t.Fatalf("cool-down after reopening = %v, want 1s", tk.wait)
 	}

@@ -194,10 +194,10 @@ func TestOutageOpensCircuitWithoutBurningAttempts(t *testing.T) {
 	})
 	idsA := b.publish(t, "a", 300, nil)
 	idsB := b.publish(t, "b", 300, nil)
-	testenv.WaitFor(t, 10*time.Second, "circuit open", func() bool { return r.Health().Circuits[0].State == relay.CircuitOpen })
+	testenv.WaitFor(t, 10*time.Second, "circuit open", func() bool { return destCircuit(t, r.Health(), "test", "").State == relay.CircuitOpen })
 	// Let several cool-downs and probes pass while the destination is down.
 	testenv.WaitFor(t, 10*time.Second, "three failed probes", func() bool { return hook.count(relay.CircuitOpen) >= 4 })
-	if h := r.Health(); !h.Degraded || !strings.Contains(h.Circuits[0].LastError, "connection refused") {
+	if h := r.Health(); !h.Degraded || !strings.Contains(destCircuit(t, h, "test", "").LastError, "connection refused") {
 		t.Errorf("health during the outage = %+v", h)
 	}
 	if n := b.count(t, "outbox", "attempts > 0"); n != 0 {
@@ -218,7 +218,7 @@ func TestOutageOpensCircuitWithoutBurningAttempts(t *testing.T) {
 	down.Store(false)
 	all := append(idsA, idsB...)
 	testenv.WaitFor(t, 20*time.Second, "backlog drained after the outage", func() bool { return containsAll(b.sender.ids(), all) })
-	testenv.WaitFor(t, 10*time.Second, "circuit closed", func() bool { return r.Health().Circuits[0].State == relay.CircuitClosed })
+	testenv.WaitFor(t, 10*time.Second, "circuit closed", func() bool { return destCircuit(t, r.Health(), "test", "").State == relay.CircuitClosed })
 	if hook.count(relay.CircuitHalfOpen) == 0 || hook.count(relay.CircuitClosed) == 0 {
 		t.Errorf("circuit events: %v", hook.circuitStates())
 	}
@@ -519,6 +519,30 @@ func TestStartStopErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Wake("orders") // after Stop: ignored, no goroutine started
+}
+
+// destCircuit returns the circuit of destination dest on sender snd.
+func destCircuit(t *testing.T, h relay.Health, snd, dest string) relay.CircuitHealth {
+	t.Helper()
+	for _, c := range h.Circuits {
+		if c.Sender == snd && !c.Connection && c.Destination == dest {
+			return c
+		}
+	}
+	t.Fatalf("no circuit for destination %q of sender %q in %+v", dest, snd, h.Circuits)
+	return relay.CircuitHealth{}
+}
+
+// connCircuit returns the connection circuit of sender snd.
+func connCircuit(t *testing.T, h relay.Health, snd string) relay.CircuitHealth {
+	t.Helper()
+	for _, c := range h.Circuits {
+		if c.Sender == snd && c.Connection {
+			return c
+		}
+	}
+	t.Fatalf("no connection circuit for sender %q in %+v", snd, h.Circuits)
+	return relay.CircuitHealth{}
 }
 
 func waitUntil(d time.Duration, cond func() bool) {
