@@ -182,6 +182,7 @@ const maxSuspects = 4096
 type gate struct {
 	conn *circuit
 	dest *circuit
+	cfg  CircuitConfig
 
 	// Evidence that the destination accepts messages, shared by every
 	// poller routed to it. Guarded by mu.
@@ -189,10 +190,31 @@ type gate struct {
 	// lastAckSend is when the latest batch that had a message acked was
 	// sent (the start of its Send).
 	lastAckSend time.Time
-	// suspects maps a message that failed transiently to when its failure
-	// was judged: the failure counted no attempt, and the next one counts
-	// only if the destination acknowledged a batch sent after it.
-	suspects map[txbox.ID]time.Time
+	// suspects are the messages whose last transient failure counted no
+	// attempt, or counted one: their next failure counts only if the
+	// destination acknowledged another batch sent after it.
+	suspects map[txbox.ID]suspect
+}
+
+type suspect struct {
+	// since is when the failure that made the message a suspect was
+	// judged (the first failure that counted nothing, or the last one
+	// that counted an attempt).
+	since time.Time
+	// free counts the failures since then that counted nothing while the
+	// circuits were closed; the message waits longer after each (see
+	// retryAfter).
+	free int
+}
+
+// verdict is the judgement of one message's transient failure.
+type verdict struct {
+	// count is true when the failure is the message's own: it counts an
+	// attempt, with the type's backoff, like a rejection.
+	count bool
+	// retryAfter is, when count is false, how long the row waits before
+	// it is due again.
+	retryAfter time.Duration
 }
 
 // allow asks both circuits; a poller may claim only when both let it.
@@ -216,35 +238,38 @@ func (g *gate) abandon(t ticket) {
 	g.dest.abandon(t.destProbe)
 }
 
-// judge records the outcome of one sent batch in the circuits and decides,
-// for each message whose send failed transiently, whether the failure
-// counts an attempt (true in the result). sent is when the batch's Send
-// started; ids and results are per message (nil result = acked). A
-// transient failure counts an attempt only when the destination is shown
-// to accept other messages meanwhile:
+// judge records the outcome of one sent batch in the circuits and returns
+// a verdict for each message (the entries of messages that did not fail
+// transiently are unused). sent is when the batch's Send started; ids and
+// results are per message (nil result = acked). The rule
+// (docs/concepts.md, "Outages versus poison"): a transient failure counts
+// an attempt only when it is shown to be the message's own, that is when
 //
-//   - the message failed transiently before, and since that failure was
-//     judged the destination acknowledged a batch that was sent after it
-//     (another message of this batch counts when this batch was sent after
-//     the earlier failure);
+//   - the message failed transiently before, and since then the
+//     destination acknowledged another batch, sent after that failure;
 //   - both circuits are closed once this batch is taken into account;
 //   - the failure is not marked sender.Disconnected.
 //
-// The first transient failure of a message never counts: at the start of
-// an outage a batch may be cut in half, its first messages acked and the
-// rest failing, and nothing yet distinguishes that from a message the
-// destination refuses. Every failure that does not count puts the row back
-// without an attempt and makes the message a suspect.
+// Acks of the same batch are no such evidence: at the start or the end of
+// an outage a batch may be cut in two, some messages acked and the rest
+// refused, which looks exactly like one poison message among good ones. So
+// the first transient failure of a message never counts, and neither does
+// one with no later batch to compare with. Such a failure puts the row
+// back without an attempt, to be tried again after the circuit's
+// cool-down; while the circuits stay closed that wait grows with each
+// such failure of the message, as an open circuit's cool-down does.
 //
-// A batch whose messages all failed transiently opens the destination's
-// circuit unless every one of them is a confirmed suspect (then the
-// destination is up, and only those messages are at fault). A failure
-// marked sender.Disconnected opens the connection circuit instead.
-func (g *gate) judge(t ticket, sent time.Time, ids []txbox.ID, results []error) []bool {
-	count := make([]bool, len(results))
+// The destination's circuit opens when a batch fails as a whole with a
+// transient error, except when every message of it is already a suspect
+// and the circuit is closed: the destination showed nothing new, and
+// other traffic will open it if it is down. A failure marked
+// sender.Disconnected opens the connection circuit instead.
+func (g *gate) judge(t ticket, sent time.Time, ids []txbox.ID, results []error) []verdict {
+	out := make([]verdict, len(results))
 	acked, answered, transient := 0, 0, 0
 	var firstTransient, firstDisconnected error
-	for _, res := range results {
+	isTransient := make([]bool, len(results))
+	for i, res := range results {
 		switch {
 		case res == nil:
 			acked++
@@ -252,6 +277,7 @@ func (g *gate) judge(t ticket, sent time.Time, ids []txbox.ID, results []error) 
 			// Rejected or permanent: the destination answered.
 			answered++
 		default:
+			isTransient[i] = true
 			transient++
 			if firstTransient == nil {
 				firstTransient = res
@@ -264,22 +290,25 @@ func (g *gate) judge(t ticket, sent time.Time, ids []txbox.ID, results []error) 
 	now := time.Now()
 
 	g.mu.Lock()
+	confirmed := make([]bool, len(results))
+	allSuspects, allConfirmed := transient > 0, transient > 0
+	for i := range results {
+		if !isTransient[i] {
+			continue
+		}
+		sp, ok := g.suspects[ids[i]]
+		confirmed[i] = ok && sp.since.Before(g.lastAckSend) && !sender.IsDisconnected(results[i])
+		allSuspects = allSuspects && ok
+		allConfirmed = allConfirmed && confirmed[i]
+	}
+	// This batch's acks are evidence for later batches only.
 	if acked > 0 && sent.After(g.lastAckSend) {
 		g.lastAckSend = sent
 	}
-	confirmed := make([]bool, len(results))
-	allConfirmed := transient > 0
 	for i, res := range results {
 		if res == nil {
 			delete(g.suspects, ids[i])
-			continue
 		}
-		if txbox.Classify(res) != txbox.ClassTransient {
-			continue
-		}
-		f, ok := g.suspects[ids[i]]
-		confirmed[i] = ok && f.Before(g.lastAckSend) && !sender.IsDisconnected(res)
-		allConfirmed = allConfirmed && confirmed[i]
 	}
 	g.mu.Unlock()
 
@@ -294,30 +323,44 @@ func (g *gate) judge(t ticket, sent time.Time, ids []txbox.ID, results []error) 
 		g.dest.success(t.destProbe)
 	case firstDisconnected != nil:
 		g.dest.abandon(t.destProbe)
-	case !allConfirmed:
-		g.dest.failure(t.destProbe, firstTransient)
-	default:
-		// Only messages already known to fail while others pass: the
-		// destination is up, this proves nothing either way.
+	case allConfirmed, allSuspects && g.dest.closed():
+		// Only messages already known to fail: nothing new about the
+		// destination.
 		g.dest.abandon(t.destProbe)
+	default:
+		g.dest.failure(t.destProbe, firstTransient)
 	}
 	up := firstDisconnected == nil && g.conn.closed() && g.dest.closed()
 
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	for i, res := range results {
-		if res == nil || txbox.Classify(res) != txbox.ClassTransient {
+		if !isTransient[i] {
 			continue
 		}
-		count[i] = up && confirmed[i]
 		if sender.IsDisconnected(res) {
-			continue // the connection's fault, not the message's
+			// The connection's fault, not the message's.
+			out[i] = verdict{retryAfter: g.cfg.CoolDown}
+			continue
 		}
-		if _, ok := g.suspects[ids[i]]; ok && !count[i] {
-			continue // keep the earlier failure time: evidence since then still counts
+		sp, ok := g.suspects[ids[i]]
+		if up && confirmed[i] {
+			out[i] = verdict{count: true}
+			sp = suspect{since: now} // the next failure needs new evidence
+		} else {
+			if !ok {
+				sp = suspect{since: now}
+			}
+			// While a circuit is open it paces the retries; while both
+			// are closed only the row's own wait does, growing with each
+			// failure that showed nothing new.
+			out[i] = verdict{retryAfter: g.cfg.CoolDown}
+			if up {
+				sp.free++
+				out[i].retryAfter = g.retryAfter(sp.free)
+			}
 		}
-		// A new suspect, or a counted failure: the next failure needs
-		// new evidence.
-		if len(g.suspects) >= maxSuspects {
+		if !ok && len(g.suspects) >= maxSuspects {
 			for id := range g.suspects {
 				delete(g.suspects, id)
 				if len(g.suspects) < maxSuspects*3/4 {
@@ -325,10 +368,16 @@ func (g *gate) judge(t ticket, sent time.Time, ids []txbox.ID, results []error) 
 				}
 			}
 		}
-		g.suspects[ids[i]] = now
+		g.suspects[ids[i]] = sp
 	}
-	g.mu.Unlock()
-	return count
+	return out
+}
+
+// retryAfter is the wait of a row after its n-th transient failure in a
+// row that counted no attempt: the circuit's cool-down schedule.
+func (g *gate) retryAfter(n int) time.Duration {
+	d := float64(g.cfg.CoolDown) * math.Pow(g.cfg.Multiplier, float64(n-1))
+	return time.Duration(math.Min(d, float64(g.cfg.MaxCoolDown)))
 }
 
 // circuitSet holds every circuit of a relay: one connection circuit per
@@ -362,9 +411,10 @@ func (cs *circuitSet) gate(senderName, dest string) *gate {
 	g := cs.gates[k]
 	if g == nil {
 		g = &gate{
+			cfg:      cs.cfg,
 			conn:     cs.conns[senderName],
 			dest:     newCircuit(senderName, dest, false, cs.cfg, cs.now, cs.notify),
-			suspects: map[txbox.ID]time.Time{},
+			suspects: map[txbox.ID]suspect{},
 		}
 		cs.gates[k] = g
 	}

@@ -349,11 +349,11 @@ func (p *poller) deliver(rows []*store.OutboxRow, t ticket, claimStart time.Time
 	results := sender.Results(err, len(rows))
 	// The circuits judge the batch, and say which transient failures are
 	// the message's own fault (they count an attempt); see gate.judge.
-	var countTransient []bool
+	var verdicts []verdict
 	if shuttingDown {
 		p.circuit.abandon(t)
 	} else {
-		countTransient = p.circuit.judge(t, start, ids, results)
+		verdicts = p.circuit.judge(t, start, ids, results)
 	}
 	items := make([]store.OutboxFinishItem, len(rows))
 	ev := BatchEvent{EventType: p.s.eventType, Sender: p.s.senderName, SendDuration: took}
@@ -364,16 +364,16 @@ func (p *poller) deliver(rows []*store.OutboxRow, t ticket, claimStart time.Time
 		case res == nil:
 			it.Outcome = store.OutcomeAcked
 			ev.Sent++
-		case shuttingDown || (txbox.Classify(res) == txbox.ClassTransient && !countTransient[i]):
+		case shuttingDown || (txbox.Classify(res) == txbox.ClassTransient && !verdicts[i].count):
 			// The destination (or this relay) is unavailable: put the
 			// row back without counting an attempt.
 			it.Outcome = store.OutcomeReleased
 			if !shuttingDown {
-				// Wait a cool-down before the row is due again. When the
-				// destination failed as a whole its circuit is open as
-				// well; when only some messages failed it is not, and
-				// this delay alone keeps them from being hammered.
-				it.RetryAfter = p.r.cfg.Circuit.CoolDown
+				// Wait before the row is due again. When the destination
+				// failed as a whole its circuit is open as well; when
+				// only some messages failed it is not, and this delay
+				// alone keeps them from being hammered.
+				it.RetryAfter = verdicts[i].retryAfter
 			}
 			ev.Released++
 		case txbox.Classify(res) == txbox.ClassPermanent:

@@ -63,8 +63,8 @@ func New(cfg Config) (*Relay, error) {
 		return nil, err
 	}
 	r := &Relay{
-		cfg:      cfg,
-		log:      cfg.Logger.With(slog.String("component", "txbox.relay"), slog.String("instance", cfg.InstanceID)),
+		cfg:     cfg,
+		log:     cfg.Logger.With(slog.String("component", "txbox.relay"), slog.String("instance", cfg.InstanceID)),
 		pollers: make(map[string]*poller),
 		jobErrs: make(map[string]string),
 	}
