@@ -700,3 +700,73 @@ func TestFinishRetriedThenRecovered(t *testing.T) {
 		}
 	}
 }
+
+// claimGateStore holds the first claim of each type until open is
+// closed, and counts the claims that start after late is set.
+type claimGateStore struct {
+	store.Driver
+	open    chan struct{}
+	blocked chan string // one entry per claim held at the gate
+	late    atomic.Bool
+	lateN   atomic.Int64
+	mu      sync.Mutex
+	held    map[string]bool
+}
+
+func (s *claimGateStore) OutboxClaim(ctx context.Context, p *store.OutboxClaimParams) ([]*store.OutboxRow, error) {
+	if s.late.Load() {
+		s.lateN.Add(1)
+	}
+	s.mu.Lock()
+	first := !s.held[p.EventType]
+	s.held[p.EventType] = true
+	s.mu.Unlock()
+	if first {
+		s.blocked <- p.EventType
+		<-s.open
+	}
+	return s.Driver.OutboxClaim(ctx, p)
+}
+
+// TestNoClaimAfterStop (issue 8, item 7): once Stop has begun no claim
+// starts. Each poller is held inside a claim when Stop begins; when the
+// claims return full batches, the pollers and the helpers they start
+// find both the stop signal and a free in-flight slot ready, which a
+// select would pick between at random.
+func TestNoClaimAfterStop(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	types := []string{"t1", "t2", "t3", "t4"}
+	for _, typ := range types {
+		b.publish(t, typ, 200, nil)
+	}
+	gs := &claimGateStore{Driver: b.store, open: make(chan struct{}), blocked: make(chan string, len(types)), held: map[string]bool{}}
+	r := b.start(t, func(c *relay.Config) {
+		c.Store = gs
+		c.DiscoverInterval = -1
+		c.Events = map[string]relay.EventSettings{}
+		for _, typ := range types {
+			c.Events[typ] = relay.EventSettings{}
+		}
+		c.Defaults.BatchSize = new(10)
+		c.Defaults.Polling = &relay.PollingSettings{MinDelay: time.Nanosecond, MaxDelay: time.Millisecond}
+	})
+	for range types {
+		<-gs.blocked
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- r.Stop(context.Background()) }()
+	testenv.WaitFor(t, 10*time.Second, "Stop begun", func() bool { return !r.Health().Running })
+	gs.late.Store(true)
+	close(gs.open)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if n := gs.lateN.Load(); n != 0 {
+		t.Fatalf("%d claims started after Stop had begun", n)
+	}
+	// The claims that had started were delivered.
+	if got, _ := b.sender.distinct(); got != 10*len(types) {
+		t.Errorf("%d events delivered, want the %d of the claims held across Stop", got, 10*len(types))
+	}
+}
