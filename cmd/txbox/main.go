@@ -33,6 +33,10 @@ type env struct {
 	environ        []string
 	// isTTY reports whether stdout is a terminal (live progress redraws).
 	isTTY bool
+	// hurry is closed on the second SIGINT/SIGTERM (the first cancels the
+	// command's context): `txbox relay` then shortens its graceful stop
+	// to hurryGrace. Nil when nothing can hurry the command (tests).
+	hurry <-chan struct{}
 	// secrets are removed from every error printed: the passwords of the
 	// loaded configuration and of --dsn.
 	secrets []string
@@ -61,15 +65,27 @@ var commands = []command{
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	// The first signal starts a graceful stop; restoring the default
-	// handling lets a second one end the process at once.
+	// The first SIGINT/SIGTERM cancels the command's context (the relay
+	// starts a graceful stop); the second hurries it: the relay gives its
+	// batches hurryGrace more, then cancels the sends and releases their
+	// rows instead of leaving them claimed for the whole lease; the third
+	// exits at once (docs/operations.md, "Run the relay").
+	sigs := make(chan os.Signal, 3)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hurry := make(chan struct{})
 	go func() {
-		<-ctx.Done()
-		stop()
+		<-sigs
+		cancel()
+		<-sigs
+		close(hurry)
+		<-sigs
+		fmt.Fprintln(os.Stderr, "txbox: third signal: exiting at once; rows still claimed are recovered when their lease expires")
+		os.Exit(exitFailure)
 	}()
-	e := &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, environ: os.Environ(), isTTY: isTerminal(os.Stdout)}
+	e := &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, environ: os.Environ(),
+		isTTY: isTerminal(os.Stdout), hurry: hurry}
 	os.Exit(run(ctx, e, os.Args[1:]))
 }
 
