@@ -62,13 +62,15 @@ type BatchEvent struct {
 	Sender string
 	// Sent counts acknowledged messages.
 	Sent int
-	// Retried counts rejected messages scheduled for another attempt.
+	// Retried counts messages scheduled for another attempt: rejected, or
+	// failing transiently while their destination accepts other batches
+	// (docs/concepts.md, "Outages versus poison").
 	Retried int
 	// Failed counts messages that failed for good (attempts exhausted or
 	// permanent error); the dead-letter mover will take them.
 	Failed int
 	// Released counts messages put back without counting an attempt
-	// (transient failure, shutdown).
+	// (transient failure while the destination may be down, shutdown).
 	Released int
 	// Fenced counts rows whose finish changed nothing because another
 	// relay owns them now (this relay's lease expired).
