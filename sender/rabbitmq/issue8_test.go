@@ -22,7 +22,7 @@ func TestDestinationIsTheExchange(t *testing.T) {
 	for r, want := range map[sender.Route]string{
 		{Exchange: "orders", RoutingKey: "order-created"}: "orders",
 		{Exchange: "orders", RoutingKey: "order-paid"}:    "orders",
-		{RoutingKey: "q1"}:                                "(default exchange) q1",
+		{RoutingKey: "q1"}: "(default exchange) q1",
 	} {
 		if got := sender.DestinationOf(s, r); got != want {
 			t.Errorf("destination of %+v = %q, want %q", r, got, want)
