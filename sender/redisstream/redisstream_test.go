@@ -252,3 +252,33 @@ func TestNilMessageIsPermanentNotPanic(t *testing.T) {
 		t.Fatalf("results = %v", errs)
 	}
 }
+
+func TestDestinationIsTheStream(t *testing.T) {
+	t.Parallel()
+	s, err := redisstream.New(redisstream.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	if got := sender.DestinationOf(s, sender.Route{Stream: "orders", Topic: "t", Subject: "x"}); got != "orders" {
+		t.Fatalf("destination = %q, want the stream", got)
+	}
+	if got := sender.DestinationOf(s, sender.Route{Topic: "t"}); got != "t" {
+		t.Fatalf("destination without a stream = %q, want the topic Send uses", got)
+	}
+}
+
+func TestRefusedIsDisconnected(t *testing.T) {
+	t.Parallel()
+	s, err := redisstream.New(redisstream.Config{Addr: sendertest.ClosedAddr(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	msgs := sendertest.NewMessages(3, sender.Route{Stream: "s"})
+	for i, err := range sender.Results(s.Send(context.Background(), msgs), len(msgs)) {
+		if txbox.Classify(err) != txbox.ClassTransient || !sender.IsDisconnected(err) {
+			t.Fatalf("message %d: %v, want transient and Disconnected", i, err)
+		}
+	}
+}
