@@ -426,7 +426,7 @@ func newSink(t *testing.T, addrs []string, topic string) *sink {
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	sendertest.Exercise(t, sendertest.Harness{
-		Features:         sendertest.Features{SupportsPerMessageReject: true, SupportsKey: true},
+		Features:         sendertest.Features{SupportsPerMessageReject: true, SupportsKey: true, MarksDisconnected: true},
 		UnreachableBound: 10 * time.Second,
 		NewDestination: func(t *testing.T) *sendertest.Destination {
 			topic := testenv.UniqueName("txbox_")

@@ -51,7 +51,7 @@ func str(v any) string {
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	sendertest.Exercise(t, sendertest.Harness{
-		Features:         sendertest.Features{SupportsPerMessageReject: true, SupportsKey: true},
+		Features:         sendertest.Features{SupportsPerMessageReject: true, SupportsKey: true, MarksDisconnected: true},
 		UnreachableBound: 10 * time.Second,
 		NewDestination: func(t *testing.T) *sendertest.Destination {
 			rdb := direct(t)
