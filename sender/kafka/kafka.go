@@ -200,9 +200,11 @@ var (
 	_ sender.Provisioner   = (*Sender)(nil)
 )
 
-// defaultPingTimeout bounds the reachability check of a client the caller
-// built (NewFromClient), whose dial timeout the sender does not know.
-const defaultPingTimeout = 5 * time.Second
+// maxPingTimeout bounds the reachability check after a batch failed as a
+// whole. A broker that is up answers a metadata request in milliseconds;
+// the bound keeps a hung cluster from adding more than a second to a Send
+// that already waited DeliveryTimeout.
+const maxPingTimeout = time.Second
 
 // Destination implements [sender.Destinationer]: the route's topic. A
 // topic whose partitions have no leader, or that does not exist, fails
@@ -223,7 +225,7 @@ func New(cfg Config) (*Sender, error) {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	c := cfg.withDefaults()
-	return &Sender{cl: cl, owned: true, pingTimeout: c.DialTimeout,
+	return &Sender{cl: cl, owned: true, pingTimeout: min(c.DialTimeout, maxPingTimeout),
 		partitions: orDefault(c.ProvisionPartitions), replicas: int16(orDefault(int32(c.ProvisionReplicationFactor)))}, nil
 }
 
@@ -242,7 +244,7 @@ func orDefault(v int32) int32 {
 // outage makes Send wait until its context ends. [Config.Options] gives the
 // options New uses.
 func NewFromClient(cl *kgo.Client) *Sender {
-	return &Sender{cl: cl, pingTimeout: defaultPingTimeout, partitions: -1, replicas: -1}
+	return &Sender{cl: cl, pingTimeout: maxPingTimeout, partitions: -1, replicas: -1}
 }
 
 // Client returns the underlying franz-go client.
@@ -339,7 +341,7 @@ func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
 
 func allTransient(errs []error) bool {
 	for _, err := range errs {
-		if err == nil || txbox.Classify(err) != txbox.ClassTransient || errors.Is(err, txbox.ErrClosed) {
+		if err == nil || txbox.Classify(err) != txbox.ClassTransient || errors.Is(err, txbox.ErrClosed) || errors.Is(err, kgo.ErrClientClosed) {
 			return false
 		}
 	}
@@ -347,7 +349,8 @@ func allTransient(errs []error) bool {
 }
 
 // reachable reports whether any broker answers a metadata request within
-// the dial timeout. It runs only after a whole batch failed transiently,
+// pingTimeout (the dial timeout, at most 1s). It runs only after a whole
+// batch failed transiently,
 // to tell a cluster that cannot be reached from a topic that cannot be
 // produced to (a partition without a leader, too few in-sync replicas).
 func (s *Sender) reachable() bool {
