@@ -202,9 +202,9 @@ var (
 
 // maxPingTimeout bounds the reachability check after a batch failed as a
 // whole. A broker that is up answers a metadata request in milliseconds;
-// the bound keeps a hung cluster from adding more than a second to a Send
+// the bound keeps a hung cluster from adding more than half a second to a Send
 // that already waited DeliveryTimeout.
-const maxPingTimeout = time.Second
+const maxPingTimeout = 500 * time.Millisecond
 
 // Destination implements [sender.Destinationer]: the route's topic. A
 // topic whose partitions have no leader, or that does not exist, fails
@@ -349,7 +349,7 @@ func allTransient(errs []error) bool {
 }
 
 // reachable reports whether any broker answers a metadata request within
-// pingTimeout (the dial timeout, at most 1s). It runs only after a whole
+// pingTimeout (the dial timeout, at most 500ms). It runs only after a whole
 // batch failed transiently,
 // to tell a cluster that cannot be reached from a topic that cannot be
 // produced to (a partition without a leader, too few in-sync replicas).
