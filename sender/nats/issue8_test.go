@@ -169,8 +169,8 @@ func TestUnboundSubjectOneLookupPerBatch(t *testing.T) {
 
 // TestJetStreamDownIsTransient: JetStream stops answering (disabled,
 // restarting, restoring) while the connection stays up. Publishes get "no
-// responders", and so does the stream lookup: an outage, not 19
-// rejections that burn attempts. JetStream back: delivered.
+// responders", and the stream lookup gets no answer: an outage, not
+// rejections that burn attempts.
 func TestJetStreamDownIsTransient(t *testing.T) {
 	t.Parallel()
 	ns := embeddedServer(t, 0)
@@ -198,15 +198,9 @@ func TestJetStreamDownIsTransient(t *testing.T) {
 			t.Fatalf("message %d: the connection is up, yet marked Disconnected: %v", i, err)
 		}
 	}
-	if err := ns.EnableJetStream(&natsserver.JetStreamConfig{StoreDir: filepath.Join(t.TempDir(), "js2")}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Storage: jetstream.MemoryStorage}); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		t.Fatal(err)
-	}
-	testenv.WaitFor(t, 15*time.Second, "a send after JetStream came back", func() bool {
-		return send(t, s, sendertest.NewMessages(1, route))[0] == nil
-	})
+	// (JetStream is not switched back on: nats-server v2.15's
+	// EnableJetStream races with API requests in flight, which -race
+	// reports. Recovery is the relay's probing, tested with the relay.)
 }
 
 // TestMaxPayloadIsTheServers: the limit is the one the server announced

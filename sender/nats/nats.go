@@ -34,7 +34,7 @@ const (
 const streamLookupTTL = 5 * time.Second
 
 // maxStreamLookup bounds one stream lookup.
-const maxStreamLookup = 5 * time.Second
+const maxStreamLookup = 2 * time.Second
 
 // redialLogEvery is how often a connection that keeps failing is logged
 // again (the first failure of an outage is logged at once).
