@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,7 +14,6 @@ import (
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/sender"
-	natssender "github.com/txbox/txbox/sender/nats"
 	"github.com/txbox/txbox/sender/sendertest"
 	"github.com/txbox/txbox/store"
 )
@@ -408,27 +406,10 @@ func TestLonePoisonWaitsForEvidence(t *testing.T) {
 	}
 }
 
-// markDisconnected marks the NATS sender's "not connected" failures with
-// sender.Disconnected, which is what the NATS sender does itself once it
-// marks its connection failures (issue 8, item 4); marking twice changes
-// nothing.
-type markDisconnected struct{ sender.Sender }
-
-func (m markDisconnected) Send(ctx context.Context, msgs []*sender.Message) error {
-	err := m.Sender.Send(ctx, msgs)
-	if err != nil && errors.Is(err, natssender.ErrNotConnected) && !sender.IsDisconnected(err) {
-		return sender.Disconnected(err)
-	}
-	return err
-}
-
-func (m markDisconnected) Destination(r sender.Route) string {
-	return sender.DestinationOf(m.Sender, r)
-}
-
 // TestBrokerDownPausesAllRoutes (scenario 7): two types on two subjects
-// of one NATS sender; the server becomes unreachable. The sender's
-// connection circuit opens and pauses both routes: only probes go out,
+// of one NATS sender; the server becomes unreachable. The sender marks
+// its failures sender.Disconnected, so its connection circuit opens and
+// pauses both routes: only probes go out,
 // no attempt is burned, nothing is dead-lettered; when the server is back
 // both routes drain.
 func TestBrokerDownPausesAllRoutes(t *testing.T) {
@@ -438,7 +419,7 @@ func TestBrokerDownPausesAllRoutes(t *testing.T) {
 	d := openStore(t, kind, ns, 4)
 	st := newStream(t)
 	proxy := sendertest.NewProxy(t, "127.0.0.1:4222")
-	rec := &attemptRecorder{Sender: markDisconnected{newNATSSender(t, "nats://"+proxy.Addr())}}
+	rec := &attemptRecorder{Sender: newNATSSender(t, "nats://"+proxy.Addr())}
 	var sends atomic.Int64
 	counting := &countingSender{Sender: rec, n: &sends}
 	hook := &destHook{}
