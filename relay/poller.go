@@ -296,6 +296,12 @@ func (p *poller) emitPoll(ev PollEvent) {
 // process's monotonic clock (which keeps counting while the process is
 // paused, as with SIGSTOP).
 func (p *poller) deliver(rows []*store.OutboxRow, t ticket, claimStart time.Time) {
+	rows, invalid := p.splitInvalid(rows)
+	if len(rows) == 0 {
+		p.circuit.abandon(t)
+		p.finishBatch(invalid, BatchEvent{EventType: p.s.eventType, Sender: p.s.senderName, Failed: len(invalid)})
+		return
+	}
 	msgs := make([]*sender.Message, len(rows))
 	for i, row := range rows {
 		h := make(map[string]string, len(row.Headers)+3)
@@ -396,20 +402,8 @@ func (p *poller) deliver(rows []*store.OutboxRow, t ticket, claimStart time.Time
 			slog.Int("retried", ev.Retried), slog.Int("failed", ev.Failed), slog.Any("first_error", firstError(results)))
 	}
 
-	fstart := time.Now()
-	res, ferr := p.finishCoalesced(items)
-	ev.FinishDuration = time.Since(fstart)
-	if ferr != nil {
-		ev.FinishErr = ferr
-		p.log.Error("finish failed; rows will be recovered after their lease expires",
-			slog.Int("rows", len(items)), slog.Any("error", ferr))
-	} else if res.Fenced > 0 {
-		ev.Fenced = res.Fenced
-		p.log.Warn("lease lost before finish; another relay owns these rows now", slog.Int("fenced", res.Fenced))
-	}
-	for _, h := range p.r.cfg.Hooks {
-		h.OnBatch(ev)
-	}
+	ev.Failed += len(invalid)
+	p.finishBatch(append(items, invalid...), ev)
 }
 
 // errLeaseLost marks the rows of a batch whose lease ran out before it

@@ -95,7 +95,9 @@ func scanDeadLetter(sc interface{ Scan(...any) error }) (*store.DeadLetter, erro
 	if dl.Payload == nil {
 		dl.Payload = []byte{}
 	}
-	dl.Headers = decodeHeaders(headers)
+	// Leniently, like the claim: headers that are not a JSON object (the
+	// reason such a row is here) list as none rather than failing.
+	dl.Headers, _ = store.DecodeHeaders(headers)
 	return dl, nil
 }
 
@@ -221,7 +223,10 @@ func (d *Driver) DeadLetterRetry(ctx context.Context, ids []txbox.ID) (int, erro
 	var moved int
 	err := d.inTx(ctx, func(tx *sql.Tx) error {
 		moved = 0
-		locked, err := queryIDs(ctx, tx, "SELECT id FROM "+d.qDeadLetter+" WHERE id IN ("+placeholders(len(ids))+") FOR UPDATE", idArgs(nil, ids)...)
+		// A dead letter whose headers are not a JSON object (dead-lettered
+		// for that reason) stays: the outbox's CHECK would refuse it and
+		// fail the whole retry.
+		locked, err := queryIDs(ctx, tx, "SELECT id FROM "+d.qDeadLetter+" WHERE id IN ("+placeholders(len(ids))+") AND JSON_TYPE(headers) = 'OBJECT' FOR UPDATE", idArgs(nil, ids)...)
 		if err != nil || len(locked) == 0 {
 			return err
 		}

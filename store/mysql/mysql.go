@@ -348,6 +348,10 @@ const (
 	errNoSuchTable     = 1146
 	errPacketTooLarge  = 1153
 	errDataTooLong     = 1406
+	// A CHECK constraint of that name exists: ER_CHECK_CONSTRAINT_DUP_NAME
+	// on MySQL 8, ER_DUP_CONSTRAINT_NAME on MariaDB.
+	errDupCheckMySQL   = 3822
+	errDupCheckMariaDB = 1826
 )
 
 func mysqlErrno(err error) uint16 {
@@ -476,10 +480,11 @@ func idArgs(args []any, ids []txbox.ID) []any {
 	return args
 }
 
-// cleanError makes a last-error text storable: valid UTF-8 (the column is
-// utf8mb4 and strict mode rejects invalid bytes) and bounded in size.
+// cleanError makes a last-error text storable: valid UTF-8 without NUL
+// (the column is utf8mb4 and strict mode rejects invalid bytes; NUL is
+// dropped as on every dialect, store.SanitizeText) and bounded in size.
 func cleanError(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = store.SanitizeText(s)
 	if len(s) > maxErrorLength {
 		s = s[:maxErrorLength]
 		// Do not cut a multi-byte character in half.

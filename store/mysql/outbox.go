@@ -189,35 +189,6 @@ func encodeHeaders(h map[string]string) (string, error) {
 	return string(b), nil
 }
 
-// decodeHeaders reads the headers column leniently. The library writes a
-// JSON object of strings, but a plain-SQL producer may write numbers,
-// booleans or nested values; failing the claim would wedge the whole
-// event type behind one row, so non-string values are delivered as their
-// JSON text (null as ""), and a value that is not a JSON object at all
-// yields no headers.
-func decodeHeaders(b []byte) map[string]string {
-	if len(b) == 0 || string(b) == "{}" {
-		return nil
-	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(b, &raw); err != nil || len(raw) == 0 {
-		return nil
-	}
-	h := make(map[string]string, len(raw))
-	for k, v := range raw {
-		var s string
-		switch {
-		case json.Unmarshal(v, &s) == nil:
-			h[k] = s
-		case string(v) == "null":
-			h[k] = ""
-		default:
-			h[k] = string(v)
-		}
-	}
-	return h
-}
-
 // OutboxClaim claims up to Limit due PENDING rows of one type in one short
 // READ COMMITTED transaction: SELECT ... ORDER BY due_at, id LIMIT n FOR
 // UPDATE SKIP LOCKED through the claim index (forced, so the rows are
@@ -299,7 +270,13 @@ func (d *Driver) claimIn(ctx context.Context, tx *sql.Tx, claimSQL string, param
 		if r.Payload == nil {
 			r.Payload = []byte{}
 		}
-		r.Headers = decodeHeaders(headers)
+		// A row that cannot be turned into a message is handed out
+		// Invalid, for the relay to dead-letter, instead of failing the
+		// claim: the whole type would wedge behind it.
+		var herr error
+		if r.Headers, herr = store.DecodeHeaders(headers); herr != nil {
+			r.Invalid = herr.Error()
+		}
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
