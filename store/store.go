@@ -236,14 +236,14 @@ type DeadLetterMoveParams struct {
 
 // DeadLetter is a row of the dead-letter table.
 type DeadLetter struct {
-	ID         txbox.ID
-	EventType  string
-	Key        string
-	Payload    []byte
-	Headers    map[string]string
-	Attempts   int
-	LastError  string
-	CreatedAt  time.Time
+	ID        txbox.ID
+	EventType string
+	Key       string
+	Payload   []byte
+	Headers   map[string]string
+	Attempts  int
+	LastError string
+	CreatedAt time.Time
 	// FailedAt is when the row failed for good (the finish that made it
 	// FAILED), not when the mover copied it here.
 	FailedAt   time.Time
