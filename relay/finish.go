@@ -130,27 +130,64 @@ func attribute(parts []*finishPart, lo, hi int) finishOutcome {
 	}
 }
 
-// finishDegrading finishes items with finish's retries and, when that
-// still fails, degrades instead of giving the whole group up: it finishes
-// each half on its own, splitting a half that fails again, down to single
-// items. One value the database refuses (a text it cannot store, say)
-// then fails only its own row, and every other row of the group, acked
-// ones above all, is finished instead of being delivered again after its
-// lease. A failure that is a timeout or cancellation (the database is not
+// finishDegrading finishes items and, when that fails, degrades instead of
+// giving the whole group up: it finishes each half on its own, splitting a
+// half that fails again, down to single items. One value the database
+// refuses (a text it cannot store, say) then fails only its own row, and
+// every other row of the group, acked ones above all, is finished instead
+// of being delivered again after its lease. The parts that still fail are
+// then retried a few times with backoff, as a whole group used to be: a
+// finish is fenced by the lease token, so repeating it is harmless, and a
+// row left IN_PROCESS would be delivered again after its lease expires.
+//
+// A failure that is a timeout or a cancellation (the database is not
 // answering, or the relay is past its stop deadline) is not split: every
 // part would only wait as long again.
 func (p *poller) finishDegrading(items []store.OutboxFinishItem) []*finishPart {
-	res, err := p.finish(items)
+	res, err := p.finishOnce(items)
 	if err == nil {
 		return []*finishPart{{lo: 0, hi: len(items), res: res, fenced: res.Fenced}}
 	}
-	return p.finishSplit(items, 0, err)
+	parts := p.finishSplit(items, 0, err)
+	backoff := 50 * time.Millisecond
+	for range finishRetries {
+		failing := false
+		for _, pt := range parts {
+			failing = failing || pt.err != nil
+		}
+		if !failing || p.r.hardCtx.Err() != nil {
+			break
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-p.r.hardCtx.Done():
+		}
+		t.Stop()
+		backoff *= 4
+		for _, pt := range parts {
+			if pt.err == nil {
+				continue
+			}
+			if res, err := p.finishOnce(items[pt.lo:pt.hi]); err == nil {
+				pt.res, pt.err, pt.fenced = res, nil, res.Fenced
+			} else {
+				pt.err = err
+			}
+		}
+	}
+	return parts
 }
 
+// finishRetries is how many times finishDegrading retries the parts that
+// still fail (after 50ms, 200ms and 800ms).
+const finishRetries = 3
+
 // finishSplit handles items (at offset off in the group), whose finish as
-// a whole failed with err.
+// a whole failed with err: it finishes each half once, splitting a half
+// that fails again.
 func (p *poller) finishSplit(items []store.OutboxFinishItem, off int, err error) []*finishPart {
-	if len(items) == 1 || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+	if len(items) == 1 || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || p.r.hardCtx.Err() != nil {
 		return []*finishPart{{lo: off, hi: off + len(items), err: err}}
 	}
 	mid := len(items) / 2
@@ -165,36 +202,6 @@ func (p *poller) finishSplit(items []store.OutboxFinishItem, off int, err error)
 		out = append(out, &finishPart{lo: off + h[0], hi: off + h[1], res: res, fenced: res.Fenced})
 	}
 	return out
-}
-
-// finish records the batch's outcome, retrying a few times on error: a
-// finish is fenced by the lease token, so repeating it is harmless, and a
-// row left IN_PROCESS would be delivered again after its lease expires.
-func (p *poller) finish(items []store.OutboxFinishItem) (*store.OutboxFinishResult, error) {
-	var lastErr error
-	backoff := 50 * time.Millisecond
-	const attempts = 4
-	for attempt := 0; attempt < attempts; attempt++ {
-		if p.r.hardCtx.Err() != nil && attempt > 0 {
-			break
-		}
-		res, err := p.finishOnce(items)
-		if err == nil {
-			return res, nil
-		}
-		lastErr = err
-		if attempt == attempts-1 {
-			break
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-p.r.hardCtx.Done():
-		}
-		t.Stop()
-		backoff *= 4
-	}
-	return nil, lastErr
 }
 
 // finishOnce is one finish call, bounded by finishTimeout (by

@@ -11,10 +11,13 @@
 --
 -- 1. A PROCESSED row was delivered with no headers (the relay read a
 --    non-object as none): record exactly that, {}.
--- 2. Any other row would be dead-lettered by the relay with the reason:
---    move it to the dead-letter table now, with that reason, and delete
---    the moved rows (only those, by id, so a row inserted meanwhile is
---    never deleted unmoved).
+-- 2. Any other row would be dead-lettered by the relay with the reason
+--    (one attempt counted, as for a permanent error): move it to the
+--    dead-letter table now, with that reason, and delete the moved rows
+--    (only those, by id, so a row inserted meanwhile is never deleted
+--    unmoved). An IN_PROCESS one may be in a running relay's hands: that
+--    relay's finish is then fenced, and the event may have been sent as
+--    well as dead-lettered.
 -- 3. Add the CHECK. A producer that slipped in another such row meanwhile
 --    makes this statement fail; running the migration again deals with it.
 --
@@ -26,7 +29,7 @@ WHERE status = 'PROCESSED' AND JSON_TYPE(headers) <> 'OBJECT';
 
 INSERT INTO {{dead_letter}}
   (id, event_type, event_key, payload, headers, attempts, last_error, created_at, failed_at, status, resolved_at)
-SELECT id, event_type, event_key, payload, headers, attempts,
+SELECT id, event_type, event_key, payload, headers, attempts + 1,
   CONCAT('not sent: headers are not a JSON object: ', LEFT(CAST(headers AS CHAR), 64), ' (dead-lettered by schema migration 2)'),
   created_at, UTC_TIMESTAMP(6), 'UNRESOLVED', NULL
 FROM {{outbox}}
