@@ -13,9 +13,8 @@
 -- 1. The constraint comes first, NOT VALID: it takes the table's lock
 --    until the migration commits, so no producer can add a row between
 --    the clean-up below and the commit, and it does not scan the table.
--- 2. A PROCESSED row was delivered already (the relay could not read it
---    before, so it never got here on PostgreSQL; a row marked PROCESSED by
---    hand may): its headers become {}.
+-- 2. A PROCESSED row is done with and only kept for retention: its
+--    headers become {}.
 -- 3. Any other such row is moved to the dead-letter table with the
 --    reason, one attempt counted, as a permanent error would be. An
 --    IN_PROCESS one may be in a running relay's hands: that relay's
