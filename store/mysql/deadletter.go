@@ -303,7 +303,7 @@ func (d *Driver) DeadLetterCleanup(ctx context.Context, params *store.CleanupPar
 	age := micros(params.OlderThan)
 	n, err := d.readThenWrite(ctx,
 		"SELECT id FROM "+d.qDeadLetter+" FORCE INDEX (txbox_cleanup) WHERE "+cond+" ORDER BY status, resolved_at LIMIT ?", []any{age, params.Limit},
-		deleteByID(d.qDeadLetter)+" WHERE id IN (%s) AND IF("+cond+", 1, 0) = 1", []any{age})
+		deleteByID(d.qDeadLetter)+" WHERE id IN (%s) AND "+cond, []any{age})
 	if err != nil {
 		return 0, wrap("dead-letter cleanup", err)
 	}

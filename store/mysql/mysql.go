@@ -389,10 +389,17 @@ func wrap(op string, err error) error {
 }
 
 // deleteByID and updateByID begin a write whose WHERE selects rows by a
-// list of primary keys.
-func deleteByID(table string) string { return "DELETE FROM " + table }
+// list of primary keys. The primary key is forced: such a write must read
+// and lock exactly its rows, in key order, whatever the statistics say
+// and whatever else its WHERE tests (SCHEMA.md, "Lock order"). A
+// single-table DELETE takes no index hint, so the multi-table form is
+// used; it names the table itself rather than an alias, which MariaDB
+// cannot resolve when the connection has no default database.
+func deleteByID(table string) string {
+	return "DELETE " + table + " FROM " + table + " FORCE INDEX (PRIMARY)"
+}
 
-func updateByID(table string) string { return "UPDATE " + table }
+func updateByID(table string) string { return "UPDATE " + table + " FORCE INDEX (PRIMARY)" }
 
 // timeLayout is how DATETIME(6) values are written and read as text.
 const timeLayout = "2006-01-02 15:04:05.999999"

@@ -290,11 +290,19 @@ func (d *Driver) claimIn(ctx context.Context, tx *sql.Tx, claimSQL string, param
 	}
 	args := make([]any, 0, 2+len(out))
 	args = append(args, micros(params.LeaseDuration), token.String())
-	for _, r := range out {
-		args = append(args, r.ID.String())
+	// By primary key only, in key order (SCHEMA.md, "Lock order"): this
+	// transaction already holds the rows' locks, taken in claim order, so
+	// its UPDATE must not lock anything else. Without the forced key
+	// MariaDB was seen waiting here on rows outside the list, held by a
+	// concurrent cleanup or finish waiting on this claim: a deadlock.
+	ids := make([]txbox.ID, len(out))
+	for i, r := range out {
+		ids[i] = r.ID
 	}
+	ids = sortedIDs(ids)
+	args = idArgs(args, ids)
 	_, err = tx.ExecContext(ctx, updateByID(d.qOutbox)+" SET status = 'IN_PROCESS', lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, lease_token = ?"+
-		" WHERE id IN ("+placeholders(len(out))+")", args...)
+		" WHERE id IN ("+placeholders(len(ids))+")", args...)
 	if err != nil {
 		return nil, err
 	}
@@ -559,7 +567,7 @@ func (d *Driver) OutboxRecover(ctx context.Context, params *store.OutboxRecoverP
 	cond := "status = 'IN_PROCESS' AND lease_until < UTC_TIMESTAMP(6)"
 	n, err := d.readThenWrite(ctx,
 		"SELECT id FROM "+d.qOutbox+" FORCE INDEX (txbox_claim) WHERE "+cond+" LIMIT ?", []any{params.Limit},
-		"UPDATE "+d.qOutbox+" FORCE INDEX (PRIMARY) SET status = 'PENDING', due_at = UTC_TIMESTAMP(6), lease_until = NULL, lease_token = NULL"+
+		updateByID(d.qOutbox)+" SET status = 'PENDING', due_at = UTC_TIMESTAMP(6), lease_until = NULL, lease_token = NULL"+
 			" WHERE id IN (%s) AND "+cond, nil)
 	if err != nil {
 		return 0, wrap("recover", err)
@@ -574,9 +582,9 @@ func (d *Driver) OutboxRecover(ctx context.Context, params *store.OutboxRecoverP
 //  1. sel, a plain consistent read (no locks), finds candidate ids;
 //  2. write, one statement on its own, whose %s is replaced by the sorted
 //     ids' placeholders, changes those that still satisfy its condition
-//     (writeArgs bind after the ids). Its WHERE must leave the primary key
-//     as the only usable index (FORCE INDEX (PRIMARY), or a condition no
-//     index can serve), or it would lock secondary index entries first.
+//     (writeArgs bind after the ids). It forces the primary key
+//     (updateByID, deleteByID), or it could lock secondary index entries
+//     first.
 //
 // A locking read of a secondary index (SELECT ... FOR UPDATE SKIP LOCKED
 // through txbox_claim) followed by the write, as recovery did, locks index
@@ -672,9 +680,7 @@ func (d *Driver) OutboxStats(ctx context.Context) ([]*store.OutboxTypeStats, err
 // OutboxCleanup deletes up to Limit PROCESSED rows processed before
 // now - OlderThan, oldest first: candidates are read through the cleanup
 // index without locks, then deleted by one statement driven by the
-// primary key that checks the condition again (readThenWrite). MySQL has
-// no index hint for a single-table DELETE, so the condition is wrapped in
-// IF(), which no index can serve.
+// primary key that checks the condition again (readThenWrite).
 func (d *Driver) OutboxCleanup(ctx context.Context, params *store.CleanupParams) (int, error) {
 	if err := checkCleanup(params); err != nil {
 		return 0, err
@@ -683,7 +689,7 @@ func (d *Driver) OutboxCleanup(ctx context.Context, params *store.CleanupParams)
 	age := micros(params.OlderThan)
 	n, err := d.readThenWrite(ctx,
 		"SELECT id FROM "+d.qOutbox+" FORCE INDEX (txbox_cleanup) WHERE "+cond+" ORDER BY processed_at LIMIT ?", []any{age, params.Limit},
-		deleteByID(d.qOutbox)+" WHERE id IN (%s) AND IF("+cond+", 1, 0) = 1", []any{age})
+		deleteByID(d.qOutbox)+" WHERE id IN (%s) AND "+cond, []any{age})
 	if err != nil {
 		return 0, wrap("cleanup", err)
 	}
