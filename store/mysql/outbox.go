@@ -492,6 +492,15 @@ func (d *Driver) finishUpdate(items []store.OutboxFinishItem) statement {
 	q.WriteString(updateByID(d.qOutbox))
 	q.WriteString(" SET")
 	caseExpr := func(col string, pick func(it store.OutboxFinishItem) bool, value string, arg func(it store.OutboxFinishItem) []any, elseExpr string) {
+		// The same value for every row (an all-acked batch): no CASE.
+		all := true
+		for _, it := range items {
+			all = all && pick(it) && len(arg(it)) == 0
+		}
+		if all {
+			q.WriteString(" " + col + " = " + value + ",")
+			return
+		}
 		first := true
 		for _, it := range items {
 			if !pick(it) {
