@@ -149,6 +149,11 @@ func (p *poller) finishDegrading(items []store.OutboxFinishItem) []*finishPart {
 		return []*finishPart{{lo: 0, hi: len(items), res: res, fenced: res.Fenced}}
 	}
 	parts := p.finishSplit(items, 0, err)
+	if !anyFinished(parts) {
+		// Not one part went through: the database itself is failing, not
+		// a value. Retry the group as one, not part by part.
+		parts = []*finishPart{{lo: 0, hi: len(items), err: parts[0].err}}
+	}
 	backoff := 50 * time.Millisecond
 	for range finishRetries {
 		failing := false
@@ -177,6 +182,15 @@ func (p *poller) finishDegrading(items []store.OutboxFinishItem) []*finishPart {
 		}
 	}
 	return parts
+}
+
+func anyFinished(parts []*finishPart) bool {
+	for _, pt := range parts {
+		if pt.err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // finishRetries is how many times finishDegrading retries the parts that
