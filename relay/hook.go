@@ -66,8 +66,9 @@ type BatchEvent struct {
 	// failing transiently while their destination accepts other batches
 	// (docs/concepts.md, "Outages versus poison").
 	Retried int
-	// Failed counts messages that failed for good (attempts exhausted or
-	// permanent error); the dead-letter mover will take them.
+	// Failed counts messages that failed for good (attempts exhausted,
+	// permanent error, or a row that could not be turned into a message
+	// and was not sent); the dead-letter mover will take them.
 	Failed int
 	// Released counts messages put back without counting an attempt
 	// (transient failure while the destination may be down, shutdown).

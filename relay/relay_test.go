@@ -638,15 +638,16 @@ func (p pollCounter) OnMaintenance(relay.MaintenanceEvent) {}
 type flakyFinishStore struct {
 	store.Driver
 	mu       sync.Mutex
-	failNext int // fail this many finishes, then pass
+	failNext int  // fail this many finishes, then pass
+	failAll  bool // fail every finish (the database is down) until cleared
 	calls    int
 }
 
 func (f *flakyFinishStore) OutboxFinish(ctx context.Context, p *store.OutboxFinishParams) (*store.OutboxFinishResult, error) {
 	f.mu.Lock()
 	f.calls++
-	fail := f.failNext > 0
-	if fail {
+	fail := f.failNext > 0 || f.failAll
+	if f.failNext > 0 {
 		f.failNext--
 	}
 	f.mu.Unlock()
@@ -658,8 +659,9 @@ func (f *flakyFinishStore) OutboxFinish(ctx context.Context, p *store.OutboxFini
 
 // TestFinishRetriedThenRecovered: a finish that fails is retried (it is
 // fenced, so repeating it is safe) and the batch is not delivered twice;
-// when every retry fails, the rows stay claimed until their lease expires
-// and are then delivered again (at-least-once), as attempt 1.
+// when every retry fails, and every smaller part it then tries too (the
+// database is down), the rows stay claimed until their lease expires and
+// are then delivered again (at-least-once), as attempt 1.
 func TestFinishRetriedThenRecovered(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -685,11 +687,24 @@ func TestFinishRetriedThenRecovered(t *testing.T) {
 	}
 	hook.mu.Unlock()
 
-	// Now every attempt of the next batch's finish fails.
+	// Now every finish fails until the next batch has given up.
 	flaky.mu.Lock()
-	flaky.failNext = 4
+	flaky.failAll = true
 	flaky.mu.Unlock()
 	more := b.publish(t, "orders", 5, nil)
+	testenv.WaitFor(t, 20*time.Second, "the batch's finish to give up", func() bool {
+		hook.mu.Lock()
+		defer hook.mu.Unlock()
+		for _, ev := range hook.batches {
+			if ev.FinishErr != nil {
+				return true
+			}
+		}
+		return false
+	})
+	flaky.mu.Lock()
+	flaky.failAll = false
+	flaky.mu.Unlock()
 	testenv.WaitFor(t, 20*time.Second, "redelivered after the lease expired and finished", func() bool {
 		return b.count(t, "outbox", "status = 'PROCESSED' AND id = ANY($1)", more) == len(more)
 	})
