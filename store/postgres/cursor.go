@@ -68,3 +68,66 @@ func (c *claimCursor) claimed(now, due time.Time, id uuid.UUID, full bool, resca
 		c.rescanAt = time.Time{}
 	}
 }
+
+// orderedCursor holds, per event type, where the next ordered claim
+// starts (see claimOrderedSQL): the last key its walk visited, so
+// successive claims, and the batches in flight at once, take different
+// keys and every key gets its turn; and the keyless sweep, the (due_at,
+// id) after which the next claim looks for rows without a key. Like
+// claimCursor it is a hint held in memory: losing it costs a claim that
+// starts at the first key, never a row.
+type orderedCursor struct {
+	mu       sync.Mutex
+	key      string
+	hasKey   bool
+	due      time.Time // database clock; zero: sweep from the start
+	id       uuid.UUID
+	rescanAt time.Time // local clock: the sweep restarts after this
+}
+
+func (d *Driver) orderedCursor(eventType string) *orderedCursor {
+	d.cursorsMu.Lock()
+	defer d.cursorsMu.Unlock()
+	if d.ordered == nil {
+		d.ordered = map[string]*orderedCursor{}
+	}
+	c := d.ordered[eventType]
+	if c == nil {
+		c = &orderedCursor{}
+		d.ordered[eventType] = c
+	}
+	return c
+}
+
+// start returns the key to walk after (false: the first key) and the
+// keyless sweep's lower bound (zero time: from the start).
+func (c *orderedCursor) start(now time.Time) (string, bool, time.Time, uuid.UUID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !now.Before(c.rescanAt) {
+		// The sweep restarts from the oldest row every rescan interval, so
+		// a keyless row that committed behind it waits at most that long.
+		c.due, c.id = time.Time{}, uuid.UUID{}
+	}
+	return c.key, c.hasKey, c.due, c.id
+}
+
+// claimed records an ordered claim's marker: the last key walked (none:
+// there are no keys) and the keyless window's size and last row. A window
+// that was not full reached the end of the due rows: the next sweep starts
+// from the oldest again.
+func (c *orderedCursor) claimed(now time.Time, key string, hasKey bool, window, limit int, due time.Time, id uuid.UUID, rescan time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.key, c.hasKey = key, hasKey
+	switch {
+	case window < limit || due.IsZero():
+		c.due, c.id = time.Time{}, uuid.UUID{}
+		c.rescanAt = now.Add(rescan)
+	case c.due.IsZero():
+		c.due, c.id = due, id
+		c.rescanAt = now.Add(rescan)
+	default:
+		c.due, c.id = due, id
+	}
+}

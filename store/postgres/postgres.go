@@ -80,6 +80,7 @@ type Driver struct {
 	lookback, rescan time.Duration
 	cursorsMu        sync.Mutex
 	cursors          map[string]*claimCursor
+	ordered          map[string]*orderedCursor
 }
 
 var (

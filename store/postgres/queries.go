@@ -98,19 +98,7 @@ func buildQueries(d *Driver) queries {
 	WHERE u.id = picked.id
 	RETURNING u.id, u.event_type, COALESCE(u.event_key, ''), u.payload, u.headers, u.attempts, u.created_at, u.due_at`
 	q.claim = d.render(strings.Replace(claimTmpl, "%s", "", 1))
-	// Ordered by key: only the head of each key is claimable. The head is
-	// the row with no earlier unfinished row of the same type and key, and
-	// no unresolved dead letter of that type and key (a parked key).
-	q.claimOrdered = d.render(strings.Replace(claimTmpl, "%s", `
-		AND (o.event_key IS NULL OR (
-			NOT EXISTS (
-				SELECT 1 FROM {{outbox}} e
-				WHERE e.event_type = o.event_type AND e.event_key = o.event_key AND e.id < o.id
-				  AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED'))
-			AND NOT EXISTS (
-				SELECT 1 FROM {{dead_letter}} x
-				WHERE x.event_type = o.event_type AND x.event_key = o.event_key
-				  AND x.event_key IS NOT NULL AND x.status = 'UNRESOLVED')))`, 1))
+	q.claimOrdered = d.render(claimOrderedSQL)
 
 	// Outcomes: 0 acked, 1 retry, 2 failed, 3 released (store.Outcome).
 	//
@@ -259,3 +247,109 @@ func buildQueries(d *Driver) queries {
 	q.leaseRelease = d.render(`DELETE FROM {{lease}} WHERE name = $1 AND holder = $2`)
 	return q
 }
+
+// claimOrderedSQL is the ordered-by-key claim (docs/schema.md, "Ordered
+// claim"). It reads O(batch) index entries however many rows wait behind
+// one key, instead of walking the claim index in due order past every
+// row of a blocked key:
+//
+//   - keyless: a window of the type's oldest due PENDING rows after the
+//     keyless sweep cursor ($8, $9), LIMIT $2. Rows without a key are
+//     unordered; the window finds them without an index of their own, and
+//     the sweep (moved by the driver, see orderedCursor) keeps a window
+//     filled with blocked keyed rows from hiding the keyless rows behind it.
+//   - walk: a loose index scan over key_idx (event_type, event_key, id),
+//     which holds only PENDING, IN_PROCESS and FAILED rows. Each step jumps
+//     to the next key after the previous one (starting after the key
+//     cursor $5 and wrapping around once, so every key gets its turn) and
+//     reads that key's first index entries in id order: the head and the
+//     rows behind it. It takes the longest prefix, at most $6 rows, whose
+//     rows are all PENDING and due; a head IN_PROCESS or FAILED, or not due
+//     yet, yields nothing, and an unresolved dead letter of the key parks
+//     it. The walk stops when it has $2 rows in all or after $7 keys.
+//   - locked: the candidates, re-checked and locked FOR UPDATE SKIP
+//     LOCKED. A key keeps only the prefix of its run that this statement
+//     locked: a row another claimer holds ends the run there, so two
+//     relays never hold rows of one key that are not contiguous.
+//
+// The last row of the result is a marker (first column true) carrying the
+// cursor positions: the last key walked, and the keyless window's size and
+// last (due_at, id).
+const claimOrderedSQL = `
+	WITH RECURSIVE
+	keyless AS MATERIALIZED (
+		SELECT o.id, o.event_key, o.due_at FROM {{outbox}} o
+		WHERE o.status = 'PENDING' AND o.event_type = $1 AND o.due_at <= now()
+		  AND (o.due_at, o.id) > ($8::timestamptz, $9::uuid)
+		ORDER BY o.due_at, o.id
+		LIMIT $2
+	),
+	walk(key, wrapped, ids, total, steps) AS (
+		SELECT $5::text, false, '{}'::uuid[], (SELECT count(*)::int FROM keyless WHERE event_key IS NULL), 0
+	  UNION ALL
+		SELECT nk.key, nk.wrapped, run.ids, w.total + cardinality(run.ids), w.steps + 1
+		FROM walk w
+		CROSS JOIN LATERAL (SELECT (
+			SELECT e.event_key FROM {{outbox}} e
+			WHERE e.event_type = $1 AND e.event_key > w.key
+			  AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED')
+			ORDER BY e.event_key LIMIT 1) AS after OFFSET 0) a
+		CROSS JOIN LATERAL (SELECT
+			CASE WHEN a.after IS NOT NULL THEN a.after
+			     WHEN NOT w.wrapped THEN (
+				SELECT e.event_key FROM {{outbox}} e
+				WHERE e.event_type = $1
+				  AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED')
+				ORDER BY e.event_key LIMIT 1)
+			END AS key,
+			w.wrapped OR a.after IS NULL AS wrapped OFFSET 0) nk
+		CROSS JOIN LATERAL (SELECT ARRAY(
+			SELECT c.id FROM (
+				SELECT e.id, bool_and(e.status = 'PENDING' AND e.due_at <= now())
+					OVER (ORDER BY e.id ROWS UNBOUNDED PRECEDING) AS ok
+				FROM {{outbox}} e
+				WHERE e.event_type = $1 AND e.event_key = nk.key
+				  AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED')
+				ORDER BY e.id
+				LIMIT LEAST($6::int, $2::int - w.total)) c
+			WHERE c.ok AND NOT EXISTS (
+				SELECT 1 FROM {{dead_letter}} x
+				WHERE x.event_type = $1 AND x.event_key = nk.key
+				  AND x.event_key IS NOT NULL AND x.status = 'UNRESOLVED')
+			ORDER BY c.id) AS ids OFFSET 0) run
+		WHERE w.total < $2 AND w.steps < $7 AND nk.key IS NOT NULL
+		  AND NOT (nk.wrapped AND $5::text IS NOT NULL AND nk.key > $5::text)
+	),
+	runs AS MATERIALIZED (
+		SELECT w.key, r.id, r.ord FROM walk w, unnest(w.ids) WITH ORDINALITY AS r(id, ord)
+	),
+	locked AS MATERIALIZED (
+		SELECT o.id FROM {{outbox}} o
+		WHERE o.id IN (SELECT id FROM runs UNION ALL SELECT id FROM keyless WHERE event_key IS NULL)
+		  AND o.status = 'PENDING' AND o.due_at <= now()
+		FOR UPDATE SKIP LOCKED
+	),
+	keep AS (
+		SELECT k.id FROM keyless k
+		WHERE k.event_key IS NULL AND EXISTS (SELECT 1 FROM locked l WHERE l.id = k.id)
+	  UNION ALL
+		SELECT r.id FROM runs r
+		WHERE NOT EXISTS (
+			SELECT 1 FROM runs p
+			WHERE p.key = r.key AND p.ord <= r.ord
+			  AND NOT EXISTS (SELECT 1 FROM locked l WHERE l.id = p.id))
+	),
+	upd AS (
+		UPDATE {{outbox}} AS u
+		SET status = 'IN_PROCESS', lease_until = now() + $3::float8 * interval '1 microsecond', lease_token = $4
+		FROM keep
+		WHERE u.id = keep.id
+		RETURNING u.id, u.event_type, COALESCE(u.event_key, '') AS event_key, u.payload, u.headers, u.attempts, u.created_at, u.due_at
+	)
+	SELECT false, id, event_type, event_key, payload, headers, attempts, created_at, due_at FROM upd
+	UNION ALL
+	SELECT true,
+		(SELECT id FROM keyless ORDER BY due_at DESC, id DESC LIMIT 1), '',
+		(SELECT key FROM walk ORDER BY steps DESC LIMIT 1), ''::bytea, '{}'::jsonb,
+		(SELECT count(*)::int FROM keyless), now(),
+		(SELECT max(due_at) FROM keyless)`
