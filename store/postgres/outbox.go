@@ -293,7 +293,8 @@ func (d *Driver) prepareClaim(params *store.OutboxClaimParams) (*claimCall, erro
 		// No claim-index lower bound for ordered types: a row the scan
 		// passed while its key was blocked becomes the head later, below
 		// any cursor. The ordered claim walks keys instead.
-		c.query = d.q.claimOrdered
+		run := max(params.KeyRun, 1)
+		c.query = d.claimOrdered(run)
 		c.ord = d.orderedCursor(params.EventType)
 		key, hasKey, due, id := c.ord.start(time.Now())
 		var after pgtype.Text
@@ -303,7 +304,6 @@ func (d *Driver) prepareClaim(params *store.OutboxClaimParams) (*claimCall, erro
 		if !due.IsZero() {
 			lowerDue, lowerID = pgtype.Timestamptz{Time: due, Valid: true}, id
 		}
-		run := max(params.KeyRun, 1)
 		c.args = []any{params.EventType, params.Limit, params.LeaseDuration.Microseconds(), pgUUID(c.token),
 			after, run, maxWalk(params.Limit), lowerDue, pgUUID(lowerID)}
 		return c, nil

@@ -81,6 +81,7 @@ type Driver struct {
 	cursorsMu        sync.Mutex
 	cursors          map[string]*claimCursor
 	ordered          map[string]*orderedCursor
+	orderedSQL       map[int]string
 }
 
 var (

@@ -1,6 +1,9 @@
 package postgres
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // queries holds every statement of the driver, rendered once in New with
 // the validated, quoted table names. Their text never changes afterwards,
@@ -11,7 +14,7 @@ type queries struct {
 	insertOne, insertOneNotify       string
 	notify                           string
 
-	claim, claimOrdered string
+	claim string
 	finish              string
 	recover             string
 	pendingTypes        string
@@ -98,7 +101,6 @@ func buildQueries(d *Driver) queries {
 	WHERE u.id = picked.id
 	RETURNING u.id, u.event_type, COALESCE(u.event_key, ''), u.payload, u.headers, u.attempts, u.created_at, u.due_at`
 	q.claim = d.render(strings.Replace(claimTmpl, "%s", "", 1))
-	q.claimOrdered = d.render(claimOrderedSQL)
 
 	// Outcomes: 0 acked, 1 retry, 2 failed, 3 released (store.Outcome).
 	//
@@ -248,6 +250,23 @@ func buildQueries(d *Driver) queries {
 	return q
 }
 
+// claimOrdered returns the ordered claim statement for runs of up to run
+// rows per key, rendering it once per run length (a relay uses one per
+// event type).
+func (d *Driver) claimOrdered(run int) string {
+	d.cursorsMu.Lock()
+	defer d.cursorsMu.Unlock()
+	if q, ok := d.orderedSQL[run]; ok {
+		return q
+	}
+	if d.orderedSQL == nil {
+		d.orderedSQL = map[int]string{}
+	}
+	q := d.render(strings.ReplaceAll(claimOrderedSQL, "{{run-1}}", strconv.Itoa(run-1)))
+	d.orderedSQL[run] = q
+	return q
+}
+
 // claimOrderedSQL is the ordered-by-key claim (docs/schema.md, "Ordered
 // claim"). It reads O(batch) index entries however many rows wait behind
 // one key, instead of walking the claim index in due order past every
@@ -260,13 +279,20 @@ func buildQueries(d *Driver) queries {
 //     filled with blocked keyed rows from hiding the keyless rows behind it.
 //   - walk: a loose index scan over key_idx (event_type, event_key, id),
 //     which holds only PENDING, IN_PROCESS and FAILED rows. Each step jumps
-//     to the next key after the previous one (starting after the key
-//     cursor $5 and wrapping around once, so every key gets its turn) and
-//     reads that key's first index entries in id order: the head and the
-//     rows behind it. It takes the longest prefix, at most $6 rows, whose
-//     rows are all PENDING and due; a head IN_PROCESS or FAILED, or not due
-//     yet, yields nothing, and an unresolved dead letter of the key parks
-//     it. The walk stops when it has $2 rows in all or after $7 keys.
+//     to the first entry of the next key after the previous one (starting
+//     after the key cursor $5 and wrapping around once, so every key gets
+//     its turn): that key's head. The run is the head and the next $6 - 1
+//     entries after it in the index, kept while they are of the same key
+//     (a row comparison range with a constant LIMIT, {{run-1}} in the text,
+//     and the type and key checked outside it: an equality on the key would
+//     let the planner, whose estimate of one key's rows is poor, prefer a
+//     bitmap scan that reads every row of the key, and an equality on the
+//     type would make the index scan start at the type's first entry
+//     instead of at the row comparison). It takes the longest prefix whose rows are all PENDING and due,
+//     reading status and due time by primary key; a head IN_PROCESS or
+//     FAILED, or not due yet, yields nothing, and an unresolved dead letter
+//     of the key parks it. The walk stops when it has $2 rows in all or
+//     after $7 keys.
 //   - locked: the candidates, re-checked and locked FOR UPDATE SKIP
 //     LOCKED. A key keeps only the prefix of its run that this statement
 //     locked: a row another claimer holds ends the run there, so two
@@ -289,30 +315,35 @@ const claimOrderedSQL = `
 	  UNION ALL
 		SELECT nk.key, nk.wrapped, run.ids, w.total + cardinality(run.ids), w.steps + 1
 		FROM walk w
-		CROSS JOIN LATERAL (SELECT (
-			SELECT e.event_key FROM {{outbox}} e
+		LEFT JOIN LATERAL (
+			SELECT e.event_key AS key, e.id FROM {{outbox}} e
 			WHERE e.event_type = $1 AND e.event_key > w.key
 			  AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED')
-			ORDER BY e.event_key LIMIT 1) AS after OFFSET 0) a
-		CROSS JOIN LATERAL (SELECT
-			CASE WHEN a.after IS NOT NULL THEN a.after
-			     WHEN NOT w.wrapped THEN (
-				SELECT e.event_key FROM {{outbox}} e
-				WHERE e.event_type = $1
-				  AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED')
-				ORDER BY e.event_key LIMIT 1)
-			END AS key,
-			w.wrapped OR a.after IS NULL AS wrapped OFFSET 0) nk
+			ORDER BY e.event_key, e.id LIMIT 1) a ON true
+		LEFT JOIN LATERAL (
+			SELECT e.event_key AS key, e.id FROM {{outbox}} e
+			WHERE a.key IS NULL AND NOT w.wrapped AND e.event_type = $1
+			  AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED')
+			ORDER BY e.event_key, e.id LIMIT 1) f ON true
+		CROSS JOIN LATERAL (SELECT COALESCE(a.key, f.key) AS key, COALESCE(a.id, f.id) AS head,
+			w.wrapped OR a.key IS NULL AS wrapped OFFSET 0) nk
 		CROSS JOIN LATERAL (SELECT ARRAY(
 			SELECT c.id FROM (
-				SELECT e.id, bool_and(e.status = 'PENDING' AND e.due_at <= now())
-					OVER (ORDER BY e.id ROWS UNBOUNDED PRECEDING) AS ok
-				FROM {{outbox}} e
-				WHERE e.event_type = $1 AND e.event_key = nk.key
-				  AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED')
-				ORDER BY e.id
-				LIMIT LEAST($6::int, $2::int - w.total)) c
-			WHERE c.ok AND NOT EXISTS (
+				SELECT h.id, bool_and(h.status = 'PENDING' AND h.due_at <= now())
+					OVER (ORDER BY h.id ROWS UNBOUNDED PRECEDING) AS ok,
+					row_number() OVER (ORDER BY h.id ROWS UNBOUNDED PRECEDING) AS rn
+				FROM (
+					SELECT nk.head AS id
+				  UNION ALL
+					SELECT r.id FROM (
+						SELECT e.event_type, e.event_key, e.id FROM {{outbox}} e
+						WHERE (e.event_type, e.event_key, e.id) > ($1, nk.key, nk.head)
+						  AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED')
+						ORDER BY e.event_type, e.event_key, e.id
+						LIMIT {{run-1}}) r
+					WHERE r.event_type = $1 AND r.event_key = nk.key) i
+				JOIN {{outbox}} h ON h.id = i.id) c
+			WHERE c.ok AND c.rn <= LEAST($6::int, $2::int - w.total) AND NOT EXISTS (
 				SELECT 1 FROM {{dead_letter}} x
 				WHERE x.event_type = $1 AND x.event_key = nk.key
 				  AND x.event_key IS NOT NULL AND x.status = 'UNRESOLVED')
