@@ -14,12 +14,12 @@ type queries struct {
 	insertOne, insertOneNotify       string
 	notify                           string
 
-	claim string
-	finish              string
-	recover             string
-	pendingTypes        string
-	stats               string
-	cleanup             string
+	claim        string
+	finish       string
+	recover      string
+	pendingTypes string
+	stats        string
+	cleanup      string
 
 	dlMove, dlList, dlCount, dlGet string
 	dlRetry, dlResolve, dlDelete   string

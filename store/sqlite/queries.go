@@ -65,15 +65,15 @@ type queries struct {
 	orderedWindow string
 	orderedKey    string
 	claimIDs      string
-	finishAck    string // ids as a JSON array
-	finishDelete string // ids as a JSON array
-	finishRetry  string
-	finishFailed string
-	finishReleas string
-	recover      string
-	pendingTypes string
-	stats        string
-	cleanup      string
+	finishAck     string // ids as a JSON array
+	finishDelete  string // ids as a JSON array
+	finishRetry   string
+	finishFailed  string
+	finishReleas  string
+	recover       string
+	pendingTypes  string
+	stats         string
+	cleanup       string
 
 	deadLetterMove       string
 	deadLetterMoveDelete string // + id list
