@@ -120,12 +120,12 @@ type Driver struct {
 	// stmts caches statements prepared on db, by query text, for the hot
 	// path (see warm). SQLite compiles a statement each time it is run
 	// unprepared, which costs about a tenth of a one-row publish.
-	stmts sync.Map // string → *sql.Stmt
+	stmts  sync.Map // string → *sql.Stmt
+	warmed atomic.Bool
 
 	// ordered holds the ordered claim's cursors by event type.
 	orderedMu sync.Mutex
 	ordered   map[string]*orderedCursor
-	warmed    atomic.Bool
 }
 
 var (
