@@ -256,14 +256,14 @@ func (d *Driver) OutboxClaim(ctx context.Context, params *store.OutboxClaimParam
 // claimCall is one prepared claim: its statement, arguments and what is
 // needed to read the rows back and move the cursor.
 type claimCall struct {
-	d        *Driver
-	query    string
-	args     []any
-	token    txbox.ID
-	limit    int
-	cur      *claimCursor
-	ord      *orderedCursor
-	fullScan bool
+	d       *Driver
+	query   string
+	args    []any
+	token   txbox.ID
+	limit   int
+	cur     *claimCursor
+	ord     *orderedCursor
+	catchUp bool
 }
 
 // maxKeyRun bounds OutboxClaimParams.KeyRun: a longer run would only be
@@ -286,7 +286,7 @@ func (d *Driver) prepareClaim(params *store.OutboxClaimParams) (*claimCall, erro
 	if params.KeyRun < 0 || params.KeyRun > maxKeyRun {
 		return nil, errBadParams("claim", "key run %d must be between 0 and %d", params.KeyRun, maxKeyRun)
 	}
-	c := &claimCall{d: d, query: d.q.claim, token: txbox.NewID(), fullScan: true, limit: params.Limit}
+	c := &claimCall{d: d, query: d.q.claim, token: txbox.NewID(), limit: params.Limit}
 	lowerDue := pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
 	var lowerID uuid.UUID
 	if params.OrderedByKey {
@@ -309,10 +309,11 @@ func (d *Driver) prepareClaim(params *store.OutboxClaimParams) (*claimCall, erro
 		return c, nil
 	}
 	c.cur = d.cursor(params.EventType)
-	if due, id, ok := c.cur.lowerBound(time.Now(), d.lookback); ok {
+	due, id, bounded, catchUp := c.cur.lowerBound(time.Now(), d.lookback)
+	if bounded {
 		lowerDue, lowerID = pgtype.Timestamptz{Time: due, Valid: true}, id
-		c.fullScan = false
 	}
+	c.catchUp = catchUp
 	c.args = []any{params.EventType, params.Limit, params.LeaseDuration.Microseconds(), pgUUID(c.token),
 		lowerDue, pgUUID(lowerID), max(d.lookback, 0).Microseconds()}
 	return c, nil
@@ -358,7 +359,7 @@ func (c *claimCall) scan(rows pgx.Rows) ([]*store.OutboxRow, error) {
 		if len(out) > 0 {
 			lastDue, lastID = out[len(out)-1].due, out[len(out)-1].row.ID
 		}
-		c.cur.claimed(time.Now(), lastDue, lastID, c.fullScan, c.d.rescan)
+		c.cur.claimed(time.Now(), lastDue, lastID, len(out) == c.limit, c.catchUp, c.d.rescan)
 	}
 	return res, nil
 }
