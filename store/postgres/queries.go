@@ -294,7 +294,9 @@ func (d *Driver) claimOrdered(run int) string {
 //     of the key parks it. The walk stops when it has $2 rows in all or
 //     after $7 keys.
 //   - locked: the candidates, re-checked and locked FOR UPDATE SKIP
-//     LOCKED. A key keeps only the prefix of its run that this statement
+//     LOCKED, found by ctid (a TID scan, one page each, where a primary key
+//     probe reads four; a row updated since the walk read it has a new ctid
+//     and is left out, like one another claimer holds) and updated by ctid. A key keeps only the prefix of its run that this statement
 //     locked: a row another claimer holds ends the run there, so two
 //     relays never hold rows of one key that are not contiguous.
 //
@@ -304,16 +306,16 @@ func (d *Driver) claimOrdered(run int) string {
 const claimOrderedSQL = `
 	WITH RECURSIVE
 	keyless AS MATERIALIZED (
-		SELECT o.id, o.event_key, o.due_at FROM {{outbox}} o
+		SELECT o.id, o.ctid AS tid, o.event_key, o.due_at FROM {{outbox}} o
 		WHERE o.status = 'PENDING' AND o.event_type = $1 AND o.due_at <= now()
 		  AND (o.due_at, o.id) > ($8::timestamptz, $9::uuid)
 		ORDER BY o.due_at, o.id
 		LIMIT $2
 	),
-	walk(key, wrapped, ids, total, steps) AS (
-		SELECT $5::text, false, '{}'::uuid[], (SELECT count(*)::int FROM keyless WHERE event_key IS NULL), 0
+	walk(key, wrapped, ids, tids, total, steps) AS (
+		SELECT $5::text, false, '{}'::uuid[], '{}'::tid[], (SELECT count(*)::int FROM keyless WHERE event_key IS NULL), 0
 	  UNION ALL
-		SELECT nk.key, nk.wrapped, run.ids, w.total + cardinality(run.ids), w.steps + 1
+		SELECT nk.key, nk.wrapped, run.ids, run.tids, w.total + cardinality(run.ids), w.steps + 1
 		FROM walk w
 		LEFT JOIN LATERAL (
 			SELECT e.event_key AS key, e.id FROM {{outbox}} e
@@ -327,9 +329,9 @@ const claimOrderedSQL = `
 			ORDER BY e.event_key, e.id LIMIT 1) f ON true
 		CROSS JOIN LATERAL (SELECT COALESCE(a.key, f.key) AS key, COALESCE(a.id, f.id) AS head,
 			w.wrapped OR a.key IS NULL AS wrapped OFFSET 0) nk
-		CROSS JOIN LATERAL (SELECT ARRAY(
-			SELECT c.id FROM (
-				SELECT h.id, bool_and(h.status = 'PENDING' AND h.due_at <= now())
+		CROSS JOIN LATERAL (SELECT COALESCE(array_agg(c.id ORDER BY c.id), '{}') AS ids,
+			COALESCE(array_agg(c.tid ORDER BY c.id), '{}') AS tids FROM (
+				SELECT h.id, h.ctid AS tid, bool_and(h.status = 'PENDING' AND h.due_at <= now())
 					OVER (ORDER BY h.id ROWS UNBOUNDED PRECEDING) AS ok,
 					row_number() OVER (ORDER BY h.id ROWS UNBOUNDED PRECEDING) AS rn
 				FROM (
@@ -347,34 +349,34 @@ const claimOrderedSQL = `
 				SELECT 1 FROM {{dead_letter}} x
 				WHERE x.event_type = $1 AND x.event_key = nk.key
 				  AND x.event_key IS NOT NULL AND x.status = 'UNRESOLVED')
-			ORDER BY c.id) AS ids OFFSET 0) run
+			OFFSET 0) run
 		WHERE w.total < $2 AND w.steps < $7 AND nk.key IS NOT NULL
 		  AND NOT (nk.wrapped AND $5::text IS NOT NULL AND nk.key > $5::text)
 	),
 	runs AS MATERIALIZED (
-		SELECT w.key, r.id, r.ord FROM walk w, unnest(w.ids) WITH ORDINALITY AS r(id, ord)
+		SELECT w.key, r.id, r.tid, r.ord FROM walk w, unnest(w.ids, w.tids) WITH ORDINALITY AS r(id, tid, ord)
 	),
 	locked AS MATERIALIZED (
-		SELECT o.id FROM {{outbox}} o
-		WHERE o.id IN (SELECT id FROM runs UNION ALL SELECT id FROM keyless WHERE event_key IS NULL)
+		SELECT o.id, o.ctid AS tid FROM {{outbox}} o
+		WHERE o.ctid = ANY (ARRAY(SELECT tid FROM runs UNION ALL SELECT tid FROM keyless WHERE event_key IS NULL))
 		  AND o.status = 'PENDING' AND o.due_at <= now()
 		FOR UPDATE SKIP LOCKED
 	),
 	keep AS (
-		SELECT k.id FROM keyless k
-		WHERE k.event_key IS NULL AND EXISTS (SELECT 1 FROM locked l WHERE l.id = k.id)
-	  UNION ALL
-		SELECT r.id FROM runs r
-		WHERE NOT EXISTS (
-			SELECT 1 FROM runs p
-			WHERE p.key = r.key AND p.ord <= r.ord
-			  AND NOT EXISTS (SELECT 1 FROM locked l WHERE l.id = p.id))
+		SELECT l.tid FROM locked l
+		WHERE EXISTS (SELECT 1 FROM keyless k WHERE k.id = l.id AND k.event_key IS NULL)
+		   OR EXISTS (
+			SELECT 1 FROM runs r
+			WHERE r.id = l.id AND NOT EXISTS (
+				SELECT 1 FROM runs p
+				WHERE p.key = r.key AND p.ord <= r.ord
+				  AND NOT EXISTS (SELECT 1 FROM locked m WHERE m.id = p.id)))
 	),
 	upd AS (
 		UPDATE {{outbox}} AS u
 		SET status = 'IN_PROCESS', lease_until = now() + $3::float8 * interval '1 microsecond', lease_token = $4
 		FROM keep
-		WHERE u.id = keep.id
+		WHERE u.ctid = keep.tid
 		RETURNING u.id, u.event_type, COALESCE(u.event_key, '') AS event_key, u.payload, u.headers, u.attempts, u.created_at, u.due_at
 	)
 	SELECT false, id, event_type, event_key, payload, headers, attempts, created_at, due_at FROM upd

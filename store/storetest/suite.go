@@ -1623,8 +1623,30 @@ func testOrderedHotKey(t *testing.T, e *env) {
 	for i := 0; i < len(others); i += 2 {
 		heads = append(heads, others[i])
 	}
-	// The first claim takes every other key's head.
+	// The first claim takes every other key's head, also when it starts
+	// at the first key, the blocked one (a driver with no cursor yet).
+	fresh, err := e.h.Open(t, e.ns, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := fresh.OutboxClaim(e.ctx, &store.OutboxClaimParams{EventType: typ, Limit: 10, LeaseDuration: longLease, OrderedByKey: true, KeyRun: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
 	got := map[txbox.ID]bool{}
+	for _, r := range first {
+		if r.Key == "hot" {
+			t.Fatalf("claimed %s of the hot key while its head is in process", r.ID)
+		}
+		got[r.ID] = true
+	}
+	for _, ev := range heads {
+		if !got[ev.ID] {
+			t.Fatalf("head %s of key %q not in a fresh driver's first claim behind a blocked hot key; claimed %d rows", ev.ID, ev.Key, len(got))
+		}
+	}
+	e.finishAll(first, store.OutcomeReleased, 0, "")
+	got = map[txbox.ID]bool{}
 	for _, r := range e.claimRun(typ, 10, 1) {
 		got[r.ID] = true
 	}
