@@ -281,18 +281,18 @@ func (d *Driver) claimOrdered(run int) string {
 //     which holds only PENDING, IN_PROCESS and FAILED rows. Each step jumps
 //     to the first entry of the next key after the previous one (starting
 //     after the key cursor $5 and wrapping around once, so every key gets
-//     its turn): that key's head. The run is the head and the next $6 - 1
-//     entries after it in the index, kept while they are of the same key
-//     (a row comparison range with a constant LIMIT, {{run-1}} in the text,
-//     and the type and key checked outside it: an equality on the key would
-//     let the planner, whose estimate of one key's rows is poor, prefer a
-//     bitmap scan that reads every row of the key, and an equality on the
-//     type would make the index scan start at the type's first entry
-//     instead of at the row comparison). It takes the longest prefix whose rows are all PENDING and due,
-//     reading status and due time by primary key; a head IN_PROCESS or
-//     FAILED, or not due yet, yields nothing, and an unresolved dead letter
-//     of the key parks it. The walk stops when it has $2 rows in all or
-//     after $7 keys.
+//     its turn): that key's head. The run is the head and, when the head is
+//     PENDING and due, the next $6 - 1 entries after it in the index, kept
+//     while they are of the same key: a row comparison range with a
+//     constant LIMIT ({{run-1}} in the text) and the type and key checked
+//     outside it. An equality on the key would let the planner, whose
+//     estimate of one key's rows is poor, prefer a bitmap scan that reads
+//     every row of the key; an equality on the type would make the scan
+//     start at the type's first entry instead of at the row comparison. The
+//     run is the longest prefix whose rows are all PENDING and due; a head
+//     IN_PROCESS or FAILED, or not due yet, yields nothing, and an
+//     unresolved dead letter of the key parks it. The walk stops when it
+//     has $2 rows in all or after $7 keys.
 //   - locked: the candidates, re-checked and locked FOR UPDATE SKIP
 //     LOCKED, found by ctid (a TID scan, one page each, where a primary key
 //     probe reads four; a row updated since the walk read it has a new ctid
@@ -318,33 +318,36 @@ const claimOrderedSQL = `
 		SELECT nk.key, nk.wrapped, run.ids, run.tids, w.total + cardinality(run.ids), w.steps + 1
 		FROM walk w
 		LEFT JOIN LATERAL (
-			SELECT e.event_key AS key, e.id FROM {{outbox}} e
+			SELECT e.event_key AS key, e.id, e.ctid AS tid, e.status = 'PENDING' AND e.due_at <= now() AS ok
+			FROM {{outbox}} e
 			WHERE e.event_type = $1 AND e.event_key > w.key
 			  AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED')
 			ORDER BY e.event_key, e.id LIMIT 1) a ON true
 		LEFT JOIN LATERAL (
-			SELECT e.event_key AS key, e.id FROM {{outbox}} e
+			SELECT e.event_key AS key, e.id, e.ctid AS tid, e.status = 'PENDING' AND e.due_at <= now() AS ok
+			FROM {{outbox}} e
 			WHERE a.key IS NULL AND NOT w.wrapped AND e.event_type = $1
 			  AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED')
 			ORDER BY e.event_key, e.id LIMIT 1) f ON true
 		CROSS JOIN LATERAL (SELECT COALESCE(a.key, f.key) AS key, COALESCE(a.id, f.id) AS head,
+			COALESCE(a.tid, f.tid) AS tid, COALESCE(a.ok, f.ok) AS ok,
 			w.wrapped OR a.key IS NULL AS wrapped OFFSET 0) nk
 		CROSS JOIN LATERAL (SELECT COALESCE(array_agg(c.id ORDER BY c.id), '{}') AS ids,
 			COALESCE(array_agg(c.tid ORDER BY c.id), '{}') AS tids FROM (
-				SELECT h.id, h.ctid AS tid, bool_and(h.status = 'PENDING' AND h.due_at <= now())
-					OVER (ORDER BY h.id ROWS UNBOUNDED PRECEDING) AS ok,
-					row_number() OVER (ORDER BY h.id ROWS UNBOUNDED PRECEDING) AS rn
+				SELECT i.id, i.tid, bool_and(i.ok) OVER (ORDER BY i.id ROWS UNBOUNDED PRECEDING) AS ok,
+					row_number() OVER (ORDER BY i.id ROWS UNBOUNDED PRECEDING) AS rn
 				FROM (
-					SELECT nk.head AS id
+					SELECT nk.head AS id, nk.tid, nk.ok
 				  UNION ALL
-					SELECT r.id FROM (
-						SELECT e.event_type, e.event_key, e.id FROM {{outbox}} e
-						WHERE (e.event_type, e.event_key, e.id) > ($1, nk.key, nk.head)
+					SELECT r.id, r.tid, r.ok FROM (
+						SELECT e.event_type, e.event_key, e.id, e.ctid AS tid,
+							e.status = 'PENDING' AND e.due_at <= now() AS ok
+						FROM {{outbox}} e
+						WHERE nk.ok AND (e.event_type, e.event_key, e.id) > ($1, nk.key, nk.head)
 						  AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED')
 						ORDER BY e.event_type, e.event_key, e.id
 						LIMIT {{run-1}}) r
-					WHERE r.event_type = $1 AND r.event_key = nk.key) i
-				JOIN {{outbox}} h ON h.id = i.id) c
+					WHERE r.event_type = $1 AND r.event_key = nk.key) i) c
 			WHERE c.ok AND c.rn <= LEAST($6::int, $2::int - w.total) AND NOT EXISTS (
 				SELECT 1 FROM {{dead_letter}} x
 				WHERE x.event_type = $1 AND x.event_key = nk.key
