@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store/postgres"
 )
 
@@ -119,4 +121,94 @@ func drainKeyed(b *testing.B, n, keys int, ordering relay.Ordering) float64 {
 	}
 	b.Logf("%s: %d events in %v; %s", ordering, n, el.Round(time.Millisecond), timing)
 	return float64(n) / el.Seconds()
+}
+
+// BenchmarkOrderedDrainDialects is BenchmarkOrderedDrain on MariaDB and
+// SQLite, with a sender that acks at once (the storage side of the drain:
+// claim, waves, finish), so the ratio shows what ordering costs in each
+// dialect's claim. Default backlog 20,000 (TXBOX_BENCH_EVENTS):
+//
+//	TXBOX_BENCH_EVENTS=20000 TXBOX_BENCH_ROUNDS=3 go test -run '^$' -bench OrderedDrainDialects -benchtime 1x ./e2e
+func BenchmarkOrderedDrainDialects(b *testing.B) {
+	n := benchEvents(b)
+	rounds := 1
+	if v := os.Getenv("TXBOX_BENCH_ROUNDS"); v != "" {
+		x, err := strconv.Atoi(v)
+		if err != nil || x < 1 {
+			b.Fatalf("TXBOX_BENCH_ROUNDS=%q: want a positive integer", v)
+		}
+		rounds = x
+	}
+	for _, kind := range storeKinds {
+		if kind.name == "postgres" {
+			continue // BenchmarkOrderedDrain, to NATS
+		}
+		b.Run(kind.name, func(b *testing.B) {
+			for range b.N {
+				var ratios, ordered, unordered []float64
+				for range rounds {
+					u := drainKind(b, kind, n, 50, relay.OrderingNone)
+					o := drainKind(b, kind, n, 50, relay.OrderingKey)
+					unordered, ordered = append(unordered, u), append(ordered, o)
+					ratios = append(ratios, o/u)
+					b.Logf("%s pair: unordered %.0f events/s, ordered %.0f events/s, ratio %.3f (%d events, 50 keys)", kind.name, u, o, o/u, n)
+				}
+				b.ReportMetric(median(ordered), "ordered-events/s")
+				b.ReportMetric(median(unordered), "unordered-events/s")
+				b.ReportMetric(median(ratios), "ratio-ordered-to-unordered")
+			}
+		})
+	}
+}
+
+// drainKind drains a fresh backlog of n events over keys keys on kind
+// with one relay of default settings and a sender that acks at once.
+func drainKind(b *testing.B, kind storeKind, n, keys int, ordering relay.Ordering) float64 {
+	b.Helper()
+	ctx := context.Background()
+	ns := kind.newNamespace(b)
+	d := openStore(b, kind, ns, 4)
+	for done := 0; done < n; {
+		size := min(500, n-done)
+		evs := make([]*txbox.Event, size)
+		for i := range evs {
+			evs[i] = &txbox.Event{ID: txbox.NewID(), Type: "orders", Key: fmt.Sprintf("k%02d", (done+i)%keys), Payload: []byte(`{"order_id":12345}`)}
+		}
+		if err := kind.publish(ctx, d, evs, true); err != nil {
+			b.Fatal(err)
+		}
+		done += size
+	}
+	acks := &countingSender{}
+	cfg := relayConfig(openStore(b, kind, ns, 2*relay.DefaultInFlight+4), acks, "unused", 0)
+	cfg.Defaults.Ordering = &ordering
+	cfg.Cleanup.Disabled = true
+	cfg.DiscoverInterval = -1
+	r, err := relay.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	start := time.Now()
+	if err := r.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	testenv.WaitFor(b, 30*time.Minute, "backlog drained", func() bool { return acks.n.Load() >= int64(n) })
+	el := time.Since(start)
+	b.StopTimer()
+	if err := r.Stop(ctx); err != nil {
+		b.Fatal(err)
+	}
+	return float64(n) / el.Seconds()
+}
+
+// countingSender acks every message at once and counts them.
+type countingSender struct {
+	noopSender
+	n atomic.Int64
+}
+
+func (c *countingSender) Send(_ context.Context, msgs []*sender.Message) error {
+	c.n.Add(int64(len(msgs)))
+	return nil
 }
