@@ -17,8 +17,14 @@ import (
 // sent in more waves than a lease allows for.
 const maxKeyRun = 10_000
 
-// keyChunk is how many keys one round trip of the key walk reads.
-const keyChunk = 32
+// maxKeyChunk bounds the keys one round trip of the key walk reads; a
+// chunk asks for as many keys as the rows still wanted need at run rows
+// each, plus a few for keys that turn out blocked.
+const maxKeyChunk = 32
+
+func keyChunk(wanted, run int) int {
+	return min(maxKeyChunk, (wanted+run-1)/run+4)
+}
 
 // maxWalk bounds the keys one ordered claim visits (see the PostgreSQL
 // driver, which shares the bound): only blocked keys make a walk longer
@@ -35,7 +41,7 @@ func maxWalk(limit int) int { return 4*limit + 64 }
 //     keyless sweep cursor, through txbox_claim; those without a key are
 //     unordered and taken;
 //   - the key walk, a loose index scan over txbox_order (event_type,
-//     status, event_key, id): the next keyChunk keys with PENDING rows after
+//     status, event_key, id): the next few keys with PENDING rows after
 //     the key cursor (wrapping around once), then, in one statement (one
 //     read view), each key's first run PENDING rows in id order, the
 //     smallest id of its IN_PROCESS and FAILED rows and whether an
@@ -91,7 +97,7 @@ func (d *Driver) claimOrderedIn(ctx context.Context, tx *sql.Tx, params *store.O
 	total := len(keyless)
 	pos, posSet, wrapped, last, lastSet := after, hasAfter, false, after, hasAfter
 	for steps := 0; total < limit && steps < maxWalk(limit); {
-		keys, err := d.pendingKeys(ctx, tx, params.EventType, pos, posSet, keyChunk)
+		keys, err := d.pendingKeys(ctx, tx, params.EventType, pos, posSet, keyChunk(limit-total, run))
 		if err != nil {
 			return nil, err
 		}
