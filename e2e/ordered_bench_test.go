@@ -179,7 +179,7 @@ func drainKind(b *testing.B, kind storeKind, n, keys int, ordering relay.Orderin
 		}
 		done += size
 	}
-	acks := &countingSender{}
+	acks := &ackAllSender{}
 	cfg := relayConfig(openStore(b, kind, ns, 2*relay.DefaultInFlight+4), acks, "unused", 0)
 	cfg.Defaults.Ordering = &ordering
 	cfg.Cleanup.Disabled = true
@@ -202,13 +202,13 @@ func drainKind(b *testing.B, kind storeKind, n, keys int, ordering relay.Orderin
 	return float64(n) / el.Seconds()
 }
 
-// countingSender acks every message at once and counts them.
-type countingSender struct {
+// ackAllSender acks every message at once and counts them.
+type ackAllSender struct {
 	noopSender
 	n atomic.Int64
 }
 
-func (c *countingSender) Send(_ context.Context, msgs []*sender.Message) error {
+func (c *ackAllSender) Send(_ context.Context, msgs []*sender.Message) error {
 	c.n.Add(int64(len(msgs)))
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"time"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/sender"
@@ -31,7 +32,8 @@ import (
 
 // errUnsent is the outcome of a row that was not sent because an earlier
 // row of its key in the same batch failed, or the send deadline came
-// before its wave. It is transient: the row goes back to PENDING with no
+// before its wave. It is transient, and judge leaves it out of the
+// circuits' judgement: the row goes back to PENDING, due at once, with no
 // attempt counted, and it never reaches the destination before the row
 // that held it back.
 var errUnsent = txbox.Transient(errors.New("relay: not sent: an earlier row of its key in the batch was not delivered"))
@@ -51,9 +53,9 @@ func keyRun(batchSize, inFlight int) int {
 
 // sendOrdered sends msgs, one claimed batch of an ordered type in claim
 // order, in waves as described above, and reports per-message outcomes
-// like sender.Sender.Send: nil when all were acked, otherwise the single
-// error of a batch that failed as a whole (every row failed transiently)
-// or a *sender.BatchError.
+// like sender.Sender.Send: nil when all were acked, a *sender.BatchError
+// when some rows were not sent (marked errUnsent), otherwise what
+// sender.Summarize makes of the outcomes.
 func (p *poller) sendOrdered(ctx context.Context, msgs []*sender.Message) error {
 	errs := make([]error, len(msgs))
 	sent := make([]bool, len(msgs))
@@ -75,7 +77,6 @@ func (p *poller) sendOrdered(ctx context.Context, msgs []*sender.Message) error 
 		slices.SortFunc(byKey[k], func(a, b int) int { return bytes.Compare(msgs[a].ID[:], msgs[b].ID[:]) })
 	}
 	stopped := map[string]bool{} // a row of the key failed: send no more of it
-	var firstErr error           // the first real send failure
 	wave := keyless
 	for pos := 0; ; pos++ {
 		for _, k := range keys {
@@ -100,40 +101,25 @@ func (p *poller) sendOrdered(ctx context.Context, msgs []*sender.Message) error 
 			if res[j] == nil {
 				continue
 			}
-			if firstErr == nil {
-				firstErr = res[j]
-			}
 			if k := msgs[i].Key; k != "" {
 				stopped[k] = true
 			}
 		}
 		wave = nil
 	}
+	unsent := 0
 	for i := range msgs {
 		if !sent[i] {
 			errs[i] = errUnsent
+			unsent++
 		}
 	}
-	failed, transient := 0, 0
-	for _, e := range errs {
-		if e == nil {
-			continue
-		}
-		failed++
-		if txbox.Classify(e) == txbox.ClassTransient {
-			transient++
-		}
+	if unsent == 0 {
+		return sender.Summarize(errs)
 	}
-	switch {
-	case failed == 0:
-		return nil
-	case transient == len(errs) && firstErr != nil:
-		// One outage, not n copies of it: the destination failed the
-		// first wave as a whole.
-		return firstErr
-	default:
-		return &sender.BatchError{Errs: errs}
-	}
+	// Unsent rows keep their own mark (see judge), so the outcome is per
+	// message even when every sent row failed the same way.
+	return &sender.BatchError{Errs: errs}
 }
 
 // batchDone is called when a batch of this poller has been finished. For
@@ -149,4 +135,38 @@ func (p *poller) batchDone() {
 	case p.againC <- struct{}{}:
 	default:
 	}
+}
+
+// judge is gate.judge for the messages that were sent: a row of an ordered
+// batch that was not sent (errUnsent) says nothing about the destination
+// and must never count an attempt, so it is left out of the circuits'
+// judgement and released at once (its key's failed row, still the head,
+// holds it back). A batch of which nothing was sent proves nothing.
+func (p *poller) judge(t ticket, start time.Time, ids []txbox.ID, results []error) []verdict {
+	var sentIDs []txbox.ID
+	var sent []error
+	for i, res := range results {
+		if !errors.Is(res, errUnsent) {
+			sentIDs = append(sentIDs, ids[i])
+			sent = append(sent, res)
+		}
+	}
+	if len(sent) == len(results) {
+		return p.circuit.judge(t, start, ids, results)
+	}
+	out := make([]verdict, len(results))
+	if len(sent) == 0 {
+		p.circuit.abandon(t)
+		return out
+	}
+	vs := p.circuit.judge(t, start, sentIDs, sent)
+	j := 0
+	for i, res := range results {
+		if errors.Is(res, errUnsent) {
+			continue // verdict{}: released, due now, no attempt
+		}
+		out[i] = vs[j]
+		j++
+	}
+	return out
 }

@@ -28,9 +28,12 @@ var wakeFollowUps = []time.Duration{2 * time.Millisecond, 10 * time.Millisecond,
 
 // poller claims, sends and finishes the rows of one event type.
 type poller struct {
-	r       *Relay
-	s       *settings
-	circuit *circuit
+	r *Relay
+	s *settings
+	// dest names the destination the type's route resolves to; circuit
+	// is the gate of that destination and of the sender's connection.
+	dest    string
+	circuit *gate
 	log     *slog.Logger
 	wakeC   chan struct{}
 	// againC asks for a claim at once: an ordered batch finished
@@ -54,10 +57,12 @@ type poller struct {
 }
 
 func newPoller(r *Relay, s *settings) *poller {
+	dest := sender.DestinationOf(s.sender, s.route)
 	return &poller{
 		r:       r,
 		s:       s,
-		circuit: r.circuits[s.senderName],
+		dest:    dest,
+		circuit: r.circuits.gate(s.senderName, dest),
 		log:     r.log.With(slog.String("event_type", s.eventType), slog.String("sender", s.senderName)),
 		wakeC:   make(chan struct{}, 1),
 		againC:  make(chan struct{}, 1),
@@ -76,7 +81,7 @@ func (p *poller) health() TypeHealth {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return TypeHealth{
-		EventType: p.s.eventType, Sender: p.s.senderName, LastPoll: p.lastPoll,
+		EventType: p.s.eventType, Sender: p.s.senderName, Destination: p.dest, LastPoll: p.lastPoll,
 		LastError: p.lastErr, Delay: p.delay, InFlight: p.inFlight,
 	}
 }
@@ -174,7 +179,15 @@ func (p *poller) run() {
 // server, and its rows would then wait out their lease before anyone could
 // deliver them. A claim that completes during a graceful stop is
 // delivered like any other batch.
+//
+// No claim starts once Stop has begun: it returns errStopping instead.
+// The check is here, at the one place every claimer goes through, because
+// a select between the stop signal and a free slot picks either at random
+// when both are ready.
 func (p *poller) claim(_ context.Context, limit int) ([]*store.OutboxRow, time.Duration, error) {
+	if p.r.runCtx.Err() != nil {
+		return nil, 0, errStopping
+	}
 	ctx, cancel := context.WithTimeout(p.r.hardCtx, finishTimeout)
 	defer cancel()
 	start := time.Now()
@@ -315,7 +328,9 @@ func (p *poller) emitPoll(ev PollEvent) {
 // paused, as with SIGSTOP).
 func (p *poller) deliver(rows []*store.OutboxRow, t ticket, claimStart time.Time) {
 	msgs := make([]*sender.Message, len(rows))
+	ids := make([]txbox.ID, len(rows))
 	for i, row := range rows {
+		ids[i] = row.ID
 		h := make(map[string]string, len(row.Headers)+3)
 		maps.Copy(h, row.Headers)
 		h[txbox.HeaderEventID] = row.ID.String()
@@ -335,10 +350,11 @@ func (p *poller) deliver(rows []*store.OutboxRow, t ticket, claimStart time.Time
 	deadline := claimStart.Add(p.s.leaseDuration - p.s.leaseDuration/10)
 	var err error
 	var took time.Duration
+	var start time.Time
 	leaseLost := !time.Now().Before(deadline)
 	if !leaseLost {
 		sendCtx, cancel := context.WithDeadline(p.r.hardCtx, deadline)
-		start := time.Now()
+		start = time.Now()
 		if p.s.ordering == OrderingKey {
 			err = p.sendOrdered(sendCtx, msgs) // in waves: relay/ordered.go
 		} else {
@@ -353,10 +369,16 @@ func (p *poller) deliver(rows []*store.OutboxRow, t ticket, claimStart time.Time
 	shuttingDown := p.r.hardCtx.Err() != nil || leaseLost
 
 	results := sender.Results(err, len(rows))
+	// The circuits judge the batch, and say which transient failures are
+	// the message's own fault (they count an attempt); see gate.judge.
+	var verdicts []verdict
+	if shuttingDown {
+		p.circuit.abandon(t)
+	} else {
+		verdicts = p.judge(t, start, ids, results) // unsent ordered rows left out: relay/ordered.go
+	}
 	items := make([]store.OutboxFinishItem, len(rows))
 	ev := BatchEvent{EventType: p.s.eventType, Sender: p.s.senderName, SendDuration: took}
-	transient := 0
-	var firstTransient error
 	for i, row := range rows {
 		it := store.OutboxFinishItem{ID: row.ID, LeaseToken: row.LeaseToken}
 		res := results[i]
@@ -364,27 +386,23 @@ func (p *poller) deliver(rows []*store.OutboxRow, t ticket, claimStart time.Time
 		case res == nil:
 			it.Outcome = store.OutcomeAcked
 			ev.Sent++
-		case shuttingDown || txbox.Classify(res) == txbox.ClassTransient:
+		case shuttingDown || (txbox.Classify(res) == txbox.ClassTransient && !verdicts[i].count):
 			// The destination (or this relay) is unavailable: put the
 			// row back without counting an attempt.
 			it.Outcome = store.OutcomeReleased
 			if !shuttingDown {
-				transient++
-				if firstTransient == nil {
-					firstTransient = res
-				}
-				// Wait a cool-down before the row is due again. When the
-				// whole batch failed the circuit opens as well; when only
-				// some messages failed (a sick partition) it does not,
-				// and this delay alone keeps them from being hammered.
-				it.RetryAfter = p.r.cfg.Circuit.CoolDown
+				// Wait before the row is due again. When the destination
+				// failed as a whole its circuit is open as well; when
+				// only some messages failed it is not, and this delay
+				// alone keeps them from being hammered.
+				it.RetryAfter = verdicts[i].retryAfter
 			}
 			ev.Released++
 		case txbox.Classify(res) == txbox.ClassPermanent:
 			it.Outcome = store.OutcomeFailed
 			it.Error = errorText(res)
 			ev.Failed++
-		default: // rejected
+		default: // rejected, or failing transiently while the destination accepts others
 			it.Error = errorText(res)
 			if row.Attempts+1 >= p.s.maxAttempts {
 				it.Outcome = store.OutcomeFailed
@@ -397,21 +415,8 @@ func (p *poller) deliver(rows []*store.OutboxRow, t ticket, claimStart time.Time
 		}
 		items[i] = it
 	}
-	if !shuttingDown {
-		switch {
-		case transient == len(rows):
-			if t.probe {
-				p.log.Warn("probe batch failed; destination still unavailable", slog.Any("error", firstTransient))
-			}
-			p.circuit.failure(t, firstTransient)
-		case ev.Sent > 0 || ev.Retried > 0 || ev.Failed > 0:
-			// The destination answered: it is up.
-			p.circuit.success(t)
-		default:
-			p.circuit.abandon(t)
-		}
-	} else {
-		p.circuit.abandon(t)
+	if t.probe && !shuttingDown && ev.Released == len(rows) {
+		p.log.Warn("probe batch failed; destination still unavailable", slog.Any("error", firstError(results)))
 	}
 	if ev.Failed > 0 || ev.Retried > 0 {
 		p.log.Info("messages rejected by the destination",
@@ -550,6 +555,9 @@ func (p *poller) finish(items []store.OutboxFinishItem) (*store.OutboxFinishResu
 	}
 	return nil, lastErr
 }
+
+// errStopping is what claim returns once Stop has begun.
+var errStopping = errors.New("relay: stopping")
 
 // errLeaseLost marks the rows of a batch whose lease ran out before it
 // was sent.
