@@ -41,6 +41,7 @@ const (
 	envLease     = "TXBOX_E2E_LEASE"      // lease duration; empty = default
 	envStats     = "TXBOX_E2E_STATS"      // file for "fenced=N" at exit
 	envDelay     = "TXBOX_E2E_SEND_DELAY" // a slow destination: delay before each send
+	envOrdering  = "TXBOX_E2E_ORDERING"   // "key": every type ordering: key
 )
 
 // TestMain runs the tests, or, when the test binary was re-executed as a
@@ -122,6 +123,10 @@ func childRelay() int {
 			return fail(err)
 		}
 		cfg.Defaults.LeaseDuration = &lease
+	}
+	if v := os.Getenv(envOrdering); v != "" {
+		o := relay.Ordering(v)
+		cfg.Defaults.Ordering = &o
 	}
 	fenced := &fenceCounter{}
 	cfg.Hooks = append(cfg.Hooks, fenced)

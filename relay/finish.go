@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
 )
 
@@ -254,19 +256,15 @@ func (p *poller) finishBatch(items []store.OutboxFinishItem, ev BatchEvent) {
 // (store.OutboxRow.Invalid) from the rest. They are never sent: each one
 // fails at once with its reason, as a permanent error would, so it goes to
 // the dead-letter table while the rest of its batch is delivered
-// (docs/concepts.md).
+// (docs/concepts.md). On an ordered type the failed row parks its key, so
+// the rows of that key behind it in the batch (a key run) are released
+// unsent, without an attempt, exactly as when a sent row of a run fails.
 func (p *poller) splitInvalid(rows []*store.OutboxRow) ([]*store.OutboxRow, []store.OutboxFinishItem) {
 	var failed []store.OutboxFinishItem
-	valid := rows
-	for i, row := range rows {
+	var parked map[string]txbox.ID // key -> its first invalid row
+	for _, row := range rows {
 		if row.Invalid == "" {
-			if failed != nil {
-				valid = append(valid, row)
-			}
 			continue
-		}
-		if failed == nil {
-			valid = append(make([]*store.OutboxRow, 0, len(rows)-1), rows[:i]...)
 		}
 		msg := "not sent: the row cannot be turned into a message: " + row.Invalid
 		if len(msg) > maxErrorText {
@@ -274,6 +272,39 @@ func (p *poller) splitInvalid(rows []*store.OutboxRow) ([]*store.OutboxRow, []st
 		}
 		failed = append(failed, store.OutboxFinishItem{ID: row.ID, LeaseToken: row.LeaseToken, Outcome: store.OutcomeFailed, Error: msg})
 		p.log.Warn("row cannot be turned into a message; dead-lettering it", slog.String("id", row.ID.String()), slog.String("reason", row.Invalid))
+		if p.s.ordering == OrderingKey && row.Key != "" {
+			if parked == nil {
+				parked = map[string]txbox.ID{}
+			}
+			if first, ok := parked[row.Key]; !ok || bytes.Compare(row.ID[:], first[:]) < 0 {
+				parked[row.Key] = row.ID
+			}
+		}
+	}
+	if failed == nil {
+		return rows, nil
+	}
+	valid := make([]*store.OutboxRow, 0, len(rows)-len(failed))
+	for _, row := range rows {
+		if row.Invalid != "" {
+			continue
+		}
+		if first, ok := parked[row.Key]; ok && bytes.Compare(row.ID[:], first[:]) > 0 {
+			failed = append(failed, store.OutboxFinishItem{ID: row.ID, LeaseToken: row.LeaseToken, Outcome: store.OutcomeReleased})
+			continue
+		}
+		valid = append(valid, row)
 	}
 	return valid, failed
+}
+
+// countUnsent adds the rows splitInvalid took out of the send to ev.
+func countUnsent(ev *BatchEvent, items []store.OutboxFinishItem) {
+	for _, it := range items {
+		if it.Outcome == store.OutcomeFailed {
+			ev.Failed++
+		} else {
+			ev.Released++
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -237,4 +238,21 @@ func containsAll(have []txbox.ID, want []txbox.ID) bool {
 		set[id] = true
 	}
 	return !slices.ContainsFunc(want, func(id txbox.ID) bool { return !set[id] })
+}
+
+// order names, in the order of their first delivery, which of a and b
+// were delivered: "k3 k4" when a came first.
+func (s *testSender) order(a, b txbox.ID) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, d := range s.got {
+		switch {
+		case d.msg.ID == a && !slices.Contains(out, "k3"):
+			out = append(out, "k3")
+		case d.msg.ID == b && !slices.Contains(out, "k4"):
+			out = append(out, "k4")
+		}
+	}
+	return strings.Join(out, " ")
 }

@@ -36,6 +36,9 @@ type poller struct {
 	circuit *gate
 	log     *slog.Logger
 	wakeC   chan struct{}
+	// againC asks for a claim at once: an ordered batch finished
+	// (relay/ordered.go).
+	againC chan struct{}
 	// slots bounds the batches between claim and finish.
 	slots chan struct{}
 
@@ -62,6 +65,7 @@ func newPoller(r *Relay, s *settings) *poller {
 		circuit: r.circuits.gate(s.senderName, dest),
 		log:     r.log.With(slog.String("event_type", s.eventType), slog.String("sender", s.senderName)),
 		wakeC:   make(chan struct{}, 1),
+		againC:  make(chan struct{}, 1),
 		slots:   make(chan struct{}, s.inFlight),
 	}
 }
@@ -103,6 +107,9 @@ func (p *poller) run() {
 				strategy.reset()
 				followUps = wakeFollowUps
 				timer.Stop() // Go ≥ 1.23: no stale tick remains after Stop
+			case <-p.againC:
+				strategy.reset()
+				timer.Stop()
 			}
 		}
 		// Take a slot: at most inFlight batches between claim and finish.
@@ -138,6 +145,13 @@ func (p *poller) run() {
 		}
 		p.claimSucceeded()
 		delay = strategy.next(len(rows), limit)
+		if p.s.ordering == OrderingKey && len(rows) > 0 && len(rows) < limit {
+			// Limited by keys in flight, not idle: wait no longer than
+			// min-delay, and claim at once when a batch finishes
+			// (batchDone).
+			strategy.reset()
+			delay = strategy.next(0, limit)
+		}
 		if len(rows) == 0 && len(followUps) > 0 {
 			delay = min(delay, followUps[0])
 			followUps = followUps[1:]
@@ -177,12 +191,15 @@ func (p *poller) claim(_ context.Context, limit int) ([]*store.OutboxRow, time.D
 	ctx, cancel := context.WithTimeout(p.r.hardCtx, finishTimeout)
 	defer cancel()
 	start := time.Now()
-	rows, err := p.r.cfg.Store.OutboxClaim(ctx, &store.OutboxClaimParams{
+	params := &store.OutboxClaimParams{
 		EventType:     p.s.eventType,
 		Limit:         limit,
 		LeaseDuration: p.s.leaseDuration,
-		OrderedByKey:  p.s.ordering == OrderingKey,
-	})
+	}
+	if p.s.ordering == OrderingKey {
+		params.OrderedByKey, params.KeyRun = true, keyRun(p.s.batchSize, p.s.inFlight)
+	}
+	rows, err := p.r.cfg.Store.OutboxClaim(ctx, params)
 	return rows, time.Since(start), err
 }
 
@@ -200,6 +217,7 @@ func (p *poller) dispatch(rows []*store.OutboxRow, t ticket, claimStart time.Tim
 		p.inFlight--
 		p.mu.Unlock()
 		<-p.slots
+		p.batchDone()
 	}()
 }
 
@@ -312,7 +330,9 @@ func (p *poller) deliver(rows []*store.OutboxRow, t ticket, claimStart time.Time
 	rows, invalid := p.splitInvalid(rows)
 	if len(rows) == 0 {
 		p.circuit.abandon(t)
-		p.finishBatch(invalid, BatchEvent{EventType: p.s.eventType, Sender: p.s.senderName, Failed: len(invalid)})
+		ev := BatchEvent{EventType: p.s.eventType, Sender: p.s.senderName}
+		countUnsent(&ev, invalid)
+		p.finishBatch(invalid, ev)
 		return
 	}
 	msgs := make([]*sender.Message, len(rows))
@@ -343,7 +363,11 @@ func (p *poller) deliver(rows []*store.OutboxRow, t ticket, claimStart time.Time
 	if !leaseLost {
 		sendCtx, cancel := context.WithDeadline(p.r.hardCtx, deadline)
 		start = time.Now()
-		err = p.s.sender.Send(sendCtx, msgs)
+		if p.s.ordering == OrderingKey {
+			err = p.sendOrdered(sendCtx, msgs) // in waves: relay/ordered.go
+		} else {
+			err = p.s.sender.Send(sendCtx, msgs)
+		}
 		took = time.Since(start)
 		cancel()
 	} else {
@@ -359,7 +383,7 @@ func (p *poller) deliver(rows []*store.OutboxRow, t ticket, claimStart time.Time
 	if shuttingDown {
 		p.circuit.abandon(t)
 	} else {
-		verdicts = p.circuit.judge(t, start, ids, results)
+		verdicts = p.judge(t, start, ids, results) // unsent ordered rows left out: relay/ordered.go
 	}
 	items := make([]store.OutboxFinishItem, len(rows))
 	ev := BatchEvent{EventType: p.s.eventType, Sender: p.s.senderName, SendDuration: took}
@@ -407,7 +431,7 @@ func (p *poller) deliver(rows []*store.OutboxRow, t ticket, claimStart time.Time
 			slog.Int("retried", ev.Retried), slog.Int("failed", ev.Failed), slog.Any("first_error", firstError(results)))
 	}
 
-	ev.Failed += len(invalid)
+	countUnsent(&ev, invalid)
 	p.finishBatch(append(items, invalid...), ev)
 }
 

@@ -136,8 +136,20 @@ type OutboxClaimParams struct {
 	LeaseDuration time.Duration
 	// OrderedByKey makes a row claimable only when no row of the same type
 	// and key with a smaller id is PENDING, IN_PROCESS or FAILED, and no
-	// unresolved dead letter has that type and key (SPEC §4.6).
+	// unresolved dead letter has that type and key (docs/concepts.md,
+	// "Ordering").
 	OrderedByKey bool
+	// KeyRun, with OrderedByKey, is the most rows of one key the claim may
+	// take: the key's claimable head and the rows right behind it in id
+	// order, as long as each is PENDING and due (the run stops at the
+	// first row that is not). 0 or 1 takes the head only. A caller that
+	// asks for runs must deliver a key's rows one after the other, each
+	// only after the previous one was acknowledged, and must release the
+	// rest of a key's run unsent when one of its rows fails, so order
+	// holds (the relay does: relay/ordered.go). Rows are handed out in
+	// (due_at, id) order as always, so a run is in id order only within
+	// its key.
+	KeyRun int
 }
 
 // OutboxRow is a claimed row.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -105,6 +106,10 @@ type Driver struct {
 	// deadlockRetries counts transactions retried after error 1213. The
 	// READ COMMITTED design should keep it at zero; tests assert that.
 	deadlockRetries atomic.Int64
+
+	// ordered holds the ordered claim's cursors by event type.
+	orderedMu sync.Mutex
+	ordered   map[string]*orderedCursor
 }
 
 var (

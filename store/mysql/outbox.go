@@ -226,28 +226,11 @@ func (d *Driver) claimSQL(params *store.OutboxClaimParams) (string, error) {
 	q.WriteString("SELECT o.id, o.event_key, o.payload, o.headers, o.attempts, o.created_at FROM ")
 	q.WriteString(d.qOutbox)
 	q.WriteString(" o FORCE INDEX (txbox_claim) WHERE o.status = 'PENDING' AND o.event_type = ? AND o.due_at <= UTC_TIMESTAMP(6)")
+	if params.KeyRun < 0 || params.KeyRun > maxKeyRun {
+		return "", fmt.Errorf("%w: claim KeyRun must be between 0 and %d, got %d", ErrInvalidParams, maxKeyRun, params.KeyRun)
+	}
 	if params.OrderedByKey {
-		// Only the head of each key: the row must be its key's PENDING row
-		// with the smallest id, no IN_PROCESS or FAILED row of the key may
-		// have a smaller id, and no unresolved dead letter may park the
-		// key. Each test is an equality lookup on txbox_order (type, key,
-		// status, id), so it reads O(1) entries: an IN list or a plain
-		// "EXISTS an earlier unfinished row" would scan the key's whole
-		// backlog per candidate (MySQL and MariaDB use ref access, not
-		// ranges, in dependent subqueries). Keyless rows are never held
-		// back. The subqueries are plain consistent reads (FOR UPDATE
-		// applies to the outer table only).
-		q.WriteString(" AND (o.event_key IS NULL OR o.id = (SELECT p.id FROM ")
-		q.WriteString(d.qOutbox)
-		q.WriteString(" p FORCE INDEX (txbox_order) WHERE p.event_type = o.event_type AND p.event_key = o.event_key AND p.status = 'PENDING' ORDER BY p.id LIMIT 1))")
-		for _, status := range []string{store.StatusInProcess, store.StatusFailed} {
-			q.WriteString(" AND NOT EXISTS (SELECT 1 FROM ")
-			q.WriteString(d.qOutbox)
-			q.WriteString(" p FORCE INDEX (txbox_order) WHERE p.event_type = o.event_type AND p.event_key = o.event_key AND p.status = '" + status + "' AND p.id < o.id)")
-		}
-		q.WriteString(" AND NOT EXISTS (SELECT 1 FROM ")
-		q.WriteString(d.qDeadLetter)
-		q.WriteString(" x WHERE x.event_type = o.event_type AND x.event_key = o.event_key AND x.status = 'UNRESOLVED')")
+		return "", nil // claimOrderedIn builds its own statements
 	}
 	q.WriteString(" ORDER BY o.due_at, o.id LIMIT ? FOR UPDATE SKIP LOCKED")
 	return q.String(), nil
@@ -256,6 +239,9 @@ func (d *Driver) claimSQL(params *store.OutboxClaimParams) (string, error) {
 // claimIn runs a claim inside tx: the locking SELECT, then one UPDATE by
 // primary key that sets IN_PROCESS, the lease and token.
 func (d *Driver) claimIn(ctx context.Context, tx *sql.Tx, claimSQL string, params *store.OutboxClaimParams, token txbox.ID) ([]*store.OutboxRow, error) {
+	if params.OrderedByKey {
+		return d.claimOrderedIn(ctx, tx, params, token)
+	}
 	rows, err := tx.QueryContext(ctx, claimSQL, params.EventType, params.Limit)
 	if err != nil {
 		return nil, err

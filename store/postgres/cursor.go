@@ -21,6 +21,16 @@ type claimCursor struct {
 	due      time.Time // database clock
 	id       uuid.UUID
 	rescanAt time.Time // local clock: the next claim scans in full after this
+	// catching is true while a rescan is working through rows below the
+	// cursor (rows of transactions that committed late): each claim then
+	// starts after the last row the previous one of the catch-up took,
+	// (catchDue, catchID), and takes the oldest rows, until a claim comes
+	// back partial or reaches the cursor. A full batch of such rows is
+	// not the last of them, and handing out one batch per rescan interval
+	// would leave the rest behind every newer row of a saturated type.
+	catching bool
+	catchDue time.Time
+	catchID  uuid.UUID
 }
 
 func (d *Driver) cursor(eventType string) *claimCursor {
@@ -38,33 +48,119 @@ func (d *Driver) cursor(eventType string) *claimCursor {
 }
 
 // lowerBound returns the (due_at, id) to start the scan after, or false
-// for a full scan.
-func (c *claimCursor) lowerBound(now time.Time, lookback time.Duration) (time.Time, uuid.UUID, bool) {
+// for a full scan. catchUp is true when the claim is part of a catch-up
+// (a full scan, or a claim after the previous catch-up batch), whose
+// outcome decides whether the catch-up goes on (see claimed).
+func (c *claimCursor) lowerBound(now time.Time, lookback time.Duration) (due time.Time, id uuid.UUID, bounded, catchUp bool) {
 	if lookback < 0 {
-		return time.Time{}, uuid.UUID{}, false
+		return time.Time{}, uuid.UUID{}, false, false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.due.IsZero() || !now.Before(c.rescanAt) {
-		return time.Time{}, uuid.UUID{}, false
+	if c.catching {
+		return c.catchDue, c.catchID, true, true
 	}
-	return c.due, c.id, true
+	if c.due.IsZero() || !now.Before(c.rescanAt) {
+		return time.Time{}, uuid.UUID{}, false, true
+	}
+	return c.due, c.id, true, false
 }
 
-// claimed records a claim's outcome: the last row claimed (zero when none)
-// and whether the claim scanned in full. An empty bounded claim forces the
-// next claim to scan in full, so an idle type never waits for the rescan
-// timer to find a row that committed late.
-func (c *claimCursor) claimed(now, due time.Time, id uuid.UUID, full bool, rescan time.Duration) {
+// claimed records a claim's outcome: the last row claimed (zero when none),
+// whether it was full, and whether it was a catch-up claim. An empty
+// bounded claim forces the next claim to scan in full, so an idle type
+// never waits for the rescan timer to find a row that committed late. A
+// full catch-up claim whose last row is still below the cursor continues
+// the catch-up from that row; otherwise the catch-up is over and the next
+// full scan comes after the rescan interval.
+func (c *claimCursor) claimed(now, due time.Time, id uuid.UUID, full, catchUp bool, rescan time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !due.IsZero() && (due.After(c.due) || (due.Equal(c.due) && bytes.Compare(id[:], c.id[:]) > 0)) {
+	below := !due.IsZero() && !c.due.IsZero() && before(due, id, c.due, c.id)
+	if !due.IsZero() && !below {
 		c.due, c.id = due, id
 	}
 	switch {
-	case full:
+	case catchUp && full && below:
+		if !c.catching || before(c.catchDue, c.catchID, due, id) {
+			c.catchDue, c.catchID = due, id
+		}
+		c.catching = true
+	case catchUp:
+		c.catching = false
 		c.rescanAt = now.Add(rescan)
 	case due.IsZero():
 		c.rescanAt = time.Time{}
+	}
+}
+
+// before reports whether (d1, i1) sorts before (d2, i2) in claim order.
+func before(d1 time.Time, i1 uuid.UUID, d2 time.Time, i2 uuid.UUID) bool {
+	if !d1.Equal(d2) {
+		return d1.Before(d2)
+	}
+	return bytes.Compare(i1[:], i2[:]) < 0
+}
+
+// orderedCursor holds, per event type, where the next ordered claim
+// starts (see claimOrderedSQL): the last key its walk visited, so
+// successive claims, and the batches in flight at once, take different
+// keys and every key gets its turn; and the keyless sweep, the (due_at,
+// id) after which the next claim looks for rows without a key. Like
+// claimCursor it is a hint held in memory: losing it costs a claim that
+// starts at the first key, never a row.
+type orderedCursor struct {
+	mu       sync.Mutex
+	key      string
+	hasKey   bool
+	due      time.Time // database clock; zero: sweep from the start
+	id       uuid.UUID
+	rescanAt time.Time // local clock: the sweep restarts after this
+}
+
+func (d *Driver) orderedCursor(eventType string) *orderedCursor {
+	d.cursorsMu.Lock()
+	defer d.cursorsMu.Unlock()
+	if d.ordered == nil {
+		d.ordered = map[string]*orderedCursor{}
+	}
+	c := d.ordered[eventType]
+	if c == nil {
+		c = &orderedCursor{}
+		d.ordered[eventType] = c
+	}
+	return c
+}
+
+// start returns the key to walk after (false: the first key) and the
+// keyless sweep's lower bound (zero time: from the start).
+func (c *orderedCursor) start(now time.Time) (string, bool, time.Time, uuid.UUID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !now.Before(c.rescanAt) {
+		// The sweep restarts from the oldest row every rescan interval, so
+		// a keyless row that committed behind it waits at most that long.
+		c.due, c.id = time.Time{}, uuid.UUID{}
+	}
+	return c.key, c.hasKey, c.due, c.id
+}
+
+// claimed records an ordered claim's marker: the last key walked (none:
+// there are no keys) and the keyless window's size and last row. A window
+// that was not full reached the end of the due rows: the next sweep starts
+// from the oldest again.
+func (c *orderedCursor) claimed(now time.Time, key string, hasKey bool, window, limit int, due time.Time, id uuid.UUID, rescan time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.key, c.hasKey = key, hasKey
+	switch {
+	case window < limit || due.IsZero():
+		c.due, c.id = time.Time{}, uuid.UUID{}
+		c.rescanAt = now.Add(rescan)
+	case c.due.IsZero():
+		c.due, c.id = due, id
+		c.rescanAt = now.Add(rescan)
+	default:
+		c.due, c.id = due, id
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres"
 )
@@ -104,5 +105,95 @@ func TestClaimLowerBoundNeverLosesALateCommit(t *testing.T) {
 				t.Fatalf("the full scan after an empty claim did not find the late row: %d rows", len(rows))
 			}
 		})
+	}
+}
+
+// TestLateCommitClaimedFirstUnderSaturation is the regression test of rows
+// from a transaction that committed late waiting behind a saturated
+// type's backlog: beyond the lookback they are below the claim's lower
+// bound, and a full scan found one batch of them per rescan interval
+// while every other claim took newer rows. Now the rescan keeps claiming
+// from the oldest rows until it catches up, so once the first late row is
+// claimed, the next claims take the rest of them before any newer row.
+func TestLateCommitClaimedFirstUnderSaturation(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	const limit, late, backlog = 50, 300, 20_000
+	d, err := postgres.New(newPool(t, 4), postgres.Config{Schema: newSchema(t), ClaimLookback: time.Microsecond, ClaimRescanInterval: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	events := func(n int) []*txbox.Event {
+		evs := make([]*txbox.Event, n)
+		for i := range evs {
+			evs[i] = &txbox.Event{ID: txbox.NewID(), Type: "sat", Payload: []byte("{}")}
+		}
+		return evs
+	}
+	// A transaction that stays open while newer rows commit behind it.
+	lateTx, err := d.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lateTx.Rollback(ctx)
+	lateIDs := map[txbox.ID]bool{}
+	lateEvs := events(late)
+	for _, ev := range lateEvs {
+		lateIDs[ev.ID] = true
+	}
+	if err := d.OutboxInsert(ctx, lateTx, &store.OutboxInsertParams{Events: lateEvs}); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := d.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.OutboxInsert(ctx, tx, &store.OutboxInsertParams{Events: events(backlog)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	claim := func() (lateRows, newer int) {
+		t.Helper()
+		rows, err := d.OutboxClaim(ctx, &store.OutboxClaimParams{EventType: "sat", Limit: limit, LeaseDuration: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) != limit {
+			t.Fatalf("claim took %d rows: the backlog ran out, the type is not saturated", len(rows))
+		}
+		for _, r := range rows {
+			if lateIDs[r.ID] {
+				lateRows++
+			}
+		}
+		return lateRows, len(rows) - lateRows
+	}
+	claim() // the first claim scans in full and sets the cursor
+	claim()
+	if err := lateTx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Claim (a saturated relay does nothing else) until the rescan finds
+	// the late rows.
+	got := 0
+	testenv.WaitFor(t, 10*time.Second, "a claim that takes late rows", func() bool {
+		n, _ := claim()
+		got += n
+		return n > 0
+	})
+	for claims := 1; got < late; claims++ {
+		if claims > late/limit+1 {
+			t.Fatalf("%d claims after the first late row, %d of %d late rows claimed: the rest wait behind newer rows", claims, got, late)
+		}
+		n, newer := claim()
+		got += n
+		if got < late && newer > 0 {
+			t.Fatalf("claim took %d newer rows while %d older late rows were pending", newer, late-got)
+		}
 	}
 }

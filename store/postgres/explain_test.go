@@ -77,7 +77,7 @@ func TestClaimPlanIsOBatch(t *testing.T) {
 	}{
 		{"claim", d.q.claim, []any{"type-2", limit, int64(time.Minute / time.Microsecond), txbox.NewID(), full, uuid.UUID{}, int64(0)}, d.prefix + "outbox_claim_idx"},
 		{"claim after a cursor", d.q.claim, []any{"type-2", limit, int64(time.Minute / time.Microsecond), txbox.NewID(), time.Now().Add(-time.Hour), uuid.UUID{}, int64(time.Second / time.Microsecond)}, d.prefix + "outbox_claim_idx"},
-		{"claim ordered by key", d.q.claimOrdered, []any{"type-4", limit, int64(time.Minute / time.Microsecond), txbox.NewID(), full, uuid.UUID{}, int64(0)}, d.prefix + "outbox_claim_idx"},
+		{"claim ordered by key", d.claimOrdered(1), orderedArgs("type-4", limit, 1, pgtype.Text{}, full), d.prefix + "outbox_key_idx"},
 		{"pending types", d.q.pendingTypes, nil, d.prefix + "outbox_claim_idx"},
 	}
 	for _, c := range cases {
@@ -120,6 +120,116 @@ func TestClaimPlanIsOBatch(t *testing.T) {
 		if hit+read > 40*limit {
 			t.Errorf("%s touched %.0f pages for a batch of %d:\n%s", c.name, hit+read, limit, text)
 		}
+	}
+}
+
+// orderedArgs are the parameters of the ordered claim (claimOrderedSQL)
+// starting after key cursor after, with the keyless sweep from lower.
+func orderedArgs(typ string, limit, run int, after pgtype.Text, lower pgtype.Timestamptz) []any {
+	return []any{typ, limit, int64(time.Minute / time.Microsecond), txbox.NewID(), after, run, maxWalk(limit), lower, uuid.UUID{}}
+}
+
+// TestOrderedClaimPlanIsOBatch proves with EXPLAIN (ANALYZE, BUFFERS) that
+// the ordered claim reads O(batch) pages however many rows wait behind one
+// key: 50k rows behind one hot key whose head is in process (the claim
+// used to read every one of them, ~200k buffers), and 50 keys with 2,000
+// rows each, claimed in runs. TXBOX_PRINT_PLANS=1 prints the plans
+// (copied into docs/schema.md).
+func TestOrderedClaimPlanIsOBatch(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	db, err := sql.Open("pgx", testenv.PostgresURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	schema := testenv.PostgresSchema(t, db)
+	pool, err := pgxpool.New(ctx, testenv.PostgresURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	d, err := New(pool, Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ob := d.table(d.tables.Outbox)
+	// "hot": 50k rows of one key, its head in process, then one row for
+	// each of 50 other keys. "many": 50 keys x 2,000 rows, interleaved.
+	fill := fmt.Sprintf(`
+		INSERT INTO %[1]s (event_type, event_key, payload)
+		SELECT 'hot', 'hot', '\x00'::bytea FROM generate_series(1, 50000) g;
+		UPDATE %[1]s SET status = 'IN_PROCESS', lease_until = now() + interval '1 hour'
+		WHERE id = (SELECT id FROM %[1]s WHERE event_type = 'hot' ORDER BY id LIMIT 1);
+		INSERT INTO %[1]s (event_type, event_key, payload)
+		SELECT 'hot', 'key-' || g, '\x00'::bytea FROM generate_series(1, 50) g;
+		INSERT INTO %[1]s (event_type, event_key, payload)
+		SELECT 'many', 'key-' || (g %% 50), '\x00'::bytea FROM generate_series(1, 100000) g;
+		ANALYZE %[1]s;`, ob)
+	if _, err := pool.Exec(ctx, fill, pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+	full := pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+	cases := []struct {
+		name       string
+		args       []any
+		limit      int
+		wantRows   float64
+		maxScanned float64 // rows any one scan node may produce
+	}{
+		// 50 heads; the hot key costs one probe.
+		{"50k rows behind one hot key", orderedArgs("hot", 200, 1, pgtype.Text{}, full), 200, 50, 1000},
+		// Runs of 4: 50 keys x 4 rows = a full batch.
+		{"50 keys x 2,000 rows, runs of 4", orderedArgs("many", 200, 4, pgtype.Text{}, full), 200, 200, 1000},
+		{"50 keys x 2,000 rows, after a key cursor", orderedArgs("many", 200, 4, pgtype.Text{String: "key-25", Valid: true}, full), 200, 200, 1000},
+	}
+	for _, c := range cases {
+		plan, text := explain(ctx, t, pool, d.claimOrdered(c.args[5].(int)), c.args)
+		if os.Getenv("TXBOX_PRINT_PLANS") != "" {
+			t.Logf("ordered claim, %s:\n%s", c.name, text)
+		}
+		var (
+			maxRows float64
+			seqScan string
+			keyIdx  bool
+		)
+		walk(plan, func(n map[string]any) {
+			if n["Index Name"] == d.prefix+"outbox_key_idx" {
+				keyIdx = true
+			}
+			if n["Node Type"] == "Seq Scan" {
+				seqScan = fmt.Sprint(n["Relation Name"])
+			}
+			if strings.Contains(fmt.Sprint(n["Node Type"]), "Scan") && n["Node Type"] != "CTE Scan" && n["Node Type"] != "WorkTable Scan" {
+				loops, _ := n["Actual Loops"].(float64)
+				rows, _ := n["Actual Rows"].(float64)
+				maxRows = max(maxRows, rows*loops)
+			}
+		})
+		// The top node is the Append of the claimed rows and the marker.
+		if got, _ := plan["Actual Rows"].(float64); got != c.wantRows+1 {
+			t.Errorf("%s: claimed %.0f rows, want %.0f:\n%s", c.name, got-1, c.wantRows, text)
+		}
+		hit, _ := plan["Shared Hit Blocks"].(float64)
+		read, _ := plan["Shared Read Blocks"].(float64)
+		if !keyIdx {
+			t.Errorf("%s does not use the key index:\n%s", c.name, text)
+		}
+		if seqScan != "" {
+			t.Errorf("%s seq-scans %s:\n%s", c.name, seqScan, text)
+		}
+		if maxRows > c.maxScanned {
+			t.Errorf("%s: a scan node produced %.0f rows for a batch of %d:\n%s", c.name, maxRows, c.limit, text)
+		}
+		if hit+read > 40*float64(c.limit) {
+			t.Errorf("%s touched %.0f pages for a batch of %d:\n%s", c.name, hit+read, c.limit, text)
+		}
+		t.Logf("%s: %.0f buffers for %.0f rows", c.name, hit+read, c.wantRows)
 	}
 }
 

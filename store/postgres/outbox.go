@@ -256,13 +256,19 @@ func (d *Driver) OutboxClaim(ctx context.Context, params *store.OutboxClaimParam
 // claimCall is one prepared claim: its statement, arguments and what is
 // needed to read the rows back and move the cursor.
 type claimCall struct {
-	d        *Driver
-	query    string
-	args     []any
-	token    txbox.ID
-	cur      *claimCursor
-	fullScan bool
+	d       *Driver
+	query   string
+	args    []any
+	token   txbox.ID
+	limit   int
+	cur     *claimCursor
+	ord     *orderedCursor
+	catchUp bool
 }
+
+// maxKeyRun bounds OutboxClaimParams.KeyRun: a longer run would only be
+// sent in more waves than a lease allows for.
+const maxKeyRun = 10_000
 
 func (d *Driver) prepareClaim(params *store.OutboxClaimParams) (*claimCall, error) {
 	if params == nil {
@@ -277,27 +283,54 @@ func (d *Driver) prepareClaim(params *store.OutboxClaimParams) (*claimCall, erro
 	if params.LeaseDuration <= 0 {
 		return nil, errBadParams("claim", "lease duration %s must be positive", params.LeaseDuration)
 	}
-	c := &claimCall{d: d, query: d.q.claim, token: txbox.NewID(), fullScan: true}
+	if params.KeyRun < 0 || params.KeyRun > maxKeyRun {
+		return nil, errBadParams("claim", "key run %d must be between 0 and %d", params.KeyRun, maxKeyRun)
+	}
+	c := &claimCall{d: d, query: d.q.claim, token: txbox.NewID(), limit: params.Limit}
 	lowerDue := pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
 	var lowerID uuid.UUID
 	if params.OrderedByKey {
-		// No lower bound for ordered types: a row the scan passed while
-		// its key was blocked becomes the head later, below any cursor.
-		c.query = d.q.claimOrdered
-	} else {
-		c.cur = d.cursor(params.EventType)
-		if due, id, ok := c.cur.lowerBound(time.Now(), d.lookback); ok {
-			lowerDue, lowerID = pgtype.Timestamptz{Time: due, Valid: true}, id
-			c.fullScan = false
+		// No claim-index lower bound for ordered types: a row the scan
+		// passed while its key was blocked becomes the head later, below
+		// any cursor. The ordered claim walks keys instead.
+		run := max(params.KeyRun, 1)
+		c.query = d.claimOrdered(run)
+		c.ord = d.orderedCursor(params.EventType)
+		key, hasKey, due, id := c.ord.start(time.Now())
+		var after pgtype.Text
+		if hasKey {
+			after = pgtype.Text{String: key, Valid: true}
 		}
+		if !due.IsZero() {
+			lowerDue, lowerID = pgtype.Timestamptz{Time: due, Valid: true}, id
+		}
+		c.args = []any{params.EventType, params.Limit, params.LeaseDuration.Microseconds(), pgUUID(c.token),
+			after, run, maxWalk(params.Limit), lowerDue, pgUUID(lowerID)}
+		return c, nil
 	}
+	c.cur = d.cursor(params.EventType)
+	due, id, bounded, catchUp := c.cur.lowerBound(time.Now(), d.lookback)
+	if bounded {
+		lowerDue, lowerID = pgtype.Timestamptz{Time: due, Valid: true}, id
+	}
+	c.catchUp = catchUp
 	c.args = []any{params.EventType, params.Limit, params.LeaseDuration.Microseconds(), pgUUID(c.token),
 		lowerDue, pgUUID(lowerID), max(d.lookback, 0).Microseconds()}
 	return c, nil
 }
 
+// maxWalk bounds the keys one ordered claim visits: every claimable key
+// yields at least one row, so only blocked keys (head in flight, failed,
+// parked or not due) make a walk longer than limit. Past the bound the
+// claim returns what it found and the next one continues after the last
+// key visited.
+func maxWalk(limit int) int { return 4*limit + 64 }
+
 // scan reads the claimed rows in claim order and moves the cursor.
 func (c *claimCall) scan(rows pgx.Rows) ([]*store.OutboxRow, error) {
+	if c.ord != nil {
+		return c.scanOrdered(rows)
+	}
 	defer rows.Close()
 	type claimed struct {
 		row *store.OutboxRow
@@ -324,13 +357,7 @@ func (c *claimCall) scan(rows pgx.Rows) ([]*store.OutboxRow, error) {
 	if err := rows.Err(); err != nil {
 		return nil, translate("claim", err)
 	}
-	// RETURNING has no order; hand rows out in claim order.
-	slices.SortFunc(out, func(a, b claimed) int {
-		if c := a.due.Compare(b.due); c != 0 {
-			return c
-		}
-		return strings.Compare(string(a.row.ID[:]), string(b.row.ID[:]))
-	})
+	sortClaimed(out, func(x claimed) (time.Time, txbox.ID) { return x.due, x.row.ID })
 	res := make([]*store.OutboxRow, len(out))
 	for i, o := range out {
 		res[i] = o.row
@@ -341,7 +368,78 @@ func (c *claimCall) scan(rows pgx.Rows) ([]*store.OutboxRow, error) {
 		if len(out) > 0 {
 			lastDue, lastID = out[len(out)-1].due, out[len(out)-1].row.ID
 		}
-		c.cur.claimed(time.Now(), lastDue, lastID, c.fullScan, c.d.rescan)
+		c.cur.claimed(time.Now(), lastDue, lastID, len(out) == c.limit, c.catchUp, c.d.rescan)
+	}
+	return res, nil
+}
+
+// sortClaimed sorts rows in claim order, (due_at, id): RETURNING has no
+// order.
+func sortClaimed[T any](xs []T, key func(T) (time.Time, txbox.ID)) {
+	slices.SortFunc(xs, func(a, b T) int {
+		da, ia := key(a)
+		db, ib := key(b)
+		if c := da.Compare(db); c != 0 {
+			return c
+		}
+		return strings.Compare(string(ia[:]), string(ib[:]))
+	})
+}
+
+// scanOrdered reads an ordered claim: the claimed rows, then the marker
+// row that moves the ordered cursor (see claimOrderedSQL).
+func (c *claimCall) scanOrdered(rows pgx.Rows) ([]*store.OutboxRow, error) {
+	defer rows.Close()
+	type claimed struct {
+		row *store.OutboxRow
+		due time.Time
+	}
+	var (
+		out    []claimed
+		marker bool
+		mKey   pgtype.Text
+		mID    uuid.UUID
+		mCount int
+		mDue   pgtype.Timestamptz
+	)
+	for rows.Next() {
+		var (
+			isMarker bool
+			r        = &store.OutboxRow{LeaseToken: c.token}
+			key      pgtype.Text
+			due      pgtype.Timestamptz
+			headers  []byte
+		)
+		if err := rows.Scan(&isMarker, uuidDest{&r.ID}, &r.EventType, &key, &r.Payload, &headers, &r.Attempts, &r.CreatedAt, &due); err != nil {
+			return nil, translate("claim", err)
+		}
+		if isMarker {
+			marker, mKey, mID, mCount, mDue = true, key, r.ID, r.Attempts, due
+			continue
+		}
+		r.Key = key.String
+		// As in scan: an undecodable row is handed out Invalid.
+		var herr error
+		if r.Headers, herr = store.DecodeHeaders(headers); herr != nil {
+			r.Invalid = herr.Error()
+		}
+		out = append(out, claimed{r, due.Time})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, translate("claim", err)
+	}
+	if !marker {
+		return nil, fmt.Errorf("postgres: claim: the ordered claim returned no cursor row")
+	}
+	var lastDue time.Time
+	if mDue.Valid && mDue.InfinityModifier == pgtype.Finite {
+		lastDue = mDue.Time
+	}
+	c.ord.claimed(time.Now(), mKey.String, mKey.Valid, mCount, c.limit, lastDue, mID, c.d.rescan)
+	sortClaimed(out, func(x claimed) (time.Time, txbox.ID) { return x.due, x.row.ID })
+	res := make([]*store.OutboxRow, len(out))
+	for i, o := range out {
+		res[i] = o.row
 	}
 	return res, nil
 }

@@ -80,6 +80,8 @@ type Driver struct {
 	lookback, rescan time.Duration
 	cursorsMu        sync.Mutex
 	cursors          map[string]*claimCursor
+	ordered          map[string]*orderedCursor
+	orderedSQL       map[int]string
 }
 
 var (

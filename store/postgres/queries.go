@@ -1,6 +1,9 @@
 package postgres
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // queries holds every statement of the driver, rendered once in New with
 // the validated, quoted table names. Their text never changes afterwards,
@@ -11,12 +14,12 @@ type queries struct {
 	insertOne, insertOneNotify       string
 	notify                           string
 
-	claim, claimOrdered string
-	finish              string
-	recover             string
-	pendingTypes        string
-	stats               string
-	cleanup             string
+	claim        string
+	finish       string
+	recover      string
+	pendingTypes string
+	stats        string
+	cleanup      string
 
 	dlMove, dlList, dlCount, dlGet string
 	dlRetry, dlResolve, dlDelete   string
@@ -98,19 +101,6 @@ func buildQueries(d *Driver) queries {
 	WHERE u.id = picked.id
 	RETURNING u.id, u.event_type, COALESCE(u.event_key, ''), u.payload, u.headers, u.attempts, u.created_at, u.due_at`
 	q.claim = d.render(strings.Replace(claimTmpl, "%s", "", 1))
-	// Ordered by key: only the head of each key is claimable. The head is
-	// the row with no earlier unfinished row of the same type and key, and
-	// no unresolved dead letter of that type and key (a parked key).
-	q.claimOrdered = d.render(strings.Replace(claimTmpl, "%s", `
-		AND (o.event_key IS NULL OR (
-			NOT EXISTS (
-				SELECT 1 FROM {{outbox}} e
-				WHERE e.event_type = o.event_type AND e.event_key = o.event_key AND e.id < o.id
-				  AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED'))
-			AND NOT EXISTS (
-				SELECT 1 FROM {{dead_letter}} x
-				WHERE x.event_type = o.event_type AND x.event_key = o.event_key
-				  AND x.event_key IS NOT NULL AND x.status = 'UNRESOLVED')))`, 1))
 
 	// Outcomes: 0 acked, 1 retry, 2 failed, 3 released (store.Outcome).
 	//
@@ -268,3 +258,143 @@ func buildQueries(d *Driver) queries {
 	q.leaseRelease = d.render(`DELETE FROM {{lease}} WHERE name = $1 AND holder = $2`)
 	return q
 }
+
+// claimOrdered returns the ordered claim statement for runs of up to run
+// rows per key, rendering it once per run length (a relay uses one per
+// event type).
+func (d *Driver) claimOrdered(run int) string {
+	d.cursorsMu.Lock()
+	defer d.cursorsMu.Unlock()
+	if q, ok := d.orderedSQL[run]; ok {
+		return q
+	}
+	if d.orderedSQL == nil {
+		d.orderedSQL = map[int]string{}
+	}
+	q := d.render(strings.ReplaceAll(claimOrderedSQL, "{{run-1}}", strconv.Itoa(run-1)))
+	d.orderedSQL[run] = q
+	return q
+}
+
+// claimOrderedSQL is the ordered-by-key claim (docs/schema.md, "Ordered
+// claim"). It reads O(batch) index entries however many rows wait behind
+// one key, instead of walking the claim index in due order past every
+// row of a blocked key:
+//
+//   - keyless: a window of the type's oldest due PENDING rows after the
+//     keyless sweep cursor ($8, $9), LIMIT $2. Rows without a key are
+//     unordered; the window finds them without an index of their own, and
+//     the sweep (moved by the driver, see orderedCursor) keeps a window
+//     filled with blocked keyed rows from hiding the keyless rows behind it.
+//   - walk: a loose index scan over key_idx (event_type, event_key, id),
+//     which holds only PENDING, IN_PROCESS and FAILED rows. Each step jumps
+//     to the first entry of the next key after the previous one (starting
+//     after the key cursor $5 and wrapping around once, so every key gets
+//     its turn): that key's head. The run is the head and, when the head is
+//     PENDING and due, the next $6 - 1 entries after it in the index, kept
+//     while they are of the same key: a row comparison range with a
+//     constant LIMIT ({{run-1}} in the text) and the type and key checked
+//     outside it. An equality on the key would let the planner, whose
+//     estimate of one key's rows is poor, prefer a bitmap scan that reads
+//     every row of the key; an equality on the type would make the scan
+//     start at the type's first entry instead of at the row comparison. The
+//     run is the longest prefix whose rows are all PENDING and due; a head
+//     IN_PROCESS or FAILED, or not due yet, yields nothing, and an
+//     unresolved dead letter of the key parks it. The walk stops when it
+//     has $2 rows in all or after $7 keys.
+//   - locked: the candidates, re-checked and locked FOR UPDATE SKIP
+//     LOCKED, found by ctid (a TID scan, one page each, where a primary key
+//     probe reads four; a row updated since the walk read it has a new ctid
+//     and is left out, like one another claimer holds) and updated by ctid. A key keeps only the prefix of its run that this statement
+//     locked: a row another claimer holds ends the run there, so two
+//     relays never hold rows of one key that are not contiguous.
+//
+// The last row of the result is a marker (first column true) carrying the
+// cursor positions: the last key walked, and the keyless window's size and
+// last (due_at, id).
+const claimOrderedSQL = `
+	WITH RECURSIVE
+	keyless AS MATERIALIZED (
+		SELECT o.id, o.ctid AS tid, o.event_key, o.due_at FROM {{outbox}} o
+		WHERE o.status = 'PENDING' AND o.event_type = $1 AND o.due_at <= now()
+		  AND (o.due_at, o.id) > ($8::timestamptz, $9::uuid)
+		ORDER BY o.due_at, o.id
+		LIMIT $2
+	),
+	walk(key, wrapped, ids, tids, total, steps) AS (
+		SELECT $5::text, false, '{}'::uuid[], '{}'::tid[], (SELECT count(*)::int FROM keyless WHERE event_key IS NULL), 0
+	  UNION ALL
+		SELECT nk.key, nk.wrapped, run.ids, run.tids, w.total + cardinality(run.ids), w.steps + 1
+		FROM walk w
+		LEFT JOIN LATERAL (
+			SELECT e.event_key AS key, e.id, e.ctid AS tid, e.status = 'PENDING' AND e.due_at <= now() AS ok
+			FROM {{outbox}} e
+			WHERE e.event_type = $1 AND e.event_key > w.key
+			  AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED')
+			ORDER BY e.event_key, e.id LIMIT 1) a ON true
+		LEFT JOIN LATERAL (
+			SELECT e.event_key AS key, e.id, e.ctid AS tid, e.status = 'PENDING' AND e.due_at <= now() AS ok
+			FROM {{outbox}} e
+			WHERE a.key IS NULL AND NOT w.wrapped AND e.event_type = $1
+			  AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED')
+			ORDER BY e.event_key, e.id LIMIT 1) f ON true
+		CROSS JOIN LATERAL (SELECT COALESCE(a.key, f.key) AS key, COALESCE(a.id, f.id) AS head,
+			COALESCE(a.tid, f.tid) AS tid, COALESCE(a.ok, f.ok) AS ok,
+			w.wrapped OR a.key IS NULL AS wrapped OFFSET 0) nk
+		CROSS JOIN LATERAL (SELECT COALESCE(array_agg(c.id ORDER BY c.id), '{}') AS ids,
+			COALESCE(array_agg(c.tid ORDER BY c.id), '{}') AS tids FROM (
+				SELECT i.id, i.tid, bool_and(i.ok) OVER (ORDER BY i.id ROWS UNBOUNDED PRECEDING) AS ok,
+					row_number() OVER (ORDER BY i.id ROWS UNBOUNDED PRECEDING) AS rn
+				FROM (
+					SELECT nk.head AS id, nk.tid, nk.ok
+				  UNION ALL
+					SELECT r.id, r.tid, r.ok FROM (
+						SELECT e.event_type, e.event_key, e.id, e.ctid AS tid,
+							e.status = 'PENDING' AND e.due_at <= now() AS ok
+						FROM {{outbox}} e
+						WHERE nk.ok AND (e.event_type, e.event_key, e.id) > ($1, nk.key, nk.head)
+						  AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED')
+						ORDER BY e.event_type, e.event_key, e.id
+						LIMIT {{run-1}}) r
+					WHERE r.event_type = $1 AND r.event_key = nk.key) i) c
+			WHERE c.ok AND c.rn <= LEAST($6::int, $2::int - w.total) AND NOT EXISTS (
+				SELECT 1 FROM {{dead_letter}} x
+				WHERE x.event_type = $1 AND x.event_key = nk.key
+				  AND x.event_key IS NOT NULL AND x.status = 'UNRESOLVED')
+			OFFSET 0) run
+		WHERE w.total < $2 AND w.steps < $7 AND nk.key IS NOT NULL
+		  AND NOT (nk.wrapped AND $5::text IS NOT NULL AND nk.key > $5::text)
+	),
+	runs AS MATERIALIZED (
+		SELECT w.key, r.id, r.tid, r.ord FROM walk w, unnest(w.ids, w.tids) WITH ORDINALITY AS r(id, tid, ord)
+	),
+	locked AS MATERIALIZED (
+		SELECT o.id, o.ctid AS tid FROM {{outbox}} o
+		WHERE o.ctid = ANY (ARRAY(SELECT tid FROM runs UNION ALL SELECT tid FROM keyless WHERE event_key IS NULL))
+		  AND o.status = 'PENDING' AND o.due_at <= now()
+		FOR UPDATE SKIP LOCKED
+	),
+	keep AS (
+		SELECT l.tid FROM locked l
+		WHERE EXISTS (SELECT 1 FROM keyless k WHERE k.id = l.id AND k.event_key IS NULL)
+		   OR EXISTS (
+			SELECT 1 FROM runs r
+			WHERE r.id = l.id AND NOT EXISTS (
+				SELECT 1 FROM runs p
+				WHERE p.key = r.key AND p.ord <= r.ord
+				  AND NOT EXISTS (SELECT 1 FROM locked m WHERE m.id = p.id)))
+	),
+	upd AS (
+		UPDATE {{outbox}} AS u
+		SET status = 'IN_PROCESS', lease_until = now() + $3::float8 * interval '1 microsecond', lease_token = $4
+		FROM keep
+		WHERE u.ctid = keep.tid
+		RETURNING u.id, u.event_type, COALESCE(u.event_key, '') AS event_key, u.payload, u.headers, u.attempts, u.created_at, u.due_at
+	)
+	SELECT false, id, event_type, event_key, payload, headers, attempts, created_at, due_at FROM upd
+	UNION ALL
+	SELECT true,
+		(SELECT id FROM keyless ORDER BY due_at DESC, id DESC LIMIT 1), '',
+		(SELECT key FROM walk ORDER BY steps DESC LIMIT 1), ''::bytea, '{}'::jsonb,
+		(SELECT count(*)::int FROM keyless), now(),
+		(SELECT max(due_at) FROM keyless)`

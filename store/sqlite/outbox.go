@@ -224,6 +224,8 @@ type claimRun struct {
 	args  []any
 	token txbox.ID
 	out   []claimedRow
+	// ord is set for an ordered claim (see runOrdered).
+	ord *orderedClaim
 }
 
 type claimedRow struct {
@@ -245,11 +247,15 @@ func (d *Driver) planClaim(params *store.OutboxClaimParams) (*claimRun, error) {
 	if params.LeaseDuration <= 0 {
 		return nil, fmt.Errorf("%w: claim LeaseDuration must be > 0, got %s", ErrInvalidParams, params.LeaseDuration)
 	}
-	c := &claimRun{q: d.q.claim, token: txbox.NewID()}
-	if params.OrderedByKey {
-		c.q = d.q.claimOrdered
+	if params.KeyRun < 0 || params.KeyRun > maxKeyRun {
+		return nil, fmt.Errorf("%w: claim KeyRun must be between 0 and %d, got %d", ErrInvalidParams, maxKeyRun, params.KeyRun)
 	}
+	c := &claimRun{q: d.q.claim, token: txbox.NewID()}
 	c.args = []any{modifier(params.LeaseDuration), c.token.String(), params.EventType, params.Limit}
+	if params.OrderedByKey {
+		c.ord = &orderedClaim{typ: params.EventType, limit: params.Limit, run: max(params.KeyRun, 1),
+			lease: modifier(params.LeaseDuration), cur: d.orderedCursor(params.EventType)}
+	}
 	return c, nil
 }
 
@@ -267,7 +273,15 @@ func (d *Driver) planClaim(params *store.OutboxClaimParams) (*claimRun, error) {
 // dead-letter mover takes it.
 func (c *claimRun) run(ctx context.Context, d *Driver, tx *sql.Tx) error {
 	c.out = c.out[:0]
-	rows, err := d.txQuery(ctx, tx, c.q, c.args...)
+	q, args := c.q, c.args
+	if c.ord != nil {
+		ids, err := c.ord.pick(ctx, d, tx)
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		q, args = d.q.claimIDs, []any{c.ord.lease, c.token.String(), idsJSON(ids)}
+	}
+	rows, err := d.txQuery(ctx, tx, q, args...)
 	if err != nil {
 		return err
 	}

@@ -59,17 +59,21 @@ type queries struct {
 	insertOne         string // insertPrefix + insertRow
 	insertOneNoDue    string // insertPrefixNoDue + insertRowNoDue
 
-	claim        string
-	claimOrdered string
-	finishAck    string // ids as a JSON array
-	finishDelete string // ids as a JSON array
-	finishRetry  string
-	finishFailed string
-	finishReleas string
-	recover      string
-	pendingTypes string
-	stats        string
-	cleanup      string
+	claim string
+	// The ordered claim (ordered.go): the keyless window, one key's head
+	// and run, and the update of the chosen ids.
+	orderedWindow string
+	orderedKey    string
+	claimIDs      string
+	finishAck     string // ids as a JSON array
+	finishDelete  string // ids as a JSON array
+	finishRetry   string
+	finishFailed  string
+	finishReleas  string
+	recover       string
+	pendingTypes  string
+	stats         string
+	cleanup       string
 
 	deadLetterMove       string
 	deadLetterMoveDelete string // + id list
@@ -121,16 +125,6 @@ WHERE id IN (
     ORDER BY o.due_at, o.id
     LIMIT ?)
 RETURNING id, event_type, event_key, payload, headers, attempts, created_at, due_at`
-	orderedCond := `
-      AND (o.event_key IS NULL OR o.event_key = '' OR (
-        NOT EXISTS (
-            SELECT 1 FROM {outbox} AS e
-            WHERE e.event_type = o.event_type AND e.event_key = o.event_key AND e.id < o.id
-              AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED'))
-        AND NOT EXISTS (
-            SELECT 1 FROM {dead_letter} AS x
-            WHERE x.event_type = o.event_type AND x.event_key = o.event_key
-              AND x.status = 'UNRESOLVED')))`
 	dlCols := `id, event_type, event_key, payload, headers, attempts, last_error, created_at, failed_at, status, resolved_at`
 	qs := queries{
 		lockGrab: r.Replace(`UPDATE {lease} SET name = name WHERE 0`),
@@ -149,8 +143,30 @@ RETURNING id, event_type, event_key, payload, headers, attempts, created_at, due
 		insertPrefixNoDue: r.Replace(`INSERT INTO {outbox} (id, event_type, event_key, payload, headers) VALUES `),
 		insertRowNoDue:    `(?, ?, ?, ?, ?)`,
 
-		claim:        r.Replace(fmt.Sprintf(claimBase, "")),
-		claimOrdered: r.Replace(fmt.Sprintf(claimBase, orderedCond)),
+		claim: r.Replace(fmt.Sprintf(claimBase, "")),
+		// The type's oldest due PENDING rows after the keyless sweep's
+		// (due_at, id), through the claim index.
+		orderedWindow: r.Replace(`SELECT id, due_at, coalesce(event_key, '') FROM {outbox}
+WHERE status = 'PENDING' AND event_type = ?1 AND due_at <= {now} AND (due_at, id) > (?2, ?3)
+ORDER BY due_at, id
+LIMIT ?4`),
+		// The first key after ?2 in the key index, and its first ?3
+		// entries in id order: each is claimable while PENDING and due;
+		// parked when an unresolved dead letter has the key. The empty
+		// key is no key (unordered), so walks start after ''.
+		orderedKey: r.Replace(`SELECT o.event_key, o.id, o.status = 'PENDING' AND o.due_at <= {now},
+    EXISTS (SELECT 1 FROM {dead_letter} AS x
+            WHERE x.event_type = ?1 AND x.event_key = o.event_key AND x.status = 'UNRESOLVED')
+FROM {outbox} AS o
+WHERE o.event_type = ?1 AND o.status IN ('PENDING', 'IN_PROCESS', 'FAILED')
+  AND o.event_key = (
+    SELECT min(event_key) FROM {outbox}
+    WHERE event_type = ?1 AND event_key > ?2 AND status IN ('PENDING', 'IN_PROCESS', 'FAILED'))
+ORDER BY o.id
+LIMIT ?3`),
+		claimIDs: r.Replace(`UPDATE {outbox} SET status = 'IN_PROCESS', lease_until = {now+}, lease_token = ?
+WHERE status = 'PENDING' AND id IN (SELECT value FROM json_each(?))
+RETURNING id, event_type, event_key, payload, headers, attempts, created_at, due_at`),
 		finishAck: r.Replace(`UPDATE {outbox}
 SET status = 'PROCESSED', processed_at = {now}, lease_until = NULL, lease_token = NULL
 WHERE lease_token = ? AND status = 'IN_PROCESS' AND id IN (SELECT value FROM json_each(?))`),

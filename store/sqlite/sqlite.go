@@ -122,6 +122,10 @@ type Driver struct {
 	// unprepared, which costs about a tenth of a one-row publish.
 	stmts  sync.Map // string → *sql.Stmt
 	warmed atomic.Bool
+
+	// ordered holds the ordered claim's cursors by event type.
+	orderedMu sync.Mutex
+	ordered   map[string]*orderedCursor
 }
 
 var (
@@ -255,7 +259,7 @@ func (d *Driver) Close() error {
 func (d *Driver) hotQueries() []string {
 	return []string{
 		d.q.insertOneNoDue, d.q.insertOne,
-		d.q.claim, d.q.claimOrdered,
+		d.q.claim, d.q.orderedWindow, d.q.orderedKey, d.q.claimIDs,
 		d.q.finishAck, d.q.finishDelete, d.q.finishRetry, d.q.finishFailed, d.q.finishReleas,
 	}
 }

@@ -67,6 +67,12 @@ func Exercise(t *testing.T, h Harness) {
 		{"OrderedByKey", testOrderedByKey},
 		{"OrderedByKeyParkedUntilRetried", testOrderedParkedRetry},
 		{"OrderedByKeyConcurrent", testOrderedConcurrent},
+		{"OrderedByKeyConcurrentRuns", testOrderedConcurrentRuns},
+		{"OrderedByKeyRuns", testOrderedRuns},
+		{"OrderedByKeyHotKey", testOrderedHotKey},
+		{"OrderedByKeyEveryKeyGetsItsTurn", testOrderedFairness},
+		{"OrderedByKeyKeylessBehindParkedKey", testOrderedKeylessBehindParked},
+		{"OrderedByKeyBadRun", testOrderedBadRun},
 		{"StatsAndPendingTypes", testStats},
 	}
 	// Optional capabilities get their subtests only where implemented.
@@ -169,6 +175,11 @@ func (e *env) claim(typ string, limit int, lease time.Duration) []*store.OutboxR
 func (e *env) claimOrdered(typ string, limit int) []*store.OutboxRow {
 	e.t.Helper()
 	return e.claimP(store.OutboxClaimParams{EventType: typ, Limit: limit, LeaseDuration: longLease, OrderedByKey: true})
+}
+
+func (e *env) claimRun(typ string, limit, run int) []*store.OutboxRow {
+	e.t.Helper()
+	return e.claimP(store.OutboxClaimParams{EventType: typ, Limit: limit, LeaseDuration: longLease, OrderedByKey: true, KeyRun: run})
 }
 
 func (e *env) finish(deleteAcked bool, items ...store.OutboxFinishItem) *store.OutboxFinishResult {
@@ -1366,7 +1377,14 @@ func testDeadLetterMoveConcurrent(t *testing.T, e *env) {
 // testOrderedConcurrent runs 8 claimers on an ordered type: a key never has
 // two rows in flight at once, and each key's rows are claimed exactly once,
 // in id order.
-func testOrderedConcurrent(t *testing.T, e *env) {
+func testOrderedConcurrent(t *testing.T, e *env) { orderedConcurrent(t, e, 1) }
+
+// testOrderedConcurrentRuns is testOrderedConcurrent with runs of up to 3
+// rows per key: a claimer holds a contiguous run of a key, and no other
+// claimer holds any row of that key meanwhile.
+func testOrderedConcurrentRuns(t *testing.T, e *env) { orderedConcurrent(t, e, 3) }
+
+func orderedConcurrent(t *testing.T, e *env, run int) {
 	const keys, perKey, claimers = 12, 8, 8
 	var evs []*txbox.Event
 	for i := range keys * perKey {
@@ -1399,21 +1417,35 @@ func testOrderedConcurrent(t *testing.T, e *env) {
 					errs <- fmt.Errorf("timed out with %d of %d claimed", n, len(evs))
 					return
 				}
-				rows, err := e.d.OutboxClaim(e.ctx, &store.OutboxClaimParams{EventType: "seq-conc", Limit: 3, LeaseDuration: longLease, OrderedByKey: true})
+				rows, err := e.d.OutboxClaim(e.ctx, &store.OutboxClaimParams{EventType: "seq-conc", Limit: 3 * run, LeaseDuration: longLease, OrderedByKey: true, KeyRun: run})
 				if err != nil {
 					errs <- err
 					return
 				}
-				mu.Lock()
+				// Within one claim a key's run is in id order.
+				mine := map[string][]*store.OutboxRow{}
 				for _, r := range rows {
-					if inFlight[r.Key] {
-						mu.Unlock()
-						errs <- fmt.Errorf("key %s has two rows in flight", r.Key)
+					mine[r.Key] = append(mine[r.Key], r)
+				}
+				for _, rs := range mine {
+					slices.SortFunc(rs, func(a, b *store.OutboxRow) int { return bytes.Compare(a.ID[:], b.ID[:]) })
+					if len(rs) > run {
+						errs <- fmt.Errorf("key %s: %d rows in one claim, run limit %d", rs[0].Key, len(rs), run)
 						return
 					}
-					inFlight[r.Key] = true
-					order[r.Key] = append(order[r.Key], r.ID)
-					claimed++
+				}
+				mu.Lock()
+				for k, rs := range mine {
+					if inFlight[k] {
+						mu.Unlock()
+						errs <- fmt.Errorf("key %s has rows in flight in two claims", k)
+						return
+					}
+					inFlight[k] = true
+					for _, r := range rs {
+						order[k] = append(order[k], r.ID)
+						claimed++
+					}
 				}
 				// Leave the flight before the finish commits: the next row
 				// of the key cannot be claimed until it has.
@@ -1504,5 +1536,206 @@ func testFinishAndClaim(t *testing.T, e *env) {
 	}
 	if s := e.stats("fold"); s.InProcess+s.Pending != 0 {
 		t.Fatalf("rows left: %+v", s)
+	}
+}
+
+// testOrderedRuns: with KeyRun, one claim takes a key's head and the rows
+// right behind it, stopping at the run limit, the batch limit, the first
+// row that is not due, and never past a blocked head.
+func testOrderedRuns(t *testing.T, e *env) {
+	const typ = "seq-run"
+	a := []*txbox.Event{keyed(typ, "A"), keyed(typ, "A"), keyed(typ, "A"), keyed(typ, "A"), keyed(typ, "A")}
+	b := []*txbox.Event{keyed(typ, "B"), keyed(typ, "B")}
+	n := event(typ)
+	e.publish(append(append(append([]*txbox.Event{}, a...), b...), n)...)
+	want := func(step string, rows []*store.OutboxRow, evs ...*txbox.Event) {
+		t.Helper()
+		if got, w := sortedIDs(rowEvents(rows)), sortedIDs(evs); !slices.Equal(got, w) {
+			t.Fatalf("%s: claimed %v, want %v", step, got, w)
+		}
+	}
+	// The batch limit cuts a run, never in its middle: 2 rows of one key
+	// are its first two.
+	first := e.claimRun(typ, 2, 3)
+	if len(first) != 2 {
+		t.Fatalf("limit 2: claimed %d rows", len(first))
+	}
+	for _, r := range first {
+		if r.Key == "A" && r.ID != a[0].ID && r.ID != a[1].ID {
+			t.Fatalf("limit 2: claimed %s of key A, not one of its first two rows", r.ID)
+		}
+		if r.Key == "B" && r.ID != b[0].ID && r.ID != b[1].ID {
+			t.Fatalf("limit 2: claimed %s of key B, not one of its first two rows", r.ID)
+		}
+	}
+	e.finishAll(first, store.OutcomeReleased, 0, "")
+	rows := e.claimRun(typ, 10, 3)
+	want("runs of 3", rows, a[0], a[1], a[2], b[0], b[1], n)
+	if more := e.claimRun(typ, 10, 3); len(more) != 0 {
+		t.Fatalf("claimed %v while every key's run is in process", ids(more))
+	}
+	byID := map[txbox.ID]*store.OutboxRow{}
+	for _, r := range rows {
+		byID[r.ID] = r
+	}
+	// a0 acked, a1 retried much later, a2 released unsent: a1 is the head
+	// again and not due, so nothing of A is claimable.
+	e.finish(false, item(byID[a[0].ID], store.OutcomeAcked, 0, ""), item(byID[a[1].ID], store.OutcomeRetry, time.Hour, "no"),
+		item(byID[a[2].ID], store.OutcomeReleased, 0, ""), item(byID[b[0].ID], store.OutcomeAcked, 0, ""),
+		item(byID[b[1].ID], store.OutcomeAcked, 0, ""), item(byID[n.ID], store.OutcomeAcked, 0, ""))
+	if more := e.claimRun(typ, 10, 3); len(more) != 0 {
+		t.Fatalf("claimed %v while key A's head waits for its retry", ids(more))
+	}
+	// A row that is not due yet ends the run, and blocks the rows behind it.
+	c1, c2, c3 := keyed(typ, "C"), keyed(typ, "C"), keyed(typ, "C")
+	c2.NotBefore = time.Now().Add(time.Hour)
+	e.publish(c1, c2, c3)
+	want("run up to a row not due", e.claimRun(typ, 10, 3), c1)
+	if more := e.claimRun(typ, 10, 3); len(more) != 0 {
+		t.Fatalf("claimed %v behind a row that is not due", ids(more))
+	}
+}
+
+func rowEvents(rows []*store.OutboxRow) []*txbox.Event {
+	out := make([]*txbox.Event, len(rows))
+	for i, r := range rows {
+		out[i] = &txbox.Event{ID: r.ID}
+	}
+	return out
+}
+
+// testOrderedHotKey: a key whose head is in flight with many rows behind
+// it blocks only itself; the other keys' heads and the keyless rows are
+// claimed, however the blocked rows sort in the claim index.
+func testOrderedHotKey(t *testing.T, e *env) {
+	const typ = "seq-hot"
+	hot := make([]*txbox.Event, 300)
+	for i := range hot {
+		hot[i] = keyed(typ, "hot")
+	}
+	e.publish(hot...)
+	if rows := e.claimRun(typ, 1, 1); len(rows) != 1 || rows[0].ID != hot[0].ID {
+		t.Fatalf("claimed %v, want the hot key's head %s", ids(rows), hot[0].ID)
+	}
+	var others []*txbox.Event
+	for i := range 5 {
+		others = append(others, keyed(typ, fmt.Sprint("k", i)), keyed(typ, fmt.Sprint("k", i)))
+	}
+	n := event(typ)
+	e.publish(append(others, n)...)
+	var heads []*txbox.Event
+	for i := 0; i < len(others); i += 2 {
+		heads = append(heads, others[i])
+	}
+	// The first claim takes every other key's head, also when it starts
+	// at the first key, the blocked one (a driver with no cursor yet).
+	fresh, err := e.h.Open(t, e.ns, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := fresh.OutboxClaim(e.ctx, &store.OutboxClaimParams{EventType: typ, Limit: 10, LeaseDuration: longLease, OrderedByKey: true, KeyRun: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[txbox.ID]bool{}
+	for _, r := range first {
+		if r.Key == "hot" {
+			t.Fatalf("claimed %s of the hot key while its head is in process", r.ID)
+		}
+		got[r.ID] = true
+	}
+	for _, ev := range heads {
+		if !got[ev.ID] {
+			t.Fatalf("head %s of key %q not in a fresh driver's first claim behind a blocked hot key; claimed %d rows", ev.ID, ev.Key, len(got))
+		}
+	}
+	e.finishAll(first, store.OutcomeReleased, 0, "")
+	got = map[txbox.ID]bool{}
+	for _, r := range e.claimRun(typ, 10, 1) {
+		got[r.ID] = true
+	}
+	for _, ev := range heads {
+		if !got[ev.ID] {
+			t.Fatalf("head %s of key %q not in the first claim behind a blocked hot key; claimed %d rows", ev.ID, ev.Key, len(got))
+		}
+	}
+	// The keyless row sorts after 300 blocked rows: it is claimed once the
+	// dialect's search for keyless rows gets past them, within one claim per
+	// batch-size blocked rows (docs/schema.md, "Ordered claim").
+	for claim := 0; !got[n.ID]; claim++ {
+		if claim > len(hot)/10+5 {
+			t.Fatalf("keyless row %s not claimed after %d claims behind %d blocked rows", n.ID, claim, len(hot))
+		}
+		for _, r := range e.claimRun(typ, 10, 1) {
+			if r.Key == "hot" {
+				t.Fatalf("claimed %s of the hot key while its head is in process", r.ID)
+			}
+			got[r.ID] = true
+		}
+	}
+	if len(got) != len(heads)+1 {
+		t.Fatalf("claimed %d rows, want the %d heads and the keyless row", len(got), len(heads))
+	}
+}
+
+// testOrderedFairness: with more keys than a claim takes, successive
+// claims serve every key before any key gets its next row (each key's
+// rows are acked at once, so its next row is claimable right away).
+func testOrderedFairness(t *testing.T, e *env) {
+	const typ, keys, limit = "seq-fair", 30, 10
+	var evs []*txbox.Event
+	for range 3 {
+		for k := range keys {
+			evs = append(evs, keyed(typ, fmt.Sprintf("key-%02d", k)))
+		}
+	}
+	e.publish(evs...)
+	seen := map[string]int{}
+	for claim := range keys / limit {
+		rows := e.claimRun(typ, limit, 1)
+		if len(rows) != limit {
+			t.Fatalf("claim %d took %d rows, want %d", claim, len(rows), limit)
+		}
+		for _, r := range rows {
+			seen[r.Key]++
+		}
+		e.finishAll(rows, store.OutcomeAcked, 0, "")
+	}
+	if len(seen) != keys {
+		t.Fatalf("%d claims of %d served %d keys, want all %d (some key got a second row first): %v", keys/limit, limit, len(seen), keys, seen)
+	}
+}
+
+// testOrderedKeylessBehindParked: rows without a key are unordered, so a
+// parked key's backlog in front of them in due order must not hold them
+// back, nor a window of keyed rows that are all blocked.
+func testOrderedKeylessBehindParked(t *testing.T, e *env) {
+	const typ = "seq-parked"
+	head := e.deadLetter(typ, "P", "poison")
+	var parked []*txbox.Event
+	for range 40 {
+		parked = append(parked, keyed(typ, "P"))
+	}
+	e.publish(parked...)
+	loose := []*txbox.Event{event(typ), event(typ), event(typ)}
+	e.publish(loose...)
+	got := map[txbox.ID]bool{}
+	for claim := 0; len(got) < len(loose); claim++ {
+		if claim == 20 {
+			t.Fatalf("after %d claims of 5, %d of %d keyless rows claimed behind a parked key", claim, len(got), len(loose))
+		}
+		for _, r := range e.claimRun(typ, 5, 2) {
+			if r.Key != "" {
+				t.Fatalf("claimed %s of parked key %q (head %s is dead-lettered)", r.ID, r.Key, head)
+			}
+			got[r.ID] = true
+		}
+	}
+}
+
+func testOrderedBadRun(t *testing.T, e *env) {
+	_, err := e.d.OutboxClaim(e.ctx, &store.OutboxClaimParams{EventType: "seq-bad", Limit: 1, LeaseDuration: time.Minute, OrderedByKey: true, KeyRun: -1})
+	if !errors.Is(err, store.ErrInvalidParams) {
+		t.Fatalf("KeyRun -1: %v, want store.ErrInvalidParams", err)
 	}
 }

@@ -1,0 +1,172 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/sender"
+)
+
+// Ordered delivery (docs/concepts.md, "Ordering"). An ordered claim takes
+// a run of up to keyRun consecutive rows per key (the key's head and the
+// rows right behind it); the relay sends a batch in waves: wave i holds
+// the i-th row of every key of the batch (plus, in the first wave, the
+// rows without a key), so different keys go in parallel while a key's next
+// row leaves only after the previous one was acknowledged. When a row
+// fails, the rows of its key behind it in the batch are not sent: they
+// are released without counting an attempt, and the failed row, still
+// the key's head, holds them back until it is delivered.
+//
+// Why runs: a claim takes one key's rows only while none of them is in
+// flight, so with one row per key per claim a type with k keys has at most
+// k rows in flight and drains at k rows per round trip (claim, send,
+// finish), a fraction of the unordered rate however large the batch size.
+// Runs let one round trip carry keyRun rows per key, and let the
+// in-flight batches of a type hold different keys (each claim starts
+// after the last key the previous one walked). docs/benchmarks/relay.md
+// has the figures.
+
+// errUnsent is the outcome of a row that was not sent because an earlier
+// row of its key in the same batch failed, or the send deadline came
+// before its wave. It is transient, and judge leaves it out of the
+// circuits' judgement: the row goes back to PENDING, due at once, with no
+// attempt counted, and it never reaches the destination before the row
+// that held it back.
+var errUnsent = txbox.Transient(errors.New("relay: not sent: an earlier row of its key in the batch was not delivered"))
+
+// keyRun is how many rows of one key an ordered claim may take:
+// batchSize/(2*inFlight), 25 with the defaults. A batch then spans at least
+// 2*inFlight keys, and the inFlight batches of a type hold different keys
+// (each claim walks on from the last key of the previous one), each batch
+// sent in up to keyRun waves. Shorter runs mean fewer waves per batch but
+// fewer rows per claim when keys are few; longer ones more waves in a row.
+// Measured with 50 keys (docs/benchmarks/relay.md, "Ordered drain"): runs
+// of 1 drain at about a quarter of the unordered rate, runs of 12, 25 and
+// 50 at about half, 25 the most often ahead.
+func keyRun(batchSize, inFlight int) int {
+	return max(1, batchSize/(2*max(inFlight, 1)))
+}
+
+// sendOrdered sends msgs, one claimed batch of an ordered type in claim
+// order, in waves as described above, and reports per-message outcomes
+// like sender.Sender.Send: nil when all were acked, a *sender.BatchError
+// when some rows were not sent (marked errUnsent), otherwise what
+// sender.Summarize makes of the outcomes.
+func (p *poller) sendOrdered(ctx context.Context, msgs []*sender.Message) error {
+	errs := make([]error, len(msgs))
+	sent := make([]bool, len(msgs))
+	var keyless []int
+	byKey := map[string][]int{}
+	var keys []string
+	for i, m := range msgs {
+		if m.Key == "" {
+			keyless = append(keyless, i)
+			continue
+		}
+		if _, ok := byKey[m.Key]; !ok {
+			keys = append(keys, m.Key)
+		}
+		byKey[m.Key] = append(byKey[m.Key], i)
+	}
+	for _, k := range keys {
+		// Claim order is (due_at, id); a key's order is its ids' order.
+		slices.SortFunc(byKey[k], func(a, b int) int { return bytes.Compare(msgs[a].ID[:], msgs[b].ID[:]) })
+	}
+	stopped := map[string]bool{} // a row of the key failed: send no more of it
+	wave := keyless
+	for pos := 0; ; pos++ {
+		for _, k := range keys {
+			if idx := byKey[k]; pos < len(idx) && !stopped[k] {
+				wave = append(wave, idx[pos])
+			}
+		}
+		if len(wave) == 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			break // the send deadline passed: the rest is released unsent
+		}
+		batch := make([]*sender.Message, len(wave))
+		for j, i := range wave {
+			batch[j] = msgs[i]
+		}
+		res := sender.Results(p.s.sender.Send(ctx, batch), len(batch))
+		for j, i := range wave {
+			sent[i] = true
+			errs[i] = res[j]
+			if res[j] == nil {
+				continue
+			}
+			if k := msgs[i].Key; k != "" {
+				stopped[k] = true
+			}
+		}
+		wave = nil
+	}
+	unsent := 0
+	for i := range msgs {
+		if !sent[i] {
+			errs[i] = errUnsent
+			unsent++
+		}
+	}
+	if unsent == 0 {
+		return sender.Summarize(errs)
+	}
+	// Unsent rows keep their own mark (see judge), so the outcome is per
+	// message even when every sent row failed the same way.
+	return &sender.BatchError{Errs: errs}
+}
+
+// batchDone is called when a batch of this poller has been finished. For
+// an ordered type it asks the run loop to claim again at once: finishing
+// a key's rows makes the key's next rows claimable, and an ordered claim
+// that returned fewer rows than its limit was limited by keys in flight,
+// not by an empty backlog.
+func (p *poller) batchDone() {
+	if p.s.ordering != OrderingKey {
+		return
+	}
+	select {
+	case p.againC <- struct{}{}:
+	default:
+	}
+}
+
+// judge is gate.judge for the messages that were sent: a row of an ordered
+// batch that was not sent (errUnsent) says nothing about the destination
+// and must never count an attempt, so it is left out of the circuits'
+// judgement and released at once (its key's failed row, still the head,
+// holds it back). A batch of which nothing was sent proves nothing.
+func (p *poller) judge(t ticket, start time.Time, ids []txbox.ID, results []error) []verdict {
+	var sentIDs []txbox.ID
+	var sent []error
+	for i, res := range results {
+		if !errors.Is(res, errUnsent) {
+			sentIDs = append(sentIDs, ids[i])
+			sent = append(sent, res)
+		}
+	}
+	if len(sent) == len(results) {
+		return p.circuit.judge(t, start, ids, results)
+	}
+	out := make([]verdict, len(results))
+	if len(sent) == 0 {
+		p.circuit.abandon(t)
+		return out
+	}
+	vs := p.circuit.judge(t, start, sentIDs, sent)
+	j := 0
+	for i, res := range results {
+		if errors.Is(res, errUnsent) {
+			continue // verdict{}: released, due now, no attempt
+		}
+		out[i] = vs[j]
+		j++
+	}
+	return out
+}

@@ -1,0 +1,403 @@
+package mysql
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/store"
+)
+
+// maxKeyRun bounds OutboxClaimParams.KeyRun: a longer run would only be
+// sent in more waves than a lease allows for.
+const maxKeyRun = 10_000
+
+// maxKeyChunk bounds the keys one round trip of the key walk reads; a
+// chunk asks for as many keys as the rows still wanted need at run rows
+// each, plus a few for keys that turn out blocked.
+const maxKeyChunk = 32
+
+func keyChunk(wanted, run int) int {
+	return min(maxKeyChunk, (wanted+run-1)/run+4)
+}
+
+// maxWalk bounds the keys one ordered claim visits (see the PostgreSQL
+// driver, which shares the bound): only blocked keys make a walk longer
+// than the batch.
+func maxWalk(limit int) int { return 4*limit + 64 }
+
+// claimOrderedIn is the ordered-by-key claim (docs/schema.md, "Ordered
+// claim"; store/mysql/SCHEMA.md), inside the claim's READ COMMITTED
+// transaction. It reads O(batch) index entries however many rows wait
+// behind one key, where a scan of the claim index in due order would pass
+// every row of a blocked key:
+//
+//   - the keyless window: the type's oldest due PENDING rows after the
+//     keyless sweep cursor, through txbox_claim; those without a key are
+//     unordered and taken;
+//   - the key walk, a loose index scan over txbox_order (event_type,
+//     status, event_key, id): the next few keys with PENDING rows after
+//     the key cursor (wrapping around once), then, in one statement (one
+//     read view), each key's first run PENDING rows in id order, the
+//     smallest id of its IN_PROCESS and FAILED rows and whether an
+//     unresolved dead letter parks it. A key's run is its PENDING rows
+//     from the first, while each is due and below every IN_PROCESS or
+//     FAILED row of the key;
+//   - the rows chosen are locked FOR UPDATE SKIP LOCKED in primary-key
+//     order, and a key keeps only the prefix of its run this transaction
+//     locked, so two relays never hold rows of one key that are not
+//     contiguous.
+func (d *Driver) claimOrderedIn(ctx context.Context, tx *sql.Tx, params *store.OutboxClaimParams, token txbox.ID) ([]*store.OutboxRow, error) {
+	cur := d.orderedCursor(params.EventType)
+	after, hasAfter, sweepDue, sweepID := cur.start(time.Now())
+	limit, run := params.Limit, max(params.KeyRun, 1)
+
+	// Keyless rows.
+	var keyless []string
+	window := 0
+	var lastDue, lastID string
+	rows, err := tx.QueryContext(ctx, "SELECT id, due_at, event_key IS NULL FROM "+d.qOutbox+
+		" FORCE INDEX (txbox_claim) WHERE status = 'PENDING' AND event_type = ? AND due_at <= UTC_TIMESTAMP(6)"+
+		" AND (due_at > ? OR (due_at = ? AND id > ?)) ORDER BY due_at, id LIMIT ?",
+		params.EventType, sweepDue, sweepDue, sweepID, limit)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var id, due string
+		var noKey bool
+		if err := rows.Scan(&id, &due, &noKey); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		window++
+		lastDue, lastID = due, id
+		if noKey {
+			keyless = append(keyless, id)
+		}
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+
+	// The key walk.
+	type keyRun struct {
+		key []byte
+		ids []string
+	}
+	var runs []keyRun
+	total := len(keyless)
+	pos, posSet, wrapped, last, lastSet := after, hasAfter, false, after, hasAfter
+	for steps := 0; total < limit && steps < maxWalk(limit); {
+		keys, err := d.pendingKeys(ctx, tx, params.EventType, pos, posSet, keyChunk(limit-total, run))
+		if err != nil {
+			return nil, err
+		}
+		if wrapped && hasAfter {
+			// A full lap ends at the cursor.
+			n := 0
+			for n < len(keys) && bytes.Compare(keys[n], []byte(after)) <= 0 {
+				n++
+			}
+			keys = keys[:n]
+		}
+		if len(keys) == 0 {
+			if wrapped || !hasAfter {
+				break
+			}
+			pos, posSet, wrapped = "", false, true
+			continue
+		}
+		found, err := d.keyRuns(ctx, tx, params.EventType, keys, run)
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range keys {
+			steps++
+			ids := found[string(k)]
+			if len(ids) > limit-total {
+				ids = ids[:limit-total]
+			}
+			if len(ids) > 0 {
+				runs = append(runs, keyRun{key: k, ids: ids})
+				total += len(ids)
+			}
+			last, lastSet = string(k), true
+			if total >= limit || steps >= maxWalk(limit) {
+				break
+			}
+		}
+		pos, posSet = last, true
+	}
+	cur.claimed(time.Now(), last, lastSet, window, limit, lastDue, lastID)
+
+	// Lock the candidates and keep each key's locked prefix.
+	var ids []string
+	ids = append(ids, keyless...)
+	for _, r := range runs {
+		ids = append(ids, r.ids...)
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	lrows, err := tx.QueryContext(ctx, "SELECT id, event_key, payload, headers, attempts, created_at, due_at FROM "+d.qOutbox+
+		" WHERE id IN ("+placeholders(len(ids))+") AND status = 'PENDING' AND due_at <= UTC_TIMESTAMP(6) ORDER BY id FOR UPDATE SKIP LOCKED", args...)
+	if err != nil {
+		return nil, err
+	}
+	locked := map[string]*store.OutboxRow{}
+	due := map[string]time.Time{}
+	for lrows.Next() {
+		r := &store.OutboxRow{EventType: params.EventType, LeaseToken: token}
+		var key, headers []byte
+		var dueAt time.Time
+		if err := lrows.Scan(idScan{&r.ID}, &key, &r.Payload, &headers, &r.Attempts, nullTime{&r.CreatedAt}, nullTime{&dueAt}); err != nil {
+			lrows.Close()
+			return nil, err
+		}
+		r.Key = string(key)
+		if r.Payload == nil {
+			r.Payload = []byte{}
+		}
+		// An undecodable row is handed out Invalid for the relay to
+		// dead-letter; failing the claim would wedge the type behind it.
+		var herr error
+		if r.Headers, herr = store.DecodeHeaders(headers); herr != nil {
+			r.Invalid = herr.Error()
+		}
+		locked[r.ID.String()] = r
+		due[r.ID.String()] = dueAt
+	}
+	if err := lrows.Close(); err != nil {
+		return nil, err
+	}
+	if err := lrows.Err(); err != nil {
+		return nil, err
+	}
+	var out []*store.OutboxRow
+	for _, id := range keyless {
+		if r := locked[id]; r != nil {
+			out = append(out, r)
+		}
+	}
+	for _, kr := range runs {
+		for _, id := range kr.ids {
+			r := locked[id]
+			if r == nil {
+				break // another claimer holds it: the run ends here
+			}
+			out = append(out, r)
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := due[out[i].ID.String()], due[out[j].ID.String()]
+		if !a.Equal(b) {
+			return a.Before(b)
+		}
+		return bytes.Compare(out[i].ID[:], out[j].ID[:]) < 0
+	})
+	// By primary key only, in key order (SCHEMA.md, "Lock order"), like
+	// the unordered claim's UPDATE.
+	upd := make([]txbox.ID, len(out))
+	for i, r := range out {
+		upd[i] = r.ID
+	}
+	upd = sortedIDs(upd)
+	uargs := make([]any, 0, 2+len(upd))
+	uargs = append(uargs, micros(params.LeaseDuration), token.String())
+	uargs = idArgs(uargs, upd)
+	if _, err := tx.ExecContext(ctx, updateByID(d.qOutbox)+" SET status = 'IN_PROCESS', lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, lease_token = ?"+
+		" WHERE id IN ("+placeholders(len(upd))+")", uargs...); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// pendingKeys returns up to n keys of typ with PENDING rows after after
+// (from the first key when posSet is false), in key order: a loose index
+// scan of txbox_order (event_type, status, event_key, id).
+func (d *Driver) pendingKeys(ctx context.Context, tx *sql.Tx, typ, after string, posSet bool, n int) ([][]byte, error) {
+	// DISTINCT over the index's leading columns is what MariaDB and MySQL
+	// run as a loose index scan ("Using index for group-by"): one seek per
+	// key, where DISTINCT event_key alone reads every PENDING entry.
+	q := "SELECT DISTINCT event_type, status, event_key FROM " + d.qOutbox + " FORCE INDEX (txbox_order) WHERE event_type = ? AND status = 'PENDING' AND event_key IS NOT NULL"
+	args := []any{typ}
+	if posSet {
+		q += " AND event_key > ?"
+		args = append(args, []byte(after))
+	}
+	q += " ORDER BY event_type, status, event_key LIMIT ?"
+	args = append(args, n)
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out [][]byte
+	for rows.Next() {
+		var (
+			k          []byte
+			typ2, stat string
+		)
+		if err := rows.Scan(&typ2, &stat, &k); err != nil {
+			return nil, err
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
+}
+
+// keyRuns reads, in one statement, each key's claimable run of at most run
+// rows: its PENDING rows in id order from the first, while each is due and
+// has a smaller id than every IN_PROCESS or FAILED row of the key; none
+// when an unresolved dead letter parks the key.
+func (d *Driver) keyRuns(ctx context.Context, tx *sql.Tx, typ string, keys [][]byte, run int) (map[string][]string, error) {
+	var q strings.Builder
+	var args []any
+	for i, k := range keys {
+		if i > 0 {
+			q.WriteString(" UNION ALL ")
+		}
+		// kind 0: a PENDING row (flag: due); kind 1: the smallest id of an
+		// IN_PROCESS or FAILED row (flag: parked).
+		q.WriteString("(SELECT ? AS k, 0 AS kind, o.id, o.due_at <= UTC_TIMESTAMP(6) AS flag FROM " + d.qOutbox +
+			" o FORCE INDEX (txbox_order) WHERE o.event_type = ? AND o.status = 'PENDING' AND o.event_key = ? ORDER BY o.id LIMIT ?)")
+		q.WriteString(" UNION ALL (SELECT ?, 1, (SELECT MIN(b.id) FROM " + d.qOutbox +
+			" b FORCE INDEX (txbox_order) WHERE b.event_type = ? AND b.status IN ('IN_PROCESS', 'FAILED') AND b.event_key = ?), EXISTS (SELECT 1 FROM " +
+			d.qDeadLetter + " x WHERE x.event_type = ? AND x.event_key = ? AND x.status = 'UNRESOLVED'))")
+		args = append(args, i, typ, k, run, i, typ, k, typ, k)
+	}
+	rows, err := tx.QueryContext(ctx, q.String(), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	type keyState struct {
+		pending []string
+		due     []bool
+		blocker string
+		parked  bool
+	}
+	states := make([]keyState, len(keys))
+	for rows.Next() {
+		var (
+			i, kind int
+			id      sql.NullString
+			flag    bool
+		)
+		if err := rows.Scan(&i, &kind, &id, &flag); err != nil {
+			return nil, err
+		}
+		if i < 0 || i >= len(keys) {
+			continue
+		}
+		s := &states[i]
+		if kind == 0 {
+			s.pending = append(s.pending, id.String)
+			s.due = append(s.due, flag)
+		} else {
+			s.blocker, s.parked = id.String, flag
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	out := make(map[string][]string, len(keys))
+	for i, k := range keys {
+		s := &states[i]
+		if s.parked {
+			continue
+		}
+		// UNION ALL keeps no order: sort the key's PENDING rows by id.
+		idx := make([]int, len(s.pending))
+		for j := range idx {
+			idx[j] = j
+		}
+		sort.Slice(idx, func(a, b int) bool { return s.pending[idx[a]] < s.pending[idx[b]] })
+		var run []string
+		for _, j := range idx {
+			if !s.due[j] || (s.blocker != "" && s.pending[j] > s.blocker) {
+				break
+			}
+			run = append(run, s.pending[j])
+		}
+		out[string(k)] = run
+	}
+	return out, nil
+}
+
+// orderedCursor holds, per event type, where the next ordered claim of
+// this driver starts: the last key walked, so successive claims take
+// different keys and every key gets its turn, and the keyless sweep's
+// (due_at, id). A hint held in memory: losing it costs a claim that starts
+// at the first key, never a row.
+type orderedCursor struct {
+	mu       sync.Mutex
+	key      string
+	hasKey   bool
+	due, id  string // due "": sweep from the start
+	rescanAt time.Time
+}
+
+// sweepRescan restarts the keyless sweep from the oldest row at least this
+// often, so a keyless row that committed behind the sweep waits at most
+// about this long.
+const sweepRescan = 5 * time.Second
+
+// sweepStart is below every DATETIME(6) value.
+const sweepStart = "1000-01-01 00:00:00.000000"
+
+func (d *Driver) orderedCursor(eventType string) *orderedCursor {
+	d.orderedMu.Lock()
+	defer d.orderedMu.Unlock()
+	if d.ordered == nil {
+		d.ordered = map[string]*orderedCursor{}
+	}
+	c := d.ordered[eventType]
+	if c == nil {
+		c = &orderedCursor{}
+		d.ordered[eventType] = c
+	}
+	return c
+}
+
+func (c *orderedCursor) start(now time.Time) (after string, hasAfter bool, due, id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !now.Before(c.rescanAt) || c.due == "" {
+		c.due, c.id = "", ""
+		return c.key, c.hasKey, sweepStart, ""
+	}
+	return c.key, c.hasKey, c.due, c.id
+}
+
+func (c *orderedCursor) claimed(now time.Time, key string, hasKey bool, window, limit int, due, id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.key, c.hasKey = key, hasKey
+	switch {
+	case window < limit:
+		c.due, c.id = "", ""
+		c.rescanAt = now.Add(sweepRescan)
+	case c.due == "":
+		c.due, c.id = due, id
+		c.rescanAt = now.Add(sweepRescan)
+	default:
+		c.due, c.id = due, id
+	}
+}

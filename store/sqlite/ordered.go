@@ -1,0 +1,187 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"sync"
+	"time"
+)
+
+// maxKeyRun bounds OutboxClaimParams.KeyRun: a longer run would only be
+// sent in more waves than a lease allows for.
+const maxKeyRun = 10_000
+
+// orderedClaim is one ordered-by-key claim (docs/schema.md, "Ordered
+// claim"), run inside the claim's write transaction. SQLite has one writer,
+// so it needs no SKIP LOCKED: it picks the ids with a few indexed queries
+// driven from Go (in process, microseconds each) and claims them with one
+// UPDATE. It reads O(batch) index entries however many rows wait behind
+// one key:
+//
+//   - the keyless window: the type's oldest due PENDING rows after the
+//     keyless sweep cursor, limit rows, of which those without a key are
+//     taken (rows without a key are unordered);
+//   - the key walk: a loose index scan over the key index (event_type,
+//     event_key, id), which holds only PENDING, IN_PROCESS and FAILED rows.
+//     Each step reads the next key after the previous one (starting after
+//     the key cursor, wrapping around once) and its first run entries in id
+//     order, and takes the longest prefix that is PENDING and due; a head
+//     in process, failed or not due yet, or a parked key, yields nothing.
+//     The walk stops at limit rows or after maxWalk keys.
+type orderedClaim struct {
+	typ   string
+	limit int
+	run   int
+	lease string
+	cur   *orderedCursor
+}
+
+// maxWalk bounds the keys one ordered claim visits; see the PostgreSQL
+// driver's claim, which shares the bound.
+func maxWalk(limit int) int { return 4*limit + 64 }
+
+// pick returns the ids to claim.
+func (o *orderedClaim) pick(ctx context.Context, d *Driver, tx *sql.Tx) ([]string, error) {
+	after, sweepDue, sweepID := o.cur.start(time.Now())
+	var ids []string
+	// Keyless rows.
+	rows, err := d.txQuery(ctx, tx, d.q.orderedWindow, o.typ, sweepDue, sweepID, o.limit)
+	if err != nil {
+		return nil, err
+	}
+	window := 0
+	var lastDue, lastID string
+	for rows.Next() {
+		var id, due, key string
+		if err := rows.Scan(&id, &due, &key); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		window++
+		lastDue, lastID = due, id
+		if key == "" {
+			ids = append(ids, id)
+		}
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	// The key walk.
+	key, wrapped, last := after, false, after
+	for steps := 0; len(ids) < o.limit && steps < maxWalk(o.limit); steps++ {
+		next, run, err := o.key(ctx, d, tx, key, min(o.run, o.limit-len(ids)))
+		if err != nil {
+			return nil, err
+		}
+		if next == "" {
+			if wrapped || after == "" {
+				break // every key visited
+			}
+			key, wrapped = "", true
+			continue
+		}
+		if wrapped && next > after {
+			break // a full lap
+		}
+		ids = append(ids, run...)
+		key, last = next, next
+	}
+	o.cur.claimed(time.Now(), last, window, o.limit, lastDue, lastID)
+	return ids, nil
+}
+
+// key reads the first key after after and the claimable prefix of its
+// first n rows. It returns "" when there is no such key.
+func (o *orderedClaim) key(ctx context.Context, d *Driver, tx *sql.Tx, after string, n int) (string, []string, error) {
+	rows, err := d.txQuery(ctx, tx, d.q.orderedKey, o.typ, after, n)
+	if err != nil {
+		return "", nil, err
+	}
+	defer rows.Close()
+	var (
+		key  string
+		run  []string
+		stop bool
+	)
+	for rows.Next() {
+		var (
+			id         string
+			ok, parked bool
+		)
+		if err := rows.Scan(&key, &id, &ok, &parked); err != nil {
+			return "", nil, err
+		}
+		if parked || !ok {
+			stop = true
+		}
+		if !stop {
+			run = append(run, id)
+		}
+	}
+	return key, run, rows.Err()
+}
+
+// orderedCursor holds, per event type, where the next ordered claim of
+// this driver starts: the last key walked, so successive claims take
+// different keys and every key gets its turn, and the keyless sweep's
+// (due_at, id). A hint held in memory, like the PostgreSQL driver's.
+type orderedCursor struct {
+	mu       sync.Mutex
+	key      string
+	due, id  string // "" : sweep from the start
+	rescanAt time.Time
+}
+
+// sweepRescan restarts the keyless sweep from the oldest row at least this
+// often, so a keyless row that committed behind the sweep waits at most
+// about this long.
+const sweepRescan = 5 * time.Second
+
+func (d *Driver) orderedCursor(eventType string) *orderedCursor {
+	d.orderedMu.Lock()
+	defer d.orderedMu.Unlock()
+	if d.ordered == nil {
+		d.ordered = map[string]*orderedCursor{}
+	}
+	c := d.ordered[eventType]
+	if c == nil {
+		c = &orderedCursor{}
+		d.ordered[eventType] = c
+	}
+	return c
+}
+
+func (c *orderedCursor) start(now time.Time) (after, due, id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !now.Before(c.rescanAt) {
+		c.due, c.id = "", ""
+	}
+	return c.key, c.due, c.id
+}
+
+func (c *orderedCursor) claimed(now time.Time, key string, window, limit int, due, id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.key = key
+	switch {
+	case window < limit:
+		c.due, c.id = "", ""
+		c.rescanAt = now.Add(sweepRescan)
+	case c.due == "":
+		c.due, c.id = due, id
+		c.rescanAt = now.Add(sweepRescan)
+	default:
+		c.due, c.id = due, id
+	}
+}
+
+// idsJSON encodes ids as a JSON array for json_each.
+func idsJSON(ids []string) string {
+	b, _ := json.Marshal(ids) // strings always encode
+	return string(b)
+}
