@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -219,7 +220,8 @@ func (c *Config) OpenSenders(ctx context.Context, getenv func(string) string, lo
 		)
 		switch sc.Type {
 		case SenderNATS:
-			s, err = nats.New(nats.Config{URL: sc.NATS.URL.Reveal(), Name: sc.NATS.Name, CredsFile: sc.NATS.CredsFile, AckTimeout: sc.NATS.Timeout, MaxPending: sc.NATS.MaxPending, Logger: logger.With("sender", name)})
+			s, err = nats.New(nats.Config{URL: sc.NATS.URL.Reveal(), Name: sc.NATS.Name, CredsFile: sc.NATS.CredsFile, AckTimeout: sc.NATS.Timeout, MaxPending: sc.NATS.MaxPending, Logger: logger.With("sender", name),
+				ProvisionStream: sc.NATS.ProvisionStream})
 		case SenderWebhook:
 			w := sc.Webhook
 			secret := ""
@@ -231,10 +233,12 @@ func (c *Config) OpenSenders(ctx context.Context, getenv func(string) string, lo
 			s, err = webhook.New(webhook.Config{Timeout: w.Timeout, MaxConcurrency: w.Concurrency, ContentType: w.ContentType, Secret: secret, SignatureHeader: w.SignatureHeader})
 		case SenderKafka:
 			k := sc.Kafka
-			s, err = kafka.New(kafka.Config{Brokers: k.Brokers, ClientID: k.ClientID, DeliveryTimeout: k.Timeout, Linger: k.Linger, MaxBufferedRecords: k.MaxBufferedRecords})
+			s, err = kafka.New(kafka.Config{Brokers: k.Brokers, ClientID: k.ClientID, DeliveryTimeout: k.Timeout, Linger: k.Linger, MaxBufferedRecords: k.MaxBufferedRecords,
+				MaxRecordBytes: k.MaxRecordBytes, ProvisionPartitions: int32(k.ProvisionPartitions), ProvisionReplicationFactor: int16(k.ProvisionReplicationFactor)})
 		case SenderRabbitMQ:
 			rc := sc.RabbitMQ
-			s, err = rabbitmq.New(rabbitmq.Config{URL: rc.URL.Reveal(), ConfirmTimeout: rc.Timeout, Channels: rc.Channels})
+			s, err = rabbitmq.New(rabbitmq.Config{URL: rc.URL.Reveal(), ConfirmTimeout: rc.Timeout, Channels: rc.Channels,
+				MaxMessageBytes: rc.MaxMessageBytes, ProvisionExchangeType: rc.ProvisionExchangeType})
 		case SenderRedis:
 			rc := sc.Redis
 			password := ""
@@ -251,8 +255,77 @@ func (c *Config) OpenSenders(ctx context.Context, getenv func(string) string, lo
 			return fail(fmt.Errorf("config: %s: %w", p, err))
 		}
 		out[name] = s
+		if routes, on := c.ProvisionRoutes(name); on {
+			pv, ok := s.(sender.Provisioner)
+			if !ok {
+				return fail(&Error{Path: join(p, "provision"), Msg: fmt.Sprintf("sender type %s cannot provision", sc.Type)})
+			}
+			pctx, cancel := context.WithTimeout(ctx, ProvisionTimeout)
+			err := pv.Provision(pctx, routes)
+			cancel()
+			if err != nil {
+				return fail(fmt.Errorf("config: %s: %w", join(p, "provision"), err))
+			}
+			logger.Info("sender provisioned", "sender", name, "type", sc.Type)
+		}
 	}
 	return out, nil
+}
+
+// ProvisionTimeout bounds the provisioning of one sender at start,
+// connecting included: a broker that does not answer within it stops the
+// start with an error rather than letting every event be rejected.
+const ProvisionTimeout = 30 * time.Second
+
+// ProvisionRoutes returns what sender name provisions at start, and
+// whether its provision key is on. With an explicit list
+// (provision-subjects, provision-topics, provision-exchanges) the routes
+// are that list. Otherwise they are the routes of the event types listed
+// under events that use the sender, expanded for each type, plus the
+// defaults route as a template when the sender is the default one (it
+// serves the types the file does not list; NATS binds "x.{event_type}" as
+// "x.>", the others skip templates).
+func (c *Config) ProvisionRoutes(name string) ([]sender.Route, bool) {
+	sc := c.Senders[name]
+	if sc == nil {
+		return nil, false
+	}
+	var explicit []sender.Route
+	switch {
+	case sc.NATS != nil && sc.NATS.Provision:
+		for _, v := range sc.NATS.ProvisionSubjects {
+			explicit = append(explicit, sender.Route{Subject: v})
+		}
+	case sc.Kafka != nil && sc.Kafka.Provision:
+		for _, v := range sc.Kafka.ProvisionTopics {
+			explicit = append(explicit, sender.Route{Topic: v})
+		}
+	case sc.RabbitMQ != nil && sc.RabbitMQ.Provision:
+		for _, v := range sc.RabbitMQ.ProvisionExchanges {
+			explicit = append(explicit, sender.Route{Exchange: v})
+		}
+	default:
+		return nil, false
+	}
+	if len(explicit) > 0 {
+		return explicit, true
+	}
+	var routes []sender.Route
+	for _, t := range c.EventTypes() {
+		eff := c.Effective(t)
+		if deref(eff.Sender) == name && eff.Route != nil {
+			routes = append(routes, senderRoute(*eff.Route).Expand(t))
+		}
+	}
+	if deref(c.Defaults.Sender) == name && c.Defaults.Route != nil {
+		routes = append(routes, senderRoute(*c.Defaults.Route))
+	}
+	return routes, true
+}
+
+func senderRoute(r Route) sender.Route {
+	return sender.Route{Topic: r.Topic, Subject: r.Subject, Exchange: r.Exchange,
+		RoutingKey: r.RoutingKey, URL: r.URL, Stream: r.Stream}
 }
 
 // RelayConfig builds the relay configuration: the store, the senders, and
@@ -296,8 +369,7 @@ func (c *Config) relaySettings(s EventSettings) relay.EventSettings {
 		out.Sender = ptr(v)
 	}
 	if s.Route != nil {
-		r := sender.Route{Topic: s.Route.Topic, Subject: s.Route.Subject, Exchange: s.Route.Exchange,
-			RoutingKey: s.Route.RoutingKey, URL: s.Route.URL, Stream: s.Route.Stream}
+		r := senderRoute(*s.Route)
 		// A webhook route without a url takes the sender's url.
 		if r.URL == "" {
 			if sc := c.Senders[deref(s.Sender)]; sc != nil && sc.Webhook != nil {

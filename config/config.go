@@ -177,6 +177,19 @@ type NATSSender struct {
 	// MaxPending is the most messages awaiting an ack at once. Defaults
 	// to 4096.
 	MaxPending int `yaml:"max-pending"`
+	// Provision makes the relay create or update, at start, the JetStream
+	// stream ProvisionStream so that it binds every subject of the routes
+	// that use this sender (see sender/nats Sender.Provision). Defaults to
+	// false: txbox changes nothing on the server.
+	Provision bool `yaml:"provision"`
+	// ProvisionStream names the stream Provision creates or updates.
+	// Defaults to TXBOX.
+	ProvisionStream string `yaml:"provision-stream"`
+	// ProvisionSubjects replaces the route subjects as the subjects to
+	// bind (wildcards allowed). Defaults to the subjects of the event
+	// types listed under events that use this sender, and of the defaults
+	// route when it uses it ("x.{event_type}" is bound as "x.>").
+	ProvisionSubjects []string `yaml:"provision-subjects"`
 }
 
 // WebhookSender configures the HTTP webhook sender (sender/webhook).
@@ -215,6 +228,25 @@ type KafkaSender struct {
 	// MaxBufferedRecords bounds the records buffered in the client.
 	// Defaults to 10000.
 	MaxBufferedRecords int `yaml:"max-buffered-records"`
+	// MaxRecordBytes caps one record batch (so one record), the producer's
+	// twin of the topic's max.message.bytes. Defaults to franz-go's
+	// 1000012.
+	MaxRecordBytes int `yaml:"max-record-bytes"`
+	// Provision makes the relay create, at start, every topic of the
+	// routes that use this sender that does not exist yet. Defaults to
+	// false.
+	Provision bool `yaml:"provision"`
+	// ProvisionTopics replaces the route topics as the topics to create.
+	// Defaults to the topics of the event types listed under events that
+	// use this sender, and of the defaults route when it has no
+	// {event_type} placeholder.
+	ProvisionTopics []string `yaml:"provision-topics"`
+	// ProvisionPartitions is the partition count of created topics.
+	// Defaults to the broker's num.partitions.
+	ProvisionPartitions int `yaml:"provision-partitions"`
+	// ProvisionReplicationFactor is the replication factor of created
+	// topics. Defaults to the broker's default.replication.factor.
+	ProvisionReplicationFactor int `yaml:"provision-replication-factor"`
 }
 
 // RabbitMQSender configures the RabbitMQ sender (sender/rabbitmq). The
@@ -228,6 +260,22 @@ type RabbitMQSender struct {
 	Timeout time.Duration `yaml:"timeout"`
 	// Channels is the number of confirm-mode channels. Defaults to 2.
 	Channels int `yaml:"channels"`
+	// MaxMessageBytes is the broker's max_message_size: larger bodies
+	// fail permanent before they are published. Defaults to the broker
+	// version's default (128 MiB up to 3.13, 16 MiB from 4.0), lowered to
+	// what the broker reports when it refuses a message.
+	MaxMessageBytes int `yaml:"max-message-bytes"`
+	// Provision makes the relay declare, at start, every exchange of the
+	// routes that use this sender that does not exist yet (durable, of
+	// ProvisionExchangeType). It binds no queue. Defaults to false.
+	Provision bool `yaml:"provision"`
+	// ProvisionExchanges replaces the route exchanges as the exchanges to
+	// declare. Defaults to the exchanges of the event types listed under
+	// events that use this sender, and of the defaults route.
+	ProvisionExchanges []string `yaml:"provision-exchanges"`
+	// ProvisionExchangeType is the type of declared exchanges: direct,
+	// fanout, topic, headers or x-*. Defaults to topic.
+	ProvisionExchangeType string `yaml:"provision-exchange-type"`
 }
 
 // RedisSender configures the Redis Streams sender (sender/redisstream).

@@ -125,6 +125,17 @@ func TestLoadRejects(t *testing.T) {
 		{"lease too short", "defaults: { lease: 10ms }", "defaults.lease: must be ≥ 1s"},
 		{"bool as int", "database: { max-conns: true }", `database.max-conns: must be an integer, not "true"`},
 		{"bad dsn-env", "database: { dsn-env: 'A B' }", `database.dsn-env: "A B" is not an environment variable name`},
+		{"provision key without provision", "senders: { n: { type: nats, provision-stream: ORDERS } }", "senders.n.provision-stream: only used with provision: true"},
+		{"bad stream name", "senders: { n: { type: nats, provision: true, provision-stream: a.b } }", `senders.n.provision-stream: "a.b" is not a JetStream stream name`},
+		{"bad subject", "senders: { n: { type: nats, provision: true, provision-subjects: ['a..b'] } }", `senders.n.provision-subjects[0]: "a..b" is not a NATS subject`},
+		{"provision not a bool", "senders: { n: { type: nats, provision: yes } }", `senders.n.provision: must be true or false, not "yes"`},
+		{"bad partitions", "senders: { k: { type: kafka, brokers: [a:1], provision: true, provision-partitions: -5 } }", "senders.k.provision-partitions: must be ≥ 1, or -1"},
+		{"kafka topic template", "senders: { k: { type: kafka, brokers: [a:1], provision: true, provision-topics: ['{event_type}'] } }", "senders.k.provision-topics[0]: must name one topic"},
+		{"kafka provision without provision", "senders: { k: { type: kafka, brokers: [a:1], provision-replication-factor: 3 } }", "senders.k.provision-replication-factor: only used with provision: true"},
+		{"bad max-record-bytes", "senders: { k: { type: kafka, brokers: [a:1], max-record-bytes: 10 } }", "senders.k.max-record-bytes: must be in 512..1073741824"},
+		{"bad exchange type", "senders: { r: { type: rabbitmq, url: 'amqp://h/', provision: true, provision-exchange-type: fancy } }", `senders.r.provision-exchange-type: must be direct, fanout, topic, headers or x-*, not "fancy"`},
+		{"exchanges without provision", "senders: { r: { type: rabbitmq, url: 'amqp://h/', provision-exchanges: [orders] } }", "senders.r.provision-exchanges: only used with provision: true"},
+		{"provision on redis", "senders: { s: { type: redis, provision: true } }", "senders.s.provision: unknown key for sender type redis"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store"
 )
 
@@ -303,6 +304,25 @@ func validEnvName(s string) bool {
 	return true
 }
 
+// onlyWithProvision reports provision-* keys set on a sender whose
+// provisioning is off: they would do nothing, which is likely not what the
+// file meant.
+func onlyWithProvision(d *decoder, p string, on bool, set map[string]bool) {
+	if on {
+		return
+	}
+	keys := make([]string, 0, len(set))
+	for k, v := range set {
+		if v {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		d.fail(join(p, k), nil, "only used with provision: true")
+	}
+}
+
 func (c *Config) validateSender(d *decoder, p, name string, s *Sender) {
 	for i := 0; i < len(name); i++ {
 		ch := name[i]
@@ -334,6 +354,16 @@ func (c *Config) validateSender(d *decoder, p, name string, s *Sender) {
 		if s.NATS.MaxPending < 0 {
 			d.fail(join(p, "max-pending"), nil, "must be ≥ 0")
 		}
+		n := s.NATS
+		onlyWithProvision(d, p, n.Provision, map[string]bool{"provision-stream": n.ProvisionStream != "", "provision-subjects": len(n.ProvisionSubjects) > 0})
+		if n.ProvisionStream != "" && strings.ContainsAny(n.ProvisionStream, " \t.*>/\\") {
+			d.fail(join(p, "provision-stream"), nil, "%q is not a JetStream stream name (no spaces, '.', '*', '>', '/' or '\\')", clip(n.ProvisionStream))
+		}
+		for i, subj := range n.ProvisionSubjects {
+			if subj == "" || strings.ContainsAny(subj, " \t") || strings.Contains(subj, "..") || strings.HasPrefix(subj, ".") || strings.HasSuffix(subj, ".") {
+				d.fail(fmt.Sprintf("%s[%d]", join(p, "provision-subjects"), i), nil, "%q is not a NATS subject", clip(subj))
+			}
+		}
 	case SenderWebhook:
 		if u := s.Webhook.URL; u != "" && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
 			d.fail(join(p, "url"), nil, "must be an http:// or https:// URL")
@@ -356,6 +386,23 @@ func (c *Config) validateSender(d *decoder, p, name string, s *Sender) {
 		if s.Kafka.MaxBufferedRecords < 0 {
 			d.fail(join(p, "max-buffered-records"), nil, "must be ≥ 0")
 		}
+		k := s.Kafka
+		if k.MaxRecordBytes != 0 && (k.MaxRecordBytes < 512 || k.MaxRecordBytes > 1<<30) {
+			d.fail(join(p, "max-record-bytes"), nil, "must be in 512..1073741824, got %d", k.MaxRecordBytes)
+		}
+		onlyWithProvision(d, p, k.Provision, map[string]bool{"provision-topics": len(k.ProvisionTopics) > 0,
+			"provision-partitions": k.ProvisionPartitions != 0, "provision-replication-factor": k.ProvisionReplicationFactor != 0})
+		if k.ProvisionPartitions < -1 || k.ProvisionPartitions > 1_000_000 {
+			d.fail(join(p, "provision-partitions"), nil, "must be ≥ 1, or -1 for the broker's default, got %d", k.ProvisionPartitions)
+		}
+		if k.ProvisionReplicationFactor < -1 || k.ProvisionReplicationFactor > 32767 {
+			d.fail(join(p, "provision-replication-factor"), nil, "must be ≥ 1, or -1 for the broker's default, got %d", k.ProvisionReplicationFactor)
+		}
+		for i, topic := range k.ProvisionTopics {
+			if topic == "" || strings.Contains(topic, sender.PlaceholderEventType) {
+				d.fail(fmt.Sprintf("%s[%d]", join(p, "provision-topics"), i), nil, "must name one topic, not %q", clip(topic))
+			}
+		}
 	case SenderRabbitMQ:
 		if s.RabbitMQ.URL == "" {
 			d.fail(join(p, "url"), nil, "required")
@@ -363,6 +410,21 @@ func (c *Config) validateSender(d *decoder, p, name string, s *Sender) {
 		positive("timeout", s.RabbitMQ.Timeout)
 		if s.RabbitMQ.Channels < 0 {
 			d.fail(join(p, "channels"), nil, "must be ≥ 0")
+		}
+		r := s.RabbitMQ
+		if r.MaxMessageBytes < 0 {
+			d.fail(join(p, "max-message-bytes"), nil, "must be ≥ 0")
+		}
+		onlyWithProvision(d, p, r.Provision, map[string]bool{"provision-exchanges": len(r.ProvisionExchanges) > 0, "provision-exchange-type": r.ProvisionExchangeType != ""})
+		switch t := r.ProvisionExchangeType; {
+		case t == "", t == "direct", t == "fanout", t == "topic", t == "headers", strings.HasPrefix(t, "x-") && len(t) > 2:
+		default:
+			d.fail(join(p, "provision-exchange-type"), nil, "must be direct, fanout, topic, headers or x-*, not %q", clip(t))
+		}
+		for i, ex := range r.ProvisionExchanges {
+			if ex == "" || strings.Contains(ex, sender.PlaceholderEventType) {
+				d.fail(fmt.Sprintf("%s[%d]", join(p, "provision-exchanges"), i), nil, "must name one exchange, not %q", clip(ex))
+			}
 		}
 	case SenderRedis:
 		if s.Redis.Addr == "" {

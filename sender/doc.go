@@ -12,6 +12,13 @@
 // unclassified / [github.com/txbox/txbox.Rejected] (count an attempt and
 // retry with backoff).
 //
+// The relay judges transient failures by destination: a sender names the
+// failure domain of a route with [Destinationer] (every sender here does:
+// Kafka topic, NATS subject, RabbitMQ exchange, Redis stream key, webhook
+// scheme+host+path), and marks failures of its connection itself with
+// [Disconnected], which pause every route of the sender. [Provisioner]
+// (opt-in) creates at start what the routes need at the destination.
+//
 // Implementations live in sub-packages (kafka, rabbitmq, nats, webhook,
 // redisstream) so a program compiles only the broker clients it uses. Each
 // runs the shared conformance suite in sender/sendertest.

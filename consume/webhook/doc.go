@@ -10,11 +10,25 @@
 //     retry cannot fix: wrong method, no or malformed id, bad or missing
 //     signature, body too large;
 //   - 422 when the handler returned an error marked txbox.Permanent (a
-//     poison event): the sender counts an attempt and eventually
-//     dead-letters it;
-//   - 500 when the handler (or the inbox table) failed otherwise: nothing
-//     was recorded, and the sender retries. The webhook sender reads a 5xx
-//     as an outage of the destination (circuit open, no attempt counted),
-//     so a handler that can never process an event should return
-//     txbox.Permanent(err).
+//     poison event): the webhook sender reads it as a rejection, never
+//     as an outage: the relay counts an attempt and dead-letters the event
+//     after max attempts;
+//   - 503 when this consumer cannot process anything right now: its inbox
+//     store failed (down, unreachable, a failed commit), or the handler
+//     returned an error marked txbox.Transient (its own dependencies are
+//     down). Nothing was recorded; the sender retries;
+//   - 500 when the handler failed this event otherwise. Nothing was
+//     recorded; the sender retries.
+//
+// Every error response has a problem-details JSON body (RFC 9457,
+// application/problem+json), whose type tells the cases apart.
+//
+// The webhook sender classifies every 5xx as transient. Whether that
+// counts an attempt is the relay's decision, by destination: while the
+// receiver accepts other events, a message that keeps failing with 500
+// counts its attempts and ends in the dead-letter table; only while the
+// destination as a whole fails are attempts left alone
+// (docs/concepts.md). A handler that knows an event can never be
+// processed should still return txbox.Permanent(err): a 422 is never
+// mistaken for an outage, whatever the other events do.
 package webhook

@@ -90,6 +90,10 @@ const (
 	ProblemEventID   = "/problems/bad-event-id"
 	ProblemHandler   = "/problems/handler-failed"
 	ProblemRejected  = "/problems/event-rejected"
+	// ProblemUnavailable: the consumer cannot process anything right now
+	// (its inbox store is down, or the handler said its own dependencies
+	// are, with txbox.Transient). Answered 503.
+	ProblemUnavailable = "/problems/unavailable"
 )
 
 // Response is the JSON body of a 200 response.
@@ -140,25 +144,48 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := h.cfg.Inbox.Handle(r.Context(), msg, h.cfg.Handler)
-	if err != nil && txbox.Classify(err) == txbox.ClassPermanent {
-		// The handler marked the event as one it can never process
-		// (txbox.Permanent): 422 makes the sender count an attempt and
-		// dead-letter it after max attempts, where a 5xx would read as an
-		// outage and pause the whole destination.
-		h.logger.ErrorContext(r.Context(), "webhook delivery rejected by the handler", "event_id", msg.ID, "error", err)
-		writeProblem(w, Problem{Type: ProblemRejected, Title: "event rejected", Status: http.StatusUnprocessableEntity, Detail: "the handler cannot process this event"})
-		return
-	}
 	if err != nil {
-		h.logger.ErrorContext(r.Context(), "webhook delivery failed", "event_id", msg.ID, "error", err)
-		// The handler's error text stays in the log: it may carry details
-		// the sender has no business seeing.
-		writeProblem(w, Problem{Type: ProblemHandler, Title: "handler failed", Status: http.StatusInternalServerError, Detail: "the event was not processed; retry later"})
+		h.fail(w, r, msg.ID, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	_ = json.NewEncoder(w).Encode(Response{Result: res.String(), EventID: msg.ID})
+}
+
+// fail answers a delivery that was not processed. The status says whose
+// failure it was, so that the sender and the relay can tell an outage
+// from a poison event (docs/concepts.md):
+//
+//   - 503: this consumer cannot process anything now (the inbox store
+//     failed, or the handler returned a txbox.Transient error, such as its
+//     database being down);
+//   - 422: the handler marked the event as one it can never process
+//     (txbox.Permanent): a rejection, never read as an outage;
+//   - 500: the handler failed this event otherwise. The sender retries;
+//     the relay counts an attempt when the destination accepts other
+//     events meanwhile, so a poison event ends in the dead-letter table.
+//
+// The error text stays in the log: it may carry details the sender has no
+// business seeing.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, id txbox.ID, err error) {
+	var se *inbox.StoreError
+	var he *inbox.HandlerError
+	isHandler := errors.As(err, &he)
+	switch {
+	case errors.As(err, &se):
+		h.logger.ErrorContext(r.Context(), "webhook delivery failed: inbox store unavailable", "event_id", id, "error", err)
+		writeProblem(w, Problem{Type: ProblemUnavailable, Title: "consumer unavailable", Status: http.StatusServiceUnavailable, Detail: "the inbox store failed; retry later"})
+	case isHandler && txbox.Classify(he.Err) == txbox.ClassPermanent:
+		h.logger.ErrorContext(r.Context(), "webhook delivery rejected by the handler", "event_id", id, "error", err)
+		writeProblem(w, Problem{Type: ProblemRejected, Title: "event rejected", Status: http.StatusUnprocessableEntity, Detail: "the handler cannot process this event"})
+	case isHandler && txbox.Classify(he.Err) == txbox.ClassTransient:
+		h.logger.ErrorContext(r.Context(), "webhook delivery failed: handler unavailable", "event_id", id, "error", err)
+		writeProblem(w, Problem{Type: ProblemUnavailable, Title: "consumer unavailable", Status: http.StatusServiceUnavailable, Detail: "the handler's dependencies are unavailable; retry later"})
+	default:
+		h.logger.ErrorContext(r.Context(), "webhook delivery failed", "event_id", id, "error", err)
+		writeProblem(w, Problem{Type: ProblemHandler, Title: "handler failed", Status: http.StatusInternalServerError, Detail: "the event was not processed; retry later"})
+	}
 }
 
 func writeProblem(w http.ResponseWriter, p Problem) {

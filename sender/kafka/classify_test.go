@@ -20,7 +20,8 @@ func TestClassify(t *testing.T) {
 		want txbox.ErrorClass
 	}{
 		{kerr.UnknownTopicOrPartition, txbox.ClassRejected},
-		{fmt.Errorf("%w (uncompressed_bytes=9)", kerr.MessageTooLarge), txbox.ClassRejected},
+		{fmt.Errorf("%w (uncompressed_bytes=9)", kerr.MessageTooLarge), txbox.ClassPermanent},
+		{kerr.RecordListTooLarge, txbox.ClassPermanent},
 		{kerr.InvalidTopicException, txbox.ClassRejected},
 		{kerr.InvalidRecord, txbox.ClassRejected},
 		{kerr.TopicAuthorizationFailed, txbox.ClassRejected},

@@ -76,8 +76,17 @@ type Config struct {
 	UnknownTopicRetries int
 	// MaxRecordBytes caps one produce batch (and therefore one record), the
 	// client-side twin of the broker's max.message.bytes. A bigger record
-	// fails at once as rejected. Defaults to franz-go's 1,000,012 bytes.
+	// fails at once as permanent (it can never be produced). Defaults to
+	// franz-go's 1,000,012 bytes.
 	MaxRecordBytes int
+	// ProvisionPartitions is the partition count of the topics
+	// [Sender.Provision] creates; 0 or -1 uses the broker's
+	// num.partitions. Send does not use it.
+	ProvisionPartitions int32
+	// ProvisionReplicationFactor is the replication factor of the topics
+	// Provision creates; 0 or -1 uses the broker's
+	// default.replication.factor. Send does not use it.
+	ProvisionReplicationFactor int16
 }
 
 func (c Config) withDefaults() Config {
@@ -121,6 +130,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: unknown-topic-retries must be > 0, got %d", ErrInvalidConfig, c.UnknownTopicRetries)
 	case c.MaxRecordBytes != 0 && (c.MaxRecordBytes < 512 || c.MaxRecordBytes > 1<<30):
 		return fmt.Errorf("%w: max-record-bytes must be in [512, 1GiB], got %d", ErrInvalidConfig, c.MaxRecordBytes)
+	case c.ProvisionPartitions < -1:
+		return fmt.Errorf("%w: provision-partitions must be ≥ 1 (or -1 for the broker's default), got %d", ErrInvalidConfig, c.ProvisionPartitions)
+	case c.ProvisionReplicationFactor < -1:
+		return fmt.Errorf("%w: provision-replication-factor must be ≥ 1 (or -1 for the broker's default), got %d", ErrInvalidConfig, c.ProvisionReplicationFactor)
 	}
 	return nil
 }
@@ -168,6 +181,12 @@ func (c Config) Options() ([]kgo.Opt, error) {
 type Sender struct {
 	cl    *kgo.Client
 	owned bool
+	// pingTimeout bounds the check, after a batch failed as a whole,
+	// that any broker answers at all.
+	pingTimeout time.Duration
+	// partitions and replicas are what Provision creates topics with.
+	partitions int32
+	replicas   int16
 
 	mu     sync.Mutex // guards closed and inflight.Add
 	closed bool
@@ -175,7 +194,23 @@ type Sender struct {
 	inflight sync.WaitGroup
 }
 
-var _ sender.Sender = (*Sender)(nil)
+var (
+	_ sender.Sender        = (*Sender)(nil)
+	_ sender.Destinationer = (*Sender)(nil)
+	_ sender.Provisioner   = (*Sender)(nil)
+)
+
+// maxPingTimeout bounds the reachability check after a batch failed as a
+// whole. A broker that is up answers a metadata request in milliseconds;
+// the bound keeps a hung cluster from adding more than half a second to a Send
+// that already waited DeliveryTimeout.
+const maxPingTimeout = 500 * time.Millisecond
+
+// Destination implements [sender.Destinationer]: the route's topic. A
+// topic whose partitions have no leader, or that does not exist, fails
+// alone; when no broker of the cluster answers at all, the failures are
+// marked [sender.Disconnected] and pause every topic of the sender.
+func (s *Sender) Destination(r sender.Route) string { return r.Topic }
 
 // New returns a Sender with its own franz-go client built from cfg. It
 // does not contact the cluster: an unreachable cluster shows up as
@@ -189,7 +224,18 @@ func New(cfg Config) (*Sender, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
-	return &Sender{cl: cl, owned: true}, nil
+	c := cfg.withDefaults()
+	return &Sender{cl: cl, owned: true, pingTimeout: min(c.DialTimeout, maxPingTimeout),
+		partitions: orDefault(c.ProvisionPartitions), replicas: int16(orDefault(int32(c.ProvisionReplicationFactor)))}, nil
+}
+
+// orDefault maps an unset (0) topic setting to -1, Kafka's "broker
+// default".
+func orDefault(v int32) int32 {
+	if v == 0 {
+		return -1
+	}
+	return v
 }
 
 // NewFromClient wraps a client the caller built and owns; Close does not
@@ -198,7 +244,7 @@ func New(cfg Config) (*Sender, error) {
 // outage makes Send wait until its context ends. [Config.Options] gives the
 // options New uses.
 func NewFromClient(cl *kgo.Client) *Sender {
-	return &Sender{cl: cl}
+	return &Sender{cl: cl, pingTimeout: maxPingTimeout, partitions: -1, replicas: -1}
 }
 
 // Client returns the underlying franz-go client.
@@ -283,7 +329,34 @@ func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
 	b.mu.Lock()
 	errs := slices.Clone(b.errs)
 	b.mu.Unlock()
+	if ctx.Err() == nil && allTransient(errs) && !s.reachable() {
+		// Not one broker answers: the connection to the cluster itself
+		// is gone, not one topic or partition.
+		for i, err := range errs {
+			errs[i] = sender.Disconnected(err)
+		}
+	}
 	return sender.Summarize(errs)
+}
+
+func allTransient(errs []error) bool {
+	for _, err := range errs {
+		if err == nil || txbox.Classify(err) != txbox.ClassTransient || errors.Is(err, txbox.ErrClosed) || errors.Is(err, kgo.ErrClientClosed) {
+			return false
+		}
+	}
+	return true
+}
+
+// reachable reports whether any broker answers a metadata request within
+// pingTimeout (the dial timeout, at most 500ms). It runs only after a whole
+// batch failed transiently,
+// to tell a cluster that cannot be reached from a topic that cannot be
+// produced to (a partition without a leader, too few in-sync replicas).
+func (s *Sender) reachable() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), s.pingTimeout)
+	defer cancel()
+	return s.cl.Ping(ctx) == nil
 }
 
 // Close stops new Sends (they fail with txbox.ErrClosed), waits for the
@@ -357,10 +430,12 @@ func classify(err error) error {
 	wrapped := fmt.Errorf("kafka sender: %w", err)
 	var ke *kerr.Error
 	switch {
+	case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):
+		// The record can never be produced as it is: dead-letter it now,
+		// with the reason, instead of after max attempts.
+		return txbox.Permanent(fmt.Errorf("%w (the limits are the topic's max.message.bytes, the broker's message.max.bytes and the sender's max-record-bytes: docs/operations.md)", wrapped))
 	case errors.Is(err, kerr.UnknownTopicOrPartition),
 		errors.Is(err, kerr.UnknownTopicID),
-		errors.Is(err, kerr.MessageTooLarge),
-		errors.Is(err, kerr.RecordListTooLarge),
 		errors.Is(err, kerr.InvalidRecord),
 		errors.Is(err, kerr.CorruptMessage),
 		errors.Is(err, kerr.InvalidTopicException),

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -208,7 +209,9 @@ func TestSendUnknownTopicRejectsOnlyThoseMessages(t *testing.T) {
 	}
 }
 
-func TestSendTooLargeIsRejected(t *testing.T) {
+// TestSendTooLargeIsPermanent: a record over the producer's limit can
+// never be produced: dead-lettered on its first try, with the reason.
+func TestSendTooLargeIsPermanent(t *testing.T) {
 	t.Parallel()
 	b := setup(t, kafka.Config{MaxRecordBytes: 4096})
 	msgs := messages(3, b.topic)
@@ -218,12 +221,12 @@ func TestSendTooLargeIsRejected(t *testing.T) {
 	if errs[0] != nil || errs[1] != nil {
 		t.Fatalf("small messages failed: %v", err)
 	}
-	if !errors.Is(errs[2], kerr.MessageTooLarge) || txbox.Classify(errs[2]) != txbox.ClassRejected {
-		t.Fatalf("large message: %v, want rejected MESSAGE_TOO_LARGE", errs[2])
+	if !errors.Is(errs[2], kerr.MessageTooLarge) || txbox.Classify(errs[2]) != txbox.ClassPermanent || !strings.Contains(errs[2].Error(), "max.message.bytes") {
+		t.Fatalf("large message: %v, want permanent MESSAGE_TOO_LARGE naming the limits", errs[2])
 	}
 }
 
-func TestSendBrokerMessageTooLargeIsRejected(t *testing.T) {
+func TestSendBrokerMessageTooLargeIsPermanent(t *testing.T) {
 	t.Parallel()
 	b := setup(t, kafka.Config{}, "orders", "big")
 	b.cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "big", Err: kerr.MessageTooLarge, Count: -1})
@@ -235,8 +238,8 @@ func TestSendBrokerMessageTooLargeIsRejected(t *testing.T) {
 			t.Errorf("msg %d: %v", i, errs[i])
 		}
 	}
-	if !errors.Is(errs[3], kerr.MessageTooLarge) || txbox.Classify(errs[3]) != txbox.ClassRejected {
-		t.Fatalf("msg 3: %v, want rejected MESSAGE_TOO_LARGE", errs[3])
+	if !errors.Is(errs[3], kerr.MessageTooLarge) || txbox.Classify(errs[3]) != txbox.ClassPermanent {
+		t.Fatalf("msg 3: %v, want permanent MESSAGE_TOO_LARGE", errs[3])
 	}
 }
 
@@ -256,6 +259,11 @@ func TestSendRetriableBrokerErrorsBecomeTransient(t *testing.T) {
 	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("Send took %s, want about the delivery timeout", d)
 	}
+	// The broker answers, only this topic's partitions cannot take
+	// records: an outage of the topic, not of the connection.
+	if sender.IsDisconnected(err) {
+		t.Fatalf("a topic's failure marked as a lost connection: %v", err)
+	}
 }
 
 func TestSendClusterDownIsTransientAndBounded(t *testing.T) {
@@ -269,6 +277,12 @@ func TestSendClusterDownIsTransientAndBounded(t *testing.T) {
 	err := b.sender.Send(context.Background(), messages(20, b.topic))
 	if err == nil || txbox.Classify(err) != txbox.ClassTransient {
 		t.Fatalf("Send during outage = %v (class %v), want transient", err, txbox.Classify(err))
+	}
+	// No broker answers: every topic of the sender is down with it.
+	for i, e := range sender.Results(err, 20) {
+		if !sender.IsDisconnected(e) {
+			t.Fatalf("message %d with the cluster down: %v, want it marked Disconnected", i, e)
+		}
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("Send during outage took %s", d)
@@ -284,8 +298,20 @@ func TestSendNeverReachableIsTransient(t *testing.T) {
 	}
 	defer s.Close(context.Background())
 	err = s.Send(context.Background(), messages(3, "orders"))
-	if err == nil || txbox.Classify(err) != txbox.ClassTransient {
-		t.Fatalf("Send = %v, want transient", err)
+	if err == nil || txbox.Classify(err) != txbox.ClassTransient || !sender.IsDisconnected(err) {
+		t.Fatalf("Send = %v, want transient and Disconnected", err)
+	}
+}
+
+func TestDestinationIsTheTopic(t *testing.T) {
+	t.Parallel()
+	s, err := kafka.New(kafka.Config{Brokers: []string{"127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	if got := sender.DestinationOf(s, sender.Route{Topic: "orders", Subject: "x", Stream: "y"}); got != "orders" {
+		t.Fatalf("destination = %q, want the topic", got)
 	}
 }
 
@@ -400,7 +426,7 @@ func newSink(t *testing.T, addrs []string, topic string) *sink {
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	sendertest.Exercise(t, sendertest.Harness{
-		Features:         sendertest.Features{SupportsPerMessageReject: true, SupportsKey: true},
+		Features:         sendertest.Features{SupportsPerMessageReject: true, SupportsKey: true, MarksDisconnected: true},
 		UnreachableBound: 10 * time.Second,
 		NewDestination: func(t *testing.T) *sendertest.Destination {
 			topic := testenv.UniqueName("txbox_")

@@ -135,6 +135,7 @@ func TestConformance(t *testing.T) {
 			SupportsPerMessageReject: true,
 			SupportsKey:              true,
 			BrokerDedup:              true,
+			MarksDisconnected:        true,
 		},
 		UnreachableBound: 10 * time.Second,
 		NewDestination: func(t *testing.T) *sendertest.Destination {

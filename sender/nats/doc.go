@@ -26,23 +26,45 @@
 //
 // How failures are classified (see [github.com/txbox/txbox.Classify]):
 //
-//   - no stream binds the subject (JetStream answers "no responders"):
-//     Rejected, the "unroutable" case of the spec, which counts an attempt
-//     and is retried with backoff before it is dead-lettered (a stream may
-//     be created in the meantime);
-//   - JetStream refuses the message with an API error: Rejected (e.g. the
-//     stream's maximum message size), except 5xx codes, which are
-//     Transient: a stream full under DiscardNew (503 "maximum messages
-//     exceeded") is the destination out of room, not the message's fault;
-//   - a message that cannot be published at all (no subject, an invalid
-//     subject or header, larger than the server's max_payload): Permanent;
-//   - not connected, disconnected while waiting, ack timeout, context
-//     done: Transient. The outcome of a message whose ack did not arrive is
-//     unknown; the relay retries it and Nats-Msg-Id absorbs the copy.
+//   - JetStream answers "no responders" (nothing listens on the subject):
+//     one stream lookup, shared by the batch and reused for a few
+//     seconds, tells why. No stream binds the subject: Rejected
+//     ([ErrNoStream], the "unroutable" case, counted as an attempt and
+//     retried with backoff, since a stream may be created meanwhile). A
+//     stream binds it but did not answer (leader election, restore), or
+//     JetStream did not answer the lookup either (disabled, restarting):
+//     Transient ([ErrStreamUnavailable]), no attempt burned;
+//   - a message that can never be published as it is: Permanent, on its
+//     first try. No subject, an invalid subject or header, larger than the
+//     server's max_payload (read from the server at connect; payload and
+//     headers count, the error gives the sizes), larger than the stream's
+//     max_msg_size (API error 10054);
+//   - JetStream refuses the message with another API error: Rejected,
+//     except 5xx codes, which are Transient: a stream full under
+//     DiscardNew (503 "maximum messages exceeded"), JetStream not enabled,
+//     no quorum are the destination, not the message;
+//   - not connected, disconnected or reconnecting while publishing or
+//     waiting, the connection closed: Transient and marked
+//     [sender.Disconnected], so the relay pauses every subject of the
+//     sender at once. A Send while not connected names the servers
+//     (without credentials) and the last dial error;
+//   - ack timeout, context done: Transient. The outcome of a message
+//     whose ack did not arrive is unknown; the relay retries it and
+//     Nats-Msg-Id absorbs the copy.
+//
+// The relay keys its circuit breaker by the subject ([Sender.Destination]).
+//
+// Streams: JetStream stores a message only when a stream binds its subject.
+// [Sender.Provision] (opt-in; `provision: true` in the relay's
+// configuration) creates or extends a stream at start so that it binds the
+// routes' subjects; see docs/configuration.md.
 //
 // A Sender made by [New] owns its connection: it connects in the
 // background (so the relay starts while NATS is down, and Send reports
-// Transient until it is up), reconnects forever, and buffers nothing while
-// disconnected (a publish fails at once instead of waiting in a buffer).
+// Transient until it is up), reconnects forever, logs each failed connect
+// with the dial error and the server address (the first of an outage at
+// once, then once a minute or when the error changes), and buffers nothing
+// while disconnected (a publish fails at once instead of waiting in a
+// buffer).
 // [NewFromConn] uses a connection you manage.
 package nats

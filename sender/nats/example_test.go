@@ -2,6 +2,7 @@ package nats_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -24,15 +25,18 @@ func ExampleNew() {
 		Payload:   []byte(`{"order":42}`),
 		Route:     sender.Route{Subject: "orders.created"},
 	}
+	// The error names the server and, once the first dial failed, why:
+	// "nats: not connected to nats://127.0.0.1:1 (last error: dial tcp
+	// 127.0.0.1:1: connect: connection refused)".
 	err = s.Send(context.Background(), []*sender.Message{msg})
-	fmt.Println(err)
+	fmt.Println(errors.Is(err, txnats.ErrNotConnected), txbox.Classify(err), sender.IsDisconnected(err))
 	fmt.Println(s.Close(context.Background()))
 
 	_, err = txnats.New(txnats.Config{})
 	fmt.Println(err)
 	// Output:
 	// <nil>
-	// nats: not connected
+	// true transient true
 	// <nil>
 	// nats: invalid url: is required
 }

@@ -23,7 +23,22 @@ const (
 	DefaultMaxPending     = 4096
 	DefaultConnectTimeout = 5 * time.Second
 	DefaultReconnectWait  = time.Second
+	// DefaultProvisionStream is the stream Provision creates or updates
+	// when Config.ProvisionStream is empty.
+	DefaultProvisionStream = "TXBOX"
 )
+
+// streamLookupTTL is how long the answer of a stream lookup (does a stream
+// bind this subject?) is reused: a batch of messages to a subject without
+// a stream costs one lookup, not one per message.
+const streamLookupTTL = 5 * time.Second
+
+// maxStreamLookup bounds one stream lookup.
+const maxStreamLookup = 2 * time.Second
+
+// redialLogEvery is how often a connection that keeps failing is logged
+// again (the first failure of an outage is logged at once).
+const redialLogEvery = time.Minute
 
 // HeaderMsgID is the JetStream deduplication header; it carries the event
 // id.
@@ -55,10 +70,15 @@ type Config struct {
 	// server. Defaults to 1s.
 	ReconnectWait time.Duration
 	// Logger, for Go callers, receives connection events of a connection
-	// New made (connected, disconnected, reconnected, async errors such as
-	// a publish permission violation). Server addresses are logged without
+	// New made (connected, disconnected, reconnected, a failed connect or
+	// reconnect with the dial error, async errors such as a publish
+	// permission violation). Server addresses are logged without
 	// credentials. Defaults to slog.Default().
 	Logger *slog.Logger
+	// ProvisionStream is the JetStream stream [Sender.Provision] creates,
+	// or extends with the subjects it lacks. Send does not use it.
+	// Defaults to "TXBOX".
+	ProvisionStream string
 }
 
 // ConfigError reports an invalid Config field.
@@ -73,12 +93,21 @@ func (e *ConfigError) Error() string {
 
 // Errors. Compare with errors.Is.
 var (
-	// ErrNotConnected is returned, Transient, for a batch sent while the
-	// connection to NATS is down or being re-established.
+	// ErrNotConnected is returned, Transient and marked
+	// [sender.Disconnected], for a batch sent while the connection to NATS
+	// is down or being re-established. The error names the servers
+	// (without credentials) and the last dial error.
 	ErrNotConnected = errors.New("nats: not connected")
 	// ErrNoStream is returned, Rejected, for a message whose subject no
-	// stream binds. The error also matches jetstream.ErrNoStreamResponse.
+	// stream binds, confirmed by a stream lookup. The error also matches
+	// jetstream.ErrNoStreamResponse.
 	ErrNoStream = errors.New("nats: no stream bound to the subject")
+	// ErrStreamUnavailable is returned, Transient, for a message that got
+	// no answer from JetStream ("no responders") although the subject is
+	// not known to be unbound: the stream exists but has no leader (an
+	// election, a restore), or JetStream itself did not answer the lookup.
+	// The error also matches jetstream.ErrNoStreamResponse.
+	ErrStreamUnavailable = errors.New("nats: stream temporarily unavailable")
 )
 
 // MessageError is returned, Permanent, for a message that cannot be
@@ -99,13 +128,46 @@ type Sender struct {
 	ackTimeout time.Duration
 	slots      chan struct{} // one per publish awaiting its ack
 	release    func()
+	stream     string // the stream Provision creates or updates
+	log        *slog.Logger
+
+	// dial follows the connects of a connection New made (nil for
+	// NewFromConn); Send reports its last error with ErrNotConnected.
+	dial *dialLog
+
+	lmu     sync.Mutex
+	lookups map[string]*streamLookup // by subject
 
 	mu     sync.Mutex
 	closed bool
 	wg     sync.WaitGroup
 }
 
-var _ sender.Sender = (*Sender)(nil)
+// streamLookup is one answer to "does a stream bind this subject?".
+type streamLookup struct {
+	done chan struct{} // closed once the fields below are set
+	at   time.Time
+	// stream is the stream found, "" when none binds the subject (and err
+	// is nil).
+	stream string
+	// err is why the lookup failed (JetStream did not answer).
+	err error
+}
+
+var (
+	_ sender.Sender        = (*Sender)(nil)
+	_ sender.Destinationer = (*Sender)(nil)
+	_ sender.Provisioner   = (*Sender)(nil)
+)
+
+// Destination implements [sender.Destinationer]: the route's subject. The
+// subject, not the stream, is the failure domain the relay keys its
+// circuit breaker by: it is known without asking the server, a subject
+// that no stream binds fails alone, and when a whole stream is
+// unavailable each of its subjects opens its own circuit on its first
+// failing batch without burning attempts. A failure of the connection
+// itself is marked [sender.Disconnected] and pauses every subject at once.
+func (s *Sender) Destination(r sender.Route) string { return r.Subject }
 
 func (cfg *Config) withDefaults() error {
 	if cfg.Name == "" {
@@ -133,7 +195,26 @@ func (cfg *Config) withDefaults() error {
 	if cfg.MaxPending == 0 {
 		cfg.MaxPending = DefaultMaxPending
 	}
+	if cfg.ProvisionStream == "" {
+		cfg.ProvisionStream = DefaultProvisionStream
+	}
+	if !validStreamName(cfg.ProvisionStream) {
+		return &ConfigError{Field: "provision-stream", Reason: fmt.Sprintf("%q is not a valid stream name (no spaces, '.', '*', '>', '/' or '\\')", truncate(cfg.ProvisionStream))}
+	}
 	return nil
+}
+
+// validStreamName applies the JetStream rules for a stream name.
+func validStreamName(n string) bool {
+	if n == "" || len(n) > 255 {
+		return false
+	}
+	for _, c := range n {
+		if c <= ' ' || c == 0x7f || strings.ContainsRune(".*>/\\", c) {
+			return false
+		}
+	}
+	return true
 }
 
 // New connects to cfg.URL and returns a Sender that owns the connection.
@@ -162,8 +243,10 @@ func New(cfg Config) (*Sender, error) {
 		log = slog.Default()
 	}
 	log = log.With("component", "txbox.sender.nats", "name", cfg.Name)
+	dial := newDialLog(log)
 	opts = append(opts,
 		natsgo.ConnectHandler(func(nc *natsgo.Conn) {
+			dial.connected()
 			log.Info("nats connected", "server", nc.ConnectedUrlRedacted())
 		}),
 		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
@@ -172,7 +255,15 @@ func New(cfg Config) (*Sender, error) {
 			}
 		}),
 		natsgo.ReconnectHandler(func(nc *natsgo.Conn) {
+			dial.connected()
 			log.Info("nats reconnected", "server", nc.ConnectedUrlRedacted())
+		}),
+		natsgo.ReconnectErrHandler(func(nc *natsgo.Conn, err error) {
+			// Called for every failed connect or reconnect attempt,
+			// including the first connect (RetryOnFailedConnect): the
+			// dial error says why ("connection refused", "no such
+			// host"), which "not connected" alone never does.
+			dial.failed(nc.Servers(), redactErr(err, cfg.URL))
 		}),
 		natsgo.ErrorHandler(func(_ *natsgo.Conn, _ *natsgo.Subscription, err error) {
 			// A publish permission violation surfaces only here; the
@@ -188,18 +279,67 @@ func New(cfg Config) (*Sender, error) {
 		// The URL may hold credentials: name the problem, not the URL.
 		return nil, &ConfigError{Field: "url", Reason: fmt.Sprintf("cannot connect: %v", redactErr(err, cfg.URL))}
 	}
-	s, err := newSender(nc, cfg)
+	s, err := newSender(nc, cfg, log)
 	if err != nil {
 		nc.Close()
 		return nil, err
 	}
 	s.ownConn = true
+	s.dial = dial
 	return s, nil
+}
+
+// dialLog logs failed connects without flooding: the first failure of an
+// outage at once, then again when the error changes or a minute passed.
+type dialLog struct {
+	log *slog.Logger
+
+	mu       sync.Mutex
+	attempts int
+	lastMsg  string
+	lastAt   time.Time
+}
+
+func newDialLog(log *slog.Logger) *dialLog { return &dialLog{log: log} }
+
+func (d *dialLog) connected() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.attempts, d.lastMsg, d.lastAt = 0, "", time.Time{}
+}
+
+// last returns the error of the latest failed attempt since the last
+// (re)connect, or "".
+func (d *dialLog) last() string {
+	if d == nil {
+		return ""
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.lastMsg
+}
+
+func (d *dialLog) failed(servers []string, msg string) {
+	d.mu.Lock()
+	d.attempts++
+	n := d.attempts
+	logIt := n == 1 || msg != d.lastMsg || time.Since(d.lastAt) >= redialLogEvery
+	d.lastMsg = msg
+	if logIt {
+		d.lastAt = time.Now()
+	}
+	d.mu.Unlock()
+	if logIt {
+		// nc.Servers() gives scheme://host only: no user, password or
+		// token.
+		d.log.Warn("nats connect failed; retrying", "servers", strings.Join(servers, ","), "attempts", n, "error", msg)
+	}
 }
 
 // NewFromConn returns a Sender that publishes on nc, which the caller
 // keeps managing: Close does not close it. cfg.URL, Name, CredsFile,
-// ConnectTimeout and ReconnectWait are ignored.
+// ConnectTimeout and ReconnectWait are ignored, and connection events are
+// not logged (the caller set nc's handlers).
 func NewFromConn(nc *natsgo.Conn, cfg Config) (*Sender, error) {
 	if nc == nil {
 		return nil, &ConfigError{Field: "conn", Reason: "is nil"}
@@ -207,11 +347,18 @@ func NewFromConn(nc *natsgo.Conn, cfg Config) (*Sender, error) {
 	if err := cfg.withDefaults(); err != nil {
 		return nil, err
 	}
-	return newSender(nc, cfg)
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return newSender(nc, cfg, log.With("component", "txbox.sender.nats"))
 }
 
-func newSender(nc *natsgo.Conn, cfg Config) (*Sender, error) {
-	s := &Sender{nc: nc, ackTimeout: cfg.AckTimeout, slots: make(chan struct{}, cfg.MaxPending)}
+func newSender(nc *natsgo.Conn, cfg Config, log *slog.Logger) (*Sender, error) {
+	s := &Sender{
+		nc: nc, ackTimeout: cfg.AckTimeout, slots: make(chan struct{}, cfg.MaxPending),
+		stream: cfg.ProvisionStream, log: log, lookups: map[string]*streamLookup{},
+	}
 	// MaxPending is enforced by the slots, acquired before each publish
 	// (so a Send blocked on a full window still sees its context) and
 	// released by the callbacks nats.go calls exactly once per publish it
@@ -260,8 +407,11 @@ func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
 		return txbox.Transient(fmt.Errorf("nats: not sent: %w", err))
 	}
 	if !s.nc.IsConnected() {
-		return txbox.Transient(ErrNotConnected)
+		return s.notConnected()
 	}
+	// The server's max_payload, learnt at connect (and at each
+	// reconnect, from the server reached then).
+	maxPayload := s.nc.MaxPayload()
 
 	errs := make([]error, len(msgs))
 	futures := make([]jetstream.PubAckFuture, len(msgs))
@@ -284,6 +434,10 @@ func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
 			errs[i] = txbox.Permanent(err)
 			continue
 		}
+		if err := checkSize(nm, maxPayload); err != nil {
+			errs[i] = err
+			continue
+		}
 		if !s.acquire(ctx) {
 			for j := i; j < len(msgs); j++ {
 				errs[j] = txbox.Transient(fmt.Errorf("nats: not sent: %w", ctx.Err()))
@@ -294,7 +448,7 @@ func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
 		if err != nil {
 			// Not registered, so no callback will free the slot.
 			s.release()
-			errs[i] = classify(err, m.Route.Subject)
+			errs[i] = s.classify(ctx, err, m.Route.Subject)
 			continue
 		}
 		futures[i] = f
@@ -310,22 +464,46 @@ func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
 		case <-ok:
 			continue
 		case err := <-failed:
-			errs[i] = classify(err, msgs[i].Route.Subject)
+			errs[i] = s.classify(ctx, err, msgs[i].Route.Subject)
 			continue
 		default:
 		}
 		select {
 		case <-ok:
 		case err := <-failed:
-			errs[i] = classify(err, msgs[i].Route.Subject)
+			errs[i] = s.classify(ctx, err, msgs[i].Route.Subject)
 		case <-ctx.Done():
 			errs[i] = txbox.Transient(fmt.Errorf("nats: ack not received: %w", ctx.Err()))
 		}
 	}
-	for _, err := range errs {
-		if err != nil {
-			return &sender.BatchError{Errs: errs}
-		}
+	return sender.Summarize(errs)
+}
+
+// notConnected is the error of a Send while the connection is down: it
+// names the servers (nc.Servers gives scheme://host, never credentials)
+// and the last dial error, so "not connected" comes with its cause.
+func (s *Sender) notConnected() error {
+	err := fmt.Errorf("%w to %s", ErrNotConnected, strings.Join(s.nc.Servers(), ","))
+	if last := s.dial.last(); last != "" {
+		err = fmt.Errorf("%w (last error: %s)", err, last)
+	}
+	return sender.Disconnected(txbox.Transient(err))
+}
+
+// checkSize refuses, Permanent, a message larger than the server's
+// max_payload (payload plus the encoded header block, as the server
+// counts it): no retry can make it fit. maxPayload 0 (no server info yet)
+// skips the check; nats.go's own check then still applies.
+func checkSize(nm *natsgo.Msg, maxPayload int64) error {
+	if maxPayload <= 0 {
+		return nil
+	}
+	payload := int64(len(nm.Data))
+	// Size is subject + reply + header block + data; nm has no reply.
+	headers := int64(nm.Size()) - int64(len(nm.Subject)) - payload
+	if total := payload + headers; total > maxPayload {
+		return txbox.Permanent(fmt.Errorf("nats: subject %q: %w: the message is %d bytes (payload %d + headers %d), the server's max_payload is %d bytes (raise max_payload in the NATS server configuration, or lower the publish limit: docs/operations.md)",
+			nm.Subject, natsgo.ErrMaxPayload, total, payload, headers, maxPayload))
 	}
 	return nil
 }
@@ -439,22 +617,96 @@ func truncate(s string) string {
 }
 
 // classify wraps a publish or ack error with its txbox class.
-func classify(err error, subject string) error {
+func (s *Sender) classify(ctx context.Context, err error, subject string) error {
 	var apiErr *jetstream.APIError
 	switch {
 	case errors.Is(err, jetstream.ErrNoStreamResponse):
-		return txbox.Rejected(fmt.Errorf("nats: subject %q: %w: %w", subject, ErrNoStream, err))
+		// "No responders": nothing answered on the subject. Either no
+		// stream binds it (a rejection of this message), or the stream
+		// has no leader right now (an election, a restore) or JetStream
+		// is down (an outage). Only a lookup tells them apart.
+		stream, lerr := s.lookupStream(ctx, subject)
+		switch {
+		case lerr != nil:
+			return txbox.Transient(fmt.Errorf("nats: subject %q: %w: %w (the stream lookup failed too: %v)", subject, ErrStreamUnavailable, err, lerr))
+		case stream == "":
+			return txbox.Rejected(fmt.Errorf("nats: subject %q: %w: %w", subject, ErrNoStream, err))
+		default:
+			return txbox.Transient(fmt.Errorf("nats: subject %q: %w: stream %q exists but did not answer (leader election or restore?): %w", subject, ErrStreamUnavailable, stream, err))
+		}
 	case errors.Is(err, natsgo.ErrMaxPayload), errors.Is(err, natsgo.ErrBadSubject),
 		errors.Is(err, natsgo.ErrBadHeaderMsg):
 		return txbox.Permanent(fmt.Errorf("nats: subject %q: %w", subject, err))
+	case errors.Is(err, natsgo.ErrConnectionClosed), errors.Is(err, natsgo.ErrDisconnected),
+		errors.Is(err, natsgo.ErrConnectionReconnecting), errors.Is(err, natsgo.ErrConnectionDraining),
+		errors.Is(err, natsgo.ErrReconnectBufExceeded), errors.Is(err, jetstream.ErrConnectionClosed):
+		// The connection itself: every subject of this sender is down
+		// with it. (No reconnect buffer: a publish while reconnecting
+		// fails with ErrReconnectBufExceeded.)
+		return sender.Disconnected(txbox.Transient(fmt.Errorf("nats: subject %q: %w", subject, err)))
 	case errors.As(err, &apiErr):
-		if apiErr.Code >= 500 {
+		switch {
+		case apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
+			// Larger than the stream's max_msg_size: it never fits.
+			return txbox.Permanent(fmt.Errorf("nats: subject %q: %w (the stream's max_msg_size; raise it with `nats stream edit --max-msg-size`)", subject, err))
+		case apiErr.Code >= 500:
+			// JetStream not enabled, a stream full under DiscardNew, no
+			// quorum: the destination, not the message.
 			return txbox.Transient(fmt.Errorf("nats: subject %q: %w", subject, err))
 		}
 		return txbox.Rejected(fmt.Errorf("nats: subject %q: %w", subject, err))
 	default:
-		// Timeouts, disconnects, a closed connection, a stalled
-		// publisher: the destination, not the message.
+		// Timeouts, a stalled publisher: the destination, not the
+		// message.
 		return txbox.Transient(fmt.Errorf("nats: subject %q: %w", subject, err))
 	}
+}
+
+// lookupStream returns the stream that binds subject, "" when none does,
+// or why JetStream could not tell. Answers are reused for
+// streamLookupTTL, and concurrent lookups of one subject share one
+// request, so a batch to an unbound subject costs one lookup.
+func (s *Sender) lookupStream(ctx context.Context, subject string) (string, error) {
+	s.lmu.Lock()
+	l := s.lookups[subject]
+	if l != nil {
+		select {
+		case <-l.done:
+			if time.Since(l.at) >= streamLookupTTL {
+				l = nil
+			}
+		default: // in flight: wait for it
+		}
+	}
+	if l != nil {
+		s.lmu.Unlock()
+		select {
+		case <-l.done:
+			return l.stream, l.err
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+	l = &streamLookup{done: make(chan struct{})}
+	s.lookups[subject] = l
+	s.lmu.Unlock()
+
+	lctx, cancel := context.WithTimeout(ctx, min(s.ackTimeout, maxStreamLookup))
+	stream, err := s.js.StreamNameBySubject(lctx, subject)
+	cancel()
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		stream, err = "", nil
+	}
+	l.stream, l.err, l.at = stream, err, time.Now()
+	if err != nil && ctx.Err() != nil {
+		// Our caller gave up, which says nothing about the stream: do
+		// not keep the answer.
+		s.lmu.Lock()
+		if s.lookups[subject] == l {
+			delete(s.lookups, subject)
+		}
+		s.lmu.Unlock()
+	}
+	close(l.done)
+	return stream, err
 }

@@ -136,13 +136,13 @@ func TestPerMessageFailures(t *testing.T) {
 	}
 }
 
-func TestStreamRefusesMessage(t *testing.T) {
+func TestStreamMaxMsgSizeIsPermanent(t *testing.T) {
 	t.Parallel()
 	st := newStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	// A stream limit the message breaks: JetStream answers with an API
-	// error, a refusal of this message (Rejected), not an outage.
+	// error. The message can never fit: Permanent, on the first try.
 	if _, err := st.js.UpdateStream(ctx, jetstream.StreamConfig{
 		Name: st.name, Subjects: []string{st.name + ".>"}, Storage: jetstream.MemoryStorage,
 		MaxMsgSize: 512,
@@ -158,8 +158,8 @@ func TestStreamRefusesMessage(t *testing.T) {
 		t.Fatalf("small message: %v", errs[0])
 	}
 	var apiErr *jetstream.APIError
-	if !errors.As(errs[1], &apiErr) || txbox.Classify(errs[1]) != txbox.ClassRejected {
-		t.Fatalf("oversized message: %v, want a rejected *jetstream.APIError", errs[1])
+	if !errors.As(errs[1], &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamMessageExceedsMaximum || txbox.Classify(errs[1]) != txbox.ClassPermanent {
+		t.Fatalf("oversized message: %v, want a permanent *jetstream.APIError 10054", errs[1])
 	}
 }
 

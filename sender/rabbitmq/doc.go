@@ -20,12 +20,23 @@
 // arrive makes the correlation exact.
 //
 // Failures are classified for the relay: a nack, an unroutable message or a
-// missing exchange is [txbox.Rejected] for that message; a lost connection
-// or channel, a failed dial or a confirm that does not arrive within
-// ConfirmTimeout is [txbox.Transient], and so is a Send while the broker
-// blocks publishers for a resource alarm (connection.blocked: it would stop
-// reading the socket and the publish would hang). The sender reconnects
-// lazily: the
+// missing exchange is [txbox.Rejected] for that message; a body larger than
+// the broker's max_message_size is [txbox.Permanent] and is refused before
+// it is published (published, it would make the broker close the channel
+// under the rest of the batch; see Config.MaxMessageBytes); a lost
+// connection or channel, a failed dial or a confirm that does not arrive
+// within ConfirmTimeout is [txbox.Transient], and so is a Send while the
+// broker blocks publishers for a resource alarm (connection.blocked: it
+// would stop reading the socket and the publish would hang). A failed dial,
+// a lost connection (and a channel lost with it) and blocked publishers are
+// failures of the connection itself and are also marked
+// [sender.Disconnected]: the relay pauses every exchange of the sender.
+//
+// The relay keys its circuit breaker by the exchange
+// ([Sender.Destination]). [Sender.Provision] (opt-in) declares missing
+// exchanges at start.
+//
+// The sender reconnects lazily: the
 // first Send after a loss dials again (at most once per ReconnectDelay, so
 // during an outage Send fails fast instead of dialing on every call).
 package rabbitmq

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,6 +27,10 @@ const (
 	DefaultConfirmTimeout   = 30 * time.Second
 	DefaultExchangeCheckTTL = time.Minute
 	DefaultConnectionName   = "txbox"
+	// DefaultProvisionExchangeType is the type of the exchanges Provision
+	// declares: a topic exchange routes exact routing keys like a direct
+	// one and also takes wildcard bindings.
+	DefaultProvisionExchangeType = "topic"
 )
 
 // Sentinel errors.
@@ -50,8 +56,13 @@ var (
 	// is written, so it cannot break the connection for its neighbours.
 	ErrInvalidMessage = errors.New("rabbitmq sender: message cannot be encoded")
 	// ErrConnection wraps every transient failure: dial, lost connection
-	// or channel, or a confirm that did not come in time.
+	// or channel, or a confirm that did not come in time. Those of the
+	// connection itself (dial, connection lost, publishers blocked) are
+	// also marked [sender.Disconnected].
 	ErrConnection = errors.New("rabbitmq sender: broker unavailable")
+	// ErrTooLarge is the per-message error (permanent) of a message whose
+	// body is larger than the broker accepts (max_message_size).
+	ErrTooLarge = errors.New("rabbitmq sender: message larger than the broker's max_message_size")
 )
 
 // Config configures a RabbitMQ sender. The fields are plain values so the
@@ -88,6 +99,18 @@ type Config struct {
 	// ConnectionName is shown in the RabbitMQ management UI. Defaults to
 	// "txbox".
 	ConnectionName string
+	// MaxMessageBytes is the largest message body the broker accepts, its
+	// max_message_size. A larger message fails permanent before it is
+	// published: published, it would make the broker close the channel
+	// and fail every message in flight on it. Defaults to the broker's
+	// default for the version it reports (128 MiB up to 3.13, 16 MiB from
+	// 4.0); when the broker refuses a smaller size than the sender
+	// assumed, the sender learns the broker's figure from the refusal.
+	MaxMessageBytes int
+	// ProvisionExchangeType is the type of the exchanges
+	// [Sender.Provision] declares: direct, fanout, topic, headers or a
+	// plugin's x-* type. Send does not use it. Defaults to topic.
+	ProvisionExchangeType string
 }
 
 func (c Config) withDefaults() Config {
@@ -111,6 +134,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ConnectionName == "" {
 		c.ConnectionName = DefaultConnectionName
+	}
+	if c.ProvisionExchangeType == "" {
+		c.ProvisionExchangeType = DefaultProvisionExchangeType
 	}
 	return c
 }
@@ -136,6 +162,13 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: confirm-timeout must be > 0, got %s", ErrInvalidConfig, c.ConfirmTimeout)
 	case c.ExchangeCheckTTL < 0:
 		return fmt.Errorf("%w: exchange-check-ttl must be > 0, got %s", ErrInvalidConfig, c.ExchangeCheckTTL)
+	case c.MaxMessageBytes < 0:
+		return fmt.Errorf("%w: max-message-bytes must be > 0, got %d", ErrInvalidConfig, c.MaxMessageBytes)
+	}
+	switch t := c.ProvisionExchangeType; {
+	case t == "direct", t == "fanout", t == "topic", t == "headers", strings.HasPrefix(t, "x-") && len(t) > 2:
+	default:
+		return fmt.Errorf("%w: provision-exchange-type must be direct, fanout, topic, headers or x-*, got %q", ErrInvalidConfig, t)
 	}
 	return nil
 }
@@ -158,12 +191,36 @@ type Sender struct {
 	exchanges   map[string]time.Time // exchange -> checked at
 	closed      bool
 
+	// maxBody is the largest body the broker is known to accept, 0 when
+	// unknown: Config.MaxMessageBytes, else the broker version's default,
+	// lowered by a refusal that names the broker's figure.
+	maxBody atomic.Int64
+
 	// inflight counts running Sends; Close waits for them so their
 	// confirms are not cut off.
 	inflight sync.WaitGroup
 }
 
-var _ sender.Sender = (*Sender)(nil)
+var (
+	_ sender.Sender        = (*Sender)(nil)
+	_ sender.Destinationer = (*Sender)(nil)
+	_ sender.Provisioner   = (*Sender)(nil)
+)
+
+// Destination implements [sender.Destinationer]: the route's exchange,
+// where RabbitMQ's routing and its failures begin (a missing exchange,
+// publishers blocked). The routing key is left out: a key no queue is
+// bound for makes the message unroutable, a rejection of that message,
+// not an outage. The default exchange is no destination of its own (it
+// hands each message to the queue its routing key names), so its
+// destination is "(default exchange) " plus the routing key, i.e. the
+// queue.
+func (s *Sender) Destination(r sender.Route) string {
+	if r.Exchange == "" {
+		return "(default exchange) " + r.RoutingKey
+	}
+	return r.Exchange
+}
 
 // New returns a Sender for cfg. It does not connect: the first Send does,
 // so a relay can start while the broker is down.
@@ -177,7 +234,8 @@ func New(cfg Config) (*Sender, error) {
 
 // pubChan is one confirm-mode channel and its return listener.
 type pubChan struct {
-	ch *amqp.Channel
+	conn *amqp.Connection
+	ch   *amqp.Channel
 	// pub serializes publishes: the delivery tags of one channel are a
 	// sequence, and interleaving two batches gains nothing.
 	pub sync.Mutex
@@ -220,15 +278,16 @@ func (s *Sender) connLocked() (*amqp.Connection, error) {
 		return s.conn, nil
 	}
 	if s.lastDialErr != nil && time.Since(s.lastDialAt) < s.cfg.ReconnectDelay {
-		return nil, txbox.Transient(fmt.Errorf("%w: %v", ErrConnection, s.lastDialErr))
+		return nil, sender.Disconnected(txbox.Transient(fmt.Errorf("%w: %v", ErrConnection, s.lastDialErr)))
 	}
 	s.lastDialAt = time.Now()
 	conn, err := s.dial()
 	if err != nil {
 		s.lastDialErr = err
-		return nil, txbox.Transient(fmt.Errorf("%w: dial: %v", ErrConnection, err))
+		return nil, sender.Disconnected(txbox.Transient(fmt.Errorf("%w: dial: %v", ErrConnection, err)))
 	}
 	s.lastDialErr = nil
+	s.learnMaxBody(s.defaultMaxBody(conn))
 	s.conn = conn
 	s.blocked = watchBlocked(conn)
 	s.chans = make([]*pubChan, s.cfg.Channels)
@@ -272,9 +331,9 @@ func (s *Sender) channel() (*pubChan, error) {
 		return nil, err
 	}
 	if reason := s.blocked.Load(); reason != nil {
-		// A resource alarm (memory or disk) on the broker: an outage
-		// for the relay's purposes, reported at once.
-		return nil, txbox.Transient(fmt.Errorf("%w: broker blocks publishers: %s", ErrConnection, *reason))
+		// A resource alarm (memory or disk) on the broker: it blocks
+		// the whole connection, every exchange at once.
+		return nil, sender.Disconnected(txbox.Transient(fmt.Errorf("%w: broker blocks publishers: %s", ErrConnection, *reason)))
 	}
 	i := s.next % len(s.chans)
 	s.next++
@@ -284,7 +343,7 @@ func (s *Sender) channel() (*pubChan, error) {
 	}
 	pc, err = openPubChan(conn)
 	if err != nil {
-		return nil, txbox.Transient(fmt.Errorf("%w: open channel: %v", ErrConnection, err))
+		return nil, connErr(conn, fmt.Errorf("%w: open channel: %v", ErrConnection, err))
 	}
 	s.chans[i] = pc
 	return pc, nil
@@ -300,6 +359,7 @@ func openPubChan(conn *amqp.Connection) (*pubChan, error) {
 		return nil, err
 	}
 	pc := &pubChan{
+		conn:         conn,
 		ch:           ch,
 		closed:       make(chan struct{}),
 		pending:      map[string][]*atomic.Bool{},
@@ -418,10 +478,87 @@ func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
 				errs[i] = err
 			}
 		} else {
+			// Known once connected: the broker's version gives its
+			// default limit.
+			todo = slices.DeleteFunc(todo, func(i int) bool {
+				errs[i] = s.checkSize(msgs[i])
+				return errs[i] != nil
+			})
 			s.publish(ctx, pc, msgs, todo, errs)
 		}
 	}
 	return sender.Summarize(errs)
+}
+
+// checkSize fails, permanent, a message whose body is larger than the
+// broker accepts: no retry makes it fit, and publishing it would close the
+// channel under its neighbours.
+func (s *Sender) checkSize(m *sender.Message) error {
+	if max := s.maxBody.Load(); max > 0 && int64(len(m.Payload)) > max {
+		return txbox.Permanent(fmt.Errorf("%w: the body is %d bytes, the broker accepts %d (max_message_size in rabbitmq.conf, the sender's max-message-bytes: docs/operations.md) (event %s)",
+			ErrTooLarge, len(m.Payload), max, m.ID))
+	}
+	return nil
+}
+
+// learnMaxBody lowers the known limit to n (n ≤ 0: no information).
+func (s *Sender) learnMaxBody(n int64) {
+	for {
+		cur := s.maxBody.Load()
+		if n <= 0 || (cur > 0 && cur <= n) || s.maxBody.CompareAndSwap(cur, n) {
+			return
+		}
+	}
+}
+
+// defaultMaxBody is Config.MaxMessageBytes, else the default
+// max_message_size of the broker's version: 128 MiB from 3.8 to 3.13,
+// 16 MiB from 4.0, 0 (unknown) otherwise.
+func (s *Sender) defaultMaxBody(conn *amqp.Connection) int64 {
+	if s.cfg.MaxMessageBytes > 0 {
+		return int64(s.cfg.MaxMessageBytes)
+	}
+	v, _ := conn.Properties["version"].(string)
+	major, rest, _ := strings.Cut(v, ".")
+	minor, _, _ := strings.Cut(rest, ".")
+	ma, err1 := strconv.Atoi(major)
+	mi, err2 := strconv.Atoi(minor)
+	switch {
+	case err1 != nil || err2 != nil:
+		return 0
+	case ma >= 4:
+		return 16 << 20
+	case ma == 3 && mi >= 8:
+		return 128 << 20
+	}
+	return 0
+}
+
+// tooLargeRe matches the reason of the channel close with which the broker
+// refuses a message over max_message_size.
+var tooLargeRe = regexp.MustCompile(`message size (\d+) is larger than configured max size (\d+)`)
+
+// sizeRefusal returns the broker's max_message_size when e is its refusal
+// of a too large message, else 0.
+func sizeRefusal(e *amqp.Error) int64 {
+	if e == nil || e.Code != amqp.PreconditionFailed {
+		return 0
+	}
+	m := tooLargeRe.FindStringSubmatch(e.Reason)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(m[2], 10, 64)
+	return n
+}
+
+// connErr wraps a transient failure, marked [sender.Disconnected] when the
+// connection is gone (the channel went with it).
+func connErr(conn *amqp.Connection, err error) error {
+	if conn == nil || conn.IsClosed() {
+		return sender.Disconnected(txbox.Transient(err))
+	}
+	return txbox.Transient(err)
 }
 
 // publish publishes msgs[todo] on pc and fills errs with their outcomes.
@@ -462,6 +599,11 @@ func (s *Sender) publish(ctx context.Context, pc *pubChan, msgs []*sender.Messag
 		}
 		if pubErr != nil {
 			errs[i] = pubErr
+			if max := sizeRefusal(pc.closeErr.Load()); max > 0 && int64(len(msgs[i].Payload)) > max {
+				// The message the broker refused (its write may have
+				// been cut by the close).
+				errs[i] = s.checkSize(msgs[i])
+			}
 		}
 	}
 	pc.pub.Unlock()
@@ -515,15 +657,27 @@ func (s *Sender) publishFailed(ctx context.Context, pc *pubChan, err error) erro
 		return txbox.Transient(fmt.Errorf("%w: publish: %w", ErrConnection, ctx.Err()))
 	}
 	if pc.ch.IsClosed() {
-		if e := pc.closeError(); e != nil && isMissingExchange(e) {
+		e := pc.closeError()
+		if e != nil && isMissingExchange(e) {
 			s.forgetExchanges()
 		}
+		s.learnMaxBody(sizeRefusal(e))
 	}
-	return txbox.Transient(fmt.Errorf("%w: publish: %v", ErrConnection, err))
+	return connErr(pc.conn, fmt.Errorf("%w: publish: %v", ErrConnection, err))
 }
 
 func (s *Sender) channelLost(pc *pubChan, m *sender.Message) error {
 	e := pc.closeError()
+	if max := sizeRefusal(e); max > 0 {
+		// The broker refused a message over its max_message_size and
+		// closed the channel: that message fails permanent, the others
+		// in flight with it are collateral (transient), and later
+		// batches are checked against the figure before publishing.
+		s.learnMaxBody(max)
+		if err := s.checkSize(m); err != nil {
+			return err
+		}
+	}
 	if e != nil && isMissingExchange(e) {
 		s.forgetExchanges()
 		if m.Route.Exchange != "" && strings.Contains(e.Reason, "'"+m.Route.Exchange+"'") {
@@ -534,7 +688,7 @@ func (s *Sender) channelLost(pc *pubChan, m *sender.Message) error {
 	if e != nil {
 		reason = fmt.Sprintf("channel closed: %d %s", e.Code, e.Reason)
 	}
-	return txbox.Transient(fmt.Errorf("%w: %s before the confirm of event %s", ErrConnection, reason, m.ID))
+	return connErr(pc.conn, fmt.Errorf("%w: %s before the confirm of event %s", ErrConnection, reason, m.ID))
 }
 
 func isMissingExchange(e *amqp.Error) bool {
@@ -570,7 +724,7 @@ func (s *Sender) checkExchange(ctx context.Context, name string) error {
 	}
 	ch, err := conn.Channel()
 	if err != nil {
-		return txbox.Transient(fmt.Errorf("%w: open channel: %v", ErrConnection, err))
+		return connErr(conn, fmt.Errorf("%w: open channel: %v", ErrConnection, err))
 	}
 	err = ch.ExchangeDeclarePassive(name, "direct", false, false, false, false, nil)
 	if err == nil {
@@ -584,7 +738,7 @@ func (s *Sender) checkExchange(ctx context.Context, name string) error {
 	if errors.As(err, &ae) && ae.Code == amqp.NotFound {
 		return txbox.Rejected(fmt.Errorf("%w: %q", ErrNoExchange, name))
 	}
-	return txbox.Transient(fmt.Errorf("%w: check exchange %q: %v", ErrConnection, name, err))
+	return connErr(conn, fmt.Errorf("%w: check exchange %q: %v", ErrConnection, name, err))
 }
 
 // Close stops new Sends (they fail with txbox.ErrClosed), waits for the

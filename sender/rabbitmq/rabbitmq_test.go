@@ -129,7 +129,7 @@ func newSender(t *testing.T, cfg rabbitmq.Config) *rabbitmq.Sender {
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	sendertest.Exercise(t, sendertest.Harness{
-		Features: sendertest.Features{SupportsPerMessageReject: true, SupportsKey: true},
+		Features: sendertest.Features{SupportsPerMessageReject: true, SupportsKey: true, MarksDisconnected: true},
 		// Dial to a closed port is refused at once; a lost connection is
 		// noticed by the next publish.
 		UnreachableBound: 10 * time.Second,

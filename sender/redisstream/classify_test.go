@@ -1,11 +1,16 @@
 package redisstream
 
 import (
+	"context"
 	"errors"
 	"io"
+	"net"
+	"os"
+	"syscall"
 	"testing"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/sender"
 )
 
 // replyError is an error reply as go-redis reports it.
@@ -36,5 +41,29 @@ func TestClassify(t *testing.T) {
 	}
 	if classify(nil) != nil {
 		t.Error("classify(nil) != nil")
+	}
+}
+
+// TestConnectionLevel: only failures of the connection itself are marked
+// Disconnected; a refusal of the command or a slow reply is not.
+func TestConnectionLevel(t *testing.T) {
+	t.Parallel()
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: &os.SyscallError{Syscall: "connect", Err: syscall.ECONNREFUSED}}
+	reset := &net.OpError{Op: "read", Net: "tcp", Err: &os.SyscallError{Syscall: "read", Err: syscall.ECONNRESET}}
+	readTimeout := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	dialTimeout := &net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{refused, true}, {reset, true}, {dialTimeout, true}, {io.EOF, true},
+		{&net.DNSError{Err: "no such host", Name: "redsi"}, true},
+		{readTimeout, false}, {context.DeadlineExceeded, false},
+		{replyError("LOADING Redis is loading the dataset in memory"), false},
+		{replyError("WRONGTYPE Operation against a key holding the wrong kind of value"), false},
+	} {
+		if got := sender.IsDisconnected(classify(c.err)); got != c.want {
+			t.Errorf("classify(%v) Disconnected = %v, want %v", c.err, got, c.want)
+		}
 	}
 }

@@ -25,5 +25,10 @@
 // cancelled context, or a reply with which Redis refuses every write for a
 // while (OOM, LOADING, MISCONF, READONLY, NOAUTH, ...) is [txbox.Transient]
 // for the messages whose outcome is not known, so a full or read-only Redis
-// pauses the relay instead of dead-lettering the backlog.
+// pauses the relay instead of dead-lettering the backlog. A failure to
+// reach the server itself (a refused or failed dial, a connection reset or
+// closed) is also marked [github.com/txbox/txbox/sender.Disconnected]: the
+// relay pauses every stream of the sender, which all live on that server.
+// The relay keys its circuit breaker by the stream key
+// ([Sender.Destination]).
 package redisstream

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -142,7 +144,21 @@ type Sender struct {
 	inflight sync.WaitGroup
 }
 
-var _ sender.Sender = (*Sender)(nil)
+var (
+	_ sender.Sender        = (*Sender)(nil)
+	_ sender.Destinationer = (*Sender)(nil)
+)
+
+// Destination implements [sender.Destinationer]: the stream key (the
+// route's Stream, else its Topic, as Send uses them). Every stream lives on
+// the one server the sender talks to, so a failure to reach that server is
+// marked [sender.Disconnected] and pauses them all.
+func (s *Sender) Destination(r sender.Route) string {
+	if r.Stream != "" {
+		return r.Stream
+	}
+	return r.Topic
+}
 
 // New returns a Sender with its own go-redis client. It does not connect:
 // an unreachable server shows up as transient Send errors.
@@ -326,7 +342,26 @@ func classify(err error) error {
 		// stream id): the message's fault, the server is fine.
 		return txbox.Rejected(fmt.Errorf("redisstream sender: %w", err))
 	}
-	return txbox.Transient(fmt.Errorf("%w: %v", ErrUnavailable, err))
+	if connectionLost(err) {
+		return sender.Disconnected(txbox.Transient(fmt.Errorf("%w: %w", ErrUnavailable, err)))
+	}
+	return txbox.Transient(fmt.Errorf("%w: %w", ErrUnavailable, err))
+}
+
+// connectionLost reports whether err is the connection to Redis itself
+// failing: a dial that failed (refused, unresolvable, timed out), a
+// connection reset or closed by the server. A read timeout is not: the
+// server may only be slow with this batch.
+func connectionLost(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) {
+		return op.Op == "dial" || !op.Timeout()
+	}
+	var dns *net.DNSError
+	return errors.As(err, &dns) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)
 }
 
 // Close stops new Sends (they fail with txbox.ErrClosed), waits for the

@@ -51,7 +51,7 @@ func str(v any) string {
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	sendertest.Exercise(t, sendertest.Harness{
-		Features:         sendertest.Features{SupportsPerMessageReject: true, SupportsKey: true},
+		Features:         sendertest.Features{SupportsPerMessageReject: true, SupportsKey: true, MarksDisconnected: true},
 		UnreachableBound: 10 * time.Second,
 		NewDestination: func(t *testing.T) *sendertest.Destination {
 			rdb := direct(t)
@@ -250,5 +250,35 @@ func TestNilMessageIsPermanentNotPanic(t *testing.T) {
 	errs := sender.Results(s.Send(context.Background(), []*sender.Message{msgs[0], nil, msgs[1]}), 3)
 	if errs[0] != nil || errs[2] != nil || !errors.Is(errs[1], redisstream.ErrNilMessage) || txbox.Classify(errs[1]) != txbox.ClassPermanent {
 		t.Fatalf("results = %v", errs)
+	}
+}
+
+func TestDestinationIsTheStream(t *testing.T) {
+	t.Parallel()
+	s, err := redisstream.New(redisstream.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	if got := sender.DestinationOf(s, sender.Route{Stream: "orders", Topic: "t", Subject: "x"}); got != "orders" {
+		t.Fatalf("destination = %q, want the stream", got)
+	}
+	if got := sender.DestinationOf(s, sender.Route{Topic: "t"}); got != "t" {
+		t.Fatalf("destination without a stream = %q, want the topic Send uses", got)
+	}
+}
+
+func TestRefusedIsDisconnected(t *testing.T) {
+	t.Parallel()
+	s, err := redisstream.New(redisstream.Config{Addr: sendertest.ClosedAddr(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	msgs := sendertest.NewMessages(3, sender.Route{Stream: "s"})
+	for i, err := range sender.Results(s.Send(context.Background(), msgs), len(msgs)) {
+		if txbox.Classify(err) != txbox.ClassTransient || !sender.IsDisconnected(err) {
+			t.Fatalf("message %d: %v, want transient and Disconnected", i, err)
+		}
 	}
 }

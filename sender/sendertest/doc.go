@@ -14,6 +14,9 @@
 //   - an unreachable destination, or one that goes away, fails the whole
 //     batch as Transient within a bound, and the sender recovers when the
 //     destination comes back;
+//   - those failures are marked sender.Disconnected exactly when the
+//     sender claims connection semantics (Features.MarksDisconnected: one
+//     broker connection behind all routes), and never otherwise;
 //   - cancelling the context stops Send promptly, unacked messages failing
 //     as Transient;
 //   - Close waits for the Sends in flight, and Send after Close fails with

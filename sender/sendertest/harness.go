@@ -41,6 +41,14 @@ type Features struct {
 	// the same event id only once (NATS Nats-Msg-Id within the stream's
 	// duplicate window).
 	BrokerDedup bool
+	// MarksDisconnected means the sender reaches all its routes through
+	// one connection (a broker, a server) and marks that connection's
+	// failures with sender.Disconnected, so the relay pauses every route
+	// at once. The Disconnected check then requires the mark on every
+	// error while the destination is down or unreachable; with the flag
+	// off it requires no mark (a webhook: each URL is its own
+	// destination).
+	MarksDisconnected bool
 }
 
 // Destination is one isolated destination created by

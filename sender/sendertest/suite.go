@@ -38,6 +38,7 @@ func Exercise(t *testing.T, h Harness) {
 		{"BrokerDedup", testBrokerDedup, h.Features.BrokerDedup},
 		{"Unreachable", testUnreachable, true},
 		{"DestinationGoesDown", testDestinationGoesDown, true},
+		{"Disconnected", testDisconnected, true},
 		{"CancelStopsSend", testCancelStopsSend, true},
 		{"CancelledBeforeSend", testCancelledBeforeSend, true},
 		{"CloseFlushes", testCloseFlushes, true},
@@ -524,6 +525,47 @@ func testDestinationGoesDown(t *testing.T, h Harness) {
 	got := waitDelivered(t, h, f.d, append(before[:len(before):len(before)], after...))
 	checkContent(t, h, got, before)
 	checkContent(t, h, got, after)
+}
+
+// testDisconnected checks the connection-level mark: with the
+// destination unreachable from the start, and after it goes down under a
+// working sender, every error is transient and, exactly when the sender
+// claims connection semantics (Features.MarksDisconnected), marked
+// sender.Disconnected.
+func testDisconnected(t *testing.T, h Harness) {
+	bound := h.unreachableBound()
+	check := func(when string, errs []error) {
+		t.Helper()
+		requireAllTransient(t, errs)
+		for i, err := range errs {
+			switch marked := sender.IsDisconnected(err); {
+			case h.Features.MarksDisconnected && !marked:
+				t.Fatalf("sendertest: %s, message %d: %v is not marked sender.Disconnected, though the sender claims connection semantics (Features.MarksDisconnected)", when, i, err)
+			case !h.Features.MarksDisconnected && marked:
+				t.Fatalf("sendertest: %s, message %d: %v is marked sender.Disconnected, but Features.MarksDisconnected is off", when, i, err)
+			}
+		}
+	}
+
+	never := setup(t, h, func(d *Destination) string {
+		if d.Faults != nil {
+			fl := d.Faults(t)
+			fl.Down(t)
+			return fl.Addr()
+		}
+		return ClosedAddr(t)
+	})
+	errs, _ := send(t, never.s, NewMessages(5, never.route), 2*bound)
+	check("destination never reachable", errs)
+
+	d := h.NewDestination(t)
+	fl := faults(t, d)
+	f := setupOn(t, h, d, fl.Addr())
+	requireAllAcked(t, first(send(t, f.s, NewMessages(3, f.route), 30*time.Second)))
+	fl.Down(t)
+	errs, _ = send(t, f.s, NewMessages(5, f.route), 2*bound)
+	check("destination down after a successful send", errs)
+	fl.Up(t)
 }
 
 func testCancelStopsSend(t *testing.T, h Harness) {

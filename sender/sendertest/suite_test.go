@@ -34,6 +34,8 @@ var brokenCases = []struct {
 	{"outage-as-rejected", "Unreachable", "want transient"},
 	{"ignores-context", "CancelStopsSend", "cancel"},
 	{"close-is-noop", "CloseFlushes", "Send after Close"},
+	{"marks-disconnected", "Disconnected", "but Features.MarksDisconnected is off"},
+	{"claims-disconnects", "Disconnected", "is not marked sender.Disconnected"},
 }
 
 const brokenEnv = "SENDERTEST_BROKEN"
@@ -67,7 +69,7 @@ func TestBrokenSenderChild(t *testing.T) {
 		return
 	}
 	sendertest.Exercise(t, sendertest.Harness{
-		Features: sendertest.Features{SupportsPerMessageReject: true, SupportsKey: true},
+		Features: sendertest.Features{SupportsPerMessageReject: true, SupportsKey: true, MarksDisconnected: mode == "claims-disconnects"},
 		// A lost message is declared lost sooner: the receiver is local.
 		DeliveryTimeout: 3 * time.Second,
 		NewDestination: func(t *testing.T) *sendertest.Destination {
@@ -129,6 +131,12 @@ func (b *broken) Send(ctx context.Context, msgs []*sender.Message) error {
 		return &sender.BatchError{Errs: errs}
 	case "ignores-context":
 		return b.s.Send(context.WithoutCancel(ctx), msgs)
+	case "marks-disconnected":
+		errs := sender.Results(b.s.Send(ctx, msgs), len(msgs))
+		for i, err := range errs {
+			errs[i] = sender.Disconnected(err)
+		}
+		return sender.Summarize(errs)
 	}
 	return b.s.Send(ctx, msgs)
 }

@@ -3,9 +3,11 @@ package webhook
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -31,6 +33,18 @@ const HeaderIdempotencyKey = "Idempotency-Key"
 // maxDrain is how much of a response body is read (and discarded) so the
 // connection can be reused; a longer body costs a new connection instead.
 const maxDrain = 64 << 10
+
+// stopAfter is how many requests of one batch to one destination must fail
+// as an outage would (no response, 429, 502, 503, 504), with none of them
+// answered 2xx, before the rest of the batch to it is not sent: the relay
+// then sees the whole batch fail and pauses the destination, after about
+// stopAfter + MaxConcurrency requests instead of one per message. A 500
+// does not count: it is the receiver failing this request (consume/webhook
+// answers 500 for a handler error), which may be the message's own fault.
+const stopAfter = 8
+
+// maxDetail bounds the receiver's problem detail quoted in an error.
+const maxDetail = 256
 
 // Config configures a webhook [Sender]. The zero value is valid.
 type Config struct {
@@ -86,10 +100,18 @@ type StatusError struct {
 	// RetryAfter is the receiver's Retry-After (seconds or an HTTP date),
 	// when it sent one, typically with 429 or 503; zero otherwise.
 	RetryAfter time.Duration
+	// Detail is the title and detail of the receiver's RFC 9457 problem
+	// body (application/problem+json), when it sent one, at most 256
+	// bytes; "" otherwise.
+	Detail string
 }
 
 func (e *StatusError) Error() string {
-	return fmt.Sprintf("webhook: POST %s: %d %s", e.URL, e.StatusCode, http.StatusText(e.StatusCode))
+	msg := fmt.Sprintf("webhook: POST %s: %d %s", e.URL, e.StatusCode, http.StatusText(e.StatusCode))
+	if e.Detail != "" {
+		msg += ": " + e.Detail
+	}
+	return msg
 }
 
 // MessageError is returned, Permanent, for a message that cannot be sent
@@ -118,7 +140,30 @@ type Sender struct {
 	wg     sync.WaitGroup
 }
 
-var _ sender.Sender = (*Sender)(nil)
+var (
+	_ sender.Sender        = (*Sender)(nil)
+	_ sender.Destinationer = (*Sender)(nil)
+)
+
+// Destination implements [sender.Destinationer]: the scheme, host and path
+// of the route's URL, without user info, query or fragment (they may hold
+// credentials, and do not name another endpoint). Each endpoint is its own
+// failure domain: one answering 503 pauses only the event types routed to
+// it. The webhook sender never marks a failure [sender.Disconnected]: it
+// has no connection shared by all its routes.
+func (s *Sender) Destination(r sender.Route) string { return destination(r.URL) }
+
+func destination(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "(invalid url)"
+	}
+	path := u.EscapedPath()
+	if path == "" {
+		path = "/"
+	}
+	return strings.ToLower(u.Scheme) + "://" + strings.ToLower(u.Host) + path
+}
 
 // New returns a Sender for cfg, or a *ConfigError naming the bad field.
 func New(cfg Config) (*Sender, error) {
@@ -214,28 +259,104 @@ func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
 
 	errs := make([]error, len(msgs))
 	var wg sync.WaitGroup
+	var hmu sync.Mutex
+	health := map[string]*destHealth{}
+	healthOf := func(m *sender.Message) *destHealth {
+		d := destination(m.Route.URL)
+		h := health[d]
+		if h == nil {
+			h = &destHealth{dest: d}
+			health[d] = h
+		}
+		return h
+	}
 	for i, m := range msgs {
 		if m == nil {
 			errs[i] = txbox.Permanent(&MessageError{Reason: "nil message"})
 			continue
 		}
-		select {
-		case s.sem <- struct{}{}:
-		case <-ctx.Done():
-			for j := i; j < len(msgs); j++ {
-				errs[j] = txbox.Transient(fmt.Errorf("webhook: not sent: %w", ctx.Err()))
+		hmu.Lock()
+		h := healthOf(m)
+		skip := h.failing()
+		hmu.Unlock()
+		if !skip {
+			select {
+			case s.sem <- struct{}{}:
+			case <-ctx.Done():
+				for j := i; j < len(msgs); j++ {
+					errs[j] = txbox.Transient(fmt.Errorf("webhook: not sent: %w", ctx.Err()))
+				}
+				wg.Wait()
+				return result(errs)
 			}
-			wg.Wait()
-			return result(errs)
+			// Requests that finished while this one waited for a slot
+			// may have shown the destination down.
+			hmu.Lock()
+			skip = h.failing()
+			hmu.Unlock()
+			if skip {
+				<-s.sem
+			}
+		}
+		if skip {
+			hmu.Lock()
+			errs[i] = h.notSent()
+			hmu.Unlock()
+			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer func() { <-s.sem; wg.Done() }()
-			errs[i] = s.post(ctx, m)
+			err := s.post(ctx, m)
+			errs[i] = err
+			hmu.Lock()
+			h.record(err)
+			hmu.Unlock()
 		}()
 	}
 	wg.Wait()
 	return result(errs)
+}
+
+// destHealth is what one batch has seen of one destination so far.
+type destHealth struct {
+	dest    string
+	outages int // requests failed as an outage would
+	ok      bool
+	last    error
+}
+
+func (h *destHealth) record(err error) {
+	switch {
+	case err == nil:
+		h.ok = true
+	case looksDown(err):
+		h.outages++
+		h.last = err
+	}
+}
+
+func (h *destHealth) failing() bool { return !h.ok && h.outages >= stopAfter }
+
+func (h *destHealth) notSent() error {
+	return txbox.Transient(fmt.Errorf("webhook: not sent to %s: %d requests of this batch to it failed and none succeeded; last: %w", h.dest, h.outages, h.last))
+}
+
+// looksDown reports whether err is how an unavailable receiver fails: no
+// response at all (refused, reset, timed out), or 429, 502, 503, 504.
+func looksDown(err error) bool {
+	if txbox.Classify(err) != txbox.ClassTransient {
+		return false
+	}
+	var se *StatusError
+	if !errors.As(err, &se) {
+		return true // no response
+	}
+	switch se.StatusCode {
+	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
 }
 
 func result(errs []error) error {
@@ -297,21 +418,69 @@ func (s *Sender) post(ctx context.Context, m *sender.Message) error {
 		}
 		return txbox.Transient(fmt.Errorf("webhook: POST %s: %w", redact(req.URL), err))
 	}
+	var body []byte
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		body, _ = io.ReadAll(io.LimitReader(resp.Body, maxDrain))
+	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
 	resp.Body.Close()
-	return classifyStatus(resp, time.Now())
+	return classifyStatus(resp, body, len(m.Payload), time.Now())
 }
 
-func classifyStatus(resp *http.Response, now time.Time) error {
+// classifyStatus classifies a response. 5xx stay transient whatever the
+// request: whether the receiver as a whole is down or only this message
+// fails there is the relay's call, from how the destination's other
+// messages fare (docs/concepts.md).
+func classifyStatus(resp *http.Response, body []byte, size int, now time.Time) error {
 	code := resp.StatusCode
 	if code >= 200 && code < 300 {
 		return nil
 	}
-	se := &StatusError{StatusCode: code, URL: redact(resp.Request.URL), RetryAfter: retryAfter(resp.Header.Get("Retry-After"), now)}
-	if code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500 {
+	se := &StatusError{StatusCode: code, URL: redact(resp.Request.URL), RetryAfter: retryAfter(resp.Header.Get("Retry-After"), now),
+		Detail: problemDetail(resp.Header.Get("Content-Type"), body)}
+	switch {
+	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
 		return txbox.Transient(se)
+	case code == http.StatusRequestEntityTooLarge:
+		// The receiver will never take a body this large: dead-letter it
+		// now rather than after max attempts.
+		return txbox.Permanent(fmt.Errorf("%w (the body was %d bytes)", se, size))
 	}
 	return txbox.Rejected(se)
+}
+
+// problemDetail returns "title: detail" of an RFC 9457 problem body, or
+// "" for any other body. The text is the receiver's; it is cut to
+// maxDetail bytes.
+func problemDetail(contentType string, body []byte) string {
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil || mt != "application/problem+json" || len(body) == 0 {
+		return ""
+	}
+	var p struct {
+		Title  string `json:"title"`
+		Detail string `json:"detail"`
+	}
+	if json.Unmarshal(body, &p) != nil {
+		return ""
+	}
+	d := p.Title
+	if p.Detail != "" {
+		if d != "" {
+			d += ": "
+		}
+		d += p.Detail
+	}
+	d = strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, d)
+	if len(d) > maxDetail {
+		d = strings.ToValidUTF8(d[:maxDetail], "") + "…"
+	}
+	return d
 }
 
 // retryAfter parses a Retry-After value: delay seconds or an HTTP date.

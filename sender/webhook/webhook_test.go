@@ -71,6 +71,7 @@ func TestStatusClassification(t *testing.T) {
 		{301, false, txbox.ClassRejected}, {302, false, txbox.ClassRejected}, {307, false, txbox.ClassRejected},
 		{400, false, txbox.ClassRejected}, {401, false, txbox.ClassRejected}, {404, false, txbox.ClassRejected},
 		{409, false, txbox.ClassRejected}, {410, false, txbox.ClassRejected}, {422, false, txbox.ClassRejected},
+		{413, false, txbox.ClassPermanent},
 		{408, false, txbox.ClassTransient}, {429, false, txbox.ClassTransient},
 		{500, false, txbox.ClassTransient}, {502, false, txbox.ClassTransient}, {503, false, txbox.ClassTransient},
 		{504, false, txbox.ClassTransient},

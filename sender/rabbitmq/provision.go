@@ -1,0 +1,78 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/txbox/txbox/sender"
+)
+
+// Provision implements [sender.Provisioner]: it declares every exchange
+// of routes that does not exist, durable, of Config.ProvisionExchangeType
+// (topic by default). An existing exchange is left as it is; one of
+// another type is an error naming it. The default exchange and the amq.*
+// exchanges always exist, and an exchange holding the "{event_type}"
+// placeholder names no single exchange: both are skipped. Provision binds
+// no queue: a message no queue is bound for is still returned as
+// unroutable, and binding queues stays the consumers' business.
+func (s *Sender) Provision(ctx context.Context, routes []sender.Route) error {
+	var names []string
+	for _, r := range routes {
+		if r.Exchange != "" && !strings.HasPrefix(r.Exchange, "amq.") && !strings.Contains(r.Exchange, sender.PlaceholderEventType) {
+			names = append(names, r.Exchange)
+		}
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	if len(names) == 0 {
+		return errors.New("rabbitmq sender: provision: no route names an exchange to declare (the default exchange, amq.* and templates with {event_type} are skipped)")
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("rabbitmq sender: provision: %w", err)
+	}
+	conn, err := s.connection()
+	if err != nil {
+		return fmt.Errorf("rabbitmq sender: provision: %w", err)
+	}
+	for _, name := range names {
+		if err := s.declare(ctx, conn, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// declare declares one exchange on a channel of its own: a refused
+// declare closes the channel.
+func (s *Sender) declare(ctx context.Context, conn *amqp.Connection, name string) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("rabbitmq sender: provision exchange %q: open channel: %w", name, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- ch.ExchangeDeclare(name, s.cfg.ProvisionExchangeType, true, false, false, false, nil) }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		_ = ch.Close()
+		return fmt.Errorf("rabbitmq sender: provision exchange %q: %w", name, ctx.Err())
+	}
+	var ae *amqp.Error
+	switch {
+	case err == nil:
+		_ = ch.Close()
+		s.mu.Lock()
+		delete(s.exchanges, name) // checked again before the first publish
+		s.mu.Unlock()
+		return nil
+	case errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed:
+		return fmt.Errorf("rabbitmq sender: provision exchange %q: it exists with other settings than a durable %s exchange (%s); leave provisioning off for it, or change provision-exchange-type", name, s.cfg.ProvisionExchangeType, ae.Reason)
+	}
+	_ = ch.Close()
+	return fmt.Errorf("rabbitmq sender: provision exchange %q: %w", name, err)
+}
