@@ -54,8 +54,8 @@ func publishN(t *testing.T, n int) ([]txbox.ID, []*kgo.Record) {
 // the first works through a backlog with a 20 ms handler. With
 // kgo.BlockRebalanceOnPoll the rebalance waits until the first member has
 // handled and committed its current poll (which BatchDuration keeps
-// short), so no record is handed to both members: 0 redeliveries. On
-// main's code the rebalance was never allowed: the first member was
+// short), so no record is handed to both members: 0 redeliveries. Before
+// this change the rebalance was never allowed: the first member was
 // kicked out after the rebalance timeout (94 of 300 records handled
 // twice) and closing its client hung.
 func TestRebalanceRedeliversNothing(t *testing.T) {
@@ -90,7 +90,7 @@ func TestRebalanceRedeliversNothing(t *testing.T) {
 // TestCommitsFollowTheHandlersPace: with a slow handler the adapter polls
 // few records at a time, so offsets are committed every BatchDuration or
 // so, not once per 500-record poll: a crash or a rebalance hands little
-// to another member again. On main's code the 150 records were one poll,
+// to another member again. Before this change the 150 records were one poll,
 // committed only when all were handled.
 func TestCommitsFollowTheHandlersPace(t *testing.T) {
 	t.Parallel()
@@ -115,7 +115,7 @@ func TestCommitsFollowTheHandlersPace(t *testing.T) {
 // TestStopDrainsInFlight: Run's context ends while handlers run (one per
 // partition of the poll). Run starts no other record, waits for them to
 // finish (they commit) and commits their offsets; the next member of the
-// group gets none of them again. On main's code the running handlers were
+// group gets none of them again. Before this change the running handlers were
 // cancelled mid-transaction and handled again by the next member (3 of 3).
 func TestStopDrainsInFlight(t *testing.T) {
 	t.Parallel()

@@ -67,7 +67,7 @@ func run(t *testing.T, cons *cnats.Consumer) (stop func()) {
 }
 
 // TestSlowHandlerIsNotRedelivered: 200 events, a handler of 20 ms, an
-// AckWait of 1 s. On main's code the client buffered ~500 messages, so
+// AckWait of 1 s. Before this change the client buffered ~500 messages, so
 // the ack-wait timer of most ran out in the buffer: 67 redeliveries
 // (docs/inbox.md). Pulling on demand, or streaming with a buffer sized to
 // the concurrency, none is redelivered: every delivery count is 1.
@@ -174,7 +174,7 @@ func (b *blockingHandler) handle(ctx context.Context, tx any, m inbox.Message) e
 // TestStopDrainsInFlight: Run's context ends while 4 handlers run. Run
 // takes nothing new, waits for the 4 to finish (they commit), acks them
 // and returns; a second run handles the rest, and none of the 4 comes
-// back. On main's code the 4 were cancelled mid-transaction and
+// back. Before this change the 4 were cancelled mid-transaction and
 // redelivered.
 func TestStopDrainsInFlight(t *testing.T) {
 	t.Parallel()
@@ -332,7 +332,7 @@ func TestConsumerChild(t *testing.T) {
 // TestSIGTERMDrains: a consumer process gets SIGTERM while 4 handlers run
 // in open inbox transactions. It drains: the 4 commit and are acked, and
 // none of the messages whose handler had started is delivered again to the
-// process that takes over. On main's code the 4 were cancelled and
+// process that takes over. Before this change the 4 were cancelled and
 // redelivered (4 of 4), and the ~30 buffered messages waited a full
 // AckWait (30 s) before anyone else could have them.
 func TestSIGTERMDrains(t *testing.T) {

@@ -21,8 +21,12 @@ import (
 // Defaults.
 const (
 	// DefaultPullExpiry is how long one pull request waits on the server
-	// for a message before the adapter sends another.
-	DefaultPullExpiry = 5 * time.Second
+	// for a message before the adapter sends another. The server's expiry
+	// is the client's deadline less a tenth, at most 1 s (nats.go's
+	// FetchContext): that margin is what lets a message the server sends
+	// at the last moment still reach the client, so an expiry of 10 s or
+	// more gets the full second.
+	DefaultPullExpiry = 10 * time.Second
 	// defaultAckWait is JetStream's own default, assumed when the
 	// consumer's configuration is not known.
 	defaultAckWait = 30 * time.Second

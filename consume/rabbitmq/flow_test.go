@@ -56,7 +56,7 @@ func eventID(t *testing.T, d amqp.Delivery) txbox.ID {
 // cancels the broker consumer, waits for the 4 to finish (they commit),
 // acks them and returns. What is left in the queue holds none of them and
 // nothing flagged redelivered: the prefetch (= Concurrency) held nothing
-// beyond the running handlers. On main's code the 4 were cancelled
+// beyond the running handlers. Before this change the 4 were cancelled
 // mid-transaction and came back, with 32 prefetched deliveries flagged
 // redelivered.
 func TestStopDrainsInFlight(t *testing.T) {
@@ -133,7 +133,7 @@ func TestStopDrainsInFlight(t *testing.T) {
 // TestLostConnectionStrandsOnlyInFlight: a consumer whose connection dies
 // (as in a crash) while a slow handler runs strands only what it held:
 // with the default prefetch (= Concurrency, 1) one delivery comes back
-// flagged redelivered. On main's code (prefetch 32) 32 did.
+// flagged redelivered. Before this change (prefetch 32) 32 did.
 func TestLostConnectionStrandsOnlyInFlight(t *testing.T) {
 	t.Parallel()
 	conn := dial(t)
