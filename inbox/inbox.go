@@ -32,7 +32,8 @@ const (
 	Transactional Mode = iota
 	// NonTransactional records the id and commits before running the
 	// handler, which gets a nil transaction: at-most-once, for effects
-	// that cannot be rolled back.
+	// that cannot be rolled back. A handler failure after the commit is
+	// the Result Lost.
 	NonTransactional
 )
 
