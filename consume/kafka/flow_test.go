@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -182,4 +183,56 @@ func TestStopDrainsInFlight(t *testing.T) {
 	if r := p.Results(); r[inbox.Duplicate] != 0 || r[inbox.Processed] != n {
 		t.Errorf("results %v; want %d processed, no duplicate", r, n)
 	}
+}
+
+// TestLostEffectIsCommitted: in non-transactional mode a handler that
+// fails after the id was recorded has lost its effect (inbox.Lost); the
+// adapter moves on and commits the record instead of retrying it in
+// place, which could only find a duplicate.
+func TestLostEffectIsCommitted(t *testing.T) {
+	t.Parallel()
+	c := cluster(t)
+	env := consumetest.New(t, "kafka-lost")
+	hook := &resultHook{}
+	in, err := inbox.New(env.Store, inbox.Config{Consumer: "kafka-lost", Mode: inbox.NonTransactional, Hook: hook})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	calls := 0
+	_, recs := publishN(t, 1)
+	produce(t, c, recs)
+	cl := consumer(t, c, "g", kgo.DisableAutoCommit())
+	stop := member(t, cl, kafka.Config{Inbox: in, Backoff: consumeBackoff, Handler: func(context.Context, any, inbox.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		return errors.New("smtp down")
+	}})
+	testenv.WaitFor(t, 30*time.Second, "the record to be committed", func() bool { return committedTotal(cl) == 1 })
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	if got := hook.get(); calls != 1 || len(got) != 1 || got[0] != inbox.Lost {
+		t.Errorf("handler ran %d times, inbox results %v; want one call, one lost result and no retry", calls, got)
+	}
+}
+
+// resultHook records the inbox's results in order.
+type resultHook struct {
+	inbox.NopHook
+	mu      sync.Mutex
+	results []inbox.Result
+}
+
+func (h *resultHook) OnHandled(e inbox.HandledEvent) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.results = append(h.results, e.Result)
+}
+
+func (h *resultHook) get() []inbox.Result {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]inbox.Result(nil), h.results...)
 }

@@ -3,6 +3,7 @@ package nats_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -413,5 +414,43 @@ func TestSIGTERMDrains(t *testing.T) {
 		if c != 1 {
 			t.Errorf("event %s has %d effects, want 1", id, c)
 		}
+	}
+}
+
+// TestLostEffectIsAcked: in non-transactional mode a handler that fails
+// after the id was recorded has lost its effect (inbox.Lost); the adapter
+// acks the message instead of asking for a redelivery that could only be
+// a duplicate.
+func TestLostEffectIsAcked(t *testing.T) {
+	t.Parallel()
+	js, subject, jc := stream(t)
+	env := consumetest.New(t, "nats-lost")
+	in, err := inbox.New(env.Store, inbox.Config{Consumer: "nats-lost", Mode: inbox.NonTransactional})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	calls := 0
+	cons, err := cnats.New(jc, cnats.Config{Inbox: in, Handler: func(context.Context, any, inbox.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		return errors.New("smtp down")
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, js, subject, txbox.NewID(), false)
+	stop := run(t, cons)
+	settled(t, jc)
+	stop()
+	info, err := jc.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != 1 || info.NumRedelivered != 0 || info.AckFloor.Consumer != 1 {
+		t.Errorf("handler calls %d, consumer %+v; want one call and the message acked", calls, info)
 	}
 }

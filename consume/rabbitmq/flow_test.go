@@ -2,6 +2,7 @@ package rabbitmq_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -234,5 +235,40 @@ func TestDeliveryCount(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLostEffectIsAcked: in non-transactional mode a handler that fails
+// after the id was recorded has lost its effect (inbox.Lost); the adapter
+// acks the delivery instead of requeueing it for a duplicate.
+func TestLostEffectIsAcked(t *testing.T) {
+	t.Parallel()
+	conn := dial(t)
+	q := queue(t, conn)
+	pub := channel(t, conn)
+	env := consumetest.New(t, "rabbit-lost")
+	in, err := inbox.New(env.Store, inbox.Config{Consumer: "rabbit-lost", Mode: inbox.NonTransactional})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	cons, err := rabbitmq.New(channel(t, conn), rabbitmq.Config{Inbox: in, Queue: q, Handler: func(context.Context, any, inbox.Message) error {
+		calls.Add(1)
+		return errors.New("smtp down")
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, pub, q, txbox.NewID(), true)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cons.Run(ctx) }()
+	testenv.WaitFor(t, 30*time.Second, "the delivery to be settled", func() bool { return cons.Stats().Acked+cons.Stats().Nacked > 0 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run = %v", err)
+	}
+	if s := cons.Stats(); s.Acked != 1 || s.Nacked != 0 || calls.Load() != 1 {
+		t.Errorf("stats %+v, %d handler calls; want the delivery acked after one call", s, calls.Load())
 	}
 }
