@@ -27,7 +27,7 @@ import (
 
 // durable adds a durable consumer named name with ackWait to the stream of
 // subject.
-func durable(t *testing.T, js jetstream.JetStream, subject, name string, ackWait time.Duration) jetstream.Consumer {
+func durable(t testing.TB, js jetstream.JetStream, subject, name string, ackWait time.Duration) jetstream.Consumer {
 	t.Helper()
 	s, err := js.Stream(context.Background(), strings.TrimSuffix(subject, ".events"))
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 
 // stream creates a unique stream and durable consumer on the local NATS,
 // deleted when the test ends.
-func stream(t *testing.T) (jetstream.JetStream, string, jetstream.Consumer) {
+func stream(t testing.TB) (jetstream.JetStream, string, jetstream.Consumer) {
 	t.Helper()
 	testenv.RequireTCP(t, "NATS", "127.0.0.1:4222")
 	nc, err := natsgo.Connect(testenv.NATSURL)
@@ -46,7 +46,7 @@ func stream(t *testing.T) (jetstream.JetStream, string, jetstream.Consumer) {
 	return js, subject, cons
 }
 
-func publish(t *testing.T, js jetstream.JetStream, subject string, id txbox.ID, asMsgID bool) {
+func publish(t testing.TB, js jetstream.JetStream, subject string, id txbox.ID, asMsgID bool) {
 	t.Helper()
 	m := natsgo.NewMsg(subject)
 	m.Data = []byte(`{"n":1}`)
