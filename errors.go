@@ -77,7 +77,10 @@ const (
 	ClassRejected ErrorClass = iota
 	// ClassTransient: the destination is unavailable (connection refused,
 	// timeout, HTTP 5xx, 408, 429). The relay does not count an attempt; it
-	// opens the sender's circuit and puts the rows back.
+	// opens the destination's circuit and puts the rows back. A message
+	// that keeps failing transiently while its destination accepts other
+	// messages counts attempts instead (docs/concepts.md, "Outages versus
+	// poison").
 	ClassTransient
 	// ClassPermanent: retrying cannot help. The relay dead-letters the
 	// message at once.
@@ -108,8 +111,9 @@ func (e *classifiedError) Unwrap() error { return e.err }
 func Permanent(err error) error { return classify(err, ClassPermanent) }
 
 // Transient marks err as an outage of the destination rather than a fault
-// of the message: the relay pauses the sender and does not count an
-// attempt. Transient(nil) is nil.
+// of the message: the relay pauses the destination and does not count an
+// attempt, unless the destination accepts other messages meanwhile
+// (docs/concepts.md, "Outages versus poison"). Transient(nil) is nil.
 func Transient(err error) error { return classify(err, ClassTransient) }
 
 // Rejected marks err as the destination refusing this message: the relay

@@ -342,10 +342,12 @@ func (c *Config) RelayConfig(st store.Driver, senders map[string]sender.Sender, 
 		RecoverInterval:    c.Relay.RecoverInterval,
 		DeadLetterInterval: c.Relay.DeadLetterInterval,
 		Cleanup: relay.CleanupConfig{
-			Disabled:      c.Cleanup.Disabled,
-			Interval:      c.Cleanup.Interval,
-			MaxInterval:   c.Cleanup.MaxInterval,
-			OutboxTTL:     ptr(c.Cleanup.OutboxTTL),
+			Disabled:    c.Cleanup.Disabled,
+			Interval:    c.Cleanup.Interval,
+			MaxInterval: c.Cleanup.MaxInterval,
+			// Unset (nil): the relay takes the longest retention of the
+			// types, so none loses processed rows before its own.
+			OutboxTTL:     copyPtr(c.Cleanup.OutboxTTL),
 			DeadLetterTTL: ptr(c.Cleanup.DeadLetterTTL),
 			BatchSize:     c.Cleanup.BatchSize,
 		},
@@ -361,6 +363,14 @@ func (c *Config) RelayConfig(st store.Driver, senders map[string]sender.Sender, 
 		rc.Events[t] = c.relaySettings(c.Effective(t))
 	}
 	return rc
+}
+
+// copyPtr returns a pointer to a copy of *p, or nil.
+func copyPtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	return ptr(*p)
 }
 
 func (c *Config) relaySettings(s EventSettings) relay.EventSettings {

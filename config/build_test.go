@@ -240,3 +240,110 @@ defaults: { sender: n }
 		t.Fatalf("empty secret env: %v", err)
 	}
 }
+
+// cleanupHook counts the rows the outbox cleanup deleted.
+type cleanupHook struct {
+	relay.NopHook
+	deleted chan int
+}
+
+func (h cleanupHook) OnMaintenance(ev relay.MaintenanceEvent) {
+	if ev.Job == relay.JobOutboxCleanup && ev.Err == nil && ev.Count > 0 {
+		h.deleted <- ev.Count
+	}
+}
+
+// TestCleanupKeepsTheLongestRetention (issue 8, item 7): with a type
+// kept for 720h and no cleanup.outbox-ttl, the relay built from the file
+// keeps processed rows for 720h, not the built-in 24h. A row processed
+// 48h ago survives the cleanup round that deletes one processed 800h ago.
+func TestCleanupKeepsTheLongestRetention(t *testing.T) {
+	t.Parallel()
+	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	admin, err := sql.Open("pgx", testenv.PostgresURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	schema := testenv.PostgresSchema(t, admin)
+	yml := fmt.Sprintf(`
+database: { dialect: postgres, dsn: %q, schema: %s }
+senders:
+  hooks: { type: webhook, url: "http://127.0.0.1:9/unused" }
+events:
+  audit: { retention: 720h }
+relay: { discover-interval: 1h }
+`, testenv.PostgresURL, schema)
+	c, err := Load(Source{Name: "txbox.yaml", YAML: []byte(yml)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Cleanup.OutboxTTL != nil {
+		t.Fatalf("cleanup.outbox-ttl = %v although the file does not set it", *c.Cleanup.OutboxTTL)
+	}
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
+	st, err := c.OpenStore(ctx, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var keep, old txbox.ID
+	for _, age := range []struct {
+		id    *txbox.ID
+		hours int
+	}{{&keep, 48}, {&old, 800}} {
+		*age.id = txbox.NewID()
+		q := fmt.Sprintf(`INSERT INTO %s.txbox_outbox (id, event_type, payload, status, processed_at)
+			VALUES ($1, 'audit', 'x', 'PROCESSED', now() - make_interval(hours => $2))`, schema)
+		if _, err := admin.ExecContext(ctx, q, age.id.String(), age.hours); err != nil {
+			t.Fatal(err)
+		}
+	}
+	senders, err := c.OpenSenders(ctx, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook := cleanupHook{deleted: make(chan int, 16)}
+	rc := c.RelayConfig(st, senders, log)
+	rc.Hooks = []relay.Hook{hook}
+	r, err := relay.New(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-hook.deleted:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no cleanup round deleted the row processed 800h ago")
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := r.Stop(sctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range senders {
+		_ = s.Close(ctx)
+	}
+	var left []string
+	rows, err := admin.QueryContext(ctx, fmt.Sprintf(`SELECT id::text FROM %s.txbox_outbox`, schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		left = append(left, id)
+	}
+	if len(left) != 1 || left[0] != keep.String() {
+		t.Fatalf("rows left after cleanup: %v; want only %s (processed 48h ago, retention 720h)", left, keep)
+	}
+}

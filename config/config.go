@@ -39,7 +39,6 @@ const (
 	DefaultCircuitCoolDown    = time.Second
 	DefaultCircuitMaxCoolDown = time.Minute
 	DefaultCircuitMultiplier  = 2.0
-	DefaultOutboxTTL          = 24 * time.Hour
 	DefaultDeadLetterTTL      = 7 * 24 * time.Hour
 	DefaultLogLevel           = "info"
 	DefaultLogFormat          = "text"
@@ -393,8 +392,12 @@ type Cleanup struct {
 	MaxInterval time.Duration `yaml:"max-interval"`
 	// BatchSize bounds one delete statement. Defaults to 1000.
 	BatchSize int `yaml:"batch-size"`
-	// OutboxTTL is how long PROCESSED rows are kept. Defaults to 24h.
-	OutboxTTL time.Duration `yaml:"outbox-ttl"`
+	// OutboxTTL is how long PROCESSED rows are kept. Cleanup is not per
+	// event type, so when it is not set it defaults to the longest
+	// retention of defaults and every listed event type (24h when none
+	// sets one): no type loses its processed rows before its own
+	// retention.
+	OutboxTTL *time.Duration `yaml:"outbox-ttl"`
 	// DeadLetterTTL is how long resolved dead letters are kept. Defaults
 	// to 168h (7 days).
 	DeadLetterTTL time.Duration `yaml:"dead-letter-ttl"`

@@ -73,7 +73,7 @@ func TestLoadEmptyGivesDefaults(t *testing.T) {
 	if c.Database.Dialect != "sqlite" || *d.BatchSize != 200 || *d.Polling.MinDelay != 250*time.Millisecond ||
 		*d.Polling.Multiplier != 1.5 || *d.Polling.MaxDelay != time.Minute || *d.MaxAttempts != 4 ||
 		*d.Backoff.Delay != 10*time.Second || *d.Backoff.Multiplier != 3 || *d.Lease != 5*time.Minute ||
-		c.Cleanup.OutboxTTL != 24*time.Hour || c.Log.Level != "info" {
+		c.Cleanup.OutboxTTL != nil || c.Log.Level != "info" {
 		t.Errorf("defaults wrong: %+v", d)
 	}
 }

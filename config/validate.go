@@ -57,7 +57,6 @@ func Default() *Config {
 			Interval:      DefaultCleanupInterval,
 			MaxInterval:   DefaultCleanupMaxInterval,
 			BatchSize:     DefaultCleanupBatchSize,
-			OutboxTTL:     DefaultOutboxTTL,
 			DeadLetterTTL: DefaultDeadLetterTTL,
 		},
 		Relay: RelaySettings{

@@ -2,12 +2,24 @@ package relay
 
 import (
 	"math"
+	"sort"
 	"sync"
 	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/sender"
 )
 
-// circuit is one sender's breaker, shared by every poller routed to that
-// sender: an outage of the destination pauses all of them at once.
+// Circuits (docs/concepts.md, "Outages versus poison"): every destination
+// (sender name + sender.DestinationOf of the type's route) has a breaker,
+// shared by the pollers of every type routed to it, so one failing route
+// pauses only the types routed to it. Each sender also has a connection
+// breaker, opened only by failures the sender marks sender.Disconnected
+// (the broker itself is unreachable): it pauses every destination of the
+// sender at once, so no poller burns a send on a connection known to be
+// down.
+
+// circuit is one breaker: a destination's, or a sender's connection.
 //
 // closed: every claim may go ahead. A batch that failed as a whole with a
 // transient error opens it. open: no claims until the cool-down has
@@ -16,9 +28,11 @@ import (
 // closes the circuit and resets the cool-down; a failed one reopens it
 // with the cool-down multiplied, up to the cap.
 type circuit struct {
-	name string
-	cfg  CircuitConfig
-	now  func() time.Time
+	sender     string
+	dest       string
+	connection bool
+	cfg        CircuitConfig
+	now        func() time.Time
 	// notify is called, outside the lock, with every state change.
 	notify func(CircuitEvent)
 
@@ -31,14 +45,20 @@ type circuit struct {
 	lastErr  error
 }
 
-func newCircuit(name string, cfg CircuitConfig, now func() time.Time, notify func(CircuitEvent)) *circuit {
-	return &circuit{name: name, cfg: cfg, now: now, notify: notify, coolDown: cfg.CoolDown, changed: make(chan struct{})}
+func newCircuit(senderName, dest string, connection bool, cfg CircuitConfig, now func() time.Time, notify func(CircuitEvent)) *circuit {
+	return &circuit{sender: senderName, dest: dest, connection: connection, cfg: cfg, now: now, notify: notify,
+		coolDown: cfg.CoolDown, changed: make(chan struct{})}
 }
 
 // ticket is a permission to claim returned by allow.
 type ticket struct {
-	ok    bool
+	ok bool
+	// probe is true when the batch probes a circuit that is half-open:
+	// it is kept small.
 	probe bool
+	// connProbe and destProbe say which circuit the probe is for (a
+	// gate's ticket may probe both).
+	connProbe, destProbe bool
 	// wait is how long until asking again makes sense when !ok; changed
 	// is closed earlier if the state changes meanwhile.
 	wait    time.Duration
@@ -75,10 +95,10 @@ func (c *circuit) allow() ticket {
 	}
 }
 
-// abandon returns an unused probe ticket: the probe claimed nothing, so it
+// abandon returns an unused probe: the probe claimed nothing, so it
 // proved nothing, and another poller may probe.
-func (c *circuit) abandon(t ticket) {
-	if !t.probe {
+func (c *circuit) abandon(probe bool) {
+	if !probe {
 		return
 	}
 	c.mu.Lock()
@@ -93,9 +113,9 @@ func (c *circuit) abandon(t ticket) {
 // success records a batch the destination accepted. Only a probe closes
 // the circuit: a batch that was already in flight when it opened says
 // little about the destination now.
-func (c *circuit) success(t ticket) {
+func (c *circuit) success(probe bool) {
 	c.mu.Lock()
-	if !t.probe || c.state != CircuitHalfOpen {
+	if !probe || c.state != CircuitHalfOpen {
 		c.mu.Unlock()
 		return
 	}
@@ -108,12 +128,12 @@ func (c *circuit) success(t ticket) {
 }
 
 // failure records a batch that failed as a whole with a transient error.
-func (c *circuit) failure(t ticket, err error) {
+func (c *circuit) failure(probe bool, err error) {
 	c.mu.Lock()
 	switch {
 	case c.state == CircuitClosed:
 		c.coolDown = c.cfg.CoolDown
-	case c.state == CircuitHalfOpen && t.probe:
+	case c.state == CircuitHalfOpen && probe:
 		c.probing = false
 		c.coolDown = time.Duration(math.Min(float64(c.coolDown)*c.cfg.Multiplier, float64(c.cfg.MaxCoolDown)))
 	default:
@@ -134,7 +154,7 @@ func (c *circuit) setLocked(s CircuitState) CircuitEvent {
 	c.state = s
 	close(c.changed)
 	c.changed = make(chan struct{})
-	return CircuitEvent{Sender: c.name, State: s, CoolDown: c.coolDown}
+	return CircuitEvent{Sender: c.sender, Destination: c.dest, Connection: c.connection, State: s, CoolDown: c.coolDown}
 }
 
 // snapshot returns the state and the error that last opened the circuit.
@@ -142,4 +162,295 @@ func (c *circuit) snapshot() (CircuitState, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.state, c.lastErr
+}
+
+func (c *circuit) closed() bool {
+	st, _ := c.snapshot()
+	return st == CircuitClosed
+}
+
+// maxSuspects bounds the messages one destination remembers as having
+// failed transiently. Forgetting one only costs it one more failure that
+// counts no attempt.
+const maxSuspects = 4096
+
+// gate is what a poller asks before claiming: its sender's connection
+// circuit and its destination's circuit. It also judges each transient
+// failure: an outage of the destination (no attempt counted) or a fault of
+// the one message (an attempt counted, so that a message the destination
+// always refuses with a 5xx ends in the dead-letter table).
+type gate struct {
+	conn *circuit
+	dest *circuit
+	cfg  CircuitConfig
+
+	// Evidence that the destination accepts messages, shared by every
+	// poller routed to it. Guarded by mu.
+	mu sync.Mutex
+	// lastAckSend is when the latest batch that had a message acked was
+	// sent (the start of its Send).
+	lastAckSend time.Time
+	// suspects are the messages whose last transient failure counted no
+	// attempt, or counted one: their next failure counts only if the
+	// destination acknowledged another batch sent after it.
+	suspects map[txbox.ID]suspect
+}
+
+type suspect struct {
+	// since is when the failure that made the message a suspect was
+	// judged (the first failure that counted nothing, or the last one
+	// that counted an attempt).
+	since time.Time
+	// free counts the failures since then that counted nothing while the
+	// circuits were closed; the message waits longer after each (see
+	// retryAfter).
+	free int
+}
+
+// verdict is the judgement of one message's transient failure.
+type verdict struct {
+	// count is true when the failure is the message's own: it counts an
+	// attempt, with the type's backoff, like a rejection.
+	count bool
+	// retryAfter is, when count is false, how long the row waits before
+	// it is due again.
+	retryAfter time.Duration
+}
+
+// allow asks both circuits; a poller may claim only when both let it.
+func (g *gate) allow() ticket {
+	tc := g.conn.allow()
+	if !tc.ok {
+		return tc
+	}
+	td := g.dest.allow()
+	if !td.ok {
+		g.conn.abandon(tc.probe)
+		return td
+	}
+	return ticket{ok: true, probe: tc.probe || td.probe, connProbe: tc.probe, destProbe: td.probe}
+}
+
+// abandon returns a ticket that claimed nothing or whose batch proved
+// nothing (a shutdown).
+func (g *gate) abandon(t ticket) {
+	g.conn.abandon(t.connProbe)
+	g.dest.abandon(t.destProbe)
+}
+
+// judge records the outcome of one sent batch in the circuits and returns
+// a verdict for each message (the entries of messages that did not fail
+// transiently are unused). sent is when the batch's Send started; ids and
+// results are per message (nil result = acked). The rule
+// (docs/concepts.md, "Outages versus poison"): a transient failure counts
+// an attempt only when it is shown to be the message's own, that is when
+//
+//   - the message failed transiently before, and since then the
+//     destination acknowledged another batch, sent after that failure;
+//   - both circuits are closed once this batch is taken into account;
+//   - the failure is not marked sender.Disconnected.
+//
+// Acks of the same batch are no such evidence: at the start or the end of
+// an outage a batch may be cut in two, some messages acked and the rest
+// refused, which looks exactly like one poison message among good ones. So
+// the first transient failure of a message never counts, and neither does
+// one with no later batch to compare with. Such a failure puts the row
+// back without an attempt, to be tried again after the circuit's
+// cool-down; while the circuits stay closed that wait grows with each
+// such failure of the message, as an open circuit's cool-down does.
+//
+// The destination's circuit opens when a batch fails as a whole with a
+// transient error, except when every message of it is already a suspect
+// and the circuit is closed: the destination showed nothing new, and
+// other traffic will open it if it is down. A failure marked
+// sender.Disconnected opens the connection circuit instead.
+func (g *gate) judge(t ticket, sent time.Time, ids []txbox.ID, results []error) []verdict {
+	out := make([]verdict, len(results))
+	acked, answered, transient := 0, 0, 0
+	var firstTransient, firstDisconnected error
+	isTransient := make([]bool, len(results))
+	for i, res := range results {
+		switch {
+		case res == nil:
+			acked++
+		case txbox.Classify(res) != txbox.ClassTransient:
+			// Rejected or permanent: the destination answered.
+			answered++
+		default:
+			isTransient[i] = true
+			transient++
+			if firstTransient == nil {
+				firstTransient = res
+			}
+			if firstDisconnected == nil && sender.IsDisconnected(res) {
+				firstDisconnected = res
+			}
+		}
+	}
+	now := time.Now()
+
+	g.mu.Lock()
+	confirmed := make([]bool, len(results))
+	allSuspects, allConfirmed := transient > 0, transient > 0
+	for i := range results {
+		if !isTransient[i] {
+			continue
+		}
+		sp, ok := g.suspects[ids[i]]
+		confirmed[i] = ok && sp.since.Before(g.lastAckSend) && !sender.IsDisconnected(results[i])
+		allSuspects = allSuspects && ok
+		allConfirmed = allConfirmed && confirmed[i]
+	}
+	// This batch's acks are evidence for later batches only.
+	if acked > 0 && sent.After(g.lastAckSend) {
+		g.lastAckSend = sent
+	}
+	for i, res := range results {
+		if res == nil {
+			delete(g.suspects, ids[i])
+		}
+	}
+	g.mu.Unlock()
+
+	if firstDisconnected != nil {
+		g.conn.failure(t.connProbe, firstDisconnected)
+	} else {
+		// The sender reached the broker: the connection works.
+		g.conn.success(t.connProbe)
+	}
+	switch {
+	case acked > 0 || answered > 0:
+		g.dest.success(t.destProbe)
+	case firstDisconnected != nil:
+		g.dest.abandon(t.destProbe)
+	case allConfirmed, allSuspects && g.dest.closed():
+		// Only messages already known to fail: nothing new about the
+		// destination.
+		g.dest.abandon(t.destProbe)
+	default:
+		g.dest.failure(t.destProbe, firstTransient)
+	}
+	up := firstDisconnected == nil && g.conn.closed() && g.dest.closed()
+
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, res := range results {
+		if !isTransient[i] {
+			continue
+		}
+		if sender.IsDisconnected(res) {
+			// The connection's fault, not the message's.
+			out[i] = verdict{retryAfter: g.cfg.CoolDown}
+			continue
+		}
+		sp, ok := g.suspects[ids[i]]
+		if up && confirmed[i] {
+			out[i] = verdict{count: true}
+			sp = suspect{since: now} // the next failure needs new evidence
+		} else {
+			if !ok {
+				sp = suspect{since: now}
+			}
+			// While a circuit is open it paces the retries; while both
+			// are closed only the row's own wait does, growing with each
+			// failure that showed nothing new.
+			out[i] = verdict{retryAfter: g.cfg.CoolDown}
+			if up {
+				sp.free++
+				out[i].retryAfter = g.retryAfter(sp.free)
+			}
+		}
+		if !ok && len(g.suspects) >= maxSuspects {
+			for id := range g.suspects {
+				delete(g.suspects, id)
+				if len(g.suspects) < maxSuspects*3/4 {
+					break
+				}
+			}
+		}
+		g.suspects[ids[i]] = sp
+	}
+	return out
+}
+
+// retryAfter is the wait of a row after its n-th transient failure in a
+// row that counted no attempt: the circuit's cool-down schedule.
+func (g *gate) retryAfter(n int) time.Duration {
+	d := float64(g.cfg.CoolDown) * math.Pow(g.cfg.Multiplier, float64(n-1))
+	return time.Duration(math.Min(d, float64(g.cfg.MaxCoolDown)))
+}
+
+// circuitSet holds every circuit of a relay: one connection circuit per
+// sender, made at New, and one per destination, made when the first
+// poller routed to it starts.
+type circuitSet struct {
+	cfg    CircuitConfig
+	now    func() time.Time
+	notify func(CircuitEvent)
+
+	mu    sync.Mutex
+	conns map[string]*circuit
+	gates map[destKey]*gate
+}
+
+type destKey struct{ sender, dest string }
+
+func newCircuitSet(senders []string, cfg CircuitConfig, now func() time.Time, notify func(CircuitEvent)) *circuitSet {
+	cs := &circuitSet{cfg: cfg, now: now, notify: notify, conns: map[string]*circuit{}, gates: map[destKey]*gate{}}
+	for _, name := range senders {
+		cs.conns[name] = newCircuit(name, "", true, cfg, now, notify)
+	}
+	return cs
+}
+
+// gate returns the gate of destination dest on sender senderName.
+func (cs *circuitSet) gate(senderName, dest string) *gate {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	k := destKey{senderName, dest}
+	g := cs.gates[k]
+	if g == nil {
+		g = &gate{
+			cfg:      cs.cfg,
+			conn:     cs.conns[senderName],
+			dest:     newCircuit(senderName, dest, false, cs.cfg, cs.now, cs.notify),
+			suspects: map[txbox.ID]suspect{},
+		}
+		cs.gates[k] = g
+	}
+	return g
+}
+
+// health lists every circuit: per sender, its connection circuit first,
+// then its destinations by name.
+func (cs *circuitSet) health() []CircuitHealth {
+	cs.mu.Lock()
+	all := make([]*circuit, 0, len(cs.conns)+len(cs.gates))
+	for _, c := range cs.conns {
+		all = append(all, c)
+	}
+	for _, g := range cs.gates {
+		all = append(all, g.dest)
+	}
+	cs.mu.Unlock()
+	sort.Slice(all, func(i, j int) bool {
+		a, b := all[i], all[j]
+		if a.sender != b.sender {
+			return a.sender < b.sender
+		}
+		if a.connection != b.connection {
+			return a.connection
+		}
+		return a.dest < b.dest
+	})
+	out := make([]CircuitHealth, 0, len(all))
+	for _, c := range all {
+		st, err := c.snapshot()
+		ch := CircuitHealth{Sender: c.sender, Destination: c.dest, Connection: c.connection, State: st}
+		if err != nil {
+			ch.LastError = err.Error()
+		}
+		out = append(out, ch)
+	}
+	return out
 }

@@ -161,7 +161,8 @@ type Config struct {
 	// Cleanup configures deletion of processed rows and resolved dead
 	// letters.
 	Cleanup CleanupConfig
-	// Circuit configures the per-sender circuit breakers.
+	// Circuit configures the circuit breakers (one per destination, and
+	// one per sender's connection).
 	Circuit CircuitConfig
 	// InstanceID names this relay in leases and logs. Defaults to
 	// hostname-pid-random.
@@ -271,7 +272,9 @@ type CleanupConfig struct {
 	LeaseTTL time.Duration
 }
 
-// CircuitConfig configures the per-sender circuit breakers.
+// CircuitConfig configures the circuit breakers: one per destination
+// and one per sender's connection (docs/concepts.md, "Outages versus
+// poison").
 type CircuitConfig struct {
 	// CoolDown is the first wait after the circuit opens before a probe
 	// batch is let through. Defaults to 1s.

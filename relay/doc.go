@@ -22,11 +22,19 @@
 // Failures are classified with [txbox.Classify]:
 //
 //   - transient (the destination is down): the rows are released without
-//     counting an attempt and the sender's circuit breaker opens. Every
-//     poller routed to that sender stops claiming; after a cool-down one
-//     probe batch is let through; success closes the circuit, failure
-//     doubles the cool-down up to a cap. An outage therefore never burns
-//     attempts or floods the dead-letter table.
+//     counting an attempt and the destination's circuit breaker opens.
+//     Circuits are per destination (sender name plus
+//     [sender.DestinationOf] of the route), so one failing route pauses
+//     only the types routed to it; a failure marked
+//     [sender.Disconnected] opens the sender's connection circuit, which
+//     pauses every destination of the sender. While a circuit is open its
+//     pollers stop claiming; after a cool-down one probe batch is let
+//     through; success closes the circuit, failure doubles the cool-down
+//     up to a cap. An outage therefore never burns attempts or floods the
+//     dead-letter table. A message that keeps failing transiently while
+//     its destination accepts other batches is a poison message: its
+//     failures count attempts and it ends in the dead-letter table
+//     (docs/concepts.md, "Outages versus poison").
 //   - rejected (the message's fault): an attempt is counted and the row is
 //     retried after the configured backoff, or failed when attempts are
 //     exhausted.

@@ -11,7 +11,8 @@ type Hook interface {
 	OnPoll(PollEvent)
 	// OnBatch is called after a claimed batch was sent and finished.
 	OnBatch(BatchEvent)
-	// OnCircuit is called when a sender's circuit changes state.
+	// OnCircuit is called when a circuit (one destination's, or a
+	// sender's connection) changes state.
 	OnCircuit(CircuitEvent)
 	// OnMaintenance is called after each round of a background job
 	// (recovery, dead-letter move, cleanup, discovery).
@@ -61,13 +62,16 @@ type BatchEvent struct {
 	Sender string
 	// Sent counts acknowledged messages.
 	Sent int
-	// Retried counts rejected messages scheduled for another attempt.
+	// Retried counts messages scheduled for another attempt: rejected, or
+	// failing transiently while their destination accepts other batches
+	// (docs/concepts.md, "Outages versus poison").
 	Retried int
-	// Failed counts messages that failed for good (attempts exhausted or
-	// permanent error); the dead-letter mover will take them.
+	// Failed counts messages that failed for good (attempts exhausted,
+	// permanent error, or a row that could not be turned into a message
+	// and was not sent); the dead-letter mover will take them.
 	Failed int
 	// Released counts messages put back without counting an attempt
-	// (transient failure, shutdown).
+	// (transient failure while the destination may be down, shutdown).
 	Released int
 	// Fenced counts rows whose finish changed nothing because another
 	// relay owns them now (this relay's lease expired).
@@ -82,7 +86,7 @@ type BatchEvent struct {
 	FinishErr error
 }
 
-// CircuitState is the state of a sender's circuit breaker.
+// CircuitState is the state of a circuit breaker.
 type CircuitState int
 
 // Circuit states.
@@ -107,10 +111,21 @@ func (s CircuitState) String() string {
 	}
 }
 
-// CircuitEvent describes a circuit state change.
+// CircuitEvent describes a circuit state change. Each destination has a
+// circuit, and each sender one more for its connection
+// (docs/concepts.md, "Outages versus poison").
 type CircuitEvent struct {
 	// Sender names the sender (a key of Config.Senders).
 	Sender string
+	// Destination names the destination on that sender, as returned by
+	// sender.DestinationOf for the routes of the types routed to it. It is
+	// empty for the connection circuit (and for a route that names no
+	// destination).
+	Destination string
+	// Connection is true for the circuit of the sender's connection
+	// itself: opened by failures the sender marks sender.Disconnected, it
+	// pauses every destination of the sender.
+	Connection bool
 	// State is the new state.
 	State CircuitState
 	// CoolDown is the wait before the next probe when State is open.

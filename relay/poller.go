@@ -28,9 +28,12 @@ var wakeFollowUps = []time.Duration{2 * time.Millisecond, 10 * time.Millisecond,
 
 // poller claims, sends and finishes the rows of one event type.
 type poller struct {
-	r       *Relay
-	s       *settings
-	circuit *circuit
+	r *Relay
+	s *settings
+	// dest names the destination the type's route resolves to; circuit
+	// is the gate of that destination and of the sender's connection.
+	dest    string
+	circuit *gate
 	log     *slog.Logger
 	wakeC   chan struct{}
 	// slots bounds the batches between claim and finish.
@@ -51,10 +54,12 @@ type poller struct {
 }
 
 func newPoller(r *Relay, s *settings) *poller {
+	dest := sender.DestinationOf(s.sender, s.route)
 	return &poller{
 		r:       r,
 		s:       s,
-		circuit: r.circuits[s.senderName],
+		dest:    dest,
+		circuit: r.circuits.gate(s.senderName, dest),
 		log:     r.log.With(slog.String("event_type", s.eventType), slog.String("sender", s.senderName)),
 		wakeC:   make(chan struct{}, 1),
 		slots:   make(chan struct{}, s.inFlight),
@@ -72,7 +77,7 @@ func (p *poller) health() TypeHealth {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return TypeHealth{
-		EventType: p.s.eventType, Sender: p.s.senderName, LastPoll: p.lastPoll,
+		EventType: p.s.eventType, Sender: p.s.senderName, Destination: p.dest, LastPoll: p.lastPoll,
 		LastError: p.lastErr, Delay: p.delay, InFlight: p.inFlight,
 	}
 }
@@ -160,7 +165,15 @@ func (p *poller) run() {
 // server, and its rows would then wait out their lease before anyone could
 // deliver them. A claim that completes during a graceful stop is
 // delivered like any other batch.
+//
+// No claim starts once Stop has begun: it returns errStopping instead.
+// The check is here, at the one place every claimer goes through, because
+// a select between the stop signal and a free slot picks either at random
+// when both are ready.
 func (p *poller) claim(_ context.Context, limit int) ([]*store.OutboxRow, time.Duration, error) {
+	if p.r.runCtx.Err() != nil {
+		return nil, 0, errStopping
+	}
 	ctx, cancel := context.WithTimeout(p.r.hardCtx, finishTimeout)
 	defer cancel()
 	start := time.Now()
@@ -296,8 +309,16 @@ func (p *poller) emitPoll(ev PollEvent) {
 // process's monotonic clock (which keeps counting while the process is
 // paused, as with SIGSTOP).
 func (p *poller) deliver(rows []*store.OutboxRow, t ticket, claimStart time.Time) {
+	rows, invalid := p.splitInvalid(rows)
+	if len(rows) == 0 {
+		p.circuit.abandon(t)
+		p.finishBatch(invalid, BatchEvent{EventType: p.s.eventType, Sender: p.s.senderName, Failed: len(invalid)})
+		return
+	}
 	msgs := make([]*sender.Message, len(rows))
+	ids := make([]txbox.ID, len(rows))
 	for i, row := range rows {
+		ids[i] = row.ID
 		h := make(map[string]string, len(row.Headers)+3)
 		maps.Copy(h, row.Headers)
 		h[txbox.HeaderEventID] = row.ID.String()
@@ -317,10 +338,11 @@ func (p *poller) deliver(rows []*store.OutboxRow, t ticket, claimStart time.Time
 	deadline := claimStart.Add(p.s.leaseDuration - p.s.leaseDuration/10)
 	var err error
 	var took time.Duration
+	var start time.Time
 	leaseLost := !time.Now().Before(deadline)
 	if !leaseLost {
 		sendCtx, cancel := context.WithDeadline(p.r.hardCtx, deadline)
-		start := time.Now()
+		start = time.Now()
 		err = p.s.sender.Send(sendCtx, msgs)
 		took = time.Since(start)
 		cancel()
@@ -331,10 +353,16 @@ func (p *poller) deliver(rows []*store.OutboxRow, t ticket, claimStart time.Time
 	shuttingDown := p.r.hardCtx.Err() != nil || leaseLost
 
 	results := sender.Results(err, len(rows))
+	// The circuits judge the batch, and say which transient failures are
+	// the message's own fault (they count an attempt); see gate.judge.
+	var verdicts []verdict
+	if shuttingDown {
+		p.circuit.abandon(t)
+	} else {
+		verdicts = p.circuit.judge(t, start, ids, results)
+	}
 	items := make([]store.OutboxFinishItem, len(rows))
 	ev := BatchEvent{EventType: p.s.eventType, Sender: p.s.senderName, SendDuration: took}
-	transient := 0
-	var firstTransient error
 	for i, row := range rows {
 		it := store.OutboxFinishItem{ID: row.ID, LeaseToken: row.LeaseToken}
 		res := results[i]
@@ -342,27 +370,23 @@ func (p *poller) deliver(rows []*store.OutboxRow, t ticket, claimStart time.Time
 		case res == nil:
 			it.Outcome = store.OutcomeAcked
 			ev.Sent++
-		case shuttingDown || txbox.Classify(res) == txbox.ClassTransient:
+		case shuttingDown || (txbox.Classify(res) == txbox.ClassTransient && !verdicts[i].count):
 			// The destination (or this relay) is unavailable: put the
 			// row back without counting an attempt.
 			it.Outcome = store.OutcomeReleased
 			if !shuttingDown {
-				transient++
-				if firstTransient == nil {
-					firstTransient = res
-				}
-				// Wait a cool-down before the row is due again. When the
-				// whole batch failed the circuit opens as well; when only
-				// some messages failed (a sick partition) it does not,
-				// and this delay alone keeps them from being hammered.
-				it.RetryAfter = p.r.cfg.Circuit.CoolDown
+				// Wait before the row is due again. When the destination
+				// failed as a whole its circuit is open as well; when
+				// only some messages failed it is not, and this delay
+				// alone keeps them from being hammered.
+				it.RetryAfter = verdicts[i].retryAfter
 			}
 			ev.Released++
 		case txbox.Classify(res) == txbox.ClassPermanent:
 			it.Outcome = store.OutcomeFailed
 			it.Error = errorText(res)
 			ev.Failed++
-		default: // rejected
+		default: // rejected, or failing transiently while the destination accepts others
 			it.Error = errorText(res)
 			if row.Attempts+1 >= p.s.maxAttempts {
 				it.Outcome = store.OutcomeFailed
@@ -375,159 +399,20 @@ func (p *poller) deliver(rows []*store.OutboxRow, t ticket, claimStart time.Time
 		}
 		items[i] = it
 	}
-	if !shuttingDown {
-		switch {
-		case transient == len(rows):
-			if t.probe {
-				p.log.Warn("probe batch failed; destination still unavailable", slog.Any("error", firstTransient))
-			}
-			p.circuit.failure(t, firstTransient)
-		case ev.Sent > 0 || ev.Retried > 0 || ev.Failed > 0:
-			// The destination answered: it is up.
-			p.circuit.success(t)
-		default:
-			p.circuit.abandon(t)
-		}
-	} else {
-		p.circuit.abandon(t)
+	if t.probe && !shuttingDown && ev.Released == len(rows) {
+		p.log.Warn("probe batch failed; destination still unavailable", slog.Any("error", firstError(results)))
 	}
 	if ev.Failed > 0 || ev.Retried > 0 {
 		p.log.Info("messages rejected by the destination",
 			slog.Int("retried", ev.Retried), slog.Int("failed", ev.Failed), slog.Any("first_error", firstError(results)))
 	}
 
-	fstart := time.Now()
-	res, ferr := p.finishCoalesced(items)
-	ev.FinishDuration = time.Since(fstart)
-	if ferr != nil {
-		ev.FinishErr = ferr
-		p.log.Error("finish failed; rows will be recovered after their lease expires",
-			slog.Int("rows", len(items)), slog.Any("error", ferr))
-	} else if res.Fenced > 0 {
-		ev.Fenced = res.Fenced
-		p.log.Warn("lease lost before finish; another relay owns these rows now", slog.Int("fenced", res.Fenced))
-	}
-	for _, h := range p.r.cfg.Hooks {
-		h.OnBatch(ev)
-	}
+	ev.Failed += len(invalid)
+	p.finishBatch(append(items, invalid...), ev)
 }
 
-// finishReq is one batch's finish waiting in a group finish.
-type finishReq struct {
-	items []store.OutboxFinishItem
-	done  chan finishOutcome
-}
-
-type finishOutcome struct {
-	res *store.OutboxFinishResult
-	err error
-	// lead hands the waiting batch the leadership of the next group.
-	lead bool
-}
-
-// finishCoalesced records one batch's outcome, folding it with the
-// outcomes of other batches of this type that completed meanwhile (group
-// commit): when no finish is running, the caller becomes the leader and
-// finishes everything queued in one statement (one transaction, one WAL
-// flush); batches completing meanwhile queue up, and when the leader is
-// done it hands leadership to the first of them, which finishes the whole
-// queue in turn. A leader finishes exactly one group, so no batch waits
-// for more than the statement running when it arrived plus its own.
-func (p *poller) finishCoalesced(items []store.OutboxFinishItem) (*store.OutboxFinishResult, error) {
-	req := &finishReq{items: items, done: make(chan finishOutcome, 1)}
-	p.fmu.Lock()
-	p.fqueue = append(p.fqueue, req)
-	if p.finishing {
-		p.fmu.Unlock()
-		o := <-req.done
-		if !o.lead {
-			return o.res, o.err
-		}
-		p.fmu.Lock() // leadership handed over; finishing stays true
-	} else {
-		p.finishing = true
-	}
-	group := p.fqueue
-	p.fqueue = nil
-	p.fmu.Unlock()
-
-	all := group[0].items
-	if len(group) > 1 {
-		all = make([]store.OutboxFinishItem, 0, len(group)*len(items))
-		for _, g := range group {
-			all = append(all, g.items...)
-		}
-	}
-	res, err := p.finish(all)
-	// The statement reports totals: fenced rows are attributed to the
-	// batches in order.
-	fenced := 0
-	if res != nil {
-		fenced = res.Fenced
-	}
-	var own finishOutcome
-	for _, g := range group {
-		o := finishOutcome{err: err}
-		if err == nil {
-			f := min(fenced, len(g.items))
-			fenced -= f
-			o.res = &store.OutboxFinishResult{Finished: len(g.items) - f, Fenced: f}
-		}
-		if g == req {
-			own = o
-			continue
-		}
-		g.done <- o
-	}
-
-	p.fmu.Lock()
-	if len(p.fqueue) > 0 {
-		next := p.fqueue[0]
-		p.fmu.Unlock()
-		next.done <- finishOutcome{lead: true}
-	} else {
-		p.finishing = false
-		p.fmu.Unlock()
-	}
-	return own.res, own.err
-}
-
-// finish records the batch's outcome, retrying a few times on error: a
-// finish is fenced by the lease token, so repeating it is harmless, and a
-// row left IN_PROCESS would be delivered again after its lease expires.
-func (p *poller) finish(items []store.OutboxFinishItem) (*store.OutboxFinishResult, error) {
-	params := &store.OutboxFinishParams{Items: items, DeleteAcked: p.s.retention == 0}
-	var lastErr error
-	backoff := 50 * time.Millisecond
-	const attempts = 4
-	for attempt := 0; attempt < attempts; attempt++ {
-		timeout := finishTimeout
-		if p.r.hardCtx.Err() != nil {
-			timeout = finishTimeoutAfterDeadline
-			if attempt > 0 {
-				break
-			}
-		}
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(p.r.hardCtx), timeout)
-		res, err := p.r.cfg.Store.OutboxFinish(ctx, params)
-		cancel()
-		if err == nil {
-			return res, nil
-		}
-		lastErr = err
-		if attempt == attempts-1 {
-			break
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-p.r.hardCtx.Done():
-		}
-		t.Stop()
-		backoff *= 4
-	}
-	return nil, lastErr
-}
+// errStopping is what claim returns once Stop has begun.
+var errStopping = errors.New("relay: stopping")
 
 // errLeaseLost marks the rows of a batch whose lease ran out before it
 // was sent.

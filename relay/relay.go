@@ -36,7 +36,7 @@ const finishTimeoutAfterDeadline = 2 * time.Second
 type Relay struct {
 	cfg      Config
 	log      *slog.Logger
-	circuits map[string]*circuit
+	circuits *circuitSet
 
 	mu      sync.Mutex
 	started bool
@@ -63,15 +63,12 @@ func New(cfg Config) (*Relay, error) {
 		return nil, err
 	}
 	r := &Relay{
-		cfg:      cfg,
-		log:      cfg.Logger.With(slog.String("component", "txbox.relay"), slog.String("instance", cfg.InstanceID)),
-		circuits: make(map[string]*circuit, len(cfg.Senders)),
-		pollers:  make(map[string]*poller),
-		jobErrs:  make(map[string]string),
+		cfg:     cfg,
+		log:     cfg.Logger.With(slog.String("component", "txbox.relay"), slog.String("instance", cfg.InstanceID)),
+		pollers: make(map[string]*poller),
+		jobErrs: make(map[string]string),
 	}
-	for name := range cfg.Senders {
-		r.circuits[name] = newCircuit(name, cfg.Circuit, time.Now, r.onCircuit)
-	}
+	r.circuits = newCircuitSet(sortedKeys(cfg.Senders), cfg.Circuit, time.Now, r.onCircuit)
 	return r, nil
 }
 
@@ -228,10 +225,19 @@ func (r *Relay) ensurePollers(types []string) int {
 
 func (r *Relay) onCircuit(ev CircuitEvent) {
 	attrs := []any{slog.String("sender", ev.Sender), slog.String("state", ev.State.String())}
-	if ev.State == CircuitOpen {
-		attrs = append(attrs, slog.Duration("cool_down", ev.CoolDown), slog.Any("error", ev.Err))
-		r.log.Warn("circuit opened: destination unavailable, pausing its pollers", attrs...)
+	if ev.Connection {
+		attrs = append(attrs, slog.Bool("connection", true))
 	} else {
+		attrs = append(attrs, slog.String("destination", ev.Destination))
+	}
+	switch {
+	case ev.State == CircuitOpen && ev.Connection:
+		attrs = append(attrs, slog.Duration("cool_down", ev.CoolDown), slog.Any("error", ev.Err))
+		r.log.Warn("circuit opened: sender disconnected, pausing every destination of the sender", attrs...)
+	case ev.State == CircuitOpen:
+		attrs = append(attrs, slog.Duration("cool_down", ev.CoolDown), slog.Any("error", ev.Err))
+		r.log.Warn("circuit opened: destination unavailable, pausing the types routed to it", attrs...)
+	default:
 		r.log.Info("circuit state changed", attrs...)
 	}
 	for _, h := range r.cfg.Hooks {
@@ -248,7 +254,9 @@ type Health struct {
 	// Degraded is true when a circuit is not closed or the last claim of
 	// some type or the last round of some job failed.
 	Degraded bool
-	// Circuits has one entry per sender, sorted by name.
+	// Circuits has, per sender (sorted by name), the sender's connection
+	// circuit, then one entry per destination that a poller is routed to,
+	// sorted by destination.
 	Circuits []CircuitHealth
 	// Types has one entry per poller, sorted by event type.
 	Types []TypeHealth
@@ -257,10 +265,17 @@ type Health struct {
 	JobErrors map[string]string
 }
 
-// CircuitHealth is one sender's circuit.
+// CircuitHealth is one circuit: a destination's, or a sender's
+// connection (docs/concepts.md, "Outages versus poison").
 type CircuitHealth struct {
 	// Sender names the sender.
 	Sender string
+	// Destination names the destination (sender.DestinationOf of the
+	// routes using it); empty for the connection circuit.
+	Destination string
+	// Connection is true for the sender's connection circuit, which
+	// pauses every destination of the sender while it is not closed.
+	Connection bool
 	// State is the circuit's state.
 	State CircuitState
 	// LastError is the failure that last opened the circuit, empty once
@@ -274,6 +289,9 @@ type TypeHealth struct {
 	EventType string
 	// Sender names the sender the type is routed to.
 	Sender string
+	// Destination names the destination on that sender the type's route
+	// resolves to (see CircuitHealth).
+	Destination string
 	// LastPoll is when the last claim returned.
 	LastPoll time.Time
 	// LastError is the last claim's error, empty when it succeeded.
@@ -293,16 +311,11 @@ func (r *Relay) Health() Health {
 		pollers = append(pollers, p)
 	}
 	r.mu.Unlock()
-	for _, name := range sortedKeys(r.circuits) {
-		st, err := r.circuits[name].snapshot()
-		ch := CircuitHealth{Sender: name, State: st}
-		if err != nil {
-			ch.LastError = err.Error()
-		}
-		if st != CircuitClosed {
+	h.Circuits = r.circuits.health()
+	for _, ch := range h.Circuits {
+		if ch.State != CircuitClosed {
 			h.Degraded = true
 		}
-		h.Circuits = append(h.Circuits, ch)
 	}
 	for _, p := range pollers {
 		th := p.health()

@@ -194,10 +194,10 @@ func TestOutageOpensCircuitWithoutBurningAttempts(t *testing.T) {
 	})
 	idsA := b.publish(t, "a", 300, nil)
 	idsB := b.publish(t, "b", 300, nil)
-	testenv.WaitFor(t, 10*time.Second, "circuit open", func() bool { return r.Health().Circuits[0].State == relay.CircuitOpen })
+	testenv.WaitFor(t, 10*time.Second, "circuit open", func() bool { return destCircuit(t, r.Health(), "test", "").State == relay.CircuitOpen })
 	// Let several cool-downs and probes pass while the destination is down.
 	testenv.WaitFor(t, 10*time.Second, "three failed probes", func() bool { return hook.count(relay.CircuitOpen) >= 4 })
-	if h := r.Health(); !h.Degraded || !strings.Contains(h.Circuits[0].LastError, "connection refused") {
+	if h := r.Health(); !h.Degraded || !strings.Contains(destCircuit(t, h, "test", "").LastError, "connection refused") {
 		t.Errorf("health during the outage = %+v", h)
 	}
 	if n := b.count(t, "outbox", "attempts > 0"); n != 0 {
@@ -218,7 +218,7 @@ func TestOutageOpensCircuitWithoutBurningAttempts(t *testing.T) {
 	down.Store(false)
 	all := append(idsA, idsB...)
 	testenv.WaitFor(t, 20*time.Second, "backlog drained after the outage", func() bool { return containsAll(b.sender.ids(), all) })
-	testenv.WaitFor(t, 10*time.Second, "circuit closed", func() bool { return r.Health().Circuits[0].State == relay.CircuitClosed })
+	testenv.WaitFor(t, 10*time.Second, "circuit closed", func() bool { return destCircuit(t, r.Health(), "test", "").State == relay.CircuitClosed })
 	if hook.count(relay.CircuitHalfOpen) == 0 || hook.count(relay.CircuitClosed) == 0 {
 		t.Errorf("circuit events: %v", hook.circuitStates())
 	}
@@ -521,6 +521,30 @@ func TestStartStopErrors(t *testing.T) {
 	r.Wake("orders") // after Stop: ignored, no goroutine started
 }
 
+// destCircuit returns the circuit of destination dest on sender snd.
+func destCircuit(t *testing.T, h relay.Health, snd, dest string) relay.CircuitHealth {
+	t.Helper()
+	for _, c := range h.Circuits {
+		if c.Sender == snd && !c.Connection && c.Destination == dest {
+			return c
+		}
+	}
+	t.Fatalf("no circuit for destination %q of sender %q in %+v", dest, snd, h.Circuits)
+	return relay.CircuitHealth{}
+}
+
+// connCircuit returns the connection circuit of sender snd.
+func connCircuit(t *testing.T, h relay.Health, snd string) relay.CircuitHealth {
+	t.Helper()
+	for _, c := range h.Circuits {
+		if c.Sender == snd && c.Connection {
+			return c
+		}
+	}
+	t.Fatalf("no connection circuit for sender %q in %+v", snd, h.Circuits)
+	return relay.CircuitHealth{}
+}
+
 func waitUntil(d time.Duration, cond func() bool) {
 	deadline := time.Now().Add(d)
 	for !cond() && time.Now().Before(deadline) {
@@ -614,15 +638,16 @@ func (p pollCounter) OnMaintenance(relay.MaintenanceEvent) {}
 type flakyFinishStore struct {
 	store.Driver
 	mu       sync.Mutex
-	failNext int // fail this many finishes, then pass
+	failNext int  // fail this many finishes, then pass
+	failAll  bool // fail every finish (the database is down) until cleared
 	calls    int
 }
 
 func (f *flakyFinishStore) OutboxFinish(ctx context.Context, p *store.OutboxFinishParams) (*store.OutboxFinishResult, error) {
 	f.mu.Lock()
 	f.calls++
-	fail := f.failNext > 0
-	if fail {
+	fail := f.failNext > 0 || f.failAll
+	if f.failNext > 0 {
 		f.failNext--
 	}
 	f.mu.Unlock()
@@ -634,8 +659,9 @@ func (f *flakyFinishStore) OutboxFinish(ctx context.Context, p *store.OutboxFini
 
 // TestFinishRetriedThenRecovered: a finish that fails is retried (it is
 // fenced, so repeating it is safe) and the batch is not delivered twice;
-// when every retry fails, the rows stay claimed until their lease expires
-// and are then delivered again (at-least-once), as attempt 1.
+// when every retry fails, and every smaller part it then tries too (the
+// database is down), the rows stay claimed until their lease expires and
+// are then delivered again (at-least-once), as attempt 1.
 func TestFinishRetriedThenRecovered(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -661,11 +687,24 @@ func TestFinishRetriedThenRecovered(t *testing.T) {
 	}
 	hook.mu.Unlock()
 
-	// Now every attempt of the next batch's finish fails.
+	// Now every finish fails until the next batch has given up.
 	flaky.mu.Lock()
-	flaky.failNext = 4
+	flaky.failAll = true
 	flaky.mu.Unlock()
 	more := b.publish(t, "orders", 5, nil)
+	testenv.WaitFor(t, 20*time.Second, "the batch's finish to give up", func() bool {
+		hook.mu.Lock()
+		defer hook.mu.Unlock()
+		for _, ev := range hook.batches {
+			if ev.FinishErr != nil {
+				return true
+			}
+		}
+		return false
+	})
+	flaky.mu.Lock()
+	flaky.failAll = false
+	flaky.mu.Unlock()
 	testenv.WaitFor(t, 20*time.Second, "redelivered after the lease expired and finished", func() bool {
 		return b.count(t, "outbox", "status = 'PROCESSED' AND id = ANY($1)", more) == len(more)
 	})
@@ -674,5 +713,75 @@ func TestFinishRetriedThenRecovered(t *testing.T) {
 		if len(ds) != 2 || ds[1].msg.Attempt != 1 {
 			t.Errorf("%v: %d deliveries (want 2: lost finish, then recovery), last attempt %d", id, len(ds), ds[len(ds)-1].msg.Attempt)
 		}
+	}
+}
+
+// claimGateStore holds the first claim of each type until open is
+// closed, and counts the claims that start after late is set.
+type claimGateStore struct {
+	store.Driver
+	open    chan struct{}
+	blocked chan string // one entry per claim held at the gate
+	late    atomic.Bool
+	lateN   atomic.Int64
+	mu      sync.Mutex
+	held    map[string]bool
+}
+
+func (s *claimGateStore) OutboxClaim(ctx context.Context, p *store.OutboxClaimParams) ([]*store.OutboxRow, error) {
+	if s.late.Load() {
+		s.lateN.Add(1)
+	}
+	s.mu.Lock()
+	first := !s.held[p.EventType]
+	s.held[p.EventType] = true
+	s.mu.Unlock()
+	if first {
+		s.blocked <- p.EventType
+		<-s.open
+	}
+	return s.Driver.OutboxClaim(ctx, p)
+}
+
+// TestNoClaimAfterStop (issue 8, item 7): once Stop has begun no claim
+// starts. Each poller is held inside a claim when Stop begins; when the
+// claims return full batches, the pollers and the helpers they start
+// find both the stop signal and a free in-flight slot ready, which a
+// select would pick between at random.
+func TestNoClaimAfterStop(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	types := []string{"t1", "t2", "t3", "t4"}
+	for _, typ := range types {
+		b.publish(t, typ, 200, nil)
+	}
+	gs := &claimGateStore{Driver: b.store, open: make(chan struct{}), blocked: make(chan string, len(types)), held: map[string]bool{}}
+	r := b.start(t, func(c *relay.Config) {
+		c.Store = gs
+		c.DiscoverInterval = -1
+		c.Events = map[string]relay.EventSettings{}
+		for _, typ := range types {
+			c.Events[typ] = relay.EventSettings{}
+		}
+		c.Defaults.BatchSize = new(10)
+		c.Defaults.Polling = &relay.PollingSettings{MinDelay: time.Nanosecond, MaxDelay: time.Millisecond}
+	})
+	for range types {
+		<-gs.blocked
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- r.Stop(context.Background()) }()
+	testenv.WaitFor(t, 10*time.Second, "Stop begun", func() bool { return !r.Health().Running })
+	gs.late.Store(true)
+	close(gs.open)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if n := gs.lateN.Load(); n != 0 {
+		t.Fatalf("%d claims started after Stop had begun", n)
+	}
+	// The claims that had started were delivered.
+	if got, _ := b.sender.distinct(); got != 10*len(types) {
+		t.Errorf("%d events delivered, want the %d of the claims held across Stop", got, 10*len(types))
 	}
 }

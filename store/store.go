@@ -88,8 +88,12 @@ type DeadLetters interface {
 	// DeadLetterGet returns one dead letter or txbox.ErrNotFound.
 	DeadLetterGet(ctx context.Context, id txbox.ID) (*DeadLetter, error)
 	// DeadLetterRetry moves the given dead letters back to the outbox as
-	// PENDING, due now, attempts reset to 0, keeping their ids, in one
-	// transaction. It returns how many it moved.
+	// PENDING, due now, attempts reset to 0, keeping their ids and their
+	// last error, in one transaction. It returns how many it moved. An id
+	// that is unknown, already back in the outbox (a producer published it
+	// again), or whose headers are not a JSON object (a plain-SQL row the
+	// schema now refuses; it could only fail again) stays where it is and
+	// is not counted: one such id never fails the others.
 	DeadLetterRetry(ctx context.Context, ids []txbox.ID) (int, error)
 	// DeadLetterResolve marks the given dead letters RESOLVED (kept until
 	// the dead-letter TTL, then cleaned up). It returns how many changed.
@@ -232,27 +236,37 @@ type DeadLetterMoveParams struct {
 
 // DeadLetter is a row of the dead-letter table.
 type DeadLetter struct {
-	ID         txbox.ID
-	EventType  string
-	Key        string
-	Payload    []byte
-	Headers    map[string]string
-	Attempts   int
-	LastError  string
-	CreatedAt  time.Time
+	ID        txbox.ID
+	EventType string
+	Key       string
+	Payload   []byte
+	Headers   map[string]string
+	Attempts  int
+	LastError string
+	CreatedAt time.Time
+	// FailedAt is when the row failed for good (the finish that made it
+	// FAILED), not when the mover copied it here.
 	FailedAt   time.Time
 	Status     string // DeadLetterUnresolved or DeadLetterResolved
 	ResolvedAt time.Time
 }
 
-// DeadLetterFilter selects dead letters. Zero fields match everything.
+// DeadLetterFilter selects dead letters. Zero fields match everything;
+// set fields must all match.
 type DeadLetterFilter struct {
-	EventType     string
-	Status        string
-	Key           string
+	EventType string
+	Status    string
+	Key       string
+	// ErrorContains matches a substring of the last error.
 	ErrorContains string
-	FailedAfter   time.Time
-	FailedBefore  time.Time
+	// FailedAfter and FailedBefore bound failed_at as a half-open
+	// interval, the same on every dialect: FailedAfter is inclusive
+	// (failed_at >= FailedAfter), FailedBefore exclusive (failed_at <
+	// FailedBefore), so consecutive windows [a, b), [b, c) neither overlap
+	// nor leave a gap. Times are compared at the dialect's stored
+	// precision (microseconds; milliseconds on SQLite), truncated.
+	FailedAfter  time.Time
+	FailedBefore time.Time
 }
 
 // DeadLetterListParams are the parameters of DeadLetters.DeadLetterList.

@@ -113,6 +113,9 @@ func runDLQ(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := cf.requireDatabase(cfg, e.getenv); err != nil {
+		return err
+	}
 	st, err := cfg.OpenStore(ctx, e.getenv, cfg.NewLogger(e.stderr))
 	if err != nil {
 		return err

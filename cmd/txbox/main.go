@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 
+	yaml "go.yaml.in/yaml/v3"
+
 	"github.com/txbox/txbox/config"
 )
 
@@ -31,6 +33,10 @@ type env struct {
 	environ        []string
 	// isTTY reports whether stdout is a terminal (live progress redraws).
 	isTTY bool
+	// hurry is closed on the second SIGINT/SIGTERM (the first cancels the
+	// command's context): `txbox relay` then shortens its graceful stop
+	// to hurryGrace. Nil when nothing can hurry the command (tests).
+	hurry <-chan struct{}
 	// secrets are removed from every error printed: the passwords of the
 	// loaded configuration and of --dsn.
 	secrets []string
@@ -59,15 +65,27 @@ var commands = []command{
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	// The first signal starts a graceful stop; restoring the default
-	// handling lets a second one end the process at once.
+	// The first SIGINT/SIGTERM cancels the command's context (the relay
+	// starts a graceful stop); the second hurries it: the relay gives its
+	// batches hurryGrace more, then cancels the sends and releases their
+	// rows instead of leaving them claimed for the whole lease; the third
+	// exits at once (docs/operations.md, "Run the relay").
+	sigs := make(chan os.Signal, 3)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hurry := make(chan struct{})
 	go func() {
-		<-ctx.Done()
-		stop()
+		<-sigs
+		cancel()
+		<-sigs
+		close(hurry)
+		<-sigs
+		fmt.Fprintln(os.Stderr, "txbox: third signal: exiting at once; rows still claimed are recovered when their lease expires")
+		os.Exit(exitFailure)
 	}()
-	e := &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, environ: os.Environ(), isTTY: isTerminal(os.Stdout)}
+	e := &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, environ: os.Environ(),
+		isTTY: isTerminal(os.Stdout), hurry: hurry}
 	os.Exit(run(ctx, e, os.Args[1:]))
 }
 
@@ -154,6 +172,9 @@ type configFlags struct {
 	set     multiFlag
 	dialect string
 	dsn     string
+	// dbNamed is set by load when the file, the environment or a flag
+	// names the database (its dialect or its dsn).
+	dbNamed bool
 }
 
 func (cf *configFlags) register(fs *flag.FlagSet, e *env) {
@@ -180,6 +201,15 @@ func (cf *configFlags) load(e *env) (*config.Config, error) {
 			return nil, usagef("read configuration: %v", err)
 		}
 		src.YAML = data
+		cf.dbNamed = fileNamesDatabase(data)
+	}
+	cf.dbNamed = cf.dbNamed || cf.dialect != "" || cf.dsn != ""
+	for _, kv := range cf.set {
+		k, _, _ := strings.Cut(kv, "=")
+		cf.dbNamed = cf.dbNamed || k == "database.dialect" || k == "database.dsn" || k == "database.dsn-env"
+	}
+	for _, key := range []string{"dialect", "dsn", "dsn-env"} {
+		cf.dbNamed = cf.dbNamed || e.getenv(config.EnvName("database", key)) != ""
 	}
 	src.Set = append(src.Set, cf.set...)
 	if cf.dialect != "" {
@@ -199,6 +229,53 @@ func (cf *configFlags) load(e *env) (*config.Config, error) {
 	}
 	e.secrets = append(e.secrets, cfg.Secrets(e.getenv)...)
 	return cfg, nil
+}
+
+// fileNamesDatabase reports whether a configuration file sets
+// database.dialect, database.dsn or database.dsn-env. A file that does not
+// parse names nothing; config.Load reports why.
+func fileNamesDatabase(data []byte) bool {
+	var f struct {
+		Database map[string]any `yaml:"database"`
+	}
+	if yaml.Unmarshal(data, &f) != nil {
+		return false
+	}
+	for _, k := range []string{"dialect", "dsn", "dsn-env"} {
+		if v, ok := f.Database[k]; ok && v != nil && v != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// requireDatabase refuses to run a command that reads or writes an
+// existing database (status, dlq, publish) on the built-in default, an
+// SQLite file ./txbox.db, unless the database was named: opening it would
+// quietly create an empty file, and the command would then fail with "no
+// such table". It also refuses an SQLite file that does not exist yet.
+func (cf *configFlags) requireDatabase(cfg *config.Config, getenv func(string) string) error {
+	if !cf.dbNamed {
+		return usagef("no database configured: no configuration file (--config, TXBOX_CONFIG or ./txbox.yaml) " +
+			"and no --dialect or --dsn name one, and this command would create an empty SQLite file " +
+			config.DefaultSQLitePath + "; give --config FILE, or --dialect and --dsn, or --dialect sqlite to use " +
+			config.DefaultSQLitePath)
+	}
+	if cfg.Database.Dialect != config.DialectSQLite {
+		return nil
+	}
+	dsn, err := cfg.DatabaseDSN(getenv)
+	if err != nil {
+		return err
+	}
+	path := strings.TrimPrefix(dsn.Reveal(), "file:")
+	if path == "" || strings.ContainsAny(path, "?") || strings.Contains(path, ":memory:") {
+		return nil // options or an in-memory database: leave it to the driver
+	}
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return usagef("SQLite database %s does not exist; create it with `txbox migrate --dialect sqlite --dsn %s`", path, path)
+	}
+	return nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -118,13 +118,94 @@ func TestPublishSQLite(t *testing.T) {
 		{[]string{"--payload", "x"}, "--type is required"},
 		{[]string{"--type", "bad type"}, "invalid event type"},
 		{[]string{"--type", "a", "--payload", "x", "--payload-file", "f"}, "not both"},
-		{[]string{"--type", "a", "--header", "novalue"}, "must be name=value"},
-		{[]string{"--type", "a", "--not-before", "tomorrow"}, "--not-before"},
+		{[]string{"--type", "a", "--payload", "x", "--header", "novalue"}, "must be name=value"},
+		{[]string{"--type", "a", "--payload", "x", "--not-before", "tomorrow"}, "--not-before"},
+		{[]string{"--type", "a"}, "give the payload with --payload TEXT or --payload-file"},
+		{[]string{"--type", "a", "--payload", "", "--payload-file", "f"}, "not both"},
 	} {
 		code, _, errOut := runInProcess(t, nil, append([]string{"publish", "--dsn", db}, tc.args...)...)
 		if code != exitUsage || !strings.Contains(errOut, tc.want) {
 			t.Errorf("publish %v: code %d, stderr %q, want 2 and %q", tc.args, code, errOut, tc.want)
 		}
+	}
+}
+
+// TestPublishPayloadMustBeGiven (issue 8, item 7): publish without a
+// payload flag refuses instead of publishing an empty event; an empty
+// payload asked for explicitly is published.
+func TestPublishPayloadMustBeGiven(t *testing.T) {
+	t.Parallel()
+	db := t.TempDir() + "/t.db"
+	if code, out, errOut := runInProcess(t, nil, "migrate", "--dsn", db); code != exitOK {
+		t.Fatalf("migrate: %d %q %q", code, out, errOut)
+	}
+	code, _, errOut := runInProcess(t, nil, "publish", "--dsn", db, "--type", "t")
+	if code != exitUsage || !strings.Contains(errOut, "--payload ''") {
+		t.Errorf("publish without payload: code %d, stderr %q; want 2 and how to publish an empty payload", code, errOut)
+	}
+	code, out, errOut := runInProcess(t, nil, "publish", "--dsn", db, "--type", "t", "--payload", "")
+	if code != exitOK || !strings.Contains(out, `"type":"t"`) {
+		t.Fatalf("publish --payload '': code %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	d, err := sql.Open("sqlite", db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	var n, size int
+	if err := d.QueryRow(`SELECT count(*), coalesce(sum(length(payload)), 0) FROM txbox_outbox WHERE event_type = 't'`).Scan(&n, &size); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 || size != 0 {
+		t.Errorf("outbox has %d events of type t with %d payload bytes, want the one explicit empty event", n, size)
+	}
+}
+
+// TestNoDatabaseRefused (issue 8, item 7): status, dlq and publish with
+// no configuration file and no database flag refuse with a clear message
+// instead of creating ./txbox.db and failing with "no such table"; an
+// explicit sqlite dialect is accepted, and a missing SQLite file is
+// refused without being created.
+func TestNoDatabaseRefused(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir) // no ./txbox.yaml here, and ./txbox.db would land here
+	for _, args := range [][]string{
+		{"status"},
+		{"dlq", "list"},
+		{"publish", "--type", "t", "--payload", "{}"},
+	} {
+		code, _, errOut := runInProcess(t, nil, args...)
+		if code != exitUsage || !strings.Contains(errOut, "no database configured") || !strings.Contains(errOut, "--dialect sqlite") {
+			t.Errorf("%v: code %d, stderr %q; want 2 and the no-database message", args, code, errOut)
+		}
+		if _, err := os.Stat(dir + "/txbox.db"); err == nil {
+			t.Fatalf("%v created ./txbox.db", args)
+		}
+		code, _, errOut = runInProcess(t, nil, append(args, "--dialect", "sqlite")...)
+		if code != exitUsage || !strings.Contains(errOut, "./txbox.db does not exist") || !strings.Contains(errOut, "txbox migrate") {
+			t.Errorf("%v --dialect sqlite without the file: code %d, stderr %q", args, code, errOut)
+		}
+		if _, err := os.Stat(dir + "/txbox.db"); err == nil {
+			t.Fatalf("%v --dialect sqlite created ./txbox.db", args)
+		}
+	}
+	// The environment names the database as well as a flag does.
+	code, _, errOut := runInProcess(t, []string{"TXBOX_DATABASE_DIALECT=sqlite"}, "status")
+	if code != exitUsage || !strings.Contains(errOut, "does not exist") {
+		t.Errorf("status with TXBOX_DATABASE_DIALECT: code %d, stderr %q", code, errOut)
+	}
+	if code, out, errOut := runInProcess(t, nil, "migrate", "--dialect", "sqlite"); code != exitOK {
+		t.Fatalf("migrate --dialect sqlite: %d %q %q", code, out, errOut)
+	}
+	if code, out, errOut := runInProcess(t, nil, "status", "--dialect", "sqlite"); code != exitOK || !strings.Contains(out, "dead letters: 0 unresolved") {
+		t.Errorf("status --dialect sqlite after migrate: code %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	// A configuration file that sets no database is not a choice of one.
+	if err := os.WriteFile(dir+"/txbox.yaml", []byte("log: { level: warn }\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := runInProcess(t, nil, "status"); code != exitUsage || !strings.Contains(errOut, "no database configured") {
+		t.Errorf("status with a txbox.yaml that names no database: code %d, stderr %q", code, errOut)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -20,7 +21,7 @@ func runPublish(ctx context.Context, e *env, args []string) error {
 	cf.register(fs, e)
 	typ := fs.String("type", "", "event `type`, such as order-created (required)")
 	key := fs.String("key", "", "partition / ordering `key`")
-	payload := fs.String("payload", "", "payload `text`")
+	payload := fs.String("payload", "", "payload `text` (required unless --payload-file; --payload '' publishes an empty payload)")
 	payloadFile := fs.String("payload-file", "", "read the payload from `file` ('-' for stdin)")
 	var headers multiFlag
 	fs.Var(&headers, "header", "add a header `name=value` (repeatable)")
@@ -35,9 +36,15 @@ func runPublish(ctx context.Context, e *env, args []string) error {
 		return &usageError{err.Error()}
 	}
 	ev := txbox.Event{Type: *typ, Key: *key}
+	// An empty payload must be asked for (--payload ''): a forgotten
+	// --payload would otherwise publish an empty event.
+	payloadGiven := false
+	fs.Visit(func(f *flag.Flag) { payloadGiven = payloadGiven || f.Name == "payload" })
 	switch {
-	case *payload != "" && *payloadFile != "":
+	case payloadGiven && *payloadFile != "":
 		return usagef("give --payload or --payload-file, not both")
+	case !payloadGiven && *payloadFile == "":
+		return usagef("give the payload with --payload TEXT or --payload-file FILE ('-' for stdin); for an empty payload say --payload ''")
 	case *payloadFile == "-":
 		b, err := io.ReadAll(io.LimitReader(e.stdin, txbox.DefaultMaxPayloadSize+1))
 		if err != nil {
@@ -73,6 +80,9 @@ func runPublish(ctx context.Context, e *env, args []string) error {
 
 	cfg, err := cf.load(e)
 	if err != nil {
+		return err
+	}
+	if err := cf.requireDatabase(cfg, e.getenv); err != nil {
 		return err
 	}
 	st, err := cfg.OpenStore(ctx, e.getenv, cfg.NewLogger(e.stderr))

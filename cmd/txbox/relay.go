@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/txbox/txbox/relay"
@@ -71,9 +72,39 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	log.Info("relay stopping", "deadline", cfg.Relay.ShutdownTimeout.String())
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Relay.ShutdownTimeout)
 	defer cancel()
-	if err := r.Stop(sctx); err != nil {
+	// A second signal shortens the grace period: after hurryGrace the
+	// sends still in flight are cancelled and their rows released (Stop's
+	// deadline), so they do not wait out their lease.
+	var hurried atomic.Bool
+	stopped := make(chan struct{})
+	go func() {
+		select {
+		case <-e.hurry:
+		case <-stopped:
+			return
+		}
+		hurried.Store(true)
+		log.Warn("second signal: stopping within "+hurryGrace.String()+"; sends still in flight will be cancelled and their rows released",
+			"next", "a third signal exits at once")
+		t := time.NewTimer(hurryGrace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-stopped:
+		}
+	}()
+	err = r.Stop(sctx)
+	close(stopped)
+	switch {
+	case err != nil && hurried.Load():
+		return fmt.Errorf("stopped early on a second signal: sends still in flight were cancelled and their rows released: %w", err)
+	case err != nil:
 		return fmt.Errorf("graceful stop did not finish within %s: %w", cfg.Relay.ShutdownTimeout, err)
 	}
 	log.Info("relay stopped")
 	return nil
 }
+
+// hurryGrace is what is left of the graceful stop after a second signal.
+const hurryGrace = 2 * time.Second

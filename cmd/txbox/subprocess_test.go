@@ -5,7 +5,11 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -356,5 +360,113 @@ func TestSubprocessConcurrentMigrate(t *testing.T) {
 	}
 	if n != len(migs) {
 		t.Errorf("schema_version has %d rows after 4 concurrent runs, want %d", n, len(migs))
+	}
+}
+
+// TestSubprocessSecondSignalReleases (issue 8, item 7; scenario 17): the
+// destination never answers, so a graceful stop would wait for the whole
+// shutdown-timeout (60s). A second SIGTERM shortens it: within a couple
+// of seconds the sends are cancelled, every claimed row is released
+// (PENDING, no attempt counted, none left IN_PROCESS for its 5 minute
+// lease) and the command exits 1 saying why.
+func TestSubprocessSecondSignalReleases(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	arrived := make(chan struct{}, 100)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Reading the body lets the server notice when the relay gives
+		// up on the request.
+		_, _ = io.Copy(io.Discard, r.Body)
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
+		select { // never answers
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	defer srv.Close()
+	defer close(release) // before srv.Close
+	dir := t.TempDir()
+	db := filepath.Join(dir, "relay.db")
+	cfgPath := filepath.Join(dir, "txbox.yaml")
+	yml := fmt.Sprintf(`
+database: { dialect: sqlite, dsn: %s }
+senders: { hooks: { type: webhook, url: "%s/in", timeout: 5m } }
+defaults: { polling: { min-delay: 5ms, max-delay: 50ms } }
+relay: { discover-interval: 20ms, shutdown-timeout: 60s }
+log: { level: debug }
+`, db, srv.URL)
+	if err := os.WriteFile(cfgPath, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := runInProcess(t, nil, "migrate", "--config", cfgPath); code != exitOK {
+		t.Fatalf("migrate: %s", errOut)
+	}
+	const n = 5
+	for i := 0; i < n; i++ {
+		if code, _, errOut := runInProcess(t, nil, "publish", "--config", cfgPath, "--type", "slow", "--payload", "{}"); code != exitOK {
+			t.Fatalf("publish: %s", errOut)
+		}
+	}
+	relayCmd, _, relayErr := child(t, ctx, "relay", "--config", cfgPath)
+	if err := relayCmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- relayCmd.Wait() }()
+	select {
+	case <-arrived:
+	case err := <-exited:
+		t.Fatalf("relay exited early: %v: %s", err, relayErr)
+	case <-time.After(30 * time.Second):
+		_ = relayCmd.Process.Kill()
+		t.Fatalf("no request reached the destination within 30s: %s", relayErr)
+	}
+	if err := relayCmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "graceful stop begun", func() bool { return strings.Contains(relayErr.String(), "relay stopping") })
+	select {
+	case err := <-exited:
+		t.Fatalf("relay exited after one SIGTERM with sends in flight and 60s of grace: %v: %s", err, relayErr)
+	default:
+	}
+	if err := relayCmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	hurried := time.Now()
+	var err error
+	select {
+	case err = <-exited:
+	case <-time.After(30 * time.Second):
+		_ = relayCmd.Process.Kill()
+		t.Fatalf("relay still running 30s after a second SIGTERM: %s", relayErr)
+	}
+	t.Logf("exited %v after the second signal: %v", time.Since(hurried).Round(time.Millisecond), err)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitFailure {
+		t.Errorf("relay ended with %v after a second SIGTERM, want exit status %d: %s", err, exitFailure, relayErr)
+	}
+	if !strings.Contains(relayErr.String(), "second signal") {
+		t.Errorf("relay log does not say why it stopped early:\n%s", relayErr)
+	}
+	d, err := sql.Open("sqlite", db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	var pending, inProcess, attempts int
+	if err := d.QueryRowContext(ctx, `SELECT
+		coalesce(sum(status = 'PENDING'), 0), coalesce(sum(status = 'IN_PROCESS'), 0), coalesce(sum(attempts), 0)
+		FROM txbox_outbox`).Scan(&pending, &inProcess, &attempts); err != nil {
+		t.Fatal(err)
+	}
+	if inProcess != 0 || pending != n || attempts != 0 {
+		t.Errorf("after the second signal: %d pending, %d in process, %d attempts; want %d, 0, 0 (released, not left to the lease)\n%s",
+			pending, inProcess, attempts, n, relayErr)
 	}
 }

@@ -13,17 +13,24 @@ import (
 )
 
 // DeadLetterMove moves up to Limit FAILED outbox rows to the dead-letter
-// table in one READ COMMITTED transaction: lock them (SKIP LOCKED, so two
-// movers take disjoint rows), copy them, delete them from the outbox. The
-// outbox row's processed_at (when it failed) becomes failed_at.
+// table: candidates are read without locks, then, in one READ COMMITTED
+// transaction, locked through the primary key in key order (SKIP LOCKED,
+// so two movers take disjoint rows and neither waits), copied and deleted
+// from the outbox (SCHEMA.md, "Lock order"). The outbox row's
+// processed_at (when it failed) becomes failed_at.
 func (d *Driver) DeadLetterMove(ctx context.Context, params *store.DeadLetterMoveParams) (int, error) {
 	if params == nil || params.Limit < 1 {
 		return 0, fmt.Errorf("%w: dead-letter move needs Limit >= 1", ErrInvalidParams)
 	}
+	cand, err := queryIDs(ctx, d.db, "SELECT id FROM "+d.qOutbox+" FORCE INDEX (txbox_claim) WHERE status = 'FAILED' LIMIT ?", params.Limit)
+	if err != nil || len(cand) == 0 {
+		return 0, wrap("dead-letter move", err)
+	}
+	cand = sortedIDs(cand)
 	var moved int
-	err := d.inTx(ctx, func(tx *sql.Tx) error {
+	err = d.inTx(ctx, func(tx *sql.Tx) error {
 		moved = 0
-		ids, err := queryIDs(ctx, tx, "SELECT id FROM "+d.qOutbox+" FORCE INDEX (txbox_claim) WHERE status = 'FAILED' LIMIT ? FOR UPDATE SKIP LOCKED", params.Limit)
+		ids, err := d.lockByKey(ctx, tx, d.qOutbox, cand, "status = 'FAILED'", nil)
 		if err != nil || len(ids) == 0 {
 			return err
 		}
@@ -95,7 +102,9 @@ func scanDeadLetter(sc interface{ Scan(...any) error }) (*store.DeadLetter, erro
 	if dl.Payload == nil {
 		dl.Payload = []byte{}
 	}
-	dl.Headers = decodeHeaders(headers)
+	// Leniently, like the claim: headers that are not a JSON object (the
+	// reason such a row is here) list as none rather than failing.
+	dl.Headers, _ = store.DecodeHeaders(headers)
 	return dl, nil
 }
 
@@ -221,7 +230,10 @@ func (d *Driver) DeadLetterRetry(ctx context.Context, ids []txbox.ID) (int, erro
 	var moved int
 	err := d.inTx(ctx, func(tx *sql.Tx) error {
 		moved = 0
-		locked, err := queryIDs(ctx, tx, "SELECT id FROM "+d.qDeadLetter+" WHERE id IN ("+placeholders(len(ids))+") FOR UPDATE", idArgs(nil, ids)...)
+		// A dead letter whose headers are not a JSON object (dead-lettered
+		// for that reason) stays: the outbox's CHECK would refuse it and
+		// fail the whole retry.
+		locked, err := queryIDs(ctx, tx, "SELECT id FROM "+d.qDeadLetter+" WHERE id IN ("+placeholders(len(ids))+") AND JSON_TYPE(headers) = 'OBJECT' FOR UPDATE", idArgs(nil, ids)...)
 		if err != nil || len(locked) == 0 {
 			return err
 		}
@@ -281,15 +293,17 @@ func (d *Driver) DeadLetterDelete(ctx context.Context, ids []txbox.ID) (int, err
 
 // DeadLetterCleanup deletes up to Limit RESOLVED dead letters resolved
 // before now - OlderThan, oldest first: candidates are read without locks,
-// then deleted by one statement that checks the condition again.
+// then deleted by one statement driven by the primary key that checks the
+// condition again (readThenWrite, OutboxCleanup).
 func (d *Driver) DeadLetterCleanup(ctx context.Context, params *store.CleanupParams) (int, error) {
 	if err := checkCleanup(params); err != nil {
 		return 0, err
 	}
 	cond := "status = 'RESOLVED' AND resolved_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"
-	n, err := d.selectThenDelete(ctx, d.qDeadLetter,
-		"SELECT id FROM "+d.qDeadLetter+" FORCE INDEX (txbox_cleanup) WHERE "+cond+" ORDER BY status, resolved_at LIMIT ?",
-		[]any{micros(params.OlderThan), params.Limit}, cond, []any{micros(params.OlderThan)})
+	age := micros(params.OlderThan)
+	n, err := d.readThenWrite(ctx,
+		"SELECT id FROM "+d.qDeadLetter+" FORCE INDEX (txbox_cleanup) WHERE "+cond+" ORDER BY status, resolved_at LIMIT ?", []any{age, params.Limit},
+		deleteByID(d.qDeadLetter)+" WHERE id IN (%s) AND "+cond, []any{age})
 	if err != nil {
 		return 0, wrap("dead-letter cleanup", err)
 	}

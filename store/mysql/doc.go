@@ -8,15 +8,17 @@
 //
 // # Isolation: READ COMMITTED, always
 //
-// Every transaction the driver opens (claim, multi-statement finish,
-// lease recovery, dead-letter move and retry) runs at READ COMMITTED, and
-// so does every single statement it sends outside a transaction (the
-// all-acked finish, cleanup deletes, leases, dead-letter resolve and
-// delete). At MySQL's default REPEATABLE READ, locking reads and range
+// Every transaction the driver opens (claim, dead-letter move and retry)
+// runs at READ COMMITTED, and so does every single statement it sends
+// outside a transaction (finishes, recovery, cleanup deletes, leases,
+// dead-letter resolve and delete). At MySQL's default REPEATABLE READ, locking reads and range
 // UPDATE/DELETE take next-key (gap) locks; concurrent pollers and
 // publishers' inserts then deadlock on each other's gaps. At READ
 // COMMITTED InnoDB locks only the rows it returns, and SKIP LOCKED hands
-// each poller a disjoint batch.
+// each poller a disjoint batch. Every write also takes its row locks in
+// one order, through the primary key in key order, holding none before
+// (SCHEMA.md, "Lock order"): READ COMMITTED alone still deadlocked about
+// one test run in six on MariaDB.
 //
 // Open (and OpenDB) set it once per connection with SET SESSION
 // TRANSACTION ISOLATION LEVEL READ COMMITTED, a statement both MySQL 8 and
@@ -49,7 +51,7 @@
 //	SELECT ... FROM outbox FORCE INDEX (txbox_claim)
 //	 WHERE status = 'PENDING' AND event_type = ? AND due_at <= UTC_TIMESTAMP(6)
 //	 ORDER BY due_at, id LIMIT ? FOR UPDATE SKIP LOCKED;
-//	UPDATE outbox SET status = 'IN_PROCESS', lease_until = ..., lease_token = ?
+//	UPDATE outbox FORCE INDEX (PRIMARY) SET status = 'IN_PROCESS', lease_until = ..., lease_token = ?
 //	 WHERE id IN (...);
 //	COMMIT;
 //

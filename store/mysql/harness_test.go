@@ -8,6 +8,7 @@ import (
 
 	_ "github.com/go-sql-driver/mysql"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/mysql"
@@ -75,6 +76,16 @@ func harness() storetest.Harness {
 			}
 			t.Cleanup(func() { _ = tx.Rollback() })
 			return sqlTx{tx}
+		},
+		OutboxLastError: func(t *testing.T, d store.Driver, id txbox.ID) string {
+			md := d.(*mysql.Driver)
+			tb := md.Tables()
+			var s string
+			err := md.DB().QueryRow("SELECT COALESCE(MAX(last_error), '') FROM `"+tb.Schema+"`.`"+tb.Outbox+"` WHERE id = ?", id.String()).Scan(&s)
+			if err != nil {
+				t.Fatalf("read last_error: %v", err)
+			}
+			return s
 		},
 		Tables: func(t *testing.T, ns string) []string {
 			rows, err := admin(t).Query("SELECT table_name FROM information_schema.tables WHERE table_schema = ? ORDER BY table_name", ns)

@@ -60,6 +60,10 @@ func (d *Driver) render(sqlText string) string {
 		"{{inbox}}", d.qInbox,
 		"{{lease}}", d.qLease,
 		"{{schema_version}}", d.qSchemaVersion,
+		// Constraint names are unique per database on MySQL 8, so they
+		// carry the table prefix. The longest, with a 40-character
+		// prefix, is 58 characters, within the 64 allowed.
+		"{{outbox_headers_chk}}", "`"+d.tables.Outbox+"_headers_chk`",
 	).Replace(sqlText)
 }
 
@@ -169,7 +173,7 @@ func (d *Driver) Migrate(ctx context.Context) error {
 			continue
 		}
 		for _, stmt := range statements(d.render(m.sql)) {
-			if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			if _, err := conn.ExecContext(ctx, stmt); err != nil && !alreadyApplied(err) {
 				return wrap(fmt.Sprintf("migrate: version %d", m.version), err)
 			}
 		}
@@ -178,6 +182,19 @@ func (d *Driver) Migrate(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// alreadyApplied reports whether a migration statement failed only because
+// what it adds exists: a migration interrupted after its ALTER TABLE ...
+// ADD CONSTRAINT and before its version was recorded is run again, and
+// neither MySQL 8 nor MariaDB has ADD CONSTRAINT IF NOT EXISTS for checks
+// in a form both accept.
+func alreadyApplied(err error) bool {
+	switch mysqlErrno(err) {
+	case errDupCheckMySQL, errDupCheckMariaDB:
+		return true
+	}
+	return false
 }
 
 // SchemaVersion returns the highest applied migration version, 0 when none

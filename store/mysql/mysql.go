@@ -272,9 +272,9 @@ const maxDeadlockRetries = 4
 
 // inTx runs fn in one of the driver's own READ COMMITTED transactions and
 // commits it, re-running it after a deadlock (1213). With READ COMMITTED,
-// SKIP LOCKED and the statement shapes of this package (see SCHEMA.md) no
-// deadlock has been measured in the tests; the retry is a safety net, and
-// it is counted so tests can assert it stayed unused.
+// SKIP LOCKED and the lock order of this package (SCHEMA.md, "Lock order")
+// no deadlock has been measured in the tests; the retry is a safety net,
+// and it is counted so tests can assert it stayed unused.
 func (d *Driver) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	for attempt := 0; ; attempt++ {
 		err := d.inTxOnce(ctx, fn)
@@ -348,6 +348,10 @@ const (
 	errNoSuchTable     = 1146
 	errPacketTooLarge  = 1153
 	errDataTooLong     = 1406
+	// A CHECK constraint of that name exists: ER_CHECK_CONSTRAINT_DUP_NAME
+	// on MySQL 8, ER_DUP_CONSTRAINT_NAME on MariaDB.
+	errDupCheckMySQL   = 3822
+	errDupCheckMariaDB = 1826
 )
 
 func mysqlErrno(err error) uint16 {
@@ -385,10 +389,17 @@ func wrap(op string, err error) error {
 }
 
 // deleteByID and updateByID begin a write whose WHERE selects rows by a
-// list of primary keys.
-func deleteByID(table string) string { return "DELETE FROM " + table }
+// list of primary keys. The primary key is forced: such a write must read
+// and lock exactly its rows, in key order, whatever the statistics say
+// and whatever else its WHERE tests (SCHEMA.md, "Lock order"). A
+// single-table DELETE takes no index hint, so the multi-table form is
+// used; it names the table itself rather than an alias, which MariaDB
+// cannot resolve when the connection has no default database.
+func deleteByID(table string) string {
+	return "DELETE " + table + " FROM " + table + " FORCE INDEX (PRIMARY)"
+}
 
-func updateByID(table string) string { return "UPDATE " + table }
+func updateByID(table string) string { return "UPDATE " + table + " FORCE INDEX (PRIMARY)" }
 
 // timeLayout is how DATETIME(6) values are written and read as text.
 const timeLayout = "2006-01-02 15:04:05.999999"
@@ -476,10 +487,11 @@ func idArgs(args []any, ids []txbox.ID) []any {
 	return args
 }
 
-// cleanError makes a last-error text storable: valid UTF-8 (the column is
-// utf8mb4 and strict mode rejects invalid bytes) and bounded in size.
+// cleanError makes a last-error text storable: valid UTF-8 without NUL
+// (the column is utf8mb4 and strict mode rejects invalid bytes; NUL is
+// dropped as on every dialect, store.SanitizeText) and bounded in size.
 func cleanError(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = store.SanitizeText(s)
 	if len(s) > maxErrorLength {
 		s = s[:maxErrorLength]
 		// Do not cut a multi-byte character in half.

@@ -1,11 +1,13 @@
 package mysql
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -189,35 +191,6 @@ func encodeHeaders(h map[string]string) (string, error) {
 	return string(b), nil
 }
 
-// decodeHeaders reads the headers column leniently. The library writes a
-// JSON object of strings, but a plain-SQL producer may write numbers,
-// booleans or nested values; failing the claim would wedge the whole
-// event type behind one row, so non-string values are delivered as their
-// JSON text (null as ""), and a value that is not a JSON object at all
-// yields no headers.
-func decodeHeaders(b []byte) map[string]string {
-	if len(b) == 0 || string(b) == "{}" {
-		return nil
-	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(b, &raw); err != nil || len(raw) == 0 {
-		return nil
-	}
-	h := make(map[string]string, len(raw))
-	for k, v := range raw {
-		var s string
-		switch {
-		case json.Unmarshal(v, &s) == nil:
-			h[k] = s
-		case string(v) == "null":
-			h[k] = ""
-		default:
-			h[k] = string(v)
-		}
-	}
-	return h
-}
-
 // OutboxClaim claims up to Limit due PENDING rows of one type in one short
 // READ COMMITTED transaction: SELECT ... ORDER BY due_at, id LIMIT n FOR
 // UPDATE SKIP LOCKED through the claim index (forced, so the rows are
@@ -299,7 +272,13 @@ func (d *Driver) claimIn(ctx context.Context, tx *sql.Tx, claimSQL string, param
 		if r.Payload == nil {
 			r.Payload = []byte{}
 		}
-		r.Headers = decodeHeaders(headers)
+		// A row that cannot be turned into a message is handed out
+		// Invalid, for the relay to dead-letter, instead of failing the
+		// claim: the whole type would wedge behind it.
+		var herr error
+		if r.Headers, herr = store.DecodeHeaders(headers); herr != nil {
+			r.Invalid = herr.Error()
+		}
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
@@ -311,11 +290,19 @@ func (d *Driver) claimIn(ctx context.Context, tx *sql.Tx, claimSQL string, param
 	}
 	args := make([]any, 0, 2+len(out))
 	args = append(args, micros(params.LeaseDuration), token.String())
-	for _, r := range out {
-		args = append(args, r.ID.String())
+	// By primary key only, in key order (SCHEMA.md, "Lock order"): this
+	// transaction already holds the rows' locks, taken in claim order, so
+	// its UPDATE must not lock anything else. Without the forced key
+	// MariaDB was seen waiting here on rows outside the list, held by a
+	// concurrent cleanup or finish waiting on this claim: a deadlock.
+	ids := make([]txbox.ID, len(out))
+	for i, r := range out {
+		ids[i] = r.ID
 	}
+	ids = sortedIDs(ids)
+	args = idArgs(args, ids)
 	_, err = tx.ExecContext(ctx, updateByID(d.qOutbox)+" SET status = 'IN_PROCESS', lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, lease_token = ?"+
-		" WHERE id IN ("+placeholders(len(out))+")", args...)
+		" WHERE id IN ("+placeholders(len(ids))+")", args...)
 	if err != nil {
 		return nil, err
 	}
@@ -327,33 +314,29 @@ type statement struct {
 	args  []any
 }
 
-// OutboxFinish applies the outcomes, fenced by lease token: every statement
-// has WHERE status = 'IN_PROCESS' AND lease_token = ? AND id IN (...), so a
-// relay whose lease was taken over changes nothing. Acked rows are one
-// UPDATE (or DELETE); every other outcome of the same token is one UPDATE
-// whose per-row values are CASE expressions. A call with one statement
-// (the common all-acked batch) runs without a transaction when the session
-// is READ COMMITTED; otherwise the statements share one short transaction.
+// OutboxFinish applies the outcomes, fenced by lease token: a relay whose
+// lease was taken over changes nothing. Every item, whatever its outcome
+// and lease token, goes into one UPDATE whose per-row values are CASE
+// expressions; with DeleteAcked the acked rows are one DELETE instead and
+// the rest one UPDATE. Each statement runs on its own, at READ COMMITTED,
+// holding no lock before it starts and taking its row locks through the
+// primary key in key order, so no finish can close a deadlock cycle with
+// another statement of this driver (SCHEMA.md, "Lock order"). The two
+// statements of a DeleteAcked finish are not one transaction: every row's
+// outcome is fenced on its own, so a finish retried after the first
+// succeeded counts those rows as fenced and changes nothing twice.
 func (d *Driver) OutboxFinish(ctx context.Context, params *store.OutboxFinishParams) (*store.OutboxFinishResult, error) {
 	stmts, err := d.finishPlan(params)
 	if err != nil {
 		return nil, err
 	}
-	if len(stmts) == 0 {
-		return &store.OutboxFinishResult{}, nil
-	}
 	var finished int64
-	if len(stmts) == 1 {
-		finished, err = d.exec(ctx, stmts[0].query, stmts[0].args...)
-	} else {
-		err = d.inTx(ctx, func(tx *sql.Tx) error {
-			var err error
-			finished, err = execAll(ctx, tx, stmts)
-			return err
-		})
-	}
-	if err != nil {
-		return nil, wrap("finish", err)
+	for _, st := range stmts {
+		n, err := d.exec(ctx, st.query, st.args...)
+		if err != nil {
+			return nil, wrap("finish", err)
+		}
+		finished += n
 	}
 	return finishResult(params, finished), nil
 }
@@ -363,7 +346,9 @@ func (d *Driver) OutboxFinish(ctx context.Context, params *store.OutboxFinishPar
 // for a poller that has a full batch to finish and wants another. It is
 // the same as OutboxFinish followed by OutboxClaim, fencing included, but
 // the two are atomic together. It is not (yet) part of the store seam;
-// see docs/benchmarks/mysql.md for what it saves.
+// see docs/benchmarks/mysql.md for what it saves. (The relay does not use
+// it: a transaction that holds the finish's row locks while it claims is
+// outside the lock order of SCHEMA.md.)
 func (d *Driver) OutboxFinishAndClaim(ctx context.Context, finish *store.OutboxFinishParams, claim *store.OutboxClaimParams) (*store.OutboxFinishResult, []*store.OutboxRow, error) {
 	stmts, err := d.finishPlan(finish)
 	if err != nil {
@@ -388,6 +373,14 @@ func (d *Driver) OutboxFinishAndClaim(ctx context.Context, finish *store.OutboxF
 		return nil, nil, wrap("finish and claim", err)
 	}
 	return finishResult(finish, finished), rows, nil
+}
+
+// sortedIDs returns ids in primary-key order (their text, which for
+// lower-case canonical UUIDs is byte order), without duplicates.
+func sortedIDs(ids []txbox.ID) []txbox.ID {
+	out := slices.Clone(ids)
+	slices.SortFunc(out, func(a, b txbox.ID) int { return bytes.Compare(a[:], b[:]) })
+	return slices.Compact(out)
 }
 
 func execAll(ctx context.Context, tx *sql.Tx, stmts []statement) (int64, error) {
@@ -415,15 +408,14 @@ func finishResult(params *store.OutboxFinishParams, finished int64) *store.Outbo
 }
 
 // finishPlan validates params and returns the fenced statements that apply
-// them.
+// them: at most one DELETE (acked rows, DeleteAcked) and one UPDATE (the
+// rest).
 func (d *Driver) finishPlan(params *store.OutboxFinishParams) ([]statement, error) {
 	if params == nil || len(params.Items) == 0 {
 		return nil, nil
 	}
-	// Group by lease token, keeping the first-seen order; a relay finishes
-	// one claim batch per call, so there is usually one group.
-	var tokens []txbox.ID
-	groups := map[txbox.ID][]store.OutboxFinishItem{}
+	var acked, rest []store.OutboxFinishItem
+	seen := make(map[txbox.ID]struct{}, len(params.Items))
 	for i, it := range params.Items {
 		switch it.Outcome {
 		case store.OutcomeAcked, store.OutcomeRetry, store.OutcomeFailed, store.OutcomeReleased:
@@ -433,53 +425,84 @@ func (d *Driver) finishPlan(params *store.OutboxFinishParams) ([]statement, erro
 		if it.RetryAfter < 0 {
 			return nil, fmt.Errorf("%w: item %d has a negative RetryAfter", ErrInvalidParams, i)
 		}
-		if _, ok := groups[it.LeaseToken]; !ok {
-			tokens = append(tokens, it.LeaseToken)
+		// A row is finished once per call; a repeated id (the same row
+		// claimed again after its lease, in a group finish) is counted as
+		// fenced rather than applied twice, as on PostgreSQL.
+		if _, dup := seen[it.ID]; dup {
+			continue
 		}
-		groups[it.LeaseToken] = append(groups[it.LeaseToken], it)
-	}
-	var stmts []statement
-	for _, tok := range tokens {
-		stmts = append(stmts, d.finishStatements(tok, groups[tok], params.DeleteAcked)...)
-	}
-	return stmts, nil
-}
-
-func (d *Driver) finishStatements(token txbox.ID, items []store.OutboxFinishItem, deleteAcked bool) []statement {
-	var acked []txbox.ID
-	var rest []store.OutboxFinishItem
-	for _, it := range items {
-		if it.Outcome == store.OutcomeAcked {
-			acked = append(acked, it.ID)
+		seen[it.ID] = struct{}{}
+		if it.Outcome == store.OutcomeAcked && params.DeleteAcked {
+			acked = append(acked, it)
 		} else {
 			rest = append(rest, it)
 		}
 	}
-	fence := " WHERE status = 'IN_PROCESS' AND lease_token = ? AND id IN ("
-	var out []statement
+	var stmts []statement
 	if len(acked) > 0 {
-		var q string
-		if deleteAcked {
-			q = deleteByID(d.qOutbox) + fence
-		} else {
-			q = updateByID(d.qOutbox) + " SET status = 'PROCESSED', processed_at = UTC_TIMESTAMP(6), lease_until = NULL, lease_token = NULL" + fence
-		}
-		args := idArgs([]any{token.String()}, acked)
-		out = append(out, statement{q + placeholders(len(acked)) + ")", args})
+		q, args := d.fencedWrite(deleteByID(d.qOutbox), nil, acked)
+		stmts = append(stmts, statement{q, args})
 	}
-	if len(rest) == 0 {
-		return out
+	if len(rest) > 0 {
+		stmts = append(stmts, d.finishUpdate(rest))
 	}
-	// One UPDATE for every other outcome. Single-table UPDATE assigns left
-	// to right and later expressions see earlier assignments, so every
-	// CASE switches on id only and status is assigned last.
+	return stmts, nil
+}
+
+// fencedWrite completes a write (head is "UPDATE t SET ..." or "DELETE
+// FROM t", headArgs its arguments) with the fence of items: WHERE id IN
+// (...) AND lease_token = the item's token. The fence is lease_token
+// alone: a claim sets it together with IN_PROCESS and every transition
+// out of IN_PROCESS clears it, so a matching token implies the row is
+// still ours. With no status predicate no secondary index can drive the
+// statement: it reads and locks by primary key only, in key order.
+func (d *Driver) fencedWrite(head string, headArgs []any, items []store.OutboxFinishItem) (string, []any) {
+	var q strings.Builder
+	q.WriteString(head)
+	args := headArgs
+	tokens := map[txbox.ID]struct{}{}
+	for _, it := range items {
+		tokens[it.LeaseToken] = struct{}{}
+	}
+	q.WriteString(" WHERE id IN (" + placeholders(len(items)) + ")")
+	for _, it := range items {
+		args = append(args, it.ID.String())
+	}
+	if len(tokens) == 1 {
+		q.WriteString(" AND lease_token = ?")
+		args = append(args, items[0].LeaseToken.String())
+		return q.String(), args
+	}
+	// A group finish of several claims: each row against its own token.
+	q.WriteString(" AND lease_token = CASE id")
+	for _, it := range items {
+		q.WriteString(" WHEN ? THEN ?")
+		args = append(args, it.ID.String(), it.LeaseToken.String())
+	}
+	q.WriteString(" END")
+	return q.String(), args
+}
+
+// finishUpdate is the one UPDATE of a finish. Single-table UPDATE assigns
+// left to right and later expressions see earlier assignments, so every
+// CASE switches on id only and status is assigned last.
+func (d *Driver) finishUpdate(items []store.OutboxFinishItem) statement {
 	var q strings.Builder
 	var args []any
 	q.WriteString(updateByID(d.qOutbox))
 	q.WriteString(" SET")
 	caseExpr := func(col string, pick func(it store.OutboxFinishItem) bool, value string, arg func(it store.OutboxFinishItem) []any, elseExpr string) {
+		// The same value for every row (an all-acked batch): no CASE.
+		all := true
+		for _, it := range items {
+			all = all && pick(it) && len(arg(it)) == 0
+		}
+		if all {
+			q.WriteString(" " + col + " = " + value + ",")
+			return
+		}
 		first := true
-		for _, it := range rest {
+		for _, it := range items {
 			if !pick(it) {
 				continue
 			}
@@ -501,76 +524,98 @@ func (d *Driver) finishStatements(token txbox.ID, items []store.OutboxFinishItem
 	delayed := func(it store.OutboxFinishItem) bool {
 		return it.Outcome == store.OutcomeRetry || it.Outcome == store.OutcomeReleased
 	}
-	failed := func(it store.OutboxFinishItem) bool { return it.Outcome == store.OutcomeFailed }
+	done := func(it store.OutboxFinishItem) bool {
+		return it.Outcome == store.OutcomeAcked || it.Outcome == store.OutcomeFailed
+	}
 	none := func(store.OutboxFinishItem) []any { return nil }
 	caseExpr("attempts", counts, "attempts + 1", none, "attempts")
 	caseExpr("last_error", counts, "?", func(it store.OutboxFinishItem) []any { return []any{cleanError(it.Error)} }, "last_error")
 	caseExpr("due_at", delayed, "UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND", func(it store.OutboxFinishItem) []any { return []any{micros(it.RetryAfter)} }, "due_at")
-	// processed_at of a FAILED row is when it failed: the dead-letter
-	// mover copies it into failed_at.
-	caseExpr("processed_at", failed, "UTC_TIMESTAMP(6)", none, "processed_at")
-	anyFailed := false
-	for _, it := range rest {
-		anyFailed = anyFailed || failed(it)
+	// processed_at is when a row was acked (retention) or failed: the
+	// dead-letter mover copies it into failed_at.
+	caseExpr("processed_at", done, "UTC_TIMESTAMP(6)", none, "processed_at")
+	statusOf := func(o store.Outcome) string {
+		switch o {
+		case store.OutcomeAcked:
+			return "'PROCESSED'"
+		case store.OutcomeFailed:
+			return "'FAILED'"
+		}
+		return "'PENDING'"
 	}
-	if anyFailed {
-		caseExpr("status", failed, "'FAILED'", none, "'PENDING'")
+	same := true
+	for _, it := range items {
+		same = same && statusOf(it.Outcome) == statusOf(items[0].Outcome)
+	}
+	if same {
+		q.WriteString(" status = " + statusOf(items[0].Outcome) + ",")
 	} else {
-		q.WriteString(" status = 'PENDING',")
+		q.WriteString(" status = CASE id")
+		for _, it := range items {
+			if st := statusOf(it.Outcome); st != "'PENDING'" {
+				q.WriteString(" WHEN ? THEN " + st)
+				args = append(args, it.ID.String())
+			}
+		}
+		q.WriteString(" ELSE 'PENDING' END,")
 	}
 	q.WriteString(" lease_until = NULL, lease_token = NULL")
-	q.WriteString(fence)
-	args = append(args, token.String())
-	ids := make([]txbox.ID, len(rest))
-	for i, it := range rest {
-		ids[i] = it.ID
-	}
-	args = idArgs(args, ids)
-	q.WriteString(placeholders(len(rest)) + ")")
-	return append(out, statement{q.String(), args})
+	query, args := d.fencedWrite(q.String(), args, items)
+	return statement{query, args}
 }
 
 // OutboxRecover puts up to Limit IN_PROCESS rows whose lease expired back
 // to PENDING, due now, attempts unchanged. Like every range write of this
-// driver it is a locking SELECT ... SKIP LOCKED through a forced index
-// followed by a write by primary key, in one short transaction: a range
-// UPDATE or DELETE would lock (and wait on) every entry it scans, which
-// deadlocks against claims updating the same index.
+// driver it reads its candidates without locks through a forced index,
+// then writes them with one statement driven by the primary key alone
+// that checks the condition again (readThenWrite).
 func (d *Driver) OutboxRecover(ctx context.Context, params *store.OutboxRecoverParams) (int, error) {
 	if params == nil || params.Limit < 1 {
 		return 0, fmt.Errorf("%w: recover needs Limit >= 1", ErrInvalidParams)
 	}
-	n, err := d.lockThenWrite(ctx,
-		"SELECT id FROM "+d.qOutbox+" FORCE INDEX (txbox_claim) WHERE status = 'IN_PROCESS' AND lease_until < UTC_TIMESTAMP(6) LIMIT ? FOR UPDATE SKIP LOCKED",
-		[]any{params.Limit},
-		updateByID(d.qOutbox)+" SET status = 'PENDING', due_at = UTC_TIMESTAMP(6), lease_until = NULL, lease_token = NULL WHERE id IN (%s)")
+	cond := "status = 'IN_PROCESS' AND lease_until < UTC_TIMESTAMP(6)"
+	n, err := d.readThenWrite(ctx,
+		"SELECT id FROM "+d.qOutbox+" FORCE INDEX (txbox_claim) WHERE "+cond+" LIMIT ?", []any{params.Limit},
+		updateByID(d.qOutbox)+" SET status = 'PENDING', due_at = UTC_TIMESTAMP(6), lease_until = NULL, lease_token = NULL"+
+			" WHERE id IN (%s) AND "+cond, nil)
 	if err != nil {
 		return 0, wrap("recover", err)
 	}
 	return n, nil
 }
 
-// lockThenWrite runs, in one READ COMMITTED transaction, the locking
-// SELECT of ids lockQuery (which must end with FOR UPDATE SKIP LOCKED) and
-// then write, whose %s is replaced by the ids' placeholders. It returns the
-// rows write affected.
-func (d *Driver) lockThenWrite(ctx context.Context, lockQuery string, lockArgs []any, write string) (int, error) {
-	var affected int
-	err := d.inTx(ctx, func(tx *sql.Tx) error {
-		affected = 0
-		ids, err := queryIDs(ctx, tx, lockQuery, lockArgs...)
-		if err != nil || len(ids) == 0 {
-			return err
-		}
-		res, err := tx.ExecContext(ctx, fmt.Sprintf(write, placeholders(len(ids))), idArgs(nil, ids)...)
-		if err != nil {
-			return err
-		}
-		n, err := res.RowsAffected()
-		affected = int(n)
-		return err
-	})
-	return affected, err
+// readThenWrite is the shape of every range write of this driver, so that
+// all of them take their row locks in one order, through the primary key
+// in key order, holding none before (SCHEMA.md, "Lock order"):
+//
+//  1. sel, a plain consistent read (no locks), finds candidate ids;
+//  2. write, one statement on its own, whose %s is replaced by the sorted
+//     ids' placeholders, changes those that still satisfy its condition
+//     (writeArgs bind after the ids). It forces the primary key
+//     (updateByID, deleteByID), or it could lock secondary index entries
+//     first.
+//
+// A locking read of a secondary index (SELECT ... FOR UPDATE SKIP LOCKED
+// through txbox_claim) followed by the write, as recovery did, locks index
+// entries before rows, the reverse of the finish, and deadlocked against
+// it on MariaDB.
+func (d *Driver) readThenWrite(ctx context.Context, sel string, selArgs []any, write string, writeArgs []any) (int, error) {
+	ids, err := queryIDs(ctx, d.db, sel, selArgs...)
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	ids = sortedIDs(ids)
+	args := append(idArgs(nil, ids), writeArgs...)
+	n, err := d.exec(ctx, fmt.Sprintf(write, placeholders(len(ids))), args...)
+	return int(n), err
+}
+
+// lockByKey locks, through the primary key and in key order, those of ids
+// (sorted) that satisfy cond, skipping rows another transaction holds (so
+// it never waits), and returns them.
+func (d *Driver) lockByKey(ctx context.Context, tx *sql.Tx, table string, ids []txbox.ID, cond string, condArgs []any) ([]txbox.ID, error) {
+	args := idArgs(append([]any(nil), condArgs...), ids)
+	return queryIDs(ctx, tx, "SELECT id FROM "+table+" FORCE INDEX (PRIMARY) WHERE "+cond+" AND id IN ("+placeholders(len(ids))+") ORDER BY id FOR UPDATE SKIP LOCKED", args...)
 }
 
 // OutboxPendingTypes lists the types with PENDING rows by a loose index
@@ -643,34 +688,21 @@ func (d *Driver) OutboxStats(ctx context.Context) ([]*store.OutboxTypeStats, err
 
 // OutboxCleanup deletes up to Limit PROCESSED rows processed before
 // now - OlderThan, oldest first: candidates are read through the cleanup
-// index without locks, then deleted by one statement that checks the
-// condition again. Holding no locks before the DELETE, it acquires its
-// row locks in primary-key order like every other single-statement write,
-// so it cannot close a deadlock cycle with them.
+// index without locks, then deleted by one statement driven by the
+// primary key that checks the condition again (readThenWrite).
 func (d *Driver) OutboxCleanup(ctx context.Context, params *store.CleanupParams) (int, error) {
 	if err := checkCleanup(params); err != nil {
 		return 0, err
 	}
 	cond := "status = 'PROCESSED' AND processed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"
-	n, err := d.selectThenDelete(ctx, d.qOutbox,
-		"SELECT id FROM "+d.qOutbox+" FORCE INDEX (txbox_cleanup) WHERE "+cond+" ORDER BY processed_at LIMIT ?",
-		[]any{micros(params.OlderThan), params.Limit}, cond, []any{micros(params.OlderThan)})
+	age := micros(params.OlderThan)
+	n, err := d.readThenWrite(ctx,
+		"SELECT id FROM "+d.qOutbox+" FORCE INDEX (txbox_cleanup) WHERE "+cond+" ORDER BY processed_at LIMIT ?", []any{age, params.Limit},
+		deleteByID(d.qOutbox)+" WHERE id IN (%s) AND "+cond, []any{age})
 	if err != nil {
 		return 0, wrap("cleanup", err)
 	}
 	return n, nil
-}
-
-// selectThenDelete reads candidate ids with sel (a plain consistent read)
-// and deletes those that still satisfy cond with one DELETE.
-func (d *Driver) selectThenDelete(ctx context.Context, table, sel string, selArgs []any, cond string, condArgs []any) (int, error) {
-	ids, err := queryIDs(ctx, d.db, sel, selArgs...)
-	if err != nil || len(ids) == 0 {
-		return 0, err
-	}
-	args := idArgs(append([]any(nil), condArgs...), ids)
-	n, err := d.exec(ctx, "DELETE FROM "+table+" WHERE "+cond+" AND id IN ("+placeholders(len(ids))+")", args...)
-	return int(n), err
 }
 
 func checkCleanup(p *store.CleanupParams) error {

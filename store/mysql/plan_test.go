@@ -155,3 +155,58 @@ func TestClaimReadsOBatch(t *testing.T) {
 		}
 	})
 }
+
+// TestFinishWritesByPrimaryKeyOnly: every statement of a finish (mixed
+// outcomes, several lease tokens, with and without DeleteAcked) can only
+// be driven by the primary key, so it locks rows in key order and never
+// secondary index entries first (SCHEMA.md, "Lock order"). EXPLAIN lists
+// the indexes the optimizer could use.
+func TestFinishWritesByPrimaryKeyOnly(t *testing.T) {
+	t.Parallel()
+	d := setup(t)
+	evs := publish(t, d, events("plan", 400)...)
+	bulkInsert(t, d.DB(), d.qOutbox, 2000, func(int) (string, string, string) { return "plan", "", store.StatusInProcess })
+	if _, err := d.DB().Exec("ANALYZE TABLE " + d.qOutbox); err != nil {
+		t.Fatal(err)
+	}
+	var items []store.OutboxFinishItem
+	outcomes := []store.Outcome{store.OutcomeAcked, store.OutcomeRetry, store.OutcomeFailed, store.OutcomeReleased}
+	tokens := []txbox.ID{txbox.NewID(), txbox.NewID()}
+	for i, ev := range evs[:40] {
+		items = append(items, store.OutboxFinishItem{ID: ev.ID, LeaseToken: tokens[i%2], Outcome: outcomes[i%4], Error: "e"})
+	}
+	for _, deleteAcked := range []bool{false, true} {
+		stmts, err := d.finishPlan(&store.OutboxFinishParams{Items: items, DeleteAcked: deleteAcked})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]int{false: 1, true: 2}[deleteAcked]; len(stmts) != want {
+			t.Fatalf("DeleteAcked=%v: %d statements, want %d", deleteAcked, len(stmts), want)
+		}
+		for _, st := range stmts {
+			rows, err := d.DB().Query("EXPLAIN "+st.query, st.args...)
+			if err != nil {
+				t.Fatalf("explain %s: %v", st.query[:40], err)
+			}
+			cols, _ := rows.Columns()
+			for rows.Next() {
+				vals := make([]sql.NullString, len(cols))
+				ptrs := make([]any, len(cols))
+				for i := range vals {
+					ptrs[i] = &vals[i]
+				}
+				if err := rows.Scan(ptrs...); err != nil {
+					t.Fatal(err)
+				}
+				plan := map[string]string{}
+				for i, c := range cols {
+					plan[c] = vals[i].String
+				}
+				if plan["key"] != "PRIMARY" || plan["possible_keys"] != "PRIMARY" {
+					t.Errorf("DeleteAcked=%v: %s… uses key %q of %q, want PRIMARY only", deleteAcked, st.query[:30], plan["key"], plan["possible_keys"])
+				}
+			}
+			rows.Close()
+		}
+	}
+}

@@ -239,15 +239,16 @@ func TestMigrateRecordsEachVersionOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	v, err := d.SchemaVersion(ctx)
-	if err != nil || v != 1 {
-		t.Fatalf("schema version = %d, %v; want 1", v, err)
+	if err != nil || v != 2 {
+		t.Fatalf("schema version = %d, %v; want 2", v, err)
 	}
 	var rows int
-	if err := d.DB().QueryRow("SELECT COUNT(*) FROM " + d.qSchemaVersion).Scan(&rows); err != nil || rows != 1 {
-		t.Fatalf("schema_version holds %d rows (%v), want 1", rows, err)
+	if err := d.DB().QueryRow("SELECT COUNT(*) FROM " + d.qSchemaVersion).Scan(&rows); err != nil || rows != 2 {
+		t.Fatalf("schema_version holds %d rows (%v), want 2", rows, err)
 	}
 	// A half-applied migration (MySQL DDL commits on its own) is applied
-	// again without error: drop the version row and one table, migrate.
+	// again without error: drop the version rows and one table, migrate.
+	// Version 2's CHECK exists already and is not added twice.
 	if _, err := d.DB().Exec("DELETE FROM " + d.qSchemaVersion); err != nil {
 		t.Fatal(err)
 	}
@@ -263,24 +264,27 @@ func TestMigrateRecordsEachVersionOnce(t *testing.T) {
 }
 
 // TestPlainSQLHeadersNeverWedgeTheClaim: headers written by hand may hold
-// numbers, objects or not be an object at all; the rows are still claimed.
+// numbers, booleans, objects or null; they are delivered as their JSON
+// text. Headers that are not an object at all are refused by the table
+// (schema version 2).
 func TestPlainSQLHeadersNeverWedgeTheClaim(t *testing.T) {
 	t.Parallel()
 	d := setup(t)
-	for _, h := range []string{`{"n": 3, "b": true, "s": "x", "o": {"k": 1}, "z": null}`, `[1, 2]`, `"text"`} {
-		if _, err := d.DB().Exec("INSERT INTO "+d.qOutbox+" (event_type, payload, headers) VALUES ('hdr', 'p', ?)", h); err != nil {
-			t.Fatalf("insert headers %s: %v", h, err)
+	if _, err := d.DB().Exec("INSERT INTO "+d.qOutbox+" (event_type, payload, headers) VALUES ('hdr', 'p', ?)", `{"n": 3, "b": true, "s": "x", "o": {"k": 1}, "z": null}`); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []string{`[1, 2]`, `"text"`, `3`, `null`} {
+		if _, err := d.DB().Exec("INSERT INTO "+d.qOutbox+" (event_type, payload, headers) VALUES ('hdr', 'p', ?)", h); err == nil {
+			t.Errorf("headers %s accepted: the CHECK of schema version 2 is missing", h)
 		}
 	}
 	rows, err := d.OutboxClaim(context.Background(), &store.OutboxClaimParams{EventType: "hdr", Limit: 10, LeaseDuration: time.Minute})
-	if err != nil || len(rows) != 3 {
+	if err != nil || len(rows) != 1 {
 		t.Fatalf("claim: %d rows, %v", len(rows), err)
 	}
-	var got map[string]string
-	for _, r := range rows {
-		if len(r.Headers) > 0 {
-			got = r.Headers
-		}
+	got := rows[0].Headers
+	if rows[0].Invalid != "" {
+		t.Fatalf("row marked invalid: %s", rows[0].Invalid)
 	}
 	want := map[string]string{"n": "3", "b": "true", "s": "x", "o": `{"k": 1}`, "z": ""}
 	if len(got) != len(want) {
@@ -291,6 +295,75 @@ func TestPlainSQLHeadersNeverWedgeTheClaim(t *testing.T) {
 		if strings.ReplaceAll(got[k], " ", "") != strings.ReplaceAll(v, " ", "") {
 			t.Errorf("header %s = %q, want %q", k, got[k], v)
 		}
+	}
+}
+
+// TestUpgradeToVersion2DeadLettersBadHeaders: upgrading a database whose
+// outbox holds rows with headers that are not a JSON object succeeds. A
+// delivered (PROCESSED) one gets {} (what was delivered: no headers); an
+// unfinished one is dead-lettered with the reason, as the relay would; the
+// others are untouched; a second run changes nothing.
+func TestUpgradeToVersion2DeadLettersBadHeaders(t *testing.T) {
+	t.Parallel()
+	_, dsn := newDatabase(t)
+	d, err := Open(dsn, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx := context.Background()
+	ms, err := migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range statements(d.render(ms[0].sql)) {
+		if _, err := d.DB().Exec(stmt); err != nil {
+			t.Fatalf("version 1: %v", err)
+		}
+	}
+	done, pending, good := txbox.NewID(), txbox.NewID(), txbox.NewID()
+	for _, r := range []struct {
+		id              txbox.ID
+		status, headers string
+	}{
+		{done, store.StatusProcessed, `[1, 2]`},
+		{pending, store.StatusPending, `"text"`},
+		{good, store.StatusPending, `{"a": "b"}`},
+	} {
+		if _, err := d.DB().Exec("INSERT INTO "+d.qOutbox+" (id, event_type, payload, headers, status) VALUES (?, 'up', 'p', ?, ?)", r.id.String(), r.headers, r.status); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		if err := d.Migrate(ctx); err != nil {
+			t.Fatalf("upgrade: %v", err)
+		}
+	}
+	if v, err := d.SchemaVersion(ctx); err != nil || v != 2 {
+		t.Fatalf("schema version = %d, %v; want 2", v, err)
+	}
+	var headers string
+	if err := d.DB().QueryRow("SELECT headers FROM "+d.qOutbox+" WHERE id = ?", done.String()).Scan(&headers); err != nil || headers != "{}" {
+		t.Errorf("processed row's headers = %q, %v; want {}", headers, err)
+	}
+	if s, _ := statusOf(t, d, pending); s != "" {
+		t.Errorf("pending row with headers \"text\" still in the outbox (%s)", s)
+	}
+	dl, err := d.DeadLetterGet(ctx, pending)
+	if err != nil {
+		t.Fatalf("the pending row was not dead-lettered: %v", err)
+	}
+	if !strings.Contains(dl.LastError, "not a JSON object") || !strings.Contains(dl.LastError, `"text"`) || dl.Attempts != 1 || dl.Status != store.DeadLetterUnresolved {
+		t.Errorf("dead letter = %+v", dl)
+	}
+	rows, err := d.OutboxClaim(ctx, &store.OutboxClaimParams{EventType: "up", Limit: 10, LeaseDuration: time.Minute})
+	if err != nil || len(rows) != 1 || rows[0].ID != good || rows[0].Headers["a"] != "b" {
+		t.Fatalf("claim after the upgrade: %+v, %v; want the good row only", rows, err)
+	}
+	// The dead letter cannot go back: the CHECK would refuse it. Retrying
+	// it leaves it where it is, without failing.
+	if n, err := d.DeadLetterRetry(ctx, []txbox.ID{pending}); err != nil || n != 0 {
+		t.Fatalf("retry of the bad dead letter = %d, %v; want 0 and no error", n, err)
 	}
 }
 

@@ -86,10 +86,15 @@ func (d *Driver) DeadLetterList(ctx context.Context, params *store.DeadLetterLis
 func scanDeadLetter(row pgx.Row) (*store.DeadLetter, error) {
 	dl := &store.DeadLetter{}
 	var resolved pgtype.Timestamptz
-	if err := row.Scan(uuidDest{&dl.ID}, &dl.EventType, &dl.Key, &dl.Payload, &dl.Headers, &dl.Attempts,
+	var headers []byte
+	if err := row.Scan(uuidDest{&dl.ID}, &dl.EventType, &dl.Key, &dl.Payload, &headers, &dl.Attempts,
 		&dl.LastError, &dl.CreatedAt, &dl.FailedAt, &dl.Status, &resolved); err != nil {
 		return nil, err
 	}
+	// Leniently, like the claim: a dead letter whose headers are not a
+	// JSON object (the reason it is here) lists with none, its last error
+	// saying why, rather than failing the whole listing.
+	dl.Headers, _ = store.DecodeHeaders(headers)
 	if resolved.Valid {
 		dl.ResolvedAt = resolved.Time
 	}

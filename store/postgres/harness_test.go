@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres"
@@ -105,6 +106,17 @@ func harness() storetest.Harness {
 			}
 			t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
 			return pgxTx{tx}
+		},
+		OutboxLastError: func(t *testing.T, d store.Driver, id txbox.ID) string {
+			pd := d.(*postgres.Driver)
+			tb := pd.Tables()
+			var s string
+			err := pd.Pool().QueryRow(context.Background(),
+				`SELECT COALESCE(max(last_error), '') FROM `+pgx.Identifier{tb.Schema, tb.Outbox}.Sanitize()+` WHERE id = $1`, id.String()).Scan(&s)
+			if err != nil {
+				t.Fatalf("read last_error: %v", err)
+			}
+			return s
 		},
 		Tables: func(t *testing.T, ns string) []string {
 			rows, err := admin(t).Query(`SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY table_name`, ns)

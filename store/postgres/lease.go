@@ -29,7 +29,10 @@ func (d *Driver) LeaseAcquire(ctx context.Context, params *store.LeaseParams) (b
 		return false, err
 	}
 	var one int
-	err := d.pool.QueryRow(ctx, d.q.leaseAcquire, params.Name, params.Holder, params.TTL.Microseconds()).Scan(&one)
+	// Names and holders come from configuration (the instance id); text
+	// columns refuse NUL and invalid UTF-8, so store them sanitised, the
+	// same way on acquire and release.
+	err := d.pool.QueryRow(ctx, d.q.leaseAcquire, store.SanitizeText(params.Name), store.SanitizeText(params.Holder), params.TTL.Microseconds()).Scan(&one)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
@@ -44,7 +47,7 @@ func (d *Driver) LeaseRelease(ctx context.Context, params *store.LeaseParams) er
 	if err := checkLease("lease release", params, false); err != nil {
 		return err
 	}
-	if _, err := d.pool.Exec(ctx, d.q.leaseRelease, params.Name, params.Holder); err != nil {
+	if _, err := d.pool.Exec(ctx, d.q.leaseRelease, store.SanitizeText(params.Name), store.SanitizeText(params.Holder)); err != nil {
 		return translate("lease release", err)
 	}
 	return nil

@@ -307,8 +307,17 @@ func (c *claimCall) scan(rows pgx.Rows) ([]*store.OutboxRow, error) {
 	for rows.Next() {
 		r := &store.OutboxRow{LeaseToken: c.token}
 		var due time.Time
-		if err := rows.Scan(uuidDest{&r.ID}, &r.EventType, &r.Key, &r.Payload, &r.Headers, &r.Attempts, &r.CreatedAt, &due); err != nil {
+		var headers []byte
+		if err := rows.Scan(uuidDest{&r.ID}, &r.EventType, &r.Key, &r.Payload, &headers, &r.Attempts, &r.CreatedAt, &due); err != nil {
 			return nil, translate("claim", err)
+		}
+		// The claim has committed: a row that cannot be turned into a
+		// message must not fail the batch (it would stay IN_PROCESS and
+		// come back with the same neighbours after every lease). It is
+		// handed out Invalid and the relay dead-letters it.
+		var herr error
+		if r.Headers, herr = store.DecodeHeaders(headers); herr != nil {
+			r.Invalid = herr.Error()
 		}
 		out = append(out, claimed{r, due})
 	}
@@ -435,7 +444,10 @@ func prepareFinish(params *store.OutboxFinishParams) (*finishCall, error) {
 		tokens = append(tokens, pgUUID(it.LeaseToken))
 		outcomes = append(outcomes, int32(it.Outcome))
 		delays = append(delays, it.RetryAfter.Microseconds())
-		errs = append(errs, it.Error)
+		// Text the database refuses (NUL, invalid UTF-8: SQLSTATE 22021)
+		// would fail the whole statement and leave every row of the group
+		// IN_PROCESS, to be delivered again after its lease.
+		errs = append(errs, store.SanitizeText(it.Error))
 	}
 	f := &finishCall{n: n}
 	if len(ids) > 0 {

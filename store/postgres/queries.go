@@ -136,7 +136,9 @@ func buildQueries(d *Driver) queries {
 	upd AS (
 		UPDATE {{outbox}} o SET
 			status = CASE i.outcome WHEN 0 THEN 'PROCESSED' WHEN 2 THEN 'FAILED' ELSE 'PENDING' END,
-			processed_at = CASE WHEN i.outcome = 0 THEN now() END,
+			-- A FAILED row's processed_at is when it failed: the
+			-- dead-letter mover copies it into failed_at.
+			processed_at = CASE WHEN i.outcome IN (0, 2) THEN now() END,
 			attempts = o.attempts + CASE WHEN i.outcome IN (1, 2) THEN 1 ELSE 0 END,
 			due_at = CASE WHEN i.outcome IN (1, 3) THEN now() + i.delay_us * interval '1 microsecond' ELSE o.due_at END,
 			last_error = CASE WHEN i.outcome IN (1, 2) THEN i.err ELSE o.last_error END,
@@ -193,7 +195,9 @@ func buildQueries(d *Driver) queries {
 		FOR UPDATE SKIP LOCKED)`)
 
 	// One statement is one transaction: lock FAILED rows, delete them and
-	// insert them into the dead-letter table, or none of it.
+	// insert them into the dead-letter table, or none of it. failed_at is
+	// when the row failed (its processed_at, set by the finish), not when
+	// it moved; rows failed before that was recorded get the move time.
 	q.dlMove = d.render(`
 	WITH f AS (
 		SELECT id FROM {{outbox}} WHERE status = 'FAILED'
@@ -201,15 +205,15 @@ func buildQueries(d *Driver) queries {
 	),
 	gone AS (
 		DELETE FROM {{outbox}} o USING f WHERE o.id = f.id
-		RETURNING o.id, o.event_type, o.event_key, o.payload, o.headers, o.attempts, o.last_error, o.created_at
+		RETURNING o.id, o.event_type, o.event_key, o.payload, o.headers, o.attempts, o.last_error, o.created_at, o.processed_at
 	),
 	ins AS (
-		INSERT INTO {{dead_letter}} AS x (id, event_type, event_key, payload, headers, attempts, last_error, created_at)
-		SELECT id, event_type, event_key, payload, headers, attempts, last_error, created_at FROM gone
+		INSERT INTO {{dead_letter}} AS x (id, event_type, event_key, payload, headers, attempts, last_error, created_at, failed_at)
+		SELECT id, event_type, event_key, payload, headers, attempts, last_error, created_at, COALESCE(processed_at, now()) FROM gone
 		ON CONFLICT (id) DO UPDATE SET
 			event_type = EXCLUDED.event_type, event_key = EXCLUDED.event_key, payload = EXCLUDED.payload,
 			headers = EXCLUDED.headers, attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error,
-			created_at = EXCLUDED.created_at, failed_at = now(), status = 'UNRESOLVED', resolved_at = NULL
+			created_at = EXCLUDED.created_at, failed_at = EXCLUDED.failed_at, status = 'UNRESOLVED', resolved_at = NULL
 		RETURNING 1
 	)
 	SELECT count(*) FROM ins`)
@@ -220,7 +224,7 @@ func buildQueries(d *Driver) queries {
 		AND ($2 = '' OR status = $2)
 		AND ($3 = '' OR event_key = $3)
 		AND ($4 = '' OR strpos(last_error, $4) > 0)
-		AND ($5::timestamptz IS NULL OR failed_at > $5)
+		AND ($5::timestamptz IS NULL OR failed_at >= $5)
 		AND ($6::timestamptz IS NULL OR failed_at < $6)`
 	q.dlList = d.render(`SELECT ` + dlCols + ` FROM {{dead_letter}} WHERE ` + dlFilter + `
 		AND ($7::timestamptz IS NULL OR (failed_at, id) < ($7, $8::uuid))
@@ -228,14 +232,19 @@ func buildQueries(d *Driver) queries {
 		LIMIT $9`)
 	q.dlCount = d.render(`SELECT count(*) FROM {{dead_letter}} WHERE ` + dlFilter)
 	q.dlGet = d.render(`SELECT ` + dlCols + ` FROM {{dead_letter}} WHERE id = $1`)
+	// An id already back in the outbox (published again), or whose
+	// headers are not a JSON object (the outbox's CHECK would refuse it),
+	// stays dead-lettered instead of failing the whole statement.
 	q.dlRetry = d.render(`
 	WITH gone AS (
-		DELETE FROM {{dead_letter}} WHERE id = ANY($1::uuid[])
-		RETURNING id, event_type, event_key, payload, headers, created_at
+		DELETE FROM {{dead_letter}} x WHERE x.id = ANY($1::uuid[])
+		  AND jsonb_typeof(x.headers) = 'object'
+		  AND NOT EXISTS (SELECT 1 FROM {{outbox}} o WHERE o.id = x.id)
+		RETURNING x.id, x.event_type, x.event_key, x.payload, x.headers, x.created_at, x.last_error
 	),
 	ins AS (
-		INSERT INTO {{outbox}} (id, event_type, event_key, payload, headers, created_at, status, attempts, due_at)
-		SELECT id, event_type, event_key, payload, headers, created_at, 'PENDING', 0, now() FROM gone
+		INSERT INTO {{outbox}} (id, event_type, event_key, payload, headers, created_at, status, attempts, due_at, last_error)
+		SELECT id, event_type, event_key, payload, headers, created_at, 'PENDING', 0, now(), last_error FROM gone
 		RETURNING 1
 	)
 	SELECT count(*) FROM ins`)

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/sqlite"
 	"github.com/txbox/txbox/store/storetest"
@@ -40,6 +41,15 @@ func harness() storetest.Harness {
 			}
 			t.Cleanup(func() { _ = tx.Rollback() })
 			return sqlTx{tx}
+		},
+		OutboxLastError: func(t *testing.T, d store.Driver, id txbox.ID) string {
+			sd := d.(*sqlite.Driver)
+			var s string
+			err := sd.DB().QueryRow(`SELECT coalesce(max(last_error), '') FROM "`+sd.Tables().Outbox+`" WHERE id = ?`, id.String()).Scan(&s)
+			if err != nil {
+				t.Fatalf("read last_error: %v", err)
+			}
+			return s
 		},
 		Tables: func(t *testing.T, ns string) []string {
 			db, err := sql.Open("sqlite", "file:"+ns+"?mode=ro&_pragma=busy_timeout(10000)")

@@ -162,36 +162,33 @@ func (d *Driver) DeadLetterList(ctx context.Context, params *store.DeadLetterLis
 
 type scanner interface{ Scan(dest ...any) error }
 
+// scanDeadLetter reads a dead letter leniently: a row can be here because
+// a plain-SQL producer wrote something the relay could not read (its
+// last error says what), so an unreadable id, headers value or time is
+// returned as the zero value rather than failing the whole listing.
 func scanDeadLetter(s scanner) (*store.DeadLetter, error) {
 	var (
 		id, typ, headers, created, failed, status string
 		key, lastErr, resolved                    sql.NullString
 		payload                                   []byte
+		attempts                                  any
 		dl                                        store.DeadLetter
-		err                                       error
 	)
-	if err := s.Scan(&id, &typ, &key, &payload, &headers, &dl.Attempts, &lastErr, &created, &failed, &status, &resolved); err != nil {
+	if err := s.Scan(&id, &typ, &key, &payload, &headers, &attempts, &lastErr, &created, &failed, &status, &resolved); err != nil {
 		return nil, err
 	}
-	if dl.ID, err = txbox.ParseID(id); err != nil {
-		return nil, err
-	}
+	dl.ID, _ = txbox.ParseID(id)
 	dl.EventType, dl.Key, dl.LastError, dl.Status = typ, key.String, lastErr.String, status
 	dl.Payload = payload
 	if dl.Payload == nil {
 		dl.Payload = []byte{}
 	}
-	dl.Headers = decodeHeaders(headers)
-	if dl.CreatedAt, err = parseTime(created); err != nil {
-		return nil, err
-	}
-	if dl.FailedAt, err = parseTime(failed); err != nil {
-		return nil, err
-	}
+	dl.Headers, _ = decodeHeaders(headers)
+	dl.Attempts, _ = intValue(attempts)
+	dl.CreatedAt, _ = parseTime(created)
+	dl.FailedAt, _ = parseTime(failed)
 	if resolved.Valid {
-		if dl.ResolvedAt, err = parseTime(resolved.String); err != nil {
-			return nil, err
-		}
+		dl.ResolvedAt, _ = parseTime(resolved.String)
 	}
 	return &dl, nil
 }
@@ -242,9 +239,12 @@ func (d *Driver) DeadLetterRetry(ctx context.Context, ids []txbox.ID) (int, erro
 		moved = 0
 		for start := 0; start < len(args); start += maxListIDs {
 			chunk := args[start:min(start+maxListIDs, len(args))]
-			// WHERE ... AND true: see deadLetterMove.
+			// A WHERE clause before ON CONFLICT: see deadLetterMove. A
+			// dead letter the outbox triggers of schema version 2 would
+			// refuse stays (it could only fail again), rather than
+			// failing the whole retry.
 			back, err := queryIDs(ctx, tx, d.q.deadLetterRetry+placeholders(len(chunk))+
-				" AND true ON CONFLICT (id) DO NOTHING RETURNING id", chunk...)
+				" AND "+readableRow+" ON CONFLICT (id) DO NOTHING RETURNING id", chunk...)
 			if err != nil {
 				return err
 			}

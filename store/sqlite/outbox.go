@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -185,32 +186,18 @@ func encodeHeaders(h map[string]string) (string, error) {
 	return string(b), nil
 }
 
-// decodeHeaders reads the headers column. Plain-SQL producers may store
-// numbers or booleans as values; they are kept in their JSON text form
-// rather than failing the claim, which would block the queue. Text that is
-// not a JSON object yields no headers.
-func decodeHeaders(s string) map[string]string {
-	if s == "" || s == "{}" {
-		return map[string]string{}
+// decodeHeaders reads the headers column leniently (see
+// store.DecodeHeaders). Text that is not a JSON object is an error naming
+// the reason; success always returns a non-nil map.
+func decodeHeaders(s string) (map[string]string, error) {
+	h, err := store.DecodeHeaders([]byte(s))
+	if err != nil {
+		return map[string]string{}, err
 	}
-	var m map[string]string
-	if err := json.Unmarshal([]byte(s), &m); err == nil {
-		return m
+	if h == nil {
+		h = map[string]string{}
 	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(s), &raw); err != nil {
-		return map[string]string{}
-	}
-	m = make(map[string]string, len(raw))
-	for k, v := range raw {
-		var str string
-		if json.Unmarshal(v, &str) == nil {
-			m[k] = str
-		} else {
-			m[k] = string(v)
-		}
-	}
-	return m
+	return h, nil
 }
 
 // OutboxClaim claims up to Limit due PENDING rows of one type in one
@@ -268,6 +255,16 @@ func (d *Driver) planClaim(params *store.OutboxClaimParams) (*claimRun, error) {
 
 // run executes the claim in tx. It may run again if the transaction is
 // retried, so it starts from an empty result.
+//
+// The claim has marked every returned row IN_PROCESS, so no row may fail
+// the whole claim: it would come back with the same neighbours after every
+// lease. SQLite stores whatever a plain-SQL producer writes, whatever the
+// column's declared type, so each column is read loosely. A row whose
+// headers, attempts or created_at cannot be read is handed out with
+// OutboxRow.Invalid set, for the relay to dead-letter. A row whose id is
+// not a canonical lower-case UUID cannot be finished by id at all; it is
+// failed here, in the claim's transaction, with the reason, and the
+// dead-letter mover takes it.
 func (c *claimRun) run(ctx context.Context, d *Driver, tx *sql.Tx) error {
 	c.out = c.out[:0]
 	rows, err := d.txQuery(ctx, tx, c.q, c.args...)
@@ -275,12 +272,14 @@ func (c *claimRun) run(ctx context.Context, d *Driver, tx *sql.Tx) error {
 		return err
 	}
 	defer rows.Close()
+	type badID struct{ raw, reason string }
+	var bad []badID
 	for rows.Next() {
 		var (
 			id, typ, headers, created, due string
 			key                            sql.NullString
 			payload                        []byte
-			attempts                       int
+			attempts                       any
 		)
 		if err := rows.Scan(&id, &typ, &key, &payload, &headers, &attempts, &created, &due); err != nil {
 			return err
@@ -289,22 +288,65 @@ func (c *claimRun) run(ctx context.Context, d *Driver, tx *sql.Tx) error {
 			EventType:  typ,
 			Key:        key.String,
 			Payload:    payload,
-			Headers:    decodeHeaders(headers),
-			Attempts:   attempts,
 			LeaseToken: c.token,
 		}
-		if r.ID, err = txbox.ParseID(id); err != nil {
-			return err
+		parsed, err := txbox.ParseID(id)
+		if err != nil || parsed.String() != id {
+			bad = append(bad, badID{id, fmt.Sprintf("id %q is not a canonical lower-case UUID", store.SanitizeText(id))})
+			continue
+		}
+		r.ID = parsed
+		var invalid []string
+		if r.Headers, err = decodeHeaders(headers); err != nil {
+			invalid = append(invalid, err.Error())
+		}
+		if r.Attempts, err = intValue(attempts); err != nil {
+			invalid = append(invalid, "attempts: "+err.Error())
 		}
 		if r.CreatedAt, err = parseTime(created); err != nil {
-			return err
+			invalid = append(invalid, "created_at: "+err.Error())
 		}
+		r.Invalid = strings.Join(invalid, "; ")
 		if r.Payload == nil {
 			r.Payload = []byte{}
 		}
 		c.out = append(c.out, claimedRow{row: r, due: due, id: id})
 	}
-	return rows.Err()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	rows.Close()
+	for _, b := range bad {
+		// finishFailed binds the id as text, so it matches the raw value.
+		if _, err := d.txExec(ctx, tx, d.q.finishFailed, b.reason, b.raw, c.token.String()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// intValue reads an INTEGER column that a plain-SQL producer may have
+// filled with anything SQLite accepts.
+func intValue(v any) (int, error) {
+	switch x := v.(type) {
+	case nil:
+		return 0, nil
+	case int64:
+		return int(x), nil
+	case float64:
+		if x == float64(int(x)) {
+			return int(x), nil
+		}
+	case []byte:
+		if n, err := strconv.Atoi(string(x)); err == nil {
+			return n, nil
+		}
+	case string:
+		if n, err := strconv.Atoi(x); err == nil {
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("%s is not an integer", store.SanitizeText(fmt.Sprintf("%q", fmt.Sprint(v))))
 }
 
 // result returns the claimed rows in (due_at, id) order. RETURNING gives
@@ -444,9 +486,11 @@ func (f *finishRun) run(ctx context.Context, d *Driver, tx *sql.Tx) error {
 		)
 		switch it.Outcome {
 		case store.OutcomeRetry:
-			r, err = d.txExec(ctx, tx, d.q.finishRetry, modifier(it.RetryAfter), it.Error, it.ID.String(), it.LeaseToken.String())
+			r, err = d.txExec(ctx, tx, d.q.finishRetry, modifier(it.RetryAfter), store.SanitizeText(it.Error), it.ID.String(), it.LeaseToken.String())
 		case store.OutcomeFailed:
-			r, err = d.txExec(ctx, tx, d.q.finishFailed, it.Error, it.ID.String(), it.LeaseToken.String())
+			// Sanitised like every dialect (store.SanitizeText): SQLite
+			// would store anything, but readers expect valid text.
+			r, err = d.txExec(ctx, tx, d.q.finishFailed, store.SanitizeText(it.Error), it.ID.String(), it.LeaseToken.String())
 		case store.OutcomeReleased:
 			r, err = d.txExec(ctx, tx, d.q.finishReleas, modifier(it.RetryAfter), it.ID.String(), it.LeaseToken.String())
 		}

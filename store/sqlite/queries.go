@@ -85,6 +85,12 @@ type queries struct {
 	leaseRelease string
 }
 
+// readableRow is true for a row whose headers, id and created_at the
+// outbox triggers of schema version 2 (migrations/0002_checks.sql) accept.
+const readableRow = `CASE WHEN json_valid(headers) THEN json_type(headers) END = 'object'` +
+	` AND id GLOB '[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]-[0-9a-f][0-9a-f][0-9a-f][0-9a-f]-[0-9a-f][0-9a-f][0-9a-f][0-9a-f]-[0-9a-f][0-9a-f][0-9a-f][0-9a-f]-[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]'` +
+	` AND created_at GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9]*'`
+
 // insertParams is the number of bound parameters per inserted row.
 const insertParams = 6
 
@@ -153,8 +159,10 @@ WHERE lease_token = ? AND status = 'IN_PROCESS' AND id IN (SELECT value FROM jso
 		finishRetry: r.Replace(`UPDATE {outbox}
 SET status = 'PENDING', attempts = attempts + 1, due_at = {now+}, last_error = ?, lease_until = NULL, lease_token = NULL
 WHERE id = ? AND lease_token = ? AND status = 'IN_PROCESS'`),
+		// processed_at of a FAILED row is when it failed: the dead-letter
+		// mover copies it into failed_at.
 		finishFailed: r.Replace(`UPDATE {outbox}
-SET status = 'FAILED', attempts = attempts + 1, last_error = ?, lease_until = NULL, lease_token = NULL
+SET status = 'FAILED', attempts = attempts + 1, last_error = ?, processed_at = {now}, lease_until = NULL, lease_token = NULL
 WHERE id = ? AND lease_token = ? AND status = 'IN_PROCESS'`),
 		finishReleas: r.Replace(`UPDATE {outbox}
 SET status = 'PENDING', due_at = {now+}, lease_until = NULL, lease_token = NULL
@@ -195,9 +203,11 @@ WHERE id IN (
     LIMIT ?)`),
 
 		// WHERE true: SQLite's parser needs it between INSERT ... SELECT
-		// and an upsert clause.
+		// and an upsert clause. failed_at is when the row failed (its
+		// processed_at, set by finishFailed); rows failed before that was
+		// recorded get the move time.
 		deadLetterMove: r.Replace(`INSERT INTO {dead_letter} (id, event_type, event_key, payload, headers, attempts, last_error, created_at, failed_at, status)
-SELECT id, event_type, event_key, payload, headers, attempts, last_error, created_at, {now}, 'UNRESOLVED'
+SELECT id, event_type, event_key, payload, headers, attempts, last_error, created_at, coalesce(processed_at, {now}), 'UNRESOLVED'
 FROM {outbox} WHERE status = 'FAILED' AND true
 ORDER BY id
 LIMIT ?

@@ -175,11 +175,11 @@ func TestMigrateConcurrentAndIdempotent(t *testing.T) {
 		t.Fatalf("migrate again: %v", err)
 	}
 	var n int
-	if err := drivers[0].DB().QueryRow(`SELECT count(*) FROM app_schema_version`).Scan(&n); err != nil || n != 1 {
-		t.Fatalf("schema_version rows = %d, %v; want 1", n, err)
+	if err := drivers[0].DB().QueryRow(`SELECT count(*) FROM app_schema_version`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("schema_version rows = %d, %v; want 2", n, err)
 	}
 	v, err := drivers[1].SchemaVersion(context.Background())
-	if err != nil || v != 1 {
+	if err != nil || v != 2 {
 		t.Fatalf("SchemaVersion = %d, %v", v, err)
 	}
 	got := tableNames(t, drivers[0].DB())

@@ -4,8 +4,9 @@
 // drivers on isolated namespaces of the real database.
 //
 // Every subtest runs in parallel in a fresh namespace and uses only the
-// store.Driver seam, so what it checks is the contract the relay, the
-// publisher and the admin API rely on:
+// store.Driver seam (plus Harness.OutboxLastError, to read back a column
+// the seam does not return), so what it checks is the contract the relay,
+// the publisher and the admin API rely on:
 //
 //   - publishing joins the caller's transaction (visible on commit, never
 //     claimable after rollback, refused without a transaction), stores
@@ -18,9 +19,13 @@
 //     counts no attempt, and a finish with a stale or wrong lease token
 //     changes nothing and is counted as fenced;
 //   - retry (attempts+1, due later, last error), release (attempts kept),
-//     failure, delete on ack; the dead-letter move (also with 4 concurrent
-//     movers), retry back to the outbox with the same id, resolve, delete,
-//     list filters, count and keyset cursor;
+//     failure, delete on ack; error texts with NUL and invalid UTF-8 stored
+//     sanitised (store.SanitizeText) without failing the finish; the
+//     dead-letter move (also with 4 concurrent movers), failed_at = when
+//     the row failed, retry back to the outbox with the same id and its
+//     last error (an id already in the outbox stays), resolve, delete,
+//     list filters (FailedAfter inclusive, FailedBefore exclusive), count
+//     and keyset cursor;
 //   - cleanup TTL boundaries and batch limits for processed rows and
 //     resolved dead letters; the cleanup lease (one holder, renewal,
 //     release, expiry);

@@ -3,6 +3,7 @@ package storetest
 import (
 	"testing"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
 )
 
@@ -23,6 +24,11 @@ type Harness struct {
 	Begin func(t *testing.T, d store.Driver) Tx
 	// Tables lists the table names in namespace ns, sorted.
 	Tables func(t *testing.T, ns string) []string
+	// OutboxLastError returns the last_error column of the outbox row id
+	// ("" when NULL or when there is no such row): a column the store seam
+	// does not read back, which the suite checks after finishes and
+	// dead-letter retries.
+	OutboxLastError func(t *testing.T, d store.Driver, id txbox.ID) string
 	// SerialWriter is true for dialects with one writer at a time
 	// (SQLite): the suite still claims concurrently and checks exclusivity.
 	SerialWriter bool
