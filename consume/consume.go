@@ -50,6 +50,24 @@ func NewMessage(id, eventType, key string, payload []byte, headers map[string]st
 	return inbox.Message{ID: parsed, Type: eventType, Key: key, Payload: payload, Headers: headers}, nil
 }
 
+// DefaultDrainTimeout is how long an adapter lets the handlers already
+// running finish after Run's context ended, before it cancels their
+// context: well inside the 30 s a supervisor such as Kubernetes waits
+// between SIGTERM and SIGKILL.
+const DefaultDrainTimeout = 20 * time.Second
+
+// DrainTimeout checks an adapter's Config.DrainTimeout and applies the
+// default. The error names the adapter.
+func DrainTimeout(adapter string, d time.Duration) (time.Duration, error) {
+	if d < 0 {
+		return 0, &ConfigError{Adapter: adapter, Field: "DrainTimeout", Reason: fmt.Sprintf("must not be negative, got %s", d)}
+	}
+	if d == 0 {
+		d = DefaultDrainTimeout
+	}
+	return d, nil
+}
+
 // Backoff is an exponential retry delay: Min, doubled per failure, capped
 // at Max.
 type Backoff struct {

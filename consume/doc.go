@@ -13,7 +13,13 @@
 //     HMAC verification; 2xx only once the effect is committed.
 //
 // Every adapter acknowledges a message only after inbox.Inbox.Handle
-// returned Processed or Duplicate, so a crash at any point leads to a
-// redelivery, which the inbox turns into a no-op when the effect was
-// already committed.
+// returned a result that settles it (inbox.Result.Acknowledge: processed,
+// duplicate, or an effect lost in non-transactional mode), so a crash at
+// any point leads to a redelivery, which the inbox turns into a no-op when
+// the effect was already committed. Every adapter takes from its broker
+// about what its handlers can start, fills inbox.Message.Delivery with the
+// broker's delivery count, redelivery flag and position, and stops
+// gracefully: when Run's context ends it takes nothing new, lets running
+// handlers finish for up to DrainTimeout (DefaultDrainTimeout), then
+// cancels them. See docs/inbox.md.
 package consume

@@ -37,12 +37,6 @@ const (
 	DefaultCleanupLeaseTTL = time.Minute
 )
 
-// CleanerHook observes a Cleaner; package metrics implements it.
-type CleanerHook interface {
-	// InboxCleaned reports ids deleted by one run.
-	InboxCleaned(deleted int)
-}
-
 // CleanerConfig configures a Cleaner.
 type CleanerConfig struct {
 	// TTL: ids recorded longer ago than this are deleted. Keep it equal to
@@ -76,8 +70,9 @@ type CleanerConfig struct {
 	// Logger receives run summaries and errors. Defaults to a logger that
 	// discards everything.
 	Logger *slog.Logger
-	// Hook observes deletions. Defaults to nil.
-	Hook CleanerHook
+	// Hook observes runs through its OnCleanup method (inbox/inboxprom
+	// counts the deletions). Defaults to NopHook.
+	Hook Hook
 }
 
 // Cleaner deletes expired inbox ids in bounded batches, under a database
@@ -156,6 +151,9 @@ func (c *CleanerConfig) withDefaults() error {
 	if c.Holder == "" {
 		c.Holder = defaultHolder()
 	}
+	if c.Hook == nil {
+		c.Hook = NopHook{}
+	}
 	if c.MaxDelay < c.MinDelay {
 		return &ConfigError{Field: "MaxDelay", Reason: fmt.Sprintf("%s must be ≥ MinDelay %s", c.MaxDelay, c.MinDelay)}
 	}
@@ -181,6 +179,12 @@ func defaultHolder() string {
 // lease. The lease is kept afterwards (it expires after LeaseTTL) so the
 // same instance keeps the job.
 func (c *Cleaner) RunOnce(ctx context.Context) (deleted int, held bool, err error) {
+	start := time.Now()
+	defer func() {
+		if held || err != nil {
+			c.cfg.Hook.OnCleanup(CleanupEvent{Deleted: deleted, Held: held, Duration: time.Since(start), Err: err})
+		}
+	}()
 	lp := &store.LeaseParams{Name: c.cfg.LeaseName, Holder: c.cfg.Holder, TTL: c.cfg.LeaseTTL}
 	for batch := 0; batch < c.cfg.MaxBatches; batch++ {
 		ok, err := c.leases.LeaseAcquire(ctx, lp)
@@ -199,9 +203,6 @@ func (c *Cleaner) RunOnce(ctx context.Context) (deleted int, held bool, err erro
 		if n < c.cfg.BatchSize {
 			break
 		}
-	}
-	if deleted > 0 && c.cfg.Hook != nil {
-		c.cfg.Hook.InboxCleaned(deleted)
 	}
 	return deleted, held, nil
 }

@@ -15,7 +15,9 @@
 //     committed first, then the handler runs. Use it for effects that
 //     cannot join a database transaction (an e-mail, a payment API call
 //     without its own idempotency key): a crash between the commit and the
-//     effect loses the effect rather than repeating it.
+//     effect loses the effect rather than repeating it. A handler that
+//     fails after the commit is reported as Lost (logged at ERROR, told to
+//     the Hook) and acknowledged, since a redelivery would be a Duplicate.
 //
 // Recording is one insert-or-ignore statement keyed by (consumer, event id),
 // never a read followed by a write, so two goroutines or two processes that
@@ -31,6 +33,11 @@
 // A Cleaner deletes ids older than the inbox TTL in bounded batches, on one
 // instance at a time under a database lease. See docs/inbox.md for sizing
 // the TTL.
+//
+// A Hook (inbox/inboxprom exports it to Prometheus) gets one event per
+// settled message, carrying the broker's delivery metadata
+// (Message.Delivery: count, redelivery flag, position), one per cache
+// lookup and one per cleaner run.
 //
 // Broker adapters that feed an Inbox live in the consume/ packages.
 package inbox

@@ -32,7 +32,8 @@ const (
 	Transactional Mode = iota
 	// NonTransactional records the id and commits before running the
 	// handler, which gets a nil transaction: at-most-once, for effects
-	// that cannot be rolled back.
+	// that cannot be rolled back. A handler failure after the commit is
+	// the Result Lost.
 	NonTransactional
 )
 
@@ -60,7 +61,22 @@ const (
 	// Failed: the handler or the store failed; see the error. In
 	// transactional mode nothing was recorded, so a redelivery retries.
 	Failed
+	// Lost: non-transactional mode only. The id was recorded and committed
+	// before the handler ran, and the handler then failed (an error or a
+	// panic; see the error): its effect is lost, and a redelivery would be
+	// a Duplicate that does not run it again. The inbox logs it at ERROR
+	// and reports it to the Hook; an adapter acknowledges the message
+	// rather than ask the broker for a pointless redelivery. See
+	// docs/inbox.md.
+	Lost
 )
+
+// Acknowledge reports whether a broker adapter should acknowledge the
+// message: Processed, Duplicate and Lost are settled for good (nothing a
+// redelivery could change); Failed asks for a redelivery.
+func (r Result) Acknowledge() bool {
+	return r == Processed || r == Duplicate || r == Lost
+}
 
 func (r Result) String() string {
 	switch r {
@@ -70,6 +86,8 @@ func (r Result) String() string {
 		return "duplicate"
 	case Failed:
 		return "failed"
+	case Lost:
+		return "lost"
 	default:
 		return fmt.Sprintf("Result(%d)", int(r))
 	}
@@ -87,7 +105,45 @@ type Message struct {
 	Payload []byte
 	// Headers are the broker headers.
 	Headers map[string]string
+	// Delivery is what the broker says about this delivery: how many times
+	// it delivered the message, whether it flags it as a redelivery, and
+	// where the message sits (stream sequence, partition and offset,
+	// delivery tag). The adapters in consume/ fill it; the zero value
+	// means unknown. The inbox passes it to the Hook and never decides
+	// anything on it.
+	Delivery Delivery
 }
+
+// Delivery describes one delivery of a message by its broker. Fields a
+// broker does not have stay zero.
+type Delivery struct {
+	// Broker names the adapter: "nats", "kafka", "rabbitmq", "webhook".
+	Broker string
+	// Source is the NATS stream, the Kafka topic or the RabbitMQ queue.
+	Source string
+	// Count is the delivery attempt, 1 for the first; 0 when the broker
+	// does not say. NATS JetStream counts every delivery (NumDelivered);
+	// a RabbitMQ quorum queue counts redeliveries (x-delivery-count), a
+	// classic queue does not (then a redelivery has Count 0 and
+	// Redelivered set); Kafka keeps no count, so consume/kafka counts its
+	// own in-place retries of the record (1 after a restart).
+	Count int
+	// Redelivered is the broker's redelivery flag: it delivered this
+	// message before, to this consumer or another, and got no ack.
+	Redelivered bool
+	// StreamSeq and ConsumerSeq are the JetStream stream and consumer
+	// sequence numbers.
+	StreamSeq, ConsumerSeq uint64
+	// Partition and Offset locate a Kafka record.
+	Partition int32
+	Offset    int64
+	// DeliveryTag is the RabbitMQ channel's delivery tag.
+	DeliveryTag uint64
+}
+
+// IsRedelivery reports whether the broker delivered the message before:
+// its redelivery flag is set or its count is above 1.
+func (d Delivery) IsRedelivery() bool { return d.Redelivered || d.Count > 1 }
 
 // Handler processes one new message. tx is the open transaction to write
 // the effect through (pgx.Tx for the PostgreSQL store, *sql.Tx for MySQL
@@ -99,15 +155,6 @@ type Handler func(ctx context.Context, tx any, msg Message) error
 // BatchHandler processes the new messages of a batch in one transaction;
 // msgs never contains an id that was already recorded.
 type BatchHandler func(ctx context.Context, tx any, msgs []Message) error
-
-// Hook observes an Inbox; package metrics implements it. Methods are called
-// synchronously and must be cheap.
-type Hook interface {
-	// InboxHandled reports n messages of consumer ending with result r.
-	InboxHandled(consumer string, r Result, n int)
-	// InboxCache reports one cache lookup of consumer.
-	InboxCache(consumer string, hit bool)
-}
 
 // Config configures an Inbox.
 type Config struct {
@@ -125,10 +172,12 @@ type Config struct {
 	// it bounds the cache's TTL, checked at construction. Defaults to
 	// DefaultTTL.
 	TTL time.Duration
-	// Logger receives warnings about cache failures. Payloads are never
-	// logged. Defaults to a logger that discards everything.
+	// Logger receives warnings about cache failures and, at ERROR, every
+	// effect lost in non-transactional mode. Payloads are never logged.
+	// Defaults to a logger that discards everything.
 	Logger *slog.Logger
-	// Hook observes results and cache lookups. Defaults to nil.
+	// Hook observes results and cache lookups (inbox/inboxprom exports
+	// them to Prometheus). Defaults to NopHook.
 	Hook Hook
 }
 
@@ -173,6 +222,9 @@ func New(st store.Inbox, cfg Config) (*Inbox, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	if cfg.Hook == nil {
+		cfg.Hook = NopHook{}
+	}
 	return &Inbox{st: st, cfg: cfg, logger: logger.With("consumer", cfg.Consumer)}, nil
 }
 
@@ -189,11 +241,12 @@ func (in *Inbox) Mode() Mode { return in.cfg.Mode }
 
 // Handle runs h for msg unless this consumer already recorded msg's id
 // (see Mode for the guarantee). It returns Processed with a nil error,
-// Duplicate with a nil error when the id was already recorded, or Failed
-// with a *HandlerError, *StoreError or ErrMissingID. A broker adapter
-// acknowledges on a nil error and asks for a redelivery otherwise. The
-// handler's context continues the trace of the message's traceparent
-// header, if any.
+// Duplicate with a nil error when the id was already recorded, Failed with
+// a *HandlerError, *StoreError or ErrMissingID, or (non-transactional mode
+// only) Lost with the *HandlerError of a handler that failed after the id
+// was committed. A broker adapter acknowledges when Result.Acknowledge
+// holds and asks for a redelivery otherwise. The handler's context
+// continues the trace of the message's traceparent header, if any.
 func (in *Inbox) Handle(ctx context.Context, msg Message, h Handler) (Result, error) {
 	if h == nil {
 		return Failed, ErrNilHandler
@@ -201,9 +254,10 @@ func (in *Inbox) Handle(ctx context.Context, msg Message, h Handler) (Result, er
 	if msg.ID == (txbox.ID{}) {
 		return Failed, ErrMissingID
 	}
+	start := time.Now()
 	ctx = continueTrace(ctx, msg.Headers)
 	if in.cacheContains(ctx, msg.ID) {
-		in.report(Duplicate, 1)
+		in.report(msg, Duplicate, 1, start, nil)
 		return Duplicate, nil
 	}
 	var r Result
@@ -213,7 +267,7 @@ func (in *Inbox) Handle(ctx context.Context, msg Message, h Handler) (Result, er
 	} else {
 		r, err = in.handleInTx(ctx, msg, h)
 	}
-	in.report(r, 1)
+	in.report(msg, r, 1, start, err)
 	return r, err
 }
 
@@ -251,11 +305,21 @@ func (in *Inbox) handleAtMostOnce(ctx context.Context, msg Message, h Handler) (
 	}
 	if err := call(func() error { return h(ctx, nil, msg) }); err != nil {
 		// The id stays recorded: at-most-once means the effect is not
-		// retried. A redelivery is reported as a Duplicate.
-		return Failed, &HandlerError{Consumer: in.cfg.Consumer, IDs: []txbox.ID{msg.ID}, Err: err}
+		// retried, and a redelivery would be a Duplicate. Say so loudly
+		// rather than let an adapter ask for that redelivery.
+		herr := &HandlerError{Consumer: in.cfg.Consumer, IDs: []txbox.ID{msg.ID}, Err: err}
+		in.lost(ctx, msg, herr)
+		return Lost, herr
 	}
 	in.cacheAdd(ctx, []txbox.ID{msg.ID})
 	return Processed, nil
+}
+
+// lost logs, at ERROR, an effect lost in non-transactional mode: the
+// operator's only trace of it besides the Hook.
+func (in *Inbox) lost(ctx context.Context, msg Message, err error) {
+	in.logger.ErrorContext(ctx, "inbox effect lost: the handler failed after the event id was recorded (non-transactional mode); the event will not be handled again",
+		"event_id", msg.ID, "event_type", msg.Type, "delivery_count", msg.Delivery.Count, "error", err)
 }
 
 func (in *Inbox) recordAndCommit(ctx context.Context, ids []txbox.ID) ([]txbox.ID, error) {
@@ -286,25 +350,28 @@ func (in *Inbox) HandleInTx(ctx context.Context, tx any, msg Message, h Handler)
 	if msg.ID == (txbox.ID{}) {
 		return Failed, ErrMissingID
 	}
+	start := time.Now()
 	ctx = continueTrace(ctx, msg.Headers)
 	if in.cacheContains(ctx, msg.ID) {
-		in.report(Duplicate, 1)
+		in.report(msg, Duplicate, 1, start, nil)
 		return Duplicate, nil
 	}
 	fresh, err := in.st.InboxRecord(ctx, tx, &store.InboxRecordParams{Consumer: in.cfg.Consumer, IDs: []txbox.ID{msg.ID}})
 	if err != nil {
-		in.report(Failed, 1)
-		return Failed, in.storeErr("record", err)
+		err = in.storeErr("record", err)
+		in.report(msg, Failed, 1, start, err)
+		return Failed, err
 	}
 	if len(fresh) == 0 {
-		in.report(Duplicate, 1)
+		in.report(msg, Duplicate, 1, start, nil)
 		return Duplicate, nil
 	}
 	if err := call(func() error { return h(ctx, tx, msg) }); err != nil {
-		in.report(Failed, 1)
-		return Failed, &HandlerError{Consumer: in.cfg.Consumer, IDs: []txbox.ID{msg.ID}, Err: err}
+		herr := &HandlerError{Consumer: in.cfg.Consumer, IDs: []txbox.ID{msg.ID}, Err: err}
+		in.report(msg, Failed, 1, start, herr)
+		return Failed, herr
 	}
-	in.report(Processed, 1)
+	in.report(msg, Processed, 1, start, nil)
 	return Processed, nil
 }
 
@@ -315,13 +382,15 @@ func (in *Inbox) HandleInTx(ctx context.Context, tx any, msg Message, h Handler)
 // none is new. The cache is not consulted: one insert-or-ignore answers for
 // the whole batch. It returns one Result per input message; on an error
 // every new message is Failed and, in transactional mode, none is
-// recorded.
+// recorded. In non-transactional mode a handler error makes every new
+// message Lost (their ids stay recorded).
 func (in *Inbox) HandleBatch(ctx context.Context, msgs []Message, h BatchHandler) ([]Result, error) {
 	results := make([]Result, len(msgs))
 	if h == nil {
 		fill(results, Failed)
 		return results, ErrNilHandler
 	}
+	start := time.Now()
 	ids := make([]txbox.ID, 0, len(msgs))
 	first := make(map[txbox.ID]int, len(msgs))
 	for i, m := range msgs {
@@ -337,6 +406,18 @@ func (in *Inbox) HandleBatch(ctx context.Context, msgs []Message, h BatchHandler
 	if len(ids) == 0 {
 		return results, nil
 	}
+	results, err := in.handleBatch(ctx, msgs, ids, first, h, results)
+	for i, m := range msgs {
+		var merr error
+		if !(results[i] == Processed || results[i] == Duplicate) {
+			merr = err
+		}
+		in.report(m, results[i], len(msgs), start, merr)
+	}
+	return results, err
+}
+
+func (in *Inbox) handleBatch(ctx context.Context, msgs []Message, ids []txbox.ID, first map[txbox.ID]int, h BatchHandler, results []Result) ([]Result, error) {
 	var fresh []txbox.ID
 	var tx store.InboxTx
 	var err error
@@ -350,7 +431,6 @@ func (in *Inbox) HandleBatch(ctx context.Context, msgs []Message, h BatchHandler
 	}
 	if err != nil {
 		fill(results, Failed)
-		in.report(Failed, len(msgs))
 		return results, err
 	}
 	isNew := make(map[txbox.ID]bool, len(fresh))
@@ -366,40 +446,41 @@ func (in *Inbox) HandleBatch(ctx context.Context, msgs []Message, h BatchHandler
 			results[i] = Duplicate
 		}
 	}
-	dups := len(msgs) - len(todo)
 	if len(todo) == 0 {
-		in.report(Duplicate, dups)
 		return results, nil
+	}
+	// failNew marks the new messages with r: Failed when nothing stayed
+	// recorded, Lost when their ids were committed before the handler.
+	failNew := func(r Result) {
+		for i := range results {
+			if results[i] == Processed {
+				results[i] = r
+			}
+		}
 	}
 	var native any
 	if tx != nil {
 		native = tx.Native()
 	}
 	if err := call(func() error { return h(ctx, native, todo) }); err != nil {
-		for i := range results {
-			if results[i] == Processed {
-				results[i] = Failed
+		herr := &HandlerError{Consumer: in.cfg.Consumer, IDs: fresh, Err: err}
+		if tx == nil {
+			failNew(Lost)
+			for _, m := range todo {
+				in.lost(ctx, m, herr)
 			}
+			return results, herr
 		}
-		in.report(Duplicate, dups)
-		in.report(Failed, len(todo))
-		return results, &HandlerError{Consumer: in.cfg.Consumer, IDs: fresh, Err: err}
+		failNew(Failed)
+		return results, herr
 	}
 	if tx != nil {
 		if err := tx.Commit(ctx); err != nil {
-			for i := range results {
-				if results[i] == Processed {
-					results[i] = Failed
-				}
-			}
-			in.report(Duplicate, dups)
-			in.report(Failed, len(todo))
+			failNew(Failed)
 			return results, in.storeErr("commit", err)
 		}
 	}
 	in.cacheAdd(ctx, fresh)
-	in.report(Duplicate, dups)
-	in.report(Processed, len(todo))
 	return results, nil
 }
 
@@ -442,13 +523,11 @@ func (in *Inbox) cacheContains(ctx context.Context, id txbox.ID) bool {
 		return false
 	}
 	hit, err := in.cfg.Cache.Contains(ctx, in.cfg.Consumer, id)
+	in.cfg.Hook.OnCache(CacheEvent{Consumer: in.cfg.Consumer, ID: id, Hit: hit && err == nil, Err: err})
 	if err != nil {
 		// The table is the source of truth: a broken cache costs a lookup.
 		in.logger.WarnContext(ctx, "inbox cache lookup failed; using the table", "event_id", id, "error", err)
 		return false
-	}
-	if in.cfg.Hook != nil {
-		in.cfg.Hook.InboxCache(in.cfg.Consumer, hit)
 	}
 	return hit
 }
@@ -462,10 +541,13 @@ func (in *Inbox) cacheAdd(ctx context.Context, ids []txbox.ID) {
 	}
 }
 
-func (in *Inbox) report(r Result, n int) {
-	if in.cfg.Hook != nil && n > 0 {
-		in.cfg.Hook.InboxHandled(in.cfg.Consumer, r, n)
-	}
+// report tells the Hook how msg ended. batch is the size of the call it
+// was part of (1 outside HandleBatch).
+func (in *Inbox) report(msg Message, r Result, batch int, start time.Time, err error) {
+	in.cfg.Hook.OnHandled(HandledEvent{
+		Consumer: in.cfg.Consumer, ID: msg.ID, Type: msg.Type, Delivery: msg.Delivery,
+		Result: r, Batch: batch, Duration: time.Since(start), Err: err,
+	})
 }
 
 func (in *Inbox) storeErr(op string, err error) error {

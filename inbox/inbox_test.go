@@ -3,6 +3,8 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store/sqlite"
 )
 
@@ -163,34 +166,52 @@ func TestTyped(t *testing.T) {
 	}
 }
 
+// recordingHook embeds NopHook, as users are told to, and records what it
+// is told.
 type recordingHook struct {
+	inbox.NopHook
 	mu      sync.Mutex
-	results map[inbox.Result]int
-	hits    int
-	misses  int
+	handled []inbox.HandledEvent
+	cache   []inbox.CacheEvent
+	cleanup []inbox.CleanupEvent
 }
 
-func (h *recordingHook) InboxHandled(_ string, r inbox.Result, n int) {
+func (h *recordingHook) OnHandled(e inbox.HandledEvent) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.results[r] += n
+	h.handled = append(h.handled, e)
 }
 
-func (h *recordingHook) InboxCache(_ string, hit bool) {
+func (h *recordingHook) OnCache(e inbox.CacheEvent) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if hit {
-		h.hits++
-	} else {
-		h.misses++
+	h.cache = append(h.cache, e)
+}
+
+func (h *recordingHook) OnCleanup(e inbox.CleanupEvent) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cleanup = append(h.cleanup, e)
+}
+
+func (h *recordingHook) results() map[inbox.Result]int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[inbox.Result]int{}
+	for _, e := range h.handled {
+		out[e.Result]++
 	}
+	return out
 }
 
-func TestHookAndPanicUnwrap(t *testing.T) {
+// TestHookEvents: every settled message is one OnHandled event carrying
+// the message's id, type and delivery metadata, its result, the batch size
+// and the error; every cache lookup is one OnCache event.
+func TestHookEvents(t *testing.T) {
 	t.Parallel()
 	st := openStore(t)
 	lru, _ := inbox.NewLRU(10, time.Hour)
-	hook := &recordingHook{results: map[inbox.Result]int{}}
+	hook := &recordingHook{}
 	in, err := inbox.New(st, inbox.Config{Consumer: "hook", Cache: lru, Hook: hook})
 	if err != nil {
 		t.Fatal(err)
@@ -199,22 +220,167 @@ func TestHookAndPanicUnwrap(t *testing.T) {
 	ok := func(context.Context, any, inbox.Message) error { return nil }
 	id := txbox.NewID()
 	sentinel := errors.New("boom")
-	if _, err := in.Handle(ctx, inbox.Message{ID: id}, func(context.Context, any, inbox.Message) error { panic(sentinel) }); !errors.Is(err, sentinel) {
+	d1 := inbox.Delivery{Broker: "nats", Source: "S", Count: 1, StreamSeq: 7, ConsumerSeq: 3}
+	d2 := inbox.Delivery{Broker: "nats", Source: "S", Count: 2, Redelivered: true, StreamSeq: 7, ConsumerSeq: 4}
+	if _, err := in.Handle(ctx, inbox.Message{ID: id, Type: "order", Delivery: d1}, func(context.Context, any, inbox.Message) error { panic(sentinel) }); !errors.Is(err, sentinel) {
 		t.Errorf("panic(err) does not unwrap to err: %v", err)
 	}
-	_, _ = in.Handle(ctx, inbox.Message{ID: id}, ok)
-	_, _ = in.Handle(ctx, inbox.Message{ID: id}, ok)
-	_, _ = in.HandleBatch(ctx, []inbox.Message{{ID: id}, {ID: txbox.NewID()}}, func(context.Context, any, []inbox.Message) error { return nil })
+	_, _ = in.Handle(ctx, inbox.Message{ID: id, Type: "order", Delivery: d2}, ok)
+	_, _ = in.Handle(ctx, inbox.Message{ID: id, Type: "order"}, ok)
+	other := txbox.NewID()
+	_, _ = in.HandleBatch(ctx, []inbox.Message{{ID: id}, {ID: other}}, func(context.Context, any, []inbox.Message) error { return nil })
 	want := map[inbox.Result]int{inbox.Failed: 1, inbox.Processed: 2, inbox.Duplicate: 2}
+	if got := hook.results(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("hook results %v, want %v", got, want)
+	}
 	hook.mu.Lock()
 	defer hook.mu.Unlock()
-	for r, n := range want {
-		if hook.results[r] != n {
-			t.Errorf("hook %v = %d, want %d (all %v)", r, hook.results[r], n, hook.results)
+	if len(hook.handled) != 5 {
+		t.Fatalf("%d handled events, want 5", len(hook.handled))
+	}
+	first, second := hook.handled[0], hook.handled[1]
+	var pe *inbox.PanicError
+	if first.ID != id || first.Type != "order" || first.Consumer != "hook" || first.Delivery != d1 || first.Result != inbox.Failed || first.Batch != 1 || !errors.As(first.Err, &pe) {
+		t.Errorf("failed event = %+v", first)
+	}
+	if second.Delivery != d2 || !second.Delivery.IsRedelivery() || second.Result != inbox.Processed || second.Err != nil || second.Duration <= 0 {
+		t.Errorf("redelivery event = %+v", second)
+	}
+	if d1.IsRedelivery() {
+		t.Error("a first delivery counts as a redelivery")
+	}
+	for _, e := range hook.handled[3:] {
+		if e.Batch != 2 {
+			t.Errorf("batch event %+v: Batch = %d, want 2", e, e.Batch)
 		}
 	}
-	if hook.hits != 1 || hook.misses != 2 {
-		t.Errorf("cache hits %d misses %d, want 1 and 2", hook.hits, hook.misses)
+	if hook.handled[3].ID != id || hook.handled[3].Result != inbox.Duplicate || hook.handled[4].ID != other || hook.handled[4].Result != inbox.Processed {
+		t.Errorf("batch events = %+v", hook.handled[3:])
+	}
+	var hits, misses int
+	for _, e := range hook.cache {
+		if e.ID != id || e.Err != nil {
+			t.Errorf("cache event %+v", e)
+		}
+		if e.Hit {
+			hits++
+		} else {
+			misses++
+		}
+	}
+	if hits != 1 || misses != 2 {
+		t.Errorf("cache hits %d misses %d, want 1 and 2", hits, misses)
+	}
+}
+
+// TestNonTransactionalFailureIsLost: in non-transactional mode a handler
+// that fails after the id was committed loses its effect. Handle says so
+// (Lost, which adapters acknowledge, with the handler's error), the hook
+// gets a Lost event, an ERROR log names the event, and a redelivery is a
+// Duplicate that does not run the handler again.
+func TestNonTransactionalFailureIsLost(t *testing.T) {
+	t.Parallel()
+	st := openStore(t)
+	hook := &recordingHook{}
+	var logs syncBuffer
+	in, err := inbox.New(st, inbox.Config{Consumer: "amo", Mode: inbox.NonTransactional, Hook: hook,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	id := txbox.NewID()
+	sentinel := errors.New("smtp down")
+	calls := 0
+	fail := func(context.Context, any, inbox.Message) error { calls++; return sentinel }
+	r, err := in.Handle(ctx, inbox.Message{ID: id, Type: "mail", Delivery: inbox.Delivery{Count: 1}}, fail)
+	var he *inbox.HandlerError
+	if r != inbox.Lost || !r.Acknowledge() || !errors.As(err, &he) || !errors.Is(err, sentinel) {
+		t.Fatalf("Handle = %v, %v; want lost with the handler error", r, err)
+	}
+	out := logs.String()
+	if !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "effect lost") || !strings.Contains(out, id.String()) || !strings.Contains(out, "event_type=mail") {
+		t.Errorf("log does not name the lost event at ERROR: %s", out)
+	}
+	if r, err := in.Handle(ctx, inbox.Message{ID: id}, fail); r != inbox.Duplicate || err != nil {
+		t.Errorf("redelivery = %v, %v; want duplicate", r, err)
+	}
+	if calls != 1 {
+		t.Errorf("handler ran %d times, want 1", calls)
+	}
+	// A panic is lost the same way, and so is every new message of a batch.
+	if r, _ := in.Handle(ctx, inbox.Message{ID: txbox.NewID()}, func(context.Context, any, inbox.Message) error { panic("x") }); r != inbox.Lost {
+		t.Errorf("panic: result %v, want lost", r)
+	}
+	results, err := in.HandleBatch(ctx, []inbox.Message{{ID: id}, {ID: txbox.NewID()}}, func(context.Context, any, []inbox.Message) error { return sentinel })
+	if !errors.Is(err, sentinel) || fmt.Sprint(results) != "[duplicate lost]" {
+		t.Errorf("batch = %v, %v; want [duplicate lost] and the handler error", results, err)
+	}
+	got := hook.results()
+	if got[inbox.Lost] != 3 || got[inbox.Duplicate] != 2 {
+		t.Errorf("hook results %v; want 3 lost, 2 duplicates", got)
+	}
+	for _, r := range []inbox.Result{inbox.Processed, inbox.Duplicate, inbox.Lost} {
+		if !r.Acknowledge() {
+			t.Errorf("%v is not acknowledged", r)
+		}
+	}
+	if inbox.Failed.Acknowledge() {
+		t.Error("failed is acknowledged")
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestCleanerHook: each run that held the lease is one OnCleanup event
+// with the ids it deleted.
+func TestCleanerHook(t *testing.T) {
+	t.Parallel()
+	st := openStore(t)
+	in, err := inbox.New(st, inbox.Config{Consumer: "clean"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if _, err := in.Handle(context.Background(), inbox.Message{ID: txbox.NewID()}, func(context.Context, any, inbox.Message) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hook := &recordingHook{}
+	c, err := inbox.NewCleaner(st, st, inbox.CleanerConfig{TTL: time.Nanosecond, Hook: hook})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the ids to be older than the TTL", func() bool {
+		n, _, err := c.RunOnce(context.Background())
+		return err == nil && n > 0
+	})
+	hook.mu.Lock()
+	defer hook.mu.Unlock()
+	total := 0
+	for _, e := range hook.cleanup {
+		if !e.Held || e.Err != nil {
+			t.Errorf("cleanup event %+v", e)
+		}
+		total += e.Deleted
+	}
+	if total != 3 {
+		t.Errorf("cleanup events deleted %d in all, want 3", total)
 	}
 }
 

@@ -6,7 +6,15 @@
 // each polled batch) or kgo.AutoCommitMarks (it marks records after
 // handling them and franz-go commits the marks). With plain auto-commit,
 // franz-go commits what was polled, handled or not, so a crash loses
-// messages: New logs a warning.
+// messages: New logs a warning. Add kgo.BlockRebalanceOnPoll for no
+// redelivery across rebalances: the consumer allows rebalances after each
+// poll's records are handled and committed, so a partition never moves
+// mid-batch.
+//
+// Each poll takes about Config.BatchDuration worth of records at the
+// handling pace measured so far, so a slow handler commits often and a
+// crash or a rebalance hands little to another member again
+// (docs/inbox.md, "Flow control").
 //
 // Records of one partition are handled one at a time, in order;
 // Config.Concurrency partitions are handled at once (default 1). A record
@@ -16,5 +24,11 @@
 // failed record would lose it. A handler error marked txbox.Permanent
 // skips the record instead (logged as an error). After a rebalance or a
 // crash, records are redelivered from the last commit; the inbox reports
-// them as duplicates.
+// them as duplicates. When Run's context ends, no further record starts,
+// the running handlers finish for up to Config.DrainTimeout, and what was
+// handled is committed.
+//
+// The handler sees the topic, partition and offset in
+// inbox.Message.Delivery, and as Count the consumer's in-place attempt
+// (Kafka keeps no delivery count).
 package kafka

@@ -14,11 +14,17 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consume"
+	"github.com/txbox/txbox/consume/internal/drain"
 	"github.com/txbox/txbox/inbox"
 )
 
-// DefaultMaxPollRecords bounds one poll.
-const DefaultMaxPollRecords = 500
+// Defaults.
+const (
+	// DefaultMaxPollRecords bounds one poll.
+	DefaultMaxPollRecords = 500
+	// DefaultBatchDuration is the handling time one poll aims at.
+	DefaultBatchDuration = time.Second
+)
 
 // Config configures a Consumer.
 type Config struct {
@@ -32,10 +38,23 @@ type Config struct {
 	// MaxPollRecords bounds the records of one poll. Defaults to
 	// DefaultMaxPollRecords.
 	MaxPollRecords int
+	// BatchDuration is the handling time one poll aims at: the adapter
+	// polls about BatchDuration / (the average time one record took)
+	// records, at least 1 and at most MaxPollRecords (the first poll takes
+	// Concurrency records), so that a poll's records are handled and
+	// committed within about BatchDuration whatever the handler's pace.
+	// That bounds what a crash or a rebalance hands to another member
+	// again and, with kgo.BlockRebalanceOnPoll, how long a rebalance waits
+	// for this member (docs/inbox.md). Defaults to DefaultBatchDuration.
+	BatchDuration time.Duration
 	// Concurrency is the number of partitions handled at once; records of
 	// one partition are always handled in order, one at a time. Defaults
 	// to 1.
 	Concurrency int
+	// DrainTimeout is how long the handlers already running may finish
+	// after Run's context ended; then their context is cancelled. Defaults
+	// to consume.DefaultDrainTimeout.
+	DrainTimeout time.Duration
 	// Logger receives warnings (auto-commit on, invalid records, handler
 	// failures). Payloads are never logged. Defaults to a logger that
 	// discards everything.
@@ -57,6 +76,9 @@ type Consumer struct {
 	cfg    Config
 	mode   commitMode
 	logger *slog.Logger
+
+	mu  sync.Mutex
+	avg time.Duration // moving average of one record's handling time
 }
 
 // New returns a Consumer on cl, which must be a consumer-group client; it
@@ -80,11 +102,20 @@ func New(cl *kgo.Client, cfg Config) (*Consumer, error) {
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = 1
 	}
+	if cfg.BatchDuration < 0 {
+		return nil, &consume.ConfigError{Adapter: "kafka", Field: "BatchDuration", Reason: fmt.Sprintf("must not be negative, got %s", cfg.BatchDuration)}
+	}
+	if cfg.BatchDuration == 0 {
+		cfg.BatchDuration = DefaultBatchDuration
+	}
 	b, err := cfg.Backoff.Normalize()
 	if err != nil {
 		return nil, err
 	}
 	cfg.Backoff = b
+	if cfg.DrainTimeout, err = consume.DrainTimeout("kafka", cfg.DrainTimeout); err != nil {
+		return nil, err
+	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -111,12 +142,22 @@ func optBool(cl *kgo.Client, opt any) bool {
 }
 
 // Run polls and handles records until ctx ends or the client is closed. It
-// returns nil then; records handled before are committed. Fetch errors are
-// logged and polling goes on.
+// returns nil then. When ctx ends it stops gracefully: it starts no new
+// record, lets the running handlers finish for up to DrainTimeout (then
+// cancels their context), and commits what was handled, so a restart does
+// not redo it. Fetch errors are logged and polling goes on. With
+// kgo.BlockRebalanceOnPoll, rebalances are allowed after each poll's
+// records are handled and committed, and when Run returns.
 func (c *Consumer) Run(ctx context.Context) error {
+	hctx, stop := drain.Context(ctx, c.cfg.DrainTimeout)
+	defer stop()
+	// A no-op without kgo.BlockRebalanceOnPoll.
+	defer c.cl.AllowRebalance()
 	for {
-		fetches := c.cl.PollRecords(ctx, c.cfg.MaxPollRecords)
+		fetches := c.cl.PollRecords(ctx, c.pollSize())
 		if fetches.IsClientClosed() || ctx.Err() != nil {
+			// Records polled now are not started, not committed: the
+			// member that owns their partition next gets them.
 			return nil
 		}
 		fetches.EachError(func(topic string, p int32, err error) {
@@ -130,54 +171,84 @@ func (c *Consumer) Run(ctx context.Context) error {
 				parts = append(parts, p.Records)
 			}
 		})
-		// Each partition's records in order, up to Concurrency partitions
-		// at once; a partition stops at the first record it could not
-		// handle before ctx ended, so what is committed is a prefix.
-		handled := make([][]*kgo.Record, len(parts))
-		var stopped atomic.Bool
-		sem := make(chan struct{}, c.cfg.Concurrency)
-		var wg sync.WaitGroup
-		for i, recs := range parts {
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				for _, r := range recs {
-					if !c.handle(ctx, r) {
-						stopped.Store(true)
-						return
-					}
-					handled[i] = append(handled[i], r)
-					if c.mode == commitMarks {
-						c.cl.MarkCommitRecords(r)
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		var done []*kgo.Record
-		for _, h := range handled {
-			done = append(done, h...)
-		}
-		if c.mode == commitSync && len(done) > 0 {
-			// WithoutCancel: what was handled is committed even during
-			// shutdown, so a restart does not redo it.
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			err := c.cl.CommitRecords(cctx, done...)
-			cancel()
-			if err != nil {
-				c.logger.WarnContext(ctx, "kafka offset commit failed; the records will be redelivered and deduplicated", "records", len(done), "error", err)
-			}
-		}
-		if stopped.Load() {
+		stopped := c.handleBatch(ctx, hctx, parts)
+		c.cl.AllowRebalance()
+		if stopped {
 			return nil
 		}
 	}
 }
 
+// handleBatch handles each partition's records in order, up to
+// Concurrency partitions at once, and commits what was handled. A
+// partition stops at the first record it could not handle before ctx
+// ended, and no record starts after ctx ended, so what is committed is a
+// prefix. It reports whether ctx ended.
+func (c *Consumer) handleBatch(ctx, hctx context.Context, parts [][]*kgo.Record) (stopped bool) {
+	handled := make([][]*kgo.Record, len(parts))
+	var stop atomic.Bool
+	sem := make(chan struct{}, c.cfg.Concurrency)
+	var wg sync.WaitGroup
+	for i, recs := range parts {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			for _, r := range recs {
+				if ctx.Err() != nil || !c.handle(ctx, hctx, r) {
+					stop.Store(true)
+					return
+				}
+				handled[i] = append(handled[i], r)
+				if c.mode == commitMarks {
+					c.cl.MarkCommitRecords(r)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var done []*kgo.Record
+	for _, h := range handled {
+		done = append(done, h...)
+	}
+	if c.mode == commitSync && len(done) > 0 {
+		// WithoutCancel: what was handled is committed even during
+		// shutdown, so a restart does not redo it.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		err := c.cl.CommitRecords(cctx, done...)
+		cancel()
+		if err != nil {
+			c.logger.WarnContext(ctx, "kafka offset commit failed; the records will be redelivered and deduplicated", "records", len(done), "error", err)
+		}
+	}
+	return stop.Load() || ctx.Err() != nil
+}
+
+// pollSize is the number of records to poll so that handling them takes
+// about BatchDuration at the pace measured so far.
+func (c *Consumer) pollSize() int {
+	c.mu.Lock()
+	avg := c.avg
+	c.mu.Unlock()
+	if avg <= 0 {
+		return min(c.cfg.Concurrency, c.cfg.MaxPollRecords)
+	}
+	return max(1, min(c.cfg.MaxPollRecords, int(c.cfg.BatchDuration/avg)))
+}
+
+// observe folds one record's handling time into the moving average.
+func (c *Consumer) observe(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.avg <= 0 {
+		c.avg = d
+		return
+	}
+	c.avg += (d - c.avg) / 8
+}
+
 // handle runs one record through the inbox, retrying until it succeeds. It
-// returns false when ctx ended first.
-func (c *Consumer) handle(ctx context.Context, r *kgo.Record) bool {
+// returns false when ctx ended first (the record is not handled).
+func (c *Consumer) handle(ctx, hctx context.Context, r *kgo.Record) bool {
 	headers := make(map[string]string, len(r.Headers))
 	for _, h := range r.Headers {
 		headers[h.Key] = string(h.Value)
@@ -190,8 +261,12 @@ func (c *Consumer) handle(ctx context.Context, r *kgo.Record) bool {
 		return true
 	}
 	for attempt := 1; ; attempt++ {
-		_, err := c.cfg.Inbox.Handle(ctx, msg, c.cfg.Handler)
-		if err == nil {
+		// Kafka keeps no delivery count: Count is this adapter's attempt.
+		msg.Delivery = inbox.Delivery{Broker: "kafka", Source: r.Topic, Count: attempt, Partition: r.Partition, Offset: r.Offset}
+		start := time.Now()
+		res, err := c.cfg.Inbox.Handle(hctx, msg, c.cfg.Handler)
+		c.observe(time.Since(start))
+		if res.Acknowledge() {
 			return true
 		}
 		if txbox.Classify(err) == txbox.ClassPermanent {

@@ -117,6 +117,17 @@ func TestCommitAfterHandler(t *testing.T) {
 		t.Errorf("Run = %v", err)
 	}
 	env.CheckExactlyOnce(t, ids)
+	// The handler sees where the record sits; Kafka keeps no delivery
+	// count, so Count is the adapter's in-place attempt.
+	ds := env.Deliveries(ids[7])
+	if len(ds) != 3 {
+		t.Fatalf("deliveries of the failing record = %+v, want 3", ds)
+	}
+	for i, d := range ds {
+		if d.Broker != "kafka" || d.Source != topic || d.Count != i+1 || d.Redelivered || d.Partition != ds[0].Partition || d.Offset != ds[0].Offset {
+			t.Errorf("delivery %d = %+v; want attempt %d of the same record", i+1, d, i+1)
+		}
+	}
 	// The failing event ran three times, the duplicates never reached the
 	// handler a second time.
 	if got, want := env.Calls(), n+3; got != want { // the poison event once
@@ -220,5 +231,12 @@ func TestWarnsOnAutoCommit(t *testing.T) {
 	}
 	if _, err := kafka.New(noGroup, kafka.Config{}); err == nil {
 		t.Error("missing Inbox/Handler accepted")
+	}
+	cl := consumer(t, c, "g-cfg", kgo.DisableAutoCommit())
+	for _, cfg := range []kafka.Config{{BatchDuration: -time.Second}, {DrainTimeout: -time.Second}, {MaxPollRecords: -1}, {Concurrency: -1}} {
+		cfg.Inbox, cfg.Handler = env.Inbox, env.Handler
+		if _, err := kafka.New(cl, cfg); !errors.As(err, &ce) {
+			t.Errorf("New(%+v) = %v; want a *consume.ConfigError", cfg, err)
+		}
 	}
 }

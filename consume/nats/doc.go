@@ -1,15 +1,26 @@
-// Package nats feeds an inbox from a NATS JetStream consumer (nats.go's
-// jetstream package): a message is acked only after the inbox handled it
-// (processed or duplicate), naked with a delay growing with its delivery
-// count when the handler failed, and terminated when it carries no event
-// id or the handler returned an error marked txbox.Permanent (a redelivery
-// could not fix either).
+// Package nats feeds an inbox from a NATS JetStream pull consumer
+// (nats.go's jetstream package): a message is acked only after the inbox
+// settled it (processed, duplicate, or a lost effect in non-transactional
+// mode), naked with a delay growing with its delivery count when the
+// handler failed, and terminated when it carries no event id or the
+// handler returned an error marked txbox.Permanent (a redelivery could not
+// fix either).
 //
-// Create the consumer with AckPolicy AckExplicitPolicy and an AckWait
-// longer than the slowest handler: a message not acked within AckWait is
-// redelivered while the first delivery may still be running, which the
-// inbox then absorbs, but at the cost of a second lookup.
+// Create the consumer with AckPolicy AckExplicitPolicy. The adapter pulls
+// one message per idle worker, so no message waits in a client buffer
+// while its ack-wait timer runs, and tells the server the message is in
+// progress while its handler runs: no redelivery without a crash, however
+// slow the handler. Config.PullMaxMessages or PullMaxBytes trade that for
+// fewer round trips (a streamed pull with a client buffer); then size
+// AckWait above ceil(PullMaxMessages / Concurrency) × the longest handler
+// time (docs/inbox.md, "Flow control").
 //
-// The event id is read from the txbox-event-id header, else from
-// Nats-Msg-Id, which txbox's NATS sender sets to the same value.
+// When Run's context ends the adapter drains: it pulls nothing new, lets
+// the running handlers finish for up to Config.DrainTimeout, and waits for
+// the server to confirm their acks before Run returns.
+//
+// The handler sees the delivery count and the stream and consumer
+// sequences in inbox.Message.Delivery. The event id is read from the
+// txbox-event-id header, else from Nats-Msg-Id, which txbox's NATS sender
+// sets to the same value.
 package nats

@@ -2,6 +2,8 @@ package nats_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,7 +19,7 @@ import (
 
 // stream creates a unique stream and durable consumer on the local NATS,
 // deleted when the test ends.
-func stream(t *testing.T) (jetstream.JetStream, string, jetstream.Consumer) {
+func stream(t testing.TB) (jetstream.JetStream, string, jetstream.Consumer) {
 	t.Helper()
 	testenv.RequireTCP(t, "NATS", "127.0.0.1:4222")
 	nc, err := natsgo.Connect(testenv.NATSURL)
@@ -44,7 +46,7 @@ func stream(t *testing.T) (jetstream.JetStream, string, jetstream.Consumer) {
 	return js, subject, cons
 }
 
-func publish(t *testing.T, js jetstream.JetStream, subject string, id txbox.ID, asMsgID bool) {
+func publish(t testing.TB, js jetstream.JetStream, subject string, id txbox.ID, asMsgID bool) {
 	t.Helper()
 	m := natsgo.NewMsg(subject)
 	m.Data = []byte(`{"n":1}`)
@@ -110,6 +112,17 @@ func TestAckAfterHandler(t *testing.T) {
 		t.Errorf("Run = %v", err)
 	}
 	env.CheckExactlyOnce(t, ids)
+	// The handler sees the broker's delivery metadata: the failing event
+	// was delivered three times, each with its JetStream sequences.
+	ds := env.Deliveries(ids[5])
+	if len(ds) != 3 {
+		t.Fatalf("deliveries of the failing event = %+v, want 3", ds)
+	}
+	for i, d := range ds {
+		if d.Broker != "nats" || d.Source != strings.TrimSuffix(subject, ".events") || d.Count != i+1 || d.Redelivered != (i > 0) || d.StreamSeq != 6 || d.ConsumerSeq == 0 {
+			t.Errorf("delivery %d = %+v; want count %d of stream sequence 6", i+1, d, i+1)
+		}
+	}
 	if got := env.Calls(); got != n+3 {
 		t.Errorf("handler calls = %d, want %d (the poison event once)", got, n+3)
 	}
@@ -127,5 +140,23 @@ func TestConfigErrors(t *testing.T) {
 	}
 	if _, err := cnats.New(jc, cnats.Config{Inbox: env.Inbox, Handler: env.Handler, Backoff: consume.Backoff{Min: -1}}); err == nil {
 		t.Error("negative backoff accepted")
+	}
+	for _, tc := range []struct {
+		field string
+		cfg   cnats.Config
+	}{
+		{"Concurrency", cnats.Config{Concurrency: -1}},
+		{"PullMaxMessages", cnats.Config{PullMaxMessages: -1}},
+		{"PullMaxBytes", cnats.Config{PullMaxBytes: -1}},
+		{"PullMaxMessages, PullMaxBytes", cnats.Config{PullMaxMessages: 10, PullMaxBytes: 1 << 20}},
+		{"PullExpiry", cnats.Config{PullExpiry: 500 * time.Millisecond}},
+		{"ProgressInterval", cnats.Config{ProgressInterval: -time.Second}},
+		{"DrainTimeout", cnats.Config{DrainTimeout: -time.Second}},
+	} {
+		tc.cfg.Inbox, tc.cfg.Handler = env.Inbox, env.Handler
+		var ce *consume.ConfigError
+		if _, err := cnats.New(jc, tc.cfg); !errors.As(err, &ce) || ce.Field != tc.field {
+			t.Errorf("%+v: err = %v; want a *consume.ConfigError for %s", tc.cfg, err, tc.field)
+		}
 	}
 }

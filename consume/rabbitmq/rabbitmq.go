@@ -2,6 +2,8 @@ package rabbitmq
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -14,11 +16,9 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consume"
+	"github.com/txbox/txbox/consume/internal/drain"
 	"github.com/txbox/txbox/inbox"
 )
-
-// DefaultPrefetch is the channel's QoS prefetch count.
-const DefaultPrefetch = 32
 
 // ErrDeliveriesClosed is returned by Run when the broker closed the
 // deliveries channel (connection or channel lost, queue deleted). Open a
@@ -33,11 +33,14 @@ type Config struct {
 	Handler inbox.Handler
 	// Queue to consume. Required.
 	Queue string
-	// ConsumerTag names the consumer on the broker. Defaults to one the
-	// broker generates.
+	// ConsumerTag names the consumer on the broker; Run cancels it by
+	// this tag when it stops. Defaults to a unique "txbox-<consumer>-…".
 	ConsumerTag string
-	// Prefetch is the QoS prefetch count: unacked deliveries in flight.
-	// Defaults to DefaultPrefetch.
+	// Prefetch is the QoS prefetch count: unacked deliveries the broker
+	// sends ahead. Deliveries beyond Concurrency wait in the client while
+	// the broker counts them as this consumer's (another consumer of the
+	// queue cannot have them; a crash requeues them all; RabbitMQ's
+	// consumer_timeout runs for them). Defaults to Concurrency.
 	Prefetch int
 	// Concurrency is the number of deliveries handled at once. Above 1,
 	// deliveries of the queue are handled out of order. Defaults to 1.
@@ -46,6 +49,10 @@ type Config struct {
 	// failures of the same event id seen by this consumer. Defaults to
 	// consume.DefaultMinBackoff doubling up to consume.DefaultMaxBackoff.
 	Backoff consume.Backoff
+	// DrainTimeout is how long the handlers already running may finish
+	// after Run's context ended; then their context is cancelled. Defaults
+	// to consume.DefaultDrainTimeout.
+	DrainTimeout time.Duration
 	// Logger receives warnings. Payloads are never logged. Defaults to a
 	// logger that discards everything.
 	Logger *slog.Logger
@@ -65,9 +72,11 @@ type Consumer struct {
 
 // Stats counts how deliveries were settled since New.
 type Stats struct {
-	// Acked deliveries were processed or duplicates.
+	// Acked deliveries were processed, duplicates, or lost effects (see
+	// inbox.Lost).
 	Acked int64
-	// Nacked deliveries failed and were requeued.
+	// Nacked deliveries failed and were requeued, or were handed back
+	// unstarted during a stop.
 	Nacked int64
 	// Rejected deliveries had no usable event id.
 	Rejected int64
@@ -92,20 +101,28 @@ func New(ch *amqp.Channel, cfg Config) (*Consumer, error) {
 	if cfg.Prefetch < 0 {
 		return nil, &consume.ConfigError{Adapter: "rabbitmq", Field: "Prefetch", Reason: fmt.Sprintf("must not be negative, got %d", cfg.Prefetch)}
 	}
-	if cfg.Prefetch == 0 {
-		cfg.Prefetch = DefaultPrefetch
-	}
 	if cfg.Concurrency < 0 {
 		return nil, &consume.ConfigError{Adapter: "rabbitmq", Field: "Concurrency", Reason: fmt.Sprintf("must not be negative, got %d", cfg.Concurrency)}
 	}
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = 1
 	}
+	if cfg.Prefetch == 0 {
+		cfg.Prefetch = cfg.Concurrency
+	}
 	b, err := cfg.Backoff.Normalize()
 	if err != nil {
 		return nil, err
 	}
 	cfg.Backoff = b
+	if cfg.DrainTimeout, err = consume.DrainTimeout("rabbitmq", cfg.DrainTimeout); err != nil {
+		return nil, err
+	}
+	if cfg.ConsumerTag == "" {
+		b := make([]byte, 6)
+		_, _ = rand.Read(b)
+		cfg.ConsumerTag = "txbox-" + cfg.Inbox.Consumer() + "-" + hex.EncodeToString(b)
+	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -113,69 +130,79 @@ func New(ch *amqp.Channel, cfg Config) (*Consumer, error) {
 	return &Consumer{ch: ch, cfg: cfg, logger: logger.With("consumer", cfg.Inbox.Consumer(), "queue", cfg.Queue), failures: map[txbox.ID]int{}}, nil
 }
 
-// Run consumes until ctx ends (it returns nil) or the deliveries channel
-// closes (ErrDeliveriesClosed). Deliveries are handled by Concurrency
-// workers; with one, in order.
+// Run consumes until ctx ends or the deliveries channel closes
+// (ErrDeliveriesClosed). Deliveries are handled by Concurrency workers;
+// with one, in order. When ctx ends Run stops gracefully and returns nil:
+// it cancels the broker consumer (nothing new is delivered), requeues at
+// once the deliveries it holds whose handler did not start, lets the
+// running handlers finish for up to DrainTimeout (then cancels their
+// context), and acks what they handled.
 func (c *Consumer) Run(ctx context.Context) error {
 	if err := c.ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
 		return fmt.Errorf("consume/rabbitmq: qos: %w", err)
 	}
-	deliveries, err := c.ch.ConsumeWithContext(ctx, c.cfg.Queue, c.cfg.ConsumerTag, false, false, false, false, nil)
+	deliveries, err := c.ch.Consume(c.cfg.Queue, c.cfg.ConsumerTag, false, false, false, false, nil)
 	if err != nil {
 		return fmt.Errorf("consume/rabbitmq: consume: %w", err)
 	}
+	hctx, stop := drain.Context(ctx, c.cfg.DrainTimeout)
+	defer stop()
+	// Cancelling the consumer makes amqp091 close deliveries once the
+	// deliveries already received are read.
+	cancelled := make(chan struct{})
+	stopCancel := context.AfterFunc(ctx, func() {
+		defer close(cancelled)
+		if err := c.ch.Cancel(c.cfg.ConsumerTag, false); err != nil {
+			c.logger.WarnContext(ctx, "rabbitmq consumer cancel failed", "error", err)
+		}
+	})
 	var wg sync.WaitGroup
-	var closed atomic.Bool
 	for w := 0; w < c.cfg.Concurrency; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case d, ok := <-deliveries:
-					if !ok {
-						closed.Store(true)
-						return
-					}
-					c.handle(ctx, d)
+		wg.Go(func() {
+			for d := range deliveries {
+				if ctx.Err() != nil {
+					// Stopping: nothing new starts. Requeue it at once for
+					// another consumer.
+					c.settle(ctx, "nack", d.Nack(false, true), &c.nacked)
+					continue
 				}
+				c.handle(ctx, hctx, d)
 			}
-		}()
+		})
 	}
 	wg.Wait()
+	if !stopCancel() {
+		<-cancelled
+	}
 	if ctx.Err() != nil {
-		drain(deliveries)
 		return nil
 	}
-	if closed.Load() {
-		return ErrDeliveriesClosed
-	}
-	return nil
+	return ErrDeliveriesClosed
 }
 
-// drain hands back the deliveries amqp091 already buffered after the
-// consumer was cancelled: requeued at once for another consumer. Leaving
-// them unread would block amqp091's buffer goroutine and with it
-// Channel.Close.
-func drain(deliveries <-chan amqp.Delivery) {
-	t := time.NewTimer(5 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case d, ok := <-deliveries:
-			if !ok {
-				return
-			}
-			_ = d.Nack(false, true)
-		case <-t.C:
-			return
+// delivery is the broker's metadata of d.
+func (c *Consumer) delivery(d amqp.Delivery) inbox.Delivery {
+	out := inbox.Delivery{Broker: "rabbitmq", Source: c.cfg.Queue, Redelivered: d.Redelivered, DeliveryTag: d.DeliveryTag}
+	// Quorum queues count earlier deliveries in x-delivery-count; classic
+	// queues only set the redelivered flag.
+	switch n := d.Headers["x-delivery-count"].(type) {
+	case int64:
+		out.Count = int(n) + 1
+	case int32:
+		out.Count = int(n) + 1
+	case int:
+		out.Count = n + 1
+	default:
+		if !d.Redelivered {
+			out.Count = 1
 		}
 	}
+	return out
 }
 
-func (c *Consumer) handle(ctx context.Context, d amqp.Delivery) {
+// handle runs one delivery through the inbox and settles it. ctx is Run's
+// context (ended: stopping), hctx the handlers' drain context.
+func (c *Consumer) handle(ctx, hctx context.Context, d amqp.Delivery) {
 	headers := make(map[string]string, len(d.Headers))
 	for k, v := range d.Headers {
 		switch v := v.(type) {
@@ -197,16 +224,20 @@ func (c *Consumer) handle(ctx context.Context, d amqp.Delivery) {
 		c.settle(ctx, "reject", d.Reject(false), &c.rejected)
 		return
 	}
-	if _, err := c.cfg.Inbox.Handle(ctx, msg, c.cfg.Handler); err != nil {
-		if txbox.Classify(err) == txbox.ClassPermanent {
-			// The handler says no redelivery can succeed (txbox.Permanent):
-			// reject it to the queue's dead-letter exchange, if any, rather
-			// than requeue it forever.
-			c.logger.ErrorContext(ctx, "rabbitmq delivery rejected by the handler", "event_id", msg.ID, "error", err)
-			c.succeeded(msg.ID)
-			c.settle(ctx, "reject", d.Reject(false), &c.rejected)
-			return
-		}
+	msg.Delivery = c.delivery(d)
+	res, err := c.cfg.Inbox.Handle(hctx, msg, c.cfg.Handler)
+	switch {
+	case res.Acknowledge():
+		c.succeeded(msg.ID)
+		c.settle(ctx, "ack", d.Ack(false), &c.acked)
+	case txbox.Classify(err) == txbox.ClassPermanent:
+		// The handler says no redelivery can succeed (txbox.Permanent):
+		// reject it to the queue's dead-letter exchange, if any, rather
+		// than requeue it forever.
+		c.logger.ErrorContext(ctx, "rabbitmq delivery rejected by the handler", "event_id", msg.ID, "error", err)
+		c.succeeded(msg.ID)
+		c.settle(ctx, "reject", d.Reject(false), &c.rejected)
+	default:
 		n := c.failed(msg.ID)
 		delay := c.cfg.Backoff.Delay(n)
 		c.logger.WarnContext(ctx, "rabbitmq delivery failed; requeueing", "event_id", msg.ID, "failures", n, "requeue_in", delay, "error", err)
@@ -217,10 +248,7 @@ func (c *Consumer) handle(ctx context.Context, d amqp.Delivery) {
 		case <-t.C:
 		}
 		c.settle(ctx, "nack", d.Nack(false, true), &c.nacked)
-		return
 	}
-	c.succeeded(msg.ID)
-	c.settle(ctx, "ack", d.Ack(false), &c.acked)
 }
 
 func (c *Consumer) settle(ctx context.Context, op string, err error, counter *atomic.Int64) {

@@ -151,6 +151,8 @@ func TestConfigErrors(t *testing.T) {
 		{Inbox: env.Inbox, Handler: env.Handler},
 		{Inbox: env.Inbox, Handler: env.Handler, Queue: "q", Prefetch: -1},
 		{Inbox: env.Inbox, Handler: env.Handler, Queue: "q", Backoff: consume.Backoff{Min: time.Second, Max: time.Millisecond}},
+		{Inbox: env.Inbox, Handler: env.Handler, Queue: "q", Concurrency: -1},
+		{Inbox: env.Inbox, Handler: env.Handler, Queue: "q", DrainTimeout: -time.Second},
 	} {
 		var ce *consume.ConfigError
 		if _, err := rabbitmq.New(ch, cfg); !errors.As(err, &ce) {

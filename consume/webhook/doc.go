@@ -5,7 +5,10 @@
 //
 // Status codes tell the sender what to do:
 //
-//   - 200 when the event was processed or is a duplicate (the sender acks);
+//   - 200 when the event was processed or is a duplicate (the sender acks),
+//     and, in non-transactional mode, when the handler failed after the id
+//     was recorded ({"result":"lost"}: a retry would be a duplicate; the
+//     inbox logs the lost effect at ERROR and reports it to its Hook);
 //   - 4xx with a problem-details JSON body (RFC 9457) for a request that a
 //     retry cannot fix: wrong method, no or malformed id, bad or missing
 //     signature, body too large;
@@ -31,4 +34,9 @@
 // (docs/concepts.md). A handler that knows an event can never be
 // processed should still return txbox.Permanent(err): a 422 is never
 // mistaken for an outage, whatever the other events do.
+//
+// Stopping: serve the Handler from an http.Server and stop it with
+// Shutdown(ctx), which takes no new connection and waits for the requests
+// in flight (their context is not cancelled, so a running handler
+// commits); when ctx ends first, Close cancels them. See docs/inbox.md.
 package webhook

@@ -98,7 +98,9 @@ const (
 
 // Response is the JSON body of a 200 response.
 type Response struct {
-	// Result is "processed" or "duplicate".
+	// Result is "processed", "duplicate" or, in non-transactional mode,
+	// "lost" (the handler failed after the id was recorded; see
+	// inbox.Lost).
 	Result  string   `json:"result"`
 	EventID txbox.ID `json:"event_id"`
 }
@@ -143,11 +145,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, Problem{Type: ProblemEventID, Title: "bad event id", Status: http.StatusBadRequest, Detail: err.Error()})
 		return
 	}
+	msg.Delivery = inbox.Delivery{Broker: "webhook"}
 	res, err := h.cfg.Inbox.Handle(r.Context(), msg, h.cfg.Handler)
-	if err != nil {
+	if err != nil && !res.Acknowledge() {
 		h.fail(w, r, msg.ID, err)
 		return
 	}
+	// inbox.Lost (non-transactional mode) is answered 200 "lost": the id
+	// is recorded, so a retry would be a duplicate; the inbox logged it.
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	_ = json.NewEncoder(w).Encode(Response{Result: res.String(), EventID: msg.ID})

@@ -6,17 +6,22 @@ import (
 	"github.com/txbox/txbox/inbox"
 )
 
-// Metrics is a prometheus.Collector fed by an Inbox (as its Hook) and a
-// Cleaner (as its CleanerHook). One Metrics may serve several inboxes.
+// Metrics is a prometheus.Collector fed by an Inbox and a Cleaner, as
+// their inbox.Hook. One Metrics may serve several inboxes. Labels are
+// consumer names and fixed result values, never ids or keys, so the
+// number of series stays bounded.
 type Metrics struct {
-	messages *prometheus.CounterVec
-	cache    *prometheus.CounterVec
-	cleaned  prometheus.Counter
+	inbox.NopHook
+
+	messages    *prometheus.CounterVec
+	redelivered *prometheus.CounterVec
+	cache       *prometheus.CounterVec
+	cleaned     prometheus.Counter
+	cleanupErrs prometheus.Counter
 }
 
 var (
 	_ inbox.Hook           = (*Metrics)(nil)
-	_ inbox.CleanerHook    = (*Metrics)(nil)
 	_ prometheus.Collector = (*Metrics)(nil)
 )
 
@@ -26,46 +31,69 @@ func New() *Metrics {
 	return &Metrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "txbox_inbox_messages_total",
-			Help: "Messages handled by the inbox, by consumer and result (processed, duplicate, failed).",
+			Help: "Messages handled by the inbox, by consumer and result (processed, duplicate, failed, lost).",
+		}, []string{"consumer", "result"}),
+		redelivered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "txbox_inbox_redelivered_total",
+			Help: "Messages the broker delivered again (redelivery flag set or delivery count above 1), by consumer and result: work the broker and the database did twice.",
 		}, []string{"consumer", "result"}),
 		cache: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "txbox_inbox_cache_lookups_total",
-			Help: "Inbox cache lookups, by consumer and result (hit, miss).",
+			Help: "Inbox cache lookups, by consumer and result (hit, miss, error).",
 		}, []string{"consumer", "result"}),
 		cleaned: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "txbox_inbox_cleanup_deleted_total",
 			Help: "Inbox ids deleted by cleanup after the inbox TTL.",
 		}),
+		cleanupErrs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "txbox_inbox_cleanup_errors_total",
+			Help: "Inbox cleanup runs that failed.",
+		}),
 	}
 }
 
-// InboxHandled implements inbox.Hook.
-func (m *Metrics) InboxHandled(consumer string, r inbox.Result, n int) {
-	m.messages.WithLabelValues(consumer, r.String()).Add(float64(n))
+// OnHandled implements inbox.Hook.
+func (m *Metrics) OnHandled(e inbox.HandledEvent) {
+	m.messages.WithLabelValues(e.Consumer, e.Result.String()).Inc()
+	if e.Delivery.IsRedelivery() {
+		m.redelivered.WithLabelValues(e.Consumer, e.Result.String()).Inc()
+	}
 }
 
-// InboxCache implements inbox.Hook.
-func (m *Metrics) InboxCache(consumer string, hit bool) {
+// OnCache implements inbox.Hook.
+func (m *Metrics) OnCache(e inbox.CacheEvent) {
 	res := "miss"
-	if hit {
+	switch {
+	case e.Err != nil:
+		res = "error"
+	case e.Hit:
 		res = "hit"
 	}
-	m.cache.WithLabelValues(consumer, res).Inc()
+	m.cache.WithLabelValues(e.Consumer, res).Inc()
 }
 
-// InboxCleaned implements inbox.CleanerHook.
-func (m *Metrics) InboxCleaned(deleted int) { m.cleaned.Add(float64(deleted)) }
+// OnCleanup implements inbox.Hook.
+func (m *Metrics) OnCleanup(e inbox.CleanupEvent) {
+	m.cleaned.Add(float64(e.Deleted))
+	if e.Err != nil {
+		m.cleanupErrs.Inc()
+	}
+}
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.messages.Describe(ch)
+	m.redelivered.Describe(ch)
 	m.cache.Describe(ch)
 	m.cleaned.Describe(ch)
+	m.cleanupErrs.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.messages.Collect(ch)
+	m.redelivered.Collect(ch)
 	m.cache.Collect(ch)
 	m.cleaned.Collect(ch)
+	m.cleanupErrs.Collect(ch)
 }

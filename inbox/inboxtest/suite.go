@@ -225,8 +225,8 @@ func testNonTransactional(t *testing.T, e *env) {
 		}
 		return errBoom
 	})
-	if r != inbox.Failed || !errors.Is(err, errBoom) {
-		t.Fatalf("Handle = %v, %v; want failed", r, err)
+	if r != inbox.Lost || !errors.Is(err, errBoom) {
+		t.Fatalf("Handle = %v, %v; want lost (the id stays recorded)", r, err)
 	}
 	r, err = in.Handle(ctx, inbox.Message{ID: id}, func(context.Context, any, inbox.Message) error { calls++; return nil })
 	if r != inbox.Duplicate || err != nil {

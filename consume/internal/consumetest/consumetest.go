@@ -18,10 +18,19 @@ type Env struct {
 	Store *sqlite.Driver
 	Inbox *inbox.Inbox
 
-	mu       sync.Mutex
-	failLeft map[txbox.ID]int
-	poison   map[txbox.ID]bool
-	calls    int
+	mu         sync.Mutex
+	failLeft   map[txbox.ID]int
+	poison     map[txbox.ID]bool
+	calls      int
+	deliveries map[txbox.ID][]inbox.Delivery
+}
+
+// Deliveries returns the delivery metadata of every handler call for id,
+// in call order.
+func (e *Env) Deliveries(id txbox.ID) []inbox.Delivery {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]inbox.Delivery(nil), e.deliveries[id]...)
 }
 
 // Poison makes the handler fail every delivery of id with an error marked
@@ -56,7 +65,7 @@ func New(t testing.TB, consumer string) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Env{Store: d, Inbox: in, failLeft: map[txbox.ID]int{}, poison: map[txbox.ID]bool{}}
+	return &Env{Store: d, Inbox: in, failLeft: map[txbox.ID]int{}, poison: map[txbox.ID]bool{}, deliveries: map[txbox.ID][]inbox.Delivery{}}
 }
 
 // FailFirst makes the handler fail the first n deliveries of id.
@@ -78,6 +87,7 @@ func (e *Env) Calls() int {
 func (e *Env) Handler(ctx context.Context, tx any, m inbox.Message) error {
 	e.mu.Lock()
 	e.calls++
+	e.deliveries[m.ID] = append(e.deliveries[m.ID], m.Delivery)
 	fail := e.failLeft[m.ID] > 0
 	if fail {
 		e.failLeft[m.ID]--

@@ -37,22 +37,43 @@ type Pipeline struct {
 	pool *pgxpool.Pool
 	pub  *outbox.Publisher
 
-	mu         sync.Mutex
-	committed  []txbox.ID
-	rolledBack []txbox.ID
-	results    map[inbox.Result]int
+	inbox.NopHook
+
+	mu          sync.Mutex
+	committed   []txbox.ID
+	rolledBack  []txbox.ID
+	results     map[inbox.Result]int
+	redelivered int
+	seen        map[txbox.ID]int
 }
 
-// InboxHandled implements inbox.Hook: it counts results for the oracle's
-// log line.
-func (p *Pipeline) InboxHandled(_ string, r inbox.Result, n int) {
+// OnHandled implements inbox.Hook: it counts results for the oracle's
+// log line, and the messages whose handler started per event id.
+func (p *Pipeline) OnHandled(e inbox.HandledEvent) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.results[r] += n
+	p.results[e.Result]++
+	if e.Delivery.IsRedelivery() {
+		p.redelivered++
+	}
+	p.seen[e.ID]++
 }
 
-// InboxCache implements inbox.Hook.
-func (p *Pipeline) InboxCache(string, bool) {}
+// Redelivered returns how many messages the inbox saw with the broker's
+// redelivery flag set or a delivery count above 1.
+func (p *Pipeline) Redelivered() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.redelivered
+}
+
+// Seen returns how many times the inbox settled a message of id (every
+// result, duplicates included).
+func (p *Pipeline) Seen(id txbox.ID) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.seen[id]
+}
 
 // Results returns how many deliveries the inbox reported per result.
 func (p *Pipeline) Results() map[inbox.Result]int {
@@ -127,7 +148,7 @@ func NewPipeline(t testing.TB, consumer string) *Pipeline {
 	if _, err := pool.Exec(ctx, "CREATE TABLE "+pgx.Identifier{schema, "orders"}.Sanitize()+" (id bigserial PRIMARY KEY, note text)"); err != nil {
 		t.Fatal(err)
 	}
-	p := &Pipeline{Schema: schema, Store: d, pool: pool, results: map[inbox.Result]int{}}
+	p := &Pipeline{Schema: schema, Store: d, pool: pool, results: map[inbox.Result]int{}, seen: map[txbox.ID]int{}}
 	in, err := inbox.New(d, inbox.Config{Consumer: consumer, Hook: p})
 	if err != nil {
 		t.Fatal(err)
@@ -137,6 +158,33 @@ func NewPipeline(t testing.TB, consumer string) *Pipeline {
 		t.Fatal(err)
 	}
 	p.Inbox, p.pub = in, pub
+	return p
+}
+
+// AttachPipeline opens the pipeline whose schema another process (the
+// parent test) created, for a child process: same tables, an inbox named
+// consumer, nothing dropped when t ends.
+func AttachPipeline(t testing.TB, schema, consumer string) *Pipeline {
+	t.Helper()
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	d, err := postgres.New(pool, postgres.Config{Schema: schema, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Pipeline{Schema: schema, Store: d, pool: pool, results: map[inbox.Result]int{}, seen: map[txbox.ID]int{}}
+	if p.Inbox, err = inbox.New(d, inbox.Config{Consumer: consumer, Hook: p}); err != nil {
+		t.Fatal(err)
+	}
 	return p
 }
 
@@ -443,8 +491,8 @@ func (p *Pipeline) WaitDelivered(t testing.TB, within time.Duration) {
 	rolled := len(p.rolledBack)
 	p.mu.Unlock()
 	res := p.Results()
-	t.Logf("oracle: %d committed, %d rolled back; effects: %d ok, 0 lost, %d duplicated, %d unexpected; inbox: %d processed, %d duplicates absorbed, %d failed",
-		len(want), rolled, len(want)-dup, dup, unexpected, res[inbox.Processed], res[inbox.Duplicate], res[inbox.Failed])
+	t.Logf("oracle: %d committed, %d rolled back; effects: %d ok, 0 lost, %d duplicated, %d unexpected; inbox: %d processed, %d duplicates absorbed, %d failed, %d broker redeliveries",
+		len(want), rolled, len(want)-dup, dup, unexpected, res[inbox.Processed], res[inbox.Duplicate], res[inbox.Failed], p.Redelivered())
 	if dup+unexpected > 0 {
 		t.Errorf("effects: %d duplicated, %d unexpected", dup, unexpected)
 	}
