@@ -188,10 +188,8 @@ type Sender struct {
 	partitions int32
 	replicas   int16
 
-	mu     sync.Mutex // guards closed and inflight.Add
-	closed bool
-	// inflight counts running Sends; Close waits for them.
-	inflight sync.WaitGroup
+	// gate admits Sends until Close, which waits for those in flight.
+	gate sender.Gate
 }
 
 var (
@@ -281,14 +279,10 @@ func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return txbox.Transient(fmt.Errorf("kafka sender: %w", txbox.ErrClosed))
+	if err := s.gate.Enter(); err != nil {
+		return txbox.Transient(fmt.Errorf("kafka sender: %w", err))
 	}
-	s.inflight.Add(1)
-	s.mu.Unlock()
-	defer s.inflight.Done()
+	defer s.gate.Leave()
 
 	b := &batch{
 		errs:    make([]error, len(msgs)),
@@ -363,24 +357,12 @@ func (s *Sender) reachable() bool {
 // Sends in flight and flushes what is buffered (bounded by ctx), then
 // closes the client if New created it.
 func (s *Sender) Close(ctx context.Context) error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.gate.Shut() {
 		return nil
 	}
-	s.closed = true
-	s.mu.Unlock()
-	drained := make(chan struct{})
-	go func() {
-		s.inflight.Wait()
-		close(drained)
-	}()
-	var err error
-	select {
-	case <-drained:
+	err := s.gate.Wait(ctx)
+	if err == nil {
 		err = s.cl.Flush(ctx)
-	case <-ctx.Done():
-		err = ctx.Err()
 	}
 	if s.owned {
 		s.cl.Close()

@@ -138,9 +138,8 @@ type Sender struct {
 	lmu     sync.Mutex
 	lookups map[string]*streamLookup // by subject
 
-	mu     sync.Mutex
-	closed bool
-	wg     sync.WaitGroup
+	// gate admits Sends until Close, which waits for those in flight.
+	gate sender.Gate
 }
 
 // streamLookup is one answer to "does a stream bind this subject?".
@@ -399,10 +398,10 @@ func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	if !s.enter() {
-		return txbox.Transient(fmt.Errorf("nats: send: %w", txbox.ErrClosed))
+	if err := s.gate.Enter(); err != nil {
+		return txbox.Transient(fmt.Errorf("nats: send: %w", err))
 	}
-	defer s.wg.Done()
+	defer s.gate.Leave()
 	if err := ctx.Err(); err != nil {
 		return txbox.Transient(fmt.Errorf("nats: not sent: %w", err))
 	}
@@ -518,33 +517,16 @@ func (s *Sender) acquire(ctx context.Context) bool {
 	}
 }
 
-func (s *Sender) enter() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return false
-	}
-	s.wg.Add(1)
-	return true
-}
-
 // Close waits for the Sends in flight to get their acks (bounded by ctx),
 // then releases the publisher and, when New made it, the connection.
 // Later Sends fail with txbox.ErrClosed. Close is idempotent.
 func (s *Sender) Close(ctx context.Context) error {
-	s.mu.Lock()
-	already := s.closed
-	s.closed = true
-	s.mu.Unlock()
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
+	first := s.gate.Shut()
 	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
-		err = fmt.Errorf("nats: close: sends still in flight: %w", ctx.Err())
+	if werr := s.gate.Wait(ctx); werr != nil {
+		err = fmt.Errorf("nats: close: sends still in flight: %w", werr)
 	}
-	if !already {
+	if first {
 		if s.ownConn {
 			// Closing the connection ends the publisher's reply
 			// subscription and status goroutine. CleanupPublisher is not

@@ -189,16 +189,15 @@ type Sender struct {
 	lastDialErr error
 	lastDialAt  time.Time
 	exchanges   map[string]time.Time // exchange -> checked at
-	closed      bool
 
 	// maxBody is the largest body the broker is known to accept, 0 when
 	// unknown: Config.MaxMessageBytes, else the broker version's default,
 	// lowered by a refusal that names the broker's figure.
 	maxBody atomic.Int64
 
-	// inflight counts running Sends; Close waits for them so their
-	// confirms are not cut off.
-	inflight sync.WaitGroup
+	// gate admits Sends until Close, which waits for those in flight so
+	// their confirms are not cut off.
+	gate sender.Gate
 }
 
 var (
@@ -271,7 +270,9 @@ func (s *Sender) dial() (*amqp.Connection, error) {
 // connLocked returns the live connection, dialing when there is none. It
 // is called with s.mu held.
 func (s *Sender) connLocked() (*amqp.Connection, error) {
-	if s.closed {
+	if s.gate.Closed() {
+		// A Send still in flight during Close must not dial a connection
+		// Close would not see.
 		return nil, txbox.Transient(fmt.Errorf("rabbitmq sender: %w", txbox.ErrClosed))
 	}
 	if s.conn != nil && !s.conn.IsClosed() {
@@ -445,14 +446,10 @@ func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return txbox.Transient(fmt.Errorf("rabbitmq sender: %w", txbox.ErrClosed))
+	if err := s.gate.Enter(); err != nil {
+		return txbox.Transient(fmt.Errorf("rabbitmq sender: %w", err))
 	}
-	s.inflight.Add(1)
-	s.mu.Unlock()
-	defer s.inflight.Done()
+	defer s.gate.Leave()
 
 	errs := make([]error, len(msgs))
 	todo := make([]int, 0, len(msgs)) // indexes still to publish
@@ -745,24 +742,12 @@ func (s *Sender) checkExchange(ctx context.Context, name string) error {
 // Sends in flight to get their confirms (bounded by ctx), then closes the
 // connection.
 func (s *Sender) Close(ctx context.Context) error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.gate.Shut() {
 		return nil
 	}
-	s.closed = true
-	s.mu.Unlock()
-
-	drained := make(chan struct{})
-	go func() {
-		s.inflight.Wait()
-		close(drained)
-	}()
 	var waitErr error
-	select {
-	case <-drained:
-	case <-ctx.Done():
-		waitErr = fmt.Errorf("rabbitmq sender: close: sends still in flight: %w", ctx.Err())
+	if err := s.gate.Wait(ctx); err != nil {
+		waitErr = fmt.Errorf("rabbitmq sender: close: sends still in flight: %w", err)
 	}
 
 	s.mu.Lock()

@@ -9,7 +9,6 @@ import (
 	"net"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -138,10 +137,8 @@ type Sender struct {
 	maxLen      int64
 	sendTimeout time.Duration // 0: none
 
-	mu     sync.Mutex // guards closed and inflight.Add
-	closed bool
-	// inflight counts running Sends; Close waits for them.
-	inflight sync.WaitGroup
+	// gate admits Sends until Close, which waits for those in flight.
+	gate sender.Gate
 }
 
 var (
@@ -198,14 +195,10 @@ func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return txbox.Transient(fmt.Errorf("redisstream sender: %w", txbox.ErrClosed))
+	if err := s.gate.Enter(); err != nil {
+		return txbox.Transient(fmt.Errorf("redisstream sender: %w", err))
 	}
-	s.inflight.Add(1)
-	s.mu.Unlock()
-	defer s.inflight.Done()
+	defer s.gate.Leave()
 
 	if err := ctx.Err(); err != nil {
 		return txbox.Transient(fmt.Errorf("%w: %w", ErrUnavailable, err))
@@ -368,23 +361,12 @@ func connectionLost(err error) bool {
 // Sends in flight (bounded by ctx), then closes the client if New created
 // it.
 func (s *Sender) Close(ctx context.Context) error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.gate.Shut() {
 		return nil
 	}
-	s.closed = true
-	s.mu.Unlock()
-	drained := make(chan struct{})
-	go func() {
-		s.inflight.Wait()
-		close(drained)
-	}()
 	var err error
-	select {
-	case <-drained:
-	case <-ctx.Done():
-		err = fmt.Errorf("redisstream sender: close: sends still in flight: %w", ctx.Err())
+	if werr := s.gate.Wait(ctx); werr != nil {
+		err = fmt.Errorf("redisstream sender: close: sends still in flight: %w", werr)
 	}
 	if s.owned {
 		if cerr := s.rdb.Close(); cerr != nil && err == nil && !errors.Is(cerr, redis.ErrClosed) {

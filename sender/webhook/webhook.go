@@ -135,9 +135,8 @@ type Sender struct {
 	sigHeader   string
 	headers     http.Header
 
-	mu     sync.Mutex
-	closed bool
-	wg     sync.WaitGroup
+	// gate admits Sends until Close, which waits for those in flight.
+	gate sender.Gate
 }
 
 var (
@@ -252,10 +251,10 @@ func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	if !s.enter() {
-		return txbox.Transient(fmt.Errorf("webhook: send: %w", txbox.ErrClosed))
+	if err := s.gate.Enter(); err != nil {
+		return txbox.Transient(fmt.Errorf("webhook: send: %w", err))
 	}
-	defer s.wg.Done()
+	defer s.gate.Leave()
 
 	errs := make([]error, len(msgs))
 	var wg sync.WaitGroup
@@ -368,28 +367,12 @@ func result(errs []error) error {
 	return nil
 }
 
-func (s *Sender) enter() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return false
-	}
-	s.wg.Add(1)
-	return true
-}
-
 // Close waits for the Sends in flight (bounded by ctx), then releases idle
 // connections. Later Sends fail with txbox.ErrClosed. Close is idempotent.
 func (s *Sender) Close(ctx context.Context) error {
-	s.mu.Lock()
-	s.closed = true
-	s.mu.Unlock()
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return fmt.Errorf("webhook: close: sends still in flight: %w", ctx.Err())
+	s.gate.Shut()
+	if err := s.gate.Wait(ctx); err != nil {
+		return fmt.Errorf("webhook: close: sends still in flight: %w", err)
 	}
 	if s.ownClient {
 		s.client.CloseIdleConnections()
