@@ -388,19 +388,9 @@ func record(m *sender.Message) *kgo.Record {
 	for k, v := range m.Headers {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
 	}
-	// The relay fills the txbox-* headers; a sender used on its own still
-	// delivers the event's identity.
-	add := func(k, v string) {
-		if _, ok := m.Headers[k]; !ok && v != "" {
-			r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
-		}
-	}
-	add(txbox.HeaderEventID, m.ID.String())
-	add(txbox.HeaderEventType, m.EventType)
-	if _, ok := m.Headers[txbox.HeaderCreatedAt]; !ok && !m.CreatedAt.IsZero() {
-		// Formatted only when missing: it allocates, per message.
-		add(txbox.HeaderCreatedAt, m.CreatedAt.UTC().Format(time.RFC3339Nano))
-	}
+	m.MissingHeaders(func(k, v string) {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
+	})
 	return r
 }
 

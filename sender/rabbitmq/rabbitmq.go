@@ -801,18 +801,10 @@ func publishing(m *sender.Message) amqp.Publishing {
 	for k, v := range m.Headers {
 		h[k] = v
 	}
-	add := func(k, v string) {
-		if _, ok := h[k]; !ok && v != "" {
-			h[k] = v
-		}
+	m.MissingHeaders(func(k, v string) { h[k] = v })
+	if _, ok := h[sender.HeaderKey]; !ok && m.Key != "" {
+		h[sender.HeaderKey] = m.Key
 	}
-	add(txbox.HeaderEventID, m.ID.String())
-	add(txbox.HeaderEventType, m.EventType)
-	if _, ok := m.Headers[txbox.HeaderCreatedAt]; !ok && !m.CreatedAt.IsZero() {
-		// Formatted only when missing: it allocates, per message.
-		add(txbox.HeaderCreatedAt, m.CreatedAt.UTC().Format(time.RFC3339Nano))
-	}
-	add(sender.HeaderKey, m.Key)
 	return amqp.Publishing{
 		Headers:      h,
 		DeliveryMode: amqp.Persistent,

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"slices"
 	"strings"
@@ -266,23 +267,17 @@ func (s *Sender) args(m *sender.Message) (*redis.XAddArgs, error) {
 	h := m.Headers
 	// The relay fills the txbox-* headers; copy the map only when one is
 	// missing (a sender used on its own), never modifying the caller's.
-	needCreated := missing(h, txbox.HeaderCreatedAt) && !m.CreatedAt.IsZero()
-	if missing(h, txbox.HeaderEventID) || missing(h, txbox.HeaderEventType) || needCreated {
-		h = make(map[string]string, len(m.Headers)+3)
-		for k, v := range m.Headers {
-			h[k] = v
-		}
-		add := func(k, v string) {
-			if _, ok := h[k]; !ok && v != "" {
-				h[k] = v
+	copied := false
+	m.MissingHeaders(func(k, v string) {
+		if !copied {
+			h = maps.Clone(m.Headers)
+			if h == nil {
+				h = make(map[string]string, 3)
 			}
+			copied = true
 		}
-		add(txbox.HeaderEventID, m.ID.String())
-		add(txbox.HeaderEventType, m.EventType)
-		if needCreated {
-			add(txbox.HeaderCreatedAt, m.CreatedAt.UTC().Format(time.RFC3339Nano))
-		}
-	}
+		h[k] = v
+	})
 	if h == nil {
 		h = map[string]string{}
 	}
@@ -314,11 +309,6 @@ var unavailableReplies = []string{
 func serverUnavailable(reply string) bool {
 	code, _, _ := strings.Cut(reply, " ")
 	return slices.Contains(unavailableReplies, code)
-}
-
-func missing(h map[string]string, k string) bool {
-	_, ok := h[k]
-	return !ok
 }
 
 // classify sorts the outcome of one XADD.
