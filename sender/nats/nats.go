@@ -408,11 +408,18 @@ func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
 	if !s.nc.IsConnected() {
 		return s.notConnected()
 	}
+	errs := make([]error, len(msgs))
+	futures := s.publishAll(ctx, msgs, errs)
+	s.awaitAcks(ctx, msgs, futures, errs)
+	return sender.Summarize(errs)
+}
+
+// publishAll publishes msgs asynchronously, within MaxPending, and returns
+// their futures (nil for a message not published: errs says why).
+func (s *Sender) publishAll(ctx context.Context, msgs []*sender.Message, errs []error) []jetstream.PubAckFuture {
 	// The server's max_payload, learnt at connect (and at each
 	// reconnect, from the server reached then).
 	maxPayload := s.nc.MaxPayload()
-
-	errs := make([]error, len(msgs))
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	// The stall wait bounds a publish blocked by MaxPending; acks free
 	// room on their own, so it only expires when JetStream stops acking.
@@ -452,6 +459,12 @@ func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
 		}
 		futures[i] = f
 	}
+	return futures
+}
+
+// awaitAcks waits for the ack of each future, or for ctx, and records the
+// failures in errs.
+func (s *Sender) awaitAcks(ctx context.Context, msgs []*sender.Message, futures []jetstream.PubAckFuture, errs []error) {
 	for i, f := range futures {
 		if f == nil {
 			continue
@@ -475,7 +488,6 @@ func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
 			errs[i] = txbox.Transient(fmt.Errorf("nats: ack not received: %w", ctx.Err()))
 		}
 	}
-	return sender.Summarize(errs)
 }
 
 // notConnected is the error of a Send while the connection is down: it

@@ -14,9 +14,29 @@ import (
 	"github.com/txbox/txbox/sender"
 )
 
-// publish publishes msgs[todo] on pc and fills errs with their outcomes.
+// publish publishes msgs[todo] on pc and fills errs with their outcomes:
+// it watches for returns, publishes, waits for the confirms, then marks
+// the returned messages.
 func (s *Sender) publish(ctx context.Context, pc *pubChan, msgs []*sender.Message, todo []int, errs []error) {
-	returned := make([]atomic.Bool, len(msgs))
+	returned, forget := pc.watchReturns(msgs, todo)
+	defer forget()
+	dcs := s.publishAll(ctx, pc, msgs, todo, errs)
+	s.awaitConfirms(ctx, pc, msgs, todo, dcs, errs)
+	pc.sync()
+	for _, i := range todo {
+		if errs[i] == nil && returned[i].Load() {
+			m := msgs[i]
+			errs[i] = txbox.Rejected(fmt.Errorf("%w: no queue bound for exchange %q routing key %q (event %s)",
+				ErrUnroutable, m.Route.Exchange, routingKey(m), m.ID))
+		}
+	}
+}
+
+// watchReturns registers msgs[todo] with pc's return listener: returned[i]
+// is set when the broker returns msgs[i] as unroutable. forget
+// unregisters them.
+func (pc *pubChan) watchReturns(msgs []*sender.Message, todo []int) (returned []atomic.Bool, forget func()) {
+	returned = make([]atomic.Bool, len(msgs))
 	ids := make([]string, len(msgs))
 	pc.rmu.Lock()
 	for _, i := range todo {
@@ -24,7 +44,7 @@ func (s *Sender) publish(ctx context.Context, pc *pubChan, msgs []*sender.Messag
 		pc.pending[ids[i]] = append(pc.pending[ids[i]], &returned[i])
 	}
 	pc.rmu.Unlock()
-	defer func() {
+	return returned, func() {
 		pc.rmu.Lock()
 		for _, i := range todo {
 			fs := slices.DeleteFunc(pc.pending[ids[i]], func(f *atomic.Bool) bool { return f == &returned[i] })
@@ -35,10 +55,16 @@ func (s *Sender) publish(ctx context.Context, pc *pubChan, msgs []*sender.Messag
 			}
 		}
 		pc.rmu.Unlock()
-	}()
+	}
+}
 
+// publishAll publishes msgs[todo] on pc, under its publish lock, and
+// returns their deferred confirms. After the first failed publish the
+// rest are not published: their errs entries get the same error.
+func (s *Sender) publishAll(ctx context.Context, pc *pubChan, msgs []*sender.Message, todo []int, errs []error) []*amqp.DeferredConfirmation {
 	dcs := make([]*amqp.DeferredConfirmation, len(msgs))
 	pc.pub.Lock()
+	defer pc.pub.Unlock()
 	var pubErr error
 	for _, i := range todo {
 		if pubErr == nil {
@@ -59,8 +85,12 @@ func (s *Sender) publish(ctx context.Context, pc *pubChan, msgs []*sender.Messag
 			}
 		}
 	}
-	pc.pub.Unlock()
+	return dcs
+}
 
+// awaitConfirms waits, within ConfirmTimeout and ctx, for the confirm of
+// each published message and records a nack or a lost channel in errs.
+func (s *Sender) awaitConfirms(ctx context.Context, pc *pubChan, msgs []*sender.Message, todo []int, dcs []*amqp.DeferredConfirmation, errs []error) {
 	timer := time.NewTimer(s.cfg.ConfirmTimeout)
 	defer timer.Stop()
 	var waitErr error
@@ -91,14 +121,6 @@ func (s *Sender) publish(ctx context.Context, pc *pubChan, msgs []*sender.Messag
 			} else {
 				errs[i] = txbox.Rejected(fmt.Errorf("%w (event %s)", ErrNacked, msgs[i].ID))
 			}
-		}
-	}
-	pc.sync()
-	for _, i := range todo {
-		if errs[i] == nil && returned[i].Load() {
-			m := msgs[i]
-			errs[i] = txbox.Rejected(fmt.Errorf("%w: no queue bound for exchange %q routing key %q (event %s)",
-				ErrUnroutable, m.Route.Exchange, routingKey(m), m.ID))
 		}
 	}
 }
