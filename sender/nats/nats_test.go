@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/sender"
 	txnats "github.com/txbox/txbox/sender/nats"
 	"github.com/txbox/txbox/sender/sendertest"
@@ -315,25 +316,25 @@ func TestConnectionLogsHideCredentials(t *testing.T) {
 	route := sender.Route{Subject: st.subject()}
 	waitAcked := func() {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for send(t, s, sendertest.NewMessages(1, route))[0] != nil {
-			if time.Now().After(deadline) {
-				t.Fatal("no successful send within 30s")
-			}
-			time.Sleep(50 * time.Millisecond) // polling a condition with a deadline
-		}
+		testenv.WaitFor(t, 30*time.Second, "a successful send", func() bool {
+			return send(t, s, sendertest.NewMessages(1, route))[0] == nil
+		})
 	}
 	waitAcked()
 	p.Down(t)
 	p.Up(t)
 	waitAcked()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(logs.String(), "nats reconnected") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no reconnect logged; logs:\n%s", logs.String())
+	reconnected := false
+	defer func() {
+		// Runs also when WaitFor fails the test: show what was logged.
+		if !reconnected {
+			t.Logf("no reconnect logged; logs:\n%s", logs.String())
 		}
-		time.Sleep(20 * time.Millisecond) // polling a condition with a deadline
-	}
+	}()
+	testenv.WaitFor(t, 10*time.Second, "a reconnect to be logged", func() bool {
+		return strings.Contains(logs.String(), "nats reconnected")
+	})
+	reconnected = true
 	out := logs.String()
 	if !strings.Contains(out, "nats disconnected") {
 		t.Errorf("no disconnect logged; logs:\n%s", out)
@@ -406,13 +407,9 @@ func TestCancelWhileAtMaxPending(t *testing.T) {
 	go func() { done <- s.Send(ctx, msgs) }()
 	// Wait until the first 8 reached the server: the sender is now at
 	// MaxPending, blocked on the ninth.
-	deadline := time.Now().Add(30 * time.Second)
-	for len(st.received(t)) < 1+8 {
-		if time.Now().After(deadline) {
-			t.Fatal("the first messages never reached the server")
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
-	}
+	testenv.WaitFor(t, 30*time.Second, "the first 8 messages to reach the server", func() bool {
+		return len(st.received(t)) >= 1+8
+	})
 	cancel()
 	cancelled := time.Now()
 	var err error
