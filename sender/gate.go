@@ -2,6 +2,7 @@ package sender
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"github.com/txbox/txbox"
@@ -14,7 +15,8 @@ import (
 // would only come back as a retry). The zero value is an open gate; a Gate
 // must not be copied after first use.
 //
-// A sender's Close is then:
+// A sender's Send is then s.gate.Send(ctx, name, msgs, s.send), and its
+// Close:
 //
 //	first := s.gate.Shut()     // later Sends fail with txbox.ErrClosed
 //	err := s.gate.Wait(ctx)    // the Sends in flight finish, or ctx ends
@@ -79,4 +81,19 @@ func (g *Gate) Wait(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// Send is a sender's Send in the gate: an empty batch returns nil at once
+// (nothing to deliver, even after Close); after Shut every message fails
+// with [txbox.ErrClosed], transient, prefixed with name ("kafka sender");
+// otherwise send runs between Enter and Leave, so Close waits for it.
+func (g *Gate) Send(ctx context.Context, name string, msgs []*Message, send func(context.Context, []*Message) error) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	if err := g.Enter(); err != nil {
+		return txbox.Transient(fmt.Errorf("%s: %w", name, err))
+	}
+	defer g.Leave()
+	return send(ctx, msgs)
 }

@@ -76,3 +76,49 @@ func TestGateWaitEndsWithContext(t *testing.T) {
 		t.Fatalf("Wait with a Send inside and a cancelled ctx = %v, want context.Canceled", err)
 	}
 }
+
+func TestGateSend(t *testing.T) {
+	t.Parallel()
+	var g sender.Gate
+	msgs := []*sender.Message{{ID: txbox.NewID()}}
+	inside := make(chan struct{})
+	release := make(chan struct{})
+	sent := make(chan error, 1)
+	go func() {
+		sent <- g.Send(context.Background(), "test sender", msgs, func(_ context.Context, got []*sender.Message) error {
+			if len(got) != 1 || got[0] != msgs[0] {
+				t.Errorf("send got %v, want the batch", got)
+			}
+			close(inside)
+			<-release
+			return nil
+		})
+	}()
+	<-inside
+	g.Shut()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := g.Wait(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait while send runs = %v, want it to wait (context.Canceled)", err)
+	}
+	close(release)
+	if err := <-sent; err != nil {
+		t.Fatalf("Send = %v", err)
+	}
+	if err := g.Wait(context.Background()); err != nil {
+		t.Fatalf("Wait after send returned: %v", err)
+	}
+
+	called := false
+	noSend := func(context.Context, []*sender.Message) error { called = true; return nil }
+	if err := g.Send(context.Background(), "test sender", nil, noSend); err != nil || called {
+		t.Fatalf("empty batch after Shut = %v (send called: %v), want nil without a send", err, called)
+	}
+	err := g.Send(context.Background(), "test sender", msgs, noSend)
+	if !errors.Is(err, txbox.ErrClosed) || txbox.Classify(err) != txbox.ClassTransient || called {
+		t.Fatalf("Send after Shut = %v (send called: %v), want transient txbox.ErrClosed", err, called)
+	}
+	if want := "test sender: " + txbox.ErrClosed.Error(); err.Error() != want {
+		t.Fatalf("Send after Shut = %q, want %q", err, want)
+	}
+}

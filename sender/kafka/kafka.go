@@ -276,14 +276,11 @@ func (b *batch) settle(i int, err error) {
 // *sender.BatchError when only some failed, and a single transient error
 // when the whole batch failed for transient reasons (an outage).
 func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
-	if len(msgs) == 0 {
-		return nil
-	}
-	if err := s.gate.Enter(); err != nil {
-		return txbox.Transient(fmt.Errorf("kafka sender: %w", err))
-	}
-	defer s.gate.Leave()
+	return s.gate.Send(ctx, "kafka sender", msgs, s.send)
+}
 
+// send is Send inside the gate, for a batch that is not empty.
+func (s *Sender) send(ctx context.Context, msgs []*sender.Message) error {
 	b := &batch{
 		errs:    make([]error, len(msgs)),
 		settled: make([]bool, len(msgs)),

@@ -395,13 +395,11 @@ func redactErr(err error, url string) string {
 // Send publishes every message asynchronously, then waits for their acks
 // (see [sender.Sender]).
 func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
-	if len(msgs) == 0 {
-		return nil
-	}
-	if err := s.gate.Enter(); err != nil {
-		return txbox.Transient(fmt.Errorf("nats: send: %w", err))
-	}
-	defer s.gate.Leave()
+	return s.gate.Send(ctx, "nats: send", msgs, s.send)
+}
+
+// send is Send inside the gate, for a batch that is not empty.
+func (s *Sender) send(ctx context.Context, msgs []*sender.Message) error {
 	if err := ctx.Err(); err != nil {
 		return txbox.Transient(fmt.Errorf("nats: not sent: %w", err))
 	}

@@ -235,14 +235,11 @@ func New(cfg Config) (*Sender, error) {
 // when the broker could not be reached or the whole batch failed for that
 // reason.
 func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
-	if len(msgs) == 0 {
-		return nil
-	}
-	if err := s.gate.Enter(); err != nil {
-		return txbox.Transient(fmt.Errorf("rabbitmq sender: %w", err))
-	}
-	defer s.gate.Leave()
+	return s.gate.Send(ctx, "rabbitmq sender", msgs, s.send)
+}
 
+// send is Send inside the gate, for a batch that is not empty.
+func (s *Sender) send(ctx context.Context, msgs []*sender.Message) error {
 	errs := make([]error, len(msgs))
 	todo := make([]int, 0, len(msgs)) // indexes still to publish
 	for i, m := range msgs {

@@ -193,14 +193,11 @@ func NewFromClient(rdb redis.UniversalClient, maxLen int64) *Sender {
 // some failed, and a single transient error when Redis could not be
 // reached.
 func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
-	if len(msgs) == 0 {
-		return nil
-	}
-	if err := s.gate.Enter(); err != nil {
-		return txbox.Transient(fmt.Errorf("redisstream sender: %w", err))
-	}
-	defer s.gate.Leave()
+	return s.gate.Send(ctx, "redisstream sender", msgs, s.send)
+}
 
+// send is Send inside the gate, for a batch that is not empty.
+func (s *Sender) send(ctx context.Context, msgs []*sender.Message) error {
 	if err := ctx.Err(); err != nil {
 		return txbox.Transient(fmt.Errorf("%w: %w", ErrUnavailable, err))
 	}

@@ -265,14 +265,11 @@ func newClient(maxConcurrency int) *http.Client {
 // Send POSTs every message, up to MaxConcurrency at once, and reports the
 // outcome per message (see [sender.Sender]).
 func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
-	if len(msgs) == 0 {
-		return nil
-	}
-	if err := s.gate.Enter(); err != nil {
-		return txbox.Transient(fmt.Errorf("webhook: send: %w", err))
-	}
-	defer s.gate.Leave()
+	return s.gate.Send(ctx, "webhook: send", msgs, s.send)
+}
 
+// send is Send inside the gate, for a batch that is not empty.
+func (s *Sender) send(ctx context.Context, msgs []*sender.Message) error {
 	errs := make([]error, len(msgs))
 	var wg sync.WaitGroup
 	var hmu sync.Mutex
