@@ -133,8 +133,13 @@ log: { level: debug }
 	}
 	type msg struct{ subject, id, typ, tenant, data string }
 	got := map[string]msg{}
-	deadline := time.Now().Add(60 * time.Second)
-	for len(got) < 2 && time.Now().Before(deadline) {
+	defer func() {
+		// Runs also when WaitFor fails the test.
+		if len(got) < 2 {
+			t.Errorf("got %d of 2 events: %+v\nrelay stderr: %s", len(got), got, relayErr)
+		}
+	}()
+	testenv.WaitFor(t, 60*time.Second, "both events on the stream", func() bool {
 		batch, err := cons.Fetch(2, jetstream.FetchMaxWait(time.Second))
 		if err != nil {
 			t.Fatal(err)
@@ -149,10 +154,8 @@ log: { level: debug }
 			t.Fatalf("relay exited early: %v\nstderr: %s", err, relayErr)
 		default:
 		}
-	}
-	if len(got) < 2 {
-		t.Fatalf("got %d of 2 events: %+v\nrelay stderr: %s", len(got), got, relayErr)
-	}
+		return len(got) >= 2
+	})
 	if m := got["order-created"]; m.id != published.ID || m.subject != subj+".orders.created" || m.tenant != "acme" || m.data != `{"order":42}` {
 		t.Errorf("order-created = %+v, want id %s on %s.orders.created", m, published.ID, subj)
 	}
@@ -278,18 +281,23 @@ log: { level: debug }
 		return c
 	}
 	// Wait until delivery is under way, then stop it mid-backlog.
-	deadline := time.Now().Add(60 * time.Second)
-	for count("PROCESSED") < 500 {
-		if time.Now().After(deadline) {
-			_ = relayCmd.Process.Kill()
-			t.Fatalf("relay delivered nothing within 60s: %s", relayErr)
+	delivering := false
+	defer func() {
+		// Runs also when WaitFor fails the test (the cancelled context
+		// then kills the relay).
+		if !delivering {
+			t.Errorf("relay delivered nothing within 60s: %s", relayErr)
 		}
+	}()
+	testenv.WaitFor(t, 60*time.Second, "the relay to deliver 500 events", func() bool {
 		select {
 		case err := <-exited:
 			t.Fatalf("relay exited early: %v: %s", err, relayErr)
-		case <-time.After(20 * time.Millisecond):
+		default:
 		}
-	}
+		return count("PROCESSED") >= 500
+	})
+	delivering = true
 	stopAt := time.Now()
 	if err := relayCmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"github.com/txbox/txbox/consume"
 	"github.com/txbox/txbox/consume/internal/consumetest"
 	"github.com/txbox/txbox/consume/kafka"
+	"github.com/txbox/txbox/internal/testenv"
 )
 
 const topic = "orders"
@@ -105,13 +107,9 @@ func TestCommitAfterHandler(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- cons.Run(ctx) }()
 	env.WaitEffects(t, ids, 60*time.Second)
-	deadline := time.Now().Add(30 * time.Second)
-	for committedTotal(cl) != int64(len(recs)) {
-		if time.Now().After(deadline) {
-			t.Fatalf("committed offsets total %d, want %d", committedTotal(cl), len(recs))
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
-	}
+	testenv.WaitFor(t, 30*time.Second, fmt.Sprintf("committed offsets to total %d", len(recs)), func() bool {
+		return committedTotal(cl) == int64(len(recs))
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run = %v", err)
