@@ -393,9 +393,9 @@ func (p *Pipeline) StartRelayProcess(t testing.TB, testName string, env map[stri
 	return kill
 }
 
-// WaitOutboxAtMost polls (every millisecond, to catch a relay mid-drain)
-// until at most n rows are left in the outbox table: with retention 0 the
-// relay deletes a row when the broker acked it.
+// WaitOutboxAtMost polls until at most n rows are left in the outbox
+// table: with retention 0 the relay deletes a row when the broker acked
+// it.
 func (p *Pipeline) WaitOutboxAtMost(t testing.TB, n int, within time.Duration) {
 	t.Helper()
 	q := "SELECT count(*) FROM " + pgx.Identifier{p.Schema, p.Store.Tables().Outbox}.Sanitize()

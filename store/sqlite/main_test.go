@@ -1,0 +1,12 @@
+package sqlite_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package when a goroutine outlives the tests: a closed store (its write queue included) must leave nothing running.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
