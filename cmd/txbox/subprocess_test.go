@@ -289,7 +289,7 @@ log: { level: debug }
 			t.Errorf("relay delivered nothing within 60s: %s", relayErr)
 		}
 	}()
-	testenv.WaitFor(t, 60*time.Second, "the relay to deliver 500 events", func() bool {
+	testenv.WaitForEvery(t, 60*time.Second, 20*time.Millisecond, "the relay to deliver 500 events", func() bool {
 		select {
 		case err := <-exited:
 			t.Fatalf("relay exited early: %v: %s", err, relayErr)

@@ -107,7 +107,7 @@ func TestCommitAfterHandler(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- cons.Run(ctx) }()
 	env.WaitEffects(t, ids, 60*time.Second)
-	testenv.WaitFor(t, 30*time.Second, fmt.Sprintf("committed offsets to total %d", len(recs)), func() bool {
+	testenv.WaitForEvery(t, 30*time.Second, 10*time.Millisecond, fmt.Sprintf("committed offsets to total %d", len(recs)), func() bool {
 		return committedTotal(cl) == int64(len(recs))
 	})
 	cancel()

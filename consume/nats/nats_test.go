@@ -101,7 +101,7 @@ func TestAckAfterHandler(t *testing.T) {
 			t.Errorf("consumer still has %d pending, %d unacked, %d redelivered", info.NumPending, info.NumAckPending, info.NumRedelivered)
 		}
 	}()
-	testenv.WaitFor(t, 30*time.Second, "the consumer to have nothing pending, unacked or redelivered", func() bool {
+	testenv.WaitForEvery(t, 30*time.Second, 10*time.Millisecond, "the consumer to have nothing pending, unacked or redelivered", func() bool {
 		var err error
 		if info, err = jc.Info(context.Background()); err != nil {
 			t.Fatal(err)

@@ -113,7 +113,7 @@ func TestAckAfterHandler(t *testing.T) {
 			t.Errorf("queue still has %d ready messages; stats %+v", ready, cons.Stats())
 		}
 	}()
-	testenv.WaitFor(t, 30*time.Second, "an empty queue and every message acked, rejected or nacked as planned", func() bool {
+	testenv.WaitForEvery(t, 30*time.Second, 10*time.Millisecond, "an empty queue and every message acked, rejected or nacked as planned", func() bool {
 		st, err := pub.QueueDeclarePassive(q, true, false, false, false, nil)
 		if err != nil {
 			t.Fatal(err)

@@ -97,9 +97,9 @@ func TestConnectionCutMidBatch(t *testing.T) {
 		// The relay keeps retrying (here at once, it would back off)
 		// until every message is acked; then the next round starts on a
 		// live connection.
-		// WaitFor's poll interval stands for the relay's retry backoff,
+		// The poll interval stands for the relay's retry backoff,
 		// shortened: while the sender reconnects, a Send fails at once.
-		testenv.WaitFor(t, 60*time.Second, "every message of the round to be acked", func() bool {
+		testenv.WaitForEvery(t, 60*time.Second, 10*time.Millisecond, "every message of the round to be acked", func() bool {
 			if len(pending) > 0 {
 				resent += len(pending)
 				pending = sendOnce(pending, false)

@@ -316,7 +316,7 @@ func TestConnectionLogsHideCredentials(t *testing.T) {
 	route := sender.Route{Subject: st.subject()}
 	waitAcked := func() {
 		t.Helper()
-		testenv.WaitFor(t, 30*time.Second, "a successful send", func() bool {
+		testenv.WaitForEvery(t, 30*time.Second, 50*time.Millisecond, "a successful send", func() bool {
 			return send(t, s, sendertest.NewMessages(1, route))[0] == nil
 		})
 	}
@@ -331,7 +331,7 @@ func TestConnectionLogsHideCredentials(t *testing.T) {
 			t.Logf("no reconnect logged; logs:\n%s", logs.String())
 		}
 	}()
-	testenv.WaitFor(t, 10*time.Second, "a reconnect to be logged", func() bool {
+	testenv.WaitForEvery(t, 10*time.Second, 20*time.Millisecond, "a reconnect to be logged", func() bool {
 		return strings.Contains(logs.String(), "nats reconnected")
 	})
 	reconnected = true
@@ -407,7 +407,7 @@ func TestCancelWhileAtMaxPending(t *testing.T) {
 	go func() { done <- s.Send(ctx, msgs) }()
 	// Wait until the first 8 reached the server: the sender is now at
 	// MaxPending, blocked on the ninth.
-	testenv.WaitFor(t, 30*time.Second, "the first 8 messages to reach the server", func() bool {
+	testenv.WaitForEvery(t, 30*time.Second, 10*time.Millisecond, "the first 8 messages to reach the server", func() bool {
 		return len(st.received(t)) >= 1+8
 	})
 	cancel()

@@ -18,7 +18,8 @@ import (
 func WaitRecovered(t testing.TB, within time.Duration, probe func() error) {
 	t.Helper()
 	last := ""
-	testenv.WaitFor(t, within, "the sender to recover (a probe Send to succeed)", func() bool {
+	// Every 100ms: the relay's probe interval, shortened.
+	testenv.WaitForEvery(t, within, 100*time.Millisecond, "the sender to recover (a probe Send to succeed)", func() bool {
 		err := probe()
 		if err == nil {
 			return true

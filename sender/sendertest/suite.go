@@ -216,7 +216,7 @@ func waitDelivered(t *testing.T, h Harness, d *Destination, want []*sender.Messa
 			t.Errorf("sendertest: %d of %d acked messages never arrived within %v", missing, len(want), h.deliveryTimeout())
 		}
 	}()
-	testenv.WaitFor(t, h.deliveryTimeout(), fmt.Sprintf("sendertest: all %d acked messages to arrive", len(want)), func() bool {
+	testenv.WaitForEvery(t, h.deliveryTimeout(), 20*time.Millisecond, fmt.Sprintf("sendertest: all %d acked messages to arrive", len(want)), func() bool {
 		got = index(t, d.Received(t))
 		missing = 0
 		for _, m := range want {
@@ -578,7 +578,7 @@ func testCancelStopsSend(t *testing.T, h Harness) {
 	// Cancel once the destination has seen the batch, so Send is waiting
 	// for acks that the latency holds back.
 	// 2 = the warm-up message and at least one of the batch.
-	testenv.WaitFor(t, h.deliveryTimeout(), "sendertest: the batch to reach the destination", func() bool { return len(f.d.Received(t)) >= 2 })
+	testenv.WaitForEvery(t, h.deliveryTimeout(), 10*time.Millisecond, "sendertest: the batch to reach the destination", func() bool { return len(f.d.Received(t)) >= 2 })
 	cancel()
 	cancelled := time.Now()
 	var err error
@@ -639,7 +639,7 @@ func testCloseFlushes(t *testing.T, h Harness) {
 		done <- f.s.Send(ctx, msgs)
 	}()
 	// 2 = the warm-up message and at least one of the batch.
-	testenv.WaitFor(t, h.deliveryTimeout(), "sendertest: the batch to reach the destination", func() bool { return len(f.d.Received(t)) >= 2 })
+	testenv.WaitForEvery(t, h.deliveryTimeout(), 10*time.Millisecond, "sendertest: the batch to reach the destination", func() bool { return len(f.d.Received(t)) >= 2 })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if err := f.s.Close(ctx); err != nil {

@@ -151,7 +151,7 @@ func (e *Env) WaitEffects(t testing.TB, want []txbox.ID, within time.Duration) {
 			t.Errorf("%d of %d events have no effect after %s", missing, len(want), within)
 		}
 	}()
-	testenv.WaitFor(t, within, fmt.Sprintf("all %d events to have an effect", len(want)), func() bool {
+	testenv.WaitForEvery(t, within, 10*time.Millisecond, fmt.Sprintf("all %d events to have an effect", len(want)), func() bool {
 		got := e.Effects(t)
 		missing = 0
 		for _, id := range want {

@@ -393,13 +393,13 @@ func (p *Pipeline) StartRelayProcess(t testing.TB, testName string, env map[stri
 	return kill
 }
 
-// WaitOutboxAtMost polls until at most n rows are left in the outbox
-// table: with retention 0 the relay deletes a row when the broker acked
-// it.
+// WaitOutboxAtMost polls (every millisecond, to catch a relay mid-drain)
+// until at most n rows are left in the outbox table: with retention 0 the
+// relay deletes a row when the broker acked it.
 func (p *Pipeline) WaitOutboxAtMost(t testing.TB, n int, within time.Duration) {
 	t.Helper()
 	q := "SELECT count(*) FROM " + pgx.Identifier{p.Schema, p.Store.Tables().Outbox}.Sanitize()
-	testenv.WaitFor(t, within, fmt.Sprintf("at most %d outbox rows left", n), func() bool {
+	testenv.WaitForEvery(t, within, time.Millisecond, fmt.Sprintf("at most %d outbox rows left", n), func() bool {
 		var left int
 		if err := p.pool.QueryRow(context.Background(), q).Scan(&left); err != nil {
 			t.Fatal(err)
@@ -449,7 +449,7 @@ func (p *Pipeline) WaitDelivered(t testing.TB, within time.Duration) {
 			t.Errorf("%d of %d committed events have no effect after %s (lost so far)", missing, len(want), within)
 		}
 	}()
-	testenv.WaitFor(t, within, fmt.Sprintf("all %d committed events to have an effect", len(want)), func() bool {
+	testenv.WaitForEvery(t, within, 20*time.Millisecond, fmt.Sprintf("all %d committed events to have an effect", len(want)), func() bool {
 		got := p.Effects(t)
 		missing = 0
 		for _, id := range want {
