@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -30,11 +29,11 @@ import (
 
 // child returns a command that runs this test binary as the txbox command
 // (see TestMain).
-func child(t *testing.T, ctx context.Context, args ...string) (*exec.Cmd, *lockedBuffer, *lockedBuffer) {
+func child(t *testing.T, ctx context.Context, args ...string) (*exec.Cmd, *testenv.Buffer, *testenv.Buffer) {
 	t.Helper()
 	cmd := exec.CommandContext(ctx, os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "TXBOX_TEST_RUN_MAIN=1")
-	var stdout, stderr lockedBuffer
+	var stdout, stderr testenv.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	return cmd, &stdout, &stderr
 }
@@ -93,7 +92,7 @@ log: { level: debug }
 	if err := os.WriteFile(cfgPath, []byte(yml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var outputs []*lockedBuffer
+	var outputs []*testenv.Buffer
 	runChild := func(args ...string) string {
 		t.Helper()
 		cmd, stdout, stderr := child(t, ctx, args...)
@@ -196,23 +195,6 @@ log: { level: debug }
 	if strings.Contains(all.String(), canary) {
 		t.Fatalf("the DSN password leaked into the output:\n%s", all.String())
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestSubprocessRelayStopsMidBacklog sends SIGTERM while the relay drains a

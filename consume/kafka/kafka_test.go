@@ -1,13 +1,11 @@
 package kafka_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -179,23 +177,6 @@ func TestRestartResumesFromCommit(t *testing.T) {
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestWarnsOnAutoCommit(t *testing.T) {
 	t.Parallel()
 	c := cluster(t)
@@ -209,7 +190,7 @@ func TestWarnsOnAutoCommit(t *testing.T) {
 		{"disabled", []kgo.Opt{kgo.DisableAutoCommit()}, false},
 		{"marks", []kgo.Opt{kgo.AutoCommitMarks()}, false},
 	} {
-		var logs syncBuffer
+		var logs testenv.Buffer
 		cl := consumer(t, c, "g-"+tc.name, tc.opts...)
 		if _, err := kafka.New(cl, kafka.Config{Inbox: env.Inbox, Handler: env.Handler, Logger: slog.New(slog.NewTextHandler(&logs, nil))}); err != nil {
 			t.Fatal(err)

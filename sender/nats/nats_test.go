@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -278,24 +277,6 @@ func TestHeadersKeepTheirCase(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink safe for the connection's callback goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestConnectionLogsHideCredentials drives a connection through a drop and
 // a reconnect with a password in the URL, and checks the logs report both
 // without the password.
@@ -303,7 +284,7 @@ func TestConnectionLogsHideCredentials(t *testing.T) {
 	t.Parallel()
 	st := newStream(t)
 	p := sendertest.NewProxy(t, natsAddr(t))
-	var logs syncBuffer
+	var logs testenv.Buffer
 	s, err := txnats.New(txnats.Config{
 		URL:           "nats://txbox:s3cr3t-canary@" + p.Addr(),
 		ReconnectWait: 50 * time.Millisecond,
