@@ -103,18 +103,7 @@ func setup(t *testing.T, h Harness, addr func(d *Destination) string) *fixture {
 	if addr != nil {
 		a = addr(d)
 	}
-	s, route := d.Connect(t, a)
-	if s == nil {
-		t.Fatal("sendertest: Connect returned a nil sender")
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := s.Close(ctx); err != nil {
-			t.Errorf("sendertest: Close: %v", err)
-		}
-	})
-	return &fixture{h: h, d: d, s: s, route: route}
+	return setupOn(t, h, d, a)
 }
 
 func faults(t *testing.T, d *Destination) Faults {
