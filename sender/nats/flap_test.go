@@ -28,8 +28,7 @@ func TestConnectionCutMidBatch(t *testing.T) {
 	}
 	st := newStream(t)
 	p := sendertest.NewProxy(t, natsAddr(t))
-	s := newSender(t, p.Addr(), txnats.Config{ReconnectWait: 20 * time.Millisecond, AckTimeout: 5 * time.Second})
-	closeOnCleanup(t, s)
+	s := openSender(t, p.Addr(), txnats.Config{ReconnectWait: 20 * time.Millisecond, AckTimeout: 5 * time.Second})
 	route := sender.Route{Subject: st.subject()}
 
 	var all, pending []*sender.Message

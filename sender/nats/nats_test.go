@@ -25,6 +25,14 @@ func send(t *testing.T, s sender.Sender, msgs []*sender.Message) []error {
 	return sender.Results(s.Send(ctx, msgs), len(msgs))
 }
 
+// openSender is newSender, closed when t ends.
+func openSender(t *testing.T, addr string, cfg txnats.Config) *txnats.Sender {
+	t.Helper()
+	s := newSender(t, addr, cfg)
+	closeOnCleanup(t, s)
+	return s
+}
+
 func closeOnCleanup(t *testing.T, s sender.Sender) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -70,8 +78,7 @@ func TestConnectErrorHidesCredentials(t *testing.T) {
 
 func TestNotConnectedIsTransient(t *testing.T) {
 	t.Parallel()
-	s := newSender(t, sendertest.ClosedAddr(t), txnats.Config{})
-	closeOnCleanup(t, s)
+	s := openSender(t, sendertest.ClosedAddr(t), txnats.Config{})
 	msgs := sendertest.NewMessages(3, sender.Route{Subject: "x.events"})
 	for i, err := range send(t, s, msgs) {
 		if !errors.Is(err, txnats.ErrNotConnected) || txbox.Classify(err) != txbox.ClassTransient {
@@ -86,8 +93,7 @@ func TestNotConnectedIsTransient(t *testing.T) {
 func TestPerMessageFailures(t *testing.T) {
 	t.Parallel()
 	st := newStream(t)
-	s := newSender(t, natsAddr(t), txnats.Config{})
-	closeOnCleanup(t, s)
+	s := openSender(t, natsAddr(t), txnats.Config{})
 	msgs := sendertest.NewMessages(6, sender.Route{Subject: st.subject()})
 	msgs[1].Route.Subject = "nostream_" + st.name + ".events"
 	msgs[2].Route.Subject = ""
@@ -149,8 +155,7 @@ func TestStreamMaxMsgSizeIsPermanent(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("update stream: %v", err)
 	}
-	s := newSender(t, natsAddr(t), txnats.Config{})
-	closeOnCleanup(t, s)
+	s := openSender(t, natsAddr(t), txnats.Config{})
 	msgs := sendertest.NewMessages(2, sender.Route{Subject: st.subject()})
 	msgs[1].Payload = make([]byte, 2048)
 	errs := send(t, s, msgs)
@@ -166,8 +171,7 @@ func TestStreamMaxMsgSizeIsPermanent(t *testing.T) {
 func TestOverServerMaxPayloadIsPermanent(t *testing.T) {
 	t.Parallel()
 	st := newStream(t)
-	s := newSender(t, natsAddr(t), txnats.Config{})
-	closeOnCleanup(t, s)
+	s := openSender(t, natsAddr(t), txnats.Config{})
 	msgs := sendertest.NewMessages(1, sender.Route{Subject: st.subject()})
 	msgs[0].Payload = make([]byte, 64<<20) // beyond any max_payload NATS allows
 	errs := send(t, s, msgs)
@@ -181,8 +185,7 @@ func TestOverServerMaxPayloadIsPermanent(t *testing.T) {
 func TestBatchLargerThanMaxPending(t *testing.T) {
 	t.Parallel()
 	st := newStream(t)
-	s := newSender(t, natsAddr(t), txnats.Config{MaxPending: 8})
-	closeOnCleanup(t, s)
+	s := openSender(t, natsAddr(t), txnats.Config{MaxPending: 8})
 	msgs := sendertest.NewMessages(300, sender.Route{Subject: st.subject()})
 	for i, err := range send(t, s, msgs) {
 		if err != nil {
@@ -198,8 +201,7 @@ func TestAckTimeoutIsTransient(t *testing.T) {
 	t.Parallel()
 	st := newStream(t)
 	p := sendertest.NewProxy(t, natsAddr(t))
-	s := newSender(t, p.Addr(), txnats.Config{AckTimeout: 200 * time.Millisecond})
-	closeOnCleanup(t, s)
+	s := openSender(t, p.Addr(), txnats.Config{AckTimeout: 200 * time.Millisecond})
 	route := sender.Route{Subject: st.subject()}
 	if err := send(t, s, sendertest.NewMessages(1, route))[0]; err != nil {
 		t.Fatalf("warm-up: %v", err)
@@ -254,8 +256,7 @@ func TestNewFromConnLeavesConnOpen(t *testing.T) {
 func TestHeadersKeepTheirCase(t *testing.T) {
 	t.Parallel()
 	st := newStream(t)
-	s := newSender(t, natsAddr(t), txnats.Config{})
-	closeOnCleanup(t, s)
+	s := openSender(t, natsAddr(t), txnats.Config{})
 	msgs := sendertest.NewMessages(1, sender.Route{Subject: st.subject()})
 	msgs[0].Headers["X-MixedCase"] = "v"
 	msgs[0].Key = ""
@@ -328,8 +329,7 @@ func TestConnectionLogsHideCredentials(t *testing.T) {
 func TestNilMessageIsPermanent(t *testing.T) {
 	t.Parallel()
 	st := newStream(t)
-	s := newSender(t, natsAddr(t), txnats.Config{})
-	closeOnCleanup(t, s)
+	s := openSender(t, natsAddr(t), txnats.Config{})
 	msgs := sendertest.NewMessages(2, sender.Route{Subject: st.subject()})
 	msgs[0] = nil
 	errs := send(t, s, msgs)
@@ -356,8 +356,7 @@ func TestStreamFullIsTransient(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("update stream: %v", err)
 	}
-	s := newSender(t, natsAddr(t), txnats.Config{})
-	closeOnCleanup(t, s)
+	s := openSender(t, natsAddr(t), txnats.Config{})
 	errs := send(t, s, sendertest.NewMessages(2, sender.Route{Subject: st.subject()}))
 	if errs[0] != nil {
 		t.Fatalf("first message: %v", errs[0])
@@ -375,8 +374,7 @@ func TestCancelWhileAtMaxPending(t *testing.T) {
 	t.Parallel()
 	st := newStream(t)
 	p := sendertest.NewProxy(t, natsAddr(t))
-	s := newSender(t, p.Addr(), txnats.Config{MaxPending: 8, AckTimeout: 20 * time.Second})
-	closeOnCleanup(t, s)
+	s := openSender(t, p.Addr(), txnats.Config{MaxPending: 8, AckTimeout: 20 * time.Second})
 	route := sender.Route{Subject: st.subject()}
 	if err := send(t, s, sendertest.NewMessages(1, route))[0]; err != nil {
 		t.Fatalf("warm-up: %v", err)
