@@ -1,12 +1,12 @@
 package relay
 
 import (
-	"math"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/sender"
 )
 
@@ -31,13 +31,16 @@ type circuit struct {
 	sender     string
 	dest       string
 	connection bool
-	cfg        CircuitConfig
 	now        func() time.Time
 	// notify is called, outside the lock, with every state change.
 	notify func(CircuitEvent)
 
-	mu       sync.Mutex
-	state    CircuitState
+	mu    sync.Mutex
+	state CircuitState
+	// opens counts the openings since the circuit last closed (the first,
+	// then one per failed probe); the n-th lasts Delay(n) of the
+	// cool-down policy.
+	opens    backoff.Streak
 	coolDown time.Duration // the cool-down of the current or next opening
 	until    time.Time     // end of the current cool-down when open
 	probing  bool          // a probe batch is out (half-open)
@@ -46,8 +49,8 @@ type circuit struct {
 }
 
 func newCircuit(senderName, dest string, connection bool, cfg CircuitConfig, now func() time.Time, notify func(CircuitEvent)) *circuit {
-	return &circuit{sender: senderName, dest: dest, connection: connection, cfg: cfg, now: now, notify: notify,
-		coolDown: cfg.CoolDown, changed: make(chan struct{})}
+	return &circuit{sender: senderName, dest: dest, connection: connection, now: now, notify: notify,
+		opens: backoff.Streak{Policy: cfg.policy()}, coolDown: cfg.CoolDown, changed: make(chan struct{})}
 }
 
 // ticket is a permission to claim returned by allow.
@@ -120,7 +123,8 @@ func (c *circuit) success(probe bool) {
 		return
 	}
 	c.probing = false
-	c.coolDown = c.cfg.CoolDown
+	c.opens.Reset()
+	c.coolDown = c.opens.Policy.Initial
 	c.lastErr = nil
 	ev := c.setLocked(CircuitClosed)
 	c.mu.Unlock()
@@ -132,10 +136,11 @@ func (c *circuit) failure(probe bool, err error) {
 	c.mu.Lock()
 	switch {
 	case c.state == CircuitClosed:
-		c.coolDown = c.cfg.CoolDown
+		c.opens.Reset()
+		c.coolDown = c.opens.Next()
 	case c.state == CircuitHalfOpen && probe:
 		c.probing = false
-		c.coolDown = time.Duration(math.Min(float64(c.coolDown)*c.cfg.Multiplier, float64(c.cfg.MaxCoolDown)))
+		c.coolDown = c.opens.Next()
 	default:
 		// Already open, or a straggler from before the probe: the
 		// current cool-down stands.
@@ -182,7 +187,9 @@ const maxSuspects = 4096
 type gate struct {
 	conn *circuit
 	dest *circuit
-	cfg  CircuitConfig
+	// coolDown is the circuits' cool-down policy, which also paces the
+	// rows put back without an attempt (see judge).
+	coolDown backoff.Policy
 
 	// Evidence that the destination accepts messages, shared by every
 	// poller routed to it. Guarded by mu.
@@ -202,8 +209,8 @@ type suspect struct {
 	// that counted an attempt).
 	since time.Time
 	// free counts the failures since then that counted nothing while the
-	// circuits were closed; the message waits longer after each (see
-	// retryAfter).
+	// circuits were closed; the message waits longer after each: the
+	// free-th wait of the cool-down policy.
 	free int
 }
 
@@ -340,7 +347,7 @@ func (g *gate) judge(t ticket, sent time.Time, ids []txbox.ID, results []error) 
 		}
 		if sender.IsDisconnected(res) {
 			// The connection's fault, not the message's.
-			out[i] = verdict{retryAfter: g.cfg.CoolDown}
+			out[i] = verdict{retryAfter: g.coolDown.Initial}
 			continue
 		}
 		sp, ok := g.suspects[ids[i]]
@@ -354,10 +361,10 @@ func (g *gate) judge(t ticket, sent time.Time, ids []txbox.ID, results []error) 
 			// While a circuit is open it paces the retries; while both
 			// are closed only the row's own wait does, growing with each
 			// failure that showed nothing new.
-			out[i] = verdict{retryAfter: g.cfg.CoolDown}
+			out[i] = verdict{retryAfter: g.coolDown.Initial}
 			if up {
 				sp.free++
-				out[i].retryAfter = g.retryAfter(sp.free)
+				out[i].retryAfter = g.coolDown.Delay(sp.free)
 			}
 		}
 		if !ok && len(g.suspects) >= maxSuspects {
@@ -373,11 +380,12 @@ func (g *gate) judge(t ticket, sent time.Time, ids []txbox.ID, results []error) 
 	return out
 }
 
-// retryAfter is the wait of a row after its n-th transient failure in a
-// row that counted no attempt: the circuit's cool-down schedule.
-func (g *gate) retryAfter(n int) time.Duration {
-	d := float64(g.cfg.CoolDown) * math.Pow(g.cfg.Multiplier, float64(n-1))
-	return time.Duration(math.Min(d, float64(g.cfg.MaxCoolDown)))
+// policy is the cool-down schedule of circuits configured by c: the n-th
+// opening in a row lasts CoolDown × Multiplier^(n-1), capped at
+// MaxCoolDown. A row whose n-th transient failure in a row counted no
+// attempt while the circuits stayed closed waits as long.
+func (c CircuitConfig) policy() backoff.Policy {
+	return backoff.Policy{Initial: c.CoolDown, Multiplier: c.Multiplier, Max: c.MaxCoolDown}
 }
 
 // circuitSet holds every circuit of a relay: one connection circuit per
@@ -411,7 +419,7 @@ func (cs *circuitSet) gate(senderName, dest string) *gate {
 	g := cs.gates[k]
 	if g == nil {
 		g = &gate{
-			cfg:      cs.cfg,
+			coolDown: cs.cfg.policy(),
 			conn:     cs.conns[senderName],
 			dest:     newCircuit(senderName, dest, false, cs.cfg, cs.now, cs.notify),
 			suspects: map[txbox.ID]suspect{},

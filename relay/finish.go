@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/store"
 )
 
@@ -156,8 +157,7 @@ func (p *poller) finishDegrading(items []store.OutboxFinishItem) []*finishPart {
 		// a value. Retry the group as one, not part by part.
 		parts = []*finishPart{{lo: 0, hi: len(items), err: parts[0].err}}
 	}
-	backoff := 50 * time.Millisecond
-	for range finishRetries {
+	for retry := 1; retry <= finishRetries; retry++ {
 		failing := false
 		for _, pt := range parts {
 			failing = failing || pt.err != nil
@@ -165,13 +165,12 @@ func (p *poller) finishDegrading(items []store.OutboxFinishItem) []*finishPart {
 		if !failing || p.r.hardCtx.Err() != nil {
 			break
 		}
-		t := time.NewTimer(backoff)
+		t := time.NewTimer(finishRetry.Delay(retry))
 		select {
 		case <-t.C:
 		case <-p.r.hardCtx.Done():
 		}
 		t.Stop()
-		backoff *= 4
 		for _, pt := range parts {
 			if pt.err == nil {
 				continue
@@ -196,8 +195,10 @@ func anyFinished(parts []*finishPart) bool {
 }
 
 // finishRetries is how many times finishDegrading retries the parts that
-// still fail (after 50ms, 200ms and 800ms).
+// still fail, waiting finishRetry before each: 50ms, 200ms and 800ms.
 const finishRetries = 3
+
+var finishRetry = backoff.Policy{Initial: 50 * time.Millisecond, Multiplier: 4, Max: 800 * time.Millisecond}
 
 // finishSplit handles items (at offset off in the group), whose finish as
 // a whole failed with err: it finishes each half once, splitting a half

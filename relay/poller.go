@@ -5,12 +5,12 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store"
 )
@@ -47,13 +47,15 @@ type poller struct {
 	finishing bool
 	fqueue    []*finishReq
 
-	mu        sync.Mutex
-	lastPoll  time.Time
-	lastErr   string
-	delay     time.Duration
-	inFlight  int
-	helpers   int
-	errStreak int
+	mu       sync.Mutex
+	lastPoll time.Time
+	lastErr  string
+	delay    time.Duration
+	inFlight int
+	helpers  int
+	// claimErrs are the failed claims in a row: the wait after each
+	// (errorBackoff).
+	claimErrs backoff.Streak
 }
 
 func newPoller(r *Relay, s *settings) *poller {
@@ -67,6 +69,8 @@ func newPoller(r *Relay, s *settings) *poller {
 		wakeC:   make(chan struct{}, 1),
 		againC:  make(chan struct{}, 1),
 		slots:   make(chan struct{}, s.inFlight),
+
+		claimErrs: backoff.Streak{Policy: errorBackoff},
 	}
 }
 
@@ -300,8 +304,7 @@ func (p *poller) claimFailed(err error) time.Duration {
 	defer p.mu.Unlock()
 	p.lastPoll = time.Now()
 	p.lastErr = err.Error()
-	p.errStreak++
-	d := min(DefaultErrorBackoff<<min(p.errStreak-1, 16), DefaultErrorMaxBackoff)
+	d := p.claimErrs.Next()
 	p.delay = d
 	p.log.Warn("claim failed; backing off", slog.Any("error", err), slog.Duration("retry_in", d))
 	return d
@@ -312,7 +315,7 @@ func (p *poller) claimSucceeded() {
 	defer p.mu.Unlock()
 	p.lastPoll = time.Now()
 	p.lastErr = ""
-	p.errStreak = 0
+	p.claimErrs.Reset()
 }
 
 func (p *poller) emitPoll(ev PollEvent) {
@@ -417,7 +420,7 @@ func (p *poller) deliver(rows []*store.OutboxRow, t ticket, claimStart time.Time
 				ev.Failed++
 			} else {
 				it.Outcome = store.OutcomeRetry
-				it.RetryAfter = p.s.backoff.delay(row.Attempts+1, rand.Float64)
+				it.RetryAfter = p.s.backoff.policy().Delay(row.Attempts + 1)
 				ev.Retried++
 			}
 		}
