@@ -162,13 +162,13 @@ func (p *poller) finishDegrading(items []store.OutboxFinishItem) []*finishPart {
 		for _, pt := range parts {
 			failing = failing || pt.err != nil
 		}
-		if !failing || p.r.hardCtx.Err() != nil {
+		if !failing || p.deps.hard.Err() != nil {
 			break
 		}
 		t := time.NewTimer(finishRetry.Delay(retry))
 		select {
 		case <-t.C:
-		case <-p.r.hardCtx.Done():
+		case <-p.deps.hard.Done():
 		}
 		t.Stop()
 		for _, pt := range parts {
@@ -204,7 +204,7 @@ var finishRetry = backoff.Policy{Initial: 50 * time.Millisecond, Multiplier: 4, 
 // a whole failed with err: it finishes each half once, splitting a half
 // that fails again.
 func (p *poller) finishSplit(items []store.OutboxFinishItem, off int, err error) []*finishPart {
-	if len(items) == 1 || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || p.r.hardCtx.Err() != nil {
+	if len(items) == 1 || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || p.deps.hard.Err() != nil {
 		return []*finishPart{{lo: off, hi: off + len(items), err: err}}
 	}
 	mid := len(items) / 2
@@ -225,12 +225,12 @@ func (p *poller) finishSplit(items []store.OutboxFinishItem, off int, err error)
 // finishTimeoutAfterDeadline once the relay is past its stop deadline).
 func (p *poller) finishOnce(items []store.OutboxFinishItem) (*store.OutboxFinishResult, error) {
 	timeout := finishTimeout
-	if p.r.hardCtx.Err() != nil {
+	if p.deps.hard.Err() != nil {
 		timeout = finishTimeoutAfterDeadline
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.r.hardCtx), timeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.deps.hard), timeout)
 	defer cancel()
-	return p.r.cfg.Store.OutboxFinish(ctx, &store.OutboxFinishParams{Items: items, DeleteAcked: p.s.retention == 0})
+	return p.deps.store.OutboxFinish(ctx, &store.OutboxFinishParams{Items: items, DeleteAcked: p.s.retention == 0})
 }
 
 // finishBatch records a batch's outcome (items) and reports the batch,
@@ -248,7 +248,7 @@ func (p *poller) finishBatch(items []store.OutboxFinishItem, ev BatchEvent) {
 		p.log.Error("finish failed; rows will be recovered after their lease expires",
 			slog.Int("rows", len(items)), slog.Any("error", ferr))
 	}
-	for _, h := range p.r.cfg.Hooks {
+	for _, h := range p.deps.hooks {
 		h.OnBatch(ev)
 	}
 }

@@ -26,10 +26,36 @@ const probeBatchSize = 10
 // these polls pick it up without waiting for the adaptive delay.
 var wakeFollowUps = []time.Duration{2 * time.Millisecond, 10 * time.Millisecond, 50 * time.Millisecond}
 
+// pollerDeps is what a poller takes from its relay: the relay hands each
+// of its pollers the same (Relay.pollerDeps), and a test can build one
+// without a relay.
+type pollerDeps struct {
+	// store claims and finishes the rows.
+	store pollerStore
+	// hooks receive the poller's PollEvents and BatchEvents.
+	hooks []Hook
+	// log is the relay's logger; the poller adds its type and sender.
+	log *slog.Logger
+	// circuits hold the gate of every destination.
+	circuits *circuitSet
+	// run ends when Stop begins: no new claims. hard ends when Stop's
+	// context expires: sends in flight abort, finishes get a short
+	// bound.
+	run, hard context.Context
+	// wg counts the poller's goroutines; Stop waits for them.
+	wg *sync.WaitGroup
+}
+
+// pollerStore is the part of store.Driver a poller uses.
+type pollerStore interface {
+	OutboxClaim(ctx context.Context, params *store.OutboxClaimParams) ([]*store.OutboxRow, error)
+	OutboxFinish(ctx context.Context, params *store.OutboxFinishParams) (*store.OutboxFinishResult, error)
+}
+
 // poller claims, sends and finishes the rows of one event type.
 type poller struct {
-	r *Relay
-	s *settings
+	deps pollerDeps
+	s    *settings
 	// dest names the destination the type's route resolves to; circuit
 	// is the gate of that destination and of the sender's connection.
 	dest    string
@@ -58,14 +84,14 @@ type poller struct {
 	claimErrs backoff.Streak
 }
 
-func newPoller(r *Relay, s *settings) *poller {
+func newPoller(deps pollerDeps, s *settings) *poller {
 	dest := sender.DestinationOf(s.sender, s.route)
 	return &poller{
-		r:       r,
+		deps:    deps,
 		s:       s,
 		dest:    dest,
-		circuit: r.circuits.gate(s.senderName, dest),
-		log:     r.log.With(slog.String("event_type", s.eventType), slog.String("sender", s.senderName)),
+		circuit: deps.circuits.gate(s.senderName, dest),
+		log:     deps.log.With(slog.String("event_type", s.eventType), slog.String("sender", s.senderName)),
 		wakeC:   make(chan struct{}, 1),
 		againC:  make(chan struct{}, 1),
 		slots:   make(chan struct{}, s.inFlight),
@@ -93,8 +119,8 @@ func (p *poller) health() TypeHealth {
 // run is the poller's loop: wait, take an in-flight slot, ask the circuit,
 // claim, hand the batch to a goroutine, choose the next delay.
 func (p *poller) run() {
-	defer p.r.wg.Done()
-	ctx := p.r.runCtx
+	defer p.deps.wg.Done()
+	ctx := p.deps.run
 	strategy := newPollStrategy(p.s.polling)
 	var delay time.Duration // no initial delay: poll at once
 	var followUps []time.Duration
@@ -189,10 +215,10 @@ func (p *poller) run() {
 // a select between the stop signal and a free slot picks either at random
 // when both are ready.
 func (p *poller) claim(_ context.Context, limit int) ([]*store.OutboxRow, time.Duration, error) {
-	if p.r.runCtx.Err() != nil {
+	if p.deps.run.Err() != nil {
 		return nil, 0, errStopping
 	}
-	ctx, cancel := context.WithTimeout(p.r.hardCtx, finishTimeout)
+	ctx, cancel := context.WithTimeout(p.deps.hard, finishTimeout)
 	defer cancel()
 	start := time.Now()
 	params := &store.OutboxClaimParams{
@@ -203,7 +229,7 @@ func (p *poller) claim(_ context.Context, limit int) ([]*store.OutboxRow, time.D
 	if p.s.ordering == OrderingKey {
 		params.OrderedByKey, params.KeyRun = true, keyRun(p.s.batchSize, p.s.inFlight)
 	}
-	rows, err := p.r.cfg.Store.OutboxClaim(ctx, params)
+	rows, err := p.deps.store.OutboxClaim(ctx, params)
 	return rows, time.Since(start), err
 }
 
@@ -213,9 +239,9 @@ func (p *poller) dispatch(rows []*store.OutboxRow, t ticket, claimStart time.Tim
 	p.mu.Lock()
 	p.inFlight++
 	p.mu.Unlock()
-	p.r.wg.Add(1)
+	p.deps.wg.Add(1)
 	go func() {
-		defer p.r.wg.Done()
+		defer p.deps.wg.Done()
 		p.deliver(rows, t, claimStart)
 		p.mu.Lock()
 		p.inFlight--
@@ -241,9 +267,9 @@ func (p *poller) startHelper(ctx context.Context) {
 	}
 	p.helpers++
 	p.mu.Unlock()
-	p.r.wg.Add(1)
+	p.deps.wg.Add(1)
 	go func() {
-		defer p.r.wg.Done()
+		defer p.deps.wg.Done()
 		defer func() {
 			p.mu.Lock()
 			p.helpers--
@@ -319,7 +345,7 @@ func (p *poller) claimSucceeded() {
 }
 
 func (p *poller) emitPoll(ev PollEvent) {
-	for _, h := range p.r.cfg.Hooks {
+	for _, h := range p.deps.hooks {
 		h.OnPoll(ev)
 	}
 }
@@ -364,7 +390,7 @@ func (p *poller) deliver(rows []*store.OutboxRow, t ticket, claimStart time.Time
 	var start time.Time
 	leaseLost := !time.Now().Before(deadline)
 	if !leaseLost {
-		sendCtx, cancel := context.WithDeadline(p.r.hardCtx, deadline)
+		sendCtx, cancel := context.WithDeadline(p.deps.hard, deadline)
 		start = time.Now()
 		if p.s.ordering == OrderingKey {
 			err = p.sendOrdered(sendCtx, msgs) // in waves: relay/ordered.go
@@ -377,7 +403,7 @@ func (p *poller) deliver(rows []*store.OutboxRow, t ticket, claimStart time.Time
 		err = errLeaseLost
 		p.log.Warn("lease ran out before the batch was sent; releasing it unsent", slog.Int("rows", len(rows)))
 	}
-	shuttingDown := p.r.hardCtx.Err() != nil || leaseLost
+	shuttingDown := p.deps.hard.Err() != nil || leaseLost
 
 	results := sender.Results(err, len(rows))
 	// The circuits judge the batch, and say which transient failures are
