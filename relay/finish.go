@@ -298,14 +298,3 @@ func (p *poller) splitInvalid(rows []*store.OutboxRow) ([]*store.OutboxRow, []st
 	}
 	return valid, failed
 }
-
-// countUnsent adds the rows splitInvalid took out of the send to ev.
-func countUnsent(ev *BatchEvent, items []store.OutboxFinishItem) {
-	for _, it := range items {
-		if it.Outcome == store.OutcomeFailed {
-			ev.Failed++
-		} else {
-			ev.Released++
-		}
-	}
-}

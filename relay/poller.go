@@ -350,24 +350,40 @@ func (p *poller) emitPoll(ev PollEvent) {
 	}
 }
 
-// deliver sends one claimed batch and finishes it. claimStart is when the
-// claim statement was sent: the lease, taken on the database clock during
-// the statement, ends no earlier than claimStart + lease duration on this
-// process's monotonic clock (which keeps counting while the process is
-// paused, as with SIGSTOP).
+// deliver sends one claimed batch and finishes it, in steps: build the
+// messages, send them within the lease, let the circuits judge the
+// outcome, sort each row into its finish outcome, finish and report.
+// claimStart is when the claim statement was sent: the lease, taken on
+// the database clock during the statement, ends no earlier than
+// claimStart + lease duration on this process's monotonic clock (which
+// keeps counting while the process is paused, as with SIGSTOP).
 func (p *poller) deliver(rows []*store.OutboxRow, t ticket, claimStart time.Time) {
 	rows, invalid := p.splitInvalid(rows)
+	ev := BatchEvent{EventType: p.s.eventType, Sender: p.s.senderName}
+	var items []store.OutboxFinishItem
 	if len(rows) == 0 {
 		p.circuit.abandon(t)
-		ev := BatchEvent{EventType: p.s.eventType, Sender: p.s.senderName}
-		countUnsent(&ev, invalid)
-		p.finishBatch(invalid, ev)
-		return
+	} else {
+		msgs := messages(rows, p.s.route)
+		sent := p.sendWithinLease(msgs, claimStart)
+		ev.SendDuration = sent.took
+		verdicts := p.judgeSent(t, msgs, sent)
+		items = make([]store.OutboxFinishItem, len(rows))
+		for i, row := range rows {
+			items[i] = p.outcome(row, sent.results[i], verdicts[i], sent.stopped)
+		}
+		countOutcomes(&ev, items)
+		p.logRefusals(t, sent, ev, len(rows))
 	}
+	countOutcomes(&ev, invalid)
+	p.finishBatch(append(items, invalid...), ev)
+}
+
+// messages turns claimed rows into the messages to send, with the
+// headers every message carries (docs/concepts.md, "Headers").
+func messages(rows []*store.OutboxRow, route sender.Route) []*sender.Message {
 	msgs := make([]*sender.Message, len(rows))
-	ids := make([]txbox.ID, len(rows))
 	for i, row := range rows {
-		ids[i] = row.ID
 		h := make(map[string]string, len(row.Headers)+3)
 		maps.Copy(h, row.Headers)
 		h[txbox.HeaderEventID] = row.ID.String()
@@ -375,93 +391,125 @@ func (p *poller) deliver(rows []*store.OutboxRow, t ticket, claimStart time.Time
 		h[txbox.HeaderCreatedAt] = row.CreatedAt.UTC().Format(time.RFC3339Nano)
 		msgs[i] = &sender.Message{
 			ID: row.ID, EventType: row.EventType, Key: row.Key, Payload: row.Payload,
-			Headers: h, CreatedAt: row.CreatedAt, Attempt: row.Attempts + 1, Route: p.s.route,
+			Headers: h, CreatedAt: row.CreatedAt, Attempt: row.Attempts + 1, Route: route,
 		}
 	}
+	return msgs
+}
 
-	// The send must end within the lease, with a margin for the finish:
-	// past it another relay may own the rows, so sending would only make
-	// duplicates and our finish would be fenced anyway. A batch whose
-	// lease is already (nearly) over, such as one claimed just before this
-	// process was paused, is not sent at all.
+// sendResult is what came of sending one batch.
+type sendResult struct {
+	// results has one entry per message, nil when it was acked.
+	results []error
+	// start is when Send began, took how long it ran; zero when the
+	// batch was not sent.
+	start time.Time
+	took  time.Duration
+	// stopped is true when the lease ran out before the send or the
+	// relay is past its stop deadline: the outcome says nothing about
+	// the destination, and every row that was not acked is released.
+	stopped bool
+}
+
+// sendWithinLease sends msgs so that the send ends within the lease, with
+// a margin for the finish: past it another relay may own the rows, so
+// sending would only make duplicates and our finish would be fenced
+// anyway. A batch whose lease is already (nearly) over, such as one
+// claimed just before this process was paused, is not sent at all.
+func (p *poller) sendWithinLease(msgs []*sender.Message, claimStart time.Time) sendResult {
 	deadline := claimStart.Add(p.s.leaseDuration - p.s.leaseDuration/10)
+	if !time.Now().Before(deadline) {
+		p.log.Warn("lease ran out before the batch was sent; releasing it unsent", slog.Int("rows", len(msgs)))
+		return sendResult{results: sender.Results(errLeaseLost, len(msgs)), stopped: true}
+	}
+	ctx, cancel := context.WithDeadline(p.deps.hard, deadline)
+	defer cancel()
+	start := time.Now()
 	var err error
-	var took time.Duration
-	var start time.Time
-	leaseLost := !time.Now().Before(deadline)
-	if !leaseLost {
-		sendCtx, cancel := context.WithDeadline(p.deps.hard, deadline)
-		start = time.Now()
-		if p.s.ordering == OrderingKey {
-			err = p.sendOrdered(sendCtx, msgs) // in waves: relay/ordered.go
-		} else {
-			err = p.s.sender.Send(sendCtx, msgs)
-		}
-		took = time.Since(start)
-		cancel()
+	if p.s.ordering == OrderingKey {
+		err = p.sendOrdered(ctx, msgs) // in waves: relay/ordered.go
 	} else {
-		err = errLeaseLost
-		p.log.Warn("lease ran out before the batch was sent; releasing it unsent", slog.Int("rows", len(rows)))
+		err = p.s.sender.Send(ctx, msgs)
 	}
-	shuttingDown := p.deps.hard.Err() != nil || leaseLost
+	took := time.Since(start)
+	return sendResult{results: sender.Results(err, len(msgs)), start: start, took: took, stopped: p.deps.hard.Err() != nil}
+}
 
-	results := sender.Results(err, len(rows))
-	// The circuits judge the batch, and say which transient failures are
-	// the message's own fault (they count an attempt); see gate.judge.
-	var verdicts []verdict
-	if shuttingDown {
+// judgeSent lets the circuits judge a sent batch, and returns one verdict
+// per message: they say which transient failures are the message's own
+// fault (they count an attempt); see gate.judge. A batch that was stopped
+// proves nothing and is not judged: its verdicts are all zero.
+func (p *poller) judgeSent(t ticket, msgs []*sender.Message, sent sendResult) []verdict {
+	if sent.stopped {
 		p.circuit.abandon(t)
-	} else {
-		verdicts = p.judge(t, start, ids, results) // unsent ordered rows left out: relay/ordered.go
+		return make([]verdict, len(msgs))
 	}
-	items := make([]store.OutboxFinishItem, len(rows))
-	ev := BatchEvent{EventType: p.s.eventType, Sender: p.s.senderName, SendDuration: took}
-	for i, row := range rows {
-		it := store.OutboxFinishItem{ID: row.ID, LeaseToken: row.LeaseToken}
-		res := results[i]
-		switch {
-		case res == nil:
-			it.Outcome = store.OutcomeAcked
-			ev.Sent++
-		case shuttingDown || (txbox.Classify(res) == txbox.ClassTransient && !verdicts[i].count):
-			// The destination (or this relay) is unavailable: put the
-			// row back without counting an attempt.
-			it.Outcome = store.OutcomeReleased
-			if !shuttingDown {
-				// Wait before the row is due again. When the destination
-				// failed as a whole its circuit is open as well; when
-				// only some messages failed it is not, and this delay
-				// alone keeps them from being hammered.
-				it.RetryAfter = verdicts[i].retryAfter
-			}
-			ev.Released++
-		case txbox.Classify(res) == txbox.ClassPermanent:
-			it.Outcome = store.OutcomeFailed
-			it.Error = errorText(res)
-			ev.Failed++
-		default: // rejected, or failing transiently while the destination accepts others
-			it.Error = errorText(res)
-			if row.Attempts+1 >= p.s.maxAttempts {
-				it.Outcome = store.OutcomeFailed
-				ev.Failed++
-			} else {
-				it.Outcome = store.OutcomeRetry
-				it.RetryAfter = p.s.backoff.policy().Delay(row.Attempts + 1)
-				ev.Retried++
-			}
+	ids := make([]txbox.ID, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	return p.judge(t, sent.start, ids, sent.results) // unsent ordered rows left out: relay/ordered.go
+}
+
+// outcome is the finish of one sent row whose send ended with res (nil:
+// acked), judged v; stopped is sendResult.stopped.
+func (p *poller) outcome(row *store.OutboxRow, res error, v verdict, stopped bool) store.OutboxFinishItem {
+	it := store.OutboxFinishItem{ID: row.ID, LeaseToken: row.LeaseToken}
+	switch {
+	case res == nil:
+		it.Outcome = store.OutcomeAcked
+	case stopped || (txbox.Classify(res) == txbox.ClassTransient && !v.count):
+		// The destination (or this relay) is unavailable: put the row
+		// back without counting an attempt.
+		it.Outcome = store.OutcomeReleased
+		if !stopped {
+			// Wait before the row is due again. When the destination
+			// failed as a whole its circuit is open as well; when only
+			// some messages failed it is not, and this delay alone keeps
+			// them from being hammered.
+			it.RetryAfter = v.retryAfter
 		}
-		items[i] = it
+	case txbox.Classify(res) == txbox.ClassPermanent:
+		it.Outcome = store.OutcomeFailed
+		it.Error = errorText(res)
+	default: // rejected, or failing transiently while the destination accepts others
+		it.Error = errorText(res)
+		if row.Attempts+1 >= p.s.maxAttempts {
+			it.Outcome = store.OutcomeFailed
+		} else {
+			it.Outcome = store.OutcomeRetry
+			it.RetryAfter = p.s.backoff.policy().Delay(row.Attempts + 1)
+		}
 	}
-	if t.probe && !shuttingDown && ev.Released == len(rows) {
-		p.log.Warn("probe batch failed; destination still unavailable", slog.Any("error", firstError(results)))
+	return it
+}
+
+// countOutcomes adds the outcomes of items to ev.
+func countOutcomes(ev *BatchEvent, items []store.OutboxFinishItem) {
+	for _, it := range items {
+		switch it.Outcome {
+		case store.OutcomeAcked:
+			ev.Sent++
+		case store.OutcomeRetry:
+			ev.Retried++
+		case store.OutcomeFailed:
+			ev.Failed++
+		case store.OutcomeReleased:
+			ev.Released++
+		}
+	}
+}
+
+// logRefusals logs a failed probe and messages the destination refused;
+// ev counts the n sent rows' outcomes.
+func (p *poller) logRefusals(t ticket, sent sendResult, ev BatchEvent, n int) {
+	if t.probe && !sent.stopped && ev.Released == n {
+		p.log.Warn("probe batch failed; destination still unavailable", slog.Any("error", firstError(sent.results)))
 	}
 	if ev.Failed > 0 || ev.Retried > 0 {
 		p.log.Info("messages rejected by the destination",
-			slog.Int("retried", ev.Retried), slog.Int("failed", ev.Failed), slog.Any("first_error", firstError(results)))
+			slog.Int("retried", ev.Retried), slog.Int("failed", ev.Failed), slog.Any("first_error", firstError(sent.results)))
 	}
-
-	countUnsent(&ev, invalid)
-	p.finishBatch(append(items, invalid...), ev)
 }
 
 // errStopping is what claim returns once Stop has begun.
