@@ -272,35 +272,58 @@ func (g *gate) abandon(t ticket) {
 // other traffic will open it if it is down. A failure marked
 // sender.Disconnected opens the connection circuit instead.
 func (g *gate) judge(t ticket, sent time.Time, ids []txbox.ID, results []error) []verdict {
-	out := make([]verdict, len(results))
-	acked, answered, transient := 0, 0, 0
-	var firstTransient, firstDisconnected error
-	isTransient := make([]bool, len(results))
+	tl := tallyResults(results)
+	now := time.Now()
+	confirmed, allSuspects, allConfirmed := g.weigh(sent, ids, results, tl)
+	up := g.feed(t, tl, allSuspects, allConfirmed)
+	return g.verdicts(ids, results, tl, confirmed, up, now)
+}
+
+// tally sorts a batch's results: what the destination answered, and the
+// transient failures.
+type tally struct {
+	acked, answered, transient int
+	isTransient                []bool
+	// firstTransient and firstDisconnected are the first transient
+	// failure, and the first one marked sender.Disconnected.
+	firstTransient, firstDisconnected error
+}
+
+func tallyResults(results []error) tally {
+	tl := tally{isTransient: make([]bool, len(results))}
 	for i, res := range results {
 		switch {
 		case res == nil:
-			acked++
+			tl.acked++
 		case txbox.Classify(res) != txbox.ClassTransient:
 			// Rejected or permanent: the destination answered.
-			answered++
+			tl.answered++
 		default:
-			isTransient[i] = true
-			transient++
-			if firstTransient == nil {
-				firstTransient = res
+			tl.isTransient[i] = true
+			tl.transient++
+			if tl.firstTransient == nil {
+				tl.firstTransient = res
 			}
-			if firstDisconnected == nil && sender.IsDisconnected(res) {
-				firstDisconnected = res
+			if tl.firstDisconnected == nil && sender.IsDisconnected(res) {
+				tl.firstDisconnected = res
 			}
 		}
 	}
-	now := time.Now()
+	return tl
+}
 
+// weigh returns, for each transient failure of the batch sent at sent,
+// whether it is confirmed as the message's own (the message was a suspect
+// since before the destination last acknowledged another batch), and
+// whether every one is a suspect or confirmed. It then records the
+// batch's acks as evidence for later batches.
+func (g *gate) weigh(sent time.Time, ids []txbox.ID, results []error, tl tally) (confirmed []bool, allSuspects, allConfirmed bool) {
 	g.mu.Lock()
-	confirmed := make([]bool, len(results))
-	allSuspects, allConfirmed := transient > 0, transient > 0
+	defer g.mu.Unlock()
+	confirmed = make([]bool, len(results))
+	allSuspects, allConfirmed = tl.transient > 0, tl.transient > 0
 	for i := range results {
-		if !isTransient[i] {
+		if !tl.isTransient[i] {
 			continue
 		}
 		sp, ok := g.suspects[ids[i]]
@@ -309,7 +332,7 @@ func (g *gate) judge(t ticket, sent time.Time, ids []txbox.ID, results []error) 
 		allConfirmed = allConfirmed && confirmed[i]
 	}
 	// This batch's acks are evidence for later batches only.
-	if acked > 0 && sent.After(g.lastAckSend) {
+	if tl.acked > 0 && sent.After(g.lastAckSend) {
 		g.lastAckSend = sent
 	}
 	for i, res := range results {
@@ -317,32 +340,42 @@ func (g *gate) judge(t ticket, sent time.Time, ids []txbox.ID, results []error) 
 			delete(g.suspects, ids[i])
 		}
 	}
-	g.mu.Unlock()
+	return confirmed, allSuspects, allConfirmed
+}
 
-	if firstDisconnected != nil {
-		g.conn.failure(t.connProbe, firstDisconnected)
+// feed records the batch in the connection and destination circuits and
+// reports whether both are closed now (and the batch was not cut off by
+// a disconnection).
+func (g *gate) feed(t ticket, tl tally, allSuspects, allConfirmed bool) (up bool) {
+	if tl.firstDisconnected != nil {
+		g.conn.failure(t.connProbe, tl.firstDisconnected)
 	} else {
 		// The sender reached the broker: the connection works.
 		g.conn.success(t.connProbe)
 	}
 	switch {
-	case acked > 0 || answered > 0:
+	case tl.acked > 0 || tl.answered > 0:
 		g.dest.success(t.destProbe)
-	case firstDisconnected != nil:
+	case tl.firstDisconnected != nil:
 		g.dest.abandon(t.destProbe)
 	case allConfirmed, allSuspects && g.dest.closed():
 		// Only messages already known to fail: nothing new about the
 		// destination.
 		g.dest.abandon(t.destProbe)
 	default:
-		g.dest.failure(t.destProbe, firstTransient)
+		g.dest.failure(t.destProbe, tl.firstTransient)
 	}
-	up := firstDisconnected == nil && g.conn.closed() && g.dest.closed()
+	return tl.firstDisconnected == nil && g.conn.closed() && g.dest.closed()
+}
 
+// verdicts judges each transient failure, judged at now, and updates the
+// suspects: see judge.
+func (g *gate) verdicts(ids []txbox.ID, results []error, tl tally, confirmed []bool, up bool, now time.Time) []verdict {
+	out := make([]verdict, len(results))
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for i, res := range results {
-		if !isTransient[i] {
+		if !tl.isTransient[i] {
 			continue
 		}
 		if sender.IsDisconnected(res) {
@@ -367,17 +400,26 @@ func (g *gate) judge(t ticket, sent time.Time, ids []txbox.ID, results []error) 
 				out[i].retryAfter = g.coolDown.Delay(sp.free)
 			}
 		}
-		if !ok && len(g.suspects) >= maxSuspects {
-			for id := range g.suspects {
-				delete(g.suspects, id)
-				if len(g.suspects) < maxSuspects*3/4 {
-					break
-				}
-			}
+		if !ok {
+			g.makeRoomLocked()
 		}
 		g.suspects[ids[i]] = sp
 	}
 	return out
+}
+
+// makeRoomLocked forgets suspects, when there are maxSuspects, down to
+// three quarters of that. g.mu is held.
+func (g *gate) makeRoomLocked() {
+	if len(g.suspects) < maxSuspects {
+		return
+	}
+	for id := range g.suspects {
+		delete(g.suspects, id)
+		if len(g.suspects) < maxSuspects*3/4 {
+			break
+		}
+	}
 }
 
 // policy is the cool-down schedule of circuits configured by c: the n-th
