@@ -121,26 +121,13 @@ func (p *poller) health() TypeHealth {
 func (p *poller) run() {
 	defer p.deps.wg.Done()
 	ctx := p.deps.run
-	strategy := newPollStrategy(p.s.polling)
+	pace := pacing{strategy: newPollStrategy(p.s.polling), ordered: p.s.ordering == OrderingKey}
 	var delay time.Duration // no initial delay: poll at once
-	var followUps []time.Duration
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
-		if delay > 0 {
-			timer.Reset(delay)
-			select {
-			case <-ctx.Done():
-				return
-			case <-timer.C:
-			case <-p.wakeC:
-				strategy.reset()
-				followUps = wakeFollowUps
-				timer.Stop() // Go ≥ 1.23: no stale tick remains after Stop
-			case <-p.againC:
-				strategy.reset()
-				timer.Stop()
-			}
+		if delay > 0 && !p.sleep(ctx, timer, delay, &pace) {
+			return
 		}
 		// Take a slot: at most inFlight batches between claim and finish.
 		select {
@@ -174,20 +161,7 @@ func (p *poller) run() {
 			continue
 		}
 		p.claimSucceeded()
-		delay = strategy.next(len(rows), limit)
-		if p.s.ordering == OrderingKey && len(rows) > 0 && len(rows) < limit {
-			// Limited by keys in flight, not idle: wait no longer than
-			// min-delay, and claim at once when a batch finishes
-			// (batchDone).
-			strategy.reset()
-			delay = strategy.next(0, limit)
-		}
-		if len(rows) == 0 && len(followUps) > 0 {
-			delay = min(delay, followUps[0])
-			followUps = followUps[1:]
-		} else if len(rows) > 0 {
-			followUps = nil
-		}
+		delay = pace.next(len(rows), limit)
 		p.mu.Lock()
 		p.delay = delay
 		p.mu.Unlock()
@@ -202,6 +176,58 @@ func (p *poller) run() {
 			p.startHelper(ctx)
 		}
 	}
+}
+
+// sleep waits delay, or less when the poller is woken or asked to claim
+// again. It returns false when the relay stops.
+func (p *poller) sleep(ctx context.Context, timer *time.Timer, delay time.Duration, pace *pacing) bool {
+	timer.Reset(delay)
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+	case <-p.wakeC:
+		pace.woken()
+		timer.Stop() // Go ≥ 1.23: no stale tick remains after Stop
+	case <-p.againC:
+		pace.strategy.reset()
+		timer.Stop()
+	}
+	return true
+}
+
+// pacing chooses the poller's wait between claims: the polling strategy,
+// and the follow-up polls after a wake-up.
+type pacing struct {
+	strategy pollStrategy
+	// ordered is true for a type delivered in key order.
+	ordered   bool
+	followUps []time.Duration
+}
+
+// woken starts over after a wake-up, with the follow-up polls.
+func (pc *pacing) woken() {
+	pc.strategy.reset()
+	pc.followUps = wakeFollowUps
+}
+
+// next returns the wait after a claim that returned claimed rows of
+// limit.
+func (pc *pacing) next(claimed, limit int) time.Duration {
+	delay := pc.strategy.next(claimed, limit)
+	if pc.ordered && claimed > 0 && claimed < limit {
+		// Limited by keys in flight, not idle: wait no longer than
+		// min-delay, and claim at once when a batch finishes (batchDone).
+		pc.strategy.reset()
+		delay = pc.strategy.next(0, limit)
+	}
+	if claimed == 0 && len(pc.followUps) > 0 {
+		delay = min(delay, pc.followUps[0])
+		pc.followUps = pc.followUps[1:]
+	} else if claimed > 0 {
+		pc.followUps = nil
+	}
+	return delay
 }
 
 // claim runs one claim statement. Stop does not interrupt it (only Stop's
