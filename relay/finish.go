@@ -248,6 +248,9 @@ func (p *poller) finishBatch(items []store.OutboxFinishItem, ev BatchEvent) {
 		p.log.Error("finish failed; rows will be recovered after their lease expires",
 			slog.Int("rows", len(items)), slog.Any("error", ferr))
 	}
+	p.log.Debug("finished",
+		slog.Int("sent", ev.Sent), slog.Int("retried", ev.Retried), slog.Int("failed", ev.Failed), slog.Int("released", ev.Released),
+		slog.Int("fenced", ev.Fenced), slog.Duration("send_took", ev.SendDuration), slog.Duration("took", ev.FinishDuration))
 	for _, h := range p.deps.hooks {
 		h.OnBatch(ev)
 	}

@@ -157,7 +157,7 @@ func (p *poller) run() {
 				return
 			}
 			delay = p.claimFailed(err)
-			p.emitPoll(PollEvent{EventType: p.s.eventType, Limit: limit, NextDelay: delay, Duration: took, Err: err})
+			p.emitPoll(PollEvent{EventType: p.s.eventType, Limit: limit, NextDelay: delay, Duration: took, Err: err}, false)
 			continue
 		}
 		p.claimSucceeded()
@@ -165,7 +165,7 @@ func (p *poller) run() {
 		p.mu.Lock()
 		p.delay = delay
 		p.mu.Unlock()
-		p.emitPoll(PollEvent{EventType: p.s.eventType, Claimed: len(rows), Limit: limit, Full: len(rows) == limit, NextDelay: delay, Duration: took})
+		p.emitPoll(PollEvent{EventType: p.s.eventType, Claimed: len(rows), Limit: limit, Full: len(rows) == limit, NextDelay: delay, Duration: took}, false)
 		if len(rows) == 0 {
 			<-p.slots
 			p.circuit.abandon(t)
@@ -292,7 +292,9 @@ func (p *poller) startHelper(ctx context.Context) {
 		return
 	}
 	p.helpers++
+	helpers := p.helpers
 	p.mu.Unlock()
+	p.log.Debug("backlog; extra claimer started", slog.Int("helpers", helpers))
 	p.deps.wg.Add(1)
 	go func() {
 		defer p.deps.wg.Done()
@@ -319,12 +321,12 @@ func (p *poller) startHelper(ctx context.Context) {
 			if err != nil || len(rows) == 0 {
 				<-p.slots
 				if err != nil && ctx.Err() == nil {
-					p.emitPoll(PollEvent{EventType: p.s.eventType, Limit: p.s.batchSize, Duration: took, Err: err})
+					p.emitPoll(PollEvent{EventType: p.s.eventType, Limit: p.s.batchSize, Duration: took, Err: err}, true)
 				}
 				return
 			}
 			full := len(rows) == p.s.batchSize
-			p.emitPoll(PollEvent{EventType: p.s.eventType, Claimed: len(rows), Limit: p.s.batchSize, Full: full, Duration: took})
+			p.emitPoll(PollEvent{EventType: p.s.eventType, Claimed: len(rows), Limit: p.s.batchSize, Full: full, Duration: took}, true)
 			p.dispatch(rows, t, claimStart)
 			if !full {
 				return
@@ -340,6 +342,7 @@ func (p *poller) maxHelpers() int { return p.s.inFlight / 2 }
 // waitCircuit waits until the circuit may let a claim through. It returns
 // false when the relay stops.
 func (p *poller) waitCircuit(ctx context.Context, t ticket, timer *time.Timer) bool {
+	p.log.Debug("circuit not closed; waiting to claim", slog.String("destination", p.dest), slog.Duration("wait", t.wait))
 	timer.Reset(max(t.wait, time.Millisecond))
 	defer timer.Stop()
 	select {
@@ -370,7 +373,23 @@ func (p *poller) claimSucceeded() {
 	p.claimErrs.Reset()
 }
 
-func (p *poller) emitPoll(ev PollEvent) {
+// emitPoll reports a claim to the hooks, and to the log at debug level
+// (counts and durations only, never payloads). helper is true for the
+// claims of a helper (startHelper), which claims again at once while its
+// batches are full and never waits NextDelay.
+func (p *poller) emitPoll(ev PollEvent, helper bool) {
+	if p.log.Enabled(context.Background(), slog.LevelDebug) {
+		attrs := []slog.Attr{slog.Int("limit", ev.Limit), slog.Int("claimed", ev.Claimed), slog.Duration("took", ev.Duration)}
+		if helper {
+			attrs = append(attrs, slog.Bool("helper", true))
+		} else {
+			attrs = append(attrs, slog.Duration("next_delay", ev.NextDelay))
+		}
+		if ev.Err != nil {
+			attrs = append(attrs, slog.Any("error", ev.Err))
+		}
+		p.log.LogAttrs(context.Background(), slog.LevelDebug, "poll", attrs...)
+	}
 	for _, h := range p.deps.hooks {
 		h.OnPoll(ev)
 	}
