@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,28 +20,29 @@ import (
 	"github.com/txbox/txbox/store/sqlite"
 )
 
-// lockedBuffer collects log output from several goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+// ackSender acknowledges every message and counts them.
+type ackSender struct{ sent atomic.Int64 }
+
+func (s *ackSender) Send(_ context.Context, msgs []*sender.Message) error {
+	s.sent.Add(int64(len(msgs)))
+	return nil
 }
 
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
+func (s *ackSender) Close(context.Context) error { return nil }
+
+// sentHook counts the messages the batches it sees acked.
+type sentHook struct {
+	NopHook
+	sent atomic.Int64
 }
 
-// records returns the JSON log records written so far.
-func (b *lockedBuffer) records(t *testing.T) []map[string]any {
+func (h *sentHook) OnBatch(ev BatchEvent) { h.sent.Add(int64(ev.Sent)) }
+
+// logRecords parses JSON log lines.
+func logRecords(t *testing.T, logs string) []map[string]any {
 	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(b.buf.String()), "\n") {
-		if line == "" {
-			continue
-		}
+	for _, line := range strings.Split(strings.TrimSpace(logs), "\n") {
 		var rec map[string]any
 		if err := json.Unmarshal([]byte(line), &rec); err != nil {
 			t.Fatalf("log line %q: %v", line, err)
@@ -48,50 +50,6 @@ func (b *lockedBuffer) records(t *testing.T) []map[string]any {
 		out = append(out, rec)
 	}
 	return out
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// ackSender acknowledges every message and counts them.
-type ackSender struct {
-	mu   sync.Mutex
-	sent int
-}
-
-func (s *ackSender) Send(_ context.Context, msgs []*sender.Message) error {
-	s.mu.Lock()
-	s.sent += len(msgs)
-	s.mu.Unlock()
-	return nil
-}
-
-func (s *ackSender) Close(context.Context) error { return nil }
-
-// batchHook records BatchEvents.
-type batchHook struct {
-	NopHook
-	mu      sync.Mutex
-	batches []BatchEvent
-}
-
-func (h *batchHook) OnBatch(ev BatchEvent) {
-	h.mu.Lock()
-	h.batches = append(h.batches, ev)
-	h.mu.Unlock()
-}
-
-func (h *batchHook) sent() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	n := 0
-	for _, ev := range h.batches {
-		n += ev.Sent
-	}
-	return n
 }
 
 // TestPollerAlone runs one poller built from its pollerDeps, with no
@@ -132,8 +90,10 @@ func TestPollerAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &lockedBuffer{}
-	hook := &batchHook{}
+	// slog's handler serializes its writes; the buffer is read once
+	// every goroutine of the poller has ended.
+	var logs bytes.Buffer
+	hook := &sentHook{}
 	run, stop := context.WithCancel(ctx)
 	hard, kill := context.WithCancel(ctx)
 	defer kill()
@@ -141,7 +101,7 @@ func TestPollerAlone(t *testing.T) {
 	deps := pollerDeps{
 		store:    d,
 		hooks:    []Hook{hook},
-		log:      slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		log:      slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		circuits: newCircuitSet([]string{"test"}, cfg.Circuit, time.Now, func(CircuitEvent) {}),
 		run:      run,
 		hard:     hard,
@@ -150,7 +110,7 @@ func TestPollerAlone(t *testing.T) {
 	p := newPoller(deps, s)
 	wg.Add(1)
 	go p.run()
-	testenv.WaitFor(t, 10*time.Second, "the batch finished", func() bool { return hook.sent() == n })
+	testenv.WaitFor(t, 10*time.Second, "the batch finished", func() bool { return hook.sent.Load() == n })
 	stop()
 	wg.Wait()
 
@@ -161,15 +121,15 @@ func TestPollerAlone(t *testing.T) {
 	if processed != n {
 		t.Errorf("%d rows processed, want %d", processed, n)
 	}
-	if snd.sent != n {
-		t.Errorf("sender got %d messages, want %d", snd.sent, n)
+	if got := snd.sent.Load(); got != n {
+		t.Errorf("sender got %d messages, want %d", got, n)
 	}
 
 	// The debug log: a poll that claimed the rows, with its next delay,
 	// and the finish, with a count per outcome.
 	var poll, finish map[string]any
 	snake := regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
-	for _, rec := range logs.records(t) {
+	for _, rec := range logRecords(t, logs.String()) {
 		for k := range rec {
 			if !snake.MatchString(k) {
 				t.Errorf("log attribute %q of %q is not snake_case", k, rec["msg"])
@@ -183,7 +143,7 @@ func TestPollerAlone(t *testing.T) {
 		}
 	}
 	if poll == nil {
-		t.Fatalf("no debug poll record with claimed=%d in:\n%s", n, logs)
+		t.Fatalf("no debug poll record with claimed=%d in:\n%s", n, logs.String())
 	}
 	for _, k := range []string{"event_type", "sender", "limit", "took", "next_delay"} {
 		if _, ok := poll[k]; !ok {
@@ -194,7 +154,7 @@ func TestPollerAlone(t *testing.T) {
 		t.Errorf("poll record = %v, want DEBUG, orders, limit %d", poll, DefaultBatchSize)
 	}
 	if finish == nil {
-		t.Fatalf("no debug finished record in:\n%s", logs)
+		t.Fatalf("no debug finished record in:\n%s", logs.String())
 	}
 	want := map[string]float64{"sent": n, "retried": 0, "failed": 0, "released": 0, "fenced": 0}
 	for k, v := range want {
@@ -208,6 +168,6 @@ func TestPollerAlone(t *testing.T) {
 		}
 	}
 	if strings.Contains(logs.String(), secret) {
-		t.Errorf("the log contains a payload:\n%s", logs)
+		t.Errorf("the log contains a payload:\n%s", logs.String())
 	}
 }
