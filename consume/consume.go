@@ -6,6 +6,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/internal/backoff"
 )
 
 // InvalidMessageError is returned for a message that cannot be handled at
@@ -101,11 +102,8 @@ func (b Backoff) Normalize() (Backoff, error) {
 	return b, nil
 }
 
-// Delay returns the delay before retry number attempt (1-based).
+// Delay returns the delay before retry number attempt (1-based):
+// Min × 2^(attempt-1), capped at Max (internal/backoff computes it).
 func (b Backoff) Delay(attempt int) time.Duration {
-	d := b.Min
-	for i := 1; i < attempt && d < b.Max; i++ {
-		d *= 2
-	}
-	return min(d, b.Max)
+	return backoff.Policy{Initial: b.Min, Multiplier: 2, Max: b.Max}.Delay(attempt)
 }

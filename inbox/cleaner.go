@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/store"
 )
 
@@ -246,7 +247,7 @@ func (c *Cleaner) Stop(ctx context.Context) error {
 
 func (c *Cleaner) loop(ctx context.Context, done chan struct{}) {
 	defer close(done)
-	delay := c.cfg.MinDelay
+	idle := 0 // idle or failed runs in a row
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -259,21 +260,20 @@ func (c *Cleaner) loop(ctx context.Context, done chan struct{}) {
 		switch {
 		case err != nil && ctx.Err() == nil:
 			c.logger.ErrorContext(ctx, "inbox cleanup failed", "deleted", n, "error", err)
-			delay = c.grow(delay)
+			idle++
 		case n > 0:
 			c.logger.InfoContext(ctx, "inbox cleanup", "deleted", n)
-			delay = c.cfg.MinDelay
+			idle = 0
 		default: // nothing expired, or another instance holds the lease
-			delay = c.grow(delay)
+			idle++
 		}
-		t.Reset(delay)
+		t.Reset(c.idleDelay(idle))
 	}
 }
 
-func (c *Cleaner) grow(d time.Duration) time.Duration {
-	next := time.Duration(float64(d) * c.cfg.Multiplier)
-	if next > c.cfg.MaxDelay || next < d {
-		next = c.cfg.MaxDelay
-	}
-	return next
+// idleDelay is the wait after idle idle or failed runs in a row: a run
+// that deleted something (idle 0) waits MinDelay, each idle or failed run
+// after it Multiplier times longer, up to MaxDelay.
+func (c *Cleaner) idleDelay(idle int) time.Duration {
+	return backoff.Policy{Initial: c.cfg.MinDelay, Multiplier: c.cfg.Multiplier, Max: c.cfg.MaxDelay}.Delay(idle + 1)
 }

@@ -1,25 +1,15 @@
 package relay
 
-import (
-	"math"
-	"time"
-)
+import "github.com/txbox/txbox/internal/backoff"
 
-// delay returns the wait before retry n (n ≥ 1, the retry after the n-th
-// failed attempt): Delay × Multiplier^(n-1), computed in floating point so
-// large n saturate at Max instead of overflowing, then spread by ±Jitter
-// using rnd (a uniform value in [0, 1)) and capped at Max again.
-func (b BackoffSettings) delay(n int, rnd func() float64) time.Duration {
-	if n < 1 {
-		n = 1
-	}
-	d := float64(b.Delay) * math.Pow(b.Multiplier, float64(n-1))
-	if math.IsInf(d, 0) || math.IsNaN(d) || d > float64(b.Max) {
-		d = float64(b.Max)
-	}
-	if b.Jitter > 0 && rnd != nil {
-		d *= 1 + b.Jitter*(2*rnd()-1)
-		d = math.Min(math.Max(d, 0), float64(b.Max))
-	}
-	return time.Duration(d)
+// policy is the retry schedule of resolved settings b: the wait before
+// retry n (the retry after the n-th failed attempt) is
+// Delay × Multiplier^(n-1), capped at Max, then spread by ±Jitter and
+// capped at Max again (docs/concepts.md; internal/backoff computes it).
+func (b BackoffSettings) policy() backoff.Policy {
+	return backoff.Policy{Initial: b.Delay, Multiplier: b.Multiplier, Max: b.Max, Jitter: b.Jitter}
 }
+
+// errorBackoff is the wait after database errors in a row: a poller's
+// failed claims, the wake-up listener's restarts.
+var errorBackoff = backoff.Policy{Initial: DefaultErrorBackoff, Multiplier: 2, Max: DefaultErrorMaxBackoff}

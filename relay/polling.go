@@ -1,8 +1,9 @@
 package relay
 
 import (
-	"math"
 	"time"
+
+	"github.com/txbox/txbox/internal/backoff"
 )
 
 // pollStrategy chooses the wait before the next claim of one event type
@@ -21,9 +22,7 @@ func newPollStrategy(p PollingSettings) pollStrategy {
 	if p.Mode == PollingFixed {
 		return &fixedPolling{delay: p.Delay}
 	}
-	a := &adaptivePolling{min: p.MinDelay, max: p.MaxDelay, mult: p.Multiplier}
-	a.reset()
-	return a
+	return &adaptivePolling{idle: backoff.Streak{Policy: backoff.Policy{Initial: p.MinDelay, Multiplier: p.Multiplier, Max: p.MaxDelay}}}
 }
 
 // adaptivePolling implements SPEC §4.3. A full batch means a backlog: the
@@ -34,22 +33,20 @@ func newPollStrategy(p PollingSettings) pollStrategy {
 // batch instead of waiting min is deliberate: waiting 250ms after every
 // 200-row batch would cap a drain at 800 events/s.
 type adaptivePolling struct {
-	min, max time.Duration
-	mult     float64
-	cur      float64 // nanoseconds, in floating point so ×1.5 does not drift
+	// idle counts the partial or empty batches since the last full one
+	// (or reset): the n-th waits min × mult^(n-1), capped at max.
+	idle backoff.Streak
 }
 
 func (a *adaptivePolling) next(claimed, limit int) time.Duration {
 	if claimed >= limit {
-		a.cur = float64(a.min)
+		a.idle.Reset()
 		return 0
 	}
-	d := a.cur
-	a.cur = math.Min(a.cur*a.mult, float64(a.max))
-	return time.Duration(d)
+	return a.idle.Next()
 }
 
-func (a *adaptivePolling) reset() { a.cur = float64(a.min) }
+func (a *adaptivePolling) reset() { a.idle.Reset() }
 
 // fixedPolling waits the same delay after every partial or empty batch and
 // claims again at once after a full one.
