@@ -351,12 +351,13 @@ type orderedCursor struct {
 	key      string
 	hasKey   bool
 	due, id  string // due "": sweep from the start
+	peeked   bool   // the last claim peeked: the next one continues the sweep
 	rescanAt time.Time
 }
 
-// sweepRescan restarts the keyless sweep from the oldest row at least this
-// often, so a keyless row that committed behind the sweep waits at most
-// about this long.
+// sweepRescan is how often a claim peeks at the oldest rows while the
+// keyless sweep is under way, so a keyless row that committed behind the
+// sweep waits about this long.
 const sweepRescan = 5 * time.Second
 
 // sweepStart is below every DATETIME(6) value.
@@ -376,16 +377,30 @@ func (d *Driver) orderedCursor(eventType string) *orderedCursor {
 	return c
 }
 
+// start returns the key to walk after and the keyless window's lower
+// bound. Once every sweepRescan, while a sweep is under way, one claim's
+// window starts from the oldest row instead (a peek) and the sweep keeps
+// its position, so it always gets past a long run of blocked rows,
+// however slowly.
 func (c *orderedCursor) start(now time.Time) (after string, hasAfter bool, due, id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !now.Before(c.rescanAt) || c.due == "" {
-		c.due, c.id = "", ""
+	if c.due == "" {
 		return c.key, c.hasKey, sweepStart, ""
 	}
+	if !now.Before(c.rescanAt) && !c.peeked {
+		c.peeked = true
+		c.rescanAt = now.Add(sweepRescan)
+		return c.key, c.hasKey, sweepStart, ""
+	}
+	c.peeked = false
 	return c.key, c.hasKey, c.due, c.id
 }
 
+// claimed records a claim's last key and keyless window. A window that was
+// not full reached the end of the due rows: the sweep starts over.
+// Otherwise the sweep only moves forward (a peek ends behind it). Both
+// values are DATETIME(6) text and canonical ids, which sort as text.
 func (c *orderedCursor) claimed(now time.Time, key string, hasKey bool, window, limit int, due, id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -397,7 +412,7 @@ func (c *orderedCursor) claimed(now time.Time, key string, hasKey bool, window, 
 	case c.due == "":
 		c.due, c.id = due, id
 		c.rescanAt = now.Add(sweepRescan)
-	default:
+	case due > c.due || (due == c.due && id > c.id):
 		c.due, c.id = due, id
 	}
 }
