@@ -5,6 +5,31 @@ import (
 	"time"
 )
 
+// Defaults of the retry backoff settings.
+const (
+	// DefaultBackoffDelay is the delay before the first retry.
+	DefaultBackoffDelay = 10 * time.Second
+	// DefaultBackoffMultiplier gives 10s, 30s, 90s.
+	DefaultBackoffMultiplier = 3.0
+	// DefaultBackoffMax caps one backoff.
+	DefaultBackoffMax = time.Hour
+)
+
+// BackoffSettings configure the delay before retry n:
+// Delay × Multiplier^(n-1), capped by Max, then spread by ±Jitter. Zero
+// fields are unset and inherit.
+type BackoffSettings struct {
+	// Delay before the first retry. Defaults to 10s.
+	Delay time.Duration
+	// Multiplier per further retry; at least 1. Defaults to 3.0.
+	Multiplier float64
+	// Max caps one delay. Defaults to 1h.
+	Max time.Duration
+	// Jitter is the random spread as a fraction in [0, 1]: 0.2 means
+	// ±20%. Defaults to 0 (none).
+	Jitter float64
+}
+
 // delay returns the wait before retry n (n ≥ 1, the retry after the n-th
 // failed attempt): Delay × Multiplier^(n-1), computed in floating point so
 // large n saturate at Max instead of overflowing, then spread by ±Jitter

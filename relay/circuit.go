@@ -10,6 +10,31 @@ import (
 	"github.com/txbox/txbox/sender"
 )
 
+// Defaults of the circuit settings.
+const (
+	// DefaultCircuitCoolDown is the first wait before an open circuit lets a
+	// probe batch through.
+	DefaultCircuitCoolDown = time.Second
+	// DefaultCircuitMaxCoolDown caps the doubling cool-down.
+	DefaultCircuitMaxCoolDown = time.Minute
+	// DefaultCircuitMultiplier grows the cool-down after a failed probe.
+	DefaultCircuitMultiplier = 2.0
+)
+
+// CircuitConfig configures the circuit breakers: one per destination
+// and one per sender's connection (docs/concepts.md, "Outages versus
+// poison").
+type CircuitConfig struct {
+	// CoolDown is the first wait after the circuit opens before a probe
+	// batch is let through. Defaults to 1s.
+	CoolDown time.Duration
+	// MaxCoolDown caps the cool-down. Defaults to 1m.
+	MaxCoolDown time.Duration
+	// Multiplier grows the cool-down after each failed probe; at least 1.
+	// Defaults to 2.
+	Multiplier float64
+}
+
 // Circuits (docs/concepts.md, "Outages versus poison"): every destination
 // (sender name + sender.DestinationOf of the type's route) has a breaker,
 // shared by the pollers of every type routed to it, so one failing route

@@ -18,26 +18,8 @@ import (
 const (
 	// DefaultBatchSize is how many rows one claim takes.
 	DefaultBatchSize = 200
-	// DefaultPollingMode is adaptive polling.
-	DefaultPollingMode = PollingAdaptive
-	// DefaultPollingMinDelay is the adaptive delay after a full batch.
-	DefaultPollingMinDelay = 250 * time.Millisecond
-	// DefaultPollingMaxDelay caps the adaptive delay: the worst pickup wait
-	// of an idle type without wake-ups.
-	DefaultPollingMaxDelay = time.Minute
-	// DefaultPollingMultiplier stretches the adaptive delay after a partial
-	// or empty batch.
-	DefaultPollingMultiplier = 1.5
-	// DefaultPollingDelay is the delay of fixed polling.
-	DefaultPollingDelay = 250 * time.Millisecond
 	// DefaultMaxAttempts is 1 try + 3 retries.
 	DefaultMaxAttempts = 4
-	// DefaultBackoffDelay is the delay before the first retry.
-	DefaultBackoffDelay = 10 * time.Second
-	// DefaultBackoffMultiplier gives 10s, 30s, 90s.
-	DefaultBackoffMultiplier = 3.0
-	// DefaultBackoffMax caps one backoff.
-	DefaultBackoffMax = time.Hour
 	// DefaultLeaseDuration is the max-batch-processing-time: after it a
 	// claimed row may be recovered and claimed by another relay.
 	DefaultLeaseDuration = 5 * time.Minute
@@ -74,27 +56,11 @@ const (
 	// DefaultCleanupLeaseTTL is how long one instance holds the cleanup
 	// lease.
 	DefaultCleanupLeaseTTL = time.Minute
-	// DefaultCircuitCoolDown is the first wait before an open circuit lets a
-	// probe batch through.
-	DefaultCircuitCoolDown = time.Second
-	// DefaultCircuitMaxCoolDown caps the doubling cool-down.
-	DefaultCircuitMaxCoolDown = time.Minute
-	// DefaultCircuitMultiplier grows the cool-down after a failed probe.
-	DefaultCircuitMultiplier = 2.0
 	// DefaultErrorBackoff is the first wait after a database error in a
 	// poller; it doubles up to DefaultErrorMaxBackoff.
 	DefaultErrorBackoff = 100 * time.Millisecond
 	// DefaultErrorMaxBackoff caps the wait after repeated database errors.
 	DefaultErrorMaxBackoff = 10 * time.Second
-)
-
-// Polling modes.
-const (
-	// PollingAdaptive resets to MinDelay after a full batch and multiplies
-	// the delay by Multiplier (capped by MaxDelay) otherwise.
-	PollingAdaptive = "adaptive"
-	// PollingFixed waits Delay between polls.
-	PollingFixed = "fixed"
 )
 
 // Ordering says whether events of one type are delivered in order per key.
@@ -216,37 +182,6 @@ type EventSettings struct {
 	InFlight *int
 }
 
-// PollingSettings configure how a poller waits between claims. Zero fields
-// are unset and inherit.
-type PollingSettings struct {
-	// Mode is "adaptive" or "fixed". Defaults to adaptive.
-	Mode string
-	// MinDelay is the adaptive delay after a full batch. Defaults to 250ms.
-	MinDelay time.Duration
-	// MaxDelay caps the adaptive delay. Defaults to 1m.
-	MaxDelay time.Duration
-	// Multiplier stretches the adaptive delay after a partial or empty
-	// batch; at least 1. Defaults to 1.5.
-	Multiplier float64
-	// Delay is the fixed delay. Defaults to 250ms.
-	Delay time.Duration
-}
-
-// BackoffSettings configure the delay before retry n:
-// Delay × Multiplier^(n-1), capped by Max, then spread by ±Jitter. Zero
-// fields are unset and inherit.
-type BackoffSettings struct {
-	// Delay before the first retry. Defaults to 10s.
-	Delay time.Duration
-	// Multiplier per further retry; at least 1. Defaults to 3.0.
-	Multiplier float64
-	// Max caps one delay. Defaults to 1h.
-	Max time.Duration
-	// Jitter is the random spread as a fraction in [0, 1]: 0.2 means
-	// ±20%. Defaults to 0 (none).
-	Jitter float64
-}
-
 // CleanupConfig configures the cleanup job, which runs on one relay
 // instance at a time under a database lease.
 type CleanupConfig struct {
@@ -270,20 +205,6 @@ type CleanupConfig struct {
 	// LeaseTTL is how long one instance holds the cleanup lease. Defaults
 	// to 1m.
 	LeaseTTL time.Duration
-}
-
-// CircuitConfig configures the circuit breakers: one per destination
-// and one per sender's connection (docs/concepts.md, "Outages versus
-// poison").
-type CircuitConfig struct {
-	// CoolDown is the first wait after the circuit opens before a probe
-	// batch is let through. Defaults to 1s.
-	CoolDown time.Duration
-	// MaxCoolDown caps the cool-down. Defaults to 1m.
-	MaxCoolDown time.Duration
-	// Multiplier grows the cool-down after each failed probe; at least 1.
-	// Defaults to 2.
-	Multiplier float64
 }
 
 // settings are the resolved settings of one event type: every field set.

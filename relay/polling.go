@@ -5,6 +5,47 @@ import (
 	"time"
 )
 
+// Defaults of the polling settings.
+const (
+	// DefaultPollingMode is adaptive polling.
+	DefaultPollingMode = PollingAdaptive
+	// DefaultPollingMinDelay is the adaptive delay after a full batch.
+	DefaultPollingMinDelay = 250 * time.Millisecond
+	// DefaultPollingMaxDelay caps the adaptive delay: the worst pickup wait
+	// of an idle type without wake-ups.
+	DefaultPollingMaxDelay = time.Minute
+	// DefaultPollingMultiplier stretches the adaptive delay after a partial
+	// or empty batch.
+	DefaultPollingMultiplier = 1.5
+	// DefaultPollingDelay is the delay of fixed polling.
+	DefaultPollingDelay = 250 * time.Millisecond
+)
+
+// Polling modes.
+const (
+	// PollingAdaptive resets to MinDelay after a full batch and multiplies
+	// the delay by Multiplier (capped by MaxDelay) otherwise.
+	PollingAdaptive = "adaptive"
+	// PollingFixed waits Delay between polls.
+	PollingFixed = "fixed"
+)
+
+// PollingSettings configure how a poller waits between claims. Zero fields
+// are unset and inherit.
+type PollingSettings struct {
+	// Mode is "adaptive" or "fixed". Defaults to adaptive.
+	Mode string
+	// MinDelay is the adaptive delay after a full batch. Defaults to 250ms.
+	MinDelay time.Duration
+	// MaxDelay caps the adaptive delay. Defaults to 1m.
+	MaxDelay time.Duration
+	// Multiplier stretches the adaptive delay after a partial or empty
+	// batch; at least 1. Defaults to 1.5.
+	Multiplier float64
+	// Delay is the fixed delay. Defaults to 250ms.
+	Delay time.Duration
+}
+
 // pollStrategy chooses the wait before the next claim of one event type
 // from the outcome of the last one. Implementations are pure and not safe
 // for concurrent use; each poller owns one.
