@@ -30,13 +30,7 @@ import (
 // log line.
 func TestPlainSQLProducerDeliveredFromYAML(t *testing.T) {
 	t.Parallel()
-	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
-	admin, err := sql.Open("pgx", testenv.PostgresURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { admin.Close() })
-	schema := testenv.PostgresSchema(t, admin)
+	admin, schema := postgresSchema(t)
 
 	const secret = "hook-secret-Zq81"
 	type hit struct {
@@ -85,14 +79,7 @@ log: { level: debug }
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx := context.Background()
-	st, err := c.OpenStore(ctx, getenv, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	st := openMigrated(t, c, getenv, log)
 	senders, err := c.OpenSenders(ctx, getenv, log)
 	if err != nil {
 		t.Fatal(err)
@@ -190,6 +177,33 @@ func TestOpenStoreErrorHidesPassword(t *testing.T) {
 	}
 }
 
+// postgresSchema opens an admin connection to the test PostgreSQL and
+// gives the test a schema of its own.
+func postgresSchema(t *testing.T) (*sql.DB, string) {
+	t.Helper()
+	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	admin, err := sql.Open("pgx", testenv.PostgresURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	return admin, testenv.PostgresSchema(t, admin)
+}
+
+// openMigrated opens c's store, migrated, closed when the test ends.
+func openMigrated(t *testing.T, c *Config, getenv func(string) string, log *slog.Logger) *Store {
+	t.Helper()
+	st, err := c.OpenStore(context.Background(), getenv, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if err := st.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 type syncWriter struct {
 	mu sync.Mutex
 	w  io.Writer
@@ -259,13 +273,7 @@ func (h cleanupHook) OnMaintenance(ev relay.MaintenanceEvent) {
 // 48h ago survives the cleanup round that deletes one processed 800h ago.
 func TestCleanupKeepsTheLongestRetention(t *testing.T) {
 	t.Parallel()
-	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
-	admin, err := sql.Open("pgx", testenv.PostgresURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { admin.Close() })
-	schema := testenv.PostgresSchema(t, admin)
+	admin, schema := postgresSchema(t)
 	yml := fmt.Sprintf(`
 database: { dialect: postgres, dsn: %q, schema: %s }
 senders:
@@ -283,14 +291,7 @@ relay: { discover-interval: 1h }
 	}
 	ctx := context.Background()
 	log := slog.New(slog.DiscardHandler)
-	st, err := c.OpenStore(ctx, nil, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	st := openMigrated(t, c, nil, log)
 	var keep, old txbox.ID
 	for _, age := range []struct {
 		id    *txbox.ID

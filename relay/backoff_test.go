@@ -7,7 +7,7 @@ import (
 
 func TestBackoffDefaults(t *testing.T) {
 	t.Parallel()
-	b := BackoffSettings{Delay: DefaultBackoffDelay, Multiplier: DefaultBackoffMultiplier, Max: DefaultBackoffMax}
+	b := resolvedBackoff{Delay: DefaultBackoffDelay, Multiplier: DefaultBackoffMultiplier, Max: DefaultBackoffMax}
 	for n, want := range map[int]time.Duration{1: 10 * time.Second, 2: 30 * time.Second, 3: 90 * time.Second, 4: 270 * time.Second} {
 		if got := b.delay(n, nil); got != want {
 			t.Errorf("retry %d: %v, want %v", n, got, want)
@@ -17,14 +17,14 @@ func TestBackoffDefaults(t *testing.T) {
 
 func TestBackoffCapAndOverflow(t *testing.T) {
 	t.Parallel()
-	b := BackoffSettings{Delay: time.Second, Multiplier: 10, Max: time.Minute}
+	b := resolvedBackoff{Delay: time.Second, Multiplier: 10, Max: time.Minute}
 	if got := b.delay(3, nil); got != time.Minute {
 		t.Errorf("retry 3 (100s) = %v, want cap 1m", got)
 	}
 	if got := b.delay(10000, nil); got != time.Minute {
 		t.Errorf("retry 10000 = %v, want cap 1m (no overflow)", got)
 	}
-	frac := BackoffSettings{Delay: 100 * time.Millisecond, Multiplier: 1.5, Max: time.Hour}
+	frac := resolvedBackoff{Delay: 100 * time.Millisecond, Multiplier: 1.5, Max: time.Hour}
 	if got := frac.delay(3, nil); got != 225*time.Millisecond {
 		t.Errorf("fractional multiplier: %v, want 225ms", got)
 	}
@@ -32,7 +32,7 @@ func TestBackoffCapAndOverflow(t *testing.T) {
 
 func TestBackoffJitter(t *testing.T) {
 	t.Parallel()
-	b := BackoffSettings{Delay: 10 * time.Second, Multiplier: 3, Max: time.Hour, Jitter: 0.2}
+	b := resolvedBackoff{Delay: 10 * time.Second, Multiplier: 3, Max: time.Hour, Jitter: 0.2}
 	if got := b.delay(1, func() float64 { return 0 }); got != 8*time.Second {
 		t.Errorf("lowest jitter = %v, want 8s", got)
 	}
@@ -42,7 +42,7 @@ func TestBackoffJitter(t *testing.T) {
 	if got := b.delay(2, func() float64 { return 0.999999 }); got < 35*time.Second || got > 36*time.Second {
 		t.Errorf("highest jitter = %v, want just under 36s", got)
 	}
-	capped := BackoffSettings{Delay: time.Minute, Multiplier: 1, Max: time.Minute, Jitter: 0.5}
+	capped := resolvedBackoff{Delay: time.Minute, Multiplier: 1, Max: time.Minute, Jitter: 0.5}
 	if got := capped.delay(1, func() float64 { return 0.99 }); got != time.Minute {
 		t.Errorf("jitter above the cap = %v, want the 1m cap", got)
 	}
