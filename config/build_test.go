@@ -19,6 +19,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/sender/webhook"
 )
 
@@ -109,14 +110,7 @@ log: { level: debug }
 			t.Fatalf("only %d of 2 plain-SQL events delivered; logs:\n%s", n, logs.String())
 		}
 	}
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := r.Stop(sctx); err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range senders {
-		_ = s.Close(ctx)
-	}
+	stopAll(t, r, senders)
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -202,6 +196,19 @@ func openMigrated(t *testing.T, c *Config, getenv func(string) string, log *slog
 		t.Fatal(err)
 	}
 	return st
+}
+
+// stopAll stops r within 10s, then closes its senders.
+func stopAll(t *testing.T, r *relay.Relay, senders map[string]sender.Sender) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range senders {
+		_ = s.Close(context.Background())
+	}
 }
 
 type syncWriter struct {
@@ -323,14 +330,7 @@ relay: { discover-interval: 1h }
 	case <-time.After(30 * time.Second):
 		t.Fatal("no cleanup round deleted the row processed 800h ago")
 	}
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := r.Stop(sctx); err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range senders {
-		_ = s.Close(ctx)
-	}
+	stopAll(t, r, senders)
 	var left []string
 	rows, err := admin.QueryContext(ctx, fmt.Sprintf(`SELECT id::text FROM %s.txbox_outbox`, schema))
 	if err != nil {

@@ -112,7 +112,8 @@ type Config struct {
 	// dead-letter table. Defaults to 5s.
 	DeadLetterInterval time.Duration
 	// MaintenanceBatchSize bounds the rows one recover or dead-letter move
-	// statement touches. Defaults to 1000.
+	// statement touches. Defaults to 1000. It has no YAML key; errors name
+	// it relay.maintenance-batch-size.
 	MaintenanceBatchSize int
 	// Cleanup configures deletion of processed rows and resolved dead
 	// letters.

@@ -38,11 +38,11 @@ type PollingSettings struct {
 	Mode *string `yaml:"mode"`
 	// MinDelay is the adaptive delay after a full batch. Defaults to 250ms.
 	MinDelay *time.Duration `yaml:"min-delay"`
-	// MaxDelay caps the adaptive delay; at least MinDelay. Defaults to 1m.
-	MaxDelay *time.Duration `yaml:"max-delay"`
 	// Multiplier stretches the adaptive delay after a partial or empty
 	// batch; at least 1. Defaults to 1.5.
 	Multiplier *float64 `yaml:"multiplier"`
+	// MaxDelay caps the adaptive delay; at least MinDelay. Defaults to 1m.
+	MaxDelay *time.Duration `yaml:"max-delay"`
 	// Delay is the fixed delay. Defaults to 250ms.
 	Delay *time.Duration `yaml:"delay"`
 }
