@@ -20,18 +20,10 @@ type InvalidMessageError struct {
 
 func (e *InvalidMessageError) Error() string { return "consume: invalid message: " + e.Reason }
 
-// ConfigError is returned by the adapters' constructors for a missing or
-// invalid setting. Field names it.
-type ConfigError struct {
-	// Adapter is "kafka", "rabbitmq", "nats" or "webhook".
-	Adapter string
-	Field   string
-	Reason  string
-}
-
-func (e *ConfigError) Error() string {
-	return fmt.Sprintf("consume/%s: config %s: %s", e.Adapter, e.Field, e.Reason)
-}
+// ConfigError is txbox.ConfigError: the adapters' constructors return it,
+// with Component "consume/<adapter>", for a missing or invalid setting.
+// Field names it; it matches txbox.ErrInvalidConfig.
+type ConfigError = txbox.ConfigError
 
 // NewMessage builds the inbox.Message of a received message. id is the
 // value of the txbox-event-id header (or the broker's message id field,
@@ -61,7 +53,7 @@ const DefaultDrainTimeout = 20 * time.Second
 // default. The error names the adapter.
 func DrainTimeout(adapter string, d time.Duration) (time.Duration, error) {
 	if d < 0 {
-		return 0, &ConfigError{Adapter: adapter, Field: "DrainTimeout", Reason: fmt.Sprintf("must not be negative, got %s", d)}
+		return 0, &ConfigError{Component: "consume/" + adapter, Field: "DrainTimeout", Reason: fmt.Sprintf("must not be negative, got %s", d)}
 	}
 	if d == 0 {
 		d = DefaultDrainTimeout
@@ -88,7 +80,7 @@ const (
 // error names the field.
 func (b Backoff) Normalize() (Backoff, error) {
 	if b.Min < 0 || b.Max < 0 {
-		return b, &ConfigError{Adapter: "*", Field: "Backoff", Reason: fmt.Sprintf("must not be negative (min %s, max %s)", b.Min, b.Max)}
+		return b, &ConfigError{Component: "consume", Field: "Backoff", Reason: fmt.Sprintf("must not be negative (min %s, max %s)", b.Min, b.Max)}
 	}
 	if b.Min == 0 {
 		b.Min = DefaultMinBackoff
@@ -97,7 +89,7 @@ func (b Backoff) Normalize() (Backoff, error) {
 		b.Max = DefaultMaxBackoff
 	}
 	if b.Max < b.Min {
-		return b, &ConfigError{Adapter: "*", Field: "Backoff.Max", Reason: fmt.Sprintf("%s is below Min %s", b.Max, b.Min)}
+		return b, &ConfigError{Component: "consume", Field: "Backoff.Max", Reason: fmt.Sprintf("%s is below Min %s", b.Max, b.Min)}
 	}
 	return b, nil
 }

@@ -10,7 +10,7 @@ import (
 
 func TestBackoffDefaults(t *testing.T) {
 	t.Parallel()
-	b := BackoffSettings{Delay: DefaultBackoffDelay, Multiplier: DefaultBackoffMultiplier, Max: DefaultBackoffMax}.policy()
+	b := resolvedBackoff{Delay: DefaultBackoffDelay, Multiplier: DefaultBackoffMultiplier, Max: DefaultBackoffMax}.policy()
 	for n, want := range map[int]time.Duration{1: 10 * time.Second, 2: 30 * time.Second, 3: 90 * time.Second, 4: 270 * time.Second} {
 		if got := b.Delay(n); got != want {
 			t.Errorf("retry %d: %v, want %v", n, got, want)
@@ -20,14 +20,14 @@ func TestBackoffDefaults(t *testing.T) {
 
 func TestBackoffCapAndOverflow(t *testing.T) {
 	t.Parallel()
-	b := BackoffSettings{Delay: time.Second, Multiplier: 10, Max: time.Minute}.policy()
+	b := resolvedBackoff{Delay: time.Second, Multiplier: 10, Max: time.Minute}.policy()
 	if got := b.Delay(3); got != time.Minute {
 		t.Errorf("retry 3 (100s) = %v, want cap 1m", got)
 	}
 	if got := b.Delay(10000); got != time.Minute {
 		t.Errorf("retry 10000 = %v, want cap 1m (no overflow)", got)
 	}
-	frac := BackoffSettings{Delay: 100 * time.Millisecond, Multiplier: 1.5, Max: time.Hour}.policy()
+	frac := resolvedBackoff{Delay: 100 * time.Millisecond, Multiplier: 1.5, Max: time.Hour}.policy()
 	if got := frac.Delay(3); got != 225*time.Millisecond {
 		t.Errorf("fractional multiplier: %v, want 225ms", got)
 	}
@@ -35,7 +35,7 @@ func TestBackoffCapAndOverflow(t *testing.T) {
 
 func TestBackoffJitter(t *testing.T) {
 	t.Parallel()
-	b := BackoffSettings{Delay: 10 * time.Second, Multiplier: 3, Max: time.Hour, Jitter: 0.2}.policy()
+	b := resolvedBackoff{Delay: 10 * time.Second, Multiplier: 3, Max: time.Hour, Jitter: 0.2}.policy()
 	if got := b.DelayAt(1, 0); got != 8*time.Second {
 		t.Errorf("lowest jitter = %v, want 8s", got)
 	}
@@ -45,7 +45,7 @@ func TestBackoffJitter(t *testing.T) {
 	if got := b.DelayAt(2, 0.999999); got < 35*time.Second || got > 36*time.Second {
 		t.Errorf("highest jitter = %v, want just under 36s", got)
 	}
-	capped := BackoffSettings{Delay: time.Minute, Multiplier: 1, Max: time.Minute, Jitter: 0.5}.policy()
+	capped := resolvedBackoff{Delay: time.Minute, Multiplier: 1, Max: time.Minute, Jitter: 0.5}.policy()
 	if got := capped.DelayAt(1, 0.99); got != time.Minute {
 		t.Errorf("jitter above the cap = %v, want the 1m cap", got)
 	}

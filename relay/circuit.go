@@ -10,6 +10,33 @@ import (
 	"github.com/txbox/txbox/sender"
 )
 
+// Defaults of the circuit settings.
+const (
+	// DefaultCircuitCoolDown is the first wait before an open circuit lets a
+	// probe batch through.
+	DefaultCircuitCoolDown = time.Second
+	// DefaultCircuitMaxCoolDown caps the doubling cool-down.
+	DefaultCircuitMaxCoolDown = time.Minute
+	// DefaultCircuitMultiplier grows the cool-down after a failed probe.
+	DefaultCircuitMultiplier = 2.0
+)
+
+// CircuitConfig configures the circuit breakers: one per destination
+// and one per sender's connection (docs/concepts.md, "Outages versus
+// poison"). The yaml tags name the keys under relay.circuit in
+// docs/configuration.md. Zero fields take the defaults.
+type CircuitConfig struct {
+	// CoolDown is the first wait after the circuit opens before a probe
+	// batch is let through. Defaults to 1s.
+	CoolDown time.Duration `yaml:"cool-down"`
+	// MaxCoolDown caps the cool-down. Defaults to 1m, or CoolDown when
+	// that is longer.
+	MaxCoolDown time.Duration `yaml:"max-cool-down"`
+	// Multiplier grows the cool-down after each failed probe; at least 1.
+	// Defaults to 2.
+	Multiplier float64 `yaml:"multiplier"`
+}
+
 // Circuits (docs/concepts.md, "Outages versus poison"): every destination
 // (sender name + sender.DestinationOf of the type's route) has a breaker,
 // shared by the pollers of every type routed to it, so one failing route

@@ -56,12 +56,12 @@ type Relay struct {
 
 // New checks cfg and returns a Relay that is not running yet. Every
 // configuration problem is a *ConfigError (matching ErrInvalidConfig) that
-// names the field path.
+// names the YAML key path (docs/configuration.md).
 func New(cfg Config) (*Relay, error) {
-	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	r := &Relay{
 		cfg:     cfg,
 		log:     cfg.Logger.With(slog.String("component", "txbox.relay"), slog.String("instance", cfg.InstanceID)),

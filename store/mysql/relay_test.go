@@ -86,7 +86,7 @@ func twoRelays(t *testing.T, retention time.Duration) {
 	rec := newRecorder()
 	quiet := slog.New(slog.DiscardHandler)
 	batch, inFlight := 50, 2
-	fast := &relay.PollingSettings{Mode: relay.PollingFixed, Delay: 20 * time.Millisecond}
+	fast := &relay.PollingSettings{Mode: new(relay.PollingFixed), Delay: new(20 * time.Millisecond)}
 	ordered := relay.OrderingKey
 	var relays []*relay.Relay
 	for i, d := range drivers {
