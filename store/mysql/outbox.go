@@ -327,62 +327,12 @@ func (d *Driver) OutboxFinish(ctx context.Context, params *store.OutboxFinishPar
 	return finishResult(params, finished), nil
 }
 
-// OutboxFinishAndClaim records the outcome of one batch and claims the
-// next in a single READ COMMITTED transaction: one commit instead of two
-// for a poller that has a full batch to finish and wants another. It is
-// the same as OutboxFinish followed by OutboxClaim, fencing included, but
-// the two are atomic together. It is not (yet) part of the store seam;
-// see docs/benchmarks/mysql.md for what it saves. (The relay does not use
-// it: a transaction that holds the finish's row locks while it claims is
-// outside the lock order of SCHEMA.md.)
-func (d *Driver) OutboxFinishAndClaim(ctx context.Context, finish *store.OutboxFinishParams, claim *store.OutboxClaimParams) (*store.OutboxFinishResult, []*store.OutboxRow, error) {
-	stmts, err := d.finishPlan(finish)
-	if err != nil {
-		return nil, nil, err
-	}
-	claimSQL, err := d.claimSQL(claim)
-	if err != nil {
-		return nil, nil, err
-	}
-	token := txbox.NewID()
-	var finished int64
-	var rows []*store.OutboxRow
-	err = d.inTx(ctx, func(tx *sql.Tx) error {
-		var err error
-		if finished, err = execAll(ctx, tx, stmts); err != nil {
-			return err
-		}
-		rows, err = d.claimIn(ctx, tx, claimSQL, claim, token)
-		return err
-	})
-	if err != nil {
-		return nil, nil, wrap("finish and claim", err)
-	}
-	return finishResult(finish, finished), rows, nil
-}
-
 // sortedIDs returns ids in primary-key order (their text, which for
 // lower-case canonical UUIDs is byte order), without duplicates.
 func sortedIDs(ids []txbox.ID) []txbox.ID {
 	out := slices.Clone(ids)
 	slices.SortFunc(out, func(a, b txbox.ID) int { return bytes.Compare(a[:], b[:]) })
 	return slices.Compact(out)
-}
-
-func execAll(ctx context.Context, tx *sql.Tx, stmts []statement) (int64, error) {
-	var total int64
-	for _, s := range stmts {
-		res, err := tx.ExecContext(ctx, s.query, s.args...)
-		if err != nil {
-			return 0, err
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return 0, err
-		}
-		total += n
-	}
-	return total, nil
 }
 
 func finishResult(params *store.OutboxFinishParams, finished int64) *store.OutboxFinishResult {

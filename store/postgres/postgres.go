@@ -85,9 +85,8 @@ type Driver struct {
 }
 
 var (
-	_ store.Driver              = (*Driver)(nil)
-	_ store.Waker               = (*Driver)(nil)
-	_ store.OutboxFinishClaimer = (*Driver)(nil)
+	_ store.Driver = (*Driver)(nil)
+	_ store.Waker  = (*Driver)(nil)
 )
 
 // New returns a driver on pool. It validates Schema and TablePrefix before

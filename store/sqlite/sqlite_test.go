@@ -1097,48 +1097,6 @@ func TestNewOnCallerPool(t *testing.T) {
 	}
 }
 
-// TestFinishAndClaim: the folded call finishes first, so an ordered key's
-// next row is claimable in the same transaction, and a stale token is
-// fenced as in OutboxFinish.
-func TestFinishAndClaim(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	k1, k2 := newEvent("fold", "k"), newEvent("fold", "k")
-	publish(t, b.d, k1, k2)
-	first := claim(t, b.d, "fold", 10, time.Minute, true)
-	if !slices.Equal(ids(first), []txbox.ID{k1.ID}) {
-		t.Fatalf("first claim %v", ids(first))
-	}
-	res, next, err := b.d.OutboxFinishAndClaim(ctx,
-		&store.OutboxFinishParams{Items: []store.OutboxFinishItem{
-			{ID: first[0].ID, LeaseToken: first[0].LeaseToken, Outcome: store.OutcomeAcked},
-			{ID: k2.ID, LeaseToken: txbox.NewID(), Outcome: store.OutcomeAcked},
-		}},
-		&store.OutboxClaimParams{EventType: "fold", Limit: 10, LeaseDuration: time.Minute, OrderedByKey: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Finished != 1 || res.Fenced != 1 {
-		t.Fatalf("finish part %+v, want 1 finished 1 fenced", res)
-	}
-	if !slices.Equal(ids(next), []txbox.ID{k2.ID}) {
-		t.Fatalf("claim part %v, want [k2]", ids(next))
-	}
-	if s, _ := status(t, b.d, k1.ID); s != store.StatusProcessed {
-		t.Fatalf("k1 %s", s)
-	}
-	// Bad params on either side change nothing.
-	if _, _, err := b.d.OutboxFinishAndClaim(ctx,
-		&store.OutboxFinishParams{Items: []store.OutboxFinishItem{{ID: next[0].ID, LeaseToken: next[0].LeaseToken, Outcome: store.OutcomeAcked}}},
-		&store.OutboxClaimParams{EventType: "fold", Limit: 0, LeaseDuration: time.Minute}); !errors.Is(err, ErrInvalidParams) {
-		t.Fatalf("bad claim params: %v", err)
-	}
-	if s, _ := status(t, b.d, k2.ID); s != store.StatusInProcess {
-		t.Fatalf("a rejected call finished k2: %s", s)
-	}
-}
-
 // TestPublishInInboxTx: a consumer that publishes inside its inbox
 // transaction may pass the store.InboxTx itself; the events commit or roll
 // back with it.

@@ -1,8 +1,6 @@
 package storetest
 
 import (
-	"errors"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -126,53 +124,6 @@ func testReleased(t *testing.T, e *env) {
 	}
 	if rows[0].Attempts != 0 {
 		t.Fatalf("release counted an attempt: %d", rows[0].Attempts)
-	}
-}
-
-func testFinishAndClaim(t *testing.T, e *env) {
-	fc := e.d.(store.OutboxFinishClaimer)
-	e.publish(events("fold", 7)...)
-	claim := &store.OutboxClaimParams{EventType: "fold", Limit: 3, LeaseDuration: longLease}
-	acked := func(rows []*store.OutboxRow) *store.OutboxFinishParams {
-		p := &store.OutboxFinishParams{}
-		for _, r := range rows {
-			p.Items = append(p.Items, item(r, store.OutcomeAcked, 0, ""))
-		}
-		return p
-	}
-	res, first, err := fc.OutboxFinishAndClaim(e.ctx, &store.OutboxFinishParams{}, claim)
-	if err != nil || res.Finished != 0 || res.Fenced != 0 || len(first) != 3 {
-		t.Fatalf("nothing to finish + claim: %+v, %d rows, %v", res, len(first), err)
-	}
-	res, second, err := fc.OutboxFinishAndClaim(e.ctx, acked(first), claim)
-	if err != nil || res.Finished != 3 || res.Fenced != 0 || len(second) != 3 {
-		t.Fatalf("finish + claim: %+v, %d rows, %v", res, len(second), err)
-	}
-	for _, r := range second {
-		if slices.Contains(ids(first), r.ID) {
-			t.Fatalf("row %s claimed twice", r.ID)
-		}
-	}
-	// A stale finish is fenced; the claim still happens.
-	res, third, err := fc.OutboxFinishAndClaim(e.ctx, acked(first), claim)
-	if err != nil || res.Finished != 0 || res.Fenced != 3 || len(third) != 1 {
-		t.Fatalf("stale finish + claim: %+v, %d rows, %v", res, len(third), err)
-	}
-	// Bad claim parameters: an error, and the finish is not applied.
-	bad := *claim
-	bad.Limit = 0
-	if _, _, err := fc.OutboxFinishAndClaim(e.ctx, acked(second), &bad); !errors.Is(err, store.ErrInvalidParams) {
-		t.Fatalf("bad claim parameters: %v, want store.ErrInvalidParams", err)
-	}
-	if s := e.stats("fold"); s.InProcess != 4 {
-		t.Fatalf("in process after a refused call = %d, want 4", s.InProcess)
-	}
-	res, rest, err := fc.OutboxFinishAndClaim(e.ctx, acked(append(second, third...)), claim)
-	if err != nil || res.Finished != 4 || len(rest) != 0 {
-		t.Fatalf("last finish + claim: %+v, %d rows, %v", res, len(rest), err)
-	}
-	if s := e.stats("fold"); s.InProcess+s.Pending != 0 {
-		t.Fatalf("rows left: %+v", s)
 	}
 }
 

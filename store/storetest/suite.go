@@ -70,31 +70,12 @@ func Exercise(t *testing.T, h Harness) {
 		{"OrderedByKeyBadRun", testOrderedBadRun},
 		{"StatsAndPendingTypes", testStats},
 	}
-	// Optional capabilities get their subtests only where implemented.
-	probe := setupProbe(t, h)
-	if _, ok := probe.(store.OutboxFinishClaimer); ok {
-		tests = append(tests, struct {
-			name string
-			fn   func(*testing.T, *env)
-		}{"FinishAndClaim", testFinishAndClaim})
-	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tc.fn(t, setup(t, h))
 		})
 	}
-}
-
-// setupProbe opens an unmigrated driver only to see which optional
-// interfaces the dialect implements.
-func setupProbe(t *testing.T, h Harness) store.Driver {
-	t.Helper()
-	d, err := h.Open(t, h.NewNamespace(t), "")
-	if err != nil {
-		t.Fatalf("open: %v", err)
-	}
-	return d
 }
 
 // env is one subtest's migrated driver on its own namespace.
