@@ -11,19 +11,30 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/storetest"
 )
 
 // countingStore counts the transactions an Inbox opens on the real store,
 // which shows whether a delivery reached the table or was answered by the
 // cache.
 type countingStore struct {
-	Store
+	storetest.InboxStore
 	begins atomic.Int64
 }
 
 func (c *countingStore) InboxBegin(ctx context.Context) (store.InboxTx, error) {
 	c.begins.Add(1)
-	return c.Store.InboxBegin(ctx)
+	return c.InboxStore.InboxBegin(ctx)
+}
+
+var errBoom = errors.New("inboxtest: handler failure")
+
+func freshIDs(n int) []txbox.ID {
+	out := make([]txbox.ID, n)
+	for i := range out {
+		out[i] = txbox.NewID()
+	}
+	return out
 }
 
 // NewCache returns a cache with the given TTL for one test, isolated from
@@ -31,18 +42,18 @@ func (c *countingStore) InboxBegin(ctx context.Context) (store.InboxTx, error) {
 // cannot be emptied from outside).
 type NewCache func(t *testing.T, ttl time.Duration) (c inbox.Cache, flush func())
 
-// RunCache checks the cache contract through the real inbox and store:
+// ExerciseCache checks the cache contract through the real inbox and store:
 // a hit answers Duplicate without touching the table, a miss goes to the
 // table, entries are written only after a commit, entries are namespaced by
 // consumer, a cache TTL above the inbox TTL is refused, and emptying the
 // cache in the middle of a run of redeliveries costs lookups, never a
 // second effect.
-func RunCache(t *testing.T, h Harness, newCache NewCache) {
-	e := newEnv(t, h)
+func ExerciseCache(t *testing.T, h storetest.InboxHarness, newCache NewCache) {
+	ns, st := h.Setup(t)
 	t.Run("HitSkipsTable", func(t *testing.T) {
 		t.Parallel()
 		c, _ := newCache(t, time.Hour)
-		cs := &countingStore{Store: e.st}
+		cs := &countingStore{InboxStore: st}
 		const consumer = "cache-hit"
 		in, err := inbox.New(cs, inbox.Config{Consumer: consumer, Cache: c})
 		if err != nil {
@@ -53,14 +64,14 @@ func RunCache(t *testing.T, h Harness, newCache NewCache) {
 		if hit, err := c.Contains(ctx, consumer, id); err != nil || hit {
 			t.Fatalf("fresh cache Contains = %v, %v", hit, err)
 		}
-		if r, err := in.Handle(ctx, inbox.Message{ID: id}, e.handler(consumer)); err != nil || r != inbox.Processed {
+		if r, err := in.Handle(ctx, inbox.Message{ID: id}, h.EffectHandler(ns, consumer)); err != nil || r != inbox.Processed {
 			t.Fatalf("Handle = %v, %v", r, err)
 		}
 		if hit, err := c.Contains(ctx, consumer, id); err != nil || !hit {
 			t.Fatalf("after commit Contains = %v, %v; want a hit", hit, err)
 		}
 		before := cs.begins.Load()
-		if r, err := in.Handle(ctx, inbox.Message{ID: id}, e.handler(consumer)); err != nil || r != inbox.Duplicate {
+		if r, err := in.Handle(ctx, inbox.Message{ID: id}, h.EffectHandler(ns, consumer)); err != nil || r != inbox.Duplicate {
 			t.Fatalf("redelivery = %v, %v; want duplicate", r, err)
 		}
 		if got := cs.begins.Load() - before; got != 0 {
@@ -74,24 +85,24 @@ func RunCache(t *testing.T, h Harness, newCache NewCache) {
 	t.Run("MissGoesToTable", func(t *testing.T) {
 		t.Parallel()
 		c, _ := newCache(t, time.Hour)
-		cs := &countingStore{Store: e.st}
+		cs := &countingStore{InboxStore: st}
 		const consumer = "cache-miss"
 		ctx := context.Background()
 		id := txbox.NewID()
 		// Processed through an inbox without the cache: the cache does not
 		// know it, so the table must answer.
-		plain, err := inbox.New(e.st, inbox.Config{Consumer: consumer})
+		plain, err := inbox.New(st, inbox.Config{Consumer: consumer})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r, err := plain.Handle(ctx, inbox.Message{ID: id}, e.handler(consumer)); err != nil || r != inbox.Processed {
+		if r, err := plain.Handle(ctx, inbox.Message{ID: id}, h.EffectHandler(ns, consumer)); err != nil || r != inbox.Processed {
 			t.Fatal(r, err)
 		}
 		in, err := inbox.New(cs, inbox.Config{Consumer: consumer, Cache: c})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r, err := in.Handle(ctx, inbox.Message{ID: id}, e.handler(consumer)); err != nil || r != inbox.Duplicate {
+		if r, err := in.Handle(ctx, inbox.Message{ID: id}, h.EffectHandler(ns, consumer)); err != nil || r != inbox.Duplicate {
 			t.Fatalf("miss = %v, %v; want duplicate from the table", r, err)
 		}
 		if got := cs.begins.Load(); got != 1 {
@@ -101,13 +112,13 @@ func RunCache(t *testing.T, h Harness, newCache NewCache) {
 		if hit, _ := c.Contains(ctx, consumer, id); !hit {
 			t.Error("the table's duplicate was not written to the cache")
 		}
-		e.expectEffects(t, consumer, map[txbox.ID]int{id: 1})
+		h.ExpectEffects(t, ns, consumer, map[txbox.ID]int{id: 1})
 	})
 	t.Run("NotWrittenOnFailure", func(t *testing.T) {
 		t.Parallel()
 		c, _ := newCache(t, time.Hour)
 		const consumer = "cache-fail"
-		in, err := inbox.New(e.st, inbox.Config{Consumer: consumer, Cache: c})
+		in, err := inbox.New(st, inbox.Config{Consumer: consumer, Cache: c})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,19 +131,19 @@ func RunCache(t *testing.T, h Harness, newCache NewCache) {
 		if hit, err := c.Contains(ctx, consumer, id); err != nil || hit {
 			t.Errorf("after a failed handler Contains = %v, %v; want a miss", hit, err)
 		}
-		if r, err := in.Handle(ctx, inbox.Message{ID: id}, e.handler(consumer)); err != nil || r != inbox.Processed {
+		if r, err := in.Handle(ctx, inbox.Message{ID: id}, h.EffectHandler(ns, consumer)); err != nil || r != inbox.Processed {
 			t.Errorf("redelivery = %v, %v; want processed", r, err)
 		}
 	})
 	t.Run("TTLAboveInboxTTLRefused", func(t *testing.T) {
 		t.Parallel()
 		c, _ := newCache(t, 2*time.Hour)
-		_, err := inbox.New(e.st, inbox.Config{Consumer: "cache-ttl", Cache: c, TTL: time.Hour})
+		_, err := inbox.New(st, inbox.Config{Consumer: "cache-ttl", Cache: c, TTL: time.Hour})
 		var te *inbox.CacheTTLError
 		if !errors.As(err, &te) || te.CacheTTL != 2*time.Hour || te.InboxTTL != time.Hour {
 			t.Fatalf("New = %v; want a *CacheTTLError(2h > 1h)", err)
 		}
-		if _, err := inbox.New(e.st, inbox.Config{Consumer: "cache-ttl", Cache: c, TTL: 2 * time.Hour}); err != nil {
+		if _, err := inbox.New(st, inbox.Config{Consumer: "cache-ttl", Cache: c, TTL: 2 * time.Hour}); err != nil {
 			t.Errorf("equal TTLs: %v", err)
 		}
 	})
@@ -143,12 +154,12 @@ func RunCache(t *testing.T, h Harness, newCache NewCache) {
 			t.Fatal("NewCache must return a flush function")
 		}
 		const consumer = "cache-flush"
-		in, err := inbox.New(e.st, inbox.Config{Consumer: consumer, Cache: c})
+		in, err := inbox.New(st, inbox.Config{Consumer: consumer, Cache: c})
 		if err != nil {
 			t.Fatal(err)
 		}
 		const n, rounds, workers = 60, 4, 4
-		all := ids(n)
+		all := freshIDs(n)
 		var processed atomic.Int64
 		var done atomic.Int64
 		flushed := make(chan struct{})
@@ -161,7 +172,7 @@ func RunCache(t *testing.T, h Harness, newCache NewCache) {
 				for r := 0; r < rounds; r++ {
 					for i := range all {
 						id := all[(i+w*7)%n]
-						res, err := in.Handle(context.Background(), inbox.Message{ID: id}, e.handler(consumer))
+						res, err := in.Handle(context.Background(), inbox.Message{ID: id}, h.EffectHandler(ns, consumer))
 						if err != nil {
 							t.Errorf("Handle: %v", err)
 							return
@@ -189,6 +200,6 @@ func RunCache(t *testing.T, h Harness, newCache NewCache) {
 		for _, id := range all {
 			want[id] = 1
 		}
-		e.expectEffects(t, consumer, want)
+		h.ExpectEffects(t, ns, consumer, want)
 	})
 }

@@ -21,7 +21,7 @@ const (
 	deadline   = 20 * time.Second
 )
 
-// Exercise runs the conformance suite against the dialect behind h. Every
+// Exercise runs the outbox suite against the dialect behind h. Every
 // subtest runs in parallel in its own namespace.
 func Exercise(t *testing.T, h Harness) {
 	t.Helper()

@@ -1,4 +1,4 @@
-package inboxtest
+package storetest
 
 import (
 	"bufio"
@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,24 +21,22 @@ import (
 	"github.com/txbox/txbox/store"
 )
 
-var errBoom = errors.New("inboxtest: handler failure")
+var errBoom = errors.New("storetest: handler failure")
 
-// env is the shared state of one Run: most subtests share a namespace and
-// isolate themselves by consumer name, because creating and migrating a
-// namespace is the expensive part.
-type env struct {
-	h  Harness
+// inboxEnv is the shared state of one Inbox run: most subtests share a
+// namespace and isolate themselves by consumer name, because creating and
+// migrating a namespace is the expensive part.
+type inboxEnv struct {
+	h  InboxHarness
 	ns string
-	st Store
+	st InboxStore
 }
 
-func (e *env) handler(consumer string) inbox.Handler {
-	return func(ctx context.Context, tx any, m inbox.Message) error {
-		return e.h.InsertEffect(ctx, tx, e.ns, consumer, m.ID)
-	}
+func (e *inboxEnv) handler(consumer string) inbox.Handler {
+	return e.h.EffectHandler(e.ns, consumer)
 }
 
-func (e *env) newInbox(t testing.TB, cfg inbox.Config) *inbox.Inbox {
+func (e *inboxEnv) newInbox(t testing.TB, cfg inbox.Config) *inbox.Inbox {
 	t.Helper()
 	in, err := inbox.New(e.st, cfg)
 	if err != nil {
@@ -46,22 +45,12 @@ func (e *env) newInbox(t testing.TB, cfg inbox.Config) *inbox.Inbox {
 	return in
 }
 
-func (e *env) expectEffects(t testing.TB, consumer string, want map[txbox.ID]int) {
+func (e *inboxEnv) expectEffects(t testing.TB, consumer string, want map[txbox.ID]int) {
 	t.Helper()
-	got := e.h.CountEffects(t, e.ns, consumer)
-	for id, n := range want {
-		if got[id] != n {
-			t.Errorf("effects of %s: got %d, want %d", id, got[id], n)
-		}
-	}
-	for id, n := range got {
-		if _, ok := want[id]; !ok {
-			t.Errorf("unexpected effect of %s (%d rows)", id, n)
-		}
-	}
+	e.h.ExpectEffects(t, e.ns, consumer, want)
 }
 
-func ids(n int) []txbox.ID {
+func newIDs(n int) []txbox.ID {
 	out := make([]txbox.ID, n)
 	for i := range out {
 		out[i] = txbox.NewID()
@@ -69,18 +58,18 @@ func ids(n int) []txbox.ID {
 	return out
 }
 
-func newEnv(t *testing.T, h Harness) *env {
+func newInboxEnv(t *testing.T, h InboxHarness) *inboxEnv {
 	t.Helper()
-	ns := h.NewNamespace(t)
-	st := h.Open(t, ns)
-	h.CreateEffectTable(t, ns)
-	return &env{h: h, ns: ns, st: st}
+	ns, st := h.Setup(t)
+	return &inboxEnv{h: h, ns: ns, st: st}
 }
 
-// Run runs the conformance suite. The calling package must also define
-// TestInboxHelperProcess calling HelperProcess with an equivalent harness.
-func Run(t *testing.T, h Harness) {
-	e := newEnv(t, h)
+// ExerciseInbox runs the inbox suite against the dialect behind h: its store.Inbox
+// driven through the real inbox.Inbox and inbox.Cleaner. The calling
+// package must also define TestInboxHelperProcess calling
+// InboxHelperProcess with an equivalent harness.
+func ExerciseInbox(t *testing.T, h InboxHarness) {
+	e := newInboxEnv(t, h)
 	t.Run("ProcessedThenDuplicate", func(t *testing.T) { t.Parallel(); testProcessedThenDuplicate(t, e) })
 	t.Run("ConsumersAreIndependent", func(t *testing.T) { t.Parallel(); testConsumersIndependent(t, e) })
 	t.Run("HandlerErrorRollsBackID", func(t *testing.T) { t.Parallel(); testHandlerError(t, e) })
@@ -95,19 +84,9 @@ func Run(t *testing.T, h Harness) {
 	t.Run("ConcurrentOverlappingBatches", func(t *testing.T) { t.Parallel(); testConcurrentBatches(t, e) })
 	t.Run("CleanupTTLBoundary", func(t *testing.T) { t.Parallel(); testCleanupBoundary(t, h) })
 	t.Run("CleanerLease", func(t *testing.T) { t.Parallel(); testCleanerLease(t, h) })
-	t.Run("LRUCache", func(t *testing.T) {
-		t.Parallel()
-		RunCache(t, h, func(t *testing.T, ttl time.Duration) (inbox.Cache, func()) {
-			c, err := inbox.NewLRU(1000, ttl)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return c, c.Purge
-		})
-	})
 }
 
-func testProcessedThenDuplicate(t *testing.T, e *env) {
+func testProcessedThenDuplicate(t *testing.T, e *inboxEnv) {
 	in := e.newInbox(t, inbox.Config{Consumer: "dup"})
 	ctx := context.Background()
 	id := txbox.NewID()
@@ -145,7 +124,7 @@ func testProcessedThenDuplicate(t *testing.T, e *env) {
 	}
 }
 
-func testConsumersIndependent(t *testing.T, e *env) {
+func testConsumersIndependent(t *testing.T, e *inboxEnv) {
 	ctx := context.Background()
 	id := txbox.NewID()
 	for _, c := range []string{"indep-a", "indep-b"} {
@@ -157,7 +136,7 @@ func testConsumersIndependent(t *testing.T, e *env) {
 	}
 }
 
-func testHandlerError(t *testing.T, e *env) {
+func testHandlerError(t *testing.T, e *inboxEnv) {
 	in := e.newInbox(t, inbox.Config{Consumer: "herr"})
 	ctx := context.Background()
 	id := txbox.NewID()
@@ -185,7 +164,7 @@ func testHandlerError(t *testing.T, e *env) {
 	e.expectEffects(t, "herr", map[txbox.ID]int{id: 1})
 }
 
-func testPanic(t *testing.T, e *env) {
+func testPanic(t *testing.T, e *inboxEnv) {
 	in := e.newInbox(t, inbox.Config{Consumer: "panic"})
 	ctx := context.Background()
 	id := txbox.NewID()
@@ -209,7 +188,7 @@ func testPanic(t *testing.T, e *env) {
 	e.expectEffects(t, "panic", map[txbox.ID]int{id: 1})
 }
 
-func testNonTransactional(t *testing.T, e *env) {
+func testNonTransactional(t *testing.T, e *inboxEnv) {
 	in := e.newInbox(t, inbox.Config{Consumer: "amo", Mode: inbox.NonTransactional})
 	ctx := context.Background()
 	id := txbox.NewID()
@@ -237,10 +216,10 @@ func testNonTransactional(t *testing.T, e *env) {
 	}
 }
 
-func testBatch(t *testing.T, e *env) {
+func testBatch(t *testing.T, e *inboxEnv) {
 	in := e.newInbox(t, inbox.Config{Consumer: "batch"})
 	ctx := context.Background()
-	all := ids(6)
+	all := newIDs(6)
 	// all[0] and all[1] were processed before.
 	for _, id := range all[:2] {
 		if r, err := in.Handle(ctx, inbox.Message{ID: id}, e.handler("batch")); err != nil || r != inbox.Processed {
@@ -284,10 +263,10 @@ func testBatch(t *testing.T, e *env) {
 	}
 }
 
-func testBatchError(t *testing.T, e *env) {
+func testBatchError(t *testing.T, e *inboxEnv) {
 	in := e.newInbox(t, inbox.Config{Consumer: "batcherr"})
 	ctx := context.Background()
-	batch := ids(5)
+	batch := newIDs(5)
 	msgs := make([]inbox.Message, len(batch))
 	for i, id := range batch {
 		msgs[i] = inbox.Message{ID: id}
@@ -317,7 +296,7 @@ func testBatchError(t *testing.T, e *env) {
 	}
 }
 
-func testRecordSeam(t *testing.T, e *env) {
+func testRecordSeam(t *testing.T, e *inboxEnv) {
 	ctx := context.Background()
 	a, b := txbox.NewID(), txbox.NewID()
 	tx, err := e.st.InboxBegin(ctx)
@@ -356,15 +335,15 @@ func testRecordSeam(t *testing.T, e *env) {
 	}
 }
 
-// HostileNames are consumer names the suite expects to be rejected.
-var HostileNames = []string{
+// HostileConsumerNames are consumer names the suite expects to be rejected.
+var HostileConsumerNames = []string{
 	"", `x"; DROP TABLE t;--`, "a`b", "a'b", "a b", "a/b", "ünïcode", "a\x00b",
 	strings.Repeat("x", store.MaxConsumerNameLength+1), strings.Repeat("y", 300),
 }
 
-func testHostileNames(t *testing.T, e *env) {
+func testHostileNames(t *testing.T, e *inboxEnv) {
 	ctx := context.Background()
-	for _, name := range HostileNames {
+	for _, name := range HostileConsumerNames {
 		_, err := inbox.New(e.st, inbox.Config{Consumer: name})
 		var ce *inbox.ConfigError
 		if !errors.As(err, &ce) || !errors.Is(err, txbox.ErrInvalidIdentifier) {
@@ -397,12 +376,12 @@ const (
 	concurrentIDs     = 25
 	localGoroutines   = 16
 	helperGoroutines  = 8
-	helperEnv         = "TXBOX_INBOXTEST_HELPER"
-	helperNSEnv       = "TXBOX_INBOXTEST_NS"
-	helperConsumerEnv = "TXBOX_INBOXTEST_CONSUMER"
-	helperIDsEnv      = "TXBOX_INBOXTEST_IDS"
-	readyLine         = "inboxtest-ready"
-	resultPrefix      = "inboxtest-result "
+	helperEnv         = "TXBOX_STORETEST_INBOX_HELPER"
+	helperNSEnv       = "TXBOX_STORETEST_INBOX_NS"
+	helperConsumerEnv = "TXBOX_STORETEST_INBOX_CONSUMER"
+	helperIDsEnv      = "TXBOX_STORETEST_INBOX_IDS"
+	readyLine         = "storetest-inbox-ready"
+	resultPrefix      = "storetest-inbox-result "
 )
 
 // deliverAll has g goroutines each deliver every id (in a rotated order, so
@@ -436,9 +415,9 @@ func deliverAll(t testing.TB, in *inbox.Inbox, h inbox.Handler, all []txbox.ID, 
 	return p.Load(), d.Load()
 }
 
-func testConcurrent(t *testing.T, e *env) {
+func testConcurrent(t *testing.T, e *inboxEnv) {
 	const consumer = "concurrent"
-	all := ids(concurrentIDs)
+	all := newIDs(concurrentIDs)
 	in := e.newInbox(t, inbox.Config{Consumer: consumer})
 
 	strIDs := make([]string, len(all))
@@ -446,7 +425,7 @@ func testConcurrent(t *testing.T, e *env) {
 		strIDs[i] = id.String()
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestInboxHelperProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), helperEnv+"=1", HarnessEnv+"="+e.h.Name, helperNSEnv+"="+e.ns, helperConsumerEnv+"="+consumer, helperIDsEnv+"="+strings.Join(strIDs, ","))
+	cmd.Env = append(os.Environ(), helperEnv+"=1", InboxHarnessEnv+"="+e.h.Name, helperNSEnv+"="+e.ns, helperConsumerEnv+"="+consumer, helperIDsEnv+"="+strings.Join(strIDs, ","))
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -523,17 +502,18 @@ func testConcurrent(t *testing.T, e *env) {
 	}
 }
 
-// HelperProcess is the child side of the concurrent-duplicates test: it
-// picks the harness named by HarnessEnv. It returns at once unless the
+// InboxHelperProcess is the child side of the concurrent-duplicates test: it
+// picks the harness named by InboxHarnessEnv. It returns at once unless the
 // parent started this process.
-func HelperProcess(t *testing.T, harnesses map[string]Harness) {
+func InboxHelperProcess(t *testing.T, harnesses ...InboxHarness) {
 	if os.Getenv(helperEnv) != "1" {
 		return
 	}
-	h, ok := harnesses[os.Getenv(HarnessEnv)]
-	if !ok {
-		t.Fatalf("helper: no harness named %q", os.Getenv(HarnessEnv))
+	i := slices.IndexFunc(harnesses, func(h InboxHarness) bool { return h.Name == os.Getenv(InboxHarnessEnv) })
+	if i < 0 {
+		t.Fatalf("helper: no harness named %q", os.Getenv(InboxHarnessEnv))
 	}
+	h := harnesses[i]
 	ns, consumer := os.Getenv(helperNSEnv), os.Getenv(helperConsumerEnv)
 	var all []txbox.ID
 	for _, s := range strings.Split(os.Getenv(helperIDsEnv), ",") {
@@ -543,7 +523,7 @@ func HelperProcess(t *testing.T, harnesses map[string]Harness) {
 		}
 		all = append(all, id)
 	}
-	e := &env{h: h, ns: ns, st: h.Open(t, ns)}
+	e := &inboxEnv{h: h, ns: ns, st: h.Open(t, ns)}
 	in := e.newInbox(t, inbox.Config{Consumer: consumer})
 	fmt.Println(readyLine)
 	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
@@ -555,14 +535,14 @@ func HelperProcess(t *testing.T, harnesses map[string]Harness) {
 	fmt.Println(resultPrefix + strconv.FormatInt(p, 10) + " " + strconv.FormatInt(d, 10))
 }
 
-func testCleanupBoundary(t *testing.T, h Harness) {
-	e := newEnv(t, h)
+func testCleanupBoundary(t *testing.T, h InboxHarness) {
+	e := newInboxEnv(t, h)
 	ctx := context.Background()
 	const ttl = time.Hour
 	const consumer = "ttl"
 	in := e.newInbox(t, inbox.Config{Consumer: consumer, TTL: ttl})
 	old, young, fresh := txbox.NewID(), txbox.NewID(), txbox.NewID()
-	extra := ids(4)
+	extra := newIDs(4)
 	for _, id := range append([]txbox.ID{old, young, fresh}, extra...) {
 		if r, err := in.Handle(ctx, inbox.Message{ID: id}, e.handler(consumer)); err != nil || r != inbox.Processed {
 			t.Fatalf("Handle: %v %v", r, err)
@@ -600,12 +580,12 @@ func testCleanupBoundary(t *testing.T, h Harness) {
 	}
 }
 
-func testCleanerLease(t *testing.T, h Harness) {
-	e := newEnv(t, h)
+func testCleanerLease(t *testing.T, h InboxHarness) {
+	e := newInboxEnv(t, h)
 	ctx := context.Background()
 	const consumer = "cleaner"
 	in := e.newInbox(t, inbox.Config{Consumer: consumer})
-	batch := ids(7)
+	batch := newIDs(7)
 	for _, id := range batch {
 		if r, err := in.Handle(ctx, inbox.Message{ID: id}, e.handler(consumer)); err != nil || r != inbox.Processed {
 			t.Fatalf("Handle: %v %v", r, err)
@@ -662,10 +642,10 @@ func testCleanerLease(t *testing.T, h Harness) {
 // testConcurrentBatches has workers deliver overlapping batches (windows
 // over one id list, in opposite directions) at once: every id has exactly
 // one effect, and no worker fails (no lock-order deadlock).
-func testConcurrentBatches(t *testing.T, e *env) {
+func testConcurrentBatches(t *testing.T, e *inboxEnv) {
 	const consumer = "batches"
 	const n, window, workers = 40, 10, 6
-	all := ids(n)
+	all := newIDs(n)
 	in := e.newInbox(t, inbox.Config{Consumer: consumer})
 	h := func(ctx context.Context, tx any, ms []inbox.Message) error {
 		for _, m := range ms {
@@ -719,7 +699,7 @@ func testConcurrentBatches(t *testing.T, e *env) {
 
 // testHandleInTx: the caller's own transaction records the id with the
 // effect; its rollback forgets both, its commit keeps both.
-func testHandleInTx(t *testing.T, e *env) {
+func testHandleInTx(t *testing.T, e *inboxEnv) {
 	const consumer = "callertx"
 	in := e.newInbox(t, inbox.Config{Consumer: consumer})
 	ctx := context.Background()
