@@ -69,13 +69,13 @@ func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRec
 	}
 	insert := func(batch []txbox.ID) (int64, error) {
 		var b strings.Builder
-		b.WriteString("INSERT IGNORE INTO " + d.qInbox + " (consumer_name, event_id) VALUES ")
+		b.WriteString(d.q.inboxInsert)
 		args := make([]any, 0, 2*len(batch))
 		for i, id := range batch {
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			b.WriteString("(?,?)")
+			b.WriteString(d.q.inboxRow)
 			args = append(args, params.Consumer, id.String())
 		}
 		res, err := ex.ExecContext(ctx, b.String(), args...)
@@ -95,7 +95,7 @@ func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRec
 		}
 		return inputOrder(params.IDs, fresh), nil
 	}
-	if _, err := ex.ExecContext(ctx, "SAVEPOINT txbox_inbox_record"); err != nil {
+	if _, err := ex.ExecContext(ctx, inboxSavepoint); err != nil {
 		return nil, wrap("inbox record", err)
 	}
 	n, err := insert(ids)
@@ -109,7 +109,7 @@ func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRec
 		}
 	case n == 0:
 	default:
-		if _, err := ex.ExecContext(ctx, "ROLLBACK TO SAVEPOINT txbox_inbox_record"); err != nil {
+		if _, err := ex.ExecContext(ctx, inboxRollbackTo); err != nil {
 			return nil, wrap("inbox record", err)
 		}
 		for _, id := range ids {
@@ -143,8 +143,7 @@ func (d *Driver) InboxCleanup(ctx context.Context, params *store.CleanupParams) 
 	if err := checkCleanup(params); err != nil {
 		return 0, err
 	}
-	n, err := d.exec(ctx, "DELETE FROM "+d.qInbox+" WHERE processed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?",
-		micros(params.OlderThan), params.Limit)
+	n, err := d.exec(ctx, d.q.inboxCleanup, micros(params.OlderThan), params.Limit)
 	if err != nil {
 		return 0, wrap("inbox cleanup", err)
 	}

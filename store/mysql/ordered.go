@@ -61,10 +61,7 @@ func (d *Driver) claimOrderedIn(ctx context.Context, tx *sql.Tx, params *store.O
 	var keyless []string
 	window := 0
 	var lastDue, lastID string
-	rows, err := tx.QueryContext(ctx, "SELECT id, due_at, event_key IS NULL FROM "+d.qOutbox+
-		" FORCE INDEX (txbox_claim) WHERE status = 'PENDING' AND event_type = ? AND due_at <= UTC_TIMESTAMP(6)"+
-		" AND (due_at > ? OR (due_at = ? AND id > ?)) ORDER BY due_at, id LIMIT ?",
-		params.EventType, sweepDue, sweepDue, sweepID, limit)
+	rows, err := tx.QueryContext(ctx, d.q.orderedWindow, params.EventType, sweepDue, sweepDue, sweepID, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -152,8 +149,7 @@ func (d *Driver) claimOrderedIn(ctx context.Context, tx *sql.Tx, params *store.O
 	for i, id := range ids {
 		args[i] = id
 	}
-	lrows, err := tx.QueryContext(ctx, "SELECT id, event_key, payload, headers, attempts, created_at, due_at FROM "+d.qOutbox+
-		" WHERE id IN ("+placeholders(len(ids))+") AND status = 'PENDING' AND due_at <= UTC_TIMESTAMP(6) ORDER BY id FOR UPDATE SKIP LOCKED", args...)
+	lrows, err := tx.QueryContext(ctx, inIDs(d.q.orderedLock, len(ids)), args...)
 	if err != nil {
 		return nil, err
 	}
@@ -221,8 +217,7 @@ func (d *Driver) claimOrderedIn(ctx context.Context, tx *sql.Tx, params *store.O
 	uargs := make([]any, 0, 2+len(upd))
 	uargs = append(uargs, micros(params.LeaseDuration), token.String())
 	uargs = idArgs(uargs, upd)
-	if _, err := tx.ExecContext(ctx, updateByID(d.qOutbox)+" SET status = 'IN_PROCESS', lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, lease_token = ?"+
-		" WHERE id IN ("+placeholders(len(upd))+")", uargs...); err != nil {
+	if _, err := tx.ExecContext(ctx, inIDs(d.q.claimUpdate, len(upd)), uargs...); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -232,16 +227,11 @@ func (d *Driver) claimOrderedIn(ctx context.Context, tx *sql.Tx, params *store.O
 // (from the first key when posSet is false), in key order: a loose index
 // scan of txbox_order (event_type, status, event_key, id).
 func (d *Driver) pendingKeys(ctx context.Context, tx *sql.Tx, typ, after string, posSet bool, n int) ([][]byte, error) {
-	// DISTINCT over the index's leading columns is what MariaDB and MySQL
-	// run as a loose index scan ("Using index for group-by"): one seek per
-	// key, where DISTINCT event_key alone reads every PENDING entry.
-	q := "SELECT DISTINCT event_type, status, event_key FROM " + d.qOutbox + " FORCE INDEX (txbox_order) WHERE event_type = ? AND status = 'PENDING' AND event_key IS NOT NULL"
-	args := []any{typ}
+	q, args := d.q.pendingKeysFirst, []any{typ}
 	if posSet {
-		q += " AND event_key > ?"
+		q = d.q.pendingKeysAfter
 		args = append(args, []byte(after))
 	}
-	q += " ORDER BY event_type, status, event_key LIMIT ?"
 	args = append(args, n)
 	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
@@ -273,13 +263,7 @@ func (d *Driver) keyRuns(ctx context.Context, tx *sql.Tx, typ string, keys [][]b
 		if i > 0 {
 			q.WriteString(" UNION ALL ")
 		}
-		// kind 0: a PENDING row (flag: due); kind 1: the smallest id of an
-		// IN_PROCESS or FAILED row (flag: parked).
-		q.WriteString("(SELECT ? AS k, 0 AS kind, o.id, o.due_at <= UTC_TIMESTAMP(6) AS flag FROM " + d.qOutbox +
-			" o FORCE INDEX (txbox_order) WHERE o.event_type = ? AND o.status = 'PENDING' AND o.event_key = ? ORDER BY o.id LIMIT ?)")
-		q.WriteString(" UNION ALL (SELECT ?, 1, (SELECT MIN(b.id) FROM " + d.qOutbox +
-			" b FORCE INDEX (txbox_order) WHERE b.event_type = ? AND b.status IN ('IN_PROCESS', 'FAILED') AND b.event_key = ?), EXISTS (SELECT 1 FROM " +
-			d.qDeadLetter + " x WHERE x.event_type = ? AND x.event_key = ? AND x.status = 'UNRESOLVED'))")
+		q.WriteString(d.q.keyRun)
 		args = append(args, i, typ, k, run, i, typ, k, typ, k)
 	}
 	rows, err := tx.QueryContext(ctx, q.String(), args...)
