@@ -64,11 +64,20 @@ func deliverAll(t testing.TB, in *inbox.Inbox, h inbox.Handler, all []txbox.ID, 
 	return p.Load(), d.Load()
 }
 
-func testConcurrent(t *testing.T, e *inboxEnv) {
-	const consumer = "concurrent"
-	all := newIDs(concurrentIDs)
-	in := e.newInbox(t, inbox.Config{Consumer: consumer})
+// helperProc is the second OS process of testConcurrent: the test binary
+// re-executed to run TestInboxHelperProcess, which prints readyLine, waits
+// for "go" on its stdin and prints its results after resultPrefix.
+type helperProc struct {
+	cmd    *exec.Cmd
+	stdin  io.Writer
+	stderr *strings.Builder
+	lines  chan string
+}
 
+// startHelper starts the helper process on e's namespace for consumer and
+// ids all.
+func startHelper(t *testing.T, e *inboxEnv, consumer string, all []txbox.ID) *helperProc {
+	t.Helper()
 	strIDs := make([]string, len(all))
 	for i, id := range all {
 		strIDs[i] = id.String()
@@ -96,25 +105,37 @@ func testConcurrent(t *testing.T, e *inboxEnv) {
 		}
 		close(lines)
 	}()
-	waitLine := func(prefix string) string {
-		deadline := time.After(60 * time.Second)
-		for {
-			select {
-			case l, ok := <-lines:
-				if !ok {
-					_ = cmd.Wait()
-					t.Fatalf("helper process ended before %q; stderr:\n%s", prefix, stderr.String())
-				}
-				if strings.HasPrefix(l, prefix) {
-					return strings.TrimPrefix(l, prefix)
-				}
-			case <-deadline:
-				_ = cmd.Process.Kill()
-				t.Fatalf("helper process: no %q within 60s; stderr:\n%s", prefix, stderr.String())
+	return &helperProc{cmd: cmd, stdin: stdin, stderr: &stderr, lines: lines}
+}
+
+// waitLine returns the rest of the helper's first output line that starts
+// with prefix, failing t if the helper ends or 60s pass first.
+func (hp *helperProc) waitLine(t *testing.T, prefix string) string {
+	t.Helper()
+	deadline := time.After(60 * time.Second)
+	for {
+		select {
+		case l, ok := <-hp.lines:
+			if !ok {
+				_ = hp.cmd.Wait()
+				t.Fatalf("helper process ended before %q; stderr:\n%s", prefix, hp.stderr.String())
 			}
+			if strings.HasPrefix(l, prefix) {
+				return strings.TrimPrefix(l, prefix)
+			}
+		case <-deadline:
+			_ = hp.cmd.Process.Kill()
+			t.Fatalf("helper process: no %q within 60s; stderr:\n%s", prefix, hp.stderr.String())
 		}
 	}
-	waitLine(readyLine)
+}
+
+func testConcurrent(t *testing.T, e *inboxEnv) {
+	const consumer = "concurrent"
+	all := newIDs(concurrentIDs)
+	in := e.newInbox(t, inbox.Config{Consumer: consumer})
+	hp := startHelper(t, e, consumer, all)
+	hp.waitLine(t, readyLine)
 
 	start := make(chan struct{})
 	type res struct{ p, d int64 }
@@ -124,16 +145,16 @@ func testConcurrent(t *testing.T, e *inboxEnv) {
 		local <- res{p, d}
 	}()
 	close(start)
-	if _, err := io.WriteString(stdin, "go\n"); err != nil {
+	if _, err := io.WriteString(hp.stdin, "go\n"); err != nil {
 		t.Fatalf("release helper: %v", err)
 	}
 	lr := <-local
 	var cp, cd int64
-	if _, err := fmt.Sscanf(waitLine(resultPrefix), "%d %d", &cp, &cd); err != nil {
+	if _, err := fmt.Sscanf(hp.waitLine(t, resultPrefix), "%d %d", &cp, &cd); err != nil {
 		t.Fatalf("helper result: %v", err)
 	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("helper process: %v; stderr:\n%s", err, stderr.String())
+	if err := hp.cmd.Wait(); err != nil {
+		t.Fatalf("helper process: %v; stderr:\n%s", err, hp.stderr.String())
 	}
 	t.Logf("this process: %d processed, %d duplicate; helper process: %d processed, %d duplicate", lr.p, lr.d, cp, cd)
 

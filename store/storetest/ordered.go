@@ -114,81 +114,20 @@ func orderedConcurrent(t *testing.T, e *env, run int) {
 		evs = append(evs, keyed("seq-conc", fmt.Sprint("key-", i%keys)))
 	}
 	e.publish(evs...)
-	var (
-		mu       sync.Mutex
-		inFlight = map[string]bool{}
-		order    = map[string][]txbox.ID{}
-		claimed  int
-		wg       sync.WaitGroup
-		errs     = make(chan error, claimers)
-	)
+	c := &orderedClaimers{
+		e: e, run: run, total: len(evs), end: time.Now().Add(deadline),
+		inFlight: map[string]bool{}, order: map[string][]txbox.ID{},
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, claimers)
 	start := make(chan struct{})
-	end := time.Now().Add(deadline)
 	for range claimers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			<-start
-			for {
-				mu.Lock()
-				n := claimed
-				mu.Unlock()
-				if n == len(evs) {
-					return
-				}
-				if time.Now().After(end) {
-					errs <- fmt.Errorf("timed out with %d of %d claimed", n, len(evs))
-					return
-				}
-				rows, err := e.d.OutboxClaim(e.ctx, &store.OutboxClaimParams{EventType: "seq-conc", Limit: 3 * run, LeaseDuration: longLease, OrderedByKey: true, KeyRun: run})
-				if err != nil {
-					errs <- err
-					return
-				}
-				// Within one claim a key's run is in id order.
-				mine := map[string][]*store.OutboxRow{}
-				for _, r := range rows {
-					mine[r.Key] = append(mine[r.Key], r)
-				}
-				for _, rs := range mine {
-					slices.SortFunc(rs, func(a, b *store.OutboxRow) int { return bytes.Compare(a.ID[:], b.ID[:]) })
-					if len(rs) > run {
-						errs <- fmt.Errorf("key %s: %d rows in one claim, run limit %d", rs[0].Key, len(rs), run)
-						return
-					}
-				}
-				mu.Lock()
-				for k, rs := range mine {
-					if inFlight[k] {
-						mu.Unlock()
-						errs <- fmt.Errorf("key %s has rows in flight in two claims", k)
-						return
-					}
-					inFlight[k] = true
-					for _, r := range rs {
-						order[k] = append(order[k], r.ID)
-						claimed++
-					}
-				}
-				// Leave the flight before the finish commits: the next row
-				// of the key cannot be claimed until it has.
-				for _, r := range rows {
-					delete(inFlight, r.Key)
-				}
-				mu.Unlock()
-				if len(rows) == 0 {
-					// Every head is in flight elsewhere: poll again shortly.
-					time.Sleep(5 * time.Millisecond)
-					continue
-				}
-				items := make([]store.OutboxFinishItem, len(rows))
-				for i, r := range rows {
-					items[i] = item(r, store.OutcomeAcked, 0, "")
-				}
-				if _, err := e.d.OutboxFinish(e.ctx, &store.OutboxFinishParams{Items: items}); err != nil {
-					errs <- err
-					return
-				}
+			if err := c.claimLoop(); err != nil {
+				errs <- err
 			}
 		}()
 	}
@@ -198,7 +137,7 @@ func orderedConcurrent(t *testing.T, e *env, run int) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	for k, got := range order {
+	for k, got := range c.order {
 		var want []txbox.ID
 		for _, ev := range evs {
 			if ev.Key == k {
@@ -210,9 +149,92 @@ func orderedConcurrent(t *testing.T, e *env, run int) {
 			t.Fatalf("key %s claimed in order %v, want %v", k, got, want)
 		}
 	}
-	if len(order) != keys {
-		t.Fatalf("claimed %d keys, want %d", len(order), keys)
+	if len(c.order) != keys {
+		t.Fatalf("claimed %d keys, want %d", len(c.order), keys)
 	}
+}
+
+// orderedClaimers is the state orderedConcurrent's claimers share: which
+// keys are in flight, and each key's rows in the order they were claimed.
+type orderedClaimers struct {
+	e          *env
+	run, total int
+	end        time.Time
+
+	mu       sync.Mutex
+	inFlight map[string]bool
+	order    map[string][]txbox.ID
+	claimed  int
+}
+
+// claimLoop is one claimer: it claims ordered runs and acks them until
+// every row is claimed, the deadline passes or a check fails.
+func (c *orderedClaimers) claimLoop() error {
+	for {
+		c.mu.Lock()
+		n := c.claimed
+		c.mu.Unlock()
+		if n == c.total {
+			return nil
+		}
+		if time.Now().After(c.end) {
+			return fmt.Errorf("timed out with %d of %d claimed", n, c.total)
+		}
+		rows, err := c.e.d.OutboxClaim(c.e.ctx, &store.OutboxClaimParams{EventType: "seq-conc", Limit: 3 * c.run, LeaseDuration: longLease, OrderedByKey: true, KeyRun: c.run})
+		if err != nil {
+			return err
+		}
+		if err := c.record(rows); err != nil {
+			return err
+		}
+		if len(rows) == 0 {
+			// Every head is in flight elsewhere: poll again shortly.
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		items := make([]store.OutboxFinishItem, len(rows))
+		for i, r := range rows {
+			items[i] = item(r, store.OutcomeAcked, 0, "")
+		}
+		if _, err := c.e.d.OutboxFinish(c.e.ctx, &store.OutboxFinishParams{Items: items}); err != nil {
+			return err
+		}
+	}
+}
+
+// record checks one claim (a key's run in id order and within the run
+// limit, no key in flight in two claims) and appends its rows to their
+// keys' claim order.
+func (c *orderedClaimers) record(rows []*store.OutboxRow) error {
+	// Within one claim a key's run is in id order.
+	mine := map[string][]*store.OutboxRow{}
+	for _, r := range rows {
+		mine[r.Key] = append(mine[r.Key], r)
+	}
+	for _, rs := range mine {
+		slices.SortFunc(rs, func(a, b *store.OutboxRow) int { return bytes.Compare(a.ID[:], b.ID[:]) })
+		if len(rs) > c.run {
+			return fmt.Errorf("key %s: %d rows in one claim, run limit %d", rs[0].Key, len(rs), c.run)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, rs := range mine {
+		if c.inFlight[k] {
+			return fmt.Errorf("key %s has rows in flight in two claims", k)
+		}
+		c.inFlight[k] = true
+		for _, r := range rs {
+			c.order[k] = append(c.order[k], r.ID)
+			c.claimed++
+		}
+	}
+	// Leave the flight before the finish commits: the next row of the key
+	// cannot be claimed until it has.
+	for _, r := range rows {
+		delete(c.inFlight, r.Key)
+	}
+	return nil
 }
 
 // testOrderedRuns: with KeyRun, one claim takes a key's head and the rows
