@@ -243,17 +243,7 @@ func (d *Driver) claimIn(ctx context.Context, tx *sql.Tx, params *store.OutboxCl
 		if err := rows.Scan(idScan{&r.ID}, &key, &r.Payload, &headers, &r.Attempts, nullTime{&r.CreatedAt}); err != nil {
 			return nil, err
 		}
-		r.Key = string(key)
-		if r.Payload == nil {
-			r.Payload = []byte{}
-		}
-		// A row that cannot be turned into a message is handed out
-		// Invalid, for the relay to dead-letter, instead of failing the
-		// claim: the whole type would wedge behind it.
-		var herr error
-		if r.Headers, herr = store.DecodeHeaders(headers); herr != nil {
-			r.Invalid = herr.Error()
-		}
+		claimedRow(r, key, headers)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
@@ -263,24 +253,44 @@ func (d *Driver) claimIn(ctx context.Context, tx *sql.Tx, params *store.OutboxCl
 	if len(out) == 0 {
 		return nil, nil
 	}
-	args := make([]any, 0, 2+len(out))
-	args = append(args, micros(params.LeaseDuration), token.String())
-	// By primary key only, in key order (SCHEMA.md, "Lock order"): this
-	// transaction already holds the rows' locks, taken in claim order, so
-	// its UPDATE must not lock anything else. Without the forced key
-	// MariaDB was seen waiting here on rows outside the list, held by a
-	// concurrent cleanup or finish waiting on this claim: a deadlock.
-	ids := make([]txbox.ID, len(out))
-	for i, r := range out {
-		ids[i] = r.ID
-	}
-	ids = sortedIDs(ids)
-	args = idArgs(args, ids)
-	_, err = tx.ExecContext(ctx, inIDs(d.q.claimUpdate, len(ids)), args...)
-	if err != nil {
+	if err := d.markInProcess(ctx, tx, out, params.LeaseDuration, token); err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// claimedRow completes a claimed row from its key and headers columns. A
+// row that cannot be turned into a message is handed out Invalid, for the
+// relay to dead-letter, instead of failing the claim: the whole type would
+// wedge behind it.
+func claimedRow(r *store.OutboxRow, key, headers []byte) {
+	r.Key = string(key)
+	if r.Payload == nil {
+		r.Payload = []byte{}
+	}
+	var herr error
+	if r.Headers, herr = store.DecodeHeaders(headers); herr != nil {
+		r.Invalid = herr.Error()
+	}
+}
+
+// markInProcess sets the claimed rows IN_PROCESS with the lease and token,
+// by primary key only, in key order (SCHEMA.md, "Lock order"): the claim's
+// transaction already holds the rows' locks, taken in claim order, so its
+// UPDATE must not lock anything else. Without the forced key MariaDB was
+// seen waiting here on rows outside the list, held by a concurrent cleanup
+// or finish waiting on this claim: a deadlock.
+func (d *Driver) markInProcess(ctx context.Context, tx *sql.Tx, rows []*store.OutboxRow, lease time.Duration, token txbox.ID) error {
+	ids := make([]txbox.ID, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ID
+	}
+	ids = sortedIDs(ids)
+	args := make([]any, 0, 2+len(ids))
+	args = append(args, micros(lease), token.String())
+	args = idArgs(args, ids)
+	_, err := tx.ExecContext(ctx, inIDs(d.q.claimUpdate, len(ids)), args...)
+	return err
 }
 
 type statement struct {
