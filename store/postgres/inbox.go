@@ -82,7 +82,7 @@ func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRec
 	}
 	fresh := make(map[uuid.UUID]bool, len(ids))
 	if ex.native() {
-		rows, err := ex.pgx.Query(ctx, d.inboxRecordSQL(`$2::uuid[]`), params.Consumer, ids)
+		rows, err := ex.pgx.Query(ctx, d.q.inboxRecordNative, params.Consumer, ids)
 		if err != nil {
 			return nil, recordErr(err)
 		}
@@ -96,7 +96,7 @@ func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRec
 		if !ok {
 			return nil, &txbox.UnsupportedTxError{Dialect: Dialect, Type: fmt.Sprintf("%T (no QueryContext)", tx)}
 		}
-		rows, err := q.QueryContext(ctx, d.inboxRecordSQL(`$2::text::uuid[]`), params.Consumer, uuidArrayText(ids))
+		rows, err := q.QueryContext(ctx, d.q.inboxRecordText, params.Consumer, uuidArrayText(ids))
 		if err != nil {
 			return nil, recordErr(err)
 		}
@@ -130,26 +130,13 @@ func recordErr(err error) error {
 	return translate("inbox record", err)
 }
 
-func (d *Driver) inboxRecordSQL(idsArg string) string {
-	// The table name is validated and quoted by New; the rest is constant.
-	return `INSERT INTO ` + d.table(d.tables.Inbox) + ` (consumer_name, event_id)
-		SELECT $1::text, u.id FROM unnest(` + idsArg + `) AS u(id)
-		ON CONFLICT DO NOTHING
-		RETURNING event_id::text`
-}
-
 // InboxCleanup deletes up to Limit ids recorded more than OlderThan ago, on
 // the database clock, using the processed_at index. See store.Inbox.
 func (d *Driver) InboxCleanup(ctx context.Context, params *store.CleanupParams) (int, error) {
 	if err := checkCleanup("inbox cleanup", params); err != nil {
 		return 0, err
 	}
-	t := d.table(d.tables.Inbox)
-	q := `DELETE FROM ` + t + ` WHERE (consumer_name, event_id) IN (
-		SELECT consumer_name, event_id FROM ` + t + `
-		WHERE processed_at < now() - $1::bigint * interval '1 microsecond'
-		LIMIT $2)`
-	tag, err := d.pool.Exec(ctx, q, params.OlderThan.Microseconds(), params.Limit)
+	tag, err := d.pool.Exec(ctx, d.q.inboxCleanup, params.OlderThan.Microseconds(), params.Limit)
 	if err != nil {
 		return 0, translate("inbox cleanup", err)
 	}
