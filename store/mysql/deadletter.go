@@ -26,7 +26,7 @@ func (d *Driver) DeadLetterMove(ctx context.Context, params *store.DeadLetterMov
 	if err != nil || len(cand) == 0 {
 		return 0, wrap("dead-letter move", err)
 	}
-	cand = sortedIDs(cand)
+	cand = store.SortedIDs(cand)
 	var moved int
 	err = d.inTx(ctx, func(tx *sql.Tx) error {
 		moved = 0

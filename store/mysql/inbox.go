@@ -4,12 +4,10 @@ package mysql
 // table itself is created by this package's migration.
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/txbox/txbox"
@@ -63,7 +61,7 @@ func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRec
 	if err := store.ValidateConsumerName(params.Consumer); err != nil {
 		return nil, fmt.Errorf("mysql: inbox record: %w", err)
 	}
-	ids := sortedUnique(params.IDs)
+	ids := store.SortedIDs(params.IDs)
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -93,7 +91,7 @@ func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRec
 		if n == 1 {
 			fresh[ids[0]] = true
 		}
-		return inputOrder(params.IDs, fresh), nil
+		return store.InputOrder(params.IDs, fresh), nil
 	}
 	if _, err := ex.ExecContext(ctx, inboxSavepoint); err != nil {
 		return nil, wrap("inbox record", err)
@@ -122,7 +120,7 @@ func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRec
 			}
 		}
 	}
-	return inputOrder(params.IDs, fresh), nil
+	return store.InputOrder(params.IDs, fresh), nil
 }
 
 // recordErr marks a deadlock as store.ErrTxConflict: InnoDB rolled the
@@ -166,23 +164,4 @@ func SQLTx(tx any) (*sql.Tx, error) {
 	default:
 		return nil, &txbox.UnsupportedTxError{Dialect: Dialect, Type: fmt.Sprintf("%T", tx)}
 	}
-}
-
-func sortedUnique(in []txbox.ID) []txbox.ID {
-	out := slices.Clone(in)
-	slices.SortFunc(out, func(a, b txbox.ID) int { return bytes.Compare(a[:], b[:]) })
-	return slices.Compact(out)
-}
-
-// inputOrder returns the ids of in that are in fresh, once each, in input
-// order.
-func inputOrder(in []txbox.ID, fresh map[txbox.ID]bool) []txbox.ID {
-	out := make([]txbox.ID, 0, len(fresh))
-	for _, id := range in {
-		if fresh[id] {
-			out = append(out, id)
-			delete(fresh, id)
-		}
-	}
-	return out
 }

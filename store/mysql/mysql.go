@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/internal/pertype"
 )
 
 // Dialect is the name returned by Driver.Dialect.
@@ -110,8 +110,7 @@ type Driver struct {
 	deadlockRetries atomic.Int64
 
 	// ordered holds the ordered claim's cursors by event type.
-	orderedMu sync.Mutex
-	ordered   map[string]*orderedCursor
+	ordered pertype.Map[orderedCursor]
 }
 
 var (

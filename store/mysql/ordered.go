@@ -376,19 +376,7 @@ const sweepRescan = 5 * time.Second
 // sweepStart is below every DATETIME(6) value.
 const sweepStart = "1000-01-01 00:00:00.000000"
 
-func (d *Driver) orderedCursor(eventType string) *orderedCursor {
-	d.orderedMu.Lock()
-	defer d.orderedMu.Unlock()
-	if d.ordered == nil {
-		d.ordered = map[string]*orderedCursor{}
-	}
-	c := d.ordered[eventType]
-	if c == nil {
-		c = &orderedCursor{}
-		d.ordered[eventType] = c
-	}
-	return c
-}
+func (d *Driver) orderedCursor(eventType string) *orderedCursor { return d.ordered.Get(eventType) }
 
 func (c *orderedCursor) start(now time.Time) (after string, hasAfter bool, due, id string) {
 	c.mu.Lock()

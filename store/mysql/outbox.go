@@ -1,13 +1,11 @@
 package mysql
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -285,7 +283,7 @@ func (d *Driver) markInProcess(ctx context.Context, tx *sql.Tx, rows []*store.Ou
 	for i, r := range rows {
 		ids[i] = r.ID
 	}
-	ids = sortedIDs(ids)
+	ids = store.SortedIDs(ids)
 	args := make([]any, 0, 2+len(ids))
 	args = append(args, micros(lease), token.String())
 	args = idArgs(args, ids)
@@ -323,14 +321,6 @@ func (d *Driver) OutboxFinish(ctx context.Context, params *store.OutboxFinishPar
 		finished += n
 	}
 	return finishResult(params, finished), nil
-}
-
-// sortedIDs returns ids in primary-key order (their text, which for
-// lower-case canonical UUIDs is byte order), without duplicates.
-func sortedIDs(ids []txbox.ID) []txbox.ID {
-	out := slices.Clone(ids)
-	slices.SortFunc(out, func(a, b txbox.ID) int { return bytes.Compare(a[:], b[:]) })
-	return slices.Compact(out)
 }
 
 func finishResult(params *store.OutboxFinishParams, finished int64) *store.OutboxFinishResult {
@@ -533,7 +523,7 @@ func (d *Driver) readThenWrite(ctx context.Context, sel string, selArgs []any, w
 	if err != nil || len(ids) == 0 {
 		return 0, err
 	}
-	ids = sortedIDs(ids)
+	ids = store.SortedIDs(ids)
 	args := append(idArgs(nil, ids), writeArgs...)
 	n, err := d.exec(ctx, inIDs(write, len(ids)), args...)
 	return int(n), err

@@ -33,19 +33,7 @@ type claimCursor struct {
 	catchID  uuid.UUID
 }
 
-func (d *Driver) cursor(eventType string) *claimCursor {
-	d.cursorsMu.Lock()
-	defer d.cursorsMu.Unlock()
-	if d.cursors == nil {
-		d.cursors = map[string]*claimCursor{}
-	}
-	c := d.cursors[eventType]
-	if c == nil {
-		c = &claimCursor{}
-		d.cursors[eventType] = c
-	}
-	return c
-}
+func (d *Driver) cursor(eventType string) *claimCursor { return d.cursors.Get(eventType) }
 
 // lowerBound returns the (due_at, id) to start the scan after, or false
 // for a full scan. catchUp is true when the claim is part of a catch-up
@@ -118,19 +106,7 @@ type orderedCursor struct {
 	rescanAt time.Time // local clock: the sweep restarts after this
 }
 
-func (d *Driver) orderedCursor(eventType string) *orderedCursor {
-	d.cursorsMu.Lock()
-	defer d.cursorsMu.Unlock()
-	if d.ordered == nil {
-		d.ordered = map[string]*orderedCursor{}
-	}
-	c := d.ordered[eventType]
-	if c == nil {
-		c = &orderedCursor{}
-		d.ordered[eventType] = c
-	}
-	return c
-}
+func (d *Driver) orderedCursor(eventType string) *orderedCursor { return d.ordered.Get(eventType) }
 
 // start returns the key to walk after (false: the first key) and the
 // keyless sweep's lower bound (zero time: from the start).

@@ -4,12 +4,10 @@ package postgres
 // table itself is created by this package's migration.
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -76,7 +74,7 @@ func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRec
 	if err := store.ValidateConsumerName(params.Consumer); err != nil {
 		return nil, fmt.Errorf("postgres: inbox record: %w", err)
 	}
-	ids := dedupIDs(params.IDs)
+	ids := store.SortedIDs(params.IDs)
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -116,7 +114,7 @@ func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRec
 			return nil, recordErr(err)
 		}
 	}
-	return inputOrder(params.IDs, fresh), nil
+	return store.InputOrder(params.IDs, fresh), nil
 }
 
 // recordErr marks deadlocks and serialization failures (a caller's
@@ -159,34 +157,4 @@ func PgxTx(tx any) (pgx.Tx, error) {
 	default:
 		return nil, &txbox.UnsupportedTxError{Dialect: Dialect, Type: fmt.Sprintf("%T", tx)}
 	}
-}
-
-// dedupIDs returns the distinct ids sorted, so that two transactions
-// recording overlapping batches lock the keys in the same order and cannot
-// deadlock each other.
-func dedupIDs(in []txbox.ID) []txbox.ID {
-	seen := make(map[txbox.ID]struct{}, len(in))
-	out := make([]txbox.ID, 0, len(in))
-	for _, id := range in {
-		if _, ok := seen[id]; ok {
-			continue
-		}
-		seen[id] = struct{}{}
-		out = append(out, id)
-	}
-	slices.SortFunc(out, func(a, b txbox.ID) int { return bytes.Compare(a[:], b[:]) })
-	return out
-}
-
-// inputOrder returns the ids of in that are in fresh, once each, in input
-// order.
-func inputOrder(in []txbox.ID, fresh map[txbox.ID]bool) []txbox.ID {
-	out := make([]txbox.ID, 0, len(fresh))
-	for _, id := range in {
-		if fresh[id] {
-			out = append(out, id)
-			delete(fresh, id)
-		}
-	}
-	return out
 }

@@ -326,8 +326,8 @@ func (d *Driver) schemaQueries(q *queries) {
 // rows per key, rendering it once per run length (a relay uses one per
 // event type).
 func (d *Driver) claimOrdered(run int) string {
-	d.cursorsMu.Lock()
-	defer d.cursorsMu.Unlock()
+	d.orderedSQLMu.Lock()
+	defer d.orderedSQLMu.Unlock()
 	if q, ok := d.orderedSQL[run]; ok {
 		return q
 	}

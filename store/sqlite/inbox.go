@@ -124,14 +124,7 @@ func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRec
 	if err := rows.Err(); err != nil {
 		return nil, d.translate(err)
 	}
-	out := make([]txbox.ID, 0, len(fresh))
-	for _, id := range params.IDs {
-		if fresh[id] {
-			out = append(out, id)
-			delete(fresh, id)
-		}
-	}
-	return out, nil
+	return store.InputOrder(params.IDs, fresh), nil
 }
 
 func inboxQueryerOf(tx any) (inboxQueryer, error) {

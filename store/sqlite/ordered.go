@@ -141,19 +141,7 @@ type orderedCursor struct {
 // about this long.
 const sweepRescan = 5 * time.Second
 
-func (d *Driver) orderedCursor(eventType string) *orderedCursor {
-	d.orderedMu.Lock()
-	defer d.orderedMu.Unlock()
-	if d.ordered == nil {
-		d.ordered = map[string]*orderedCursor{}
-	}
-	c := d.ordered[eventType]
-	if c == nil {
-		c = &orderedCursor{}
-		d.ordered[eventType] = c
-	}
-	return c
-}
+func (d *Driver) orderedCursor(eventType string) *orderedCursor { return d.ordered.Get(eventType) }
 
 func (c *orderedCursor) start(now time.Time) (after, due, id string) {
 	c.mu.Lock()
