@@ -1,11 +1,9 @@
 package inboxtest_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -44,23 +42,6 @@ func TestRedisCache(t *testing.T) {
 	inboxtest.ExerciseCache(t, storeharness.PostgresInbox(), redisCache)
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestRedisDownFallsBackToTable: with Redis unreachable the inbox still
 // answers from the table, logging a warning and never the payload.
 func TestRedisDownFallsBackToTable(t *testing.T) {
@@ -73,7 +54,7 @@ func TestRedisDownFallsBackToTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs testenv.LogBuffer
 	in, err := inbox.New(st, inbox.Config{Consumer: "down", Cache: rc, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
