@@ -57,9 +57,7 @@
 //
 // The index is forced: should the optimizer choose a filesort, FOR UPDATE
 // would lock every matching row before the LIMIT, and the other pollers
-// would skip them all. Driver.OutboxFinishAndClaim (outside the store
-// seam for now) runs the finish of one batch and the claim of the next in
-// one such transaction.
+// would skip them all.
 //
 // # Schema choices
 //

@@ -33,19 +33,7 @@ type claimCursor struct {
 	catchID  uuid.UUID
 }
 
-func (d *Driver) cursor(eventType string) *claimCursor {
-	d.cursorsMu.Lock()
-	defer d.cursorsMu.Unlock()
-	if d.cursors == nil {
-		d.cursors = map[string]*claimCursor{}
-	}
-	c := d.cursors[eventType]
-	if c == nil {
-		c = &claimCursor{}
-		d.cursors[eventType] = c
-	}
-	return c
-}
+func (d *Driver) cursor(eventType string) *claimCursor { return d.cursors.Get(eventType) }
 
 // lowerBound returns the (due_at, id) to start the scan after, or false
 // for a full scan. catchUp is true when the claim is part of a catch-up
@@ -117,22 +105,9 @@ type orderedCursor struct {
 	id       uuid.UUID
 	peeked   bool      // the last claim peeked: the next one continues the sweep
 	rescanAt time.Time // local clock: the next claim peeks from the start
-	rescan   time.Duration
 }
 
-func (d *Driver) orderedCursor(eventType string) *orderedCursor {
-	d.cursorsMu.Lock()
-	defer d.cursorsMu.Unlock()
-	if d.ordered == nil {
-		d.ordered = map[string]*orderedCursor{}
-	}
-	c := d.ordered[eventType]
-	if c == nil {
-		c = &orderedCursor{rescan: d.rescan}
-		d.ordered[eventType] = c
-	}
-	return c
-}
+func (d *Driver) orderedCursor(eventType string) *orderedCursor { return d.ordered.Get(eventType) }
 
 // start returns the key to walk after (false: the first key) and the
 // keyless window's lower bound (zero time: from the start). Once every
@@ -141,12 +116,12 @@ func (d *Driver) orderedCursor(eventType string) *orderedCursor {
 // behind the sweep waits about that long; the sweep keeps its position,
 // so however long it takes to get past a long run of blocked rows (a
 // parked key, a hot key whose head is slow), it gets past them.
-func (c *orderedCursor) start(now time.Time) (string, bool, time.Time, uuid.UUID) {
+func (c *orderedCursor) start(now time.Time, rescan time.Duration) (string, bool, time.Time, uuid.UUID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.due.IsZero() && !now.Before(c.rescanAt) && !c.peeked {
 		c.peeked = true
-		c.rescanAt = now.Add(c.rescan)
+		c.rescanAt = now.Add(rescan)
 		return c.key, c.hasKey, time.Time{}, uuid.UUID{}
 	}
 	c.peeked = false

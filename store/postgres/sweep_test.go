@@ -15,7 +15,7 @@ import (
 func TestOrderedSweepGetsPastBlockedRowsWhenSlow(t *testing.T) {
 	t.Parallel()
 	const rescan = 5 * time.Second
-	c := &orderedCursor{rescan: rescan}
+	c := &orderedCursor{}
 	now := time.Unix(1_000_000, 0)
 	base := time.Unix(2_000_000, 0)
 	pos := func(i int) (time.Time, uuid.UUID) {
@@ -29,7 +29,7 @@ func TestOrderedSweepGetsPastBlockedRowsWhenSlow(t *testing.T) {
 		if claim > 2*blocked/window+2 {
 			t.Fatalf("the sweep is at row %d of %d after %d claims", next, blocked, claim)
 		}
-		_, _, due, id := c.start(now)
+		_, _, due, id := c.start(now, rescan)
 		from := 0
 		if !due.IsZero() {
 			wantDue, wantID := pos(next)
@@ -49,7 +49,7 @@ func TestOrderedSweepGetsPastBlockedRowsWhenSlow(t *testing.T) {
 		t.Fatal("no claim peeked at the oldest rows while the sweep was under way")
 	}
 	c.claimed(now, "k", true, 3, window, time.Time{}, uuid.UUID{}, rescan)
-	if _, _, due, _ := c.start(now); !due.IsZero() {
+	if _, _, due, _ := c.start(now, rescan); !due.IsZero() {
 		t.Fatalf("after a partial window the sweep starts at %s, want the oldest row", due)
 	}
 }

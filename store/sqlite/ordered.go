@@ -142,19 +142,7 @@ type orderedCursor struct {
 // sweep waits about this long.
 const sweepRescan = 5 * time.Second
 
-func (d *Driver) orderedCursor(eventType string) *orderedCursor {
-	d.orderedMu.Lock()
-	defer d.orderedMu.Unlock()
-	if d.ordered == nil {
-		d.ordered = map[string]*orderedCursor{}
-	}
-	c := d.ordered[eventType]
-	if c == nil {
-		c = &orderedCursor{}
-		d.ordered[eventType] = c
-	}
-	return c
-}
+func (d *Driver) orderedCursor(eventType string) *orderedCursor { return d.ordered.Get(eventType) }
 
 // start returns the key to walk after and the keyless window's lower
 // bound ("": from the start). Once every sweepRescan, while a sweep is
