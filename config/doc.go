@@ -1,4 +1,4 @@
-// Package config loads txbox's YAML configuration (SPEC §4.2, §8) and
+// Package config loads txbox's YAML configuration (docs/configuration.md) and
 // builds the store, the senders and the relay configuration from it.
 //
 // A file has seven top-level keys: database, senders, defaults, events,

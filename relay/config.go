@@ -13,7 +13,7 @@ import (
 	"github.com/txbox/txbox/store"
 )
 
-// Defaults of the per-event-type settings (SPEC §4.3, §4.4, §4.5).
+// Defaults of the per-event-type settings (docs/configuration.md).
 const (
 	// DefaultBatchSize is how many rows one claim takes.
 	DefaultBatchSize = 200
@@ -70,7 +70,7 @@ const (
 	// OrderingNone delivers rows in parallel, roughly in due-time order.
 	OrderingNone Ordering = "none"
 	// OrderingKey delivers events with the same key in id order
-	// (SPEC §4.6).
+	// (docs/concepts.md, ordering).
 	OrderingKey Ordering = "key"
 )
 

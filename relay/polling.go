@@ -103,10 +103,11 @@ func newPollStrategy(p resolvedPolling) pollStrategy {
 	return &adaptivePolling{idle: backoff.Streak{Policy: backoff.Policy{Initial: p.MinDelay, Multiplier: p.Multiplier, Max: p.MaxDelay}}}
 }
 
-// adaptivePolling implements SPEC §4.3. A full batch means a backlog: the
-// next claim happens at once (the in-flight limit bounds how far ahead the
-// poller runs) and the delay resets to min, so the first partial or empty
-// batch after it waits min. Each further partial or empty batch multiplies
+// adaptivePolling implements the adaptive mode of docs/configuration.md
+// (polling). A full batch means a backlog: the next claim happens at once
+// (the in-flight limit bounds how far ahead the poller runs) and the
+// delay resets to min, so the first partial or empty batch after it waits
+// min. Each further partial or empty batch multiplies
 // the delay by mult, capped at max. Claiming again at once after a full
 // batch instead of waiting min is deliberate: waiting 250ms after every
 // 200-row batch would cap a drain at 800 events/s.

@@ -16,7 +16,7 @@ import (
 // table: candidates are read without locks, then, in one READ COMMITTED
 // transaction, locked through the primary key in key order (SKIP LOCKED,
 // so two movers take disjoint rows and neither waits), copied and deleted
-// from the outbox (SCHEMA.md, "Lock order"). The outbox row's
+// from the outbox (docs/schema/mysql.md, "Lock order"). The outbox row's
 // processed_at (when it failed) becomes failed_at.
 func (d *Driver) DeadLetterMove(ctx context.Context, params *store.DeadLetterMoveParams) (int, error) {
 	if params == nil || params.Limit < 1 {

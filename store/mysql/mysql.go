@@ -279,7 +279,7 @@ const maxDeadlockRetries = 4
 
 // inTx runs fn in one of the driver's own READ COMMITTED transactions and
 // commits it, re-running it after a deadlock (1213). With READ COMMITTED,
-// SKIP LOCKED and the lock order of this package (SCHEMA.md, "Lock order")
+// SKIP LOCKED and the lock order of this package (docs/schema/mysql.md, "Lock order")
 // no deadlock has been measured in the tests; the retry is a safety net,
 // and it is counted so tests can assert it stayed unused.
 func (d *Driver) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {

@@ -31,8 +31,8 @@ func keyChunk(wanted, run int) int {
 // than the batch.
 func maxWalk(limit int) int { return 4*limit + 64 }
 
-// claimOrderedIn is the ordered-by-key claim (docs/schema.md, "Ordered
-// claim"; store/mysql/SCHEMA.md), inside the claim's READ COMMITTED
+// claimOrderedIn is the ordered-by-key claim (docs/schema/mysql.md and
+// docs/schema/postgres.md, "Ordered claim"), inside the claim's READ COMMITTED
 // transaction. It reads O(batch) index entries however many rows wait
 // behind one key, where a scan of the claim index in due order would pass
 // every row of a blocked key:

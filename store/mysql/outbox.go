@@ -273,7 +273,7 @@ func claimedRow(r *store.OutboxRow, key, headers []byte) {
 }
 
 // markInProcess sets the claimed rows IN_PROCESS with the lease and token,
-// by primary key only, in key order (SCHEMA.md, "Lock order"): the claim's
+// by primary key only, in key order (docs/schema/mysql.md, "Lock order"): the claim's
 // transaction already holds the rows' locks, taken in claim order, so its
 // UPDATE must not lock anything else. Without the forced key MariaDB was
 // seen waiting here on rows outside the list, held by a concurrent cleanup
@@ -303,7 +303,7 @@ type statement struct {
 // the rest one UPDATE. Each statement runs on its own, at READ COMMITTED,
 // holding no lock before it starts and taking its row locks through the
 // primary key in key order, so no finish can close a deadlock cycle with
-// another statement of this driver (SCHEMA.md, "Lock order"). The two
+// another statement of this driver (docs/schema/mysql.md, "Lock order"). The two
 // statements of a DeleteAcked finish are not one transaction: every row's
 // outcome is fenced on its own, so a finish retried after the first
 // succeeded counts those rows as fenced and changes nothing twice.
@@ -505,7 +505,7 @@ func (d *Driver) OutboxRecover(ctx context.Context, params *store.OutboxRecoverP
 
 // readThenWrite is the shape of every range write of this driver, so that
 // all of them take their row locks in one order, through the primary key
-// in key order, holding none before (SCHEMA.md, "Lock order"):
+// in key order, holding none before (docs/schema/mysql.md, "Lock order"):
 //
 //  1. sel, a plain consistent read (no locks), finds candidate ids;
 //  2. write, one statement on its own, whose {{ids}} is replaced by the sorted

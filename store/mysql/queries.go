@@ -79,7 +79,7 @@ func (d *Driver) buildQueries() queries {
 // deleteByID and updateByID begin a write whose WHERE selects rows by a
 // list of primary keys. The primary key is forced: such a write must read
 // and lock exactly its rows, in key order, whatever the statistics say
-// and whatever else its WHERE tests (SCHEMA.md, "Lock order"). A
+// and whatever else its WHERE tests (docs/schema/mysql.md, "Lock order"). A
 // single-table DELETE takes no index hint, so the multi-table form is
 // used; it names the table itself rather than an alias, which MariaDB
 // cannot resolve when the connection has no default database.
@@ -96,7 +96,7 @@ func (d *Driver) outboxQueries(q *queries) {
 	q.claim = d.render("SELECT o.id, o.event_key, o.payload, o.headers, o.attempts, o.created_at FROM {{outbox}}" +
 		" o FORCE INDEX (txbox_claim) WHERE o.status = 'PENDING' AND o.event_type = ? AND o.due_at <= UTC_TIMESTAMP(6)" +
 		" ORDER BY o.due_at, o.id LIMIT ? FOR UPDATE SKIP LOCKED")
-	// By primary key only, in key order (SCHEMA.md, "Lock order"): the
+	// By primary key only, in key order (docs/schema/mysql.md, "Lock order"): the
 	// claim's transaction already holds the rows' locks.
 	q.claimUpdate = updateByID(d.qOutbox) + " SET status = 'IN_PROCESS', lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, lease_token = ?" +
 		" WHERE id IN ({{ids}})"

@@ -48,7 +48,7 @@ func (r *recorder) distinct() int {
 	return len(r.count)
 }
 
-// TestTwoRelaysOnMySQL is the end-to-end check of SPEC scenario 4 on this
+// TestTwoRelaysOnMySQL is the end-to-end check of "N relays on one table" on this
 // dialect: two relay instances, each with its own driver and pool (two
 // processes as far as the database can tell), drain one table while
 // producers keep publishing, one type unordered and one ordered by key.

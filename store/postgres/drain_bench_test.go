@@ -111,7 +111,7 @@ func drainOnce(ctx context.Context, b *testing.B, d *postgres.Driver, batch int)
 // 10,000 and of a much larger one (200,000; 1,000,000 with
 // TXBOX_DRAIN_BIG=1) with the store's claim + finish loop, interleaved,
 // and reports the rate at the large backlog as a fraction of the rate at
-// the small one (SPEC §9: within 20%).
+// the small one (target in docs/benchmarks.md: within 20%).
 func BenchmarkDrainBacklogSize(b *testing.B) {
 	const drained, batch = 10_000, 200
 	big := 200_000

@@ -24,7 +24,7 @@ import (
 // claim reads O(batch) rows and pages however large the backlog and the
 // processed history are: 100k pending rows over several types plus 100k
 // processed rows by default, 1M pending with TXBOX_CHAOS=1. Set
-// TXBOX_PRINT_PLANS=1 to print the text plans (copied into docs/schema.md).
+// TXBOX_PRINT_PLANS=1 to print the text plans (copied into docs/schema/postgres.md).
 func TestClaimPlanIsOBatch(t *testing.T) {
 	t.Parallel()
 	pending, processed := 100_000, 100_000
@@ -117,7 +117,7 @@ func orderedArgs(typ string, limit, run int, after pgtype.Text, lower pgtype.Tim
 // key: 50k rows behind one hot key whose head is in process (the claim
 // used to read every one of them, ~200k buffers), and 50 keys with 2,000
 // rows each, claimed in runs. TXBOX_PRINT_PLANS=1 prints the plans
-// (copied into docs/schema.md).
+// (copied into docs/schema/postgres.md).
 func TestOrderedClaimPlanIsOBatch(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)

@@ -339,7 +339,7 @@ func (d *Driver) claimOrdered(run int) string {
 	return q
 }
 
-// claimOrderedSQL is the ordered-by-key claim (docs/schema.md, "Ordered
+// claimOrderedSQL is the ordered-by-key claim (docs/schema/postgres.md, "Ordered
 // claim"). It reads O(batch) index entries however many rows wait behind
 // one key, instead of walking the claim index in due order past every
 // row of a blocked key:

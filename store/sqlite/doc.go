@@ -29,7 +29,7 @@
 //
 // The hot statements (publish one event, claim, finish) are prepared once
 // per connection after Migrate. Figures: docs/benchmarks/sqlite.md; the
-// schema in detail: SCHEMA.md in this directory.
+// schema in detail: docs/schema/sqlite.md.
 //
 // # Schema (version 1)
 //

@@ -12,7 +12,7 @@ import (
 // sent in more waves than a lease allows for.
 const maxKeyRun = 10_000
 
-// orderedClaim is one ordered-by-key claim (docs/schema.md, "Ordered
+// orderedClaim is one ordered-by-key claim (docs/schema/postgres.md, "Ordered
 // claim"), run inside the claim's write transaction. SQLite has one writer,
 // so it needs no SKIP LOCKED: it picks the ids with a few indexed queries
 // driven from Go (in process, microseconds each) and claims them with one

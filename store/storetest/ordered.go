@@ -359,7 +359,7 @@ func testOrderedHotKey(t *testing.T, e *env) {
 	}
 	// The keyless row sorts after 300 blocked rows: it is claimed once the
 	// dialect's search for keyless rows gets past them, within one claim per
-	// batch-size blocked rows (docs/schema.md, "Ordered claim").
+	// batch-size blocked rows (docs/schema/postgres.md, "Ordered claim").
 	for claim := 0; !got[n.ID]; claim++ {
 		if claim > len(hot)/10+5 {
 			t.Fatalf("keyless row %s not claimed after %d claims behind %d blocked rows", n.ID, claim, len(hot))
