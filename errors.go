@@ -22,7 +22,47 @@ var (
 
 	// ErrClosed is returned by calls made after Close or Stop.
 	ErrClosed = errors.New("txbox: closed")
+
+	// ErrInvalidConfig is matched by every *ConfigError: a constructor
+	// (relay.New, outbox.NewPublisher, inbox.New, the consume adapters)
+	// was given a missing or out-of-range setting, and by every error
+	// config.Load returns for a bad file.
+	ErrInvalidConfig = errors.New("txbox: invalid configuration")
 )
+
+// ConfigError is a configuration problem at one setting. Every package of
+// the module reports a bad setting with it, so one errors.Is(err,
+// ErrInvalidConfig) or errors.As(err, &ce) works for all of them.
+type ConfigError struct {
+	// Component is the package reporting it: "relay", "outbox", "inbox",
+	// "consume/kafka" and so on.
+	Component string
+	// Field names the setting: a key path in the YAML spelling of
+	// docs/configuration.md for the relay's settings
+	// ("events.orders.polling.max-delay"), a Go field name elsewhere
+	// ("PullExpiry").
+	Field string
+	// Reason says what is wrong, as a predicate of Field ("must be ≥ 1").
+	Reason string
+	// Err is the underlying cause, if any, such as ErrInvalidIdentifier
+	// for a hostile consumer name.
+	Err error
+}
+
+// Error returns "<component>: <field> <reason>".
+func (e *ConfigError) Error() string {
+	msg := e.Field + " " + e.Reason
+	if e.Component != "" {
+		msg = e.Component + ": " + msg
+	}
+	return msg
+}
+
+// Is makes every ConfigError match ErrInvalidConfig.
+func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+
+// Unwrap returns the underlying cause, if any.
+func (e *ConfigError) Unwrap() error { return e.Err }
 
 // InvalidEventTypeError is returned when an event type is empty, too long or
 // contains a character outside [A-Za-z0-9._:-].

@@ -82,3 +82,24 @@ func FuzzValidateEventType(f *testing.F) {
 		}
 	})
 }
+
+// TestConfigError: one error type for every configuration problem, found
+// by errors.Is / errors.As through wrapping, with its cause reachable.
+func TestConfigError(t *testing.T) {
+	t.Parallel()
+	ce := &txbox.ConfigError{Component: "inbox", Field: "Consumer", Reason: "is not valid", Err: txbox.ErrInvalidIdentifier}
+	err := fmt.Errorf("start: %w", ce)
+	if got := ce.Error(); got != "inbox: Consumer is not valid" {
+		t.Errorf("Error() = %q", got)
+	}
+	var as *txbox.ConfigError
+	if !errors.Is(err, txbox.ErrInvalidConfig) || !errors.As(err, &as) || as.Field != "Consumer" {
+		t.Errorf("%v does not match ErrInvalidConfig / *ConfigError", err)
+	}
+	if !errors.Is(err, txbox.ErrInvalidIdentifier) {
+		t.Errorf("%v does not unwrap to its cause", err)
+	}
+	if errors.Is(errors.New("other"), txbox.ErrInvalidConfig) {
+		t.Error("an unrelated error matches ErrInvalidConfig")
+	}
+}

@@ -124,10 +124,8 @@ func (c *Config) DatabaseDSN(getenv func(string) string) (DSN, error) {
 		return db.DSN, nil
 	}
 	if db.DSNEnv != "" {
-		if v := getenv(db.DSNEnv); v != "" {
-			return DSN(v), nil
-		}
-		return "", &Error{Path: "database.dsn-env", Msg: fmt.Sprintf("environment variable %s is empty", db.DSNEnv)}
+		v, err := secretEnv(getenv, "database", "dsn-env", db.DSNEnv)
+		return DSN(v), err
 	}
 	if db.Dialect == DialectSQLite {
 		return DefaultSQLitePath, nil
@@ -205,71 +203,98 @@ func (c *Config) OpenSenders(ctx context.Context, getenv func(string) string, lo
 		logger = slog.Default()
 	}
 	out := make(map[string]sender.Sender, len(c.Senders))
-	fail := func(err error) (map[string]sender.Sender, error) {
-		for _, s := range out {
-			_ = s.Close(ctx)
-		}
-		return nil, Scrub(err, c.Secrets(getenv))
-	}
 	for _, name := range c.SenderNames() {
-		sc := c.Senders[name]
-		p := join("senders", name)
-		var (
-			s   sender.Sender
-			err error
-		)
-		switch sc.Type {
-		case SenderNATS:
-			s, err = nats.New(nats.Config{URL: sc.NATS.URL.Reveal(), Name: sc.NATS.Name, CredsFile: sc.NATS.CredsFile, AckTimeout: sc.NATS.Timeout, MaxPending: sc.NATS.MaxPending, Logger: logger.With("sender", name),
-				ProvisionStream: sc.NATS.ProvisionStream})
-		case SenderWebhook:
-			w := sc.Webhook
-			secret := ""
-			if w.HMACSecretEnv != "" {
-				if secret = getenv(w.HMACSecretEnv); secret == "" {
-					return fail(&Error{Path: join(p, "hmac-secret-env"), Msg: fmt.Sprintf("environment variable %s is empty", w.HMACSecretEnv)})
-				}
-			}
-			s, err = webhook.New(webhook.Config{Timeout: w.Timeout, MaxConcurrency: w.Concurrency, ContentType: w.ContentType, Secret: secret, SignatureHeader: w.SignatureHeader})
-		case SenderKafka:
-			k := sc.Kafka
-			s, err = kafka.New(kafka.Config{Brokers: k.Brokers, ClientID: k.ClientID, DeliveryTimeout: k.Timeout, Linger: k.Linger, MaxBufferedRecords: k.MaxBufferedRecords,
-				MaxRecordBytes: k.MaxRecordBytes, ProvisionPartitions: int32(k.ProvisionPartitions), ProvisionReplicationFactor: int16(k.ProvisionReplicationFactor)})
-		case SenderRabbitMQ:
-			rc := sc.RabbitMQ
-			s, err = rabbitmq.New(rabbitmq.Config{URL: rc.URL.Reveal(), ConfirmTimeout: rc.Timeout, Channels: rc.Channels,
-				MaxMessageBytes: rc.MaxMessageBytes, ProvisionExchangeType: rc.ProvisionExchangeType})
-		case SenderRedis:
-			rc := sc.Redis
-			password := ""
-			if rc.PasswordEnv != "" {
-				if password = getenv(rc.PasswordEnv); password == "" {
-					return fail(&Error{Path: join(p, "password-env"), Msg: fmt.Sprintf("environment variable %s is empty", rc.PasswordEnv)})
-				}
-			}
-			s, err = redisstream.New(redisstream.Config{Addr: rc.Addr, Username: rc.Username, Password: password, DB: rc.DB, MaxLen: rc.MaxLen, ReadTimeout: rc.Timeout, WriteTimeout: rc.Timeout, PoolSize: rc.PoolSize})
-		default:
-			err = fmt.Errorf("%w: %s", ErrUnsupportedSender, sc.Type)
+		s, err := c.openSender(name, getenv, logger)
+		if err == nil {
+			out[name] = s
+			err = c.provision(ctx, name, s, logger)
 		}
 		if err != nil {
-			return fail(fmt.Errorf("config: %s: %w", p, err))
-		}
-		out[name] = s
-		if routes, on := c.ProvisionRoutes(name); on {
-			pv, ok := s.(sender.Provisioner)
-			if !ok {
-				return fail(&Error{Path: join(p, "provision"), Msg: fmt.Sprintf("sender type %s cannot provision", sc.Type)})
+			for _, s := range out {
+				_ = s.Close(ctx)
 			}
-			pctx, cancel := context.WithTimeout(ctx, ProvisionTimeout)
-			err := pv.Provision(pctx, routes)
-			cancel()
-			if err != nil {
-				return fail(fmt.Errorf("config: %s: %w", join(p, "provision"), err))
-			}
-			logger.Info("sender provisioned", "sender", name, "type", sc.Type)
+			return nil, Scrub(err, c.Secrets(getenv))
 		}
 	}
 	return out, nil
+}
+
+// secretEnv reads the secret held by the environment variable that key
+// (under path p) names; "" when the key is not set, an error when the
+// variable is empty.
+func secretEnv(getenv func(string) string, p, key, variable string) (string, error) {
+	if variable == "" {
+		return "", nil
+	}
+	if v := getenv(variable); v != "" {
+		return v, nil
+	}
+	return "", &Error{Path: join(p, key), Msg: fmt.Sprintf("environment variable %s is empty", variable)}
+}
+
+// openSender creates sender name.
+func (c *Config) openSender(name string, getenv func(string) string, logger *slog.Logger) (sender.Sender, error) {
+	sc, p := c.Senders[name], join("senders", name)
+	var (
+		s   sender.Sender
+		err error
+	)
+	switch sc.Type {
+	case SenderNATS:
+		n := sc.NATS
+		s, err = nats.New(nats.Config{URL: n.URL.Reveal(), Name: n.Name, CredsFile: n.CredsFile, AckTimeout: n.Timeout, MaxPending: n.MaxPending,
+			Logger: logger.With("sender", name), ProvisionStream: n.ProvisionStream})
+	case SenderWebhook:
+		w := sc.Webhook
+		secret, serr := secretEnv(getenv, p, "hmac-secret-env", w.HMACSecretEnv)
+		if serr != nil {
+			return nil, serr
+		}
+		s, err = webhook.New(webhook.Config{Timeout: w.Timeout, MaxConcurrency: w.Concurrency, ContentType: w.ContentType, Secret: secret, SignatureHeader: w.SignatureHeader})
+	case SenderKafka:
+		k := sc.Kafka
+		s, err = kafka.New(kafka.Config{Brokers: k.Brokers, ClientID: k.ClientID, DeliveryTimeout: k.Timeout, Linger: k.Linger, MaxBufferedRecords: k.MaxBufferedRecords,
+			MaxRecordBytes: k.MaxRecordBytes, ProvisionPartitions: int32(k.ProvisionPartitions), ProvisionReplicationFactor: int16(k.ProvisionReplicationFactor)})
+	case SenderRabbitMQ:
+		r := sc.RabbitMQ
+		s, err = rabbitmq.New(rabbitmq.Config{URL: r.URL.Reveal(), ConfirmTimeout: r.Timeout, Channels: r.Channels,
+			MaxMessageBytes: r.MaxMessageBytes, ProvisionExchangeType: r.ProvisionExchangeType})
+	case SenderRedis:
+		r := sc.Redis
+		password, serr := secretEnv(getenv, p, "password-env", r.PasswordEnv)
+		if serr != nil {
+			return nil, serr
+		}
+		s, err = redisstream.New(redisstream.Config{Addr: r.Addr, Username: r.Username, Password: password, DB: r.DB, MaxLen: r.MaxLen,
+			ReadTimeout: r.Timeout, WriteTimeout: r.Timeout, PoolSize: r.PoolSize})
+	default:
+		err = fmt.Errorf("%w: %s", ErrUnsupportedSender, sc.Type)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("config: %s: %w", p, err)
+	}
+	return s, nil
+}
+
+// provision creates what the routes of sender name need, when its
+// provision key is on (ProvisionRoutes).
+func (c *Config) provision(ctx context.Context, name string, s sender.Sender, logger *slog.Logger) error {
+	routes, on := c.ProvisionRoutes(name)
+	if !on {
+		return nil
+	}
+	p := join(join("senders", name), "provision")
+	pv, ok := s.(sender.Provisioner)
+	if !ok {
+		return &Error{Path: p, Msg: fmt.Sprintf("sender type %s cannot provision", c.Senders[name].Type)}
+	}
+	pctx, cancel := context.WithTimeout(ctx, ProvisionTimeout)
+	defer cancel()
+	if err := pv.Provision(pctx, routes); err != nil {
+		return fmt.Errorf("config: %s: %w", p, err)
+	}
+	logger.Info("sender provisioned", "sender", name, "type", c.Senders[name].Type)
+	return nil
 }
 
 // ProvisionTimeout bounds the provisioning of one sender at start,
@@ -313,19 +338,14 @@ func (c *Config) ProvisionRoutes(name string) ([]sender.Route, bool) {
 	var routes []sender.Route
 	for _, t := range c.EventTypes() {
 		eff := c.Effective(t)
-		if deref(eff.Sender) == name && eff.Route != nil {
-			routes = append(routes, senderRoute(*eff.Route).Expand(t))
+		if *eff.Sender == name {
+			routes = append(routes, eff.Route.Expand(t))
 		}
 	}
 	if deref(c.Defaults.Sender) == name && c.Defaults.Route != nil {
-		routes = append(routes, senderRoute(*c.Defaults.Route))
+		routes = append(routes, *c.Defaults.Route)
 	}
 	return routes, true
-}
-
-func senderRoute(r Route) sender.Route {
-	return sender.Route{Topic: r.Topic, Subject: r.Subject, Exchange: r.Exchange,
-		RoutingKey: r.RoutingKey, URL: r.URL, Stream: r.Stream}
 }
 
 // RelayConfig builds the relay configuration: the store, the senders, and
@@ -333,76 +353,58 @@ func senderRoute(r Route) sender.Route {
 // effective settings (so inheritance is the file's, key by key), and
 // Defaults serves the types the file does not list.
 func (c *Config) RelayConfig(st store.Driver, senders map[string]sender.Sender, logger *slog.Logger) relay.Config {
+	rc := c.relayConfig()
+	rc.Store, rc.Senders, rc.Logger = st, senders, logger
+	rc.Defaults = c.relaySettings(c.Defaults.Inherit(relay.EventSettings{}))
+	for t := range rc.Events {
+		rc.Events[t] = c.relaySettings(c.Effective(t))
+	}
+	// Cleanup.OutboxTTL unset (nil): the relay takes the longest
+	// retention of the types, so none loses processed rows before its own.
+	rc.Cleanup.OutboxTTL = pick(c.Cleanup.OutboxTTL)
+	rc.Cleanup.DeadLetterTTL = pick(c.Cleanup.DeadLetterTTL)
+	return rc
+}
+
+// relayConfig is the part of relay.Config that the file holds, as it holds
+// it: Events are the entries of Events, not merged with Defaults.
+func (c *Config) relayConfig() relay.Config {
 	rc := relay.Config{
-		Store:              st,
-		Senders:            senders,
-		Defaults:           c.relaySettings(c.Defaults),
+		Defaults:           c.Defaults,
 		Events:             make(map[string]relay.EventSettings, len(c.Events)),
 		DiscoverInterval:   c.Relay.DiscoverInterval,
 		RecoverInterval:    c.Relay.RecoverInterval,
 		DeadLetterInterval: c.Relay.DeadLetterInterval,
-		Cleanup: relay.CleanupConfig{
-			Disabled:    c.Cleanup.Disabled,
-			Interval:    c.Cleanup.Interval,
-			MaxInterval: c.Cleanup.MaxInterval,
-			// Unset (nil): the relay takes the longest retention of the
-			// types, so none loses processed rows before its own.
-			OutboxTTL:     copyPtr(c.Cleanup.OutboxTTL),
-			DeadLetterTTL: ptr(c.Cleanup.DeadLetterTTL),
-			BatchSize:     c.Cleanup.BatchSize,
-		},
-		Circuit: relay.CircuitConfig{
-			CoolDown:    c.Relay.Circuit.CoolDown,
-			MaxCoolDown: c.Relay.Circuit.MaxCoolDown,
-			Multiplier:  c.Relay.Circuit.Multiplier,
-		},
-		InstanceID: c.Relay.InstanceID,
-		Logger:     logger,
+		Cleanup:            c.Cleanup,
+		Circuit:            c.Relay.Circuit,
+		InstanceID:         c.Relay.InstanceID,
 	}
-	for _, t := range c.EventTypes() {
-		rc.Events[t] = c.relaySettings(c.Effective(t))
+	for t, ev := range c.Events {
+		rc.Events[t] = deref(ev)
 	}
 	return rc
 }
 
-// copyPtr returns a pointer to a copy of *p, or nil.
-func copyPtr[T any](p *T) *T {
+// pick returns a pointer to a copy of *p, or nil.
+func pick[T any](p *T) *T {
 	if p == nil {
 		return nil
 	}
-	return ptr(*p)
+	return new(*p)
 }
 
-func (c *Config) relaySettings(s EventSettings) relay.EventSettings {
-	var out relay.EventSettings
-	if v := deref(s.Sender); v != "" {
-		out.Sender = ptr(v)
+// relaySettings adjusts settings s (a copy) for the relay: an empty sender
+// is unset, and a webhook route without a url takes the sender's url.
+func (c *Config) relaySettings(s relay.EventSettings) relay.EventSettings {
+	if deref(s.Sender) == "" {
+		s.Sender = nil
 	}
-	if s.Route != nil {
-		r := senderRoute(*s.Route)
-		// A webhook route without a url takes the sender's url.
-		if r.URL == "" {
-			if sc := c.Senders[deref(s.Sender)]; sc != nil && sc.Webhook != nil {
-				r.URL = sc.Webhook.URL
-			}
+	if s.Route != nil && s.Route.URL == "" {
+		if sc := c.Senders[deref(s.Sender)]; sc != nil && sc.Webhook != nil {
+			s.Route.URL = sc.Webhook.URL
 		}
-		out.Route = &r
 	}
-	out.BatchSize = s.BatchSize
-	out.MaxAttempts = s.MaxAttempts
-	out.Retention = s.Retention
-	out.LeaseDuration = s.Lease
-	out.InFlight = s.InFlight
-	if s.Ordering != nil {
-		out.Ordering = ptr(relay.Ordering(*s.Ordering))
-	}
-	if p := s.Polling; p != nil {
-		out.Polling = &relay.PollingSettings{Mode: deref(p.Mode), MinDelay: deref(p.MinDelay), MaxDelay: deref(p.MaxDelay), Multiplier: deref(p.Multiplier), Delay: deref(p.Delay)}
-	}
-	if b := s.Backoff; b != nil {
-		out.Backoff = &relay.BackoffSettings{Delay: deref(b.Delay), Multiplier: deref(b.Multiplier), Max: deref(b.Max), Jitter: deref(b.Jitter)}
-	}
-	return out
+	return s
 }
 
 // NewLogger returns the slog logger log.level and log.format ask for,

@@ -19,6 +19,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/sender/webhook"
 )
 
@@ -30,13 +31,7 @@ import (
 // log line.
 func TestPlainSQLProducerDeliveredFromYAML(t *testing.T) {
 	t.Parallel()
-	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
-	admin, err := sql.Open("pgx", testenv.PostgresURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { admin.Close() })
-	schema := testenv.PostgresSchema(t, admin)
+	admin, schema := postgresSchema(t)
 
 	const secret = "hook-secret-Zq81"
 	type hit struct {
@@ -85,14 +80,7 @@ log: { level: debug }
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx := context.Background()
-	st, err := c.OpenStore(ctx, getenv, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	st := openMigrated(t, c, getenv, log)
 	senders, err := c.OpenSenders(ctx, getenv, log)
 	if err != nil {
 		t.Fatal(err)
@@ -122,14 +110,7 @@ log: { level: debug }
 			t.Fatalf("only %d of 2 plain-SQL events delivered; logs:\n%s", n, logs.String())
 		}
 	}
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := r.Stop(sctx); err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range senders {
-		_ = s.Close(ctx)
-	}
+	stopAll(t, r, senders)
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -187,6 +168,46 @@ func TestOpenStoreErrorHidesPassword(t *testing.T) {
 		if strings.Contains(err.Error(), canary) {
 			t.Errorf("%s: the password is in the error: %v", dialect, err)
 		}
+	}
+}
+
+// postgresSchema opens an admin connection to the test PostgreSQL and
+// gives the test a schema of its own.
+func postgresSchema(t *testing.T) (*sql.DB, string) {
+	t.Helper()
+	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	admin, err := sql.Open("pgx", testenv.PostgresURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	return admin, testenv.PostgresSchema(t, admin)
+}
+
+// openMigrated opens c's store, migrated, closed when the test ends.
+func openMigrated(t *testing.T, c *Config, getenv func(string) string, log *slog.Logger) *Store {
+	t.Helper()
+	st, err := c.OpenStore(context.Background(), getenv, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if err := st.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// stopAll stops r within 10s, then closes its senders.
+func stopAll(t *testing.T, r *relay.Relay, senders map[string]sender.Sender) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range senders {
+		_ = s.Close(context.Background())
 	}
 }
 
@@ -259,13 +280,7 @@ func (h cleanupHook) OnMaintenance(ev relay.MaintenanceEvent) {
 // 48h ago survives the cleanup round that deletes one processed 800h ago.
 func TestCleanupKeepsTheLongestRetention(t *testing.T) {
 	t.Parallel()
-	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
-	admin, err := sql.Open("pgx", testenv.PostgresURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { admin.Close() })
-	schema := testenv.PostgresSchema(t, admin)
+	admin, schema := postgresSchema(t)
 	yml := fmt.Sprintf(`
 database: { dialect: postgres, dsn: %q, schema: %s }
 senders:
@@ -283,14 +298,7 @@ relay: { discover-interval: 1h }
 	}
 	ctx := context.Background()
 	log := slog.New(slog.DiscardHandler)
-	st, err := c.OpenStore(ctx, nil, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	st := openMigrated(t, c, nil, log)
 	var keep, old txbox.ID
 	for _, age := range []struct {
 		id    *txbox.ID
@@ -322,14 +330,7 @@ relay: { discover-interval: 1h }
 	case <-time.After(30 * time.Second):
 		t.Fatal("no cleanup round deleted the row processed 800h ago")
 	}
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := r.Stop(sctx); err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range senders {
-		_ = s.Close(ctx)
-	}
+	stopAll(t, r, senders)
 	var left []string
 	rows, err := admin.QueryContext(ctx, fmt.Sprintf(`SELECT id::text FROM %s.txbox_outbox`, schema))
 	if err != nil {

@@ -2,10 +2,14 @@ package config
 
 import (
 	"time"
+
+	"github.com/txbox/txbox/relay"
 )
 
 // Default values applied by Load for keys the file, the environment and the
-// flags leave unset. They mirror SPEC §4.
+// flags leave unset. The relay settings take relay's Default* constants
+// (relay.DefaultEventSettings); these are the keys only the txbox command
+// has.
 const (
 	// DefaultDialect is the database used when none is configured: an
 	// embedded SQLite file, so `txbox relay` works with nothing installed.
@@ -13,46 +17,25 @@ const (
 	// DefaultSQLitePath is the SQLite file used when the dialect is sqlite
 	// and no dsn is given.
 	DefaultSQLitePath = "./txbox.db"
-
-	DefaultBatchSize          = 200
-	DefaultPollingMode        = PollingAdaptive
-	DefaultPollingMinDelay    = 250 * time.Millisecond
-	DefaultPollingMultiplier  = 1.5
-	DefaultPollingMaxDelay    = time.Minute
-	DefaultMaxAttempts        = 4
-	DefaultBackoffDelay       = 10 * time.Second
-	DefaultBackoffMultiplier  = 3.0
-	DefaultBackoffMax         = time.Hour
-	DefaultBackoffJitter      = 0.0
-	DefaultOrdering           = OrderingNone
-	DefaultRetention          = 24 * time.Hour
-	DefaultLease              = 5 * time.Minute
-	DefaultCleanupInterval    = time.Minute
-	DefaultCleanupMaxInterval = 10 * time.Minute
-	DefaultCleanupBatchSize   = 1000
-	DefaultPollingDelay       = 250 * time.Millisecond
-	DefaultInFlight           = 4
-	DefaultShutdownTimeout    = 30 * time.Second
-	DefaultDiscoverInterval   = 10 * time.Second
-	DefaultRecoverInterval    = 5 * time.Second
-	DefaultDeadLetterInterval = 5 * time.Second
-	DefaultCircuitCoolDown    = time.Second
-	DefaultCircuitMaxCoolDown = time.Minute
-	DefaultCircuitMultiplier  = 2.0
-	DefaultDeadLetterTTL      = 7 * 24 * time.Hour
-	DefaultLogLevel           = "info"
-	DefaultLogFormat          = "text"
-	DefaultSenderTimeout      = 10 * time.Second
+	// DefaultShutdownTimeout bounds the graceful stop
+	// (relay.shutdown-timeout).
+	DefaultShutdownTimeout = 30 * time.Second
+	// DefaultLogLevel is log.level.
+	DefaultLogLevel = "info"
+	// DefaultLogFormat is log.format.
+	DefaultLogFormat = "text"
+	// DefaultSenderTimeout is the timeout of the senders that have one,
+	// except RabbitMQ's (30s).
+	DefaultSenderTimeout = 10 * time.Second
+	// DefaultDefaultSenderRoute is every field of the defaults route but
+	// the RabbitMQ exchange and the webhook URL: one destination per event
+	// type.
 	DefaultDefaultSenderRoute = "{event_type}"
 )
 
-// Accepted values of enumerated keys.
+// Accepted values of enumerated keys. The polling modes and orderings are
+// relay's (relay.PollingAdaptive, relay.OrderingKey, ...).
 const (
-	PollingAdaptive = "adaptive"
-	PollingFixed    = "fixed"
-	OrderingNone    = "none"
-	OrderingKey     = "key"
-
 	DialectPostgres = "postgres"
 	DialectMySQL    = "mysql"
 	DialectSQLite   = "sqlite"
@@ -65,9 +48,10 @@ const (
 )
 
 // Config is a loaded txbox configuration: the YAML file with environment
-// and flag overrides applied. After Load every pointer field of Defaults is
-// set; fields of Events entries stay nil where the type inherits from
-// Defaults (see Effective).
+// and flag overrides applied. The relay's settings are relay's own types,
+// decoded through their yaml tags. After Load every pointer field of
+// Defaults is set; fields of Events entries stay nil where the type
+// inherits from Defaults (see Effective).
 type Config struct {
 	// Database selects the store. Defaults to SQLite at ./txbox.db.
 	Database Database `yaml:"database"`
@@ -75,19 +59,21 @@ type Config struct {
 	Senders map[string]*Sender `yaml:"senders"`
 	// Defaults are the settings of every event type, including types the
 	// file does not list.
-	Defaults EventSettings `yaml:"defaults"`
-	// Events override Defaults per event type; unset keys inherit.
-	Events map[string]*EventSettings `yaml:"events"`
+	Defaults relay.EventSettings `yaml:"defaults"`
+	// Events override Defaults per event type; unset keys inherit, those
+	// of polling, backoff and route one by one.
+	Events map[string]*relay.EventSettings `yaml:"events"`
 	// Cleanup controls deletion of old processed rows and resolved dead
 	// letters.
-	Cleanup Cleanup `yaml:"cleanup"`
+	Cleanup relay.CleanupConfig `yaml:"cleanup"`
 	// Relay holds the relay-wide settings that are not per event type.
 	Relay RelaySettings `yaml:"relay"`
 	// Log controls the relay's own log output.
 	Log Log `yaml:"log"`
 }
 
-// RelaySettings are relay-wide settings.
+// RelaySettings are the relay-wide settings under the relay key; they
+// become the fields of the same names of relay.Config.
 type RelaySettings struct {
 	// InstanceID names this relay in leases and logs. Defaults to
 	// hostname-pid-random.
@@ -104,19 +90,9 @@ type RelaySettings struct {
 	// ShutdownTimeout bounds the graceful stop after SIGTERM or SIGINT:
 	// batches in flight finish or are released within it. Defaults to 30s.
 	ShutdownTimeout time.Duration `yaml:"shutdown-timeout"`
-	// Circuit configures the per-sender circuit breakers.
-	Circuit Circuit `yaml:"circuit"`
-}
-
-// Circuit configures the circuit breaker that pauses a sender's pollers
-// while its destination is down.
-type Circuit struct {
-	// CoolDown is the first wait before a probe batch. Defaults to 1s.
-	CoolDown time.Duration `yaml:"cool-down"`
-	// MaxCoolDown caps the doubling cool-down. Defaults to 1m.
-	MaxCoolDown time.Duration `yaml:"max-cool-down"`
-	// Multiplier grows the cool-down after a failed probe. Defaults to 2.
-	Multiplier float64 `yaml:"multiplier"`
+	// Circuit configures the circuit breakers (one per destination, one
+	// per sender's connection).
+	Circuit relay.CircuitConfig `yaml:"circuit"`
 }
 
 // Database selects and configures the store.
@@ -131,8 +107,9 @@ type Database struct {
 	// DSNEnv names an environment variable holding the DSN, so the file
 	// need not contain a password. Used when DSN is empty.
 	DSNEnv string `yaml:"dsn-env"`
-	// Schema is the PostgreSQL schema (MySQL: unused, the DSN's database
-	// is used). Defaults to the connection's default.
+	// Schema holds txbox's tables: a PostgreSQL schema (migrate creates
+	// it) or a MySQL database. Not allowed for sqlite. Defaults to the
+	// connection's default (PostgreSQL's search_path, the DSN's database).
 	Schema string `yaml:"schema"`
 	// TablePrefix prefixes every txbox table. Defaults to txbox_.
 	TablePrefix string `yaml:"table-prefix"`
@@ -297,110 +274,6 @@ type RedisSender struct {
 	Timeout time.Duration `yaml:"timeout"`
 	// PoolSize is the number of connections. Defaults to 10.
 	PoolSize int `yaml:"pool-size"`
-}
-
-// EventSettings are the relay settings of one event type. A nil field
-// inherits the value of Config.Defaults.
-type EventSettings struct {
-	// Sender names the destination in Config.Senders. Defaults to the only
-	// sender when exactly one is configured.
-	Sender *string `yaml:"sender"`
-	// Route says where the event goes; "{event_type}" in any field is
-	// replaced by the event type. A route replaces the inherited route as
-	// a whole. Defaults to topic/subject/routing key "{event_type}".
-	Route *Route `yaml:"route"`
-	// BatchSize is the number of rows claimed per poll. Defaults to 200.
-	BatchSize *int `yaml:"batch-size"`
-	// Polling is the polling strategy; its keys inherit one by one.
-	Polling *Polling `yaml:"polling"`
-	// MaxAttempts is the number of delivery attempts before the event is
-	// dead-lettered (1 try + retries). Defaults to 4.
-	MaxAttempts *int `yaml:"max-attempts"`
-	// Backoff is the delay before retries; its keys inherit one by one.
-	Backoff *Backoff `yaml:"backoff"`
-	// Ordering is none or key (events with the same key delivered in id
-	// order). Defaults to none.
-	Ordering *string `yaml:"ordering"`
-	// Retention is how long acked rows are kept as PROCESSED before
-	// cleanup deletes them; 0 deletes them on ack. Defaults to 24h.
-	Retention *time.Duration `yaml:"retention"`
-	// Lease is how long a claim is exclusive before another relay may
-	// recover the rows (max batch processing time). Defaults to 5m.
-	Lease *time.Duration `yaml:"lease"`
-	// InFlight bounds the batches of the type between claim and finish at
-	// once. Defaults to 4.
-	InFlight *int `yaml:"in-flight"`
-}
-
-// Route is where an event goes. Each sender reads the fields it
-// understands (see sender.Route).
-type Route struct {
-	// Topic is the Kafka topic. Defaults to {event_type}.
-	Topic string `yaml:"topic"`
-	// Subject is the NATS subject. Defaults to {event_type}.
-	Subject string `yaml:"subject"`
-	// Exchange is the RabbitMQ exchange. Defaults to the default
-	// exchange.
-	Exchange string `yaml:"exchange"`
-	// RoutingKey is the RabbitMQ routing key. Defaults to {event_type}.
-	RoutingKey string `yaml:"routing-key"`
-	// URL is the webhook URL. Defaults to the webhook sender's url.
-	URL string `yaml:"url"`
-	// Stream is the Redis stream. Defaults to {event_type}.
-	Stream string `yaml:"stream"`
-}
-
-// Polling is a polling strategy.
-type Polling struct {
-	// Mode is adaptive or fixed. Defaults to adaptive.
-	Mode *string `yaml:"mode"`
-	// MinDelay is the adaptive delay after a full batch. Defaults to
-	// 250ms.
-	MinDelay *time.Duration `yaml:"min-delay"`
-	// Multiplier grows the delay after a partial or empty batch
-	// (adaptive). Defaults to 1.5.
-	Multiplier *float64 `yaml:"multiplier"`
-	// MaxDelay caps the adaptive delay: the worst pickup wait when idle.
-	// Defaults to 1m.
-	MaxDelay *time.Duration `yaml:"max-delay"`
-	// Delay is the constant delay of fixed polling. Defaults to 250ms.
-	Delay *time.Duration `yaml:"delay"`
-}
-
-// Backoff is the retry delay: delay × multiplier^(n-1), capped by max,
-// spread by ± jitter (a fraction).
-type Backoff struct {
-	// Delay before the first retry. Defaults to 10s.
-	Delay *time.Duration `yaml:"delay"`
-	// Multiplier per further retry. Defaults to 3.0.
-	Multiplier *float64 `yaml:"multiplier"`
-	// Max caps the delay. Defaults to 1h.
-	Max *time.Duration `yaml:"max"`
-	// Jitter is the random spread as a fraction in [0, 1]. Defaults to 0.
-	Jitter *float64 `yaml:"jitter"`
-}
-
-// Cleanup controls the deletion of old rows.
-type Cleanup struct {
-	// Disabled turns cleanup off on this instance (another instance, or
-	// a cron job, does it). Defaults to false.
-	Disabled bool `yaml:"disabled"`
-	// Interval is the shortest time between cleanup rounds; it doubles up
-	// to MaxInterval while a round finds nothing to delete. Defaults to 1m.
-	Interval time.Duration `yaml:"interval"`
-	// MaxInterval caps the interval. Defaults to 10m.
-	MaxInterval time.Duration `yaml:"max-interval"`
-	// BatchSize bounds one delete statement. Defaults to 1000.
-	BatchSize int `yaml:"batch-size"`
-	// OutboxTTL is how long PROCESSED rows are kept. Cleanup is not per
-	// event type, so when it is not set it defaults to the longest
-	// retention of defaults and every listed event type (24h when none
-	// sets one): no type loses its processed rows before its own
-	// retention.
-	OutboxTTL *time.Duration `yaml:"outbox-ttl"`
-	// DeadLetterTTL is how long resolved dead letters are kept. Defaults
-	// to 168h (7 days).
-	DeadLetterTTL time.Duration `yaml:"dead-letter-ttl"`
 }
 
 // Log controls logging.

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	yaml "go.yaml.in/yaml/v3"
+
+	"github.com/txbox/txbox/internal/keypath"
 )
 
 // maxNodes bounds the work of walking one document, aliases included, so a
@@ -72,22 +74,9 @@ func (d *decoder) seen(path string, key *yaml.Node) {
 	}
 }
 
-// join appends key to path with a dot. A map key that itself contains a
-// dot (an event type such as "order.created") is bracketed so the path
-// stays unambiguous.
-func join(path, key string) string {
-	if strings.ContainsAny(key, ".[]") {
-		key = "[" + strconv.Quote(key) + "]"
-		if path == "" {
-			return key
-		}
-		return path + key
-	}
-	if path == "" {
-		return key
-	}
-	return path + "." + key
-}
+// join appends key to path: keypath.Join, the spelling the relay's
+// validator uses too.
+func join(path, key string) string { return keypath.Join(path, key) }
 
 func resolve(n *yaml.Node) *yaml.Node {
 	for i := 0; n != nil && n.Kind == yaml.AliasNode && i < 100; i++ {

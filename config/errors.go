@@ -4,11 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/txbox/txbox"
 )
 
 // ErrInvalid matches every error Load returns for a configuration that is
-// malformed or has a bad value. Compare with errors.Is; use errors.As with
-// *Errors to get each problem and its key path.
+// malformed or has a bad value, and so does txbox.ErrInvalidConfig, the
+// sentinel of every configuration error of txbox. Compare with errors.Is;
+// use errors.As with Errors to get each problem and its key path.
 var ErrInvalid = errors.New("config: invalid configuration")
 
 // Error is one problem in a configuration, at a key path such as
@@ -44,8 +47,10 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// Is makes every *Error match ErrInvalid.
-func (e *Error) Is(target error) bool { return target == ErrInvalid }
+// Is makes every *Error match ErrInvalid and txbox.ErrInvalidConfig.
+func (e *Error) Is(target error) bool { return isInvalid(target) }
+
+func isInvalid(target error) bool { return target == ErrInvalid || target == txbox.ErrInvalidConfig }
 
 // Errors is every problem Load found, in file order. It matches
 // ErrInvalid.
@@ -65,8 +70,8 @@ func (es Errors) Error() string {
 	return b.String()
 }
 
-// Is makes Errors match ErrInvalid.
-func (es Errors) Is(target error) bool { return target == ErrInvalid }
+// Is makes Errors match ErrInvalid and txbox.ErrInvalidConfig.
+func (es Errors) Is(target error) bool { return isInvalid(target) }
 
 // Unwrap returns the individual errors.
 func (es Errors) Unwrap() []error {

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	yaml "go.yaml.in/yaml/v3"
+
+	"github.com/txbox/txbox/relay"
 )
 
 // EnvPrefix starts every environment variable that overrides a key.
@@ -125,7 +127,7 @@ func parseRoot(name string, data []byte) (*yaml.Node, error) {
 		return empty, nil
 	}
 	if root.Kind != yaml.MappingNode {
-		return nil, Errors{{Source: name, Line: root.Line, Msg: "the top level must be a mapping of keys (database, senders, defaults, events, cleanup, log)"}}
+		return nil, Errors{{Source: name, Line: root.Line, Msg: "the top level must be a mapping of keys (database, senders, defaults, events, cleanup, relay, log)"}}
 	}
 	return root, nil
 }
@@ -373,7 +375,7 @@ func splitSetPath(root *yaml.Node, path string) ([]string, bool) {
 		return append([]string{prefix, name}, best...), true
 	}
 	var eventKeys [][]string
-	collect(reflect.TypeOf(EventSettings{}), nil, &eventKeys)
+	collect(reflect.TypeOf(relay.EventSettings{}), nil, &eventKeys)
 	if segs, ok := tryMap("events", eventKeys); ok {
 		return segs, true
 	}

@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/relay"
 )
 
 const fullYAML = `
@@ -51,14 +54,14 @@ func TestLoadFull(t *testing.T) {
 		t.Errorf("order-created = batch %d subject %q sender %q max-delay %s", *oc.BatchSize, oc.Route.Subject, *oc.Sender, *oc.Polling.MaxDelay)
 	}
 	os := c.Effective("order.shipped")
-	if *os.Sender != "hooks" || *os.Polling.MaxDelay != 5*time.Second || *os.Polling.MinDelay != 250*time.Millisecond || *os.Ordering != OrderingKey || *os.BatchSize != 200 {
+	if *os.Sender != "hooks" || *os.Polling.MaxDelay != 5*time.Second || *os.Polling.MinDelay != 250*time.Millisecond || *os.Ordering != relay.OrderingKey || *os.BatchSize != 200 {
 		t.Errorf("order.shipped inherits wrongly: %+v", os)
 	}
 	un := c.Effective("never-listed")
 	if un.Route.Subject != "events.{event_type}" || *un.Backoff.Jitter != 0.1 {
 		t.Errorf("unlisted type = %+v", un.Route)
 	}
-	if c.Log.Format != "json" || c.Cleanup.DeadLetterTTL != 168*time.Hour {
+	if c.Log.Format != "json" || *c.Cleanup.DeadLetterTTL != 168*time.Hour {
 		t.Errorf("log/cleanup = %+v %+v", c.Log, c.Cleanup)
 	}
 }
@@ -72,7 +75,7 @@ func TestLoadEmptyGivesDefaults(t *testing.T) {
 	d := c.Effective("x")
 	if c.Database.Dialect != "sqlite" || *d.BatchSize != 200 || *d.Polling.MinDelay != 250*time.Millisecond ||
 		*d.Polling.Multiplier != 1.5 || *d.Polling.MaxDelay != time.Minute || *d.MaxAttempts != 4 ||
-		*d.Backoff.Delay != 10*time.Second || *d.Backoff.Multiplier != 3 || *d.Lease != 5*time.Minute ||
+		*d.Backoff.Delay != 10*time.Second || *d.Backoff.Multiplier != 3 || *d.LeaseDuration != 5*time.Minute ||
 		c.Cleanup.OutboxTTL != nil || c.Log.Level != "info" {
 		t.Errorf("defaults wrong: %+v", d)
 	}
@@ -144,8 +147,8 @@ func TestLoadRejects(t *testing.T) {
 			if err == nil {
 				t.Fatalf("Load accepted %q", tc.yaml)
 			}
-			if !errors.Is(err, ErrInvalid) {
-				t.Errorf("error %v does not match ErrInvalid", err)
+			if !errors.Is(err, ErrInvalid) || !errors.Is(err, txbox.ErrInvalidConfig) {
+				t.Errorf("error %v does not match ErrInvalid and txbox.ErrInvalidConfig", err)
 			}
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error = %q\nwant it to contain %q", err, tc.want)
@@ -194,7 +197,33 @@ func TestExampleFileLoads(t *testing.T) {
 	if len(c.Senders) != 5 || len(c.Events) != 5 {
 		t.Fatalf("example has %d senders and %d events, want 5 and 5", len(c.Senders), len(c.Events))
 	}
-	if e := c.Effective("audit-entry"); *e.Polling.Mode != PollingFixed || *e.Polling.Delay != 5*time.Second || *e.BatchSize != 200 {
+	if e := c.Effective("audit-entry"); *e.Polling.Mode != relay.PollingFixed || *e.Polling.Delay != 5*time.Second || *e.BatchSize != 200 {
 		t.Errorf("audit-entry = %+v", e)
+	}
+}
+
+// TestSetZeroOverridesDefault (issue 9): a zero the file sets overrides a
+// non-zero default instead of being taken for unset, in the loaded
+// settings and in the relay configuration built from them. Unset keys
+// still inherit.
+func TestSetZeroOverridesDefault(t *testing.T) {
+	t.Parallel()
+	c, err := Load(Source{YAML: []byte(`
+senders: { main: { type: nats } }
+defaults: { backoff: { delay: 2s, jitter: 0.2 } }
+events:
+  exact: { backoff: { delay: 0s, max: 0s, jitter: 0 } }
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := c.RelayConfig(nil, nil, nil)
+	for _, b := range []*relay.BackoffSettings{c.Effective("exact").Backoff, rc.Events["exact"].Backoff} {
+		if *b.Delay != 0 || *b.Max != 0 || *b.Jitter != 0 || *b.Multiplier != relay.DefaultBackoffMultiplier {
+			t.Errorf("exact backoff = delay %v max %v jitter %v multiplier %v; want the set zeros and the default multiplier", *b.Delay, *b.Max, *b.Jitter, *b.Multiplier)
+		}
+	}
+	if b := c.Effective("unlisted").Backoff; *b.Jitter != 0.2 || *b.Delay != 2*time.Second {
+		t.Errorf("unlisted backoff = delay %v jitter %v, want the defaults' 2s and 0.2", *b.Delay, *b.Jitter)
 	}
 }

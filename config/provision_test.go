@@ -20,6 +20,25 @@ import (
 	"github.com/txbox/txbox/sender"
 )
 
+// openFromYAML loads yml and opens its senders (provisioning them) within
+// 30s, closing them when the test ends. It returns the context to go on
+// with.
+func openFromYAML(t *testing.T, yml string) (context.Context, map[string]sender.Sender) {
+	t.Helper()
+	c, err := Load(Source{YAML: []byte(yml)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	senders, err := c.OpenSenders(ctx, nil, nil)
+	if err != nil {
+		t.Fatalf("OpenSenders: %v", err)
+	}
+	closeAll(t, senders)
+	return ctx, senders
+}
+
 func closeAll(t *testing.T, senders map[string]sender.Sender) {
 	t.Cleanup(func() {
 		for _, s := range senders {
@@ -84,24 +103,14 @@ func TestProvisionNATSFromYAML(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), stream) })
-	c, err := Load(Source{YAML: []byte(fmt.Sprintf(`
+	ctx, senders := openFromYAML(t, fmt.Sprintf(`
 senders:
   main: { type: nats, url: %q, provision: true, provision-stream: %s }
 defaults:
   route: { subject: "%s.{event_type}" }
 events:
   order-created: { batch-size: 500 }
-`, testenv.NATSURL, stream, prefix))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	senders, err := c.OpenSenders(ctx, nil, nil)
-	if err != nil {
-		t.Fatalf("OpenSenders: %v", err)
-	}
-	closeAll(t, senders)
+`, testenv.NATSURL, stream, prefix))
 	st, err := js.Stream(ctx, stream)
 	if err != nil {
 		t.Fatalf("stream %s after start: %v", stream, err)
@@ -137,23 +146,13 @@ func TestProvisionKafkaFromYAML(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	c, err := Load(Source{YAML: []byte(fmt.Sprintf(`
+	ctx, _ := openFromYAML(t, fmt.Sprintf(`
 senders:
   k: { type: kafka, brokers: [%s], provision: true, provision-partitions: 2 }
 events:
   order-created: { route: { topic: orders } }
   invoice-paid: {}
-`, cl.ListenAddrs()[0]))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	senders, err := c.OpenSenders(ctx, nil, nil)
-	if err != nil {
-		t.Fatalf("OpenSenders: %v", err)
-	}
-	closeAll(t, senders)
+`, cl.ListenAddrs()[0]))
 	kc, err := kgo.NewClient(kgo.SeedBrokers(cl.ListenAddrs()...))
 	if err != nil {
 		t.Fatal(err)
@@ -183,21 +182,11 @@ func TestProvisionRabbitMQFromYAML(t *testing.T) {
 			_ = ch.ExchangeDelete(ex, false, false)
 		}
 	})
-	c, err := Load(Source{YAML: []byte(fmt.Sprintf(`
+	openFromYAML(t, fmt.Sprintf(`
 senders:
   r: { type: rabbitmq, url: %q, provision: true, provision-exchange-type: direct }
 defaults: { route: { exchange: %s } }
-`, testenv.RabbitURL, ex))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	senders, err := c.OpenSenders(ctx, nil, nil)
-	if err != nil {
-		t.Fatalf("OpenSenders: %v", err)
-	}
-	closeAll(t, senders)
+`, testenv.RabbitURL, ex))
 	ch, err := conn.Channel()
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/internal/backoff"
 )
 
 // InvalidMessageError is returned for a message that cannot be handled at
@@ -19,18 +20,10 @@ type InvalidMessageError struct {
 
 func (e *InvalidMessageError) Error() string { return "consume: invalid message: " + e.Reason }
 
-// ConfigError is returned by the adapters' constructors for a missing or
-// invalid setting. Field names it.
-type ConfigError struct {
-	// Adapter is "kafka", "rabbitmq", "nats" or "webhook".
-	Adapter string
-	Field   string
-	Reason  string
-}
-
-func (e *ConfigError) Error() string {
-	return fmt.Sprintf("consume/%s: config %s: %s", e.Adapter, e.Field, e.Reason)
-}
+// ConfigError is txbox.ConfigError: the adapters' constructors return it,
+// with Component "consume/<adapter>", for a missing or invalid setting.
+// Field names it; it matches txbox.ErrInvalidConfig.
+type ConfigError = txbox.ConfigError
 
 // NewMessage builds the inbox.Message of a received message. id is the
 // value of the txbox-event-id header (or the broker's message id field,
@@ -60,7 +53,7 @@ const DefaultDrainTimeout = 20 * time.Second
 // default. The error names the adapter.
 func DrainTimeout(adapter string, d time.Duration) (time.Duration, error) {
 	if d < 0 {
-		return 0, &ConfigError{Adapter: adapter, Field: "DrainTimeout", Reason: fmt.Sprintf("must not be negative, got %s", d)}
+		return 0, &ConfigError{Component: "consume/" + adapter, Field: "DrainTimeout", Reason: fmt.Sprintf("must not be negative, got %s", d)}
 	}
 	if d == 0 {
 		d = DefaultDrainTimeout
@@ -87,7 +80,7 @@ const (
 // error names the field.
 func (b Backoff) Normalize() (Backoff, error) {
 	if b.Min < 0 || b.Max < 0 {
-		return b, &ConfigError{Adapter: "*", Field: "Backoff", Reason: fmt.Sprintf("must not be negative (min %s, max %s)", b.Min, b.Max)}
+		return b, &ConfigError{Component: "consume", Field: "Backoff", Reason: fmt.Sprintf("must not be negative (min %s, max %s)", b.Min, b.Max)}
 	}
 	if b.Min == 0 {
 		b.Min = DefaultMinBackoff
@@ -96,16 +89,13 @@ func (b Backoff) Normalize() (Backoff, error) {
 		b.Max = DefaultMaxBackoff
 	}
 	if b.Max < b.Min {
-		return b, &ConfigError{Adapter: "*", Field: "Backoff.Max", Reason: fmt.Sprintf("%s is below Min %s", b.Max, b.Min)}
+		return b, &ConfigError{Component: "consume", Field: "Backoff.Max", Reason: fmt.Sprintf("%s is below Min %s", b.Max, b.Min)}
 	}
 	return b, nil
 }
 
-// Delay returns the delay before retry number attempt (1-based).
+// Delay returns the delay before retry number attempt (1-based):
+// Min × 2^(attempt-1), capped at Max (internal/backoff computes it).
 func (b Backoff) Delay(attempt int) time.Duration {
-	d := b.Min
-	for i := 1; i < attempt && d < b.Max; i++ {
-		d *= 2
-	}
-	return min(d, b.Max)
+	return backoff.Policy{Initial: b.Min, Multiplier: 2, Max: b.Max}.Delay(attempt)
 }

@@ -281,7 +281,7 @@ func TestRetryScheduleAndPoison(t *testing.T) {
 			rec := &attemptRecorder{}
 			cfg := webhookConfig(t, d, h.URL, func(s sender.Sender) sender.Sender { rec.Sender = s; return rec })
 			cfg.Defaults.MaxAttempts = new(4)
-			cfg.Defaults.Backoff = &relay.BackoffSettings{Delay: 300 * time.Millisecond, Multiplier: 2, Max: time.Minute}
+			cfg.Defaults.Backoff = &relay.BackoffSettings{Delay: new(300 * time.Millisecond), Multiplier: new(2.0), Max: new(time.Minute)}
 			startRelay(t, cfg)
 
 			testenv.WaitFor(t, 20*time.Second, "poison dead-lettered", func() bool {
@@ -547,7 +547,7 @@ func TestUnroutableNATSSubject(t *testing.T) {
 	circuits := &circuitHook{}
 	cfg := relayConfig(d, newNATSSender(t, testenv.NATSURL), testenv.UniqueName("nostream_"), 0)
 	cfg.Defaults.MaxAttempts = new(2)
-	cfg.Defaults.Backoff = &relay.BackoffSettings{Delay: 50 * time.Millisecond, Multiplier: 1, Max: time.Second}
+	cfg.Defaults.Backoff = &relay.BackoffSettings{Delay: new(50 * time.Millisecond), Multiplier: new(1.0), Max: new(time.Second)}
 	cfg.Hooks = []relay.Hook{circuits}
 	startRelay(t, cfg)
 	testenv.WaitFor(t, 30*time.Second, "unroutable events dead-lettered", func() bool {

@@ -227,7 +227,7 @@ func TestTransientPoisonDeadLettered(t *testing.T) {
 			cfg := webhookConfig(t, d, srv.URL, func(s sender.Sender) sender.Sender { rec.Sender = s; return rec })
 			const maxAttempts = 3
 			cfg.Defaults.MaxAttempts = new(maxAttempts)
-			cfg.Defaults.Backoff = &relay.BackoffSettings{Delay: 100 * time.Millisecond, Multiplier: 2, Max: time.Second}
+			cfg.Defaults.Backoff = &relay.BackoffSettings{Delay: new(100 * time.Millisecond), Multiplier: new(2.0), Max: new(time.Second)}
 			cfg.Hooks = []relay.Hook{hook}
 
 			// The poison goes out in the middle of a batch of others.
@@ -341,7 +341,7 @@ func TestLonePoisonWaitsForEvidence(t *testing.T) {
 			cfg.Defaults.Route = &sender.Route{URL: srv.URL + "/hook"} // one destination for every type
 			const maxAttempts = 3
 			cfg.Defaults.MaxAttempts = new(maxAttempts)
-			cfg.Defaults.Backoff = &relay.BackoffSettings{Delay: 100 * time.Millisecond, Multiplier: 2, Max: time.Second}
+			cfg.Defaults.Backoff = &relay.BackoffSettings{Delay: new(100 * time.Millisecond), Multiplier: new(2.0), Max: new(time.Second)}
 			cfg.Events = map[string]relay.EventSettings{"a": {}, "b": {}}
 			cfg.Hooks = []relay.Hook{hook}
 			p := txbox.NewID()

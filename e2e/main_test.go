@@ -69,8 +69,8 @@ func relayConfig(d store.Driver, s sender.Sender, subjectPrefix string, retentio
 		Senders: map[string]sender.Sender{"nats": s},
 		Defaults: relay.EventSettings{
 			Route:     &sender.Route{Subject: subjectPrefix + ".{event_type}"},
-			Polling:   &relay.PollingSettings{MinDelay: 10 * time.Millisecond, MaxDelay: 200 * time.Millisecond},
-			Backoff:   &relay.BackoffSettings{Delay: 100 * time.Millisecond, Multiplier: 2, Max: time.Second},
+			Polling:   &relay.PollingSettings{MinDelay: new(10 * time.Millisecond), MaxDelay: new(200 * time.Millisecond)},
+			Backoff:   &relay.BackoffSettings{Delay: new(100 * time.Millisecond), Multiplier: new(2.0), Max: new(time.Second)},
 			Retention: &retention,
 		},
 		Events:             map[string]relay.EventSettings{"orders": {}},

@@ -21,7 +21,7 @@ import (
 // type unordered, with default relay settings, both in the same run: each
 // round drains a fresh unordered backlog, then a fresh ordered one of the
 // same size, and the ratio is computed per pair (the median over
-// TXBOX_BENCH_ROUNDS pairs is reported). SPEC target: ordered ≥ 50% of
+// TXBOX_BENCH_ROUNDS pairs is reported). Target (docs/benchmarks.md): ordered ≥ 50% of
 // unordered. Figures in docs/benchmarks/relay.md:
 //
 //	TXBOX_BENCH_EVENTS=100000 TXBOX_BENCH_ROUNDS=3 go test -run '^$' -bench OrderedDrain -benchtime 1x ./e2e

@@ -57,7 +57,7 @@ func TestOrderedByKey(t *testing.T) {
 			cfg := relayConfig(d, snd, st.prefix, 0)
 			cfg.Defaults.Ordering = new(relay.OrderingKey)
 			cfg.Defaults.BatchSize = new(50)
-			cfg.Defaults.Backoff = &relay.BackoffSettings{Delay: 50 * time.Millisecond, Multiplier: 1, Max: time.Second}
+			cfg.Defaults.Backoff = &relay.BackoffSettings{Delay: new(50 * time.Millisecond), Multiplier: new(1.0), Max: new(time.Second)}
 			startRelay(t, cfg)
 			testenv.WaitFor(t, 60*time.Second, "all events delivered", func() bool { return st.count(t) >= uint64(keys*perKey) })
 			testenv.WaitFor(t, 20*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })

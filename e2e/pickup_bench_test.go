@@ -50,7 +50,7 @@ func (p *pickupRecorder) Send(ctx context.Context, msgs []*sender.Message) error
 // transaction, one every millisecond) with PostgreSQL LISTEN/NOTIFY
 // wake-ups and default polling, the time from the publisher sending its
 // COMMIT to the relay handing the event to the sender (pickup), and to
-// JetStream's ack. SPEC §9: pickup p50 ≤ 5 ms, p99 ≤ 50 ms.
+// JetStream's ack. Target (docs/benchmarks.md): pickup p50 ≤ 5 ms, p99 ≤ 50 ms.
 //
 //	go test -run '^$' -bench PickupLatency -benchtime 1x ./e2e
 func BenchmarkPickupLatency(b *testing.B) {

@@ -57,13 +57,13 @@ var _ Cache = (*LRU)(nil)
 // *ConfigError.
 func NewLRU(size int, ttl time.Duration) (*LRU, error) {
 	if size < 0 {
-		return nil, &ConfigError{Field: "LRU size", Reason: fmt.Sprintf("must not be negative, got %d", size)}
+		return nil, &ConfigError{Component: "inbox", Field: "LRU size", Reason: fmt.Sprintf("must not be negative, got %d", size)}
 	}
 	if size == 0 {
 		size = DefaultLRUSize
 	}
 	if ttl <= 0 {
-		return nil, &ConfigError{Field: "LRU TTL", Reason: fmt.Sprintf("must be positive, got %s", ttl)}
+		return nil, &ConfigError{Component: "inbox", Field: "LRU TTL", Reason: fmt.Sprintf("must be positive, got %s", ttl)}
 	}
 	return &LRU{size: size, ttl: ttl, now: time.Now, ll: list.New(), items: make(map[lruKey]*list.Element)}, nil
 }

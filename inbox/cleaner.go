@@ -5,13 +5,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/store"
 )
 
@@ -67,8 +67,7 @@ type CleanerConfig struct {
 	// Holder identifies this instance in the lease table. Defaults to
 	// hostname, pid and a random suffix.
 	Holder string
-	// Logger receives run summaries and errors. Defaults to a logger that
-	// discards everything.
+	// Logger receives run summaries and errors. Defaults to slog.Default().
 	Logger *slog.Logger
 	// Hook observes runs through its OnCleanup method (inbox/inboxprom
 	// counts the deletions). Defaults to NopHook.
@@ -93,17 +92,17 @@ type Cleaner struct {
 // settings are a *ConfigError naming the field.
 func NewCleaner(st store.Inbox, leases store.Leases, cfg CleanerConfig) (*Cleaner, error) {
 	if st == nil {
-		return nil, &ConfigError{Field: "store", Reason: "is nil"}
+		return nil, &ConfigError{Component: "inbox", Field: "store", Reason: "is nil"}
 	}
 	if leases == nil {
-		return nil, &ConfigError{Field: "leases", Reason: "is nil"}
+		return nil, &ConfigError{Component: "inbox", Field: "leases", Reason: "is nil"}
 	}
 	if err := cfg.withDefaults(); err != nil {
 		return nil, err
 	}
 	logger := cfg.Logger
 	if logger == nil {
-		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		logger = slog.Default()
 	}
 	return &Cleaner{st: st, leases: leases, cfg: cfg, logger: logger.With("job", cfg.LeaseName)}, nil
 }
@@ -111,7 +110,7 @@ func NewCleaner(st store.Inbox, leases store.Leases, cfg CleanerConfig) (*Cleane
 func (c *CleanerConfig) withDefaults() error {
 	neg := func(field string, bad bool, v any) error {
 		if bad {
-			return &ConfigError{Field: field, Reason: fmt.Sprintf("must not be negative, got %v", v)}
+			return &ConfigError{Component: "inbox", Field: field, Reason: fmt.Sprintf("must not be negative, got %v", v)}
 		}
 		return nil
 	}
@@ -155,13 +154,13 @@ func (c *CleanerConfig) withDefaults() error {
 		c.Hook = NopHook{}
 	}
 	if c.MaxDelay < c.MinDelay {
-		return &ConfigError{Field: "MaxDelay", Reason: fmt.Sprintf("%s must be ≥ MinDelay %s", c.MaxDelay, c.MinDelay)}
+		return &ConfigError{Component: "inbox", Field: "MaxDelay", Reason: fmt.Sprintf("%s must be ≥ MinDelay %s", c.MaxDelay, c.MinDelay)}
 	}
 	if c.Multiplier < 1 {
-		return &ConfigError{Field: "Multiplier", Reason: fmt.Sprintf("must be ≥ 1, got %g", c.Multiplier)}
+		return &ConfigError{Component: "inbox", Field: "Multiplier", Reason: fmt.Sprintf("must be ≥ 1, got %g", c.Multiplier)}
 	}
 	if len(c.LeaseName) > 200 || len(c.Holder) > 200 {
-		return &ConfigError{Field: "LeaseName", Reason: "lease name and holder must be at most 200 bytes"}
+		return &ConfigError{Component: "inbox", Field: "LeaseName", Reason: "must be at most 200 bytes, the holder too"}
 	}
 	return nil
 }
@@ -246,7 +245,7 @@ func (c *Cleaner) Stop(ctx context.Context) error {
 
 func (c *Cleaner) loop(ctx context.Context, done chan struct{}) {
 	defer close(done)
-	delay := c.cfg.MinDelay
+	idle := 0 // idle or failed runs in a row
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -259,21 +258,20 @@ func (c *Cleaner) loop(ctx context.Context, done chan struct{}) {
 		switch {
 		case err != nil && ctx.Err() == nil:
 			c.logger.ErrorContext(ctx, "inbox cleanup failed", "deleted", n, "error", err)
-			delay = c.grow(delay)
+			idle++
 		case n > 0:
 			c.logger.InfoContext(ctx, "inbox cleanup", "deleted", n)
-			delay = c.cfg.MinDelay
+			idle = 0
 		default: // nothing expired, or another instance holds the lease
-			delay = c.grow(delay)
+			idle++
 		}
-		t.Reset(delay)
+		t.Reset(c.idleDelay(idle))
 	}
 }
 
-func (c *Cleaner) grow(d time.Duration) time.Duration {
-	next := time.Duration(float64(d) * c.cfg.Multiplier)
-	if next > c.cfg.MaxDelay || next < d {
-		next = c.cfg.MaxDelay
-	}
-	return next
+// idleDelay is the wait after idle idle or failed runs in a row: a run
+// that deleted something (idle 0) waits MinDelay, each idle or failed run
+// after it Multiplier times longer, up to MaxDelay.
+func (c *Cleaner) idleDelay(idle int) time.Duration {
+	return backoff.Policy{Initial: c.cfg.MinDelay, Multiplier: c.cfg.Multiplier, Max: c.cfg.MaxDelay}.Delay(idle + 1)
 }

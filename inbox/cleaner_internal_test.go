@@ -14,11 +14,12 @@ func TestCleanerDelayGrowth(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &Cleaner{cfg: cfg}
-	d := cfg.MinDelay
+	if d := c.idleDelay(0); d != cfg.MinDelay {
+		t.Errorf("delay after a run that deleted rows = %v, want MinDelay %v", d, cfg.MinDelay)
+	}
 	var seq []time.Duration
-	for i := 0; i < 8; i++ {
-		d = c.grow(d)
-		seq = append(seq, d)
+	for idle := 1; idle <= 8; idle++ {
+		seq = append(seq, c.idleDelay(idle))
 	}
 	want := []time.Duration{20 * time.Second, 40 * time.Second, 80 * time.Second, 160 * time.Second, 5 * time.Minute, 5 * time.Minute, 5 * time.Minute, 5 * time.Minute}
 	for i := range want {

@@ -20,22 +20,11 @@ var (
 	ErrNilHandler = errors.New("inbox: handler is nil")
 )
 
-// ConfigError is returned by New and NewCleaner when a configuration field
-// is missing or out of range. Field names the offending field.
-type ConfigError struct {
-	Field  string
-	Reason string
-	// Err is the underlying cause, such as txbox.ErrInvalidIdentifier for
-	// a hostile consumer name.
-	Err error
-}
-
-func (e *ConfigError) Error() string {
-	return fmt.Sprintf("inbox: config %s: %s", e.Field, e.Reason)
-}
-
-// Unwrap returns the underlying cause, if any.
-func (e *ConfigError) Unwrap() error { return e.Err }
+// ConfigError is txbox.ConfigError: New, NewCleaner, NewLRU and
+// rediscache.New return it, with Component "inbox", when a configuration
+// field is missing or out of range. Field names the offending field; it
+// matches txbox.ErrInvalidConfig.
+type ConfigError = txbox.ConfigError
 
 // CacheTTLError is returned by New when the cache keeps entries longer than
 // the inbox table keeps ids. Such a cache would claim "already processed"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"reflect"
@@ -174,7 +173,7 @@ type Config struct {
 	TTL time.Duration
 	// Logger receives warnings about cache failures and, at ERROR, every
 	// effect lost in non-transactional mode. Payloads are never logged.
-	// Defaults to a logger that discards everything.
+	// Defaults to slog.Default().
 	Logger *slog.Logger
 	// Hook observes results and cache lookups (inbox/inboxprom exports
 	// them to Prometheus). Defaults to NopHook.
@@ -195,16 +194,16 @@ type Inbox struct {
 // longer than TTL.
 func New(st store.Inbox, cfg Config) (*Inbox, error) {
 	if st == nil {
-		return nil, &ConfigError{Field: "store", Reason: "is nil"}
+		return nil, &ConfigError{Component: "inbox", Field: "store", Reason: "is nil"}
 	}
 	if err := store.ValidateConsumerName(cfg.Consumer); err != nil {
-		return nil, &ConfigError{Field: "Consumer", Reason: err.Error(), Err: err}
+		return nil, &ConfigError{Component: "inbox", Field: "Consumer", Reason: "is not valid: " + err.Error(), Err: err}
 	}
 	if cfg.Mode != Transactional && cfg.Mode != NonTransactional {
-		return nil, &ConfigError{Field: "Mode", Reason: fmt.Sprintf("unknown mode %d", int(cfg.Mode))}
+		return nil, &ConfigError{Component: "inbox", Field: "Mode", Reason: fmt.Sprintf("unknown mode %d", int(cfg.Mode))}
 	}
 	if cfg.TTL < 0 {
-		return nil, &ConfigError{Field: "TTL", Reason: fmt.Sprintf("must not be negative, got %s", cfg.TTL)}
+		return nil, &ConfigError{Component: "inbox", Field: "TTL", Reason: fmt.Sprintf("must not be negative, got %s", cfg.TTL)}
 	}
 	if cfg.TTL == 0 {
 		cfg.TTL = DefaultTTL
@@ -212,7 +211,7 @@ func New(st store.Inbox, cfg Config) (*Inbox, error) {
 	if cfg.Cache != nil {
 		ct := cfg.Cache.TTL()
 		if ct <= 0 {
-			return nil, &ConfigError{Field: "Cache", Reason: fmt.Sprintf("cache TTL must be positive, got %s", ct)}
+			return nil, &ConfigError{Component: "inbox", Field: "Cache", Reason: fmt.Sprintf("TTL must be positive, got %s", ct)}
 		}
 		if ct > cfg.TTL {
 			return nil, &CacheTTLError{CacheTTL: ct, InboxTTL: cfg.TTL}
@@ -220,7 +219,7 @@ func New(st store.Inbox, cfg Config) (*Inbox, error) {
 	}
 	logger := cfg.Logger
 	if logger == nil {
-		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		logger = slog.Default()
 	}
 	if cfg.Hook == nil {
 		cfg.Hook = NopHook{}

@@ -3,7 +3,6 @@ package outbox
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 
@@ -13,9 +12,10 @@ import (
 	"github.com/txbox/txbox/store"
 )
 
-// ErrInvalidConfig is returned (wrapped, naming the field) by NewPublisher
-// for a configuration it cannot use.
-var ErrInvalidConfig = errors.New("outbox: invalid config")
+// ErrInvalidConfig is txbox.ErrInvalidConfig, matched by the
+// *txbox.ConfigError NewPublisher returns for a configuration it cannot
+// use.
+var ErrInvalidConfig = txbox.ErrInvalidConfig
 
 // Config configures a [Publisher]. The zero value is ready to use.
 type Config struct {
@@ -52,7 +52,7 @@ func (c Config) withDefaults() Config {
 
 func (c Config) validate() error {
 	if c.MaxPayloadSize < 0 {
-		return fmt.Errorf("%w: MaxPayloadSize %d must not be negative", ErrInvalidConfig, c.MaxPayloadSize)
+		return &txbox.ConfigError{Component: "outbox", Field: "MaxPayloadSize", Reason: fmt.Sprintf("must not be negative, got %d", c.MaxPayloadSize)}
 	}
 	return nil
 }
@@ -69,7 +69,7 @@ type Publisher struct {
 // driver such as *postgres.Driver.
 func NewPublisher(s store.Outbox, cfg Config) (*Publisher, error) {
 	if s == nil {
-		return nil, fmt.Errorf("%w: store is nil", ErrInvalidConfig)
+		return nil, &txbox.ConfigError{Component: "outbox", Field: "store", Reason: "is nil"}
 	}
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {

@@ -1,14 +1,41 @@
 package relay
 
 import (
-	"math"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/sender"
 )
+
+// Defaults of the circuit settings.
+const (
+	// DefaultCircuitCoolDown is the first wait before an open circuit lets a
+	// probe batch through.
+	DefaultCircuitCoolDown = time.Second
+	// DefaultCircuitMaxCoolDown caps the doubling cool-down.
+	DefaultCircuitMaxCoolDown = time.Minute
+	// DefaultCircuitMultiplier grows the cool-down after a failed probe.
+	DefaultCircuitMultiplier = 2.0
+)
+
+// CircuitConfig configures the circuit breakers: one per destination
+// and one per sender's connection (docs/concepts.md, "Outages versus
+// poison"). The yaml tags name the keys under relay.circuit in
+// docs/configuration.md. Zero fields take the defaults.
+type CircuitConfig struct {
+	// CoolDown is the first wait after the circuit opens before a probe
+	// batch is let through. Defaults to 1s.
+	CoolDown time.Duration `yaml:"cool-down"`
+	// MaxCoolDown caps the cool-down. Defaults to 1m, or CoolDown when
+	// that is longer.
+	MaxCoolDown time.Duration `yaml:"max-cool-down"`
+	// Multiplier grows the cool-down after each failed probe; at least 1.
+	// Defaults to 2.
+	Multiplier float64 `yaml:"multiplier"`
+}
 
 // Circuits (docs/concepts.md, "Outages versus poison"): every destination
 // (sender name + sender.DestinationOf of the type's route) has a breaker,
@@ -31,13 +58,16 @@ type circuit struct {
 	sender     string
 	dest       string
 	connection bool
-	cfg        CircuitConfig
 	now        func() time.Time
 	// notify is called, outside the lock, with every state change.
 	notify func(CircuitEvent)
 
-	mu       sync.Mutex
-	state    CircuitState
+	mu    sync.Mutex
+	state CircuitState
+	// opens counts the openings since the circuit last closed (the first,
+	// then one per failed probe); the n-th lasts Delay(n) of the
+	// cool-down policy.
+	opens    backoff.Streak
 	coolDown time.Duration // the cool-down of the current or next opening
 	until    time.Time     // end of the current cool-down when open
 	probing  bool          // a probe batch is out (half-open)
@@ -46,8 +76,8 @@ type circuit struct {
 }
 
 func newCircuit(senderName, dest string, connection bool, cfg CircuitConfig, now func() time.Time, notify func(CircuitEvent)) *circuit {
-	return &circuit{sender: senderName, dest: dest, connection: connection, cfg: cfg, now: now, notify: notify,
-		coolDown: cfg.CoolDown, changed: make(chan struct{})}
+	return &circuit{sender: senderName, dest: dest, connection: connection, now: now, notify: notify,
+		opens: backoff.Streak{Policy: cfg.policy()}, coolDown: cfg.CoolDown, changed: make(chan struct{})}
 }
 
 // ticket is a permission to claim returned by allow.
@@ -120,7 +150,8 @@ func (c *circuit) success(probe bool) {
 		return
 	}
 	c.probing = false
-	c.coolDown = c.cfg.CoolDown
+	c.opens.Reset()
+	c.coolDown = c.opens.Policy.Initial
 	c.lastErr = nil
 	ev := c.setLocked(CircuitClosed)
 	c.mu.Unlock()
@@ -132,10 +163,11 @@ func (c *circuit) failure(probe bool, err error) {
 	c.mu.Lock()
 	switch {
 	case c.state == CircuitClosed:
-		c.coolDown = c.cfg.CoolDown
+		c.opens.Reset()
+		c.coolDown = c.opens.Next()
 	case c.state == CircuitHalfOpen && probe:
 		c.probing = false
-		c.coolDown = time.Duration(math.Min(float64(c.coolDown)*c.cfg.Multiplier, float64(c.cfg.MaxCoolDown)))
+		c.coolDown = c.opens.Next()
 	default:
 		// Already open, or a straggler from before the probe: the
 		// current cool-down stands.
@@ -182,7 +214,9 @@ const maxSuspects = 4096
 type gate struct {
 	conn *circuit
 	dest *circuit
-	cfg  CircuitConfig
+	// coolDown is the circuits' cool-down policy, which also paces the
+	// rows put back without an attempt (see judge).
+	coolDown backoff.Policy
 
 	// Evidence that the destination accepts messages, shared by every
 	// poller routed to it. Guarded by mu.
@@ -202,8 +236,8 @@ type suspect struct {
 	// that counted an attempt).
 	since time.Time
 	// free counts the failures since then that counted nothing while the
-	// circuits were closed; the message waits longer after each (see
-	// retryAfter).
+	// circuits were closed; the message waits longer after each: the
+	// free-th wait of the cool-down policy.
 	free int
 }
 
@@ -265,35 +299,58 @@ func (g *gate) abandon(t ticket) {
 // other traffic will open it if it is down. A failure marked
 // sender.Disconnected opens the connection circuit instead.
 func (g *gate) judge(t ticket, sent time.Time, ids []txbox.ID, results []error) []verdict {
-	out := make([]verdict, len(results))
-	acked, answered, transient := 0, 0, 0
-	var firstTransient, firstDisconnected error
-	isTransient := make([]bool, len(results))
+	tl := tallyResults(results)
+	now := time.Now()
+	confirmed, allSuspects, allConfirmed := g.weigh(sent, ids, results, tl)
+	up := g.feed(t, tl, allSuspects, allConfirmed)
+	return g.verdicts(ids, results, tl, confirmed, up, now)
+}
+
+// tally sorts a batch's results: what the destination answered, and the
+// transient failures.
+type tally struct {
+	acked, answered, transient int
+	isTransient                []bool
+	// firstTransient and firstDisconnected are the first transient
+	// failure, and the first one marked sender.Disconnected.
+	firstTransient, firstDisconnected error
+}
+
+func tallyResults(results []error) tally {
+	tl := tally{isTransient: make([]bool, len(results))}
 	for i, res := range results {
 		switch {
 		case res == nil:
-			acked++
+			tl.acked++
 		case txbox.Classify(res) != txbox.ClassTransient:
 			// Rejected or permanent: the destination answered.
-			answered++
+			tl.answered++
 		default:
-			isTransient[i] = true
-			transient++
-			if firstTransient == nil {
-				firstTransient = res
+			tl.isTransient[i] = true
+			tl.transient++
+			if tl.firstTransient == nil {
+				tl.firstTransient = res
 			}
-			if firstDisconnected == nil && sender.IsDisconnected(res) {
-				firstDisconnected = res
+			if tl.firstDisconnected == nil && sender.IsDisconnected(res) {
+				tl.firstDisconnected = res
 			}
 		}
 	}
-	now := time.Now()
+	return tl
+}
 
+// weigh returns, for each transient failure of the batch sent at sent,
+// whether it is confirmed as the message's own (the message was a suspect
+// since before the destination last acknowledged another batch), and
+// whether every one is a suspect or confirmed. It then records the
+// batch's acks as evidence for later batches.
+func (g *gate) weigh(sent time.Time, ids []txbox.ID, results []error, tl tally) (confirmed []bool, allSuspects, allConfirmed bool) {
 	g.mu.Lock()
-	confirmed := make([]bool, len(results))
-	allSuspects, allConfirmed := transient > 0, transient > 0
+	defer g.mu.Unlock()
+	confirmed = make([]bool, len(results))
+	allSuspects, allConfirmed = tl.transient > 0, tl.transient > 0
 	for i := range results {
-		if !isTransient[i] {
+		if !tl.isTransient[i] {
 			continue
 		}
 		sp, ok := g.suspects[ids[i]]
@@ -302,7 +359,7 @@ func (g *gate) judge(t ticket, sent time.Time, ids []txbox.ID, results []error) 
 		allConfirmed = allConfirmed && confirmed[i]
 	}
 	// This batch's acks are evidence for later batches only.
-	if acked > 0 && sent.After(g.lastAckSend) {
+	if tl.acked > 0 && sent.After(g.lastAckSend) {
 		g.lastAckSend = sent
 	}
 	for i, res := range results {
@@ -310,37 +367,47 @@ func (g *gate) judge(t ticket, sent time.Time, ids []txbox.ID, results []error) 
 			delete(g.suspects, ids[i])
 		}
 	}
-	g.mu.Unlock()
+	return confirmed, allSuspects, allConfirmed
+}
 
-	if firstDisconnected != nil {
-		g.conn.failure(t.connProbe, firstDisconnected)
+// feed records the batch in the connection and destination circuits and
+// reports whether both are closed now (and the batch was not cut off by
+// a disconnection).
+func (g *gate) feed(t ticket, tl tally, allSuspects, allConfirmed bool) (up bool) {
+	if tl.firstDisconnected != nil {
+		g.conn.failure(t.connProbe, tl.firstDisconnected)
 	} else {
 		// The sender reached the broker: the connection works.
 		g.conn.success(t.connProbe)
 	}
 	switch {
-	case acked > 0 || answered > 0:
+	case tl.acked > 0 || tl.answered > 0:
 		g.dest.success(t.destProbe)
-	case firstDisconnected != nil:
+	case tl.firstDisconnected != nil:
 		g.dest.abandon(t.destProbe)
 	case allConfirmed, allSuspects && g.dest.closed():
 		// Only messages already known to fail: nothing new about the
 		// destination.
 		g.dest.abandon(t.destProbe)
 	default:
-		g.dest.failure(t.destProbe, firstTransient)
+		g.dest.failure(t.destProbe, tl.firstTransient)
 	}
-	up := firstDisconnected == nil && g.conn.closed() && g.dest.closed()
+	return tl.firstDisconnected == nil && g.conn.closed() && g.dest.closed()
+}
 
+// verdicts judges each transient failure, judged at now, and updates the
+// suspects: see judge.
+func (g *gate) verdicts(ids []txbox.ID, results []error, tl tally, confirmed []bool, up bool, now time.Time) []verdict {
+	out := make([]verdict, len(results))
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for i, res := range results {
-		if !isTransient[i] {
+		if !tl.isTransient[i] {
 			continue
 		}
 		if sender.IsDisconnected(res) {
 			// The connection's fault, not the message's.
-			out[i] = verdict{retryAfter: g.cfg.CoolDown}
+			out[i] = verdict{retryAfter: g.coolDown.Initial}
 			continue
 		}
 		sp, ok := g.suspects[ids[i]]
@@ -354,30 +421,40 @@ func (g *gate) judge(t ticket, sent time.Time, ids []txbox.ID, results []error) 
 			// While a circuit is open it paces the retries; while both
 			// are closed only the row's own wait does, growing with each
 			// failure that showed nothing new.
-			out[i] = verdict{retryAfter: g.cfg.CoolDown}
+			out[i] = verdict{retryAfter: g.coolDown.Initial}
 			if up {
 				sp.free++
-				out[i].retryAfter = g.retryAfter(sp.free)
+				out[i].retryAfter = g.coolDown.Delay(sp.free)
 			}
 		}
-		if !ok && len(g.suspects) >= maxSuspects {
-			for id := range g.suspects {
-				delete(g.suspects, id)
-				if len(g.suspects) < maxSuspects*3/4 {
-					break
-				}
-			}
+		if !ok {
+			g.makeRoomLocked()
 		}
 		g.suspects[ids[i]] = sp
 	}
 	return out
 }
 
-// retryAfter is the wait of a row after its n-th transient failure in a
-// row that counted no attempt: the circuit's cool-down schedule.
-func (g *gate) retryAfter(n int) time.Duration {
-	d := float64(g.cfg.CoolDown) * math.Pow(g.cfg.Multiplier, float64(n-1))
-	return time.Duration(math.Min(d, float64(g.cfg.MaxCoolDown)))
+// makeRoomLocked forgets suspects, when there are maxSuspects, down to
+// three quarters of that. g.mu is held.
+func (g *gate) makeRoomLocked() {
+	if len(g.suspects) < maxSuspects {
+		return
+	}
+	for id := range g.suspects {
+		delete(g.suspects, id)
+		if len(g.suspects) < maxSuspects*3/4 {
+			break
+		}
+	}
+}
+
+// policy is the cool-down schedule of circuits configured by c: the n-th
+// opening in a row lasts CoolDown × Multiplier^(n-1), capped at
+// MaxCoolDown. A row whose n-th transient failure in a row counted no
+// attempt while the circuits stayed closed waits as long.
+func (c CircuitConfig) policy() backoff.Policy {
+	return backoff.Policy{Initial: c.CoolDown, Multiplier: c.Multiplier, Max: c.MaxCoolDown}
 }
 
 // circuitSet holds every circuit of a relay: one connection circuit per
@@ -411,7 +488,7 @@ func (cs *circuitSet) gate(senderName, dest string) *gate {
 	g := cs.gates[k]
 	if g == nil {
 		g = &gate{
-			cfg:      cs.cfg,
+			coolDown: cs.cfg.policy(),
 			conn:     cs.conns[senderName],
 			dest:     newCircuit(senderName, dest, false, cs.cfg, cs.now, cs.notify),
 			suspects: map[txbox.ID]suspect{},

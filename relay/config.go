@@ -1,43 +1,24 @@
 package relay
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"sort"
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/keypath"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store"
 )
 
-// Defaults of the per-event-type settings (SPEC §4.3, §4.4, §4.5).
+// Defaults of the per-event-type settings (docs/configuration.md).
 const (
 	// DefaultBatchSize is how many rows one claim takes.
 	DefaultBatchSize = 200
-	// DefaultPollingMode is adaptive polling.
-	DefaultPollingMode = PollingAdaptive
-	// DefaultPollingMinDelay is the adaptive delay after a full batch.
-	DefaultPollingMinDelay = 250 * time.Millisecond
-	// DefaultPollingMaxDelay caps the adaptive delay: the worst pickup wait
-	// of an idle type without wake-ups.
-	DefaultPollingMaxDelay = time.Minute
-	// DefaultPollingMultiplier stretches the adaptive delay after a partial
-	// or empty batch.
-	DefaultPollingMultiplier = 1.5
-	// DefaultPollingDelay is the delay of fixed polling.
-	DefaultPollingDelay = 250 * time.Millisecond
 	// DefaultMaxAttempts is 1 try + 3 retries.
 	DefaultMaxAttempts = 4
-	// DefaultBackoffDelay is the delay before the first retry.
-	DefaultBackoffDelay = 10 * time.Second
-	// DefaultBackoffMultiplier gives 10s, 30s, 90s.
-	DefaultBackoffMultiplier = 3.0
-	// DefaultBackoffMax caps one backoff.
-	DefaultBackoffMax = time.Hour
 	// DefaultLeaseDuration is the max-batch-processing-time: after it a
 	// claimed row may be recovered and claimed by another relay.
 	DefaultLeaseDuration = 5 * time.Minute
@@ -74,27 +55,11 @@ const (
 	// DefaultCleanupLeaseTTL is how long one instance holds the cleanup
 	// lease.
 	DefaultCleanupLeaseTTL = time.Minute
-	// DefaultCircuitCoolDown is the first wait before an open circuit lets a
-	// probe batch through.
-	DefaultCircuitCoolDown = time.Second
-	// DefaultCircuitMaxCoolDown caps the doubling cool-down.
-	DefaultCircuitMaxCoolDown = time.Minute
-	// DefaultCircuitMultiplier grows the cool-down after a failed probe.
-	DefaultCircuitMultiplier = 2.0
 	// DefaultErrorBackoff is the first wait after a database error in a
 	// poller; it doubles up to DefaultErrorMaxBackoff.
 	DefaultErrorBackoff = 100 * time.Millisecond
 	// DefaultErrorMaxBackoff caps the wait after repeated database errors.
 	DefaultErrorMaxBackoff = 10 * time.Second
-)
-
-// Polling modes.
-const (
-	// PollingAdaptive resets to MinDelay after a full batch and multiplies
-	// the delay by Multiplier (capped by MaxDelay) otherwise.
-	PollingAdaptive = "adaptive"
-	// PollingFixed waits Delay between polls.
-	PollingFixed = "fixed"
 )
 
 // Ordering says whether events of one type are delivered in order per key.
@@ -105,29 +70,19 @@ const (
 	// OrderingNone delivers rows in parallel, roughly in due-time order.
 	OrderingNone Ordering = "none"
 	// OrderingKey delivers events with the same key in id order
-	// (SPEC §4.6).
+	// (docs/concepts.md, ordering).
 	OrderingKey Ordering = "key"
 )
 
-// ErrInvalidConfig is matched (errors.Is) by every configuration error
-// returned from New. The message names the field path, for example
-// "relay: events.orders.polling.max-delay must be ≥ min-delay".
-var ErrInvalidConfig = errors.New("relay: invalid configuration")
+// ErrInvalidConfig is txbox.ErrInvalidConfig: every configuration error New
+// returns matches it (errors.Is).
+var ErrInvalidConfig = txbox.ErrInvalidConfig
 
-// ConfigError is a configuration problem at one field path.
-type ConfigError struct {
-	// Path is the field path in the YAML spelling used by the txbox
-	// command, such as "events.orders.polling.max-delay".
-	Path string
-	// Reason says what is wrong.
-	Reason string
-}
-
-// Error returns "relay: <path> <reason>".
-func (e *ConfigError) Error() string { return "relay: " + e.Path + " " + e.Reason }
-
-// Is makes every ConfigError match ErrInvalidConfig.
-func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+// ConfigError is txbox.ConfigError with Component "relay": a configuration
+// problem at one key path, spelled as in the YAML file of
+// docs/configuration.md, for example
+// "relay: events.orders.polling.max-delay must be ≥ min-delay (1s < 5s)".
+type ConfigError = txbox.ConfigError
 
 // Config configures a Relay. Only Store and Senders are required.
 type Config struct {
@@ -139,15 +94,16 @@ type Config struct {
 	// Defaults are inherited by every event type, listed or not. Its
 	// Route is a template: "{event_type}" is replaced by the type.
 	// Defaults.Sender may be left unset only when there is exactly one
-	// sender. Unset fields take the Default* constants.
+	// sender. Unset fields take DefaultEventSettings.
 	Defaults EventSettings
-	// Events overrides settings per event type. Unset fields inherit
-	// Defaults. Types not listed here are discovered and run with
-	// Defaults.
+	// Events overrides settings per event type (see
+	// EventSettings.Inherit). Types not listed here are discovered and run
+	// with Defaults.
 	Events map[string]EventSettings
 	// DiscoverInterval is how often the relay looks for event types with
 	// pending rows that have no poller yet (the first look is at Start).
-	// Defaults to 10s. Negative disables discovery.
+	// Defaults to 10s. Negative disables discovery. The YAML key of this
+	// and the next two fields is under relay: relay.discover-interval.
 	DiscoverInterval time.Duration
 	// RecoverInterval is how often rows whose lease expired are put back
 	// to PENDING. Defaults to 5s.
@@ -156,7 +112,8 @@ type Config struct {
 	// dead-letter table. Defaults to 5s.
 	DeadLetterInterval time.Duration
 	// MaintenanceBatchSize bounds the rows one recover or dead-letter move
-	// statement touches. Defaults to 1000.
+	// statement touches. Defaults to 1000. It has no YAML key; errors name
+	// it relay.maintenance-batch-size.
 	MaintenanceBatchSize int
 	// Cleanup configures deletion of processed rows and resolved dead
 	// letters.
@@ -175,115 +132,128 @@ type Config struct {
 	Hooks []Hook
 }
 
-// EventSettings are the settings of one event type. A nil field is unset
-// and inherits: an event type's settings inherit Config.Defaults, which
-// inherit the Default* constants. Nested structs (Polling, Backoff) inherit
-// field by field: a zero field inside them is unset.
+// EventSettings are the settings of one event type, and the model the
+// txbox command decodes from the defaults and events keys of its YAML file
+// (docs/configuration.md; the yaml tags name the keys). A nil field is
+// unset and inherits (see Inherit): an event type's settings inherit
+// Config.Defaults, which inherit DefaultEventSettings. A field that is set
+// wins even when it holds a zero value, so backoff.jitter: 0 turns off the
+// jitter Defaults turned on.
 type EventSettings struct {
 	// Sender names the entry of Config.Senders to use. Defaults to the
 	// only sender when there is exactly one.
-	Sender *string
+	Sender *string `yaml:"sender"`
 	// Route is where messages go. In Config.Defaults it is a template in
-	// which "{event_type}" is replaced by the type. Defaults to
-	// Defaults.Route expanded for the type; an empty route is passed to
-	// the sender as is (a sender may derive its own default).
-	Route *sender.Route
+	// which "{event_type}" is replaced by the type. An event type's Route
+	// replaces the inherited one as a whole; the YAML loader merges a
+	// file's routes key by key before it builds the relay's Config
+	// (config.Config.Effective). Defaults to Defaults.Route expanded for
+	// the type; an empty route is passed to the sender as is (a sender may
+	// derive its own default).
+	Route *sender.Route `yaml:"route"`
 	// BatchSize is how many rows one claim takes. Defaults to 200.
-	BatchSize *int
-	// Polling says how often to poll. Defaults to adaptive, 250ms, ×1.5,
-	// capped at 1m.
-	Polling *PollingSettings
+	BatchSize *int `yaml:"batch-size"`
+	// Polling says how often to poll; its fields inherit one by one.
+	// Defaults to adaptive, 250ms, ×1.5, capped at 1m.
+	Polling *PollingSettings `yaml:"polling"`
 	// MaxAttempts is the number of tries (the first one included) before a
 	// rejected message fails. Defaults to 4.
-	MaxAttempts *int
-	// Backoff is the delay before each retry. Defaults to 10s ×3.0
-	// (10s, 30s, 90s), capped at 1h, no jitter.
-	Backoff *BackoffSettings
+	MaxAttempts *int `yaml:"max-attempts"`
+	// Backoff is the delay before each retry; its fields inherit one by
+	// one. Defaults to 10s ×3.0 (10s, 30s, 90s), capped at 1h, no jitter.
+	Backoff *BackoffSettings `yaml:"backoff"`
 	// Ordering enables per-key ordered delivery. Defaults to none.
-	Ordering *Ordering
+	Ordering *Ordering `yaml:"ordering"`
 	// Retention is how long processed rows are kept; 0 deletes a row as
 	// soon as it is acknowledged. Per type it only chooses between
 	// deleting on ack and keeping the row; the cleanup job deletes kept
 	// rows after Config.Cleanup.OutboxTTL (by default the longest
 	// retention configured). Defaults to 24h.
-	Retention *time.Duration
+	Retention *time.Duration `yaml:"retention"`
 	// LeaseDuration is the max-batch-processing-time: how long a claimed
-	// batch is exclusive before another relay may recover it. Defaults to
-	// 5m.
-	LeaseDuration *time.Duration
+	// batch is exclusive before another relay may recover it. Its YAML
+	// key is lease. Defaults to 5m.
+	LeaseDuration *time.Duration `yaml:"lease"`
 	// InFlight bounds the batches of this type between claim and finish
 	// at once. Defaults to 4.
-	InFlight *int
+	InFlight *int `yaml:"in-flight"`
 }
 
-// PollingSettings configure how a poller waits between claims. Zero fields
-// are unset and inherit.
-type PollingSettings struct {
-	// Mode is "adaptive" or "fixed". Defaults to adaptive.
-	Mode string
-	// MinDelay is the adaptive delay after a full batch. Defaults to 250ms.
-	MinDelay time.Duration
-	// MaxDelay caps the adaptive delay. Defaults to 1m.
-	MaxDelay time.Duration
-	// Multiplier stretches the adaptive delay after a partial or empty
-	// batch; at least 1. Defaults to 1.5.
-	Multiplier float64
-	// Delay is the fixed delay. Defaults to 250ms.
-	Delay time.Duration
+// DefaultEventSettings returns the settings every event type inherits
+// last: each field set to its Default* constant, except Sender (the only
+// sender, when there is exactly one) and Route (none: the sender derives
+// its own default).
+func DefaultEventSettings() EventSettings {
+	return EventSettings{
+		BatchSize:   new(DefaultBatchSize),
+		Polling:     defaultPollingSettings(),
+		MaxAttempts: new(DefaultMaxAttempts),
+		Backoff: &BackoffSettings{
+			Delay: new(DefaultBackoffDelay), Multiplier: new(DefaultBackoffMultiplier),
+			Max: new(DefaultBackoffMax), Jitter: new(0.0),
+		},
+		Ordering:      new(DefaultOrdering),
+		Retention:     new(DefaultRetention),
+		LeaseDuration: new(DefaultLeaseDuration),
+		InFlight:      new(DefaultInFlight),
+	}
 }
 
-// BackoffSettings configure the delay before retry n:
-// Delay × Multiplier^(n-1), capped by Max, then spread by ±Jitter. Zero
-// fields are unset and inherit.
-type BackoffSettings struct {
-	// Delay before the first retry. Defaults to 10s.
-	Delay time.Duration
-	// Multiplier per further retry; at least 1. Defaults to 3.0.
-	Multiplier float64
-	// Max caps one delay. Defaults to 1h.
-	Max time.Duration
-	// Jitter is the random spread as a fraction in [0, 1]: 0.2 means
-	// ±20%. Defaults to 0 (none).
-	Jitter float64
+// Inherit returns s with every unset field taken from parent: Polling and
+// Backoff field by field, Route as a whole. The result shares no memory
+// with s or parent.
+func (s EventSettings) Inherit(parent EventSettings) EventSettings {
+	return EventSettings{
+		Sender:        pick(s.Sender, parent.Sender),
+		Route:         pick(s.Route, parent.Route),
+		BatchSize:     pick(s.BatchSize, parent.BatchSize),
+		Polling:       s.Polling.inherit(parent.Polling),
+		MaxAttempts:   pick(s.MaxAttempts, parent.MaxAttempts),
+		Backoff:       s.Backoff.inherit(parent.Backoff),
+		Ordering:      pick(s.Ordering, parent.Ordering),
+		Retention:     pick(s.Retention, parent.Retention),
+		LeaseDuration: pick(s.LeaseDuration, parent.LeaseDuration),
+		InFlight:      pick(s.InFlight, parent.InFlight),
+	}
+}
+
+// pick returns a copy of own when it is set, else a copy of parent, else
+// nil.
+func pick[T any](own, parent *T) *T {
+	switch {
+	case own != nil:
+		return new(*own)
+	case parent != nil:
+		return new(*parent)
+	}
+	return nil
 }
 
 // CleanupConfig configures the cleanup job, which runs on one relay
-// instance at a time under a database lease.
+// instance at a time under a database lease. Its yaml tags name the keys
+// of the cleanup section of docs/configuration.md.
 type CleanupConfig struct {
 	// Disabled turns the cleanup job off on this instance.
-	Disabled bool
+	Disabled bool `yaml:"disabled"`
 	// Interval is the shortest time between cleanup rounds; it doubles up
 	// to MaxInterval while a round finds nothing to delete. Defaults to 1m.
-	Interval time.Duration
-	// MaxInterval caps the interval. Defaults to 10m.
-	MaxInterval time.Duration
+	Interval time.Duration `yaml:"interval"`
+	// MaxInterval caps the interval. Defaults to 10m, or Interval when
+	// that is longer.
+	MaxInterval time.Duration `yaml:"max-interval"`
 	// OutboxTTL is how long PROCESSED rows are kept. The cleanup is not
 	// per type, so nil defaults to the longest retention of Defaults and
 	// every entry of Events (each unset one counting as 24h): no type
 	// loses its processed rows before its own retention.
-	OutboxTTL *time.Duration
+	OutboxTTL *time.Duration `yaml:"outbox-ttl"`
 	// DeadLetterTTL is how long RESOLVED dead letters are kept. Nil
 	// defaults to 7 days.
-	DeadLetterTTL *time.Duration
+	DeadLetterTTL *time.Duration `yaml:"dead-letter-ttl"`
 	// BatchSize bounds one delete statement. Defaults to 1000.
-	BatchSize int
+	BatchSize int `yaml:"batch-size"`
 	// LeaseTTL is how long one instance holds the cleanup lease. Defaults
-	// to 1m.
-	LeaseTTL time.Duration
-}
-
-// CircuitConfig configures the circuit breakers: one per destination
-// and one per sender's connection (docs/concepts.md, "Outages versus
-// poison").
-type CircuitConfig struct {
-	// CoolDown is the first wait after the circuit opens before a probe
-	// batch is let through. Defaults to 1s.
-	CoolDown time.Duration
-	// MaxCoolDown caps the cool-down. Defaults to 1m.
-	MaxCoolDown time.Duration
-	// Multiplier grows the cool-down after each failed probe; at least 1.
-	// Defaults to 2.
-	Multiplier float64
+	// to 1m. It has no YAML key.
+	LeaseTTL time.Duration `yaml:"-"`
 }
 
 // settings are the resolved settings of one event type: every field set.
@@ -293,9 +263,9 @@ type settings struct {
 	sender        sender.Sender
 	route         sender.Route
 	batchSize     int
-	polling       PollingSettings
+	polling       resolvedPolling
 	maxAttempts   int
-	backoff       BackoffSettings
+	backoff       resolvedBackoff
 	ordering      Ordering
 	retention     time.Duration
 	leaseDuration time.Duration
@@ -305,58 +275,7 @@ type settings struct {
 // withDefaults returns a copy of c with every unset relay-wide field set.
 // Per-type settings are resolved by resolve.
 func (c Config) withDefaults() Config {
-	if c.DiscoverInterval == 0 {
-		c.DiscoverInterval = DefaultDiscoverInterval
-	}
-	if c.RecoverInterval == 0 {
-		c.RecoverInterval = DefaultRecoverInterval
-	}
-	if c.DeadLetterInterval == 0 {
-		c.DeadLetterInterval = DefaultDeadLetterInterval
-	}
-	if c.MaintenanceBatchSize == 0 {
-		c.MaintenanceBatchSize = DefaultMaintenanceBatchSize
-	}
-	cl := &c.Cleanup
-	if cl.Interval == 0 {
-		cl.Interval = DefaultCleanupInterval
-	}
-	if cl.MaxInterval == 0 {
-		cl.MaxInterval = max(DefaultCleanupMaxInterval, cl.Interval)
-	}
-	if cl.OutboxTTL == nil {
-		base := DefaultRetention
-		if c.Defaults.Retention != nil {
-			base = *c.Defaults.Retention
-		}
-		ttl := base
-		for _, ev := range c.Events {
-			if ev.Retention != nil {
-				ttl = max(ttl, *ev.Retention)
-			}
-		}
-		cl.OutboxTTL = &ttl
-	}
-	if cl.DeadLetterTTL == nil {
-		ttl := DefaultDeadLetterTTL
-		cl.DeadLetterTTL = &ttl
-	}
-	if cl.BatchSize == 0 {
-		cl.BatchSize = DefaultMaintenanceBatchSize
-	}
-	if cl.LeaseTTL == 0 {
-		cl.LeaseTTL = DefaultCleanupLeaseTTL
-	}
-	ci := &c.Circuit
-	if ci.CoolDown == 0 {
-		ci.CoolDown = DefaultCircuitCoolDown
-	}
-	if ci.MaxCoolDown == 0 {
-		ci.MaxCoolDown = max(DefaultCircuitMaxCoolDown, ci.CoolDown)
-	}
-	if ci.Multiplier == 0 {
-		ci.Multiplier = DefaultCircuitMultiplier
-	}
+	c = c.withSettingDefaults(false)
 	if c.InstanceID == "" {
 		c.InstanceID = defaultInstanceID()
 	}
@@ -364,6 +283,56 @@ func (c Config) withDefaults() Config {
 		c.Logger = slog.Default()
 	}
 	return c
+}
+
+// withSettingDefaults sets the unset relay-wide settings that Validate
+// checks; it has no side effects. keepZeros leaves the zero settings that
+// have a YAML key alone (Bounds.ZeroIsSet).
+func (c Config) withSettingDefaults(keepZeros bool) Config {
+	cl, ci := &c.Cleanup, &c.Circuit
+	if !keepZeros {
+		setZero(&c.DiscoverInterval, DefaultDiscoverInterval)
+		setZero(&c.RecoverInterval, DefaultRecoverInterval)
+		setZero(&c.DeadLetterInterval, DefaultDeadLetterInterval)
+		setZero(&cl.Interval, DefaultCleanupInterval)
+		setZero(&cl.MaxInterval, max(DefaultCleanupMaxInterval, cl.Interval))
+		setZero(&cl.BatchSize, DefaultMaintenanceBatchSize)
+		setZero(&ci.CoolDown, DefaultCircuitCoolDown)
+		setZero(&ci.MaxCoolDown, max(DefaultCircuitMaxCoolDown, ci.CoolDown))
+		setZero(&ci.Multiplier, DefaultCircuitMultiplier)
+	}
+	setZero(&c.MaintenanceBatchSize, DefaultMaintenanceBatchSize)
+	setZero(&cl.LeaseTTL, DefaultCleanupLeaseTTL)
+	if cl.OutboxTTL == nil {
+		cl.OutboxTTL = new(c.longestRetention())
+	}
+	if cl.DeadLetterTTL == nil {
+		cl.DeadLetterTTL = new(DefaultDeadLetterTTL)
+	}
+	return c
+}
+
+// longestRetention is the default of Cleanup.OutboxTTL: the longest
+// retention of Defaults and of every entry of Events.
+func (c *Config) longestRetention() time.Duration {
+	ttl := DefaultRetention
+	if c.Defaults.Retention != nil {
+		ttl = *c.Defaults.Retention
+	}
+	for _, ev := range c.Events {
+		if ev.Retention != nil {
+			ttl = max(ttl, *ev.Retention)
+		}
+	}
+	return ttl
+}
+
+// setZero sets *v to def when it is zero (unset).
+func setZero[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
 }
 
 func defaultInstanceID() string {
@@ -374,65 +343,30 @@ func defaultInstanceID() string {
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), txbox.NewID().String()[24:])
 }
 
-// validate checks a Config that went through withDefaults. Every error is
-// a *ConfigError naming the field path.
+// validate checks a Config before or after withDefaults: the store and
+// the senders, then every setting (Validate with the zero Bounds), then
+// that each event type finds its sender. It returns the first problem, a
+// *ConfigError naming the key path.
 func (c *Config) validate() error {
 	if c.Store == nil {
-		return &ConfigError{Path: "store", Reason: "is required"}
+		return &ConfigError{Component: "relay", Field: "store", Reason: "is required"}
 	}
 	if len(c.Senders) == 0 {
-		return &ConfigError{Path: "senders", Reason: "must name at least one sender"}
+		return &ConfigError{Component: "relay", Field: "senders", Reason: "must name at least one sender"}
 	}
-	for name, s := range c.Senders {
-		if s == nil {
-			return &ConfigError{Path: "senders." + name, Reason: "is nil"}
+	for _, name := range sortedKeys(c.Senders) {
+		if c.Senders[name] == nil {
+			return &ConfigError{Component: "relay", Field: keypath.Join("senders", name), Reason: "is nil"}
 		}
 	}
-	for _, d := range []struct {
-		path string
-		v    time.Duration
-	}{
-		{"recover-interval", c.RecoverInterval},
-		{"dead-letter-interval", c.DeadLetterInterval},
-		{"cleanup.interval", c.Cleanup.Interval},
-		{"cleanup.max-interval", c.Cleanup.MaxInterval},
-		{"cleanup.lease-ttl", c.Cleanup.LeaseTTL},
-		{"circuit.cool-down", c.Circuit.CoolDown},
-		{"circuit.max-cool-down", c.Circuit.MaxCoolDown},
-	} {
-		if d.v <= 0 {
-			return &ConfigError{Path: d.path, Reason: "must be > 0"}
-		}
-	}
-	if c.MaintenanceBatchSize < 1 {
-		return &ConfigError{Path: "maintenance-batch-size", Reason: "must be ≥ 1"}
-	}
-	if c.Cleanup.BatchSize < 1 {
-		return &ConfigError{Path: "cleanup.batch-size", Reason: "must be ≥ 1"}
-	}
-	if c.Cleanup.MaxInterval < c.Cleanup.Interval {
-		return &ConfigError{Path: "cleanup.max-interval", Reason: "must be ≥ interval"}
-	}
-	if *c.Cleanup.DeadLetterTTL < 0 {
-		return &ConfigError{Path: "cleanup.dead-letter-ttl", Reason: "must be ≥ 0"}
-	}
-	if c.Circuit.MaxCoolDown < c.Circuit.CoolDown {
-		return &ConfigError{Path: "circuit.max-cool-down", Reason: "must be ≥ cool-down"}
-	}
-	if !(c.Circuit.Multiplier >= 1) || math.IsInf(c.Circuit.Multiplier, 0) {
-		return &ConfigError{Path: "circuit.multiplier", Reason: "must be a finite number ≥ 1"}
+	if errs := c.Validate(Bounds{}); len(errs) > 0 {
+		return errs[0]
 	}
 	if _, err := c.resolve("", "defaults", c.Defaults, EventSettings{}); err != nil {
 		return err
 	}
-	if *c.Cleanup.OutboxTTL < 0 {
-		return &ConfigError{Path: "cleanup.outbox-ttl", Reason: "must be ≥ 0"}
-	}
 	for _, t := range sortedKeys(c.Events) {
-		if err := txbox.ValidateEventType(t); err != nil {
-			return &ConfigError{Path: "events." + t, Reason: "is not a valid event type: " + err.Error()}
-		}
-		if _, err := c.resolve(t, "events."+t, c.Events[t], c.Defaults); err != nil {
+		if _, err := c.resolve(t, keypath.Join("events", t), c.Events[t], c.Defaults); err != nil {
 			return err
 		}
 	}
@@ -440,85 +374,42 @@ func (c *Config) validate() error {
 }
 
 // settingsFor returns the resolved settings of eventType: its entry in
-// Events over Defaults over the Default* constants.
+// Events over Defaults over DefaultEventSettings.
 func (c *Config) settingsFor(eventType string) (*settings, error) {
 	ev, ok := c.Events[eventType]
 	if !ok {
 		return c.resolve(eventType, "defaults", c.Defaults, EventSettings{})
 	}
-	return c.resolve(eventType, "events."+eventType, ev, c.Defaults)
+	return c.resolve(eventType, keypath.Join("events", eventType), ev, c.Defaults)
 }
 
-// resolve merges own over parent over the Default* constants and checks
-// the result. path prefixes error messages. eventType expands the route
-// template; it is empty when only validating Defaults.
+// resolve merges own over parent over DefaultEventSettings and finds the
+// sender; Validate has checked the values. path prefixes error messages.
+// eventType expands the route template; it is empty when only validating
+// Defaults.
 func (c *Config) resolve(eventType, path string, own, parent EventSettings) (*settings, error) {
+	e := own.Inherit(parent).Inherit(DefaultEventSettings())
 	s := &settings{
 		eventType:     eventType,
-		batchSize:     DefaultBatchSize,
-		maxAttempts:   DefaultMaxAttempts,
-		ordering:      DefaultOrdering,
-		retention:     DefaultRetention,
-		leaseDuration: DefaultLeaseDuration,
-		inFlight:      DefaultInFlight,
-		polling:       defaultPolling(),
-		backoff: BackoffSettings{
-			Delay: DefaultBackoffDelay, Multiplier: DefaultBackoffMultiplier, Max: DefaultBackoffMax,
-		},
+		senderName:    deref(e.Sender),
+		batchSize:     *e.BatchSize,
+		polling:       e.Polling.resolved(),
+		maxAttempts:   *e.MaxAttempts,
+		backoff:       e.Backoff.resolved(),
+		ordering:      *e.Ordering,
+		retention:     *e.Retention,
+		leaseDuration: *e.LeaseDuration,
+		inFlight:      *e.InFlight,
 	}
-	var route *sender.Route
-	for _, l := range []EventSettings{parent, own} {
-		if l.Sender != nil {
-			s.senderName = *l.Sender
-		}
-		if l.Route != nil {
-			route = l.Route
-		}
-		if l.BatchSize != nil {
-			s.batchSize = *l.BatchSize
-		}
-		if l.MaxAttempts != nil {
-			s.maxAttempts = *l.MaxAttempts
-		}
-		if l.Ordering != nil {
-			s.ordering = *l.Ordering
-		}
-		if l.Retention != nil {
-			s.retention = *l.Retention
-		}
-		if l.LeaseDuration != nil {
-			s.leaseDuration = *l.LeaseDuration
-		}
-		if l.InFlight != nil {
-			s.inFlight = *l.InFlight
-		}
-		if l.Polling != nil {
-			s.polling = overlayPolling(s.polling, *l.Polling)
-		}
-		if b := l.Backoff; b != nil {
-			if b.Delay != 0 {
-				s.backoff.Delay = b.Delay
-			}
-			if b.Multiplier != 0 {
-				s.backoff.Multiplier = b.Multiplier
-			}
-			if b.Max != 0 {
-				s.backoff.Max = b.Max
-			}
-			if b.Jitter != 0 {
-				s.backoff.Jitter = b.Jitter
-			}
-		}
-	}
-	if route != nil {
-		s.route = route.Expand(eventType)
+	if e.Route != nil {
+		s.route = e.Route.Expand(eventType)
 		if eventType == "" {
-			s.route = *route
+			s.route = *e.Route
 		}
 	}
 	if s.senderName == "" {
 		if len(c.Senders) != 1 {
-			return nil, &ConfigError{Path: path + ".sender", Reason: fmt.Sprintf("is required when there are %d senders", len(c.Senders))}
+			return nil, &ConfigError{Component: "relay", Field: keypath.Join(path, "sender"), Reason: fmt.Sprintf("is required when there are %d senders", len(c.Senders))}
 		}
 		for name := range c.Senders {
 			s.senderName = name
@@ -526,76 +417,19 @@ func (c *Config) resolve(eventType, path string, own, parent EventSettings) (*se
 	}
 	snd, ok := c.Senders[s.senderName]
 	if !ok {
-		return nil, &ConfigError{Path: path + ".sender", Reason: fmt.Sprintf("names unknown sender %q", s.senderName)}
+		return nil, &ConfigError{Component: "relay", Field: keypath.Join(path, "sender"), Reason: fmt.Sprintf("names unknown sender %q", s.senderName)}
 	}
 	s.sender = snd
-	if err := s.check(path); err != nil {
-		return nil, err
-	}
 	return s, nil
 }
 
-func (s *settings) check(path string) error {
-	bad := func(field, reason string) error { return &ConfigError{Path: path + "." + field, Reason: reason} }
-	if s.batchSize < 1 {
-		return bad("batch-size", "must be ≥ 1")
+// deref returns *p, or the zero value when p is nil.
+func deref[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
 	}
-	if s.maxAttempts < 1 {
-		return bad("max-attempts", "must be ≥ 1")
-	}
-	if s.inFlight < 1 {
-		return bad("in-flight", "must be ≥ 1")
-	}
-	if s.leaseDuration <= 0 {
-		return bad("lease-duration", "must be > 0")
-	}
-	if s.retention < 0 {
-		return bad("retention", "must be ≥ 0")
-	}
-	switch s.ordering {
-	case OrderingNone, OrderingKey:
-	default:
-		return bad("ordering", fmt.Sprintf("must be %q or %q, not %q", OrderingNone, OrderingKey, s.ordering))
-	}
-	p := s.polling
-	switch p.Mode {
-	case PollingAdaptive:
-		if p.MinDelay < 0 {
-			return bad("polling.min-delay", "must be ≥ 0")
-		}
-		if p.MaxDelay <= 0 {
-			return bad("polling.max-delay", "must be > 0")
-		}
-		if p.MaxDelay < p.MinDelay {
-			return bad("polling.max-delay", "must be ≥ min-delay")
-		}
-		if !(p.Multiplier >= 1) || math.IsInf(p.Multiplier, 0) {
-			return bad("polling.multiplier", "must be a finite number ≥ 1")
-		}
-	case PollingFixed:
-		if p.Delay <= 0 {
-			return bad("polling.delay", "must be > 0")
-		}
-	default:
-		return bad("polling.mode", fmt.Sprintf("must be %q or %q, not %q", PollingAdaptive, PollingFixed, p.Mode))
-	}
-	b := s.backoff
-	if b.Delay < 0 {
-		return bad("backoff.delay", "must be ≥ 0")
-	}
-	if b.Max < 0 {
-		return bad("backoff.max", "must be ≥ 0")
-	}
-	if b.Max < b.Delay {
-		return bad("backoff.max", "must be ≥ delay")
-	}
-	if !(b.Multiplier >= 1) || math.IsInf(b.Multiplier, 0) {
-		return bad("backoff.multiplier", "must be a finite number ≥ 1")
-	}
-	if !(b.Jitter >= 0 && b.Jitter <= 1) {
-		return bad("backoff.jitter", "must be in [0, 1]")
-	}
-	return nil
+	return *p
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -33,15 +34,15 @@ func TestSettingsInheritance(t *testing.T) {
 			Sender:    ptr("nats"),
 			Route:     &sender.Route{Subject: "events.{event_type}"},
 			BatchSize: ptr(500),
-			Polling:   &PollingSettings{MaxDelay: 10 * time.Second},
-			Backoff:   &BackoffSettings{Delay: time.Second, Jitter: 0.1},
+			Polling:   &PollingSettings{MaxDelay: new(10 * time.Second)},
+			Backoff:   &BackoffSettings{Delay: new(time.Second), Jitter: new(0.1)},
 		},
 		Events: map[string]EventSettings{
 			"orders": {
 				Sender:    ptr("hook"),
 				Route:     &sender.Route{URL: "http://x/{event_type}"},
-				Polling:   &PollingSettings{MinDelay: 100 * time.Millisecond},
-				Backoff:   &BackoffSettings{Multiplier: 2},
+				Polling:   &PollingSettings{MinDelay: new(100 * time.Millisecond)},
+				Backoff:   &BackoffSettings{Multiplier: new(2.0)},
 				Retention: ptr(time.Duration(0)),
 				Ordering:  ptr(OrderingKey),
 			},
@@ -60,11 +61,11 @@ func TestSettingsInheritance(t *testing.T) {
 	if o.batchSize != 500 {
 		t.Errorf("orders batch size = %d, want inherited 500", o.batchSize)
 	}
-	wantPoll := PollingSettings{Mode: PollingAdaptive, MinDelay: 100 * time.Millisecond, MaxDelay: 10 * time.Second, Multiplier: 1.5, Delay: DefaultPollingDelay}
+	wantPoll := resolvedPolling{Mode: PollingAdaptive, MinDelay: 100 * time.Millisecond, MaxDelay: 10 * time.Second, Multiplier: 1.5, Delay: DefaultPollingDelay}
 	if o.polling != wantPoll {
 		t.Errorf("orders polling = %+v, want %+v", o.polling, wantPoll)
 	}
-	wantBackoff := BackoffSettings{Delay: time.Second, Multiplier: 2, Max: DefaultBackoffMax, Jitter: 0.1}
+	wantBackoff := resolvedBackoff{Delay: time.Second, Multiplier: 2, Max: DefaultBackoffMax, Jitter: 0.1}
 	if o.backoff != wantBackoff {
 		t.Errorf("orders backoff = %+v, want %+v", o.backoff, wantBackoff)
 	}
@@ -147,38 +148,40 @@ func TestConfigErrorsNameThePath(t *testing.T) {
 		{"ambiguous sender", Config{Store: fakeDriver{}, Senders: two}, "relay: defaults.sender is required when there are 2 senders"},
 		{"unknown sender", Config{Store: fakeDriver{}, Senders: one, Events: map[string]EventSettings{"orders": {Sender: ptr("zz")}}},
 			`relay: events.orders.sender names unknown sender "zz"`},
-		{"max below min", Config{Store: fakeDriver{}, Senders: one, Events: map[string]EventSettings{"orders": {Polling: &PollingSettings{MinDelay: 2 * time.Minute}}}},
+		{"max below min", Config{Store: fakeDriver{}, Senders: one, Events: map[string]EventSettings{"orders": {Polling: &PollingSettings{MinDelay: new(2 * time.Minute)}}}},
 			"relay: events.orders.polling.max-delay must be ≥ min-delay"},
-		{"bad mode", Config{Store: fakeDriver{}, Senders: one, Defaults: EventSettings{Polling: &PollingSettings{Mode: "lazy"}}},
-			`relay: defaults.polling.mode must be "adaptive" or "fixed", not "lazy"`},
-		{"multiplier below 1", Config{Store: fakeDriver{}, Senders: one, Events: map[string]EventSettings{"o": {Polling: &PollingSettings{Multiplier: 0.5}}}},
-			"relay: events.o.polling.multiplier must be a finite number ≥ 1"},
+		{"bad mode", Config{Store: fakeDriver{}, Senders: one, Defaults: EventSettings{Polling: &PollingSettings{Mode: new("lazy")}}},
+			`relay: defaults.polling.mode must be adaptive or fixed, not "lazy"`},
+		{"multiplier below 1", Config{Store: fakeDriver{}, Senders: one, Events: map[string]EventSettings{"o": {Polling: &PollingSettings{Multiplier: new(0.5)}}}},
+			"relay: events.o.polling.multiplier must be ≥ 1"},
+		{"multiplier infinite", Config{Store: fakeDriver{}, Senders: one, Defaults: EventSettings{Backoff: &BackoffSettings{Multiplier: new(math.Inf(1))}}},
+			"relay: defaults.backoff.multiplier must be finite"},
 		{"batch 0", Config{Store: fakeDriver{}, Senders: one, Events: map[string]EventSettings{"o": {BatchSize: ptr(0)}}},
 			"relay: events.o.batch-size must be ≥ 1"},
 		{"attempts 0", Config{Store: fakeDriver{}, Senders: one, Defaults: EventSettings{MaxAttempts: ptr(0)}},
 			"relay: defaults.max-attempts must be ≥ 1"},
-		{"jitter", Config{Store: fakeDriver{}, Senders: one, Defaults: EventSettings{Backoff: &BackoffSettings{Jitter: 1.5}}},
-			"relay: defaults.backoff.jitter must be in [0, 1]"},
-		{"backoff max", Config{Store: fakeDriver{}, Senders: one, Defaults: EventSettings{Backoff: &BackoffSettings{Delay: 2 * time.Hour}}},
+		{"jitter", Config{Store: fakeDriver{}, Senders: one, Defaults: EventSettings{Backoff: &BackoffSettings{Jitter: new(1.5)}}},
+			"relay: defaults.backoff.jitter must be between 0 and 1"},
+		{"backoff max", Config{Store: fakeDriver{}, Senders: one, Defaults: EventSettings{Backoff: &BackoffSettings{Delay: new(2 * time.Hour)}}},
 			"relay: defaults.backoff.max must be ≥ delay"},
 		{"retention", Config{Store: fakeDriver{}, Senders: one, Defaults: EventSettings{Retention: ptr(-time.Second)}},
 			"relay: defaults.retention must be ≥ 0"},
 		{"ordering", Config{Store: fakeDriver{}, Senders: one, Defaults: EventSettings{Ordering: ptr(Ordering("fifo"))}},
-			`relay: defaults.ordering must be "none" or "key", not "fifo"`},
+			`relay: defaults.ordering must be none or key, not "fifo"`},
 		{"in flight", Config{Store: fakeDriver{}, Senders: one, Defaults: EventSettings{InFlight: ptr(-1)}},
 			"relay: defaults.in-flight must be ≥ 1"},
 		{"lease", Config{Store: fakeDriver{}, Senders: one, Defaults: EventSettings{LeaseDuration: ptr(time.Duration(0))}},
-			"relay: defaults.lease-duration must be > 0"},
-		{"fixed delay", Config{Store: fakeDriver{}, Senders: one, Defaults: EventSettings{Polling: &PollingSettings{Mode: "fixed", Delay: -1}}},
+			"relay: defaults.lease must be > 0"},
+		{"fixed delay", Config{Store: fakeDriver{}, Senders: one, Defaults: EventSettings{Polling: &PollingSettings{Mode: new("fixed"), Delay: new(time.Duration(-1))}}},
 			"relay: defaults.polling.delay must be > 0"},
 		{"bad type", Config{Store: fakeDriver{}, Senders: one, Events: map[string]EventSettings{`x"; DROP`: {}}},
 			`relay: events.x"; DROP is not a valid event type`},
 		{"cleanup interval", Config{Store: fakeDriver{}, Senders: one, Cleanup: CleanupConfig{Interval: time.Hour, MaxInterval: time.Minute}},
 			"relay: cleanup.max-interval must be ≥ interval"},
 		{"recover interval", Config{Store: fakeDriver{}, Senders: one, RecoverInterval: -time.Second},
-			"relay: recover-interval must be > 0"},
+			"relay: relay.recover-interval must be > 0"},
 		{"circuit", Config{Store: fakeDriver{}, Senders: one, Circuit: CircuitConfig{Multiplier: 0.5}},
-			"relay: circuit.multiplier must be a finite number ≥ 1"},
+			"relay: relay.circuit.multiplier must be ≥ 1"},
 		{"dead letter ttl", Config{Store: fakeDriver{}, Senders: one, Cleanup: CleanupConfig{DeadLetterTTL: ptr(-time.Hour)}},
 			"relay: cleanup.dead-letter-ttl must be ≥ 0"},
 	}
@@ -200,5 +203,49 @@ func TestConfigErrorsNameThePath(t *testing.T) {
 				t.Errorf("error = %q, want prefix %q", err.Error(), tc.want)
 			}
 		})
+	}
+}
+
+// TestSetZeroWinsOverInherited (issue 9): a field set to zero is set, so it
+// overrides a non-zero value of Defaults instead of inheriting it
+// (backoff.jitter: 0 turns jitter off for one type); unset fields still
+// inherit field by field.
+func TestSetZeroWinsOverInherited(t *testing.T) {
+	t.Parallel()
+	cfg := Config{
+		Store:   fakeDriver{},
+		Senders: map[string]sender.Sender{"a": nopSender{}},
+		Defaults: EventSettings{
+			Backoff: &BackoffSettings{Delay: new(time.Second), Max: new(time.Minute), Jitter: new(0.2)},
+			Polling: &PollingSettings{MinDelay: new(time.Second)},
+		},
+		Events: map[string]EventSettings{
+			"exact": {
+				Backoff:   &BackoffSettings{Delay: new(time.Duration(0)), Jitter: new(0.0)},
+				Polling:   &PollingSettings{MinDelay: new(time.Duration(0))},
+				Retention: new(time.Duration(0)),
+			},
+		},
+	}
+	if _, err := New(cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg = cfg.withDefaults()
+	exact, err := cfg.settingsFor("exact")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (resolvedBackoff{Delay: 0, Multiplier: DefaultBackoffMultiplier, Max: time.Minute, Jitter: 0}); exact.backoff != want {
+		t.Errorf("exact backoff = %+v, want %+v (the set zeros win, the rest inherits)", exact.backoff, want)
+	}
+	if exact.polling.MinDelay != 0 || exact.retention != 0 {
+		t.Errorf("exact polling min-delay %v, retention %v; want the set zeros", exact.polling.MinDelay, exact.retention)
+	}
+	other, err := cfg.settingsFor("other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.backoff.Jitter != 0.2 || other.backoff.Delay != time.Second || other.polling.MinDelay != time.Second {
+		t.Errorf("other = backoff %+v, polling %+v; want Defaults'", other.backoff, other.polling)
 	}
 }

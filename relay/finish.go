@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/store"
 )
 
@@ -156,22 +157,20 @@ func (p *poller) finishDegrading(items []store.OutboxFinishItem) []*finishPart {
 		// a value. Retry the group as one, not part by part.
 		parts = []*finishPart{{lo: 0, hi: len(items), err: parts[0].err}}
 	}
-	backoff := 50 * time.Millisecond
-	for range finishRetries {
+	for retry := 1; retry <= finishRetries; retry++ {
 		failing := false
 		for _, pt := range parts {
 			failing = failing || pt.err != nil
 		}
-		if !failing || p.r.hardCtx.Err() != nil {
+		if !failing || p.deps.hard.Err() != nil {
 			break
 		}
-		t := time.NewTimer(backoff)
+		t := time.NewTimer(finishRetry.Delay(retry))
 		select {
 		case <-t.C:
-		case <-p.r.hardCtx.Done():
+		case <-p.deps.hard.Done():
 		}
 		t.Stop()
-		backoff *= 4
 		for _, pt := range parts {
 			if pt.err == nil {
 				continue
@@ -196,14 +195,16 @@ func anyFinished(parts []*finishPart) bool {
 }
 
 // finishRetries is how many times finishDegrading retries the parts that
-// still fail (after 50ms, 200ms and 800ms).
+// still fail, waiting finishRetry before each: 50ms, 200ms and 800ms.
 const finishRetries = 3
+
+var finishRetry = backoff.Policy{Initial: 50 * time.Millisecond, Multiplier: 4, Max: 800 * time.Millisecond}
 
 // finishSplit handles items (at offset off in the group), whose finish as
 // a whole failed with err: it finishes each half once, splitting a half
 // that fails again.
 func (p *poller) finishSplit(items []store.OutboxFinishItem, off int, err error) []*finishPart {
-	if len(items) == 1 || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || p.r.hardCtx.Err() != nil {
+	if len(items) == 1 || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || p.deps.hard.Err() != nil {
 		return []*finishPart{{lo: off, hi: off + len(items), err: err}}
 	}
 	mid := len(items) / 2
@@ -224,12 +225,12 @@ func (p *poller) finishSplit(items []store.OutboxFinishItem, off int, err error)
 // finishTimeoutAfterDeadline once the relay is past its stop deadline).
 func (p *poller) finishOnce(items []store.OutboxFinishItem) (*store.OutboxFinishResult, error) {
 	timeout := finishTimeout
-	if p.r.hardCtx.Err() != nil {
+	if p.deps.hard.Err() != nil {
 		timeout = finishTimeoutAfterDeadline
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.r.hardCtx), timeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.deps.hard), timeout)
 	defer cancel()
-	return p.r.cfg.Store.OutboxFinish(ctx, &store.OutboxFinishParams{Items: items, DeleteAcked: p.s.retention == 0})
+	return p.deps.store.OutboxFinish(ctx, &store.OutboxFinishParams{Items: items, DeleteAcked: p.s.retention == 0})
 }
 
 // finishBatch records a batch's outcome (items) and reports the batch,
@@ -247,7 +248,10 @@ func (p *poller) finishBatch(items []store.OutboxFinishItem, ev BatchEvent) {
 		p.log.Error("finish failed; rows will be recovered after their lease expires",
 			slog.Int("rows", len(items)), slog.Any("error", ferr))
 	}
-	for _, h := range p.r.cfg.Hooks {
+	p.log.Debug("finished",
+		slog.Int("sent", ev.Sent), slog.Int("retried", ev.Retried), slog.Int("failed", ev.Failed), slog.Int("released", ev.Released),
+		slog.Int("fenced", ev.Fenced), slog.Duration("send_took", ev.SendDuration), slog.Duration("took", ev.FinishDuration))
+	for _, h := range p.deps.hooks {
 		h.OnBatch(ev)
 	}
 }
@@ -296,15 +300,4 @@ func (p *poller) splitInvalid(rows []*store.OutboxRow) ([]*store.OutboxRow, []st
 		valid = append(valid, row)
 	}
 	return valid, failed
-}
-
-// countUnsent adds the rows splitInvalid took out of the send to ev.
-func countUnsent(ev *BatchEvent, items []store.OutboxFinishItem) {
-	for _, it := range items {
-		if it.Outcome == store.OutcomeFailed {
-			ev.Failed++
-		} else {
-			ev.Released++
-		}
-	}
 }

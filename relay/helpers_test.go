@@ -145,8 +145,8 @@ func fastConfig(d store.Driver, senders map[string]sender.Sender) relay.Config {
 		Store:   d,
 		Senders: senders,
 		Defaults: relay.EventSettings{
-			Polling: &relay.PollingSettings{MinDelay: 10 * time.Millisecond, MaxDelay: 100 * time.Millisecond},
-			Backoff: &relay.BackoffSettings{Delay: 50 * time.Millisecond, Multiplier: 2, Max: time.Second},
+			Polling: &relay.PollingSettings{MinDelay: new(10 * time.Millisecond), MaxDelay: new(100 * time.Millisecond)},
+			Backoff: &relay.BackoffSettings{Delay: new(50 * time.Millisecond), Multiplier: new(2.0), Max: new(time.Second)},
 		},
 		DiscoverInterval:   50 * time.Millisecond,
 		RecoverInterval:    50 * time.Millisecond,

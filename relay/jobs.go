@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/store"
 )
 
@@ -92,7 +93,8 @@ func (r *Relay) cleanupLoop() {
 	defer r.wg.Done()
 	ctx := r.runCtx
 	cfg := r.cfg.Cleanup
-	interval := cfg.Interval
+	grow := backoff.Policy{Initial: cfg.Interval, Multiplier: 2, Max: cfg.MaxInterval}
+	idle := 0                 // rounds in a row that deleted nothing
 	timer := time.NewTimer(0) // the first round at start
 	defer timer.Stop()
 	for {
@@ -101,13 +103,12 @@ func (r *Relay) cleanupLoop() {
 			return
 		case <-timer.C:
 		}
-		n := r.cleanupRound(ctx)
-		if n > 0 {
-			interval = cfg.Interval
+		if r.cleanupRound(ctx) > 0 {
+			idle = 0
 		} else {
-			interval = min(interval*2, cfg.MaxInterval)
+			idle++
 		}
-		timer.Reset(interval)
+		timer.Reset(grow.Delay(idle + 1))
 	}
 }
 
@@ -170,18 +171,21 @@ func (r *Relay) releaseCleanupLease() {
 func (r *Relay) listen(w store.Waker) {
 	defer r.wg.Done()
 	ctx := r.runCtx
-	backoff := DefaultErrorBackoff
+	// The wait only grows: OutboxListen reconnects by itself and returns
+	// only on what it cannot recover from, so its returns count as
+	// failures in a row however far apart they come.
+	ends := backoff.Streak{Policy: errorBackoff}
 	for {
 		err := w.OutboxListen(ctx, func(eventType string) { r.Wake(eventType) })
 		if ctx.Err() != nil {
 			return
 		}
-		r.log.Warn("wake-up listener ended; polling continues", slog.Any("error", err), slog.Duration("retry_in", backoff))
+		wait := ends.Next()
+		r.log.Warn("wake-up listener ended; polling continues", slog.Any("error", err), slog.Duration("retry_in", wait))
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
-		backoff = min(backoff*2, DefaultErrorMaxBackoff)
 	}
 }

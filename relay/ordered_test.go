@@ -109,7 +109,7 @@ func TestOrderedBacklogDrainsAtOnce(t *testing.T) {
 		c.Events = map[string]relay.EventSettings{"orders": {}}
 		c.Defaults.Ordering = new(relay.OrderingKey)
 		c.Defaults.BatchSize = new(100)
-		c.Defaults.Polling = &relay.PollingSettings{MinDelay: 50 * time.Millisecond, MaxDelay: 10 * time.Minute}
+		c.Defaults.Polling = &relay.PollingSettings{MinDelay: new(50 * time.Millisecond), MaxDelay: new(10 * time.Minute)}
 		c.DiscoverInterval = -1
 		c.Hooks = []relay.Hook{polls}
 	})
@@ -254,7 +254,7 @@ func TestOrderedIdleBacksOff(t *testing.T) {
 	b.start(t, func(c *relay.Config) {
 		c.Events = map[string]relay.EventSettings{"orders": {}}
 		c.Defaults.Ordering = new(relay.OrderingKey)
-		c.Defaults.Polling = &relay.PollingSettings{MinDelay: 5 * time.Millisecond, MaxDelay: 80 * time.Millisecond, Multiplier: 2}
+		c.Defaults.Polling = &relay.PollingSettings{MinDelay: new(5 * time.Millisecond), MaxDelay: new(80 * time.Millisecond), Multiplier: new(2.0)}
 		c.DiscoverInterval = -1
 		c.Hooks = []relay.Hook{polls}
 	})

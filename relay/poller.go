@@ -5,12 +5,12 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store"
 )
@@ -26,10 +26,36 @@ const probeBatchSize = 10
 // these polls pick it up without waiting for the adaptive delay.
 var wakeFollowUps = []time.Duration{2 * time.Millisecond, 10 * time.Millisecond, 50 * time.Millisecond}
 
+// pollerDeps is what a poller takes from its relay: the relay hands each
+// of its pollers the same (Relay.pollerDeps), and a test can build one
+// without a relay.
+type pollerDeps struct {
+	// store claims and finishes the rows.
+	store pollerStore
+	// hooks receive the poller's PollEvents and BatchEvents.
+	hooks []Hook
+	// log is the relay's logger; the poller adds its type and sender.
+	log *slog.Logger
+	// circuits hold the gate of every destination.
+	circuits *circuitSet
+	// run ends when Stop begins: no new claims. hard ends when Stop's
+	// context expires: sends in flight abort, finishes get a short
+	// bound.
+	run, hard context.Context
+	// wg counts the poller's goroutines; Stop waits for them.
+	wg *sync.WaitGroup
+}
+
+// pollerStore is the part of store.Driver a poller uses.
+type pollerStore interface {
+	OutboxClaim(ctx context.Context, params *store.OutboxClaimParams) ([]*store.OutboxRow, error)
+	OutboxFinish(ctx context.Context, params *store.OutboxFinishParams) (*store.OutboxFinishResult, error)
+}
+
 // poller claims, sends and finishes the rows of one event type.
 type poller struct {
-	r *Relay
-	s *settings
+	deps pollerDeps
+	s    *settings
 	// dest names the destination the type's route resolves to; circuit
 	// is the gate of that destination and of the sender's connection.
 	dest    string
@@ -47,26 +73,30 @@ type poller struct {
 	finishing bool
 	fqueue    []*finishReq
 
-	mu        sync.Mutex
-	lastPoll  time.Time
-	lastErr   string
-	delay     time.Duration
-	inFlight  int
-	helpers   int
-	errStreak int
+	mu       sync.Mutex
+	lastPoll time.Time
+	lastErr  string
+	delay    time.Duration
+	inFlight int
+	helpers  int
+	// claimErrs are the failed claims in a row: the wait after each
+	// (errorBackoff).
+	claimErrs backoff.Streak
 }
 
-func newPoller(r *Relay, s *settings) *poller {
+func newPoller(deps pollerDeps, s *settings) *poller {
 	dest := sender.DestinationOf(s.sender, s.route)
 	return &poller{
-		r:       r,
+		deps:    deps,
 		s:       s,
 		dest:    dest,
-		circuit: r.circuits.gate(s.senderName, dest),
-		log:     r.log.With(slog.String("event_type", s.eventType), slog.String("sender", s.senderName)),
+		circuit: deps.circuits.gate(s.senderName, dest),
+		log:     deps.log.With(slog.String("event_type", s.eventType), slog.String("sender", s.senderName)),
 		wakeC:   make(chan struct{}, 1),
 		againC:  make(chan struct{}, 1),
 		slots:   make(chan struct{}, s.inFlight),
+
+		claimErrs: backoff.Streak{Policy: errorBackoff},
 	}
 }
 
@@ -89,28 +119,15 @@ func (p *poller) health() TypeHealth {
 // run is the poller's loop: wait, take an in-flight slot, ask the circuit,
 // claim, hand the batch to a goroutine, choose the next delay.
 func (p *poller) run() {
-	defer p.r.wg.Done()
-	ctx := p.r.runCtx
-	strategy := newPollStrategy(p.s.polling)
+	defer p.deps.wg.Done()
+	ctx := p.deps.run
+	pace := pacing{strategy: newPollStrategy(p.s.polling), ordered: p.s.ordering == OrderingKey}
 	var delay time.Duration // no initial delay: poll at once
-	var followUps []time.Duration
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
-		if delay > 0 {
-			timer.Reset(delay)
-			select {
-			case <-ctx.Done():
-				return
-			case <-timer.C:
-			case <-p.wakeC:
-				strategy.reset()
-				followUps = wakeFollowUps
-				timer.Stop() // Go ≥ 1.23: no stale tick remains after Stop
-			case <-p.againC:
-				strategy.reset()
-				timer.Stop()
-			}
+		if delay > 0 && !p.sleep(ctx, timer, delay, &pace) {
+			return
 		}
 		// Take a slot: at most inFlight batches between claim and finish.
 		select {
@@ -140,28 +157,15 @@ func (p *poller) run() {
 				return
 			}
 			delay = p.claimFailed(err)
-			p.emitPoll(PollEvent{EventType: p.s.eventType, Limit: limit, NextDelay: delay, Duration: took, Err: err})
+			p.emitPoll(PollEvent{EventType: p.s.eventType, Limit: limit, NextDelay: delay, Duration: took, Err: err}, false)
 			continue
 		}
 		p.claimSucceeded()
-		delay = strategy.next(len(rows), limit)
-		if p.s.ordering == OrderingKey && len(rows) > 0 && len(rows) < limit {
-			// Limited by keys in flight, not idle: wait no longer than
-			// min-delay, and claim at once when a batch finishes
-			// (batchDone).
-			strategy.reset()
-			delay = strategy.next(0, limit)
-		}
-		if len(rows) == 0 && len(followUps) > 0 {
-			delay = min(delay, followUps[0])
-			followUps = followUps[1:]
-		} else if len(rows) > 0 {
-			followUps = nil
-		}
+		delay = pace.next(len(rows), limit)
 		p.mu.Lock()
 		p.delay = delay
 		p.mu.Unlock()
-		p.emitPoll(PollEvent{EventType: p.s.eventType, Claimed: len(rows), Limit: limit, Full: len(rows) == limit, NextDelay: delay, Duration: took})
+		p.emitPoll(PollEvent{EventType: p.s.eventType, Claimed: len(rows), Limit: limit, Full: len(rows) == limit, NextDelay: delay, Duration: took}, false)
 		if len(rows) == 0 {
 			<-p.slots
 			p.circuit.abandon(t)
@@ -172,6 +176,58 @@ func (p *poller) run() {
 			p.startHelper(ctx)
 		}
 	}
+}
+
+// sleep waits delay, or less when the poller is woken or asked to claim
+// again. It returns false when the relay stops.
+func (p *poller) sleep(ctx context.Context, timer *time.Timer, delay time.Duration, pace *pacing) bool {
+	timer.Reset(delay)
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+	case <-p.wakeC:
+		pace.woken()
+		timer.Stop() // Go ≥ 1.23: no stale tick remains after Stop
+	case <-p.againC:
+		pace.strategy.reset()
+		timer.Stop()
+	}
+	return true
+}
+
+// pacing chooses the poller's wait between claims: the polling strategy,
+// and the follow-up polls after a wake-up.
+type pacing struct {
+	strategy pollStrategy
+	// ordered is true for a type delivered in key order.
+	ordered   bool
+	followUps []time.Duration
+}
+
+// woken starts over after a wake-up, with the follow-up polls.
+func (pc *pacing) woken() {
+	pc.strategy.reset()
+	pc.followUps = wakeFollowUps
+}
+
+// next returns the wait after a claim that returned claimed rows of
+// limit.
+func (pc *pacing) next(claimed, limit int) time.Duration {
+	delay := pc.strategy.next(claimed, limit)
+	if pc.ordered && claimed > 0 && claimed < limit {
+		// Limited by keys in flight, not idle: wait no longer than
+		// min-delay, and claim at once when a batch finishes (batchDone).
+		pc.strategy.reset()
+		delay = pc.strategy.next(0, limit)
+	}
+	if claimed == 0 && len(pc.followUps) > 0 {
+		delay = min(delay, pc.followUps[0])
+		pc.followUps = pc.followUps[1:]
+	} else if claimed > 0 {
+		pc.followUps = nil
+	}
+	return delay
 }
 
 // claim runs one claim statement. Stop does not interrupt it (only Stop's
@@ -185,10 +241,10 @@ func (p *poller) run() {
 // a select between the stop signal and a free slot picks either at random
 // when both are ready.
 func (p *poller) claim(_ context.Context, limit int) ([]*store.OutboxRow, time.Duration, error) {
-	if p.r.runCtx.Err() != nil {
+	if p.deps.run.Err() != nil {
 		return nil, 0, errStopping
 	}
-	ctx, cancel := context.WithTimeout(p.r.hardCtx, finishTimeout)
+	ctx, cancel := context.WithTimeout(p.deps.hard, finishTimeout)
 	defer cancel()
 	start := time.Now()
 	params := &store.OutboxClaimParams{
@@ -199,7 +255,7 @@ func (p *poller) claim(_ context.Context, limit int) ([]*store.OutboxRow, time.D
 	if p.s.ordering == OrderingKey {
 		params.OrderedByKey, params.KeyRun = true, keyRun(p.s.batchSize, p.s.inFlight)
 	}
-	rows, err := p.r.cfg.Store.OutboxClaim(ctx, params)
+	rows, err := p.deps.store.OutboxClaim(ctx, params)
 	return rows, time.Since(start), err
 }
 
@@ -209,9 +265,9 @@ func (p *poller) dispatch(rows []*store.OutboxRow, t ticket, claimStart time.Tim
 	p.mu.Lock()
 	p.inFlight++
 	p.mu.Unlock()
-	p.r.wg.Add(1)
+	p.deps.wg.Add(1)
 	go func() {
-		defer p.r.wg.Done()
+		defer p.deps.wg.Done()
 		p.deliver(rows, t, claimStart)
 		p.mu.Lock()
 		p.inFlight--
@@ -236,10 +292,12 @@ func (p *poller) startHelper(ctx context.Context) {
 		return
 	}
 	p.helpers++
+	helpers := p.helpers
 	p.mu.Unlock()
-	p.r.wg.Add(1)
+	p.log.Debug("backlog; extra claimer started", slog.Int("helpers", helpers))
+	p.deps.wg.Add(1)
 	go func() {
-		defer p.r.wg.Done()
+		defer p.deps.wg.Done()
 		defer func() {
 			p.mu.Lock()
 			p.helpers--
@@ -263,12 +321,12 @@ func (p *poller) startHelper(ctx context.Context) {
 			if err != nil || len(rows) == 0 {
 				<-p.slots
 				if err != nil && ctx.Err() == nil {
-					p.emitPoll(PollEvent{EventType: p.s.eventType, Limit: p.s.batchSize, Duration: took, Err: err})
+					p.emitPoll(PollEvent{EventType: p.s.eventType, Limit: p.s.batchSize, Duration: took, Err: err}, true)
 				}
 				return
 			}
 			full := len(rows) == p.s.batchSize
-			p.emitPoll(PollEvent{EventType: p.s.eventType, Claimed: len(rows), Limit: p.s.batchSize, Full: full, Duration: took})
+			p.emitPoll(PollEvent{EventType: p.s.eventType, Claimed: len(rows), Limit: p.s.batchSize, Full: full, Duration: took}, true)
 			p.dispatch(rows, t, claimStart)
 			if !full {
 				return
@@ -284,6 +342,7 @@ func (p *poller) maxHelpers() int { return p.s.inFlight / 2 }
 // waitCircuit waits until the circuit may let a claim through. It returns
 // false when the relay stops.
 func (p *poller) waitCircuit(ctx context.Context, t ticket, timer *time.Timer) bool {
+	p.log.Debug("circuit not closed; waiting to claim", slog.String("destination", p.dest), slog.Duration("wait", t.wait))
 	timer.Reset(max(t.wait, time.Millisecond))
 	defer timer.Stop()
 	select {
@@ -300,8 +359,7 @@ func (p *poller) claimFailed(err error) time.Duration {
 	defer p.mu.Unlock()
 	p.lastPoll = time.Now()
 	p.lastErr = err.Error()
-	p.errStreak++
-	d := min(DefaultErrorBackoff<<min(p.errStreak-1, 16), DefaultErrorMaxBackoff)
+	d := p.claimErrs.Next()
 	p.delay = d
 	p.log.Warn("claim failed; backing off", slog.Any("error", err), slog.Duration("retry_in", d))
 	return d
@@ -312,33 +370,65 @@ func (p *poller) claimSucceeded() {
 	defer p.mu.Unlock()
 	p.lastPoll = time.Now()
 	p.lastErr = ""
-	p.errStreak = 0
+	p.claimErrs.Reset()
 }
 
-func (p *poller) emitPoll(ev PollEvent) {
-	for _, h := range p.r.cfg.Hooks {
+// emitPoll reports a claim to the hooks, and to the log at debug level
+// (counts and durations only, never payloads). helper is true for the
+// claims of a helper (startHelper), which claims again at once while its
+// batches are full and never waits NextDelay.
+func (p *poller) emitPoll(ev PollEvent, helper bool) {
+	if p.log.Enabled(context.Background(), slog.LevelDebug) {
+		attrs := []slog.Attr{slog.Int("limit", ev.Limit), slog.Int("claimed", ev.Claimed), slog.Duration("took", ev.Duration)}
+		if helper {
+			attrs = append(attrs, slog.Bool("helper", true))
+		} else {
+			attrs = append(attrs, slog.Duration("next_delay", ev.NextDelay))
+		}
+		if ev.Err != nil {
+			attrs = append(attrs, slog.Any("error", ev.Err))
+		}
+		p.log.LogAttrs(context.Background(), slog.LevelDebug, "poll", attrs...)
+	}
+	for _, h := range p.deps.hooks {
 		h.OnPoll(ev)
 	}
 }
 
-// deliver sends one claimed batch and finishes it. claimStart is when the
-// claim statement was sent: the lease, taken on the database clock during
-// the statement, ends no earlier than claimStart + lease duration on this
-// process's monotonic clock (which keeps counting while the process is
-// paused, as with SIGSTOP).
+// deliver sends one claimed batch and finishes it, in steps: build the
+// messages, send them within the lease, let the circuits judge the
+// outcome, sort each row into its finish outcome, finish and report.
+// claimStart is when the claim statement was sent: the lease, taken on
+// the database clock during the statement, ends no earlier than
+// claimStart + lease duration on this process's monotonic clock (which
+// keeps counting while the process is paused, as with SIGSTOP).
 func (p *poller) deliver(rows []*store.OutboxRow, t ticket, claimStart time.Time) {
 	rows, invalid := p.splitInvalid(rows)
+	ev := BatchEvent{EventType: p.s.eventType, Sender: p.s.senderName}
+	var items []store.OutboxFinishItem
 	if len(rows) == 0 {
 		p.circuit.abandon(t)
-		ev := BatchEvent{EventType: p.s.eventType, Sender: p.s.senderName}
-		countUnsent(&ev, invalid)
-		p.finishBatch(invalid, ev)
-		return
+	} else {
+		msgs := messages(rows, p.s.route)
+		sent := p.sendWithinLease(msgs, claimStart)
+		ev.SendDuration = sent.took
+		verdicts := p.judgeSent(t, msgs, sent)
+		items = make([]store.OutboxFinishItem, len(rows))
+		for i, row := range rows {
+			items[i] = p.outcome(row, sent.results[i], verdicts[i], sent.stopped)
+		}
+		countOutcomes(&ev, items)
+		p.logRefusals(t, sent, ev, len(rows))
 	}
+	countOutcomes(&ev, invalid)
+	p.finishBatch(append(items, invalid...), ev)
+}
+
+// messages turns claimed rows into the messages to send, with the
+// headers every message carries (docs/concepts.md, "Headers").
+func messages(rows []*store.OutboxRow, route sender.Route) []*sender.Message {
 	msgs := make([]*sender.Message, len(rows))
-	ids := make([]txbox.ID, len(rows))
 	for i, row := range rows {
-		ids[i] = row.ID
 		h := make(map[string]string, len(row.Headers)+3)
 		maps.Copy(h, row.Headers)
 		h[txbox.HeaderEventID] = row.ID.String()
@@ -346,93 +436,125 @@ func (p *poller) deliver(rows []*store.OutboxRow, t ticket, claimStart time.Time
 		h[txbox.HeaderCreatedAt] = row.CreatedAt.UTC().Format(time.RFC3339Nano)
 		msgs[i] = &sender.Message{
 			ID: row.ID, EventType: row.EventType, Key: row.Key, Payload: row.Payload,
-			Headers: h, CreatedAt: row.CreatedAt, Attempt: row.Attempts + 1, Route: p.s.route,
+			Headers: h, CreatedAt: row.CreatedAt, Attempt: row.Attempts + 1, Route: route,
 		}
 	}
+	return msgs
+}
 
-	// The send must end within the lease, with a margin for the finish:
-	// past it another relay may own the rows, so sending would only make
-	// duplicates and our finish would be fenced anyway. A batch whose
-	// lease is already (nearly) over, such as one claimed just before this
-	// process was paused, is not sent at all.
+// sendResult is what came of sending one batch.
+type sendResult struct {
+	// results has one entry per message, nil when it was acked.
+	results []error
+	// start is when Send began, took how long it ran; zero when the
+	// batch was not sent.
+	start time.Time
+	took  time.Duration
+	// stopped is true when the lease ran out before the send or the
+	// relay is past its stop deadline: the outcome says nothing about
+	// the destination, and every row that was not acked is released.
+	stopped bool
+}
+
+// sendWithinLease sends msgs so that the send ends within the lease, with
+// a margin for the finish: past it another relay may own the rows, so
+// sending would only make duplicates and our finish would be fenced
+// anyway. A batch whose lease is already (nearly) over, such as one
+// claimed just before this process was paused, is not sent at all.
+func (p *poller) sendWithinLease(msgs []*sender.Message, claimStart time.Time) sendResult {
 	deadline := claimStart.Add(p.s.leaseDuration - p.s.leaseDuration/10)
+	if !time.Now().Before(deadline) {
+		p.log.Warn("lease ran out before the batch was sent; releasing it unsent", slog.Int("rows", len(msgs)))
+		return sendResult{results: sender.Results(errLeaseLost, len(msgs)), stopped: true}
+	}
+	ctx, cancel := context.WithDeadline(p.deps.hard, deadline)
+	defer cancel()
+	start := time.Now()
 	var err error
-	var took time.Duration
-	var start time.Time
-	leaseLost := !time.Now().Before(deadline)
-	if !leaseLost {
-		sendCtx, cancel := context.WithDeadline(p.r.hardCtx, deadline)
-		start = time.Now()
-		if p.s.ordering == OrderingKey {
-			err = p.sendOrdered(sendCtx, msgs) // in waves: relay/ordered.go
-		} else {
-			err = p.s.sender.Send(sendCtx, msgs)
-		}
-		took = time.Since(start)
-		cancel()
+	if p.s.ordering == OrderingKey {
+		err = p.sendOrdered(ctx, msgs) // in waves: relay/ordered.go
 	} else {
-		err = errLeaseLost
-		p.log.Warn("lease ran out before the batch was sent; releasing it unsent", slog.Int("rows", len(rows)))
+		err = p.s.sender.Send(ctx, msgs)
 	}
-	shuttingDown := p.r.hardCtx.Err() != nil || leaseLost
+	took := time.Since(start)
+	return sendResult{results: sender.Results(err, len(msgs)), start: start, took: took, stopped: p.deps.hard.Err() != nil}
+}
 
-	results := sender.Results(err, len(rows))
-	// The circuits judge the batch, and say which transient failures are
-	// the message's own fault (they count an attempt); see gate.judge.
-	var verdicts []verdict
-	if shuttingDown {
+// judgeSent lets the circuits judge a sent batch, and returns one verdict
+// per message: they say which transient failures are the message's own
+// fault (they count an attempt); see gate.judge. A batch that was stopped
+// proves nothing and is not judged: its verdicts are all zero.
+func (p *poller) judgeSent(t ticket, msgs []*sender.Message, sent sendResult) []verdict {
+	if sent.stopped {
 		p.circuit.abandon(t)
-	} else {
-		verdicts = p.judge(t, start, ids, results) // unsent ordered rows left out: relay/ordered.go
+		return make([]verdict, len(msgs))
 	}
-	items := make([]store.OutboxFinishItem, len(rows))
-	ev := BatchEvent{EventType: p.s.eventType, Sender: p.s.senderName, SendDuration: took}
-	for i, row := range rows {
-		it := store.OutboxFinishItem{ID: row.ID, LeaseToken: row.LeaseToken}
-		res := results[i]
-		switch {
-		case res == nil:
-			it.Outcome = store.OutcomeAcked
-			ev.Sent++
-		case shuttingDown || (txbox.Classify(res) == txbox.ClassTransient && !verdicts[i].count):
-			// The destination (or this relay) is unavailable: put the
-			// row back without counting an attempt.
-			it.Outcome = store.OutcomeReleased
-			if !shuttingDown {
-				// Wait before the row is due again. When the destination
-				// failed as a whole its circuit is open as well; when
-				// only some messages failed it is not, and this delay
-				// alone keeps them from being hammered.
-				it.RetryAfter = verdicts[i].retryAfter
-			}
-			ev.Released++
-		case txbox.Classify(res) == txbox.ClassPermanent:
-			it.Outcome = store.OutcomeFailed
-			it.Error = errorText(res)
-			ev.Failed++
-		default: // rejected, or failing transiently while the destination accepts others
-			it.Error = errorText(res)
-			if row.Attempts+1 >= p.s.maxAttempts {
-				it.Outcome = store.OutcomeFailed
-				ev.Failed++
-			} else {
-				it.Outcome = store.OutcomeRetry
-				it.RetryAfter = p.s.backoff.delay(row.Attempts+1, rand.Float64)
-				ev.Retried++
-			}
+	ids := make([]txbox.ID, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	return p.judge(t, sent.start, ids, sent.results) // unsent ordered rows left out: relay/ordered.go
+}
+
+// outcome is the finish of one sent row whose send ended with res (nil:
+// acked), judged v; stopped is sendResult.stopped.
+func (p *poller) outcome(row *store.OutboxRow, res error, v verdict, stopped bool) store.OutboxFinishItem {
+	it := store.OutboxFinishItem{ID: row.ID, LeaseToken: row.LeaseToken}
+	switch {
+	case res == nil:
+		it.Outcome = store.OutcomeAcked
+	case stopped || (txbox.Classify(res) == txbox.ClassTransient && !v.count):
+		// The destination (or this relay) is unavailable: put the row
+		// back without counting an attempt.
+		it.Outcome = store.OutcomeReleased
+		if !stopped {
+			// Wait before the row is due again. When the destination
+			// failed as a whole its circuit is open as well; when only
+			// some messages failed it is not, and this delay alone keeps
+			// them from being hammered.
+			it.RetryAfter = v.retryAfter
 		}
-		items[i] = it
+	case txbox.Classify(res) == txbox.ClassPermanent:
+		it.Outcome = store.OutcomeFailed
+		it.Error = errorText(res)
+	default: // rejected, or failing transiently while the destination accepts others
+		it.Error = errorText(res)
+		if row.Attempts+1 >= p.s.maxAttempts {
+			it.Outcome = store.OutcomeFailed
+		} else {
+			it.Outcome = store.OutcomeRetry
+			it.RetryAfter = p.s.backoff.policy().Delay(row.Attempts + 1)
+		}
 	}
-	if t.probe && !shuttingDown && ev.Released == len(rows) {
-		p.log.Warn("probe batch failed; destination still unavailable", slog.Any("error", firstError(results)))
+	return it
+}
+
+// countOutcomes adds the outcomes of items to ev.
+func countOutcomes(ev *BatchEvent, items []store.OutboxFinishItem) {
+	for _, it := range items {
+		switch it.Outcome {
+		case store.OutcomeAcked:
+			ev.Sent++
+		case store.OutcomeRetry:
+			ev.Retried++
+		case store.OutcomeFailed:
+			ev.Failed++
+		case store.OutcomeReleased:
+			ev.Released++
+		}
+	}
+}
+
+// logRefusals logs a failed probe and messages the destination refused;
+// ev counts the n sent rows' outcomes.
+func (p *poller) logRefusals(t ticket, sent sendResult, ev BatchEvent, n int) {
+	if t.probe && !sent.stopped && ev.Released == n {
+		p.log.Warn("probe batch failed; destination still unavailable", slog.Any("error", firstError(sent.results)))
 	}
 	if ev.Failed > 0 || ev.Retried > 0 {
 		p.log.Info("messages rejected by the destination",
-			slog.Int("retried", ev.Retried), slog.Int("failed", ev.Failed), slog.Any("first_error", firstError(results)))
+			slog.Int("retried", ev.Retried), slog.Int("failed", ev.Failed), slog.Any("first_error", firstError(sent.results)))
 	}
-
-	countUnsent(&ev, invalid)
-	p.finishBatch(append(items, invalid...), ev)
 }
 
 // errStopping is what claim returns once Stop has begun.

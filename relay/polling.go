@@ -1,9 +1,88 @@
 package relay
 
 import (
-	"math"
 	"time"
+
+	"github.com/txbox/txbox/internal/backoff"
 )
+
+// Defaults of the polling settings.
+const (
+	// DefaultPollingMode is adaptive polling.
+	DefaultPollingMode = PollingAdaptive
+	// DefaultPollingMinDelay is the adaptive delay after a full batch.
+	DefaultPollingMinDelay = 250 * time.Millisecond
+	// DefaultPollingMaxDelay caps the adaptive delay: the worst pickup wait
+	// of an idle type without wake-ups.
+	DefaultPollingMaxDelay = time.Minute
+	// DefaultPollingMultiplier stretches the adaptive delay after a partial
+	// or empty batch.
+	DefaultPollingMultiplier = 1.5
+	// DefaultPollingDelay is the delay of fixed polling.
+	DefaultPollingDelay = 250 * time.Millisecond
+)
+
+// Polling modes.
+const (
+	// PollingAdaptive resets to MinDelay after a full batch and multiplies
+	// the delay by Multiplier (capped by MaxDelay) otherwise.
+	PollingAdaptive = "adaptive"
+	// PollingFixed waits Delay between polls.
+	PollingFixed = "fixed"
+)
+
+// PollingSettings configure how a poller waits between claims; the yaml
+// tags name the keys of docs/configuration.md. A nil field is unset and
+// inherits (EventSettings.Inherit).
+type PollingSettings struct {
+	// Mode is "adaptive" or "fixed". Defaults to adaptive.
+	Mode *string `yaml:"mode"`
+	// MinDelay is the adaptive delay after a full batch. Defaults to 250ms.
+	MinDelay *time.Duration `yaml:"min-delay"`
+	// Multiplier stretches the adaptive delay after a partial or empty
+	// batch; at least 1. Defaults to 1.5.
+	Multiplier *float64 `yaml:"multiplier"`
+	// MaxDelay caps the adaptive delay; at least MinDelay. Defaults to 1m.
+	MaxDelay *time.Duration `yaml:"max-delay"`
+	// Delay is the fixed delay. Defaults to 250ms.
+	Delay *time.Duration `yaml:"delay"`
+}
+
+// resolvedPolling is PollingSettings with every field set, as a poller
+// uses it.
+type resolvedPolling struct {
+	Mode               string
+	MinDelay, MaxDelay time.Duration
+	Multiplier         float64
+	Delay              time.Duration
+}
+
+// inherit returns p with every unset field taken from parent, or nil when
+// both are nil. The result shares no memory with p or parent.
+func (p *PollingSettings) inherit(parent *PollingSettings) *PollingSettings {
+	if p == nil && parent == nil {
+		return nil
+	}
+	own, par := deref(p), deref(parent)
+	return &PollingSettings{
+		Mode: pick(own.Mode, par.Mode), MinDelay: pick(own.MinDelay, par.MinDelay), MaxDelay: pick(own.MaxDelay, par.MaxDelay),
+		Multiplier: pick(own.Multiplier, par.Multiplier), Delay: pick(own.Delay, par.Delay),
+	}
+}
+
+// resolved returns the values of p, whose fields must all be set.
+func (p *PollingSettings) resolved() resolvedPolling {
+	return resolvedPolling{Mode: *p.Mode, MinDelay: *p.MinDelay, MaxDelay: *p.MaxDelay, Multiplier: *p.Multiplier, Delay: *p.Delay}
+}
+
+func defaultPollingSettings() *PollingSettings {
+	return &PollingSettings{
+		Mode: new(DefaultPollingMode), MinDelay: new(DefaultPollingMinDelay), MaxDelay: new(DefaultPollingMaxDelay),
+		Multiplier: new(DefaultPollingMultiplier), Delay: new(DefaultPollingDelay),
+	}
+}
+
+func defaultPolling() resolvedPolling { return defaultPollingSettings().resolved() }
 
 // pollStrategy chooses the wait before the next claim of one event type
 // from the outcome of the last one. Implementations are pure and not safe
@@ -17,39 +96,36 @@ type pollStrategy interface {
 }
 
 // newPollStrategy returns the strategy for resolved settings p.
-func newPollStrategy(p PollingSettings) pollStrategy {
+func newPollStrategy(p resolvedPolling) pollStrategy {
 	if p.Mode == PollingFixed {
 		return &fixedPolling{delay: p.Delay}
 	}
-	a := &adaptivePolling{min: p.MinDelay, max: p.MaxDelay, mult: p.Multiplier}
-	a.reset()
-	return a
+	return &adaptivePolling{idle: backoff.Streak{Policy: backoff.Policy{Initial: p.MinDelay, Multiplier: p.Multiplier, Max: p.MaxDelay}}}
 }
 
-// adaptivePolling implements SPEC §4.3. A full batch means a backlog: the
-// next claim happens at once (the in-flight limit bounds how far ahead the
-// poller runs) and the delay resets to min, so the first partial or empty
-// batch after it waits min. Each further partial or empty batch multiplies
+// adaptivePolling implements the adaptive mode of docs/configuration.md
+// (polling). A full batch means a backlog: the next claim happens at once
+// (the in-flight limit bounds how far ahead the poller runs) and the
+// delay resets to min, so the first partial or empty batch after it waits
+// min. Each further partial or empty batch multiplies
 // the delay by mult, capped at max. Claiming again at once after a full
 // batch instead of waiting min is deliberate: waiting 250ms after every
 // 200-row batch would cap a drain at 800 events/s.
 type adaptivePolling struct {
-	min, max time.Duration
-	mult     float64
-	cur      float64 // nanoseconds, in floating point so ×1.5 does not drift
+	// idle counts the partial or empty batches since the last full one
+	// (or reset): the n-th waits min × mult^(n-1), capped at max.
+	idle backoff.Streak
 }
 
 func (a *adaptivePolling) next(claimed, limit int) time.Duration {
 	if claimed >= limit {
-		a.cur = float64(a.min)
+		a.idle.Reset()
 		return 0
 	}
-	d := a.cur
-	a.cur = math.Min(a.cur*a.mult, float64(a.max))
-	return time.Duration(d)
+	return a.idle.Next()
 }
 
-func (a *adaptivePolling) reset() { a.cur = float64(a.min) }
+func (a *adaptivePolling) reset() { a.idle.Reset() }
 
 // fixedPolling waits the same delay after every partial or empty batch and
 // claims again at once after a full one.
@@ -65,11 +141,11 @@ func (f *fixedPolling) next(claimed, limit int) time.Duration {
 func (f *fixedPolling) reset() {}
 
 // IdlePollsPerHour returns how many claims an event type with no events
-// makes in its first hour (polls at t < 1h) under polling settings p (zero fields take the
-// defaults), counting the immediate first poll. With the defaults it is
+// makes in its first hour (polls at t < 1h) under polling settings p (unset
+// fields take the defaults), counting the immediate first poll. With the defaults it is
 // about 70, against 14,400 for a fixed 250ms poll.
 func IdlePollsPerHour(p PollingSettings) int {
-	s := newPollStrategy(mergePolling(p))
+	s := newPollStrategy(p.inherit(defaultPollingSettings()).resolved())
 	var elapsed time.Duration
 	n := 1 // the first poll happens at Start
 	for {
@@ -79,35 +155,4 @@ func IdlePollsPerHour(p PollingSettings) int {
 		}
 		n++
 	}
-}
-
-func mergePolling(p PollingSettings) PollingSettings {
-	return overlayPolling(defaultPolling(), p)
-}
-
-func defaultPolling() PollingSettings {
-	return PollingSettings{
-		Mode: DefaultPollingMode, MinDelay: DefaultPollingMinDelay, MaxDelay: DefaultPollingMaxDelay,
-		Multiplier: DefaultPollingMultiplier, Delay: DefaultPollingDelay,
-	}
-}
-
-// overlayPolling returns base with every set (non-zero) field of p.
-func overlayPolling(base, p PollingSettings) PollingSettings {
-	if p.Mode != "" {
-		base.Mode = p.Mode
-	}
-	if p.MinDelay != 0 {
-		base.MinDelay = p.MinDelay
-	}
-	if p.MaxDelay != 0 {
-		base.MaxDelay = p.MaxDelay
-	}
-	if p.Multiplier != 0 {
-		base.Multiplier = p.Multiplier
-	}
-	if p.Delay != 0 {
-		base.Delay = p.Delay
-	}
-	return base
 }

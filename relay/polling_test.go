@@ -45,7 +45,7 @@ func TestAdaptivePollingSequence(t *testing.T) {
 
 func TestFixedPolling(t *testing.T) {
 	t.Parallel()
-	s := newPollStrategy(PollingSettings{Mode: PollingFixed, Delay: 2 * time.Second})
+	s := newPollStrategy(resolvedPolling{Mode: PollingFixed, Delay: 2 * time.Second})
 	for i, c := range []int{0, 5, 0} {
 		if got := s.next(c, 10); got != 2*time.Second {
 			t.Errorf("poll %d: %v, want 2s", i, got)
@@ -64,8 +64,8 @@ func TestIdlePollsPerHour(t *testing.T) {
 	if got < 65 || got > 75 {
 		t.Errorf("idle polls per hour with defaults = %d, want about 70", got)
 	}
-	if fixed := IdlePollsPerHour(PollingSettings{Mode: PollingFixed}); fixed != 14400 {
+	if fixed := IdlePollsPerHour(PollingSettings{Mode: new(PollingFixed)}); fixed != 14400 {
 		t.Errorf("fixed 250ms idle polls per hour = %d, want 14400", fixed)
 	}
-	t.Logf("idle polls per hour: adaptive defaults %d, fixed 250ms %d", got, IdlePollsPerHour(PollingSettings{Mode: PollingFixed}))
+	t.Logf("idle polls per hour: adaptive defaults %d, fixed 250ms %d", got, IdlePollsPerHour(PollingSettings{Mode: new(PollingFixed)}))
 }

@@ -56,12 +56,12 @@ type Relay struct {
 
 // New checks cfg and returns a Relay that is not running yet. Every
 // configuration problem is a *ConfigError (matching ErrInvalidConfig) that
-// names the field path.
+// names the YAML key path (docs/configuration.md).
 func New(cfg Config) (*Relay, error) {
-	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	r := &Relay{
 		cfg:     cfg,
 		log:     cfg.Logger.With(slog.String("component", "txbox.relay"), slog.String("instance", cfg.InstanceID)),
@@ -190,11 +190,18 @@ func (r *Relay) startPollerLocked(t string) error {
 	if err != nil {
 		return err
 	}
-	p := newPoller(r, s)
+	p := newPoller(r.pollerDeps(), s)
 	r.pollers[t] = p
 	r.wg.Add(1)
 	go p.run()
 	return nil
+}
+
+// pollerDeps is what the relay's pollers take from it. Start has set the
+// contexts.
+func (r *Relay) pollerDeps() pollerDeps {
+	return pollerDeps{store: r.cfg.Store, hooks: r.cfg.Hooks, log: r.log, circuits: r.circuits,
+		run: r.runCtx, hard: r.hardCtx, wg: &r.wg}
 }
 
 // ensurePollers starts pollers for the types that have none yet.

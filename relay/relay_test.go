@@ -123,7 +123,7 @@ func TestRetryScheduleThenDeadLetter(t *testing.T) {
 	})
 	b.start(t, func(c *relay.Config) {
 		c.Defaults.MaxAttempts = new(3)
-		c.Defaults.Backoff = &relay.BackoffSettings{Delay: 200 * time.Millisecond, Multiplier: 2, Max: time.Minute}
+		c.Defaults.Backoff = &relay.BackoffSettings{Delay: new(200 * time.Millisecond), Multiplier: new(2.0), Max: new(time.Minute)}
 	})
 	testenv.WaitFor(t, 20*time.Second, "poison dead-lettered", func() bool { return b.count(t, "dead_letter", "id = $1", poison) == 1 })
 
@@ -330,7 +330,7 @@ func TestWakeSkipsThePollingDelay(t *testing.T) {
 	r := b.start(t, func(c *relay.Config) {
 		// Without wake-ups the next poll after the first empty one is an
 		// hour away.
-		c.Defaults.Polling = &relay.PollingSettings{MinDelay: time.Hour, MaxDelay: time.Hour}
+		c.Defaults.Polling = &relay.PollingSettings{MinDelay: new(time.Hour), MaxDelay: new(time.Hour)}
 		c.Events = map[string]relay.EventSettings{"orders": {}}
 		c.DiscoverInterval = -1
 	})
@@ -355,7 +355,7 @@ func TestWakeBeforeCommit(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	r := b.start(t, func(c *relay.Config) {
-		c.Defaults.Polling = &relay.PollingSettings{MinDelay: time.Hour, MaxDelay: time.Hour}
+		c.Defaults.Polling = &relay.PollingSettings{MinDelay: new(time.Hour), MaxDelay: new(time.Hour)}
 		c.Events = map[string]relay.EventSettings{"orders": {}}
 		c.DiscoverInterval = -1
 	})
@@ -386,7 +386,7 @@ func TestListenNotifyWakesRelay(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	r := b.start(t, func(c *relay.Config) {
-		c.Defaults.Polling = &relay.PollingSettings{MinDelay: time.Hour, MaxDelay: time.Hour}
+		c.Defaults.Polling = &relay.PollingSettings{MinDelay: new(time.Hour), MaxDelay: new(time.Hour)}
 		c.Events = map[string]relay.EventSettings{"orders": {}}
 		c.DiscoverInterval = -1
 	})
@@ -764,7 +764,7 @@ func TestNoClaimAfterStop(t *testing.T) {
 			c.Events[typ] = relay.EventSettings{}
 		}
 		c.Defaults.BatchSize = new(10)
-		c.Defaults.Polling = &relay.PollingSettings{MinDelay: time.Nanosecond, MaxDelay: time.Millisecond}
+		c.Defaults.Polling = &relay.PollingSettings{MinDelay: new(time.Nanosecond), MaxDelay: new(time.Millisecond)}
 	})
 	for range types {
 		<-gs.blocked

@@ -60,14 +60,21 @@ func (m *Message) MissingHeaders(set func(k, v string)) {
 
 // Route says where a message goes. Each sender reads the fields it
 // understands: Kafka a topic, NATS a subject, RabbitMQ an exchange and a
-// routing key, the webhook a URL.
+// routing key, the webhook a URL, Redis a stream. The yaml tags name the
+// route keys of docs/configuration.md.
 type Route struct {
-	Topic      string
-	Subject    string
-	Exchange   string
-	RoutingKey string
-	URL        string
-	Stream     string
+	// Topic is the Kafka topic.
+	Topic string `yaml:"topic"`
+	// Subject is the NATS subject.
+	Subject string `yaml:"subject"`
+	// Exchange is the RabbitMQ exchange; empty is the default exchange.
+	Exchange string `yaml:"exchange"`
+	// RoutingKey is the RabbitMQ routing key.
+	RoutingKey string `yaml:"routing-key"`
+	// URL is the webhook URL.
+	URL string `yaml:"url"`
+	// Stream is the Redis stream.
+	Stream string `yaml:"stream"`
 }
 
 // HeaderKey carries [Message.Key] on destinations that have no native key

@@ -1,6 +1,6 @@
 // Package store is the storage seam between txbox's core (outbox, relay,
-// inbox, admin) and one package per SQL dialect (store/postgres,
-// store/mysql, store/sqlite).
+// inbox, and the txbox command's dead-letter and status tools) and one
+// package per SQL dialect (store/postgres, store/mysql, store/sqlite).
 //
 // The seam follows River's riverdriver: noun-first method names that sort
 // together (OutboxInsert, OutboxClaim, OutboxFinish, DeadLetterMove, ...),

@@ -1,9 +1,11 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/txbox/txbox"
 )
@@ -90,4 +92,28 @@ func ValidateConsumerName(name string) error {
 		}
 	}
 	return nil
+}
+
+// SortedIDs returns ids sorted by their bytes, which is the order of their
+// canonical text and of a UUID primary key, without duplicates. A dialect
+// records (or locks) a batch in this order so that overlapping batches
+// take their locks in one order.
+func SortedIDs(ids []txbox.ID) []txbox.ID {
+	out := slices.Clone(ids)
+	slices.SortFunc(out, func(a, b txbox.ID) int { return bytes.Compare(a[:], b[:]) })
+	return slices.Compact(out)
+}
+
+// InputOrder returns the ids of in that fresh marks, once each, in the
+// order of in: what InboxRecord returns when fresh holds the ids it newly
+// recorded. It removes them from fresh.
+func InputOrder(in []txbox.ID, fresh map[txbox.ID]bool) []txbox.ID {
+	out := make([]txbox.ID, 0, len(fresh))
+	for _, id := range in {
+		if fresh[id] {
+			out = append(out, id)
+			delete(fresh, id)
+		}
+	}
+	return out
 }

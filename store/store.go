@@ -314,15 +314,3 @@ type Waker interface {
 	// ctx ends.
 	OutboxListen(ctx context.Context, wake func(eventType string)) error
 }
-
-// OutboxFinishClaimer is implemented by drivers that can record the outcome
-// of one batch and claim the next in one transaction and one round trip
-// (PostgreSQL: a pipeline of the two statements; MySQL: one READ COMMITTED
-// transaction). It is optional: a poller with a finished batch in hand and
-// room for another calls it instead of OutboxFinish then OutboxClaim,
-// saving a commit and a round trip per batch. The result is exactly that of
-// OutboxFinish followed by OutboxClaim, fencing included, except that the
-// two are atomic together: when either fails, neither is applied.
-type OutboxFinishClaimer interface {
-	OutboxFinishAndClaim(ctx context.Context, finish *OutboxFinishParams, claim *OutboxClaimParams) (*OutboxFinishResult, []*OutboxRow, error)
-}

@@ -44,7 +44,7 @@ relay: { discover-interval: 20ms, shutdown-timeout: 10s }
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stderr := &testenv.Buffer{}
+	stderr := &testenv.LogBuffer{}
 	done := make(chan int, 1)
 	go func() {
 		e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: stderr, getenv: func(string) string { return "" }}

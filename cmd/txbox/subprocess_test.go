@@ -29,11 +29,11 @@ import (
 
 // child returns a command that runs this test binary as the txbox command
 // (see TestMain).
-func child(t *testing.T, ctx context.Context, args ...string) (*exec.Cmd, *testenv.Buffer, *testenv.Buffer) {
+func child(t *testing.T, ctx context.Context, args ...string) (*exec.Cmd, *testenv.LogBuffer, *testenv.LogBuffer) {
 	t.Helper()
 	cmd := exec.CommandContext(ctx, os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "TXBOX_TEST_RUN_MAIN=1")
-	var stdout, stderr testenv.Buffer
+	var stdout, stderr testenv.LogBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	return cmd, &stdout, &stderr
 }
@@ -92,7 +92,7 @@ log: { level: debug }
 	if err := os.WriteFile(cfgPath, []byte(yml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var outputs []*testenv.Buffer
+	var outputs []*testenv.LogBuffer
 	runChild := func(args ...string) string {
 		t.Helper()
 		cmd, stdout, stderr := child(t, ctx, args...)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -56,8 +55,7 @@ type Config struct {
 	// to consume.DefaultDrainTimeout.
 	DrainTimeout time.Duration
 	// Logger receives warnings (auto-commit on, invalid records, handler
-	// failures). Payloads are never logged. Defaults to a logger that
-	// discards everything.
+	// failures). Payloads are never logged. Defaults to slog.Default().
 	Logger *slog.Logger
 }
 
@@ -85,25 +83,25 @@ type Consumer struct {
 // stays the caller's to close. Missing fields are an error naming them.
 func New(cl *kgo.Client, cfg Config) (*Consumer, error) {
 	if cl == nil {
-		return nil, &consume.ConfigError{Adapter: "kafka", Field: "client", Reason: "is nil"}
+		return nil, &consume.ConfigError{Component: "consume/kafka", Field: "client", Reason: "is nil"}
 	}
 	if cfg.Inbox == nil || cfg.Handler == nil {
-		return nil, &consume.ConfigError{Adapter: "kafka", Field: "Inbox, Handler", Reason: "are required"}
+		return nil, &consume.ConfigError{Component: "consume/kafka", Field: "Inbox, Handler", Reason: "are required"}
 	}
 	if cfg.MaxPollRecords < 0 {
-		return nil, &consume.ConfigError{Adapter: "kafka", Field: "MaxPollRecords", Reason: fmt.Sprintf("must not be negative, got %d", cfg.MaxPollRecords)}
+		return nil, &consume.ConfigError{Component: "consume/kafka", Field: "MaxPollRecords", Reason: fmt.Sprintf("must not be negative, got %d", cfg.MaxPollRecords)}
 	}
 	if cfg.MaxPollRecords == 0 {
 		cfg.MaxPollRecords = DefaultMaxPollRecords
 	}
 	if cfg.Concurrency < 0 {
-		return nil, &consume.ConfigError{Adapter: "kafka", Field: "Concurrency", Reason: fmt.Sprintf("must not be negative, got %d", cfg.Concurrency)}
+		return nil, &consume.ConfigError{Component: "consume/kafka", Field: "Concurrency", Reason: fmt.Sprintf("must not be negative, got %d", cfg.Concurrency)}
 	}
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = 1
 	}
 	if cfg.BatchDuration < 0 {
-		return nil, &consume.ConfigError{Adapter: "kafka", Field: "BatchDuration", Reason: fmt.Sprintf("must not be negative, got %s", cfg.BatchDuration)}
+		return nil, &consume.ConfigError{Component: "consume/kafka", Field: "BatchDuration", Reason: fmt.Sprintf("must not be negative, got %s", cfg.BatchDuration)}
 	}
 	if cfg.BatchDuration == 0 {
 		cfg.BatchDuration = DefaultBatchDuration
@@ -118,11 +116,11 @@ func New(cl *kgo.Client, cfg Config) (*Consumer, error) {
 	}
 	logger := cfg.Logger
 	if logger == nil {
-		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		logger = slog.Default()
 	}
 	logger = logger.With("consumer", cfg.Inbox.Consumer())
 	if g, _ := cl.OptValue(kgo.ConsumerGroup).(string); g == "" {
-		return nil, &consume.ConfigError{Adapter: "kafka", Field: "client", Reason: "has no consumer group (kgo.ConsumerGroup)"}
+		return nil, &consume.ConfigError{Component: "consume/kafka", Field: "client", Reason: "has no consumer group (kgo.ConsumerGroup)"}
 	}
 	mode := commitAuto
 	switch {

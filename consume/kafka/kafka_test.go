@@ -190,7 +190,7 @@ func TestWarnsOnAutoCommit(t *testing.T) {
 		{"disabled", []kgo.Opt{kgo.DisableAutoCommit()}, false},
 		{"marks", []kgo.Opt{kgo.AutoCommitMarks()}, false},
 	} {
-		var logs testenv.Buffer
+		var logs testenv.LogBuffer
 		cl := consumer(t, c, "g-"+tc.name, tc.opts...)
 		if _, err := kafka.New(cl, kafka.Config{Inbox: env.Inbox, Handler: env.Handler, Logger: slog.New(slog.NewTextHandler(&logs, nil))}); err != nil {
 			t.Fatal(err)

@@ -68,24 +68,30 @@ func run(t *testing.T, cons *cnats.Consumer) (stop func()) {
 }
 
 // TestSlowHandlerIsNotRedelivered: 200 events, a handler of 20 ms, an
-// AckWait of 1 s. Before this change the client buffered ~500 messages, so
+// AckWait of 1 s (5 s for the byte-sized stream, see below). Before this change the client buffered ~500 messages, so
 // the ack-wait timer of most ran out in the buffer: 67 redeliveries
 // (docs/inbox.md). Pulling on demand, or streaming with a buffer sized to
 // the concurrency, none is redelivered: every delivery count is 1.
 func TestSlowHandlerIsNotRedelivered(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name string
-		cfg  cnats.Config
+		name    string
+		cfg     cnats.Config
+		ackWait time.Duration
 	}{
-		{"on demand", cnats.Config{}},
-		{"stream of 1", cnats.Config{PullMaxMessages: 1}},
-		{"stream of 4 KiB", cnats.Config{PullMaxBytes: 4096}},
+		{"on demand", cnats.Config{}, time.Second},
+		{"stream of 1", cnats.Config{PullMaxMessages: 1}, time.Second},
+		// 4 KiB holds about a dozen of these messages, each waiting its
+		// turn behind the others with its ack-wait timer running: the
+		// sizing rule of docs/inbox.md (AckWait > messages buffered per
+		// handler × the longest handler) asks for more than 1 s once the
+		// handler's transaction is slowed by a loaded machine.
+		{"stream of 4 KiB", cnats.Config{PullMaxBytes: 4096}, 5 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			js, subject, _ := stream(t)
-			jc := durable(t, js, subject, "slow", time.Second)
+			jc := durable(t, js, subject, "slow", tc.ackWait)
 			p := consumetest.NewPipeline(t, "nats-slow")
 			const n = 200
 			for i := 0; i < n; i++ {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"time"
@@ -75,8 +74,7 @@ type Config struct {
 	// after Run's context ended; then their context is cancelled. Defaults
 	// to consume.DefaultDrainTimeout.
 	DrainTimeout time.Duration
-	// Logger receives warnings. Payloads are never logged. Defaults to a
-	// logger that discards everything.
+	// Logger receives warnings. Payloads are never logged. Defaults to slog.Default().
 	Logger *slog.Logger
 }
 
@@ -91,10 +89,10 @@ type Consumer struct {
 // *consume.ConfigError naming them.
 func New(cons jetstream.Consumer, cfg Config) (*Consumer, error) {
 	if cons == nil {
-		return nil, &consume.ConfigError{Adapter: "nats", Field: "consumer", Reason: "is nil"}
+		return nil, &consume.ConfigError{Component: "consume/nats", Field: "consumer", Reason: "is nil"}
 	}
 	if cfg.Inbox == nil || cfg.Handler == nil {
-		return nil, &consume.ConfigError{Adapter: "nats", Field: "Inbox, Handler", Reason: "are required"}
+		return nil, &consume.ConfigError{Component: "consume/nats", Field: "Inbox, Handler", Reason: "are required"}
 	}
 	b, err := cfg.Backoff.Normalize()
 	if err != nil {
@@ -113,11 +111,11 @@ func New(cons jetstream.Consumer, cfg Config) (*Consumer, error) {
 		{"ProgressInterval", cfg.ProgressInterval < 0, cfg.ProgressInterval},
 	} {
 		if f.bad {
-			return nil, &consume.ConfigError{Adapter: "nats", Field: f.name, Reason: fmt.Sprintf("must not be negative, got %v", f.v)}
+			return nil, &consume.ConfigError{Component: "consume/nats", Field: f.name, Reason: fmt.Sprintf("must not be negative, got %v", f.v)}
 		}
 	}
 	if cfg.PullMaxMessages > 0 && cfg.PullMaxBytes > 0 {
-		return nil, &consume.ConfigError{Adapter: "nats", Field: "PullMaxMessages, PullMaxBytes", Reason: "at most one may be set"}
+		return nil, &consume.ConfigError{Component: "consume/nats", Field: "PullMaxMessages, PullMaxBytes", Reason: "are exclusive: set at most one"}
 	}
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = 1
@@ -126,7 +124,7 @@ func New(cons jetstream.Consumer, cfg Config) (*Consumer, error) {
 		cfg.PullExpiry = DefaultPullExpiry
 	}
 	if cfg.PullExpiry < time.Second {
-		return nil, &consume.ConfigError{Adapter: "nats", Field: "PullExpiry", Reason: fmt.Sprintf("must be at least 1s, got %s", cfg.PullExpiry)}
+		return nil, &consume.ConfigError{Component: "consume/nats", Field: "PullExpiry", Reason: fmt.Sprintf("must be at least 1s, got %s", cfg.PullExpiry)}
 	}
 	if cfg.ProgressInterval == 0 {
 		ackWait := defaultAckWait
@@ -140,7 +138,7 @@ func New(cons jetstream.Consumer, cfg Config) (*Consumer, error) {
 	}
 	logger := cfg.Logger
 	if logger == nil {
-		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		logger = slog.Default()
 	}
 	return &Consumer{cons: cons, cfg: cfg, logger: logger.With("consumer", cfg.Inbox.Consumer())}, nil
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -53,8 +52,7 @@ type Config struct {
 	// after Run's context ended; then their context is cancelled. Defaults
 	// to consume.DefaultDrainTimeout.
 	DrainTimeout time.Duration
-	// Logger receives warnings. Payloads are never logged. Defaults to a
-	// logger that discards everything.
+	// Logger receives warnings. Payloads are never logged. Defaults to slog.Default().
 	Logger *slog.Logger
 }
 
@@ -93,16 +91,16 @@ const maxTrackedFailures = 10_000
 // New returns a Consumer on ch, which stays the caller's to close.
 func New(ch *amqp.Channel, cfg Config) (*Consumer, error) {
 	if ch == nil {
-		return nil, &consume.ConfigError{Adapter: "rabbitmq", Field: "channel", Reason: "is nil"}
+		return nil, &consume.ConfigError{Component: "consume/rabbitmq", Field: "channel", Reason: "is nil"}
 	}
 	if cfg.Inbox == nil || cfg.Handler == nil || cfg.Queue == "" {
-		return nil, &consume.ConfigError{Adapter: "rabbitmq", Field: "Inbox, Handler, Queue", Reason: "are required"}
+		return nil, &consume.ConfigError{Component: "consume/rabbitmq", Field: "Inbox, Handler, Queue", Reason: "are required"}
 	}
 	if cfg.Prefetch < 0 {
-		return nil, &consume.ConfigError{Adapter: "rabbitmq", Field: "Prefetch", Reason: fmt.Sprintf("must not be negative, got %d", cfg.Prefetch)}
+		return nil, &consume.ConfigError{Component: "consume/rabbitmq", Field: "Prefetch", Reason: fmt.Sprintf("must not be negative, got %d", cfg.Prefetch)}
 	}
 	if cfg.Concurrency < 0 {
-		return nil, &consume.ConfigError{Adapter: "rabbitmq", Field: "Concurrency", Reason: fmt.Sprintf("must not be negative, got %d", cfg.Concurrency)}
+		return nil, &consume.ConfigError{Component: "consume/rabbitmq", Field: "Concurrency", Reason: fmt.Sprintf("must not be negative, got %d", cfg.Concurrency)}
 	}
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = 1
@@ -125,7 +123,7 @@ func New(ch *amqp.Channel, cfg Config) (*Consumer, error) {
 	}
 	logger := cfg.Logger
 	if logger == nil {
-		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		logger = slog.Default()
 	}
 	return &Consumer{ch: ch, cfg: cfg, logger: logger.With("consumer", cfg.Inbox.Consumer(), "queue", cfg.Queue), failures: map[txbox.ID]int{}}, nil
 }

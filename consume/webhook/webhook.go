@@ -37,7 +37,7 @@ type Config struct {
 	// txbox.DefaultMaxPayloadSize (1 MiB), the publish-side limit.
 	MaxBodyBytes int64
 	// Logger receives handler failures. Payloads and the secret are never
-	// logged. Defaults to a logger that discards everything.
+	// logged. Defaults to slog.Default().
 	Logger *slog.Logger
 }
 
@@ -53,10 +53,10 @@ var _ http.Handler = (*Handler)(nil)
 // them.
 func New(cfg Config) (*Handler, error) {
 	if cfg.Inbox == nil || cfg.Handler == nil {
-		return nil, &consume.ConfigError{Adapter: "webhook", Field: "Inbox, Handler", Reason: "are required"}
+		return nil, &consume.ConfigError{Component: "consume/webhook", Field: "Inbox, Handler", Reason: "are required"}
 	}
 	if cfg.Tolerance < 0 || cfg.MaxBodyBytes < 0 {
-		return nil, &consume.ConfigError{Adapter: "webhook", Field: "Tolerance, MaxBodyBytes", Reason: "must not be negative"}
+		return nil, &consume.ConfigError{Component: "consume/webhook", Field: "Tolerance, MaxBodyBytes", Reason: "must not be negative"}
 	}
 	if cfg.SignatureHeader == "" {
 		cfg.SignatureHeader = webhook.DefaultSignatureHeader
@@ -69,7 +69,7 @@ func New(cfg Config) (*Handler, error) {
 	}
 	logger := cfg.Logger
 	if logger == nil {
-		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		logger = slog.Default()
 	}
 	return &Handler{cfg: cfg, logger: logger.With("consumer", cfg.Inbox.Consumer())}, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/inbox/rediscache"
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store/postgres"
 )
@@ -40,10 +41,8 @@ func benchStream(n, dupPct int) []txbox.ID {
 // something to save), sequentially and from 8 goroutines. Compare
 // the msgs/s of the variants of one run; see docs/benchmarks/inbox.md.
 func BenchmarkConsumePostgres(b *testing.B) {
-	h := pgHarness()
-	ns := h.NewNamespace(b)
-	d := h.Open(b, ns).(*postgres.Driver)
-	h.CreateEffectTable(b, ns)
+	ns, st := storeharness.PostgresInbox().Setup(b)
+	d := st.(*postgres.Driver)
 	effect := `INSERT INTO ` + pgx.Identifier{ns, "inbox_effect"}.Sanitize() + ` (consumer, event_id) VALUES ($1, $2)`
 	rc := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr})
 	b.Cleanup(func() { _ = rc.Close() })

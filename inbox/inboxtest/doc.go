@@ -1,17 +1,20 @@
-// Package inboxtest is the conformance suite every dialect's store.Inbox
-// runs, through the real inbox.Inbox, against the real database: duplicate
-// suppression, rollback of the id with the effect on error and panic,
-// concurrent duplicates from 16 goroutines and a second OS process, batches,
-// TTL cleanup on both sides of the boundary, the cleanup lease, hostile
-// consumer names and the cache contract.
+// Package inboxtest is the cache contract: it checks an inbox.Cache
+// through the real inbox.Inbox in front of a real store, [ExerciseCache]: a hit
+// answers Duplicate without touching the table, a miss goes to the table,
+// entries are written only after a commit and are namespaced by consumer,
+// a cache TTL above the inbox TTL is refused, and emptying the cache in the
+// middle of a run of redeliveries costs lookups, never a second effect.
+// Its tests run the contract for the LRU in front of every dialect and for
+// Redis (inbox/rediscache), and check the inbox's behaviour with caches
+// and typed handlers on PostgreSQL: what a duplicate costs with and
+// without a cache, Redis being down, inbox.Typed.
 //
-// A test package wires it with two test functions:
+// A cache implementation wires it with one test function, on any dialect's
+// storetest.InboxHarness (internal/storeharness has one per dialect):
 //
-//	func TestInbox(t *testing.T) { inboxtest.Run(t, harness()) }
-//	func TestInboxHelperProcess(t *testing.T) {
-//		inboxtest.HelperProcess(t, map[string]inboxtest.Harness{"pg": harness()})
-//	}
+//	func TestCache(t *testing.T) { inboxtest.ExerciseCache(t, harness, newCache) }
 //
-// The second is the entry point of the child process that Run re-executes
-// (the test binary itself); it returns at once in a normal run.
+// What a dialect's store.Inbox must do (duplicates, rollback with the
+// handler's effect, concurrency across processes, cleanup) is the inbox
+// suite of store/storetest, which every dialect's own tests run.
 package inboxtest

@@ -5,29 +5,14 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/txbox/txbox/inbox/inboxtest"
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/internal/testenv"
 )
 
 // TestMain fails the package when a goroutine outlives the tests: the
-// stores and pools each dialect's harness opens are closed by the tests'
-// cleanups.
+// stores, pools and caches the tests open are closed by their cleanups.
+// The admin handles storeharness shares for the whole process are closed
+// before goleak looks.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(testenv.RunThen(m, func() {
-		// The shared admin handle lives as long as the process: close
-		// it before goleak looks.
-		if pgAdminDB != nil {
-			_ = pgAdminDB.Close()
-		}
-	}))
-}
-
-// TestInboxHelperProcess is the second process of the concurrent-duplicates
-// test of every dialect; it does nothing in a normal run.
-func TestInboxHelperProcess(t *testing.T) {
-	inboxtest.HelperProcess(t, map[string]inboxtest.Harness{
-		"postgres": pgHarness(),
-		"sqlite":   sqliteHarness(),
-		"mysql":    mysqlHarness(),
-	})
+	goleak.VerifyTestMain(testenv.RunThen(m, storeharness.CloseShared))
 }

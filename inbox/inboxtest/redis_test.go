@@ -1,11 +1,9 @@
 package inboxtest_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/inbox/inboxtest"
 	"github.com/txbox/txbox/inbox/rediscache"
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/internal/testenv"
 )
 
@@ -40,48 +39,27 @@ func redisCache(t *testing.T, ttl time.Duration) (inbox.Cache, func()) {
 // redeliveries are in flight.
 func TestRedisCache(t *testing.T) {
 	t.Parallel()
-	inboxtest.RunCache(t, pgHarness(), redisCache)
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	inboxtest.ExerciseCache(t, storeharness.PostgresInbox(), redisCache)
 }
 
 // TestRedisDownFallsBackToTable: with Redis unreachable the inbox still
 // answers from the table, logging a warning and never the payload.
 func TestRedisDownFallsBackToTable(t *testing.T) {
 	t.Parallel()
-	h := sqliteHarness()
-	ns := h.NewNamespace(t)
-	st := h.Open(t, ns)
-	h.CreateEffectTable(t, ns)
+	h := storeharness.SQLiteInbox()
+	ns, st := h.Setup(t)
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 100 * time.Millisecond, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
 	rc, err := rediscache.New(c, rediscache.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs testenv.LogBuffer
 	in, err := inbox.New(st, inbox.Config{Consumer: "down", Cache: rc, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	handler := func(ctx context.Context, tx any, m inbox.Message) error {
-		return h.InsertEffect(ctx, tx, ns, "down", m.ID)
-	}
+	handler := h.EffectHandler(ns, "down")
 	id := txbox.NewID()
 	msg := inbox.Message{ID: id, Payload: []byte("secret-payload")}
 	if r, err := in.Handle(context.Background(), msg, handler); err != nil || r != inbox.Processed {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store/postgres"
 )
@@ -35,7 +36,7 @@ func (h *cacheHits) OnCache(e inbox.CacheEvent) {
 // counted.
 func TestDuplicateIsARollback(t *testing.T) {
 	t.Parallel()
-	admin := pgAdmin(t)
+	admin := storeharness.PostgresAdmin(t)
 	db := testenv.UniqueName("txbox_xact_")
 	if _, err := admin.Exec("CREATE DATABASE " + db); err != nil {
 		t.Fatal(err)

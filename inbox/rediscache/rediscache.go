@@ -46,7 +46,7 @@ var _ inbox.Cache = (*Cache)(nil)
 // invalid namespace or a negative TTL is an *inbox.ConfigError.
 func New(client redis.UniversalClient, cfg Config) (*Cache, error) {
 	if client == nil {
-		return nil, &inbox.ConfigError{Field: "client", Reason: "is nil"}
+		return nil, &inbox.ConfigError{Component: "inbox/rediscache", Field: "client", Reason: "is nil"}
 	}
 	if cfg.Namespace == "" {
 		cfg.Namespace = DefaultNamespace
@@ -54,10 +54,10 @@ func New(client redis.UniversalClient, cfg Config) (*Cache, error) {
 	// The consumer-name alphabet keeps keys free of glob characters, so
 	// SCAN MATCH "<namespace>:*" selects exactly this namespace.
 	if err := store.ValidateConsumerName(cfg.Namespace); err != nil {
-		return nil, &inbox.ConfigError{Field: "Namespace", Reason: err.Error(), Err: err}
+		return nil, &inbox.ConfigError{Component: "inbox/rediscache", Field: "Namespace", Reason: "is not valid: " + err.Error(), Err: err}
 	}
 	if cfg.TTL < 0 {
-		return nil, &inbox.ConfigError{Field: "TTL", Reason: fmt.Sprintf("must not be negative, got %s", cfg.TTL)}
+		return nil, &inbox.ConfigError{Component: "inbox/rediscache", Field: "TTL", Reason: fmt.Sprintf("must not be negative, got %s", cfg.TTL)}
 	}
 	if cfg.TTL == 0 {
 		cfg.TTL = DefaultTTL

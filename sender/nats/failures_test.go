@@ -74,7 +74,7 @@ func TestDestinationIsTheSubject(t *testing.T) {
 func TestNotConnectedSaysWhy(t *testing.T) {
 	t.Parallel()
 	addr := sendertest.ClosedAddr(t)
-	var logs testenv.Buffer
+	var logs testenv.LogBuffer
 	s, err := txnats.New(txnats.Config{
 		URL:           "nats://txbox:s3cr3t-canary@" + addr,
 		ReconnectWait: 50 * time.Millisecond,

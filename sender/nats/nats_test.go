@@ -285,7 +285,7 @@ func TestConnectionLogsHideCredentials(t *testing.T) {
 	t.Parallel()
 	st := newStream(t)
 	p := sendertest.NewProxy(t, natsAddr(t))
-	var logs testenv.Buffer
+	var logs testenv.LogBuffer
 	s, err := txnats.New(txnats.Config{
 		URL:           "nats://txbox:s3cr3t-canary@" + p.Addr(),
 		ReconnectWait: 50 * time.Millisecond,

@@ -191,23 +191,7 @@ func BenchmarkDrain(b *testing.B) {
 		}
 		return len(rows)
 	}
-	// folded drains with OutboxFinishAndClaim: the finish of batch N rides
-	// in the claim transaction of batch N+1. It returns the rows claimed.
-	var pending []*store.OutboxRow
-	foldedBatch := func(typ string) int {
-		claim := &store.OutboxClaimParams{EventType: typ, Limit: batch, LeaseDuration: time.Minute}
-		items := make([]store.OutboxFinishItem, len(pending))
-		for i, r := range pending {
-			items[i] = store.OutboxFinishItem{ID: r.ID, LeaseToken: r.LeaseToken, Outcome: store.OutcomeAcked}
-		}
-		_, rows, err := d.OutboxFinishAndClaim(ctx, &store.OutboxFinishParams{Items: items, DeleteAcked: true}, claim)
-		if err != nil {
-			b.Fatal(err)
-		}
-		pending = rows
-		return len(rows)
-	}
-	for _, variant := range []string{"retention=0", "retention=kept", "retention=0/folded"} {
+	for _, variant := range []string{"retention=0", "retention=kept"} {
 		deleteAcked := variant != "retention=kept"
 		b.Run(variant, func(b *testing.B) {
 			bareType, txType := nextType(), nextType()
@@ -216,7 +200,7 @@ func BenchmarkDrain(b *testing.B) {
 			b.ResetTimer()
 			var bare, txb time.Duration
 			bareLeft, txLeft := b.N, b.N
-			for i := 0; bareLeft > 0 || txLeft > 0 || len(pending) > 0; i++ {
+			for i := 0; bareLeft > 0 || txLeft > 0; i++ {
 				runBare := func() {
 					if bareLeft > 0 {
 						t0 := time.Now()
@@ -225,13 +209,9 @@ func BenchmarkDrain(b *testing.B) {
 					}
 				}
 				runTx := func() {
-					if txLeft > 0 || len(pending) > 0 {
+					if txLeft > 0 {
 						t0 := time.Now()
-						if variant == "retention=0/folded" {
-							txLeft -= foldedBatch(txType)
-						} else {
-							txLeft -= driverBatch(txType, deleteAcked)
-						}
+						txLeft -= driverBatch(txType, deleteAcked)
 						txb += time.Since(t0)
 					}
 				}

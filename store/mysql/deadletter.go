@@ -16,45 +16,42 @@ import (
 // table: candidates are read without locks, then, in one READ COMMITTED
 // transaction, locked through the primary key in key order (SKIP LOCKED,
 // so two movers take disjoint rows and neither waits), copied and deleted
-// from the outbox (SCHEMA.md, "Lock order"). The outbox row's
+// from the outbox (docs/schema/mysql.md, "Lock order"). The outbox row's
 // processed_at (when it failed) becomes failed_at.
 func (d *Driver) DeadLetterMove(ctx context.Context, params *store.DeadLetterMoveParams) (int, error) {
 	if params == nil || params.Limit < 1 {
 		return 0, fmt.Errorf("%w: dead-letter move needs Limit >= 1", ErrInvalidParams)
 	}
-	cand, err := queryIDs(ctx, d.db, "SELECT id FROM "+d.qOutbox+" FORCE INDEX (txbox_claim) WHERE status = 'FAILED' LIMIT ?", params.Limit)
+	cand, err := queryIDs(ctx, d.db, d.q.dlMoveCandidates, params.Limit)
 	if err != nil || len(cand) == 0 {
 		return 0, wrap("dead-letter move", err)
 	}
-	cand = sortedIDs(cand)
+	cand = store.SortedIDs(cand)
 	var moved int
 	err = d.inTx(ctx, func(tx *sql.Tx) error {
 		moved = 0
-		ids, err := d.lockByKey(ctx, tx, d.qOutbox, cand, "status = 'FAILED'", nil)
+		// Through the primary key and in key order, skipping rows
+		// another mover holds, so it never waits.
+		ids, err := queryIDs(ctx, tx, inIDs(d.q.dlMoveLock, len(cand)), idArgs(nil, cand)...)
 		if err != nil || len(ids) == 0 {
 			return err
 		}
-		in := placeholders(len(ids))
 		// An id dead-lettered before, retried, and failed again replaces
 		// its old entry (a retry deletes it, but a plain-SQL producer may
 		// reuse an id). Look first, without locks: almost always there is
 		// none. Not INSERT ... ON DUPLICATE KEY UPDATE, whose duplicate
 		// check takes next-key locks even at READ COMMITTED.
-		old, err := queryIDs(ctx, tx, "SELECT id FROM "+d.qDeadLetter+" WHERE id IN ("+in+")", idArgs(nil, ids)...)
+		old, err := queryIDs(ctx, tx, inIDs(d.q.dlMoveExisting, len(ids)), idArgs(nil, ids)...)
 		if err != nil {
 			return err
 		}
-		if err := deleteEach(ctx, tx, d.qDeadLetter, old); err != nil {
+		if err := deleteEach(ctx, tx, d.q.dlDeleteOne, old); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, "INSERT INTO "+d.qDeadLetter+
-			" (id, event_type, event_key, payload, headers, attempts, last_error, created_at, failed_at, status, resolved_at)"+
-			" SELECT id, event_type, event_key, payload, headers, attempts, last_error, created_at, COALESCE(processed_at, UTC_TIMESTAMP(6)), 'UNRESOLVED', NULL FROM "+
-			d.qOutbox+" WHERE id IN ("+in+")",
-			idArgs(nil, ids)...); err != nil {
+		if _, err := tx.ExecContext(ctx, inIDs(d.q.dlMoveInsert, len(ids)), idArgs(nil, ids)...); err != nil {
 			return err
 		}
-		if err := deleteEach(ctx, tx, d.qOutbox, ids); err != nil {
+		if err := deleteEach(ctx, tx, d.q.outboxDeleteOne, ids); err != nil {
 			return err
 		}
 		moved = len(ids)
@@ -86,8 +83,6 @@ func queryIDs(ctx context.Context, q queryer, query string, args ...any) ([]txbo
 	}
 	return ids, rows.Err()
 }
-
-const deadLetterColumns = "id, event_type, event_key, payload, headers, attempts, last_error, created_at, failed_at, status, resolved_at"
 
 func scanDeadLetter(sc interface{ Scan(...any) error }) (*store.DeadLetter, error) {
 	dl := &store.DeadLetter{}
@@ -164,7 +159,7 @@ func (d *Driver) DeadLetterList(ctx context.Context, params *store.DeadLetterLis
 		return nil, err
 	}
 	if c := params.After; c != nil {
-		cond := "(failed_at < ? OR (failed_at = ? AND id < ?))"
+		cond := d.q.dlListAfter
 		if where == "" {
 			where = " WHERE " + cond
 		} else {
@@ -174,7 +169,7 @@ func (d *Driver) DeadLetterList(ctx context.Context, params *store.DeadLetterLis
 		args = append(args, t, t, c.ID.String())
 	}
 	args = append(args, params.Limit)
-	rows, err := d.db.QueryContext(ctx, "SELECT "+deadLetterColumns+" FROM "+d.qDeadLetter+where+" ORDER BY failed_at DESC, id DESC LIMIT ?", args...)
+	rows, err := d.db.QueryContext(ctx, d.q.dlList+where+d.q.dlListOrder, args...)
 	if err != nil {
 		return nil, wrap("dead-letter list", err)
 	}
@@ -200,7 +195,7 @@ func (d *Driver) DeadLetterCount(ctx context.Context, filter *store.DeadLetterFi
 		return 0, err
 	}
 	var n int64
-	if err := d.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+d.qDeadLetter+where, args...).Scan(&n); err != nil {
+	if err := d.db.QueryRowContext(ctx, d.q.dlCount+where, args...).Scan(&n); err != nil {
 		return 0, wrap("dead-letter count", err)
 	}
 	return n, nil
@@ -209,7 +204,7 @@ func (d *Driver) DeadLetterCount(ctx context.Context, filter *store.DeadLetterFi
 // DeadLetterGet returns one dead letter, or an error matching
 // txbox.ErrNotFound.
 func (d *Driver) DeadLetterGet(ctx context.Context, id txbox.ID) (*store.DeadLetter, error) {
-	row := d.db.QueryRowContext(ctx, "SELECT "+deadLetterColumns+" FROM "+d.qDeadLetter+" WHERE id = ?", id.String())
+	row := d.db.QueryRowContext(ctx, d.q.dlGet, id.String())
 	dl, err := scanDeadLetter(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("mysql: dead letter %s: %w", id, txbox.ErrNotFound)
@@ -233,14 +228,14 @@ func (d *Driver) DeadLetterRetry(ctx context.Context, ids []txbox.ID) (int, erro
 		// A dead letter whose headers are not a JSON object (dead-lettered
 		// for that reason) stays: the outbox's CHECK would refuse it and
 		// fail the whole retry.
-		locked, err := queryIDs(ctx, tx, "SELECT id FROM "+d.qDeadLetter+" WHERE id IN ("+placeholders(len(ids))+") AND JSON_TYPE(headers) = 'OBJECT' FOR UPDATE", idArgs(nil, ids)...)
+		locked, err := queryIDs(ctx, tx, inIDs(d.q.dlRetryLock, len(ids)), idArgs(nil, ids)...)
 		if err != nil || len(locked) == 0 {
 			return err
 		}
 		// An id already back in the outbox (a producer re-published it)
 		// stays dead-lettered rather than failing the whole batch on a
 		// duplicate key.
-		present, err := queryIDs(ctx, tx, "SELECT id FROM "+d.qOutbox+" WHERE id IN ("+placeholders(len(locked))+")", idArgs(nil, locked)...)
+		present, err := queryIDs(ctx, tx, inIDs(d.q.dlRetryPresent, len(locked)), idArgs(nil, locked)...)
 		if err != nil {
 			return err
 		}
@@ -248,14 +243,10 @@ func (d *Driver) DeadLetterRetry(ctx context.Context, ids []txbox.ID) (int, erro
 		if len(locked) == 0 {
 			return nil
 		}
-		in := placeholders(len(locked))
-		if _, err := tx.ExecContext(ctx, "INSERT INTO "+d.qOutbox+
-			" (id, event_type, event_key, payload, headers, status, attempts, due_at, last_error, created_at)"+
-			" SELECT id, event_type, event_key, payload, headers, 'PENDING', 0, UTC_TIMESTAMP(6), last_error, created_at FROM "+
-			d.qDeadLetter+" WHERE id IN ("+in+")", idArgs(nil, locked)...); err != nil {
+		if _, err := tx.ExecContext(ctx, inIDs(d.q.dlRetryInsert, len(locked)), idArgs(nil, locked)...); err != nil {
 			return err
 		}
-		if err := deleteEach(ctx, tx, d.qDeadLetter, locked); err != nil {
+		if err := deleteEach(ctx, tx, d.q.dlDeleteOne, locked); err != nil {
 			return err
 		}
 		moved = len(locked)
@@ -272,7 +263,7 @@ func (d *Driver) DeadLetterResolve(ctx context.Context, ids []txbox.ID) (int, er
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	n, err := d.exec(ctx, updateByID(d.qDeadLetter)+" SET status = 'RESOLVED', resolved_at = UTC_TIMESTAMP(6) WHERE status = 'UNRESOLVED' AND id IN ("+placeholders(len(ids))+")", idArgs(nil, ids)...)
+	n, err := d.exec(ctx, inIDs(d.q.dlResolve, len(ids)), idArgs(nil, ids)...)
 	if err != nil {
 		return 0, wrap("dead-letter resolve", err)
 	}
@@ -284,7 +275,7 @@ func (d *Driver) DeadLetterDelete(ctx context.Context, ids []txbox.ID) (int, err
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	n, err := d.exec(ctx, deleteByID(d.qDeadLetter)+" WHERE id IN ("+placeholders(len(ids))+")", idArgs(nil, ids)...)
+	n, err := d.exec(ctx, inIDs(d.q.dlDelete, len(ids)), idArgs(nil, ids)...)
 	if err != nil {
 		return 0, wrap("dead-letter delete", err)
 	}
@@ -299,18 +290,16 @@ func (d *Driver) DeadLetterCleanup(ctx context.Context, params *store.CleanupPar
 	if err := checkCleanup(params); err != nil {
 		return 0, err
 	}
-	cond := "status = 'RESOLVED' AND resolved_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"
 	age := micros(params.OlderThan)
-	n, err := d.readThenWrite(ctx,
-		"SELECT id FROM "+d.qDeadLetter+" FORCE INDEX (txbox_cleanup) WHERE "+cond+" ORDER BY status, resolved_at LIMIT ?", []any{age, params.Limit},
-		deleteByID(d.qDeadLetter)+" WHERE id IN (%s) AND "+cond, []any{age})
+	n, err := d.readThenWrite(ctx, d.q.dlCleanupSelect, []any{age, params.Limit}, d.q.dlCleanupWrite, []any{age})
 	if err != nil {
 		return 0, wrap("dead-letter cleanup", err)
 	}
 	return n, nil
 }
 
-// deleteEach deletes ids from table one statement per id, inside tx.
+// deleteEach deletes ids one statement per id (query deletes one id),
+// inside tx.
 //
 // Why not one DELETE ... WHERE id IN (...): in a transaction that already
 // holds row locks (taken by SELECT ... FOR UPDATE), an IN-list DELETE on
@@ -320,10 +309,9 @@ func (d *Driver) DeadLetterCleanup(ctx context.Context, params *store.CleanupPar
 // table; 0 with one statement per id). A DELETE by a single key locks that
 // key only. The paths that use this (dead-letter move and retry) are rare
 // and bounded by their Limit.
-func deleteEach(ctx context.Context, tx *sql.Tx, table string, ids []txbox.ID) error {
-	q := "DELETE FROM " + table + " WHERE id = ?"
+func deleteEach(ctx context.Context, tx *sql.Tx, query string, ids []txbox.ID) error {
 	for _, id := range ids {
-		if _, err := tx.ExecContext(ctx, q, id.String()); err != nil {
+		if _, err := tx.ExecContext(ctx, query, id.String()); err != nil {
 			return err
 		}
 	}

@@ -17,7 +17,7 @@
 // COMMITTED InnoDB locks only the rows it returns, and SKIP LOCKED hands
 // each poller a disjoint batch. Every write also takes its row locks in
 // one order, through the primary key in key order, holding none before
-// (SCHEMA.md, "Lock order"): READ COMMITTED alone still deadlocked about
+// (docs/schema/mysql.md, "Lock order"): READ COMMITTED alone still deadlocked about
 // one test run in six on MariaDB.
 //
 // Open (and OpenDB) set it once per connection with SET SESSION
@@ -57,9 +57,7 @@
 //
 // The index is forced: should the optimizer choose a filesort, FOR UPDATE
 // would lock every matching row before the LIMIT, and the other pollers
-// would skip them all. Driver.OutboxFinishAndClaim (outside the store
-// seam for now) runs the finish of one batch and the claim of the next in
-// one such transaction.
+// would skip them all.
 //
 // # Schema choices
 //
@@ -118,6 +116,6 @@
 // max_allowed_packet (read once, through the caller's transaction) is
 // refused before it is sent, with ErrPacketTooLarge.
 //
-// SCHEMA.md in this directory documents every table, index and statement,
+// docs/schema/mysql.md documents every table, index and statement,
 // with the row reads measured at 100k rows.
 package mysql

@@ -4,12 +4,10 @@ package mysql
 // table itself is created by this package's migration.
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/txbox/txbox"
@@ -63,19 +61,19 @@ func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRec
 	if err := store.ValidateConsumerName(params.Consumer); err != nil {
 		return nil, fmt.Errorf("mysql: inbox record: %w", err)
 	}
-	ids := sortedUnique(params.IDs)
+	ids := store.SortedIDs(params.IDs)
 	if len(ids) == 0 {
 		return nil, nil
 	}
 	insert := func(batch []txbox.ID) (int64, error) {
 		var b strings.Builder
-		b.WriteString("INSERT IGNORE INTO " + d.qInbox + " (consumer_name, event_id) VALUES ")
+		b.WriteString(d.q.inboxInsert)
 		args := make([]any, 0, 2*len(batch))
 		for i, id := range batch {
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			b.WriteString("(?,?)")
+			b.WriteString(d.q.inboxRow)
 			args = append(args, params.Consumer, id.String())
 		}
 		res, err := ex.ExecContext(ctx, b.String(), args...)
@@ -93,9 +91,9 @@ func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRec
 		if n == 1 {
 			fresh[ids[0]] = true
 		}
-		return inputOrder(params.IDs, fresh), nil
+		return store.InputOrder(params.IDs, fresh), nil
 	}
-	if _, err := ex.ExecContext(ctx, "SAVEPOINT txbox_inbox_record"); err != nil {
+	if _, err := ex.ExecContext(ctx, inboxSavepoint); err != nil {
 		return nil, wrap("inbox record", err)
 	}
 	n, err := insert(ids)
@@ -109,7 +107,7 @@ func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRec
 		}
 	case n == 0:
 	default:
-		if _, err := ex.ExecContext(ctx, "ROLLBACK TO SAVEPOINT txbox_inbox_record"); err != nil {
+		if _, err := ex.ExecContext(ctx, inboxRollbackTo); err != nil {
 			return nil, wrap("inbox record", err)
 		}
 		for _, id := range ids {
@@ -122,7 +120,7 @@ func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRec
 			}
 		}
 	}
-	return inputOrder(params.IDs, fresh), nil
+	return store.InputOrder(params.IDs, fresh), nil
 }
 
 // recordErr marks a deadlock as store.ErrTxConflict: InnoDB rolled the
@@ -143,8 +141,7 @@ func (d *Driver) InboxCleanup(ctx context.Context, params *store.CleanupParams) 
 	if err := checkCleanup(params); err != nil {
 		return 0, err
 	}
-	n, err := d.exec(ctx, "DELETE FROM "+d.qInbox+" WHERE processed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?",
-		micros(params.OlderThan), params.Limit)
+	n, err := d.exec(ctx, d.q.inboxCleanup, micros(params.OlderThan), params.Limit)
 	if err != nil {
 		return 0, wrap("inbox cleanup", err)
 	}
@@ -167,23 +164,4 @@ func SQLTx(tx any) (*sql.Tx, error) {
 	default:
 		return nil, &txbox.UnsupportedTxError{Dialect: Dialect, Type: fmt.Sprintf("%T", tx)}
 	}
-}
-
-func sortedUnique(in []txbox.ID) []txbox.ID {
-	out := slices.Clone(in)
-	slices.SortFunc(out, func(a, b txbox.ID) int { return bytes.Compare(a[:], b[:]) })
-	return slices.Compact(out)
-}
-
-// inputOrder returns the ids of in that are in fresh, once each, in input
-// order.
-func inputOrder(in []txbox.ID, fresh map[txbox.ID]bool) []txbox.ID {
-	out := make([]txbox.ID, 0, len(fresh))
-	for _, id := range in {
-		if fresh[id] {
-			out = append(out, id)
-			delete(fresh, id)
-		}
-	}
-	return out
 }

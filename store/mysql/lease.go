@@ -36,19 +36,14 @@ func (d *Driver) LeaseAcquire(ctx context.Context, params *store.LeaseParams) (b
 		return false, err
 	}
 	ttl := micros(params.TTL)
-	n, err := d.exec(ctx, "UPDATE "+d.qLease+" SET holder = ?, expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND"+
-		" WHERE name = ? AND (expires_at < UTC_TIMESTAMP(6) OR holder = ?)",
-		params.Holder, ttl, params.Name, params.Holder)
+	n, err := d.exec(ctx, d.q.leaseUpdate, params.Holder, ttl, params.Name, params.Holder)
 	if err != nil {
 		return false, wrap("lease acquire", err)
 	}
 	if n == 1 {
 		return true, nil
 	}
-	// Not INSERT IGNORE, which would also turn errors into warnings: a
-	// duplicate changes nothing and reports 0 rows.
-	n, err = d.exec(ctx, "INSERT INTO "+d.qLease+" (name, holder, expires_at) VALUES (?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)"+
-		" ON DUPLICATE KEY UPDATE name = name", params.Name, params.Holder, ttl)
+	n, err = d.exec(ctx, d.q.leaseInsert, params.Name, params.Holder, ttl)
 	if err != nil {
 		return false, wrap("lease acquire", err)
 	}
@@ -58,8 +53,7 @@ func (d *Driver) LeaseAcquire(ctx context.Context, params *store.LeaseParams) (b
 	// The UPDATE reports changed rows, not matched ones: a renewal that
 	// computed the very same expiry (same microsecond) reports 0. Check.
 	var held int
-	err = d.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+d.qLease+" WHERE name = ? AND holder = ? AND expires_at >= UTC_TIMESTAMP(6)",
-		params.Name, params.Holder).Scan(&held)
+	err = d.db.QueryRowContext(ctx, d.q.leaseHeld, params.Name, params.Holder).Scan(&held)
 	if err != nil {
 		return false, wrap("lease acquire", err)
 	}
@@ -72,6 +66,6 @@ func (d *Driver) LeaseRelease(ctx context.Context, params *store.LeaseParams) er
 	if err := checkLease(params, false); err != nil {
 		return err
 	}
-	_, err := d.exec(ctx, "DELETE FROM "+d.qLease+" WHERE name = ? AND holder = ?", params.Name, params.Holder)
+	_, err := d.exec(ctx, d.q.leaseRelease, params.Name, params.Holder)
 	return wrap("lease release", err)
 }

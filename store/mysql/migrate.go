@@ -52,21 +52,6 @@ func migrations() ([]migration, error) {
 	return ms, nil
 }
 
-// render substitutes the driver's quoted table names into a migration.
-func (d *Driver) render(sqlText string) string {
-	return strings.NewReplacer(
-		"{{outbox}}", d.qOutbox,
-		"{{dead_letter}}", d.qDeadLetter,
-		"{{inbox}}", d.qInbox,
-		"{{lease}}", d.qLease,
-		"{{schema_version}}", d.qSchemaVersion,
-		// Constraint names are unique per database on MySQL 8, so they
-		// carry the table prefix. The longest, with a 40-character
-		// prefix, is 58 characters, within the 64 allowed.
-		"{{outbox_headers_chk}}", "`"+d.tables.Outbox+"_headers_chk`",
-	).Replace(sqlText)
-}
-
 // statements splits rendered SQL into statements: comment lines are dropped
 // and statements end with a semicolon at the end of a line. The embedded
 // files contain no semicolon inside a statement.
@@ -118,7 +103,7 @@ func (d *Driver) Migrate(ctx context.Context) error {
 	lockName := "txbox_migrate_" + hex.EncodeToString(sum[:16])
 	for {
 		var got sql.NullInt64
-		if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", lockName, migrateLockWait).Scan(&got); err != nil {
+		if err := conn.QueryRowContext(ctx, migrateLockSQL, lockName, migrateLockWait).Scan(&got); err != nil {
 			return wrap("migrate: lock", err)
 		}
 		if got.Valid && got.Int64 == 1 {
@@ -132,12 +117,12 @@ func (d *Driver) Migrate(ctx context.Context) error {
 		// conn.Close returns the connection to the pool with its session,
 		// and a session keeps its named locks: release explicitly, even
 		// when ctx is already cancelled.
-		_, _ = conn.ExecContext(context.WithoutCancel(ctx), "SELECT RELEASE_LOCK(?)", lockName)
+		_, _ = conn.ExecContext(context.WithoutCancel(ctx), migrateUnlockSQL, lockName)
 	}()
 
 	if d.tables.Schema == "" {
 		var db sql.NullString
-		if err := conn.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&db); err != nil {
+		if err := conn.QueryRowContext(ctx, currentDBSQL).Scan(&db); err != nil {
 			return wrap("migrate", err)
 		}
 		if !db.Valid {
@@ -146,26 +131,21 @@ func (d *Driver) Migrate(ctx context.Context) error {
 	}
 	if d.tables.Schema != "" {
 		var n int
-		err := conn.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", d.tables.Schema).Scan(&n)
+		err := conn.QueryRowContext(ctx, schemaExistsSQL, d.tables.Schema).Scan(&n)
 		if err != nil {
 			return wrap("migrate", err)
 		}
 		if n == 0 {
-			if _, err := conn.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS `"+d.tables.Schema+"` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"); err != nil {
+			if _, err := conn.ExecContext(ctx, createDatabaseSQL(d.tables.Schema)); err != nil {
 				return wrap("migrate: create database", err)
 			}
 		}
 	}
-	if _, err := conn.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+d.qSchemaVersion+` (
-  version INT NOT NULL,
-  description VARCHAR(200) NOT NULL,
-  applied_at DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
-  PRIMARY KEY (version)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`); err != nil {
+	if _, err := conn.ExecContext(ctx, d.q.schemaVersionCreate); err != nil {
 		return wrap("migrate: schema_version", err)
 	}
 	var current int
-	if err := conn.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM "+d.qSchemaVersion).Scan(&current); err != nil {
+	if err := conn.QueryRowContext(ctx, d.q.schemaVersionMax).Scan(&current); err != nil {
 		return wrap("migrate", err)
 	}
 	for _, m := range ms {
@@ -177,7 +157,7 @@ func (d *Driver) Migrate(ctx context.Context) error {
 				return wrap(fmt.Sprintf("migrate: version %d", m.version), err)
 			}
 		}
-		if _, err := conn.ExecContext(ctx, "INSERT INTO "+d.qSchemaVersion+" (version, description) VALUES (?, ?)", m.version, m.description); err != nil {
+		if _, err := conn.ExecContext(ctx, d.q.schemaVersionInsert, m.version, m.description); err != nil {
 			return wrap(fmt.Sprintf("migrate: record version %d", m.version), err)
 		}
 	}
@@ -201,7 +181,7 @@ func alreadyApplied(err error) bool {
 // is applied.
 func (d *Driver) SchemaVersion(ctx context.Context) (int, error) {
 	var v int
-	err := d.db.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM "+d.qSchemaVersion).Scan(&v)
+	err := d.db.QueryRowContext(ctx, d.q.schemaVersionMax).Scan(&v)
 	if err != nil {
 		return 0, wrap("schema version", err)
 	}
@@ -236,7 +216,7 @@ var versionPattern = regexp.MustCompile(`^(\d+)\.(\d+)\.(\d+)`)
 // checkVersion refuses servers without SKIP LOCKED or expression defaults.
 func checkVersion(ctx context.Context, conn *sql.Conn) error {
 	var v string
-	if err := conn.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); err != nil {
+	if err := conn.QueryRowContext(ctx, versionSQL).Scan(&v); err != nil {
 		return wrap("migrate: version", err)
 	}
 	if !supportedVersion(v) {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/internal/pertype"
 )
 
 // Dialect is the name returned by Driver.Dialect.
@@ -93,6 +93,8 @@ type Driver struct {
 	// Quoted, schema-qualified table names, ready to splice into SQL. They
 	// are built only from names store.NewTables validated.
 	qOutbox, qDeadLetter, qInbox, qLease, qSchemaVersion string
+	// q holds every statement, rendered with those names (queries.go).
+	q queries
 
 	// maxPacket caches the server's max_allowed_packet, read once on the
 	// first publish; 0 until then or when it could not be read.
@@ -108,8 +110,7 @@ type Driver struct {
 	deadlockRetries atomic.Int64
 
 	// ordered holds the ordered claim's cursors by event type.
-	orderedMu sync.Mutex
-	ordered   map[string]*orderedCursor
+	ordered pertype.Map[orderedCursor]
 }
 
 var (
@@ -142,6 +143,7 @@ func New(db *sql.DB, cfg Config) (*Driver, error) {
 		tables:    tables,
 	}
 	d.setNames()
+	d.q = d.buildQueries()
 	return d, nil
 }
 
@@ -218,7 +220,7 @@ func (c readCommittedConnector) Connect(ctx context.Context) (driver.Conn, error
 		conn.Close()
 		return nil, errors.New("mysql: connection does not implement ExecerContext")
 	}
-	if _, err := ex.ExecContext(ctx, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED", nil); err != nil {
+	if _, err := ex.ExecContext(ctx, readCommittedSQL, nil); err != nil {
 		conn.Close()
 		return nil, err
 	}
@@ -277,7 +279,7 @@ const maxDeadlockRetries = 4
 
 // inTx runs fn in one of the driver's own READ COMMITTED transactions and
 // commits it, re-running it after a deadlock (1213). With READ COMMITTED,
-// SKIP LOCKED and the lock order of this package (SCHEMA.md, "Lock order")
+// SKIP LOCKED and the lock order of this package (docs/schema/mysql.md, "Lock order")
 // no deadlock has been measured in the tests; the retry is a safety net,
 // and it is counted so tests can assert it stayed unused.
 func (d *Driver) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
@@ -393,19 +395,6 @@ func wrap(op string, err error) error {
 	return fmt.Errorf("mysql: %s: %w", op, err)
 }
 
-// deleteByID and updateByID begin a write whose WHERE selects rows by a
-// list of primary keys. The primary key is forced: such a write must read
-// and lock exactly its rows, in key order, whatever the statistics say
-// and whatever else its WHERE tests (SCHEMA.md, "Lock order"). A
-// single-table DELETE takes no index hint, so the multi-table form is
-// used; it names the table itself rather than an alias, which MariaDB
-// cannot resolve when the connection has no default database.
-func deleteByID(table string) string {
-	return "DELETE " + table + " FROM " + table + " FORCE INDEX (PRIMARY)"
-}
-
-func updateByID(table string) string { return "UPDATE " + table + " FORCE INDEX (PRIMARY)" }
-
 // timeLayout is how DATETIME(6) values are written and read as text.
 const timeLayout = "2006-01-02 15:04:05.999999"
 
@@ -474,14 +463,6 @@ func (s idScan) parse(v string) error {
 	}
 	*s.id = id
 	return nil
-}
-
-// placeholders returns "?, ?, ..., ?" with n marks.
-func placeholders(n int) string {
-	if n <= 0 {
-		return ""
-	}
-	return strings.Repeat("?, ", n-1) + "?"
 }
 
 // idArgs appends the text form of ids to args.

@@ -31,8 +31,8 @@ func keyChunk(wanted, run int) int {
 // than the batch.
 func maxWalk(limit int) int { return 4*limit + 64 }
 
-// claimOrderedIn is the ordered-by-key claim (docs/schema.md, "Ordered
-// claim"; store/mysql/SCHEMA.md), inside the claim's READ COMMITTED
+// claimOrderedIn is the ordered-by-key claim (docs/schema/mysql.md and
+// docs/schema/postgres.md, "Ordered claim"), inside the claim's READ COMMITTED
 // transaction. It reads O(batch) index entries however many rows wait
 // behind one key, where a scan of the claim index in due order would pass
 // every row of a blocked key:
@@ -56,90 +56,134 @@ func (d *Driver) claimOrderedIn(ctx context.Context, tx *sql.Tx, params *store.O
 	cur := d.orderedCursor(params.EventType)
 	after, hasAfter, sweepDue, sweepID := cur.start(time.Now())
 	limit, run := params.Limit, max(params.KeyRun, 1)
-
-	// Keyless rows.
-	var keyless []string
-	window := 0
-	var lastDue, lastID string
-	rows, err := tx.QueryContext(ctx, "SELECT id, due_at, event_key IS NULL FROM "+d.qOutbox+
-		" FORCE INDEX (txbox_claim) WHERE status = 'PENDING' AND event_type = ? AND due_at <= UTC_TIMESTAMP(6)"+
-		" AND (due_at > ? OR (due_at = ? AND id > ?)) ORDER BY due_at, id LIMIT ?",
-		params.EventType, sweepDue, sweepDue, sweepID, limit)
+	kw, err := d.keylessWindow(ctx, tx, params.EventType, sweepDue, sweepID, limit)
 	if err != nil {
 		return nil, err
+	}
+	w := keyWalk{typ: params.EventType, after: after, hasAfter: hasAfter, limit: limit, run: run, total: len(kw.ids)}
+	if err := d.walkKeys(ctx, tx, &w); err != nil {
+		return nil, err
+	}
+	cur.claimed(time.Now(), w.last, w.lastSet, kw.size, limit, kw.lastDue, kw.lastID)
+	out, err := d.lockOrdered(ctx, tx, params.EventType, token, kw.ids, w.runs)
+	if err != nil || len(out) == 0 {
+		return nil, err
+	}
+	if err := d.markInProcess(ctx, tx, out, params.LeaseDuration, token); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// keyless is what the keyless window read: the ids of its rows without a
+// key, in (due_at, id) order, how many rows it read, and the (due_at, id)
+// of the last, where the sweep goes on from.
+type keyless struct {
+	ids             []string
+	size            int
+	lastDue, lastID string
+}
+
+// keylessWindow reads the type's oldest due PENDING rows after the keyless
+// sweep cursor (sweepDue, sweepID), at most limit, through txbox_claim.
+func (d *Driver) keylessWindow(ctx context.Context, tx *sql.Tx, typ, sweepDue, sweepID string, limit int) (keyless, error) {
+	var kw keyless
+	rows, err := tx.QueryContext(ctx, d.q.orderedWindow, typ, sweepDue, sweepDue, sweepID, limit)
+	if err != nil {
+		return kw, err
 	}
 	for rows.Next() {
 		var id, due string
 		var noKey bool
 		if err := rows.Scan(&id, &due, &noKey); err != nil {
 			rows.Close()
-			return nil, err
+			return kw, err
 		}
-		window++
-		lastDue, lastID = due, id
+		kw.size++
+		kw.lastDue, kw.lastID = due, id
 		if noKey {
-			keyless = append(keyless, id)
+			kw.ids = append(kw.ids, id)
 		}
 	}
 	if err := rows.Close(); err != nil {
-		return nil, err
+		return kw, err
 	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
+	return kw, rows.Err()
+}
 
-	// The key walk.
-	type keyRun struct {
-		key []byte
-		ids []string
-	}
-	var runs []keyRun
-	total := len(keyless)
-	pos, posSet, wrapped, last, lastSet := after, hasAfter, false, after, hasAfter
-	for steps := 0; total < limit && steps < maxWalk(limit); {
-		keys, err := d.pendingKeys(ctx, tx, params.EventType, pos, posSet, keyChunk(limit-total, run))
+// keyRun is one key's claimable run, ids in id order.
+type keyRun struct {
+	key []byte
+	ids []string
+}
+
+// keyWalk is the state of one claim's key walk: where it starts (the key
+// cursor), its bounds, and what it found.
+type keyWalk struct {
+	typ        string
+	after      string
+	hasAfter   bool
+	limit, run int
+	total      int // rows found so far, the keyless ones included
+	runs       []keyRun
+	last       string // the last key walked
+	lastSet    bool
+}
+
+// walkKeys visits keys with PENDING rows after the key cursor (wrapping
+// around once), a chunk per round trip, and collects their runs until the
+// claim has limit rows or visited maxWalk(limit) keys.
+func (d *Driver) walkKeys(ctx context.Context, tx *sql.Tx, w *keyWalk) error {
+	pos, posSet, wrapped := w.after, w.hasAfter, false
+	w.last, w.lastSet = w.after, w.hasAfter
+	for steps := 0; w.total < w.limit && steps < maxWalk(w.limit); {
+		keys, err := d.pendingKeys(ctx, tx, w.typ, pos, posSet, keyChunk(w.limit-w.total, w.run))
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if wrapped && hasAfter {
+		if wrapped && w.hasAfter {
 			// A full lap ends at the cursor.
 			n := 0
-			for n < len(keys) && bytes.Compare(keys[n], []byte(after)) <= 0 {
+			for n < len(keys) && bytes.Compare(keys[n], []byte(w.after)) <= 0 {
 				n++
 			}
 			keys = keys[:n]
 		}
 		if len(keys) == 0 {
-			if wrapped || !hasAfter {
+			if wrapped || !w.hasAfter {
 				break
 			}
 			pos, posSet, wrapped = "", false, true
 			continue
 		}
-		found, err := d.keyRuns(ctx, tx, params.EventType, keys, run)
+		found, err := d.keyRuns(ctx, tx, w.typ, keys, w.run)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for _, k := range keys {
 			steps++
 			ids := found[string(k)]
-			if len(ids) > limit-total {
-				ids = ids[:limit-total]
+			if len(ids) > w.limit-w.total {
+				ids = ids[:w.limit-w.total]
 			}
 			if len(ids) > 0 {
-				runs = append(runs, keyRun{key: k, ids: ids})
-				total += len(ids)
+				w.runs = append(w.runs, keyRun{key: k, ids: ids})
+				w.total += len(ids)
 			}
-			last, lastSet = string(k), true
-			if total >= limit || steps >= maxWalk(limit) {
+			w.last, w.lastSet = string(k), true
+			if w.total >= w.limit || steps >= maxWalk(w.limit) {
 				break
 			}
 		}
-		pos, posSet = last, true
+		pos, posSet = w.last, true
 	}
-	cur.claimed(time.Now(), last, lastSet, window, limit, lastDue, lastID)
+	return nil
+}
 
-	// Lock the candidates and keep each key's locked prefix.
+// lockOrdered locks the chosen rows FOR UPDATE SKIP LOCKED in primary-key
+// order and keeps the keyless ones it locked and each key's locked prefix
+// of its run, in (due_at, id) order.
+func (d *Driver) lockOrdered(ctx context.Context, tx *sql.Tx, typ string, token txbox.ID, keyless []string, runs []keyRun) ([]*store.OutboxRow, error) {
 	var ids []string
 	ids = append(ids, keyless...)
 	for _, r := range runs {
@@ -148,42 +192,8 @@ func (d *Driver) claimOrderedIn(ctx context.Context, tx *sql.Tx, params *store.O
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
-	}
-	lrows, err := tx.QueryContext(ctx, "SELECT id, event_key, payload, headers, attempts, created_at, due_at FROM "+d.qOutbox+
-		" WHERE id IN ("+placeholders(len(ids))+") AND status = 'PENDING' AND due_at <= UTC_TIMESTAMP(6) ORDER BY id FOR UPDATE SKIP LOCKED", args...)
+	locked, due, err := d.lockRows(ctx, tx, typ, token, ids)
 	if err != nil {
-		return nil, err
-	}
-	locked := map[string]*store.OutboxRow{}
-	due := map[string]time.Time{}
-	for lrows.Next() {
-		r := &store.OutboxRow{EventType: params.EventType, LeaseToken: token}
-		var key, headers []byte
-		var dueAt time.Time
-		if err := lrows.Scan(idScan{&r.ID}, &key, &r.Payload, &headers, &r.Attempts, nullTime{&r.CreatedAt}, nullTime{&dueAt}); err != nil {
-			lrows.Close()
-			return nil, err
-		}
-		r.Key = string(key)
-		if r.Payload == nil {
-			r.Payload = []byte{}
-		}
-		// An undecodable row is handed out Invalid for the relay to
-		// dead-letter; failing the claim would wedge the type behind it.
-		var herr error
-		if r.Headers, herr = store.DecodeHeaders(headers); herr != nil {
-			r.Invalid = herr.Error()
-		}
-		locked[r.ID.String()] = r
-		due[r.ID.String()] = dueAt
-	}
-	if err := lrows.Close(); err != nil {
-		return nil, err
-	}
-	if err := lrows.Err(); err != nil {
 		return nil, err
 	}
 	var out []*store.OutboxRow
@@ -201,9 +211,6 @@ func (d *Driver) claimOrderedIn(ctx context.Context, tx *sql.Tx, params *store.O
 			out = append(out, r)
 		}
 	}
-	if len(out) == 0 {
-		return nil, nil
-	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := due[out[i].ID.String()], due[out[j].ID.String()]
 		if !a.Equal(b) {
@@ -211,37 +218,50 @@ func (d *Driver) claimOrderedIn(ctx context.Context, tx *sql.Tx, params *store.O
 		}
 		return bytes.Compare(out[i].ID[:], out[j].ID[:]) < 0
 	})
-	// By primary key only, in key order (SCHEMA.md, "Lock order"), like
-	// the unordered claim's UPDATE.
-	upd := make([]txbox.ID, len(out))
-	for i, r := range out {
-		upd[i] = r.ID
-	}
-	upd = sortedIDs(upd)
-	uargs := make([]any, 0, 2+len(upd))
-	uargs = append(uargs, micros(params.LeaseDuration), token.String())
-	uargs = idArgs(uargs, upd)
-	if _, err := tx.ExecContext(ctx, updateByID(d.qOutbox)+" SET status = 'IN_PROCESS', lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, lease_token = ?"+
-		" WHERE id IN ("+placeholders(len(upd))+")", uargs...); err != nil {
-		return nil, err
-	}
 	return out, nil
+}
+
+// lockRows locks those of ids that are still PENDING and due, skipping
+// rows another transaction holds, and returns them and their due times by
+// id.
+func (d *Driver) lockRows(ctx context.Context, tx *sql.Tx, typ string, token txbox.ID, ids []string) (map[string]*store.OutboxRow, map[string]time.Time, error) {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	rows, err := tx.QueryContext(ctx, inIDs(d.q.orderedLock, len(ids)), args...)
+	if err != nil {
+		return nil, nil, err
+	}
+	locked := map[string]*store.OutboxRow{}
+	due := map[string]time.Time{}
+	for rows.Next() {
+		r := &store.OutboxRow{EventType: typ, LeaseToken: token}
+		var key, headers []byte
+		var dueAt time.Time
+		if err := rows.Scan(idScan{&r.ID}, &key, &r.Payload, &headers, &r.Attempts, nullTime{&r.CreatedAt}, nullTime{&dueAt}); err != nil {
+			rows.Close()
+			return nil, nil, err
+		}
+		claimedRow(r, key, headers)
+		locked[r.ID.String()] = r
+		due[r.ID.String()] = dueAt
+	}
+	if err := rows.Close(); err != nil {
+		return nil, nil, err
+	}
+	return locked, due, rows.Err()
 }
 
 // pendingKeys returns up to n keys of typ with PENDING rows after after
 // (from the first key when posSet is false), in key order: a loose index
 // scan of txbox_order (event_type, status, event_key, id).
 func (d *Driver) pendingKeys(ctx context.Context, tx *sql.Tx, typ, after string, posSet bool, n int) ([][]byte, error) {
-	// DISTINCT over the index's leading columns is what MariaDB and MySQL
-	// run as a loose index scan ("Using index for group-by"): one seek per
-	// key, where DISTINCT event_key alone reads every PENDING entry.
-	q := "SELECT DISTINCT event_type, status, event_key FROM " + d.qOutbox + " FORCE INDEX (txbox_order) WHERE event_type = ? AND status = 'PENDING' AND event_key IS NOT NULL"
-	args := []any{typ}
+	q, args := d.q.pendingKeysFirst, []any{typ}
 	if posSet {
-		q += " AND event_key > ?"
+		q = d.q.pendingKeysAfter
 		args = append(args, []byte(after))
 	}
-	q += " ORDER BY event_type, status, event_key LIMIT ?"
 	args = append(args, n)
 	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
@@ -273,13 +293,7 @@ func (d *Driver) keyRuns(ctx context.Context, tx *sql.Tx, typ string, keys [][]b
 		if i > 0 {
 			q.WriteString(" UNION ALL ")
 		}
-		// kind 0: a PENDING row (flag: due); kind 1: the smallest id of an
-		// IN_PROCESS or FAILED row (flag: parked).
-		q.WriteString("(SELECT ? AS k, 0 AS kind, o.id, o.due_at <= UTC_TIMESTAMP(6) AS flag FROM " + d.qOutbox +
-			" o FORCE INDEX (txbox_order) WHERE o.event_type = ? AND o.status = 'PENDING' AND o.event_key = ? ORDER BY o.id LIMIT ?)")
-		q.WriteString(" UNION ALL (SELECT ?, 1, (SELECT MIN(b.id) FROM " + d.qOutbox +
-			" b FORCE INDEX (txbox_order) WHERE b.event_type = ? AND b.status IN ('IN_PROCESS', 'FAILED') AND b.event_key = ?), EXISTS (SELECT 1 FROM " +
-			d.qDeadLetter + " x WHERE x.event_type = ? AND x.event_key = ? AND x.status = 'UNRESOLVED'))")
+		q.WriteString(d.q.keyRun)
 		args = append(args, i, typ, k, run, i, typ, k, typ, k)
 	}
 	rows, err := tx.QueryContext(ctx, q.String(), args...)
@@ -351,41 +365,44 @@ type orderedCursor struct {
 	key      string
 	hasKey   bool
 	due, id  string // due "": sweep from the start
+	peeked   bool   // the last claim peeked: the next one continues the sweep
 	rescanAt time.Time
 }
 
-// sweepRescan restarts the keyless sweep from the oldest row at least this
-// often, so a keyless row that committed behind the sweep waits at most
-// about this long.
+// sweepRescan is how often a claim peeks at the oldest rows while the
+// keyless sweep is under way, so a keyless row that committed behind the
+// sweep waits about this long.
 const sweepRescan = 5 * time.Second
 
 // sweepStart is below every DATETIME(6) value.
 const sweepStart = "1000-01-01 00:00:00.000000"
 
-func (d *Driver) orderedCursor(eventType string) *orderedCursor {
-	d.orderedMu.Lock()
-	defer d.orderedMu.Unlock()
-	if d.ordered == nil {
-		d.ordered = map[string]*orderedCursor{}
-	}
-	c := d.ordered[eventType]
-	if c == nil {
-		c = &orderedCursor{}
-		d.ordered[eventType] = c
-	}
-	return c
-}
+func (d *Driver) orderedCursor(eventType string) *orderedCursor { return d.ordered.Get(eventType) }
 
+// start returns the key to walk after and the keyless window's lower
+// bound. Once every sweepRescan, while a sweep is under way, one claim's
+// window starts from the oldest row instead (a peek) and the sweep keeps
+// its position, so it always gets past a long run of blocked rows,
+// however slowly.
 func (c *orderedCursor) start(now time.Time) (after string, hasAfter bool, due, id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !now.Before(c.rescanAt) || c.due == "" {
-		c.due, c.id = "", ""
+	if c.due == "" {
 		return c.key, c.hasKey, sweepStart, ""
 	}
+	if !now.Before(c.rescanAt) && !c.peeked {
+		c.peeked = true
+		c.rescanAt = now.Add(sweepRescan)
+		return c.key, c.hasKey, sweepStart, ""
+	}
+	c.peeked = false
 	return c.key, c.hasKey, c.due, c.id
 }
 
+// claimed records a claim's last key and keyless window. A window that was
+// not full reached the end of the due rows: the sweep starts over.
+// Otherwise the sweep only moves forward (a peek ends behind it). Both
+// values are DATETIME(6) text and canonical ids, which sort as text.
 func (c *orderedCursor) claimed(now time.Time, key string, hasKey bool, window, limit int, due, id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -397,7 +414,7 @@ func (c *orderedCursor) claimed(now time.Time, key string, hasKey bool, window, 
 	case c.due == "":
 		c.due, c.id = due, id
 		c.rescanAt = now.Add(sweepRescan)
-	default:
+	case due > c.due || (due == c.due && id > c.id):
 		c.due, c.id = due, id
 	}
 }

@@ -1,13 +1,11 @@
 package mysql
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -139,7 +137,7 @@ func (d *Driver) maxAllowedPacket(ctx context.Context, ex execer) int64 {
 		return 0
 	}
 	var v int64
-	if err := q.QueryRowContext(ctx, "SELECT @@max_allowed_packet").Scan(&v); err != nil || v <= 0 {
+	if err := q.QueryRowContext(ctx, maxAllowedPacketSQL).Scan(&v); err != nil || v <= 0 {
 		return 0
 	}
 	d.maxPacket.Store(v)
@@ -149,9 +147,7 @@ func (d *Driver) maxAllowedPacket(ctx context.Context, ex execer) int64 {
 func (d *Driver) insertSQL(events []*txbox.Event) (string, []any, error) {
 	var b strings.Builder
 	b.Grow(80 + 48*len(events))
-	b.WriteString("INSERT INTO ")
-	b.WriteString(d.qOutbox)
-	b.WriteString(" (id, event_type, event_key, payload, headers, due_at) VALUES ")
+	b.WriteString(d.q.insert)
 	args := make([]any, 0, 6*len(events))
 	for i, ev := range events {
 		if i > 0 {
@@ -171,9 +167,9 @@ func (d *Driver) insertSQL(events []*txbox.Event) (string, []any, error) {
 		}
 		args = append(args, ev.ID.String(), ev.Type, key, payload, headers)
 		if ev.NotBefore.IsZero() {
-			b.WriteString("(?, ?, ?, ?, ?, UTC_TIMESTAMP(6))")
+			b.WriteString(d.q.insertRow)
 		} else {
-			b.WriteString("(?, ?, ?, ?, ?, GREATEST(CAST(? AS DATETIME(6)), UTC_TIMESTAMP(6)))")
+			b.WriteString(d.q.insertRowNotBefore)
 			args = append(args, dbTimeArg(ev.NotBefore))
 		}
 	}
@@ -197,15 +193,14 @@ func encodeHeaders(h map[string]string) (string, error) {
 // locked in index order and never after a filesort), then one UPDATE by
 // primary key that sets IN_PROCESS, the lease and one fresh token.
 func (d *Driver) OutboxClaim(ctx context.Context, params *store.OutboxClaimParams) ([]*store.OutboxRow, error) {
-	claimSQL, err := d.claimSQL(params)
-	if err != nil {
+	if err := checkClaim(params); err != nil {
 		return nil, err
 	}
 	token := txbox.NewID()
 	var out []*store.OutboxRow
-	err = d.inTx(ctx, func(tx *sql.Tx) error {
+	err := d.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		out, err = d.claimIn(ctx, tx, claimSQL, params, token)
+		out, err = d.claimIn(ctx, tx, params, token)
 		return err
 	})
 	if err != nil {
@@ -214,35 +209,27 @@ func (d *Driver) OutboxClaim(ctx context.Context, params *store.OutboxClaimParam
 	return out, nil
 }
 
-// claimSQL validates params and returns the locking SELECT of a claim.
-func (d *Driver) claimSQL(params *store.OutboxClaimParams) (string, error) {
+// checkClaim validates a claim's params.
+func checkClaim(params *store.OutboxClaimParams) error {
 	if params == nil || params.EventType == "" || params.Limit < 1 || params.LeaseDuration <= 0 {
-		return "", fmt.Errorf("%w: claim needs an event type, Limit >= 1 and LeaseDuration > 0", ErrInvalidParams)
+		return fmt.Errorf("%w: claim needs an event type, Limit >= 1 and LeaseDuration > 0", ErrInvalidParams)
 	}
 	if err := txbox.ValidateEventType(params.EventType); err != nil {
-		return "", err
+		return err
 	}
-	var q strings.Builder
-	q.WriteString("SELECT o.id, o.event_key, o.payload, o.headers, o.attempts, o.created_at FROM ")
-	q.WriteString(d.qOutbox)
-	q.WriteString(" o FORCE INDEX (txbox_claim) WHERE o.status = 'PENDING' AND o.event_type = ? AND o.due_at <= UTC_TIMESTAMP(6)")
 	if params.KeyRun < 0 || params.KeyRun > maxKeyRun {
-		return "", fmt.Errorf("%w: claim KeyRun must be between 0 and %d, got %d", ErrInvalidParams, maxKeyRun, params.KeyRun)
+		return fmt.Errorf("%w: claim KeyRun must be between 0 and %d, got %d", ErrInvalidParams, maxKeyRun, params.KeyRun)
 	}
-	if params.OrderedByKey {
-		return "", nil // claimOrderedIn builds its own statements
-	}
-	q.WriteString(" ORDER BY o.due_at, o.id LIMIT ? FOR UPDATE SKIP LOCKED")
-	return q.String(), nil
+	return nil
 }
 
 // claimIn runs a claim inside tx: the locking SELECT, then one UPDATE by
 // primary key that sets IN_PROCESS, the lease and token.
-func (d *Driver) claimIn(ctx context.Context, tx *sql.Tx, claimSQL string, params *store.OutboxClaimParams, token txbox.ID) ([]*store.OutboxRow, error) {
+func (d *Driver) claimIn(ctx context.Context, tx *sql.Tx, params *store.OutboxClaimParams, token txbox.ID) ([]*store.OutboxRow, error) {
 	if params.OrderedByKey {
 		return d.claimOrderedIn(ctx, tx, params, token)
 	}
-	rows, err := tx.QueryContext(ctx, claimSQL, params.EventType, params.Limit)
+	rows, err := tx.QueryContext(ctx, d.q.claim, params.EventType, params.Limit)
 	if err != nil {
 		return nil, err
 	}
@@ -254,17 +241,7 @@ func (d *Driver) claimIn(ctx context.Context, tx *sql.Tx, claimSQL string, param
 		if err := rows.Scan(idScan{&r.ID}, &key, &r.Payload, &headers, &r.Attempts, nullTime{&r.CreatedAt}); err != nil {
 			return nil, err
 		}
-		r.Key = string(key)
-		if r.Payload == nil {
-			r.Payload = []byte{}
-		}
-		// A row that cannot be turned into a message is handed out
-		// Invalid, for the relay to dead-letter, instead of failing the
-		// claim: the whole type would wedge behind it.
-		var herr error
-		if r.Headers, herr = store.DecodeHeaders(headers); herr != nil {
-			r.Invalid = herr.Error()
-		}
+		claimedRow(r, key, headers)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
@@ -274,25 +251,44 @@ func (d *Driver) claimIn(ctx context.Context, tx *sql.Tx, claimSQL string, param
 	if len(out) == 0 {
 		return nil, nil
 	}
-	args := make([]any, 0, 2+len(out))
-	args = append(args, micros(params.LeaseDuration), token.String())
-	// By primary key only, in key order (SCHEMA.md, "Lock order"): this
-	// transaction already holds the rows' locks, taken in claim order, so
-	// its UPDATE must not lock anything else. Without the forced key
-	// MariaDB was seen waiting here on rows outside the list, held by a
-	// concurrent cleanup or finish waiting on this claim: a deadlock.
-	ids := make([]txbox.ID, len(out))
-	for i, r := range out {
-		ids[i] = r.ID
-	}
-	ids = sortedIDs(ids)
-	args = idArgs(args, ids)
-	_, err = tx.ExecContext(ctx, updateByID(d.qOutbox)+" SET status = 'IN_PROCESS', lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, lease_token = ?"+
-		" WHERE id IN ("+placeholders(len(ids))+")", args...)
-	if err != nil {
+	if err := d.markInProcess(ctx, tx, out, params.LeaseDuration, token); err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// claimedRow completes a claimed row from its key and headers columns. A
+// row that cannot be turned into a message is handed out Invalid, for the
+// relay to dead-letter, instead of failing the claim: the whole type would
+// wedge behind it.
+func claimedRow(r *store.OutboxRow, key, headers []byte) {
+	r.Key = string(key)
+	if r.Payload == nil {
+		r.Payload = []byte{}
+	}
+	var herr error
+	if r.Headers, herr = store.DecodeHeaders(headers); herr != nil {
+		r.Invalid = herr.Error()
+	}
+}
+
+// markInProcess sets the claimed rows IN_PROCESS with the lease and token,
+// by primary key only, in key order (docs/schema/mysql.md, "Lock order"): the claim's
+// transaction already holds the rows' locks, taken in claim order, so its
+// UPDATE must not lock anything else. Without the forced key MariaDB was
+// seen waiting here on rows outside the list, held by a concurrent cleanup
+// or finish waiting on this claim: a deadlock.
+func (d *Driver) markInProcess(ctx context.Context, tx *sql.Tx, rows []*store.OutboxRow, lease time.Duration, token txbox.ID) error {
+	ids := make([]txbox.ID, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ID
+	}
+	ids = store.SortedIDs(ids)
+	args := make([]any, 0, 2+len(ids))
+	args = append(args, micros(lease), token.String())
+	args = idArgs(args, ids)
+	_, err := tx.ExecContext(ctx, inIDs(d.q.claimUpdate, len(ids)), args...)
+	return err
 }
 
 type statement struct {
@@ -307,7 +303,7 @@ type statement struct {
 // the rest one UPDATE. Each statement runs on its own, at READ COMMITTED,
 // holding no lock before it starts and taking its row locks through the
 // primary key in key order, so no finish can close a deadlock cycle with
-// another statement of this driver (SCHEMA.md, "Lock order"). The two
+// another statement of this driver (docs/schema/mysql.md, "Lock order"). The two
 // statements of a DeleteAcked finish are not one transaction: every row's
 // outcome is fenced on its own, so a finish retried after the first
 // succeeded counts those rows as fenced and changes nothing twice.
@@ -325,64 +321,6 @@ func (d *Driver) OutboxFinish(ctx context.Context, params *store.OutboxFinishPar
 		finished += n
 	}
 	return finishResult(params, finished), nil
-}
-
-// OutboxFinishAndClaim records the outcome of one batch and claims the
-// next in a single READ COMMITTED transaction: one commit instead of two
-// for a poller that has a full batch to finish and wants another. It is
-// the same as OutboxFinish followed by OutboxClaim, fencing included, but
-// the two are atomic together. It is not (yet) part of the store seam;
-// see docs/benchmarks/mysql.md for what it saves. (The relay does not use
-// it: a transaction that holds the finish's row locks while it claims is
-// outside the lock order of SCHEMA.md.)
-func (d *Driver) OutboxFinishAndClaim(ctx context.Context, finish *store.OutboxFinishParams, claim *store.OutboxClaimParams) (*store.OutboxFinishResult, []*store.OutboxRow, error) {
-	stmts, err := d.finishPlan(finish)
-	if err != nil {
-		return nil, nil, err
-	}
-	claimSQL, err := d.claimSQL(claim)
-	if err != nil {
-		return nil, nil, err
-	}
-	token := txbox.NewID()
-	var finished int64
-	var rows []*store.OutboxRow
-	err = d.inTx(ctx, func(tx *sql.Tx) error {
-		var err error
-		if finished, err = execAll(ctx, tx, stmts); err != nil {
-			return err
-		}
-		rows, err = d.claimIn(ctx, tx, claimSQL, claim, token)
-		return err
-	})
-	if err != nil {
-		return nil, nil, wrap("finish and claim", err)
-	}
-	return finishResult(finish, finished), rows, nil
-}
-
-// sortedIDs returns ids in primary-key order (their text, which for
-// lower-case canonical UUIDs is byte order), without duplicates.
-func sortedIDs(ids []txbox.ID) []txbox.ID {
-	out := slices.Clone(ids)
-	slices.SortFunc(out, func(a, b txbox.ID) int { return bytes.Compare(a[:], b[:]) })
-	return slices.Compact(out)
-}
-
-func execAll(ctx context.Context, tx *sql.Tx, stmts []statement) (int64, error) {
-	var total int64
-	for _, s := range stmts {
-		res, err := tx.ExecContext(ctx, s.query, s.args...)
-		if err != nil {
-			return 0, err
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return 0, err
-		}
-		total += n
-	}
-	return total, nil
 }
 
 func finishResult(params *store.OutboxFinishParams, finished int64) *store.OutboxFinishResult {
@@ -426,7 +364,7 @@ func (d *Driver) finishPlan(params *store.OutboxFinishParams) ([]statement, erro
 	}
 	var stmts []statement
 	if len(acked) > 0 {
-		q, args := d.fencedWrite(deleteByID(d.qOutbox), nil, acked)
+		q, args := d.fencedWrite(d.q.finishDelete, nil, acked)
 		stmts = append(stmts, statement{q, args})
 	}
 	if len(rest) > 0 {
@@ -475,8 +413,7 @@ func (d *Driver) fencedWrite(head string, headArgs []any, items []store.OutboxFi
 func (d *Driver) finishUpdate(items []store.OutboxFinishItem) statement {
 	var q strings.Builder
 	var args []any
-	q.WriteString(updateByID(d.qOutbox))
-	q.WriteString(" SET")
+	q.WriteString(d.q.finishUpdate)
 	caseExpr := func(col string, pick func(it store.OutboxFinishItem) bool, value string, arg func(it store.OutboxFinishItem) []any, elseExpr string) {
 		// The same value for every row (an all-acked batch): no CASE.
 		all := true
@@ -559,11 +496,7 @@ func (d *Driver) OutboxRecover(ctx context.Context, params *store.OutboxRecoverP
 	if params == nil || params.Limit < 1 {
 		return 0, fmt.Errorf("%w: recover needs Limit >= 1", ErrInvalidParams)
 	}
-	cond := "status = 'IN_PROCESS' AND lease_until < UTC_TIMESTAMP(6)"
-	n, err := d.readThenWrite(ctx,
-		"SELECT id FROM "+d.qOutbox+" FORCE INDEX (txbox_claim) WHERE "+cond+" LIMIT ?", []any{params.Limit},
-		updateByID(d.qOutbox)+" SET status = 'PENDING', due_at = UTC_TIMESTAMP(6), lease_until = NULL, lease_token = NULL"+
-			" WHERE id IN (%s) AND "+cond, nil)
+	n, err := d.readThenWrite(ctx, d.q.recoverSelect, []any{params.Limit}, d.q.recoverWrite, nil)
 	if err != nil {
 		return 0, wrap("recover", err)
 	}
@@ -572,10 +505,10 @@ func (d *Driver) OutboxRecover(ctx context.Context, params *store.OutboxRecoverP
 
 // readThenWrite is the shape of every range write of this driver, so that
 // all of them take their row locks in one order, through the primary key
-// in key order, holding none before (SCHEMA.md, "Lock order"):
+// in key order, holding none before (docs/schema/mysql.md, "Lock order"):
 //
 //  1. sel, a plain consistent read (no locks), finds candidate ids;
-//  2. write, one statement on its own, whose %s is replaced by the sorted
+//  2. write, one statement on its own, whose {{ids}} is replaced by the sorted
 //     ids' placeholders, changes those that still satisfy its condition
 //     (writeArgs bind after the ids). It forces the primary key
 //     (updateByID, deleteByID), or it could lock secondary index entries
@@ -590,18 +523,10 @@ func (d *Driver) readThenWrite(ctx context.Context, sel string, selArgs []any, w
 	if err != nil || len(ids) == 0 {
 		return 0, err
 	}
-	ids = sortedIDs(ids)
+	ids = store.SortedIDs(ids)
 	args := append(idArgs(nil, ids), writeArgs...)
-	n, err := d.exec(ctx, fmt.Sprintf(write, placeholders(len(ids))), args...)
+	n, err := d.exec(ctx, inIDs(write, len(ids)), args...)
 	return int(n), err
-}
-
-// lockByKey locks, through the primary key and in key order, those of ids
-// (sorted) that satisfy cond, skipping rows another transaction holds (so
-// it never waits), and returns them.
-func (d *Driver) lockByKey(ctx context.Context, tx *sql.Tx, table string, ids []txbox.ID, cond string, condArgs []any) ([]txbox.ID, error) {
-	args := idArgs(append([]any(nil), condArgs...), ids)
-	return queryIDs(ctx, tx, "SELECT id FROM "+table+" FORCE INDEX (PRIMARY) WHERE "+cond+" AND id IN ("+placeholders(len(ids))+") ORDER BY id FOR UPDATE SKIP LOCKED", args...)
 }
 
 // OutboxPendingTypes lists the types with PENDING rows by a loose index
@@ -612,12 +537,11 @@ func (d *Driver) lockByKey(ctx context.Context, tx *sql.Tx, table string, ids []
 // and MariaDB execute its correlated step with ref access on status alone
 // and read the whole pending range.)
 func (d *Driver) OutboxPendingTypes(ctx context.Context) ([]string, error) {
-	q := "SELECT event_type FROM " + d.qOutbox + " FORCE INDEX (txbox_claim) WHERE status = 'PENDING' AND event_type > ? ORDER BY status, event_type LIMIT 1"
 	var out []string
 	last := ""
 	for {
 		var typ string
-		err := d.db.QueryRowContext(ctx, q, last).Scan(&typ)
+		err := d.db.QueryRowContext(ctx, d.q.pendingTypes, last).Scan(&typ)
 		if errors.Is(err, sql.ErrNoRows) {
 			return out, nil
 		}
@@ -634,10 +558,7 @@ func (d *Driver) OutboxPendingTypes(ctx context.Context) ([]string, error) {
 // claim index only; the oldest age reads the pending rows themselves, so
 // callers should cache the result (the relay's metrics do).
 func (d *Driver) OutboxStats(ctx context.Context) ([]*store.OutboxTypeStats, error) {
-	q := "SELECT event_type, status, COUNT(*), " +
-		"TIMESTAMPDIFF(MICROSECOND, MIN(CASE WHEN status = 'PENDING' THEN created_at END), UTC_TIMESTAMP(6)) FROM " +
-		d.qOutbox + " FORCE INDEX (txbox_claim) WHERE status IN ('FAILED', 'IN_PROCESS', 'PENDING') GROUP BY event_type, status ORDER BY event_type"
-	rows, err := d.db.QueryContext(ctx, q)
+	rows, err := d.db.QueryContext(ctx, d.q.stats)
 	if err != nil {
 		return nil, wrap("stats", err)
 	}
@@ -680,11 +601,8 @@ func (d *Driver) OutboxCleanup(ctx context.Context, params *store.CleanupParams)
 	if err := checkCleanup(params); err != nil {
 		return 0, err
 	}
-	cond := "status = 'PROCESSED' AND processed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"
 	age := micros(params.OlderThan)
-	n, err := d.readThenWrite(ctx,
-		"SELECT id FROM "+d.qOutbox+" FORCE INDEX (txbox_cleanup) WHERE "+cond+" ORDER BY processed_at LIMIT ?", []any{age, params.Limit},
-		deleteByID(d.qOutbox)+" WHERE id IN (%s) AND "+cond, []any{age})
+	n, err := d.readThenWrite(ctx, d.q.cleanupSelect, []any{age, params.Limit}, d.q.cleanupWrite, []any{age})
 	if err != nil {
 		return 0, wrap("cleanup", err)
 	}

@@ -412,44 +412,6 @@ func TestClaimOrderAndNotBefore(t *testing.T) {
 	}
 }
 
-func TestFinishAndClaim(t *testing.T) {
-	t.Parallel()
-	d := setup(t)
-	ctx := context.Background()
-	evs := publish(t, d, events("fold", 5)...)
-	claim := &store.OutboxClaimParams{EventType: "fold", Limit: 2, LeaseDuration: time.Minute}
-	first, err := d.OutboxClaim(ctx, claim)
-	if err != nil || len(first) != 2 {
-		t.Fatalf("claim: %d, %v", len(first), err)
-	}
-	// Finish the first batch (one item with a stale token: fenced) and
-	// claim the next in one transaction.
-	items := []store.OutboxFinishItem{
-		{ID: first[0].ID, LeaseToken: first[0].LeaseToken, Outcome: store.OutcomeAcked},
-		{ID: first[1].ID, LeaseToken: txbox.NewID(), Outcome: store.OutcomeAcked},
-	}
-	res, second, err := d.OutboxFinishAndClaim(ctx, &store.OutboxFinishParams{Items: items, DeleteAcked: true}, claim)
-	if err != nil || res.Finished != 1 || res.Fenced != 1 {
-		t.Fatalf("finish part = %+v, %v", res, err)
-	}
-	if len(second) != 2 || second[0].ID != evs[2].ID || second[1].ID != evs[3].ID || second[0].LeaseToken == first[0].LeaseToken {
-		t.Fatalf("claim part = %v", ids(second))
-	}
-	if s, _ := statusOf(t, d, evs[0].ID); s != "" {
-		t.Fatalf("acked row still there: %s", s)
-	}
-	if s, _ := statusOf(t, d, evs[1].ID); s != store.StatusInProcess {
-		t.Fatalf("fenced row changed to %s", s)
-	}
-	// Bad params on either side change nothing.
-	if _, _, err := d.OutboxFinishAndClaim(ctx, &store.OutboxFinishParams{Items: items}, &store.OutboxClaimParams{EventType: "fold"}); !errors.Is(err, ErrInvalidParams) {
-		t.Fatalf("bad claim params: %v", err)
-	}
-	if s, _ := statusOf(t, d, evs[2].ID); s != store.StatusInProcess {
-		t.Fatalf("row %s after a refused call", s)
-	}
-}
-
 func ids(rows []*store.OutboxRow) []txbox.ID {
 	out := make([]txbox.ID, len(rows))
 	for i, r := range rows {

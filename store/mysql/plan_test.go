@@ -159,7 +159,7 @@ func TestClaimReadsOBatch(t *testing.T) {
 // TestFinishWritesByPrimaryKeyOnly: every statement of a finish (mixed
 // outcomes, several lease tokens, with and without DeleteAcked) can only
 // be driven by the primary key, so it locks rows in key order and never
-// secondary index entries first (SCHEMA.md, "Lock order"). EXPLAIN lists
+// secondary index entries first (docs/schema/mysql.md, "Lock order"). EXPLAIN lists
 // the indexes the optimizer could use.
 func TestFinishWritesByPrimaryKeyOnly(t *testing.T) {
 	t.Parallel()

@@ -48,7 +48,7 @@ func (r *recorder) distinct() int {
 	return len(r.count)
 }
 
-// TestTwoRelaysOnMySQL is the end-to-end check of SPEC scenario 4 on this
+// TestTwoRelaysOnMySQL is the end-to-end check of "N relays on one table" on this
 // dialect: two relay instances, each with its own driver and pool (two
 // processes as far as the database can tell), drain one table while
 // producers keep publishing, one type unordered and one ordered by key.
@@ -86,7 +86,7 @@ func twoRelays(t *testing.T, retention time.Duration) {
 	rec := newRecorder()
 	quiet := slog.New(slog.DiscardHandler)
 	batch, inFlight := 50, 2
-	fast := &relay.PollingSettings{Mode: relay.PollingFixed, Delay: 20 * time.Millisecond}
+	fast := &relay.PollingSettings{Mode: new(relay.PollingFixed), Delay: new(20 * time.Millisecond)}
 	ordered := relay.OrderingKey
 	var relays []*relay.Relay
 	for i, d := range drivers {

@@ -33,19 +33,7 @@ type claimCursor struct {
 	catchID  uuid.UUID
 }
 
-func (d *Driver) cursor(eventType string) *claimCursor {
-	d.cursorsMu.Lock()
-	defer d.cursorsMu.Unlock()
-	if d.cursors == nil {
-		d.cursors = map[string]*claimCursor{}
-	}
-	c := d.cursors[eventType]
-	if c == nil {
-		c = &claimCursor{}
-		d.cursors[eventType] = c
-	}
-	return c
-}
+func (d *Driver) cursor(eventType string) *claimCursor { return d.cursors.Get(eventType) }
 
 // lowerBound returns the (due_at, id) to start the scan after, or false
 // for a full scan. catchUp is true when the claim is part of a catch-up
@@ -115,40 +103,36 @@ type orderedCursor struct {
 	hasKey   bool
 	due      time.Time // database clock; zero: sweep from the start
 	id       uuid.UUID
-	rescanAt time.Time // local clock: the sweep restarts after this
+	peeked   bool      // the last claim peeked: the next one continues the sweep
+	rescanAt time.Time // local clock: the next claim peeks from the start
 }
 
-func (d *Driver) orderedCursor(eventType string) *orderedCursor {
-	d.cursorsMu.Lock()
-	defer d.cursorsMu.Unlock()
-	if d.ordered == nil {
-		d.ordered = map[string]*orderedCursor{}
-	}
-	c := d.ordered[eventType]
-	if c == nil {
-		c = &orderedCursor{}
-		d.ordered[eventType] = c
-	}
-	return c
-}
+func (d *Driver) orderedCursor(eventType string) *orderedCursor { return d.ordered.Get(eventType) }
 
 // start returns the key to walk after (false: the first key) and the
-// keyless sweep's lower bound (zero time: from the start).
-func (c *orderedCursor) start(now time.Time) (string, bool, time.Time, uuid.UUID) {
+// keyless window's lower bound (zero time: from the start). Once every
+// rescan interval, while a sweep is under way, one claim's window starts
+// from the oldest row instead (a peek), so a keyless row that committed
+// behind the sweep waits about that long; the sweep keeps its position,
+// so however long it takes to get past a long run of blocked rows (a
+// parked key, a hot key whose head is slow), it gets past them.
+func (c *orderedCursor) start(now time.Time, rescan time.Duration) (string, bool, time.Time, uuid.UUID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !now.Before(c.rescanAt) {
-		// The sweep restarts from the oldest row every rescan interval, so
-		// a keyless row that committed behind it waits at most that long.
-		c.due, c.id = time.Time{}, uuid.UUID{}
+	if !c.due.IsZero() && !now.Before(c.rescanAt) && !c.peeked {
+		c.peeked = true
+		c.rescanAt = now.Add(rescan)
+		return c.key, c.hasKey, time.Time{}, uuid.UUID{}
 	}
+	c.peeked = false
 	return c.key, c.hasKey, c.due, c.id
 }
 
 // claimed records an ordered claim's marker: the last key walked (none:
 // there are no keys) and the keyless window's size and last row. A window
 // that was not full reached the end of the due rows: the next sweep starts
-// from the oldest again.
+// from the oldest again. Otherwise the sweep only moves forward: a peek's
+// window, which ends behind the sweep, leaves it where it is.
 func (c *orderedCursor) claimed(now time.Time, key string, hasKey bool, window, limit int, due time.Time, id uuid.UUID, rescan time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -160,7 +144,7 @@ func (c *orderedCursor) claimed(now time.Time, key string, hasKey bool, window, 
 	case c.due.IsZero():
 		c.due, c.id = due, id
 		c.rescanAt = now.Add(rescan)
-	default:
+	case due.After(c.due) || (due.Equal(c.due) && bytes.Compare(id[:], c.id[:]) > 0):
 		c.due, c.id = due, id
 	}
 }

@@ -22,7 +22,7 @@
 // lease token. Partial indexes keep the claim O(batch) however large the
 // processed history grows, and a per-type keyset lower bound keeps it so
 // while a long transaction elsewhere stops vacuum (Config.ClaimLookback);
-// see docs/schema.md for the plans.
+// see docs/schema/postgres.md for the plans.
 //
 // Every timestamp comes from the database clock (now()).
 package postgres

@@ -24,7 +24,7 @@ import (
 // claim reads O(batch) rows and pages however large the backlog and the
 // processed history are: 100k pending rows over several types plus 100k
 // processed rows by default, 1M pending with TXBOX_CHAOS=1. Set
-// TXBOX_PRINT_PLANS=1 to print the text plans (copied into docs/schema.md).
+// TXBOX_PRINT_PLANS=1 to print the text plans (copied into docs/schema/postgres.md).
 func TestClaimPlanIsOBatch(t *testing.T) {
 	t.Parallel()
 	pending, processed := 100_000, 100_000
@@ -33,25 +33,8 @@ func TestClaimPlanIsOBatch(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
-	db, err := sql.Open("pgx", testenv.PostgresURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	schema := testenv.PostgresSchema(t, db)
-	pool, err := pgxpool.New(ctx, testenv.PostgresURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	d, err := New(pool, Config{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	d := migratedDriver(ctx, t)
+	pool := d.Pool()
 	ob := d.table(d.tables.Outbox)
 	// Five types, one of them keyed (1,000 keys), a processed history, and
 	// some rows of other states, generated server-side.
@@ -134,30 +117,13 @@ func orderedArgs(typ string, limit, run int, after pgtype.Text, lower pgtype.Tim
 // key: 50k rows behind one hot key whose head is in process (the claim
 // used to read every one of them, ~200k buffers), and 50 keys with 2,000
 // rows each, claimed in runs. TXBOX_PRINT_PLANS=1 prints the plans
-// (copied into docs/schema.md).
+// (copied into docs/schema/postgres.md).
 func TestOrderedClaimPlanIsOBatch(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
-	db, err := sql.Open("pgx", testenv.PostgresURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	schema := testenv.PostgresSchema(t, db)
-	pool, err := pgxpool.New(ctx, testenv.PostgresURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	d, err := New(pool, Config{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	d := migratedDriver(ctx, t)
+	pool := d.Pool()
 	ob := d.table(d.tables.Outbox)
 	// "hot": 50k rows of one key, its head in process, then one row for
 	// each of 50 other keys. "many": 50 keys x 2,000 rows, interleaved.
@@ -282,4 +248,33 @@ func walk(n map[string]any, fn func(map[string]any)) {
 			walk(m, fn)
 		}
 	}
+}
+
+// migratedDriver returns a migrated driver on a fresh schema, dropped when
+// t ends. The in-package tests cannot use internal/storeharness, which
+// imports this package.
+func migratedDriver(ctx context.Context, t *testing.T) *Driver {
+	t.Helper()
+	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	db, err := sql.Open("pgx", testenv.PostgresURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Registered before the schema's cleanup, so it runs after the schema
+	// is dropped (a deferred Close ran first and left the schema behind).
+	t.Cleanup(func() { _ = db.Close() })
+	schema := testenv.PostgresSchema(t, db)
+	pool, err := pgxpool.New(ctx, testenv.PostgresURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	d, err := New(pool, Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return d
 }

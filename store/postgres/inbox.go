@@ -4,12 +4,10 @@ package postgres
 // table itself is created by this package's migration.
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -76,13 +74,13 @@ func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRec
 	if err := store.ValidateConsumerName(params.Consumer); err != nil {
 		return nil, fmt.Errorf("postgres: inbox record: %w", err)
 	}
-	ids := dedupIDs(params.IDs)
+	ids := store.SortedIDs(params.IDs)
 	if len(ids) == 0 {
 		return nil, nil
 	}
 	fresh := make(map[uuid.UUID]bool, len(ids))
 	if ex.native() {
-		rows, err := ex.pgx.Query(ctx, d.inboxRecordSQL(`$2::uuid[]`), params.Consumer, ids)
+		rows, err := ex.pgx.Query(ctx, d.q.inboxRecordNative, params.Consumer, ids)
 		if err != nil {
 			return nil, recordErr(err)
 		}
@@ -96,7 +94,7 @@ func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRec
 		if !ok {
 			return nil, &txbox.UnsupportedTxError{Dialect: Dialect, Type: fmt.Sprintf("%T (no QueryContext)", tx)}
 		}
-		rows, err := q.QueryContext(ctx, d.inboxRecordSQL(`$2::text::uuid[]`), params.Consumer, uuidArrayText(ids))
+		rows, err := q.QueryContext(ctx, d.q.inboxRecordText, params.Consumer, uuidArrayText(ids))
 		if err != nil {
 			return nil, recordErr(err)
 		}
@@ -116,7 +114,7 @@ func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRec
 			return nil, recordErr(err)
 		}
 	}
-	return inputOrder(params.IDs, fresh), nil
+	return store.InputOrder(params.IDs, fresh), nil
 }
 
 // recordErr marks deadlocks and serialization failures (a caller's
@@ -130,26 +128,13 @@ func recordErr(err error) error {
 	return translate("inbox record", err)
 }
 
-func (d *Driver) inboxRecordSQL(idsArg string) string {
-	// The table name is validated and quoted by New; the rest is constant.
-	return `INSERT INTO ` + d.table(d.tables.Inbox) + ` (consumer_name, event_id)
-		SELECT $1::text, u.id FROM unnest(` + idsArg + `) AS u(id)
-		ON CONFLICT DO NOTHING
-		RETURNING event_id::text`
-}
-
 // InboxCleanup deletes up to Limit ids recorded more than OlderThan ago, on
 // the database clock, using the processed_at index. See store.Inbox.
 func (d *Driver) InboxCleanup(ctx context.Context, params *store.CleanupParams) (int, error) {
 	if err := checkCleanup("inbox cleanup", params); err != nil {
 		return 0, err
 	}
-	t := d.table(d.tables.Inbox)
-	q := `DELETE FROM ` + t + ` WHERE (consumer_name, event_id) IN (
-		SELECT consumer_name, event_id FROM ` + t + `
-		WHERE processed_at < now() - $1::bigint * interval '1 microsecond'
-		LIMIT $2)`
-	tag, err := d.pool.Exec(ctx, q, params.OlderThan.Microseconds(), params.Limit)
+	tag, err := d.pool.Exec(ctx, d.q.inboxCleanup, params.OlderThan.Microseconds(), params.Limit)
 	if err != nil {
 		return 0, translate("inbox cleanup", err)
 	}
@@ -172,34 +157,4 @@ func PgxTx(tx any) (pgx.Tx, error) {
 	default:
 		return nil, &txbox.UnsupportedTxError{Dialect: Dialect, Type: fmt.Sprintf("%T", tx)}
 	}
-}
-
-// dedupIDs returns the distinct ids sorted, so that two transactions
-// recording overlapping batches lock the keys in the same order and cannot
-// deadlock each other.
-func dedupIDs(in []txbox.ID) []txbox.ID {
-	seen := make(map[txbox.ID]struct{}, len(in))
-	out := make([]txbox.ID, 0, len(in))
-	for _, id := range in {
-		if _, ok := seen[id]; ok {
-			continue
-		}
-		seen[id] = struct{}{}
-		out = append(out, id)
-	}
-	slices.SortFunc(out, func(a, b txbox.ID) int { return bytes.Compare(a[:], b[:]) })
-	return out
-}
-
-// inputOrder returns the ids of in that are in fresh, once each, in input
-// order.
-func inputOrder(in []txbox.ID, fresh map[txbox.ID]bool) []txbox.ID {
-	out := make([]txbox.ID, 0, len(fresh))
-	for _, id := range in {
-		if fresh[id] {
-			out = append(out, id)
-			delete(fresh, id)
-		}
-	}
-	return out
 }

@@ -6,13 +6,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/txbox/txbox/internal/backoff"
 )
 
-// Backoff bounds of the listener's reconnect loop.
-const (
-	listenMinBackoff = 100 * time.Millisecond
-	listenMaxBackoff = 10 * time.Second
-)
+// listenBackoff is the wait of the listener's reconnect loop after each
+// failure since it was last connected: 100ms doubling up to 10s.
+var listenBackoff = backoff.Policy{Initial: 100 * time.Millisecond, Multiplier: 2, Max: 10 * time.Second}
 
 // OutboxListen LISTENs on the driver's channel on one dedicated connection
 // (opened from the pool's connection config, never borrowed from the pool,
@@ -22,23 +22,23 @@ const (
 // quickly (signal a channel, do not poll from it). It returns ctx.Err()
 // when ctx ends. See store.Waker.
 func (d *Driver) OutboxListen(ctx context.Context, wake func(eventType string)) error {
-	backoff := listenMinBackoff
+	failures := backoff.Streak{Policy: listenBackoff}
 	for {
-		err := d.listenOnce(ctx, wake, func() { backoff = listenMinBackoff })
+		err := d.listenOnce(ctx, wake, failures.Reset)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		wait := failures.Next()
 		// pgconn's errors name host, user and database, never the password.
 		d.logger.Warn("txbox postgres listener lost its connection; reconnecting",
-			slog.Any("error", err), slog.Duration("backoff", backoff), slog.String("channel", d.channel))
-		t := time.NewTimer(backoff)
+			slog.Any("error", err), slog.Duration("backoff", wait), slog.String("channel", d.channel))
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
 		case <-t.C:
 		}
-		backoff = min(backoff*2, listenMaxBackoff)
 	}
 }
 

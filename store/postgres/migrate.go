@@ -95,22 +95,19 @@ func (d *Driver) Migrate(ctx context.Context) error {
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 
 	sv := d.table(d.tables.SchemaVersion)
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "txbox:migrate:"+sv); err != nil {
+	if _, err := tx.Exec(ctx, d.q.migrateLock, "txbox:migrate:"+sv); err != nil {
 		return translate("migrate: lock", err)
 	}
 	if d.tables.Schema != "" {
-		if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{d.tables.Schema}.Sanitize()); err != nil {
+		if _, err := tx.Exec(ctx, d.q.createSchema); err != nil {
 			return translate("migrate: create schema", err)
 		}
 	}
-	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+sv+` (
-		version    integer     NOT NULL PRIMARY KEY,
-		name       text        NOT NULL,
-		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+	if _, err := tx.Exec(ctx, d.q.schemaVersionCreate); err != nil {
 		return translate("migrate: version table", err)
 	}
 	var current int
-	if err := tx.QueryRow(ctx, `SELECT COALESCE(max(version), 0) FROM `+sv).Scan(&current); err != nil {
+	if err := tx.QueryRow(ctx, d.q.schemaVersionMax).Scan(&current); err != nil {
 		return translate("migrate: read version", err)
 	}
 	if current > len(migs) {
@@ -120,7 +117,7 @@ func (d *Driver) Migrate(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, m.SQL, pgx.QueryExecModeSimpleProtocol); err != nil {
 			return translate(fmt.Sprintf("migrate: version %d (%s)", m.Version, m.Name), err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO `+sv+` (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
+		if _, err := tx.Exec(ctx, d.q.schemaVersionInsert, m.Version, m.Name); err != nil {
 			return translate("migrate: record version", err)
 		}
 	}
@@ -133,7 +130,7 @@ func (d *Driver) Migrate(ctx context.Context) error {
 // SchemaVersion returns the highest applied migration version, 0 when none.
 func (d *Driver) SchemaVersion(ctx context.Context) (int, error) {
 	var v int
-	err := d.pool.QueryRow(ctx, `SELECT COALESCE(max(version), 0) FROM `+d.table(d.tables.SchemaVersion)).Scan(&v)
+	err := d.pool.QueryRow(ctx, d.q.schemaVersionMax).Scan(&v)
 	if err != nil {
 		return 0, translate("schema version", err)
 	}

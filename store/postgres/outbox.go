@@ -296,7 +296,7 @@ func (d *Driver) prepareClaim(params *store.OutboxClaimParams) (*claimCall, erro
 		run := max(params.KeyRun, 1)
 		c.query = d.claimOrdered(run)
 		c.ord = d.orderedCursor(params.EventType)
-		key, hasKey, due, id := c.ord.start(time.Now())
+		key, hasKey, due, id := c.ord.start(time.Now(), d.rescan)
 		var after pgtype.Text
 		if hasKey {
 			after = pgtype.Text{String: key, Valid: true}
@@ -459,49 +459,6 @@ func (d *Driver) OutboxFinish(ctx context.Context, params *store.OutboxFinishPar
 		return nil, translate("finish", err)
 	}
 	return f.result(finished), nil
-}
-
-// OutboxFinishAndClaim records the outcome of one batch and claims the
-// next in one round trip and one transaction (a pgx pipeline of the two
-// statements under one Sync, so one commit and one WAL flush instead of
-// two), for a poller that has a batch to finish and wants another. It is
-// OutboxFinish followed by OutboxClaim, fencing included, atomic together.
-// It is not (yet) part of the store seam; store/mysql offers the same
-// method.
-func (d *Driver) OutboxFinishAndClaim(ctx context.Context, finish *store.OutboxFinishParams, claim *store.OutboxClaimParams) (*store.OutboxFinishResult, []*store.OutboxRow, error) {
-	f, err := prepareFinish(finish)
-	if err != nil {
-		return nil, nil, err
-	}
-	c, err := d.prepareClaim(claim)
-	if err != nil {
-		return nil, nil, err
-	}
-	if f.args == nil {
-		rows, err := d.OutboxClaim(ctx, claim)
-		return f.result(0), rows, err
-	}
-	b := &pgx.Batch{}
-	b.Queue(d.q.finish, f.args...)
-	b.Queue(c.query, c.args...)
-	br := d.pool.SendBatch(ctx, b)
-	defer br.Close()
-	var finished int64
-	if err := br.QueryRow().Scan(&finished); err != nil {
-		return nil, nil, translate("finish", err)
-	}
-	rq, err := br.Query()
-	if err != nil {
-		return nil, nil, translate("claim", err)
-	}
-	rows, err := c.scan(rq)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := br.Close(); err != nil {
-		return nil, nil, translate("finish and claim", err)
-	}
-	return f.result(finished), rows, nil
 }
 
 // finishCall is one prepared finish.

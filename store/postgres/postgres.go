@@ -18,6 +18,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/internal/pertype"
 )
 
 // Dialect is the name returned by [Driver.Dialect].
@@ -78,16 +79,15 @@ type Driver struct {
 	copyTable pgx.Identifier
 
 	lookback, rescan time.Duration
-	cursorsMu        sync.Mutex
-	cursors          map[string]*claimCursor
-	ordered          map[string]*orderedCursor
+	cursors          pertype.Map[claimCursor]
+	ordered          pertype.Map[orderedCursor]
+	orderedSQLMu     sync.Mutex
 	orderedSQL       map[int]string
 }
 
 var (
-	_ store.Driver              = (*Driver)(nil)
-	_ store.Waker               = (*Driver)(nil)
-	_ store.OutboxFinishClaimer = (*Driver)(nil)
+	_ store.Driver = (*Driver)(nil)
+	_ store.Waker  = (*Driver)(nil)
 )
 
 // New returns a driver on pool. It validates Schema and TablePrefix before

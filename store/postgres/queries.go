@@ -3,6 +3,8 @@ package postgres
 import (
 	"strconv"
 	"strings"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // queries holds every statement of the driver, rendered once in New with
@@ -26,9 +28,15 @@ type queries struct {
 	dlCleanup                      string
 
 	leaseAcquire, leaseRelease string
+
+	inboxRecordNative, inboxRecordText, inboxCleanup string
+
+	migrateLock, createSchema                                  string
+	schemaVersionCreate, schemaVersionMax, schemaVersionInsert string
 }
 
-// render replaces {{outbox}}, {{dead_letter}} and {{lease}} in s.
+// render replaces {{outbox}}, {{dead_letter}}, {{lease}} and {{inbox}} in
+// s.
 func (d *Driver) render(s string) string {
 	return strings.NewReplacer(
 		"{{outbox}}", d.table(d.tables.Outbox),
@@ -71,8 +79,23 @@ const insertOneBody = `
 	INSERT INTO {{outbox}} (id, event_type, event_key, payload, headers, due_at)
 	VALUES ($1::uuid, $2::text, NULLIF($3::text, ''), $4::bytea, $5::text::jsonb, GREATEST(now(), $6::timestamptz))`
 
+// buildQueries renders every statement for d's tables, area by area.
 func buildQueries(d *Driver) queries {
 	var q queries
+	d.publishQueries(&q)
+	d.claimQueries(&q)
+	d.finishQueries(&q)
+	d.statsQueries(&q)
+	d.deadLetterQueries(&q)
+	d.leaseQueries(&q)
+	d.inboxQueries(&q)
+	d.schemaQueries(&q)
+	return q
+}
+
+// publishQueries: one event, a batch (pgx arrays or database/sql
+// text), each with or without NOTIFY.
+func (d *Driver) publishQueries(q *queries) {
 	q.notify = `SELECT pg_notify($1, t) FROM unnest($2::text[]) AS t`
 	q.insertOne = d.render(insertOneBody)
 	q.insertOneNotify = d.render(`WITH ins AS (` + insertOneBody + `
@@ -82,7 +105,10 @@ func buildQueries(d *Driver) queries {
 	q.insertNativeNotify = d.render(insertSQL(insertNativeArgs, true))
 	q.insertText = d.render(insertSQL(insertTextArgs, false))
 	q.insertTextNotify = d.render(insertSQL(insertTextArgs, true))
+}
 
+// claimQueries: the claim and the recovery of expired leases.
+func (d *Driver) claimQueries(q *queries) {
 	const claimTmpl = `
 	WITH picked AS (
 		SELECT o.id FROM {{outbox}} o
@@ -102,6 +128,21 @@ func buildQueries(d *Driver) queries {
 	RETURNING u.id, u.event_type, COALESCE(u.event_key, ''), u.payload, u.headers, u.attempts, u.created_at, u.due_at`
 	q.claim = d.render(strings.Replace(claimTmpl, "%s", "", 1))
 
+	q.recover = d.render(`
+	WITH r AS (
+		SELECT id FROM {{outbox}}
+		WHERE status = 'IN_PROCESS' AND lease_until < now()
+		ORDER BY lease_until
+		LIMIT $1
+		FOR UPDATE SKIP LOCKED
+	)
+	UPDATE {{outbox}} o
+	SET status = 'PENDING', due_at = now(), lease_until = NULL, lease_token = NULL
+	FROM r WHERE o.id = r.id`)
+}
+
+// finishQueries: the fenced finish and the cleanup of processed rows.
+func (d *Driver) finishQueries(q *queries) {
 	// Outcomes: 0 acked, 1 retry, 2 failed, 3 released (store.Outcome).
 	//
 	// The fence is lease_token alone: a claim sets it together with
@@ -141,18 +182,17 @@ func buildQueries(d *Driver) queries {
 	)
 	SELECT (SELECT count(*) FROM del) + (SELECT count(*) FROM upd)`)
 
-	q.recover = d.render(`
-	WITH r AS (
+	q.cleanup = d.render(`
+	DELETE FROM {{outbox}} WHERE id IN (
 		SELECT id FROM {{outbox}}
-		WHERE status = 'IN_PROCESS' AND lease_until < now()
-		ORDER BY lease_until
-		LIMIT $1
-		FOR UPDATE SKIP LOCKED
-	)
-	UPDATE {{outbox}} o
-	SET status = 'PENDING', due_at = now(), lease_until = NULL, lease_token = NULL
-	FROM r WHERE o.id = r.id`)
+		WHERE status = 'PROCESSED' AND processed_at < now() - $1::float8 * interval '1 microsecond'
+		ORDER BY processed_at
+		LIMIT $2
+		FOR UPDATE SKIP LOCKED)`)
+}
 
+// statsQueries: pending-types discovery and per-type stats.
+func (d *Driver) statsQueries(q *queries) {
 	// A loose index scan over the claim index: one index probe per
 	// distinct type instead of reading every pending row.
 	q.pendingTypes = d.render(`
@@ -175,15 +215,9 @@ func buildQueries(d *Driver) queries {
 	SELECT event_type, 'I', count(*), 0 FROM {{outbox}} WHERE status = 'IN_PROCESS' GROUP BY event_type
 	UNION ALL
 	SELECT event_type, 'F', count(*), 0 FROM {{outbox}} WHERE status = 'FAILED' GROUP BY event_type`)
+}
 
-	q.cleanup = d.render(`
-	DELETE FROM {{outbox}} WHERE id IN (
-		SELECT id FROM {{outbox}}
-		WHERE status = 'PROCESSED' AND processed_at < now() - $1::float8 * interval '1 microsecond'
-		ORDER BY processed_at
-		LIMIT $2
-		FOR UPDATE SKIP LOCKED)`)
-
+func (d *Driver) deadLetterQueries(q *queries) {
 	// One statement is one transaction: lock FAILED rows, delete them and
 	// insert them into the dead-letter table, or none of it. failed_at is
 	// when the row failed (its processed_at, set by the finish), not when
@@ -248,7 +282,9 @@ func buildQueries(d *Driver) queries {
 		ORDER BY resolved_at
 		LIMIT $2
 		FOR UPDATE SKIP LOCKED)`)
+}
 
+func (d *Driver) leaseQueries(q *queries) {
 	q.leaseAcquire = d.render(`
 	INSERT INTO {{lease}} AS l (name, holder, until)
 	VALUES ($1, $2, now() + $3::float8 * interval '1 microsecond')
@@ -256,15 +292,42 @@ func buildQueries(d *Driver) queries {
 	WHERE l.until <= now() OR l.holder = EXCLUDED.holder
 	RETURNING 1`)
 	q.leaseRelease = d.render(`DELETE FROM {{lease}} WHERE name = $1 AND holder = $2`)
-	return q
+}
+
+func (d *Driver) inboxQueries(q *queries) {
+	// The table name is validated and quoted by New; the rest is constant.
+	const record = `INSERT INTO {{inbox}} (consumer_name, event_id)
+		SELECT $1::text, u.id FROM unnest(%s) AS u(id)
+		ON CONFLICT DO NOTHING
+		RETURNING event_id::text`
+	q.inboxRecordNative = d.render(strings.Replace(record, "%s", `$2::uuid[]`, 1))
+	q.inboxRecordText = d.render(strings.Replace(record, "%s", `$2::text::uuid[]`, 1))
+	q.inboxCleanup = d.render(`DELETE FROM {{inbox}} WHERE (consumer_name, event_id) IN (
+		SELECT consumer_name, event_id FROM {{inbox}}
+		WHERE processed_at < now() - $1::bigint * interval '1 microsecond'
+		LIMIT $2)`)
+}
+
+func (d *Driver) schemaQueries(q *queries) {
+	sv := d.table(d.tables.SchemaVersion)
+	q.migrateLock = `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`
+	if d.tables.Schema != "" {
+		q.createSchema = `CREATE SCHEMA IF NOT EXISTS ` + pgx.Identifier{d.tables.Schema}.Sanitize()
+	}
+	q.schemaVersionCreate = `CREATE TABLE IF NOT EXISTS ` + sv + ` (
+		version    integer     NOT NULL PRIMARY KEY,
+		name       text        NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now())`
+	q.schemaVersionMax = `SELECT COALESCE(max(version), 0) FROM ` + sv
+	q.schemaVersionInsert = `INSERT INTO ` + sv + ` (version, name) VALUES ($1, $2)`
 }
 
 // claimOrdered returns the ordered claim statement for runs of up to run
 // rows per key, rendering it once per run length (a relay uses one per
 // event type).
 func (d *Driver) claimOrdered(run int) string {
-	d.cursorsMu.Lock()
-	defer d.cursorsMu.Unlock()
+	d.orderedSQLMu.Lock()
+	defer d.orderedSQLMu.Unlock()
 	if q, ok := d.orderedSQL[run]; ok {
 		return q
 	}
@@ -276,7 +339,7 @@ func (d *Driver) claimOrdered(run int) string {
 	return q
 }
 
-// claimOrderedSQL is the ordered-by-key claim (docs/schema.md, "Ordered
+// claimOrderedSQL is the ordered-by-key claim (docs/schema/postgres.md, "Ordered
 // claim"). It reads O(batch) index entries however many rows wait behind
 // one key, instead of walking the claim index in due order past every
 // row of a blocked key:

@@ -15,7 +15,7 @@ import (
 // BenchmarkWakeLatency measures how long after a publishing transaction
 // sends its COMMIT the relay's listener is woken (NOTIFY → LISTEN on the
 // dedicated connection), publishing one event per millisecond (1k
-// events/s, SPEC §9's pickup-latency load). It reports the p50 and p99 of
+// events/s, the pickup-latency target's load, docs/benchmarks.md). It reports the p50 and p99 of
 // that delay; the relay's claim comes on top.
 func BenchmarkWakeLatency(b *testing.B) {
 	const events = 2000

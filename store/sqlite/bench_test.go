@@ -197,39 +197,14 @@ func txboxDrainStep(ctx context.Context, d *Driver, limit int, deleteAcked bool)
 	return len(rows), nil
 }
 
-// foldedDrainStep finishes the previous batch (acked, deleted) and claims
-// the next one in one transaction with OutboxFinishAndClaim. It returns the
-// new batch and how many rows it finished.
-func foldedDrainStep(ctx context.Context, d *Driver, limit int, prev []*store.OutboxRow) ([]*store.OutboxRow, int, error) {
-	items := make([]store.OutboxFinishItem, len(prev))
-	for i, r := range prev {
-		items[i] = store.OutboxFinishItem{ID: r.ID, LeaseToken: r.LeaseToken, Outcome: store.OutcomeAcked}
-	}
-	res, next, err := d.OutboxFinishAndClaim(ctx, &store.OutboxFinishParams{Items: items, DeleteAcked: true},
-		&store.OutboxClaimParams{EventType: "bench", Limit: limit, LeaseDuration: time.Minute})
-	if err != nil {
-		return nil, 0, err
-	}
-	if res.Finished != len(prev) {
-		return nil, 0, fmt.Errorf("finished %d of %d", res.Finished, len(prev))
-	}
-	if len(prev) == 0 && len(next) > 0 {
-		// The first call only claims; count it as progress so the loop
-		// does not read it as a stall.
-		return next, 0, nil
-	}
-	return next, len(prev), nil
-}
-
 // BenchmarkDrain drains a backlog with claim + finish (batch 200), one
 // relay, against the bare claim-and-delete loop on a second file with the
 // same backlog, alternating batch by batch. retention=0 deletes acked
 // rows; retention=keep marks them PROCESSED.
 func BenchmarkDrain(b *testing.B) {
 	const batch = 200
-	for _, mode := range []string{"retention=0", "retention=keep", "retention=0/folded"} {
+	for _, mode := range []string{"retention=0", "retention=keep"} {
 		keep := mode == "retention=keep"
-		folded := mode == "retention=0/folded"
 		b.Run(mode, func(b *testing.B) {
 			ctx := context.Background()
 			n := backlog()
@@ -242,7 +217,6 @@ func BenchmarkDrain(b *testing.B) {
 				fill(b, bare, n)
 				b.StartTimer()
 				doneBare, doneBox := 0, 0
-				var pending []*store.OutboxRow // folded: claimed, not finished yet
 				for doneBare < n || doneBox < n {
 					if doneBare < n {
 						t0 := time.Now()
@@ -258,18 +232,12 @@ func BenchmarkDrain(b *testing.B) {
 					}
 					if doneBox < n {
 						t0 := time.Now()
-						var k int
-						var err error
-						if folded {
-							pending, k, err = foldedDrainStep(ctx, box, batch, pending)
-						} else {
-							k, err = txboxDrainStep(ctx, box, batch, !keep)
-						}
+						k, err := txboxDrainStep(ctx, box, batch, !keep)
 						if err != nil {
 							b.Fatal(err)
 						}
 						tBox += time.Since(t0)
-						if k == 0 && len(pending) == 0 {
+						if k == 0 {
 							b.Fatalf("txbox drain stalled at %d", doneBox)
 						}
 						doneBox += k

@@ -28,10 +28,8 @@
 // Keep business transactions short: they hold the one write lock.
 //
 // The hot statements (publish one event, claim, finish) are prepared once
-// per connection after Migrate. [Driver.OutboxFinishAndClaim] finishes one
-// batch and claims the next in a single transaction for relays that want
-// one commit per batch. Figures: docs/benchmarks/sqlite.md; the schema in
-// detail: SCHEMA.md in this directory.
+// per connection after Migrate. Figures: docs/benchmarks/sqlite.md; the
+// schema in detail: docs/schema/sqlite.md.
 //
 // # Schema (version 1)
 //

@@ -104,12 +104,7 @@ func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRec
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: inbox record: %w", err)
 	}
-	// ORDER BY keeps a deterministic insert order; DISTINCT drops repeated
-	// ids before they reach the insert.
-	query := `INSERT OR IGNORE INTO ` + quote(d.tables.Inbox) + ` (consumer_name, event_id)
-		SELECT DISTINCT ?, value FROM json_each(?) WHERE true ORDER BY value
-		RETURNING event_id`
-	rows, err := q.QueryContext(ctx, query, params.Consumer, string(arr))
+	rows, err := q.QueryContext(ctx, d.q.inboxRecord, params.Consumer, string(arr))
 	if err != nil {
 		return nil, d.translate(err)
 	}
@@ -129,14 +124,7 @@ func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRec
 	if err := rows.Err(); err != nil {
 		return nil, d.translate(err)
 	}
-	out := make([]txbox.ID, 0, len(fresh))
-	for _, id := range params.IDs {
-		if fresh[id] {
-			out = append(out, id)
-			delete(fresh, id)
-		}
-	}
-	return out, nil
+	return store.InputOrder(params.IDs, fresh), nil
 }
 
 func inboxQueryerOf(tx any) (inboxQueryer, error) {
@@ -164,12 +152,7 @@ func (d *Driver) InboxCleanup(ctx context.Context, params *store.CleanupParams) 
 	if err := validCleanup(params); err != nil {
 		return 0, err
 	}
-	t := quote(d.tables.Inbox)
-	query := `DELETE FROM ` + t + ` WHERE (consumer_name, event_id) IN (
-		SELECT consumer_name, event_id FROM ` + t + `
-		WHERE processed_at < ` + nowPlusSQL + `
-		ORDER BY processed_at LIMIT ?)`
-	n, err := d.writeExec(ctx, query, modifier(-params.OlderThan), params.Limit)
+	n, err := d.writeExec(ctx, d.q.inboxCleanup, modifier(-params.OlderThan), params.Limit)
 	if err != nil {
 		return 0, fmt.Errorf("inbox cleanup: %w", err)
 	}

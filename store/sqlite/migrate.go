@@ -141,7 +141,7 @@ func (d *Driver) SchemaVersion(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	var exists int
-	if err := d.db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?`, d.tables.SchemaVersion).Scan(&exists); err != nil {
+	if err := d.db.QueryRowContext(ctx, d.q.schemaVersionExists, d.tables.SchemaVersion).Scan(&exists); err != nil {
 		return 0, d.translate(err)
 	}
 	if exists == 0 {

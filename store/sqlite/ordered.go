@@ -12,7 +12,7 @@ import (
 // sent in more waves than a lease allows for.
 const maxKeyRun = 10_000
 
-// orderedClaim is one ordered-by-key claim (docs/schema.md, "Ordered
+// orderedClaim is one ordered-by-key claim (docs/schema/postgres.md, "Ordered
 // claim"), run inside the claim's write transaction. SQLite has one writer,
 // so it needs no SKIP LOCKED: it picks the ids with a few indexed queries
 // driven from Go (in process, microseconds each) and claims them with one
@@ -133,37 +133,37 @@ type orderedCursor struct {
 	mu       sync.Mutex
 	key      string
 	due, id  string // "" : sweep from the start
+	peeked   bool   // the last claim peeked: the next one continues the sweep
 	rescanAt time.Time
 }
 
-// sweepRescan restarts the keyless sweep from the oldest row at least this
-// often, so a keyless row that committed behind the sweep waits at most
-// about this long.
+// sweepRescan is how often a claim peeks at the oldest rows while the
+// keyless sweep is under way, so a keyless row that committed behind the
+// sweep waits about this long.
 const sweepRescan = 5 * time.Second
 
-func (d *Driver) orderedCursor(eventType string) *orderedCursor {
-	d.orderedMu.Lock()
-	defer d.orderedMu.Unlock()
-	if d.ordered == nil {
-		d.ordered = map[string]*orderedCursor{}
-	}
-	c := d.ordered[eventType]
-	if c == nil {
-		c = &orderedCursor{}
-		d.ordered[eventType] = c
-	}
-	return c
-}
+func (d *Driver) orderedCursor(eventType string) *orderedCursor { return d.ordered.Get(eventType) }
 
+// start returns the key to walk after and the keyless window's lower
+// bound ("": from the start). Once every sweepRescan, while a sweep is
+// under way, one claim's window starts from the oldest row instead (a
+// peek, never two in a row) and the sweep keeps its position, so it always gets past a long
+// run of blocked rows, however slowly.
 func (c *orderedCursor) start(now time.Time) (after, due, id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !now.Before(c.rescanAt) {
-		c.due, c.id = "", ""
+	if c.due != "" && !now.Before(c.rescanAt) && !c.peeked {
+		c.peeked = true
+		c.rescanAt = now.Add(sweepRescan)
+		return c.key, "", ""
 	}
+	c.peeked = false
 	return c.key, c.due, c.id
 }
 
+// claimed records a claim's last key and keyless window. A window that was
+// not full reached the end of the due rows: the sweep starts over.
+// Otherwise the sweep only moves forward (a peek ends behind it).
 func (c *orderedCursor) claimed(now time.Time, key string, window, limit int, due, id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -175,7 +175,7 @@ func (c *orderedCursor) claimed(now time.Time, key string, window, limit int, du
 	case c.due == "":
 		c.due, c.id = due, id
 		c.rescanAt = now.Add(sweepRescan)
-	default:
+	case due > c.due || (due == c.due && id > c.id):
 		c.due, c.id = due, id
 	}
 }

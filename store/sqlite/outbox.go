@@ -397,33 +397,6 @@ func (d *Driver) OutboxFinish(ctx context.Context, params *store.OutboxFinishPar
 	return f.result(), nil
 }
 
-// OutboxFinishAndClaim applies finish and then claims with claim, in one
-// write transaction: one commit instead of two per batch for a relay that
-// finishes batch N as it claims batch N+1. The claim sees the finish's
-// effects (a released or acked row of an ordered key frees the next). It is
-// an optimisation the relay may use when the store offers it; the result
-// is the same as OutboxFinish followed by OutboxClaim.
-func (d *Driver) OutboxFinishAndClaim(ctx context.Context, finish *store.OutboxFinishParams, claim *store.OutboxClaimParams) (*store.OutboxFinishResult, []*store.OutboxRow, error) {
-	f, err := d.planFinish(finish)
-	if err != nil {
-		return nil, nil, err
-	}
-	c, err := d.planClaim(claim)
-	if err != nil {
-		return nil, nil, err
-	}
-	err = d.write(ctx, func(tx *sql.Tx) error {
-		if err := f.run(ctx, d, tx); err != nil {
-			return err
-		}
-		return c.run(ctx, d, tx)
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("outbox finish and claim: %w", err)
-	}
-	return f.result(), c.result(), nil
-}
-
 // finishRun is one validated finish.
 type finishRun struct {
 	items    int

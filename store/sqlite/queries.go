@@ -87,6 +87,11 @@ type queries struct {
 
 	leaseAcquire string
 	leaseRelease string
+
+	inboxRecord  string // consumer, ids as a JSON array
+	inboxCleanup string
+
+	schemaVersionExists string
 }
 
 // readableRow is true for a row whose headers, id and created_at the
@@ -108,6 +113,7 @@ const maxListIDs = 1000
 
 func quote(name string) string { return `"` + name + `"` }
 
+// buildQueries renders every statement for t, area by area.
 func buildQueries(t store.Tables) queries {
 	r := strings.NewReplacer(
 		"{outbox}", quote(t.Outbox),
@@ -118,43 +124,53 @@ func buildQueries(t store.Tables) queries {
 		"{now}", nowSQL,
 		"{now+}", nowPlusSQL,
 	)
-	claimBase := `UPDATE {outbox} SET status = 'IN_PROCESS', lease_until = {now+}, lease_token = ?
+	var q queries
+	publishQueries(&q, r)
+	claimQueries(&q, r)
+	finishQueries(&q, r)
+	statsQueries(&q, r)
+	deadLetterQueries(&q, r)
+	leaseQueries(&q, r)
+	inboxQueries(&q, r)
+	schemaQueries(&q, r)
+	q.insertOne = q.insertPrefix + q.insertRow
+	q.insertOneNoDue = q.insertPrefixNoDue + q.insertRowNoDue
+	return q
+}
+
+// publishQueries: a prefix and one row tuple per event, with
+// and without a due time.
+func publishQueries(q *queries, r *strings.Replacer) {
+	q.insertPrefix = r.Replace(`INSERT INTO {outbox} (id, event_type, event_key, payload, headers, due_at) VALUES `)
+	q.insertRow = r.Replace(`(?, ?, ?, ?, ?, coalesce(max(?, {now}), {now}))`)
+	// Most events have no NotBefore: the simpler statement compiles
+	// and runs measurably faster (see docs/benchmarks/sqlite.md).
+	q.insertPrefixNoDue = r.Replace(`INSERT INTO {outbox} (id, event_type, event_key, payload, headers) VALUES `)
+	q.insertRowNoDue = `(?, ?, ?, ?, ?)`
+}
+
+// claimQueries: the claim, the ordered claim (ordered.go) and the recovery
+// of expired leases.
+func claimQueries(q *queries, r *strings.Replacer) {
+	const claimBase = `UPDATE {outbox} SET status = 'IN_PROCESS', lease_until = {now+}, lease_token = ?
 WHERE id IN (
     SELECT id FROM {outbox} AS o
     WHERE o.status = 'PENDING' AND o.event_type = ? AND o.due_at <= {now}%s
     ORDER BY o.due_at, o.id
     LIMIT ?)
 RETURNING id, event_type, event_key, payload, headers, attempts, created_at, due_at`
-	dlCols := `id, event_type, event_key, payload, headers, attempts, last_error, created_at, failed_at, status, resolved_at`
-	qs := queries{
-		lockGrab: r.Replace(`UPDATE {lease} SET name = name WHERE 0`),
-
-		schemaVersionCreate: r.Replace(`CREATE TABLE IF NOT EXISTS {schema_version} (
-    version    INTEGER NOT NULL PRIMARY KEY,
-    name       TEXT    NOT NULL DEFAULT '',
-    applied_at TEXT    NOT NULL DEFAULT ({now}))`),
-		schemaVersionMax:    r.Replace(`SELECT coalesce(max(version), 0) FROM {schema_version}`),
-		schemaVersionInsert: r.Replace(`INSERT INTO {schema_version} (version, name) VALUES (?, ?)`),
-
-		insertPrefix: r.Replace(`INSERT INTO {outbox} (id, event_type, event_key, payload, headers, due_at) VALUES `),
-		insertRow:    r.Replace(`(?, ?, ?, ?, ?, coalesce(max(?, {now}), {now}))`),
-		// Most events have no NotBefore: the simpler statement compiles
-		// and runs measurably faster (see docs/benchmarks/sqlite.md).
-		insertPrefixNoDue: r.Replace(`INSERT INTO {outbox} (id, event_type, event_key, payload, headers) VALUES `),
-		insertRowNoDue:    `(?, ?, ?, ?, ?)`,
-
-		claim: r.Replace(fmt.Sprintf(claimBase, "")),
-		// The type's oldest due PENDING rows after the keyless sweep's
-		// (due_at, id), through the claim index.
-		orderedWindow: r.Replace(`SELECT id, due_at, coalesce(event_key, '') FROM {outbox}
+	q.claim = r.Replace(fmt.Sprintf(claimBase, ""))
+	// The type's oldest due PENDING rows after the keyless sweep's
+	// (due_at, id), through the claim index.
+	q.orderedWindow = r.Replace(`SELECT id, due_at, coalesce(event_key, '') FROM {outbox}
 WHERE status = 'PENDING' AND event_type = ?1 AND due_at <= {now} AND (due_at, id) > (?2, ?3)
 ORDER BY due_at, id
-LIMIT ?4`),
-		// The first key after ?2 in the key index, and its first ?3
-		// entries in id order: each is claimable while PENDING and due;
-		// parked when an unresolved dead letter has the key. The empty
-		// key is no key (unordered), so walks start after ''.
-		orderedKey: r.Replace(`SELECT o.event_key, o.id, o.status = 'PENDING' AND o.due_at <= {now},
+LIMIT ?4`)
+	// The first key after ?2 in the key index, and its first ?3
+	// entries in id order: each is claimable while PENDING and due;
+	// parked when an unresolved dead letter has the key. The empty
+	// key is no key (unordered), so walks start after ''.
+	q.orderedKey = r.Replace(`SELECT o.event_key, o.id, o.status = 'PENDING' AND o.due_at <= {now},
     EXISTS (SELECT 1 FROM {dead_letter} AS x
             WHERE x.event_type = ?1 AND x.event_key = o.event_key AND x.status = 'UNRESOLVED')
 FROM {outbox} AS o
@@ -163,44 +179,58 @@ WHERE o.event_type = ?1 AND o.status IN ('PENDING', 'IN_PROCESS', 'FAILED')
     SELECT min(event_key) FROM {outbox}
     WHERE event_type = ?1 AND event_key > ?2 AND status IN ('PENDING', 'IN_PROCESS', 'FAILED'))
 ORDER BY o.id
-LIMIT ?3`),
-		claimIDs: r.Replace(`UPDATE {outbox} SET status = 'IN_PROCESS', lease_until = {now+}, lease_token = ?
+LIMIT ?3`)
+	q.claimIDs = r.Replace(`UPDATE {outbox} SET status = 'IN_PROCESS', lease_until = {now+}, lease_token = ?
 WHERE status = 'PENDING' AND id IN (SELECT value FROM json_each(?))
-RETURNING id, event_type, event_key, payload, headers, attempts, created_at, due_at`),
-		finishAck: r.Replace(`UPDATE {outbox}
-SET status = 'PROCESSED', processed_at = {now}, lease_until = NULL, lease_token = NULL
-WHERE lease_token = ? AND status = 'IN_PROCESS' AND id IN (SELECT value FROM json_each(?))`),
-		finishDelete: r.Replace(`DELETE FROM {outbox}
-WHERE lease_token = ? AND status = 'IN_PROCESS' AND id IN (SELECT value FROM json_each(?))`),
-		finishRetry: r.Replace(`UPDATE {outbox}
-SET status = 'PENDING', attempts = attempts + 1, due_at = {now+}, last_error = ?, lease_until = NULL, lease_token = NULL
-WHERE id = ? AND lease_token = ? AND status = 'IN_PROCESS'`),
-		// processed_at of a FAILED row is when it failed: the dead-letter
-		// mover copies it into failed_at.
-		finishFailed: r.Replace(`UPDATE {outbox}
-SET status = 'FAILED', attempts = attempts + 1, last_error = ?, processed_at = {now}, lease_until = NULL, lease_token = NULL
-WHERE id = ? AND lease_token = ? AND status = 'IN_PROCESS'`),
-		finishReleas: r.Replace(`UPDATE {outbox}
-SET status = 'PENDING', due_at = {now+}, lease_until = NULL, lease_token = NULL
-WHERE id = ? AND lease_token = ? AND status = 'IN_PROCESS'`),
-		recover: r.Replace(`UPDATE {outbox}
+RETURNING id, event_type, event_key, payload, headers, attempts, created_at, due_at`)
+	q.recover = r.Replace(`UPDATE {outbox}
 SET status = 'PENDING', due_at = {now}, lease_until = NULL, lease_token = NULL
 WHERE id IN (
     SELECT id FROM {outbox}
     WHERE status = 'IN_PROCESS' AND lease_until < {now}
     ORDER BY lease_until
-    LIMIT ?)`),
-		// A loose index scan over the claim index: one index seek per
-		// distinct type instead of reading every pending row.
-		pendingTypes: r.Replace(`WITH RECURSIVE t(event_type) AS (
+    LIMIT ?)`)
+}
+
+// finishQueries: the fenced finish and the cleanup of processed rows.
+func finishQueries(q *queries, r *strings.Replacer) {
+	q.finishAck = r.Replace(`UPDATE {outbox}
+SET status = 'PROCESSED', processed_at = {now}, lease_until = NULL, lease_token = NULL
+WHERE lease_token = ? AND status = 'IN_PROCESS' AND id IN (SELECT value FROM json_each(?))`)
+	q.finishDelete = r.Replace(`DELETE FROM {outbox}
+WHERE lease_token = ? AND status = 'IN_PROCESS' AND id IN (SELECT value FROM json_each(?))`)
+	q.finishRetry = r.Replace(`UPDATE {outbox}
+SET status = 'PENDING', attempts = attempts + 1, due_at = {now+}, last_error = ?, lease_until = NULL, lease_token = NULL
+WHERE id = ? AND lease_token = ? AND status = 'IN_PROCESS'`)
+	// processed_at of a FAILED row is when it failed: the dead-letter
+	// mover copies it into failed_at.
+	q.finishFailed = r.Replace(`UPDATE {outbox}
+SET status = 'FAILED', attempts = attempts + 1, last_error = ?, processed_at = {now}, lease_until = NULL, lease_token = NULL
+WHERE id = ? AND lease_token = ? AND status = 'IN_PROCESS'`)
+	q.finishReleas = r.Replace(`UPDATE {outbox}
+SET status = 'PENDING', due_at = {now+}, lease_until = NULL, lease_token = NULL
+WHERE id = ? AND lease_token = ? AND status = 'IN_PROCESS'`)
+	q.cleanup = r.Replace(`DELETE FROM {outbox}
+WHERE id IN (
+    SELECT id FROM {outbox}
+    WHERE status = 'PROCESSED' AND processed_at < {now+}
+    ORDER BY processed_at
+    LIMIT ?)`)
+}
+
+// statsQueries: pending-types discovery and per-type stats.
+func statsQueries(q *queries, r *strings.Replacer) {
+	// A loose index scan over the claim index: one index seek per
+	// distinct type instead of reading every pending row.
+	q.pendingTypes = r.Replace(`WITH RECURSIVE t(event_type) AS (
     SELECT (SELECT min(event_type) FROM {outbox} WHERE status = 'PENDING')
     UNION ALL
     SELECT (SELECT min(o.event_type) FROM {outbox} AS o WHERE o.status = 'PENDING' AND o.event_type > t.event_type)
     FROM t WHERE t.event_type IS NOT NULL)
-SELECT event_type FROM t WHERE event_type IS NOT NULL`),
-		// One branch per status, each read through that status's partial
-		// index, so PROCESSED rows kept for retention are never scanned.
-		stats: r.Replace(`SELECT event_type, sum(p), sum(ip), sum(f),
+SELECT event_type FROM t WHERE event_type IS NOT NULL`)
+	// One branch per status, each read through that status's partial
+	// index, so PROCESSED rows kept for retention are never scanned.
+	q.stats = r.Replace(`SELECT event_type, sum(p), sum(ip), sum(f),
     coalesce(CAST(round((julianday('now') - julianday(min(oldest))) * 86400000.0) AS INTEGER), 0)
 FROM (
     SELECT event_type, count(*) AS p, 0 AS ip, 0 AS f, min(created_at) AS oldest
@@ -210,19 +240,18 @@ FROM (
     UNION ALL
     SELECT event_type, 0, 0, count(*), NULL FROM {outbox} WHERE status = 'FAILED' GROUP BY event_type)
 GROUP BY event_type
-ORDER BY event_type`),
-		cleanup: r.Replace(`DELETE FROM {outbox}
-WHERE id IN (
-    SELECT id FROM {outbox}
-    WHERE status = 'PROCESSED' AND processed_at < {now+}
-    ORDER BY processed_at
-    LIMIT ?)`),
+ORDER BY event_type`)
+}
 
-		// WHERE true: SQLite's parser needs it between INSERT ... SELECT
-		// and an upsert clause. failed_at is when the row failed (its
-		// processed_at, set by finishFailed); rows failed before that was
-		// recorded get the move time.
-		deadLetterMove: r.Replace(`INSERT INTO {dead_letter} (id, event_type, event_key, payload, headers, attempts, last_error, created_at, failed_at, status)
+// deadLetterQueries: the dead-letter table. Statements that end in "IN "
+// take an id list (placeholders).
+func deadLetterQueries(q *queries, r *strings.Replacer) {
+	const dlCols = `id, event_type, event_key, payload, headers, attempts, last_error, created_at, failed_at, status, resolved_at`
+	// WHERE true: SQLite's parser needs it between INSERT ... SELECT
+	// and an upsert clause. failed_at is when the row failed (its
+	// processed_at, set by finishFailed); rows failed before that was
+	// recorded get the move time.
+	q.deadLetterMove = r.Replace(`INSERT INTO {dead_letter} (id, event_type, event_key, payload, headers, attempts, last_error, created_at, failed_at, status)
 SELECT id, event_type, event_key, payload, headers, attempts, last_error, created_at, coalesce(processed_at, {now}), 'UNRESOLVED'
 FROM {outbox} WHERE status = 'FAILED' AND true
 ORDER BY id
@@ -231,32 +260,56 @@ ON CONFLICT (id) DO UPDATE SET
     event_type = excluded.event_type, event_key = excluded.event_key, payload = excluded.payload,
     headers = excluded.headers, attempts = excluded.attempts, last_error = excluded.last_error,
     created_at = excluded.created_at, failed_at = excluded.failed_at, status = 'UNRESOLVED', resolved_at = NULL
-RETURNING id`),
-		deadLetterMoveDelete: r.Replace(`DELETE FROM {outbox} WHERE status = 'FAILED' AND id IN `),
-		deadLetterSelect:     r.Replace(`SELECT ` + dlCols + ` FROM {dead_letter}`),
-		deadLetterCount:      r.Replace(`SELECT count(*) FROM {dead_letter}`),
-		deadLetterRetry: r.Replace(`INSERT INTO {outbox} (id, event_type, event_key, payload, headers, status, attempts, due_at, last_error, created_at)
+RETURNING id`)
+	q.deadLetterMoveDelete = r.Replace(`DELETE FROM {outbox} WHERE status = 'FAILED' AND id IN `)
+	q.deadLetterSelect = r.Replace(`SELECT ` + dlCols + ` FROM {dead_letter}`)
+	q.deadLetterCount = r.Replace(`SELECT count(*) FROM {dead_letter}`)
+	q.deadLetterRetry = r.Replace(`INSERT INTO {outbox} (id, event_type, event_key, payload, headers, status, attempts, due_at, last_error, created_at)
 SELECT id, event_type, event_key, payload, headers, 'PENDING', 0, {now}, last_error, created_at
-FROM {dead_letter} WHERE id IN `),
-		deadLetterRetryDel: r.Replace(`DELETE FROM {dead_letter} WHERE id IN `),
-		deadLetterResolve: r.Replace(`UPDATE {dead_letter} SET status = 'RESOLVED', resolved_at = {now}
-WHERE status = 'UNRESOLVED' AND id IN `),
-		deadLetterDelete: r.Replace(`DELETE FROM {dead_letter} WHERE id IN `),
-		deadLetterCleanup: r.Replace(`DELETE FROM {dead_letter}
+FROM {dead_letter} WHERE id IN `)
+	q.deadLetterRetryDel = r.Replace(`DELETE FROM {dead_letter} WHERE id IN `)
+	q.deadLetterResolve = r.Replace(`UPDATE {dead_letter} SET status = 'RESOLVED', resolved_at = {now}
+WHERE status = 'UNRESOLVED' AND id IN `)
+	q.deadLetterDelete = r.Replace(`DELETE FROM {dead_letter} WHERE id IN `)
+	q.deadLetterCleanup = r.Replace(`DELETE FROM {dead_letter}
 WHERE id IN (
     SELECT id FROM {dead_letter}
     WHERE status = 'RESOLVED' AND resolved_at < {now+}
     ORDER BY resolved_at
-    LIMIT ?)`),
+    LIMIT ?)`)
+}
 
-		leaseAcquire: r.Replace(`INSERT INTO {lease} (name, holder, lease_until) VALUES (?, ?, {now+})
+// leaseQueries: the lease table, for leases and for the write-lock grab of
+// Driver.begin.
+func leaseQueries(q *queries, r *strings.Replacer) {
+	q.leaseAcquire = r.Replace(`INSERT INTO {lease} (name, holder, lease_until) VALUES (?, ?, {now+})
 ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, lease_until = excluded.lease_until
-WHERE {lease}.lease_until < {now} OR {lease}.holder = excluded.holder`),
-		leaseRelease: r.Replace(`DELETE FROM {lease} WHERE name = ? AND holder = ?`),
-	}
-	qs.insertOne = qs.insertPrefix + qs.insertRow
-	qs.insertOneNoDue = qs.insertPrefixNoDue + qs.insertRowNoDue
-	return qs
+WHERE {lease}.lease_until < {now} OR {lease}.holder = excluded.holder`)
+	q.leaseRelease = r.Replace(`DELETE FROM {lease} WHERE name = ? AND holder = ?`)
+	q.lockGrab = r.Replace(`UPDATE {lease} SET name = name WHERE 0`)
+}
+
+// schemaQueries: the schema version table of Migrate.
+func schemaQueries(q *queries, r *strings.Replacer) {
+	q.schemaVersionCreate = r.Replace(`CREATE TABLE IF NOT EXISTS {schema_version} (
+    version    INTEGER NOT NULL PRIMARY KEY,
+    name       TEXT    NOT NULL DEFAULT '',
+    applied_at TEXT    NOT NULL DEFAULT ({now}))`)
+	q.schemaVersionMax = r.Replace(`SELECT coalesce(max(version), 0) FROM {schema_version}`)
+	q.schemaVersionInsert = r.Replace(`INSERT INTO {schema_version} (version, name) VALUES (?, ?)`)
+	q.schemaVersionExists = `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?`
+}
+
+// inboxQueries: the inbox (store.Inbox). ORDER BY keeps a deterministic
+// insert order; DISTINCT drops repeated ids before they reach the insert.
+func inboxQueries(q *queries, r *strings.Replacer) {
+	q.inboxRecord = r.Replace(`INSERT OR IGNORE INTO {inbox} (consumer_name, event_id)
+		SELECT DISTINCT ?, value FROM json_each(?) WHERE true ORDER BY value
+		RETURNING event_id`)
+	q.inboxCleanup = r.Replace(`DELETE FROM {inbox} WHERE (consumer_name, event_id) IN (
+		SELECT consumer_name, event_id FROM {inbox}
+		WHERE processed_at < {now+}
+		ORDER BY processed_at LIMIT ?)`)
 }
 
 // placeholders returns "(?, ?, ..., ?)" with n marks.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/internal/pertype"
 )
 
 // sqliteBusy is SQLITE_BUSY, the primary result code (low byte) of a
@@ -124,8 +125,7 @@ type Driver struct {
 	warmed atomic.Bool
 
 	// ordered holds the ordered claim's cursors by event type.
-	orderedMu sync.Mutex
-	ordered   map[string]*orderedCursor
+	ordered pertype.Map[orderedCursor]
 }
 
 var (

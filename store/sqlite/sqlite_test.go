@@ -383,13 +383,23 @@ func TestClaimOrderFollowsDueAt(t *testing.T) {
 	b := setup(t)
 	// Inserted first but due later: must come after.
 	late := newEvent("due", "")
-	late.NotBefore = time.Now().Add(50 * time.Millisecond)
+	late.NotBefore = time.Now().Add(time.Second)
 	early := []*txbox.Event{newEvent("due", ""), newEvent("due", "")}
 	publish(t, b.d, late)
 	publish(t, b.d, early...)
 	rows := claim(t, b.d, "due", 10, time.Minute, false)
-	if len(rows) != 2 || rows[0].ID != early[0].ID || rows[1].ID != early[1].ID {
-		t.Fatalf("before NotBefore: claimed %v, want %v", ids(rows), []txbox.ID{early[0].ID, early[1].ID})
+	// Asserted only when the clock proves the claim ran before NotBefore:
+	// on a loaded machine publishing may take longer than any margin.
+	if time.Now().Before(late.NotBefore) {
+		if len(rows) != 2 || rows[0].ID != early[0].ID || rows[1].ID != early[1].ID {
+			t.Fatalf("before NotBefore: claimed %v, want %v", ids(rows), []txbox.ID{early[0].ID, early[1].ID})
+		}
+	} else {
+		// Too late to see the window: all three are due, and claimed.
+		if got := ids(rows); len(got) != 3 || !slices.Contains(got, late.ID) || !slices.Contains(got, early[0].ID) || !slices.Contains(got, early[1].ID) {
+			t.Fatalf("after NotBefore: claimed %v, want the three events", got)
+		}
+		return
 	}
 	testenv.WaitFor(t, 5*time.Second, "the delayed event to become due", func() bool {
 		rows = claim(t, b.d, "due", 10, time.Minute, false)
@@ -1094,48 +1104,6 @@ func TestNewOnCallerPool(t *testing.T) {
 	}
 	if _, err := d.OutboxStats(ctx); !errors.Is(err, txbox.ErrClosed) {
 		t.Fatalf("after Close: %v, want ErrClosed", err)
-	}
-}
-
-// TestFinishAndClaim: the folded call finishes first, so an ordered key's
-// next row is claimable in the same transaction, and a stale token is
-// fenced as in OutboxFinish.
-func TestFinishAndClaim(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	k1, k2 := newEvent("fold", "k"), newEvent("fold", "k")
-	publish(t, b.d, k1, k2)
-	first := claim(t, b.d, "fold", 10, time.Minute, true)
-	if !slices.Equal(ids(first), []txbox.ID{k1.ID}) {
-		t.Fatalf("first claim %v", ids(first))
-	}
-	res, next, err := b.d.OutboxFinishAndClaim(ctx,
-		&store.OutboxFinishParams{Items: []store.OutboxFinishItem{
-			{ID: first[0].ID, LeaseToken: first[0].LeaseToken, Outcome: store.OutcomeAcked},
-			{ID: k2.ID, LeaseToken: txbox.NewID(), Outcome: store.OutcomeAcked},
-		}},
-		&store.OutboxClaimParams{EventType: "fold", Limit: 10, LeaseDuration: time.Minute, OrderedByKey: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Finished != 1 || res.Fenced != 1 {
-		t.Fatalf("finish part %+v, want 1 finished 1 fenced", res)
-	}
-	if !slices.Equal(ids(next), []txbox.ID{k2.ID}) {
-		t.Fatalf("claim part %v, want [k2]", ids(next))
-	}
-	if s, _ := status(t, b.d, k1.ID); s != store.StatusProcessed {
-		t.Fatalf("k1 %s", s)
-	}
-	// Bad params on either side change nothing.
-	if _, _, err := b.d.OutboxFinishAndClaim(ctx,
-		&store.OutboxFinishParams{Items: []store.OutboxFinishItem{{ID: next[0].ID, LeaseToken: next[0].LeaseToken, Outcome: store.OutcomeAcked}}},
-		&store.OutboxClaimParams{EventType: "fold", Limit: 0, LeaseDuration: time.Minute}); !errors.Is(err, ErrInvalidParams) {
-		t.Fatalf("bad claim params: %v", err)
-	}
-	if s, _ := status(t, b.d, k2.ID); s != store.StatusInProcess {
-		t.Fatalf("a rejected call finished k2: %s", s)
 	}
 }
 

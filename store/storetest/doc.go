@@ -1,12 +1,28 @@
 // Package storetest is the conformance suite every store dialect runs, in
-// the spirit of River's riverdrivertest: one exported entry point,
-// [Exercise], called by each dialect's tests with a [Harness] that opens
-// drivers on isolated namespaces of the real database.
+// the spirit of River's riverdrivertest. Each dialect's tests call its two
+// entry points, [Exercise] (the outbox, dead letters, leases, migrations)
+// and [ExerciseInbox] (store.Inbox), with a harness that opens stores on
+// isolated namespaces of the real database (internal/storeharness has
+// the three dialects' harnesses):
 //
-// Every subtest runs in parallel in a fresh namespace and uses only the
-// store.Driver seam (plus Harness.OutboxLastError, to read back a column
-// the seam does not return), so what it checks is the contract the relay,
-// the publisher and the admin API rely on:
+//	func TestConformance(t *testing.T) { storetest.Exercise(t, harness()) }
+//	func TestInboxConformance(t *testing.T) {
+//		storetest.ExerciseInbox(t, inboxHarness())
+//	}
+//	func TestInboxHelperProcess(t *testing.T) {
+//		storetest.InboxHelperProcess(t, inboxHarness())
+//	}
+//
+// The third is the entry point of the child process that ExerciseInbox
+// re-executes (the test binary itself) for its concurrent-duplicates test;
+// it returns at once in a normal run. The files follow the areas of the
+// seam: insert, claim, finish, dead letters, cleanup and leases,
+// migrations and identifiers, ordering (the outbox suite), and inbox.
+//
+// Every outbox subtest runs in parallel in a fresh namespace and uses only
+// the store.Driver seam (plus Harness.OutboxLastError, to read back a
+// column the seam does not return), so what it checks is the contract the
+// relay, the publisher and the admin API rely on:
 //
 //   - publishing joins the caller's transaction (visible on commit, never
 //     claimable after rollback, refused without a transaction), stores
@@ -35,6 +51,16 @@
 //     place, a dead-lettered head parks its key until resolved or retried,
 //     and under 8 concurrent claimers no key ever has two rows in flight;
 //   - per-type stats and the pending-types discovery.
+//
+// The inbox suite drives the dialect's store.Inbox through the real
+// inbox.Inbox and inbox.Cleaner, the seam's only client, and checks each
+// outcome in the tables: duplicate suppression per consumer, rollback of
+// the id with the handler's effect on error and panic, at-most-once
+// non-transactional mode, batches, the caller's own transaction, hostile
+// consumer names, concurrent duplicates from 16 goroutines and a second OS
+// process, overlapping concurrent batches, TTL cleanup on both sides of
+// the boundary and the cleanup lease. (The cache contract, which is about
+// inbox.Cache implementations, is inbox/inboxtest.)
 //
 // Boundaries are checked on both sides without sleeping "long enough": the
 // early side is asserted only when the clock proves the boundary had not

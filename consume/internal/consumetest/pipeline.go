@@ -255,8 +255,8 @@ func relayConfig(d *postgres.Driver, s sender.Sender, route sender.Route, lease 
 		Senders: map[string]sender.Sender{"broker": s},
 		Defaults: relay.EventSettings{
 			Route:         &route,
-			Polling:       &relay.PollingSettings{MinDelay: 10 * time.Millisecond, MaxDelay: 200 * time.Millisecond},
-			Backoff:       &relay.BackoffSettings{Delay: 100 * time.Millisecond, Multiplier: 2, Max: time.Second},
+			Polling:       &relay.PollingSettings{MinDelay: new(10 * time.Millisecond), MaxDelay: new(200 * time.Millisecond)},
+			Backoff:       &relay.BackoffSettings{Delay: new(100 * time.Millisecond), Multiplier: new(2.0), Max: new(time.Second)},
 			Retention:     &retention,
 			LeaseDuration: &lease,
 		},

@@ -1,43 +1,33 @@
-package inboxtest
+package storetest
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"os/exec"
-	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/store"
 )
 
-var errBoom = errors.New("inboxtest: handler failure")
+var errBoom = errors.New("storetest: handler failure")
 
-// env is the shared state of one Run: most subtests share a namespace and
-// isolate themselves by consumer name, because creating and migrating a
-// namespace is the expensive part.
-type env struct {
-	h  Harness
+// inboxEnv is the shared state of one Inbox run: most subtests share a
+// namespace and isolate themselves by consumer name, because creating and
+// migrating a namespace is the expensive part.
+type inboxEnv struct {
+	h  InboxHarness
 	ns string
-	st Store
+	st InboxStore
 }
 
-func (e *env) handler(consumer string) inbox.Handler {
-	return func(ctx context.Context, tx any, m inbox.Message) error {
-		return e.h.InsertEffect(ctx, tx, e.ns, consumer, m.ID)
-	}
+func (e *inboxEnv) handler(consumer string) inbox.Handler {
+	return e.h.EffectHandler(e.ns, consumer)
 }
 
-func (e *env) newInbox(t testing.TB, cfg inbox.Config) *inbox.Inbox {
+func (e *inboxEnv) newInbox(t testing.TB, cfg inbox.Config) *inbox.Inbox {
 	t.Helper()
 	in, err := inbox.New(e.st, cfg)
 	if err != nil {
@@ -46,22 +36,12 @@ func (e *env) newInbox(t testing.TB, cfg inbox.Config) *inbox.Inbox {
 	return in
 }
 
-func (e *env) expectEffects(t testing.TB, consumer string, want map[txbox.ID]int) {
+func (e *inboxEnv) expectEffects(t testing.TB, consumer string, want map[txbox.ID]int) {
 	t.Helper()
-	got := e.h.CountEffects(t, e.ns, consumer)
-	for id, n := range want {
-		if got[id] != n {
-			t.Errorf("effects of %s: got %d, want %d", id, got[id], n)
-		}
-	}
-	for id, n := range got {
-		if _, ok := want[id]; !ok {
-			t.Errorf("unexpected effect of %s (%d rows)", id, n)
-		}
-	}
+	e.h.ExpectEffects(t, e.ns, consumer, want)
 }
 
-func ids(n int) []txbox.ID {
+func newIDs(n int) []txbox.ID {
 	out := make([]txbox.ID, n)
 	for i := range out {
 		out[i] = txbox.NewID()
@@ -69,18 +49,18 @@ func ids(n int) []txbox.ID {
 	return out
 }
 
-func newEnv(t *testing.T, h Harness) *env {
+func newInboxEnv(t *testing.T, h InboxHarness) *inboxEnv {
 	t.Helper()
-	ns := h.NewNamespace(t)
-	st := h.Open(t, ns)
-	h.CreateEffectTable(t, ns)
-	return &env{h: h, ns: ns, st: st}
+	ns, st := h.Setup(t)
+	return &inboxEnv{h: h, ns: ns, st: st}
 }
 
-// Run runs the conformance suite. The calling package must also define
-// TestInboxHelperProcess calling HelperProcess with an equivalent harness.
-func Run(t *testing.T, h Harness) {
-	e := newEnv(t, h)
+// ExerciseInbox runs the inbox suite against the dialect behind h: its store.Inbox
+// driven through the real inbox.Inbox and inbox.Cleaner. The calling
+// package must also define TestInboxHelperProcess calling
+// InboxHelperProcess with an equivalent harness.
+func ExerciseInbox(t *testing.T, h InboxHarness) {
+	e := newInboxEnv(t, h)
 	t.Run("ProcessedThenDuplicate", func(t *testing.T) { t.Parallel(); testProcessedThenDuplicate(t, e) })
 	t.Run("ConsumersAreIndependent", func(t *testing.T) { t.Parallel(); testConsumersIndependent(t, e) })
 	t.Run("HandlerErrorRollsBackID", func(t *testing.T) { t.Parallel(); testHandlerError(t, e) })
@@ -95,19 +75,9 @@ func Run(t *testing.T, h Harness) {
 	t.Run("ConcurrentOverlappingBatches", func(t *testing.T) { t.Parallel(); testConcurrentBatches(t, e) })
 	t.Run("CleanupTTLBoundary", func(t *testing.T) { t.Parallel(); testCleanupBoundary(t, h) })
 	t.Run("CleanerLease", func(t *testing.T) { t.Parallel(); testCleanerLease(t, h) })
-	t.Run("LRUCache", func(t *testing.T) {
-		t.Parallel()
-		RunCache(t, h, func(t *testing.T, ttl time.Duration) (inbox.Cache, func()) {
-			c, err := inbox.NewLRU(1000, ttl)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return c, c.Purge
-		})
-	})
 }
 
-func testProcessedThenDuplicate(t *testing.T, e *env) {
+func testProcessedThenDuplicate(t *testing.T, e *inboxEnv) {
 	in := e.newInbox(t, inbox.Config{Consumer: "dup"})
 	ctx := context.Background()
 	id := txbox.NewID()
@@ -145,7 +115,7 @@ func testProcessedThenDuplicate(t *testing.T, e *env) {
 	}
 }
 
-func testConsumersIndependent(t *testing.T, e *env) {
+func testConsumersIndependent(t *testing.T, e *inboxEnv) {
 	ctx := context.Background()
 	id := txbox.NewID()
 	for _, c := range []string{"indep-a", "indep-b"} {
@@ -157,7 +127,7 @@ func testConsumersIndependent(t *testing.T, e *env) {
 	}
 }
 
-func testHandlerError(t *testing.T, e *env) {
+func testHandlerError(t *testing.T, e *inboxEnv) {
 	in := e.newInbox(t, inbox.Config{Consumer: "herr"})
 	ctx := context.Background()
 	id := txbox.NewID()
@@ -185,7 +155,7 @@ func testHandlerError(t *testing.T, e *env) {
 	e.expectEffects(t, "herr", map[txbox.ID]int{id: 1})
 }
 
-func testPanic(t *testing.T, e *env) {
+func testPanic(t *testing.T, e *inboxEnv) {
 	in := e.newInbox(t, inbox.Config{Consumer: "panic"})
 	ctx := context.Background()
 	id := txbox.NewID()
@@ -209,7 +179,7 @@ func testPanic(t *testing.T, e *env) {
 	e.expectEffects(t, "panic", map[txbox.ID]int{id: 1})
 }
 
-func testNonTransactional(t *testing.T, e *env) {
+func testNonTransactional(t *testing.T, e *inboxEnv) {
 	in := e.newInbox(t, inbox.Config{Consumer: "amo", Mode: inbox.NonTransactional})
 	ctx := context.Background()
 	id := txbox.NewID()
@@ -237,10 +207,10 @@ func testNonTransactional(t *testing.T, e *env) {
 	}
 }
 
-func testBatch(t *testing.T, e *env) {
+func testBatch(t *testing.T, e *inboxEnv) {
 	in := e.newInbox(t, inbox.Config{Consumer: "batch"})
 	ctx := context.Background()
-	all := ids(6)
+	all := newIDs(6)
 	// all[0] and all[1] were processed before.
 	for _, id := range all[:2] {
 		if r, err := in.Handle(ctx, inbox.Message{ID: id}, e.handler("batch")); err != nil || r != inbox.Processed {
@@ -284,10 +254,10 @@ func testBatch(t *testing.T, e *env) {
 	}
 }
 
-func testBatchError(t *testing.T, e *env) {
+func testBatchError(t *testing.T, e *inboxEnv) {
 	in := e.newInbox(t, inbox.Config{Consumer: "batcherr"})
 	ctx := context.Background()
-	batch := ids(5)
+	batch := newIDs(5)
 	msgs := make([]inbox.Message, len(batch))
 	for i, id := range batch {
 		msgs[i] = inbox.Message{ID: id}
@@ -317,7 +287,7 @@ func testBatchError(t *testing.T, e *env) {
 	}
 }
 
-func testRecordSeam(t *testing.T, e *env) {
+func testRecordSeam(t *testing.T, e *inboxEnv) {
 	ctx := context.Background()
 	a, b := txbox.NewID(), txbox.NewID()
 	tx, err := e.st.InboxBegin(ctx)
@@ -356,15 +326,15 @@ func testRecordSeam(t *testing.T, e *env) {
 	}
 }
 
-// HostileNames are consumer names the suite expects to be rejected.
-var HostileNames = []string{
+// HostileConsumerNames are consumer names the suite expects to be rejected.
+var HostileConsumerNames = []string{
 	"", `x"; DROP TABLE t;--`, "a`b", "a'b", "a b", "a/b", "ünïcode", "a\x00b",
 	strings.Repeat("x", store.MaxConsumerNameLength+1), strings.Repeat("y", 300),
 }
 
-func testHostileNames(t *testing.T, e *env) {
+func testHostileNames(t *testing.T, e *inboxEnv) {
 	ctx := context.Background()
-	for _, name := range HostileNames {
+	for _, name := range HostileConsumerNames {
 		_, err := inbox.New(e.st, inbox.Config{Consumer: name})
 		var ce *inbox.ConfigError
 		if !errors.As(err, &ce) || !errors.Is(err, txbox.ErrInvalidIdentifier) {
@@ -391,335 +361,9 @@ func testHostileNames(t *testing.T, e *env) {
 	}
 }
 
-// Concurrent duplicates: this many goroutines here, helperGoroutines in a
-// second process, all delivering the same ids at the same moment.
-const (
-	concurrentIDs     = 25
-	localGoroutines   = 16
-	helperGoroutines  = 8
-	helperEnv         = "TXBOX_INBOXTEST_HELPER"
-	helperNSEnv       = "TXBOX_INBOXTEST_NS"
-	helperConsumerEnv = "TXBOX_INBOXTEST_CONSUMER"
-	helperIDsEnv      = "TXBOX_INBOXTEST_IDS"
-	readyLine         = "inboxtest-ready"
-	resultPrefix      = "inboxtest-result "
-)
-
-// deliverAll has g goroutines each deliver every id (in a rotated order, so
-// they collide on different ids) once start is closed. It returns the
-// number of Processed results; any error fails t.
-func deliverAll(t testing.TB, in *inbox.Inbox, h inbox.Handler, all []txbox.ID, g int, start <-chan struct{}) (processed, duplicate int64) {
-	var wg sync.WaitGroup
-	var p, d atomic.Int64
-	for w := 0; w < g; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			for i := range all {
-				id := all[(i+w)%len(all)]
-				r, err := in.Handle(context.Background(), inbox.Message{ID: id}, h)
-				if err != nil {
-					t.Errorf("Handle(%s): %v", id, err)
-					return
-				}
-				switch r {
-				case inbox.Processed:
-					p.Add(1)
-				case inbox.Duplicate:
-					d.Add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return p.Load(), d.Load()
-}
-
-func testConcurrent(t *testing.T, e *env) {
-	const consumer = "concurrent"
-	all := ids(concurrentIDs)
-	in := e.newInbox(t, inbox.Config{Consumer: consumer})
-
-	strIDs := make([]string, len(all))
-	for i, id := range all {
-		strIDs[i] = id.String()
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestInboxHelperProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), helperEnv+"=1", HarnessEnv+"="+e.h.Name, helperNSEnv+"="+e.ns, helperConsumerEnv+"="+consumer, helperIDsEnv+"="+strings.Join(strIDs, ","))
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan string, 16)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	waitLine := func(prefix string) string {
-		deadline := time.After(60 * time.Second)
-		for {
-			select {
-			case l, ok := <-lines:
-				if !ok {
-					_ = cmd.Wait()
-					t.Fatalf("helper process ended before %q; stderr:\n%s", prefix, stderr.String())
-				}
-				if strings.HasPrefix(l, prefix) {
-					return strings.TrimPrefix(l, prefix)
-				}
-			case <-deadline:
-				_ = cmd.Process.Kill()
-				t.Fatalf("helper process: no %q within 60s; stderr:\n%s", prefix, stderr.String())
-			}
-		}
-	}
-	waitLine(readyLine)
-
-	start := make(chan struct{})
-	type res struct{ p, d int64 }
-	local := make(chan res, 1)
-	go func() {
-		p, d := deliverAll(t, in, e.handler(consumer), all, localGoroutines, start)
-		local <- res{p, d}
-	}()
-	close(start)
-	if _, err := io.WriteString(stdin, "go\n"); err != nil {
-		t.Fatalf("release helper: %v", err)
-	}
-	lr := <-local
-	var cp, cd int64
-	if _, err := fmt.Sscanf(waitLine(resultPrefix), "%d %d", &cp, &cd); err != nil {
-		t.Fatalf("helper result: %v", err)
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("helper process: %v; stderr:\n%s", err, stderr.String())
-	}
-	t.Logf("this process: %d processed, %d duplicate; helper process: %d processed, %d duplicate", lr.p, lr.d, cp, cd)
-
-	want := map[txbox.ID]int{}
-	for _, id := range all {
-		want[id] = 1
-	}
-	e.expectEffects(t, consumer, want)
-	if got := lr.p + cp; got != int64(len(all)) {
-		t.Errorf("processed results across both processes = %d, want %d (one per id)", got, len(all))
-	}
-	total := int64(len(all) * (localGoroutines + helperGoroutines))
-	if got := lr.p + lr.d + cp + cd; got != total {
-		t.Errorf("results = %d, want %d", got, total)
-	}
-}
-
-// HelperProcess is the child side of the concurrent-duplicates test: it
-// picks the harness named by HarnessEnv. It returns at once unless the
-// parent started this process.
-func HelperProcess(t *testing.T, harnesses map[string]Harness) {
-	if os.Getenv(helperEnv) != "1" {
-		return
-	}
-	h, ok := harnesses[os.Getenv(HarnessEnv)]
-	if !ok {
-		t.Fatalf("helper: no harness named %q", os.Getenv(HarnessEnv))
-	}
-	ns, consumer := os.Getenv(helperNSEnv), os.Getenv(helperConsumerEnv)
-	var all []txbox.ID
-	for _, s := range strings.Split(os.Getenv(helperIDsEnv), ",") {
-		id, err := txbox.ParseID(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		all = append(all, id)
-	}
-	e := &env{h: h, ns: ns, st: h.Open(t, ns)}
-	in := e.newInbox(t, inbox.Config{Consumer: consumer})
-	fmt.Println(readyLine)
-	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
-		t.Fatalf("helper: read go: %v", err)
-	}
-	start := make(chan struct{})
-	close(start)
-	p, d := deliverAll(t, in, e.handler(consumer), all, helperGoroutines, start)
-	fmt.Println(resultPrefix + strconv.FormatInt(p, 10) + " " + strconv.FormatInt(d, 10))
-}
-
-func testCleanupBoundary(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	ctx := context.Background()
-	const ttl = time.Hour
-	const consumer = "ttl"
-	in := e.newInbox(t, inbox.Config{Consumer: consumer, TTL: ttl})
-	old, young, fresh := txbox.NewID(), txbox.NewID(), txbox.NewID()
-	extra := ids(4)
-	for _, id := range append([]txbox.ID{old, young, fresh}, extra...) {
-		if r, err := in.Handle(ctx, inbox.Message{ID: id}, e.handler(consumer)); err != nil || r != inbox.Processed {
-			t.Fatalf("Handle: %v %v", r, err)
-		}
-	}
-	// One second on either side of the edge: the database clock moves
-	// during the test, so a closer margin would make the test flaky, not
-	// stricter.
-	e.h.AgeInbox(t, e.ns, consumer, old, ttl+time.Second)
-	e.h.AgeInbox(t, e.ns, consumer, young, ttl-time.Second)
-	for _, id := range extra {
-		e.h.AgeInbox(t, e.ns, consumer, id, 2*ttl)
-	}
-	// Bounded: Limit caps one call.
-	n, err := e.st.InboxCleanup(ctx, &store.CleanupParams{OlderThan: ttl, Limit: 3})
-	if err != nil || n != 3 {
-		t.Fatalf("InboxCleanup(limit 3) = %d, %v; want 3", n, err)
-	}
-	n, err = e.st.InboxCleanup(ctx, &store.CleanupParams{OlderThan: ttl, Limit: 100})
-	if err != nil || n != 2 {
-		t.Fatalf("second InboxCleanup = %d, %v; want the remaining 2", n, err)
-	}
-	if n := e.h.CountInbox(t, e.ns, consumer); n != 2 {
-		t.Errorf("inbox rows left = %d, want 2 (young, fresh)", n)
-	}
-	// An expired id is processed again; a young one is still a duplicate.
-	if r, err := in.Handle(ctx, inbox.Message{ID: old}, e.handler(consumer)); err != nil || r != inbox.Processed {
-		t.Errorf("expired id: %v, %v; want processed", r, err)
-	}
-	if r, err := in.Handle(ctx, inbox.Message{ID: young}, e.handler(consumer)); err != nil || r != inbox.Duplicate {
-		t.Errorf("young id: %v, %v; want duplicate", r, err)
-	}
-	if _, err := e.st.InboxCleanup(ctx, &store.CleanupParams{OlderThan: ttl, Limit: 0}); err == nil {
-		t.Error("InboxCleanup with limit 0: want an error")
-	}
-}
-
-func testCleanerLease(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	ctx := context.Background()
-	const consumer = "cleaner"
-	in := e.newInbox(t, inbox.Config{Consumer: consumer})
-	batch := ids(7)
-	for _, id := range batch {
-		if r, err := in.Handle(ctx, inbox.Message{ID: id}, e.handler(consumer)); err != nil || r != inbox.Processed {
-			t.Fatalf("Handle: %v %v", r, err)
-		}
-		e.h.AgeInbox(t, e.ns, consumer, id, 48*time.Hour)
-	}
-	mk := func(holder string) *inbox.Cleaner {
-		c, err := inbox.NewCleaner(e.st, e.st, inbox.CleanerConfig{Holder: holder, BatchSize: 2, LeaseName: "inboxtest-cleanup", MinDelay: time.Millisecond, MaxDelay: 20 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	a, b := mk("a"), mk("b")
-	n, held, err := a.RunOnce(ctx)
-	if err != nil || !held || n != 7 {
-		t.Fatalf("a.RunOnce = %d, %v, %v; want 7 deleted in bounded batches under the lease", n, held, err)
-	}
-	// b cannot run while a holds the lease.
-	n, held, err = b.RunOnce(ctx)
-	if err != nil || held || n != 0 {
-		t.Fatalf("b.RunOnce = %d, %v, %v; want lease not held", n, held, err)
-	}
-	// a runs in the background, deletes newly expired ids, and releases
-	// the lease on Stop so b can take over.
-	late := txbox.NewID()
-	if _, err := in.Handle(ctx, inbox.Message{ID: late}, e.handler(consumer)); err != nil {
-		t.Fatal(err)
-	}
-	e.h.AgeInbox(t, e.ns, consumer, late, 48*time.Hour)
-	if err := a.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for e.h.CountInbox(t, e.ns, consumer) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("background cleaner did not delete the expired id within 30s")
-		}
-		time.Sleep(5 * time.Millisecond) // polling a condition, not waiting for luck
-	}
-	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := a.Stop(stopCtx); err != nil {
-		t.Fatalf("Stop: %v", err)
-	}
-	if err := a.Start(ctx); !errors.Is(err, txbox.ErrClosed) {
-		t.Errorf("Start after Stop = %v, want ErrClosed", err)
-	}
-	if _, held, err := b.RunOnce(ctx); err != nil || !held {
-		t.Errorf("b.RunOnce after a stopped = held %v, %v; want the lease", held, err)
-	}
-}
-
-// testConcurrentBatches has workers deliver overlapping batches (windows
-// over one id list, in opposite directions) at once: every id has exactly
-// one effect, and no worker fails (no lock-order deadlock).
-func testConcurrentBatches(t *testing.T, e *env) {
-	const consumer = "batches"
-	const n, window, workers = 40, 10, 6
-	all := ids(n)
-	in := e.newInbox(t, inbox.Config{Consumer: consumer})
-	h := func(ctx context.Context, tx any, ms []inbox.Message) error {
-		for _, m := range ms {
-			if err := e.h.InsertEffect(ctx, tx, e.ns, consumer, m.ID); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	var processed atomic.Int64
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			for i := 0; i+window <= n; i += window / 2 {
-				batch := make([]inbox.Message, 0, window)
-				for j := 0; j < window; j++ {
-					k := i + j
-					if w%2 == 1 {
-						k = n - 1 - k
-					}
-					batch = append(batch, inbox.Message{ID: all[k]})
-				}
-				results, err := in.HandleBatch(context.Background(), batch, h)
-				if err != nil {
-					t.Errorf("worker %d: HandleBatch: %v", w, err)
-					return
-				}
-				for _, r := range results {
-					if r == inbox.Processed {
-						processed.Add(1)
-					}
-				}
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
-	if got := processed.Load(); got != n {
-		t.Errorf("processed = %d, want %d", got, n)
-	}
-	want := map[txbox.ID]int{}
-	for _, id := range all {
-		want[id] = 1
-	}
-	e.expectEffects(t, consumer, want)
-}
-
 // testHandleInTx: the caller's own transaction records the id with the
 // effect; its rollback forgets both, its commit keeps both.
-func testHandleInTx(t *testing.T, e *env) {
+func testHandleInTx(t *testing.T, e *inboxEnv) {
 	const consumer = "callertx"
 	in := e.newInbox(t, inbox.Config{Consumer: consumer})
 	ctx := context.Background()

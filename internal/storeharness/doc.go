@@ -1,0 +1,13 @@
+// Package storeharness is the shared test set-up of the three store
+// dialects: a fresh namespace on the real database (a PostgreSQL schema, a
+// MariaDB database, a SQLite file) dropped when the test ends, a pool or
+// driver on it, migration, and the harnesses the conformance suites of
+// store/storetest take ([Postgres], [PostgresInbox], [MySQL],
+// [MySQLInbox], [SQLite], [SQLiteInbox]).
+//
+// It imports the dialect packages, so only external test packages
+// (package postgres_test, inboxtest_test, ...) may use it; a dialect's
+// in-package tests keep their own set-up, built on internal/testenv, which
+// imports no driver. Like testenv, a missing service fails the test; it
+// never skips.
+package storeharness

@@ -1,0 +1,230 @@
+package relay
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/keypath"
+)
+
+// Bounds narrow the ranges Validate accepts. The zero Bounds, which New
+// uses, reject only values that cannot work; a loader may narrow them to
+// catch values that are almost certainly typos (config.Load does, with the
+// ranges docs/configuration.md lists). A zero field adds no bound.
+type Bounds struct {
+	// MaxBatchSize, MaxAttempts and MaxInFlight cap batch-size,
+	// max-attempts and in-flight (each is at least 1 anyway).
+	MaxBatchSize, MaxAttempts, MaxInFlight int
+	// MaxCleanupBatchSize caps cleanup.batch-size.
+	MaxCleanupBatchSize int
+	// MinLease is the shortest lease; without it a lease must be > 0.
+	MinLease time.Duration
+	// MinPollDelay is the shortest polling.min-delay and polling.delay;
+	// without it they must be ≥ 0 and > 0.
+	MinPollDelay time.Duration
+	// MinCleanupInterval is the shortest cleanup.interval; without it the
+	// interval must be > 0.
+	MinCleanupInterval time.Duration
+	// MinInterval is the shortest relay.discover-interval,
+	// relay.recover-interval, relay.dead-letter-interval and
+	// relay.circuit.cool-down. Without it they must be > 0, except the
+	// discover interval, which a negative value disables.
+	MinInterval time.Duration
+	// ZeroIsSet checks a zero relay-wide setting that has a YAML key as it
+	// is, instead of giving it its default as New does: a loader that
+	// filled every default in before decoding (config.Load) knows that a
+	// zero left was set on purpose, such as cleanup.interval: 0s.
+	ZeroIsSet bool
+}
+
+// Validate checks every setting of c, as New does, within b, and returns
+// each problem: relay-wide keys first, then defaults, then the event
+// types in order. It leaves out what it cannot know without them: Store,
+// Senders (so whether each type finds its sender), Logger and Hooks. A
+// loader can therefore check a file before it opens anything.
+//
+// Each problem is a *ConfigError whose Field is the YAML key path of
+// docs/configuration.md. An event type is reported only for keys it sets
+// itself; a mistake it inherits is reported once, at defaults.
+func (c Config) Validate(b Bounds) []*ConfigError {
+	// A derived outbox TTL is the longest retention: a negative one is
+	// reported at its retention key, not again here.
+	ownTTL := c.Cleanup.OutboxTTL != nil
+	c = c.withSettingDefaults(b.ZeroIsSet)
+	v := &validator{b: b}
+	v.relayWide(&c, ownTTL)
+	builtin := DefaultEventSettings()
+	v.eventSettings("defaults", c.Defaults, c.Defaults.Inherit(builtin))
+	for _, t := range sortedKeys(c.Events) {
+		p := keypath.Join("events", t)
+		if err := txbox.ValidateEventType(t); err != nil {
+			v.fail(p, "is not a valid event type: "+err.Error())
+			continue
+		}
+		own := c.Events[t]
+		v.eventSettings(p, own, own.Inherit(c.Defaults).Inherit(builtin))
+	}
+	return v.errs
+}
+
+// validator collects the problems Validate finds.
+type validator struct {
+	b    Bounds
+	errs []*ConfigError
+}
+
+func (v *validator) fail(path, reason string) {
+	v.errs = append(v.errs, &ConfigError{Component: "relay", Field: path, Reason: reason})
+}
+
+func (v *validator) relayWide(c *Config, ownTTL bool) {
+	if v.b.MinInterval > 0 {
+		v.duration("relay.discover-interval", c.DiscoverInterval, v.b.MinInterval, false)
+	}
+	v.duration("relay.recover-interval", c.RecoverInterval, v.b.MinInterval, false)
+	v.duration("relay.dead-letter-interval", c.DeadLetterInterval, v.b.MinInterval, false)
+	v.count("relay.maintenance-batch-size", c.MaintenanceBatchSize, 0)
+	cl := &c.Cleanup
+	v.duration("cleanup.interval", cl.Interval, v.b.MinCleanupInterval, false)
+	v.notBelow("cleanup.max-interval", cl.MaxInterval, cl.Interval, "interval")
+	v.count("cleanup.batch-size", cl.BatchSize, v.b.MaxCleanupBatchSize)
+	v.duration("cleanup.lease-ttl", cl.LeaseTTL, 0, false)
+	if ownTTL {
+		v.duration("cleanup.outbox-ttl", *cl.OutboxTTL, 0, true)
+	}
+	v.duration("cleanup.dead-letter-ttl", *cl.DeadLetterTTL, 0, true)
+	ci := &c.Circuit
+	v.duration("relay.circuit.cool-down", ci.CoolDown, v.b.MinInterval, false)
+	v.notBelow("relay.circuit.max-cool-down", ci.MaxCoolDown, ci.CoolDown, "cool-down")
+	v.multiplier("relay.circuit.multiplier", ci.Multiplier)
+}
+
+// eventSettings checks eff, the settings of one layer (defaults or an
+// event type) with everything inherited, reporting only the keys own (the
+// layer itself) sets.
+func (v *validator) eventSettings(p string, own, eff EventSettings) {
+	if own.BatchSize != nil {
+		v.count(keypath.Join(p, "batch-size"), *eff.BatchSize, v.b.MaxBatchSize)
+	}
+	if own.MaxAttempts != nil {
+		v.count(keypath.Join(p, "max-attempts"), *eff.MaxAttempts, v.b.MaxAttempts)
+	}
+	if own.InFlight != nil {
+		v.count(keypath.Join(p, "in-flight"), *eff.InFlight, v.b.MaxInFlight)
+	}
+	if own.LeaseDuration != nil {
+		v.duration(keypath.Join(p, "lease"), *eff.LeaseDuration, v.b.MinLease, false)
+	}
+	if own.Retention != nil {
+		v.duration(keypath.Join(p, "retention"), *eff.Retention, 0, true)
+	}
+	if own.Ordering != nil {
+		if o := *eff.Ordering; o != OrderingNone && o != OrderingKey {
+			v.fail(keypath.Join(p, "ordering"), fmt.Sprintf("must be %s or %s, not %q", OrderingNone, OrderingKey, clip(string(o))))
+		}
+	}
+	v.polling(keypath.Join(p, "polling"), deref(own.Polling), *eff.Polling)
+	v.backoff(keypath.Join(p, "backoff"), deref(own.Backoff), *eff.Backoff)
+}
+
+// polling checks every polling key whatever the mode, so that switching
+// the mode never makes a configuration invalid.
+func (v *validator) polling(p string, own, eff PollingSettings) {
+	if own.Mode != nil {
+		if m := *eff.Mode; m != PollingAdaptive && m != PollingFixed {
+			v.fail(keypath.Join(p, "mode"), fmt.Sprintf("must be %s or %s, not %q", PollingAdaptive, PollingFixed, clip(m)))
+		}
+	}
+	if own.MinDelay != nil {
+		v.duration(keypath.Join(p, "min-delay"), *eff.MinDelay, v.b.MinPollDelay, true)
+	}
+	if own.MaxDelay != nil || own.MinDelay != nil {
+		v.capped(keypath.Join(p, "max-delay"), *eff.MaxDelay, *eff.MinDelay, "min-delay", false)
+	}
+	if own.Multiplier != nil {
+		v.multiplier(keypath.Join(p, "multiplier"), *eff.Multiplier)
+	}
+	if own.Delay != nil {
+		v.duration(keypath.Join(p, "delay"), *eff.Delay, v.b.MinPollDelay, false)
+	}
+}
+
+func (v *validator) backoff(p string, own, eff BackoffSettings) {
+	if own.Delay != nil {
+		v.duration(keypath.Join(p, "delay"), *eff.Delay, 0, true)
+	}
+	if own.Max != nil || own.Delay != nil {
+		v.capped(keypath.Join(p, "max"), *eff.Max, *eff.Delay, "delay", true)
+	}
+	if own.Multiplier != nil {
+		v.multiplier(keypath.Join(p, "multiplier"), *eff.Multiplier)
+	}
+	if own.Jitter != nil {
+		if j := *eff.Jitter; !(j >= 0 && j <= 1) {
+			v.fail(keypath.Join(p, "jitter"), "must be between 0 and 1")
+		}
+	}
+}
+
+// count checks a count: at least 1, at most limit when limit > 0.
+func (v *validator) count(path string, n, limit int) {
+	switch {
+	case limit > 0 && (n < 1 || n > limit):
+		v.fail(path, fmt.Sprintf("must be between 1 and %d", limit))
+	case n < 1:
+		v.fail(path, "must be ≥ 1")
+	}
+}
+
+// duration checks d ≥ least when least > 0; otherwise d ≥ 0 when zeroOK,
+// else d > 0.
+func (v *validator) duration(path string, d, least time.Duration, zeroOK bool) {
+	switch {
+	case least > 0:
+		if d < least {
+			v.fail(path, "must be ≥ "+least.String())
+		}
+	case zeroOK:
+		if d < 0 {
+			v.fail(path, "must be ≥ 0")
+		}
+	case d <= 0:
+		v.fail(path, "must be > 0")
+	}
+}
+
+// notBelow checks hi ≥ lo (a cap against its base, named loKey) and
+// reports whether it holds.
+func (v *validator) notBelow(path string, hi, lo time.Duration, loKey string) bool {
+	if hi < lo {
+		v.fail(path, fmt.Sprintf("must be ≥ %s (%s < %s)", loKey, hi, lo))
+		return false
+	}
+	return true
+}
+
+// capped checks a cap: not below its base, then > 0 (≥ 0 when zeroOK).
+func (v *validator) capped(path string, hi, lo time.Duration, loKey string, zeroOK bool) {
+	if v.notBelow(path, hi, lo, loKey) {
+		v.duration(path, hi, 0, zeroOK)
+	}
+}
+
+func (v *validator) multiplier(path string, m float64) {
+	switch {
+	case !(m >= 1):
+		v.fail(path, "must be ≥ 1")
+	case math.IsInf(m, 0):
+		v.fail(path, "must be finite")
+	}
+}
+
+// clip shortens a quoted value in a message.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
