@@ -1,0 +1,312 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/config"
+	"github.com/txbox/txbox/outbox"
+	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/sender"
+)
+
+// pickupRecorder wraps the relay's sender and notes when each message was
+// handed to it (picked up) and when its send returned acked.
+type pickupRecorder struct {
+	sender.Sender
+	mu       sync.Mutex
+	pickedAt map[txbox.ID]time.Time
+	ackedAt  map[txbox.ID]time.Time
+}
+
+// Send records the pickup and ack times around the wrapped sender's Send.
+func (p *pickupRecorder) Send(ctx context.Context, msgs []*sender.Message) error {
+	now := time.Now()
+	p.mu.Lock()
+	for _, m := range msgs {
+		if _, ok := p.pickedAt[m.ID]; !ok {
+			p.pickedAt[m.ID] = now
+		}
+	}
+	p.mu.Unlock()
+	err := p.Sender.Send(ctx, msgs)
+	res := sender.Results(err, len(msgs))
+	done := time.Now()
+	p.mu.Lock()
+	for i, m := range msgs {
+		if res[i] == nil {
+			p.ackedAt[m.ID] = done
+		}
+	}
+	p.mu.Unlock()
+	return err
+}
+
+func (p *pickupRecorder) acked() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.ackedAt)
+}
+
+// Destination passes the wrapped sender's circuit key through.
+func (p *pickupRecorder) Destination(r sender.Route) string { return sender.DestinationOf(p.Sender, r) }
+
+func (r *runner) scenarioPickup(ctx context.Context, s *Scenario) error {
+	s.Title = "steady-state pickup latency"
+	s.Measures = "One event per transaction at a fixed rate, delivered to NATS by a relay with default settings running " +
+		"in this process (its sender wrapped to time the hand-over). Latency from the moment the producer sends COMMIT " +
+		"to the relay handing the event to the sender (pickup) and to JetStream's ack (acked). Producers: the Go " +
+		"`outbox.Publisher` (NOTIFY wake-up, the default) and a plain-SQL `INSERT` (no wake-up: adaptive polling only). " +
+		"Baseline: the producer itself publishing to JetStream right after its commit and waiting for the ack (the floor a dual write would have)."
+	s.Conditions = map[string]string{"rate": strconv.Itoa(r.o.PickupRate) + " events/s", "duration per producer": r.o.PickupFor.String()}
+	floor, err := r.pickupFloor(ctx)
+	if err != nil {
+		return fmt.Errorf("baseline: %w", err)
+	}
+	s.Latencies = append(s.Latencies, floor)
+	for _, plainSQL := range []bool{false, true} {
+		pick, ack, err := r.pickupRun(ctx, plainSQL)
+		if err != nil {
+			return err
+		}
+		s.Latencies = append(s.Latencies, pick, ack)
+	}
+	goAck, sqlPick, goPick := s.Latencies[2], s.Latencies[3], s.Latencies[1]
+	s.addRatio("Go publisher acked p50 / direct publish p50", goAck.Name, floor.Name, []float64{goAck.P50}, []float64{floor.P50}, false, "", nil)
+	s.addRatio("Go publisher pickup p50 / 5 ms target", goPick.Name, "target 5 ms", []float64{goPick.P50}, []float64{5}, false,
+		"≤ 1 (p50 ≤ 5 ms)", func(x float64) bool { return x <= 1 })
+	s.addRatio("Go publisher pickup p99 / 50 ms target", goPick.Name, "target 50 ms", []float64{goPick.P99}, []float64{50}, false,
+		"≤ 1 (p99 ≤ 50 ms)", func(x float64) bool { return x <= 1 })
+	s.addRatio("plain-SQL pickup p50 / 5 ms target", sqlPick.Name, "target 5 ms", []float64{sqlPick.P50}, []float64{5}, false,
+		"≤ 1 (needs the opt-in trigger of issue 11)", func(x float64) bool { return x <= 1 })
+	s.Notes = append(s.Notes, "plain-SQL producers have no wake-up on today's relay: their pickup is bounded by adaptive polling (min-delay 250ms, growing ×1.5 to max-delay 1m while idle).")
+	return nil
+}
+
+// paced calls fn rate times a second for d, returning the first error.
+func paced(ctx context.Context, rate int, d time.Duration, fn func() error) error {
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	n := int(math.Round(float64(rate) * d.Seconds()))
+	for range n {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		if err := fn(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pickupRun runs one producer against an in-process relay and returns the
+// pickup and acked latencies.
+func (r *runner) pickupRun(ctx context.Context, plainSQL bool) (Latency, Latency, error) {
+	name := "Go publisher (NOTIFY)"
+	if plainSQL {
+		name = "plain-SQL INSERT"
+	}
+	r.p.begin("pickup: " + name)
+	schema, err := r.db.newSchema(ctx)
+	if err != nil {
+		return Latency{}, Latency{}, err
+	}
+	defer r.db.drop(schema)
+	tgt, err := r.br.newTarget(ctx, "nats")
+	if err != nil {
+		return Latency{}, Latency{}, err
+	}
+	defer tgt.close()
+	cfg, err := config.Load(config.Source{Name: "bench-pickup.yaml", YAML: []byte(relayYAML(r.o.DSN, schema, tgt, ""))})
+	if err != nil {
+		return Latency{}, Latency{}, err
+	}
+	log := cfg.NewLogger(io.Discard)
+	st, err := cfg.OpenStore(ctx, func(string) string { return "" }, log)
+	if err != nil {
+		return Latency{}, Latency{}, err
+	}
+	defer st.Close()
+	if err := st.Migrate(ctx); err != nil {
+		return Latency{}, Latency{}, err
+	}
+	senders, err := cfg.OpenSenders(ctx, func(string) string { return "" }, log)
+	if err != nil {
+		return Latency{}, Latency{}, err
+	}
+	rec := &pickupRecorder{Sender: senders["main"], pickedAt: map[txbox.ID]time.Time{}, ackedAt: map[txbox.ID]time.Time{}}
+	defer func() { _ = rec.Sender.Close(context.WithoutCancel(ctx)) }()
+	senders["main"] = rec
+	rl, err := relay.New(cfg.RelayConfig(st, senders, log))
+	if err != nil {
+		return Latency{}, Latency{}, err
+	}
+	if err := rl.Start(context.WithoutCancel(ctx)); err != nil {
+		return Latency{}, Latency{}, err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = rl.Stop(context.WithoutCancel(ctx))
+		}
+	}()
+	// Warm-up: one event through, so the listener is connected and the
+	// first claims are behind us.
+	pub, err := outbox.NewPublisher(st, outbox.Config{})
+	if err != nil {
+		return Latency{}, Latency{}, err
+	}
+	pool := st.Pool
+	committed := map[txbox.ID]time.Time{}
+	insert := fmt.Sprintf(`INSERT INTO %s (event_type, payload) VALUES ($1, $2) RETURNING id`, pgx.Identifier{schema, "txbox_outbox"}.Sanitize())
+	ev := txbox.Event{Type: benchType, Payload: []byte(benchPayload)}
+	one := func(record bool) error {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		var id txbox.ID
+		if plainSQL {
+			err = tx.QueryRow(ctx, insert, benchType, []byte(benchPayload)).Scan(&id)
+		} else {
+			var ids []txbox.ID
+			ids, err = pub.Publish(ctx, tx, ev)
+			if err == nil {
+				id = ids[0]
+			}
+		}
+		if err != nil {
+			_ = tx.Rollback(ctx)
+			return err
+		}
+		// Measured from the moment the COMMIT is sent: the relay may be
+		// woken and claim before the commit's reply is back.
+		if record {
+			committed[id] = time.Now()
+		}
+		return tx.Commit(ctx)
+	}
+	if err := one(false); err != nil {
+		return Latency{}, Latency{}, err
+	}
+	if err := waitUntil(ctx, 90*time.Second, func() bool { return rec.acked() >= 1 }); err != nil {
+		return Latency{}, Latency{}, fmt.Errorf("warm-up event not delivered: %w", err)
+	}
+	total := int(math.Round(float64(r.o.PickupRate) * r.o.PickupFor.Seconds()))
+	i := 0
+	if err := paced(ctx, r.o.PickupRate, r.o.PickupFor, func() error {
+		i++
+		r.p.count(int64(i), int64(total))
+		return one(true)
+	}); err != nil {
+		return Latency{}, Latency{}, err
+	}
+	if err := waitUntil(ctx, 3*time.Minute, func() bool { return rec.acked() >= len(committed)+1 }); err != nil {
+		return Latency{}, Latency{}, fmt.Errorf("%s: %d of %d acked: %w", name, rec.acked()-1, len(committed), err)
+	}
+	stopped = true
+	if err := rl.Stop(context.WithoutCancel(ctx)); err != nil {
+		return Latency{}, Latency{}, err
+	}
+	var pick, ack []float64
+	rec.mu.Lock()
+	for id, c := range committed {
+		pick = append(pick, max(rec.pickedAt[id].Sub(c), 0).Seconds()*1000)
+		ack = append(ack, max(rec.ackedAt[id].Sub(c), 0).Seconds()*1000)
+	}
+	rec.mu.Unlock()
+	return percentiles(name+" → sender", pick), percentiles(name+" → acked", ack), nil
+}
+
+// pickupFloor is the baseline: the producer commits a row, then publishes
+// the event to JetStream itself and waits for the ack.
+func (r *runner) pickupFloor(ctx context.Context) (Latency, error) {
+	r.p.begin("pickup: baseline (publish after commit)")
+	schema, err := r.db.newSchema(ctx)
+	if err != nil {
+		return Latency{}, err
+	}
+	defer r.db.drop(schema)
+	if _, err := r.db.pool.Exec(ctx, "CREATE TABLE "+schema+".orders (id uuid PRIMARY KEY, payload jsonb)"); err != nil {
+		return Latency{}, err
+	}
+	tgt, err := r.br.newTarget(ctx, "nats")
+	if err != nil {
+		return Latency{}, err
+	}
+	defer tgt.close()
+	nc, err := nats.Connect(r.o.NATSURL)
+	if err != nil {
+		return Latency{}, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return Latency{}, err
+	}
+	subj := tgt.(*natsTarget).subj + "." + benchType
+	var lat []float64
+	total := int(math.Round(float64(r.o.PickupRate) * r.o.PickupFor.Seconds()))
+	err = paced(ctx, r.o.PickupRate, r.o.PickupFor, func() error {
+		id := txbox.NewID()
+		tx, err := r.db.pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO "+schema+".orders VALUES ($1, $2)", [16]byte(id), benchPayload); err != nil {
+			_ = tx.Rollback(ctx)
+			return err
+		}
+		start := time.Now()
+		if err := tx.Commit(ctx); err != nil {
+			return err
+		}
+		if _, err := js.Publish(ctx, subj, []byte(benchPayload), jetstream.WithMsgID(id.String())); err != nil {
+			return err
+		}
+		lat = append(lat, time.Since(start).Seconds()*1000)
+		r.p.count(int64(len(lat)), int64(total))
+		return nil
+	})
+	return percentiles("publish after commit → acked (baseline)", lat), err
+}
+
+func percentiles(name string, ms []float64) Latency {
+	sort.Float64s(ms)
+	q := func(f float64) float64 {
+		if len(ms) == 0 {
+			return 0
+		}
+		return ms[int(f*float64(len(ms)-1))]
+	}
+	return Latency{Name: name, Samples: len(ms), P50: q(0.5), P95: q(0.95), P99: q(0.99), Max: q(1)}
+}
+
+// waitUntil polls cond every 5 ms until it holds or timeout passes.
+func waitUntil(ctx context.Context, timeout time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not done after %s", timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
+}
