@@ -71,7 +71,7 @@ func Run(ctx context.Context, o *Options, stdout, stderr io.Writer, tty bool, ve
 		return err
 	}
 	defer os.RemoveAll(scratch)
-	r := &runner{o: o, db: d, br: &brokers{o: o}, p: newProgress(stderr, tty, 0), scratch: scratch}
+	r := &runner{o: o, db: d, br: &brokers{o: o}, p: newProgress(stderr, tty, o.plannedSteps()), scratch: scratch}
 	defer r.br.close()
 
 	var failed []string
@@ -111,6 +111,31 @@ func Run(ctx context.Context, o *Options, stdout, stderr io.Writer, tty bool, ve
 		return fmt.Errorf("%w: %s (see %s)", ErrScenarios, strings.Join(failed, ", "), paths[len(paths)-1])
 	}
 	return nil
+}
+
+// plannedSteps counts the progress bar's steps (each drain is two: the
+// COPY and the drain itself).
+func (o *Options) plannedSteps() int {
+	n := 0
+	for _, sc := range o.Scenarios {
+		switch sc {
+		case ScenarioPublish:
+			n += 2
+		case ScenarioDrain:
+			n += len(o.Senders) * 3 * o.Rounds * 2
+		case ScenarioPickup:
+			n += 4
+		case ScenarioIdle, ScenarioInbox:
+			n++
+		case ScenarioXmin, ScenarioScaling:
+			n += 2 * o.Rounds * 2
+		case ScenarioRelays:
+			n += len(o.Relays) * o.Rounds * 2
+		case ScenarioWatermill:
+			n += 1 + o.Rounds*5
+		}
+	}
+	return n
 }
 
 func firstLine(s string) string {

@@ -93,6 +93,11 @@ func (r *runner) drain(ctx context.Context, sp drainSpec, round int) (Measuremen
 		children = append(children, c)
 	}
 	err = r.waitDelivered(ctx, tgt, int64(sp.n), children)
+	if err == nil {
+		// The drain ends when the table is settled too: the last
+		// batches' DELETE or finish lands after the broker's ack.
+		err = r.waitSettled(ctx, sp, schema, table, children)
+	}
 	el := time.Since(start)
 	if unpin != nil {
 		if perr := unpin(); perr != nil && err == nil {
@@ -117,19 +122,6 @@ func (r *runner) drain(ctx context.Context, sp drainSpec, round int) (Measuremen
 	run.CPUPerEventMicros = cpu / float64(sp.n) * 1e6
 	if got, err := tgt.count(ctx); err == nil && got > int64(sp.n) {
 		run.Extra["duplicates"] = float64(got - int64(sp.n))
-	}
-	// Nothing lost and nothing left: the source must be settled too.
-	var left int64
-	if sp.naive {
-		left, err = r.db.rowCount(ctx, table)
-	} else {
-		left, err = r.db.outboxLeft(ctx, schema)
-	}
-	if err != nil {
-		return run, err
-	}
-	if left != 0 {
-		return run, fmt.Errorf("%s: the destination holds all %d messages but %d rows are still undelivered in the table", sp.variant, sp.n, left)
 	}
 	r.p.note("  %-22s %8d events in %6.2fs = %8.0f/s, CPU %.2f µs/event", sp.variant, sp.n, run.Seconds, run.Rate, run.CPUPerEventMicros)
 	return run, nil
@@ -169,6 +161,41 @@ func (r *runner) waitDelivered(ctx context.Context, tgt target, n int64, childre
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tick.C:
+		}
+	}
+}
+
+// waitSettled polls the source table until no row is left undelivered
+// (naive loop: the table is empty; relay: nothing PENDING or IN_PROCESS),
+// failing after a minute.
+func (r *runner) waitSettled(ctx context.Context, sp drainSpec, schema, table string, children []*child) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var left int64
+		var err error
+		if sp.naive {
+			left, err = r.db.rowCount(ctx, table)
+		} else {
+			left, err = r.db.outboxLeft(ctx, schema)
+		}
+		if err != nil {
+			return err
+		}
+		if left == 0 {
+			return nil
+		}
+		for _, c := range children {
+			if err := c.alive(); err != nil {
+				return err
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: the destination holds all %d messages but %d rows are still undelivered in the table a minute later", sp.variant, sp.n, left)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }

@@ -96,8 +96,8 @@ func (o *Options) applyQuick(set map[string]bool) {
 		"xmin-backlog":      func() { o.XminBacklog = 4000 },
 		"xmin-hold":         func() { o.XminHold = 2 * time.Second },
 		"relays":            func() { o.Relays = []int{1, 2} },
-		"pickup-duration":   func() { o.PickupFor = 2 * time.Second },
-		"idle-window":       func() { o.IdleWindow = 4 * time.Second },
+		"pickup-duration":   func() { o.PickupFor = time.Second },
+		"idle-window":       func() { o.IdleWindow = 3 * time.Second },
 		"publish-ops":       func() { o.PublishOps = 40 },
 		"inbox-messages":    func() { o.InboxMessages = 200 },
 		"watermill-backlog": func() { o.WatermillN = 1000 },
@@ -131,7 +131,7 @@ func Parse(args []string, w io.Writer) (*Options, error) {
 	fs.IntVar(&o.XminBacklog, "xmin-backlog", 1_000_000, "backlog `rows` of the pinned-xmin scenario")
 	fs.DurationVar(&o.XminHold, "xmin-hold", 60*time.Second, "how long another session holds its transaction open during the pinned drain")
 	relays := fs.String("relays", "1,2,3,4", "relay process `counts` of the relays scenario, comma-separated")
-	fs.IntVar(&o.PickupRate, "rate", 100, "pickup scenario: events per `second`, one per transaction")
+	fs.IntVar(&o.PickupRate, "rate", 100, "pickup scenario: `events` per second, one per transaction")
 	fs.DurationVar(&o.PickupFor, "pickup-duration", 20*time.Second, "pickup scenario: how long each producer publishes")
 	fs.DurationVar(&o.IdleWindow, "idle-window", 10*time.Minute, "idle scenario: how long the idle relay is watched (over 10m: first 10 minutes and after are reported apart)")
 	fs.IntVar(&o.IdleTypes, "idle-types", 3, "idle scenario: configured event `types`")
