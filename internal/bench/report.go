@@ -28,7 +28,7 @@ type Scenario struct {
 	Title       string            `json:"title"`
 	Measures    string            `json:"measures"`
 	Conditions  map[string]string `json:"conditions,omitempty"`
-	Runs        []Measurement             `json:"runs,omitempty"`
+	Runs        []Measurement     `json:"runs,omitempty"`
 	Ratios      []Ratio           `json:"ratios,omitempty"`
 	Latencies   []Latency         `json:"latencies,omitempty"`
 	Notes       []string          `json:"notes,omitempty"`
