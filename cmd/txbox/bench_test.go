@@ -27,6 +27,7 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"--scenario", "drian"}, `--scenario: unknown name "drian" (valid: publish, drain`},
 		{[]string{"--scenario", ","}, "--scenario: name at least one"},
 		{[]string{"--senders", "kafka,sqs"}, `--senders: unknown name "sqs"`},
+		{[]string{"--dialects", "oracle"}, `--dialects: unknown name "oracle" (valid: postgres, mysql, sqlite, or all)`},
 		{[]string{"--backlog", "0"}, "--backlog must be at least 100, not 0"},
 		{[]string{"--backlog", "lots"}, `invalid value "lots" for flag -backlog`},
 		{[]string{"--rate", "-5"}, "--rate must be at least 1"},
@@ -160,6 +161,52 @@ func TestBenchQuick(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), "results.json") {
 		t.Errorf("stdout does not list the files written: %s", stdout)
+	}
+}
+
+// TestBenchQuickDialects drains to NATS from MariaDB and SQLite, the
+// relay and the naive loop each on its own table, and checks that both
+// comparisons produce a ratio.
+func TestBenchQuickDialects(t *testing.T) {
+	t.Parallel()
+	testenv.RequireTCP(t, "MariaDB", "127.0.0.1:3306")
+	testenv.RequireTCP(t, "NATS", strings.TrimPrefix(testenv.NATSURL, "nats://"))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	out := filepath.Join(t.TempDir(), "results")
+	cmd, stdout, stderr := child(t, ctx, "bench", "--quick", "--scenario", "drain", "--dialects", "mysql,sqlite", "--backlog", "500",
+		"--dsn", testenv.PostgresURL, "--mysql-dsn", testenv.MySQLDSN, "--nats", testenv.NATSURL, "--out", out)
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("txbox bench: %v\nstdout: %s\nstderr: %s", err, stdout, stderr)
+	}
+	raw, err := os.ReadFile(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Scenarios []struct {
+			Error  string
+			Ratios []struct {
+				Name   string
+				Median float64
+			}
+		}
+	}
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, r := range rep.Scenarios[0].Ratios {
+		if !(r.Median > 0) {
+			t.Errorf("ratio %q: %v", r.Name, r.Median)
+		}
+		names = append(names, r.Name)
+	}
+	got := strings.Join(names, "; ")
+	for _, want := range []string{"mysql → nats: relay default / naive loop", "sqlite → nats: relay tuned / naive loop"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("ratios %q lack %q (error %q)", got, want, rep.Scenarios[0].Error)
+		}
 	}
 }
 

@@ -29,6 +29,15 @@ type drainSpec struct {
 	// pin is how long another session holds a REPEATABLE READ
 	// transaction open from the start of the drain (pinned xmin).
 	pin time.Duration
+	// db is the dialect ("" is PostgreSQL).
+	db string
+}
+
+func (sp drainSpec) dialect() string {
+	if sp.db == "" {
+		return dialectPostgres
+	}
+	return sp.db
 }
 
 // drain runs one drainSpec and returns its measurement. The clock runs
@@ -36,11 +45,11 @@ type drainSpec struct {
 // is the children's user + system time over their whole life.
 func (r *runner) drain(ctx context.Context, sp drainSpec, round int) (Measurement, error) {
 	run := Measurement{Variant: sp.variant, Round: round, Events: sp.n, Extra: map[string]float64{}}
-	schema, err := r.db.newSchema(ctx)
+	src, err := r.newSource(ctx, sp.dialect())
 	if err != nil {
 		return run, err
 	}
-	defer r.db.drop(schema)
+	defer src.close()
 	tgt, err := r.br.newTarget(ctx, sp.sender)
 	if err != nil {
 		return run, err
@@ -48,25 +57,25 @@ func (r *runner) drain(ctx context.Context, sp drainSpec, round int) (Measuremen
 	defer tgt.close()
 
 	var args [][]string
-	var marker, table string
+	var marker string
 	if sp.naive {
-		r.p.begin(fmt.Sprintf("%s: COPY %d rows", sp.variant, sp.n))
-		if table, err = r.db.naiveTable(ctx, schema, sp.n, r.p); err != nil {
-			return run, err
-		}
-		a := append([]string{"bench", NaiveChild, "--dsn", r.o.DSN, "--table", table}, tgt.naiveArgs()...)
-		args = append(args, a)
-		marker = naiveReady
-	} else {
-		cfg, err := r.writeConfig(schema, relayYAML(r.o.DSN, schema, tgt, sp.settings))
+		r.p.begin(fmt.Sprintf("%s: load %d rows", sp.variant, sp.n))
+		flags, err := src.naiveTable(ctx, sp.n, r.p)
 		if err != nil {
 			return run, err
 		}
-		r.p.begin(fmt.Sprintf("%s: migrate, COPY %d rows", sp.variant, sp.n))
+		args = append(args, append(append([]string{"bench", NaiveChild}, flags...), tgt.naiveArgs()...))
+		marker = naiveReady
+	} else {
+		cfg, err := r.writeConfig(uniqueName("relay_"), relayYAML(src.databaseYAML(), tgt, sp.settings))
+		if err != nil {
+			return run, err
+		}
+		r.p.begin(fmt.Sprintf("%s: migrate, load %d rows", sp.variant, sp.n))
 		if err := r.migrate(ctx, cfg); err != nil {
 			return run, err
 		}
-		if err := r.db.fillOutbox(ctx, schema, sp.n, r.p); err != nil {
+		if err := src.fillOutbox(ctx, sp.n, r.p); err != nil {
 			return run, err
 		}
 		for range max(sp.relays, 1) {
@@ -96,7 +105,7 @@ func (r *runner) drain(ctx context.Context, sp drainSpec, round int) (Measuremen
 	if err == nil {
 		// The drain ends when the table is settled too: the last
 		// batches' DELETE or finish lands after the broker's ack.
-		err = r.waitSettled(ctx, sp, schema, table, children)
+		err = r.waitSettled(ctx, sp, src, children)
 	}
 	el := time.Since(start)
 	if unpin != nil {
@@ -168,15 +177,15 @@ func (r *runner) waitDelivered(ctx context.Context, tgt target, n int64, childre
 // waitSettled polls the source table until no row is left undelivered
 // (naive loop: the table is empty; relay: nothing PENDING or IN_PROCESS),
 // failing after a minute.
-func (r *runner) waitSettled(ctx context.Context, sp drainSpec, schema, table string, children []*child) error {
+func (r *runner) waitSettled(ctx context.Context, sp drainSpec, src source, children []*child) error {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		var left int64
 		var err error
 		if sp.naive {
-			left, err = r.db.rowCount(ctx, table)
+			left, err = src.naiveLeft(ctx)
 		} else {
-			left, err = r.db.outboxLeft(ctx, schema)
+			left, err = src.outboxLeft(ctx)
 		}
 		if err != nil {
 			return err
@@ -263,27 +272,44 @@ func (r *runner) scenarioDrain(ctx context.Context, s *Scenario) error {
 		"Rate = backlog / time from the children's start until the destination holds every message; CPU = the children's rusage."
 	s.Conditions = map[string]string{"backlog": strconv.Itoa(r.o.Backlog), "rounds": strconv.Itoa(r.o.Rounds),
 		"senders": strings.Join(r.o.Senders, ", "), "order": "naive, default, tuned; reversed every other round"}
-	for _, snd := range r.o.Senders {
-		specs := []drainSpec{
-			{variant: snd + " naive loop", sender: snd, n: r.o.Backlog, naive: true},
-			{variant: snd + " relay default", sender: snd, n: r.o.Backlog, relays: 1, settings: relayDefault},
-			{variant: snd + " relay tuned", sender: snd, n: r.o.Backlog, relays: 1, settings: relayTuned},
+	s.Conditions["databases"] = strings.Join(r.o.Dialects, ", ")
+	for _, dialect := range r.o.Dialects {
+		for _, snd := range r.o.Senders {
+			if err := r.drainComparison(ctx, s, dialect, snd); err != nil {
+				return err
+			}
 		}
-		if err := r.pairedDrains(ctx, s, specs); err != nil {
-			return err
-		}
-		naive := s.rates(specs[0].variant)
-		target, meets := "", func(float64) bool { return true }
-		if snd == "nats" {
-			target, meets = "≥ 1.0×", func(x float64) bool { return x >= 1.0 }
-		}
-		s.addRatio(snd+": relay default / naive loop", specs[1].variant, specs[0].variant, s.rates(specs[1].variant), naive, true, target, condMeets(target, meets))
-		if snd == "nats" {
-			target, meets = "≥ 1.25×", func(x float64) bool { return x >= 1.25 }
-		}
-		s.addRatio(snd+": relay tuned / naive loop", specs[2].variant, specs[0].variant, s.rates(specs[2].variant), naive, true, target, condMeets(target, meets))
-		r.addCPUNote(s, specs[1].variant, specs[2].variant, specs[0].variant)
 	}
+	return nil
+}
+
+// drainComparison runs the naive loop, the default relay and the tuned
+// relay on one database and destination, paired per round.
+func (r *runner) drainComparison(ctx context.Context, s *Scenario, dialect, snd string) error {
+	label := snd
+	if dialect != dialectPostgres {
+		label = dialect + " → " + snd
+	}
+	specs := []drainSpec{
+		{variant: label + " naive loop", sender: snd, n: r.o.Backlog, naive: true, db: dialect},
+		{variant: label + " relay default", sender: snd, n: r.o.Backlog, relays: 1, settings: relayDefault, db: dialect},
+		{variant: label + " relay tuned", sender: snd, n: r.o.Backlog, relays: 1, settings: relayTuned, db: dialect},
+	}
+	if err := r.pairedDrains(ctx, s, specs); err != nil {
+		return err
+	}
+	naive := s.rates(specs[0].variant)
+	pgNATS := dialect == dialectPostgres && snd == "nats"
+	target, meets := "", func(float64) bool { return true }
+	if pgNATS {
+		target, meets = "≥ 1.0×", func(x float64) bool { return x >= 1.0 }
+	}
+	s.addRatio(label+": relay default / naive loop", specs[1].variant, specs[0].variant, s.rates(specs[1].variant), naive, true, target, condMeets(target, meets))
+	if pgNATS {
+		target, meets = "≥ 1.25×", func(x float64) bool { return x >= 1.25 }
+	}
+	s.addRatio(label+": relay tuned / naive loop", specs[2].variant, specs[0].variant, s.rates(specs[2].variant), naive, true, target, condMeets(target, meets))
+	r.addCPUNote(s, specs[1].variant, specs[2].variant, specs[0].variant)
 	return nil
 }
 

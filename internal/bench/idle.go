@@ -38,7 +38,7 @@ func (r *runner) scenarioIdle(ctx context.Context, s *Scenario) error {
 		return err
 	}
 	defer tgt.close()
-	yaml := relayYAML(dsn, "public", tgt, "")
+	yaml := relayYAML(pgDatabase(dsn, "public"), tgt, "")
 	var types []string
 	for i := 1; i <= r.o.IdleTypes; i++ {
 		types = append(types, fmt.Sprintf("  idle-%d: { sender: main }", i))

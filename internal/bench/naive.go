@@ -3,14 +3,17 @@ package bench
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
+	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -34,7 +37,7 @@ const naiveReady = "naive loop started"
 // by id. An idle worker sleeps 100 ms; a failed publish puts the batch
 // back (status 0).
 type naiveRow struct {
-	id      [16]byte
+	id      string
 	typ     string
 	payload []byte
 }
@@ -46,12 +49,21 @@ type naivePublisher interface {
 	close()
 }
 
+// naiveDB is the naive loop's table on one database.
+type naiveDB interface {
+	claim(ctx context.Context) ([]naiveRow, error)
+	// finish deletes the batch (acked) or puts it back (status 0).
+	finish(ctx context.Context, ids []string, acked bool) error
+	close()
+}
+
 // RunNaive is the naive-loop child: it runs until SIGTERM (ctx done).
 func RunNaive(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("txbox bench "+NaiveChild, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dsn := fs.String("dsn", "", "PostgreSQL URL")
-	table := fs.String("table", "", "schema-qualified table")
+	dialect := fs.String("dialect", dialectPostgres, "postgres, mysql or sqlite")
+	dsn := fs.String("dsn", "", "database DSN")
+	table := fs.String("table", "", "table (schema-qualified on PostgreSQL)")
 	kind := fs.String("sender", "nats", "raw client")
 	url := fs.String("url", "", "broker URL or address")
 	dest := fs.String("dest", "", "subject, topic, queue, stream or path")
@@ -63,27 +75,16 @@ func RunNaive(ctx context.Context, args []string, stderr io.Writer) error {
 	if *dsn == "" || *table == "" || *dest == "" || *workers < 1 || *batch < 1 {
 		return usagef("%s needs --dsn, --table, --dest and positive --workers, --batch", NaiveChild)
 	}
-	cfg, err := pgxpool.ParseConfig(*dsn)
+	db, err := openNaiveDB(ctx, *dialect, *dsn, *table, *batch, *workers)
 	if err != nil {
 		return err
 	}
-	cfg.MaxConns = int32(*workers) + 1
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+	defer db.close()
 	pub, err := newNaivePublisher(*kind, *url, *dest, *workers)
 	if err != nil {
 		return err
 	}
 	defer pub.close()
-	claim := fmt.Sprintf(`WITH c AS (
-	SELECT id FROM %[1]s WHERE status = 0 ORDER BY created_at LIMIT %[2]d FOR UPDATE SKIP LOCKED)
-UPDATE %[1]s t SET status = 1, attempts = t.attempts + 1 FROM c WHERE t.id = c.id
-RETURNING t.id, t.event_type, t.payload::text`, *table, *batch)
-	del := fmt.Sprintf(`DELETE FROM %s WHERE id = ANY($1)`, *table)
-	release := fmt.Sprintf(`UPDATE %s SET status = 0 WHERE id = ANY($1)`, *table)
 	fmt.Fprintln(stderr, naiveReady)
 	var wg sync.WaitGroup
 	errs := make(chan error, *workers)
@@ -91,7 +92,7 @@ RETURNING t.id, t.event_type, t.payload::text`, *table, *batch)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := naiveWorker(ctx, pool, pub, claim, del, release); err != nil && ctx.Err() == nil {
+			if err := naiveWorker(ctx, db, pub); err != nil && ctx.Err() == nil {
 				errs <- err
 			}
 		}()
@@ -101,27 +102,11 @@ RETURNING t.id, t.event_type, t.payload::text`, *table, *batch)
 	return <-errs
 }
 
-func naiveWorker(ctx context.Context, pool *pgxpool.Pool, pub naivePublisher, claim, del, release string) error {
-	var rows []naiveRow
-	var ids [][16]byte
+func naiveWorker(ctx context.Context, db naiveDB, pub naivePublisher) error {
+	var ids []string
 	for ctx.Err() == nil {
-		rows, ids = rows[:0], ids[:0]
-		res, err := pool.Query(ctx, claim)
+		rows, err := db.claim(ctx)
 		if err != nil {
-			return err
-		}
-		for res.Next() {
-			var r naiveRow
-			var payload string
-			if err := res.Scan(&r.id, &r.typ, &payload); err != nil {
-				res.Close()
-				return err
-			}
-			r.payload = []byte(payload)
-			rows = append(rows, r)
-			ids = append(ids, r.id)
-		}
-		if err := res.Err(); err != nil {
 			return err
 		}
 		if len(rows) == 0 {
@@ -131,18 +116,176 @@ func naiveWorker(ctx context.Context, pool *pgxpool.Pool, pub naivePublisher, cl
 			}
 			continue
 		}
-		if err := pub.publish(ctx, rows); err != nil {
-			if _, rerr := pool.Exec(context.WithoutCancel(ctx), release, ids); rerr != nil {
-				return errors.Join(err, rerr)
-			}
-			continue
+		ids = ids[:0]
+		for _, r := range rows {
+			ids = append(ids, r.id)
 		}
-		if _, err := pool.Exec(context.WithoutCancel(ctx), del, ids); err != nil {
-			return err
+		perr := pub.publish(ctx, rows)
+		if err := db.finish(context.WithoutCancel(ctx), ids, perr == nil); err != nil {
+			return errors.Join(perr, err)
 		}
 	}
 	return nil
 }
+
+func openNaiveDB(ctx context.Context, dialect, dsn, table string, batch, workers int) (naiveDB, error) {
+	switch dialect {
+	case dialectPostgres:
+		cfg, err := pgxpool.ParseConfig(dsn)
+		if err != nil {
+			return nil, err
+		}
+		cfg.MaxConns = int32(workers) + 1
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return &naivePG{pool: pool, table: table, claimQ: fmt.Sprintf(`WITH c AS (
+	SELECT id FROM %[1]s WHERE status = 0 ORDER BY created_at LIMIT %[2]d FOR UPDATE SKIP LOCKED)
+UPDATE %[1]s t SET status = 1, attempts = t.attempts + 1 FROM c WHERE t.id = c.id
+RETURNING t.id::text, t.event_type, t.payload::text`, table, batch)}, nil
+	case dialectMySQL, dialectSQLite:
+		driver := map[string]string{dialectMySQL: "mysql", dialectSQLite: "sqlite"}[dialect]
+		db, err := sql.Open(driver, dsn)
+		if err != nil {
+			return nil, err
+		}
+		db.SetMaxOpenConns(workers + 1)
+		return &naiveSQL{db: db, dialect: dialect, table: table, batch: batch}, nil
+	}
+	return nil, usagef("unknown --dialect %q", dialect)
+}
+
+// naivePG claims in one statement: a CTE picking 500 rows FOR UPDATE
+// SKIP LOCKED and an UPDATE … RETURNING them.
+type naivePG struct {
+	pool   *pgxpool.Pool
+	table  string
+	claimQ string
+}
+
+func (d *naivePG) claim(ctx context.Context) ([]naiveRow, error) {
+	res, err := d.pool.Query(ctx, d.claimQ)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Close()
+	var rows []naiveRow
+	for res.Next() {
+		var r naiveRow
+		var payload string
+		if err := res.Scan(&r.id, &r.typ, &payload); err != nil {
+			return nil, err
+		}
+		r.payload = []byte(payload)
+		rows = append(rows, r)
+	}
+	return rows, res.Err()
+}
+
+func (d *naivePG) finish(ctx context.Context, ids []string, acked bool) error {
+	q := `DELETE FROM ` + d.table + ` WHERE id = ANY($1::uuid[])`
+	if !acked {
+		q = `UPDATE ` + d.table + ` SET status = 0 WHERE id = ANY($1::uuid[])`
+	}
+	_, err := d.pool.Exec(ctx, q, ids)
+	return err
+}
+
+func (d *naivePG) close() { d.pool.Close() }
+
+// naiveSQL is the same loop on MariaDB (SELECT … FOR UPDATE SKIP LOCKED
+// then UPDATE in one READ COMMITTED transaction, retried on deadlock:
+// MariaDB has no UPDATE … RETURNING) and
+// SQLite (one UPDATE … WHERE id IN (SELECT … LIMIT) RETURNING; SQLite
+// has one writer, so no SKIP LOCKED is needed).
+type naiveSQL struct {
+	db      *sql.DB
+	dialect string
+	table   string
+	batch   int
+}
+
+// retry runs fn again when MariaDB reports a deadlock or a lock wait
+// timeout, as a hand-written loop must.
+func retry[T any](fn func() (T, error)) (T, error) {
+	for i := 0; ; i++ {
+		v, err := fn()
+		var me *gomysql.MySQLError
+		if err == nil || i == 20 || !errors.As(err, &me) || (me.Number != 1213 && me.Number != 1205) {
+			return v, err
+		}
+	}
+}
+
+func (d *naiveSQL) claim(ctx context.Context) ([]naiveRow, error) {
+	return retry(func() ([]naiveRow, error) { return d.claimOnce(ctx) })
+}
+
+func (d *naiveSQL) claimOnce(ctx context.Context) ([]naiveRow, error) {
+	scan := func(res *sql.Rows) ([]naiveRow, error) {
+		defer res.Close()
+		var rows []naiveRow
+		for res.Next() {
+			var r naiveRow
+			if err := res.Scan(&r.id, &r.typ, &r.payload); err != nil {
+				return nil, err
+			}
+			rows = append(rows, r)
+		}
+		return rows, res.Err()
+	}
+	if d.dialect == dialectSQLite {
+		res, err := d.db.QueryContext(ctx, fmt.Sprintf(`UPDATE %[1]s SET status = 1, attempts = attempts + 1
+WHERE id IN (SELECT id FROM %[1]s WHERE status = 0 ORDER BY created_at LIMIT %[2]d)
+RETURNING id, event_type, payload`, d.table, d.batch))
+		if err != nil {
+			return nil, err
+		}
+		return scan(res)
+	}
+	// READ COMMITTED, as the relay's MariaDB sessions run: at the default
+	// REPEATABLE READ the claim's next-key locks deadlock the workers.
+	tx, err := d.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	res, err := tx.QueryContext(ctx, fmt.Sprintf(`SELECT id, event_type, payload FROM %s WHERE status = 0
+ORDER BY created_at LIMIT %d FOR UPDATE SKIP LOCKED`, d.table, d.batch))
+	if err != nil {
+		return nil, err
+	}
+	rows, err := scan(res)
+	if err != nil || len(rows) == 0 {
+		return nil, err
+	}
+	ids := make([]any, len(rows))
+	for i, r := range rows {
+		ids[i] = r.id
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE `+d.table+` SET status = 1, attempts = attempts + 1 WHERE id IN (`+marks(len(ids))+`)`, ids...); err != nil {
+		return nil, err
+	}
+	return rows, tx.Commit()
+}
+
+func marks(n int) string { return strings.TrimSuffix(strings.Repeat("?,", n), ",") }
+
+func (d *naiveSQL) finish(ctx context.Context, ids []string, acked bool) error {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	q := `DELETE FROM ` + d.table + ` WHERE id IN (` + marks(len(ids)) + `)`
+	if !acked {
+		q = `UPDATE ` + d.table + ` SET status = 0 WHERE id IN (` + marks(len(ids)) + `)`
+	}
+	_, err := retry(func() (sql.Result, error) { return d.db.ExecContext(ctx, q, args...) })
+	return err
+}
+
+func (d *naiveSQL) close() { _ = d.db.Close() }
 
 func newNaivePublisher(kind, url, dest string, workers int) (naivePublisher, error) {
 	switch kind {
@@ -201,7 +344,7 @@ func (p *naiveNATS) publish(ctx context.Context, rows []naiveRow) error {
 	for _, r := range rows {
 		m := nats.NewMsg(p.subj)
 		m.Data = r.payload
-		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%x", r.id))
+		m.Header.Set(jetstream.MsgIDHeader, r.id)
 		f, err := p.js.PublishMsgAsync(m)
 		if err != nil {
 			return err
@@ -229,7 +372,7 @@ func (p *naiveKafka) publish(ctx context.Context, rows []naiveRow) error {
 	var first error
 	wg.Add(len(rows))
 	for _, r := range rows {
-		p.cl.Produce(ctx, &kgo.Record{Value: r.payload, Headers: []kgo.RecordHeader{{Key: "id", Value: r.id[:]}}},
+		p.cl.Produce(ctx, &kgo.Record{Value: r.payload, Headers: []kgo.RecordHeader{{Key: "id", Value: []byte(r.id)}}},
 			func(_ *kgo.Record, err error) {
 				if err != nil {
 					mu.Lock()
@@ -263,7 +406,7 @@ func (p *naiveRabbit) publish(ctx context.Context, rows []naiveRow) error {
 	dcs := make([]*amqp.DeferredConfirmation, 0, len(rows))
 	for _, r := range rows {
 		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", p.queue, false, false, amqp.Publishing{
-			MessageId: fmt.Sprintf("%x", r.id), Body: r.payload, DeliveryMode: amqp.Persistent, ContentType: "application/json"})
+			MessageId: r.id, Body: r.payload, DeliveryMode: amqp.Persistent, ContentType: "application/json"})
 		if err != nil {
 			return err
 		}
@@ -290,7 +433,7 @@ type naiveRedis struct {
 func (p *naiveRedis) publish(ctx context.Context, rows []naiveRow) error {
 	pipe := p.c.Pipeline()
 	for _, r := range rows {
-		pipe.XAdd(ctx, &redis.XAddArgs{Stream: p.stream, Values: []any{"id", fmt.Sprintf("%x", r.id), "payload", r.payload}})
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: p.stream, Values: []any{"id", r.id, "payload", r.payload}})
 	}
 	_, err := pipe.Exec(ctx)
 	return err

@@ -48,6 +48,7 @@ var AllSenders = []string{"nats", "kafka", "rabbitmq", "redis", "webhook"}
 type Options struct {
 	Scenarios []string
 	Senders   []string
+	Dialects  []string
 	Quick     bool
 
 	Backlog       int
@@ -69,6 +70,7 @@ type Options struct {
 	WatermillDir  string
 
 	DSN       string
+	MySQLDSN  string
 	NATSURL   string
 	RedisAddr string
 	RabbitURL string
@@ -123,6 +125,8 @@ func Parse(args []string, w io.Writer) (*Options, error) {
 	scen := fs.String("scenario", strings.Join(defaultScenarios, ","),
 		"comma-separated `scenarios` to run, or all: "+strings.Join(AllScenarios, ", "))
 	senders := fs.String("senders", "nats", "`destinations` of the drain scenario, comma-separated, or all: "+strings.Join(AllSenders, ", "))
+	dialects := fs.String("dialects", "postgres", "`databases` of the drain scenario, comma-separated, or all: "+strings.Join(AllDialects, ", ")+
+		" (the other scenarios run on PostgreSQL)")
 	fs.BoolVar(&o.Quick, "quick", false, "tiny sizes and windows so every scenario takes seconds (tests; the figures mean nothing)")
 	fs.IntVar(&o.Backlog, "backlog", 200_000, "backlog `rows` of the drain and relays scenarios")
 	fs.IntVar(&o.Rounds, "rounds", 2, "paired `rounds` of each drain comparison (the median ratio is reported)")
@@ -142,6 +146,7 @@ func Parse(args []string, w io.Writer) (*Options, error) {
 	fs.StringVar(&o.WatermillBin, "watermill-bin", "", "prebuilt watermill harness `binary` (default: build --watermill-dir with go build)")
 	fs.StringVar(&o.WatermillDir, "watermill-dir", "bench/watermill", "`directory` of the watermill harness module (its own go.mod)")
 	fs.StringVar(&o.DSN, "dsn", defaultDSN, "PostgreSQL `URL`; every scenario creates its own schema (idle: its own database) and drops it")
+	fs.StringVar(&o.MySQLDSN, "mysql-dsn", "root@tcp(127.0.0.1:3306)/", "MariaDB/MySQL `DSN` (go-sql-driver form) of the drain scenario's mysql dialect; each run creates its own database and drops it")
 	fs.StringVar(&o.NATSURL, "nats", "nats://127.0.0.1:4222", "NATS JetStream `URL`")
 	fs.StringVar(&o.RedisAddr, "redis", "127.0.0.1:6379", "Redis `address` (drain to redis)")
 	fs.StringVar(&o.RabbitURL, "rabbitmq", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ `URL` (drain to rabbitmq)")
@@ -171,6 +176,9 @@ func Parse(args []string, w io.Writer) (*Options, error) {
 		return nil, err
 	}
 	if o.Senders, err = parseList("--senders", *senders, AllSenders); err != nil {
+		return nil, err
+	}
+	if o.Dialects, err = parseList("--dialects", *dialects, AllDialects); err != nil {
 		return nil, err
 	}
 	if o.Relays, err = parseCounts(*relays); err != nil {
@@ -259,7 +267,7 @@ func (o *Options) validate() error {
 		return usagef("--out must name a directory")
 	}
 	if !strings.HasPrefix(o.DSN, "postgres://") && !strings.HasPrefix(o.DSN, "postgresql://") {
-		return usagef("--dsn must be a PostgreSQL URL (postgres://…): every scenario runs on PostgreSQL; MariaDB and SQLite are not covered by txbox bench yet (docs/benchmarks/bench-command.md)")
+		return usagef("--dsn must be a PostgreSQL URL (postgres://…): every scenario runs on PostgreSQL; for MariaDB or SQLite drains give --dialects mysql,sqlite (and --mysql-dsn)")
 	}
 	return nil
 }

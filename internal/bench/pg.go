@@ -139,14 +139,12 @@ func (d *db) rowCount(ctx context.Context, table string) (int64, error) {
 	return n, err
 }
 
-// relayYAML is the configuration of a relay child: the database and the
-// target's sender and route, plus only the settings a variant changes.
-// Everything else is txbox's default.
-func relayYAML(dsn, schema string, t target, settings string) string {
+// relayYAML is the configuration of a relay child: the database block,
+// the target's sender and route, plus only the settings a variant
+// changes. Everything else is txbox's default.
+func relayYAML(database string, t target, settings string) string {
 	return fmt.Sprintf(`database:
-  dialect: postgres
-  dsn: %q
-  schema: %s
+%s
 senders:
   main:
 %s
@@ -155,7 +153,12 @@ defaults:
 %s
 events:
   %s: { sender: main }
-`, dsn, schema, indent(t.senderYAML(), "    "), t.routeYAML(), indent(settings, "  "), benchType)
+`, indent(database, "  "), indent(t.senderYAML(), "    "), t.routeYAML(), indent(settings, "  "), benchType)
+}
+
+// pgDatabase is the database block for a PostgreSQL schema.
+func pgDatabase(dsn, schema string) string {
+	return fmt.Sprintf("dialect: postgres\ndsn: %q\nschema: %s", dsn, schema)
 }
 
 func indent(s, pre string) string {

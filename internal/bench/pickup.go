@@ -144,7 +144,7 @@ func (r *runner) pickupRun(ctx context.Context, name string, plainSQL, driver bo
 		return Latency{}, Latency{}, err
 	}
 	defer tgt.close()
-	cfg, err := config.Load(config.Source{Name: "bench-pickup.yaml", YAML: []byte(relayYAML(r.o.DSN, schema, tgt, ""))})
+	cfg, err := config.Load(config.Source{Name: "bench-pickup.yaml", YAML: []byte(relayYAML(pgDatabase(r.o.DSN, schema), tgt, ""))})
 	if err != nil {
 		return Latency{}, Latency{}, err
 	}
