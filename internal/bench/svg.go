@@ -93,40 +93,48 @@ func barChart(title string, labels []string, vals []float64) string {
 }
 
 // latencyChart draws p50, p95 and p99 of each distribution as a group of
-// three bars on a shared linear scale.
+// three bars on a shared linear scale, the distribution's name above
+// its group.
 func latencyChart(title string, ls []Latency) string {
 	var b strings.Builder
-	group := 3*barHeight + 2*2 + 14
-	h := svgTop + len(ls)*group + 40
+	const left, title2 = 60, 18
+	group := title2 + 3*(barHeight+2) + 12
+	h := svgTop + len(ls)*group + 10
 	svgHeader(&b, h, title)
 	var all []float64
 	for _, l := range ls {
 		all = append(all, l.P50, l.P95, l.P99)
 	}
 	top := maxOf(all)
-	plot := float64(svgWidth - labelWidth - 110)
+	plot := float64(svgWidth - left - 130)
 	names := []string{"p50", "p95", "p99"}
 	for i, l := range ls {
 		y0 := svgTop + i*group
-		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end" font-weight="bold">%s</text>`+"\n", labelWidth-8, y0+barHeight-6, html.EscapeString(l.Name))
+		fmt.Fprintf(&b, `<text x="10" y="%d" font-weight="bold">%s (%d samples)</text>`+"\n", y0+13, html.EscapeString(l.Name), l.Samples)
 		for j, v := range []float64{l.P50, l.P95, l.P99} {
-			y := y0 + j*(barHeight+2)
+			y := y0 + title2 + j*(barHeight+2)
 			w := 0.0
 			if top > 0 {
 				w = v / top * plot
 			}
-			fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>`+"\n", labelWidth, y, w, barHeight, palette[j])
-			fmt.Fprintf(&b, `<text x="%.1f" y="%d">%s %s ms</text>`+"\n", float64(labelWidth)+w+6, y+barHeight-6, names[j], trimFloat(v))
+			fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end">%s</text>`+"\n", left-8, y+barHeight-6, names[j])
+			fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>`+"\n", left, y, w, barHeight, palette[j])
+			fmt.Fprintf(&b, `<text x="%.1f" y="%d">%s ms</text>`+"\n", float64(left)+w+6, y+barHeight-6, ms(v))
 		}
-	}
-	// Legend.
-	ly := h - 22
-	for j, n := range names {
-		x := labelWidth + j*90
-		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d">%s</text>`+"\n", x, ly, palette[j], x+16, ly+11, n)
 	}
 	b.WriteString("</svg>\n")
 	return b.String()
+}
+
+// ms prints a latency in milliseconds with sensible precision.
+func ms(v float64) string {
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
 }
 
 func maxOf(xs []float64) float64 {
