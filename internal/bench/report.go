@@ -244,7 +244,8 @@ func (rep *Report) markdown(charts []chart) string {
 			b.WriteString("\n")
 		}
 		if len(s.Runs) > 0 {
-			b.WriteString("| variant | round | events | seconds | events/s | CPU µs/event | other |\n|---|---|---|---|---|---|---|\n")
+			fmt.Fprintf(&b, "Rate: %s (for idle, the events column counts transactions).\n\n", rateUnit(s.Name))
+			b.WriteString("| variant | round | events | seconds | rate | CPU µs/event | other |\n|---|---|---|---|---|---|---|\n")
 			for _, r := range s.Runs {
 				cpu := "—"
 				if r.CPUPerEventMicros > 0 {
