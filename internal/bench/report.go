@@ -244,7 +244,11 @@ func (rep *Report) markdown(charts []chart) string {
 			b.WriteString("\n")
 		}
 		if len(s.Runs) > 0 {
-			fmt.Fprintf(&b, "Rate: %s (for idle, the events column counts transactions).\n\n", rateUnit(s.Name))
+			unit := rateUnit(s.Name)
+			if s.Name == ScenarioIdle {
+				unit += "; the events column counts the transactions"
+			}
+			fmt.Fprintf(&b, "Rate: %s.\n\n", unit)
 			b.WriteString("| variant | round | events | seconds | rate | CPU µs/event | other |\n|---|---|---|---|---|---|---|\n")
 			for _, r := range s.Runs {
 				cpu := "—"
