@@ -13,6 +13,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -53,6 +54,9 @@ var ErrScenarios = errors.New("some scenarios failed")
 // prints their paths to stdout. Progress goes to stderr (redrawn in place
 // when tty).
 func Run(ctx context.Context, o *Options, stdout, stderr io.Writer, tty bool, version string) error {
+	if o.Render != "" {
+		return render(o.Render, o.OutDir, stdout)
+	}
 	if o.Exe == "" {
 		return errors.New("bench: no txbox binary to run the children with")
 	}
@@ -136,6 +140,23 @@ func (o *Options) plannedSteps() int {
 		}
 	}
 	return n
+}
+
+// render writes the Markdown and charts of an earlier results.json.
+func render(path, dir string, stdout io.Writer) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return usagef("--render: %v", err)
+	}
+	var rep Report
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		return usagef("--render %s: not a txbox bench results.json: %v", path, err)
+	}
+	paths, err := rep.write(dir)
+	for _, p := range paths {
+		fmt.Fprintln(stdout, p)
+	}
+	return err
 }
 
 func firstLine(s string) string {

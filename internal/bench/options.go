@@ -76,6 +76,9 @@ type Options struct {
 	RabbitURL string
 	OutDir    string
 	Timeout   time.Duration
+	// Render, when set, is a results.json to write the Markdown and
+	// charts from again, measuring nothing.
+	Render string
 
 	// Exe is the txbox binary re-executed for the relay and naive-loop
 	// children; ChildEnv is their environment (TXBOX_* variables other
@@ -151,6 +154,7 @@ func Parse(args []string, w io.Writer) (*Options, error) {
 	fs.StringVar(&o.RedisAddr, "redis", "127.0.0.1:6379", "Redis `address` (drain to redis)")
 	fs.StringVar(&o.RabbitURL, "rabbitmq", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ `URL` (drain to rabbitmq)")
 	fs.StringVar(&o.OutDir, "out", "bench-results", "output `directory` for results.json, results.md and the SVG charts")
+	fs.StringVar(&o.Render, "render", "", "measure nothing: write results.md and the charts of an earlier `results.json` into --out again")
 	fs.DurationVar(&o.Timeout, "timeout", 2*time.Hour, "give up after this long")
 	fs.Usage = func() {
 		fmt.Fprintf(w, "Usage: txbox %s\n\n", Usage)

@@ -109,3 +109,27 @@ func TestQuickKeepsExplicitSizes(t *testing.T) {
 		t.Errorf("scenarios run in the documented order without repeats: %v", o.Scenarios)
 	}
 }
+
+// TestRender writes the Markdown and charts of a results.json again, and
+// refuses a file that is not one with a usage error.
+func TestRender(t *testing.T) {
+	rep := &Report{Scenarios: []Scenario{{Name: "drain", Runs: []Measurement{{Variant: "a", Rate: 5}}}}}
+	src := t.TempDir()
+	if _, err := rep.write(src); err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	var stdout strings.Builder
+	o := &Options{Render: filepath.Join(src, "results.json"), OutDir: out}
+	if err := Run(t.Context(), o, &stdout, io.Discard, false, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(out, "drain-throughput.svg")); err != nil || !strings.Contains(stdout.String(), "results.md") {
+		t.Errorf("render wrote %q: %v", stdout.String(), err)
+	}
+	bad := filepath.Join(src, "results.md")
+	var ue *UsageError
+	if err := Run(t.Context(), &Options{Render: bad, OutDir: out}, io.Discard, io.Discard, false, ""); !errors.As(err, &ue) {
+		t.Errorf("render of a Markdown file: %v, want a usage error", err)
+	}
+}
