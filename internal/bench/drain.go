@@ -56,34 +56,10 @@ func (r *runner) drain(ctx context.Context, sp drainSpec, round int) (Measuremen
 	}
 	defer tgt.close()
 
-	var args [][]string
-	var marker string
-	if sp.naive {
-		r.p.begin(fmt.Sprintf("%s: load %d rows", sp.variant, sp.n))
-		flags, err := src.naiveTable(ctx, sp.n, r.p)
-		if err != nil {
-			return run, err
-		}
-		args = append(args, append(append([]string{"bench", NaiveChild}, flags...), tgt.naiveArgs()...))
-		marker = naiveReady
-	} else {
-		cfg, err := r.writeConfig(uniqueName("relay_"), relayYAML(src.databaseYAML(), tgt, sp.settings))
-		if err != nil {
-			return run, err
-		}
-		r.p.begin(fmt.Sprintf("%s: migrate, load %d rows", sp.variant, sp.n))
-		if err := r.migrate(ctx, cfg); err != nil {
-			return run, err
-		}
-		if err := src.fillOutbox(ctx, sp.n, r.p); err != nil {
-			return run, err
-		}
-		for range max(sp.relays, 1) {
-			args = append(args, []string{"relay", "--config", cfg})
-		}
-		marker = "relay started"
+	args, marker, err := r.prepareDrain(ctx, sp, src, tgt)
+	if err != nil {
+		return run, err
 	}
-
 	var unpin func() error
 	if sp.pin > 0 {
 		if unpin, err = r.pinXmin(ctx, sp.pin); err != nil {
@@ -134,6 +110,36 @@ func (r *runner) drain(ctx context.Context, sp drainSpec, round int) (Measuremen
 	}
 	r.p.note("  %-22s %8d events in %6.2fs = %8.0f/s, CPU %.2f µs/event", sp.variant, sp.n, run.Seconds, run.Rate, run.CPUPerEventMicros)
 	return run, nil
+}
+
+// prepareDrain loads the backlog (and, for the relay, migrates txbox's
+// tables first) and returns the children's command lines and the line
+// they print once working.
+func (r *runner) prepareDrain(ctx context.Context, sp drainSpec, src source, tgt target) ([][]string, string, error) {
+	if sp.naive {
+		r.p.begin(fmt.Sprintf("%s: load %d rows", sp.variant, sp.n))
+		flags, err := src.naiveTable(ctx, sp.n, r.p)
+		if err != nil {
+			return nil, "", err
+		}
+		return [][]string{append(append([]string{"bench", NaiveChild}, flags...), tgt.naiveArgs()...)}, naiveReady, nil
+	}
+	cfg, err := r.writeConfig(uniqueName("relay_"), relayYAML(src.databaseYAML(), tgt, sp.settings))
+	if err != nil {
+		return nil, "", err
+	}
+	r.p.begin(fmt.Sprintf("%s: migrate, load %d rows", sp.variant, sp.n))
+	if err := r.migrate(ctx, cfg); err != nil {
+		return nil, "", err
+	}
+	if err := src.fillOutbox(ctx, sp.n, r.p); err != nil {
+		return nil, "", err
+	}
+	var args [][]string
+	for range max(sp.relays, 1) {
+		args = append(args, []string{"relay", "--config", cfg})
+	}
+	return args, "relay started", nil
 }
 
 // waitDelivered polls the destination until it holds n messages, failing

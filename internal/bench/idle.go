@@ -20,35 +20,9 @@ func (r *runner) scenarioIdle(ctx context.Context, s *Scenario) error {
 		"in a database of its own: `xact_commit + xact_rollback` of that database in pg_stat_database over the window, "+
 		"extrapolated to an hour. The reading connection is to another database, so it does not count itself.", r.o.IdleTypes)
 	s.Conditions = map[string]string{"window": r.o.IdleWindow.String(), "configured types": strconv.Itoa(r.o.IdleTypes)}
-	name := uniqueName("bench_idle_")
-	if _, err := r.db.pool.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		return fmt.Errorf("create the idle database: %w", err)
-	}
-	defer func() {
-		c, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_, _ = r.db.pool.Exec(c, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-	}()
-	dsn, err := dsnWithDatabase(r.o.DSN, name)
+	name, cfg, cleanup, err := r.idleDatabase(ctx)
+	defer cleanup()
 	if err != nil {
-		return err
-	}
-	tgt, err := r.br.newTarget(ctx, "nats")
-	if err != nil {
-		return err
-	}
-	defer tgt.close()
-	yaml := relayYAML(pgDatabase(dsn, "public"), tgt, "")
-	var types []string
-	for i := 1; i <= r.o.IdleTypes; i++ {
-		types = append(types, fmt.Sprintf("  idle-%d: { sender: main }", i))
-	}
-	yaml = strings.Replace(yaml, "events:\n", "events:\n"+strings.Join(types, "\n")+"\n", 1)
-	cfg, err := r.writeConfig(name, yaml)
-	if err != nil {
-		return err
-	}
-	if err := r.migrate(ctx, cfg); err != nil {
 		return err
 	}
 	read := func() (idleSample, error) {
@@ -65,28 +39,10 @@ func (r *runner) scenarioIdle(ctx context.Context, s *Scenario) error {
 	if err != nil {
 		return err
 	}
-	samples := []idleSample{first}
-	tick := time.NewTicker(min(10*time.Second, r.o.IdleWindow/4))
-	defer tick.Stop()
-	end := first.at.Add(r.o.IdleWindow)
-	for time.Now().Before(end) {
-		select {
-		case <-ctx.Done():
-			_, _ = c.stop()
-			return ctx.Err()
-		case <-tick.C:
-		case <-time.After(time.Until(end)):
-		}
-		if err := c.alive(); err != nil {
-			return err
-		}
-		sm, err := read()
-		if err != nil {
-			_, _ = c.stop()
-			return err
-		}
-		samples = append(samples, sm)
-		r.p.count(int64(sm.at.Sub(first.at)/time.Second), int64(r.o.IdleWindow/time.Second))
+	samples, err := r.idleWatch(ctx, c, first, read)
+	if err != nil {
+		_, _ = c.stop()
+		return err
 	}
 	cpu, err := c.stop()
 	if err != nil {
@@ -118,4 +74,68 @@ func (r *runner) scenarioIdle(ctx context.Context, s *Scenario) error {
 	s.Notes = append(s.Notes, "PostgreSQL 15 flushes a backend's counters up to 10 s late, so the last seconds of the window may be missing from the count.",
 		"pg_stat_statements is not installed here, so statements are not broken down by job.")
 	return nil
+}
+
+// idleDatabase creates the idle relay's own database, its configuration
+// with the configured types, and txbox's tables in it. cleanup drops the
+// database; call it even on error.
+func (r *runner) idleDatabase(ctx context.Context) (name, cfg string, cleanup func(), err error) {
+	name = uniqueName("bench_idle_")
+	cleanup = func() {}
+	if _, err := r.db.pool.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return "", "", cleanup, fmt.Errorf("create the idle database: %w", err)
+	}
+	var tgt target
+	cleanup = func() {
+		if tgt != nil {
+			tgt.close()
+		}
+		c, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = r.db.pool.Exec(c, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+	}
+	dsn, err := dsnWithDatabase(r.o.DSN, name)
+	if err != nil {
+		return "", "", cleanup, err
+	}
+	if tgt, err = r.br.newTarget(ctx, "nats"); err != nil {
+		return "", "", cleanup, err
+	}
+	yaml := relayYAML(pgDatabase(dsn, "public"), tgt, "")
+	var types []string
+	for i := 1; i <= r.o.IdleTypes; i++ {
+		types = append(types, fmt.Sprintf("  idle-%d: { sender: main }", i))
+	}
+	yaml = strings.Replace(yaml, "events:\n", "events:\n"+strings.Join(types, "\n")+"\n", 1)
+	if cfg, err = r.writeConfig(name, yaml); err != nil {
+		return "", "", cleanup, err
+	}
+	return name, cfg, cleanup, r.migrate(ctx, cfg)
+}
+
+// idleWatch reads the counter every 10 s (or a quarter of a short window)
+// until the window has passed, failing if the relay exits.
+func (r *runner) idleWatch(ctx context.Context, c *child, first idleSample, read func() (idleSample, error)) ([]idleSample, error) {
+	samples := []idleSample{first}
+	tick := time.NewTicker(min(10*time.Second, r.o.IdleWindow/4))
+	defer tick.Stop()
+	end := first.at.Add(r.o.IdleWindow)
+	for time.Now().Before(end) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-tick.C:
+		case <-time.After(time.Until(end)):
+		}
+		if err := c.alive(); err != nil {
+			return nil, err
+		}
+		sm, err := read()
+		if err != nil {
+			return nil, err
+		}
+		samples = append(samples, sm)
+		r.p.count(int64(sm.at.Sub(first.at)/time.Second), int64(r.o.IdleWindow/time.Second))
+	}
+	return samples, nil
 }

@@ -28,51 +28,11 @@ func (r *runner) scenarioInbox(ctx context.Context, s *Scenario) error {
 		return err
 	}
 	defer r.db.drop(schema)
-	cfg, err := pgxpool.ParseConfig(r.o.DSN)
+	bare, withInbox, closePool, err := r.inboxHandlers(ctx, schema)
 	if err != nil {
 		return err
 	}
-	cfg.MaxConns = 2
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	d, err := postgres.New(pool, postgres.Config{Schema: schema})
-	if err != nil {
-		return err
-	}
-	if err := d.Migrate(ctx); err != nil {
-		return err
-	}
-	effectTable := pgx.Identifier{schema, "inbox_effect"}.Sanitize()
-	if _, err := pool.Exec(ctx, "CREATE TABLE "+effectTable+" (consumer text NOT NULL, event_id text NOT NULL)"); err != nil {
-		return err
-	}
-	effect := "INSERT INTO " + effectTable + " (consumer, event_id) VALUES ($1, $2)"
-	in, err := inbox.New(d, inbox.Config{Consumer: "bench"})
-	if err != nil {
-		return err
-	}
-	h := inbox.Typed(func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
-		_, err := tx.Exec(ctx, effect, "bench", m.ID.String())
-		return err
-	})
-	bare := func(id txbox.ID) error {
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = tx.Rollback(ctx) }()
-		if _, err := tx.Exec(ctx, effect, "bare", id.String()); err != nil {
-			return err
-		}
-		return tx.Commit(ctx)
-	}
-	withInbox := func(id txbox.ID) error {
-		_, err := in.Handle(ctx, inbox.Message{ID: id}, h)
-		return err
-	}
+	defer closePool()
 	stream := func() []txbox.ID {
 		out := make([]txbox.ID, r.o.InboxMessages)
 		for i := range out {
@@ -114,4 +74,57 @@ func (r *runner) scenarioInbox(ctx context.Context, s *Scenario) error {
 	}
 	s.addRatio("with inbox / without (rate)", variants[1].name, variants[0].name, s.rates(variants[1].name), s.rates(variants[0].name), true, "", nil)
 	return nil
+}
+
+// inboxHandlers returns the two handlers compared: one effect row in its
+// own transaction, and the same through inbox.Handle. closePool closes
+// their pool; call it even on error.
+func (r *runner) inboxHandlers(ctx context.Context, schema string) (bare, withInbox func(txbox.ID) error, closePool func(), err error) {
+	closeIt := func() {}
+	cfg, err := pgxpool.ParseConfig(r.o.DSN)
+	if err != nil {
+		return nil, nil, closeIt, err
+	}
+	cfg.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, closeIt, err
+	}
+	closeIt = pool.Close
+	d, err := postgres.New(pool, postgres.Config{Schema: schema})
+	if err != nil {
+		return nil, nil, closeIt, err
+	}
+	if err := d.Migrate(ctx); err != nil {
+		return nil, nil, closeIt, err
+	}
+	effectTable := pgx.Identifier{schema, "inbox_effect"}.Sanitize()
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+effectTable+" (consumer text NOT NULL, event_id text NOT NULL)"); err != nil {
+		return nil, nil, closeIt, err
+	}
+	effect := "INSERT INTO " + effectTable + " (consumer, event_id) VALUES ($1, $2)"
+	in, err := inbox.New(d, inbox.Config{Consumer: "bench"})
+	if err != nil {
+		return nil, nil, closeIt, err
+	}
+	h := inbox.Typed(func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
+		_, err := tx.Exec(ctx, effect, "bench", m.ID.String())
+		return err
+	})
+	bare = func(id txbox.ID) error {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		if _, err := tx.Exec(ctx, effect, "bare", id.String()); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	}
+	withInbox = func(id txbox.ID) error {
+		_, err := in.Handle(ctx, inbox.Message{ID: id}, h)
+		return err
+	}
+	return bare, withInbox, closeIt, nil
 }

@@ -130,6 +130,73 @@ func paced(ctx context.Context, rate int, d time.Duration, fn func() error) erro
 	return nil
 }
 
+// pickupRelay is a relay running in this process, built from the
+// generated configuration the way `txbox relay` builds it, its sender
+// wrapped by a recorder.
+type pickupRelay struct {
+	st      *config.Store
+	rec     *pickupRecorder
+	rl      *relay.Relay
+	stopped bool
+}
+
+// startPickupRelay migrates schema and starts the relay. With driver, the
+// relay gets the PostgreSQL driver itself instead of the *config.Store.
+func (r *runner) startPickupRelay(ctx context.Context, schema string, tgt target, driver bool) (*pickupRelay, error) {
+	cfg, err := config.Load(config.Source{Name: "bench-pickup.yaml", YAML: []byte(relayYAML(pgDatabase(r.o.DSN, schema), tgt, ""))})
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.NewLogger(io.Discard)
+	noEnv := func(string) string { return "" }
+	st, err := cfg.OpenStore(ctx, noEnv, log)
+	if err != nil {
+		return nil, err
+	}
+	pr := &pickupRelay{st: st}
+	if err := st.Migrate(ctx); err != nil {
+		pr.close(ctx)
+		return nil, err
+	}
+	senders, err := cfg.OpenSenders(ctx, noEnv, log)
+	if err != nil {
+		pr.close(ctx)
+		return nil, err
+	}
+	pr.rec = &pickupRecorder{Sender: senders["main"], pickedAt: map[txbox.ID]time.Time{}, ackedAt: map[txbox.ID]time.Time{}}
+	senders["main"] = pr.rec
+	var rst store.Driver = st
+	if driver {
+		rst = st.Driver
+	}
+	if pr.rl, err = relay.New(cfg.RelayConfig(rst, senders, log)); err == nil {
+		err = pr.rl.Start(context.WithoutCancel(ctx))
+	}
+	if err != nil {
+		pr.rl = nil
+		pr.close(ctx)
+		return nil, err
+	}
+	return pr, nil
+}
+
+// stop stops the relay once.
+func (pr *pickupRelay) stop(ctx context.Context) error {
+	if pr.rl == nil || pr.stopped {
+		return nil
+	}
+	pr.stopped = true
+	return pr.rl.Stop(context.WithoutCancel(ctx))
+}
+
+func (pr *pickupRelay) close(ctx context.Context) {
+	_ = pr.stop(ctx)
+	if pr.rec != nil {
+		_ = pr.rec.Sender.Close(context.WithoutCancel(ctx))
+	}
+	_ = pr.st.Close()
+}
+
 // pickupRun runs one producer against an in-process relay and returns the
 // pickup and acked latencies.
 func (r *runner) pickupRun(ctx context.Context, name string, plainSQL, driver bool) (Latency, Latency, error) {
@@ -144,55 +211,62 @@ func (r *runner) pickupRun(ctx context.Context, name string, plainSQL, driver bo
 		return Latency{}, Latency{}, err
 	}
 	defer tgt.close()
-	cfg, err := config.Load(config.Source{Name: "bench-pickup.yaml", YAML: []byte(relayYAML(pgDatabase(r.o.DSN, schema), tgt, ""))})
+	pr, err := r.startPickupRelay(ctx, schema, tgt, driver)
 	if err != nil {
 		return Latency{}, Latency{}, err
 	}
-	log := cfg.NewLogger(io.Discard)
-	st, err := cfg.OpenStore(ctx, func(string) string { return "" }, log)
+	defer pr.close(ctx)
+	one, committed, err := pickupProducer(ctx, pr.st, schema, plainSQL)
 	if err != nil {
 		return Latency{}, Latency{}, err
 	}
-	defer st.Close()
-	if err := st.Migrate(ctx); err != nil {
-		return Latency{}, Latency{}, err
-	}
-	senders, err := cfg.OpenSenders(ctx, func(string) string { return "" }, log)
-	if err != nil {
-		return Latency{}, Latency{}, err
-	}
-	rec := &pickupRecorder{Sender: senders["main"], pickedAt: map[txbox.ID]time.Time{}, ackedAt: map[txbox.ID]time.Time{}}
-	defer func() { _ = rec.Sender.Close(context.WithoutCancel(ctx)) }()
-	senders["main"] = rec
-	var rst store.Driver = st
-	if driver {
-		rst = st.Driver
-	}
-	rl, err := relay.New(cfg.RelayConfig(rst, senders, log))
-	if err != nil {
-		return Latency{}, Latency{}, err
-	}
-	if err := rl.Start(context.WithoutCancel(ctx)); err != nil {
-		return Latency{}, Latency{}, err
-	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			_ = rl.Stop(context.WithoutCancel(ctx))
-		}
-	}()
+	rec := pr.rec
 	// Warm-up: one event through, so the listener is connected and the
 	// first claims are behind us.
-	pub, err := outbox.NewPublisher(st, outbox.Config{})
-	if err != nil {
+	if err := one(false); err != nil {
 		return Latency{}, Latency{}, err
 	}
-	pool := st.Pool
+	if err := waitUntil(ctx, 90*time.Second, func() bool { return rec.acked() >= 1 }); err != nil {
+		return Latency{}, Latency{}, fmt.Errorf("warm-up event not delivered: %w", err)
+	}
+	total := int(math.Round(float64(r.o.PickupRate) * r.o.PickupFor.Seconds()))
+	i := 0
+	if err := paced(ctx, r.o.PickupRate, r.o.PickupFor, func() error {
+		i++
+		r.p.count(int64(i), int64(total))
+		return one(true)
+	}); err != nil {
+		return Latency{}, Latency{}, err
+	}
+	if err := waitUntil(ctx, 3*time.Minute, func() bool { return rec.acked() >= len(committed)+1 }); err != nil {
+		return Latency{}, Latency{}, fmt.Errorf("%s: %d of %d acked: %w", name, rec.acked()-1, len(committed), err)
+	}
+	if err := pr.stop(ctx); err != nil {
+		return Latency{}, Latency{}, err
+	}
+	var pick, ack []float64
+	rec.mu.Lock()
+	for id, c := range committed {
+		pick = append(pick, max(rec.pickedAt[id].Sub(c), 0).Seconds()*1000)
+		ack = append(ack, max(rec.ackedAt[id].Sub(c), 0).Seconds()*1000)
+	}
+	rec.mu.Unlock()
+	return percentiles(name+" → sender", pick), percentiles(name+" → acked", ack), nil
+}
+
+// pickupProducer returns a function that commits one event per call (Go
+// publisher, or a plain-SQL INSERT) and, when asked to record, notes the
+// moment its COMMIT was sent in the returned map.
+func pickupProducer(ctx context.Context, st *config.Store, schema string, plainSQL bool) (func(record bool) error, map[txbox.ID]time.Time, error) {
+	pub, err := outbox.NewPublisher(st, outbox.Config{})
+	if err != nil {
+		return nil, nil, err
+	}
 	committed := map[txbox.ID]time.Time{}
 	insert := fmt.Sprintf(`INSERT INTO %s (event_type, payload) VALUES ($1, $2) RETURNING id`, pgx.Identifier{schema, "txbox_outbox"}.Sanitize())
 	ev := txbox.Event{Type: benchType, Payload: []byte(benchPayload)}
-	one := func(record bool) error {
-		tx, err := pool.Begin(ctx)
+	return func(record bool) error {
+		tx, err := st.Pool.Begin(ctx)
 		if err != nil {
 			return err
 		}
@@ -216,37 +290,7 @@ func (r *runner) pickupRun(ctx context.Context, name string, plainSQL, driver bo
 			committed[id] = time.Now()
 		}
 		return tx.Commit(ctx)
-	}
-	if err := one(false); err != nil {
-		return Latency{}, Latency{}, err
-	}
-	if err := waitUntil(ctx, 90*time.Second, func() bool { return rec.acked() >= 1 }); err != nil {
-		return Latency{}, Latency{}, fmt.Errorf("warm-up event not delivered: %w", err)
-	}
-	total := int(math.Round(float64(r.o.PickupRate) * r.o.PickupFor.Seconds()))
-	i := 0
-	if err := paced(ctx, r.o.PickupRate, r.o.PickupFor, func() error {
-		i++
-		r.p.count(int64(i), int64(total))
-		return one(true)
-	}); err != nil {
-		return Latency{}, Latency{}, err
-	}
-	if err := waitUntil(ctx, 3*time.Minute, func() bool { return rec.acked() >= len(committed)+1 }); err != nil {
-		return Latency{}, Latency{}, fmt.Errorf("%s: %d of %d acked: %w", name, rec.acked()-1, len(committed), err)
-	}
-	stopped = true
-	if err := rl.Stop(context.WithoutCancel(ctx)); err != nil {
-		return Latency{}, Latency{}, err
-	}
-	var pick, ack []float64
-	rec.mu.Lock()
-	for id, c := range committed {
-		pick = append(pick, max(rec.pickedAt[id].Sub(c), 0).Seconds()*1000)
-		ack = append(ack, max(rec.ackedAt[id].Sub(c), 0).Seconds()*1000)
-	}
-	rec.mu.Unlock()
-	return percentiles(name+" → sender", pick), percentiles(name+" → acked", ack), nil
+	}, committed, nil
 }
 
 // pickupFloor is the baseline: the producer commits a row, then publishes

@@ -18,6 +18,9 @@ import (
 // each round's figure is the median of its pairs.
 const publishChunks = 5
 
+// batch is the size of the publish scenario's batch (against COPY).
+const batch = 100
+
 func (r *runner) scenarioPublish(ctx context.Context, s *Scenario) error {
 	s.Title = "publish overhead"
 	s.Measures = "In this process, on one pool: `outbox.Publisher.Publish` of one event in a transaction against a bare " +
@@ -30,81 +33,17 @@ func (r *runner) scenarioPublish(ctx context.Context, s *Scenario) error {
 		return err
 	}
 	defer r.db.drop(schema)
-	cfg, err := pgxpool.ParseConfig(r.o.DSN)
+	ops, closePool, err := r.publishOps(ctx, schema)
+	defer closePool()
 	if err != nil {
 		return err
 	}
-	cfg.MaxConns = 2
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	d, err := postgres.New(pool, postgres.Config{Schema: schema})
-	if err != nil {
-		return err
-	}
-	if err := d.Migrate(ctx); err != nil {
-		return err
-	}
-	pub, err := outbox.NewPublisher(d, outbox.Config{})
-	if err != nil {
-		return err
-	}
-	ev := txbox.Event{Type: "order-created", Key: "order-42", Payload: []byte(benchPayload),
-		Headers: map[string]string{"content-type": "application/json"}}
-	const headers = `{"content-type":"application/json"}`
-	table := pgx.Identifier{schema, "txbox_outbox"}
-	insert := `INSERT INTO ` + table.Sanitize() + ` (id, event_type, event_key, payload, headers) VALUES ($1, $2, $3, $4, $5)`
-	inTx := func(fn func(tx pgx.Tx) error) (time.Duration, error) {
-		start := time.Now()
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			return 0, err
-		}
-		if err := fn(tx); err != nil {
-			_ = tx.Rollback(ctx)
-			return 0, err
-		}
-		err = tx.Commit(ctx)
-		return time.Since(start), err
-	}
-	bareOne := func() (time.Duration, error) {
-		return inTx(func(tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, insert, [16]byte(txbox.NewID()), ev.Type, ev.Key, ev.Payload, headers)
-			return err
-		})
-	}
-	txboxOne := func() (time.Duration, error) {
-		return inTx(func(tx pgx.Tx) error { _, err := pub.Publish(ctx, tx, ev); return err })
-	}
-	const batch = 100
-	evs := make([]txbox.Event, batch)
-	for i := range evs {
-		evs[i] = ev
-	}
-	rows := make([][]any, batch)
-	cols := []string{"id", "event_type", "event_key", "payload", "headers"}
-	bareCopy := func() (time.Duration, error) {
-		// Building the rows is part of COPY's cost as it is of Publish's.
-		start := time.Now()
-		for i := range rows {
-			rows[i] = []any{[16]byte(txbox.NewID()), ev.Type, ev.Key, ev.Payload, headers}
-		}
-		el := time.Since(start)
-		d, err := inTx(func(tx pgx.Tx) error { _, err := tx.CopyFrom(ctx, table, cols, pgx.CopyFromRows(rows)); return err })
-		return el + d, err
-	}
-	txboxBatch := func() (time.Duration, error) {
-		return inTx(func(tx pgx.Tx) error { _, err := pub.Publish(ctx, tx, evs...); return err })
-	}
-
 	r.p.begin("publish: one event vs bare INSERT")
-	if err := r.pairedOps(ctx, s, "bare INSERT", "Publish one", 1, bareOne, txboxOne); err != nil {
+	if err := r.pairedOps(ctx, s, "bare INSERT", "Publish one", 1, ops.bareOne, ops.txboxOne); err != nil {
 		return err
 	}
 	r.p.begin("publish: batch of 100 vs COPY")
-	if err := r.pairedOps(ctx, s, "COPY 100", "Publish 100", batch, bareCopy, txboxBatch); err != nil {
+	if err := r.pairedOps(ctx, s, "COPY 100", "Publish 100", batch, ops.bareCopy, ops.txboxBatch); err != nil {
 		return err
 	}
 	// Time ratio for one event (rate of bare / rate of txbox), rate ratio
@@ -169,4 +108,85 @@ func sum(xs []float64) float64 {
 		t += x
 	}
 	return t
+}
+
+// publishFuncs are the four operations of the publish scenario, each
+// timing one transaction.
+type publishFuncs struct {
+	bareOne, txboxOne, bareCopy, txboxBatch func() (time.Duration, error)
+}
+
+// publishOps migrates schema and returns the operations on a pool of two
+// connections. closePool closes it; call it even on error.
+func (r *runner) publishOps(ctx context.Context, schema string) (ops publishFuncs, closePool func(), err error) {
+	closeIt := func() {}
+	cfg, err := pgxpool.ParseConfig(r.o.DSN)
+	if err != nil {
+		return ops, closeIt, err
+	}
+	cfg.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return ops, closeIt, err
+	}
+	closeIt = pool.Close
+	d, err := postgres.New(pool, postgres.Config{Schema: schema})
+	if err != nil {
+		return ops, closeIt, err
+	}
+	if err := d.Migrate(ctx); err != nil {
+		return ops, closeIt, err
+	}
+	pub, err := outbox.NewPublisher(d, outbox.Config{})
+	if err != nil {
+		return ops, closeIt, err
+	}
+	ev := txbox.Event{Type: "order-created", Key: "order-42", Payload: []byte(benchPayload),
+		Headers: map[string]string{"content-type": "application/json"}}
+	const headers = `{"content-type":"application/json"}`
+	table := pgx.Identifier{schema, "txbox_outbox"}
+	insert := `INSERT INTO ` + table.Sanitize() + ` (id, event_type, event_key, payload, headers) VALUES ($1, $2, $3, $4, $5)`
+	inTx := func(fn func(tx pgx.Tx) error) (time.Duration, error) {
+		start := time.Now()
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if err := fn(tx); err != nil {
+			_ = tx.Rollback(ctx)
+			return 0, err
+		}
+		err = tx.Commit(ctx)
+		return time.Since(start), err
+	}
+	ops.bareOne = func() (time.Duration, error) {
+		return inTx(func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, insert, [16]byte(txbox.NewID()), ev.Type, ev.Key, ev.Payload, headers)
+			return err
+		})
+	}
+	ops.txboxOne = func() (time.Duration, error) {
+		return inTx(func(tx pgx.Tx) error { _, err := pub.Publish(ctx, tx, ev); return err })
+	}
+	evs := make([]txbox.Event, batch)
+	for i := range evs {
+		evs[i] = ev
+	}
+	rows := make([][]any, batch)
+	cols := []string{"id", "event_type", "event_key", "payload", "headers"}
+	ops.bareCopy = func() (time.Duration, error) {
+		// Building the rows is part of COPY's cost as it is of Publish's.
+		start := time.Now()
+		for i := range rows {
+			rows[i] = []any{[16]byte(txbox.NewID()), ev.Type, ev.Key, ev.Payload, headers}
+		}
+		el := time.Since(start)
+		d, err := inTx(func(tx pgx.Tx) error { _, err := tx.CopyFrom(ctx, table, cols, pgx.CopyFromRows(rows)); return err })
+		return el + d, err
+	}
+	ops.txboxBatch = func() (time.Duration, error) {
+		return inTx(func(tx pgx.Tx) error { _, err := pub.Publish(ctx, tx, evs...); return err })
+	}
+
+	return ops, closeIt, nil
 }
