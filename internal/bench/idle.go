@@ -39,7 +39,14 @@ func (r *runner) scenarioIdle(ctx context.Context, s *Scenario) error {
 	if err != nil {
 		return err
 	}
-	samples, err := r.idleWatch(ctx, c, first, read)
+	// The window runs from the relay's start (the first reading, so its
+	// start-up transactions count) to --idle-window after it is up: a
+	// slow start does not eat a short window.
+	if err := c.ready(ctx, 2*time.Minute); err != nil {
+		_, _ = c.stop()
+		return err
+	}
+	samples, err := r.idleWatch(ctx, c, first, time.Now().Add(r.o.IdleWindow), read)
 	if err != nil {
 		_, _ = c.stop()
 		return err
@@ -114,12 +121,11 @@ func (r *runner) idleDatabase(ctx context.Context) (name, cfg string, cleanup fu
 }
 
 // idleWatch reads the counter every 10 s (or a quarter of a short window)
-// until the window has passed, failing if the relay exits.
-func (r *runner) idleWatch(ctx context.Context, c *child, first idleSample, read func() (idleSample, error)) ([]idleSample, error) {
+// until end, failing if the relay exits.
+func (r *runner) idleWatch(ctx context.Context, c *child, first idleSample, end time.Time, read func() (idleSample, error)) ([]idleSample, error) {
 	samples := []idleSample{first}
 	tick := time.NewTicker(min(10*time.Second, r.o.IdleWindow/4))
 	defer tick.Stop()
-	end := first.at.Add(r.o.IdleWindow)
 	for time.Now().Before(end) {
 		select {
 		case <-ctx.Done():
@@ -135,7 +141,7 @@ func (r *runner) idleWatch(ctx context.Context, c *child, first idleSample, read
 			return nil, err
 		}
 		samples = append(samples, sm)
-		r.p.count(int64(sm.at.Sub(first.at)/time.Second), int64(r.o.IdleWindow/time.Second))
+		r.p.count(int64(sm.at.Sub(first.at)/time.Second), int64(end.Sub(first.at)/time.Second))
 	}
 	return samples, nil
 }
