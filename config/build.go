@@ -352,7 +352,15 @@ func (c *Config) ProvisionRoutes(name string) ([]sender.Route, bool) {
 // every setting of the file. Each listed event type gets its complete
 // effective settings (so inheritance is the file's, key by key), and
 // Defaults serves the types the file does not list.
+//
+// A *Store from OpenStore is unwrapped to its dialect driver: the relay
+// looks for optional interfaces on the store it is given (store.Waker for
+// PostgreSQL's LISTEN wake-ups), and the embedding struct has only the
+// methods of store.Driver, so the relay would quietly poll instead.
 func (c *Config) RelayConfig(st store.Driver, senders map[string]sender.Sender, logger *slog.Logger) relay.Config {
+	if s, ok := st.(*Store); ok && s != nil {
+		st = s.Driver
+	}
 	rc := c.relayConfig()
 	rc.Store, rc.Senders, rc.Logger = st, senders, logger
 	rc.Defaults = c.relaySettings(c.Defaults.Inherit(relay.EventSettings{}))

@@ -6,6 +6,7 @@
 //	txbox status                           backlog per event type, dead-letter counts
 //	txbox dlq list|show|retry|resolve|delete   manage dead letters
 //	txbox demo     [--duration 10s]        the whole pipeline, nothing to install
+//	txbox bench    [--scenario drain,...]  the relay against the naive loop and watermill (docs/benchmarks/bench-command.md)
 //	txbox version                          print the build's version
 //
 // Every command takes --help. Configuration comes from a YAML file (see

@@ -61,6 +61,7 @@ var commands = []command{
 	{"status", "print the backlog per event type and the dead-letter count", runStatus},
 	{"dlq", "list, show, retry, resolve or delete dead letters", runDLQ},
 	{"demo", "run the whole pipeline on SQLite and an in-process NATS", runDemo},
+	{"bench", "measure the relay against the naive loop and watermill (docs/benchmarks/bench-command.md)", runBench},
 	{"version", "print the version of this build", runVersion},
 }
 

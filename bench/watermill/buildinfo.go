@@ -1,0 +1,5 @@
+package main
+
+import "runtime/debug"
+
+func readBuildInfo() (*debug.BuildInfo, bool) { return debug.ReadBuildInfo() }

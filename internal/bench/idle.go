@@ -1,0 +1,147 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// idleSample is one reading of the idle database's transaction counter.
+type idleSample struct {
+	at time.Time
+	tx int64
+}
+
+func (r *runner) scenarioIdle(ctx context.Context, s *Scenario) error {
+	s.Title = "idle cost"
+	s.Measures = fmt.Sprintf("One `txbox relay` child with %d configured event types and default settings, idle (empty outbox), "+
+		"in a database of its own: `xact_commit + xact_rollback` of that database in pg_stat_database over the window, "+
+		"extrapolated to an hour. The reading connection is to another database, so it does not count itself.", r.o.IdleTypes)
+	s.Conditions = map[string]string{"window": r.o.IdleWindow.String(), "configured types": strconv.Itoa(r.o.IdleTypes)}
+	name, cfg, cleanup, err := r.idleDatabase(ctx)
+	defer cleanup()
+	if err != nil {
+		return err
+	}
+	read := func() (idleSample, error) {
+		var n int64
+		err := r.db.pool.QueryRow(ctx, `SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1`, name).Scan(&n)
+		return idleSample{at: time.Now(), tx: n}, err
+	}
+	r.p.begin("idle: relay with " + strconv.Itoa(r.o.IdleTypes) + " types, " + r.o.IdleWindow.String())
+	first, err := read()
+	if err != nil {
+		return err
+	}
+	c, err := r.o.startChild("idle relay", "relay started", "relay", "--config", cfg)
+	if err != nil {
+		return err
+	}
+	// The window runs from the relay's start (the first reading, so its
+	// start-up transactions count) to --idle-window after it is up: a
+	// slow start does not eat a short window.
+	if err := c.ready(ctx, 2*time.Minute); err != nil {
+		_, _ = c.stop()
+		return err
+	}
+	samples, err := r.idleWatch(ctx, c, first, time.Now().Add(r.o.IdleWindow), read)
+	if err != nil {
+		_, _ = c.stop()
+		return err
+	}
+	cpu, err := c.stop()
+	if err != nil {
+		return err
+	}
+	last := samples[len(samples)-1]
+	span := last.at.Sub(first.at)
+	perHour := float64(last.tx-first.tx) / span.Hours()
+	run := Measurement{Variant: fmt.Sprintf("idle relay, %d types", r.o.IdleTypes), Round: 1, Events: int(last.tx - first.tx),
+		Seconds: span.Seconds(), Rate: perHour, CPUSeconds: cpu,
+		Extra: map[string]float64{"transactions_per_hour": perHour, "cpu_ms_per_minute": cpu * 1000 / span.Minutes()}}
+	if span > 10*time.Minute+30*time.Second {
+		// The first 10 minutes against the rest.
+		var at10 idleSample
+		for _, sm := range samples {
+			if sm.at.Sub(first.at) <= 10*time.Minute {
+				at10 = sm
+			}
+		}
+		run.Extra["first_10min_per_hour"] = float64(at10.tx-first.tx) / at10.at.Sub(first.at).Hours()
+		run.Extra["after_10min_per_hour"] = float64(last.tx-at10.tx) / last.at.Sub(at10.at).Hours()
+		perHour = run.Extra["after_10min_per_hour"]
+	} else {
+		s.Notes = append(s.Notes, fmt.Sprintf("the window (%s) is not longer than 10 minutes, so the figure includes the start and the first 10 minutes; the target is for after them", r.o.IdleWindow.Round(time.Second)))
+	}
+	s.Runs = append(s.Runs, run)
+	s.addRatio("transactions/hour / 300 target", run.Variant, "target 300/hour", []float64{perHour}, []float64{300}, false,
+		"≤ 1 (≤ 300 transactions/hour after 10 min)", func(x float64) bool { return x <= 1 })
+	s.Notes = append(s.Notes, "PostgreSQL 15 flushes a backend's counters up to 10 s late, so the last seconds of the window may be missing from the count.",
+		"pg_stat_statements is not installed here, so statements are not broken down by job.")
+	return nil
+}
+
+// idleDatabase creates the idle relay's own database, its configuration
+// with the configured types, and txbox's tables in it. cleanup drops the
+// database; call it even on error.
+func (r *runner) idleDatabase(ctx context.Context) (name, cfg string, cleanup func(), err error) {
+	name = uniqueName("bench_idle_")
+	cleanup = func() {}
+	if _, err := r.db.pool.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return "", "", cleanup, fmt.Errorf("create the idle database: %w", err)
+	}
+	var tgt target
+	cleanup = func() {
+		if tgt != nil {
+			tgt.close()
+		}
+		c, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = r.db.pool.Exec(c, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+	}
+	dsn, err := dsnWithDatabase(r.o.DSN, name)
+	if err != nil {
+		return "", "", cleanup, err
+	}
+	if tgt, err = r.br.newTarget(ctx, "nats"); err != nil {
+		return "", "", cleanup, err
+	}
+	yaml := relayYAML(pgDatabase(dsn, "public"), tgt, "")
+	var types []string
+	for i := 1; i <= r.o.IdleTypes; i++ {
+		types = append(types, fmt.Sprintf("  idle-%d: { sender: main }", i))
+	}
+	yaml = strings.Replace(yaml, "events:\n", "events:\n"+strings.Join(types, "\n")+"\n", 1)
+	if cfg, err = r.writeConfig(name, yaml); err != nil {
+		return "", "", cleanup, err
+	}
+	return name, cfg, cleanup, r.migrate(ctx, cfg)
+}
+
+// idleWatch reads the counter every 10 s (or a quarter of a short window)
+// until end, failing if the relay exits.
+func (r *runner) idleWatch(ctx context.Context, c *child, first idleSample, end time.Time, read func() (idleSample, error)) ([]idleSample, error) {
+	samples := []idleSample{first}
+	tick := time.NewTicker(min(10*time.Second, r.o.IdleWindow/4))
+	defer tick.Stop()
+	for time.Now().Before(end) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-tick.C:
+		case <-time.After(time.Until(end)):
+		}
+		if err := c.alive(); err != nil {
+			return nil, err
+		}
+		sm, err := read()
+		if err != nil {
+			return nil, err
+		}
+		samples = append(samples, sm)
+		r.p.count(int64(sm.at.Sub(first.at)/time.Second), int64(end.Sub(first.at)/time.Second))
+	}
+	return samples, nil
+}
