@@ -21,5 +21,8 @@
 //
 // Implementations live in sub-packages (kafka, rabbitmq, nats, webhook,
 // redisstream) so a program compiles only the broker clients it uses. Each
-// runs the shared conformance suite in sender/sendertest.
+// keeps its lifecycle in a [Gate] (Send after Close fails with
+// txbox.ErrClosed; Close waits for the Sends in flight before it releases
+// the connection) and runs the shared conformance suite in
+// sender/sendertest.
 package sender

@@ -40,6 +40,24 @@ type Message struct {
 	Route Route
 }
 
+// MissingHeaders calls set for each identity header that m.Headers lacks
+// and m can fill: [txbox.HeaderEventID], [txbox.HeaderEventType] (when
+// EventType is not empty) and [txbox.HeaderCreatedAt] (when CreatedAt is
+// not zero, RFC 3339 in UTC). The relay fills them; a sender used on its
+// own still delivers the event's identity this way. Nothing is formatted
+// for a header that is present: the relay's messages cost no allocation.
+func (m *Message) MissingHeaders(set func(k, v string)) {
+	if _, ok := m.Headers[txbox.HeaderEventID]; !ok {
+		set(txbox.HeaderEventID, m.ID.String())
+	}
+	if _, ok := m.Headers[txbox.HeaderEventType]; !ok && m.EventType != "" {
+		set(txbox.HeaderEventType, m.EventType)
+	}
+	if _, ok := m.Headers[txbox.HeaderCreatedAt]; !ok && !m.CreatedAt.IsZero() {
+		set(txbox.HeaderCreatedAt, m.CreatedAt.UTC().Format(time.RFC3339Nano))
+	}
+}
+
 // Route says where a message goes. Each sender reads the fields it
 // understands: Kafka a topic, NATS a subject, RabbitMQ an exchange and a
 // routing key, the webhook a URL, Redis a stream. The yaml tags name the

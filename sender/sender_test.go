@@ -2,7 +2,9 @@ package sender_test
 
 import (
 	"errors"
+	"maps"
 	"testing"
+	"time"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/sender"
@@ -49,5 +51,35 @@ func TestRouteExpand(t *testing.T) {
 	r := sender.Route{Subject: "events.{event_type}", URL: "https://h/{event_type}"}.Expand("order-created")
 	if r.Subject != "events.order-created" || r.URL != "https://h/order-created" || r.Topic != "" {
 		t.Fatalf("expand: %+v", r)
+	}
+}
+
+func TestMissingHeadersFillsOnlyWhatIsMissing(t *testing.T) {
+	t.Parallel()
+	id := txbox.NewID()
+	at := time.Date(2026, 1, 2, 3, 4, 5, 6, time.FixedZone("x", 3600))
+	collect := func(m *sender.Message) map[string]string {
+		got := map[string]string{}
+		m.MissingHeaders(func(k, v string) {
+			if _, dup := got[k]; dup {
+				t.Errorf("header %s set twice", k)
+			}
+			got[k] = v
+		})
+		return got
+	}
+	got := collect(&sender.Message{ID: id, EventType: "order-created", CreatedAt: at})
+	want := map[string]string{
+		txbox.HeaderEventID:   id.String(),
+		txbox.HeaderEventType: "order-created",
+		txbox.HeaderCreatedAt: "2026-01-02T02:04:05.000000006Z",
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("bare message: %v, want %v", got, want)
+	}
+	// Present headers win, an empty type and a zero time add nothing.
+	got = collect(&sender.Message{ID: id, Headers: map[string]string{txbox.HeaderEventID: "given"}})
+	if len(got) != 0 {
+		t.Errorf("id given, no type, no time: %v, want nothing", got)
 	}
 }

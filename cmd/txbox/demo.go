@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
@@ -109,109 +110,38 @@ func demo(ctx context.Context, e *env, o demoOptions) (err error) {
 	defer os.RemoveAll(dir)
 
 	// 1. An embedded NATS server with JetStream, on a random port.
-	ns, err := natsserver.NewServer(&natsserver.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: filepath.Join(dir, "jetstream"),
-		NoLog: true, NoSigs: true, DisableJetStreamBanner: true,
-	})
-	if err != nil {
-		return fmt.Errorf("start embedded NATS: %w", err)
-	}
-	go ns.Start()
-	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		return errors.New("embedded NATS did not start within 10s")
-	}
-	nc, err := natsgo.Connect(ns.ClientURL())
-	if err != nil {
-		return fmt.Errorf("connect to embedded NATS: %w", err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
+	ns, stream, stopNATS, err := startDemoNATS(ctx, dir)
 	if err != nil {
 		return err
 	}
-	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: demoStream, Subjects: []string{demoSubjectPrefix + ">"}, Storage: jetstream.FileStorage})
-	if err != nil {
-		return fmt.Errorf("create stream: %w", err)
-	}
+	defer stopNATS()
 
 	// 2. The database: the configuration is built the same way as for
 	// `txbox relay`, through the config package.
 	prefix := "demo_" + randHex(4) + "_"
-	set := []string{
-		"database.dialect=" + o.dialect,
-		"database.table-prefix=" + prefix,
-		"senders.nats.type=nats",
-		"senders.nats.url=" + ns.ClientURL(),
-		"defaults.route.subject=" + demoSubjectPrefix + "{event_type}",
-		"defaults.polling.max-delay=1s",
-		"defaults.retention=0s",
-		"relay.discover-interval=1s",
-		"relay.shutdown-timeout=10s",
-		"log.level=warn",
-	}
-	if o.dialect == config.DialectSQLite {
-		set = append(set, "database.dsn="+filepath.Join(dir, "demo.db"))
-	} else {
-		set = append(set, "database.dsn="+o.dsn)
-	}
-	cfg, err := config.Load(config.Source{Name: "demo", Set: set})
+	cfg, err := demoConfig(e, o, dir, prefix, ns.ClientURL())
 	if err != nil {
 		return err
 	}
-	e.secrets = append(e.secrets, cfg.Secrets(e.getenv)...)
 	log := cfg.NewLogger(e.stderr)
-	st, err := cfg.OpenStore(ctx, e.getenv, log)
+	st, orders, closeStore, err := openDemoStore(ctx, e, o, cfg, prefix, log)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	if err := st.Migrate(ctx); err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	orders := prefix + "orders"
-	if err := demoExec(ctx, st, `CREATE TABLE `+orders+` (id VARCHAR(36) PRIMARY KEY, customer VARCHAR(64) NOT NULL, amount_cents BIGINT NOT NULL)`); err != nil {
-		return fmt.Errorf("create orders table: %w", err)
-	}
-	if o.dialect != config.DialectSQLite {
-		// A shared database: leave it as it was.
-		defer demoDropTables(context.WithoutCancel(ctx), st, prefix, orders)
-	}
+	defer closeStore()
 
 	// 3. The relay, with its senders, woken in-process by the publisher.
-	senders, err := cfg.OpenSenders(ctx, e.getenv, log)
+	r, pub, closeSenders, err := openDemoRelay(ctx, e, cfg, st, log)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		for _, s := range senders {
-			_ = s.Close(context.WithoutCancel(ctx))
-		}
-	}()
-	r, err := relay.New(cfg.RelayConfig(st, senders, log))
-	if err != nil {
-		return err
-	}
-	pub, err := outbox.NewPublisher(st, outbox.Config{OnPublish: func(types []string) { r.Wake(types...) }})
-	if err != nil {
-		return err
-	}
+	defer closeSenders()
 
 	// 4. The consumer: a durable JetStream consumer acking each message.
-	s := &demoState{committed: map[txbox.ID]time.Time{}, rolledBack: map[txbox.ID]bool{}, uncertain: map[txbox.ID]bool{}, ordersCreated: map[txbox.ID]bool{}, received: map[txbox.ID]int{}}
-	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "demo", AckPolicy: jetstream.AckExplicitPolicy})
+	s := newDemoState()
+	cc, err := s.consume(ctx, stream, o.dropLiveEvery)
 	if err != nil {
-		return fmt.Errorf("create consumer: %w", err)
-	}
-	var seen atomic.Int64
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		if n := seen.Add(1); o.dropLiveEvery == 0 || n%int64(o.dropLiveEvery) != 0 {
-			s.receive(m.Headers().Get(txbox.HeaderEventID), time.Now())
-		}
-		_ = m.Ack()
-	})
-	if err != nil {
-		return fmt.Errorf("consume: %w", err)
+		return err
 	}
 	defer cc.Stop()
 
@@ -239,18 +169,168 @@ func demo(ctx context.Context, e *env, o demoOptions) (err error) {
 
 	// 5. The simulated service and the progress display.
 	start := time.Now()
+	prodErr, interrupted := s.run(ctx, e, o, start, func(ctx context.Context) error { return s.produce(ctx, st, pub, orders, o.rate) })
+	if err := stopRelay(); err != nil {
+		fmt.Fprintf(e.stderr, "relay stop: %v\n", err)
+	}
+	cc.Stop()
+	return s.finish(ctx, e, st, stream, orders, prodErr, start, interrupted)
+}
+
+// startDemoNATS starts an embedded NATS server with JetStream on a random
+// port and creates the demo's stream. stop shuts it down.
+func startDemoNATS(ctx context.Context, dir string) (ns *natsserver.Server, stream jetstream.Stream, stop func(), err error) {
+	ns, err = natsserver.NewServer(&natsserver.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: filepath.Join(dir, "jetstream"),
+		NoLog: true, NoSigs: true, DisableJetStreamBanner: true,
+	})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("start embedded NATS: %w", err)
+	}
+	go ns.Start()
+	stopServer := func() { ns.Shutdown(); ns.WaitForShutdown() }
+	if !ns.ReadyForConnections(10 * time.Second) {
+		stopServer()
+		return nil, nil, nil, errors.New("embedded NATS did not start within 10s")
+	}
+	nc, err := natsgo.Connect(ns.ClientURL())
+	if err != nil {
+		stopServer()
+		return nil, nil, nil, fmt.Errorf("connect to embedded NATS: %w", err)
+	}
+	stop = func() { nc.Close(); stopServer() }
+	js, err := jetstream.New(nc)
+	if err != nil {
+		stop()
+		return nil, nil, nil, err
+	}
+	stream, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: demoStream, Subjects: []string{demoSubjectPrefix + ">"}, Storage: jetstream.FileStorage})
+	if err != nil {
+		stop()
+		return nil, nil, nil, fmt.Errorf("create stream: %w", err)
+	}
+	return ns, stream, stop, nil
+}
+
+// demoConfig builds the demo's configuration through the config package,
+// as `txbox relay` does: the chosen database with the demo's table prefix,
+// one NATS sender to natsURL.
+func demoConfig(e *env, o demoOptions, dir, prefix, natsURL string) (*config.Config, error) {
+	set := []string{
+		"database.dialect=" + o.dialect,
+		"database.table-prefix=" + prefix,
+		"senders.nats.type=nats",
+		"senders.nats.url=" + natsURL,
+		"defaults.route.subject=" + demoSubjectPrefix + "{event_type}",
+		"defaults.polling.max-delay=1s",
+		"defaults.retention=0s",
+		"relay.discover-interval=1s",
+		"relay.shutdown-timeout=10s",
+		"log.level=warn",
+	}
+	if o.dialect == config.DialectSQLite {
+		set = append(set, "database.dsn="+filepath.Join(dir, "demo.db"))
+	} else {
+		set = append(set, "database.dsn="+o.dsn)
+	}
+	cfg, err := config.Load(config.Source{Name: "demo", Set: set})
+	if err != nil {
+		return nil, err
+	}
+	e.secrets = append(e.secrets, cfg.Secrets(e.getenv)...)
+	return cfg, nil
+}
+
+// openDemoStore opens and migrates the database and creates the orders
+// table. closeStore drops what the demo created in a shared database
+// (postgres, mysql), then closes the store.
+func openDemoStore(ctx context.Context, e *env, o demoOptions, cfg *config.Config, prefix string, log *slog.Logger) (st *config.Store, orders string, closeStore func(), err error) {
+	st, err = cfg.OpenStore(ctx, e.getenv, log)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if err := st.Migrate(ctx); err != nil {
+		st.Close()
+		return nil, "", nil, fmt.Errorf("migrate: %w", err)
+	}
+	orders = prefix + "orders"
+	if err := demoExec(ctx, st, `CREATE TABLE `+orders+` (id VARCHAR(36) PRIMARY KEY, customer VARCHAR(64) NOT NULL, amount_cents BIGINT NOT NULL)`); err != nil {
+		st.Close()
+		return nil, "", nil, fmt.Errorf("create orders table: %w", err)
+	}
+	closeStore = func() {
+		if o.dialect != config.DialectSQLite {
+			// A shared database: leave it as it was.
+			demoDropTables(context.WithoutCancel(ctx), st, prefix, orders)
+		}
+		st.Close()
+	}
+	return st, orders, closeStore, nil
+}
+
+// openDemoRelay opens the senders and builds the relay and a publisher
+// that wakes it. closeSenders closes the senders.
+func openDemoRelay(ctx context.Context, e *env, cfg *config.Config, st *config.Store, log *slog.Logger) (r *relay.Relay, pub *outbox.Publisher, closeSenders func(), err error) {
+	senders, err := cfg.OpenSenders(ctx, e.getenv, log)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	closeSenders = func() {
+		for _, s := range senders {
+			_ = s.Close(context.WithoutCancel(ctx))
+		}
+	}
+	r, err = relay.New(cfg.RelayConfig(st, senders, log))
+	if err != nil {
+		closeSenders()
+		return nil, nil, nil, err
+	}
+	pub, err = outbox.NewPublisher(st, outbox.Config{OnPublish: func(types []string) { r.Wake(types...) }})
+	if err != nil {
+		closeSenders()
+		return nil, nil, nil, err
+	}
+	return r, pub, closeSenders, nil
+}
+
+func newDemoState() *demoState {
+	return &demoState{committed: map[txbox.ID]time.Time{}, rolledBack: map[txbox.ID]bool{}, uncertain: map[txbox.ID]bool{}, ordersCreated: map[txbox.ID]bool{}, received: map[txbox.ID]int{}}
+}
+
+// consume starts a durable JetStream consumer on stream that records and
+// acks each message; it ignores every dropLiveEvery-th one (0: none).
+func (s *demoState) consume(ctx context.Context, stream jetstream.Stream, dropLiveEvery int) (jetstream.ConsumeContext, error) {
+	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "demo", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		return nil, fmt.Errorf("create consumer: %w", err)
+	}
+	var seen atomic.Int64
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if n := seen.Add(1); dropLiveEvery == 0 || n%int64(dropLiveEvery) != 0 {
+			s.receive(m.Headers().Get(txbox.HeaderEventID), time.Now())
+		}
+		_ = m.Ack()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("consume: %w", err)
+	}
+	return cc, nil
+}
+
+// run runs produce for o.duration while it shows the progress, then waits
+// for the backlog to drain (at most o.drainTimeout). It returns produce's
+// error and whether ctx ended (an interrupt) first.
+func (s *demoState) run(ctx context.Context, e *env, o demoOptions, start time.Time, produce func(context.Context) error) (prodErr error, interrupted bool) {
 	prodCtx, stopProd := context.WithTimeout(ctx, o.duration)
 	defer stopProd()
 	prodDone := make(chan error, 1)
-	go func() { prodDone <- s.produce(prodCtx, st, pub, orders, o.rate) }()
+	go func() { prodDone <- produce(prodCtx) }()
 
-	p := &progress{w: out, tty: e.isTTY, start: start}
+	p := &progress{w: e.stdout, tty: e.isTTY, start: start}
 	tick := time.NewTicker(o.refresh)
 	defer tick.Stop()
-	var prodErr error
 	producing := true
 	var drainDeadline <-chan time.Time
-	interrupted := false
 loop:
 	for {
 		select {
@@ -278,10 +358,13 @@ loop:
 	}
 	p.show(s.snapshot(), false)
 	p.done()
-	if err := stopRelay(); err != nil {
-		fmt.Fprintf(e.stderr, "relay stop: %v\n", err)
-	}
-	cc.Stop()
+	return prodErr, interrupted
+}
+
+// finish runs once the relay and the consumer stopped: it re-reads the
+// stream for what the live consumer missed, counts the orders table and
+// prints the summary.
+func (s *demoState) finish(ctx context.Context, e *env, st *config.Store, stream jetstream.Stream, orders string, prodErr error, start time.Time, interrupted bool) error {
 	if !s.drained() {
 		// The live consumer may have fallen behind (a very busy machine):
 		// read the stream once more from its start before calling any
@@ -290,7 +373,7 @@ loop:
 		if err != nil {
 			fmt.Fprintf(e.stderr, "re-reading the stream: %v\n", err)
 		} else if n > 0 {
-			fmt.Fprintf(out, "re-read the stream: %d events the live consumer had not seen yet\n", n)
+			fmt.Fprintf(e.stdout, "re-read the stream: %d events the live consumer had not seen yet\n", n)
 		}
 	}
 	if prodErr != nil && !errors.Is(prodErr, context.Canceled) {
@@ -303,7 +386,7 @@ loop:
 	s.mu.Lock()
 	s.ordersInTable = inTable
 	s.mu.Unlock()
-	return s.summary(out, time.Since(start), interrupted)
+	return s.summary(e.stdout, time.Since(start), interrupted)
 }
 
 // reconcile reads the whole stream with an ordered consumer and records

@@ -40,109 +40,137 @@ func runDLQ(ctx context.Context, e *env, args []string) error {
 		}
 		return nil
 	}
-	sub, args := args[0], args[1:]
+	a, err := parseDLQ(e, args[0], args[1:])
+	if err != nil {
+		return err
+	}
+	st, err := a.cf.openStore(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	switch a.sub {
+	case "list":
+		dls, err := st.DeadLetterList(ctx, &store.DeadLetterListParams{Filter: a.filter, Limit: a.limit})
+		if err != nil {
+			return err
+		}
+		return printDeadLetters(e, dls, a.asJSON)
+	case "show":
+		dl, err := st.DeadLetterGet(ctx, a.ids[0])
+		if err != nil {
+			return err
+		}
+		return printDeadLetter(e, dl, a.asJSON)
+	}
+	return a.change(ctx, e, st)
+}
+
+// dlqArgs is a parsed dlq command line.
+type dlqArgs struct {
+	sub    string
+	cf     configFlags
+	filter store.DeadLetterFilter
+	ids    []txbox.ID
+	limit  int
+	// asJSON is for list and show; all and dryRun for the changes.
+	asJSON, all, dryRun bool
+}
+
+// parseDLQ parses the flags and ids of dlq sub and checks they fit
+// together.
+func parseDLQ(e *env, sub string, args []string) (*dlqArgs, error) {
 	switch sub {
 	case "list", "show", "retry", "resolve", "delete":
 	default:
-		return usagef("unknown dlq subcommand %q (list, show, retry, resolve, delete)", sub)
+		return nil, usagef("unknown dlq subcommand %q (list, show, retry, resolve, delete)", sub)
 	}
+	a := &dlqArgs{sub: sub}
 	fs := newFlagSet(e, "dlq "+sub, dlqUsage)
-	var cf configFlags
-	cf.register(fs, e)
+	a.cf.register(fs, e)
 	var (
 		typ      = fs.String("type", "", "only this event `type`")
 		status   = fs.String("status", "unresolved", "unresolved, resolved or all")
 		key      = fs.String("key", "", "only this event `key`")
 		errText  = fs.String("error-contains", "", "only dead letters whose last error contains `text`")
 		since    = fs.Duration("since", 0, "only dead letters that failed within this `duration`")
-		limit    = fs.Int("limit", 50, "list: at most this many")
-		asJSON   = fs.Bool("json", false, "list/show: print JSON")
-		all      = fs.Bool("all", false, "retry/resolve/delete: every dead letter matching the filters instead of ids")
-		dryRun   = fs.Bool("dry-run", false, "retry/resolve/delete: print what would change, change nothing")
 		mutating = sub == "retry" || sub == "resolve" || sub == "delete"
 	)
-	// Flags may follow the ids (txbox dlq show ID --json).
+	fs.IntVar(&a.limit, "limit", 50, "list: at most this many")
+	fs.BoolVar(&a.asJSON, "json", false, "list/show: print JSON")
+	fs.BoolVar(&a.all, "all", false, "retry/resolve/delete: every dead letter matching the filters instead of ids")
+	fs.BoolVar(&a.dryRun, "dry-run", false, "retry/resolve/delete: print what would change, change nothing")
+	positional, err := parseInterspersed(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	a.filter = store.DeadLetterFilter{EventType: *typ, Key: *key, ErrorContains: *errText}
+	switch *status {
+	case "unresolved":
+		a.filter.Status = store.DeadLetterUnresolved
+	case "resolved":
+		a.filter.Status = store.DeadLetterResolved
+	case "all":
+	default:
+		return nil, usagef("--status must be unresolved, resolved or all, not %q", *status)
+	}
+	if *since < 0 || a.limit < 1 {
+		return nil, usagef("--since must be ≥ 0 and --limit ≥ 1")
+	}
+	if *since > 0 {
+		a.filter.FailedAfter = time.Now().Add(-*since)
+	}
+	for _, p := range positional {
+		id, err := txbox.ParseID(p)
+		if err != nil {
+			return nil, &usageError{err.Error()}
+		}
+		a.ids = append(a.ids, id)
+	}
+	switch {
+	case sub == "list" && len(a.ids) > 0:
+		return nil, usagef("list takes no ids")
+	case sub == "show" && len(a.ids) != 1:
+		return nil, usagef("show takes exactly one id")
+	case mutating && a.all == (len(a.ids) > 0):
+		return nil, usagef("give ids or --all (with filters), not both and not neither")
+	}
+	return a, nil
+}
+
+// parseInterspersed parses fs from args and returns the positional
+// arguments, which flags may follow (txbox dlq show ID --json).
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				return err
+				return nil, err
 			}
-			return &usageError{err.Error()}
+			return nil, &usageError{err.Error()}
 		}
 		if fs.NArg() == 0 {
-			break
+			return positional, nil
 		}
 		positional = append(positional, fs.Arg(0))
 		args = fs.Args()[1:]
 	}
-	filter := store.DeadLetterFilter{EventType: *typ, Key: *key, ErrorContains: *errText}
-	switch *status {
-	case "unresolved":
-		filter.Status = store.DeadLetterUnresolved
-	case "resolved":
-		filter.Status = store.DeadLetterResolved
-	case "all":
-	default:
-		return usagef("--status must be unresolved, resolved or all, not %q", *status)
-	}
-	if *since < 0 || *limit < 1 {
-		return usagef("--since must be ≥ 0 and --limit ≥ 1")
-	}
-	if *since > 0 {
-		filter.FailedAfter = time.Now().Add(-*since)
-	}
-	ids := make([]txbox.ID, 0, len(positional))
-	for _, a := range positional {
-		id, err := txbox.ParseID(a)
-		if err != nil {
-			return &usageError{err.Error()}
-		}
-		ids = append(ids, id)
-	}
-	switch {
-	case sub == "list" && len(ids) > 0:
-		return usagef("list takes no ids")
-	case sub == "show" && len(ids) != 1:
-		return usagef("show takes exactly one id")
-	case mutating && *all == (len(ids) > 0):
-		return usagef("give ids or --all (with filters), not both and not neither")
-	}
+}
 
-	cfg, err := cf.load(e)
-	if err != nil {
-		return err
-	}
-	if err := cf.requireDatabase(cfg, e.getenv); err != nil {
-		return err
-	}
-	st, err := cfg.OpenStore(ctx, e.getenv, cfg.NewLogger(e.stderr))
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-
-	switch sub {
-	case "list":
-		dls, err := st.DeadLetterList(ctx, &store.DeadLetterListParams{Filter: filter, Limit: *limit})
-		if err != nil {
-			return err
-		}
-		return printDeadLetters(e, dls, *asJSON)
-	case "show":
-		dl, err := st.DeadLetterGet(ctx, ids[0])
-		if err != nil {
-			return err
-		}
-		return printDeadLetter(e, dl, *asJSON)
-	}
-	if *all {
-		if ids, err = matchingIDs(ctx, st, filter); err != nil {
+// change runs retry, resolve or delete on the ids, or with --all on every
+// dead letter matching the filters, in chunks of 1000; --dry-run only
+// prints them.
+func (a *dlqArgs) change(ctx context.Context, e *env, st *config.Store) error {
+	ids := a.ids
+	if a.all {
+		var err error
+		if ids, err = matchingIDs(ctx, st, a.filter); err != nil {
 			return err
 		}
 	}
-	if *dryRun {
-		fmt.Fprintf(e.stdout, "dry run: would %s %d dead letters\n", sub, len(ids))
+	if a.dryRun {
+		fmt.Fprintf(e.stdout, "dry run: would %s %d dead letters\n", a.sub, len(ids))
 		for _, id := range ids {
 			fmt.Fprintln(e.stdout, id)
 		}
@@ -152,7 +180,8 @@ func runDLQ(ctx context.Context, e *env, args []string) error {
 	for start := 0; start < len(ids); start += 1000 {
 		chunk := ids[start:min(start+1000, len(ids))]
 		var k int
-		switch sub {
+		var err error
+		switch a.sub {
 		case "retry":
 			k, err = st.DeadLetterRetry(ctx, chunk)
 		case "resolve":
@@ -162,10 +191,10 @@ func runDLQ(ctx context.Context, e *env, args []string) error {
 		}
 		n += k
 		if err != nil {
-			return fmt.Errorf("%s: %d of %d done: %w", sub, n, len(ids), err)
+			return fmt.Errorf("%s: %d of %d done: %w", a.sub, n, len(ids), err)
 		}
 	}
-	past := map[string]string{"retry": "retried", "resolve": "resolved", "delete": "deleted"}[sub]
+	past := map[string]string{"retry": "retried", "resolve": "resolved", "delete": "deleted"}[a.sub]
 	fmt.Fprintf(e.stdout, "%s %d of %d dead letters\n", past, n, len(ids))
 	return nil
 }

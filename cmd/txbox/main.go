@@ -250,6 +250,20 @@ func fileNamesDatabase(data []byte) bool {
 	return false
 }
 
+// openStore loads the configuration and opens its store, for a command
+// that reads or writes an existing database (status, dlq, publish): one
+// that is named (see requireDatabase).
+func (cf *configFlags) openStore(ctx context.Context, e *env) (*config.Store, error) {
+	cfg, err := cf.load(e)
+	if err != nil {
+		return nil, err
+	}
+	if err := cf.requireDatabase(cfg, e.getenv); err != nil {
+		return nil, err
+	}
+	return cfg.OpenStore(ctx, e.getenv, cfg.NewLogger(e.stderr))
+}
+
 // requireDatabase refuses to run a command that reads or writes an
 // existing database (status, dlq, publish) on the built-in default, an
 // SQLite file ./txbox.db, unless the database was named: opening it would

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -69,8 +70,14 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	}
 	log.Info("relay started", "dialect", st.Dialect(), "event_types", cfg.EventTypes(), "senders", sortedKeys(senders))
 	<-ctx.Done()
-	log.Info("relay stopping", "deadline", cfg.Relay.ShutdownTimeout.String())
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Relay.ShutdownTimeout)
+	return stopRelay(ctx, e, r, cfg.Relay.ShutdownTimeout, log)
+}
+
+// stopRelay stops r gracefully within timeout; a second signal (e.hurry)
+// shortens what is left to hurryGrace.
+func stopRelay(ctx context.Context, e *env, r *relay.Relay, timeout time.Duration, log *slog.Logger) error {
+	log.Info("relay stopping", "deadline", timeout.String())
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	// A second signal shortens the grace period: after hurryGrace the
 	// sends still in flight are cancelled and their rows released (Stop's
@@ -94,13 +101,13 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 		case <-stopped:
 		}
 	}()
-	err = r.Stop(sctx)
+	err := r.Stop(sctx)
 	close(stopped)
 	switch {
 	case err != nil && hurried.Load():
 		return fmt.Errorf("stopped early on a second signal: sends still in flight were cancelled and their rows released: %w", err)
 	case err != nil:
-		return fmt.Errorf("graceful stop did not finish within %s: %w", cfg.Relay.ShutdownTimeout, err)
+		return fmt.Errorf("graceful stop did not finish within %s: %w", timeout, err)
 	}
 	log.Info("relay stopped")
 	return nil

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/testenv"
 )
 
 // TestRelayCommandSQLiteWebhook runs `txbox relay` in process on SQLite with
@@ -43,7 +44,7 @@ relay: { discover-interval: 20ms, shutdown-timeout: 10s }
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stderr := &lockedBuffer{}
+	stderr := &testenv.LogBuffer{}
 	done := make(chan int, 1)
 	go func() {
 		e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: stderr, getenv: func(string) string { return "" }}

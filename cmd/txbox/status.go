@@ -18,14 +18,7 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	cfg, err := cf.load(e)
-	if err != nil {
-		return err
-	}
-	if err := cf.requireDatabase(cfg, e.getenv); err != nil {
-		return err
-	}
-	st, err := cfg.OpenStore(ctx, e.getenv, cfg.NewLogger(e.stderr))
+	st, err := cf.openStore(ctx, e)
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -30,11 +29,11 @@ import (
 
 // child returns a command that runs this test binary as the txbox command
 // (see TestMain).
-func child(t *testing.T, ctx context.Context, args ...string) (*exec.Cmd, *lockedBuffer, *lockedBuffer) {
+func child(t *testing.T, ctx context.Context, args ...string) (*exec.Cmd, *testenv.LogBuffer, *testenv.LogBuffer) {
 	t.Helper()
 	cmd := exec.CommandContext(ctx, os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "TXBOX_TEST_RUN_MAIN=1")
-	var stdout, stderr lockedBuffer
+	var stdout, stderr testenv.LogBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	return cmd, &stdout, &stderr
 }
@@ -93,7 +92,7 @@ log: { level: debug }
 	if err := os.WriteFile(cfgPath, []byte(yml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var outputs []*lockedBuffer
+	var outputs []*testenv.LogBuffer
 	runChild := func(args ...string) string {
 		t.Helper()
 		cmd, stdout, stderr := child(t, ctx, args...)
@@ -133,8 +132,13 @@ log: { level: debug }
 	}
 	type msg struct{ subject, id, typ, tenant, data string }
 	got := map[string]msg{}
-	deadline := time.Now().Add(60 * time.Second)
-	for len(got) < 2 && time.Now().Before(deadline) {
+	defer func() {
+		// Runs also when WaitFor fails the test.
+		if len(got) < 2 {
+			t.Errorf("got %d of 2 events: %+v\nrelay stderr: %s", len(got), got, relayErr)
+		}
+	}()
+	testenv.WaitFor(t, 60*time.Second, "both events on the stream", func() bool {
 		batch, err := cons.Fetch(2, jetstream.FetchMaxWait(time.Second))
 		if err != nil {
 			t.Fatal(err)
@@ -149,10 +153,8 @@ log: { level: debug }
 			t.Fatalf("relay exited early: %v\nstderr: %s", err, relayErr)
 		default:
 		}
-	}
-	if len(got) < 2 {
-		t.Fatalf("got %d of 2 events: %+v\nrelay stderr: %s", len(got), got, relayErr)
-	}
+		return len(got) >= 2
+	})
 	if m := got["order-created"]; m.id != published.ID || m.subject != subj+".orders.created" || m.tenant != "acme" || m.data != `{"order":42}` {
 		t.Errorf("order-created = %+v, want id %s on %s.orders.created", m, published.ID, subj)
 	}
@@ -193,23 +195,6 @@ log: { level: debug }
 	if strings.Contains(all.String(), canary) {
 		t.Fatalf("the DSN password leaked into the output:\n%s", all.String())
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestSubprocessRelayStopsMidBacklog sends SIGTERM while the relay drains a
@@ -278,18 +263,23 @@ log: { level: debug }
 		return c
 	}
 	// Wait until delivery is under way, then stop it mid-backlog.
-	deadline := time.Now().Add(60 * time.Second)
-	for count("PROCESSED") < 500 {
-		if time.Now().After(deadline) {
-			_ = relayCmd.Process.Kill()
-			t.Fatalf("relay delivered nothing within 60s: %s", relayErr)
+	delivering := false
+	defer func() {
+		// Runs also when WaitFor fails the test (the cancelled context
+		// then kills the relay).
+		if !delivering {
+			t.Errorf("relay delivered nothing within 60s: %s", relayErr)
 		}
+	}()
+	testenv.WaitForEvery(t, 60*time.Second, 20*time.Millisecond, "the relay to deliver 500 events", func() bool {
 		select {
 		case err := <-exited:
 			t.Fatalf("relay exited early: %v: %s", err, relayErr)
-		case <-time.After(20 * time.Millisecond):
+		default:
 		}
-	}
+		return count("PROCESSED") >= 500
+	})
+	delivering = true
 	stopAt := time.Now()
 	if err := relayCmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

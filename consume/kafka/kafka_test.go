@@ -1,12 +1,11 @@
 package kafka_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/txbox/txbox/consume"
 	"github.com/txbox/txbox/consume/internal/consumetest"
 	"github.com/txbox/txbox/consume/kafka"
+	"github.com/txbox/txbox/internal/testenv"
 )
 
 const topic = "orders"
@@ -105,13 +105,9 @@ func TestCommitAfterHandler(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- cons.Run(ctx) }()
 	env.WaitEffects(t, ids, 60*time.Second)
-	deadline := time.Now().Add(30 * time.Second)
-	for committedTotal(cl) != int64(len(recs)) {
-		if time.Now().After(deadline) {
-			t.Fatalf("committed offsets total %d, want %d", committedTotal(cl), len(recs))
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
-	}
+	testenv.WaitForEvery(t, 30*time.Second, 10*time.Millisecond, fmt.Sprintf("committed offsets to total %d", len(recs)), func() bool {
+		return committedTotal(cl) == int64(len(recs))
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run = %v", err)
@@ -181,23 +177,6 @@ func TestRestartResumesFromCommit(t *testing.T) {
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestWarnsOnAutoCommit(t *testing.T) {
 	t.Parallel()
 	c := cluster(t)
@@ -211,7 +190,7 @@ func TestWarnsOnAutoCommit(t *testing.T) {
 		{"disabled", []kgo.Opt{kgo.DisableAutoCommit()}, false},
 		{"marks", []kgo.Opt{kgo.AutoCommitMarks()}, false},
 	} {
-		var logs syncBuffer
+		var logs testenv.LogBuffer
 		cl := consumer(t, c, "g-"+tc.name, tc.opts...)
 		if _, err := kafka.New(cl, kafka.Config{Inbox: env.Inbox, Handler: env.Handler, Logger: slog.New(slog.NewTextHandler(&logs, nil))}); err != nil {
 			t.Fatal(err)

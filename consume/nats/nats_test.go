@@ -93,20 +93,22 @@ func TestAckAfterHandler(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- cons.Run(ctx) }()
 	env.WaitEffects(t, ids, 60*time.Second)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		info, err := jc.Info(context.Background())
-		if err != nil {
+	var info *jetstream.ConsumerInfo
+	settled := false
+	defer func() {
+		// Runs also when WaitFor fails the test.
+		if !settled && info != nil {
+			t.Errorf("consumer still has %d pending, %d unacked, %d redelivered", info.NumPending, info.NumAckPending, info.NumRedelivered)
+		}
+	}()
+	testenv.WaitForEvery(t, 30*time.Second, 10*time.Millisecond, "the consumer to have nothing pending, unacked or redelivered", func() bool {
+		var err error
+		if info, err = jc.Info(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		if info.NumPending == 0 && info.NumAckPending == 0 && info.NumRedelivered == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("consumer still has %d pending, %d unacked, %d redelivered", info.NumPending, info.NumAckPending, info.NumRedelivered)
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
-	}
+		return info.NumPending == 0 && info.NumAckPending == 0 && info.NumRedelivered == 0
+	})
+	settled = true
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run = %v", err)

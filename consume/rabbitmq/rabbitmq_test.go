@@ -106,20 +106,23 @@ func TestAckAfterHandler(t *testing.T) {
 	env.WaitEffects(t, ids, 60*time.Second)
 	// Every delivery is settled: the queue drains to zero ready and zero
 	// unacked messages.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	ready, settled := -1, false
+	defer func() {
+		// Runs also when WaitFor fails the test.
+		if !settled {
+			t.Errorf("queue still has %d ready messages; stats %+v", ready, cons.Stats())
+		}
+	}()
+	testenv.WaitForEvery(t, 30*time.Second, 10*time.Millisecond, "an empty queue and every message acked, rejected or nacked as planned", func() bool {
 		st, err := pub.QueueDeclarePassive(q, true, false, false, false, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s := cons.Stats(); st.Messages == 0 && s.Acked == n+n/10 && s.Rejected == 2 && s.Nacked == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("queue still has %d ready messages; stats %+v", st.Messages, cons.Stats())
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
-	}
+		ready = st.Messages
+		s := cons.Stats()
+		return st.Messages == 0 && s.Acked == n+n/10 && s.Rejected == 2 && s.Nacked == 2
+	})
+	settled = true
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run = %v", err)

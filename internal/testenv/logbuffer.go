@@ -7,7 +7,7 @@ import (
 
 // LogBuffer is a bytes.Buffer that is safe for concurrent use: the writer
 // of a slog handler that goroutines log to while the test reads what was
-// logged.
+// logged, or of a child process's output.
 type LogBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer

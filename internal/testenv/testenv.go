@@ -123,11 +123,20 @@ func MySQLDatabase(t testing.TB, open func(dsn string) (*sql.DB, error), params 
 // a condition with a deadline, never on a fixed sleep.
 func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	WaitForEvery(t, timeout, 5*time.Millisecond, what, cond)
+}
+
+// WaitForEvery is WaitFor polling every interval: longer for a condition
+// that is costly to check (a query over a whole table, a read of a whole
+// stream), or that stands for a pace of its own (the relay's probe of a
+// paused destination).
+func WaitForEvery(t testing.TB, timeout, interval time.Duration, what string, cond func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %v waiting for %s", timeout, what)
 		}
-		time.Sleep(5 * time.Millisecond) // polling a condition with a deadline
+		time.Sleep(interval) // polling a condition with a deadline
 	}
 }

@@ -71,32 +71,5 @@ func benchSendVsRaw(b *testing.B, linger time.Duration) {
 		}
 		wg.Wait()
 	}
-	senderBatch := func() {
-		if err := s.Send(context.Background(), msgs); err != nil {
-			b.Fatal(err)
-		}
-	}
-	// Warm both up: connections, producer ids, metadata.
-	rawBatch()
-	senderBatch()
-
-	var tRaw, tSender time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		first, second, t1, t2 := rawBatch, senderBatch, &tRaw, &tSender
-		if i%2 == 1 {
-			first, second, t1, t2 = senderBatch, rawBatch, &tSender, &tRaw
-		}
-		start := time.Now()
-		first()
-		mid := time.Now()
-		second()
-		*t1 += mid.Sub(start)
-		*t2 += time.Since(mid)
-	}
-	b.StopTimer()
-	n := float64(b.N * batch)
-	b.ReportMetric(n/tRaw.Seconds(), "raw-msgs/s")
-	b.ReportMetric(n/tSender.Seconds(), "sender-msgs/s")
-	b.ReportMetric(tSender.Seconds()/tRaw.Seconds(), "sender/raw")
+	sendertest.SendVsRaw(b, s, msgs, rawBatch)
 }

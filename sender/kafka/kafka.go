@@ -188,10 +188,8 @@ type Sender struct {
 	partitions int32
 	replicas   int16
 
-	mu     sync.Mutex // guards closed and inflight.Add
-	closed bool
-	// inflight counts running Sends; Close waits for them.
-	inflight sync.WaitGroup
+	// gate admits Sends until Close, which waits for those in flight.
+	gate sender.Gate
 }
 
 var (
@@ -278,18 +276,11 @@ func (b *batch) settle(i int, err error) {
 // *sender.BatchError when only some failed, and a single transient error
 // when the whole batch failed for transient reasons (an outage).
 func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
-	if len(msgs) == 0 {
-		return nil
-	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return txbox.Transient(fmt.Errorf("kafka sender: %w", txbox.ErrClosed))
-	}
-	s.inflight.Add(1)
-	s.mu.Unlock()
-	defer s.inflight.Done()
+	return s.gate.Send(ctx, "kafka sender", msgs, s.send)
+}
 
+// send is Send inside the gate, for a batch that is not empty.
+func (s *Sender) send(ctx context.Context, msgs []*sender.Message) error {
 	b := &batch{
 		errs:    make([]error, len(msgs)),
 		settled: make([]bool, len(msgs)),
@@ -363,24 +354,12 @@ func (s *Sender) reachable() bool {
 // Sends in flight and flushes what is buffered (bounded by ctx), then
 // closes the client if New created it.
 func (s *Sender) Close(ctx context.Context) error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.gate.Shut() {
 		return nil
 	}
-	s.closed = true
-	s.mu.Unlock()
-	drained := make(chan struct{})
-	go func() {
-		s.inflight.Wait()
-		close(drained)
-	}()
-	var err error
-	select {
-	case <-drained:
+	err := s.gate.Wait(ctx)
+	if err == nil {
 		err = s.cl.Flush(ctx)
-	case <-ctx.Done():
-		err = ctx.Err()
 	}
 	if s.owned {
 		s.cl.Close()
@@ -406,19 +385,9 @@ func record(m *sender.Message) *kgo.Record {
 	for k, v := range m.Headers {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
 	}
-	// The relay fills the txbox-* headers; a sender used on its own still
-	// delivers the event's identity.
-	add := func(k, v string) {
-		if _, ok := m.Headers[k]; !ok && v != "" {
-			r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
-		}
-	}
-	add(txbox.HeaderEventID, m.ID.String())
-	add(txbox.HeaderEventType, m.EventType)
-	if _, ok := m.Headers[txbox.HeaderCreatedAt]; !ok && !m.CreatedAt.IsZero() {
-		// Formatted only when missing: it allocates, per message.
-		add(txbox.HeaderCreatedAt, m.CreatedAt.UTC().Format(time.RFC3339Nano))
-	}
+	m.MissingHeaders(func(k, v string) {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
+	})
 	return r
 }
 

@@ -57,8 +57,7 @@ func adminJS(t *testing.T, url string) jetstream.JetStream {
 
 func TestDestinationIsTheSubject(t *testing.T) {
 	t.Parallel()
-	s := newSender(t, sendertest.ClosedAddr(t), txnats.Config{})
-	closeOnCleanup(t, s)
+	s := openSender(t, sendertest.ClosedAddr(t), txnats.Config{})
 	a := sender.DestinationOf(s, sender.Route{Subject: "orders.created", Stream: "order-created", Topic: "x"})
 	if a != "orders.created" {
 		t.Fatalf("destination = %q, want the subject", a)
@@ -75,7 +74,7 @@ func TestDestinationIsTheSubject(t *testing.T) {
 func TestNotConnectedSaysWhy(t *testing.T) {
 	t.Parallel()
 	addr := sendertest.ClosedAddr(t)
-	var logs syncBuffer
+	var logs testenv.LogBuffer
 	s, err := txnats.New(txnats.Config{
 		URL:           "nats://txbox:s3cr3t-canary@" + addr,
 		ReconnectWait: 50 * time.Millisecond,
@@ -142,8 +141,7 @@ func TestUnboundSubjectOneLookupPerBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s := newSender(t, natsAddr(t), txnats.Config{})
-	closeOnCleanup(t, s)
+	s := openSender(t, natsAddr(t), txnats.Config{})
 	msgs := sendertest.NewMessages(20, sender.Route{Subject: unbound})
 	msgs[0].Route.Subject = st.subject()
 	errs := send(t, s, msgs)
@@ -180,8 +178,7 @@ func TestJetStreamDownIsTransient(t *testing.T) {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Storage: jetstream.MemoryStorage}); err != nil {
 		t.Fatal(err)
 	}
-	s := newSender(t, strings.TrimPrefix(ns.ClientURL(), "nats://"), txnats.Config{})
-	closeOnCleanup(t, s)
+	s := openSender(t, strings.TrimPrefix(ns.ClientURL(), "nats://"), txnats.Config{})
 	route := sender.Route{Subject: "orders.created"}
 	if err := send(t, s, sendertest.NewMessages(1, route))[0]; err != nil {
 		t.Fatalf("warm-up: %v", err)
@@ -215,8 +212,7 @@ func TestMaxPayloadIsTheServers(t *testing.T) {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Storage: jetstream.MemoryStorage}); err != nil {
 		t.Fatal(err)
 	}
-	s := newSender(t, strings.TrimPrefix(ns.ClientURL(), "nats://"), txnats.Config{})
-	closeOnCleanup(t, s)
+	s := openSender(t, strings.TrimPrefix(ns.ClientURL(), "nats://"), txnats.Config{})
 	msgs := sendertest.NewMessages(3, sender.Route{Subject: "orders.created"})
 	msgs[0].Payload = make([]byte, 3000)
 	msgs[1].Payload = make([]byte, 4000) // fits alone, not with its headers
@@ -243,8 +239,7 @@ func TestMaxPayloadIsTheServers(t *testing.T) {
 func TestEventAtThePublishLimit(t *testing.T) {
 	t.Parallel()
 	st := newStream(t)
-	s := newSender(t, natsAddr(t), txnats.Config{})
-	closeOnCleanup(t, s)
+	s := openSender(t, natsAddr(t), txnats.Config{})
 	msgs := sendertest.NewMessages(2, sender.Route{Subject: st.subject()})
 	msgs[1].Payload = make([]byte, txbox.DefaultMaxPayloadSize)
 	errs := send(t, s, msgs)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/sender"
 	txnats "github.com/txbox/txbox/sender/nats"
 	"github.com/txbox/txbox/sender/sendertest"
@@ -27,8 +28,7 @@ func TestConnectionCutMidBatch(t *testing.T) {
 	}
 	st := newStream(t)
 	p := sendertest.NewProxy(t, natsAddr(t))
-	s := newSender(t, p.Addr(), txnats.Config{ReconnectWait: 20 * time.Millisecond, AckTimeout: 5 * time.Second})
-	closeOnCleanup(t, s)
+	s := openSender(t, p.Addr(), txnats.Config{ReconnectWait: 20 * time.Millisecond, AckTimeout: 5 * time.Second})
 	route := sender.Route{Subject: st.subject()}
 
 	var all, pending []*sender.Message
@@ -46,17 +46,14 @@ func TestConnectionCutMidBatch(t *testing.T) {
 			// held back by the latency, so the outcome is unknown to the
 			// sender. A Send that fails at once (still reconnecting after
 			// the previous cut) is not cut.
-			deadline := time.Now().Add(30 * time.Second)
-			for !finished && len(st.received(t)) == before {
-				if time.Now().After(deadline) {
-					t.Fatal("the batch never reached the server")
-				}
+			testenv.WaitFor(t, 30*time.Second, "the batch to reach the server (or Send to return)", func() bool {
 				select {
 				case result = <-done:
 					finished = true
-				case <-time.After(5 * time.Millisecond): // polling a condition with a deadline
+				default:
 				}
-			}
+				return finished || len(st.received(t)) != before
+			})
 			if !finished {
 				p.Down(t)
 				p.Up(t)
@@ -99,17 +96,15 @@ func TestConnectionCutMidBatch(t *testing.T) {
 		// The relay keeps retrying (here at once, it would back off)
 		// until every message is acked; then the next round starts on a
 		// live connection.
-		deadline := time.Now().Add(60 * time.Second)
-		for len(pending) > 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d messages still unacked after 60s", len(pending))
+		// The poll interval stands for the relay's retry backoff,
+		// shortened: while the sender reconnects, a Send fails at once.
+		testenv.WaitForEvery(t, 60*time.Second, 10*time.Millisecond, "every message of the round to be acked", func() bool {
+			if len(pending) > 0 {
+				resent += len(pending)
+				pending = sendOnce(pending, false)
 			}
-			// The relay's retry backoff, shortened: while the sender
-			// reconnects, a Send fails at once.
-			<-time.After(10 * time.Millisecond)
-			resent += len(pending)
-			pending = sendOnce(pending, false)
-		}
+			return len(pending) == 0
+		})
 	}
 
 	counts := map[string]int{}

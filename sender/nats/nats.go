@@ -138,9 +138,8 @@ type Sender struct {
 	lmu     sync.Mutex
 	lookups map[string]*streamLookup // by subject
 
-	mu     sync.Mutex
-	closed bool
-	wg     sync.WaitGroup
+	// gate admits Sends until Close, which waits for those in flight.
+	gate sender.Gate
 }
 
 // streamLookup is one answer to "does a stream bind this subject?".
@@ -396,24 +395,29 @@ func redactErr(err error, url string) string {
 // Send publishes every message asynchronously, then waits for their acks
 // (see [sender.Sender]).
 func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
-	if len(msgs) == 0 {
-		return nil
-	}
-	if !s.enter() {
-		return txbox.Transient(fmt.Errorf("nats: send: %w", txbox.ErrClosed))
-	}
-	defer s.wg.Done()
+	return s.gate.Send(ctx, "nats: send", msgs, s.send)
+}
+
+// send is Send inside the gate, for a batch that is not empty.
+func (s *Sender) send(ctx context.Context, msgs []*sender.Message) error {
 	if err := ctx.Err(); err != nil {
 		return txbox.Transient(fmt.Errorf("nats: not sent: %w", err))
 	}
 	if !s.nc.IsConnected() {
 		return s.notConnected()
 	}
+	errs := make([]error, len(msgs))
+	futures := s.publishAll(ctx, msgs, errs)
+	s.awaitAcks(ctx, msgs, futures, errs)
+	return sender.Summarize(errs)
+}
+
+// publishAll publishes msgs asynchronously, within MaxPending, and returns
+// their futures (nil for a message not published: errs says why).
+func (s *Sender) publishAll(ctx context.Context, msgs []*sender.Message, errs []error) []jetstream.PubAckFuture {
 	// The server's max_payload, learnt at connect (and at each
 	// reconnect, from the server reached then).
 	maxPayload := s.nc.MaxPayload()
-
-	errs := make([]error, len(msgs))
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	// The stall wait bounds a publish blocked by MaxPending; acks free
 	// room on their own, so it only expires when JetStream stops acking.
@@ -453,6 +457,12 @@ func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
 		}
 		futures[i] = f
 	}
+	return futures
+}
+
+// awaitAcks waits for the ack of each future, or for ctx, and records the
+// failures in errs.
+func (s *Sender) awaitAcks(ctx context.Context, msgs []*sender.Message, futures []jetstream.PubAckFuture, errs []error) {
 	for i, f := range futures {
 		if f == nil {
 			continue
@@ -476,7 +486,6 @@ func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
 			errs[i] = txbox.Transient(fmt.Errorf("nats: ack not received: %w", ctx.Err()))
 		}
 	}
-	return sender.Summarize(errs)
 }
 
 // notConnected is the error of a Send while the connection is down: it
@@ -518,33 +527,16 @@ func (s *Sender) acquire(ctx context.Context) bool {
 	}
 }
 
-func (s *Sender) enter() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return false
-	}
-	s.wg.Add(1)
-	return true
-}
-
 // Close waits for the Sends in flight to get their acks (bounded by ctx),
 // then releases the publisher and, when New made it, the connection.
 // Later Sends fail with txbox.ErrClosed. Close is idempotent.
 func (s *Sender) Close(ctx context.Context) error {
-	s.mu.Lock()
-	already := s.closed
-	s.closed = true
-	s.mu.Unlock()
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
+	first := s.gate.Shut()
 	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
-		err = fmt.Errorf("nats: close: sends still in flight: %w", ctx.Err())
+	if werr := s.gate.Wait(ctx); werr != nil {
+		err = fmt.Errorf("nats: close: sends still in flight: %w", werr)
 	}
-	if !already {
+	if first {
 		if s.ownConn {
 			// Closing the connection ends the publisher's reply
 			// subscription and status goroutine. CleanupPublisher is not

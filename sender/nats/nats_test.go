@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/sender"
 	txnats "github.com/txbox/txbox/sender/nats"
 	"github.com/txbox/txbox/sender/sendertest"
@@ -23,6 +23,14 @@ func send(t *testing.T, s sender.Sender, msgs []*sender.Message) []error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return sender.Results(s.Send(ctx, msgs), len(msgs))
+}
+
+// openSender is newSender, closed when t ends.
+func openSender(t *testing.T, addr string, cfg txnats.Config) *txnats.Sender {
+	t.Helper()
+	s := newSender(t, addr, cfg)
+	closeOnCleanup(t, s)
+	return s
 }
 
 func closeOnCleanup(t *testing.T, s sender.Sender) {
@@ -70,8 +78,7 @@ func TestConnectErrorHidesCredentials(t *testing.T) {
 
 func TestNotConnectedIsTransient(t *testing.T) {
 	t.Parallel()
-	s := newSender(t, sendertest.ClosedAddr(t), txnats.Config{})
-	closeOnCleanup(t, s)
+	s := openSender(t, sendertest.ClosedAddr(t), txnats.Config{})
 	msgs := sendertest.NewMessages(3, sender.Route{Subject: "x.events"})
 	for i, err := range send(t, s, msgs) {
 		if !errors.Is(err, txnats.ErrNotConnected) || txbox.Classify(err) != txbox.ClassTransient {
@@ -86,8 +93,7 @@ func TestNotConnectedIsTransient(t *testing.T) {
 func TestPerMessageFailures(t *testing.T) {
 	t.Parallel()
 	st := newStream(t)
-	s := newSender(t, natsAddr(t), txnats.Config{})
-	closeOnCleanup(t, s)
+	s := openSender(t, natsAddr(t), txnats.Config{})
 	msgs := sendertest.NewMessages(6, sender.Route{Subject: st.subject()})
 	msgs[1].Route.Subject = "nostream_" + st.name + ".events"
 	msgs[2].Route.Subject = ""
@@ -149,8 +155,7 @@ func TestStreamMaxMsgSizeIsPermanent(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("update stream: %v", err)
 	}
-	s := newSender(t, natsAddr(t), txnats.Config{})
-	closeOnCleanup(t, s)
+	s := openSender(t, natsAddr(t), txnats.Config{})
 	msgs := sendertest.NewMessages(2, sender.Route{Subject: st.subject()})
 	msgs[1].Payload = make([]byte, 2048)
 	errs := send(t, s, msgs)
@@ -166,8 +171,7 @@ func TestStreamMaxMsgSizeIsPermanent(t *testing.T) {
 func TestOverServerMaxPayloadIsPermanent(t *testing.T) {
 	t.Parallel()
 	st := newStream(t)
-	s := newSender(t, natsAddr(t), txnats.Config{})
-	closeOnCleanup(t, s)
+	s := openSender(t, natsAddr(t), txnats.Config{})
 	msgs := sendertest.NewMessages(1, sender.Route{Subject: st.subject()})
 	msgs[0].Payload = make([]byte, 64<<20) // beyond any max_payload NATS allows
 	errs := send(t, s, msgs)
@@ -181,8 +185,7 @@ func TestOverServerMaxPayloadIsPermanent(t *testing.T) {
 func TestBatchLargerThanMaxPending(t *testing.T) {
 	t.Parallel()
 	st := newStream(t)
-	s := newSender(t, natsAddr(t), txnats.Config{MaxPending: 8})
-	closeOnCleanup(t, s)
+	s := openSender(t, natsAddr(t), txnats.Config{MaxPending: 8})
 	msgs := sendertest.NewMessages(300, sender.Route{Subject: st.subject()})
 	for i, err := range send(t, s, msgs) {
 		if err != nil {
@@ -198,8 +201,7 @@ func TestAckTimeoutIsTransient(t *testing.T) {
 	t.Parallel()
 	st := newStream(t)
 	p := sendertest.NewProxy(t, natsAddr(t))
-	s := newSender(t, p.Addr(), txnats.Config{AckTimeout: 200 * time.Millisecond})
-	closeOnCleanup(t, s)
+	s := openSender(t, p.Addr(), txnats.Config{AckTimeout: 200 * time.Millisecond})
 	route := sender.Route{Subject: st.subject()}
 	if err := send(t, s, sendertest.NewMessages(1, route))[0]; err != nil {
 		t.Fatalf("warm-up: %v", err)
@@ -254,8 +256,7 @@ func TestNewFromConnLeavesConnOpen(t *testing.T) {
 func TestHeadersKeepTheirCase(t *testing.T) {
 	t.Parallel()
 	st := newStream(t)
-	s := newSender(t, natsAddr(t), txnats.Config{})
-	closeOnCleanup(t, s)
+	s := openSender(t, natsAddr(t), txnats.Config{})
 	msgs := sendertest.NewMessages(1, sender.Route{Subject: st.subject()})
 	msgs[0].Headers["X-MixedCase"] = "v"
 	msgs[0].Key = ""
@@ -277,24 +278,6 @@ func TestHeadersKeepTheirCase(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink safe for the connection's callback goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestConnectionLogsHideCredentials drives a connection through a drop and
 // a reconnect with a password in the URL, and checks the logs report both
 // without the password.
@@ -302,7 +285,7 @@ func TestConnectionLogsHideCredentials(t *testing.T) {
 	t.Parallel()
 	st := newStream(t)
 	p := sendertest.NewProxy(t, natsAddr(t))
-	var logs syncBuffer
+	var logs testenv.LogBuffer
 	s, err := txnats.New(txnats.Config{
 		URL:           "nats://txbox:s3cr3t-canary@" + p.Addr(),
 		ReconnectWait: 50 * time.Millisecond,
@@ -315,25 +298,25 @@ func TestConnectionLogsHideCredentials(t *testing.T) {
 	route := sender.Route{Subject: st.subject()}
 	waitAcked := func() {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for send(t, s, sendertest.NewMessages(1, route))[0] != nil {
-			if time.Now().After(deadline) {
-				t.Fatal("no successful send within 30s")
-			}
-			time.Sleep(50 * time.Millisecond) // polling a condition with a deadline
-		}
+		testenv.WaitForEvery(t, 30*time.Second, 50*time.Millisecond, "a successful send", func() bool {
+			return send(t, s, sendertest.NewMessages(1, route))[0] == nil
+		})
 	}
 	waitAcked()
 	p.Down(t)
 	p.Up(t)
 	waitAcked()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(logs.String(), "nats reconnected") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no reconnect logged; logs:\n%s", logs.String())
+	reconnected := false
+	defer func() {
+		// Runs also when WaitFor fails the test: show what was logged.
+		if !reconnected {
+			t.Logf("no reconnect logged; logs:\n%s", logs.String())
 		}
-		time.Sleep(20 * time.Millisecond) // polling a condition with a deadline
-	}
+	}()
+	testenv.WaitForEvery(t, 10*time.Second, 20*time.Millisecond, "a reconnect to be logged", func() bool {
+		return strings.Contains(logs.String(), "nats reconnected")
+	})
+	reconnected = true
 	out := logs.String()
 	if !strings.Contains(out, "nats disconnected") {
 		t.Errorf("no disconnect logged; logs:\n%s", out)
@@ -346,8 +329,7 @@ func TestConnectionLogsHideCredentials(t *testing.T) {
 func TestNilMessageIsPermanent(t *testing.T) {
 	t.Parallel()
 	st := newStream(t)
-	s := newSender(t, natsAddr(t), txnats.Config{})
-	closeOnCleanup(t, s)
+	s := openSender(t, natsAddr(t), txnats.Config{})
 	msgs := sendertest.NewMessages(2, sender.Route{Subject: st.subject()})
 	msgs[0] = nil
 	errs := send(t, s, msgs)
@@ -374,8 +356,7 @@ func TestStreamFullIsTransient(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("update stream: %v", err)
 	}
-	s := newSender(t, natsAddr(t), txnats.Config{})
-	closeOnCleanup(t, s)
+	s := openSender(t, natsAddr(t), txnats.Config{})
 	errs := send(t, s, sendertest.NewMessages(2, sender.Route{Subject: st.subject()}))
 	if errs[0] != nil {
 		t.Fatalf("first message: %v", errs[0])
@@ -393,8 +374,7 @@ func TestCancelWhileAtMaxPending(t *testing.T) {
 	t.Parallel()
 	st := newStream(t)
 	p := sendertest.NewProxy(t, natsAddr(t))
-	s := newSender(t, p.Addr(), txnats.Config{MaxPending: 8, AckTimeout: 20 * time.Second})
-	closeOnCleanup(t, s)
+	s := openSender(t, p.Addr(), txnats.Config{MaxPending: 8, AckTimeout: 20 * time.Second})
 	route := sender.Route{Subject: st.subject()}
 	if err := send(t, s, sendertest.NewMessages(1, route))[0]; err != nil {
 		t.Fatalf("warm-up: %v", err)
@@ -406,13 +386,9 @@ func TestCancelWhileAtMaxPending(t *testing.T) {
 	go func() { done <- s.Send(ctx, msgs) }()
 	// Wait until the first 8 reached the server: the sender is now at
 	// MaxPending, blocked on the ninth.
-	deadline := time.Now().Add(30 * time.Second)
-	for len(st.received(t)) < 1+8 {
-		if time.Now().After(deadline) {
-			t.Fatal("the first messages never reached the server")
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
-	}
+	testenv.WaitForEvery(t, 30*time.Second, 10*time.Millisecond, "the first 8 messages to reach the server", func() bool {
+		return len(st.received(t)) >= 1+8
+	})
 	cancel()
 	cancelled := time.Now()
 	var err error

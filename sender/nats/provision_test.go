@@ -54,8 +54,7 @@ func streamSubjects(t *testing.T, js jetstream.JetStream, name string) []string 
 func TestProvisionCreatesStream(t *testing.T) {
 	t.Parallel()
 	js, stream, prefix := provisionFixture(t)
-	s := newSender(t, natsAddr(t), txnats.Config{ProvisionStream: stream})
-	closeOnCleanup(t, s)
+	s := openSender(t, natsAddr(t), txnats.Config{ProvisionStream: stream})
 	routes := []sender.Route{
 		{Subject: prefix + "events.{event_type}"}, // the defaults route
 		{Subject: prefix + "events.order-created"},
@@ -97,8 +96,7 @@ func TestProvisionExtendsStream(t *testing.T) {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{prefix + "old"}, Storage: jetstream.MemoryStorage, MaxMsgs: 1000}); err != nil {
 		t.Fatal(err)
 	}
-	s := newSender(t, natsAddr(t), txnats.Config{ProvisionStream: stream})
-	closeOnCleanup(t, s)
+	s := openSender(t, natsAddr(t), txnats.Config{ProvisionStream: stream})
 	if err := s.Provision(ctx, []sender.Route{{Subject: prefix + "new"}, {Subject: prefix + "old"}}); err != nil {
 		t.Fatalf("Provision: %v", err)
 	}
@@ -126,8 +124,7 @@ func TestProvisionLeavesOtherStreams(t *testing.T) {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: other, Subjects: []string{prefix + "theirs.>"}, Storage: jetstream.MemoryStorage}); err != nil {
 		t.Fatal(err)
 	}
-	s := newSender(t, natsAddr(t), txnats.Config{ProvisionStream: stream})
-	closeOnCleanup(t, s)
+	s := openSender(t, natsAddr(t), txnats.Config{ProvisionStream: stream})
 	if err := s.Provision(ctx, []sender.Route{{Subject: prefix + "theirs.a"}}); err != nil {
 		t.Fatalf("Provision of a subject another stream binds: %v", err)
 	}
@@ -142,8 +139,7 @@ func TestProvisionLeavesOtherStreams(t *testing.T) {
 
 func TestProvisionNothingToBind(t *testing.T) {
 	t.Parallel()
-	s := newSender(t, natsAddr(t), txnats.Config{ProvisionStream: testenv.UniqueName("prov_")})
-	closeOnCleanup(t, s)
+	s := openSender(t, natsAddr(t), txnats.Config{ProvisionStream: testenv.UniqueName("prov_")})
 	err := s.Provision(context.Background(), []sender.Route{{Subject: "{event_type}"}, {Topic: "t"}})
 	if err == nil || !strings.Contains(err.Error(), "no route gives a subject") {
 		t.Fatalf("Provision without a bindable subject = %v", err)
@@ -155,8 +151,7 @@ func TestProvisionNothingToBind(t *testing.T) {
 // answers ends in an error naming it.
 func TestProvisionUnreachable(t *testing.T) {
 	t.Parallel()
-	s := newSender(t, sendertest.ClosedAddr(t), txnats.Config{ProvisionStream: testenv.UniqueName("prov_")})
-	closeOnCleanup(t, s)
+	s := openSender(t, sendertest.ClosedAddr(t), txnats.Config{ProvisionStream: testenv.UniqueName("prov_")})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	err := s.Provision(ctx, []sender.Route{{Subject: "a.b"}})

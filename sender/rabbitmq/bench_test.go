@@ -3,7 +3,6 @@ package rabbitmq_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -79,31 +78,5 @@ func BenchmarkSendVsRaw(b *testing.B) {
 			}
 		}
 	}
-	senderBatch := func() {
-		if err := s.Send(context.Background(), msgs); err != nil {
-			b.Fatal(err)
-		}
-	}
-	rawBatch()
-	senderBatch()
-
-	var tRaw, tSender time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		first, second, t1, t2 := rawBatch, senderBatch, &tRaw, &tSender
-		if i%2 == 1 {
-			first, second, t1, t2 = senderBatch, rawBatch, &tSender, &tRaw
-		}
-		start := time.Now()
-		first()
-		mid := time.Now()
-		second()
-		*t1 += mid.Sub(start)
-		*t2 += time.Since(mid)
-	}
-	b.StopTimer()
-	n := float64(b.N * batch)
-	b.ReportMetric(n/tRaw.Seconds(), "raw-msgs/s")
-	b.ReportMetric(n/tSender.Seconds(), "sender-msgs/s")
-	b.ReportMetric(tSender.Seconds()/tRaw.Seconds(), "sender/raw")
+	sendertest.SendVsRaw(b, s, msgs, rawBatch)
 }

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/sender"
 )
 
@@ -75,4 +77,54 @@ func (s *Sender) declare(ctx context.Context, conn *amqp.Connection, name string
 	}
 	_ = ch.Close()
 	return fmt.Errorf("rabbitmq sender: provision exchange %q: %w", name, err)
+}
+
+func isMissingExchange(e *amqp.Error) bool {
+	return e.Code == amqp.NotFound && strings.Contains(e.Reason, "exchange")
+}
+
+func (s *Sender) forgetExchanges() {
+	s.mu.Lock()
+	clear(s.exchanges)
+	s.mu.Unlock()
+}
+
+// checkExchange makes sure the exchange exists before the first publish to
+// it (and after ExchangeCheckTTL), on a throwaway channel, because a
+// publish to a missing exchange closes the publishing channel and fails
+// every message in flight on it.
+func (s *Sender) checkExchange(ctx context.Context, name string) error {
+	if name == "" || strings.HasPrefix(name, "amq.") {
+		return nil // the default and the amq.* exchanges always exist
+	}
+	s.mu.Lock()
+	at, ok := s.exchanges[name]
+	s.mu.Unlock()
+	if ok && time.Since(at) < s.cfg.ExchangeCheckTTL {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return txbox.Transient(fmt.Errorf("%w: %w", ErrConnection, err))
+	}
+	conn, err := s.connection()
+	if err != nil {
+		return err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return connErr(conn, fmt.Errorf("%w: open channel: %v", ErrConnection, err))
+	}
+	err = ch.ExchangeDeclarePassive(name, "direct", false, false, false, false, nil)
+	if err == nil {
+		_ = ch.Close()
+		s.mu.Lock()
+		s.exchanges[name] = time.Now()
+		s.mu.Unlock()
+		return nil
+	}
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+		return txbox.Rejected(fmt.Errorf("%w: %q", ErrNoExchange, name))
+	}
+	return connErr(conn, fmt.Errorf("%w: check exchange %q: %v", ErrConnection, name, err))
 }

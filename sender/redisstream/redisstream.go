@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -138,10 +138,8 @@ type Sender struct {
 	maxLen      int64
 	sendTimeout time.Duration // 0: none
 
-	mu     sync.Mutex // guards closed and inflight.Add
-	closed bool
-	// inflight counts running Sends; Close waits for them.
-	inflight sync.WaitGroup
+	// gate admits Sends until Close, which waits for those in flight.
+	gate sender.Gate
 }
 
 var (
@@ -195,18 +193,11 @@ func NewFromClient(rdb redis.UniversalClient, maxLen int64) *Sender {
 // some failed, and a single transient error when Redis could not be
 // reached.
 func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
-	if len(msgs) == 0 {
-		return nil
-	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return txbox.Transient(fmt.Errorf("redisstream sender: %w", txbox.ErrClosed))
-	}
-	s.inflight.Add(1)
-	s.mu.Unlock()
-	defer s.inflight.Done()
+	return s.gate.Send(ctx, "redisstream sender", msgs, s.send)
+}
 
+// send is Send inside the gate, for a batch that is not empty.
+func (s *Sender) send(ctx context.Context, msgs []*sender.Message) error {
 	if err := ctx.Err(); err != nil {
 		return txbox.Transient(fmt.Errorf("%w: %w", ErrUnavailable, err))
 	}
@@ -273,23 +264,17 @@ func (s *Sender) args(m *sender.Message) (*redis.XAddArgs, error) {
 	h := m.Headers
 	// The relay fills the txbox-* headers; copy the map only when one is
 	// missing (a sender used on its own), never modifying the caller's.
-	needCreated := missing(h, txbox.HeaderCreatedAt) && !m.CreatedAt.IsZero()
-	if missing(h, txbox.HeaderEventID) || missing(h, txbox.HeaderEventType) || needCreated {
-		h = make(map[string]string, len(m.Headers)+3)
-		for k, v := range m.Headers {
-			h[k] = v
-		}
-		add := func(k, v string) {
-			if _, ok := h[k]; !ok && v != "" {
-				h[k] = v
+	copied := false
+	m.MissingHeaders(func(k, v string) {
+		if !copied {
+			h = maps.Clone(m.Headers)
+			if h == nil {
+				h = make(map[string]string, 3)
 			}
+			copied = true
 		}
-		add(txbox.HeaderEventID, m.ID.String())
-		add(txbox.HeaderEventType, m.EventType)
-		if needCreated {
-			add(txbox.HeaderCreatedAt, m.CreatedAt.UTC().Format(time.RFC3339Nano))
-		}
-	}
+		h[k] = v
+	})
 	if h == nil {
 		h = map[string]string{}
 	}
@@ -321,11 +306,6 @@ var unavailableReplies = []string{
 func serverUnavailable(reply string) bool {
 	code, _, _ := strings.Cut(reply, " ")
 	return slices.Contains(unavailableReplies, code)
-}
-
-func missing(h map[string]string, k string) bool {
-	_, ok := h[k]
-	return !ok
 }
 
 // classify sorts the outcome of one XADD.
@@ -368,23 +348,12 @@ func connectionLost(err error) bool {
 // Sends in flight (bounded by ctx), then closes the client if New created
 // it.
 func (s *Sender) Close(ctx context.Context) error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.gate.Shut() {
 		return nil
 	}
-	s.closed = true
-	s.mu.Unlock()
-	drained := make(chan struct{})
-	go func() {
-		s.inflight.Wait()
-		close(drained)
-	}()
 	var err error
-	select {
-	case <-drained:
-	case <-ctx.Done():
-		err = fmt.Errorf("redisstream sender: close: sends still in flight: %w", ctx.Err())
+	if werr := s.gate.Wait(ctx); werr != nil {
+		err = fmt.Errorf("redisstream sender: close: sends still in flight: %w", werr)
 	}
 	if s.owned {
 		if cerr := s.rdb.Close(); cerr != nil && err == nil && !errors.Is(cerr, redis.ErrClosed) {

@@ -213,33 +213,7 @@ func TestHungServer(t *testing.T) {
 	if err := s.Send(context.Background(), sendertest.NewMessages(5, route)); err != nil {
 		t.Fatalf("warm-up: %v", err)
 	}
-	f.Freeze()
-	for i := 0; i < 2; i++ {
-		start := time.Now()
-		err := s.Send(context.Background(), sendertest.NewMessages(20, route))
-		if err == nil || txbox.Classify(err) != txbox.ClassTransient {
-			t.Fatalf("Send %d to a hung server = %v, want transient", i, err)
-		}
-		t.Logf("Send %d to a hung %s: %v after %v", i, "server", txbox.Classify(err), time.Since(start).Round(time.Millisecond))
-		if d := time.Since(start); d > 5*time.Second {
-			t.Fatalf("Send %d to a hung server took %v", i, d)
-		}
-	}
-	f.Unfreeze()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := s.Send(context.Background(), sendertest.NewMessages(1, route))
-		if err == nil {
-			break
-		}
-		if txbox.Classify(err) != txbox.ClassTransient {
-			t.Fatalf("while recovering: %v", err)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no recovery within 30s: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond) // the relay's probe interval, shortened
-	}
+	sendertest.CheckHung(t, s, f, "server", 2, 5*time.Second, func(n int) []*sender.Message { return sendertest.NewMessages(n, route) })
 }
 
 func TestNilMessageIsPermanentNotPanic(t *testing.T) {

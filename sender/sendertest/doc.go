@@ -50,6 +50,12 @@
 //		})
 //	}
 //
+// Beside the suite, a sender's own tests find the pieces they share here:
+// [CheckHung] (a destination that stops answering without closing
+// anything, through a [Freezer]), [WaitRecovered] (probing until a paused
+// destination takes messages again) and [SendVsRaw] (the benchmark loop
+// that sets the sender against the broker's own client).
+//
 // The checks never compare absolute speeds; the one timing bound that is
 // not a ratio (Harness.UnreachableBound, and "promptly" = 2s after a
 // cancel) is generous enough for a loaded machine under -race.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/sender"
 )
 
@@ -102,18 +103,7 @@ func setup(t *testing.T, h Harness, addr func(d *Destination) string) *fixture {
 	if addr != nil {
 		a = addr(d)
 	}
-	s, route := d.Connect(t, a)
-	if s == nil {
-		t.Fatal("sendertest: Connect returned a nil sender")
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := s.Close(ctx); err != nil {
-			t.Errorf("sendertest: Close: %v", err)
-		}
-	})
-	return &fixture{h: h, d: d, s: s, route: route}
+	return setupOn(t, h, d, a)
 }
 
 func faults(t *testing.T, d *Destination) Faults {
@@ -207,24 +197,25 @@ func index(t *testing.T, ds []Delivery) map[string][]Delivery {
 // arrived, then returns everything that arrived, indexed by event id.
 func waitDelivered(t *testing.T, h Harness, d *Destination, want []*sender.Message) map[string][]Delivery {
 	t.Helper()
-	deliveryTimeout := h.deliveryTimeout()
-	deadline := time.Now().Add(deliveryTimeout)
-	for {
-		got := index(t, d.Received(t))
-		missing := 0
+	var got map[string][]Delivery
+	missing := 0
+	defer func() {
+		// Runs also when WaitFor fails the test: say how many are lost.
+		if missing > 0 {
+			t.Errorf("sendertest: %d of %d acked messages never arrived within %v", missing, len(want), h.deliveryTimeout())
+		}
+	}()
+	testenv.WaitForEvery(t, h.deliveryTimeout(), 20*time.Millisecond, fmt.Sprintf("sendertest: all %d acked messages to arrive", len(want)), func() bool {
+		got = index(t, d.Received(t))
+		missing = 0
 		for _, m := range want {
 			if len(got[m.ID.String()]) == 0 {
 				missing++
 			}
 		}
-		if missing == 0 {
-			return got
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sendertest: %d of %d acked messages never arrived within %v", missing, len(want), deliveryTimeout)
-		}
-		time.Sleep(20 * time.Millisecond) // polling a condition with a deadline
-	}
+		return missing == 0
+	})
+	return got
 }
 
 // checkContent verifies each message in want arrived exactly once with its
@@ -506,22 +497,14 @@ func testDestinationGoesDown(t *testing.T, h Harness) {
 	// The sender reconnects on its own; the relay probes with small
 	// batches until one goes through.
 	var after []*sender.Message
-	deadline := time.Now().Add(45 * time.Second)
-	for {
+	WaitRecovered(t, 45*time.Second, func() error {
 		probe := NewMessages(1, f.route)
 		errs, _ := send(t, f.s, probe, bound)
 		if errs[0] == nil {
 			after = probe
-			break
 		}
-		if c := txbox.Classify(errs[0]); c != txbox.ClassTransient {
-			t.Fatalf("sendertest: while reconnecting, error classified %v, want transient: %v", c, errs[0])
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sendertest: sender did not recover within 45s after the destination came back: %v", errs[0])
-		}
-		time.Sleep(100 * time.Millisecond) // the relay's probe interval, shortened
-	}
+		return errs[0]
+	})
 	got := waitDelivered(t, h, f.d, append(before[:len(before):len(before)], after...))
 	checkContent(t, h, got, before)
 	checkContent(t, h, got, after)
@@ -584,13 +567,7 @@ func testCancelStopsSend(t *testing.T, h Harness) {
 	// Cancel once the destination has seen the batch, so Send is waiting
 	// for acks that the latency holds back.
 	// 2 = the warm-up message and at least one of the batch.
-	deadline := time.Now().Add(h.deliveryTimeout())
-	for len(f.d.Received(t)) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("sendertest: the batch never reached the destination")
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
-	}
+	testenv.WaitForEvery(t, h.deliveryTimeout(), 10*time.Millisecond, "sendertest: the batch to reach the destination", func() bool { return len(f.d.Received(t)) >= 2 })
 	cancel()
 	cancelled := time.Now()
 	var err error
@@ -651,13 +628,7 @@ func testCloseFlushes(t *testing.T, h Harness) {
 		done <- f.s.Send(ctx, msgs)
 	}()
 	// 2 = the warm-up message and at least one of the batch.
-	deadline := time.Now().Add(h.deliveryTimeout())
-	for len(f.d.Received(t)) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("sendertest: the batch never reached the destination")
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
-	}
+	testenv.WaitForEvery(t, h.deliveryTimeout(), 10*time.Millisecond, "sendertest: the batch to reach the destination", func() bool { return len(f.d.Received(t)) >= 2 })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if err := f.s.Close(ctx); err != nil {

@@ -135,9 +135,8 @@ type Sender struct {
 	sigHeader   string
 	headers     http.Header
 
-	mu     sync.Mutex
-	closed bool
-	wg     sync.WaitGroup
+	// gate admits Sends until Close, which waits for those in flight.
+	gate sender.Gate
 }
 
 var (
@@ -194,22 +193,9 @@ func New(cfg Config) (*Sender, error) {
 	if reserved(cfg.SignatureHeader, "") {
 		return nil, &ConfigError{Field: "signature-header", Reason: fmt.Sprintf("%q is set by the transport or the sender", cfg.SignatureHeader)}
 	}
-	headers := make(http.Header, len(cfg.Headers))
-	for k, v := range cfg.Headers {
-		if err := checkName(k); err != nil {
-			return nil, &ConfigError{Field: "headers", Reason: err.Error()}
-		}
-		if err := checkValue(v); err != nil {
-			// The value may be a secret: name the header only.
-			return nil, &ConfigError{Field: "headers." + k, Reason: "value contains a control character"}
-		}
-		if reserved(k, cfg.SignatureHeader) {
-			return nil, &ConfigError{Field: "headers." + k, Reason: "is set by the transport or the sender"}
-		}
-		if strings.EqualFold(k, "content-type") {
-			return nil, &ConfigError{Field: "headers." + k, Reason: "set content-type instead"}
-		}
-		headers.Set(k, v)
+	headers, err := configHeaders(cfg.Headers, cfg.SignatureHeader)
+	if err != nil {
+		return nil, err
 	}
 	s := &Sender{
 		client:      cfg.HTTPClient,
@@ -223,40 +209,67 @@ func New(cfg Config) (*Sender, error) {
 		s.secret = []byte(cfg.Secret)
 	}
 	if s.client == nil {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		// The default keeps 2 idle connections per host: a batch of
-		// parallel requests would open and close connections every time.
-		tr.MaxIdleConnsPerHost = cfg.MaxConcurrency
-		// A request may start the moment an earlier one released its
-		// concurrency slot, before that connection went back to the idle
-		// pool; capping connections per host makes it wait for the
-		// returning connection instead of dialing a new one.
-		tr.MaxConnsPerHost = cfg.MaxConcurrency
-		if tr.MaxIdleConns < cfg.MaxConcurrency {
-			tr.MaxIdleConns = cfg.MaxConcurrency
-		}
-		s.client = &http.Client{
-			Transport: tr,
-			CheckRedirect: func(*http.Request, []*http.Request) error {
-				return http.ErrUseLastResponse
-			},
-		}
+		s.client = newClient(cfg.MaxConcurrency)
 		s.ownClient = true
 	}
 	return s, nil
 }
 
+// configHeaders checks Config.Headers: HTTP names and values, none that
+// the transport or the sender sets, no content-type (ContentType is for
+// that).
+func configHeaders(hs map[string]string, sigHeader string) (http.Header, error) {
+	headers := make(http.Header, len(hs))
+	for k, v := range hs {
+		if err := checkName(k); err != nil {
+			return nil, &ConfigError{Field: "headers", Reason: err.Error()}
+		}
+		if err := checkValue(v); err != nil {
+			// The value may be a secret: name the header only.
+			return nil, &ConfigError{Field: "headers." + k, Reason: "value contains a control character"}
+		}
+		if reserved(k, sigHeader) {
+			return nil, &ConfigError{Field: "headers." + k, Reason: "is set by the transport or the sender"}
+		}
+		if strings.EqualFold(k, "content-type") {
+			return nil, &ConfigError{Field: "headers." + k, Reason: "set content-type instead"}
+		}
+		headers.Set(k, v)
+	}
+	return headers, nil
+}
+
+// newClient is the sender's own keep-alive client: as many connections per
+// host as requests in flight, and redirects not followed.
+func newClient(maxConcurrency int) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	// The default keeps 2 idle connections per host: a batch of
+	// parallel requests would open and close connections every time.
+	tr.MaxIdleConnsPerHost = maxConcurrency
+	// A request may start the moment an earlier one released its
+	// concurrency slot, before that connection went back to the idle
+	// pool; capping connections per host makes it wait for the
+	// returning connection instead of dialing a new one.
+	tr.MaxConnsPerHost = maxConcurrency
+	if tr.MaxIdleConns < maxConcurrency {
+		tr.MaxIdleConns = maxConcurrency
+	}
+	return &http.Client{
+		Transport: tr,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}
+}
+
 // Send POSTs every message, up to MaxConcurrency at once, and reports the
 // outcome per message (see [sender.Sender]).
 func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
-	if len(msgs) == 0 {
-		return nil
-	}
-	if !s.enter() {
-		return txbox.Transient(fmt.Errorf("webhook: send: %w", txbox.ErrClosed))
-	}
-	defer s.wg.Done()
+	return s.gate.Send(ctx, "webhook: send", msgs, s.send)
+}
 
+// send is Send inside the gate, for a batch that is not empty.
+func (s *Sender) send(ctx context.Context, msgs []*sender.Message) error {
 	errs := make([]error, len(msgs))
 	var wg sync.WaitGroup
 	var hmu sync.Mutex
@@ -368,28 +381,12 @@ func result(errs []error) error {
 	return nil
 }
 
-func (s *Sender) enter() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return false
-	}
-	s.wg.Add(1)
-	return true
-}
-
 // Close waits for the Sends in flight (bounded by ctx), then releases idle
 // connections. Later Sends fail with txbox.ErrClosed. Close is idempotent.
 func (s *Sender) Close(ctx context.Context) error {
-	s.mu.Lock()
-	s.closed = true
-	s.mu.Unlock()
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return fmt.Errorf("webhook: close: sends still in flight: %w", ctx.Err())
+	s.gate.Shut()
+	if err := s.gate.Wait(ctx); err != nil {
+		return fmt.Errorf("webhook: close: sends still in flight: %w", err)
 	}
 	if s.ownClient {
 		s.client.CloseIdleConnections()

@@ -3,6 +3,7 @@ package consumetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store/sqlite"
 )
 
@@ -142,23 +144,23 @@ func (e *Env) Effects(t testing.TB) map[txbox.ID]int {
 // any.
 func (e *Env) WaitEffects(t testing.TB, want []txbox.ID, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	missing := 0
+	defer func() {
+		// Runs also when WaitFor fails the test.
+		if missing > 0 {
+			t.Errorf("%d of %d events have no effect after %s", missing, len(want), within)
+		}
+	}()
+	testenv.WaitForEvery(t, within, 10*time.Millisecond, fmt.Sprintf("all %d events to have an effect", len(want)), func() bool {
 		got := e.Effects(t)
-		missing := 0
+		missing = 0
 		for _, id := range want {
 			if got[id] == 0 {
 				missing++
 			}
 		}
-		if missing == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d events have no effect after %s", missing, len(want), within)
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
-	}
+		return missing == 0
+	})
 	e.CheckExactlyOnce(t, want)
 }
 

@@ -399,39 +399,25 @@ func (p *Pipeline) StartRelayProcess(t testing.TB, testName string, env map[stri
 func (p *Pipeline) WaitOutboxAtMost(t testing.TB, n int, within time.Duration) {
 	t.Helper()
 	q := "SELECT count(*) FROM " + pgx.Identifier{p.Schema, p.Store.Tables().Outbox}.Sanitize()
-	deadline := time.Now().Add(within)
-	for {
+	testenv.WaitForEvery(t, within, time.Millisecond, fmt.Sprintf("at most %d outbox rows left", n), func() bool {
 		var left int
 		if err := p.pool.QueryRow(context.Background(), q).Scan(&left); err != nil {
 			t.Fatal(err)
 		}
-		if left <= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d outbox rows left after %s, want ≤ %d", left, within, n)
-		}
-		time.Sleep(time.Millisecond) // polling a condition with a deadline
-	}
+		return left <= n
+	})
 }
 
 // WaitEffectsAtLeast polls until at least n effect rows exist.
 func (p *Pipeline) WaitEffectsAtLeast(t testing.TB, n int, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	testenv.WaitFor(t, within, fmt.Sprintf("at least %d effects", n), func() bool {
 		total := 0
 		for _, c := range p.Effects(t) {
 			total += c
 		}
-		if total >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d effects after %s", total, n, within)
-		}
-		time.Sleep(5 * time.Millisecond) // polling a condition with a deadline
-	}
+		return total >= n
+	})
 }
 
 // Effects returns the effect rows per event id.
@@ -456,23 +442,23 @@ func (p *Pipeline) Effects(t testing.TB) map[txbox.ID]int {
 func (p *Pipeline) WaitDelivered(t testing.TB, within time.Duration) {
 	t.Helper()
 	want := p.Committed()
-	deadline := time.Now().Add(within)
-	for {
+	missing := 0
+	defer func() {
+		// Runs also when WaitFor fails the test.
+		if missing > 0 {
+			t.Errorf("%d of %d committed events have no effect after %s (lost so far)", missing, len(want), within)
+		}
+	}()
+	testenv.WaitForEvery(t, within, 20*time.Millisecond, fmt.Sprintf("all %d committed events to have an effect", len(want)), func() bool {
 		got := p.Effects(t)
-		missing := 0
+		missing = 0
 		for _, id := range want {
 			if got[id] == 0 {
 				missing++
 			}
 		}
-		if missing == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d committed events have no effect after %s (lost so far)", missing, len(want), within)
-		}
-		time.Sleep(20 * time.Millisecond) // polling a condition with a deadline
-	}
+		return missing == 0
+	})
 	got := p.Effects(t)
 	wantSet := make(map[txbox.ID]bool, len(want))
 	var dup, unexpected int
