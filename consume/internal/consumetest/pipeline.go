@@ -408,15 +408,20 @@ func (p *Pipeline) WaitOutboxAtMost(t testing.TB, n int, within time.Duration) {
 	})
 }
 
-// WaitEffectsAtLeast polls until at least n effect rows exist.
-func (p *Pipeline) WaitEffectsAtLeast(t testing.TB, n int, within time.Duration) {
+// WaitDeliveredNotFinished polls (every millisecond) until some event
+// has an effect while its outbox row is still IN_PROCESS: the broker took
+// it and the consumer handled it, but the relay has not marked it done.
+// A relay killed right then sends it again.
+func (p *Pipeline) WaitDeliveredNotFinished(t testing.TB, within time.Duration) {
 	t.Helper()
-	testenv.WaitFor(t, within, fmt.Sprintf("at least %d effects", n), func() bool {
-		total := 0
-		for _, c := range p.Effects(t) {
-			total += c
+	q := "SELECT count(*) FROM " + pgx.Identifier{p.Schema, p.Store.Tables().Outbox}.Sanitize() + " o JOIN " +
+		pgx.Identifier{p.Schema, "effect"}.Sanitize() + " e ON e.event_id = o.id WHERE o.status = 'IN_PROCESS'"
+	testenv.WaitForEvery(t, within, time.Millisecond, "an event handled while its row is still in process", func() bool {
+		var n int
+		if err := p.pool.QueryRow(context.Background(), q).Scan(&n); err != nil {
+			t.Fatal(err)
 		}
-		return total >= n
+		return n > 0
 	})
 }
 
