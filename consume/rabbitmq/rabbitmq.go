@@ -164,7 +164,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 					c.settle(ctx, "nack", d.Nack(false, true), &c.nacked)
 					continue
 				}
-				c.handle(ctx, hctx, d)
+				c.handle(ctx, hctx, d, cancelled)
 			}
 		})
 	}
@@ -199,8 +199,9 @@ func (c *Consumer) delivery(d amqp.Delivery) inbox.Delivery {
 }
 
 // handle runs one delivery through the inbox and settles it. ctx is Run's
-// context (ended: stopping), hctx the handlers' drain context.
-func (c *Consumer) handle(ctx, hctx context.Context, d amqp.Delivery) {
+// context (ended: stopping), hctx the handlers' drain context, cancelled
+// closed once the broker confirmed the consumer's cancel.
+func (c *Consumer) handle(ctx, hctx context.Context, d amqp.Delivery, cancelled <-chan struct{}) {
 	headers := make(map[string]string, len(d.Headers))
 	for k, v := range d.Headers {
 		switch v := v.(type) {
@@ -224,6 +225,13 @@ func (c *Consumer) handle(ctx, hctx context.Context, d amqp.Delivery) {
 	}
 	msg.Delivery = c.delivery(d)
 	res, err := c.cfg.Inbox.Handle(hctx, msg, c.cfg.Handler)
+	if ctx.Err() != nil {
+		// Stopping: settle only after the broker confirmed the cancel.
+		// An ack or nack frees a prefetch slot, and before the cancel the
+		// broker would fill it with a delivery that could only go back
+		// to the queue, flagged redelivered.
+		<-cancelled
+	}
 	switch {
 	case res.Acknowledge():
 		c.succeeded(msg.ID)
