@@ -19,6 +19,7 @@ test: services
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	cd bench/watermill && $(GO) vet ./...
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 2 $(PKGS)
 
 vet:

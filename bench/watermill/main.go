@@ -61,27 +61,92 @@ func main() {
 	}
 }
 
-func run() error {
-	dsn := flag.String("dsn", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL URL")
-	schema := flag.String("schema", "", "schema holding the forwarder table (must exist)")
-	natsURL := flag.String("nats", "nats://127.0.0.1:4222", "NATS URL")
-	subject := flag.String("subject", "", "destination subject, bound by a JetStream stream")
-	stream := flag.String("stream", "", "the stream binding --subject, to count delivered messages")
-	n := flag.Int("n", 50000, "backlog rows")
-	batch := flag.Int("batch", 100, "SubscribeBatchSize")
+// options are the harness's flags.
+type options struct {
+	dsn, schema, natsURL, subject, stream string
+	n, batch                              int
+}
+
+func parseFlags() (options, error) {
+	var o options
+	flag.StringVar(&o.dsn, "dsn", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL URL")
+	flag.StringVar(&o.schema, "schema", "", "schema holding the forwarder table (must exist)")
+	flag.StringVar(&o.natsURL, "nats", "nats://127.0.0.1:4222", "NATS URL")
+	flag.StringVar(&o.subject, "subject", "", "destination subject, bound by a JetStream stream")
+	flag.StringVar(&o.stream, "stream", "", "the stream binding --subject, to count delivered messages")
+	flag.IntVar(&o.n, "n", 50000, "backlog rows")
+	flag.IntVar(&o.batch, "batch", 100, "SubscribeBatchSize")
 	flag.Parse()
-	if *schema == "" || *subject == "" || *stream == "" || *n < 1 {
-		return fmt.Errorf("--schema, --subject, --stream and a positive --n are required")
+	if o.schema == "" || o.subject == "" || o.stream == "" || o.n < 1 {
+		return o, fmt.Errorf("--schema, --subject, --stream and a positive --n are required")
+	}
+	return o, nil
+}
+
+func run() error {
+	o, err := parseFlags()
+	if err != nil {
+		return err
 	}
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, *dsn)
+	pool, err := pgxpool.New(ctx, o.dsn)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	table := func(topic string) string { return pgx.Identifier{*schema, "watermill_" + topic}.Sanitize() }
-	schemaAdapter := wmsql.PostgreSQLQueueSchema{GenerateMessagesTableName: table, SubscribeBatchSize: *batch}
+	table := func(topic string) string { return pgx.Identifier{o.schema, "watermill_" + topic}.Sanitize() }
+	schemaAdapter := wmsql.PostgreSQLQueueSchema{GenerateMessagesTableName: table, SubscribeBatchSize: o.batch}
 	offsets := wmsql.PostgreSQLQueueOffsetsAdapter{DeleteOnAck: true, GenerateMessagesTableName: table}
+	if err := preload(ctx, pool, o, schemaAdapter); err != nil {
+		return err
+	}
+	logger := watermill.NopLogger{}
+	sub, err := wmsql.NewSubscriber(wmsql.BeginnerFromPgx(pool), wmsql.SubscriberConfig{SchemaAdapter: schemaAdapter, OffsetsAdapter: offsets}, logger)
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	pub, err := wmnats.NewPublisher(wmnats.PublisherConfig{URL: o.natsURL, JetStream: wmnats.JetStreamConfig{TrackMsgId: true}}, logger)
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
+	fwd, err := forwarder.NewForwarder(sub, pub, logger, forwarder.Config{ForwarderTopic: forwardTopic, CloseTimeout: 10 * time.Second})
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(o.natsURL)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := nc.JetStream()
+	if err != nil {
+		return err
+	}
+
+	var before, after syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &before)
+	start := time.Now()
+	errc := make(chan error, 1)
+	go func() { errc <- fwd.Run(ctx) }()
+	if err := waitDelivered(js, o, errc); err != nil {
+		return err
+	}
+	el := time.Since(start)
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &after)
+	_ = fwd.Close()
+	cpu := tv(after.Utime) + tv(after.Stime) - tv(before.Utime) - tv(before.Stime)
+	res := Result{Events: o.n, Seconds: el.Seconds(), Rate: float64(o.n) / el.Seconds(), CPUSeconds: cpu,
+		Config: fmt.Sprintf("watermill forwarder; watermill-sql PostgreSQLQueueSchema (SubscribeBatchSize %d) + "+
+			"PostgreSQLQueueOffsetsAdapter{DeleteOnAck: true}; watermill-nats/v2 JetStream publisher, TrackMsgId", o.batch),
+		Versions: versions()}
+	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+// preload creates the forwarder's table and COPYs the backlog of
+// forwarder envelopes into it before the clock starts.
+func preload(ctx context.Context, pool *pgxpool.Pool, o options, schemaAdapter wmsql.PostgreSQLQueueSchema) error {
 	qs, err := schemaAdapter.SchemaInitializingQueries(wmsql.SchemaInitializingQueriesParams{Topic: forwardTopic})
 	if err != nil {
 		return err
@@ -92,63 +157,37 @@ func run() error {
 		}
 	}
 	payload := []byte(`{"order_id":12345,"amount":"99.90","currency":"EUR","customer":"c-778"}`)
-	rows := make([][]any, 0, *n)
-	for range *n {
+	rows := make([][]any, 0, o.n)
+	for range o.n {
 		id := uuid.Must(uuid.NewV7()).String()
-		env, _ := json.Marshal(envelope{DestinationTopic: *subject, UUID: id, Payload: payload, Metadata: map[string]string{}})
+		env, _ := json.Marshal(envelope{DestinationTopic: o.subject, UUID: id, Payload: payload, Metadata: map[string]string{}})
 		rows = append(rows, []any{uuid.NewString(), string(env), "{}"})
 	}
-	tn := pgx.Identifier{*schema, "watermill_" + forwardTopic}
+	tn := pgx.Identifier{o.schema, "watermill_" + forwardTopic}
 	if _, err := pool.CopyFrom(ctx, tn, []string{"uuid", "payload", "metadata"}, pgx.CopyFromRows(rows)); err != nil {
 		return fmt.Errorf("COPY: %w", err)
 	}
-	if _, err := pool.Exec(ctx, "ANALYZE "+tn.Sanitize()); err != nil {
-		return err
-	}
-	rows = nil
+	_, err = pool.Exec(ctx, "ANALYZE "+tn.Sanitize())
+	return err
+}
 
-	logger := watermill.NopLogger{}
-	sub, err := wmsql.NewSubscriber(wmsql.BeginnerFromPgx(pool), wmsql.SubscriberConfig{SchemaAdapter: schemaAdapter, OffsetsAdapter: offsets}, logger)
-	if err != nil {
-		return err
-	}
-	pub, err := wmnats.NewPublisher(wmnats.PublisherConfig{URL: *natsURL, JetStream: wmnats.JetStreamConfig{TrackMsgId: true}}, logger)
-	if err != nil {
-		return err
-	}
-	fwd, err := forwarder.NewForwarder(sub, pub, logger, forwarder.Config{ForwarderTopic: forwardTopic, CloseTimeout: 10 * time.Second})
-	if err != nil {
-		return err
-	}
-	nc, err := nats.Connect(*natsURL)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	js, err := nc.JetStream()
-	if err != nil {
-		return err
-	}
-
-	var before syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &before)
-	start := time.Now()
-	errc := make(chan error, 1)
-	go func() { errc <- fwd.Run(ctx) }()
+// waitDelivered polls the stream until it holds every event, failing when
+// the count stalls for 2 minutes or the forwarder stops.
+func waitDelivered(js nats.JetStreamContext, o options, errc <-chan error) error {
 	lastChange, last := time.Now(), uint64(0)
 	for {
-		info, err := js.StreamInfo(*stream)
+		info, err := js.StreamInfo(o.stream)
 		if err != nil {
 			return err
 		}
-		if info.State.Msgs >= uint64(*n) {
-			break
+		if info.State.Msgs >= uint64(o.n) {
+			return nil
 		}
 		if info.State.Msgs != last {
 			last, lastChange = info.State.Msgs, time.Now()
 		}
 		if time.Since(lastChange) > 2*time.Minute {
-			return fmt.Errorf("stalled at %d of %d for 2 minutes", last, *n)
+			return fmt.Errorf("stalled at %d of %d for 2 minutes", last, o.n)
 		}
 		select {
 		case err := <-errc:
@@ -156,18 +195,6 @@ func run() error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	el := time.Since(start)
-	var after syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &after)
-	_ = fwd.Close()
-	_ = pub.Close()
-	_ = sub.Close()
-	cpu := tv(after.Utime) + tv(after.Stime) - tv(before.Utime) - tv(before.Stime)
-	res := Result{Events: *n, Seconds: el.Seconds(), Rate: float64(*n) / el.Seconds(), CPUSeconds: cpu,
-		Config: fmt.Sprintf("watermill forwarder; watermill-sql PostgreSQLQueueSchema (SubscribeBatchSize %d) + "+
-			"PostgreSQLQueueOffsetsAdapter{DeleteOnAck: true}; watermill-nats/v2 JetStream publisher, TrackMsgId", *batch),
-		Versions: versions()}
-	return json.NewEncoder(os.Stdout).Encode(res)
 }
 
 func tv(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
