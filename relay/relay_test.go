@@ -372,8 +372,8 @@ func TestWakeBeforeCommit(t *testing.T) {
 	if err := b.store.OutboxInsert(ctx, tx, &store.OutboxInsertParams{Events: []*txbox.Event{ev}}); err != nil {
 		t.Fatal(err)
 	}
-	r.Wake("orders") // before the commit, as OnPublish does
-	waitUntil(5*time.Millisecond, func() bool { return false })
+	r.Wake("orders")                 // before the commit, as OnPublish does
+	time.Sleep(5 * time.Millisecond) // the wake-up must arrive before the row is visible
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -397,10 +397,9 @@ func TestListenNotifyWakesRelay(t *testing.T) {
 	// The listener connects asynchronously; keep publishing with NOTIFY
 	// until one arrives (each publish is a fresh event).
 	ctx := context.Background()
-	deadline := time.Now().Add(10 * time.Second)
-	for len(b.sender.ids()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no delivery through LISTEN/NOTIFY within 10s")
+	testenv.WaitForEvery(t, 10*time.Second, 200*time.Millisecond, "a delivery through LISTEN/NOTIFY", func() bool {
+		if len(b.sender.ids()) > 0 {
+			return true
 		}
 		tx, err := b.pool.Begin(ctx)
 		if err != nil {
@@ -413,8 +412,8 @@ func TestListenNotifyWakesRelay(t *testing.T) {
 		if err := tx.Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
-		waitUntil(200*time.Millisecond, func() bool { return len(b.sender.ids()) > 0 })
-	}
+		return testenv.Within(200*time.Millisecond, 5*time.Millisecond, func() bool { return len(b.sender.ids()) > 0 })
+	})
 }
 
 func TestExpiredLeaseIsRecoveredWithoutAttempt(t *testing.T) {
@@ -545,13 +544,6 @@ func connCircuit(t *testing.T, h relay.Health, snd string) relay.CircuitHealth {
 	}
 	t.Fatalf("no connection circuit for sender %q in %+v", snd, h.Circuits)
 	return relay.CircuitHealth{}
-}
-
-func waitUntil(d time.Duration, cond func() bool) {
-	deadline := time.Now().Add(d)
-	for !cond() && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // recordingHook counts what the relay reports.
