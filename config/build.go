@@ -523,3 +523,20 @@ func (c *Config) NewLogger(w io.Writer) *slog.Logger {
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
 }
+
+// OpenSender creates the one sender name, as OpenSenders does but without
+// provisioning: `txbox config check --connect` looks at the destinations
+// and changes nothing. The caller closes it.
+func (c *Config) OpenSender(name string, getenv func(string) string, logger *slog.Logger) (sender.Sender, error) {
+	if c.Senders[name] == nil {
+		return nil, &Error{Path: join("senders", name), Msg: "no such sender"}
+	}
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	s, err := c.openSender(name, getenv, logger)
+	return s, Scrub(err, c.Secrets(getenv))
+}

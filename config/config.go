@@ -70,6 +70,10 @@ type Config struct {
 	Relay RelaySettings `yaml:"relay"`
 	// Log controls the relay's own log output.
 	Log Log `yaml:"log"`
+
+	// origins maps the key paths Load saw to where their values came
+	// from (Settings); nil for a Config built in Go.
+	origins map[string]string
 }
 
 // RelaySettings are the relay-wide settings under the relay key; they

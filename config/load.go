@@ -92,6 +92,7 @@ func Load(src Source) (*Config, error) {
 	if len(d.errs) > 0 {
 		return nil, Errors(d.errs)
 	}
+	c.recordOrigins(d)
 	return c, nil
 }
 

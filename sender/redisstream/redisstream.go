@@ -377,3 +377,13 @@ func (s *Sender) Close(ctx context.Context) error {
 	}
 	return err
 }
+
+// CheckRoute implements [sender.Checker]. Redis creates a stream on its
+// first entry, so every stream "exists": CheckRoute checks that the
+// server answers and accepts the configured user.
+func (s *Sender) CheckRoute(ctx context.Context, _ sender.Route) error {
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		return classify(err)
+	}
+	return nil
+}
