@@ -138,6 +138,9 @@ func runConfigCheck(ctx context.Context, e *env, args []string) error {
 				return kind + " " + dn
 			}
 		}
+		// The defaults route names one destination for every type when
+		// its field holds no placeholder: that one can be checked.
+		template = template && strings.Contains(dn, sender.PlaceholderEventType)
 		dests = append(dests, &destination{sender: sn, kind: kind, name: dn, route: r, types: []string{t}, template: template})
 		return kind + " " + dn
 	}
