@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -597,5 +598,95 @@ senders:
 	}
 	if _, err := openOne(t, yml(fmt.Sprintf(`{ cert-file: %q, key-file: %q }`, pki.clientCert, pki.clientKey)), env, 10*time.Second); err == nil {
 		t.Error("connected without the CA")
+	}
+}
+
+// TestNATSCreds: decentralized auth. The test makes an operator, an
+// account with JetStream and a user (JWTs signed with NKeys), runs a
+// nats-server of its own that trusts the operator, and a sender whose
+// creds-file holds the user's JWT and seed provisions a stream and
+// publishes; a user JWT signed by another account does not connect.
+func TestNATSCreds(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	mustKP := func(f func() (nkeys.KeyPair, error)) nkeys.KeyPair {
+		kp, err := f()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kp
+	}
+	opKP, accKP, userKP, sysKP := mustKP(nkeys.CreateOperator), mustKP(nkeys.CreateAccount), mustKP(nkeys.CreateUser), mustKP(nkeys.CreateAccount)
+	opPub, _ := opKP.PublicKey()
+	accPub, _ := accKP.PublicKey()
+	userPub, _ := userKP.PublicKey()
+	sysPub, _ := sysKP.PublicKey()
+	opc := jwt.NewOperatorClaims(opPub)
+	opc.Name = "txbox-test"
+	// JetStream needs a system account.
+	opc.SystemAccount = sysPub
+	sc := jwt.NewAccountClaims(sysPub)
+	sc.Name = "SYS"
+	sysJWT, err := sc.Encode(opKP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opJWT, err := opc.Encode(opKP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac := jwt.NewAccountClaims(accPub)
+	ac.Name = "APP"
+	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
+	accJWT, err := ac.Encode(opKP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := func(signer nkeys.KeyPair, name string) string {
+		uc := jwt.NewUserClaims(userPub)
+		uc.Name = "relay"
+		ujwt, err := uc.Encode(signer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seed, _ := userKP.Seed()
+		b, err := jwt.FormatUserConfig(ujwt, seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := creds(accKP, "good.creds")
+	bad := creds(mustKP(nkeys.CreateAccount), "bad.creds")
+	port := freePort(t)
+	conf := filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(conf, fmt.Appendf(nil, `
+listen: 127.0.0.1:%d
+jetstream { store_dir: %q }
+operator: %q
+resolver: MEMORY
+system_account: %s
+resolver_preload: { %s: %q, %s: %q }
+`, port, filepath.Join(dir, "js"), opJWT, sysPub, accPub, accJWT, sysPub, sysJWT), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startServer(t, port, "/usr/sbin/nats-server", "-c", conf)
+	yml := func(credsFile string) string {
+		return fmt.Sprintf(`
+senders:
+  n: { type: nats, url: "nats://127.0.0.1:%d", timeout: 5s, creds-file: %q, provision: true, provision-stream: CREDS, provision-subjects: ["creds.>"] }
+`, port, credsFile)
+	}
+	ss, err := openOne(t, yml(good), nil, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendOK(t, ss["n"], sender.Route{Subject: "creds.x"})
+	if _, err := openOne(t, yml(bad), nil, 4*time.Second); err == nil {
+		t.Error("a user of an account the server does not know connected")
 	}
 }
