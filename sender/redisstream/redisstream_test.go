@@ -284,3 +284,28 @@ func TestRefusedAuthIsNotAck(t *testing.T) {
 		t.Fatalf("%d entries written", n)
 	}
 }
+
+// TestCheckRoute: the server answers and accepts the user (streams need
+// no set-up); a refused user is reported.
+func TestCheckRoute(t *testing.T) {
+	t.Parallel()
+	testenv.RequireTCP(t, "Redis", testenv.RedisAddr)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ok, err := redisstream.New(redisstream.Config{Addr: testenv.RedisAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ok.Close(ctx)
+	if err := ok.CheckRoute(ctx, sender.Route{Stream: "any"}); err != nil {
+		t.Fatalf("CheckRoute: %v", err)
+	}
+	bad, err := redisstream.New(redisstream.Config{Addr: testenv.RedisAddr, Username: "txbox-no-such-user", Password: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close(ctx)
+	if err := bad.CheckRoute(ctx, sender.Route{Stream: "any"}); err == nil {
+		t.Fatal("CheckRoute with a refused user: nil")
+	}
+}
