@@ -690,3 +690,40 @@ senders:
 		t.Error("a user of an account the server does not know connected")
 	}
 }
+
+// TestSecurityKeysOverridable: the nested tls and sasl keys take
+// environment and --set overrides like every other key, and print with
+// their source.
+func TestSecurityKeysOverridable(t *testing.T) {
+	t.Parallel()
+	c, err := Load(Source{Name: "txbox.yaml", YAML: []byte("senders:\n  k: { type: kafka, brokers: [h:1] }\n"),
+		Env: []string{"TXBOX_SENDERS_K_TLS_CA_FILE=/etc/ca.pem"},
+		Set: []string{"senders.k.sasl.mechanism=scram-sha-256", "senders.k.sasl.username=u", "senders.k.sasl.password-env=KPW", "senders.x.tls.server-name=h"}})
+	if err == nil || !strings.Contains(err.Error(), "senders.x.type") {
+		t.Fatalf("a --set for a sender the file lacks must ask for its type: %v", err)
+	}
+	c, err = Load(Source{Name: "txbox.yaml", YAML: []byte("senders:\n  k: { type: kafka, brokers: [h:1] }\n"),
+		Env: []string{"TXBOX_SENDERS_K_TLS_CA_FILE=/etc/ca.pem"},
+		Set: []string{"senders.k.sasl.mechanism=scram-sha-256", "senders.k.sasl.username=u", "senders.k.sasl.password-env=KPW"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := c.Senders["k"].Kafka
+	if k.TLS == nil || k.TLS.CAFile != "/etc/ca.pem" || k.SASL == nil || k.SASL.Mechanism != "scram-sha-256" || k.SASL.PasswordEnv != "KPW" {
+		t.Fatalf("tls %+v sasl %+v", k.TLS, k.SASL)
+	}
+	got := map[string]string{}
+	for _, s := range c.Settings() {
+		got[s.Path] = s.Value + " | " + s.Source
+	}
+	for p, want := range map[string]string{
+		"senders.k.tls.ca-file":       "/etc/ca.pem | environment variable TXBOX_SENDERS_K_TLS_CA_FILE",
+		"senders.k.sasl.password-env": "KPW | flag --set senders.k.sasl.password-env",
+		"senders.k.tls.server-name":   `"" | default`,
+		"senders.k.brokers":           "[h:1] | file txbox.yaml:2",
+	} {
+		if got[p] != want {
+			t.Errorf("%s = %q, want %q", p, got[p], want)
+		}
+	}
+}
