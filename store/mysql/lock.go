@@ -45,7 +45,10 @@ func (d *Driver) OutboxLock(ctx context.Context, params *store.OutboxClaimParams
 	if d.isolation != sql.LevelDefault {
 		iso = d.isolation
 	}
-	if b.tx, err = conn.BeginTx(ctx, &sql.TxOptions{Isolation: iso}); err != nil {
+	// database/sql rolls a transaction back when its BeginTx context
+	// ends, and ctx is the claim's: the transaction must outlive it until
+	// Finish or Rollback. Each statement still runs under ctx.
+	if b.tx, err = conn.BeginTx(context.WithoutCancel(ctx), &sql.TxOptions{Isolation: iso}); err != nil {
 		b.release(false)
 		return nil, wrap("lock claim", err)
 	}

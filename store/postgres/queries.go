@@ -206,7 +206,10 @@ func (d *Driver) finishQueries(q *queries) {
 	// The lock claim's finish: the rows are ours by the transaction's
 	// locks, not by a token, so the fence is "still the PENDING row we
 	// locked" (lock.go).
-	q.lockFinish = strings.ReplaceAll(q.finish, "o.lease_token = i.token", "o.lease_token IS NULL AND o.status = 'PENDING'")
+	// now() is the transaction's start, the claim; retry delays and
+	// processed_at count from the finish, so it reads the clock.
+	q.lockFinish = strings.NewReplacer("o.lease_token = i.token", "o.lease_token IS NULL AND o.status = 'PENDING'",
+		"now()", "clock_timestamp()").Replace(q.finish)
 
 	q.cleanup = d.render(`
 	DELETE FROM {{outbox}} WHERE id IN (

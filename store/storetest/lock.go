@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"errors"
 	"maps"
 	"slices"
@@ -50,7 +51,11 @@ func (e *env) lock(l store.OutboxLocker, p store.OutboxClaimParams) store.Locked
 	if p.LeaseDuration == 0 {
 		p.LeaseDuration = longLease
 	}
-	b, err := l.OutboxLock(e.ctx, &p)
+	// The claim's context ends when the claim returns, as the relay's
+	// does: the transaction must outlive it.
+	ctx, cancel := context.WithCancel(e.ctx)
+	b, err := l.OutboxLock(ctx, &p)
+	cancel()
 	if err != nil {
 		e.t.Fatalf("lock claim %+v: %v", p, err)
 	}
