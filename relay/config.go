@@ -454,7 +454,7 @@ func (c *Config) resolve(eventType, path string, own, parent EventSettings) (*se
 	s.sender = snd
 	if _, ok := c.Store.(store.OutboxLocker); s.claim == ClaimLock && !ok {
 		return nil, &ConfigError{Component: "relay", Field: keypath.Join(path, "claim"),
-			Reason: fmt.Sprintf("lock needs a store with a lock claim (PostgreSQL, MySQL/MariaDB); the %s store has none: use lease", c.Store.Dialect())}
+			Reason: "lock needs a store with a lock claim (PostgreSQL, MySQL/MariaDB; SQLite has none): use lease"}
 	}
 	return s, nil
 }
