@@ -245,11 +245,19 @@ func TestLoadClaimMode(t *testing.T) {
 	if got := *c.Effective("hooks").Claim; got != relay.ClaimLease {
 		t.Errorf("hooks claim = %q, want lease (its override)", got)
 	}
+	// One discovered type in lock mode (defaults) with 4 batches in
+	// flight, hooks in lease mode: 4 + 4 connections.
+	if got := c.LockConns(); got != 8 {
+		t.Errorf("LockConns = %d, want 8", got)
+	}
 	d, err := Load(Source{Name: "txbox.yaml", YAML: []byte("database: { dialect: postgres, dsn: 'postgres://h/db' }")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := *d.Effective("orders").Claim; got != relay.DefaultClaim {
 		t.Errorf("default claim = %q, want %q", got, relay.DefaultClaim)
+	}
+	if got := d.LockConns(); got != 0 {
+		t.Errorf("LockConns without the lock claim = %d, want 0", got)
 	}
 }
