@@ -73,6 +73,7 @@ type lockedBatch struct {
 	bounded bool
 }
 
+// Rows returns the locked rows in claim order.
 func (b *lockedBatch) Rows() []*store.OutboxRow { return b.rows }
 
 // Finish runs the lease finish's statements in the transaction, fenced by

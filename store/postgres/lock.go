@@ -91,6 +91,7 @@ type lockedBatch struct {
 	cur *claimCursor
 }
 
+// Rows returns the locked rows in claim order.
 func (b *lockedBatch) Rows() []*store.OutboxRow { return b.rows }
 
 // Finish applies the outcomes with the lease finish's statement, fenced by

@@ -25,6 +25,7 @@ func ExerciseLock(t *testing.T, h Harness) {
 		{"LockHidesRowsFromEveryClaim", testLockExclusive},
 		{"LockFinishOutcomes", testLockOutcomes},
 		{"LockFinishDeletesAcked", testLockDeleteAcked},
+		{"LockRetryDelayCountsFromFinish", testLockRetryFromFinish},
 		{"LockRollbackCountsNoAttempt", testLockRollback},
 		{"LockFinishFencesForeignRows", testLockFenced},
 		{"LockBoundEndsAStalledBatch", testLockBound},
@@ -164,6 +165,21 @@ func testLockOutcomes(t *testing.T, e *env, l store.OutboxLocker) {
 	})
 	if want := map[txbox.ID]int{rows[1].ID: 1, rows[3].ID: 0}; !maps.Equal(back, want) {
 		t.Fatalf("rows came back with attempts %v; want retried=1, released=0: %v", back, want)
+	}
+}
+
+// testLockRetryFromFinish: a retry's delay counts from the finish, not
+// from the claim that began the transaction (PostgreSQL's now() is the
+// transaction's start).
+func testLockRetryFromFinish(t *testing.T, e *env, l store.OutboxLocker) {
+	e.publish(event("later"))
+	b := e.lock(l, store.OutboxClaimParams{EventType: "later", Limit: 10})
+	time.Sleep(600 * time.Millisecond) // a send that takes longer than the retry delay
+	finished := time.Now()
+	e.lockFinish(b, false, item(b.Rows()[0], store.OutcomeRetry, 500*time.Millisecond, "later"))
+	rows := e.claim("later", 10, longLease)
+	if len(rows) != 0 && time.Since(finished) < 450*time.Millisecond {
+		t.Fatalf("the retried row was due %s after its finish, before its 500ms delay", time.Since(finished))
 	}
 }
 
