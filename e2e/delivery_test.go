@@ -87,7 +87,7 @@ func publishN(t *testing.T, kind storeKind, d store.Driver, typ string, n int, o
 // the broker's clock, which is this machine's).
 func TestRollbackAndDelayedEvent(t *testing.T) {
 	t.Parallel()
-	for _, kind := range withLockKinds() {
+	for _, kind := range withLockKindsInChaos() {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
 			ns := kind.newNamespace(t)
@@ -253,7 +253,7 @@ func webhookConfig(t *testing.T, d store.Driver, url string, wrap func(sender.Se
 // delivered on its third attempt.
 func TestRetryScheduleAndPoison(t *testing.T) {
 	t.Parallel()
-	for _, kind := range withLockKinds() {
+	for _, kind := range withLockKindsInChaos() {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
 			ns := kind.newNamespace(t)
@@ -332,7 +332,7 @@ func TestRetryScheduleAndPoison(t *testing.T) {
 // backlog drains once it recovers.
 func TestOutage503(t *testing.T) {
 	t.Parallel()
-	for _, kind := range withLockKinds() {
+	for _, kind := range withLockKindsInChaos() {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
 			ns := kind.newNamespace(t)
