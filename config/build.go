@@ -160,6 +160,8 @@ func (c *Config) OpenStore(ctx context.Context, getenv func(string) string, logg
 		}
 		if c.Database.MaxConns > 0 {
 			pc.MaxConns = int32(c.Database.MaxConns)
+		} else if n := c.LockConns(); n > int(pc.MaxConns) {
+			pc.MaxConns = int32(n)
 		}
 		pool, err := pgxpool.NewWithConfig(ctx, pc)
 		if err != nil {
@@ -539,4 +541,29 @@ func (c *Config) OpenSender(name string, getenv func(string) string, logger *slo
 	}
 	s, err := c.openSender(name, getenv, logger)
 	return s, Scrub(err, c.Secrets(getenv))
+}
+
+// LockConns is the smallest pool that lets every batch of the lock claim
+// (claim: lock) be in flight at once, each holding its connection until
+// its finish commits: the in-flight batches of every configured type in
+// lock mode, those of one discovered type when defaults use it, plus 4
+// for everything else (claims of lease types, background jobs, the
+// wake-up listener). 0 when no type uses the lock claim. Store uses it
+// as the PostgreSQL pool size when database.max-conns is not set and the
+// driver's default is smaller (docs/configuration.md).
+func (c *Config) LockConns() int {
+	n := 0
+	add := func(eff relay.EventSettings) {
+		if eff.Claim != nil && *eff.Claim == relay.ClaimLock {
+			n += deref(eff.InFlight)
+		}
+	}
+	add(c.Effective(""))
+	for _, t := range c.EventTypes() {
+		add(c.Effective(t))
+	}
+	if n == 0 {
+		return 0
+	}
+	return n + 4
 }

@@ -104,6 +104,8 @@ func TestLoadRejects(t *testing.T) {
 		{"backoff max below delay", "defaults: { backoff: { delay: 1m, max: 10s } }", "defaults.backoff.max: must be ≥ delay"},
 		{"bad event type", "events: { 'order created': { batch-size: 1 } }", `events.order created: txbox: invalid event type "order created"`},
 		{"bad ordering", "defaults: { ordering: fifo }", `defaults.ordering: must be none or key, not "fifo"`},
+		{"bad claim", "defaults: { claim: grab }", `defaults.claim: must be lease or lock, not "grab"`},
+		{"lock claim on sqlite", "database: { dialect: sqlite, dsn: x.db }\nevents: { a: { claim: lock } }", "events.a.claim: lock is not available on sqlite"},
 		{"bad polling mode", "events: { a: { polling: { mode: eager } } }", `events.a.polling.mode: must be adaptive or fixed, not "eager"`},
 		{"bad dialect", "database: { dialect: oracle }", `database.dialect: unknown dialect "oracle"`},
 		{"sqlite dsn with parameters", "database: { dsn: 'file:x.db?_pragma=busy_timeout(1)' }", "database.dsn: sqlite takes a file path"},
@@ -225,5 +227,37 @@ events:
 	}
 	if b := c.Effective("unlisted").Backoff; *b.Jitter != 0.2 || *b.Delay != 2*time.Second {
 		t.Errorf("unlisted backoff = delay %v jitter %v, want the defaults' 2s and 0.2", *b.Delay, *b.Jitter)
+	}
+}
+
+// TestLoadClaimMode: claim is a per-type key with a default and an
+// override, decoded into the relay's own settings.
+func TestLoadClaimMode(t *testing.T) {
+	t.Parallel()
+	c, err := Load(Source{Name: "txbox.yaml", YAML: []byte("database: { dialect: postgres, dsn: 'postgres://h/db' }\n" +
+		"defaults: { claim: lock }\nevents: { hooks: { claim: lease } }")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := *c.Effective("orders").Claim; got != relay.ClaimLock {
+		t.Errorf("orders claim = %q, want lock (defaults)", got)
+	}
+	if got := *c.Effective("hooks").Claim; got != relay.ClaimLease {
+		t.Errorf("hooks claim = %q, want lease (its override)", got)
+	}
+	// One discovered type in lock mode (defaults) with 4 batches in
+	// flight, hooks in lease mode: 4 + 4 connections.
+	if got := c.LockConns(); got != 8 {
+		t.Errorf("LockConns = %d, want 8", got)
+	}
+	d, err := Load(Source{Name: "txbox.yaml", YAML: []byte("database: { dialect: postgres, dsn: 'postgres://h/db' }")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := *d.Effective("orders").Claim; got != relay.DefaultClaim {
+		t.Errorf("default claim = %q, want %q", got, relay.DefaultClaim)
+	}
+	if got := d.LockConns(); got != 0 {
+		t.Errorf("LockConns without the lock claim = %d, want 0", got)
 	}
 }

@@ -159,6 +159,7 @@ func (c *Config) validate(d *decoder) {
 		}
 		c.validateDestination(d, p, c.Events[t])
 	}
+	c.validateClaim(d)
 	for _, e := range rc.Validate(fileBounds) {
 		d.fail(e.Field, nil, "%s", e.Reason)
 	}
@@ -166,6 +167,25 @@ func (c *Config) validate(d *decoder) {
 		d.fail("relay.shutdown-timeout", nil, "must be ≥ 10ms")
 	}
 	c.validateLog(d)
+}
+
+// validateClaim refuses claim: lock on SQLite, which has no lock claim
+// (one writer at a time: a transaction held open through every send
+// would stall every producer). The relay refuses it too; here the file's
+// key path is known before anything is opened.
+func (c *Config) validateClaim(d *decoder) {
+	if c.Database.Dialect != DialectSQLite {
+		return
+	}
+	check := func(p string, ev *relay.EventSettings) {
+		if ev != nil && ev.Claim != nil && *ev.Claim == relay.ClaimLock {
+			d.fail(join(p, "claim"), nil, "lock is not available on sqlite (one writer at a time): use lease")
+		}
+	}
+	check("defaults", &c.Defaults)
+	for _, t := range c.EventTypes() {
+		check(join("events", t), c.Events[t])
+	}
 }
 
 func (c *Config) validateDatabase(d *decoder) {

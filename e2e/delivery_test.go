@@ -87,7 +87,7 @@ func publishN(t *testing.T, kind storeKind, d store.Driver, typ string, n int, o
 // the broker's clock, which is this machine's).
 func TestRollbackAndDelayedEvent(t *testing.T) {
 	t.Parallel()
-	for _, kind := range storeKinds {
+	for _, kind := range withLockKindsInChaos() {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
 			ns := kind.newNamespace(t)
@@ -253,7 +253,7 @@ func webhookConfig(t *testing.T, d store.Driver, url string, wrap func(sender.Se
 // delivered on its third attempt.
 func TestRetryScheduleAndPoison(t *testing.T) {
 	t.Parallel()
-	for _, kind := range storeKinds {
+	for _, kind := range withLockKindsInChaos() {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
 			ns := kind.newNamespace(t)
@@ -332,7 +332,7 @@ func TestRetryScheduleAndPoison(t *testing.T) {
 // backlog drains once it recovers.
 func TestOutage503(t *testing.T) {
 	t.Parallel()
-	for _, kind := range storeKinds {
+	for _, kind := range withLockKindsInChaos() {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
 			ns := kind.newNamespace(t)
@@ -397,7 +397,7 @@ func TestOutage503(t *testing.T) {
 // duplicates only from sends whose outcome was unknown.
 func TestNATSUnavailable(t *testing.T) {
 	t.Parallel()
-	for _, kind := range storeKinds {
+	for _, kind := range withLockKinds() {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
 			ns := kind.newNamespace(t)
@@ -451,9 +451,13 @@ func TestNATSUnavailable(t *testing.T) {
 // 1, not before the lease expired); the stale relay's finish then changes
 // nothing. The store-level boundary (not at expiry−δ, yes at expiry+δ) is
 // in the storetest conformance suite.
+//
+// On the lock kinds the stale batch is a lock claim: its transaction is
+// bounded by the lease on the session, the database ends it when the
+// lease runs out, and its late finish fails and commits nothing.
 func TestStaleRelayFinishIsFenced(t *testing.T) {
 	t.Parallel()
-	for _, kind := range storeKinds {
+	for _, kind := range withLockKinds() {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
 			ns := kind.newNamespace(t)
@@ -462,7 +466,17 @@ func TestStaleRelayFinishIsFenced(t *testing.T) {
 			o := newOracle()
 			publishN(t, kind, d, "orders", 20, o)
 			const lease = 2 * time.Second
-			stale, err := d.OutboxClaim(context.Background(), &store.OutboxClaimParams{EventType: "orders", Limit: 100, LeaseDuration: lease})
+			claim := &store.OutboxClaimParams{EventType: "orders", Limit: 100, LeaseDuration: lease}
+			var stale []*store.OutboxRow
+			var staleLock store.LockedBatch
+			var err error
+			if kind.claim == relay.ClaimLock {
+				if staleLock, err = d.(store.OutboxLocker).OutboxLock(context.Background(), claim); staleLock != nil {
+					stale = staleLock.Rows()
+				}
+			} else {
+				stale, err = d.OutboxClaim(context.Background(), claim)
+			}
 			if err != nil || len(stale) != 20 {
 				t.Fatalf("stale claim: %d rows, %v", len(stale), err)
 			}
@@ -485,12 +499,18 @@ func TestStaleRelayFinishIsFenced(t *testing.T) {
 			for i, row := range stale {
 				items[i] = store.OutboxFinishItem{ID: row.ID, LeaseToken: row.LeaseToken, Outcome: store.OutcomeFailed, Error: "stale"}
 			}
-			res, err := d.OutboxFinish(context.Background(), &store.OutboxFinishParams{Items: items})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if res.Finished != 0 || res.Fenced != len(stale) {
-				t.Errorf("stale finish = %+v, want all fenced", res)
+			if staleLock != nil {
+				if res, err := staleLock.Finish(context.Background(), &store.OutboxFinishParams{Items: items}); err == nil {
+					t.Errorf("stale lock finish = %+v, want an error: the database ended its transaction", res)
+				}
+			} else {
+				res, err := d.OutboxFinish(context.Background(), &store.OutboxFinishParams{Items: items})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Finished != 0 || res.Fenced != len(stale) {
+					t.Errorf("stale finish = %+v, want all fenced", res)
+				}
 			}
 			stats, err := d.OutboxStats(context.Background())
 			if err != nil {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres"
 )
@@ -38,7 +40,44 @@ type storeKind struct {
 	// (SQLite): one relay may win every claim, so load sharing between
 	// relays is not asserted.
 	serialWriter bool
+	// claim is the relays' claim mode; empty: the default (lease). The
+	// lock kinds (lockKinds) are a dialect run in ClaimLock.
+	claim relay.ClaimMode
 }
+
+// lockKinds are the dialects with a lock claim, run in ClaimLock: the
+// delivery and chaos tests that prove a guarantee run on them too
+// (kinds_test.go adds MySQL).
+var lockKinds = []storeKind{lockKind(postgresKind)}
+
+// lockKind returns k run in ClaimLock, named k.name + "-lock".
+func lockKind(k storeKind) storeKind {
+	k.name += "-lock"
+	k.claim = relay.ClaimLock
+	return k
+}
+
+// withLockKinds returns storeKinds followed by lockKinds: the kinds of a
+// test that must hold in every claim mode.
+func withLockKinds() []storeKind {
+	return append(append([]storeKind(nil), storeKinds...), lockKinds...)
+}
+
+// withLockKindsInChaos is withLockKinds under TXBOX_CHAOS (make chaos),
+// storeKinds otherwise: the lock kinds of the tests whose other dialects
+// already fill the default suite's time on a loaded 2-core machine. The
+// relay tests run the same guarantees in both modes by default
+// (relay/helpers_test.go, eachClaim).
+func withLockKindsInChaos() []storeKind {
+	if os.Getenv("TXBOX_CHAOS") == "" {
+		return storeKinds
+	}
+	return withLockKinds()
+}
+
+// claimOf holds the claim mode of the drivers openStore opened for a lock
+// kind, for relayConfig.
+var claimOf sync.Map // store.Driver -> relay.ClaimMode
 
 // events returns n scaled for this dialect.
 func (k storeKind) events(n int) int {
@@ -54,7 +93,7 @@ var storeKinds = []storeKind{postgresKind}
 
 // storeKindByName finds a dialect for a child process.
 func storeKindByName(name string) (storeKind, error) {
-	for _, k := range storeKinds {
+	for _, k := range withLockKinds() {
 		if k.name == name {
 			return k, nil
 		}
@@ -145,6 +184,10 @@ func openStore(t testing.TB, k storeKind, ns string, conns int) store.Driver {
 		t.Fatal(err)
 	}
 	t.Cleanup(closeFn)
+	if k.claim != "" {
+		claimOf.Store(d, k.claim)
+		t.Cleanup(func() { claimOf.Delete(d) })
+	}
 	return d
 }
 

@@ -16,6 +16,7 @@ import (
 
 func init() {
 	storeKinds = append(storeKinds, mysqlKind, sqliteKind)
+	lockKinds = append(lockKinds, lockKind(mysqlKind))
 }
 
 // sqlTxPublish publishes through a database/sql transaction, as both

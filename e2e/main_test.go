@@ -63,7 +63,13 @@ func quietLogger() *slog.Logger {
 // relayConfig is the configuration every delivery test's relay shares:
 // NATS subjects under subjectPrefix, "orders" configured, other types
 // discovered, fast polling and maintenance so tests finish quickly.
+//
+// A driver openStore opened for a lock kind gets that kind's claim mode.
 func relayConfig(d store.Driver, s sender.Sender, subjectPrefix string, retention time.Duration) relay.Config {
+	var claim *relay.ClaimMode
+	if c, ok := claimOf.Load(d); ok {
+		claim = new(c.(relay.ClaimMode))
+	}
 	return relay.Config{
 		Store:   d,
 		Senders: map[string]sender.Sender{"nats": s},
@@ -72,6 +78,7 @@ func relayConfig(d store.Driver, s sender.Sender, subjectPrefix string, retentio
 			Polling:   &relay.PollingSettings{MinDelay: new(10 * time.Millisecond), MaxDelay: new(200 * time.Millisecond)},
 			Backoff:   &relay.BackoffSettings{Delay: new(100 * time.Millisecond), Multiplier: new(2.0), Max: new(time.Second)},
 			Retention: &retention,
+			Claim:     claim,
 		},
 		Events:             map[string]relay.EventSettings{"orders": {}},
 		DiscoverInterval:   100 * time.Millisecond,
@@ -124,6 +131,9 @@ func childRelay() int {
 		}
 		cfg.Defaults.LeaseDuration = &lease
 	}
+	if kind.claim != "" {
+		cfg.Defaults.Claim = &kind.claim
+	}
 	if v := os.Getenv(envOrdering); v != "" {
 		o := relay.Ordering(v)
 		cfg.Defaults.Ordering = &o
@@ -158,7 +168,7 @@ func childRelay() int {
 		return fail(err)
 	}
 	if path := os.Getenv(envStats); path != "" {
-		if err := os.WriteFile(path, fmt.Appendf(nil, "fenced=%d\n", fenced.n.Load()), 0o600); err != nil {
+		if err := os.WriteFile(path, fmt.Appendf(nil, "fenced=%d finish-errors=%d\n", fenced.n.Load(), fenced.errs.Load()), 0o600); err != nil {
 			return fail(err)
 		}
 	}
@@ -182,13 +192,20 @@ func (s slowSender) Send(ctx context.Context, msgs []*sender.Message) error {
 	return s.Sender.Send(ctx, msgs)
 }
 
-// fenceCounter counts finishes fenced because the lease was lost.
+// fenceCounter counts finishes fenced because the lease was lost, and
+// finishes that failed (with the lock claim: a transaction the database
+// ended, so nothing of it committed).
 type fenceCounter struct {
 	relay.NopHook
-	n atomic.Int64
+	n, errs atomic.Int64
 }
 
-func (f *fenceCounter) OnBatch(ev relay.BatchEvent) { f.n.Add(int64(ev.Fenced)) }
+func (f *fenceCounter) OnBatch(ev relay.BatchEvent) {
+	f.n.Add(int64(ev.Fenced))
+	if ev.FinishErr != nil {
+		f.errs.Add(1)
+	}
+}
 
 // child is a relay running in a child process.
 type child struct {

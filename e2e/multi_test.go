@@ -29,7 +29,7 @@ const (
 // relays' own ack records.
 func TestThreeRelaysInOneProcess(t *testing.T) {
 	t.Parallel()
-	for _, kind := range storeKinds {
+	for _, kind := range withLockKindsInChaos() {
 		t.Run(kind.name, func(t *testing.T) {
 			ns := kind.newNamespace(t)
 			st := newStream(t)
@@ -82,7 +82,7 @@ func TestThreeRelaysInOneProcess(t *testing.T) {
 // binary re-executed in relay mode), retention 0 (delete on ack).
 func TestThreeRelayProcesses(t *testing.T) {
 	t.Parallel()
-	for _, kind := range storeKinds {
+	for _, kind := range withLockKindsInChaos() {
 		t.Run(kind.name, func(t *testing.T) {
 			ns := kind.newNamespace(t)
 			st := newStream(t)

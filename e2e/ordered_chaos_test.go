@@ -23,19 +23,29 @@ import (
 // again, after its lease), nothing lost, nothing unexpected, and the
 // backlog drained within the lease + 10 s after the producer stops. The
 // default run produces for 4 s and kills a relay 0.5 s before the end;
-// TXBOX_CHAOS=1 produces for 30 s and kills a relay every 2 s.
+// TXBOX_CHAOS=1 produces for 30 s and kills a relay every 2 s. It runs
+// with both claim modes.
 func TestOrderedChaosPlainSQLProducer(t *testing.T) {
 	t.Parallel()
+	produce, killEvery := 4*time.Second, 2*time.Second
+	if os.Getenv("TXBOX_CHAOS") != "" {
+		produce = 30 * time.Second
+	}
+	for _, kind := range []storeKind{postgresKind, lockKind(postgresKind)} {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			orderedChaos(t, kind, produce, killEvery)
+		})
+	}
+}
+
+// orderedChaos is TestOrderedChaosPlainSQLProducer on kind.
+func orderedChaos(t *testing.T, kind storeKind, produce, killEvery time.Duration) {
 	const (
 		keys   = 32
 		lease  = 2 * time.Second
 		relays = 3
 	)
-	produce, killEvery := 4*time.Second, 2*time.Second
-	if os.Getenv("TXBOX_CHAOS") != "" {
-		produce = 30 * time.Second
-	}
-	kind := postgresKind
 	ns := kind.newNamespace(t)
 	st := newStream(t)
 	// A destination with a few milliseconds of latency per wave keeps

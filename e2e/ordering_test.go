@@ -17,10 +17,11 @@ import (
 
 // TestOrderedByKey: with ordering: key, events with the same key arrive in
 // id order although batches overlap (in-flight 4, helper claimers) and
-// some events are rejected and retried; different keys still flow.
+// some events are rejected and retried; different keys still flow. It
+// runs in lock mode too under TXBOX_CHAOS.
 func TestOrderedByKey(t *testing.T) {
 	t.Parallel()
-	for _, kind := range storeKinds {
+	for _, kind := range withLockKindsInChaos() {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
 			ns := kind.newNamespace(t)

@@ -29,6 +29,9 @@ const (
 	DefaultInFlight = 4
 	// DefaultOrdering delivers without per-key ordering.
 	DefaultOrdering = OrderingNone
+	// DefaultClaim is the lease claim, which every store has and which
+	// suits slow destinations; see ClaimMode.
+	DefaultClaim = ClaimLease
 )
 
 // Defaults of the relay-wide settings.
@@ -72,6 +75,27 @@ const (
 	// OrderingKey delivers events with the same key in id order
 	// (docs/concepts.md, ordering).
 	OrderingKey Ordering = "key"
+)
+
+// ClaimMode says how a relay claims the rows of one event type
+// (docs/concepts.md, "Claim modes").
+type ClaimMode string
+
+// Claim modes.
+const (
+	// ClaimLease marks claimed rows IN_PROCESS with a lease and finishes
+	// them in a second write; a crashed relay's rows wait out their
+	// lease. Every store has it.
+	ClaimLease ClaimMode = "lease"
+	// ClaimLock locks the claimed rows in a transaction held open while
+	// they are sent, and writes each row once, at the finish, in that
+	// transaction (store.OutboxLocker). A crashed relay's rows are
+	// claimable at once. It holds one database connection per batch in
+	// flight for as long as the send takes (at most the lease), so it
+	// suits fast destinations (brokers), not slow webhooks. PostgreSQL and
+	// MySQL/MariaDB have it; asking for it on SQLite is a configuration
+	// error.
+	ClaimLock ClaimMode = "lock"
 )
 
 // ErrInvalidConfig is txbox.ErrInvalidConfig: every configuration error New
@@ -177,6 +201,10 @@ type EventSettings struct {
 	// InFlight bounds the batches of this type between claim and finish
 	// at once. Defaults to 4.
 	InFlight *int `yaml:"in-flight"`
+	// Claim chooses the claim mode: lease or lock (ClaimMode). With lock,
+	// LeaseDuration bounds the claim's transaction instead of a lease.
+	// Defaults to lease.
+	Claim *ClaimMode `yaml:"claim"`
 }
 
 // DefaultEventSettings returns the settings every event type inherits
@@ -196,6 +224,7 @@ func DefaultEventSettings() EventSettings {
 		Retention:     new(DefaultRetention),
 		LeaseDuration: new(DefaultLeaseDuration),
 		InFlight:      new(DefaultInFlight),
+		Claim:         new(DefaultClaim),
 	}
 }
 
@@ -214,6 +243,7 @@ func (s EventSettings) Inherit(parent EventSettings) EventSettings {
 		Retention:     pick(s.Retention, parent.Retention),
 		LeaseDuration: pick(s.LeaseDuration, parent.LeaseDuration),
 		InFlight:      pick(s.InFlight, parent.InFlight),
+		Claim:         pick(s.Claim, parent.Claim),
 	}
 }
 
@@ -270,6 +300,7 @@ type settings struct {
 	retention     time.Duration
 	leaseDuration time.Duration
 	inFlight      int
+	claim         ClaimMode
 }
 
 // withDefaults returns a copy of c with every unset relay-wide field set.
@@ -400,6 +431,7 @@ func (c *Config) resolve(eventType, path string, own, parent EventSettings) (*se
 		retention:     *e.Retention,
 		leaseDuration: *e.LeaseDuration,
 		inFlight:      *e.InFlight,
+		claim:         *e.Claim,
 	}
 	if e.Route != nil {
 		s.route = e.Route.Expand(eventType)
@@ -420,6 +452,10 @@ func (c *Config) resolve(eventType, path string, own, parent EventSettings) (*se
 		return nil, &ConfigError{Component: "relay", Field: keypath.Join(path, "sender"), Reason: fmt.Sprintf("names unknown sender %q", s.senderName)}
 	}
 	s.sender = snd
+	if _, ok := c.Store.(store.OutboxLocker); s.claim == ClaimLock && !ok {
+		return nil, &ConfigError{Component: "relay", Field: keypath.Join(path, "claim"),
+			Reason: "lock needs a store with a lock claim (PostgreSQL, MySQL/MariaDB; SQLite has none): use lease"}
+	}
 	return s, nil
 }
 

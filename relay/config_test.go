@@ -125,7 +125,7 @@ func TestDefaultsMatchSpec(t *testing.T) {
 	if s.batchSize != 200 || s.polling.MinDelay != 250*time.Millisecond || s.polling.Multiplier != 1.5 ||
 		s.polling.MaxDelay != time.Minute || s.polling.Mode != "adaptive" || s.maxAttempts != 4 ||
 		s.backoff.Delay != 10*time.Second || s.backoff.Multiplier != 3 || s.leaseDuration != 5*time.Minute ||
-		s.retention != 24*time.Hour {
+		s.retention != 24*time.Hour || s.claim != ClaimLease {
 		t.Errorf("defaults = %+v", s)
 	}
 	if cfg.InstanceID == "" || cfg.Logger == nil {
@@ -182,6 +182,10 @@ func TestConfigErrorsNameThePath(t *testing.T) {
 			"relay: relay.recover-interval must be > 0"},
 		{"circuit", Config{Store: fakeDriver{}, Senders: one, Circuit: CircuitConfig{Multiplier: 0.5}},
 			"relay: relay.circuit.multiplier must be ≥ 1"},
+		{"claim", Config{Store: fakeDriver{}, Senders: one, Defaults: EventSettings{Claim: ptr(ClaimMode("grab"))}},
+			`relay: defaults.claim must be lease or lock, not "grab"`},
+		{"lock claim without a locker", Config{Store: fakeDriver{}, Senders: one, Events: map[string]EventSettings{"o": {Claim: ptr(ClaimLock)}}},
+			"relay: events.o.claim lock needs a store with a lock claim (PostgreSQL, MySQL/MariaDB; SQLite has none)"},
 		{"dead letter ttl", Config{Store: fakeDriver{}, Senders: one, Cleanup: CleanupConfig{DeadLetterTTL: ptr(-time.Hour)}},
 			"relay: cleanup.dead-letter-ttl must be ≥ 0"},
 	}

@@ -19,6 +19,14 @@
 // before it could be sent (the process was paused, say) is released
 // unsent instead of producing duplicates.
 //
+// That is the lease claim, the default. A type with
+// [EventSettings.Claim] set to [ClaimLock], on a store that implements
+// [store.OutboxLocker] (PostgreSQL, MySQL/MariaDB), claims by locking the
+// rows in a transaction held open while the batch is sent, and writes each
+// row once, when that transaction's finish commits: a batch that is all
+// released is rolled back, and a crashed relay's rows are claimable again
+// at once (docs/concepts.md, "Claim modes").
+//
 // Failures are classified with [txbox.Classify]:
 //
 //   - transient (the destination is down): the rows are released without

@@ -28,6 +28,24 @@ type bundle struct {
 	store  *postgres.Driver
 	schema string
 	sender *testSender
+	// claim is the claim mode start gives every type (eachClaim); empty:
+	// the default.
+	claim relay.ClaimMode
+}
+
+// eachClaim runs fn once per claim mode, each in a parallel subtest with
+// its own bundle whose relays use that mode: the guarantees a test checks
+// hold in both.
+func eachClaim(t *testing.T, fn func(t *testing.T, b *bundle)) {
+	t.Helper()
+	for _, c := range []relay.ClaimMode{relay.ClaimLease, relay.ClaimLock} {
+		t.Run(string(c), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b.claim = c
+			fn(t, b)
+		})
+	}
 }
 
 func setup(t *testing.T) *bundle {
@@ -120,6 +138,9 @@ func (b *bundle) count(t *testing.T, table, where string, args ...any) int {
 func (b *bundle) start(t *testing.T, mod func(*relay.Config)) *relay.Relay {
 	t.Helper()
 	cfg := fastConfig(b.store, map[string]sender.Sender{"test": b.sender})
+	if b.claim != "" {
+		cfg.Defaults.Claim = &b.claim
+	}
 	if mod != nil {
 		mod(&cfg)
 	}

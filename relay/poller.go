@@ -149,7 +149,7 @@ func (p *poller) run() {
 			limit = min(limit, probeBatchSize)
 		}
 		claimStart := time.Now()
-		rows, took, err := p.claim(ctx, limit)
+		rows, lb, took, err := p.claim(ctx, limit)
 		if err != nil {
 			<-p.slots
 			p.circuit.abandon(t)
@@ -171,7 +171,7 @@ func (p *poller) run() {
 			p.circuit.abandon(t)
 			continue
 		}
-		p.dispatch(rows, t, claimStart)
+		p.dispatch(rows, lb, t, claimStart)
 		if len(rows) == p.s.batchSize {
 			p.startHelper(ctx)
 		}
@@ -240,9 +240,12 @@ func (pc *pacing) next(claimed, limit int) time.Duration {
 // The check is here, at the one place every claimer goes through, because
 // a select between the stop signal and a free slot picks either at random
 // when both are ready.
-func (p *poller) claim(_ context.Context, limit int) ([]*store.OutboxRow, time.Duration, error) {
+//
+// With the lock claim (ClaimLock) the rows come with the transaction that
+// holds them, lb, which the batch's finish commits.
+func (p *poller) claim(_ context.Context, limit int) (rows []*store.OutboxRow, lb store.LockedBatch, took time.Duration, err error) {
 	if p.deps.run.Err() != nil {
-		return nil, 0, errStopping
+		return nil, nil, 0, errStopping
 	}
 	ctx, cancel := context.WithTimeout(p.deps.hard, finishTimeout)
 	defer cancel()
@@ -255,20 +258,28 @@ func (p *poller) claim(_ context.Context, limit int) ([]*store.OutboxRow, time.D
 	if p.s.ordering == OrderingKey {
 		params.OrderedByKey, params.KeyRun = true, keyRun(p.s.batchSize, p.s.inFlight)
 	}
-	rows, err := p.deps.store.OutboxClaim(ctx, params)
-	return rows, time.Since(start), err
+	if p.s.claim == ClaimLock {
+		// New checked that the store has a lock claim.
+		lb, err = p.deps.store.(store.OutboxLocker).OutboxLock(ctx, params)
+		if lb != nil {
+			rows = lb.Rows()
+		}
+		return rows, lb, time.Since(start), err
+	}
+	rows, err = p.deps.store.OutboxClaim(ctx, params)
+	return rows, nil, time.Since(start), err
 }
 
 // dispatch delivers a claimed batch on its own goroutine; the caller holds
 // a slot, which the goroutine gives back after the finish.
-func (p *poller) dispatch(rows []*store.OutboxRow, t ticket, claimStart time.Time) {
+func (p *poller) dispatch(rows []*store.OutboxRow, lb store.LockedBatch, t ticket, claimStart time.Time) {
 	p.mu.Lock()
 	p.inFlight++
 	p.mu.Unlock()
 	p.deps.wg.Add(1)
 	go func() {
 		defer p.deps.wg.Done()
-		p.deliver(rows, t, claimStart)
+		p.deliver(rows, lb, t, claimStart)
 		p.mu.Lock()
 		p.inFlight--
 		p.mu.Unlock()
@@ -317,7 +328,7 @@ func (p *poller) startHelper(ctx context.Context) {
 				return
 			}
 			claimStart := time.Now()
-			rows, took, err := p.claim(ctx, p.s.batchSize)
+			rows, lb, took, err := p.claim(ctx, p.s.batchSize)
 			if err != nil || len(rows) == 0 {
 				<-p.slots
 				if err != nil && ctx.Err() == nil {
@@ -327,7 +338,7 @@ func (p *poller) startHelper(ctx context.Context) {
 			}
 			full := len(rows) == p.s.batchSize
 			p.emitPoll(PollEvent{EventType: p.s.eventType, Claimed: len(rows), Limit: p.s.batchSize, Full: full, Duration: took}, true)
-			p.dispatch(rows, t, claimStart)
+			p.dispatch(rows, lb, t, claimStart)
 			if !full {
 				return
 			}
@@ -401,8 +412,9 @@ func (p *poller) emitPoll(ev PollEvent, helper bool) {
 // claimStart is when the claim statement was sent: the lease, taken on
 // the database clock during the statement, ends no earlier than
 // claimStart + lease duration on this process's monotonic clock (which
-// keeps counting while the process is paused, as with SIGSTOP).
-func (p *poller) deliver(rows []*store.OutboxRow, t ticket, claimStart time.Time) {
+// keeps counting while the process is paused, as with SIGSTOP). lb is the
+// lock claim's transaction, nil for a lease claim.
+func (p *poller) deliver(rows []*store.OutboxRow, lb store.LockedBatch, t ticket, claimStart time.Time) {
 	rows, invalid := p.splitInvalid(rows)
 	ev := BatchEvent{EventType: p.s.eventType, Sender: p.s.senderName}
 	var items []store.OutboxFinishItem
@@ -421,6 +433,10 @@ func (p *poller) deliver(rows []*store.OutboxRow, t ticket, claimStart time.Time
 		p.logRefusals(t, sent, ev, len(rows))
 	}
 	countOutcomes(&ev, invalid)
+	if lb != nil {
+		p.finishLocked(lb, append(items, invalid...), ev)
+		return
+	}
 	p.finishBatch(append(items, invalid...), ev)
 }
 

@@ -109,159 +109,163 @@ func TestDelayedEventNotBeforeItsTime(t *testing.T) {
 
 func TestRetryScheduleThenDeadLetter(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	ids := b.publish(t, "orders", 5, nil)
-	poison := ids[2]
-	b.sender.setBehave(func(_ context.Context, msgs []*sender.Message) error {
-		errs := make([]error, len(msgs))
-		for i, m := range msgs {
-			if m.ID == poison {
-				errs[i] = errors.New("422 unprocessable: bad schema")
+	eachClaim(t, func(t *testing.T, b *bundle) {
+		ids := b.publish(t, "orders", 5, nil)
+		poison := ids[2]
+		b.sender.setBehave(func(_ context.Context, msgs []*sender.Message) error {
+			errs := make([]error, len(msgs))
+			for i, m := range msgs {
+				if m.ID == poison {
+					errs[i] = errors.New("422 unprocessable: bad schema")
+				}
+			}
+			return &sender.BatchError{Errs: errs}
+		})
+		b.start(t, func(c *relay.Config) {
+			c.Defaults.MaxAttempts = new(3)
+			c.Defaults.Backoff = &relay.BackoffSettings{Delay: new(200 * time.Millisecond), Multiplier: new(2.0), Max: new(time.Minute)}
+		})
+		testenv.WaitFor(t, 20*time.Second, "poison dead-lettered", func() bool { return b.count(t, "dead_letter", "id = $1", poison) == 1 })
+
+		tries := b.sender.deliveries(poison)
+		if len(tries) != 3 {
+			t.Fatalf("poison tried %d times, want max-attempts 3", len(tries))
+		}
+		for i, d := range tries {
+			if d.msg.Attempt != i+1 {
+				t.Errorf("try %d has Attempt %d", i+1, d.msg.Attempt)
 			}
 		}
-		return &sender.BatchError{Errs: errs}
+		// Retry n waits 200ms×2^(n-1): ≥200ms, then ≥400ms. The upper bound
+		// allows for polling and scheduling, not for a missed retry.
+		for i, want := range []time.Duration{200 * time.Millisecond, 400 * time.Millisecond} {
+			gap := tries[i+1].at.Sub(tries[i].at)
+			if gap < want-20*time.Millisecond || gap > want+2*time.Second {
+				t.Errorf("gap before retry %d = %v, want about %v", i+1, gap, want)
+			}
+		}
+		dl, err := b.store.DeadLetterGet(context.Background(), poison)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dl.Attempts != 3 || !strings.Contains(dl.LastError, "422 unprocessable") {
+			t.Errorf("dead letter = attempts %d, last error %q", dl.Attempts, dl.LastError)
+		}
+		for _, id := range ids {
+			if id != poison && len(b.sender.deliveries(id)) != 1 {
+				t.Errorf("healthy event %v delivered %d times", id, len(b.sender.deliveries(id)))
+			}
+		}
+		if n := b.count(t, "dead_letter", "true"); n != 1 {
+			t.Errorf("%d dead letters, want only the poison", n)
+		}
 	})
-	b.start(t, func(c *relay.Config) {
-		c.Defaults.MaxAttempts = new(3)
-		c.Defaults.Backoff = &relay.BackoffSettings{Delay: new(200 * time.Millisecond), Multiplier: new(2.0), Max: new(time.Minute)}
-	})
-	testenv.WaitFor(t, 20*time.Second, "poison dead-lettered", func() bool { return b.count(t, "dead_letter", "id = $1", poison) == 1 })
-
-	tries := b.sender.deliveries(poison)
-	if len(tries) != 3 {
-		t.Fatalf("poison tried %d times, want max-attempts 3", len(tries))
-	}
-	for i, d := range tries {
-		if d.msg.Attempt != i+1 {
-			t.Errorf("try %d has Attempt %d", i+1, d.msg.Attempt)
-		}
-	}
-	// Retry n waits 200ms×2^(n-1): ≥200ms, then ≥400ms. The upper bound
-	// allows for polling and scheduling, not for a missed retry.
-	for i, want := range []time.Duration{200 * time.Millisecond, 400 * time.Millisecond} {
-		gap := tries[i+1].at.Sub(tries[i].at)
-		if gap < want-20*time.Millisecond || gap > want+2*time.Second {
-			t.Errorf("gap before retry %d = %v, want about %v", i+1, gap, want)
-		}
-	}
-	dl, err := b.store.DeadLetterGet(context.Background(), poison)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if dl.Attempts != 3 || !strings.Contains(dl.LastError, "422 unprocessable") {
-		t.Errorf("dead letter = attempts %d, last error %q", dl.Attempts, dl.LastError)
-	}
-	for _, id := range ids {
-		if id != poison && len(b.sender.deliveries(id)) != 1 {
-			t.Errorf("healthy event %v delivered %d times", id, len(b.sender.deliveries(id)))
-		}
-	}
-	if n := b.count(t, "dead_letter", "true"); n != 1 {
-		t.Errorf("%d dead letters, want only the poison", n)
-	}
 }
 
 func TestPermanentErrorDeadLettersAtOnce(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	ids := b.publish(t, "orders", 1, nil)
-	b.sender.setBehave(func(context.Context, []*sender.Message) error {
-		return txbox.Permanent(errors.New("message too large"))
+	eachClaim(t, func(t *testing.T, b *bundle) {
+		ids := b.publish(t, "orders", 1, nil)
+		b.sender.setBehave(func(context.Context, []*sender.Message) error {
+			return txbox.Permanent(errors.New("message too large"))
+		})
+		b.start(t, nil)
+		testenv.WaitFor(t, 10*time.Second, "dead-lettered", func() bool { return b.count(t, "dead_letter", "id = $1", ids[0]) == 1 })
+		if n := len(b.sender.deliveries(ids[0])); n != 1 {
+			t.Errorf("permanent failure tried %d times, want 1", n)
+		}
 	})
-	b.start(t, nil)
-	testenv.WaitFor(t, 10*time.Second, "dead-lettered", func() bool { return b.count(t, "dead_letter", "id = $1", ids[0]) == 1 })
-	if n := len(b.sender.deliveries(ids[0])); n != 1 {
-		t.Errorf("permanent failure tried %d times, want 1", n)
-	}
 }
 
 func TestOutageOpensCircuitWithoutBurningAttempts(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	var down atomic.Bool
-	down.Store(true)
-	b.sender.setBehave(func(context.Context, []*sender.Message) error {
-		if down.Load() {
-			return txbox.Transient(errors.New("connection refused"))
+	eachClaim(t, func(t *testing.T, b *bundle) {
+		var down atomic.Bool
+		down.Store(true)
+		b.sender.setBehave(func(context.Context, []*sender.Message) error {
+			if down.Load() {
+				return txbox.Transient(errors.New("connection refused"))
+			}
+			return nil
+		})
+		hook := &recordingHook{}
+		r := b.start(t, func(c *relay.Config) {
+			c.Defaults.MaxAttempts = new(2)
+			c.Events = map[string]relay.EventSettings{"a": {}, "b": {}}
+			c.Hooks = []relay.Hook{hook}
+		})
+		idsA := b.publish(t, "a", 300, nil)
+		idsB := b.publish(t, "b", 300, nil)
+		testenv.WaitFor(t, 10*time.Second, "circuit open", func() bool { return destCircuit(t, r.Health(), "test", "").State == relay.CircuitOpen })
+		// Let several cool-downs and probes pass while the destination is down.
+		testenv.WaitFor(t, 10*time.Second, "three failed probes", func() bool { return hook.count(relay.CircuitOpen) >= 4 })
+		if h := r.Health(); !h.Degraded || !strings.Contains(destCircuit(t, h, "test", "").LastError, "connection refused") {
+			t.Errorf("health during the outage = %+v", h)
 		}
-		return nil
-	})
-	hook := &recordingHook{}
-	r := b.start(t, func(c *relay.Config) {
-		c.Defaults.MaxAttempts = new(2)
-		c.Events = map[string]relay.EventSettings{"a": {}, "b": {}}
-		c.Hooks = []relay.Hook{hook}
-	})
-	idsA := b.publish(t, "a", 300, nil)
-	idsB := b.publish(t, "b", 300, nil)
-	testenv.WaitFor(t, 10*time.Second, "circuit open", func() bool { return destCircuit(t, r.Health(), "test", "").State == relay.CircuitOpen })
-	// Let several cool-downs and probes pass while the destination is down.
-	testenv.WaitFor(t, 10*time.Second, "three failed probes", func() bool { return hook.count(relay.CircuitOpen) >= 4 })
-	if h := r.Health(); !h.Degraded || !strings.Contains(destCircuit(t, h, "test", "").LastError, "connection refused") {
-		t.Errorf("health during the outage = %+v", h)
-	}
-	if n := b.count(t, "outbox", "attempts > 0"); n != 0 {
-		t.Errorf("%d rows had attempts burned by an outage", n)
-	}
-	if n := b.count(t, "dead_letter", "true") + b.count(t, "outbox", "status = 'FAILED'"); n != 0 {
-		t.Errorf("%d rows failed during an outage", n)
-	}
-	// Pollers pause while the circuit is open: the sender sees probes, not
-	// a flood. 600 rows in batches of 200 would be 3+ sends per round.
-	b.sender.mu.Lock()
-	sendsDuringOutage := b.sender.sends
-	b.sender.mu.Unlock()
-	opens := hook.count(relay.CircuitOpen)
-	if sendsDuringOutage > 2*(opens+1)*relay.DefaultInFlight {
-		t.Errorf("%d sends for %d circuit openings: pollers did not pause", sendsDuringOutage, opens)
-	}
-	down.Store(false)
-	all := append(idsA, idsB...)
-	testenv.WaitFor(t, 20*time.Second, "backlog drained after the outage", func() bool { return containsAll(b.sender.ids(), all) })
-	testenv.WaitFor(t, 10*time.Second, "circuit closed", func() bool { return destCircuit(t, r.Health(), "test", "").State == relay.CircuitClosed })
-	if hook.count(relay.CircuitHalfOpen) == 0 || hook.count(relay.CircuitClosed) == 0 {
-		t.Errorf("circuit events: %v", hook.circuitStates())
-	}
-	for _, id := range all[:5] {
-		ds := b.sender.deliveries(id)
-		if last := ds[len(ds)-1].msg; last.Attempt != 1 {
-			t.Errorf("after the outage %v is delivered as attempt %d, want 1", id, last.Attempt)
+		if n := b.count(t, "outbox", "attempts > 0"); n != 0 {
+			t.Errorf("%d rows had attempts burned by an outage", n)
 		}
-	}
-	if n := b.count(t, "dead_letter", "true"); n != 0 {
-		t.Errorf("%d dead letters after an outage", n)
-	}
+		if n := b.count(t, "dead_letter", "true") + b.count(t, "outbox", "status = 'FAILED'"); n != 0 {
+			t.Errorf("%d rows failed during an outage", n)
+		}
+		// Pollers pause while the circuit is open: the sender sees probes, not
+		// a flood. 600 rows in batches of 200 would be 3+ sends per round.
+		b.sender.mu.Lock()
+		sendsDuringOutage := b.sender.sends
+		b.sender.mu.Unlock()
+		opens := hook.count(relay.CircuitOpen)
+		if sendsDuringOutage > 2*(opens+1)*relay.DefaultInFlight {
+			t.Errorf("%d sends for %d circuit openings: pollers did not pause", sendsDuringOutage, opens)
+		}
+		down.Store(false)
+		all := append(idsA, idsB...)
+		testenv.WaitFor(t, 20*time.Second, "backlog drained after the outage", func() bool { return containsAll(b.sender.ids(), all) })
+		testenv.WaitFor(t, 10*time.Second, "circuit closed", func() bool { return destCircuit(t, r.Health(), "test", "").State == relay.CircuitClosed })
+		if hook.count(relay.CircuitHalfOpen) == 0 || hook.count(relay.CircuitClosed) == 0 {
+			t.Errorf("circuit events: %v", hook.circuitStates())
+		}
+		for _, id := range all[:5] {
+			ds := b.sender.deliveries(id)
+			if last := ds[len(ds)-1].msg; last.Attempt != 1 {
+				t.Errorf("after the outage %v is delivered as attempt %d, want 1", id, last.Attempt)
+			}
+		}
+		if n := b.count(t, "dead_letter", "true"); n != 0 {
+			t.Errorf("%d dead letters after an outage", n)
+		}
+	})
 }
 
 func TestPartialTransientReleasesOnlyThose(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	ids := b.publish(t, "orders", 4, nil)
-	var once sync.Once
-	flaky := ids[1]
-	b.sender.setBehave(func(_ context.Context, msgs []*sender.Message) error {
-		errs := make([]error, len(msgs))
-		failed := false
-		for i, m := range msgs {
-			if m.ID == flaky {
-				once.Do(func() { errs[i] = txbox.Transient(errors.New("partition leader moved")); failed = true })
+	eachClaim(t, func(t *testing.T, b *bundle) {
+		ids := b.publish(t, "orders", 4, nil)
+		var once sync.Once
+		flaky := ids[1]
+		b.sender.setBehave(func(_ context.Context, msgs []*sender.Message) error {
+			errs := make([]error, len(msgs))
+			failed := false
+			for i, m := range msgs {
+				if m.ID == flaky {
+					once.Do(func() { errs[i] = txbox.Transient(errors.New("partition leader moved")); failed = true })
+				}
+			}
+			if !failed {
+				return nil
+			}
+			return &sender.BatchError{Errs: errs}
+		})
+		b.start(t, nil)
+		testenv.WaitFor(t, 10*time.Second, "flaky event delivered", func() bool { return len(b.sender.deliveries(flaky)) == 2 })
+		if a := b.sender.deliveries(flaky)[1].msg.Attempt; a != 1 {
+			t.Errorf("released message came back as attempt %d, want 1", a)
+		}
+		for _, id := range ids {
+			if id != flaky && len(b.sender.deliveries(id)) != 1 {
+				t.Errorf("%v delivered %d times", id, len(b.sender.deliveries(id)))
 			}
 		}
-		if !failed {
-			return nil
-		}
-		return &sender.BatchError{Errs: errs}
 	})
-	b.start(t, nil)
-	testenv.WaitFor(t, 10*time.Second, "flaky event delivered", func() bool { return len(b.sender.deliveries(flaky)) == 2 })
-	if a := b.sender.deliveries(flaky)[1].msg.Attempt; a != 1 {
-		t.Errorf("released message came back as attempt %d, want 1", a)
-	}
-	for _, id := range ids {
-		if id != flaky && len(b.sender.deliveries(id)) != 1 {
-			t.Errorf("%v delivered %d times", id, len(b.sender.deliveries(id)))
-		}
-	}
 }
 
 // TestLeaseCutCountsNoAttempt: a send the relay itself cuts short at the
@@ -322,62 +326,64 @@ func TestLeaseCutCountsNoAttempt(t *testing.T) {
 
 func TestStopReleasesInFlightBatch(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	ids := b.publish(t, "orders", 20, nil)
-	entered := make(chan struct{}, 1)
-	b.sender.setBehave(func(ctx context.Context, msgs []*sender.Message) error {
-		select {
-		case entered <- struct{}{}:
-		default:
+	eachClaim(t, func(t *testing.T, b *bundle) {
+		ids := b.publish(t, "orders", 20, nil)
+		entered := make(chan struct{}, 1)
+		b.sender.setBehave(func(ctx context.Context, msgs []*sender.Message) error {
+			select {
+			case entered <- struct{}{}:
+			default:
+			}
+			<-ctx.Done() // a destination that never acks
+			return txbox.Transient(ctx.Err())
+		})
+		r := b.start(t, nil)
+		<-entered
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		if err := r.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Stop = %v, want deadline exceeded", err)
 		}
-		<-ctx.Done() // a destination that never acks
-		return txbox.Transient(ctx.Err())
+		if took := time.Since(start); took > 3*time.Second {
+			t.Errorf("Stop took %v with a 300ms deadline", took)
+		}
+		if n := b.count(t, "outbox", "status = 'PENDING' AND attempts = 0"); n != len(ids) {
+			t.Errorf("%d of %d rows released as PENDING with no attempt counted", n, len(ids))
+		}
+		if err := r.Stop(context.Background()); err != nil {
+			t.Errorf("second Stop = %v", err)
+		}
 	})
-	r := b.start(t, nil)
-	<-entered
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	if err := r.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Stop = %v, want deadline exceeded", err)
-	}
-	if took := time.Since(start); took > 3*time.Second {
-		t.Errorf("Stop took %v with a 300ms deadline", took)
-	}
-	if n := b.count(t, "outbox", "status = 'PENDING' AND attempts = 0"); n != len(ids) {
-		t.Errorf("%d of %d rows released as PENDING with no attempt counted", n, len(ids))
-	}
-	if err := r.Stop(context.Background()); err != nil {
-		t.Errorf("second Stop = %v", err)
-	}
 }
 
 func TestGracefulStopFinishesInFlight(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	ids := b.publish(t, "orders", 20, nil)
-	entered := make(chan struct{})
-	release := make(chan struct{})
-	var once sync.Once
-	b.sender.setBehave(func(ctx context.Context, msgs []*sender.Message) error {
-		once.Do(func() { close(entered) })
-		<-release
-		return nil
+	eachClaim(t, func(t *testing.T, b *bundle) {
+		ids := b.publish(t, "orders", 20, nil)
+		entered := make(chan struct{})
+		release := make(chan struct{})
+		var once sync.Once
+		b.sender.setBehave(func(ctx context.Context, msgs []*sender.Message) error {
+			once.Do(func() { close(entered) })
+			<-release
+			return nil
+		})
+		r := b.start(t, func(c *relay.Config) { c.Defaults.Retention = new(time.Duration(0)) })
+		<-entered
+		stopped := make(chan error, 1)
+		go func() { stopped <- r.Stop(context.Background()) }()
+		close(release)
+		if err := <-stopped; err != nil {
+			t.Fatal(err)
+		}
+		if n := b.count(t, "outbox", "true"); n != 0 {
+			t.Errorf("%d rows left after a graceful stop with all sends acked", n)
+		}
+		if got, _ := b.sender.distinct(); got != len(ids) {
+			t.Errorf("delivered %d, want %d", got, len(ids))
+		}
 	})
-	r := b.start(t, func(c *relay.Config) { c.Defaults.Retention = new(time.Duration(0)) })
-	<-entered
-	stopped := make(chan error, 1)
-	go func() { stopped <- r.Stop(context.Background()) }()
-	close(release)
-	if err := <-stopped; err != nil {
-		t.Fatal(err)
-	}
-	if n := b.count(t, "outbox", "true"); n != 0 {
-		t.Errorf("%d rows left after a graceful stop with all sends acked", n)
-	}
-	if got, _ := b.sender.distinct(); got != len(ids) {
-		t.Errorf("delivered %d, want %d", got, len(ids))
-	}
 }
 
 func TestWakeSkipsThePollingDelay(t *testing.T) {

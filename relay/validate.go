@@ -125,6 +125,11 @@ func (v *validator) eventSettings(p string, own, eff EventSettings) {
 			v.fail(keypath.Join(p, "ordering"), fmt.Sprintf("must be %s or %s, not %q", OrderingNone, OrderingKey, clip(string(o))))
 		}
 	}
+	if own.Claim != nil {
+		if c := *eff.Claim; c != ClaimLease && c != ClaimLock {
+			v.fail(keypath.Join(p, "claim"), fmt.Sprintf("must be %s or %s, not %q", ClaimLease, ClaimLock, clip(string(c))))
+		}
+	}
 	v.polling(keypath.Join(p, "polling"), deref(own.Polling), *eff.Polling)
 	v.backoff(keypath.Join(p, "backoff"), deref(own.Backoff), *eff.Backoff)
 }

@@ -314,3 +314,75 @@ type Waker interface {
 	// ctx ends.
 	OutboxListen(ctx context.Context, wake func(eventType string)) error
 }
+
+// OutboxLocker is implemented by drivers that offer the lock claim
+// (docs/concepts.md, "Claim modes"): instead of marking rows IN_PROCESS
+// with a lease (one write at the claim, one at the finish), the claim
+// locks the rows in a transaction of its own and keeps it open while the
+// caller sends them; the finish writes each row once and commits. A crash
+// or a lost connection aborts the transaction and the rows are claimable
+// again at once, with nothing to recover. PostgreSQL and MySQL/MariaDB
+// implement it; SQLite, with its single writer, does not.
+type OutboxLocker interface {
+	// OutboxLock begins a transaction on a connection of its own, bounds
+	// it to params.LeaseDuration on the session (a relay that stops
+	// answering, as under SIGSTOP, loses the transaction and its locks
+	// after about that long), and locks up to Limit due PENDING rows of
+	// one type FOR UPDATE SKIP LOCKED, chosen exactly as OutboxClaim
+	// chooses them (OrderedByKey and KeyRun included). The rows are not
+	// changed: to every other session they stay PENDING, locked, so other
+	// claims skip them and, on an ordered type, the rows behind them. It
+	// returns nil and holds nothing when no row was due. The returned
+	// batch holds one pooled connection until Finish or Rollback: size
+	// the pool for one connection per batch in flight.
+	OutboxLock(ctx context.Context, params *OutboxClaimParams) (LockedBatch, error)
+}
+
+// LockedBatch is a batch claimed by OutboxLocker.OutboxLock: rows locked
+// in an open transaction. Exactly one of Finish or Rollback must be
+// called; both release the connection.
+type LockedBatch interface {
+	// Rows are the locked rows in claim order. Their LeaseToken is zero.
+	Rows() []*OutboxRow
+	// Finish applies the outcomes in the transaction and commits it:
+	// acked rows are deleted (DeleteAcked) or marked PROCESSED, retried
+	// and released rows go back to PENDING with their due time, attempts
+	// and last error as OutboxFinish sets them, and failed rows are moved
+	// to the dead-letter table in the same transaction. Items whose id is
+	// not a row of the batch change nothing and are counted in Fenced;
+	// rows of the batch without an item stay as they were (PENDING). When
+	// Finish returns an error the transaction did not commit: every row
+	// is PENDING again as before the claim, and will be delivered again.
+	Finish(ctx context.Context, params *OutboxFinishParams) (*OutboxFinishResult, error)
+	// Rollback aborts the transaction: every row is as before the claim,
+	// due when it was, no attempt counted. It is what an outage does.
+	Rollback(ctx context.Context) error
+}
+
+// LockItems sorts the items of a LockedBatch.Finish: it keeps those whose
+// id is one of rows (with a zero LeaseToken, which a lock claim's rows
+// carry), counts the others (they are fenced: not this batch's rows), and
+// lists the ids of the kept items that fail, which the finish moves to
+// the dead-letter table. Dialects share it so every lock finish fences
+// the same way.
+func LockItems(rows []*OutboxRow, params *OutboxFinishParams) (ours []OutboxFinishItem, fenced int, failed []txbox.ID) {
+	if params == nil {
+		return nil, 0, nil
+	}
+	in := make(map[txbox.ID]bool, len(rows))
+	for _, r := range rows {
+		in[r.ID] = true
+	}
+	for _, it := range params.Items {
+		if !in[it.ID] {
+			fenced++
+			continue
+		}
+		it.LeaseToken = txbox.ID{}
+		ours = append(ours, it)
+		if it.Outcome == OutcomeFailed {
+			failed = append(failed, it.ID)
+		}
+	}
+	return ours, fenced, failed
+}

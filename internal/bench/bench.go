@@ -126,7 +126,13 @@ func (o *Options) plannedSteps() int {
 		case ScenarioPublish:
 			n += 2
 		case ScenarioDrain:
-			n += len(o.Senders) * 3 * o.Rounds * 2
+			for _, d := range o.Dialects {
+				variants := 5 // naive, default, tuned, lock, tuned lock
+				if d == dialectSQLite {
+					variants = 3 // no lock claim
+				}
+				n += len(o.Senders) * variants * o.Rounds * 2
+			}
 		case ScenarioPickup:
 			n += 4
 		case ScenarioIdle, ScenarioInbox:

@@ -12,9 +12,14 @@ import (
 // Relay settings of the drain variants. "default" changes nothing;
 // "tuned" is the best documented tuning of docs/benchmarks.md (batches of
 // 500, rows deleted on ack).
+//
+// The lock variants are the same with claim: lock (docs/concepts.md,
+// "Claim modes"), on the dialects that have it.
 const (
-	relayDefault = ""
-	relayTuned   = "batch-size: 500\nretention: 0"
+	relayDefault   = ""
+	relayTuned     = "batch-size: 500\nretention: 0"
+	relayLock      = "claim: lock"
+	relayTunedLock = relayTuned + "\n" + relayLock
 )
 
 // drainSpec is one drain run: a fresh backlog of n rows delivered to a
@@ -273,11 +278,11 @@ func (r *runner) pairedDrains(ctx context.Context, s *Scenario, specs []drainSpe
 func (r *runner) scenarioDrain(ctx context.Context, s *Scenario) error {
 	s.Title = "drain per sender: txbox relay vs the naive loop"
 	s.Measures = "A preloaded backlog (plain-SQL COPY) drained to a fresh destination, by `txbox relay` children " +
-		"with default settings and with `batch-size: 500, retention: 0`, and by the naive loop of docs/benchmarks.md " +
+		"with default settings and with `batch-size: 500, retention: 0`, each also with `claim: lock` where the dialect has it, and by the naive loop of docs/benchmarks.md " +
 		"\"Targets\" (4 workers × 500 rows, CTE claim, async publish with the raw client, DELETE by id) as a child on its own table. " +
 		"Rate = backlog / time from the children's start until the destination holds every message; CPU = the children's rusage."
 	s.Conditions = map[string]string{"backlog": strconv.Itoa(r.o.Backlog), "rounds": strconv.Itoa(r.o.Rounds),
-		"senders": strings.Join(r.o.Senders, ", "), "order": "naive, default, tuned; reversed every other round"}
+		"senders": strings.Join(r.o.Senders, ", "), "order": "naive, default, tuned, lock, tuned lock (lock on PostgreSQL and MySQL/MariaDB); reversed every other round"}
 	s.Conditions["databases"] = strings.Join(r.o.Dialects, ", ")
 	for _, dialect := range r.o.Dialects {
 		for _, snd := range r.o.Senders {
@@ -301,6 +306,12 @@ func (r *runner) drainComparison(ctx context.Context, s *Scenario, dialect, snd 
 		{variant: label + " relay default", sender: snd, n: r.o.Backlog, relays: 1, settings: relayDefault, db: dialect},
 		{variant: label + " relay tuned", sender: snd, n: r.o.Backlog, relays: 1, settings: relayTuned, db: dialect},
 	}
+	lock := dialect != dialectSQLite
+	if lock {
+		specs = append(specs,
+			drainSpec{variant: label + " relay lock", sender: snd, n: r.o.Backlog, relays: 1, settings: relayLock, db: dialect},
+			drainSpec{variant: label + " relay tuned lock", sender: snd, n: r.o.Backlog, relays: 1, settings: relayTunedLock, db: dialect})
+	}
 	if err := r.pairedDrains(ctx, s, specs); err != nil {
 		return err
 	}
@@ -315,7 +326,17 @@ func (r *runner) drainComparison(ctx context.Context, s *Scenario, dialect, snd 
 		target, meets = "≥ 1.25×", func(x float64) bool { return x >= 1.25 }
 	}
 	s.addRatio(label+": relay tuned / naive loop", specs[2].variant, specs[0].variant, s.rates(specs[2].variant), naive, true, target, condMeets(target, meets))
-	r.addCPUNote(s, specs[1].variant, specs[2].variant, specs[0].variant)
+	if !lock {
+		r.addCPUNote(s, specs[1].variant, specs[2].variant, specs[0].variant)
+		return nil
+	}
+	for _, i := range []int{3, 4} {
+		s.addRatio(label+": "+strings.TrimPrefix(specs[i].variant, label+" ")+" / naive loop", specs[i].variant, specs[0].variant,
+			s.rates(specs[i].variant), naive, true, "", nil)
+	}
+	s.addRatio(label+": relay lock / relay default (lease)", specs[3].variant, specs[1].variant, s.rates(specs[3].variant), s.rates(specs[1].variant), true, "", nil)
+	s.addRatio(label+": relay tuned lock / relay tuned (lease)", specs[4].variant, specs[2].variant, s.rates(specs[4].variant), s.rates(specs[2].variant), true, "", nil)
+	r.addCPUNote(s, specs[1].variant, specs[2].variant, specs[3].variant, specs[4].variant, specs[0].variant)
 	return nil
 }
 

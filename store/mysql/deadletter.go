@@ -29,38 +29,46 @@ func (d *Driver) DeadLetterMove(ctx context.Context, params *store.DeadLetterMov
 	cand = store.SortedIDs(cand)
 	var moved int
 	err = d.inTx(ctx, func(tx *sql.Tx) error {
-		moved = 0
-		// Through the primary key and in key order, skipping rows
-		// another mover holds, so it never waits.
-		ids, err := queryIDs(ctx, tx, inIDs(d.q.dlMoveLock, len(cand)), idArgs(nil, cand)...)
-		if err != nil || len(ids) == 0 {
-			return err
-		}
-		// An id dead-lettered before, retried, and failed again replaces
-		// its old entry (a retry deletes it, but a plain-SQL producer may
-		// reuse an id). Look first, without locks: almost always there is
-		// none. Not INSERT ... ON DUPLICATE KEY UPDATE, whose duplicate
-		// check takes next-key locks even at READ COMMITTED.
-		old, err := queryIDs(ctx, tx, inIDs(d.q.dlMoveExisting, len(ids)), idArgs(nil, ids)...)
-		if err != nil {
-			return err
-		}
-		if err := deleteEach(ctx, tx, d.q.dlDeleteOne, old); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, inIDs(d.q.dlMoveInsert, len(ids)), idArgs(nil, ids)...); err != nil {
-			return err
-		}
-		if err := deleteEach(ctx, tx, d.q.outboxDeleteOne, ids); err != nil {
-			return err
-		}
-		moved = len(ids)
-		return nil
+		var err error
+		moved, err = d.moveIn(ctx, tx, cand)
+		return err
 	})
 	if err != nil {
 		return 0, wrap("dead-letter move", err)
 	}
 	return moved, nil
+}
+
+// moveIn moves those of the FAILED rows cand (sorted) it can lock into the
+// dead-letter table inside tx and returns how many it moved. A lock
+// claim's finish (lock.go) calls it for the rows it failed, which its
+// transaction holds already.
+func (d *Driver) moveIn(ctx context.Context, tx *sql.Tx, cand []txbox.ID) (int, error) {
+	// Through the primary key and in key order, skipping rows another
+	// mover holds, so it never waits.
+	ids, err := queryIDs(ctx, tx, inIDs(d.q.dlMoveLock, len(cand)), idArgs(nil, cand)...)
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	// An id dead-lettered before, retried, and failed again replaces its
+	// old entry (a retry deletes it, but a plain-SQL producer may reuse
+	// an id). Look first, without locks: almost always there is none.
+	// Not INSERT ... ON DUPLICATE KEY UPDATE, whose duplicate check takes
+	// next-key locks even at READ COMMITTED.
+	old, err := queryIDs(ctx, tx, inIDs(d.q.dlMoveExisting, len(ids)), idArgs(nil, ids)...)
+	if err != nil {
+		return 0, err
+	}
+	if err := deleteEach(ctx, tx, d.q.dlDeleteOne, old); err != nil {
+		return 0, err
+	}
+	if _, err := tx.ExecContext(ctx, inIDs(d.q.dlMoveInsert, len(ids)), idArgs(nil, ids)...); err != nil {
+		return 0, err
+	}
+	if err := deleteEach(ctx, tx, d.q.outboxDeleteOne, ids); err != nil {
+		return 0, err
+	}
+	return len(ids), nil
 }
 
 type queryer interface {

@@ -18,6 +18,12 @@ func TestConformance(t *testing.T) {
 	storetest.Exercise(t, storeharness.MySQL())
 }
 
+// TestLockConformance runs the lock claim suite (store.OutboxLocker).
+func TestLockConformance(t *testing.T) {
+	t.Parallel()
+	storetest.ExerciseLock(t, storeharness.MySQL())
+}
+
 // TestConformanceOnPlainPool runs the suite again through New on a plain
 // go-sql-driver pool left at the server's REPEATABLE READ default, without
 // interpolateParams: the path where the driver sets READ COMMITTED per

@@ -52,7 +52,7 @@ func maxWalk(limit int) int { return 4*limit + 64 }
 //     order, and a key keeps only the prefix of its run this transaction
 //     locked, so two relays never hold rows of one key that are not
 //     contiguous.
-func (d *Driver) claimOrderedIn(ctx context.Context, tx *sql.Tx, params *store.OutboxClaimParams, token txbox.ID) ([]*store.OutboxRow, error) {
+func (d *Driver) claimOrderedIn(ctx context.Context, tx *sql.Tx, params *store.OutboxClaimParams, token txbox.ID, lock bool) ([]*store.OutboxRow, error) {
 	cur := d.orderedCursor(params.EventType)
 	after, hasAfter, sweepDue, sweepID := cur.start(time.Now())
 	limit, run := params.Limit, max(params.KeyRun, 1)
@@ -66,8 +66,8 @@ func (d *Driver) claimOrderedIn(ctx context.Context, tx *sql.Tx, params *store.O
 	}
 	cur.claimed(time.Now(), w.last, w.lastSet, kw.size, limit, kw.lastDue, kw.lastID)
 	out, err := d.lockOrdered(ctx, tx, params.EventType, token, kw.ids, w.runs)
-	if err != nil || len(out) == 0 {
-		return nil, err
+	if err != nil || len(out) == 0 || lock {
+		return out, err
 	}
 	if err := d.markInProcess(ctx, tx, out, params.LeaseDuration, token); err != nil {
 		return nil, err

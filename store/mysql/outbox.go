@@ -200,7 +200,7 @@ func (d *Driver) OutboxClaim(ctx context.Context, params *store.OutboxClaimParam
 	var out []*store.OutboxRow
 	err := d.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		out, err = d.claimIn(ctx, tx, params, token)
+		out, err = d.claimIn(ctx, tx, params, token, false)
 		return err
 	})
 	if err != nil {
@@ -225,9 +225,12 @@ func checkClaim(params *store.OutboxClaimParams) error {
 
 // claimIn runs a claim inside tx: the locking SELECT, then one UPDATE by
 // primary key that sets IN_PROCESS, the lease and token.
-func (d *Driver) claimIn(ctx context.Context, tx *sql.Tx, params *store.OutboxClaimParams, token txbox.ID) ([]*store.OutboxRow, error) {
+//
+// With lock (the lock claim, lock.go) it stops after the SELECT: the rows
+// stay PENDING, held by tx's locks.
+func (d *Driver) claimIn(ctx context.Context, tx *sql.Tx, params *store.OutboxClaimParams, token txbox.ID, lock bool) ([]*store.OutboxRow, error) {
 	if params.OrderedByKey {
-		return d.claimOrderedIn(ctx, tx, params, token)
+		return d.claimOrderedIn(ctx, tx, params, token, lock)
 	}
 	rows, err := tx.QueryContext(ctx, d.q.claim, params.EventType, params.Limit)
 	if err != nil {
@@ -248,8 +251,8 @@ func (d *Driver) claimIn(ctx context.Context, tx *sql.Tx, params *store.OutboxCl
 		return nil, err
 	}
 	rows.Close()
-	if len(out) == 0 {
-		return nil, nil
+	if len(out) == 0 || lock {
+		return out, nil
 	}
 	if err := d.markInProcess(ctx, tx, out, params.LeaseDuration, token); err != nil {
 		return nil, err
@@ -308,7 +311,7 @@ type statement struct {
 // outcome is fenced on its own, so a finish retried after the first
 // succeeded counts those rows as fenced and changes nothing twice.
 func (d *Driver) OutboxFinish(ctx context.Context, params *store.OutboxFinishParams) (*store.OutboxFinishResult, error) {
-	stmts, err := d.finishPlan(params)
+	stmts, err := d.finishPlan(params, false)
 	if err != nil {
 		return nil, err
 	}
@@ -333,8 +336,8 @@ func finishResult(params *store.OutboxFinishParams, finished int64) *store.Outbo
 
 // finishPlan validates params and returns the fenced statements that apply
 // them: at most one DELETE (acked rows, DeleteAcked) and one UPDATE (the
-// rest).
-func (d *Driver) finishPlan(params *store.OutboxFinishParams) ([]statement, error) {
+// rest). lock fences them for a lock claim's finish instead (lock.go).
+func (d *Driver) finishPlan(params *store.OutboxFinishParams, lock bool) ([]statement, error) {
 	if params == nil || len(params.Items) == 0 {
 		return nil, nil
 	}
@@ -364,11 +367,11 @@ func (d *Driver) finishPlan(params *store.OutboxFinishParams) ([]statement, erro
 	}
 	var stmts []statement
 	if len(acked) > 0 {
-		q, args := d.fencedWrite(d.q.finishDelete, nil, acked)
+		q, args := d.fencedWrite(d.q.finishDelete, nil, acked, lock)
 		stmts = append(stmts, statement{q, args})
 	}
 	if len(rest) > 0 {
-		stmts = append(stmts, d.finishUpdate(rest))
+		stmts = append(stmts, d.finishUpdate(rest, lock))
 	}
 	return stmts, nil
 }
@@ -380,7 +383,7 @@ func (d *Driver) finishPlan(params *store.OutboxFinishParams) ([]statement, erro
 // out of IN_PROCESS clears it, so a matching token implies the row is
 // still ours. With no status predicate no secondary index can drive the
 // statement: it reads and locks by primary key only, in key order.
-func (d *Driver) fencedWrite(head string, headArgs []any, items []store.OutboxFinishItem) (string, []any) {
+func (d *Driver) fencedWrite(head string, headArgs []any, items []store.OutboxFinishItem, lock bool) (string, []any) {
 	var q strings.Builder
 	q.WriteString(head)
 	args := headArgs
@@ -391,6 +394,12 @@ func (d *Driver) fencedWrite(head string, headArgs []any, items []store.OutboxFi
 	q.WriteString(" WHERE id IN (" + placeholders(len(items)) + ")")
 	for _, it := range items {
 		args = append(args, it.ID.String())
+	}
+	if lock {
+		// A lock claim's rows are ours by the transaction's locks
+		// (lock.go): the fence is "still the PENDING row we locked".
+		q.WriteString(" AND lease_token IS NULL AND status = 'PENDING'")
+		return q.String(), args
 	}
 	if len(tokens) == 1 {
 		q.WriteString(" AND lease_token = ?")
@@ -410,7 +419,7 @@ func (d *Driver) fencedWrite(head string, headArgs []any, items []store.OutboxFi
 // finishUpdate is the one UPDATE of a finish. Single-table UPDATE assigns
 // left to right and later expressions see earlier assignments, so every
 // CASE switches on id only and status is assigned last.
-func (d *Driver) finishUpdate(items []store.OutboxFinishItem) statement {
+func (d *Driver) finishUpdate(items []store.OutboxFinishItem, lock bool) statement {
 	var q strings.Builder
 	var args []any
 	q.WriteString(d.q.finishUpdate)
@@ -483,7 +492,7 @@ func (d *Driver) finishUpdate(items []store.OutboxFinishItem) statement {
 		q.WriteString(" ELSE 'PENDING' END,")
 	}
 	q.WriteString(" lease_until = NULL, lease_token = NULL")
-	query, args := d.fencedWrite(q.String(), args, items)
+	query, args := d.fencedWrite(q.String(), args, items, lock)
 	return statement{query, args}
 }
 

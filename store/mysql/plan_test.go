@@ -176,7 +176,7 @@ func TestFinishWritesByPrimaryKeyOnly(t *testing.T) {
 		items = append(items, store.OutboxFinishItem{ID: ev.ID, LeaseToken: tokens[i%2], Outcome: outcomes[i%4], Error: "e"})
 	}
 	for _, deleteAcked := range []bool{false, true} {
-		stmts, err := d.finishPlan(&store.OutboxFinishParams{Items: items, DeleteAcked: deleteAcked})
+		stmts, err := d.finishPlan(&store.OutboxFinishParams{Items: items, DeleteAcked: deleteAcked}, false)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -82,6 +82,17 @@ func (c *claimCursor) claimed(now, due time.Time, id uuid.UUID, full, catchUp bo
 	}
 }
 
+// rolledBack records that a lock claim's rows went back as they were
+// (store.LockedBatch.Rollback), below the cursor: the next claim scans in
+// full instead of waiting for the rescan interval.
+func (c *claimCursor) rolledBack() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.catching {
+		c.rescanAt = time.Time{}
+	}
+}
+
 // before reports whether (d1, i1) sorts before (d2, i2) in claim order.
 func before(d1 time.Time, i1 uuid.UUID, d2 time.Time, i2 uuid.UUID) bool {
 	if !d1.Equal(d2) {

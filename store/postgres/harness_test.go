@@ -24,6 +24,12 @@ func TestConformance(t *testing.T) {
 	storetest.Exercise(t, storeharness.Postgres())
 }
 
+// TestLockConformance runs the lock claim suite (store.OutboxLocker).
+func TestLockConformance(t *testing.T) {
+	t.Parallel()
+	storetest.ExerciseLock(t, storeharness.Postgres())
+}
+
 func TestInboxConformance(t *testing.T) {
 	t.Parallel()
 	storetest.ExerciseInbox(t, storeharness.PostgresInbox())

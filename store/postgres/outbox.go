@@ -294,7 +294,7 @@ func (d *Driver) prepareClaim(params *store.OutboxClaimParams) (*claimCall, erro
 		// passed while its key was blocked becomes the head later, below
 		// any cursor. The ordered claim walks keys instead.
 		run := max(params.KeyRun, 1)
-		c.query = d.claimOrdered(run)
+		c.query = d.claimOrdered(run, false)
 		c.ord = d.orderedCursor(params.EventType)
 		key, hasKey, due, id := c.ord.start(time.Now(), d.rescan)
 		var after pgtype.Text

@@ -82,7 +82,7 @@ type Driver struct {
 	cursors          pertype.Map[claimCursor]
 	ordered          pertype.Map[orderedCursor]
 	orderedSQLMu     sync.Mutex
-	orderedSQL       map[int]string
+	orderedSQL       map[orderedKey]string
 }
 
 var (

@@ -22,6 +22,8 @@ type queries struct {
 	pendingTypes string
 	stats        string
 	cleanup      string
+	// The lock claim (lock.go): claim, finish and dead-letter move.
+	lockClaim, lockFinish, lockDLMove string
 
 	dlMove, dlList, dlCount, dlGet string
 	dlRetry, dlResolve, dlDelete   string
@@ -107,16 +109,27 @@ func (d *Driver) publishQueries(q *queries) {
 	q.insertTextNotify = d.render(insertSQL(insertTextArgs, true))
 }
 
-// claimQueries: the claim and the recovery of expired leases.
-func (d *Driver) claimQueries(q *queries) {
-	const claimTmpl = `
-	WITH picked AS (
-		SELECT o.id FROM {{outbox}} o
-		WHERE o.status = 'PENDING' AND o.event_type = $1 AND o.due_at <= now()
+// claimWhere selects the claim's candidates: due PENDING rows of type $1
+// after the cursor ($5, $6) lowered by the lookback ($7 µs).
+const claimWhere = `o.status = 'PENDING' AND o.event_type = $1 AND o.due_at <= now()
 		  AND (o.due_at, o.id) > (
 			LEAST($5::timestamptz, now() - $7::float8 * interval '1 microsecond'),
 			CASE WHEN $5::timestamptz < now() - $7::float8 * interval '1 microsecond'
-			     THEN $6::uuid ELSE '00000000-0000-0000-0000-000000000000'::uuid END) %s
+			     THEN $6::uuid ELSE '00000000-0000-0000-0000-000000000000'::uuid END)`
+
+// lockArgs renumbers a claim statement's parameters for the lock claim,
+// which drops the lease duration ($3) and token ($4): $5..$9 become
+// $3..$7.
+func lockArgs(s string) string {
+	return strings.NewReplacer("$5", "$3", "$6", "$4", "$7", "$5", "$8", "$6", "$9", "$7").Replace(s)
+}
+
+// claimQueries: the claim and the recovery of expired leases.
+func (d *Driver) claimQueries(q *queries) {
+	q.claim = d.render(`
+	WITH picked AS (
+		SELECT o.id FROM {{outbox}} o
+		WHERE ` + claimWhere + `
 		ORDER BY o.due_at, o.id
 		LIMIT $2
 		FOR UPDATE SKIP LOCKED
@@ -125,8 +138,16 @@ func (d *Driver) claimQueries(q *queries) {
 	SET status = 'IN_PROCESS', lease_until = now() + $3::float8 * interval '1 microsecond', lease_token = $4
 	FROM picked
 	WHERE u.id = picked.id
-	RETURNING u.id, u.event_type, COALESCE(u.event_key, ''), u.payload, u.headers, u.attempts, u.created_at, u.due_at`
-	q.claim = d.render(strings.Replace(claimTmpl, "%s", "", 1))
+	RETURNING u.id, u.event_type, COALESCE(u.event_key, ''), u.payload, u.headers, u.attempts, u.created_at, u.due_at`)
+	// The lock claim (lock.go) selects the same rows and only locks them;
+	// it has no lease arguments, so $5.. become $3...
+	q.lockClaim = d.render(lockArgs(`
+	SELECT o.id, o.event_type, COALESCE(o.event_key, ''), o.payload, o.headers, o.attempts, o.created_at, o.due_at
+	FROM {{outbox}} o
+	WHERE ` + claimWhere + `
+	ORDER BY o.due_at, o.id
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED`))
 
 	q.recover = d.render(`
 	WITH r AS (
@@ -181,6 +202,14 @@ func (d *Driver) finishQueries(q *queries) {
 		RETURNING o.id
 	)
 	SELECT (SELECT count(*) FROM del) + (SELECT count(*) FROM upd)`)
+
+	// The lock claim's finish: the rows are ours by the transaction's
+	// locks, not by a token, so the fence is "still the PENDING row we
+	// locked" (lock.go).
+	// now() is the transaction's start, the claim; retry delays and
+	// processed_at count from the finish, so it reads the clock.
+	q.lockFinish = strings.NewReplacer("o.lease_token = i.token", "o.lease_token IS NULL AND o.status = 'PENDING'",
+		"now()", "clock_timestamp()").Replace(q.finish)
 
 	q.cleanup = d.render(`
 	DELETE FROM {{outbox}} WHERE id IN (
@@ -241,6 +270,11 @@ func (d *Driver) deadLetterQueries(q *queries) {
 		RETURNING 1
 	)
 	SELECT count(*) FROM ins`)
+
+	// The lock claim's finish moves the rows it failed in its own
+	// transaction, by id; they are locked already.
+	q.lockDLMove = strings.Replace(q.dlMove, `SELECT id FROM `+d.table(d.tables.Outbox)+` WHERE status = 'FAILED'
+		ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, `SELECT id FROM `+d.table(d.tables.Outbox)+` WHERE status = 'FAILED' AND id = ANY($1::uuid[])`, 1)
 
 	const dlCols = `id, event_type, COALESCE(event_key, ''), payload, headers, attempts, COALESCE(last_error, ''), created_at, failed_at, status, resolved_at`
 	const dlFilter = `
@@ -323,21 +357,49 @@ func (d *Driver) schemaQueries(q *queries) {
 }
 
 // claimOrdered returns the ordered claim statement for runs of up to run
-// rows per key, rendering it once per run length (a relay uses one per
-// event type).
-func (d *Driver) claimOrdered(run int) string {
+// rows per key, the lock claim's when lock is set, rendering each once
+// (a relay uses one per event type).
+func (d *Driver) claimOrdered(run int, lock bool) string {
 	d.orderedSQLMu.Lock()
 	defer d.orderedSQLMu.Unlock()
-	if q, ok := d.orderedSQL[run]; ok {
+	k := orderedKey{run, lock}
+	if q, ok := d.orderedSQL[k]; ok {
 		return q
 	}
 	if d.orderedSQL == nil {
-		d.orderedSQL = map[int]string{}
+		d.orderedSQL = map[orderedKey]string{}
 	}
-	q := d.render(strings.ReplaceAll(claimOrderedSQL, "{{run-1}}", strconv.Itoa(run-1)))
-	d.orderedSQL[run] = q
+	text, upd := claimOrderedSQL, orderedUpd
+	if lock {
+		text, upd = lockArgs(claimOrderedSQL), orderedLockUpd
+	}
+	q := d.render(strings.ReplaceAll(strings.Replace(text, "{{upd}}", upd, 1), "{{run-1}}", strconv.Itoa(run-1)))
+	d.orderedSQL[k] = q
 	return q
 }
+
+// orderedKey names one rendering of the ordered claim.
+type orderedKey struct {
+	run  int
+	lock bool
+}
+
+// orderedUpd is the last step of the ordered lease claim: the kept rows
+// become IN_PROCESS under the lease.
+const orderedUpd = `upd AS (
+		UPDATE {{outbox}} AS u
+		SET status = 'IN_PROCESS', lease_until = now() + $3::float8 * interval '1 microsecond', lease_token = $4
+		FROM keep
+		WHERE u.ctid = keep.tid
+		RETURNING u.id, u.event_type, COALESCE(u.event_key, '') AS event_key, u.payload, u.headers, u.attempts, u.created_at, u.due_at
+	)`
+
+// orderedLockUpd is the last step of the ordered lock claim (lock.go):
+// the kept rows are only read; the statement's FOR UPDATE holds them.
+const orderedLockUpd = `upd AS (
+		SELECT u.id, u.event_type, COALESCE(u.event_key, '') AS event_key, u.payload, u.headers, u.attempts, u.created_at, u.due_at
+		FROM {{outbox}} u JOIN keep ON u.ctid = keep.tid
+	)`
 
 // claimOrderedSQL is the ordered-by-key claim (docs/schema/postgres.md, "Ordered
 // claim"). It reads O(batch) index entries however many rows wait behind
@@ -447,13 +509,7 @@ const claimOrderedSQL = `
 				WHERE p.key = r.key AND p.ord <= r.ord
 				  AND NOT EXISTS (SELECT 1 FROM locked m WHERE m.id = p.id)))
 	),
-	upd AS (
-		UPDATE {{outbox}} AS u
-		SET status = 'IN_PROCESS', lease_until = now() + $3::float8 * interval '1 microsecond', lease_token = $4
-		FROM keep
-		WHERE u.ctid = keep.tid
-		RETURNING u.id, u.event_type, COALESCE(u.event_key, '') AS event_key, u.payload, u.headers, u.attempts, u.created_at, u.due_at
-	)
+{{upd}}
 	SELECT false, id, event_type, event_key, payload, headers, attempts, created_at, due_at FROM upd
 	UNION ALL
 	SELECT true,
