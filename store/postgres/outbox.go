@@ -555,11 +555,12 @@ func (d *Driver) OutboxStats(ctx context.Context) ([]*store.OutboxTypeStats, err
 	byType := map[string]*store.OutboxTypeStats{}
 	for rows.Next() {
 		var (
-			typ, kind string
-			count     int64
-			ageSec    float64
+			typ, kind, lastErr      string
+			count, due, retrying    int64
+			ageSec, dueSec, nextSec float64
+			maxAttempts             int
 		)
-		if err := rows.Scan(&typ, &kind, &count, &ageSec); err != nil {
+		if err := rows.Scan(&typ, &kind, &count, &ageSec, &due, &dueSec, &nextSec, &retrying, &maxAttempts, &lastErr); err != nil {
 			return nil, translate("stats", err)
 		}
 		s := byType[typ]
@@ -570,7 +571,9 @@ func (d *Driver) OutboxStats(ctx context.Context) ([]*store.OutboxTypeStats, err
 		switch kind {
 		case "P":
 			s.Pending = count
-			s.OldestPendingAge = max(0, time.Duration(ageSec*float64(time.Second)))
+			s.OldestPendingAge = seconds(ageSec)
+			s.Due, s.OldestDueAge, s.NextDueIn = due, seconds(dueSec), seconds(nextSec)
+			s.Retrying, s.MaxAttempts, s.LastError = retrying, maxAttempts, lastErr
 		case "I":
 			s.InProcess = count
 		case "F":
@@ -587,6 +590,10 @@ func (d *Driver) OutboxStats(ctx context.Context) ([]*store.OutboxTypeStats, err
 	slices.SortFunc(out, func(a, b *store.OutboxTypeStats) int { return strings.Compare(a.EventType, b.EventType) })
 	return out, nil
 }
+
+// seconds turns a database interval in seconds into a duration, never
+// negative (clock rounding).
+func seconds(sec float64) time.Duration { return max(0, time.Duration(sec*float64(time.Second))) }
 
 // OutboxCleanup deletes up to Limit PROCESSED rows older than the TTL.
 func (d *Driver) OutboxCleanup(ctx context.Context, params *store.CleanupParams) (int, error) {

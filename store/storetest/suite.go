@@ -69,6 +69,7 @@ func Exercise(t *testing.T, h Harness) {
 		{"OrderedByKeyKeylessBehindParkedKey", testOrderedKeylessBehindParked},
 		{"OrderedByKeyBadRun", testOrderedBadRun},
 		{"StatsAndPendingTypes", testStats},
+		{"StatsLagExcludesScheduled", testStatsLag},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
