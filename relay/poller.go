@@ -404,7 +404,7 @@ func (p *poller) emitPoll(ev PollEvent, helper bool) {
 // keeps counting while the process is paused, as with SIGSTOP).
 func (p *poller) deliver(rows []*store.OutboxRow, t ticket, claimStart time.Time) {
 	rows, invalid := p.splitInvalid(rows)
-	ev := BatchEvent{EventType: p.s.eventType, Sender: p.s.senderName}
+	ev := BatchEvent{EventType: p.s.eventType, Sender: p.s.senderName, Destination: p.dest}
 	var items []store.OutboxFinishItem
 	if len(rows) == 0 {
 		p.circuit.abandon(t)
@@ -418,7 +418,7 @@ func (p *poller) deliver(rows []*store.OutboxRow, t ticket, claimStart time.Time
 			items[i] = p.outcome(row, sent.results[i], verdicts[i], sent.stopped)
 		}
 		countOutcomes(&ev, items)
-		p.logRefusals(t, sent, ev, len(rows))
+		p.logRefusals(t, sent, ev, items)
 	}
 	countOutcomes(&ev, invalid)
 	p.finishBatch(append(items, invalid...), ev)
@@ -545,17 +545,42 @@ func countOutcomes(ev *BatchEvent, items []store.OutboxFinishItem) {
 	}
 }
 
-// logRefusals logs a failed probe and messages the destination refused;
-// ev counts the n sent rows' outcomes.
-func (p *poller) logRefusals(t ticket, sent sendResult, ev BatchEvent, n int) {
+// logRefusals logs a failed probe and, at WARN with the event id and the
+// reason, the messages the destination refused; items are the sent rows'
+// outcomes, counted in ev.
+func (p *poller) logRefusals(t ticket, sent sendResult, ev BatchEvent, items []store.OutboxFinishItem) {
+	n := len(items)
 	if t.probe && !sent.stopped && ev.Released == n {
 		p.log.Warn("probe batch failed; destination still unavailable", slog.Any("error", firstError(sent.results)))
 	}
-	if ev.Failed > 0 || ev.Retried > 0 {
-		p.log.Info("messages rejected by the destination",
-			slog.Int("retried", ev.Retried), slog.Int("failed", ev.Failed), slog.Any("first_error", firstError(sent.results)))
+	if ev.Failed == 0 && ev.Retried == 0 {
+		return
+	}
+	// One line per message, so an operator can grep an event id, up to
+	// a bound per batch: a poison flood must not turn into a log flood.
+	logged := 0
+	for _, it := range items {
+		if it.Outcome != store.OutcomeFailed && it.Outcome != store.OutcomeRetry {
+			continue
+		}
+		if logged == maxRefusalLines {
+			break
+		}
+		logged++
+		msg := "message rejected; will retry"
+		if it.Outcome == store.OutcomeFailed {
+			msg = "message failed for good; moving to the dead-letter table"
+		}
+		p.log.Warn(msg, slog.String("event_id", it.ID.String()), slog.String("reason", it.Error))
+	}
+	if n := ev.Failed + ev.Retried; n > logged {
+		p.log.Warn("more messages rejected in this batch", slog.Int("not_logged", n-logged),
+			slog.Int("retried", ev.Retried), slog.Int("failed", ev.Failed))
 	}
 }
+
+// maxRefusalLines bounds the per-message WARN lines of one batch.
+const maxRefusalLines = 10
 
 // errStopping is what claim returns once Stop has begun.
 var errStopping = errors.New("relay: stopping")
