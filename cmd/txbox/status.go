@@ -36,36 +36,68 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("count dead letters: %w", err)
 	}
 	if *asJSON {
-		type typeStats struct {
-			EventType     string  `json:"event_type"`
-			Pending       int64   `json:"pending"`
-			InProcess     int64   `json:"in_process"`
-			Failed        int64   `json:"failed"`
-			OldestPending float64 `json:"oldest_pending_seconds"`
-		}
-		out := struct {
-			Types       []typeStats `json:"types"`
-			DeadLetters struct {
-				Unresolved int64 `json:"unresolved"`
-				Resolved   int64 `json:"resolved"`
-			} `json:"dead_letters"`
-		}{Types: []typeStats{}}
-		for _, s := range stats {
-			out.Types = append(out.Types, typeStats{s.EventType, s.Pending, s.InProcess, s.Failed, s.OldestPendingAge.Seconds()})
-		}
-		out.DeadLetters.Unresolved, out.DeadLetters.Resolved = unresolved, resolved
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return printStatusJSON(e, stats, unresolved, resolved)
 	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "EVENT TYPE\tPENDING\tIN PROCESS\tFAILED\tOLDEST PENDING\t")
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "EVENT TYPE\tDUE\tSCHEDULED\tIN PROCESS\tFAILED\tRETRYING\tMAX ATTEMPTS\tLAG\tNEXT DUE IN\tLAST ERROR")
 	for _, s := range stats {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t\n", s.EventType, s.Pending, s.InProcess, s.Failed, s.OldestPendingAge.Round(time.Millisecond))
+		next := "-"
+		if s.Pending > s.Due {
+			next = s.NextDueIn.Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", s.EventType, s.Due, s.Pending-s.Due, s.InProcess, s.Failed,
+			s.Retrying, s.MaxAttempts, s.OldestDueAge.Round(time.Millisecond), next, oneLine(s.LastError, 60))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "dead letters: %d unresolved, %d resolved\n", unresolved, resolved)
 	return nil
+}
+
+// statusType is one event type in `txbox status --json`.
+type statusType struct {
+	EventType string `json:"event_type"`
+	// Pending is Due + Scheduled.
+	Pending   int64 `json:"pending"`
+	Due       int64 `json:"due"`
+	Scheduled int64 `json:"scheduled"`
+	InProcess int64 `json:"in_process"`
+	Failed    int64 `json:"failed"`
+	Retrying  int64 `json:"retrying"`
+	// MaxAttempts is the most attempts among the pending rows.
+	MaxAttempts int `json:"max_attempts"`
+	// LagSeconds is how long the oldest due row waited; scheduled rows
+	// are not lag.
+	LagSeconds float64 `json:"lag_seconds"`
+	// OldestPending counts scheduled rows too.
+	OldestPending float64 `json:"oldest_pending_seconds"`
+	// NextDueSeconds is when the next scheduled row becomes due; absent
+	// when none is scheduled.
+	NextDueSeconds *float64 `json:"next_due_seconds,omitempty"`
+	LastError      string   `json:"last_error,omitempty"`
+}
+
+func printStatusJSON(e *env, stats []*store.OutboxTypeStats, unresolved, resolved int64) error {
+	out := struct {
+		Types       []statusType `json:"types"`
+		DeadLetters struct {
+			Unresolved int64 `json:"unresolved"`
+			Resolved   int64 `json:"resolved"`
+		} `json:"dead_letters"`
+	}{Types: []statusType{}}
+	for _, s := range stats {
+		st := statusType{EventType: s.EventType, Pending: s.Pending, Due: s.Due, Scheduled: s.Pending - s.Due,
+			InProcess: s.InProcess, Failed: s.Failed, Retrying: s.Retrying, MaxAttempts: s.MaxAttempts,
+			LagSeconds: s.OldestDueAge.Seconds(), OldestPending: s.OldestPendingAge.Seconds(), LastError: s.LastError}
+		if s.Pending > s.Due {
+			next := s.NextDueIn.Seconds()
+			st.NextDueSeconds = &next
+		}
+		out.Types = append(out.Types, st)
+	}
+	out.DeadLetters.Unresolved, out.DeadLetters.Resolved = unresolved, resolved
+	enc := json.NewEncoder(e.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
 }
