@@ -59,5 +59,6 @@
 // a few quick follow-up polls (2, 10, 50ms).
 //
 // The relay imports no broker client, database driver or metrics library;
-// metrics plug in through [Hook].
+// metrics plug in through [Hook] (relay/relayprom exports them to
+// Prometheus), and probes read [Relay.Health] (package health).
 package relay
