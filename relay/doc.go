@@ -60,5 +60,7 @@
 //
 // The relay imports no broker client, database driver or metrics library;
 // metrics plug in through [Hook] (relay/relayprom exports them to
-// Prometheus), and probes read [Relay.Health] (package health).
+// Prometheus), probes read [Relay.Health] (package health), and
+// Config.TracerProvider traces deliveries with the OpenTelemetry API only
+// (docs/concepts.md, "Tracing").
 package relay

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/sender"
@@ -44,6 +46,9 @@ type pollerDeps struct {
 	run, hard context.Context
 	// wg counts the poller's goroutines; Stop waits for them.
 	wg *sync.WaitGroup
+	// tracer traces the deliveries; nil when tracing is off
+	// (relay/trace.go).
+	tracer trace.Tracer
 }
 
 // pollerStore is the part of store.Driver a poller uses.
@@ -410,7 +415,9 @@ func (p *poller) deliver(rows []*store.OutboxRow, t ticket, claimStart time.Time
 		p.circuit.abandon(t)
 	} else {
 		msgs := messages(rows, p.s.route)
-		sent := p.sendWithinLease(msgs, claimStart)
+		bt := p.startTrace(msgs)
+		sent := p.sendWithinLease(bt, msgs, claimStart)
+		bt.end(sent)
 		ev.SendDuration = sent.took
 		verdicts := p.judgeSent(t, msgs, sent)
 		items = make([]store.OutboxFinishItem, len(rows))
@@ -461,13 +468,17 @@ type sendResult struct {
 // sending would only make duplicates and our finish would be fenced
 // anyway. A batch whose lease is already (nearly) over, such as one
 // claimed just before this process was paused, is not sent at all.
-func (p *poller) sendWithinLease(msgs []*sender.Message, claimStart time.Time) sendResult {
+func (p *poller) sendWithinLease(bt *batchTrace, msgs []*sender.Message, claimStart time.Time) sendResult {
 	deadline := claimStart.Add(p.s.leaseDuration - p.s.leaseDuration/10)
 	if !time.Now().Before(deadline) {
 		p.log.Warn("lease ran out before the batch was sent; releasing it unsent", slog.Int("rows", len(msgs)))
 		return sendResult{results: sender.Results(errLeaseLost, len(msgs)), stopped: true}
 	}
-	ctx, cancel := context.WithDeadline(p.deps.hard, deadline)
+	base := p.deps.hard
+	if bt != nil {
+		base = bt.ctx // the batch span, for an instrumented sender
+	}
+	ctx, cancel := context.WithDeadline(base, deadline)
 	defer cancel()
 	start := time.Now()
 	var err error
