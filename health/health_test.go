@@ -17,7 +17,6 @@ import (
 	"github.com/txbox/txbox/health"
 	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/internal/testenv"
-	"github.com/txbox/txbox/outbox"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store/postgres"
@@ -93,25 +92,6 @@ func startRelay(t *testing.T, d *postgres.Driver, snd sender.Sender) *relay.Rela
 	return r
 }
 
-func publish(t *testing.T, d *postgres.Driver, evs ...txbox.Event) {
-	t.Helper()
-	pub, err := outbox.NewPublisher(d, outbox.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	tx, err := d.Pool().Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := pub.Publish(ctx, tx, evs...); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-}
 
 func TestReadyWithARunningRelayThenDegradedByAnOpenCircuit(t *testing.T) {
 	t.Parallel()
@@ -133,7 +113,7 @@ func TestReadyWithARunningRelayThenDegradedByAnOpenCircuit(t *testing.T) {
 	}
 
 	snd.down.Store(true)
-	publish(t, d, txbox.Event{Type: "order", Payload: []byte(`{}`)})
+	storeharness.PostgresPublish(t, d, nil, txbox.Event{Type: "order", Payload: []byte(`{}`)})
 	testenv.WaitFor(t, 20*time.Second, "readyz degraded by the open circuit", func() bool {
 		code, rep, _ := get(t, h, http.MethodGet, "/readyz")
 		return code == http.StatusOK && rep.Status == health.StatusDegraded && hasReason(rep, health.ReasonCircuitOpen, "bus")
@@ -203,8 +183,8 @@ func TestNotReadyWhenTheDatabaseIsUnreachable(t *testing.T) {
 func TestDegradedByLagButNotByScheduledEvents(t *testing.T) {
 	t.Parallel()
 	d := storeharness.PostgresDriver(t)
-	publish(t, d, txbox.Event{Type: "later", Payload: []byte(`{}`), NotBefore: time.Now().Add(time.Hour)})
-	publish(t, d, txbox.Event{Type: "stuck", Payload: []byte(`{}`)})
+	storeharness.PostgresPublish(t, d, nil, txbox.Event{Type: "later", Payload: []byte(`{}`), NotBefore: time.Now().Add(time.Hour)})
+	storeharness.PostgresPublish(t, d, nil, txbox.Event{Type: "stuck", Payload: []byte(`{}`)})
 	c := newChecker(t, health.Config{Store: d, Stats: d, LagThreshold: 100 * time.Millisecond, CacheFor: time.Millisecond})
 	testenv.WaitFor(t, 10*time.Second, "degraded by the lag of stuck", func() bool {
 		code, rep, _ := get(t, c.Handler(), http.MethodGet, "/readyz")

@@ -22,7 +22,6 @@ import (
 	"github.com/txbox/txbox/relay/relayprom"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store"
-	"github.com/txbox/txbox/store/postgres"
 )
 
 // series gathers reg into name{label=value,...} -> value (counter,
@@ -78,21 +77,6 @@ func (s *scriptedSender) Send(_ context.Context, msgs []*sender.Message) error {
 
 func (*scriptedSender) Close(context.Context) error { return nil }
 
-func publish(t *testing.T, d *postgres.Driver, pub *outbox.Publisher, evs ...txbox.Event) {
-	t.Helper()
-	ctx := context.Background()
-	tx, err := d.Pool().Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := pub.Publish(ctx, tx, evs...); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-}
 
 func startRelay(t *testing.T, cfg relay.Config) *relay.Relay {
 	t.Helper()
@@ -142,7 +126,7 @@ func TestMetricsThroughARelay(t *testing.T) {
 		evs = append(evs, txbox.Event{Type: "order.created", Key: fmt.Sprint("k", i), Payload: []byte(`{}`)})
 	}
 	evs = append(evs, txbox.Event{Type: "order.created", Payload: []byte("poison")})
-	publish(t, d, pub, evs...)
+	storeharness.PostgresPublish(t, d, pub, evs...)
 
 	const sent = `txbox_relay_messages_total{event_type=order.created,result=sent}`
 	const dead = `txbox_relay_messages_total{event_type=order.created,result=dead_lettered}`
@@ -178,7 +162,7 @@ func TestMetricsThroughARelay(t *testing.T) {
 	// An outage: the circuit opens, the gauge says so, and the due
 	// backlog shows in the cached stats.
 	snd.down.Store(true)
-	publish(t, d, pub, txbox.Event{Type: "order.created", Payload: []byte(`{}`)})
+	storeharness.PostgresPublish(t, d, pub, txbox.Event{Type: "order.created", Payload: []byte(`{}`)})
 	const circuit = `txbox_relay_circuit_state{circuit=destination,destination=topic=events.order.created,sender=bus}`
 	testenv.WaitFor(t, 20*time.Second, "circuit open and the row due", func() bool {
 		s := series(t, reg)
@@ -214,7 +198,7 @@ func TestScrapesShareOneStatsQuery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	publish(t, d, pub, txbox.Event{Type: "a", Payload: []byte(`{}`)}, txbox.Event{Type: "a", Payload: []byte(`{}`)},
+	storeharness.PostgresPublish(t, d, pub, txbox.Event{Type: "a", Payload: []byte(`{}`)}, txbox.Event{Type: "a", Payload: []byte(`{}`)},
 		txbox.Event{Type: "b", Payload: []byte(`{}`), NotBefore: time.Now().Add(time.Hour)})
 	src := &countingStats{Outbox: d}
 	m := relayprom.New(relayprom.Options{Stats: src, StatsInterval: time.Hour})
