@@ -29,6 +29,9 @@ type queries struct {
 
 	leaseAcquire, leaseRelease string
 
+	inspectGroups, inspectLastError, parkedKeys string
+	instanceBeat, instanceList, instanceRemove  string
+
 	inboxRecordNative, inboxRecordText, inboxCleanup string
 
 	migrateLock, createSchema                                  string
@@ -43,6 +46,7 @@ func (d *Driver) render(s string) string {
 		"{{dead_letter}}", d.table(d.tables.DeadLetter),
 		"{{lease}}", d.table(d.tables.Lease),
 		"{{inbox}}", d.table(d.tables.Inbox),
+		"{{instance}}", d.table(d.tables.Instance),
 	).Replace(s)
 }
 
@@ -87,6 +91,7 @@ func buildQueries(d *Driver) queries {
 	d.finishQueries(&q)
 	d.statsQueries(&q)
 	d.deadLetterQueries(&q)
+	d.inspectQueries(&q)
 	d.leaseQueries(&q)
 	d.inboxQueries(&q)
 	d.schemaQueries(&q)

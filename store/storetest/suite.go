@@ -70,6 +70,9 @@ func Exercise(t *testing.T, h Harness) {
 		{"OrderedByKeyBadRun", testOrderedBadRun},
 		{"StatsAndPendingTypes", testStats},
 		{"StatsLagExcludesScheduled", testStatsLag},
+		{"Inspect", testInspect},
+		{"ParkedKeys", testParkedKeys},
+		{"Instances", testInstances},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
