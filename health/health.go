@@ -27,12 +27,12 @@ type Config struct {
 	// Relay, when set, adds its circuits, claim errors and job errors as
 	// degraded reasons, and makes the process not ready once it stopped.
 	Relay interface{ Health() relay.Health }
-	// Stats, with LagThreshold, feeds the lag check; a driver implements
-	// it. Nil turns the lag check off.
+	// Stats, with LagThreshold, feeds the lag check; a dialect driver
+	// implements it (store.Inspector). Nil turns the lag check off.
 	Stats interface {
-		OutboxStats(ctx context.Context) ([]*store.OutboxTypeStats, error)
+		OutboxInspect(ctx context.Context) ([]*store.OutboxTypeDetail, error)
 	}
-	// LagThreshold is the lag (store.OutboxTypeStats.OldestDueAge) above
+	// LagThreshold is the lag (store.OutboxTypeDetail.OldestDueAge) above
 	// which an event type makes the process degraded. 0 turns the lag
 	// check off.
 	LagThreshold time.Duration
@@ -219,15 +219,15 @@ func (c *Checker) database(ctx context.Context) (dbResult, time.Time) {
 
 // lag reports the types whose lag is over the threshold.
 func (c *Checker) lag(ctx context.Context) []Reason {
-	stats, err := c.cfg.Stats.OutboxStats(ctx)
+	stats, err := c.cfg.Stats.OutboxInspect(ctx)
 	if err != nil {
-		return []Reason{{Kind: ReasonDatabase, Detail: "outbox stats: " + err.Error()}}
+		return []Reason{{Kind: ReasonDatabase, Detail: "outbox inspect: " + err.Error()}}
 	}
 	var out []Reason
 	for _, s := range stats {
 		if s.OldestDueAge > c.cfg.LagThreshold {
 			out = append(out, Reason{Kind: ReasonLag, Subject: s.EventType,
-				Detail: fmt.Sprintf("oldest due event waited %s, threshold %s", s.OldestDueAge.Round(time.Millisecond), c.cfg.LagThreshold)})
+				Detail: fmt.Sprintf("oldest due event is %s old, threshold %s", s.OldestDueAge.Round(time.Millisecond), c.cfg.LagThreshold)})
 		}
 	}
 	return out

@@ -229,29 +229,8 @@ type OutboxTypeStats struct {
 	InProcess int64
 	Failed    int64
 	// OldestPendingAge is now() minus the creation time of the oldest
-	// PENDING row, on the database clock; zero when none is pending. It
-	// counts rows scheduled for later too: OldestDueAge is the lag.
+	// PENDING row, on the database clock; zero when none is pending.
 	OldestPendingAge time.Duration
-	// Due counts the PENDING rows whose due time has come: what a relay
-	// could claim now. Pending - Due rows are scheduled for later (a
-	// NotBefore, or a retry's back-off).
-	Due int64
-	// OldestDueAge is now() minus the earliest due time among the due
-	// PENDING rows, on the database clock: how long the longest-waiting
-	// claimable row has waited, which is the relay's lag. Rows scheduled
-	// for later are not lag. Zero when nothing is due.
-	OldestDueAge time.Duration
-	// NextDueIn is the wait until the earliest PENDING row that is not due
-	// yet becomes due; zero when none is scheduled.
-	NextDueIn time.Duration
-	// Retrying counts the PENDING rows that failed at least once
-	// (attempts > 0) and wait for another attempt.
-	Retrying int64
-	// MaxAttempts is the largest attempts count among the PENDING rows.
-	MaxAttempts int
-	// LastError is the last error of the retrying PENDING row that is due
-	// last (the one rescheduled most recently); empty when none retries.
-	LastError string
 }
 
 // CleanupParams are the parameters of the cleanup calls.

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -30,8 +29,9 @@ const dlqUsage = `dlq <list|show|parked|retry|resolve|delete> [flags] [ID...]
   resolve ID...        mark dead letters resolved (kept until cleanup.dead-letter-ttl)
   delete ID...         delete dead letters now
 
-Filters (list, parked, and retry/resolve/delete with --all): --type, --key,
---status, --error-contains, --since, --failed-after, --failed-before.
+Filters (list, and retry/resolve/delete with --all): --type, --key,
+--status, --error-contains, --since, --failed-after, --failed-before;
+parked takes --type and --key.
 retry, resolve and delete take ids or --all with filters, and --dry-run to
 print what would change; --all with no filter also needs --yes. --json
 prints JSON instead of a table.`
@@ -115,7 +115,7 @@ func parseDLQ(e *env, sub string, args []string) (*dlqArgs, error) {
 		before   = fs.String("failed-before", "", "only dead letters that failed before this `time` (RFC 3339)")
 		mutating = sub == "retry" || sub == "resolve" || sub == "delete"
 	)
-	fs.IntVar(&a.limit, "limit", 50, "list: at most this many")
+	fs.IntVar(&a.limit, "limit", 50, "list, parked: at most this many")
 	fs.BoolVar(&a.asJSON, "json", false, "print JSON instead of a table")
 	fs.BoolVar(&a.full, "full", false, "show: print the whole payload, however large")
 	fs.BoolVar(&a.all, "all", false, "retry/resolve/delete: every dead letter matching the filters instead of ids")
@@ -176,6 +176,8 @@ func parseDLQ(e *env, sub string, args []string) (*dlqArgs, error) {
 		return nil, usagef("show takes exactly one id")
 	case sub == "parked" && len(a.ids) > 0:
 		return nil, usagef("parked takes no ids")
+	case sub == "parked" && (*errText != "" || *status != "unresolved" || !a.filter.FailedAfter.IsZero() || !a.filter.FailedBefore.IsZero()):
+		return nil, usagef("parked takes --type and --key only: a key is parked by every unresolved dead letter it has")
 	case mutating && a.all == (len(a.ids) > 0):
 		return nil, usagef("give ids or --all (with filters), not both and not neither")
 	case mutating && a.all && !a.filtered && !a.dryRun && !a.yes:
@@ -269,29 +271,20 @@ func (a *dlqArgs) report(e *env, ids []txbox.ID, changed int) error {
 // matchingIDs pages through the dead letters matching filter.
 func matchingIDs(ctx context.Context, st *config.Store, filter store.DeadLetterFilter) ([]txbox.ID, error) {
 	var ids []txbox.ID
-	err := eachDeadLetter(ctx, st, filter, func(dl *store.DeadLetter) { ids = append(ids, dl.ID) })
-	return ids, err
-}
-
-// eachDeadLetter calls fn on every dead letter matching filter, newest
-// failure first, at most dlqMaxBulk of them.
-func eachDeadLetter(ctx context.Context, st *config.Store, filter store.DeadLetterFilter, fn func(*store.DeadLetter)) error {
 	var after *store.DeadLetterCursor
-	seen := 0
 	for {
 		page, err := st.DeadLetterList(ctx, &store.DeadLetterListParams{Filter: filter, After: after, Limit: 1000})
 		if err != nil {
-			return err
-		}
-		seen += len(page)
-		if seen > dlqMaxBulk {
-			return usagef("more than %d dead letters match; narrow the filters", dlqMaxBulk)
+			return nil, err
 		}
 		for _, dl := range page {
-			fn(dl)
+			ids = append(ids, dl.ID)
+		}
+		if len(ids) > dlqMaxBulk {
+			return nil, usagef("more than %d dead letters match; narrow the filters", dlqMaxBulk)
 		}
 		if len(page) < 1000 {
-			return nil
+			return ids, nil
 		}
 		last := page[len(page)-1]
 		after = &store.DeadLetterCursor{FailedAt: last.FailedAt, ID: last.ID}
@@ -304,57 +297,51 @@ func eachDeadLetter(ctx context.Context, st *config.Store, filter store.DeadLett
 type parkedKey struct {
 	EventType string `json:"event_type"`
 	Key       string `json:"key"`
-	// DeadLetters counts the unresolved dead letters of the key.
-	DeadLetters int `json:"dead_letters"`
-	// Holding is the oldest of them, the first to deal with.
+	// DeadLetters counts the unresolved dead letters of the key, Waiting
+	// the outbox rows of the key that wait behind them.
+	DeadLetters int64 `json:"dead_letters"`
+	Waiting     int64 `json:"waiting"`
+	// Holding is the oldest dead letter, the first to deal with.
 	Holding   string    `json:"holding_id"`
 	FailedAt  time.Time `json:"failed_at"`
 	LastError string    `json:"last_error"`
 }
 
-// parked lists the parked keys: unresolved dead letters with a key, of
+// parked lists the parked keys: keys with unresolved dead letters, of
 // types whose effective ordering is key.
 func (a *dlqArgs) parked(ctx context.Context, e *env, cfg *config.Config, st *config.Store) error {
-	filter := a.filter
-	filter.Status = store.DeadLetterUnresolved
-	byKey := map[[2]string]*parkedKey{}
-	err := eachDeadLetter(ctx, st, filter, func(dl *store.DeadLetter) {
-		if dl.Key == "" || deref(cfg.Effective(dl.EventType).Ordering) != relay.OrderingKey {
-			return
-		}
-		k := [2]string{dl.EventType, dl.Key}
-		p := byKey[k]
-		if p == nil {
-			p = &parkedKey{EventType: dl.EventType, Key: dl.Key}
-			byKey[k] = p
-		}
-		p.DeadLetters++
-		// Newest first: the last one seen is the oldest.
-		p.Holding, p.FailedAt, p.LastError = dl.ID.String(), dl.FailedAt, dl.LastError
-	})
+	in, ok := st.Driver.(store.Inspector)
+	if !ok {
+		return fmt.Errorf("the %s store cannot list parked keys", st.Dialect())
+	}
+	keys, err := in.DeadLetterParkedKeys(ctx, &store.ParkedKeysParams{EventType: a.filter.EventType, Limit: a.limit})
 	if err != nil {
 		return err
 	}
-	out := make([]*parkedKey, 0, len(byKey))
-	for _, p := range byKey {
-		out = append(out, p)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].EventType != out[j].EventType {
-			return out[i].EventType < out[j].EventType
+	out := []parkedKey{}
+	for _, k := range keys {
+		if deref(cfg.Effective(k.EventType).Ordering) != relay.OrderingKey || a.filter.Key != "" && k.Key != a.filter.Key {
+			continue
 		}
-		return out[i].Key < out[j].Key
-	})
+		out = append(out, parkedKey{EventType: k.EventType, Key: k.Key, DeadLetters: k.DeadLetters, Waiting: k.Waiting,
+			Holding: k.DeadLetterID.String(), FailedAt: k.FailedAt, LastError: k.LastError})
+	}
 	if a.asJSON {
 		return json.NewEncoder(e.stdout).Encode(out)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TYPE\tKEY\tDEAD LETTERS\tHOLDING ID\tFAILED AT\tLAST ERROR")
+	fmt.Fprintln(tw, "TYPE\tKEY\tDEAD LETTERS\tWAITING\tHOLDING ID\tFAILED AT\tLAST ERROR")
 	for _, p := range out {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", p.EventType, p.Key, p.DeadLetters, p.Holding,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", p.EventType, p.Key, p.DeadLetters, p.Waiting, p.Holding,
 			p.FailedAt.UTC().Format(time.RFC3339), oneLine(p.LastError, 80))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(keys) == a.limit {
+		fmt.Fprintf(e.stderr, "txbox dlq parked: showing the first %d keys; --limit shows more\n", a.limit)
+	}
+	return nil
 }
 
 func deref[T any](p *T) T {

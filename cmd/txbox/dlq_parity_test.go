@@ -161,13 +161,15 @@ func testDLQParity(t *testing.T, s seeded) {
 		t.Errorf("failed after an hour from now: %d, want 0", len(got))
 	}
 
-	// Parked keys: the ordered type's keys, with the oldest dead letter.
+	// Parked keys: the ordered type's keys, with the oldest dead letter
+	// and the rows waiting behind it.
+	s.insert(t, &txbox.Event{Type: "order", Key: "a", Payload: []byte(`{}`)})
 	code, out, errOut := dlq("parked", "--json")
 	var parked []parkedKey
 	if code != exitOK || json.Unmarshal([]byte(out), &parked) != nil {
 		t.Fatalf("parked: %d %q %q", code, out, errOut)
 	}
-	if len(parked) != 2 || parked[0].Key != "a" || parked[0].DeadLetters != 2 || parked[1].Key != "b" || parked[1].DeadLetters != 1 || parked[0].Holding == "" {
+	if len(parked) != 2 || parked[0].Key != "a" || parked[0].DeadLetters != 2 || parked[1].Key != "b" || parked[1].DeadLetters != 1 || parked[0].Holding == "" || parked[0].Waiting != 1 || parked[1].Waiting != 0 {
 		t.Errorf("parked = %+v, want order/a (2) and order/b (1), not mail", parked)
 	}
 	if code, out, _ := dlq("parked"); code != exitOK || !strings.Contains(out, "HOLDING ID") || !strings.Contains(out, "receiver said 422") {
@@ -227,6 +229,7 @@ func testDLQParity(t *testing.T, s seeded) {
 		{[]string{"list", "--failed-after", "2026-02-01T00:00:00Z", "--failed-before", "2026-01-01T00:00:00Z"}, "--failed-after must be before --failed-before"},
 		{[]string{"list", "--since", "1h", "--failed-after", "2026-01-01T00:00:00Z"}, "not both"},
 		{[]string{"parked", txbox.NewID().String()}, "parked takes no ids"},
+		{[]string{"parked", "--error-contains", "x"}, "parked takes --type and --key only"},
 		{[]string{"delete", "--all", "--status", "all"}, "--yes"},
 		{[]string{"retry", "--limit", "0", "x"}, "--limit ≥ 1"},
 	} {
@@ -269,7 +272,7 @@ func TestStatusLagExcludesScheduled(t *testing.T) {
 				t.Errorf("only a scheduled row: %+v, want no lag and next due in about an hour", st)
 			}
 			code, out, _ := runInProcess(t, nil, "status", "--config", cfgPath)
-			if code != exitOK || !strings.Contains(out, "LAG") || !regexpLine(out, `^late\s+0\s+1\s+0\s+0\s+0\s+0\s+0s\s+`) {
+			if code != exitOK || !strings.Contains(out, "LAG") || !regexpLine(out, `^late\s+0\s+1\s+0\s+0\s+0s\s+59m`) {
 				t.Errorf("status table with only a scheduled row:\n%s", out)
 			}
 			s.insert(t, &txbox.Event{Type: "late", Payload: []byte(`{}`)})
@@ -278,8 +281,12 @@ func TestStatusLagExcludesScheduled(t *testing.T) {
 				st := status()
 				return st.Due == 1 && st.LagSeconds > 0
 			})
-			if st := status(); st.Retrying != 1 || st.MaxAttempts != 1 || st.LastError != "broker said no" || st.Scheduled != 1 {
-				t.Errorf("after a retry: %+v", st)
+			if st := status(); len(st.Attempts) < 2 || st.Attempts[0] != 1 || st.Attempts[1] != 1 || st.LastError != "broker said no" || st.Scheduled != 1 {
+				t.Errorf("after a retry: %+v, want one row with 0 attempts and one with 1 and its error", st)
+			}
+			code, out, _ = runInProcess(t, nil, "status", "--config", cfgPath)
+			if code != exitOK || !regexpLine(out, `^late\s+1\s+1\s+0\s+0\s+\S+\s+\S+\s+0×1 1×1\s+broker said no`) {
+				t.Errorf("status table after a retry:\n%s", out)
 			}
 		})
 	}

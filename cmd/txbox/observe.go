@@ -56,7 +56,11 @@ func listenObservability(cfg *config.Config, st *config.Store, log *slog.Logger)
 		o.lns[addr], o.muxes[addr] = ln, http.NewServeMux()
 	}
 	if cfg.Metrics.Listen != "" {
-		o.metrics = relayprom.New(relayprom.Options{Stats: st.Driver, StatsInterval: cfg.Metrics.StatsInterval})
+		opts := relayprom.Options{StatsInterval: cfg.Metrics.StatsInterval}
+		if in, ok := st.Driver.(store.Inspector); ok {
+			opts.Stats = in
+		}
+		o.metrics = relayprom.New(opts)
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(o.metrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		o.muxes[cfg.Metrics.Listen].Handle(cfg.Metrics.Path, promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
@@ -79,8 +83,11 @@ func (o *observability) serve(r *relay.Relay) error {
 		if !ok {
 			return fmt.Errorf("health: the %s store cannot report its schema version", o.st.Dialect())
 		}
-		c, err := health.New(health.Config{Store: sv, Relay: r, Stats: o.st.Driver,
-			LagThreshold: o.cfg.Health.LagThreshold, FailWhenDegraded: o.cfg.Health.FailWhenDegraded})
+		hc := health.Config{Store: sv, Relay: r, LagThreshold: o.cfg.Health.LagThreshold, FailWhenDegraded: o.cfg.Health.FailWhenDegraded}
+		if in, ok := o.st.Driver.(store.Inspector); ok {
+			hc.Stats = in
+		}
+		c, err := health.New(hc)
 		if err != nil {
 			return err
 		}

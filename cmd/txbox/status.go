@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -23,9 +24,13 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer st.Close()
-	stats, err := st.OutboxStats(ctx)
+	in, ok := st.Driver.(store.Inspector)
+	if !ok {
+		return fmt.Errorf("the %s store cannot report per-type details", st.Dialect())
+	}
+	types, err := in.OutboxInspect(ctx)
 	if err != nil {
-		return fmt.Errorf("outbox stats: %w", err)
+		return fmt.Errorf("outbox inspect: %w", err)
 	}
 	unresolved, err := st.DeadLetterCount(ctx, &store.DeadLetterFilter{Status: store.DeadLetterUnresolved})
 	if err != nil {
@@ -36,23 +41,43 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("count dead letters: %w", err)
 	}
 	if *asJSON {
-		return printStatusJSON(e, stats, unresolved, resolved)
+		return printStatusJSON(e, types, unresolved, resolved)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "EVENT TYPE\tDUE\tSCHEDULED\tIN PROCESS\tFAILED\tRETRYING\tMAX ATTEMPTS\tLAG\tNEXT DUE IN\tLAST ERROR")
-	for _, s := range stats {
+	fmt.Fprintln(tw, "EVENT TYPE\tDUE\tSCHEDULED\tIN PROCESS\tFAILED\tLAG\tNEXT DUE IN\tATTEMPTS\tLAST ERROR")
+	for _, s := range types {
 		next := "-"
-		if s.Pending > s.Due {
+		if s.Scheduled > 0 {
 			next = s.NextDueIn.Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", s.EventType, s.Due, s.Pending-s.Due, s.InProcess, s.Failed,
-			s.Retrying, s.MaxAttempts, s.OldestDueAge.Round(time.Millisecond), next, oneLine(s.LastError, 60))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", s.EventType, s.Due, s.Scheduled, s.InProcess, s.Failed,
+			s.OldestDueAge.Round(time.Millisecond), next, attemptsText(s.Attempts), oneLine(s.LastError, 60))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "dead letters: %d unresolved, %d resolved\n", unresolved, resolved)
 	return nil
+}
+
+// attemptsText renders an attempts histogram as "attempts×rows" pairs of
+// the non-empty buckets, such as "0×12 1×3 9+×1".
+func attemptsText(h [store.AttemptsBuckets]int64) string {
+	var parts []string
+	for i, n := range h {
+		if n == 0 {
+			continue
+		}
+		label := fmt.Sprint(i)
+		if i == len(h)-1 {
+			label += "+"
+		}
+		parts = append(parts, fmt.Sprintf("%s×%d", label, n))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, " ")
 }
 
 // statusType is one event type in `txbox status --json`.
@@ -64,21 +89,19 @@ type statusType struct {
 	Scheduled int64 `json:"scheduled"`
 	InProcess int64 `json:"in_process"`
 	Failed    int64 `json:"failed"`
-	Retrying  int64 `json:"retrying"`
-	// MaxAttempts is the most attempts among the pending rows.
-	MaxAttempts int `json:"max_attempts"`
-	// LagSeconds is how long the oldest due row waited; scheduled rows
-	// are not lag.
+	// LagSeconds is the age of the oldest due row; scheduled rows are not
+	// lag.
 	LagSeconds float64 `json:"lag_seconds"`
-	// OldestPending counts scheduled rows too.
-	OldestPending float64 `json:"oldest_pending_seconds"`
 	// NextDueSeconds is when the next scheduled row becomes due; absent
 	// when none is scheduled.
 	NextDueSeconds *float64 `json:"next_due_seconds,omitempty"`
-	LastError      string   `json:"last_error,omitempty"`
+	// Attempts[i] counts the unfinished rows with i attempts; the last
+	// bucket holds that many or more.
+	Attempts  []int64 `json:"attempts"`
+	LastError string  `json:"last_error,omitempty"`
 }
 
-func printStatusJSON(e *env, stats []*store.OutboxTypeStats, unresolved, resolved int64) error {
+func printStatusJSON(e *env, types []*store.OutboxTypeDetail, unresolved, resolved int64) error {
 	out := struct {
 		Types       []statusType `json:"types"`
 		DeadLetters struct {
@@ -86,11 +109,11 @@ func printStatusJSON(e *env, stats []*store.OutboxTypeStats, unresolved, resolve
 			Resolved   int64 `json:"resolved"`
 		} `json:"dead_letters"`
 	}{Types: []statusType{}}
-	for _, s := range stats {
-		st := statusType{EventType: s.EventType, Pending: s.Pending, Due: s.Due, Scheduled: s.Pending - s.Due,
-			InProcess: s.InProcess, Failed: s.Failed, Retrying: s.Retrying, MaxAttempts: s.MaxAttempts,
-			LagSeconds: s.OldestDueAge.Seconds(), OldestPending: s.OldestPendingAge.Seconds(), LastError: s.LastError}
-		if s.Pending > s.Due {
+	for _, s := range types {
+		st := statusType{EventType: s.EventType, Pending: s.Due + s.Scheduled, Due: s.Due, Scheduled: s.Scheduled,
+			InProcess: s.InProcess, Failed: s.Failed, LagSeconds: s.OldestDueAge.Seconds(), Attempts: s.Attempts[:],
+			LastError: s.LastError}
+		if s.Scheduled > 0 {
 			next := s.NextDueIn.Seconds()
 			st.NextDueSeconds = &next
 		}

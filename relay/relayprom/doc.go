@@ -4,7 +4,7 @@
 // packages relay and outbox themselves do not depend on the Prometheus
 // client. Inbox metrics are in inbox/inboxprom.
 //
-//	m := relayprom.New(relayprom.Options{Stats: st})
+//	m := relayprom.New(relayprom.Options{Stats: st}) // st: a dialect driver
 //	prometheus.MustRegister(m)
 //	pub, _ := outbox.NewPublisher(st, outbox.Config{Hook: m})
 //	r, _ := relay.New(relay.Config{Store: st, Hooks: []relay.Hook{m}, ...})
@@ -18,6 +18,6 @@
 // in docs/metrics.md.
 //
 // The backlog gauges never run a query per scrape: a scrape uses the last
-// store.Outbox.OutboxStats result while it is younger than
+// store.Inspector.OutboxInspect result while it is younger than
 // Options.StatsInterval, and concurrent scrapes share one query.
 package relayprom

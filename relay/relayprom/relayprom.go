@@ -20,8 +20,9 @@ const (
 // Options configure Metrics. The zero value is ready to use (without the
 // backlog gauges).
 type Options struct {
-	// Stats, when set, feeds the backlog gauges; a store driver or a
-	// *config.Store implements it. Nil leaves them out.
+	// Stats, when set, feeds the backlog gauges; a dialect driver
+	// implements it (for a *config.Store, its Driver field). Nil leaves
+	// them out.
 	Stats StatsSource
 	// StatsInterval is the most often Stats is queried: a scrape within
 	// it reuses the last result. Defaults to DefaultStatsInterval.

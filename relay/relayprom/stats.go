@@ -10,12 +10,13 @@ import (
 	"github.com/txbox/txbox/store"
 )
 
-// StatsSource answers the backlog query; store.Outbox implements it.
+// StatsSource answers the backlog query: store.Inspector, which the
+// dialect drivers implement, has this method.
 type StatsSource interface {
-	OutboxStats(ctx context.Context) ([]*store.OutboxTypeStats, error)
+	OutboxInspect(ctx context.Context) ([]*store.OutboxTypeDetail, error)
 }
 
-// statsCollector exports the backlog from the last OutboxStats result,
+// statsCollector exports the backlog from the last OutboxInspect result,
 // querying again only when that result is older than the interval. The
 // query scans the backlog (counts per type), which is what a scrape every
 // few seconds from several Prometheus servers must not repeat each time.
@@ -25,13 +26,13 @@ type statsCollector struct {
 	timeout  time.Duration
 	types    *boundedSet
 
-	backlog, lag, oldest *prometheus.Desc
+	backlog, lag *prometheus.Desc
 	queries, errors      prometheus.Counter
 
 	// mu is held during a query, so concurrent scrapes share it.
 	mu      sync.Mutex
 	fetched time.Time
-	last    map[string]*store.OutboxTypeStats
+	last    map[string]*store.OutboxTypeDetail
 	// known are the types ever reported: one that has nothing left is
 	// reported as zero instead of vanishing, so a lag alert resolves.
 	known map[string]struct{}
@@ -44,10 +45,7 @@ func newStatsCollector(opts Options, types *boundedSet) *statsCollector {
 			"Unfinished outbox rows by event type and state (due, scheduled, in_process, failed), from a stats query cached for the stats interval.",
 			[]string{"event_type", "state"}, nil),
 		lag: prometheus.NewDesc("txbox_outbox_oldest_due_age_seconds",
-			"Lag: how long the oldest due PENDING row of each event type has waited since it became due (rows scheduled for later are not lag).",
-			[]string{"event_type"}, nil),
-		oldest: prometheus.NewDesc("txbox_outbox_oldest_pending_age_seconds",
-			"Age since creation of the oldest PENDING row of each event type, scheduled rows included.",
+			"Lag: the age of the oldest due PENDING row of each event type (rows scheduled for later are not lag).",
 			[]string{"event_type"}, nil),
 		queries: prometheus.NewCounter(prometheus.CounterOpts{Name: "txbox_outbox_stats_queries_total",
 			Help: "Stats queries run for the backlog gauges (at most one per stats interval)."}),
@@ -61,7 +59,6 @@ func newStatsCollector(opts Options, types *boundedSet) *statsCollector {
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.backlog
 	ch <- c.lag
-	ch <- c.oldest
 	c.queries.Describe(ch)
 	c.errors.Describe(ch)
 }
@@ -74,11 +71,10 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{t}, extra...)...)
 		}
 		gauge(c.backlog, float64(s.Due), "due")
-		gauge(c.backlog, float64(s.Pending-s.Due), "scheduled")
+		gauge(c.backlog, float64(s.Scheduled), "scheduled")
 		gauge(c.backlog, float64(s.InProcess), "in_process")
 		gauge(c.backlog, float64(s.Failed), "failed")
 		gauge(c.lag, s.OldestDueAge.Seconds())
-		gauge(c.oldest, s.OldestPendingAge.Seconds())
 	}
 	c.queries.Collect(ch)
 	c.errors.Collect(ch)
@@ -86,15 +82,15 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 
 // snapshot returns the stats per label value, querying when the cached
 // result is older than the interval.
-func (c *statsCollector) snapshot() map[string]*store.OutboxTypeStats {
+func (c *statsCollector) snapshot() map[string]*store.OutboxTypeDetail {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.last == nil || time.Since(c.fetched) >= c.interval {
 		c.refresh()
 	}
-	out := make(map[string]*store.OutboxTypeStats, len(c.known))
+	out := make(map[string]*store.OutboxTypeDetail, len(c.known))
 	for t := range c.known {
-		out[t] = &store.OutboxTypeStats{EventType: t}
+		out[t] = &store.OutboxTypeDetail{EventType: t}
 	}
 	for t, s := range c.last {
 		out[t] = s
@@ -109,31 +105,30 @@ func (c *statsCollector) refresh() {
 	c.queries.Inc()
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	all, err := c.src.OutboxStats(ctx)
+	all, err := c.src.OutboxInspect(ctx)
 	if err != nil {
 		c.errors.Inc()
 		if c.last == nil {
-			c.last = map[string]*store.OutboxTypeStats{}
+			c.last = map[string]*store.OutboxTypeDetail{}
 		}
 		return
 	}
-	last := make(map[string]*store.OutboxTypeStats, len(all))
+	last := make(map[string]*store.OutboxTypeDetail, len(all))
 	for _, s := range all {
 		t := c.types.label(s.EventType)
 		c.known[t] = struct{}{}
 		agg := last[t]
 		if agg == nil {
-			agg = &store.OutboxTypeStats{EventType: t}
+			agg = &store.OutboxTypeDetail{EventType: t}
 			last[t] = agg
 		}
 		// Several types fold into "_other": sum the counts, keep the
 		// worst ages.
-		agg.Pending += s.Pending
 		agg.Due += s.Due
+		agg.Scheduled += s.Scheduled
 		agg.InProcess += s.InProcess
 		agg.Failed += s.Failed
 		agg.OldestDueAge = max(agg.OldestDueAge, s.OldestDueAge)
-		agg.OldestPendingAge = max(agg.OldestPendingAge, s.OldestPendingAge)
 	}
 	c.last = last
 }

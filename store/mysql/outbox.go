@@ -565,11 +565,10 @@ func (d *Driver) OutboxStats(ctx context.Context) ([]*store.OutboxTypeStats, err
 	defer rows.Close()
 	var out []*store.OutboxTypeStats
 	for rows.Next() {
-		var typ, status, lastErr string
-		var n, due, retrying int64
-		var age, dueAge, nextDue sql.NullInt64
-		var maxAttempts int
-		if err := rows.Scan(&typ, &status, &n, &age, &due, &dueAge, &nextDue, &retrying, &maxAttempts, &lastErr); err != nil {
+		var typ, status string
+		var n int64
+		var age sql.NullInt64
+		if err := rows.Scan(&typ, &status, &n, &age); err != nil {
 			return nil, wrap("stats", err)
 		}
 		if len(out) == 0 || out[len(out)-1].EventType != typ {
@@ -581,13 +580,6 @@ func (d *Driver) OutboxStats(ctx context.Context) ([]*store.OutboxTypeStats, err
 			s.Pending = n
 			if age.Valid && age.Int64 > 0 {
 				s.OldestPendingAge = time.Duration(age.Int64) * time.Microsecond
-			}
-			s.Due, s.Retrying, s.MaxAttempts, s.LastError = due, retrying, maxAttempts, lastErr
-			if dueAge.Valid && dueAge.Int64 > 0 {
-				s.OldestDueAge = time.Duration(dueAge.Int64) * time.Microsecond
-			}
-			if nextDue.Valid && nextDue.Int64 > 0 {
-				s.NextDueIn = time.Duration(nextDue.Int64) * time.Microsecond
 			}
 		case store.StatusInProcess:
 			s.InProcess = n

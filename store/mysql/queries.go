@@ -112,18 +112,9 @@ func (d *Driver) outboxQueries(q *queries) {
 	q.recoverWrite = updateByID(d.qOutbox) + " SET status = 'PENDING', due_at = UTC_TIMESTAMP(6), lease_until = NULL, lease_token = NULL" +
 		" WHERE id IN ({{ids}}) AND " + recoverCond
 	q.pendingTypes = d.render("SELECT event_type FROM {{outbox}} FORCE INDEX (txbox_claim) WHERE status = 'PENDING' AND event_type > ? ORDER BY status, event_type LIMIT 1")
-	// The last error is looked up only for a type with retrying rows,
-	// backwards along the claim index: a rescheduled row is due late.
-	const pend, now = "o.status = 'PENDING'", "UTC_TIMESTAMP(6)"
-	q.stats = d.render("SELECT o.event_type, o.status, COUNT(*), " +
-		"TIMESTAMPDIFF(MICROSECOND, MIN(CASE WHEN " + pend + " THEN o.created_at END), " + now + "), " +
-		"COALESCE(SUM(" + pend + " AND o.due_at <= " + now + "), 0), " +
-		"TIMESTAMPDIFF(MICROSECOND, MIN(CASE WHEN " + pend + " AND o.due_at <= " + now + " THEN o.due_at END), " + now + "), " +
-		"TIMESTAMPDIFF(MICROSECOND, " + now + ", MIN(CASE WHEN " + pend + " AND o.due_at > " + now + " THEN o.due_at END)), " +
-		"COALESCE(SUM(" + pend + " AND o.attempts > 0), 0), COALESCE(MAX(CASE WHEN " + pend + " THEN o.attempts END), 0), " +
-		"CASE WHEN SUM(" + pend + " AND o.attempts > 0) > 0 THEN (SELECT COALESCE(r.last_error, '') FROM {{outbox}} r FORCE INDEX (txbox_claim)" +
-		" WHERE r.status = 'PENDING' AND r.event_type = o.event_type AND r.attempts > 0 ORDER BY r.due_at DESC, r.id DESC LIMIT 1) ELSE '' END FROM " +
-		"{{outbox}} o FORCE INDEX (txbox_claim) WHERE o.status IN ('FAILED', 'IN_PROCESS', 'PENDING') GROUP BY o.event_type, o.status ORDER BY o.event_type")
+	q.stats = d.render("SELECT event_type, status, COUNT(*), " +
+		"TIMESTAMPDIFF(MICROSECOND, MIN(CASE WHEN status = 'PENDING' THEN created_at END), UTC_TIMESTAMP(6)) FROM " +
+		"{{outbox}} FORCE INDEX (txbox_claim) WHERE status IN ('FAILED', 'IN_PROCESS', 'PENDING') GROUP BY event_type, status ORDER BY event_type")
 	const cleanupCond = "status = 'PROCESSED' AND processed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"
 	q.cleanupSelect = d.render("SELECT id FROM {{outbox}} FORCE INDEX (txbox_cleanup) WHERE " + cleanupCond + " ORDER BY processed_at LIMIT ?")
 	q.cleanupWrite = deleteByID(d.qOutbox) + " WHERE id IN ({{ids}}) AND " + cleanupCond

@@ -555,12 +555,11 @@ func (d *Driver) OutboxStats(ctx context.Context) ([]*store.OutboxTypeStats, err
 	byType := map[string]*store.OutboxTypeStats{}
 	for rows.Next() {
 		var (
-			typ, kind, lastErr      string
-			count, due, retrying    int64
-			ageSec, dueSec, nextSec float64
-			maxAttempts             int
+			typ, kind string
+			count     int64
+			ageSec    float64
 		)
-		if err := rows.Scan(&typ, &kind, &count, &ageSec, &due, &dueSec, &nextSec, &retrying, &maxAttempts, &lastErr); err != nil {
+		if err := rows.Scan(&typ, &kind, &count, &ageSec); err != nil {
 			return nil, translate("stats", err)
 		}
 		s := byType[typ]
@@ -571,9 +570,7 @@ func (d *Driver) OutboxStats(ctx context.Context) ([]*store.OutboxTypeStats, err
 		switch kind {
 		case "P":
 			s.Pending = count
-			s.OldestPendingAge = seconds(ageSec)
-			s.Due, s.OldestDueAge, s.NextDueIn = due, seconds(dueSec), seconds(nextSec)
-			s.Retrying, s.MaxAttempts, s.LastError = retrying, maxAttempts, lastErr
+			s.OldestPendingAge = max(0, time.Duration(ageSec*float64(time.Second)))
 		case "I":
 			s.InProcess = count
 		case "F":
@@ -590,10 +587,6 @@ func (d *Driver) OutboxStats(ctx context.Context) ([]*store.OutboxTypeStats, err
 	slices.SortFunc(out, func(a, b *store.OutboxTypeStats) int { return strings.Compare(a.EventType, b.EventType) })
 	return out, nil
 }
-
-// seconds turns a database interval in seconds into a duration, never
-// negative (clock rounding).
-func seconds(sec float64) time.Duration { return max(0, time.Duration(sec*float64(time.Second))) }
 
 // OutboxCleanup deletes up to Limit PROCESSED rows older than the TTL.
 func (d *Driver) OutboxCleanup(ctx context.Context, params *store.CleanupParams) (int, error) {

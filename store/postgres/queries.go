@@ -214,23 +214,12 @@ func (d *Driver) statsQueries(q *queries) {
 	// Each branch reads one partial index, so the processed history (which
 	// may be most of the table) is never scanned.
 	q.stats = d.render(`
-	SELECT p.event_type, 'P', count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(p.created_at)), 0)::float8,
-		count(*) FILTER (WHERE p.due_at <= now()),
-		COALESCE(EXTRACT(EPOCH FROM now() - min(p.due_at) FILTER (WHERE p.due_at <= now())), 0)::float8,
-		COALESCE(EXTRACT(EPOCH FROM min(p.due_at) FILTER (WHERE p.due_at > now()) - now()), 0)::float8,
-		count(*) FILTER (WHERE p.attempts > 0), COALESCE(max(p.attempts), 0),
-		-- Only when some row retries, and then read backwards along the
-		-- claim index: a rescheduled row is due late, so it comes first.
-		CASE WHEN count(*) FILTER (WHERE p.attempts > 0) > 0 THEN
-			(SELECT COALESCE(r.last_error, '') FROM {{outbox}} r
-			 WHERE r.status = 'PENDING' AND r.event_type = p.event_type AND r.attempts > 0
-			 ORDER BY r.due_at DESC, r.id DESC LIMIT 1)
-		ELSE '' END
-	FROM {{outbox}} p WHERE p.status = 'PENDING' GROUP BY p.event_type
+	SELECT event_type, 'P', count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8
+	FROM {{outbox}} WHERE status = 'PENDING' GROUP BY event_type
 	UNION ALL
-	SELECT event_type, 'I', count(*), 0, 0, 0, 0, 0, 0, '' FROM {{outbox}} WHERE status = 'IN_PROCESS' GROUP BY event_type
+	SELECT event_type, 'I', count(*), 0 FROM {{outbox}} WHERE status = 'IN_PROCESS' GROUP BY event_type
 	UNION ALL
-	SELECT event_type, 'F', count(*), 0, 0, 0, 0, 0, 0, '' FROM {{outbox}} WHERE status = 'FAILED' GROUP BY event_type`)
+	SELECT event_type, 'F', count(*), 0 FROM {{outbox}} WHERE status = 'FAILED' GROUP BY event_type`)
 }
 
 func (d *Driver) deadLetterQueries(q *queries) {

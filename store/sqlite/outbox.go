@@ -558,19 +558,12 @@ func (d *Driver) OutboxStats(ctx context.Context) ([]*store.OutboxTypeStats, err
 	out := []*store.OutboxTypeStats{}
 	for rows.Next() {
 		s := &store.OutboxTypeStats{}
-		var ageMS, dueMS, nextMS int64
-		if err := rows.Scan(&s.EventType, &s.Pending, &s.InProcess, &s.Failed, &ageMS,
-			&s.Due, &dueMS, &nextMS, &s.Retrying, &s.MaxAttempts, &s.LastError); err != nil {
+		var ageMS int64
+		if err := rows.Scan(&s.EventType, &s.Pending, &s.InProcess, &s.Failed, &ageMS); err != nil {
 			return nil, d.translate(err)
 		}
 		if ageMS > 0 && s.Pending > 0 {
 			s.OldestPendingAge = msToDuration(ageMS)
-		}
-		if dueMS > 0 && s.Due > 0 {
-			s.OldestDueAge = msToDuration(dueMS)
-		}
-		if nextMS > 0 && s.Pending > s.Due {
-			s.NextDueIn = msToDuration(nextMS)
 		}
 		out = append(out, s)
 	}

@@ -236,29 +236,15 @@ func statsQueries(q *queries, r *strings.Replacer) {
 SELECT event_type FROM t WHERE event_type IS NOT NULL`)
 	// One branch per status, each read through that status's partial
 	// index, so PROCESSED rows kept for retention are never scanned.
-	// The pending branch reads the claim index (event_type, due_at, id);
-	// the last error is looked up only for a type with retrying rows,
-	// backwards along that index: a rescheduled row is due late.
 	q.stats = r.Replace(`SELECT event_type, sum(p), sum(ip), sum(f),
-    coalesce(CAST(round((julianday('now') - julianday(min(oldest))) * 86400000.0) AS INTEGER), 0),
-    sum(due), coalesce(CAST(round((julianday('now') - julianday(min(oldest_due))) * 86400000.0) AS INTEGER), 0),
-    coalesce(CAST(round((julianday(min(next_due)) - julianday('now')) * 86400000.0) AS INTEGER), 0),
-    sum(retrying), max(max_attempts), max(last_error)
+    coalesce(CAST(round((julianday('now') - julianday(min(oldest))) * 86400000.0) AS INTEGER), 0)
 FROM (
-    SELECT p.event_type, count(*) AS p, 0 AS ip, 0 AS f, min(p.created_at) AS oldest,
-        sum(p.due_at <= {now}) AS due, min(CASE WHEN p.due_at <= {now} THEN p.due_at END) AS oldest_due,
-        min(CASE WHEN p.due_at > {now} THEN p.due_at END) AS next_due,
-        sum(p.attempts > 0) AS retrying, max(p.attempts) AS max_attempts,
-        CASE WHEN sum(p.attempts > 0) > 0 THEN
-            (SELECT coalesce(r.last_error, '') FROM {outbox} r
-             WHERE r.status = 'PENDING' AND r.event_type = p.event_type AND r.attempts > 0
-             ORDER BY r.due_at DESC, r.id DESC LIMIT 1)
-        ELSE '' END AS last_error
-    FROM {outbox} p WHERE p.status = 'PENDING' GROUP BY p.event_type
+    SELECT event_type, count(*) AS p, 0 AS ip, 0 AS f, min(created_at) AS oldest
+    FROM {outbox} WHERE status = 'PENDING' GROUP BY event_type
     UNION ALL
-    SELECT event_type, 0, count(*), 0, NULL, 0, NULL, NULL, 0, 0, '' FROM {outbox} WHERE status = 'IN_PROCESS' GROUP BY event_type
+    SELECT event_type, 0, count(*), 0, NULL FROM {outbox} WHERE status = 'IN_PROCESS' GROUP BY event_type
     UNION ALL
-    SELECT event_type, 0, 0, count(*), NULL, 0, NULL, NULL, 0, 0, '' FROM {outbox} WHERE status = 'FAILED' GROUP BY event_type)
+    SELECT event_type, 0, 0, count(*), NULL FROM {outbox} WHERE status = 'FAILED' GROUP BY event_type)
 GROUP BY event_type
 ORDER BY event_type`)
 }

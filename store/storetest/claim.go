@@ -306,34 +306,3 @@ func testStats(t *testing.T, e *env) {
 		}
 	}
 }
-
-// testStatsLag checks the lag figures: rows scheduled for later (a
-// NotBefore, a retry's back-off) are counted but are not lag, and the
-// retrying rows report their attempts and last error.
-func testStatsLag(t *testing.T, e *env) {
-	start := time.Now()
-	due := events("lag.a", 2)
-	later := event("lag.a")
-	later.NotBefore = start.Add(time.Hour)
-	e.publish(append(due, later)...)
-	if s := e.stats("lag.a"); s.Pending != 3 || s.Due != 2 || s.Retrying != 0 || s.MaxAttempts != 0 || s.LastError != "" {
-		t.Fatalf("stats after publish = %+v, want 3 pending, 2 due, none retrying", s)
-	}
-	e.finishAll(e.claim("lag.a", 1, longLease), store.OutcomeRetry, 2*time.Hour, "broker said no")
-	waitUntil(start.Add(300 * time.Millisecond))
-	s := e.stats("lag.a")
-	if s.Pending != 3 || s.Due != 1 || s.Retrying != 1 || s.MaxAttempts != 1 || s.LastError != "broker said no" {
-		t.Fatalf("stats after a retry = %+v, want 3 pending, 1 due, 1 retrying with its error", s)
-	}
-	if s.OldestDueAge < 200*time.Millisecond || s.OldestDueAge > time.Since(start)+time.Second {
-		t.Errorf("oldest due age %s, want between 200ms and the %s since publishing", s.OldestDueAge, time.Since(start))
-	}
-	if s.NextDueIn < 50*time.Minute || s.NextDueIn > time.Hour {
-		t.Errorf("next due in %s, want the NotBefore row's hour less what passed", s.NextDueIn)
-	}
-	// Claim the last due row: what is left is all scheduled, so no lag.
-	e.claim("lag.a", 1, longLease)
-	if s := e.stats("lag.a"); s.Due != 0 || s.OldestDueAge != 0 || s.Pending != 2 || s.OldestPendingAge == 0 {
-		t.Errorf("stats with only scheduled rows = %+v, want 0 due, no lag, 2 pending with an age", s)
-	}
-}

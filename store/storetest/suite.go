@@ -69,7 +69,6 @@ func Exercise(t *testing.T, h Harness) {
 		{"OrderedByKeyKeylessBehindParkedKey", testOrderedKeylessBehindParked},
 		{"OrderedByKeyBadRun", testOrderedBadRun},
 		{"StatsAndPendingTypes", testStats},
-		{"StatsLagExcludesScheduled", testStatsLag},
 		{"Inspect", testInspect},
 		{"ParkedKeys", testParkedKeys},
 		{"Instances", testInstances},
