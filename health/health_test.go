@@ -92,7 +92,6 @@ func startRelay(t *testing.T, d *postgres.Driver, snd sender.Sender) *relay.Rela
 	return r
 }
 
-
 func TestReadyWithARunningRelayThenDegradedByAnOpenCircuit(t *testing.T) {
 	t.Parallel()
 	d := storeharness.PostgresDriver(t)

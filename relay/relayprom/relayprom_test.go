@@ -77,7 +77,6 @@ func (s *scriptedSender) Send(_ context.Context, msgs []*sender.Message) error {
 
 func (*scriptedSender) Close(context.Context) error { return nil }
 
-
 func startRelay(t *testing.T, cfg relay.Config) *relay.Relay {
 	t.Helper()
 	r, err := relay.New(cfg)

@@ -26,8 +26,8 @@ type statsCollector struct {
 	timeout  time.Duration
 	types    *boundedSet
 
-	backlog, lag *prometheus.Desc
-	queries, errors      prometheus.Counter
+	backlog, lag    *prometheus.Desc
+	queries, errors prometheus.Counter
 
 	// mu is held during a query, so concurrent scrapes share it.
 	mu      sync.Mutex
