@@ -2,6 +2,7 @@ package config
 
 import (
 	"context"
+	"crypto/tls"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -235,38 +236,22 @@ func secretEnv(getenv func(string) string, p, key, variable string) (string, err
 // openSender creates sender name.
 func (c *Config) openSender(name string, getenv func(string) string, logger *slog.Logger) (sender.Sender, error) {
 	sc, p := c.Senders[name], join("senders", name)
-	var (
-		s   sender.Sender
-		err error
-	)
-	switch sc.Type {
-	case SenderNATS:
-		n := sc.NATS
-		s, err = nats.New(nats.Config{URL: n.URL.Reveal(), Name: n.Name, CredsFile: n.CredsFile, AckTimeout: n.Timeout, MaxPending: n.MaxPending,
-			Logger: logger.With("sender", name), ProvisionStream: n.ProvisionStream})
-	case SenderWebhook:
-		w := sc.Webhook
-		secret, serr := secretEnv(getenv, p, "hmac-secret-env", w.HMACSecretEnv)
-		if serr != nil {
-			return nil, serr
-		}
-		s, err = webhook.New(webhook.Config{Timeout: w.Timeout, MaxConcurrency: w.Concurrency, ContentType: w.ContentType, Secret: secret, SignatureHeader: w.SignatureHeader})
-	case SenderKafka:
-		k := sc.Kafka
-		s, err = kafka.New(kafka.Config{Brokers: k.Brokers, ClientID: k.ClientID, DeliveryTimeout: k.Timeout, Linger: k.Linger, MaxBufferedRecords: k.MaxBufferedRecords,
-			MaxRecordBytes: k.MaxRecordBytes, ProvisionPartitions: int32(k.ProvisionPartitions), ProvisionReplicationFactor: int16(k.ProvisionReplicationFactor)})
-	case SenderRabbitMQ:
-		r := sc.RabbitMQ
-		s, err = rabbitmq.New(rabbitmq.Config{URL: r.URL.Reveal(), ConfirmTimeout: r.Timeout, Channels: r.Channels,
-			MaxMessageBytes: r.MaxMessageBytes, ProvisionExchangeType: r.ProvisionExchangeType})
-	case SenderRedis:
-		r := sc.Redis
-		password, serr := secretEnv(getenv, p, "password-env", r.PasswordEnv)
-		if serr != nil {
-			return nil, serr
-		}
-		s, err = redisstream.New(redisstream.Config{Addr: r.Addr, Username: r.Username, Password: password, DB: r.DB, MaxLen: r.MaxLen,
-			ReadTimeout: r.Timeout, WriteTimeout: r.Timeout, PoolSize: r.PoolSize})
+	cfg, err := c.senderConfig(name, getenv, logger)
+	if err != nil {
+		return nil, err
+	}
+	var s sender.Sender
+	switch v := cfg.(type) {
+	case nats.Config:
+		s, err = nats.New(v)
+	case webhook.Config:
+		s, err = webhook.New(v)
+	case kafka.Config:
+		s, err = kafka.New(v)
+	case rabbitmq.Config:
+		s, err = rabbitmq.New(v)
+	case redisstream.Config:
+		s, err = redisstream.New(v)
 	default:
 		err = fmt.Errorf("%w: %s", ErrUnsupportedSender, sc.Type)
 	}
@@ -274,6 +259,118 @@ func (c *Config) openSender(name string, getenv func(string) string, logger *slo
 		return nil, fmt.Errorf("config: %s: %w", p, err)
 	}
 	return s, nil
+}
+
+// senderConfig returns the sender package's Config for sender name (a
+// nats.Config, kafka.Config, ...), with its secrets read (getenv, files)
+// and its TLS files loaded, without connecting to anything. Errors name the
+// key at fault. logger gets the insecure-skip-verify warning.
+func (c *Config) senderConfig(name string, getenv func(string) string, logger *slog.Logger) (any, error) {
+	sc, p := c.Senders[name], join("senders", name)
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	log := logger
+	if log != nil {
+		log = log.With("sender", name)
+	}
+	tlsOf := func(t *TLS) (*tls.Config, error) { return t.build(join(p, "tls"), log) }
+	switch sc.Type {
+	case SenderNATS:
+		n := sc.NATS
+		pw, err := readSecret(getenv, p, "password", n.PasswordEnv, n.PasswordFile)
+		if err != nil {
+			return nil, err
+		}
+		token, err := readSecret(getenv, p, "token", n.TokenEnv, n.TokenFile)
+		if err != nil {
+			return nil, err
+		}
+		tc, err := tlsOf(n.TLS)
+		if err != nil {
+			return nil, err
+		}
+		if n.NKeySeedFile != "" {
+			if _, err := os.Stat(n.NKeySeedFile); err != nil {
+				return nil, &Error{Path: join(p, "nkey-seed-file"), Msg: fmt.Sprintf("cannot read: %v", err)}
+			}
+		}
+		return nats.Config{URL: n.URL.Reveal(), Name: n.Name, CredsFile: n.CredsFile, AckTimeout: n.Timeout, MaxPending: n.MaxPending,
+			Logger: log, ProvisionStream: n.ProvisionStream, User: n.User, Password: pw, Token: token, NKeySeedFile: n.NKeySeedFile, TLS: tc}, nil
+	case SenderWebhook:
+		w := sc.Webhook
+		secret, err := readSecret(getenv, p, "hmac-secret", w.HMACSecretEnv, w.HMACSecretFile)
+		if err != nil {
+			return nil, err
+		}
+		tc, err := tlsOf(w.TLS)
+		if err != nil {
+			return nil, err
+		}
+		return webhook.Config{Timeout: w.Timeout, MaxConcurrency: w.Concurrency, ContentType: w.ContentType, Secret: secret, SignatureHeader: w.SignatureHeader, TLS: tc}, nil
+	case SenderKafka:
+		k := sc.Kafka
+		tc, err := tlsOf(k.TLS)
+		if err != nil {
+			return nil, err
+		}
+		kc := kafka.Config{Brokers: k.Brokers, ClientID: k.ClientID, DeliveryTimeout: k.Timeout, Linger: k.Linger, MaxBufferedRecords: k.MaxBufferedRecords,
+			MaxRecordBytes: k.MaxRecordBytes, ProvisionPartitions: int32(k.ProvisionPartitions), ProvisionReplicationFactor: int16(k.ProvisionReplicationFactor), TLS: tc}
+		if k.SASL != nil {
+			sp := join(p, "sasl")
+			pw, err := readSecret(getenv, sp, "password", k.SASL.PasswordEnv, k.SASL.PasswordFile)
+			if err != nil {
+				return nil, err
+			}
+			kc.SASL = k.SASL.mechanism(pw)
+		}
+		return kc, nil
+	case SenderRabbitMQ:
+		r := sc.RabbitMQ
+		u := r.URL.Reveal()
+		pw, err := readSecret(getenv, p, "password", r.PasswordEnv, r.PasswordFile)
+		if err != nil {
+			return nil, err
+		}
+		if pw != "" {
+			if u, err = withPassword(u, pw); err != nil {
+				return nil, &Error{Path: join(p, "url"), Msg: err.Error()}
+			}
+		}
+		tc, err := tlsOf(r.TLS)
+		if err != nil {
+			return nil, err
+		}
+		return rabbitmq.Config{URL: u, ConfirmTimeout: r.Timeout, Channels: r.Channels,
+			MaxMessageBytes: r.MaxMessageBytes, ProvisionExchangeType: r.ProvisionExchangeType, TLS: tc}, nil
+	case SenderRedis:
+		r := sc.Redis
+		password, err := readSecret(getenv, p, "password", r.PasswordEnv, r.PasswordFile)
+		if err != nil {
+			return nil, err
+		}
+		tc, err := tlsOf(r.TLS)
+		if err != nil {
+			return nil, err
+		}
+		return redisstream.Config{Addr: r.Addr, Username: r.Username, Password: password, DB: r.DB, MaxLen: r.MaxLen,
+			ReadTimeout: r.Timeout, WriteTimeout: r.Timeout, PoolSize: r.PoolSize, TLS: tc}, nil
+	}
+	return nil, fmt.Errorf("%w: %s", ErrUnsupportedSender, sc.Type)
+}
+
+// CheckSenders reads every sender's secrets (environment variables,
+// files) and TLS files, as OpenSenders would, without connecting: a
+// missing variable or an unreadable certificate is found before a deploy.
+// The errors name the key at fault and are joined.
+func (c *Config) CheckSenders(getenv func(string) string, logger *slog.Logger) error {
+	var errs []error
+	for _, name := range c.SenderNames() {
+		if _, err := c.senderConfig(name, getenv, logger); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return Scrub(errors.Join(errs...), c.Secrets(getenv))
 }
 
 // provision creates what the routes of sender name need, when its
@@ -425,4 +522,21 @@ func (c *Config) NewLogger(w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// OpenSender creates the one sender name, as OpenSenders does but without
+// provisioning: `txbox config check --connect` looks at the destinations
+// and changes nothing. The caller closes it.
+func (c *Config) OpenSender(name string, getenv func(string) string, logger *slog.Logger) (sender.Sender, error) {
+	if c.Senders[name] == nil {
+		return nil, &Error{Path: join("senders", name), Msg: "no such sender"}
+	}
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	s, err := c.openSender(name, getenv, logger)
+	return s, Scrub(err, c.Secrets(getenv))
 }

@@ -79,6 +79,10 @@ type Config struct {
 	// Health serves the /livez and /readyz probes on a listener of their
 	// own.
 	Health Health `yaml:"health"`
+
+	// origins maps the key paths Load saw to where their values came
+	// from (Settings); nil for a Config built in Go.
+	origins map[string]string
 }
 
 // RelaySettings are the relay-wide settings under the relay key; they
@@ -175,6 +179,23 @@ type NATSSender struct {
 	// types listed under events that use this sender, and of the defaults
 	// route when it uses it ("x.{event_type}" is bound as "x.>").
 	ProvisionSubjects []string `yaml:"provision-subjects"`
+	// User authenticates with a user name; its password comes from
+	// PasswordEnv or PasswordFile. Defaults to none.
+	User string `yaml:"user"`
+	// PasswordEnv names an environment variable holding User's password.
+	PasswordEnv string `yaml:"password-env"`
+	// PasswordFile is a file holding User's password.
+	PasswordFile string `yaml:"password-file"`
+	// TokenEnv names an environment variable holding an auth token.
+	TokenEnv string `yaml:"token-env"`
+	// TokenFile is a file holding an auth token.
+	TokenFile string `yaml:"token-file"`
+	// NKeySeedFile is a file holding an NKey seed (SU...). Defaults to
+	// none.
+	NKeySeedFile string `yaml:"nkey-seed-file"`
+	// TLS configures TLS. Defaults to TLS only when the server requires
+	// it, with the system roots.
+	TLS *TLS `yaml:"tls"`
 }
 
 // WebhookSender configures the HTTP webhook sender (sender/webhook).
@@ -195,6 +216,12 @@ type WebhookSender struct {
 	// ContentType is sent for messages without a content-type header.
 	// Defaults to application/octet-stream.
 	ContentType string `yaml:"content-type"`
+	// HMACSecretFile is a file holding the signing secret, instead of
+	// HMACSecretEnv.
+	HMACSecretFile string `yaml:"hmac-secret-file"`
+	// TLS configures https requests (a private CA, a client certificate).
+	// Defaults to the system roots.
+	TLS *TLS `yaml:"tls"`
 }
 
 // KafkaSender configures the Kafka sender (sender/kafka).
@@ -232,6 +259,11 @@ type KafkaSender struct {
 	// ProvisionReplicationFactor is the replication factor of created
 	// topics. Defaults to the broker's default.replication.factor.
 	ProvisionReplicationFactor int `yaml:"provision-replication-factor"`
+	// TLS makes the broker connections TLS. Defaults to plain TCP.
+	TLS *TLS `yaml:"tls"`
+	// SASL authenticates the connections (PLAIN, SCRAM-SHA-256/512).
+	// Defaults to none.
+	SASL *KafkaSASL `yaml:"sasl"`
 }
 
 // RabbitMQSender configures the RabbitMQ sender (sender/rabbitmq). The
@@ -261,6 +293,17 @@ type RabbitMQSender struct {
 	// ProvisionExchangeType is the type of declared exchanges: direct,
 	// fanout, topic, headers or x-*. Defaults to topic.
 	ProvisionExchangeType string `yaml:"provision-exchange-type"`
+	// PasswordEnv names an environment variable holding the password of
+	// the URL's user, so the URL in the file carries none. Defaults to
+	// the URL's own password.
+	PasswordEnv string `yaml:"password-env"`
+	// PasswordFile is a file holding that password, instead of
+	// PasswordEnv.
+	PasswordFile string `yaml:"password-file"`
+	// TLS configures an amqps:// URL (a private CA, a client
+	// certificate); it requires amqps://. Defaults to the system roots
+	// for amqps://.
+	TLS *TLS `yaml:"tls"`
 }
 
 // RedisSender configures the Redis Streams sender (sender/redisstream).
@@ -283,6 +326,12 @@ type RedisSender struct {
 	Timeout time.Duration `yaml:"timeout"`
 	// PoolSize is the number of connections. Defaults to 10.
 	PoolSize int `yaml:"pool-size"`
+	// PasswordFile is a file holding the password, instead of
+	// PasswordEnv.
+	PasswordFile string `yaml:"password-file"`
+	// TLS makes the connections TLS (Redis built with TLS, a managed
+	// Redis). Defaults to plain TCP.
+	TLS *TLS `yaml:"tls"`
 }
 
 // Log controls logging.

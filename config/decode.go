@@ -207,6 +207,10 @@ func (d *decoder) decodeStruct(path string, n *yaml.Node, v reflect.Value) {
 	}
 	for _, p := range pairs {
 		i, ok := fieldByKey(v.Type(), p[0].Value)
+		if msg := literalSecret(p[0].Value, keysOf(v.Type())); !ok && msg != "" {
+			d.fail(join(path, p[0].Value), p[0], "%s", msg)
+			continue
+		}
 		if !ok {
 			d.fail(join(path, p[0].Value), p[0], "unknown key (valid keys: %s)", strings.Join(keysOf(v.Type()), ", "))
 			continue
@@ -383,6 +387,10 @@ func (s *Sender) decodeNode(d *decoder, path string, n *yaml.Node) {
 			continue
 		}
 		i, ok := fieldByKey(settings.Type(), key)
+		if msg := literalSecret(key, keysOf(settings.Type())); !ok && msg != "" {
+			d.fail(join(path, key), p[0], "%s", msg)
+			continue
+		}
 		if !ok {
 			d.fail(join(path, key), p[0], "unknown key for sender type %s (valid keys: type, %s)", s.Type, strings.Join(keysOf(settings.Type()), ", "))
 			continue

@@ -92,6 +92,7 @@ func Load(src Source) (*Config, error) {
 	if len(d.errs) > 0 {
 		return nil, Errors(d.errs)
 	}
+	c.recordOrigins(d)
 	return c, nil
 }
 
@@ -183,10 +184,8 @@ func leaves(root *yaml.Node) []leaf {
 			if typ == nil || senderTypes[typ.Value] == nil {
 				return
 			}
-			settings := reflect.TypeOf(senderTypes[typ.Value](&Sender{})).Elem()
-			for _, k := range keysOf(settings) {
-				out = append(out, leaf{segs: appendSeg(segs, k)})
-			}
+			// The settings' keys, nested blocks (tls, sasl) key by key.
+			walk(reflect.TypeOf(senderTypes[typ.Value](&Sender{})).Elem(), segs, n)
 		case t.Kind() == reflect.Struct && t != durationType:
 			for i := 0; i < t.NumField(); i++ {
 				name := yamlName(t.Field(i))
@@ -382,10 +381,12 @@ func splitSetPath(root *yaml.Node, path string) ([]string, bool) {
 	senderKeys := [][]string{{"type"}}
 	seen := map[string]bool{}
 	for _, mk := range senderTypes {
-		for _, k := range keysOf(reflect.TypeOf(mk(&Sender{})).Elem()) {
-			if !seen[k] {
-				seen[k] = true
-				senderKeys = append(senderKeys, []string{k})
+		var keys [][]string
+		collect(reflect.TypeOf(mk(&Sender{})).Elem(), nil, &keys)
+		for _, k := range keys {
+			if s := strings.Join(k, "."); !seen[s] {
+				seen[s] = true
+				senderKeys = append(senderKeys, k)
 			}
 		}
 	}

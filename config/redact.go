@@ -177,16 +177,33 @@ func (c *Config) Secrets(getenv func(string) string) []string {
 	if c.Database.DSNEnv != "" && getenv != nil {
 		addDSN(DSN(getenv(c.Database.DSNEnv)))
 	}
+	// secret adds what a <name>-env / <name>-file pair points to; an
+	// unreadable file holds nothing to hide.
+	secret := func(env, file string) {
+		if env != "" && getenv != nil {
+			add(getenv(env))
+		}
+		if file != "" {
+			if v, err := readSecret(func(string) string { return "" }, "", "", "", file); err == nil {
+				add(v)
+			}
+		}
+	}
 	for _, s := range c.Senders {
 		switch {
 		case s.NATS != nil:
 			addDSN(s.NATS.URL)
+			secret(s.NATS.PasswordEnv, s.NATS.PasswordFile)
+			secret(s.NATS.TokenEnv, s.NATS.TokenFile)
 		case s.RabbitMQ != nil:
 			addDSN(s.RabbitMQ.URL)
-		case s.Webhook != nil && s.Webhook.HMACSecretEnv != "" && getenv != nil:
-			add(getenv(s.Webhook.HMACSecretEnv))
-		case s.Redis != nil && s.Redis.PasswordEnv != "" && getenv != nil:
-			add(getenv(s.Redis.PasswordEnv))
+			secret(s.RabbitMQ.PasswordEnv, s.RabbitMQ.PasswordFile)
+		case s.Webhook != nil:
+			secret(s.Webhook.HMACSecretEnv, s.Webhook.HMACSecretFile)
+		case s.Redis != nil:
+			secret(s.Redis.PasswordEnv, s.Redis.PasswordFile)
+		case s.Kafka != nil && s.Kafka.SASL != nil:
+			secret(s.Kafka.SASL.PasswordEnv, s.Kafka.SASL.PasswordFile)
 		}
 	}
 	return out

@@ -101,6 +101,25 @@ func (c senderCheck) nats(n *NATSSender) {
 	if n.ProvisionStream != "" && strings.ContainsAny(n.ProvisionStream, " \t.*>/\\") {
 		c.fail("provision-stream", "%q is not a JetStream stream name (no spaces, '.', '*', '>', '/' or '\\')", clip(n.ProvisionStream))
 	}
+	c.secret("password", n.PasswordEnv, n.PasswordFile, false)
+	c.secret("token", n.TokenEnv, n.TokenFile, false)
+	hasPW := n.PasswordEnv != "" || n.PasswordFile != ""
+	if hasPW != (n.User != "") {
+		c.fail("user", "user and password-env/password-file go together")
+	}
+	var methods []string
+	for _, m := range []struct {
+		key string
+		on  bool
+	}{{"user", n.User != "" || hasPW}, {"token-env", n.TokenEnv != "" || n.TokenFile != ""}, {"nkey-seed-file", n.NKeySeedFile != ""}, {"creds-file", n.CredsFile != ""}} {
+		if m.on {
+			methods = append(methods, m.key)
+		}
+	}
+	if len(methods) > 1 {
+		c.fail(methods[1], "NATS takes one way to authenticate: %s", strings.Join(methods, " or "))
+	}
+	n.TLS.check(c.sub("tls"))
 	c.each("provision-subjects", n.ProvisionSubjects, func(subj string) string {
 		if subj == "" || strings.ContainsAny(subj, " \t") || strings.Contains(subj, "..") || strings.HasPrefix(subj, ".") || strings.HasSuffix(subj, ".") {
 			return "%q is not a NATS subject"
@@ -114,7 +133,8 @@ func (c senderCheck) webhook(w *WebhookSender) {
 		c.fail("url", "must be an http:// or https:// URL")
 	}
 	c.positive("timeout", w.Timeout)
-	checkEnvName(c.d, join(c.p, "hmac-secret-env"), w.HMACSecretEnv)
+	c.secret("hmac-secret", w.HMACSecretEnv, w.HMACSecretFile, false)
+	w.TLS.check(c.sub("tls"))
 	c.notNegative("concurrency", int64(w.Concurrency))
 }
 
@@ -142,6 +162,8 @@ func (c senderCheck) kafka(k *KafkaSender) {
 		c.fail("provision-replication-factor", "must be ≥ 1, or -1 for the broker's default, got %d", k.ProvisionReplicationFactor)
 	}
 	c.each("provision-topics", k.ProvisionTopics, oneName("topic"))
+	k.TLS.check(c.sub("tls"))
+	k.SASL.check(c.sub("sasl"))
 }
 
 // oneName rejects an empty name and a template, which names no single
@@ -167,6 +189,15 @@ func (c senderCheck) rabbitmq(r *RabbitMQSender) {
 		c.fail("provision-exchange-type", "must be direct, fanout, topic, headers or x-*, not %q", clip(t))
 	}
 	c.each("provision-exchanges", r.ProvisionExchanges, oneName("exchange"))
+	c.secret("password", r.PasswordEnv, r.PasswordFile, false)
+	scheme, _, _ := strings.Cut(r.URL.Reveal(), "://")
+	if r.TLS.on() && !strings.EqualFold(scheme, "amqps") {
+		c.fail("tls", "needs an amqps:// url (TLS is chosen by the URL's scheme)")
+	}
+	if (r.PasswordEnv != "" || r.PasswordFile != "") && len(r.URL.Secrets()) > 0 {
+		c.fail("password-env", "the url carries a password already: remove it from the url")
+	}
+	r.TLS.check(c.sub("tls"))
 }
 
 func (c senderCheck) redis(r *RedisSender) {
@@ -175,5 +206,6 @@ func (c senderCheck) redis(r *RedisSender) {
 	c.notNegative("max-len", r.MaxLen)
 	c.notNegative("pool-size", int64(r.PoolSize))
 	c.positive("timeout", r.Timeout)
-	checkEnvName(c.d, join(c.p, "password-env"), r.PasswordEnv)
+	c.secret("password", r.PasswordEnv, r.PasswordFile, false)
+	r.TLS.check(c.sub("tls"))
 }

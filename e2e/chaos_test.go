@@ -71,11 +71,11 @@ func TestDatabaseConnectionsKilled(t *testing.T) {
 			t.Fatal(err)
 		}
 		killed += n
-		deadline := time.Now().Add(150 * time.Millisecond)
-		for time.Now().Before(deadline) {
+		// Sample health through the pause between kills.
+		testenv.Within(150*time.Millisecond, 5*time.Millisecond, func() bool {
 			degraded = degraded || r.Health().Degraded
-			time.Sleep(5 * time.Millisecond) // sampling health between kills
-		}
+			return false
+		})
 	}
 	t.Logf("terminated %d connections; relay saw %d claim and %d finish errors; degraded seen: %v",
 		killed, errs.claimErrs.Load(), errs.finishErrs.Load(), degraded)
@@ -196,10 +196,7 @@ func TestChaosSIGSTOPStaleRelay(t *testing.T) {
 			// on SQLite, the write lock) until it resumes or its connection
 			// dies. Those rows are delayed, never lost; the test then
 			// resumes the relay and checks the rest.
-			deadline := time.Now().Add(90 * time.Second)
-			for st.count(t) < uint64(o.expected()) && time.Now().Before(deadline) {
-				time.Sleep(50 * time.Millisecond) // polling progress, not waiting for an effect
-			}
+			testenv.Within(90*time.Second, 50*time.Millisecond, func() bool { return st.count(t) >= uint64(o.expected()) })
 			if left := uint64(o.expected()) - min(st.count(t), uint64(o.expected())); left > 0 {
 				if kind.name == "postgres" {
 					t.Errorf("%d events not delivered while the stale relay was paused: a one-statement claim holds no lock across a pause", left)

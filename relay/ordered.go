@@ -141,12 +141,13 @@ func (p *poller) batchDone() {
 // batch that was not sent (errUnsent) says nothing about the destination
 // and must never count an attempt, so it is left out of the circuits'
 // judgement and released at once (its key's failed row, still the head,
-// holds it back). A batch of which nothing was sent proves nothing.
+// holds it back). So is a row whose send the lease's end cut short
+// (errLeaseCut). A batch of which nothing was sent proves nothing.
 func (p *poller) judge(t ticket, start time.Time, ids []txbox.ID, results []error) []verdict {
 	var sentIDs []txbox.ID
 	var sent []error
 	for i, res := range results {
-		if !errors.Is(res, errUnsent) {
+		if !unjudged(res) {
 			sentIDs = append(sentIDs, ids[i])
 			sent = append(sent, res)
 		}
@@ -156,13 +157,20 @@ func (p *poller) judge(t ticket, start time.Time, ids []txbox.ID, results []erro
 	}
 	out := make([]verdict, len(results))
 	if len(sent) == 0 {
+		if slices.ContainsFunc(results, func(res error) bool { return errors.Is(res, errLeaseCut) }) {
+			// Nothing was answered within the whole lease: that is the
+			// destination's to answer for (its circuit hears of it),
+			// not the messages' (no attempt).
+			p.circuit.judge(t, start, ids, results)
+			return out
+		}
 		p.circuit.abandon(t)
 		return out
 	}
 	vs := p.circuit.judge(t, start, sentIDs, sent)
 	j := 0
 	for i, res := range results {
-		if errors.Is(res, errUnsent) {
+		if unjudged(res) {
 			continue // verdict{}: released, due now, no attempt
 		}
 		out[i] = vs[j]

@@ -488,7 +488,33 @@ func (p *poller) sendWithinLease(bt *batchTrace, msgs []*sender.Message, claimSt
 		err = p.s.sender.Send(ctx, msgs)
 	}
 	took := time.Since(start)
-	return sendResult{results: sender.Results(err, len(msgs)), start: start, took: took, stopped: p.deps.hard.Err() != nil}
+	results := sender.Results(err, len(msgs))
+	stopped := p.deps.hard.Err() != nil
+	if ctx.Err() != nil && !stopped {
+		p.cutAtLeaseEnd(results)
+	}
+	return sendResult{results: results, start: start, took: took, stopped: stopped}
+}
+
+// cutAtLeaseEnd marks the transient failures of a send that the lease's
+// deadline cut short as errLeaseCut: the relay's own time budget ran out,
+// which says nothing about those messages, so they are released without
+// an attempt and left out of the circuits' judgement. A message that
+// hangs the destination is judged by the sender's own timeout, which must
+// be shorter than the lease; a batch that does not fit in its lease is
+// logged so the lease or batch size can be changed.
+func (p *poller) cutAtLeaseEnd(results []error) {
+	cut := 0
+	for i, res := range results {
+		if res != nil && txbox.Classify(res) == txbox.ClassTransient {
+			results[i] = errLeaseCut
+			cut++
+		}
+	}
+	if cut > 0 {
+		p.log.Warn("lease ran out while sending; releasing the unacknowledged rows without an attempt (raise lease or lower batch-size if this repeats)",
+			slog.Int("rows", cut), slog.Int("batch", len(results)), slog.Duration("lease", p.s.leaseDuration))
+	}
 }
 
 // judgeSent lets the circuits judge a sent batch, and returns one verdict
@@ -599,6 +625,17 @@ var errStopping = errors.New("relay: stopping")
 // errLeaseLost marks the rows of a batch whose lease ran out before it
 // was sent.
 var errLeaseLost = errors.New("relay: lease ran out before the send")
+
+// errLeaseCut marks a message whose send the lease's deadline cut short:
+// see cutAtLeaseEnd.
+var errLeaseCut = txbox.Transient(errors.New("relay: send cut short at the end of the lease"))
+
+// unjudged reports whether res is an outcome that says nothing about the
+// message or its destination (errUnsent, errLeaseCut): the row is released,
+// due at once, with no attempt counted.
+func unjudged(res error) bool {
+	return errors.Is(res, errUnsent) || errors.Is(res, errLeaseCut)
+}
 
 // maxErrorText bounds the last error stored per row.
 const maxErrorText = 2000

@@ -265,6 +265,62 @@ func TestPartialTransientReleasesOnlyThose(t *testing.T) {
 	}
 }
 
+// TestLeaseCutCountsNoAttempt: a send the relay itself cuts short at the
+// end of the lease says nothing about the messages it had not finished,
+// even while the destination acks other batches: they are released
+// without an attempt, never dead-lettered for it. Before, a batch larger
+// than its lease could carry (a loaded machine, a slow consumer) had every
+// message past the cut counted as failing, and dead-lettered after
+// max-attempts. A message that hangs the destination is the sender's
+// timeout's to judge, which counts.
+func TestLeaseCutCountsNoAttempt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var cuts atomic.Int32
+	b.sender.setBehave(func(ctx context.Context, msgs []*sender.Message) error {
+		if msgs[0].EventType == "fast" || cuts.Load() >= 4 {
+			return nil // acked: the destination works
+		}
+		<-ctx.Done() // slow until the lease's deadline cuts the send
+		cuts.Add(1)
+		return txbox.Transient(ctx.Err())
+	})
+	slow := b.publish(t, "slow", 5, nil)
+	b.start(t, func(c *relay.Config) {
+		c.Defaults.LeaseDuration = new(time.Second)
+		c.Defaults.MaxAttempts = new(2)
+		c.Events = map[string]relay.EventSettings{"slow": {}, "fast": {}}
+	})
+	// Acks of other batches keep coming while the slow batch is cut.
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+				b.publish(t, "fast", 1, nil)
+			}
+		}
+	}()
+	testenv.WaitFor(t, 60*time.Second, "slow events settled", func() bool {
+		return b.count(t, "outbox", "event_type = 'slow' AND status IN ('PROCESSED', 'FAILED')")+b.count(t, "dead_letter", "true") == len(slow)
+	})
+	close(stop)
+	<-done
+	if n := b.count(t, "dead_letter", "true") + b.count(t, "outbox", "status = 'FAILED'"); n != 0 {
+		t.Errorf("%d rows dead-lettered for sends the lease cut short", n)
+	}
+	for _, id := range slow {
+		ds := b.sender.deliveries(id)
+		if last := ds[len(ds)-1].msg; last.Attempt != 1 {
+			t.Errorf("%v delivered as attempt %d after %d lease cuts, want 1", id, last.Attempt, cuts.Load())
+		}
+	}
+}
+
 func TestStopReleasesInFlightBatch(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -373,8 +429,8 @@ func TestWakeBeforeCommit(t *testing.T) {
 	if err := b.store.OutboxInsert(ctx, tx, &store.OutboxInsertParams{Events: []*txbox.Event{ev}}); err != nil {
 		t.Fatal(err)
 	}
-	r.Wake("orders") // before the commit, as OnPublish does
-	waitUntil(5*time.Millisecond, func() bool { return false })
+	r.Wake("orders")                 // before the commit, as OnPublish does
+	time.Sleep(5 * time.Millisecond) // the wake-up must arrive before the row is visible
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -398,10 +454,9 @@ func TestListenNotifyWakesRelay(t *testing.T) {
 	// The listener connects asynchronously; keep publishing with NOTIFY
 	// until one arrives (each publish is a fresh event).
 	ctx := context.Background()
-	deadline := time.Now().Add(10 * time.Second)
-	for len(b.sender.ids()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no delivery through LISTEN/NOTIFY within 10s")
+	testenv.WaitForEvery(t, 10*time.Second, 200*time.Millisecond, "a delivery through LISTEN/NOTIFY", func() bool {
+		if len(b.sender.ids()) > 0 {
+			return true
 		}
 		tx, err := b.pool.Begin(ctx)
 		if err != nil {
@@ -414,8 +469,8 @@ func TestListenNotifyWakesRelay(t *testing.T) {
 		if err := tx.Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
-		waitUntil(200*time.Millisecond, func() bool { return len(b.sender.ids()) > 0 })
-	}
+		return testenv.Within(200*time.Millisecond, 5*time.Millisecond, func() bool { return len(b.sender.ids()) > 0 })
+	})
 }
 
 func TestExpiredLeaseIsRecoveredWithoutAttempt(t *testing.T) {
@@ -546,13 +601,6 @@ func connCircuit(t *testing.T, h relay.Health, snd string) relay.CircuitHealth {
 	}
 	t.Fatalf("no connection circuit for sender %q in %+v", snd, h.Circuits)
 	return relay.CircuitHealth{}
-}
-
-func waitUntil(d time.Duration, cond func() bool) {
-	deadline := time.Now().Add(d)
-	for !cond() && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // recordingHook counts what the relay reports.

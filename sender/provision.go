@@ -1,6 +1,9 @@
 package sender
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
 // Provisioner is implemented by senders that can create, before the relay
 // starts, what their routes need at the destination and that the broker
@@ -22,4 +25,22 @@ type Provisioner interface {
 	// Provision waits, within ctx, for a connection that is still being
 	// established.
 	Provision(ctx context.Context, routes []Route) error
+}
+
+// ErrNoDestination is what [Checker.CheckRoute] returns (wrapped, with
+// the destination's name) for a route whose destination does not exist:
+// every message routed there would be rejected.
+var ErrNoDestination = errors.New("destination does not exist")
+
+// Checker is implemented by senders that can tell, changing nothing,
+// whether a route's destination exists: a JetStream stream binds the
+// subject, the Kafka topic exists, the RabbitMQ exchange exists. `txbox
+// config check --connect` uses it before a deploy.
+type Checker interface {
+	// CheckRoute returns nil when the destination of r exists, an error
+	// matching ErrNoDestination when it does not, and any other error
+	// when it could not tell (the broker is unreachable, access is
+	// denied). r holds no "{event_type}" placeholder. It waits, within
+	// ctx, for a connection that is still being established.
+	CheckRoute(ctx context.Context, r Route) error
 }

@@ -344,14 +344,6 @@ func (a *dlqArgs) parked(ctx context.Context, e *env, cfg *config.Config, st *co
 	return nil
 }
 
-func deref[T any](p *T) T {
-	if p == nil {
-		var zero T
-		return zero
-	}
-	return *p
-}
-
 // oneLine flattens s to one line of at most n bytes (cut on a rune
 // boundary), for table cells.
 func oneLine(s string, n int) string {

@@ -62,7 +62,8 @@ var commands = []command{
 	{"dlq", "list, show, retry, resolve or delete dead letters; list parked keys", runDLQ},
 	{"demo", "run the whole pipeline on SQLite and an in-process NATS", runDemo},
 	{"bench", "measure the relay against the naive loop and watermill (docs/benchmarks/bench-command.md)", runBench},
-	{"version", "print the version of this build", runVersion},
+	{"config", "check the configuration (and with --connect its destinations) or print it with sources", runConfig},
+	{"version", "print the version of this build (also --version)", runVersion},
 }
 
 func main() {
@@ -101,6 +102,9 @@ func run(ctx context.Context, e *env, args []string) int {
 		return exitOK
 	}
 	name := args[0]
+	if name == "--version" || name == "-version" {
+		name = "version"
+	}
 	for _, c := range commands {
 		if c.name != name {
 			continue

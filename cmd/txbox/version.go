@@ -6,6 +6,12 @@ import (
 	"runtime/debug"
 )
 
+// buildRevision is the VCS revision set at link time
+// (-ldflags "-X main.buildRevision=..."), for builds that have no VCS
+// information of their own, such as the Dockerfile's. Build information
+// wins when it has a revision.
+var buildRevision string
+
 func runVersion(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "version", "version")
 	if err := parse(fs, args); err != nil {
@@ -36,6 +42,11 @@ func versionString() string {
 		case "vcs.modified":
 			modified = st.Value
 		}
+	}
+	if rev == "" {
+		// A build without VCS stamping (a container build whose context
+		// has no .git) gets its revision from the linker instead.
+		rev = buildRevision
 	}
 	if rev != "" {
 		if len(rev) > 12 {

@@ -140,3 +140,17 @@ func WaitForEvery(t testing.TB, timeout, interval time.Duration, what string, co
 		time.Sleep(interval) // polling a condition with a deadline
 	}
 }
+
+// Within reports whether cond held within d, polling every interval, and
+// never fails the test: for a test that samples or that decides what to
+// check next from whether progress came in time.
+func Within(d, interval time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(interval) // sampling a condition until a deadline
+	}
+	return true
+}

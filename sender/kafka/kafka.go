@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/sender"
@@ -87,6 +89,13 @@ type Config struct {
 	// Provision creates; 0 or -1 uses the broker's
 	// default.replication.factor. Send does not use it.
 	ProvisionReplicationFactor int16
+	// TLS, when not nil, makes every broker connection TLS with this
+	// configuration; an empty ServerName is set to each broker's host.
+	// Defaults to plain TCP.
+	TLS *tls.Config
+	// SASL authenticates every connection with this mechanism
+	// (franz-go's pkg/sasl/plain or pkg/sasl/scram). Defaults to none.
+	SASL sasl.Mechanism
 }
 
 func (c Config) withDefaults() Config {
@@ -173,6 +182,12 @@ func (c Config) Options() ([]kgo.Opt, error) {
 	}
 	if c.MaxRecordBytes > 0 {
 		opts = append(opts, kgo.ProducerBatchMaxBytes(int32(c.MaxRecordBytes)))
+	}
+	if c.TLS != nil {
+		opts = append(opts, kgo.DialTLSConfig(c.TLS.Clone()))
+	}
+	if c.SASL != nil {
+		opts = append(opts, kgo.SASL(c.SASL))
 	}
 	return opts, nil
 }

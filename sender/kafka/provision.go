@@ -49,3 +49,19 @@ func (s *Sender) Provision(ctx context.Context, routes []sender.Route) error {
 	}
 	return nil
 }
+
+// CheckRoute implements [sender.Checker]: r's topic exists.
+func (s *Sender) CheckRoute(ctx context.Context, r sender.Route) error {
+	td, err := kadm.NewClient(s.cl).ListTopics(ctx, r.Topic)
+	if err != nil {
+		return fmt.Errorf("kafka sender: look up topic %q: %w", r.Topic, err)
+	}
+	d, ok := td[r.Topic]
+	switch {
+	case !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition):
+		return fmt.Errorf("kafka sender: topic %q: %w", r.Topic, sender.ErrNoDestination)
+	case d.Err != nil:
+		return fmt.Errorf("kafka sender: look up topic %q: %w", r.Topic, d.Err)
+	}
+	return nil
+}

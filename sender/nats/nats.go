@@ -2,6 +2,7 @@ package nats
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -79,6 +80,19 @@ type Config struct {
 	// or extends with the subjects it lacks. Send does not use it.
 	// Defaults to "TXBOX".
 	ProvisionStream string
+	// User and Password authenticate with a user name and password
+	// (instead of putting them in URL). Defaults to none.
+	User, Password string
+	// Token authenticates with a token. Defaults to none.
+	Token string
+	// NKeySeedFile is a file holding an NKey seed ("SU..."), which signs
+	// the server's nonce. Defaults to none.
+	NKeySeedFile string
+	// TLS, when not nil, makes the connection TLS with this
+	// configuration (a private CA, a client certificate). Defaults to
+	// TLS only when the server requires it or the URL is tls://, with
+	// the system roots.
+	TLS *tls.Config
 }
 
 // ConfigError reports an invalid Config field.
@@ -272,6 +286,23 @@ func New(cfg Config) (*Sender, error) {
 	)
 	if cfg.CredsFile != "" {
 		opts = append(opts, natsgo.UserCredentials(cfg.CredsFile))
+	}
+	if cfg.User != "" || cfg.Password != "" {
+		opts = append(opts, natsgo.UserInfo(cfg.User, cfg.Password))
+	}
+	if cfg.Token != "" {
+		opts = append(opts, natsgo.Token(cfg.Token))
+	}
+	if cfg.NKeySeedFile != "" {
+		o, err := natsgo.NkeyOptionFromSeed(cfg.NKeySeedFile)
+		if err != nil {
+			// The error may quote the file's content: name the file only.
+			return nil, &ConfigError{Field: "nkey-seed-file", Reason: fmt.Sprintf("%s is not a readable NKey seed file", cfg.NKeySeedFile)}
+		}
+		opts = append(opts, o)
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, natsgo.Secure(cfg.TLS.Clone()))
 	}
 	nc, err := natsgo.Connect(cfg.URL, opts...)
 	if err != nil {

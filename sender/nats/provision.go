@@ -178,3 +178,18 @@ func sameSet(a, b []string) bool {
 	slices.Sort(b)
 	return slices.Equal(a, b)
 }
+
+// CheckRoute implements [sender.Checker]: a stream binds r's subject.
+func (s *Sender) CheckRoute(ctx context.Context, r sender.Route) error {
+	if err := s.waitConnected(ctx); err != nil {
+		return err
+	}
+	_, err := s.js.StreamNameBySubject(ctx, r.Subject)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return fmt.Errorf("nats: no stream binds subject %q: %w", r.Subject, sender.ErrNoDestination)
+	case err != nil:
+		return fmt.Errorf("nats: look up the stream of subject %q: %w", r.Subject, err)
+	}
+	return nil
+}

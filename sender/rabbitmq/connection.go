@@ -40,6 +40,9 @@ func (s *Sender) dial() (*amqp.Connection, error) {
 		Heartbeat:  s.cfg.Heartbeat,
 		Properties: amqp.NewConnectionProperties(),
 	}
+	if s.cfg.TLS != nil {
+		cfg.TLSClientConfig = s.cfg.TLS.Clone()
+	}
 	cfg.Properties.SetClientConnectionName(s.cfg.ConnectionName)
 	conn, err := amqp.DialConfig(s.cfg.URL, cfg)
 	if err != nil {

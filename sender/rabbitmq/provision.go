@@ -128,3 +128,14 @@ func (s *Sender) checkExchange(ctx context.Context, name string) error {
 	}
 	return connErr(conn, fmt.Errorf("%w: check exchange %q: %v", ErrConnection, name, err))
 }
+
+// CheckRoute implements [sender.Checker]: r's exchange exists (the
+// default exchange and amq.* always do). A queue bound to it is not
+// checked: an unroutable message is rejected when it is published.
+func (s *Sender) CheckRoute(ctx context.Context, r sender.Route) error {
+	err := s.checkExchange(ctx, r.Exchange)
+	if errors.Is(err, ErrNoExchange) {
+		return fmt.Errorf("%w: %w", err, sender.ErrNoDestination)
+	}
+	return err
+}

@@ -2,6 +2,7 @@ package rabbitmq
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"slices"
@@ -109,6 +110,10 @@ type Config struct {
 	// [Sender.Provision] declares: direct, fanout, topic, headers or a
 	// plugin's x-* type. Send does not use it. Defaults to topic.
 	ProvisionExchangeType string
+	// TLS is the client TLS configuration of an amqps:// URL (a private
+	// CA, a client certificate). Ignored for amqp://. Defaults to the
+	// system roots for amqps://.
+	TLS *tls.Config
 }
 
 func (c Config) withDefaults() Config {

@@ -2,6 +2,7 @@ package redisstream
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -78,6 +79,10 @@ type Config struct {
 	// server is reported (as transient) in bounded time. Defaults to
 	// DialTimeout + WriteTimeout + ReadTimeout.
 	SendTimeout time.Duration
+	// TLS, when not nil, makes every connection TLS with this
+	// configuration (Redis 6+ built with TLS, or a managed Redis).
+	// Defaults to plain TCP.
+	TLS *tls.Config
 }
 
 func (c Config) withDefaults() Config {
@@ -175,6 +180,7 @@ func New(cfg Config) (*Sender, error) {
 		WriteTimeout: cfg.WriteTimeout,
 		PoolSize:     cfg.PoolSize,
 		MaxRetries:   cfg.MaxRetries,
+		TLSConfig:    cfg.TLS,
 		// Let a Send's deadline reach the socket.
 		ContextTimeoutEnabled: true,
 	})
@@ -229,9 +235,10 @@ func (s *Sender) send(ctx context.Context, msgs []*sender.Message) error {
 		// returns at once. The pipeline ends by itself within the
 		// timeouts.
 		done := make(chan struct{})
+		var execErr error
 		go func() {
 			defer close(done)
-			_, _ = pipe.Exec(ctx)
+			_, execErr = pipe.Exec(ctx)
 		}()
 		select {
 		case <-done:
@@ -245,8 +252,16 @@ func (s *Sender) send(ctx context.Context, msgs []*sender.Message) error {
 			return sender.Summarize(errs)
 		}
 		for i, c := range cmds {
-			if c != nil {
-				errs[i] = classify(c.Err())
+			if c == nil {
+				continue
+			}
+			errs[i] = classify(c.Err())
+			if c.Err() == nil && c.Val() == "" && execErr != nil {
+				// The connection failed before the command ran: a
+				// refused AUTH (WRONGPASS, a disabled user) fails the
+				// pipeline but leaves each command's own error nil,
+				// so a nil error here is no proof of a written entry.
+				errs[i] = sender.Disconnected(txbox.Transient(fmt.Errorf("%w: %w", ErrUnavailable, execErr)))
 			}
 		}
 	}
@@ -361,4 +376,14 @@ func (s *Sender) Close(ctx context.Context) error {
 		}
 	}
 	return err
+}
+
+// CheckRoute implements [sender.Checker]. Redis creates a stream on its
+// first entry, so every stream "exists": CheckRoute checks that the
+// server answers and accepts the configured user.
+func (s *Sender) CheckRoute(ctx context.Context, _ sender.Route) error {
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		return classify(err)
+	}
+	return nil
 }

@@ -256,3 +256,56 @@ func TestRefusedIsDisconnected(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedAuthIsNotAck: a user the server refuses (WRONGPASS) fails
+// the pipeline while each command's own error stays nil; the batch must
+// fail as transient and disconnected, never report the entries written.
+func TestRefusedAuthIsNotAck(t *testing.T) {
+	t.Parallel()
+	rdb := direct(t)
+	stream := newStream(t, rdb)
+	s, err := redisstream.New(redisstream.Config{Addr: testenv.RedisAddr, Username: "txbox-no-such-user", Password: "refused-pw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = s.Send(ctx, sendertest.NewMessages(3, sender.Route{Stream: stream}))
+	if err == nil {
+		t.Fatal("Send with a refused user reported every message written")
+	}
+	for i, e := range sender.Results(err, 3) {
+		if txbox.Classify(e) != txbox.ClassTransient || !sender.IsDisconnected(e) {
+			t.Errorf("message %d: %v (class %v), want transient and disconnected", i, e, txbox.Classify(e))
+		}
+	}
+	if n := len(read(t, rdb, stream)); n != 0 {
+		t.Fatalf("%d entries written", n)
+	}
+}
+
+// TestCheckRoute: the server answers and accepts the user (streams need
+// no set-up); a refused user is reported.
+func TestCheckRoute(t *testing.T) {
+	t.Parallel()
+	testenv.RequireTCP(t, "Redis", testenv.RedisAddr)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ok, err := redisstream.New(redisstream.Config{Addr: testenv.RedisAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ok.Close(ctx)
+	if err := ok.CheckRoute(ctx, sender.Route{Stream: "any"}); err != nil {
+		t.Fatalf("CheckRoute: %v", err)
+	}
+	bad, err := redisstream.New(redisstream.Config{Addr: testenv.RedisAddr, Username: "txbox-no-such-user", Password: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close(ctx)
+	if err := bad.CheckRoute(ctx, sender.Route{Stream: "any"}); err == nil {
+		t.Fatal("CheckRoute with a refused user: nil")
+	}
+}

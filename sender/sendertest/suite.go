@@ -349,9 +349,12 @@ func testConcurrentSends(t *testing.T, h Harness) {
 
 // testPipelined proves the sender keeps many messages in flight: with L of
 // latency added to every ack, a sender that waits for each ack before the
-// next send needs M×L for M messages. The batch must finish in under a
-// fifth of that (on average at least 5 messages in flight); real
-// pipelining is far better, and the measured ratio is logged.
+// next send needs at least M×L for M messages, whatever the machine: a
+// ratio of 1 or more by construction. The batch must finish in under half
+// of that (on average at least 2 messages in flight). Real pipelining is
+// far better (0.002–0.07 on a quiet machine) and the measured ratio is
+// logged; the margin is for a loaded machine, where the senders' own CPU
+// time, not the latency, is most of the batch (0.27 seen at load 33).
 func testPipelined(t *testing.T, h Harness) {
 	const (
 		latency = 40 * time.Millisecond
@@ -374,8 +377,8 @@ func testPipelined(t *testing.T, h Harness) {
 	serial := time.Duration(m) * latency
 	ratio := float64(took) / float64(serial)
 	t.Logf("sendertest: %d messages with %v ack latency took %v (single send %v); ratio to a serial sender %.3f", m, latency, took, single, ratio)
-	if ratio >= 0.2 {
-		t.Fatalf("sendertest: batch of %d took %v, ≥ 1/5 of the %v a one-at-a-time sender needs: messages are not kept in flight", m, took, serial)
+	if ratio >= 0.5 {
+		t.Fatalf("sendertest: batch of %d took %v, ≥ 1/2 of the %v a one-at-a-time sender needs: messages are not kept in flight", m, took, serial)
 	}
 	got := waitDelivered(t, h, f.d, msgs)
 	checkContent(t, h, got, msgs)

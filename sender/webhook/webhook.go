@@ -3,6 +3,7 @@ package webhook
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -78,6 +79,10 @@ type Config struct {
 	// policy is left alone. Defaults to a client built from Timeout and
 	// MaxConcurrency that does not follow redirects.
 	HTTPClient *http.Client
+	// TLS, when not nil, is the client TLS configuration of https
+	// requests (a private CA, a client certificate for mutual TLS).
+	// Ignored when HTTPClient is set. Defaults to the system roots.
+	TLS *tls.Config
 }
 
 // ConfigError reports an invalid Config field or Verify argument.
@@ -209,7 +214,7 @@ func New(cfg Config) (*Sender, error) {
 		s.secret = []byte(cfg.Secret)
 	}
 	if s.client == nil {
-		s.client = newClient(cfg.MaxConcurrency)
+		s.client = newClient(cfg.MaxConcurrency, cfg.TLS)
 		s.ownClient = true
 	}
 	return s, nil
@@ -241,8 +246,11 @@ func configHeaders(hs map[string]string, sigHeader string) (http.Header, error) 
 
 // newClient is the sender's own keep-alive client: as many connections per
 // host as requests in flight, and redirects not followed.
-func newClient(maxConcurrency int) *http.Client {
+func newClient(maxConcurrency int, tlsConfig *tls.Config) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if tlsConfig != nil {
+		tr.TLSClientConfig = tlsConfig.Clone()
+	}
 	// The default keeps 2 idle connections per host: a batch of
 	// parallel requests would open and close connections every time.
 	tr.MaxIdleConnsPerHost = maxConcurrency

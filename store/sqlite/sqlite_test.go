@@ -440,8 +440,23 @@ func TestClaimValidation(t *testing.T) {
 // claimed exactly once and no call may fail with SQLITE_BUSY.
 func TestConcurrentClaimExclusive(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	other := openDriver(t, b.path, "")
+	// Two Drivers in one process: SQLite's busy handler is not fair
+	// between their pools, and on a loaded machine a claim waited past the
+	// default 10s busy timeout. Exclusivity, not the wait, is under test.
+	patient := func(path string) *Driver {
+		d, err := Open(path, Config{BusyTimeout: 2 * time.Minute})
+		if err != nil {
+			t.Fatalf("open: %v", err)
+		}
+		t.Cleanup(func() { d.Close() })
+		return d
+	}
+	b := &bundle{path: filepath.Join(t.TempDir(), "txbox.db")}
+	b.d = patient(b.path)
+	if err := b.d.Migrate(context.Background()); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	other := patient(b.path)
 	const publishers, perPublisher, batch = 4, 300, 20
 	total := publishers * perPublisher
 

@@ -1,0 +1,154 @@
+package config
+
+import (
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Setting is one key of a loaded configuration: its effective value and
+// where that value came from. Settings lists them for `txbox config
+// print`.
+type Setting struct {
+	// Path is the key path, such as defaults.batch-size or
+	// senders.orders.url.
+	Path string
+	// Value is the value as the relay uses it, secrets redacted; "(unset)"
+	// for an optional block or key nobody set.
+	Value string
+	// Source is "default", "file NAME:LINE", "environment variable
+	// TXBOX_...", "flag --set KEY", or, for a key of an event type the
+	// file does not set, "inherited from defaults.KEY (SOURCE)".
+	Source string
+}
+
+// Source labels of Setting.
+const (
+	SourceDefault = "default"
+)
+
+var dsnType = reflect.TypeOf(DSN(""))
+
+// Settings returns every key of the configuration with its effective
+// value and its source, in path order within each section. Event types
+// show their effective settings (Effective): a key the entry does not set
+// shows the defaults value and says it is inherited. Values are redacted
+// as DSNs are (String): a password never appears.
+func (c *Config) Settings() []Setting {
+	var out []Setting
+	sourceOf := func(p string) string {
+		if s, ok := c.origins[p]; ok {
+			return s
+		}
+		return SourceDefault
+	}
+	walk := func(path string, v reflect.Value, src func(string) string) {
+		settingsOf(path, v, src, &out)
+	}
+	cv := reflect.ValueOf(c).Elem()
+	for i := 0; i < cv.NumField(); i++ {
+		name := yamlName(cv.Type().Field(i))
+		switch name {
+		case "", "senders", "events":
+			continue
+		}
+		walk(name, cv.Field(i), sourceOf)
+	}
+	for _, n := range c.SenderNames() {
+		p := join("senders", n)
+		s := c.Senders[n]
+		out = append(out, Setting{Path: join(p, "type"), Value: s.Type, Source: sourceOf(join(p, "type"))})
+		for _, v := range []any{s.NATS, s.Webhook, s.Kafka, s.RabbitMQ, s.Redis} {
+			if rv := reflect.ValueOf(v); !rv.IsNil() {
+				walk(p, rv, sourceOf)
+			}
+		}
+	}
+	for _, t := range c.EventTypes() {
+		p := join("events", t)
+		walk(p, reflect.ValueOf(c.Effective(t)), func(key string) string {
+			if s, ok := c.origins[key]; ok {
+				return s
+			}
+			d := "defaults" + strings.TrimPrefix(key, p)
+			return fmt.Sprintf("inherited from %s (%s)", d, sourceOf(d))
+		})
+	}
+	return out
+}
+
+// settingsOf appends the leaves of v under path.
+func settingsOf(path string, v reflect.Value, src func(string) string, out *[]Setting) {
+	if v.Type() == dsnType {
+		*out = append(*out, Setting{Path: path, Value: v.Interface().(DSN).String(), Source: src(path)})
+		return
+	}
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		if v.IsNil() {
+			*out = append(*out, Setting{Path: path, Value: "(unset)", Source: src(path)})
+			return
+		}
+		settingsOf(path, v.Elem(), src, out)
+		return
+	case reflect.Struct:
+		if v.Type() != durationType {
+			for i := 0; i < v.NumField(); i++ {
+				if name := yamlName(v.Type().Field(i)); name != "" {
+					settingsOf(join(path, name), v.Field(i), src, out)
+				}
+			}
+			return
+		}
+	case reflect.Map:
+		if v.Len() == 0 {
+			*out = append(*out, Setting{Path: path, Value: "{}", Source: src(path)})
+			return
+		}
+		keys := v.MapKeys()
+		sort.Slice(keys, func(i, j int) bool { return fmt.Sprint(keys[i]) < fmt.Sprint(keys[j]) })
+		for _, k := range keys {
+			settingsOf(join(path, fmt.Sprint(k)), v.MapIndex(k), src, out)
+		}
+		return
+	case reflect.Slice:
+		items := make([]string, v.Len())
+		for i := range items {
+			items[i] = scalarString(v.Index(i))
+		}
+		*out = append(*out, Setting{Path: path, Value: "[" + strings.Join(items, ", ") + "]", Source: src(path)})
+		return
+	}
+	*out = append(*out, Setting{Path: path, Value: scalarString(v), Source: src(path)})
+}
+
+// scalarString prints one value; strings go through RedactDSN, so a URL
+// with a password or a token parameter prints redacted.
+func scalarString(v reflect.Value) string {
+	if v.Type() == durationType {
+		return time.Duration(v.Int()).String()
+	}
+	if v.Kind() == reflect.String {
+		s := RedactDSN(v.String())
+		if s == "" {
+			return `""`
+		}
+		return s
+	}
+	return fmt.Sprint(v.Interface())
+}
+
+// recordOrigins keeps, for Settings, where each key of the loaded
+// configuration came from: the file's keys with their lines, then the
+// environment and flag overrides.
+func (c *Config) recordOrigins(d *decoder) {
+	c.origins = make(map[string]string, len(d.lines)+len(d.sources))
+	for p, line := range d.lines {
+		c.origins[p] = fmt.Sprintf("file %s:%d", d.file, line)
+	}
+	for p, s := range d.sources {
+		c.origins[p] = s
+	}
+}
