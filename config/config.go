@@ -24,6 +24,10 @@ const (
 	DefaultLogLevel = "info"
 	// DefaultLogFormat is log.format.
 	DefaultLogFormat = "text"
+	// DefaultMetricsPath is metrics.path.
+	DefaultMetricsPath = "/metrics"
+	// DefaultMetricsStatsInterval is metrics.stats-interval.
+	DefaultMetricsStatsInterval = 5 * time.Second
 	// DefaultSenderTimeout is the timeout of the senders that have one,
 	// except RabbitMQ's (30s).
 	DefaultSenderTimeout = 10 * time.Second
@@ -70,6 +74,11 @@ type Config struct {
 	Relay RelaySettings `yaml:"relay"`
 	// Log controls the relay's own log output.
 	Log Log `yaml:"log"`
+	// Metrics serves Prometheus metrics on a listener of their own.
+	Metrics Metrics `yaml:"metrics"`
+	// Health serves the /livez and /readyz probes on a listener of their
+	// own.
+	Health Health `yaml:"health"`
 
 	// origins maps the key paths Load saw to where their values came
 	// from (Settings); nil for a Config built in Go.
@@ -331,4 +340,34 @@ type Log struct {
 	Level string `yaml:"level"`
 	// Format is text or json. Defaults to text.
 	Format string `yaml:"format"`
+}
+
+// Metrics configures the Prometheus endpoint of `txbox relay`
+// (docs/metrics.md).
+type Metrics struct {
+	// Listen is the host:port to serve metrics on, such as
+	// 127.0.0.1:9090. Empty (the default) serves none. It has no
+	// authentication: bind it where only the scraper can reach it.
+	Listen string `yaml:"listen"`
+	// Path is the URL path of the metrics. Defaults to /metrics.
+	Path string `yaml:"path"`
+	// StatsInterval is the most often the backlog gauges query the
+	// database; scrapes in between reuse the last result. Defaults to 5s.
+	StatsInterval time.Duration `yaml:"stats-interval"`
+}
+
+// Health configures the probes of `txbox relay` (docs/operations.md,
+// "Health").
+type Health struct {
+	// Listen is the host:port to serve /livez and /readyz on, without a
+	// token. Empty (the default) serves none. The same address as
+	// metrics.listen serves both on one listener.
+	Listen string `yaml:"listen"`
+	// LagThreshold is the lag (age of the oldest due event of a type)
+	// above which /readyz reports degraded. 0 (the default) turns the
+	// check off.
+	LagThreshold time.Duration `yaml:"lag-threshold"`
+	// FailWhenDegraded makes /readyz answer 503 when degraded, not only
+	// when not ready. Defaults to false.
+	FailWhenDegraded bool `yaml:"fail-when-degraded"`
 }

@@ -140,6 +140,13 @@ func TestLoadRejects(t *testing.T) {
 		{"bad max-record-bytes", "senders: { k: { type: kafka, brokers: [a:1], max-record-bytes: 10 } }", "senders.k.max-record-bytes: must be in 512..1073741824"},
 		{"bad exchange type", "senders: { r: { type: rabbitmq, url: 'amqp://h/', provision: true, provision-exchange-type: fancy } }", `senders.r.provision-exchange-type: must be direct, fanout, topic, headers or x-*, not "fancy"`},
 		{"exchanges without provision", "senders: { r: { type: rabbitmq, url: 'amqp://h/', provision-exchanges: [orders] } }", "senders.r.provision-exchanges: only used with provision: true"},
+		{"metrics listen without port", "metrics: { listen: localhost }", `metrics.listen: must be host:port, such as 127.0.0.1:9090, not "localhost"`},
+		{"health listen bad port", "health: { listen: '127.0.0.1:http' }", `health.listen: port "http" must be a number from 0 to 65535`},
+		{"metrics path relative", "metrics: { path: metrics }", `metrics.path: must be a URL path starting with /, not "metrics"`},
+		{"metrics path on a probe", "metrics: { path: /readyz }", "metrics.path: /readyz is the health probe's path"},
+		{"stats interval too short", "metrics: { stats-interval: 10ms }", "metrics.stats-interval: must be ≥ 1s"},
+		{"lag threshold not a duration", "health: { lag-threshold: big }", `health.lag-threshold: must be a duration`},
+		{"unknown health key", "health: { listn: ':8080' }", "health.listn: unknown key"},
 		{"provision on redis", "senders: { s: { type: redis, provision: true } }", "senders.s.provision: unknown key for sender type redis"},
 	}
 	for _, tc := range cases {

@@ -1,7 +1,9 @@
 package config
 
 import (
+	"net"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -67,7 +69,8 @@ func Default() *Config {
 				Multiplier:  relay.DefaultCircuitMultiplier,
 			},
 		},
-		Log: Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
+		Log:     Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
+		Metrics: Metrics{Path: DefaultMetricsPath, StatsInterval: DefaultMetricsStatsInterval},
 	}
 }
 
@@ -167,6 +170,37 @@ func (c *Config) validate(d *decoder) {
 		d.fail("relay.shutdown-timeout", nil, "must be ≥ 10ms")
 	}
 	c.validateLog(d)
+	c.validateListeners(d)
+}
+
+// validateListeners checks metrics and health.
+func (c *Config) validateListeners(d *decoder) {
+	checkListen(d, "metrics.listen", c.Metrics.Listen)
+	checkListen(d, "health.listen", c.Health.Listen)
+	switch p := c.Metrics.Path; {
+	case !strings.HasPrefix(p, "/") || strings.ContainsAny(p, " ?#"):
+		d.fail("metrics.path", nil, "must be a URL path starting with /, not %q", clip(p))
+	case p == "/livez" || p == "/readyz":
+		d.fail("metrics.path", nil, "%s is the health probe's path", p)
+	}
+	if c.Metrics.StatsInterval < time.Second {
+		d.fail("metrics.stats-interval", nil, "must be ≥ 1s: each round counts the backlog")
+	}
+}
+
+// checkListen checks a host:port to listen on; empty is off.
+func checkListen(d *decoder, path, addr string) {
+	if addr == "" {
+		return
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		d.fail(path, nil, "must be host:port, such as 127.0.0.1:9090, not %q", clip(addr))
+		return
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		d.fail(path, nil, "port %q must be a number from 0 to 65535", clip(port))
+	}
 }
 
 // validateClaim refuses claim: lock on SQLite, which has no lock claim

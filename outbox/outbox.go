@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"time"
 
 	"go.opentelemetry.io/otel/propagation"
 
@@ -41,6 +42,10 @@ type Config struct {
 	// polling or to the commit-time NOTIFY. It must be fast and must not
 	// block. Defaults to nil.
 	OnPublish func(eventTypes []string)
+
+	// Hook, when set, observes every Publish call that reached the store
+	// (metrics: relay/relayprom). Defaults to nil.
+	Hook Hook
 }
 
 func (c Config) withDefaults() Config {
@@ -120,7 +125,11 @@ func (p *Publisher) Publish(ctx context.Context, tx any, events ...txbox.Event) 
 			types = append(types, ev.Type)
 		}
 	}
+	start := time.Now()
 	err := p.store.OutboxInsert(ctx, tx, &store.OutboxInsertParams{Events: rows, Notify: !p.cfg.DisableNotify})
+	if p.cfg.Hook != nil {
+		p.report(rows, time.Since(start), err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("outbox: publish: %w", err)
 	}
@@ -128,6 +137,15 @@ func (p *Publisher) Publish(ctx context.Context, tx any, events ...txbox.Event) 
 		p.cfg.OnPublish(types)
 	}
 	return ids, nil
+}
+
+// report tells the hook about one insert.
+func (p *Publisher) report(rows []*txbox.Event, took time.Duration, err error) {
+	counts := make(map[string]int, 1)
+	for _, ev := range rows {
+		counts[ev.Type]++
+	}
+	p.cfg.Hook.OnPublish(PublishEvent{Counts: counts, Duration: took, Err: err})
 }
 
 // contains is a linear search: batches rarely carry more than a handful of

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/keypath"
 	"github.com/txbox/txbox/sender"
@@ -154,6 +156,13 @@ type Config struct {
 	// Hooks observe the relay (metrics). They are called synchronously
 	// from the relay's goroutines and must return quickly.
 	Hooks []Hook
+	// TracerProvider, when set, traces deliveries with OpenTelemetry
+	// (relay/trace.go): a span per batch linked to the producers' spans,
+	// and a span per message that continues its producer's trace and
+	// whose context replaces the message's traceparent, so the consumer
+	// continues the same trace. Nil (the default) traces nothing and
+	// leaves the producer's traceparent as it is.
+	TracerProvider trace.TracerProvider
 }
 
 // EventSettings are the settings of one event type, and the model the

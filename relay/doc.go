@@ -67,5 +67,8 @@
 // a few quick follow-up polls (2, 10, 50ms).
 //
 // The relay imports no broker client, database driver or metrics library;
-// metrics plug in through [Hook].
+// metrics plug in through [Hook] (relay/relayprom exports them to
+// Prometheus), probes read [Relay.Health] (package health), and
+// Config.TracerProvider traces deliveries with the OpenTelemetry API only
+// (docs/concepts.md, "Tracing").
 package relay

@@ -275,7 +275,7 @@ func (p *poller) splitInvalid(rows []*store.OutboxRow) ([]*store.OutboxRow, []st
 			msg = strings.ToValidUTF8(msg[:maxErrorText], "")
 		}
 		failed = append(failed, store.OutboxFinishItem{ID: row.ID, LeaseToken: row.LeaseToken, Outcome: store.OutcomeFailed, Error: msg})
-		p.log.Warn("row cannot be turned into a message; dead-lettering it", slog.String("id", row.ID.String()), slog.String("reason", row.Invalid))
+		p.log.Warn("row cannot be turned into a message; dead-lettering it", slog.String("event_id", row.ID.String()), slog.String("reason", row.Invalid))
 		if p.s.ordering == OrderingKey && row.Key != "" {
 			if parked == nil {
 				parked = map[string]txbox.ID{}

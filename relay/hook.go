@@ -60,6 +60,9 @@ type BatchEvent struct {
 	EventType string
 	// Sender names the sender the batch went to.
 	Sender string
+	// Destination names the destination on that sender the type's route
+	// resolves to (as in CircuitEvent); empty for a route naming none.
+	Destination string
 	// Sent counts acknowledged messages.
 	Sent int
 	// Retried counts messages scheduled for another attempt: rejected, or

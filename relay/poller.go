@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/sender"
@@ -44,6 +46,9 @@ type pollerDeps struct {
 	run, hard context.Context
 	// wg counts the poller's goroutines; Stop waits for them.
 	wg *sync.WaitGroup
+	// tracer traces the deliveries; nil when tracing is off
+	// (relay/trace.go).
+	tracer trace.Tracer
 }
 
 // pollerStore is the part of store.Driver a poller uses.
@@ -416,13 +421,15 @@ func (p *poller) emitPoll(ev PollEvent, helper bool) {
 // lock claim's transaction, nil for a lease claim.
 func (p *poller) deliver(rows []*store.OutboxRow, lb store.LockedBatch, t ticket, claimStart time.Time) {
 	rows, invalid := p.splitInvalid(rows)
-	ev := BatchEvent{EventType: p.s.eventType, Sender: p.s.senderName}
+	ev := BatchEvent{EventType: p.s.eventType, Sender: p.s.senderName, Destination: p.dest}
 	var items []store.OutboxFinishItem
 	if len(rows) == 0 {
 		p.circuit.abandon(t)
 	} else {
 		msgs := messages(rows, p.s.route)
-		sent := p.sendWithinLease(msgs, claimStart)
+		bt := p.startTrace(msgs)
+		sent := p.sendWithinLease(bt, msgs, claimStart)
+		bt.end(sent)
 		ev.SendDuration = sent.took
 		verdicts := p.judgeSent(t, msgs, sent)
 		items = make([]store.OutboxFinishItem, len(rows))
@@ -430,7 +437,7 @@ func (p *poller) deliver(rows []*store.OutboxRow, lb store.LockedBatch, t ticket
 			items[i] = p.outcome(row, sent.results[i], verdicts[i], sent.stopped)
 		}
 		countOutcomes(&ev, items)
-		p.logRefusals(t, sent, ev, len(rows))
+		p.logRefusals(t, sent, ev, items)
 	}
 	countOutcomes(&ev, invalid)
 	if lb != nil {
@@ -477,13 +484,17 @@ type sendResult struct {
 // sending would only make duplicates and our finish would be fenced
 // anyway. A batch whose lease is already (nearly) over, such as one
 // claimed just before this process was paused, is not sent at all.
-func (p *poller) sendWithinLease(msgs []*sender.Message, claimStart time.Time) sendResult {
+func (p *poller) sendWithinLease(bt *batchTrace, msgs []*sender.Message, claimStart time.Time) sendResult {
 	deadline := claimStart.Add(p.s.leaseDuration - p.s.leaseDuration/10)
 	if !time.Now().Before(deadline) {
 		p.log.Warn("lease ran out before the batch was sent; releasing it unsent", slog.Int("rows", len(msgs)))
 		return sendResult{results: sender.Results(errLeaseLost, len(msgs)), stopped: true}
 	}
-	ctx, cancel := context.WithDeadline(p.deps.hard, deadline)
+	base := p.deps.hard
+	if bt != nil {
+		base = bt.ctx // the batch span, for an instrumented sender
+	}
+	ctx, cancel := context.WithDeadline(base, deadline)
 	defer cancel()
 	start := time.Now()
 	var err error
@@ -587,17 +598,42 @@ func countOutcomes(ev *BatchEvent, items []store.OutboxFinishItem) {
 	}
 }
 
-// logRefusals logs a failed probe and messages the destination refused;
-// ev counts the n sent rows' outcomes.
-func (p *poller) logRefusals(t ticket, sent sendResult, ev BatchEvent, n int) {
+// logRefusals logs a failed probe and, at WARN with the event id and the
+// reason, the messages the destination refused; items are the sent rows'
+// outcomes, counted in ev.
+func (p *poller) logRefusals(t ticket, sent sendResult, ev BatchEvent, items []store.OutboxFinishItem) {
+	n := len(items)
 	if t.probe && !sent.stopped && ev.Released == n {
 		p.log.Warn("probe batch failed; destination still unavailable", slog.Any("error", firstError(sent.results)))
 	}
-	if ev.Failed > 0 || ev.Retried > 0 {
-		p.log.Info("messages rejected by the destination",
-			slog.Int("retried", ev.Retried), slog.Int("failed", ev.Failed), slog.Any("first_error", firstError(sent.results)))
+	if ev.Failed == 0 && ev.Retried == 0 {
+		return
+	}
+	// One line per message, so an operator can grep an event id, up to
+	// a bound per batch: a poison flood must not turn into a log flood.
+	logged := 0
+	for _, it := range items {
+		if it.Outcome != store.OutcomeFailed && it.Outcome != store.OutcomeRetry {
+			continue
+		}
+		if logged == maxRefusalLines {
+			break
+		}
+		logged++
+		msg := "message rejected; will retry"
+		if it.Outcome == store.OutcomeFailed {
+			msg = "message failed for good; moving to the dead-letter table"
+		}
+		p.log.Warn(msg, slog.String("event_id", it.ID.String()), slog.String("reason", it.Error))
+	}
+	if n := ev.Failed + ev.Retried; n > logged {
+		p.log.Warn("more messages rejected in this batch", slog.Int("not_logged", n-logged),
+			slog.Int("retried", ev.Retried), slog.Int("failed", ev.Failed))
 	}
 }
+
+// maxRefusalLines bounds the per-message WARN lines of one batch.
+const maxRefusalLines = 10
 
 // errStopping is what claim returns once Stop has begun.
 var errStopping = errors.New("relay: stopping")

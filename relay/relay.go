@@ -200,8 +200,12 @@ func (r *Relay) startPollerLocked(t string) error {
 // pollerDeps is what the relay's pollers take from it. Start has set the
 // contexts.
 func (r *Relay) pollerDeps() pollerDeps {
-	return pollerDeps{store: r.cfg.Store, hooks: r.cfg.Hooks, log: r.log, circuits: r.circuits,
+	d := pollerDeps{store: r.cfg.Store, hooks: r.cfg.Hooks, log: r.log, circuits: r.circuits,
 		run: r.runCtx, hard: r.hardCtx, wg: &r.wg}
+	if r.cfg.TracerProvider != nil {
+		d.tracer = r.cfg.TracerProvider.Tracer(tracerName)
+	}
+	return d
 }
 
 // ensurePollers starts pollers for the types that have none yet.

@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -839,5 +840,41 @@ func TestNoClaimAfterStop(t *testing.T) {
 	// The claims that had started were delivered.
 	if got, _ := b.sender.distinct(); got != 10*len(types) {
 		t.Errorf("%d events delivered, want the %d of the claims held across Stop", got, 10*len(types))
+	}
+}
+
+// TestRejectionsLogEventIDTypeAndReason: a message the destination
+// rejects, and one that fails for good, are each logged at WARN with the
+// event id, the type and the reason, so an operator can find them.
+func TestRejectionsLogEventIDTypeAndReason(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.publish(t, "invoices", 2, nil)
+	b.sender.setBehave(func(_ context.Context, msgs []*sender.Message) error {
+		errs := make([]error, len(msgs))
+		for i, m := range msgs {
+			if m.ID == ids[0] {
+				errs[i] = txbox.Permanent(errors.New("schema v3 expected"))
+			} else {
+				errs[i] = errors.New("429 slow down")
+			}
+		}
+		return &sender.BatchError{Errs: errs}
+	})
+	logs := &testenv.LogBuffer{}
+	b.start(t, func(c *relay.Config) {
+		c.Defaults.MaxAttempts = new(2)
+		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
+	testenv.WaitFor(t, 20*time.Second, "both dead-lettered", func() bool { return b.count(t, "dead_letter", "true") == 2 })
+	out := logs.String()
+	for _, want := range []string{
+		`level=WARN msg="message failed for good; moving to the dead-letter table" component=txbox.relay`,
+		"event_type=invoices", "event_id=" + ids[0].String(), `reason="schema v3 expected"`,
+		`msg="message rejected; will retry"`, "event_id=" + ids[1].String(), `reason="429 slow down"`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %s:\n%s", want, out)
+		}
 	}
 }

@@ -22,11 +22,13 @@ type Tables struct {
 	// Schema is the database schema (PostgreSQL) or empty for the
 	// connection's default. MySQL uses it as the database name; SQLite
 	// ignores it.
-	Schema        string
-	Outbox        string
-	DeadLetter    string
-	Inbox         string
-	Lease         string
+	Schema     string
+	Outbox     string
+	DeadLetter string
+	Inbox      string
+	Lease      string
+	// Instance holds the relay heartbeats (store.Instances).
+	Instance      string
 	SchemaVersion string
 }
 
@@ -50,6 +52,7 @@ func NewTables(schema, prefix string) (Tables, error) {
 		DeadLetter:    prefix + "dead_letter",
 		Inbox:         prefix + "inbox",
 		Lease:         prefix + "lease",
+		Instance:      prefix + "instance",
 		SchemaVersion: prefix + "schema_version",
 	}, nil
 }

@@ -386,3 +386,15 @@ func LockItems(rows []*OutboxRow, params *OutboxFinishParams) (ours []OutboxFini
 	}
 	return ours, fenced, failed
 }
+
+// SchemaVersioner is implemented by drivers that record which migrations
+// ran, so a readiness probe can tell a database that was not migrated (or
+// was migrated by an older txbox) from a current one.
+type SchemaVersioner interface {
+	// SchemaVersion returns the highest applied migration version, 0
+	// when none is. It is one round trip to the database.
+	SchemaVersion(ctx context.Context) (int, error)
+	// LatestSchemaVersion returns the version of the newest migration
+	// this build embeds.
+	LatestSchemaVersion() int
+}

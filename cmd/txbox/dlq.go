@@ -14,19 +14,30 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/config"
+	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/store"
 )
 
-const dlqUsage = `dlq <list|show|retry|resolve|delete> [flags] [ID...]
+const dlqUsage = `dlq <list|show|parked|retry|resolve|delete> [flags] [ID...]
 
   list                 list dead letters, newest failure first
-  show ID              print one dead letter with its payload and headers
+  show ID              print one dead letter with its headers and payload
+                       (payloads over 4 KiB are cut short unless --full)
+  parked               list the keys of ordered types that dead letters hold
+                       back, with the dead letter holding each
   retry ID...          move dead letters back to the outbox (same id, attempts 0, due now)
   resolve ID...        mark dead letters resolved (kept until cleanup.dead-letter-ttl)
   delete ID...         delete dead letters now
 
-retry, resolve and delete also take the list filters with --all instead of
-ids, and --dry-run to print what would change.`
+Filters (list, and retry/resolve/delete with --all): --type, --key,
+--status, --error-contains, --since, --failed-after, --failed-before;
+parked takes --type and --key.
+retry, resolve and delete take ids or --all with filters, and --dry-run to
+print what would change; --all with no filter also needs --yes. --json
+prints JSON instead of a table.`
+
+// dlqPreview is how much of a payload `dlq show` prints without --full.
+const dlqPreview = 4 << 10
 
 // dlqMaxBulk bounds one bulk retry/resolve/delete, so a mistyped filter
 // cannot rewrite a whole table in one go.
@@ -44,7 +55,7 @@ func runDLQ(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	st, err := a.cf.openStore(ctx, e)
+	cfg, st, err := a.cf.openStoreConfig(ctx, e)
 	if err != nil {
 		return err
 	}
@@ -62,7 +73,9 @@ func runDLQ(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		return printDeadLetter(e, dl, a.asJSON)
+		return printDeadLetter(e, dl, a.asJSON, a.full)
+	case "parked":
+		return a.parked(ctx, e, cfg, st)
 	}
 	return a.change(ctx, e, st)
 }
@@ -74,17 +87,20 @@ type dlqArgs struct {
 	filter store.DeadLetterFilter
 	ids    []txbox.ID
 	limit  int
-	// asJSON is for list and show; all and dryRun for the changes.
-	asJSON, all, dryRun bool
+	// full is for show; all, dryRun and yes for the changes.
+	asJSON, full, all, dryRun, yes bool
+	// filtered is set when a filter narrows the default (every
+	// unresolved dead letter).
+	filtered bool
 }
 
 // parseDLQ parses the flags and ids of dlq sub and checks they fit
 // together.
 func parseDLQ(e *env, sub string, args []string) (*dlqArgs, error) {
 	switch sub {
-	case "list", "show", "retry", "resolve", "delete":
+	case "list", "show", "parked", "retry", "resolve", "delete":
 	default:
-		return nil, usagef("unknown dlq subcommand %q (list, show, retry, resolve, delete)", sub)
+		return nil, usagef("unknown dlq subcommand %q (list, show, parked, retry, resolve, delete)", sub)
 	}
 	a := &dlqArgs{sub: sub}
 	fs := newFlagSet(e, "dlq "+sub, dlqUsage)
@@ -95,12 +111,16 @@ func parseDLQ(e *env, sub string, args []string) (*dlqArgs, error) {
 		key      = fs.String("key", "", "only this event `key`")
 		errText  = fs.String("error-contains", "", "only dead letters whose last error contains `text`")
 		since    = fs.Duration("since", 0, "only dead letters that failed within this `duration`")
+		after    = fs.String("failed-after", "", "only dead letters that failed at or after this `time` (RFC 3339)")
+		before   = fs.String("failed-before", "", "only dead letters that failed before this `time` (RFC 3339)")
 		mutating = sub == "retry" || sub == "resolve" || sub == "delete"
 	)
-	fs.IntVar(&a.limit, "limit", 50, "list: at most this many")
-	fs.BoolVar(&a.asJSON, "json", false, "list/show: print JSON")
+	fs.IntVar(&a.limit, "limit", 50, "list, parked: at most this many")
+	fs.BoolVar(&a.asJSON, "json", false, "print JSON instead of a table")
+	fs.BoolVar(&a.full, "full", false, "show: print the whole payload, however large")
 	fs.BoolVar(&a.all, "all", false, "retry/resolve/delete: every dead letter matching the filters instead of ids")
 	fs.BoolVar(&a.dryRun, "dry-run", false, "retry/resolve/delete: print what would change, change nothing")
+	fs.BoolVar(&a.yes, "yes", false, "retry/resolve/delete: confirm --all without any filter")
 	positional, err := parseInterspersed(fs, args)
 	if err != nil {
 		return nil, err
@@ -121,6 +141,27 @@ func parseDLQ(e *env, sub string, args []string) (*dlqArgs, error) {
 	if *since > 0 {
 		a.filter.FailedAfter = time.Now().Add(-*since)
 	}
+	for _, tf := range []struct {
+		flag, v string
+		dst     *time.Time
+	}{{"--failed-after", *after, &a.filter.FailedAfter}, {"--failed-before", *before, &a.filter.FailedBefore}} {
+		if tf.v == "" {
+			continue
+		}
+		if tf.flag == "--failed-after" && *since > 0 {
+			return nil, usagef("give --since or --failed-after, not both")
+		}
+		ts, err := time.Parse(time.RFC3339Nano, tf.v)
+		if err != nil {
+			return nil, usagef("%s must be an RFC 3339 time such as 2026-01-02T15:04:05Z, not %q", tf.flag, tf.v)
+		}
+		*tf.dst = ts
+	}
+	if !a.filter.FailedAfter.IsZero() && !a.filter.FailedBefore.IsZero() && !a.filter.FailedAfter.Before(a.filter.FailedBefore) {
+		return nil, usagef("--failed-after must be before --failed-before")
+	}
+	a.filtered = *typ != "" || *key != "" || *errText != "" || *status == "resolved" ||
+		!a.filter.FailedAfter.IsZero() || !a.filter.FailedBefore.IsZero()
 	for _, p := range positional {
 		id, err := txbox.ParseID(p)
 		if err != nil {
@@ -133,8 +174,14 @@ func parseDLQ(e *env, sub string, args []string) (*dlqArgs, error) {
 		return nil, usagef("list takes no ids")
 	case sub == "show" && len(a.ids) != 1:
 		return nil, usagef("show takes exactly one id")
+	case sub == "parked" && len(a.ids) > 0:
+		return nil, usagef("parked takes no ids")
+	case sub == "parked" && (*errText != "" || *status != "unresolved" || !a.filter.FailedAfter.IsZero() || !a.filter.FailedBefore.IsZero()):
+		return nil, usagef("parked takes --type and --key only: a key is parked by every unresolved dead letter it has")
 	case mutating && a.all == (len(a.ids) > 0):
 		return nil, usagef("give ids or --all (with filters), not both and not neither")
+	case mutating && a.all && !a.filtered && !a.dryRun && !a.yes:
+		return nil, usagef("%s --all without a filter changes every unresolved dead letter: add filters, --dry-run to see them, or --yes", sub)
 	}
 	return a, nil
 }
@@ -170,11 +217,7 @@ func (a *dlqArgs) change(ctx context.Context, e *env, st *config.Store) error {
 		}
 	}
 	if a.dryRun {
-		fmt.Fprintf(e.stdout, "dry run: would %s %d dead letters\n", a.sub, len(ids))
-		for _, id := range ids {
-			fmt.Fprintln(e.stdout, id)
-		}
-		return nil
+		return a.report(e, ids, 0)
 	}
 	var n int
 	for start := 0; start < len(ids); start += 1000 {
@@ -194,8 +237,34 @@ func (a *dlqArgs) change(ctx context.Context, e *env, st *config.Store) error {
 			return fmt.Errorf("%s: %d of %d done: %w", a.sub, n, len(ids), err)
 		}
 	}
+	return a.report(e, ids, n)
+}
+
+// report prints what a change did (changed of ids), or with --dry-run
+// would do.
+func (a *dlqArgs) report(e *env, ids []txbox.ID, changed int) error {
+	if a.asJSON {
+		out := struct {
+			Action  string   `json:"action"`
+			DryRun  bool     `json:"dry_run"`
+			Matched int      `json:"matched"`
+			Changed int      `json:"changed"`
+			IDs     []string `json:"ids"`
+		}{Action: a.sub, DryRun: a.dryRun, Matched: len(ids), Changed: changed, IDs: make([]string, 0, len(ids))}
+		for _, id := range ids {
+			out.IDs = append(out.IDs, id.String())
+		}
+		return json.NewEncoder(e.stdout).Encode(out)
+	}
+	if a.dryRun {
+		fmt.Fprintf(e.stdout, "dry run: would %s %d dead letters\n", a.sub, len(ids))
+		for _, id := range ids {
+			fmt.Fprintln(e.stdout, id)
+		}
+		return nil
+	}
 	past := map[string]string{"retry": "retried", "resolve": "resolved", "delete": "deleted"}[a.sub]
-	fmt.Fprintf(e.stdout, "%s %d of %d dead letters\n", past, n, len(ids))
+	fmt.Fprintf(e.stdout, "%s %d of %d dead letters\n", past, changed, len(ids))
 	return nil
 }
 
@@ -222,6 +291,69 @@ func matchingIDs(ctx context.Context, st *config.Store, filter store.DeadLetterF
 	}
 }
 
+// parkedKey is a key of an ordered type that dead letters hold back: the
+// relay delivers none of its later rows until they are all retried,
+// resolved or deleted (docs/concepts.md, "Ordering").
+type parkedKey struct {
+	EventType string `json:"event_type"`
+	Key       string `json:"key"`
+	// DeadLetters counts the unresolved dead letters of the key, Waiting
+	// the outbox rows of the key that wait behind them.
+	DeadLetters int64 `json:"dead_letters"`
+	Waiting     int64 `json:"waiting"`
+	// Holding is the oldest dead letter, the first to deal with.
+	Holding   string    `json:"holding_id"`
+	FailedAt  time.Time `json:"failed_at"`
+	LastError string    `json:"last_error"`
+}
+
+// parked lists the parked keys: keys with unresolved dead letters, of
+// types whose effective ordering is key.
+func (a *dlqArgs) parked(ctx context.Context, e *env, cfg *config.Config, st *config.Store) error {
+	in, ok := st.Driver.(store.Inspector)
+	if !ok {
+		return fmt.Errorf("the %s store cannot list parked keys", st.Dialect())
+	}
+	keys, err := in.DeadLetterParkedKeys(ctx, &store.ParkedKeysParams{EventType: a.filter.EventType, Limit: a.limit})
+	if err != nil {
+		return err
+	}
+	out := []parkedKey{}
+	for _, k := range keys {
+		if deref(cfg.Effective(k.EventType).Ordering) != relay.OrderingKey || a.filter.Key != "" && k.Key != a.filter.Key {
+			continue
+		}
+		out = append(out, parkedKey{EventType: k.EventType, Key: k.Key, DeadLetters: k.DeadLetters, Waiting: k.Waiting,
+			Holding: k.DeadLetterID.String(), FailedAt: k.FailedAt, LastError: k.LastError})
+	}
+	if a.asJSON {
+		return json.NewEncoder(e.stdout).Encode(out)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TYPE\tKEY\tDEAD LETTERS\tWAITING\tHOLDING ID\tFAILED AT\tLAST ERROR")
+	for _, p := range out {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", p.EventType, p.Key, p.DeadLetters, p.Waiting, p.Holding,
+			p.FailedAt.UTC().Format(time.RFC3339), oneLine(p.LastError, 80))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(keys) == a.limit {
+		fmt.Fprintf(e.stderr, "txbox dlq parked: showing the first %d keys; --limit shows more\n", a.limit)
+	}
+	return nil
+}
+
+// oneLine flattens s to one line of at most n bytes (cut on a rune
+// boundary), for table cells.
+func oneLine(s string, n int) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > n {
+		s = strings.ToValidUTF8(s[:n], "") + "…"
+	}
+	return s
+}
+
 type dlqJSON struct {
 	ID        string            `json:"id"`
 	EventType string            `json:"event_type"`
@@ -232,21 +364,32 @@ type dlqJSON struct {
 	CreatedAt time.Time         `json:"created_at"`
 	FailedAt  time.Time         `json:"failed_at"`
 	Headers   map[string]string `json:"headers,omitempty"`
-	Payload   *string           `json:"payload,omitempty"`
+	// PayloadSize is the whole payload's size in bytes; show only.
+	PayloadSize *int    `json:"payload_size,omitempty"`
+	Payload     *string `json:"payload,omitempty"`
 	// PayloadBase64 is set instead of Payload when it is not UTF-8.
 	PayloadBase64 *string `json:"payload_base64,omitempty"`
+	// PayloadTruncated is true when Payload holds only the first
+	// dlqPreview bytes (show without --full).
+	PayloadTruncated bool `json:"payload_truncated,omitempty"`
 }
 
-func toJSON(dl *store.DeadLetter, withBody bool) dlqJSON {
+func toJSON(dl *store.DeadLetter, withBody, full bool) dlqJSON {
 	j := dlqJSON{ID: dl.ID.String(), EventType: dl.EventType, Key: dl.Key, Status: dl.Status, Attempts: dl.Attempts,
 		LastError: dl.LastError, CreatedAt: dl.CreatedAt, FailedAt: dl.FailedAt}
 	if withBody {
 		j.Headers = dl.Headers
+		size := len(dl.Payload)
+		j.PayloadSize = &size
+		body := dl.Payload
+		if !full && len(body) > dlqPreview {
+			body, j.PayloadTruncated = body[:dlqPreview], true
+		}
 		if utf8.Valid(dl.Payload) {
-			s := string(dl.Payload)
+			s := strings.ToValidUTF8(string(body), "")
 			j.Payload = &s
 		} else {
-			s := base64.StdEncoding.EncodeToString(dl.Payload)
+			s := base64.StdEncoding.EncodeToString(body)
 			j.PayloadBase64 = &s
 		}
 	}
@@ -257,38 +400,39 @@ func printDeadLetters(e *env, dls []*store.DeadLetter, asJSON bool) error {
 	if asJSON {
 		out := make([]dlqJSON, 0, len(dls))
 		for _, dl := range dls {
-			out = append(out, toJSON(dl, false))
+			out = append(out, toJSON(dl, false, false))
 		}
 		return json.NewEncoder(e.stdout).Encode(out)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tTYPE\tKEY\tATTEMPTS\tFAILED AT\tSTATUS\tLAST ERROR")
 	for _, dl := range dls {
-		msg := strings.ReplaceAll(dl.LastError, "\n", " ")
-		if len(msg) > 80 {
-			msg = msg[:80] + "…"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", dl.ID, dl.EventType, dl.Key, dl.Attempts, dl.FailedAt.UTC().Format(time.RFC3339), dl.Status, msg)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", dl.ID, dl.EventType, dl.Key, dl.Attempts, dl.FailedAt.UTC().Format(time.RFC3339), dl.Status, oneLine(dl.LastError, 80))
 	}
 	return tw.Flush()
 }
 
-func printDeadLetter(e *env, dl *store.DeadLetter, asJSON bool) error {
-	enc := json.NewEncoder(e.stdout)
-	enc.SetIndent("", "  ")
+func printDeadLetter(e *env, dl *store.DeadLetter, asJSON, full bool) error {
+	j := toJSON(dl, true, full)
 	if asJSON {
-		return enc.Encode(toJSON(dl, true))
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(j)
 	}
-	j := toJSON(dl, true)
 	fmt.Fprintf(e.stdout, "id:         %s\ntype:       %s\nkey:        %s\nstatus:     %s\nattempts:   %d\ncreated at: %s\nfailed at:  %s\nlast error: %s\nheaders:\n",
 		j.ID, j.EventType, j.Key, j.Status, j.Attempts, j.CreatedAt.UTC().Format(time.RFC3339Nano), j.FailedAt.UTC().Format(time.RFC3339Nano), j.LastError)
 	for _, k := range sortedKeys(dl.Headers) {
 		fmt.Fprintf(e.stdout, "  %s: %s\n", k, dl.Headers[k])
 	}
+	body, enc := "", ""
 	if j.Payload != nil {
-		fmt.Fprintf(e.stdout, "payload (%d bytes):\n%s\n", len(dl.Payload), *j.Payload)
+		body = *j.Payload
 	} else {
-		fmt.Fprintf(e.stdout, "payload (%d bytes, base64):\n%s\n", len(dl.Payload), *j.PayloadBase64)
+		body, enc = *j.PayloadBase64, ", base64"
+	}
+	fmt.Fprintf(e.stdout, "payload (%d bytes%s):\n%s\n", len(dl.Payload), enc, body)
+	if j.PayloadTruncated {
+		fmt.Fprintf(e.stdout, "… %d more bytes not shown; --full shows the whole payload\n", len(dl.Payload)-dlqPreview)
 	}
 	return nil
 }

@@ -58,8 +58,8 @@ var commands = []command{
 	{"migrate", "create or upgrade txbox's tables", runMigrate},
 	{"relay", "deliver outbox rows until SIGTERM or SIGINT", runRelay},
 	{"publish", "insert one event in a transaction, from the shell", runPublish},
-	{"status", "print the backlog per event type and the dead-letter count", runStatus},
-	{"dlq", "list, show, retry, resolve or delete dead letters", runDLQ},
+	{"status", "print the backlog, lag, attempts and last error per event type, and the dead-letter count", runStatus},
+	{"dlq", "list, show, retry, resolve or delete dead letters; list parked keys", runDLQ},
 	{"demo", "run the whole pipeline on SQLite and an in-process NATS", runDemo},
 	{"bench", "measure the relay against the naive loop and watermill (docs/benchmarks/bench-command.md)", runBench},
 	{"config", "check the configuration (and with --connect its destinations) or print it with sources", runConfig},
@@ -258,14 +258,21 @@ func fileNamesDatabase(data []byte) bool {
 // that reads or writes an existing database (status, dlq, publish): one
 // that is named (see requireDatabase).
 func (cf *configFlags) openStore(ctx context.Context, e *env) (*config.Store, error) {
+	_, st, err := cf.openStoreConfig(ctx, e)
+	return st, err
+}
+
+// openStoreConfig is openStore that also returns the configuration.
+func (cf *configFlags) openStoreConfig(ctx context.Context, e *env) (*config.Config, *config.Store, error) {
 	cfg, err := cf.load(e)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := cf.requireDatabase(cfg, e.getenv); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return cfg.OpenStore(ctx, e.getenv, cfg.NewLogger(e.stderr))
+	st, err := cfg.OpenStore(ctx, e.getenv, cfg.NewLogger(e.stderr))
+	return cfg, st, err
 }
 
 // requireDatabase refuses to run a command that reads or writes an

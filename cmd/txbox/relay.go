@@ -58,11 +58,21 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 			}
 		}
 	}()
-	r, err := relay.New(cfg.RelayConfig(st, senders, log))
+	obs, err := listenObservability(cfg, st, log)
+	if err != nil {
+		return err
+	}
+	defer obs.close(context.WithoutCancel(ctx))
+	rc := cfg.RelayConfig(st, senders, log)
+	rc.Hooks = append(rc.Hooks, obs.hooks()...)
+	r, err := relay.New(rc)
 	if err != nil {
 		if errors.Is(err, relay.ErrInvalidConfig) {
 			return &usageError{err.Error()}
 		}
+		return err
+	}
+	if err := obs.serve(r); err != nil {
 		return err
 	}
 	if err := r.Start(context.WithoutCancel(ctx)); err != nil {

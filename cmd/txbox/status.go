@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -23,9 +24,13 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer st.Close()
-	stats, err := st.OutboxStats(ctx)
+	in, ok := st.Driver.(store.Inspector)
+	if !ok {
+		return fmt.Errorf("the %s store cannot report per-type details", st.Dialect())
+	}
+	types, err := in.OutboxInspect(ctx)
 	if err != nil {
-		return fmt.Errorf("outbox stats: %w", err)
+		return fmt.Errorf("outbox inspect: %w", err)
 	}
 	unresolved, err := st.DeadLetterCount(ctx, &store.DeadLetterFilter{Status: store.DeadLetterUnresolved})
 	if err != nil {
@@ -36,36 +41,86 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("count dead letters: %w", err)
 	}
 	if *asJSON {
-		type typeStats struct {
-			EventType     string  `json:"event_type"`
-			Pending       int64   `json:"pending"`
-			InProcess     int64   `json:"in_process"`
-			Failed        int64   `json:"failed"`
-			OldestPending float64 `json:"oldest_pending_seconds"`
-		}
-		out := struct {
-			Types       []typeStats `json:"types"`
-			DeadLetters struct {
-				Unresolved int64 `json:"unresolved"`
-				Resolved   int64 `json:"resolved"`
-			} `json:"dead_letters"`
-		}{Types: []typeStats{}}
-		for _, s := range stats {
-			out.Types = append(out.Types, typeStats{s.EventType, s.Pending, s.InProcess, s.Failed, s.OldestPendingAge.Seconds()})
-		}
-		out.DeadLetters.Unresolved, out.DeadLetters.Resolved = unresolved, resolved
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return printStatusJSON(e, types, unresolved, resolved)
 	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "EVENT TYPE\tPENDING\tIN PROCESS\tFAILED\tOLDEST PENDING\t")
-	for _, s := range stats {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t\n", s.EventType, s.Pending, s.InProcess, s.Failed, s.OldestPendingAge.Round(time.Millisecond))
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "EVENT TYPE\tDUE\tSCHEDULED\tIN PROCESS\tFAILED\tLAG\tNEXT DUE IN\tATTEMPTS\tLAST ERROR")
+	for _, s := range types {
+		next := "-"
+		if s.Scheduled > 0 {
+			next = s.NextDueIn.Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", s.EventType, s.Due, s.Scheduled, s.InProcess, s.Failed,
+			s.OldestDueAge.Round(time.Millisecond), next, attemptsText(s.Attempts), oneLine(s.LastError, 60))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "dead letters: %d unresolved, %d resolved\n", unresolved, resolved)
 	return nil
+}
+
+// attemptsText renders an attempts histogram as "attempts×rows" pairs of
+// the non-empty buckets, such as "0×12 1×3 9+×1".
+func attemptsText(h [store.AttemptsBuckets]int64) string {
+	var parts []string
+	for i, n := range h {
+		if n == 0 {
+			continue
+		}
+		label := fmt.Sprint(i)
+		if i == len(h)-1 {
+			label += "+"
+		}
+		parts = append(parts, fmt.Sprintf("%s×%d", label, n))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, " ")
+}
+
+// statusType is one event type in `txbox status --json`.
+type statusType struct {
+	EventType string `json:"event_type"`
+	// Pending is Due + Scheduled.
+	Pending   int64 `json:"pending"`
+	Due       int64 `json:"due"`
+	Scheduled int64 `json:"scheduled"`
+	InProcess int64 `json:"in_process"`
+	Failed    int64 `json:"failed"`
+	// LagSeconds is the age of the oldest due row; scheduled rows are not
+	// lag.
+	LagSeconds float64 `json:"lag_seconds"`
+	// NextDueSeconds is when the next scheduled row becomes due; absent
+	// when none is scheduled.
+	NextDueSeconds *float64 `json:"next_due_seconds,omitempty"`
+	// Attempts[i] counts the unfinished rows with i attempts; the last
+	// bucket holds that many or more.
+	Attempts  []int64 `json:"attempts"`
+	LastError string  `json:"last_error,omitempty"`
+}
+
+func printStatusJSON(e *env, types []*store.OutboxTypeDetail, unresolved, resolved int64) error {
+	out := struct {
+		Types       []statusType `json:"types"`
+		DeadLetters struct {
+			Unresolved int64 `json:"unresolved"`
+			Resolved   int64 `json:"resolved"`
+		} `json:"dead_letters"`
+	}{Types: []statusType{}}
+	for _, s := range types {
+		st := statusType{EventType: s.EventType, Pending: s.Due + s.Scheduled, Due: s.Due, Scheduled: s.Scheduled,
+			InProcess: s.InProcess, Failed: s.Failed, LagSeconds: s.OldestDueAge.Seconds(), Attempts: s.Attempts[:],
+			LastError: s.LastError}
+		if s.Scheduled > 0 {
+			next := s.NextDueIn.Seconds()
+			st.NextDueSeconds = &next
+		}
+		out.Types = append(out.Types, st)
+	}
+	out.DeadLetters.Unresolved, out.DeadLetters.Resolved = unresolved, resolved
+	enc := json.NewEncoder(e.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
 }

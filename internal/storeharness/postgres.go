@@ -13,6 +13,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/outbox"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres"
 	"github.com/txbox/txbox/store/storetest"
@@ -163,5 +164,29 @@ func PostgresInbox() storetest.InboxHarness {
 				`UPDATE `+inboxTable(ns)+` SET processed_at = now() - $3::bigint * interval '1 microsecond' WHERE consumer_name = $1 AND event_id = $2`,
 				consumer, id.String(), age.Microseconds())
 		},
+	}
+}
+
+// PostgresPublish publishes evs through pub in one committed transaction
+// on d's pool (nil pub: a default publisher).
+func PostgresPublish(t testing.TB, d *postgres.Driver, pub *outbox.Publisher, evs ...txbox.Event) {
+	t.Helper()
+	if pub == nil {
+		var err error
+		if pub, err = outbox.NewPublisher(d, outbox.Config{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	tx, err := d.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := pub.Publish(ctx, tx, evs...); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -240,3 +240,15 @@ func supportedVersion(v string) bool {
 	}
 	return major > 8 || (major == 8 && (minor > 0 || patch >= 13))
 }
+
+// LatestSchemaVersion returns the version of the newest embedded
+// migration: the one SchemaVersion reports once Migrate ran.
+func (d *Driver) LatestSchemaVersion() int {
+	ms, err := migrations()
+	if err != nil || len(ms) == 0 {
+		return 0
+	}
+	return ms[len(ms)-1].version
+}
+
+var _ store.SchemaVersioner = (*Driver)(nil)

@@ -93,6 +93,7 @@ type Driver struct {
 	// Quoted, schema-qualified table names, ready to splice into SQL. They
 	// are built only from names store.NewTables validated.
 	qOutbox, qDeadLetter, qInbox, qLease, qSchemaVersion string
+	qInstance                                            string
 	// q holds every statement, rendered with those names (queries.go).
 	q queries
 
@@ -154,6 +155,7 @@ func (d *Driver) setNames() {
 	d.qInbox = d.qualify(d.tables.Inbox)
 	d.qLease = d.qualify(d.tables.Lease)
 	d.qSchemaVersion = d.qualify(d.tables.SchemaVersion)
+	d.qInstance = d.qualify(d.tables.Instance)
 }
 
 // Open opens a pool with OpenDB and returns a Driver on it that Close

@@ -35,6 +35,10 @@ type queries struct {
 	dlResolve, dlDelete, dlCleanupSelect, dlCleanupWrite       string
 	outboxDeleteOne, dlDeleteOne                               string
 
+	// Operators' views and relay heartbeats (inspect.go).
+	inspectGroups, inspectLastError, parkedKeys                string
+	instanceForget, instanceBeat, instanceList, instanceRemove string
+
 	// Leases.
 	leaseUpdate, leaseInsert, leaseHeld, leaseRelease string
 
@@ -70,6 +74,7 @@ func (d *Driver) buildQueries() queries {
 	d.outboxQueries(&q)
 	d.orderedQueries(&q)
 	d.deadLetterQueries(&q)
+	d.inspectQueries(&q)
 	d.leaseQueries(&q)
 	d.inboxQueries(&q)
 	d.schemaQueries(&q)
@@ -206,6 +211,7 @@ func (d *Driver) render(sqlText string) string {
 		"{{inbox}}", d.qInbox,
 		"{{lease}}", d.qLease,
 		"{{schema_version}}", d.qSchemaVersion,
+		"{{instance}}", d.qInstance,
 		// Constraint names are unique per database on MySQL 8, so they
 		// carry the table prefix. The longest, with a 40-character
 		// prefix, is 58 characters, within the 64 allowed.

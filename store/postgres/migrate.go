@@ -136,3 +136,15 @@ func (d *Driver) SchemaVersion(ctx context.Context) (int, error) {
 	}
 	return v, nil
 }
+
+// LatestSchemaVersion returns the version of the newest embedded
+// migration: the one SchemaVersion reports once Migrate ran.
+func (d *Driver) LatestSchemaVersion() int {
+	ms, err := renderMigrations(d.tables.Schema, store.DefaultTablePrefix)
+	if err != nil || len(ms) == 0 {
+		return 0
+	}
+	return ms[len(ms)-1].Version
+}
+
+var _ store.SchemaVersioner = (*Driver)(nil)

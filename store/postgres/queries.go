@@ -31,6 +31,9 @@ type queries struct {
 
 	leaseAcquire, leaseRelease string
 
+	inspectGroups, inspectLastError, parkedKeys string
+	instanceBeat, instanceList, instanceRemove  string
+
 	inboxRecordNative, inboxRecordText, inboxCleanup string
 
 	migrateLock, createSchema                                  string
@@ -45,6 +48,7 @@ func (d *Driver) render(s string) string {
 		"{{dead_letter}}", d.table(d.tables.DeadLetter),
 		"{{lease}}", d.table(d.tables.Lease),
 		"{{inbox}}", d.table(d.tables.Inbox),
+		"{{instance}}", d.table(d.tables.Instance),
 	).Replace(s)
 }
 
@@ -89,6 +93,7 @@ func buildQueries(d *Driver) queries {
 	d.finishQueries(&q)
 	d.statsQueries(&q)
 	d.deadLetterQueries(&q)
+	d.inspectQueries(&q)
 	d.leaseQueries(&q)
 	d.inboxQueries(&q)
 	d.schemaQueries(&q)

@@ -44,6 +44,10 @@ func parseTime(s string) (time.Time, error) {
 
 // queries holds every statement with the table names filled in.
 type queries struct {
+	// Operators' views and relay heartbeats (inspect.go).
+	inspectGroups, inspectLastError, parkedKeys                string
+	instanceForget, instanceBeat, instanceList, instanceRemove string
+
 	// lockGrab is a write that changes nothing: as the first statement of
 	// a deferred transaction it takes the write lock (see Driver.begin).
 	lockGrab string
@@ -121,6 +125,7 @@ func buildQueries(t store.Tables) queries {
 		"{inbox}", quote(t.Inbox),
 		"{lease}", quote(t.Lease),
 		"{schema_version}", quote(t.SchemaVersion),
+		"{instance}", quote(t.Instance),
 		"{now}", nowSQL,
 		"{now+}", nowPlusSQL,
 	)
@@ -130,6 +135,7 @@ func buildQueries(t store.Tables) queries {
 	finishQueries(&q, r)
 	statsQueries(&q, r)
 	deadLetterQueries(&q, r)
+	inspectQueries(&q, r)
 	leaseQueries(&q, r)
 	inboxQueries(&q, r)
 	schemaQueries(&q, r)

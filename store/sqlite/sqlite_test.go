@@ -175,15 +175,15 @@ func TestMigrateConcurrentAndIdempotent(t *testing.T) {
 		t.Fatalf("migrate again: %v", err)
 	}
 	var n int
-	if err := drivers[0].DB().QueryRow(`SELECT count(*) FROM app_schema_version`).Scan(&n); err != nil || n != 2 {
-		t.Fatalf("schema_version rows = %d, %v; want 2", n, err)
+	if err := drivers[0].DB().QueryRow(`SELECT count(*) FROM app_schema_version`).Scan(&n); err != nil || n != 3 {
+		t.Fatalf("schema_version rows = %d, %v; want 3", n, err)
 	}
 	v, err := drivers[1].SchemaVersion(context.Background())
-	if err != nil || v != 2 {
+	if err != nil || v != 5 {
 		t.Fatalf("SchemaVersion = %d, %v", v, err)
 	}
 	got := tableNames(t, drivers[0].DB())
-	want := []string{"app_dead_letter", "app_inbox", "app_lease", "app_outbox", "app_schema_version"}
+	want := []string{"app_dead_letter", "app_inbox", "app_instance", "app_lease", "app_outbox", "app_schema_version"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("tables = %v, want %v", got, want)
 	}
@@ -429,7 +429,7 @@ func TestClaimValidation(t *testing.T) {
 	if _, err := b.d.OutboxClaim(ctx, &store.OutboxClaimParams{EventType: "a b", Limit: 1, LeaseDuration: time.Second}); !errors.As(err, &ite) {
 		t.Errorf("bad type: got %v, want *InvalidEventTypeError", err)
 	}
-	if got := tableNames(t, b.d.DB()); len(got) != 5 {
+	if got := tableNames(t, b.d.DB()); len(got) != 6 {
 		t.Fatalf("tables changed: %v", got)
 	}
 }

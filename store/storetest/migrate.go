@@ -39,6 +39,12 @@ func testMigrateConcurrent(t *testing.T, e *env) {
 			t.Fatalf("concurrent migrate %d: %v", i, err)
 		}
 	}
+	if sv, ok := drivers[0].(store.SchemaVersioner); ok {
+		v, err := sv.SchemaVersion(e.ctx)
+		if err != nil || v == 0 || v != sv.LatestSchemaVersion() {
+			t.Fatalf("schema version after migrate = %d, %v; want the latest, %d", v, err, sv.LatestSchemaVersion())
+		}
+	}
 	tables := e.h.Tables(t, ns)
 	if err := drivers[0].Migrate(e.ctx); err != nil {
 		t.Fatalf("migrate again: %v", err)

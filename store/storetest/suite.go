@@ -69,6 +69,9 @@ func Exercise(t *testing.T, h Harness) {
 		{"OrderedByKeyKeylessBehindParkedKey", testOrderedKeylessBehindParked},
 		{"OrderedByKeyBadRun", testOrderedBadRun},
 		{"StatsAndPendingTypes", testStats},
+		{"Inspect", testInspect},
+		{"ParkedKeys", testParkedKeys},
+		{"Instances", testInstances},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

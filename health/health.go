@@ -1,0 +1,289 @@
+package health
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/store"
+)
+
+// Defaults of Config.
+const (
+	DefaultCacheFor = 2 * time.Second
+	DefaultTimeout  = 3 * time.Second
+)
+
+// Config configures a Checker.
+type Config struct {
+	// Store is the database to check: a dialect driver (for a
+	// *config.Store, its Driver field). Required.
+	Store store.SchemaVersioner
+	// Relay, when set, adds its circuits, claim errors and job errors as
+	// degraded reasons, and makes the process not ready once it stopped.
+	Relay interface{ Health() relay.Health }
+	// Stats, with LagThreshold, feeds the lag check; a dialect driver
+	// implements it (store.Inspector). Nil turns the lag check off.
+	Stats interface {
+		OutboxInspect(ctx context.Context) ([]*store.OutboxTypeDetail, error)
+	}
+	// LagThreshold is the lag (store.OutboxTypeDetail.OldestDueAge) above
+	// which an event type makes the process degraded. 0 turns the lag
+	// check off.
+	LagThreshold time.Duration
+	// FailWhenDegraded makes /readyz answer 503 when degraded, not only
+	// when not ready.
+	FailWhenDegraded bool
+	// CacheFor is how long the database checks' result is reused.
+	// Defaults to DefaultCacheFor.
+	CacheFor time.Duration
+	// Timeout bounds the database checks. Defaults to DefaultTimeout.
+	Timeout time.Duration
+}
+
+// Statuses of a Report.
+const (
+	StatusOK          = "ok"
+	StatusDegraded    = "degraded"
+	StatusUnavailable = "unavailable"
+)
+
+// Reason kinds.
+const (
+	ReasonDatabase     = "database_error"
+	ReasonMigrations   = "migrations_not_current"
+	ReasonRelayStopped = "relay_not_running"
+	ReasonCircuitOpen  = "circuit_open"
+	ReasonClaimFailing = "claim_failing"
+	ReasonJobFailing   = "job_failing"
+	ReasonLag          = "lag_over_threshold"
+)
+
+// Report is what /readyz answers.
+type Report struct {
+	// Status is StatusOK, StatusDegraded or StatusUnavailable.
+	Status string `json:"status"`
+	// Ready is false when Status is StatusUnavailable.
+	Ready bool `json:"ready"`
+	// SchemaVersion is the database's applied migration version and
+	// LatestSchemaVersion this build's; they differ when migrations are
+	// not current.
+	SchemaVersion       int `json:"schema_version"`
+	LatestSchemaVersion int `json:"latest_schema_version"`
+	// Reasons say why the process is degraded or not ready, sorted by
+	// kind then subject.
+	Reasons []Reason `json:"reasons,omitempty"`
+	// CheckedAt is when the database was last checked.
+	CheckedAt time.Time `json:"checked_at"`
+}
+
+// Reason is one thing wrong.
+type Reason struct {
+	// Kind is one of the Reason* constants.
+	Kind string `json:"kind"`
+	// Subject names what it is about: an event type, "sender" or
+	// "sender destination", a job; empty for the database.
+	Subject string `json:"subject,omitempty"`
+	// Detail is a human-readable explanation (the error text).
+	Detail string `json:"detail,omitempty"`
+}
+
+// Checker answers the probes. It is safe for concurrent use.
+type Checker struct {
+	cfg Config
+
+	mu      sync.Mutex
+	checked time.Time
+	db      dbResult
+}
+
+// dbResult is the cached outcome of the database checks.
+type dbResult struct {
+	version, latest int
+	reasons         []Reason
+}
+
+// New checks cfg and returns a Checker.
+func New(cfg Config) (*Checker, error) {
+	if cfg.Store == nil {
+		return nil, fmt.Errorf("health: Config.Store is required")
+	}
+	if cfg.LagThreshold < 0 || cfg.CacheFor < 0 || cfg.Timeout < 0 {
+		return nil, fmt.Errorf("health: LagThreshold, CacheFor and Timeout must not be negative")
+	}
+	if cfg.CacheFor == 0 {
+		cfg.CacheFor = DefaultCacheFor
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	return &Checker{cfg: cfg}, nil
+}
+
+// Check returns the current report: the database checks (cached for
+// CacheFor) and the relay's state (always fresh, it costs no query).
+func (c *Checker) Check(ctx context.Context) Report {
+	db, at := c.database(ctx)
+	rep := Report{SchemaVersion: db.version, LatestSchemaVersion: db.latest, CheckedAt: at}
+	var fatal, degraded []Reason
+	for _, r := range db.reasons {
+		if r.Kind == ReasonLag {
+			degraded = append(degraded, r)
+		} else {
+			fatal = append(fatal, r)
+		}
+	}
+	if c.cfg.Relay != nil {
+		h := c.cfg.Relay.Health()
+		if !h.Running {
+			fatal = append(fatal, Reason{Kind: ReasonRelayStopped, Subject: h.InstanceID, Detail: "the relay is not started or is stopping"})
+		}
+		degraded = append(degraded, relayReasons(h)...)
+	}
+	switch {
+	case len(fatal) > 0:
+		rep.Status = StatusUnavailable
+	case len(degraded) > 0:
+		rep.Status, rep.Ready = StatusDegraded, true
+	default:
+		rep.Status, rep.Ready = StatusOK, true
+	}
+	rep.Reasons = append(fatal, degraded...)
+	sort.SliceStable(rep.Reasons, func(i, j int) bool {
+		a, b := rep.Reasons[i], rep.Reasons[j]
+		if a.Kind != b.Kind {
+			return a.Kind < b.Kind
+		}
+		return a.Subject < b.Subject
+	})
+	return rep
+}
+
+// relayReasons turns a relay's health into degraded reasons.
+func relayReasons(h relay.Health) []Reason {
+	var out []Reason
+	for _, ch := range h.Circuits {
+		if ch.State == relay.CircuitClosed {
+			continue
+		}
+		subject := ch.Sender
+		if !ch.Connection {
+			subject += " " + ch.Destination
+		}
+		out = append(out, Reason{Kind: ReasonCircuitOpen, Subject: subject, Detail: ch.State.String() + ": " + ch.LastError})
+	}
+	for _, th := range h.Types {
+		if th.LastError != "" {
+			out = append(out, Reason{Kind: ReasonClaimFailing, Subject: th.EventType, Detail: th.LastError})
+		}
+	}
+	for job, msg := range h.JobErrors {
+		out = append(out, Reason{Kind: ReasonJobFailing, Subject: job, Detail: msg})
+	}
+	return out
+}
+
+// database runs the database checks, or returns the cached result while
+// it is younger than CacheFor. Concurrent probes share one check.
+func (c *Checker) database(ctx context.Context) (dbResult, time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.checked.IsZero() && time.Since(c.checked) < c.cfg.CacheFor {
+		return c.db, c.checked
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.Timeout)
+	defer cancel()
+	res := dbResult{latest: c.cfg.Store.LatestSchemaVersion()}
+	v, err := c.cfg.Store.SchemaVersion(ctx)
+	switch {
+	case err != nil:
+		res.reasons = append(res.reasons, Reason{Kind: ReasonDatabase, Detail: err.Error()})
+	case v != res.latest:
+		res.version = v
+		res.reasons = append(res.reasons, Reason{Kind: ReasonMigrations,
+			Detail: fmt.Sprintf("schema version %d, this build needs %d: run txbox migrate", v, res.latest)})
+	default:
+		res.version = v
+	}
+	if err == nil && c.cfg.Stats != nil && c.cfg.LagThreshold > 0 {
+		res.reasons = append(res.reasons, c.lag(ctx)...)
+	}
+	c.db, c.checked = res, time.Now()
+	return res, c.checked
+}
+
+// lag reports the types whose lag is over the threshold.
+func (c *Checker) lag(ctx context.Context) []Reason {
+	stats, err := c.cfg.Stats.OutboxInspect(ctx)
+	if err != nil {
+		return []Reason{{Kind: ReasonDatabase, Detail: "outbox inspect: " + err.Error()}}
+	}
+	var out []Reason
+	for _, s := range stats {
+		if s.OldestDueAge > c.cfg.LagThreshold {
+			out = append(out, Reason{Kind: ReasonLag, Subject: s.EventType,
+				Detail: fmt.Sprintf("oldest due event is %s old, threshold %s", s.OldestDueAge.Round(time.Millisecond), c.cfg.LagThreshold)})
+		}
+	}
+	return out
+}
+
+// LivezHandler answers 200 "ok" to GET and HEAD: the process is alive
+// enough to answer. It checks nothing else, so a database outage does not
+// get the process restarted.
+func (c *Checker) LivezHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !allowed(w, r) {
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+}
+
+// ReadyzHandler answers GET and HEAD with the Report as JSON: 200 when
+// ready (also when degraded, unless Config.FailWhenDegraded), 503 when
+// not.
+func (c *Checker) ReadyzHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !allowed(w, r) {
+			return
+		}
+		rep := c.Check(r.Context())
+		code := http.StatusOK
+		if !rep.Ready || c.cfg.FailWhenDegraded && rep.Status == StatusDegraded {
+			code = http.StatusServiceUnavailable
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(code)
+		if r.Method != http.MethodHead {
+			_ = json.NewEncoder(w).Encode(rep)
+		}
+	})
+}
+
+// Handler serves /livez and /readyz; any other path is 404.
+func (c *Checker) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/livez", c.LivezHandler())
+	mux.Handle("/readyz", c.ReadyzHandler())
+	return mux
+}
+
+// allowed answers 405 to anything but GET and HEAD: probes never change
+// anything.
+func allowed(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return true
+	}
+	w.Header().Set("Allow", "GET, HEAD")
+	http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+	return false
+}

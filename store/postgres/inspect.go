@@ -1,0 +1,166 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/internal/inspect"
+)
+
+var (
+	_ store.Inspector = (*Driver)(nil)
+	_ store.Instances = (*Driver)(nil)
+)
+
+// inspectQueries: the operators' views (store.Inspector) and the relay
+// heartbeats (store.Instances).
+func (d *Driver) inspectQueries(q *queries) {
+	// One branch per partial index, as the stats query, so the processed
+	// history is never read.
+	const groups = `
+	SELECT event_type, status, status = 'PENDING' AND due_at <= now(), LEAST(attempts, %d), count(*),
+		COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8,
+		COALESCE(EXTRACT(EPOCH FROM min(due_at) - now()), 0)::float8
+	FROM {{outbox}} WHERE status = '%s' GROUP BY 1, 2, 3, 4`
+	q.inspectGroups = d.render(fmt.Sprintf(groups, store.AttemptsBuckets-1, store.StatusPending) + " UNION ALL " +
+		fmt.Sprintf(groups, store.AttemptsBuckets-1, store.StatusInProcess) + " UNION ALL " +
+		fmt.Sprintf(groups, store.AttemptsBuckets-1, store.StatusFailed))
+	q.inspectLastError = d.render(`
+	SELECT DISTINCT ON (event_type) event_type, last_error FROM {{outbox}}
+	WHERE status IN ('PENDING', 'IN_PROCESS', 'FAILED') AND attempts > 0 AND last_error IS NOT NULL
+	ORDER BY event_type, due_at DESC, id DESC`)
+	q.parkedKeys = d.render(`
+	SELECT x.event_type, x.event_key, x.id, x.failed_at, COALESCE(x.last_error, ''), x.n,
+		(SELECT count(*) FROM {{outbox}} o
+		 WHERE o.event_type = x.event_type AND o.event_key = x.event_key AND o.status = 'PENDING')
+	FROM (
+		SELECT DISTINCT ON (event_type, event_key) event_type, event_key, id, failed_at, last_error,
+			count(*) OVER (PARTITION BY event_type, event_key) AS n
+		FROM {{dead_letter}}
+		WHERE status = 'UNRESOLVED' AND event_key IS NOT NULL AND ($1 = '' OR event_type = $1)
+		ORDER BY event_type, event_key, id
+	) x
+	ORDER BY x.event_type, x.event_key
+	LIMIT $2`)
+	// One statement: forget long-expired rows of other instances, then
+	// upsert this one's.
+	q.instanceBeat = d.render(`
+	WITH forgotten AS (
+		DELETE FROM {{instance}}
+		WHERE expires_at < now() - $4::float8 * interval '1 microsecond' AND instance_id <> $1
+	)
+	INSERT INTO {{instance}} (instance_id, info, started_at, seen_at, expires_at)
+	VALUES ($1, $2, now(), now(), now() + $3::float8 * interval '1 microsecond')
+	ON CONFLICT (instance_id) DO UPDATE SET info = EXCLUDED.info, seen_at = now(), expires_at = EXCLUDED.expires_at`)
+	q.instanceList = d.render(`
+	SELECT instance_id, info, started_at, seen_at, EXTRACT(EPOCH FROM now() - seen_at)::float8, expires_at <= now()
+	FROM {{instance}} ORDER BY seen_at DESC, instance_id`)
+	q.instanceRemove = d.render(`DELETE FROM {{instance}} WHERE instance_id = $1`)
+}
+
+// OutboxInspect returns per-type details of the unfinished rows. See
+// store.Inspector.
+func (d *Driver) OutboxInspect(ctx context.Context) ([]*store.OutboxTypeDetail, error) {
+	rows, err := d.pool.Query(ctx, d.q.inspectGroups)
+	if err != nil {
+		return nil, translate("inspect", err)
+	}
+	var acc inspect.Acc
+	for rows.Next() {
+		var g inspect.Group
+		var age, next float64
+		if err := rows.Scan(&g.EventType, &g.Status, &g.Due, &g.Attempts, &g.Count, &age, &next); err != nil {
+			rows.Close()
+			return nil, translate("inspect", err)
+		}
+		g.OldestAge, g.NextDueIn = inspect.Seconds(age), inspect.Seconds(next)
+		acc.Add(g)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, translate("inspect", err)
+	}
+	rows, err = d.pool.Query(ctx, d.q.inspectLastError)
+	if err != nil {
+		return nil, translate("inspect", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var typ, msg string
+		if err := rows.Scan(&typ, &msg); err != nil {
+			return nil, translate("inspect", err)
+		}
+		acc.LastError(typ, msg)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, translate("inspect", err)
+	}
+	return acc.Result(), nil
+}
+
+// DeadLetterParkedKeys lists the keys held back by unresolved dead
+// letters. See store.Inspector.
+func (d *Driver) DeadLetterParkedKeys(ctx context.Context, params *store.ParkedKeysParams) ([]*store.ParkedKey, error) {
+	if params == nil || params.Limit < 1 {
+		return nil, errBadParams("parked keys", "limit must be at least 1")
+	}
+	rows, err := d.pool.Query(ctx, d.q.parkedKeys, params.EventType, params.Limit)
+	if err != nil {
+		return nil, translate("parked keys", err)
+	}
+	defer rows.Close()
+	var out []*store.ParkedKey
+	for rows.Next() {
+		p := &store.ParkedKey{}
+		if err := rows.Scan(&p.EventType, &p.Key, uuidDest{&p.DeadLetterID}, &p.FailedAt, &p.LastError, &p.DeadLetters, &p.Waiting); err != nil {
+			return nil, translate("parked keys", err)
+		}
+		out = append(out, p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, translate("parked keys", err)
+	}
+	return out, nil
+}
+
+// InstanceHeartbeat upserts the instance's heartbeat row. See
+// store.Instances.
+func (d *Driver) InstanceHeartbeat(ctx context.Context, params *store.InstanceHeartbeatParams) error {
+	if err := params.Validate(); err != nil {
+		return errBadParams("heartbeat", "%v", err)
+	}
+	_, err := d.pool.Exec(ctx, d.q.instanceBeat, store.SanitizeText(params.ID), store.SanitizeText(params.Info),
+		float64(params.TTL.Microseconds()), float64(store.InstanceForgetAfter.Microseconds()))
+	return translate("heartbeat", err)
+}
+
+// InstanceList lists the heartbeat rows, most recently seen first.
+func (d *Driver) InstanceList(ctx context.Context) ([]*store.Instance, error) {
+	rows, err := d.pool.Query(ctx, d.q.instanceList)
+	if err != nil {
+		return nil, translate("instances", err)
+	}
+	defer rows.Close()
+	var out []*store.Instance
+	for rows.Next() {
+		in := &store.Instance{}
+		var ago float64
+		if err := rows.Scan(&in.ID, &in.Info, &in.StartedAt, &in.SeenAt, &ago, &in.Expired); err != nil {
+			return nil, translate("instances", err)
+		}
+		in.SeenAgo = max(0, time.Duration(ago*float64(time.Second)))
+		out = append(out, in)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, translate("instances", err)
+	}
+	return out, nil
+}
+
+// InstanceRemove deletes the instance's heartbeat row.
+func (d *Driver) InstanceRemove(ctx context.Context, id string) error {
+	_, err := d.pool.Exec(ctx, d.q.instanceRemove, store.SanitizeText(id))
+	return translate("instance remove", err)
+}

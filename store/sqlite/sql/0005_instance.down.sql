@@ -1,0 +1,2 @@
+-- Reverts txbox SQLite schema version 5 (default prefix txbox_).
+DROP TABLE IF EXISTS "txbox_instance";
