@@ -60,6 +60,7 @@ func Default() *Config {
 			DiscoverInterval:   relay.DefaultDiscoverInterval,
 			RecoverInterval:    relay.DefaultRecoverInterval,
 			DeadLetterInterval: relay.DefaultDeadLetterInterval,
+			HeartbeatInterval:  relay.DefaultHeartbeatInterval,
 			ShutdownTimeout:    DefaultShutdownTimeout,
 			Circuit: relay.CircuitConfig{
 				CoolDown:    relay.DefaultCircuitCoolDown,
