@@ -410,11 +410,23 @@ func (h *Handler) audit(r *http.Request, res BulkResult, f store.DeadLetterFilte
 		slog.String("remote_addr", r.RemoteAddr),
 	}
 	if res.Selector == "filter" {
-		attrs = append(attrs, slog.Group("filter", slog.String("type", f.EventType), slog.String("status", f.Status),
-			slog.String("key", clipParam(f.Key)), slog.String("error", clipParam(f.ErrorContains)),
-			slog.Time("failed_after", f.FailedAfter), slog.Time("failed_before", f.FailedBefore)))
+		var fa []any
+		for _, kv := range [][2]string{{"type", f.EventType}, {"status", f.Status}, {"key", clipParam(f.Key)}, {"error", clipParam(f.ErrorContains)}} {
+			if kv[1] != "" {
+				fa = append(fa, slog.String(kv[0], kv[1]))
+			}
+		}
+		for _, kv := range []struct {
+			k string
+			t time.Time
+		}{{"failed_after", f.FailedAfter}, {"failed_before", f.FailedBefore}} {
+			if !kv.t.IsZero() {
+				fa = append(fa, slog.Time(kv.k, kv.t))
+			}
+		}
+		attrs = append(attrs, slog.Group("filter", fa...))
 	}
-	if res.Selector == "ids" && len(res.IDs) <= 10 {
+	if len(res.IDs) <= 10 {
 		attrs = append(attrs, slog.Any("ids", res.IDs))
 	}
 	if res.More {
