@@ -70,6 +70,8 @@ type Config struct {
 	Relay RelaySettings `yaml:"relay"`
 	// Log controls the relay's own log output.
 	Log Log `yaml:"log"`
+	// Admin configures the admin HTTP API and dashboard. Off by default.
+	Admin Admin `yaml:"admin"`
 }
 
 // RelaySettings are the relay-wide settings under the relay key; they

@@ -189,6 +189,10 @@ func (c *Config) Secrets(getenv func(string) string) []string {
 			add(getenv(s.Redis.PasswordEnv))
 		}
 	}
+	if read, adm, err := c.AdminTokens(getenv); err == nil {
+		add(read)
+		add(adm)
+	}
 	return out
 }
 

@@ -68,7 +68,8 @@ func Default() *Config {
 				Multiplier:  relay.DefaultCircuitMultiplier,
 			},
 		},
-		Log: Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
+		Log:   Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
+		Admin: Admin{Listen: DefaultAdminListen},
 	}
 }
 
@@ -167,6 +168,7 @@ func (c *Config) validate(d *decoder) {
 		d.fail("relay.shutdown-timeout", nil, "must be ≥ 10ms")
 	}
 	c.validateLog(d)
+	c.validateAdmin(d)
 }
 
 func (c *Config) validateDatabase(d *decoder) {

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/txbox/txbox/admin"
 	"github.com/txbox/txbox/relay"
 )
 
@@ -58,7 +59,12 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 			}
 		}
 	}()
-	r, err := relay.New(cfg.RelayConfig(st, senders, log))
+	rc := cfg.RelayConfig(st, senders, log)
+	rec := &admin.Recorder{}
+	if cfg.Admin.Enabled {
+		rc.Hooks = append(rc.Hooks, rec)
+	}
+	r, err := relay.New(rc)
 	if err != nil {
 		if errors.Is(err, relay.ErrInvalidConfig) {
 			return &usageError{err.Error()}
@@ -68,8 +74,14 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	if err := r.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
+	stopAdmin, err := startAdmin(e, cfg, st, r, rec, log)
+	if err != nil {
+		_ = stopRelay(ctx, e, r, cfg.Relay.ShutdownTimeout, log)
+		return err
+	}
 	log.Info("relay started", "dialect", st.Dialect(), "event_types", cfg.EventTypes(), "senders", sortedKeys(senders))
 	<-ctx.Done()
+	defer stopAdmin()
 	return stopRelay(ctx, e, r, cfg.Relay.ShutdownTimeout, log)
 }
 
