@@ -192,6 +192,7 @@ function filterFromForm() {
 }
 
 async function loadDeadLetters(append) {
+  state.paged = append;
   const params = new URLSearchParams(state.filter || {});
   params.set("limit", "50");
   if (append && state.cursor) params.set("cursor", state.cursor);
@@ -273,6 +274,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("#preview-full").addEventListener("click", () => showPreview(state.preview, true));
   state.filter = filterFromForm();
   loadDeadLetters(false);
-  setInterval(() => loadDeadLetters(false), 5000);
+  // Refresh the first page while nobody is paging through older ones.
+  setInterval(() => { if (!state.paged) loadDeadLetters(false); }, 5000);
   poll();
 });
