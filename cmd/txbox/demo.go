@@ -452,7 +452,7 @@ func demoDropTables(ctx context.Context, st *config.Store, prefix, orders string
 	if err != nil {
 		return
 	}
-	for _, t := range []string{orders, tables.Outbox, tables.DeadLetter, tables.Inbox, tables.Lease, tables.SchemaVersion} {
+	for _, t := range []string{orders, tables.Outbox, tables.DeadLetter, tables.Inbox, tables.Lease, tables.Instance, tables.SchemaVersion} {
 		_ = demoExec(ctx, st, "DROP TABLE IF EXISTS "+t)
 	}
 }
