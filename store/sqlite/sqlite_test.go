@@ -429,7 +429,7 @@ func TestClaimValidation(t *testing.T) {
 	if _, err := b.d.OutboxClaim(ctx, &store.OutboxClaimParams{EventType: "a b", Limit: 1, LeaseDuration: time.Second}); !errors.As(err, &ite) {
 		t.Errorf("bad type: got %v, want *InvalidEventTypeError", err)
 	}
-	if got := tableNames(t, b.d.DB()); len(got) != 5 {
+	if got := tableNames(t, b.d.DB()); len(got) != 6 {
 		t.Fatalf("tables changed: %v", got)
 	}
 }
