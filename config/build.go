@@ -482,6 +482,7 @@ func (c *Config) relayConfig() relay.Config {
 		DiscoverInterval:   c.Relay.DiscoverInterval,
 		RecoverInterval:    c.Relay.RecoverInterval,
 		DeadLetterInterval: c.Relay.DeadLetterInterval,
+		HeartbeatInterval:  c.Relay.HeartbeatInterval,
 		Cleanup:            c.Cleanup,
 		Circuit:            c.Relay.Circuit,
 		InstanceID:         c.Relay.InstanceID,

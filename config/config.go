@@ -79,6 +79,8 @@ type Config struct {
 	// Health serves the /livez and /readyz probes on a listener of their
 	// own.
 	Health Health `yaml:"health"`
+	// Admin configures the admin HTTP API and dashboard. Off by default.
+	Admin Admin `yaml:"admin"`
 
 	// origins maps the key paths Load saw to where their values came
 	// from (Settings); nil for a Config built in Go.
@@ -100,6 +102,10 @@ type RelaySettings struct {
 	// DeadLetterInterval is how often FAILED rows move to the dead-letter
 	// table. Defaults to 5s.
 	DeadLetterInterval time.Duration `yaml:"dead-letter-interval"`
+	// HeartbeatInterval is how often the relay writes its heartbeat row
+	// (docs/operations.md, "Relay instances"). Defaults to 30s; negative
+	// disables it.
+	HeartbeatInterval time.Duration `yaml:"heartbeat-interval"`
 	// ShutdownTimeout bounds the graceful stop after SIGTERM or SIGINT:
 	// batches in flight finish or are released within it. Defaults to 30s.
 	ShutdownTimeout time.Duration `yaml:"shutdown-timeout"`

@@ -206,6 +206,10 @@ func (c *Config) Secrets(getenv func(string) string) []string {
 			secret(s.Kafka.SASL.PasswordEnv, s.Kafka.SASL.PasswordFile)
 		}
 	}
+	if read, adm, err := c.AdminTokens(getenv); err == nil {
+		add(read)
+		add(adm)
+	}
 	return out
 }
 

@@ -62,6 +62,7 @@ func Default() *Config {
 			DiscoverInterval:   relay.DefaultDiscoverInterval,
 			RecoverInterval:    relay.DefaultRecoverInterval,
 			DeadLetterInterval: relay.DefaultDeadLetterInterval,
+			HeartbeatInterval:  relay.DefaultHeartbeatInterval,
 			ShutdownTimeout:    DefaultShutdownTimeout,
 			Circuit: relay.CircuitConfig{
 				CoolDown:    relay.DefaultCircuitCoolDown,
@@ -71,6 +72,7 @@ func Default() *Config {
 		},
 		Log:     Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
 		Metrics: Metrics{Path: DefaultMetricsPath, StatsInterval: DefaultMetricsStatsInterval},
+		Admin:   Admin{Listen: DefaultAdminListen},
 	}
 }
 
@@ -171,6 +173,7 @@ func (c *Config) validate(d *decoder) {
 	}
 	c.validateLog(d)
 	c.validateListeners(d)
+	c.validateAdmin(d)
 }
 
 // validateListeners checks metrics and health.

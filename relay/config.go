@@ -137,6 +137,12 @@ type Config struct {
 	// DeadLetterInterval is how often FAILED rows are moved to the
 	// dead-letter table. Defaults to 5s.
 	DeadLetterInterval time.Duration
+	// HeartbeatInterval is how often the relay records that it is alive
+	// in the heartbeat table (store.Instances), which the admin API lists
+	// (docs/operations.md, "Relay instances"); a heartbeat counts for
+	// three intervals. Defaults to 30s. Negative disables it. YAML key
+	// relay.heartbeat-interval.
+	HeartbeatInterval time.Duration
 	// MaintenanceBatchSize bounds the rows one recover or dead-letter move
 	// statement touches. Defaults to 1000. It has no YAML key; errors name
 	// it relay.maintenance-batch-size.
@@ -334,6 +340,7 @@ func (c Config) withSettingDefaults(keepZeros bool) Config {
 		setZero(&c.DiscoverInterval, DefaultDiscoverInterval)
 		setZero(&c.RecoverInterval, DefaultRecoverInterval)
 		setZero(&c.DeadLetterInterval, DefaultDeadLetterInterval)
+		setZero(&c.HeartbeatInterval, DefaultHeartbeatInterval)
 		setZero(&cl.Interval, DefaultCleanupInterval)
 		setZero(&cl.MaxInterval, max(DefaultCleanupMaxInterval, cl.Interval))
 		setZero(&cl.BatchSize, DefaultMaintenanceBatchSize)

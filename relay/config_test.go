@@ -180,6 +180,8 @@ func TestConfigErrorsNameThePath(t *testing.T) {
 			"relay: cleanup.max-interval must be ≥ interval"},
 		{"recover interval", Config{Store: fakeDriver{}, Senders: one, RecoverInterval: -time.Second},
 			"relay: relay.recover-interval must be > 0"},
+		{"heartbeat interval", Config{Store: fakeDriver{}, Senders: one, HeartbeatInterval: 10 * time.Millisecond},
+			"relay: relay.heartbeat-interval must be ≥ 1s"},
 		{"circuit", Config{Store: fakeDriver{}, Senders: one, Circuit: CircuitConfig{Multiplier: 0.5}},
 			"relay: relay.circuit.multiplier must be ≥ 1"},
 		{"claim", Config{Store: fakeDriver{}, Senders: one, Defaults: EventSettings{Claim: ptr(ClaimMode("grab"))}},

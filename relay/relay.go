@@ -102,6 +102,7 @@ func (r *Relay) Start(ctx context.Context) error {
 		r.wg.Add(1)
 		go r.cleanupLoop()
 	}
+	r.startHeartbeat()
 	if w, ok := r.cfg.Store.(store.Waker); ok {
 		r.wg.Add(1)
 		go r.listen(w)
@@ -145,6 +146,7 @@ func (r *Relay) Stop(ctx context.Context) error {
 	}
 	r.hardCancel()
 	r.releaseCleanupLease()
+	r.removeHeartbeat()
 	r.log.Info("relay stopped")
 	return err
 }

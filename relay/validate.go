@@ -85,6 +85,11 @@ func (v *validator) relayWide(c *Config, ownTTL bool) {
 	}
 	v.duration("relay.recover-interval", c.RecoverInterval, v.b.MinInterval, false)
 	v.duration("relay.dead-letter-interval", c.DeadLetterInterval, v.b.MinInterval, false)
+	if c.HeartbeatInterval >= 0 {
+		// The heartbeat's TTL is three intervals, and stores take TTLs of
+		// a second or more.
+		v.duration("relay.heartbeat-interval", c.HeartbeatInterval, time.Second, false)
+	}
 	v.count("relay.maintenance-batch-size", c.MaintenanceBatchSize, 0)
 	cl := &c.Cleanup
 	v.duration("cleanup.interval", cl.Interval, v.b.MinCleanupInterval, false)

@@ -32,6 +32,25 @@ ensure redis 6379 'redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 637
 ensure rabbitmq 5672 'rabbitmq-server -detached'
 ensure nats 4222 'start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log'
 
+# The dashboard's end-to-end test (admin/e2e_test.go) drives Debian's
+# Chromium with playwright-core from npm (admin/e2e/package-lock.json).
+if [ ! -x /usr/bin/chromium ]; then
+  echo "services: /usr/bin/chromium is missing; installing it" >&2
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    { apt-get install -y chromium || { apt-get update && apt-get install -y chromium; }; } >/dev/null 2>&1
+  fi
+  [ -x /usr/bin/chromium ] || missing+=("chromium")
+fi
+e2e="$(cd "$(dirname "$0")/.." && pwd)/admin/e2e"
+if [ ! -f "$e2e/node_modules/.package-lock.json" ] || [ "$e2e/package-lock.json" -nt "$e2e/node_modules/.package-lock.json" ]; then
+  echo "services: installing admin/e2e's npm packages" >&2
+  if command -v npm >/dev/null 2>&1; then
+    (cd "$e2e" && npm ci --no-audit --no-fund) >/dev/null 2>&1 || missing+=("playwright-core (npm ci in admin/e2e)")
+  else
+    missing+=("node/npm")
+  fi
+fi
+
 if [ ${#missing[@]} -gt 0 ]; then
   echo "services: not available: ${missing[*]}" >&2
   if [ "${CI:-}" = "true" ]; then exit 1; fi

@@ -34,6 +34,10 @@ type observability struct {
 	lns     map[string]net.Listener
 	servers []*http.Server
 	done    chan struct{}
+	// onAdmin are the handlers the admin server mounts behind its tokens
+	// when admin.enabled: the metrics and the probes, also when they have
+	// no listener of their own.
+	onAdmin map[string]http.Handler
 }
 
 // readHeaderTimeout bounds a client that opens a connection and sends
@@ -43,7 +47,8 @@ const readHeaderTimeout = 5 * time.Second
 // listenObservability opens the configured listeners and builds the
 // metrics hook; the relay must get o.hooks().
 func listenObservability(cfg *config.Config, st *config.Store, log *slog.Logger) (*observability, error) {
-	o := &observability{cfg: cfg, st: st, log: log, muxes: map[string]*http.ServeMux{}, lns: map[string]net.Listener{}, done: make(chan struct{})}
+	o := &observability{cfg: cfg, st: st, log: log, muxes: map[string]*http.ServeMux{}, lns: map[string]net.Listener{},
+		done: make(chan struct{}), onAdmin: map[string]http.Handler{}}
 	for _, addr := range []string{cfg.Metrics.Listen, cfg.Health.Listen} {
 		if addr == "" || o.lns[addr] != nil {
 			continue
@@ -55,7 +60,7 @@ func listenObservability(cfg *config.Config, st *config.Store, log *slog.Logger)
 		}
 		o.lns[addr], o.muxes[addr] = ln, http.NewServeMux()
 	}
-	if cfg.Metrics.Listen != "" {
+	if cfg.Metrics.Listen != "" || cfg.Admin.Enabled {
 		opts := relayprom.Options{StatsInterval: cfg.Metrics.StatsInterval}
 		if in, ok := st.Driver.(store.Inspector); ok {
 			opts.Stats = in
@@ -63,7 +68,11 @@ func listenObservability(cfg *config.Config, st *config.Store, log *slog.Logger)
 		o.metrics = relayprom.New(opts)
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(o.metrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		o.muxes[cfg.Metrics.Listen].Handle(cfg.Metrics.Path, promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
+		mh := promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)})
+		o.onAdmin[cfg.Metrics.Path] = mh
+		if cfg.Metrics.Listen != "" {
+			o.muxes[cfg.Metrics.Listen].Handle(cfg.Metrics.Path, mh)
+		}
 	}
 	return o, nil
 }
@@ -78,7 +87,7 @@ func (o *observability) hooks() []relay.Hook {
 
 // serve mounts the probes of r and starts serving.
 func (o *observability) serve(r *relay.Relay) error {
-	if addr := o.cfg.Health.Listen; addr != "" {
+	if addr := o.cfg.Health.Listen; addr != "" || o.cfg.Admin.Enabled {
 		sv, ok := o.st.Driver.(store.SchemaVersioner)
 		if !ok {
 			return fmt.Errorf("health: the %s store cannot report its schema version", o.st.Dialect())
@@ -91,8 +100,11 @@ func (o *observability) serve(r *relay.Relay) error {
 		if err != nil {
 			return err
 		}
-		o.muxes[addr].Handle("/livez", c.LivezHandler())
-		o.muxes[addr].Handle("/readyz", c.ReadyzHandler())
+		o.onAdmin["/livez"], o.onAdmin["/readyz"] = c.LivezHandler(), c.ReadyzHandler()
+		if addr != "" {
+			o.muxes[addr].Handle("/livez", c.LivezHandler())
+			o.muxes[addr].Handle("/readyz", c.ReadyzHandler())
+		}
 	}
 	for addr, ln := range o.lns {
 		srv := &http.Server{Handler: o.muxes[addr], ReadHeaderTimeout: readHeaderTimeout,

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/txbox/txbox/admin"
 	"github.com/txbox/txbox/relay"
 )
 
@@ -65,6 +66,10 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	defer obs.close(context.WithoutCancel(ctx))
 	rc := cfg.RelayConfig(st, senders, log)
 	rc.Hooks = append(rc.Hooks, obs.hooks()...)
+	rec := &admin.Recorder{}
+	if cfg.Admin.Enabled {
+		rc.Hooks = append(rc.Hooks, rec)
+	}
 	r, err := relay.New(rc)
 	if err != nil {
 		if errors.Is(err, relay.ErrInvalidConfig) {
@@ -78,8 +83,14 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	if err := r.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
+	stopAdmin, err := startAdmin(e, cfg, st, r, rec, obs.onAdmin, log)
+	if err != nil {
+		_ = stopRelay(ctx, e, r, cfg.Relay.ShutdownTimeout, log)
+		return err
+	}
 	log.Info("relay started", "dialect", st.Dialect(), "event_types", cfg.EventTypes(), "senders", sortedKeys(senders))
 	<-ctx.Done()
+	defer stopAdmin()
 	return stopRelay(ctx, e, r, cfg.Relay.ShutdownTimeout, log)
 }
 

@@ -75,6 +75,8 @@ func TestSubprocessMigratePublishRelay(t *testing.T) {
 	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), strings.ToUpper(subj)) })
 
 	const canary = "Canary-PW-77z"
+	// Tokens of the admin server: canaries too.
+	const readCanary, adminCanary = "Canary-read-token-77z-0123", "Canary-admin-token-77z-0123"
 	dsn := strings.Replace(testenv.PostgresURL, "postgres@", "postgres:"+canary+"@", 1)
 	cfgPath := filepath.Join(t.TempDir(), "txbox.yaml")
 	yml := fmt.Sprintf(`
@@ -86,8 +88,9 @@ defaults:
   polling: { min-delay: 10ms, max-delay: 200ms }
 events:
   order-created: { route: { subject: %s.orders.created } }
-relay: { discover-interval: 100ms, shutdown-timeout: 15s }
+relay: { discover-interval: 100ms, shutdown-timeout: 15s, heartbeat-interval: 1s }
 log: { level: debug }
+admin: { enabled: true, listen: "127.0.0.1:0", read-token-env: TXBOX_TEST_READ_TOKEN, admin-token-env: TXBOX_TEST_ADMIN_TOKEN }
 `, schema, testenv.NATSURL, subj, subj)
 	if err := os.WriteFile(cfgPath, []byte(yml), 0o600); err != nil {
 		t.Fatal(err)
@@ -117,7 +120,8 @@ log: { level: debug }
 	}
 
 	relayCmd, relayOut, relayErr := child(t, ctx, "relay", "--config", cfgPath)
-	relayCmd.Env = append(relayCmd.Env, "TXBOX_DATABASE_DSN="+dsn)
+	relayCmd.Env = append(relayCmd.Env, "TXBOX_DATABASE_DSN="+dsn,
+		"TXBOX_TEST_READ_TOKEN="+readCanary, "TXBOX_TEST_ADMIN_TOKEN="+adminCanary)
 	outputs = append(outputs, relayOut, relayErr)
 	if err := relayCmd.Start(); err != nil {
 		t.Fatal(err)
@@ -162,6 +166,8 @@ log: { level: debug }
 		t.Errorf("legacy-ping = %+v", m)
 	}
 
+	checkAdminServer(t, ctx, relayErr, readCanary, adminCanary)
+
 	// Graceful stop on SIGTERM.
 	if err := relayCmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -192,8 +198,74 @@ log: { level: debug }
 	if all.Len() == 0 {
 		t.Fatal("no output captured: the canary check would prove nothing")
 	}
-	if strings.Contains(all.String(), canary) {
-		t.Fatalf("the DSN password leaked into the output:\n%s", all.String())
+	for _, secret := range []string{canary, readCanary, adminCanary} {
+		if strings.Contains(all.String(), secret) {
+			t.Fatalf("a secret (%s…) leaked into the output:\n%s", secret[:10], all.String())
+		}
+	}
+}
+
+// checkAdminServer finds the admin server's address in the relay's log
+// and checks it from outside: the relay's heartbeat is listed, a wrong
+// token is a 401, the read token cannot retry (403), the admin token can
+// (a dry run here), and a foreign Host is refused.
+func checkAdminServer(t *testing.T, ctx context.Context, relayErr *testenv.LogBuffer, readTok, adminTok string) {
+	t.Helper()
+	var addr string
+	testenv.WaitFor(t, 30*time.Second, "the admin server's address in the log", func() bool {
+		for _, line := range strings.Split(relayErr.String(), "\n") {
+			if strings.Contains(line, "admin server listening") {
+				for _, f := range strings.Fields(line) {
+					if v, ok := strings.CutPrefix(f, "addr="); ok {
+						addr = v
+						return true
+					}
+				}
+			}
+		}
+		return false
+	})
+	if !strings.HasPrefix(addr, "127.0.0.1:") {
+		t.Fatalf("admin server on %q, want loopback", addr)
+	}
+	call := func(method, path, token, host, body string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		if host != "" {
+			req.Host = host
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	testenv.WaitFor(t, 30*time.Second, "the relay's heartbeat in the instances list", func() bool {
+		st, body := call("GET", "/api/v1/instances", readTok, "", "")
+		return st == http.StatusOK && strings.Contains(body, `"expired":false`)
+	})
+	for _, c := range []struct {
+		method, path, token, host, body string
+		want                            int
+	}{
+		{"GET", "/api/v1/overview", "", "", "", http.StatusUnauthorized},
+		{"GET", "/api/v1/overview", "wrong-token-wrong-token", "", "", http.StatusUnauthorized},
+		{"GET", "/api/v1/overview", readTok, "", "", http.StatusOK},
+		{"POST", "/api/v1/dead-letters/retry", readTok, "", `{"all":true,"dry_run":true}`, http.StatusForbidden},
+		{"POST", "/api/v1/dead-letters/retry", adminTok, "", `{"all":true,"dry_run":true}`, http.StatusOK},
+		{"GET", "/api/v1/overview", adminTok, "evil.example", "", http.StatusForbidden},
+	} {
+		if st, body := call(c.method, c.path, c.token, c.host, c.body); st != c.want {
+			t.Errorf("%s %s (host %q): %d %s, want %d", c.method, c.path, c.host, st, body, c.want)
+		}
 	}
 }
 

@@ -1,0 +1,366 @@
+package admin
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/store"
+)
+
+// Defaults of Config.
+const (
+	// DefaultStatsTTL is how long the backlog and dead-letter counts are
+	// cached: every dashboard polls, but the database counts at most once
+	// per TTL.
+	DefaultStatsTTL = 2 * time.Second
+	// DefaultMaxBodyBytes bounds a request body (a bulk action with ten
+	// thousand ids fits).
+	DefaultMaxBodyBytes = 1 << 20
+	// DefaultPreviewBytes is how much of a payload a dead letter shows
+	// unless the full body is asked for.
+	DefaultPreviewBytes = 1024
+	// MaxBulk is the most dead letters one bulk action changes; a filter
+	// matching more reports more=true and the client repeats.
+	MaxBulk = 10_000
+)
+
+// HealthSource is what the handler reads of a running relay; *relay.Relay
+// implements it.
+type HealthSource interface {
+	Health() relay.Health
+}
+
+// Config configures a Handler. Store and at least one token are required.
+type Config struct {
+	// Store is the database the relay uses. Per-type details, parked
+	// keys and instances need a store implementing store.Inspector and
+	// store.Instances (every txbox dialect does).
+	Store store.Driver
+	// Relay, when set, adds the relay's polling delays, circuits and job
+	// errors. Nil for a handler mounted in a service that does not run
+	// the relay.
+	Relay HealthSource
+	// Recorder, when set and added to the relay's hooks, adds per-type
+	// sent, retried and failed counters (the dashboard's throughput).
+	Recorder *Recorder
+	// ReadToken may read everything; AdminToken may also retry, resolve
+	// and delete. At least one is required; each must have at least
+	// MinTokenLength bytes, and they must differ. Load them from the
+	// environment or a file, never from a configuration file.
+	ReadToken, AdminToken string
+	// AllowedHosts are the Host header values (without port) accepted.
+	// Defaults to DefaultAllowedHosts; add the name clients use when the
+	// handler listens elsewhere than on loopback.
+	AllowedHosts []string
+	// Ordered reports whether an event type is delivered in order per
+	// key: only those types' keys are listed as parked. Nil lists the
+	// keys of every type.
+	Ordered func(eventType string) bool
+	// Logger receives the audit lines and request failures; tokens and
+	// payloads are never logged. Defaults to slog.Default().
+	Logger *slog.Logger
+	// StatsTTL defaults to DefaultStatsTTL.
+	StatsTTL time.Duration
+	// MaxBodyBytes defaults to DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// PreviewBytes defaults to DefaultPreviewBytes.
+	PreviewBytes int
+}
+
+// ErrInvalidConfig is returned by New for a Config it cannot use.
+var ErrInvalidConfig = errors.New("admin: invalid configuration")
+
+// Route is one registered route.
+type Route struct {
+	// Method is the HTTP method ("GET", "POST").
+	Method string
+	// Path is the pattern's path, with {wildcards} as registered.
+	Path string
+	// Access is what the route requires of the caller's token.
+	Access Access
+}
+
+// Handler serves the admin API and dashboard. Create it with New.
+type Handler struct {
+	cfg        Config
+	log        *slog.Logger
+	mux        *http.ServeMux
+	cop        *http.CrossOriginProtection
+	principals []*principal
+	hosts      map[string]bool
+
+	mu     sync.Mutex
+	routes []Route
+	access map[string]route
+
+	stats statsCache
+}
+
+type route struct {
+	Route
+	login bool
+}
+
+//go:embed static
+var staticFS embed.FS
+
+// New checks cfg and returns the handler.
+func New(cfg Config) (*Handler, error) {
+	if cfg.Store == nil {
+		return nil, fmt.Errorf("%w: Store is required", ErrInvalidConfig)
+	}
+	if cfg.ReadToken == "" && cfg.AdminToken == "" {
+		return nil, fmt.Errorf("%w: a read token or an admin token is required", ErrInvalidConfig)
+	}
+	for name, tok := range map[string]string{"read token": cfg.ReadToken, "admin token": cfg.AdminToken} {
+		if tok != "" && len(tok) < MinTokenLength {
+			return nil, fmt.Errorf("%w: the %s must have at least %d bytes", ErrInvalidConfig, name, MinTokenLength)
+		}
+		if strings.ContainsAny(tok, " \t\r\n") {
+			return nil, fmt.Errorf("%w: the %s must not contain white space", ErrInvalidConfig, name)
+		}
+	}
+	if cfg.ReadToken != "" && cfg.ReadToken == cfg.AdminToken {
+		return nil, fmt.Errorf("%w: the read token and the admin token must differ", ErrInvalidConfig)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.StatsTTL <= 0 {
+		cfg.StatsTTL = DefaultStatsTTL
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.PreviewBytes <= 0 {
+		cfg.PreviewBytes = DefaultPreviewBytes
+	}
+	h := &Handler{
+		cfg:    cfg,
+		log:    cfg.Logger.With(slog.String("component", "txbox.admin")),
+		mux:    http.NewServeMux(),
+		cop:    http.NewCrossOriginProtection(),
+		hosts:  map[string]bool{},
+		access: map[string]route{},
+	}
+	for _, p := range []*principal{newPrincipal(whoRead, AccessRead, cfg.ReadToken), newPrincipal(whoAdmin, AccessAdmin, cfg.AdminToken)} {
+		if p != nil {
+			h.principals = append(h.principals, p)
+		}
+	}
+	hosts := cfg.AllowedHosts
+	if len(hosts) == 0 {
+		hosts = DefaultAllowedHosts
+	}
+	for _, host := range hosts {
+		h.hosts[strings.ToLower(strings.Trim(host, "[]"))] = true
+	}
+	h.routesInit()
+	return h, nil
+}
+
+func (h *Handler) routesInit() {
+	h.handle("GET /{$}", AccessRead, false, http.HandlerFunc(h.index))
+	h.handle("GET /assets/{file}", AccessRead, false, http.HandlerFunc(h.asset))
+	h.handle("POST /login", AccessRead, true, http.HandlerFunc(h.login))
+	h.handle("POST /logout", AccessRead, false, http.HandlerFunc(h.logout))
+	h.handle("GET /api/v1/overview", AccessRead, false, http.HandlerFunc(h.overview))
+	h.handle("GET /api/v1/types", AccessRead, false, http.HandlerFunc(h.types))
+	h.handle("GET /api/v1/instances", AccessRead, false, http.HandlerFunc(h.instances))
+	h.handle("GET /api/v1/parked-keys", AccessRead, false, http.HandlerFunc(h.parkedKeys))
+	h.handle("GET /api/v1/dead-letters", AccessRead, false, http.HandlerFunc(h.deadLetterList))
+	h.handle("GET /api/v1/dead-letters/count", AccessRead, false, http.HandlerFunc(h.deadLetterCount))
+	h.handle("GET /api/v1/dead-letters/{id}", AccessRead, false, http.HandlerFunc(h.deadLetterGet))
+	h.handle("GET /api/v1/dead-letters/{id}/payload", AccessRead, false, http.HandlerFunc(h.deadLetterPayload))
+	for _, a := range actions {
+		h.handle("POST /api/v1/dead-letters/"+a.name, AccessAdmin, false, h.bulk(a))
+		h.handle("POST /api/v1/dead-letters/{id}/"+a.name, AccessAdmin, false, h.single(a))
+	}
+}
+
+func (h *Handler) handle(pattern string, access Access, login bool, hd http.Handler) {
+	method, path, ok := strings.Cut(pattern, " ")
+	if !ok {
+		method, path = "", pattern
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.mux.Handle(pattern, hd)
+	rt := route{Route: Route{Method: method, Path: path, Access: access}, login: login}
+	h.routes = append(h.routes, rt.Route)
+	h.access[pattern] = rt
+}
+
+// Handle mounts another handler (metrics, health probes) at pattern, an
+// http.ServeMux pattern such as "GET /metrics", behind the same checks as
+// the API's own read routes: allowed Host, a valid token. A pattern
+// without a method gets "GET ". It panics, as http.ServeMux does, when the
+// pattern conflicts with a registered one.
+func (h *Handler) Handle(pattern string, handler http.Handler) {
+	if !strings.Contains(pattern, " ") {
+		pattern = http.MethodGet + " " + pattern
+	}
+	h.handle(pattern, AccessRead, false, handler)
+}
+
+// Routes returns every registered route, in registration order: the
+// API's own and those added with Handle.
+func (h *Handler) Routes() []Route {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]Route(nil), h.routes...)
+}
+
+type ctxKey struct{}
+
+// ServeHTTP applies the checks every route has, in this order: allowed
+// Host (403), cross-origin protection for unsafe methods (403), a valid
+// token (401), the route's access (403); then it serves the route with a
+// size-limited body.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	securityHeaders(w)
+	if !h.hostAllowed(r) {
+		writeProblem(w, r, http.StatusForbidden, "host not allowed (admin.allowed-hosts)", nil)
+		return
+	}
+	if err := h.cop.Check(r); err != nil {
+		writeProblem(w, r, http.StatusForbidden, "cross-origin request refused", nil)
+		return
+	}
+	_, pattern := h.mux.Handler(r)
+	h.mu.Lock()
+	rt, known := h.access[pattern]
+	h.mu.Unlock()
+	r.Body = http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes)
+	if known && rt.login {
+		h.mux.ServeHTTP(w, r)
+		return
+	}
+	p := h.authenticate(r)
+	switch {
+	case p == nil:
+		h.unauthorized(w, r)
+		return
+	case !known:
+		h.notFound(w, r)
+		return
+	case rt.Access == AccessAdmin && p.access != AccessAdmin:
+		writeProblem(w, r, http.StatusForbidden, "this route needs the admin token", nil)
+		return
+	}
+	h.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, p)))
+}
+
+// who names the caller's token for audit lines.
+func who(r *http.Request) string {
+	if p, ok := r.Context().Value(ctxKey{}).(*principal); ok {
+		return p.who
+	}
+	return "unknown"
+}
+
+// unauthorized answers 401: with the login page for a browser asking for
+// HTML, with a problem otherwise.
+func (h *Handler) unauthorized(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="txbox admin"`)
+	if r.Method == http.MethodGet && strings.Contains(r.Header.Get("Accept"), "text/html") {
+		page, err := staticFS.ReadFile("static/login.html")
+		if err == nil {
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write(page)
+			return
+		}
+	}
+	writeProblem(w, r, http.StatusUnauthorized, "a bearer token (read or admin) is required", nil)
+}
+
+// notFound answers an authenticated request no route matched: 405 with
+// Allow when the path exists for another method, 404 otherwise.
+func (h *Handler) notFound(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPost} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, p := h.mux.Handler(probe); p != "" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeProblem(w, r, http.StatusMethodNotAllowed, "method not allowed", nil)
+		return
+	}
+	writeProblem(w, r, http.StatusNotFound, "no such route", nil)
+}
+
+func (h *Handler) index(w http.ResponseWriter, r *http.Request) {
+	h.serveStatic(w, r, "index.html")
+}
+
+func (h *Handler) asset(w http.ResponseWriter, r *http.Request) {
+	h.serveStatic(w, r, r.PathValue("file"))
+}
+
+var contentTypes = map[string]string{
+	".html": "text/html; charset=utf-8",
+	".js":   "text/javascript; charset=utf-8",
+	".css":  "text/css; charset=utf-8",
+}
+
+func (h *Handler) serveStatic(w http.ResponseWriter, r *http.Request, name string) {
+	dot := strings.LastIndexByte(name, '.')
+	if strings.ContainsAny(name, "/\\") || name == "login.html" || dot < 0 || contentTypes[name[dot:]] == "" {
+		writeProblem(w, r, http.StatusNotFound, "no such file", nil)
+		return
+	}
+	b, err := fs.ReadFile(staticFS, "static/"+name)
+	if err != nil {
+		writeProblem(w, r, http.StatusNotFound, "no such file", nil)
+		return
+	}
+	w.Header().Set("Content-Type", contentTypes[name[dot:]])
+	_, _ = w.Write(b)
+}
+
+// login checks the token of the dashboard's login form and sets the
+// session cookie. It is the one route that reads its token from the
+// body; a wrong or missing one is a 401 like on every other route.
+func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	tok := strings.TrimSpace(r.PostForm.Get("token"))
+	var p *principal
+	if tok != "" {
+		p = h.match([]byte(tok), nil)
+	}
+	if p == nil {
+		h.log.Warn("admin login refused", slog.String("remote_addr", r.RemoteAddr))
+		w.Header().Set("WWW-Authenticate", `Bearer realm="txbox admin"`)
+		writeProblem(w, r, http.StatusUnauthorized, "wrong token", nil)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{
+		Name: SessionCookie, Value: string(p.session), Path: "/",
+		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
+	})
+	h.log.Info("admin login", slog.String("who", p.who), slog.String("remote_addr", r.RemoteAddr))
+	http.Redirect(w, r, "./", http.StatusSeeOther)
+}
+
+func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
+	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: "", Path: "/", MaxAge: -1,
+		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, "./", http.StatusSeeOther)
+}

@@ -1,0 +1,94 @@
+// Drives the txbox admin dashboard in headless Chromium (Debian's
+// /usr/bin/chromium through playwright-core), for admin/e2e_test.go:
+//
+//  1. load the page and sign in with ADMIN_TOKEN;
+//  2. watch the sent counter of EVENT_TYPE move while events flow;
+//  3. retry dead letter DEAD_LETTER_ID through the browser, confirming
+//     the dialog, and see the API report it changed.
+//
+// It prints one JSON line with what it saw and exits 0, or exits 1 with
+// the reason on stderr. Without a valid token it cannot get past the login
+// page, so it fails: the Go test checks that too. SHOT_DIR, when set,
+// receives the screenshots docs/operations.md shows.
+import { chromium } from "playwright-core";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+const env = (k, d) => process.env[k] ?? d;
+const url = env("ADMIN_URL");
+const token = env("ADMIN_TOKEN", "");
+const type = env("EVENT_TYPE", "orders");
+const deadLetter = env("DEAD_LETTER_ID", "");
+const shots = env("SHOT_DIR", "");
+const timeout = Number(env("STEP_TIMEOUT_MS", "60000"));
+
+const profile = mkdtempSync(join(tmpdir(), "txbox-e2e-chromium-"));
+// A fresh profile directory (Chromium's --user-data-dir, which
+// playwright takes as the persistent context's directory).
+const context = await chromium.launchPersistentContext(profile, {
+  executablePath: env("CHROMIUM", "/usr/bin/chromium"),
+  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+    "--disable-sync", "--disable-quic", "--no-first-run"],
+  viewport: { width: 1400, height: 1000 },
+  // Starting a browser on a loaded machine takes longer than a step.
+  timeout: Math.max(timeout, 120000),
+});
+const out = {};
+let code = 0;
+try {
+  const page = context.pages()[0] || await context.newPage();
+  page.setDefaultTimeout(timeout);
+  const errors = [];
+  page.on("pageerror", e => errors.push(String(e)));
+  page.on("console", m => { if (m.type() === "error") errors.push(m.text()); });
+
+  const first = await page.goto(url);
+  out.firstStatus = first.status();
+  await page.fill("#token", token);
+  await Promise.all([page.waitForURL(u => !u.pathname.endsWith("/login")), page.click("#login-form button[type=submit]")]);
+  // The login page itself was a 401, which Chromium reports as a console
+  // error: only errors of the dashboard count.
+  errors.length = 0;
+
+  const sent = page.locator(`#types tr[data-type="${type}"] td.sent`);
+  const read = async () => Number((await sent.textContent()).replace(/[^0-9]/g, ""));
+  await sent.waitFor();
+  await page.waitForFunction(sel => /\d/.test(document.querySelector(sel)?.textContent || ""), `#types tr[data-type="${type}"] td.sent`);
+  out.sentBefore = await read();
+  const deadline = Date.now() + timeout;
+  while ((out.sentAfter = await read()) <= out.sentBefore) {
+    if (Date.now() > deadline) throw new Error(`sent counter of ${type} stayed at ${out.sentBefore}`);
+    await page.waitForTimeout(250);
+  }
+  out.chartLines = await page.locator("#chart-throughput polyline").count();
+  // For the documentation's screenshot, let the charts fill a little.
+  if (shots) await page.waitForTimeout(30000);
+  if (shots) await page.screenshot({ path: join(shots, "dashboard.png"), fullPage: true });
+
+  if (deadLetter) {
+    const row = page.locator(`#dead-letters tr[data-id="${deadLetter}"]`);
+    await row.waitFor();
+    await row.locator(".preview-btn").click();
+    await page.locator("#preview-id", { hasText: deadLetter }).waitFor();
+    out.preview = await page.locator("#preview-body").textContent();
+    if (shots) await page.locator("#preview").screenshot({ path: join(shots, "dashboard-dead-letter.png") });
+    await row.locator(".retry-btn").click();
+    await page.locator("#confirm[open]").waitFor();
+    out.confirmText = await page.locator("#confirm-text").textContent();
+    if (shots) await page.screenshot({ path: join(shots, "dashboard-confirm.png") });
+    await page.click("#confirm-ok");
+    await page.locator("#dl-message", { hasText: "retry: 1 of 1 changed" }).waitFor();
+    out.message = await page.locator("#dl-message").textContent();
+  }
+  out.pageErrors = errors;
+  if (errors.length) throw new Error("errors in the page: " + errors.join("; "));
+} catch (e) {
+  process.stderr.write("dashboard e2e: " + e.message + "\n");
+  code = 1;
+} finally {
+  await context.close();
+  rmSync(profile, { recursive: true, force: true });
+}
+process.stdout.write(JSON.stringify(out) + "\n");
+process.exit(code);

@@ -1,0 +1,236 @@
+package admin_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/admin"
+	"github.com/txbox/txbox/internal/storeharness"
+	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/sender"
+	"github.com/txbox/txbox/sender/webhook"
+	"github.com/txbox/txbox/store"
+)
+
+// receiver is a webhook endpoint that refuses payloads containing
+// "poison" (422, a permanent error: dead-lettered at once) until told to
+// accept them.
+type receiver struct {
+	accept atomic.Bool
+	mu     sync.Mutex
+	got    map[string]int
+}
+
+func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	if bytes.Contains(body, []byte("poison")) && !rc.accept.Load() {
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		return
+	}
+	rc.mu.Lock()
+	rc.got[r.Header.Get("Idempotency-Key")]++
+	rc.mu.Unlock()
+	w.WriteHeader(http.StatusOK)
+}
+
+func (rc *receiver) delivered(id txbox.ID) bool {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.got[id.String()] > 0
+}
+
+// e2eResult is what admin/e2e/dashboard.mjs prints.
+type e2eResult struct {
+	FirstStatus int      `json:"firstStatus"`
+	SentBefore  int64    `json:"sentBefore"`
+	SentAfter   int64    `json:"sentAfter"`
+	ChartLines  int      `json:"chartLines"`
+	Preview     string   `json:"preview"`
+	ConfirmText string   `json:"confirmText"`
+	Message     string   `json:"message"`
+	PageErrors  []string `json:"pageErrors"`
+}
+
+// requireBrowser finds node, the npm package and Chromium, which
+// scripts/services.sh installs. Missing pieces fail the test under CI and
+// skip it elsewhere.
+func requireBrowser(t *testing.T) string {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	missing := ""
+	switch {
+	case err != nil:
+		missing = "node"
+	case !fileExists("/usr/bin/chromium"):
+		missing = "/usr/bin/chromium (apt-get install chromium)"
+	case !fileExists(filepath.Join("e2e", "node_modules", "playwright-core", "package.json")):
+		missing = "admin/e2e/node_modules (npm ci --prefix admin/e2e)"
+	}
+	if missing != "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is missing; scripts/services.sh installs it", missing)
+		}
+		t.Skipf("%s is missing; run scripts/services.sh", missing)
+	}
+	return node
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// runDashboard runs the browser script and returns its result and error.
+func runDashboard(t *testing.T, ctx context.Context, node string, env ...string) (e2eResult, string, error) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, node, "dashboard.mjs")
+	cmd.Dir = "e2e"
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var res e2eResult
+	if line := strings.TrimSpace(stdout.String()); line != "" {
+		if jerr := json.Unmarshal([]byte(line[strings.LastIndexByte(line, '\n')+1:]), &res); jerr != nil {
+			t.Fatalf("browser script printed %q: %v", stdout.String(), jerr)
+		}
+	}
+	return res, stderr.String(), err
+}
+
+// TestDashboardInChromium drives the dashboard in headless Chromium
+// against a relay delivering to a webhook on PostgreSQL: the page fails
+// without the token; with it, the sent counter moves while events flow,
+// and a dead letter retried from the page is delivered. With
+// TXBOX_UPDATE_SCREENSHOTS=1 the screenshots go to docs/.
+func TestDashboardInChromium(t *testing.T) {
+	t.Parallel()
+	node := requireBrowser(t)
+	rc := &receiver{got: map[string]int{}}
+	hook := httptest.NewServer(rc)
+	t.Cleanup(hook.Close)
+	ws, err := webhook.New(webhook.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &admin.Recorder{}
+	b := setup(t, storeharness.Postgres(), func(c *admin.Config) {
+		r, err := relay.New(relay.Config{
+			Store:   c.Store,
+			Senders: map[string]sender.Sender{"hook": ws},
+			Defaults: relay.EventSettings{
+				Route:       &sender.Route{URL: hook.URL + "/events"},
+				MaxAttempts: new(1),
+				Polling:     &relay.PollingSettings{MinDelay: new(10 * time.Millisecond), MaxDelay: new(200 * time.Millisecond)},
+			},
+			DiscoverInterval:   100 * time.Millisecond,
+			DeadLetterInterval: 50 * time.Millisecond,
+			HeartbeatInterval:  time.Second,
+			InstanceID:         "e2e-relay",
+			Hooks:              []relay.Hook{rec},
+			Logger:             c.Logger,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			_ = r.Stop(ctx)
+		})
+		c.Relay, c.Recorder = r, rec
+		c.StatsTTL = 500 * time.Millisecond
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+
+	poison := &txbox.Event{ID: txbox.NewID(), Type: "orders", Key: "cust-7", Payload: []byte(`{"order":7,"note":"poison <b>not bold</b>"}`)}
+	b.publish(poison)
+	testenv.WaitFor(t, time.Minute, "the poison event dead-lettered", func() bool {
+		_, err := b.store.DeadLetterGet(ctx, poison.ID)
+		return err == nil
+	})
+	// Events keep flowing while the browser watches.
+	flow, stopFlow := context.WithCancel(ctx)
+	var producer sync.WaitGroup
+	producer.Add(1)
+	go func() {
+		defer producer.Done()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-flow.Done():
+				return
+			case <-tick.C:
+			}
+			evs := []*txbox.Event{
+				{ID: txbox.NewID(), Type: "orders", Payload: []byte(`{"n":1}`)},
+				{ID: txbox.NewID(), Type: "payments", Payload: []byte(`{"n":2}`)},
+			}
+			tx := b.h.Begin(t, b.store)
+			if err := b.store.OutboxInsert(flow, tx.Native(), &store.OutboxInsertParams{Events: evs}); err != nil {
+				_ = tx.Rollback()
+				return
+			}
+			_ = tx.Commit()
+		}
+	}()
+	defer func() { stopFlow(); producer.Wait() }()
+
+	url := b.srv.URL + "/"
+	// Without the token the script cannot get past the login page.
+	res, stderr, err := runDashboard(t, ctx, node, "ADMIN_URL="+url, "ADMIN_TOKEN=not-the-token-at-all", "STEP_TIMEOUT_MS=5000")
+	if err == nil {
+		t.Fatalf("the dashboard script passed without a valid token: %+v", res)
+	}
+	if res.FirstStatus != http.StatusUnauthorized {
+		t.Fatalf("page without a session: status %d, want 401 (stderr %s)", res.FirstStatus, stderr)
+	}
+
+	rc.accept.Store(true)
+	shots := t.TempDir()
+	if os.Getenv("TXBOX_UPDATE_SCREENSHOTS") != "" {
+		shots, _ = filepath.Abs(filepath.Join("..", "docs", "images"))
+		if err := os.MkdirAll(shots, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, stderr, err = runDashboard(t, ctx, node, "ADMIN_URL="+url, "ADMIN_TOKEN="+adminToken,
+		"DEAD_LETTER_ID="+poison.ID.String(), "EVENT_TYPE=orders", "SHOT_DIR="+shots)
+	if err != nil {
+		t.Fatalf("dashboard script: %v\n%s\nresult %+v", err, stderr, res)
+	}
+	if res.SentAfter <= res.SentBefore || res.ChartLines < 2 {
+		t.Fatalf("the numbers did not move: %+v", res)
+	}
+	if !strings.Contains(res.Preview, "poison <b>not bold</b>") || !strings.Contains(res.ConfirmText, poison.ID.String()) {
+		t.Fatalf("preview %q, confirmation %q", res.Preview, res.ConfirmText)
+	}
+	testenv.WaitFor(t, time.Minute, "the retried dead letter delivered", func() bool { return rc.delivered(poison.ID) })
+	if _, err := b.store.DeadLetterGet(ctx, poison.ID); err == nil {
+		t.Fatal("the retried event is still in the dead-letter table")
+	}
+	for _, f := range []string{"dashboard.png", "dashboard-dead-letter.png", "dashboard-confirm.png"} {
+		if st, err := os.Stat(filepath.Join(shots, f)); err != nil || st.Size() < 1000 {
+			t.Errorf("screenshot %s: %v", f, err)
+		}
+	}
+	if !strings.Contains(b.logs.String(), "who=admin-token action=retry dry_run=false selector=ids matched=1 changed=1") {
+		t.Errorf("no audit line for the retry:\n%s", b.logs)
+	}
+}

@@ -1,0 +1,204 @@
+package admin
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/store"
+)
+
+// Limits of the query parameters. Values beyond them are refused with a
+// 400 naming the parameter, not clipped silently.
+const (
+	// DefaultPageSize is the limit of a dead-letter page when none is
+	// given; MaxPageSize the largest accepted.
+	DefaultPageSize = 50
+	MaxPageSize     = 500
+	// maxFilterText bounds the key and error-text filters.
+	maxFilterText = 1000
+	// maxParamValues: a parameter given twice is an error, not "the last
+	// one wins".
+	maxParamValues = 1
+)
+
+// Filter is a dead-letter filter as clients write it: in the query string
+// of a listing (?type=orders&status=unresolved&failed_after=...) and in
+// the JSON body of a bulk action. Every set field must match.
+type Filter struct {
+	// Type is the event type.
+	Type string `json:"type,omitempty"`
+	// Status is "unresolved" or "resolved" (any case).
+	Status string `json:"status,omitempty"`
+	// Key is the event key.
+	Key string `json:"key,omitempty"`
+	// Error matches a substring of the last error.
+	Error string `json:"error,omitempty"`
+	// FailedAfter (inclusive) and FailedBefore (exclusive) bound the
+	// failure time, RFC 3339.
+	FailedAfter  string `json:"failed_after,omitempty"`
+	FailedBefore string `json:"failed_before,omitempty"`
+}
+
+// empty reports whether f selects everything.
+func (f Filter) empty() bool { return f == Filter{} }
+
+// toStore validates f and converts it; errors name the parameters with
+// prefix (empty for the query string, "filter." in a body).
+func (f Filter) toStore(prefix string, errs *paramErrors) store.DeadLetterFilter {
+	var out store.DeadLetterFilter
+	if f.Type != "" {
+		if err := txbox.ValidateEventType(f.Type); err != nil {
+			errs.add(prefix+"type", "not a valid event type: 1 to 200 characters of A-Z a-z 0-9 . _ : -")
+		} else {
+			out.EventType = f.Type
+		}
+	}
+	switch strings.ToLower(f.Status) {
+	case "":
+	case "unresolved":
+		out.Status = store.DeadLetterUnresolved
+	case "resolved":
+		out.Status = store.DeadLetterResolved
+	default:
+		errs.add(prefix+"status", "must be unresolved or resolved")
+	}
+	out.Key = text(prefix+"key", f.Key, errs)
+	out.ErrorContains = text(prefix+"error", f.Error, errs)
+	out.FailedAfter = timeParam(prefix+"failed_after", f.FailedAfter, errs)
+	out.FailedBefore = timeParam(prefix+"failed_before", f.FailedBefore, errs)
+	if !out.FailedAfter.IsZero() && !out.FailedBefore.IsZero() && !out.FailedBefore.After(out.FailedAfter) {
+		errs.add(prefix+"failed_before", "must be after failed_after")
+	}
+	return out
+}
+
+func text(param, v string, errs *paramErrors) string {
+	switch {
+	case len(v) > maxFilterText:
+		errs.add(param, fmt.Sprintf("longer than %d bytes", maxFilterText))
+	case !utf8.ValidString(v) || strings.ContainsRune(v, 0):
+		errs.add(param, "must be valid UTF-8 without NUL")
+	default:
+		return v
+	}
+	return ""
+}
+
+func timeParam(param, v string, errs *paramErrors) time.Time {
+	if v == "" {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil || t.Year() < 1970 || t.Year() > 9999 {
+		errs.add(param, "must be an RFC 3339 time such as 2026-01-02T15:04:05Z")
+		return time.Time{}
+	}
+	return t
+}
+
+// listQuery is a parsed dead-letter listing request.
+type listQuery struct {
+	filter store.DeadLetterFilter
+	after  *store.DeadLetterCursor
+	limit  int
+}
+
+// listParams are the parameters a listing accepts; any other is refused,
+// so a typo (?stauts=) does not silently list everything.
+var listParams = map[string]bool{
+	"type": true, "status": true, "key": true, "error": true,
+	"failed_after": true, "failed_before": true, "limit": true, "cursor": true,
+}
+
+// countParams are the listing's filter parameters.
+var countParams = map[string]bool{
+	"type": true, "status": true, "key": true, "error": true, "failed_after": true, "failed_before": true,
+}
+
+// parseListQuery parses the query string of a dead-letter listing (or,
+// with allowed = countParams, of a count).
+func parseListQuery(q url.Values, allowed map[string]bool) (listQuery, error) {
+	var errs paramErrors
+	for k, vs := range q {
+		switch {
+		case !allowed[k]:
+			errs.add(clipParam(k), "unknown parameter")
+		case len(vs) > maxParamValues:
+			errs.add(k, "given more than once")
+		}
+	}
+	f := Filter{
+		Type: q.Get("type"), Status: q.Get("status"), Key: q.Get("key"), Error: q.Get("error"),
+		FailedAfter: q.Get("failed_after"), FailedBefore: q.Get("failed_before"),
+	}
+	out := listQuery{filter: f.toStore("", &errs), limit: DefaultPageSize}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxPageSize {
+			errs.add("limit", fmt.Sprintf("must be an integer from 1 to %d", MaxPageSize))
+		} else {
+			out.limit = n
+		}
+	}
+	if v := q.Get("cursor"); v != "" {
+		c, err := decodeCursor(v)
+		if err != nil {
+			errs.add("cursor", "not a cursor returned by this API")
+		} else {
+			out.after = c
+		}
+	}
+	if err := errs.err(); err != nil {
+		return listQuery{}, err
+	}
+	return out, nil
+}
+
+// clipParam shortens a hostile parameter name before it is echoed.
+func clipParam(s string) string {
+	s = strings.ToValidUTF8(s, "?")
+	if len(s) > 64 {
+		return s[:61] + "..."
+	}
+	return s
+}
+
+// A cursor is the position after the last dead letter of a page:
+// base64url of its failed_at (Unix nanoseconds, 8 bytes) and id (16 bytes).
+func encodeCursor(c store.DeadLetterCursor) string {
+	var b [24]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(c.FailedAt.UnixNano()))
+	copy(b[8:], c.ID[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+func decodeCursor(s string) (*store.DeadLetterCursor, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) != 24 {
+		return nil, fmt.Errorf("cursor of %d bytes", len(b))
+	}
+	c := &store.DeadLetterCursor{FailedAt: time.Unix(0, int64(binary.BigEndian.Uint64(b[:8]))).UTC()}
+	copy(c.ID[:], b[8:])
+	return c, nil
+}
+
+// parseID parses a dead letter id from the path.
+func parseID(s string) (txbox.ID, error) {
+	id, err := txbox.ParseID(s)
+	if err != nil {
+		var errs paramErrors
+		errs.add("id", "not a UUID")
+		return txbox.ID{}, errs
+	}
+	return id, nil
+}

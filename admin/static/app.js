@@ -1,0 +1,280 @@
+// txbox admin dashboard. Plain JavaScript, no build step, no third-party
+// code: the page works offline and under a CSP that allows only this
+// file. Every value from the server goes into the page as text
+// (textContent), never as markup.
+"use strict";
+
+const POLL_MS = 2000;
+const HISTORY = 90;
+const COLORS = ["#3b6fd8", "#d8553b", "#2f9e5b", "#9b4fd1", "#c79a1a", "#1a9bb0", "#b03a7a", "#6b7a2f"];
+const SVG_NS = "http://www.w3.org/2000/svg";
+
+const state = { history: {}, last: null, colors: {}, cursor: "", filter: null, preview: null };
+
+function $(sel) { return document.querySelector(sel); }
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v;
+    else if (k.startsWith("data-")) e.setAttribute(k, v);
+    else e[k] = v;
+  }
+  for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(c == null ? "" : String(c)));
+  return e;
+}
+
+function fmtNum(n) { return n == null ? "–" : Number(n).toLocaleString("en-US"); }
+function fmtDur(s) {
+  if (s == null) return "–";
+  if (s === 0) return "0s";
+  if (s < 1) return Math.round(s * 1000) + "ms";
+  if (s < 120) return s.toFixed(1) + "s";
+  if (s < 7200) return Math.round(s / 60) + "m";
+  return Math.round(s / 3600) + "h";
+}
+function fmtTime(t) { return t ? new Date(t).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z") : "–"; }
+
+async function api(path, opts) {
+  const res = await fetch(path, Object.assign({ credentials: "same-origin", headers: { "Accept": "application/json" } }, opts || {}));
+  if (res.status === 401) { window.location.reload(); throw new Error("signed out"); }
+  const body = res.headers.get("Content-Type") && res.headers.get("Content-Type").includes("json") ? await res.json() : null;
+  if (!res.ok) {
+    const detail = body ? (body.detail || body.title) + (body.errors ? ": " + body.errors.map(e => e.param + " " + e.detail).join("; ") : "") : res.statusText;
+    throw new Error(detail);
+  }
+  return body;
+}
+
+function color(t) {
+  if (!state.colors[t]) state.colors[t] = COLORS[Object.keys(state.colors).length % COLORS.length];
+  return state.colors[t];
+}
+
+function record(ov) {
+  const now = Date.parse(ov.time);
+  for (const t of ov.types) {
+    const h = state.history[t.event_type] || (state.history[t.event_type] = []);
+    const prev = h[h.length - 1];
+    let rate = 0;
+    if (prev && t.sent_total != null && prev.sent != null && now > prev.at) rate = Math.max(0, (t.sent_total - prev.sent) * 1000 / (now - prev.at));
+    h.push({ at: now, due: t.due, lag: t.oldest_due_age_seconds, sent: t.sent_total, rate: rate, delay: t.polling ? t.polling.delay_seconds : null });
+    if (h.length > HISTORY) h.shift();
+    t._rate = rate;
+  }
+}
+
+function chart(svg, field) {
+  while (svg.firstChild) svg.firstChild.remove();
+  const W = 400, H = 140, L = 34, B = 14;
+  let max = 0;
+  for (const h of Object.values(state.history)) for (const p of h) if (p[field] != null) max = Math.max(max, p[field]);
+  if (max === 0) max = 1;
+  const axis = document.createElementNS(SVG_NS, "line");
+  for (const [k, v] of Object.entries({ x1: L, y1: H - B, x2: W, y2: H - B, class: "axis" })) axis.setAttribute(k, v);
+  svg.append(axis);
+  const label = document.createElementNS(SVG_NS, "text");
+  label.setAttribute("x", 2); label.setAttribute("y", 10);
+  label.textContent = max >= 100 ? Math.round(max).toString() : max.toPrecision(2);
+  svg.append(label);
+  const zero = document.createElementNS(SVG_NS, "text");
+  zero.setAttribute("x", 2); zero.setAttribute("y", H - B);
+  zero.textContent = "0";
+  svg.append(zero);
+  for (const [t, h] of Object.entries(state.history)) {
+    const pts = [];
+    h.forEach((p, i) => {
+      if (p[field] == null) return;
+      const x = L + (W - L) * (HISTORY - h.length + i) / (HISTORY - 1);
+      const y = (H - B) - (H - B - 4) * p[field] / max;
+      pts.push(x.toFixed(1) + "," + y.toFixed(1));
+    });
+    if (pts.length === 0) continue;
+    const line = document.createElementNS(SVG_NS, "polyline");
+    line.setAttribute("points", pts.join(" "));
+    line.setAttribute("stroke", color(t));
+    line.setAttribute("data-type", t);
+    svg.append(line);
+  }
+}
+
+function attemptsBars(a) {
+  const span = el("span", { class: "attempts", title: a.map((n, i) => (i === a.length - 1 ? i + "+" : i) + ": " + n).join(", ") });
+  const max = Math.max(1, ...a);
+  for (const n of a) { const i = el("i"); i.style.height = Math.max(1, Math.round(18 * n / max)) + "px"; span.append(i); }
+  return span;
+}
+
+function fill(tbody, rows) {
+  while (tbody.firstChild) tbody.firstChild.remove();
+  for (const r of rows) tbody.append(r);
+  if (rows.length === 0) tbody.append(el("tr", {}, el("td", { colSpan: 20, class: "empty" }, "none")));
+}
+
+function render(ov) {
+  let due = 0, sched = 0, inproc = 0, lag = 0, rate = 0;
+  for (const t of ov.types) { due += t.due; sched += t.scheduled; inproc += t.in_process; lag = Math.max(lag, t.oldest_due_age_seconds); rate += t._rate || 0; }
+  $("#total-due").textContent = fmtNum(due);
+  $("#total-scheduled").textContent = fmtNum(sched);
+  $("#total-in-process").textContent = fmtNum(inproc);
+  $("#max-lag").textContent = fmtDur(lag);
+  $("#total-rate").textContent = rate.toFixed(1);
+  $("#dl-unresolved").textContent = fmtNum(ov.dead_letters.unresolved);
+  $("#parked-count").textContent = fmtNum(ov.parked_keys);
+  $("#updated").textContent = fmtTime(ov.time);
+  const rs = $("#relay-state");
+  if (ov.relay) { rs.textContent = ov.relay.running ? (ov.relay.degraded ? "degraded" : "running") : "stopped"; rs.className = "badge " + (ov.relay.running ? (ov.relay.degraded ? "warn" : "ok") : "bad"); }
+  else { rs.textContent = "no relay in this process"; rs.className = "badge"; }
+
+  fill($("#types tbody"), ov.types.map(t => el("tr", { "data-type": t.event_type },
+    el("td", {}, t.event_type),
+    el("td", { class: "num due" }, fmtNum(t.due)),
+    el("td", { class: "num scheduled" }, fmtNum(t.scheduled)),
+    el("td", { class: "num in-process" }, fmtNum(t.in_process)),
+    el("td", { class: "num failed" }, fmtNum(t.failed)),
+    el("td", { class: "num lag" }, fmtDur(t.oldest_due_age_seconds)),
+    el("td", { class: "num" }, t.next_due_in_seconds ? "in " + fmtDur(t.next_due_in_seconds) : "–"),
+    el("td", { class: "num sent" }, fmtNum(t.sent_total)),
+    el("td", { class: "num delay" }, t.polling ? fmtDur(t.polling.delay_seconds) : "–"),
+    el("td", {}, t.polling ? t.polling.sender + (t.polling.destination ? " → " + t.polling.destination : "") : "–"),
+    el("td", { class: "circuit state-" + (t.polling ? t.polling.circuit : "") }, t.polling ? t.polling.circuit : "–"),
+    el("td", {}, attemptsBars(t.attempts)),
+    el("td", { class: "err" }, t.last_error || (t.polling && t.polling.poll_error) || ""))));
+
+  fill($("#circuits tbody"), ov.circuits.map(c => el("tr", {},
+    el("td", {}, c.sender), el("td", {}, c.connection ? "(connection)" : c.destination),
+    el("td", { class: "state-" + c.state }, c.state), el("td", { class: "err" }, c.last_error || ""))));
+  fill($("#instances tbody"), ov.instances.map(i => el("tr", {},
+    el("td", {}, i.id), el("td", {}, fmtDur(i.seen_ago_seconds) + " ago"),
+    el("td", { class: i.expired ? "state-open" : "state-closed" }, i.expired ? "expired" : "alive"), el("td", {}, i.info))));
+
+  const legend = $("#legend");
+  while (legend.firstChild) legend.firstChild.remove();
+  for (const t of ov.types) { const s = el("span", {}, t.event_type); s.style.setProperty("--c", color(t.event_type)); legend.append(s); }
+  chart($("#chart-backlog"), "due");
+  chart($("#chart-lag"), "lag");
+  chart($("#chart-throughput"), "rate");
+  chart($("#chart-delay"), "delay");
+}
+
+async function loadParked() {
+  const res = await api("api/v1/parked-keys");
+  fill($("#parked tbody"), res.parked_keys.map(p => el("tr", {},
+    el("td", {}, p.event_type), el("td", {}, p.key),
+    el("td", {}, el("a", { href: "#", onclick: (ev) => { ev.preventDefault(); showPreview(p.dead_letter_id, false); } }, p.dead_letter_id)),
+    el("td", { class: "num" }, fmtNum(p.dead_letters)), el("td", { class: "num" }, fmtNum(p.waiting)),
+    el("td", { class: "err" }, p.last_error))));
+}
+
+async function poll() {
+  try {
+    const ov = await api("api/v1/overview");
+    record(ov);
+    render(ov);
+    await loadParked();
+  } catch (e) {
+    $("#relay-state").textContent = "error: " + e.message;
+    $("#relay-state").className = "badge bad";
+  }
+  setTimeout(poll, POLL_MS);
+}
+
+// Dead letters.
+
+function filterFromForm() {
+  const f = {};
+  const form = new FormData($("#dl-filter"));
+  for (const [k, v] of form.entries()) {
+    if (!v) continue;
+    f[k] = (k === "failed_after" || k === "failed_before") ? new Date(v).toISOString() : v;
+  }
+  return f;
+}
+
+async function loadDeadLetters(append) {
+  state.paged = append;
+  const params = new URLSearchParams(state.filter || {});
+  params.set("limit", "50");
+  if (append && state.cursor) params.set("cursor", state.cursor);
+  try {
+    const page = await api("api/v1/dead-letters?" + params.toString());
+    const rows = page.items.map(d => el("tr", { "data-id": d.id },
+      el("td", {}, fmtTime(d.failed_at)), el("td", {}, d.event_type), el("td", {}, d.key || ""),
+      el("td", { class: "num" }, d.attempts), el("td", {}, d.status), el("td", { class: "num" }, fmtNum(d.payload.size) + " B"),
+      el("td", { class: "err" }, d.last_error),
+      el("td", {},
+        el("button", { type: "button", class: "preview-btn", onclick: () => showPreview(d.id, false) }, "Preview"), " ",
+        el("button", { type: "button", class: "retry-btn", onclick: () => act("retry", { ids: [d.id] }, "Retry dead letter " + d.id + "?") }, "Retry"), " ",
+        el("button", { type: "button", class: "resolve-btn", onclick: () => act("resolve", { ids: [d.id] }, "Resolve dead letter " + d.id + "?") }, "Resolve"), " ",
+        el("button", { type: "button", class: "delete-btn danger", onclick: () => act("delete", { ids: [d.id] }, "Delete dead letter " + d.id + " for good?") }, "Delete"))));
+    const tbody = $("#dead-letters tbody");
+    if (append) for (const r of rows) tbody.append(r); else fill(tbody, rows);
+    state.cursor = page.next_cursor || "";
+    $("#dl-more").hidden = !state.cursor;
+  } catch (e) {
+    $("#dl-message").textContent = "Cannot list dead letters: " + e.message;
+  }
+}
+
+async function showPreview(id, full) {
+  try {
+    const d = await api("api/v1/dead-letters/" + encodeURIComponent(id) + (full ? "?full=true" : ""));
+    state.preview = id;
+    $("#preview").hidden = false;
+    $("#preview-id").textContent = d.id;
+    const meta = $("#preview-meta");
+    while (meta.firstChild) meta.firstChild.remove();
+    const add = (k, v) => { meta.append(el("dt", {}, k), el("dd", {}, v)); };
+    add("type", d.event_type); add("key", d.key || "–"); add("status", d.status); add("attempts", d.attempts);
+    add("failed at", fmtTime(d.failed_at)); add("last error", d.last_error);
+    add("payload", fmtNum(d.payload.size) + " bytes, " + d.payload.content_type + (d.payload.encoding === "base64" ? " (binary, shown as base64)" : "") + (d.payload.truncated ? ", preview truncated" : ""));
+    for (const [k, v] of Object.entries(d.headers || {})) add("header " + k, v);
+    $("#preview-body").textContent = d.payload.preview || "";
+    $("#preview-full").hidden = !d.payload.truncated;
+    $("#preview-download").href = "api/v1/dead-letters/" + encodeURIComponent(d.id) + "/payload";
+  } catch (e) {
+    $("#dl-message").textContent = "Cannot show " + id + ": " + e.message;
+  }
+}
+
+function confirmDialog(text) {
+  return new Promise(resolve => {
+    const d = $("#confirm");
+    $("#confirm-text").textContent = text;
+    d.addEventListener("close", () => resolve(d.returnValue === "ok"), { once: true });
+    d.returnValue = "";
+    d.showModal();
+  });
+}
+
+async function act(action, selector, question) {
+  try {
+    const dry = await api("api/v1/dead-letters/" + action, { method: "POST", headers: { "Content-Type": "application/json", "Accept": "application/json" }, body: JSON.stringify(Object.assign({ dry_run: true }, selector)) });
+    if (dry.matched === 0) { $("#dl-message").textContent = "Nothing matches."; return; }
+    const ok = await confirmDialog(question + " (" + dry.changed + " of " + dry.matched + " selected dead letters would change" + (dry.more ? "; more match than one action takes" : "") + ")");
+    if (!ok) { $("#dl-message").textContent = "Cancelled."; return; }
+    const res = await api("api/v1/dead-letters/" + action, { method: "POST", headers: { "Content-Type": "application/json", "Accept": "application/json" }, body: JSON.stringify(selector) });
+    $("#dl-message").textContent = action + ": " + res.changed + " of " + res.matched + " changed" + (res.more ? "; more match, repeat" : "") + ".";
+    await loadDeadLetters(false);
+  } catch (e) {
+    $("#dl-message").textContent = action + " failed: " + e.message;
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("#dl-filter").addEventListener("submit", ev => { ev.preventDefault(); state.filter = filterFromForm(); loadDeadLetters(false); });
+  for (const b of document.querySelectorAll("[data-bulk]")) {
+    b.addEventListener("click", () => {
+      const f = filterFromForm();
+      const sel = Object.keys(f).length ? { filter: f } : { all: true };
+      act(b.dataset.bulk, sel, b.dataset.bulk + " every dead letter matching the filter?");
+    });
+  }
+  $("#dl-more").addEventListener("click", () => loadDeadLetters(true));
+  $("#preview-full").addEventListener("click", () => showPreview(state.preview, true));
+  state.filter = filterFromForm();
+  loadDeadLetters(false);
+  // Refresh the first page while nobody is paging through older ones.
+  setInterval(() => { if (!state.paged) loadDeadLetters(false); }, 5000);
+  poll();
+});

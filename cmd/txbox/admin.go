@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/txbox/txbox/admin"
+	"github.com/txbox/txbox/config"
+	"github.com/txbox/txbox/relay"
+)
+
+// adminShutdownTimeout bounds the admin server's graceful stop.
+const adminShutdownTimeout = 5 * time.Second
+
+// startAdmin starts the admin server when admin.enabled is set and returns
+// the function that stops it (a no-op when it is off). extra (the metrics
+// and the probes) is mounted behind the same tokens and checks.
+func startAdmin(e *env, cfg *config.Config, st *config.Store, r *relay.Relay, rec *admin.Recorder, extra map[string]http.Handler, log *slog.Logger) (func(), error) {
+	if !cfg.Admin.Enabled {
+		return func() {}, nil
+	}
+	read, adminTok, err := cfg.AdminTokens(e.getenv)
+	if err != nil {
+		return nil, &usageError{err.Error()}
+	}
+	hosts := cfg.Admin.AllowedHosts
+	if len(hosts) == 0 {
+		hosts = append([]string(nil), admin.DefaultAllowedHosts...)
+		// A specific listen address is a name clients use too.
+		if host, _, err := net.SplitHostPort(cfg.Admin.Listen); err == nil && host != "" {
+			if ip := net.ParseIP(host); ip == nil || !ip.IsUnspecified() {
+				hosts = append(hosts, host)
+			}
+		}
+	}
+	h, err := admin.New(admin.Config{
+		Store: st.Driver, Relay: r, Recorder: rec,
+		ReadToken: read, AdminToken: adminTok, AllowedHosts: hosts, Logger: log,
+		Ordered: func(t string) bool {
+			o := cfg.Effective(t).Ordering
+			return o != nil && *o == relay.OrderingKey
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	for pattern, handler := range extra {
+		h.Handle(pattern, handler)
+	}
+	ln, err := net.Listen("tcp", cfg.Admin.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("admin.listen: %w", err)
+	}
+	srv := admin.NewServer(cfg.Admin.Listen, h, log)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("admin server stopped", slog.Any("error", err))
+		}
+	}()
+	log.Info("admin server listening", slog.String("addr", ln.Addr().String()), slog.Any("allowed_hosts", hosts),
+		slog.Bool("read_token", read != ""), slog.Bool("admin_token", adminTok != ""))
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), adminShutdownTimeout)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+	}, nil
+}
