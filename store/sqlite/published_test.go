@@ -70,7 +70,7 @@ func TestPublishedSQL(t *testing.T) {
 	}
 	apply("0001_initial.up.sql")
 	apply("0002_checks.up.sql")
-	apply("0005_instance.up.sql")
+	apply("0003_instance.up.sql")
 	want := []string{"txbox_dead_letter", "txbox_inbox", "txbox_instance", "txbox_lease", "txbox_outbox"}
 	if got := tableNames(t, db); !slices.Equal(got, want) {
 		t.Fatalf("after up: %v, want %v", got, want)
@@ -78,7 +78,7 @@ func TestPublishedSQL(t *testing.T) {
 	if _, err := db.Exec(`INSERT INTO txbox_outbox (event_type, payload, headers) VALUES ('t', 'p', '[1]')`); err == nil {
 		t.Fatal("0002_checks.up.sql: headers [1] accepted")
 	}
-	apply("0005_instance.down.sql")
+	apply("0003_instance.down.sql")
 	apply("0002_checks.down.sql")
 	if _, err := db.Exec(`INSERT INTO txbox_outbox (event_type, payload, headers) VALUES ('t', 'p', '[1]')`); err != nil {
 		t.Fatalf("after 0002_checks.down.sql: %v", err)
