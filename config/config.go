@@ -78,15 +78,26 @@ type RelaySettings struct {
 	// InstanceID names this relay in leases and logs. Defaults to
 	// hostname-pid-random.
 	InstanceID string `yaml:"instance-id"`
-	// DiscoverInterval is how often the relay looks for event types with
-	// pending rows that have no poller yet. Defaults to 10s.
+	// DiscoverInterval is the shortest time between two looks for event
+	// types with pending rows that have no poller yet. Defaults to 10s.
 	DiscoverInterval time.Duration `yaml:"discover-interval"`
-	// RecoverInterval is how often rows whose lease expired are put back
-	// to PENDING. Defaults to 5s.
+	// DiscoverMaxInterval caps the discovery interval, which doubles while
+	// nothing new appears. Defaults to 5m.
+	DiscoverMaxInterval time.Duration `yaml:"discover-max-interval"`
+	// RecoverInterval is the shortest time between two sweeps that put
+	// rows whose lease expired back to PENDING. Defaults to 5s.
 	RecoverInterval time.Duration `yaml:"recover-interval"`
-	// DeadLetterInterval is how often FAILED rows move to the dead-letter
-	// table. Defaults to 5s.
+	// RecoverMaxInterval caps the recovery interval, which doubles while
+	// sweeps find nothing and nothing is claimed: a lease is recovered at
+	// most this long after it expired. Defaults to 1m.
+	RecoverMaxInterval time.Duration `yaml:"recover-max-interval"`
+	// DeadLetterInterval is the shortest time between two sweeps that move
+	// FAILED rows to the dead-letter table (a batch that failed rows moves
+	// them at once). Defaults to 5s.
 	DeadLetterInterval time.Duration `yaml:"dead-letter-interval"`
+	// DeadLetterMaxInterval caps the dead-letter sweep's interval, which
+	// doubles while it finds nothing. Defaults to 10m.
+	DeadLetterMaxInterval time.Duration `yaml:"dead-letter-max-interval"`
 	// ShutdownTimeout bounds the graceful stop after SIGTERM or SIGINT:
 	// batches in flight finish or are released within it. Defaults to 30s.
 	ShutdownTimeout time.Duration `yaml:"shutdown-timeout"`

@@ -57,10 +57,13 @@ func Default() *Config {
 			DeadLetterTTL: new(relay.DefaultDeadLetterTTL),
 		},
 		Relay: RelaySettings{
-			DiscoverInterval:   relay.DefaultDiscoverInterval,
-			RecoverInterval:    relay.DefaultRecoverInterval,
-			DeadLetterInterval: relay.DefaultDeadLetterInterval,
-			ShutdownTimeout:    DefaultShutdownTimeout,
+			DiscoverInterval:      relay.DefaultDiscoverInterval,
+			RecoverInterval:       relay.DefaultRecoverInterval,
+			DeadLetterInterval:    relay.DefaultDeadLetterInterval,
+			DiscoverMaxInterval:   relay.DefaultDiscoverMaxInterval,
+			RecoverMaxInterval:    relay.DefaultRecoverMaxInterval,
+			DeadLetterMaxInterval: relay.DefaultDeadLetterMaxInterval,
+			ShutdownTimeout:       DefaultShutdownTimeout,
 			Circuit: relay.CircuitConfig{
 				CoolDown:    relay.DefaultCircuitCoolDown,
 				MaxCoolDown: relay.DefaultCircuitMaxCoolDown,
