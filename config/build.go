@@ -165,7 +165,7 @@ func (c *Config) OpenStore(ctx context.Context, getenv func(string) string, logg
 		if err != nil {
 			return nil, wrap("connect to", err)
 		}
-		d, err := postgres.New(pool, postgres.Config{Schema: c.Database.Schema, TablePrefix: c.Database.TablePrefix, Logger: logger})
+		d, err := postgres.New(pool, postgres.Config{Schema: c.Database.Schema, TablePrefix: c.Database.TablePrefix, Logger: logger, NotifyTrigger: c.Database.NotifyTrigger})
 		if err != nil {
 			pool.Close()
 			return nil, wrap("open", err)

@@ -57,13 +57,10 @@ func Default() *Config {
 			DeadLetterTTL: new(relay.DefaultDeadLetterTTL),
 		},
 		Relay: RelaySettings{
-			DiscoverInterval:      relay.DefaultDiscoverInterval,
-			RecoverInterval:       relay.DefaultRecoverInterval,
-			DeadLetterInterval:    relay.DefaultDeadLetterInterval,
-			DiscoverMaxInterval:   relay.DefaultDiscoverMaxInterval,
-			RecoverMaxInterval:    relay.DefaultRecoverMaxInterval,
-			DeadLetterMaxInterval: relay.DefaultDeadLetterMaxInterval,
-			ShutdownTimeout:       DefaultShutdownTimeout,
+			DiscoverInterval:   relay.DefaultDiscoverInterval,
+			RecoverInterval:    relay.DefaultRecoverInterval,
+			DeadLetterInterval: relay.DefaultDeadLetterInterval,
+			ShutdownTimeout:    DefaultShutdownTimeout,
 			Circuit: relay.CircuitConfig{
 				CoolDown:    relay.DefaultCircuitCoolDown,
 				MaxCoolDown: relay.DefaultCircuitMaxCoolDown,
@@ -201,6 +198,9 @@ func (c *Config) validateDatabase(d *decoder) {
 	checkEnvName(d, "database.dsn-env", db.DSNEnv)
 	if db.MaxConns < 0 {
 		d.fail("database.max-conns", nil, "must be ≥ 0")
+	}
+	if db.NotifyTrigger && db.Dialect != DialectPostgres {
+		d.fail("database.notify-trigger", nil, "only supported by postgres (wake-ups are PostgreSQL LISTEN/NOTIFY)")
 	}
 }
 

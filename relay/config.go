@@ -122,8 +122,8 @@ type Config struct {
 	// key of this and the next five fields is under relay:
 	// relay.discover-interval.
 	DiscoverInterval time.Duration
-	// DiscoverMaxInterval caps the discovery interval. Defaults to 5m, or
-	// DiscoverInterval when that is longer.
+	// DiscoverMaxInterval caps the discovery interval. Zero defaults to
+	// 5m, or DiscoverInterval when that is longer.
 	DiscoverMaxInterval time.Duration
 	// RecoverInterval is the shortest time between two sweeps that put
 	// rows whose lease expired back to PENDING: the interval while this
@@ -132,7 +132,7 @@ type Config struct {
 	// (docs/concepts.md, "Background jobs"). Defaults to 5s.
 	RecoverInterval time.Duration
 	// RecoverMaxInterval caps the recovery interval, and so bounds how
-	// long after its expiry a lease is recovered. Defaults to 1m, or
+	// long after its expiry a lease is recovered. Zero defaults to 1m, or
 	// RecoverInterval when that is longer.
 	RecoverMaxInterval time.Duration
 	// DeadLetterInterval is the shortest time between two sweeps that move
@@ -142,7 +142,7 @@ type Config struct {
 	// DeadLetterMaxInterval while it finds nothing. Defaults to 5s.
 	DeadLetterInterval time.Duration
 	// DeadLetterMaxInterval caps the dead-letter sweep's interval.
-	// Defaults to 10m, or DeadLetterInterval when that is longer.
+	// Zero defaults to 10m, or DeadLetterInterval when that is longer.
 	DeadLetterMaxInterval time.Duration
 	// MaintenanceBatchSize bounds the rows one recover or dead-letter move
 	// statement touches. Defaults to 1000. It has no YAML key; errors name
@@ -327,9 +327,6 @@ func (c Config) withSettingDefaults(keepZeros bool) Config {
 		setZero(&c.DiscoverInterval, DefaultDiscoverInterval)
 		setZero(&c.RecoverInterval, DefaultRecoverInterval)
 		setZero(&c.DeadLetterInterval, DefaultDeadLetterInterval)
-		setZero(&c.DiscoverMaxInterval, max(DefaultDiscoverMaxInterval, c.DiscoverInterval))
-		setZero(&c.RecoverMaxInterval, max(DefaultRecoverMaxInterval, c.RecoverInterval))
-		setZero(&c.DeadLetterMaxInterval, max(DefaultDeadLetterMaxInterval, c.DeadLetterInterval))
 		setZero(&cl.Interval, DefaultCleanupInterval)
 		setZero(&cl.MaxInterval, max(DefaultCleanupMaxInterval, cl.Interval))
 		setZero(&cl.BatchSize, DefaultMaintenanceBatchSize)
@@ -337,6 +334,12 @@ func (c Config) withSettingDefaults(keepZeros bool) Config {
 		setZero(&ci.MaxCoolDown, max(DefaultCircuitMaxCoolDown, ci.CoolDown))
 		setZero(&ci.Multiplier, DefaultCircuitMultiplier)
 	}
+	// A zero cap is unset even for a loader that filled defaults in: no
+	// cap is 0, and a default derived from the interval follows one set in
+	// the file.
+	setZero(&c.DiscoverMaxInterval, max(DefaultDiscoverMaxInterval, c.DiscoverInterval))
+	setZero(&c.RecoverMaxInterval, max(DefaultRecoverMaxInterval, c.RecoverInterval))
+	setZero(&c.DeadLetterMaxInterval, max(DefaultDeadLetterMaxInterval, c.DeadLetterInterval))
 	setZero(&c.MaintenanceBatchSize, DefaultMaintenanceBatchSize)
 	setZero(&cl.LeaseTTL, DefaultCleanupLeaseTTL)
 	if cl.OutboxTTL == nil {
