@@ -196,7 +196,7 @@ func (c *Config) OpenStore(ctx context.Context, getenv func(string) string, logg
 // second, which costs an idle relay one extra transaction (an empty
 // "-- ping" query, which PostgreSQL counts as one) for nearly every real
 // one: its pollers and jobs each use a connection every few seconds to
-// minutes (docs/operations.md, "Idle cost"). A connection that broke
+// minutes (docs/concepts.md, "Background jobs"). A connection that broke
 // without being pinged fails its statement, the pool drops it, and the
 // relay's poller or job retries after its error backoff.
 const PingAfterIdle = 5 * time.Minute

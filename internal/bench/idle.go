@@ -184,7 +184,12 @@ func (r *runner) idleDatabase(ctx context.Context) (name, cfg string, cleanup fu
 	for i := 1; i <= r.o.IdleTypes; i++ {
 		types = append(types, fmt.Sprintf("  idle-%d: { sender: main }", i))
 	}
-	yaml = strings.Replace(yaml, "events:\n", "events:\n"+strings.Join(types, "\n")+"\n", 1)
+	// Only the idle types: relayYAML's drain type would be one more.
+	drainType := "events:\n  " + benchType + ": { sender: main }\n"
+	if !strings.Contains(yaml, drainType) {
+		return "", "", cleanup, fmt.Errorf("idle: unexpected relay configuration layout")
+	}
+	yaml = strings.Replace(yaml, drainType, "events:\n"+strings.Join(types, "\n")+"\n", 1)
 	if cfg, err = r.writeConfig(name, yaml); err != nil {
 		return "", "", cleanup, err
 	}
