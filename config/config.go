@@ -90,7 +90,7 @@ type RelaySettings struct {
 	RecoverInterval time.Duration `yaml:"recover-interval"`
 	// RecoverMaxInterval caps the recovery interval, which doubles while
 	// sweeps find nothing and nothing is claimed: a lease is recovered at
-	// most this long after it expired. Zero (unset) defaults to 1m, or
+	// most this long after it expired. Zero (unset) defaults to 2m, or
 	// RecoverInterval when that is longer.
 	RecoverMaxInterval time.Duration `yaml:"recover-max-interval"`
 	// DeadLetterInterval is the shortest time between two sweeps that move

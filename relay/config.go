@@ -47,7 +47,7 @@ const (
 	DefaultRecoverInterval = 5 * time.Second
 	// DefaultRecoverMaxInterval caps the recovery job's interval: a lease
 	// that expires is recovered at most this long after it expired.
-	DefaultRecoverMaxInterval = time.Minute
+	DefaultRecoverMaxInterval = 2 * time.Minute
 	// DefaultDeadLetterInterval is the dead-letter move's shortest
 	// interval. The move runs at once after a batch failed rows; between
 	// failures it is a backstop sweep (rows another relay failed just
@@ -132,7 +132,7 @@ type Config struct {
 	// (docs/concepts.md, "Background jobs"). Defaults to 5s.
 	RecoverInterval time.Duration
 	// RecoverMaxInterval caps the recovery interval, and so bounds how
-	// long after its expiry a lease is recovered. Zero defaults to 1m, or
+	// long after its expiry a lease is recovered. Zero defaults to 2m, or
 	// RecoverInterval when that is longer.
 	RecoverMaxInterval time.Duration
 	// DeadLetterInterval is the shortest time between two sweeps that move
