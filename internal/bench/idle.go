@@ -101,7 +101,9 @@ func (r *runner) scenarioIdle(ctx context.Context, s *Scenario) error {
 	s.Notes = append(s.Notes, "A LISTENing backend runs a transaction each time it is signalled to read past other databases' "+
 		"notifications in PostgreSQL's shared queue, so the relay's wake-up listener costs transactions that depend on the NOTIFY "+
 		"traffic of the whole cluster (here other engineers' test suites), not on the relay. The control database has only one "+
-		"session that LISTENs and waits, as the relay's listener does; its count over the same window is subtracted in the second ratio.")
+		"session that LISTENs and waits, as the relay's listener does; its count over the same window is subtracted in the second ratio. "+
+		"An idle backend flushes those counts only when it next runs a statement or exits, so the control may read 0 while the relay's "+
+		"listener's counts arrive in bursts: count the relay's statements in the server log for its own cost (docs/benchmarks.md).")
 	s.Notes = append(s.Notes, "PostgreSQL 15 flushes a backend's counters up to 10 s late, so the last seconds of the window may be missing from the count.",
 		"pg_stat_statements is not installed here, so statements are not broken down by job.")
 	return nil
