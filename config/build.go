@@ -163,11 +163,12 @@ func (c *Config) OpenStore(ctx context.Context, getenv func(string) string, logg
 		} else if n := c.LockConns(); n > int(pc.MaxConns) {
 			pc.MaxConns = int32(n)
 		}
+		pc.ShouldPing = shouldPing
 		pool, err := pgxpool.NewWithConfig(ctx, pc)
 		if err != nil {
 			return nil, wrap("connect to", err)
 		}
-		d, err := postgres.New(pool, postgres.Config{Schema: c.Database.Schema, TablePrefix: c.Database.TablePrefix, Logger: logger})
+		d, err := postgres.New(pool, postgres.Config{Schema: c.Database.Schema, TablePrefix: c.Database.TablePrefix, Logger: logger, NotifyTrigger: c.Database.NotifyTrigger})
 		if err != nil {
 			pool.Close()
 			return nil, wrap("open", err)
@@ -191,6 +192,20 @@ func (c *Config) OpenStore(ctx context.Context, getenv func(string) string, logg
 		return &Store{Driver: d, DB: d.DB()}, nil
 	}
 	return nil, &Error{Path: "database.dialect", Msg: fmt.Sprintf("unknown dialect %q", c.Database.Dialect)}
+}
+
+// PingAfterIdle is how long a pooled PostgreSQL connection may sit idle
+// before the pool pings it when it is next acquired. pgx pings after one
+// second, which costs an idle relay one extra transaction (an empty
+// "-- ping" query, which PostgreSQL counts as one) for nearly every real
+// one: its pollers and jobs each use a connection every few seconds to
+// minutes (docs/concepts.md, "Background jobs"). A connection that broke
+// without being pinged fails its statement, the pool drops it, and the
+// relay's poller or job retries after its error backoff.
+const PingAfterIdle = 5 * time.Minute
+
+func shouldPing(_ context.Context, p pgxpool.ShouldPingParams) bool {
+	return p.IdleDuration > PingAfterIdle
 }
 
 // OpenSenders creates every configured sender. Secrets named by *-env keys
@@ -477,15 +492,18 @@ func (c *Config) RelayConfig(st store.Driver, senders map[string]sender.Sender, 
 // it: Events are the entries of Events, not merged with Defaults.
 func (c *Config) relayConfig() relay.Config {
 	rc := relay.Config{
-		Defaults:           c.Defaults,
-		Events:             make(map[string]relay.EventSettings, len(c.Events)),
-		DiscoverInterval:   c.Relay.DiscoverInterval,
-		RecoverInterval:    c.Relay.RecoverInterval,
-		DeadLetterInterval: c.Relay.DeadLetterInterval,
-		HeartbeatInterval:  c.Relay.HeartbeatInterval,
-		Cleanup:            c.Cleanup,
-		Circuit:            c.Relay.Circuit,
-		InstanceID:         c.Relay.InstanceID,
+		Defaults:              c.Defaults,
+		Events:                make(map[string]relay.EventSettings, len(c.Events)),
+		DiscoverInterval:      c.Relay.DiscoverInterval,
+		RecoverInterval:       c.Relay.RecoverInterval,
+		DeadLetterInterval:    c.Relay.DeadLetterInterval,
+		DiscoverMaxInterval:   c.Relay.DiscoverMaxInterval,
+		RecoverMaxInterval:    c.Relay.RecoverMaxInterval,
+		DeadLetterMaxInterval: c.Relay.DeadLetterMaxInterval,
+		HeartbeatInterval:     c.Relay.HeartbeatInterval,
+		Cleanup:               c.Cleanup,
+		Circuit:               c.Relay.Circuit,
+		InstanceID:            c.Relay.InstanceID,
 	}
 	for t, ev := range c.Events {
 		rc.Events[t] = deref(ev)

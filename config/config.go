@@ -93,19 +93,33 @@ type RelaySettings struct {
 	// InstanceID names this relay in leases and logs. Defaults to
 	// hostname-pid-random.
 	InstanceID string `yaml:"instance-id"`
-	// DiscoverInterval is how often the relay looks for event types with
-	// pending rows that have no poller yet. Defaults to 10s.
+	// DiscoverInterval is the shortest time between two looks for event
+	// types with pending rows that have no poller yet. Defaults to 10s.
 	DiscoverInterval time.Duration `yaml:"discover-interval"`
-	// RecoverInterval is how often rows whose lease expired are put back
-	// to PENDING. Defaults to 5s.
+	// DiscoverMaxInterval caps the discovery interval, which doubles while
+	// nothing new appears. Zero (unset) defaults to 5m, or DiscoverInterval
+	// when that is longer.
+	DiscoverMaxInterval time.Duration `yaml:"discover-max-interval"`
+	// RecoverInterval is the shortest time between two sweeps that put
+	// rows whose lease expired back to PENDING. Defaults to 5s.
 	RecoverInterval time.Duration `yaml:"recover-interval"`
-	// DeadLetterInterval is how often FAILED rows move to the dead-letter
-	// table. Defaults to 5s.
+	// RecoverMaxInterval caps the recovery interval, which doubles while
+	// sweeps find nothing and nothing is claimed: a lease is recovered at
+	// most this long after it expired. Zero (unset) defaults to 2m, or
+	// RecoverInterval when that is longer.
+	RecoverMaxInterval time.Duration `yaml:"recover-max-interval"`
+	// DeadLetterInterval is the shortest time between two sweeps that move
+	// FAILED rows to the dead-letter table (a batch that failed rows moves
+	// them at once). Defaults to 5s.
 	DeadLetterInterval time.Duration `yaml:"dead-letter-interval"`
 	// HeartbeatInterval is how often the relay writes its heartbeat row
 	// (docs/operations.md, "Relay instances"). Defaults to 30s; negative
 	// disables it.
 	HeartbeatInterval time.Duration `yaml:"heartbeat-interval"`
+	// DeadLetterMaxInterval caps the dead-letter sweep's interval, which
+	// doubles while it finds nothing. Zero (unset) defaults to 10m, or
+	// DeadLetterInterval when that is longer.
+	DeadLetterMaxInterval time.Duration `yaml:"dead-letter-max-interval"`
 	// ShutdownTimeout bounds the graceful stop after SIGTERM or SIGINT:
 	// batches in flight finish or are released within it. Defaults to 30s.
 	ShutdownTimeout time.Duration `yaml:"shutdown-timeout"`
@@ -135,6 +149,10 @@ type Database struct {
 	// MaxConns bounds the relay's connection pool. Defaults to the
 	// driver's default.
 	MaxConns int `yaml:"max-conns"`
+	// NotifyTrigger makes migrate create the PostgreSQL wake-up trigger
+	// for producers that insert with plain SQL (postgres.Config's field of
+	// the same name). PostgreSQL only; defaults to false.
+	NotifyTrigger bool `yaml:"notify-trigger"`
 }
 
 // Sender is one named destination. Type selects which of the other fields

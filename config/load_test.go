@@ -128,6 +128,8 @@ func TestLoadRejects(t *testing.T) {
 		{"cleanup interval zero", "cleanup: { interval: 0s }", "cleanup.interval: must be ≥ 1s"},
 		{"dotted event type path", "events: { order.created: { batch-size: -1 } }", `events["order.created"].batch-size: must be between 1 and 10000`},
 		{"lease too short", "defaults: { lease: 10ms }", "defaults.lease: must be ≥ 1s"},
+		{"notify trigger on sqlite", "database: { notify-trigger: true }", "database.notify-trigger: only supported by postgres"},
+		{"recover max below interval", "relay: { recover-interval: 2m, recover-max-interval: 1m }", "relay.recover-max-interval: must be ≥ recover-interval"},
 		{"bool as int", "database: { max-conns: true }", `database.max-conns: must be an integer, not "true"`},
 		{"bad dsn-env", "database: { dsn-env: 'A B' }", `database.dsn-env: "A B" is not an environment variable name`},
 		{"provision key without provision", "senders: { n: { type: nats, provision-stream: ORDERS } }", "senders.n.provision-stream: only used with provision: true"},

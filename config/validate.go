@@ -256,6 +256,9 @@ func (c *Config) validateDatabase(d *decoder) {
 	if db.MaxConns < 0 {
 		d.fail("database.max-conns", nil, "must be ≥ 0")
 	}
+	if db.NotifyTrigger && db.Dialect != DialectPostgres {
+		d.fail("database.notify-trigger", nil, "only supported by postgres (wake-ups are PostgreSQL LISTEN/NOTIFY)")
+	}
 }
 
 func (c *Config) validateLog(d *decoder) {

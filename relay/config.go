@@ -38,14 +38,29 @@ const (
 
 // Defaults of the relay-wide settings.
 const (
-	// DefaultDiscoverInterval is how often the relay looks for pending
-	// types that have no poller yet.
+	// DefaultDiscoverInterval is the discovery job's shortest interval:
+	// how often the relay looks for pending types that have no poller yet
+	// while it keeps finding some. It doubles up to
+	// DefaultDiscoverMaxInterval while nothing new appears.
 	DefaultDiscoverInterval = 10 * time.Second
-	// DefaultRecoverInterval is how often expired leases are swept.
+	// DefaultDiscoverMaxInterval caps the discovery job's interval.
+	DefaultDiscoverMaxInterval = 5 * time.Minute
+	// DefaultRecoverInterval is the recovery job's shortest interval:
+	// how often expired leases are swept while the relay is claiming rows
+	// or sweeps find some. It doubles up to DefaultRecoverMaxInterval
+	// while sweeps find nothing and nothing is claimed.
 	DefaultRecoverInterval = 5 * time.Second
-	// DefaultDeadLetterInterval is how often FAILED rows are moved to the
-	// dead-letter table.
+	// DefaultRecoverMaxInterval caps the recovery job's interval: a lease
+	// that expires is recovered at most this long after it expired.
+	DefaultRecoverMaxInterval = 2 * time.Minute
+	// DefaultDeadLetterInterval is the dead-letter move's shortest
+	// interval. The move runs at once after a batch failed rows; between
+	// failures it is a backstop sweep (rows another relay failed just
+	// before it crashed) that doubles up to DefaultDeadLetterMaxInterval
+	// while it finds nothing.
 	DefaultDeadLetterInterval = 5 * time.Second
+	// DefaultDeadLetterMaxInterval caps the dead-letter sweep's interval.
+	DefaultDeadLetterMaxInterval = 10 * time.Minute
 	// DefaultMaintenanceBatchSize bounds one recover, move or cleanup
 	// statement.
 	DefaultMaintenanceBatchSize = 1000
@@ -126,16 +141,31 @@ type Config struct {
 	// EventSettings.Inherit). Types not listed here are discovered and run
 	// with Defaults.
 	Events map[string]EventSettings
-	// DiscoverInterval is how often the relay looks for event types with
-	// pending rows that have no poller yet (the first look is at Start).
-	// Defaults to 10s. Negative disables discovery. The YAML key of this
-	// and the next two fields is under relay: relay.discover-interval.
+	// DiscoverInterval is the shortest time between two looks for event
+	// types with pending rows that have no poller yet (the first look is
+	// at Start); it doubles up to DiscoverMaxInterval while a look finds
+	// nothing new. Defaults to 10s. Negative disables discovery. The YAML
+	// key of this and the next five fields is under relay:
+	// relay.discover-interval.
 	DiscoverInterval time.Duration
-	// RecoverInterval is how often rows whose lease expired are put back
-	// to PENDING. Defaults to 5s.
+	// DiscoverMaxInterval caps the discovery interval. Zero defaults to
+	// 5m, or DiscoverInterval when that is longer.
+	DiscoverMaxInterval time.Duration
+	// RecoverInterval is the shortest time between two sweeps that put
+	// rows whose lease expired back to PENDING: the interval while this
+	// relay claims rows or sweeps find some. It doubles up to
+	// RecoverMaxInterval while sweeps find nothing and nothing is claimed
+	// (docs/concepts.md, "Background jobs"). Defaults to 5s.
 	RecoverInterval time.Duration
-	// DeadLetterInterval is how often FAILED rows are moved to the
-	// dead-letter table. Defaults to 5s.
+	// RecoverMaxInterval caps the recovery interval, and so bounds how
+	// long after its expiry a lease is recovered. Zero defaults to 2m, or
+	// RecoverInterval when that is longer.
+	RecoverMaxInterval time.Duration
+	// DeadLetterInterval is the shortest time between two sweeps that move
+	// FAILED rows to the dead-letter table. A batch that failed rows
+	// triggers a move at once; the sweep is the backstop for rows failed
+	// by a relay that stopped before its move, and doubles up to
+	// DeadLetterMaxInterval while it finds nothing. Defaults to 5s.
 	DeadLetterInterval time.Duration
 	// HeartbeatInterval is how often the relay records that it is alive
 	// in the heartbeat table (store.Instances), which the admin API lists
@@ -143,6 +173,9 @@ type Config struct {
 	// three intervals. Defaults to 30s. Negative disables it. YAML key
 	// relay.heartbeat-interval.
 	HeartbeatInterval time.Duration
+	// DeadLetterMaxInterval caps the dead-letter sweep's interval.
+	// Zero defaults to 10m, or DeadLetterInterval when that is longer.
+	DeadLetterMaxInterval time.Duration
 	// MaintenanceBatchSize bounds the rows one recover or dead-letter move
 	// statement touches. Defaults to 1000. It has no YAML key; errors name
 	// it relay.maintenance-batch-size.
@@ -348,6 +381,12 @@ func (c Config) withSettingDefaults(keepZeros bool) Config {
 		setZero(&ci.MaxCoolDown, max(DefaultCircuitMaxCoolDown, ci.CoolDown))
 		setZero(&ci.Multiplier, DefaultCircuitMultiplier)
 	}
+	// A zero cap is unset even for a loader that filled defaults in: no
+	// cap is 0, and a default derived from the interval follows one set in
+	// the file.
+	setZero(&c.DiscoverMaxInterval, max(DefaultDiscoverMaxInterval, c.DiscoverInterval))
+	setZero(&c.RecoverMaxInterval, max(DefaultRecoverMaxInterval, c.RecoverInterval))
+	setZero(&c.DeadLetterMaxInterval, max(DefaultDeadLetterMaxInterval, c.DeadLetterInterval))
 	setZero(&c.MaintenanceBatchSize, DefaultMaintenanceBatchSize)
 	setZero(&cl.LeaseTTL, DefaultCleanupLeaseTTL)
 	if cl.OutboxTTL == nil {

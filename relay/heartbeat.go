@@ -12,10 +12,11 @@ import (
 )
 
 // DefaultHeartbeatInterval is how often a relay writes its heartbeat row
-// (relay.heartbeat-interval). One upsert per interval: 120 statements an
-// hour, a small part of an idle relay's budget, and an instance that died
-// shows as expired within heartbeatTTLFactor intervals.
-const DefaultHeartbeatInterval = 30 * time.Second
+// (relay.heartbeat-interval). One upsert per interval: 30 statements an
+// hour, which keeps an idle relay within its budget of 300 transactions
+// an hour (docs/benchmarks.md, "Idle"), and an instance that died shows
+// as expired within heartbeatTTLFactor intervals (6 minutes).
+const DefaultHeartbeatInterval = 2 * time.Minute
 
 // heartbeatTTLFactor: a heartbeat counts for this many intervals, so one
 // late or failed beat does not make a live instance look dead.
@@ -35,7 +36,7 @@ func (r *Relay) startHeartbeat() {
 	host, _ := os.Hostname()
 	info := fmt.Sprintf("host=%s pid=%d go=%s", host, os.Getpid(), runtime.Version())
 	params := &store.InstanceHeartbeatParams{ID: r.cfg.InstanceID, TTL: heartbeatTTLFactor * r.cfg.HeartbeatInterval, Info: info}
-	r.goJob(JobHeartbeat, r.cfg.HeartbeatInterval, func(ctx context.Context) (int, error) {
+	r.goJob(JobHeartbeat, newJobSchedule(r.cfg.HeartbeatInterval, r.cfg.HeartbeatInterval), nil, func(ctx context.Context) (int, error) {
 		// A count of 0 keeps the job out of the "changed rows" log line.
 		return 0, hb.InstanceHeartbeat(ctx, params)
 	})

@@ -17,36 +17,142 @@ const cleanupLeaseName = "txbox.relay.cleanup"
 // a row, so a huge backlog of expired leases cannot monopolise the job.
 const maxRoundsPerTick = 100
 
-// goJob runs round at once and then every interval until the relay stops.
-// A round returns how many rows it changed and its error.
-func (r *Relay) goJob(name string, interval time.Duration, round func(ctx context.Context) (int, error)) {
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		ctx := r.runCtx
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			n, err := round(ctx)
-			if ctx.Err() != nil {
-				return
-			}
-			r.setJobErr(name, err)
-			if err != nil {
-				r.log.Warn("background job failed", slog.String("job", name), slog.Any("error", err))
-			} else if n > 0 {
-				r.log.Info("background job changed rows", slog.String("job", name), slog.Int("rows", n))
-			}
-			for _, h := range r.cfg.Hooks {
-				h.OnMaintenance(MaintenanceEvent{Job: name, Count: n, Err: err})
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
+// jobGrowth is how much a background job's interval grows after a round
+// that found nothing to do.
+const jobGrowth = 2
+
+// kick is how a background job is told that there may be work for it.
+type kick int
+
+const (
+	// kickSoon shortens a backed-off wait to the job's shortest interval:
+	// rows were claimed, so leases exist that may expire.
+	kickSoon kick = iota
+	// kickNow runs the job at once: a finish failed rows for good.
+	kickNow
+)
+
+// jobSchedule is the adaptive interval of a background job: Interval after
+// a round that changed rows or failed, then doubling for each round in a
+// row that found nothing, capped at MaxInterval. A round is idle when it
+// found nothing; idle is the number of such rounds in a row.
+type jobSchedule struct {
+	grow backoff.Policy
+	idle int
+}
+
+func newJobSchedule(interval, maxInterval time.Duration) *jobSchedule {
+	return &jobSchedule{grow: backoff.Policy{Initial: interval, Multiplier: jobGrowth, Max: max(interval, maxInterval)}}
+}
+
+// after records a round and returns the wait before the next one.
+func (s *jobSchedule) after(busy bool) time.Duration {
+	if busy {
+		s.idle = 0
+	} else {
+		s.idle++
+	}
+	return s.grow.Delay(s.idle + 1)
+}
+
+// runJob runs round at once, then again after sched's wait, until the
+// relay stops. round reports whether it found work (or failed: a failing
+// job retries at its shortest interval). A kick on kicks (nil: none)
+// either runs round at once (kickNow) or shortens the wait to the
+// shortest interval when the job had backed off (kickSoon); a job that has
+// not backed off ignores kickSoon, so a stream of kicks cannot postpone its
+// next round.
+func (r *Relay) runJob(sched *jobSchedule, kicks <-chan kick, round func(ctx context.Context) bool) {
+	defer r.wg.Done()
+	ctx := r.runCtx
+	timer := time.NewTimer(0) // the first round at start
+	defer timer.Stop()
+	due := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		case k := <-kicks:
+			if k == kickSoon {
+				if soon := time.Now().Add(sched.grow.Initial); sched.idle > 0 && soon.Before(due) {
+					sched.idle = 0
+					due = soon
+					timer.Reset(time.Until(due))
+				}
+				continue
 			}
 		}
-	}()
+		wait := sched.after(round(ctx))
+		due = time.Now().Add(wait)
+		timer.Reset(wait)
+	}
+}
+
+// goJob starts a background job that reports each round to the log and
+// the hooks. A round returns how many rows it changed and its error.
+func (r *Relay) goJob(name string, sched *jobSchedule, kicks <-chan kick, round func(ctx context.Context) (int, error)) {
+	r.wg.Add(1)
+	go r.runJob(sched, kicks, func(ctx context.Context) bool {
+		n, err := round(ctx)
+		if ctx.Err() != nil {
+			return false
+		}
+		r.setJobErr(name, err)
+		if err != nil {
+			r.log.Warn("background job failed", slog.String("job", name), slog.Any("error", err))
+		} else if n > 0 {
+			r.log.Info("background job changed rows", slog.String("job", name), slog.Int("rows", n))
+		}
+		for _, h := range r.cfg.Hooks {
+			h.OnMaintenance(MaintenanceEvent{Job: name, Count: n, Err: err})
+		}
+		return n > 0 || err != nil
+	})
+}
+
+// sendKick hands k to a job without blocking: a kick already pending
+// covers this one, except that kickNow replaces a pending kickSoon.
+func sendKick(ch chan kick, k kick) {
+	select {
+	case ch <- k:
+		return
+	default:
+	}
+	if k != kickNow {
+		return
+	}
+	select {
+	case old := <-ch:
+		if old == kickNow {
+			k = old
+		}
+	default:
+	}
+	select {
+	case ch <- k:
+	default:
+	}
+}
+
+// jobKicks is the relay's own hook on its pollers: claims keep recovery at
+// its shortest interval, and a batch that failed rows moves them to the
+// dead-letter table at once instead of waiting for the sweep.
+type jobKicks struct {
+	NopHook
+	recover, deadLetter chan kick
+}
+
+func (k jobKicks) OnPoll(ev PollEvent) {
+	if ev.Claimed > 0 {
+		sendKick(k.recover, kickSoon)
+	}
+}
+
+func (k jobKicks) OnBatch(ev BatchEvent) {
+	if ev.Failed > 0 {
+		sendKick(k.deadLetter, kickNow)
+	}
 }
 
 // batched repeats call while it returns full batches, up to
@@ -90,26 +196,10 @@ func (r *Relay) discoverRound(ctx context.Context) (int, error) {
 // Interval after a round that deleted something, doubling up to
 // MaxInterval while rounds find nothing.
 func (r *Relay) cleanupLoop() {
-	defer r.wg.Done()
-	ctx := r.runCtx
 	cfg := r.cfg.Cleanup
-	grow := backoff.Policy{Initial: cfg.Interval, Multiplier: 2, Max: cfg.MaxInterval}
-	idle := 0                 // rounds in a row that deleted nothing
-	timer := time.NewTimer(0) // the first round at start
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		}
-		if r.cleanupRound(ctx) > 0 {
-			idle = 0
-		} else {
-			idle++
-		}
-		timer.Reset(grow.Delay(idle + 1))
-	}
+	r.runJob(newJobSchedule(cfg.Interval, cfg.MaxInterval), nil, func(ctx context.Context) bool {
+		return r.cleanupRound(ctx) > 0
+	})
 }
 
 // cleanupRound runs both cleanups if the lease is ours and returns how

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -52,6 +53,8 @@ type Relay struct {
 
 	jobsMu  sync.Mutex
 	jobErrs map[string]string
+	// kicks tell the background jobs what the pollers saw.
+	kicks jobKicks
 }
 
 // New checks cfg and returns a Relay that is not running yet. Every
@@ -67,6 +70,7 @@ func New(cfg Config) (*Relay, error) {
 		log:     cfg.Logger.With(slog.String("component", "txbox.relay"), slog.String("instance", cfg.InstanceID)),
 		pollers: make(map[string]*poller),
 		jobErrs: make(map[string]string),
+		kicks:   jobKicks{recover: make(chan kick, 1), deadLetter: make(chan kick, 1)},
 	}
 	r.circuits = newCircuitSet(sortedKeys(cfg.Senders), cfg.Circuit, time.Now, r.onCircuit)
 	return r, nil
@@ -93,10 +97,11 @@ func (r *Relay) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	r.goJob(JobRecover, r.cfg.RecoverInterval, r.recoverRound)
-	r.goJob(JobDeadLetterMove, r.cfg.DeadLetterInterval, r.deadLetterRound)
-	if r.cfg.DiscoverInterval > 0 {
-		r.goJob(JobDiscover, r.cfg.DiscoverInterval, r.discoverRound)
+	c := &r.cfg
+	r.goJob(JobRecover, newJobSchedule(c.RecoverInterval, c.RecoverMaxInterval), r.kicks.recover, r.recoverRound)
+	r.goJob(JobDeadLetterMove, newJobSchedule(c.DeadLetterInterval, c.DeadLetterMaxInterval), r.kicks.deadLetter, r.deadLetterRound)
+	if c.DiscoverInterval > 0 {
+		r.goJob(JobDiscover, newJobSchedule(c.DiscoverInterval, c.DiscoverMaxInterval), nil, r.discoverRound)
 	}
 	if !r.cfg.Cleanup.Disabled {
 		r.wg.Add(1)
@@ -202,7 +207,8 @@ func (r *Relay) startPollerLocked(t string) error {
 // pollerDeps is what the relay's pollers take from it. Start has set the
 // contexts.
 func (r *Relay) pollerDeps() pollerDeps {
-	d := pollerDeps{store: r.cfg.Store, hooks: r.cfg.Hooks, log: r.log, circuits: r.circuits,
+	hooks := append(slices.Clip(r.cfg.Hooks), r.kicks)
+	d := pollerDeps{store: r.cfg.Store, hooks: hooks, log: r.log, circuits: r.circuits,
 		run: r.runCtx, hard: r.hardCtx, wg: &r.wg}
 	if r.cfg.TracerProvider != nil {
 		d.tracer = r.cfg.TracerProvider.Tracer(tracerName)

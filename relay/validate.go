@@ -90,6 +90,11 @@ func (v *validator) relayWide(c *Config, ownTTL bool) {
 		// a second or more.
 		v.duration("relay.heartbeat-interval", c.HeartbeatInterval, time.Second, false)
 	}
+	if c.DiscoverInterval > 0 {
+		v.notBelow("relay.discover-max-interval", c.DiscoverMaxInterval, c.DiscoverInterval, "discover-interval")
+	}
+	v.notBelow("relay.recover-max-interval", c.RecoverMaxInterval, c.RecoverInterval, "recover-interval")
+	v.notBelow("relay.dead-letter-max-interval", c.DeadLetterMaxInterval, c.DeadLetterInterval, "dead-letter-interval")
 	v.count("relay.maintenance-batch-size", c.MaintenanceBatchSize, 0)
 	cl := &c.Cleanup
 	v.duration("cleanup.interval", cl.Interval, v.b.MinCleanupInterval, false)

@@ -136,7 +136,7 @@ func Parse(args []string, w io.Writer) (*Options, error) {
 	fs.IntVar(&o.ScalingSmall, "scaling-small", 10_000, "small backlog `rows` of the scaling scenario")
 	fs.IntVar(&o.ScalingLarge, "scaling-large", 1_000_000, "large backlog `rows` of the scaling scenario")
 	fs.IntVar(&o.XminBacklog, "xmin-backlog", 1_000_000, "backlog `rows` of the pinned-xmin scenario")
-	fs.DurationVar(&o.XminHold, "xmin-hold", 60*time.Second, "how long another session holds its transaction open during the pinned drain")
+	fs.DurationVar(&o.XminHold, "xmin-hold", 60*time.Second, "the pinned drain's session holds its snapshot for the whole drain; this is the least hold the results should cover (a shorter drain is noted)")
 	relays := fs.String("relays", "1,2,3,4", "relay process `counts` of the relays scenario, comma-separated")
 	fs.IntVar(&o.PickupRate, "rate", 100, "pickup scenario: `events` per second, one per transaction")
 	fs.DurationVar(&o.PickupFor, "pickup-duration", 20*time.Second, "pickup scenario: how long each producer publishes")

@@ -121,10 +121,73 @@ func (d *Driver) Migrate(ctx context.Context) error {
 			return translate("migrate: record version", err)
 		}
 	}
+	if d.notifyTrigger {
+		if err := d.createNotifyTrigger(ctx, tx); err != nil {
+			return err
+		}
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return translate("migrate: commit", err)
 	}
 	return nil
+}
+
+// notifyTriggerName is the wake-up trigger's name (without the prefix);
+// trigger names belong to their table, so it is not schema-qualified.
+const notifyTriggerName = "outbox_notify"
+
+// NotifyTriggerSQL returns the statement that creates the opt-in wake-up
+// trigger for d's tables (Config.NotifyTrigger), for migration tools that
+// manage the schema themselves; it needs schema version 4, which creates
+// the function the trigger calls. PostgreSQL 13 has no CREATE OR REPLACE
+// TRIGGER, so run it once.
+func (d *Driver) NotifyTriggerSQL() string {
+	fn := d.table(d.prefix + notifyTriggerName)
+	return `CREATE TRIGGER ` + pgx.Identifier{d.prefix + notifyTriggerName}.Sanitize() +
+		` AFTER INSERT ON ` + d.table(d.tables.Outbox) +
+		` REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ` + fn +
+		`(` + quoteLiteral(d.channel) + `)`
+}
+
+// HasNotifyTrigger reports whether the outbox table has the wake-up
+// trigger.
+func (d *Driver) HasNotifyTrigger(ctx context.Context) (bool, error) {
+	return d.hasNotifyTrigger(ctx, d.pool)
+}
+
+type queryRower interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func (d *Driver) hasNotifyTrigger(ctx context.Context, q queryRower) (bool, error) {
+	var n int
+	err := q.QueryRow(ctx, `SELECT count(*) FROM pg_trigger WHERE tgrelid = $1::regclass AND tgname = $2`,
+		d.table(d.tables.Outbox), d.prefix+notifyTriggerName).Scan(&n)
+	if err != nil {
+		return false, translate("notify trigger: look up", err)
+	}
+	return n > 0, nil
+}
+
+// createNotifyTrigger creates the wake-up trigger in the migration's
+// transaction when it is missing. Creating it locks the outbox table
+// against writes until the migration commits, so an existing trigger is
+// left alone rather than replaced on every start.
+func (d *Driver) createNotifyTrigger(ctx context.Context, tx pgx.Tx) error {
+	has, err := d.hasNotifyTrigger(ctx, tx)
+	if err != nil || has {
+		return err
+	}
+	if _, err := tx.Exec(ctx, d.NotifyTriggerSQL()); err != nil {
+		return translate("migrate: create notify trigger", err)
+	}
+	return nil
+}
+
+// quoteLiteral quotes s as an SQL string literal. The channel is made of
+// validated identifiers (or a hex hash), so this is belt and braces.
+func quoteLiteral(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }
 
 // SchemaVersion returns the highest applied migration version, 0 when none.

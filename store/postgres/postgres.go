@@ -57,6 +57,17 @@ type Config struct {
 	// row whose transaction stayed open longer than ClaimLookback.
 	// Defaults to DefaultClaimRescanInterval (5s).
 	ClaimRescanInterval time.Duration
+
+	// NotifyTrigger makes Migrate create the outbox's wake-up trigger (if
+	// it is missing): after each INSERT or COPY statement into the outbox
+	// it sends one notification per distinct event type of the statement
+	// on NotifyChannel, so relays pick up rows that producers insert with
+	// plain SQL at once instead of at their next poll. txbox's own
+	// publisher notifies without it. Migrate never drops the trigger;
+	// docs/schema/postgres.md, "Wake-ups for plain-SQL producers", says
+	// how to. Off by default: the trigger costs every insert statement a
+	// transition table and a function call.
+	NotifyTrigger bool
 }
 
 // Defaults of Config's claim window.
@@ -79,6 +90,7 @@ type Driver struct {
 	copyTable pgx.Identifier
 
 	lookback, rescan time.Duration
+	notifyTrigger    bool
 	cursors          pertype.Map[claimCursor]
 	ordered          pertype.Map[orderedCursor]
 	orderedSQLMu     sync.Mutex
@@ -120,13 +132,14 @@ func New(pool *pgxpool.Pool, cfg Config) (*Driver, error) {
 		return nil, fmt.Errorf("postgres: ClaimRescanInterval %s must not be negative", cfg.ClaimRescanInterval)
 	}
 	d := &Driver{
-		lookback: cfg.ClaimLookback,
-		rescan:   cfg.ClaimRescanInterval,
-		pool:     pool,
-		tables:   tables,
-		prefix:   prefix,
-		logger:   logger,
-		channel:  channelName(tables),
+		lookback:      cfg.ClaimLookback,
+		rescan:        cfg.ClaimRescanInterval,
+		notifyTrigger: cfg.NotifyTrigger,
+		pool:          pool,
+		tables:        tables,
+		prefix:        prefix,
+		logger:        logger,
+		channel:       channelName(tables),
 	}
 	d.q = buildQueries(d)
 	d.copyTable = pgx.Identifier{tables.Outbox}

@@ -172,8 +172,8 @@ func TestSchemaVersionAndMigrationFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	v, err := d.SchemaVersion(ctx)
-	if err != nil || v != 3 || len(migs) != 3 {
-		t.Fatalf("schema version = %d, %v, %d migrations; want 3", v, err, len(migs))
+	if err != nil || len(migs) < 3 || v != len(migs) {
+		t.Fatalf("schema version = %d, %v, %d migrations; want the last migration, at least 3", v, err, len(migs))
 	}
 	// The plain files for goose / golang-migrate users are the rendered
 	// default; regenerate with TXBOX_UPDATE_SQL=1.
