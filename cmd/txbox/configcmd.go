@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"text/tabwriter"
@@ -105,48 +106,81 @@ func runConfigCheck(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		defer st.Close()
-		// Types with rows in the database that the file does not list
-		// go to the defaults route: check theirs too.
-		stats, err := st.OutboxStats(ctx)
-		if err != nil {
-			return fmt.Errorf("database: read the outbox: %w", err)
-		}
-		for _, ts := range stats {
-			if cfg.Events[ts.EventType] == nil {
-				types = append(types, ts.EventType)
-			}
+		if types, err = withDatabaseTypes(ctx, cfg, st, types); err != nil {
+			return err
 		}
 	}
-	var dests []*destination
-	add := func(t string, s relay.EventSettings, template bool) string {
-		sn := deref(s.Sender)
-		sc := cfg.Senders[sn]
-		if sc == nil || s.Route == nil {
-			return "(no sender)"
-		}
-		r := *s.Route
-		if !template {
-			r = r.Expand(t)
-		}
-		if sc.Webhook != nil && r.URL == "" {
-			r.URL = sc.Webhook.URL
-		}
-		kind, dn := destinationName(sc.Type, r)
-		for _, d := range dests {
-			if d.sender == sn && d.name == dn {
-				d.types = append(d.types, t)
-				return kind + " " + dn
-			}
-		}
-		// The defaults route names one destination for every type when
-		// its field holds no placeholder: that one can be checked.
-		template = template && strings.Contains(dn, sender.PlaceholderEventType)
-		dests = append(dests, &destination{sender: sn, kind: kind, name: dn, route: r, types: []string{t}, template: template})
-		return kind + " " + dn
+	dests := printEventTypes(w, cfg, types)
+	missing, err := printDestinations(ctx, w, cfg, e, log, dests, *connect, *timeout)
+	if err != nil {
+		return err
 	}
+	if missing > 0 {
+		return fmt.Errorf("%d destination(s) missing or not reachable; create them (docs/quickstart.md) or set provision: true on the sender", missing)
+	}
+	if *connect {
+		fmt.Fprintln(e.stdout, "\nall checks passed")
+	}
+	return nil
+}
+
+// withDatabaseTypes adds to types those with rows in the database that the
+// file does not list: they go to the defaults route, so check theirs too.
+func withDatabaseTypes(ctx context.Context, cfg *config.Config, st *config.Store, types []string) ([]string, error) {
+	stats, err := st.OutboxStats(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("database: read the outbox: %w", err)
+	}
+	for _, ts := range stats {
+		if cfg.Events[ts.EventType] == nil {
+			types = append(types, ts.EventType)
+		}
+	}
+	return types, nil
+}
+
+// destinations collects the distinct destinations of the event types.
+type destinations struct {
+	cfg  *config.Config
+	list []*destination
+}
+
+// add records type t's destination under settings s (a template when it
+// is the defaults route for unlisted types) and returns its label.
+func (ds *destinations) add(t string, s relay.EventSettings, template bool) string {
+	sn := deref(s.Sender)
+	sc := ds.cfg.Senders[sn]
+	if sc == nil || s.Route == nil {
+		return "(no sender)"
+	}
+	r := *s.Route
+	if !template {
+		r = r.Expand(t)
+	}
+	if sc.Webhook != nil && r.URL == "" {
+		r.URL = sc.Webhook.URL
+	}
+	kind, dn := destinationName(sc.Type, r)
+	for _, d := range ds.list {
+		if d.sender == sn && d.name == dn {
+			d.types = append(d.types, t)
+			return kind + " " + dn
+		}
+	}
+	// The defaults route names one destination for every type when
+	// its field holds no placeholder: that one can be checked.
+	template = template && strings.Contains(dn, sender.PlaceholderEventType)
+	ds.list = append(ds.list, &destination{sender: sn, kind: kind, name: dn, route: r, types: []string{t}, template: template})
+	return kind + " " + dn
+}
+
+// printEventTypes prints each type's effective settings and returns the
+// destinations they name.
+func printEventTypes(w io.Writer, cfg *config.Config, types []string) []*destination {
+	ds := &destinations{cfg: cfg}
 	fmt.Fprintln(w, "\nEVENT TYPE\tSENDER\tDESTINATION\tBATCH\tMAX ATTEMPTS\tLEASE\tORDERING\tRETENTION")
 	row := func(t string, s relay.EventSettings, template bool) {
-		dest := add(t, s, template)
+		dest := ds.add(t, s, template)
 		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", t, deref(s.Sender), dest, deref(s.BatchSize), deref(s.MaxAttempts),
 			deref(s.LeaseDuration), deref(s.Ordering), deref(s.Retention))
 	}
@@ -159,7 +193,13 @@ func runConfigCheck(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	row("(other types)", def, true)
+	return ds.list
+}
 
+// printDestinations prints each destination and, with connect, whether it
+// exists; it returns how many are missing or unreachable.
+func printDestinations(ctx context.Context, w *tabwriter.Writer, cfg *config.Config, e *env, log *slog.Logger,
+	dests []*destination, connect bool, timeout time.Duration) (int, error) {
 	fmt.Fprintln(w, "\nDESTINATION\tSENDER\tEVENT TYPES\tSTATUS")
 	missing := 0
 	// One connection per sender, for all its destinations.
@@ -174,25 +214,16 @@ func runConfigCheck(ctx context.Context, e *env, args []string) error {
 		switch {
 		case d.template:
 			status = "per event type: a template, checked for the types listed or found in the database"
-		case *connect:
+		case connect:
 			var err error
-			status, err = checkDestination(ctx, cfg, e, log, d, *timeout, opened)
+			status, err = checkDestination(ctx, cfg, e, log, d, timeout, opened)
 			if err != nil {
 				missing++
 			}
 		}
 		fmt.Fprintf(w, "%s %s\t%s\t%s\t%s\n", d.kind, d.name, d.sender, strings.Join(d.types, ", "), status)
 	}
-	if err := w.Flush(); err != nil {
-		return err
-	}
-	if missing > 0 {
-		return fmt.Errorf("%d destination(s) missing or not reachable; create them (docs/quickstart.md) or set provision: true on the sender", missing)
-	}
-	if *connect {
-		fmt.Fprintln(e.stdout, "\nall checks passed")
-	}
-	return nil
+	return missing, w.Flush()
 }
 
 // destinationName names the route field the sender type uses.
