@@ -14,6 +14,7 @@ import (
 	"github.com/txbox/txbox"
 	txnats "github.com/txbox/txbox/consume/nats"
 	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store/sqlite"
 )
 
@@ -89,11 +90,10 @@ func Example() {
 	go func() { done <- c.Run(ctx) }()
 
 	// Both deliveries acknowledged: stop the consumer.
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if info, err := cons.Info(ctx); err == nil && info.AckFloor.Stream == 2 {
-			break
-		}
-	}
+	testenv.Within(30*time.Second, 20*time.Millisecond, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.AckFloor.Stream == 2
+	})
 	stop()
 	fmt.Println("run:", <-done)
 	var n int

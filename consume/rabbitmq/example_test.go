@@ -13,6 +13,7 @@ import (
 	"github.com/txbox/txbox"
 	txrabbit "github.com/txbox/txbox/consume/rabbitmq"
 	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store/sqlite"
 )
 
@@ -85,9 +86,7 @@ func Example() {
 	go func() { done <- c.Run(ctx) }()
 
 	// Both deliveries acked: stop the consumer.
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && c.Stats().Acked < 2; {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Within(30*time.Second, 20*time.Millisecond, func() bool { return c.Stats().Acked >= 2 })
 	stop()
 	fmt.Println("run:", <-done, "acked:", c.Stats().Acked)
 	var n int

@@ -68,11 +68,12 @@ func TestOrdersSystem(t *testing.T) {
 	if err := gen.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// SIGKILL the first relay half way, once events are flowing through it.
-	time.Sleep(duration / 2)
-	testenv.WaitFor(t, 30*time.Second, "analytics rows before the kill", func() bool {
+	// SIGKILL the first relay mid-run, once 300 orders (a fifth of a run on
+	// a quiet machine, a few seconds of traffic on a loaded one) reached
+	// the analytics through the relays.
+	testenv.WaitForEvery(t, duration+30*time.Second, 50*time.Millisecond, "analytics rows before the kill", func() bool {
 		running(t, producer, victim, survivor, consumer)
-		return count(t, db, schema, "order_analytics") > 0
+		return count(t, db, schema, "order_analytics") >= 300
 	})
 	victim.kill(t)
 	// JetStream drops what the surviving relay sends again within its
