@@ -263,6 +263,63 @@ defaults: { sender: n }
 	}
 }
 
+// TestDefaultClaimMatchesTheSenders keeps config's list of broker sender
+// types (the lock claim by default) true to the senders themselves: a
+// type is in quickAckTypes exactly when its sender implements
+// sender.QuickAcker and says so. A new sender type that acks quickly but
+// is missing from the list would make config check and the pool size
+// disagree with the relay.
+func TestDefaultClaimMatchesTheSenders(t *testing.T) {
+	t.Parallel()
+	yml := `
+database: { dialect: postgres, dsn: "postgres://127.0.0.1:1/x" }
+senders:
+  nats: { type: nats, url: "nats://127.0.0.1:1" }
+  webhook: { type: webhook, url: "http://127.0.0.1:1/h" }
+  kafka: { type: kafka, brokers: ["127.0.0.1:1"] }
+  rabbitmq: { type: rabbitmq, url: "amqp://guest:guest@127.0.0.1:1/" }
+  redis: { type: redis, addr: "127.0.0.1:1" }
+defaults: { sender: nats }
+events:
+  a.nats: { sender: nats }
+  a.webhook: { sender: webhook }
+  a.kafka: { sender: kafka }
+  a.rabbitmq: { sender: rabbitmq }
+  a.redis: { sender: redis }
+  a.kept: { sender: nats, claim: lease }
+`
+	c, err := Load(Source{YAML: []byte(yml)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	senders, err := c.OpenSenders(context.Background(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, s := range senders {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = s.Close(ctx)
+			cancel()
+		}
+	}()
+	for name, s := range senders {
+		want := relay.ClaimLease
+		if sender.AcksQuickly(s) {
+			want = relay.ClaimLock
+		}
+		if got := *c.Effective("a." + name).Claim; got != want {
+			t.Errorf("%s: config's default claim %q, the sender implies %q", name, got, want)
+		}
+	}
+	if got := *c.Effective("a.kept").Claim; got != relay.ClaimLease {
+		t.Errorf("a type that sets claim: lease got %q", got)
+	}
+	if n := c.LockConns(); n != 4*5+4 {
+		t.Errorf("LockConns = %d, want 24 (defaults and the four broker types in lock mode, 4 in flight each, + 4)", n)
+	}
+}
+
 // cleanupHook counts the rows the outbox cleanup deleted.
 type cleanupHook struct {
 	relay.NopHook

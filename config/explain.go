@@ -66,6 +66,13 @@ func (c *Config) Settings() []Setting {
 			}
 		}
 	}
+	for i := range out {
+		// defaults.claim unset is a choice, not an absence: each type's
+		// claim then follows its sender and the database (defaultClaim).
+		if out[i].Path == "defaults.claim" && c.Defaults.Claim == nil {
+			out[i].Value = "(by sender: lock for brokers on postgres/mysql, else lease)"
+		}
+	}
 	for _, t := range c.EventTypes() {
 		p := join("events", t)
 		walk(p, reflect.ValueOf(c.Effective(t)), func(key string) string {

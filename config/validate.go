@@ -43,6 +43,9 @@ var fileBounds = relay.Bounds{
 // defaults route sending each type to a destination named after it.
 func Default() *Config {
 	defaults := relay.DefaultEventSettings()
+	// No claim: unless the file sets one, each type's claim follows its
+	// sender and the database (defaultClaim), as the relay's own does.
+	defaults.Claim = nil
 	defaults.Route = &sender.Route{
 		Topic:      DefaultDefaultSenderRoute,
 		Subject:    DefaultDefaultSenderRoute,
@@ -123,7 +126,33 @@ func (c *Config) effective(ev *relay.EventSettings) relay.EventSettings {
 	if eff.Sender == nil {
 		eff.Sender = new("")
 	}
+	if own.Claim == nil && c.Defaults.Claim == nil {
+		eff.Claim = new(c.defaultClaim(*eff.Sender))
+	}
 	return eff
+}
+
+// quickAckTypes are the sender types whose senders implement
+// sender.QuickAcker: brokers that acknowledge within milliseconds.
+// TestDefaultClaimMatchesTheSenders keeps the list true to the senders.
+var quickAckTypes = map[string]bool{"nats": true, "kafka": true, "rabbitmq": true, "redis": true}
+
+// defaultClaim is the claim the relay chooses for a type that sets none
+// (relay.DefaultClaim): lock for a broker sender on a database with a
+// lock claim, lease otherwise. senderName empty means the only sender.
+func (c *Config) defaultClaim(senderName string) relay.ClaimMode {
+	if c.Database.Dialect == DialectSQLite {
+		return relay.ClaimLease
+	}
+	if senderName == "" && len(c.Senders) == 1 {
+		for name := range c.Senders {
+			senderName = name
+		}
+	}
+	if s := c.Senders[senderName]; s != nil && quickAckTypes[s.Type] {
+		return relay.ClaimLock
+	}
+	return relay.DefaultClaim
 }
 
 func deref[T any](p *T) T {

@@ -24,15 +24,24 @@ const (
 	// DefaultLeaseDuration is the max-batch-processing-time: after it a
 	// claimed row may be recovered and claimed by another relay.
 	DefaultLeaseDuration = 5 * time.Minute
-	// DefaultRetention keeps processed rows for a day before cleanup.
-	DefaultRetention = 24 * time.Hour
+	// DefaultRetention deletes a row as soon as its destination
+	// acknowledged it: one write per event. Keeping processed rows (for
+	// inspection or replay) turns that delete into an UPDATE that writes
+	// a new row version and index entries, and a later delete by the
+	// cleanup job, about half the drain rate (docs/benchmarks.md, "Claim
+	// modes").
+	DefaultRetention time.Duration = 0
 	// DefaultInFlight is how many batches of one type may be between claim
 	// and finish at once.
 	DefaultInFlight = 4
 	// DefaultOrdering delivers without per-key ordering.
 	DefaultOrdering = OrderingNone
-	// DefaultClaim is the lease claim, which every store has and which
-	// suits slow destinations; see ClaimMode.
+	// DefaultClaim is the claim of event types that set none and are not
+	// routed to a broker: the lease claim, which every store has and
+	// which suits slow destinations. Types routed to a sender that
+	// acknowledges quickly ([sender.QuickAcker]: NATS, Kafka, RabbitMQ,
+	// Redis) get ClaimLock instead when the store has a lock claim
+	// (PostgreSQL, MySQL/MariaDB); see ClaimMode.
 	DefaultClaim = ClaimLease
 )
 
@@ -240,7 +249,7 @@ type EventSettings struct {
 	// soon as it is acknowledged. Per type it only chooses between
 	// deleting on ack and keeping the row; the cleanup job deletes kept
 	// rows after Config.Cleanup.OutboxTTL (by default the longest
-	// retention configured). Defaults to 24h.
+	// retention configured). Defaults to 0 (DefaultRetention).
 	Retention *time.Duration `yaml:"retention"`
 	// LeaseDuration is the max-batch-processing-time: how long a claimed
 	// batch is exclusive before another relay may recover it. Its YAML
@@ -251,7 +260,8 @@ type EventSettings struct {
 	InFlight *int `yaml:"in-flight"`
 	// Claim chooses the claim mode: lease or lock (ClaimMode). With lock,
 	// LeaseDuration bounds the claim's transaction instead of a lease.
-	// Defaults to lease.
+	// Defaults to lock for senders that acknowledge quickly (brokers) on
+	// stores with a lock claim, else lease (DefaultClaim).
 	Claim *ClaimMode `yaml:"claim"`
 }
 
@@ -474,7 +484,8 @@ func (c *Config) settingsFor(eventType string) (*settings, error) {
 // eventType expands the route template; it is empty when only validating
 // Defaults.
 func (c *Config) resolve(eventType, path string, own, parent EventSettings) (*settings, error) {
-	e := own.Inherit(parent).Inherit(DefaultEventSettings())
+	set := own.Inherit(parent)
+	e := set.Inherit(DefaultEventSettings())
 	s := &settings{
 		eventType:     eventType,
 		senderName:    deref(e.Sender),
@@ -507,7 +518,11 @@ func (c *Config) resolve(eventType, path string, own, parent EventSettings) (*se
 		return nil, &ConfigError{Component: "relay", Field: keypath.Join(path, "sender"), Reason: fmt.Sprintf("names unknown sender %q", s.senderName)}
 	}
 	s.sender = snd
-	if _, ok := c.Store.(store.OutboxLocker); s.claim == ClaimLock && !ok {
+	_, canLock := c.Store.(store.OutboxLocker)
+	if set.Claim == nil && canLock && sender.AcksQuickly(snd) {
+		s.claim = ClaimLock
+	}
+	if s.claim == ClaimLock && !canLock {
 		return nil, &ConfigError{Component: "relay", Field: keypath.Join(path, "claim"),
 			Reason: "lock needs a store with a lock claim (PostgreSQL, MySQL/MariaDB; SQLite has none): use lease"}
 	}

@@ -125,7 +125,7 @@ func TestDefaultsMatchSpec(t *testing.T) {
 	if s.batchSize != 200 || s.polling.MinDelay != 250*time.Millisecond || s.polling.Multiplier != 1.5 ||
 		s.polling.MaxDelay != time.Minute || s.polling.Mode != "adaptive" || s.maxAttempts != 4 ||
 		s.backoff.Delay != 10*time.Second || s.backoff.Multiplier != 3 || s.leaseDuration != 5*time.Minute ||
-		s.retention != 24*time.Hour || s.claim != ClaimLease {
+		s.retention != 0 || s.claim != ClaimLease {
 		t.Errorf("defaults = %+v", s)
 	}
 	if cfg.InstanceID == "" || cfg.Logger == nil {
@@ -257,5 +257,47 @@ func TestSetZeroWinsOverInherited(t *testing.T) {
 	}
 	if other.backoff.Jitter != 0.2 || other.backoff.Delay != time.Second || other.polling.MinDelay != time.Second {
 		t.Errorf("other = backoff %+v, polling %+v; want Defaults'", other.backoff, other.polling)
+	}
+}
+
+// quickSender is a sender that says its destination acks quickly.
+type quickSender struct{ nopSender }
+
+func (quickSender) AcksQuickly() bool { return true }
+
+// lockingDriver is a store with a lock claim.
+type lockingDriver struct{ fakeDriver }
+
+func (lockingDriver) OutboxLock(context.Context, *store.OutboxClaimParams) (store.LockedBatch, error) {
+	return nil, errors.New("not used")
+}
+
+// TestDefaultClaimFollowsTheSender: a type that sets no claim gets the
+// lock claim when its sender acks quickly (a broker) and the store has
+// a lock claim, else the lease claim; a claim the configuration sets
+// wins either way.
+func TestDefaultClaimFollowsTheSender(t *testing.T) {
+	t.Parallel()
+	senders := map[string]sender.Sender{"broker": quickSender{}, "hook": nopSender{}}
+	for _, tc := range []struct {
+		name  string
+		store store.Driver
+		own   EventSettings
+		want  ClaimMode
+	}{
+		{"broker on a locking store", lockingDriver{}, EventSettings{Sender: new("broker")}, ClaimLock},
+		{"webhook on a locking store", lockingDriver{}, EventSettings{Sender: new("hook")}, ClaimLease},
+		{"broker on a store without a lock claim", fakeDriver{}, EventSettings{Sender: new("broker")}, ClaimLease},
+		{"lease set for a broker", lockingDriver{}, EventSettings{Sender: new("broker"), Claim: new(ClaimLease)}, ClaimLease},
+		{"lock set for a webhook", lockingDriver{}, EventSettings{Sender: new("hook"), Claim: new(ClaimLock)}, ClaimLock},
+	} {
+		cfg := Config{Store: tc.store, Senders: senders, Events: map[string]EventSettings{"x": tc.own}}.withDefaults()
+		s, err := cfg.settingsFor("x")
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if s.claim != tc.want {
+			t.Errorf("%s: claim %q, want %q", tc.name, s.claim, tc.want)
+		}
 	}
 }

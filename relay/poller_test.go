@@ -85,7 +85,8 @@ func TestPollerAlone(t *testing.T) {
 	}
 
 	snd := &ackSender{}
-	cfg := Config{Store: d, Senders: map[string]sender.Sender{"test": snd}}.withDefaults()
+	cfg := Config{Store: d, Senders: map[string]sender.Sender{"test": snd},
+		Defaults: EventSettings{Retention: new(time.Hour)}}.withDefaults()
 	s, err := cfg.settingsFor("orders")
 	if err != nil {
 		t.Fatal(err)

@@ -69,3 +69,25 @@ func IsDisconnected(err error) bool {
 	var de *disconnectedError
 	return errors.As(err, &de)
 }
+
+// QuickAcker is implemented by senders whose destination acknowledges a
+// batch within milliseconds: the brokers (NATS JetStream, Kafka,
+// RabbitMQ, Redis Streams). The relay gives their event types the lock
+// claim by default where the store has one (docs/concepts.md, "Claim
+// modes"): a transaction held open until a broker's acks arrive is short,
+// while one held open for a slow webhook would keep the rows locked and
+// the database's cleanup horizon pinned for as long as the endpoint takes.
+// Senders that do not implement it (webhooks, custom senders) default to
+// the lease claim.
+type QuickAcker interface {
+	// AcksQuickly reports whether the destination acknowledges within
+	// milliseconds.
+	AcksQuickly() bool
+}
+
+// AcksQuickly reports whether s implements [QuickAcker] and says its
+// destination acknowledges within milliseconds.
+func AcksQuickly(s Sender) bool {
+	q, ok := s.(QuickAcker)
+	return ok && q.AcksQuickly()
+}

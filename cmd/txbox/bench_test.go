@@ -128,10 +128,10 @@ func TestBenchQuick(t *testing.T) {
 	if wm := rep.Scenarios[len(rep.Scenarios)-1]; !strings.Contains(wm.Unavailable, "no watermill harness module") {
 		t.Errorf("watermill scenario does not say why the harness is unavailable: %q", wm.Unavailable)
 	}
-	// Lease defaults and tuned against the naive loop, then the lock
-	// variants against it and against the lease relay (PostgreSQL has the
-	// lock claim).
-	if drain := rep.Scenarios[1]; len(drain.Ratios) != 6 || !strings.Contains(drain.Ratios[3].Name, "relay tuned lock / naive loop") {
+	// Defaults and tuned against the naive loop, kept rows against the
+	// defaults, then the lease claim against the default lock claim
+	// (PostgreSQL has both).
+	if drain := rep.Scenarios[1]; len(drain.Ratios) != 4 || !strings.Contains(drain.Ratios[3].Name, "relay lease / relay default") {
 		t.Errorf("drain ratios: %+v", drain.Ratios)
 	}
 
@@ -206,13 +206,13 @@ func TestBenchQuickDialects(t *testing.T) {
 		names = append(names, r.Name)
 	}
 	got := strings.Join(names, "; ")
-	for _, want := range []string{"mysql → nats: relay default / naive loop", "mysql → nats: relay tuned lock / naive loop", "sqlite → nats: relay tuned / naive loop"} {
+	for _, want := range []string{"mysql → nats: relay default / naive loop", "mysql → nats: relay lease / relay default", "sqlite → nats: relay tuned / naive loop"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("ratios %q lack %q (error %q)", got, want, rep.Scenarios[0].Error)
 		}
 	}
 	// SQLite has no lock claim: no lock variant runs there.
-	if strings.Contains(got, "sqlite → nats: relay lock") {
+	if strings.Contains(got, "sqlite → nats: relay lock") || strings.Contains(got, "sqlite → nats: relay lease") {
 		t.Errorf("ratios %q have a lock claim on sqlite", got)
 	}
 }

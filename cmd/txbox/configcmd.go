@@ -178,21 +178,16 @@ func (ds *destinations) add(t string, s relay.EventSettings, template bool) stri
 // destinations they name.
 func printEventTypes(w io.Writer, cfg *config.Config, types []string) []*destination {
 	ds := &destinations{cfg: cfg}
-	fmt.Fprintln(w, "\nEVENT TYPE\tSENDER\tDESTINATION\tBATCH\tMAX ATTEMPTS\tLEASE\tORDERING\tRETENTION")
+	fmt.Fprintln(w, "\nEVENT TYPE\tSENDER\tDESTINATION\tCLAIM\tBATCH\tMAX ATTEMPTS\tLEASE\tORDERING\tRETENTION")
 	row := func(t string, s relay.EventSettings, template bool) {
 		dest := ds.add(t, s, template)
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", t, deref(s.Sender), dest, deref(s.BatchSize), deref(s.MaxAttempts),
-			deref(s.LeaseDuration), deref(s.Ordering), deref(s.Retention))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", t, deref(s.Sender), dest, deref(s.Claim), deref(s.BatchSize),
+			deref(s.MaxAttempts), deref(s.LeaseDuration), deref(s.Ordering), deref(s.Retention))
 	}
-	def := cfg.Defaults.Inherit(relay.EventSettings{})
 	for _, t := range types {
-		if cfg.Events[t] != nil {
-			row(t, cfg.Effective(t), false)
-		} else {
-			row(t, def, false)
-		}
+		row(t, cfg.Effective(t), false)
 	}
-	row("(other types)", def, true)
+	row("(other types)", cfg.Effective(""), true)
 	return ds.list
 }
 

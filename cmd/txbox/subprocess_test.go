@@ -271,9 +271,20 @@ func checkAdminServer(t *testing.T, ctx context.Context, relayErr *testenv.LogBu
 
 // TestSubprocessRelayStopsMidBacklog sends SIGTERM while the relay drains a
 // backlog: it must exit 0 within its shutdown timeout and leave no row
-// IN_PROCESS (every batch finished or released).
+// IN_PROCESS (every batch finished or released), in both claim modes
+// (lock is the default for NATS on PostgreSQL). Processed rows are kept
+// (retention) so that the books can be read from the table.
 func TestSubprocessRelayStopsMidBacklog(t *testing.T) {
 	t.Parallel()
+	for _, claim := range []string{"lease", "lock"} {
+		t.Run(claim, func(t *testing.T) {
+			t.Parallel()
+			subprocessRelayStopsMidBacklog(t, claim)
+		})
+	}
+}
+
+func subprocessRelayStopsMidBacklog(t *testing.T, claim string) {
 	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
 	testenv.RequireTCP(t, "NATS", strings.TrimPrefix(testenv.NATSURL, "nats://"))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -305,10 +316,12 @@ senders: { main: { type: nats, url: %q } }
 defaults:
   route: { subject: "%s.{event_type}" }
   batch-size: 50
+  claim: %s
+  retention: 1h
   polling: { min-delay: 1ms, max-delay: 100ms }
 relay: { discover-interval: 50ms, shutdown-timeout: 20s }
 log: { level: debug }
-`, schema, testenv.NATSURL, subj)
+`, schema, testenv.NATSURL, subj, claim)
 	if err := os.WriteFile(cfgPath, []byte(yml), 0o600); err != nil {
 		t.Fatal(err)
 	}

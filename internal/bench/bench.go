@@ -127,9 +127,9 @@ func (o *Options) plannedSteps() int {
 			n += 2
 		case ScenarioDrain:
 			for _, d := range o.Dialects {
-				variants := 5 // naive, default, tuned, lock, tuned lock
+				variants := 5 // naive, default, tuned, kept, other claim
 				if d == dialectSQLite {
-					variants = 3 // no lock claim
+					variants = 4 // no lock claim
 				}
 				n += len(o.Senders) * variants * o.Rounds * 2
 			}

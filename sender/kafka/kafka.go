@@ -210,8 +210,14 @@ type Sender struct {
 var (
 	_ sender.Sender        = (*Sender)(nil)
 	_ sender.Destinationer = (*Sender)(nil)
+	_ sender.QuickAcker    = (*Sender)(nil)
 	_ sender.Provisioner   = (*Sender)(nil)
 )
+
+// AcksQuickly implements [sender.QuickAcker]: Kafka acknowledges a batch
+// within milliseconds, so the relay defaults this sender's event types to
+// the lock claim where the store has one.
+func (s *Sender) AcksQuickly() bool { return true }
 
 // maxPingTimeout bounds the reachability check after a batch failed as a
 // whole. A broker that is up answers a metadata request in milliseconds;

@@ -170,8 +170,14 @@ type streamLookup struct {
 var (
 	_ sender.Sender        = (*Sender)(nil)
 	_ sender.Destinationer = (*Sender)(nil)
+	_ sender.QuickAcker    = (*Sender)(nil)
 	_ sender.Provisioner   = (*Sender)(nil)
 )
+
+// AcksQuickly implements [sender.QuickAcker]: NATS JetStream acknowledges a batch
+// within milliseconds, so the relay defaults this sender's event types to
+// the lock claim where the store has one.
+func (s *Sender) AcksQuickly() bool { return true }
 
 // Destination implements [sender.Destinationer]: the route's subject. The
 // subject, not the stream, is the failure domain the relay keys its

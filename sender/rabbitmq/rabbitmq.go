@@ -206,8 +206,14 @@ type Sender struct {
 var (
 	_ sender.Sender        = (*Sender)(nil)
 	_ sender.Destinationer = (*Sender)(nil)
+	_ sender.QuickAcker    = (*Sender)(nil)
 	_ sender.Provisioner   = (*Sender)(nil)
 )
+
+// AcksQuickly implements [sender.QuickAcker]: RabbitMQ acknowledges a batch
+// within milliseconds, so the relay defaults this sender's event types to
+// the lock claim where the store has one.
+func (s *Sender) AcksQuickly() bool { return true }
 
 // Destination implements [sender.Destinationer]: the route's exchange,
 // where RabbitMQ's routing and its failures begin (a missing exchange,

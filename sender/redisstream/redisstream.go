@@ -150,7 +150,13 @@ type Sender struct {
 var (
 	_ sender.Sender        = (*Sender)(nil)
 	_ sender.Destinationer = (*Sender)(nil)
+	_ sender.QuickAcker    = (*Sender)(nil)
 )
+
+// AcksQuickly implements [sender.QuickAcker]: Redis acknowledges a batch
+// within milliseconds, so the relay defaults this sender's event types to
+// the lock claim where the store has one.
+func (s *Sender) AcksQuickly() bool { return true }
 
 // Destination implements [sender.Destinationer]: the stream key (the
 // route's Stream, else its Topic, as Send uses them). Every stream lives on
