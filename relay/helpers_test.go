@@ -170,7 +170,7 @@ func fastConfig(d store.Driver, senders map[string]sender.Sender) relay.Config {
 			// books from the table (the default deletes them on ack).
 			Retention: new(time.Hour),
 			Polling:   &relay.PollingSettings{MinDelay: new(10 * time.Millisecond), MaxDelay: new(100 * time.Millisecond)},
-			Backoff: &relay.BackoffSettings{Delay: new(50 * time.Millisecond), Multiplier: new(2.0), Max: new(time.Second)},
+			Backoff:   &relay.BackoffSettings{Delay: new(50 * time.Millisecond), Multiplier: new(2.0), Max: new(time.Second)},
 		},
 		DiscoverInterval:   50 * time.Millisecond,
 		RecoverInterval:    50 * time.Millisecond,
