@@ -151,3 +151,55 @@ func Example_retriesAndDeadLetters() {
 	// delivered: [order-1 on attempt 2]
 	// dead letter: poison attempts 1 error: schema: missing field total
 }
+
+// New needs only a store and at least one sender; everything else has a
+// default. Start runs the pollers and background jobs; Stop lets the
+// batches in flight finish. Health is the snapshot a status page or a
+// readiness probe reads.
+func ExampleRelay_Health() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "txbox-example")
+	defer os.RemoveAll(dir)
+	db, err := sqlite.Open(filepath.Join(dir, "app.db"), sqlite.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
+	if err := db.Migrate(ctx); err != nil {
+		panic(err)
+	}
+
+	_, err = relay.New(relay.Config{Store: db})
+	fmt.Println(err)
+
+	got := make(chan *sender.Message, 1)
+	r, err := relay.New(relay.Config{
+		Store:      db,
+		Senders:    map[string]sender.Sender{"print": printSender{got}},
+		Events:     map[string]relay.EventSettings{"order-created": {}},
+		InstanceID: "relay-1",
+		Logger:     slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(r.Health().Running)
+	if err := r.Start(ctx); err != nil {
+		panic(err)
+	}
+	h := r.Health()
+	fmt.Println(h.InstanceID, h.Running, h.Degraded)
+	for _, t := range h.Types {
+		fmt.Println(t.EventType, "->", t.Sender)
+	}
+	if err := r.Stop(ctx); err != nil {
+		panic(err)
+	}
+	fmt.Println(r.Health().Running)
+	// Output:
+	// relay: senders must name at least one sender
+	// false
+	// relay-1 true false
+	// order-created -> print
+	// false
+}
