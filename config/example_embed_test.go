@@ -130,8 +130,8 @@ func ExampleDefault() {
 	c := config.Default()
 	dsn, err := c.DatabaseDSN(os.Getenv)
 	s := c.Effective("order-created")
-	fmt.Println(c.Database.Dialect, dsn, err, *s.BatchSize, *s.MaxAttempts, *s.LeaseDuration, *s.Retention)
-	// Output: sqlite ./txbox.db <nil> 200 4 5m0s 24h0m0s
+	fmt.Println(c.Database.Dialect, dsn, err, *s.BatchSize, *s.MaxAttempts, *s.LeaseDuration, *s.Retention, *s.Claim)
+	// Output: sqlite ./txbox.db <nil> 200 4 5m0s 0s lease
 }
 
 // LoadFile reads a file and applies the process environment (TXBOX_*
