@@ -9,17 +9,31 @@ import (
 	"time"
 
 	"github.com/txbox/txbox/admin"
+	"github.com/txbox/txbox/internal/cpuprofile"
 	"github.com/txbox/txbox/relay"
 )
 
 func runRelay(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "relay", "relay [--config txbox.yaml] [--migrate] [--set key=value]...")
+	fs := newFlagSet(e, "relay", "relay [--config txbox.yaml] [--migrate] [--cpuprofile FILE] [--set key=value]...")
 	var cf configFlags
 	cf.register(fs, e)
 	migrate := fs.Bool("migrate", false, "apply migrations before starting")
+	profile := fs.String("cpuprofile", "", "diagnostic: write a CPU profile (runtime/pprof) of the whole run to `FILE`, "+
+		"completed on shutdown; read it with go tool pprof (docs/operations.md, \"Profile the relay\")")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	stopProfile, err := cpuprofile.Start(*profile)
+	if err != nil {
+		return err
+	}
+	// Deferred first so that it runs last: the profile covers the
+	// graceful stop and the closing of the senders and the store.
+	defer func() {
+		if err := stopProfile(); err != nil {
+			fmt.Fprintf(e.stderr, "txbox relay: %v\n", err)
+		}
+	}()
 	cfg, err := cf.load(e)
 	if err != nil {
 		return err
