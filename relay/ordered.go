@@ -144,16 +144,24 @@ func (p *poller) batchDone() {
 // holds it back). So is a row whose send the lease's end cut short
 // (errLeaseCut). A batch of which nothing was sent proves nothing.
 func (p *poller) judge(t ticket, start time.Time, ids []txbox.ID, results []error) []verdict {
-	var sentIDs []txbox.ID
-	var sent []error
+	// Counted first: the common batch has every message judged, and needs
+	// no copies.
+	n := 0
+	for _, res := range results {
+		if !unjudged(res) {
+			n++
+		}
+	}
+	if n == len(results) {
+		return p.circuit.judge(t, start, ids, results)
+	}
+	sentIDs := make([]txbox.ID, 0, n)
+	sent := make([]error, 0, n)
 	for i, res := range results {
 		if !unjudged(res) {
 			sentIDs = append(sentIDs, ids[i])
 			sent = append(sent, res)
 		}
-	}
-	if len(sent) == len(results) {
-		return p.circuit.judge(t, start, ids, results)
 	}
 	out := make([]verdict, len(results))
 	if len(sent) == 0 {

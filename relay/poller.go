@@ -451,16 +451,18 @@ func (p *poller) deliver(rows []*store.OutboxRow, lb store.LockedBatch, t ticket
 // headers every message carries (docs/concepts.md, "Headers").
 func messages(rows []*store.OutboxRow, route sender.Route) []*sender.Message {
 	msgs := make([]*sender.Message, len(rows))
+	block := make([]sender.Message, len(rows)) // one allocation, not one per message
 	for i, row := range rows {
 		h := make(map[string]string, len(row.Headers)+3)
 		maps.Copy(h, row.Headers)
 		h[txbox.HeaderEventID] = row.ID.String()
 		h[txbox.HeaderEventType] = row.EventType
 		h[txbox.HeaderCreatedAt] = row.CreatedAt.UTC().Format(time.RFC3339Nano)
-		msgs[i] = &sender.Message{
+		block[i] = sender.Message{
 			ID: row.ID, EventType: row.EventType, Key: row.Key, Payload: row.Payload,
 			Headers: h, CreatedAt: row.CreatedAt, Attempt: row.Attempts + 1, Route: route,
 		}
+		msgs[i] = &block[i]
 	}
 	return msgs
 }

@@ -177,10 +177,17 @@ func TestBenchQuickDialects(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	out := filepath.Join(t.TempDir(), "results")
+	profiles := filepath.Join(t.TempDir(), "profiles")
 	cmd, stdout, stderr := child(t, ctx, "bench", "--quick", "--scenario", "drain", "--dialects", "mysql,sqlite", "--backlog", "500",
-		"--dsn", testenv.PostgresURL, "--mysql-dsn", testenv.MySQLDSN, "--nats", testenv.NATSURL, "--out", out)
+		"--dsn", testenv.PostgresURL, "--mysql-dsn", testenv.MySQLDSN, "--nats", testenv.NATSURL, "--out", out, "--profile-dir", profiles)
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("txbox bench: %v\nstdout: %s\nstderr: %s", err, stdout, stderr)
+	}
+	// --profile-dir: every child, relay or naive loop, wrote its profile.
+	for _, name := range []string{"mysql-to-nats-naive-loop", "mysql-to-nats-relay-default", "sqlite-to-nats-relay-tuned"} {
+		if fi, err := os.Stat(filepath.Join(profiles, name+".pprof")); err != nil || fi.Size() == 0 {
+			t.Errorf("--profile-dir: no profile %s.pprof (%v)", name, err)
+		}
 	}
 	raw, err := os.ReadFile(filepath.Join(out, "results.json"))
 	if err != nil {

@@ -17,7 +17,8 @@ import (
 
 // TestRelayCommandSQLiteWebhook runs `txbox relay` in process on SQLite with
 // a webhook sender, publishes with `txbox publish`, waits for the POST,
-// then cancels the command's context as SIGTERM would and expects exit 0.
+// then cancels the command's context as SIGTERM would and expects exit 0
+// and, as it ran with --cpuprofile, a profile written on the way out.
 func TestRelayCommandSQLiteWebhook(t *testing.T) {
 	t.Parallel()
 	got := make(chan *http.Request, 4)
@@ -48,7 +49,7 @@ relay: { discover-interval: 20ms, shutdown-timeout: 10s }
 	done := make(chan int, 1)
 	go func() {
 		e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: stderr, getenv: func(string) string { return "" }}
-		done <- run(ctx, e, []string{"relay", "--config", cfgPath})
+		done <- run(ctx, e, []string{"relay", "--config", cfgPath, "--cpuprofile", dir + "/cpu.pprof"})
 	}()
 	code, out, errOut := runInProcess(t, nil, "publish", "--config", cfgPath, "--type", "user.signed-up", "--payload", `{"u":1}`)
 	if code != exitOK {
@@ -72,6 +73,9 @@ relay: { discover-interval: 20ms, shutdown-timeout: 10s }
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("relay did not stop within 20s")
+	}
+	if fi, err := os.Stat(dir + "/cpu.pprof"); err != nil || fi.Size() == 0 {
+		t.Fatalf("--cpuprofile: no profile written on shutdown (%v)", err)
 	}
 }
 

@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -74,6 +76,10 @@ func (r *runner) drain(ctx context.Context, sp drainSpec, round int) (Measuremen
 	if err != nil {
 		return run, err
 	}
+	args, err = r.profileArgs(args, sp.variant, round)
+	if err != nil {
+		return run, err
+	}
 	var unpin func() error
 	if sp.pin {
 		if unpin, err = r.pinXmin(ctx); err != nil {
@@ -124,6 +130,39 @@ func (r *runner) drain(ctx context.Context, sp drainSpec, round int) (Measuremen
 	}
 	r.p.note("  %-22s %8d events in %6.2fs = %8.0f/s, CPU %.2f µs/event", sp.variant, sp.n, run.Seconds, run.Rate, run.CPUPerEventMicros)
 	return run, nil
+}
+
+// profileArgs adds --cpuprofile to each child's command line when
+// --profile-dir is set: DIR/<variant>.pprof, with the round from round 2
+// on and the child's number when there are several.
+func (r *runner) profileArgs(args [][]string, variant string, round int) ([][]string, error) {
+	if r.o.ProfileDir == "" {
+		return args, nil
+	}
+	if err := os.MkdirAll(r.o.ProfileDir, 0o755); err != nil {
+		return nil, fmt.Errorf("--profile-dir: %w", err)
+	}
+	base := strings.NewReplacer(" ", "-", "/", "-", "→", "to").Replace(variant)
+	if round > 1 {
+		base += fmt.Sprintf("-round%d", round)
+	}
+	out := make([][]string, len(args))
+	for i, a := range args {
+		name := base
+		if len(args) > 1 {
+			name += fmt.Sprintf("-%d", i+1)
+		}
+		// Both children take the flag right after their subcommand
+		// (relay; bench _naive-loop), before the flags that follow.
+		at := 1
+		if len(a) > 1 && a[0] == "bench" {
+			at = 2
+		}
+		b := append([]string(nil), a[:at]...)
+		b = append(b, "--cpuprofile", filepath.Join(r.o.ProfileDir, name+".pprof"))
+		out[i] = append(b, a[at:]...)
+	}
+	return out, nil
 }
 
 // prepareDrain loads the backlog (and, for the relay, migrates txbox's

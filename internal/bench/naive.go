@@ -20,6 +20,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/txbox/txbox/internal/cpuprofile"
 )
 
 // NaiveChild is the hidden first argument of `txbox bench` that runs the
@@ -69,9 +71,19 @@ func RunNaive(ctx context.Context, args []string, stderr io.Writer) error {
 	dest := fs.String("dest", "", "subject, topic, queue, stream or path")
 	workers := fs.Int("workers", 4, "workers")
 	batch := fs.Int("batch", 500, "rows per claim")
+	profile := fs.String("cpuprofile", "", "write a CPU profile to this file")
 	if err := fs.Parse(args); err != nil {
 		return &UsageError{err.Error()}
 	}
+	stopProfile, err := cpuprofile.Start(*profile)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := stopProfile(); err != nil {
+			fmt.Fprintln(stderr, err)
+		}
+	}()
 	if *dsn == "" || *table == "" || *dest == "" || *workers < 1 || *batch < 1 {
 		return usagef("%s needs --dsn, --table, --dest and positive --workers, --batch", NaiveChild)
 	}

@@ -76,6 +76,9 @@ type Options struct {
 	RabbitURL string
 	OutDir    string
 	Timeout   time.Duration
+	// ProfileDir, when set, is where the drain's children write CPU
+	// profiles: <variant>.pprof (round suffix from round 2 on).
+	ProfileDir string
 	// Render, when set, is a results.json to write the Markdown and
 	// charts from again, measuring nothing.
 	Render string
@@ -154,6 +157,7 @@ func Parse(args []string, w io.Writer) (*Options, error) {
 	fs.StringVar(&o.RedisAddr, "redis", "127.0.0.1:6379", "Redis `address` (drain to redis)")
 	fs.StringVar(&o.RabbitURL, "rabbitmq", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ `URL` (drain to rabbitmq)")
 	fs.StringVar(&o.OutDir, "out", "bench-results", "output `directory` for results.json, results.md and the SVG charts")
+	fs.StringVar(&o.ProfileDir, "profile-dir", "", "diagnostic: the drain-style scenarios' relay and naive-loop children write CPU profiles (--cpuprofile) to `DIR`/<variant>.pprof")
 	fs.StringVar(&o.Render, "render", "", "measure nothing: write results.md and the charts of an earlier `results.json` into --out again")
 	fs.DurationVar(&o.Timeout, "timeout", 2*time.Hour, "give up after this long")
 	fs.Usage = func() {

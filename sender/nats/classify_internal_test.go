@@ -110,3 +110,24 @@ func equal(a, b []string) bool {
 	}
 	return true
 }
+
+// FuzzHeaderBound: the header bound buildMsg returns is never below the
+// header block nats.go writes, so checkSize's shortcut never lets an
+// oversized message through.
+func FuzzHeaderBound(f *testing.F) {
+	f.Add("X-Tenant", "acme", "", "k")
+	f.Add(txbox.HeaderEventID, "short", sender.HeaderKey, "")
+	f.Add(sender.HeaderKey, "x", "a", "  padded\t")
+	f.Fuzz(func(t *testing.T, k1, v1, k2, key string) {
+		m := &sender.Message{ID: txbox.NewID(), EventType: "fuzz", Payload: []byte("x"), Key: key,
+			Headers: map[string]string{k1: v1, k2: v1 + v1}, Route: sender.Route{Subject: "s"}}
+		nm, bound, err := buildMsg(m)
+		if err != nil {
+			return
+		}
+		exact := nm.Size() - len(nm.Subject) - len(nm.Data)
+		if bound < exact {
+			t.Fatalf("bound %d below the header block's %d bytes for %v", bound, exact, nm.Header)
+		}
+	})
+}

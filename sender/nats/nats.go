@@ -470,12 +470,12 @@ func (s *Sender) publishAll(ctx context.Context, msgs []*sender.Message, errs []
 			errs[i] = txbox.Permanent(&MessageError{Reason: "nil message"})
 			continue
 		}
-		nm, err := natsMsg(m)
+		nm, hdrBound, err := buildMsg(m)
 		if err != nil {
 			errs[i] = txbox.Permanent(err)
 			continue
 		}
-		if err := checkSize(nm, maxPayload); err != nil {
+		if err := checkSize(nm, hdrBound, maxPayload); err != nil {
 			errs[i] = err
 			continue
 		}
@@ -540,11 +540,18 @@ func (s *Sender) notConnected() error {
 // max_payload (payload plus the encoded header block, as the server
 // counts it): no retry can make it fit. maxPayload 0 (no server info yet)
 // skips the check; nats.go's own check then still applies.
-func checkSize(nm *natsgo.Msg, maxPayload int64) error {
+//
+// hdrBound is an upper bound of the header block's size (buildMsg): a
+// message that fits with it fits, without nats.go counting the header
+// block again; only one that might not is counted exactly.
+func checkSize(nm *natsgo.Msg, hdrBound int, maxPayload int64) error {
 	if maxPayload <= 0 {
 		return nil
 	}
 	payload := int64(len(nm.Data))
+	if payload+int64(hdrBound) <= maxPayload {
+		return nil
+	}
 	// Size is subject + reply + header block + data; nm has no reply.
 	headers := int64(nm.Size()) - int64(len(nm.Subject)) - payload
 	if total := payload + headers; total > maxPayload {
@@ -592,28 +599,54 @@ func (s *Sender) Close(ctx context.Context) error {
 
 // natsMsg builds the NATS message for m, or a *MessageError.
 func natsMsg(m *sender.Message) (*natsgo.Msg, error) {
+	nm, _, err := buildMsg(m)
+	return nm, err
+}
+
+// buildMsg is natsMsg, and also returns an upper bound of the encoded
+// header block's size (checkSize), counted while the headers are copied
+// so that no extra pass over them is needed per message.
+func buildMsg(m *sender.Message) (*natsgo.Msg, int, error) {
 	if m.Route.Subject == "" {
-		return nil, &MessageError{Reason: fmt.Sprintf("event type %q has no route subject", m.EventType)}
+		return nil, 0, &MessageError{Reason: fmt.Sprintf("event type %q has no route subject", m.EventType)}
 	}
-	h := make(natsgo.Header, len(m.Headers)+3)
+	n := len(m.Headers) + 3
+	h := make(natsgo.Header, n)
+	// The one-value slices share one array: one allocation per message,
+	// not one per header.
+	vals := make([]string, 0, n)
+	set := func(k, v string) {
+		vals = append(vals, v)
+		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
+	size := len(natsHdrLine) + 2 // the status line and the final CRLF
 	for k, v := range m.Headers {
 		if err := checkHeader(k, v); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		// Assigned directly, not through Set, to keep the name's case.
-		h[k] = []string{v}
+		set(k, v)
+		// A value replaced below is counted with its replacement.
+		if k != txbox.HeaderEventID && (k != sender.HeaderKey || m.Key == "") {
+			size += len(k) + len(v) + 4 // ": " and CRLF
+		}
 	}
 	id := m.ID.String()
-	h[HeaderMsgID] = []string{id}
-	h[txbox.HeaderEventID] = []string{id}
+	set(HeaderMsgID, id)
+	set(txbox.HeaderEventID, id)
+	size += len(HeaderMsgID) + len(txbox.HeaderEventID) + 2*(len(id)+4)
 	if m.Key != "" {
 		if err := checkHeader(sender.HeaderKey, m.Key); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		h[sender.HeaderKey] = []string{m.Key}
+		set(sender.HeaderKey, m.Key)
+		size += len(sender.HeaderKey) + len(m.Key) + 4
 	}
-	return &natsgo.Msg{Subject: m.Route.Subject, Data: m.Payload, Header: h}, nil
+	return &natsgo.Msg{Subject: m.Route.Subject, Data: m.Payload, Header: h}, size, nil
 }
+
+// natsHdrLine is the first line of nats.go's header block.
+const natsHdrLine = "NATS/1.0\r\n"
 
 // checkHeader refuses what the NATS header block cannot carry (a name
 // with a space, a control character or an HTTP delimiter such as a colon;
@@ -624,8 +657,7 @@ func checkHeader(name, value string) error {
 		return &MessageError{Reason: "empty header name"}
 	}
 	for i := 0; i < len(name); i++ {
-		// nats.go's rule: printable ASCII without the HTTP delimiters.
-		if c := name[i]; c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+		if c := name[i]; !headerNameByte[c] {
 			return &MessageError{Reason: fmt.Sprintf("header name %q: character %q is not allowed", truncate(name), c)}
 		}
 	}
@@ -637,6 +669,16 @@ func checkHeader(name, value string) error {
 	}
 	return nil
 }
+
+// headerNameByte is nats.go's rule for a header name's bytes: printable
+// ASCII without the HTTP delimiters. A table, as every header of every
+// message is checked.
+var headerNameByte = func() (t [256]bool) {
+	for c := '!'; c < 0x7f; c++ {
+		t[c] = !strings.ContainsRune(`"(),/:;<=>?@[\]{}`, c)
+	}
+	return t
+}()
 
 func truncate(s string) string {
 	if len(s) > 64 {

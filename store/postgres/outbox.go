@@ -256,14 +256,16 @@ func (d *Driver) OutboxClaim(ctx context.Context, params *store.OutboxClaimParam
 // claimCall is one prepared claim: its statement, arguments and what is
 // needed to read the rows back and move the cursor.
 type claimCall struct {
-	d       *Driver
-	query   string
-	args    []any
-	token   txbox.ID
-	limit   int
-	cur     *claimCursor
-	ord     *orderedCursor
-	catchUp bool
+	d     *Driver
+	query string
+	args  []any
+	token txbox.ID
+	limit int
+	// eventType is the claimed type, which every row returned has.
+	eventType string
+	cur       *claimCursor
+	ord       *orderedCursor
+	catchUp   bool
 }
 
 // maxKeyRun bounds OutboxClaimParams.KeyRun: a longer run would only be
@@ -286,7 +288,7 @@ func (d *Driver) prepareClaim(params *store.OutboxClaimParams) (*claimCall, erro
 	if params.KeyRun < 0 || params.KeyRun > maxKeyRun {
 		return nil, errBadParams("claim", "key run %d must be between 0 and %d", params.KeyRun, maxKeyRun)
 	}
-	c := &claimCall{d: d, query: d.q.claim, token: txbox.NewID(), limit: params.Limit}
+	c := &claimCall{d: d, query: d.q.claim, token: txbox.NewID(), limit: params.Limit, eventType: params.EventType}
 	lowerDue := pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
 	var lowerID uuid.UUID
 	if params.OrderedByKey {
@@ -336,12 +338,22 @@ func (c *claimCall) scan(rows pgx.Rows) ([]*store.OutboxRow, error) {
 		row *store.OutboxRow
 		due time.Time
 	}
-	var out []claimed
+	// The rows are allocated in one block of the claim's limit rather than
+	// one by one: a batch lives and dies as a whole.
+	out := make([]claimed, 0, c.limit)
+	block := make([]store.OutboxRow, c.limit)
+	var headers []byte
 	for rows.Next() {
-		r := &store.OutboxRow{LeaseToken: c.token}
+		if len(out) == len(block) { // the statement returns at most limit rows; be safe anyway
+			block = append(block, store.OutboxRow{})
+			block = block[:cap(block)]
+		}
+		r := &block[len(out)]
+		// Every claimed row is of the claimed type (the statement's
+		// event_type = $1): the column is skipped, not copied per row.
+		r.LeaseToken, r.EventType = c.token, c.eventType
 		var due time.Time
-		var headers []byte
-		if err := rows.Scan(uuidDest{&r.ID}, &r.EventType, &r.Key, &r.Payload, &headers, &r.Attempts, &r.CreatedAt, &due); err != nil {
+		if err := rows.Scan(uuidDest{&r.ID}, nil, &r.Key, &r.Payload, &headers, &r.Attempts, &r.CreatedAt, &due); err != nil {
 			return nil, translate("claim", err)
 		}
 		// The claim has committed: a row that cannot be turned into a
