@@ -40,8 +40,10 @@ type storeKind struct {
 	// (SQLite): one relay may win every claim, so load sharing between
 	// relays is not asserted.
 	serialWriter bool
-	// claim is the relays' claim mode; empty: the default (lease). The
-	// lock kinds (lockKinds) are a dialect run in ClaimLock.
+	// claim is the relays' claim mode, set on every kind: the default
+	// follows the sender (lock for NATS on PostgreSQL and MySQL), so the
+	// plain kinds name lease to keep it covered. The lock kinds
+	// (lockKinds) are a dialect run in ClaimLock.
 	claim relay.ClaimMode
 }
 
@@ -102,7 +104,8 @@ func storeKindByName(name string) (storeKind, error) {
 }
 
 var postgresKind = storeKind{
-	name: "postgres",
+	name:  "postgres",
+	claim: relay.ClaimLease,
 	newNamespace: func(t testing.TB) string {
 		t.Helper()
 		testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/mysql"
 	"github.com/txbox/txbox/store/sqlite"
@@ -41,7 +42,8 @@ func sqlTxPublish(db func(store.Driver) *sql.DB) func(context.Context, store.Dri
 // mysqlKind runs on the local MariaDB; the namespace is the DSN of a
 // fresh database (no password on the test server, so nothing secret).
 var mysqlKind = storeKind{
-	name: "mysql",
+	name:  "mysql",
+	claim: relay.ClaimLease,
 	newNamespace: func(t testing.TB) string {
 		t.Helper()
 		_, dsn := testenv.MySQLDatabase(t, mysql.OpenDB, "")
@@ -73,7 +75,8 @@ func openMySQL(dsn string, conns int) (store.Driver, func(), error) {
 // sqliteKind runs on a database file in the test's temporary directory;
 // child relay processes open the same file.
 var sqliteKind = storeKind{
-	name: "sqlite",
+	name:  "sqlite",
+	claim: relay.ClaimLease,
 	newNamespace: func(t testing.TB) string {
 		t.Helper()
 		path := filepath.Join(t.TempDir(), "e2e.db")
