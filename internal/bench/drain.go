@@ -14,13 +14,13 @@ import (
 // Relay settings of the drain variants. "default" changes nothing (on
 // PostgreSQL and MySQL/MariaDB the broker senders then use the lock
 // claim, and rows are deleted on ack); "tuned" is the best documented
-// tuning of docs/benchmarks.md (batches of 500); "kept" keeps processed
+// tuning of docs/benchmarks.md (batches of 1000); "kept" keeps processed
 // rows for a day (retention), the history a user may ask for; the other
 // claim is the claim mode the default does not pick (docs/concepts.md,
 // "Claim modes"), on the dialects that have both.
 const (
 	relayDefault = ""
-	relayTuned   = "batch-size: 500"
+	relayTuned   = "batch-size: 1000"
 	relayKept    = "retention: 24h"
 	relayLease   = "claim: lease"
 	relayLock    = "claim: lock"
@@ -329,7 +329,7 @@ func (r *runner) pairedDrains(ctx context.Context, s *Scenario, specs []drainSpe
 func (r *runner) scenarioDrain(ctx context.Context, s *Scenario) error {
 	s.Title = "drain per sender: txbox relay vs the naive loop"
 	s.Measures = "A preloaded backlog (plain-SQL COPY) drained to a fresh destination, by `txbox relay` children " +
-		"with default settings (on PostgreSQL and MySQL/MariaDB a broker sender uses the lock claim), tuned (`batch-size: 500`), keeping processed rows (`retention: 24h`) " +
+		"with default settings (on PostgreSQL and MySQL/MariaDB a broker sender uses the lock claim), tuned (`batch-size: 1000`), keeping processed rows (`retention: 24h`) " +
 		"and with the claim mode the default does not pick (where the dialect has both), and by the naive loop of docs/benchmarks.md " +
 		"\"Targets\" (4 workers × 500 rows, CTE claim, async publish with the raw client, DELETE by id) as a child on its own table. " +
 		"Rate = backlog / time from the children's start until the destination holds every message; CPU = the children's rusage."
