@@ -33,36 +33,61 @@ const (
 )
 
 // jobSchedule is the adaptive interval of a background job: Interval after
-// a round that changed rows or failed, then doubling for each round in a
-// row that found nothing, capped at MaxInterval. A round is idle when it
-// found nothing; idle is the number of such rounds in a row.
+// a round that changed rows, then doubling for each round in a row that
+// found nothing, capped at MaxInterval. A round is idle when it found
+// nothing; idle is the number of such rounds in a row. A round that failed
+// is retried sooner: jobRetryDelay, doubling per failure in a row, never
+// later than Interval, so that one lost connection does not leave the job
+// failed (and the relay's health degraded) for a whole interval, up to the
+// heartbeat's 2m or the cleanup's backed-off 10m.
 type jobSchedule struct {
-	grow backoff.Policy
-	idle int
+	grow  backoff.Policy
+	idle  int
+	fails int
 }
+
+// roundOutcome is what one round of a background job did.
+type roundOutcome int
+
+const (
+	roundIdle   roundOutcome = iota // found nothing to do
+	roundBusy                       // changed rows
+	roundFailed                     // returned an error
+)
+
+// jobRetryDelay is the first wait after a failed round.
+const jobRetryDelay = time.Second
 
 func newJobSchedule(interval, maxInterval time.Duration) *jobSchedule {
 	return &jobSchedule{grow: backoff.Policy{Initial: interval, Multiplier: jobGrowth, Max: max(interval, maxInterval)}}
 }
 
 // after records a round and returns the wait before the next one.
-func (s *jobSchedule) after(busy bool) time.Duration {
-	if busy {
+func (s *jobSchedule) after(o roundOutcome) time.Duration {
+	switch o {
+	case roundFailed:
 		s.idle = 0
-	} else {
+		s.fails++
+		retry := backoff.Policy{Initial: min(jobRetryDelay, s.grow.Initial), Multiplier: 2, Max: s.grow.Initial}
+		return retry.Delay(s.fails)
+	case roundBusy:
+		s.idle, s.fails = 0, 0
+	default:
 		s.idle++
+		s.fails = 0
 	}
 	return s.grow.Delay(s.idle + 1)
 }
 
 // runJob runs round at once, then again after sched's wait, until the
-// relay stops. round reports whether it found work (or failed: a failing
-// job retries at its shortest interval). A kick on kicks (nil: none)
+// relay stops. round reports what it did: a busy round is followed by the
+// shortest interval, an idle one by a longer wait, a failed one by a
+// retry within a second or so. A kick on kicks (nil: none)
 // either runs round at once (kickNow) or shortens the wait to the
 // shortest interval when the job had backed off (kickSoon); a job that has
 // not backed off ignores kickSoon, so a stream of kicks cannot postpone its
 // next round.
-func (r *Relay) runJob(sched *jobSchedule, kicks <-chan kick, round func(ctx context.Context) bool) {
+func (r *Relay) runJob(sched *jobSchedule, kicks <-chan kick, round func(ctx context.Context) roundOutcome) {
 	defer r.wg.Done()
 	ctx := r.runCtx
 	timer := time.NewTimer(0) // the first round at start
@@ -93,10 +118,10 @@ func (r *Relay) runJob(sched *jobSchedule, kicks <-chan kick, round func(ctx con
 // the hooks. A round returns how many rows it changed and its error.
 func (r *Relay) goJob(name string, sched *jobSchedule, kicks <-chan kick, round func(ctx context.Context) (int, error)) {
 	r.wg.Add(1)
-	go r.runJob(sched, kicks, func(ctx context.Context) bool {
+	go r.runJob(sched, kicks, func(ctx context.Context) roundOutcome {
 		n, err := round(ctx)
 		if ctx.Err() != nil {
-			return false
+			return roundIdle
 		}
 		r.setJobErr(name, err)
 		if err != nil {
@@ -107,7 +132,13 @@ func (r *Relay) goJob(name string, sched *jobSchedule, kicks <-chan kick, round 
 		for _, h := range r.cfg.Hooks {
 			h.OnMaintenance(MaintenanceEvent{Job: name, Count: n, Err: err})
 		}
-		return n > 0 || err != nil
+		switch {
+		case err != nil:
+			return roundFailed
+		case n > 0:
+			return roundBusy
+		}
+		return roundIdle
 	})
 }
 
@@ -197,14 +228,12 @@ func (r *Relay) discoverRound(ctx context.Context) (int, error) {
 // MaxInterval while rounds find nothing.
 func (r *Relay) cleanupLoop() {
 	cfg := r.cfg.Cleanup
-	r.runJob(newJobSchedule(cfg.Interval, cfg.MaxInterval), nil, func(ctx context.Context) bool {
-		return r.cleanupRound(ctx) > 0
-	})
+	r.runJob(newJobSchedule(cfg.Interval, cfg.MaxInterval), nil, r.cleanupRound)
 }
 
-// cleanupRound runs both cleanups if the lease is ours and returns how
-// many rows were deleted.
-func (r *Relay) cleanupRound(ctx context.Context) int {
+// cleanupRound runs both cleanups if the lease is ours: busy when it
+// deleted rows, failed when the lease or a cleanup failed.
+func (r *Relay) cleanupRound(ctx context.Context) roundOutcome {
 	cfg := r.cfg.Cleanup
 	held, err := r.cfg.Store.LeaseAcquire(ctx, &store.LeaseParams{Name: cleanupLeaseName, Holder: r.cfg.InstanceID, TTL: cfg.LeaseTTL})
 	if err != nil {
@@ -212,12 +241,12 @@ func (r *Relay) cleanupRound(ctx context.Context) int {
 			r.setJobErr(JobOutboxCleanup, err)
 			r.log.Warn("cleanup lease failed", slog.Any("error", err))
 		}
-		return 0
+		return roundFailed
 	}
 	if !held {
-		return 0
+		return roundIdle
 	}
-	total := 0
+	total, failed := 0, false
 	for _, job := range []struct {
 		name string
 		ttl  time.Duration
@@ -230,11 +259,12 @@ func (r *Relay) cleanupRound(ctx context.Context) int {
 			return job.call(ctx, &store.CleanupParams{OlderThan: job.ttl, Limit: cfg.BatchSize})
 		})
 		if ctx.Err() != nil {
-			return total
+			return roundIdle
 		}
 		total += n
 		r.setJobErr(job.name, err)
 		if err != nil {
+			failed = true
 			r.log.Warn("cleanup failed", slog.String("job", job.name), slog.Any("error", err))
 		} else if n > 0 {
 			r.log.Info("cleanup deleted rows", slog.String("job", job.name), slog.Int("rows", n))
@@ -243,7 +273,13 @@ func (r *Relay) cleanupRound(ctx context.Context) int {
 			h.OnMaintenance(MaintenanceEvent{Job: job.name, Count: n, Err: err})
 		}
 	}
-	return total
+	switch {
+	case failed:
+		return roundFailed
+	case total > 0:
+		return roundBusy
+	}
+	return roundIdle
 }
 
 func (r *Relay) releaseCleanupLease() {

@@ -15,6 +15,7 @@ import (
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/postgres"
 )
 
 func TestDeliversConfiguredAndDiscoveredTypes(t *testing.T) {
@@ -876,5 +877,38 @@ func TestRejectionsLogEventIDTypeAndReason(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("log lacks %s:\n%s", want, out)
 		}
+	}
+}
+
+// flakyHeartbeatStore fails the first heartbeat; the rest reach the real
+// store.
+type flakyHeartbeatStore struct {
+	*postgres.Driver
+	beats atomic.Int32
+}
+
+func (f *flakyHeartbeatStore) InstanceHeartbeat(ctx context.Context, p *store.InstanceHeartbeatParams) error {
+	if f.beats.Add(1) == 1 {
+		return errors.New("injected: connection reset")
+	}
+	return f.Driver.InstanceHeartbeat(ctx, p)
+}
+
+// TestFailedJobRetriedSoon: a background job whose round failed is
+// retried within seconds, not after its interval: a heartbeat that failed
+// once (a lost connection) does not leave the relay's health degraded
+// for the heartbeat's whole interval.
+func TestFailedJobRetriedSoon(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	flaky := &flakyHeartbeatStore{Driver: b.store}
+	r := b.start(t, func(c *relay.Config) {
+		c.Store = flaky
+		c.HeartbeatInterval = time.Hour
+	})
+	testenv.WaitFor(t, 10*time.Second, "the failed heartbeat retried", func() bool { return flaky.beats.Load() >= 2 })
+	testenv.WaitFor(t, 5*time.Second, "health no longer degraded", func() bool { return !r.Health().Degraded })
+	if got := flaky.beats.Load(); got != 2 {
+		t.Errorf("%d heartbeats, want 2 (the failed one and its retry; the next is an hour later)", got)
 	}
 }
