@@ -157,8 +157,17 @@ func TestChaosSIGKILLRelayProcess(t *testing.T) {
 			}
 			rep := o.report()
 			t.Logf("oracle: %v", rep)
-			if len(rep.Lost) != 0 || len(rep.Unexpected) != 0 || rep.extra() > relay.DefaultInFlight*relay.DefaultBatchSize {
-				t.Errorf("oracle: %v", rep)
+			// The killed relay's claimed batches come again. With one
+			// writer at a time (SQLite) a live relay's finish can also
+			// wait past the 3s lease for the write lock, and its batch
+			// is recovered and sent again: at least once, bounded by one
+			// round of batches per relay.
+			bound := relay.DefaultInFlight * relay.DefaultBatchSize
+			if kind.serialWriter {
+				bound *= multiRelays
+			}
+			if len(rep.Lost) != 0 || len(rep.Unexpected) != 0 || rep.extra() > bound {
+				t.Errorf("oracle: %v (duplicate bound %d)", rep, bound)
 			}
 		})
 	}
