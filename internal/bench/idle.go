@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -12,9 +13,10 @@ import (
 // it sent through the counting proxy, and the server's transaction
 // counter of its database.
 type idleSample struct {
-	at  time.Time
-	own pgCounts
-	tx  int64
+	at    time.Time
+	own   pgCounts
+	texts map[string]int64 // the relay's statements by text (pgProxy.statementTexts)
+	tx    int64
 }
 
 func (r *runner) scenarioIdle(ctx context.Context, s *Scenario) error {
@@ -52,7 +54,7 @@ func (r *runner) scenarioIdle(ctx context.Context, s *Scenario) error {
 // returning the samples and the relay's CPU seconds.
 func (r *runner) idleRun(ctx context.Context, name, cfg string, proxy *pgProxy) ([]idleSample, float64, error) {
 	read := func() (idleSample, error) {
-		sm := idleSample{at: time.Now(), own: proxy.counts()}
+		sm := idleSample{at: time.Now(), own: proxy.counts(), texts: proxy.statementTexts()}
 		err := r.db.pool.QueryRow(ctx, `SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1`, name).Scan(&sm.tx)
 		return sm, err
 	}
@@ -92,10 +94,12 @@ func (r *runner) idleReport(s *Scenario, samples []idleSample, cpu float64) {
 	run := Measurement{Variant: fmt.Sprintf("idle relay, %d types", r.o.IdleTypes), Round: 1, Events: int(whole.statements()),
 		Seconds: span.Seconds(), Rate: perHour(whole.statements(), span), CPUSeconds: cpu,
 		Extra: map[string]float64{"statements_per_hour": perHour(whole.statements(), span),
-			"round_trips_per_hour": perHour(whole.roundTrips(), span), "connections": float64(whole.Conns),
-			"parses": float64(whole.Parses), "begins": float64(whole.Begins),
+			"round_trips_per_hour": perHour(whole.roundTrips(), span), "transactions_per_hour": perHour(whole.transactions(), span),
+			"connections": float64(whole.Conns),
+			"parses":      float64(whole.Parses), "begins": float64(whole.Begins),
 			"server_xact_per_hour": perHour(last.tx-first.tx, span), "cpu_ms_per_minute": cpu * 1000 / span.Minutes()}}
-	target, server := run.Rate, run.Extra["server_xact_per_hour"]
+	target, txs, server := run.Rate, run.Extra["transactions_per_hour"], run.Extra["server_xact_per_hour"]
+	from, fromLabel := first, "in the whole window"
 	if span > 10*time.Minute+30*time.Second {
 		at10 := first
 		for _, sm := range samples {
@@ -107,28 +111,65 @@ func (r *runner) idleReport(s *Scenario, samples []idleSample, cpu float64) {
 		run.Extra["first_10min_statements_per_hour"] = perHour(at10.own.sub(first.own).statements(), at10.at.Sub(first.at))
 		run.Extra["after_10min_statements_per_hour"] = perHour(after.statements(), d)
 		run.Extra["after_10min_round_trips_per_hour"] = perHour(after.roundTrips(), d)
+		run.Extra["after_10min_transactions_per_hour"] = perHour(after.transactions(), d)
 		run.Extra["after_10min_new_connections"] = float64(after.Conns)
 		run.Extra["after_10min_begins"] = float64(after.Begins)
+		run.Extra["after_10min_parses"] = float64(after.Parses)
 		run.Extra["after_10min_server_xact_per_hour"] = perHour(last.tx-at10.tx, d)
-		target, server = run.Extra["after_10min_statements_per_hour"], run.Extra["after_10min_server_xact_per_hour"]
+		target, txs = run.Extra["after_10min_statements_per_hour"], run.Extra["after_10min_transactions_per_hour"]
+		server = run.Extra["after_10min_server_xact_per_hour"]
+		from, fromLabel = at10, "after the first 10 minutes"
 	} else {
 		s.Notes = append(s.Notes, fmt.Sprintf("the window (%s) is not longer than 10 minutes, so the figure includes the start and the first 10 minutes; the target is for after them", r.o.IdleWindow.Round(time.Second)))
 	}
 	s.Runs = append(s.Runs, run)
 	s.addRatio("statements the relay sent/hour / 300 target", run.Variant, "target 300/hour", []float64{target}, []float64{300}, false,
 		"≤ 1 (≤ 300 transactions/hour after 10 min; each statement is at most one transaction)", func(x float64) bool { return x <= 1 })
+	s.addRatio("transactions the relay opened/hour / 300 target", run.Variant, "target 300/hour", []float64{txs}, []float64{300}, false,
+		"≤ 1 (one per BEGIN, one per statement outside BEGIN … COMMIT: an upper bound)", func(x float64) bool { return x <= 1 })
 	s.addRatio("server's pg_stat_database transactions/hour / 300", run.Variant, "target 300/hour", []float64{server}, []float64{300}, false,
 		"— (not the relay's cost: includes the LISTEN backend's notification reads)", nil)
+	s.Notes = append(s.Notes, "The relay's statements "+fromLabel+", by text: "+idleTexts(from.texts, last.texts, 15))
 	if whole.Unparsed > 0 {
 		s.Notes = append(s.Notes, fmt.Sprintf("%d connection(s) could not be parsed (TLS?); their statements are missing from the counts", whole.Unparsed))
 	}
 	s.Notes = append(s.Notes, "Statements are the relay's simple queries and extended-protocol executes, as the proxy read them: "+
 		"each runs in at most one transaction, and an explicit BEGIN … COMMIT is several statements, so the count is an upper bound "+
-		"of the relay's transactions. Round trips are simple queries plus Syncs.",
+		"of the relay's transactions. The transactions figure is tighter and still an upper bound: one per BEGIN, one per statement "+
+		"outside BEGIN … COMMIT (statements pipelined before one Sync share a transaction); a Parse/Describe/Sync that only prepares "+
+		"a statement is a server transaction it leaves out (parses: see the run). Round trips are simple queries plus Syncs.",
 		"pg_stat_database counts more: a LISTENing backend runs a transaction each time it is signalled to read past other databases' "+
 			"notifications in PostgreSQL's shared queue, so that counter depends on the NOTIFY traffic of the whole cluster, not on "+
 			"the relay (docs/benchmarks.md). PostgreSQL 15 also flushes a backend's counters up to 10 s late, and an idle one only "+
 			"when it next runs a statement or exits.")
+}
+
+// idleTexts lists the statements run between two samples' tallies, the
+// most frequent first (at most max).
+func idleTexts(from, to map[string]int64, max int) string {
+	type st struct {
+		text string
+		n    int64
+	}
+	var all []st
+	for k, v := range to {
+		if d := v - from[k]; d > 0 {
+			all = append(all, st{k, d})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].n > all[j].n || (all[i].n == all[j].n && all[i].text < all[j].text) })
+	var out []string
+	for i, x := range all {
+		if i == max {
+			out = append(out, fmt.Sprintf("and %d more texts", len(all)-max))
+			break
+		}
+		out = append(out, fmt.Sprintf("%d× `%s`", x.n, strings.ReplaceAll(x.text, "`", "'")))
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, "; ")
 }
 
 // idleDatabase creates the idle relay's own database, its configuration

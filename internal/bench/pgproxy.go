@@ -31,7 +31,10 @@ type pgCounts struct {
 	Begins    int64 // BEGIN / START TRANSACTION in a 'Q' or 'P'
 	Commits   int64 // COMMIT / END
 	Rollbacks int64 // ROLLBACK / ABORT
-	Unparsed  int64 // connections whose stream could not be parsed (forwarded all the same)
+	// Implicit counts the statements run outside BEGIN … COMMIT: each
+	// is at most one transaction of its own.
+	Implicit int64
+	Unparsed int64 // connections whose stream could not be parsed (forwarded all the same)
 }
 
 // statements is what the relay asked the server to run: each is at
@@ -43,10 +46,18 @@ func (c pgCounts) statements() int64 { return c.Queries + c.Executes }
 // closing a pipeline of extended-protocol messages.
 func (c pgCounts) roundTrips() int64 { return c.Queries + c.Syncs }
 
+// transactions bounds the relay's transactions from above: one per
+// explicit BEGIN, one per statement outside them (statements pipelined
+// before one Sync share one). A Parse/Describe/Sync round trip that
+// prepares a statement without running it is a server transaction too,
+// and is not in it: read it with Parses, which stop once pgx has cached
+// the relay's statements.
+func (c pgCounts) transactions() int64 { return c.Begins + c.Implicit }
+
 func (c pgCounts) sub(o pgCounts) pgCounts {
 	return pgCounts{Conns: c.Conns - o.Conns, Queries: c.Queries - o.Queries, Parses: c.Parses - o.Parses,
 		Executes: c.Executes - o.Executes, Syncs: c.Syncs - o.Syncs, Begins: c.Begins - o.Begins,
-		Commits: c.Commits - o.Commits, Rollbacks: c.Rollbacks - o.Rollbacks, Unparsed: c.Unparsed - o.Unparsed}
+		Commits: c.Commits - o.Commits, Rollbacks: c.Rollbacks - o.Rollbacks, Implicit: c.Implicit - o.Implicit, Unparsed: c.Unparsed - o.Unparsed}
 }
 
 // pgConnCounts is one proxied connection's counts.
@@ -55,13 +66,21 @@ type pgConnCounts struct {
 	closed                    atomic.Int64 // unix nanoseconds, 0 while open
 	queries, parses, executes atomic.Int64
 	syncs, begins, commits    atomic.Int64
-	rollbacks                 atomic.Int64
+	rollbacks, implicit       atomic.Int64
 	unparsed, cancel          atomic.Bool
+
+	// inTx is true between a BEGIN and its COMMIT or ROLLBACK; only the
+	// parsing goroutine uses it.
+	inTx bool
+	// tally, when set, counts each statement run (a 'Q', or an 'E' of
+	// the statement its portal was bound to) by its text.
+	tally func(text string)
 }
 
 func (c *pgConnCounts) load() pgCounts {
 	n := pgCounts{Conns: 1, Queries: c.queries.Load(), Parses: c.parses.Load(), Executes: c.executes.Load(),
-		Syncs: c.syncs.Load(), Begins: c.begins.Load(), Commits: c.commits.Load(), Rollbacks: c.rollbacks.Load()}
+		Syncs: c.syncs.Load(), Begins: c.begins.Load(), Commits: c.commits.Load(), Rollbacks: c.rollbacks.Load(),
+		Implicit: c.implicit.Load()}
 	if c.unparsed.Load() {
 		n.Unparsed = 1
 	}
@@ -78,6 +97,7 @@ type pgProxy struct {
 
 	mu    sync.Mutex
 	conns []*pgConnCounts
+	texts map[string]int64 // statements run, by text (pgStatementKey)
 	open  map[net.Conn]struct{}
 	wg    sync.WaitGroup
 }
@@ -89,7 +109,7 @@ func startPGProxy(upstream string) (*pgProxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &pgProxy{ln: ln, upstream: upstream, started: time.Now(), open: map[net.Conn]struct{}{}}
+	p := &pgProxy{ln: ln, upstream: upstream, started: time.Now(), open: map[net.Conn]struct{}{}, texts: map[string]int64{}}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -112,9 +132,41 @@ func (p *pgProxy) counts() pgCounts {
 		t.Begins += n.Begins
 		t.Commits += n.Commits
 		t.Rollbacks += n.Rollbacks
+		t.Implicit += n.Implicit
 		t.Unparsed += n.Unparsed
 	}
 	return t
+}
+
+func (p *pgProxy) tally(text string) {
+	k := pgStatementKey(text)
+	p.mu.Lock()
+	p.texts[k]++
+	p.mu.Unlock()
+}
+
+// statementTexts copies the count of statements run by text so far.
+func (p *pgProxy) statementTexts() map[string]int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]int64, len(p.texts))
+	for k, v := range p.texts {
+		out[k] = v
+	}
+	return out
+}
+
+// pgStatementKey is a statement's text with its white space collapsed,
+// cut to 100 characters: enough to tell the relay's jobs apart.
+func pgStatementKey(text string) string {
+	k := strings.Join(strings.Fields(text), " ")
+	if len(k) > 100 {
+		k = k[:100] + "…"
+	}
+	if k == "" {
+		k = "(empty)"
+	}
+	return k
 }
 
 // connLines describes each connection (at most max), for the report.
@@ -167,7 +219,7 @@ func (p *pgProxy) accept() {
 			_ = client.Close()
 			continue
 		}
-		c := &pgConnCounts{opened: time.Now()}
+		c := &pgConnCounts{opened: time.Now(), tally: p.tally}
 		p.mu.Lock()
 		p.conns = append(p.conns, c)
 		p.open[client], p.open[server] = struct{}{}, struct{}{}
@@ -229,6 +281,8 @@ func parseFrontend(r *bufio.Reader, c *pgConnCounts) error {
 		return err
 	}
 	var hdr [5]byte
+	prepared := map[string]string{} // statement name → text
+	bound := ""                     // the text of the statement of the last Bind
 	for {
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
 			return err
@@ -245,20 +299,27 @@ func parseFrontend(r *bufio.Reader, c *pgConnCounts) error {
 			c.parses.Add(1)
 		case 'E':
 			c.executes.Add(1)
+			c.statement(bound)
 		case 'S':
 			c.syncs.Add(1)
 		}
-		if (typ == 'Q' || typ == 'P') && body <= pgMaxText {
+		if (typ == 'Q' || typ == 'P' || typ == 'B') && body <= pgMaxText {
 			b := make([]byte, body)
 			if _, err := io.ReadFull(r, b); err != nil {
 				return err
 			}
-			text := string(b)
-			if typ == 'P' {
-				// The statement name, then the query, both NUL-terminated.
-				_, text, _ = strings.Cut(text, "\x00")
+			// Each starts with NUL-terminated strings: Q the query; P the
+			// statement name, then the query; B the portal, then the
+			// statement name.
+			f := strings.SplitN(string(b), "\x00", 3)
+			switch {
+			case typ == 'Q':
+				c.statement(f[0])
+			case typ == 'P' && len(f) > 1:
+				prepared[f[0]] = f[1]
+			case typ == 'B' && len(f) > 1:
+				bound = prepared[f[1]]
 			}
-			countTxVerb(text, c)
 			continue
 		}
 		if _, err := r.Discard(body); err != nil {
@@ -297,22 +358,35 @@ func readStartup(r *bufio.Reader) (cancel bool, err error) {
 	}
 }
 
-// countTxVerb counts a statement that opens or ends an explicit
-// transaction. Only the first statement of a text is looked at.
-func countTxVerb(text string, c *pgConnCounts) {
-	text, _, _ = strings.Cut(text, "\x00")
-	f := strings.Fields(strings.ToUpper(strings.TrimLeft(text, " \t\r\n(")))
-	if len(f) == 0 {
-		return
+// statement counts one statement run (a simple query, or an execute of
+// the statement bound last) by its text: BEGIN and COMMIT, and whether
+// it ran outside an explicit transaction. Only the first statement of a
+// text is looked at.
+func (c *pgConnCounts) statement(text string) {
+	if c.tally != nil {
+		c.tally(text)
 	}
-	verb := strings.TrimRight(f[0], ";")
+	f := strings.Fields(strings.ToUpper(strings.TrimLeft(text, " \t\r\n(")))
+	verb := ""
+	if len(f) > 0 {
+		verb = strings.TrimRight(f[0], ";")
+	}
 	switch {
 	case verb == "BEGIN" || (verb == "START" && len(f) > 1 && strings.HasPrefix(f[1], "TRANSACTION")):
 		c.begins.Add(1)
-	case verb == "COMMIT" || verb == "END":
-		c.commits.Add(1)
-	case verb == "ROLLBACK" || verb == "ABORT":
-		c.rollbacks.Add(1)
+		c.inTx = true
+	case verb == "COMMIT" || verb == "END" || verb == "ROLLBACK" || verb == "ABORT":
+		if verb == "COMMIT" || verb == "END" {
+			c.commits.Add(1)
+		} else {
+			c.rollbacks.Add(1)
+		}
+		if !c.inTx {
+			c.implicit.Add(1) // a stray COMMIT is a statement of its own
+		}
+		c.inTx = false
+	case !c.inTx:
+		c.implicit.Add(1)
 	}
 }
 

@@ -15,8 +15,9 @@ import (
 
 // TestPGProxyCounts runs a real pgx connection through the counting
 // proxy to the local PostgreSQL: N simple statements, a batch of 3, and
-// an explicit transaction, each checked against the counts and against
-// the values the server sends back through the proxy.
+// an explicit transaction, each checked against the counts (and the
+// statements by text) and against the values the server sends back
+// through the proxy.
 func TestPGProxyCounts(t *testing.T) {
 	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
 	up, err := pgUpstream(testenv.PostgresURL)
@@ -55,7 +56,7 @@ func TestPGProxyCounts(t *testing.T) {
 		}
 	}
 	// pgx sends a statement without arguments as one simple query.
-	expect("N simple queries", pgCounts{Conns: 1, Queries: n})
+	expect("N simple queries", pgCounts{Conns: 1, Queries: n, Implicit: n})
 
 	b := &pgx.Batch{}
 	got := make([]int, 3)
@@ -70,7 +71,7 @@ func TestPGProxyCounts(t *testing.T) {
 	}
 	// One statement not yet prepared: pgx prepares it (Parse, Describe,
 	// Sync), then pipelines the 3 Bind/Execute pairs with one Sync.
-	expect("a batch of 3", pgCounts{Conns: 1, Queries: n, Parses: 1, Executes: 3, Syncs: 2})
+	expect("a batch of 3", pgCounts{Conns: 1, Queries: n, Parses: 1, Executes: 3, Syncs: 2, Implicit: n + 3})
 
 	tx, err := conn.Begin(ctx)
 	if err != nil {
@@ -82,10 +83,17 @@ func TestPGProxyCounts(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	want := pgCounts{Conns: 1, Queries: n + 3, Parses: 1, Executes: 3, Syncs: 2, Begins: 1, Commits: 1}
+	want := pgCounts{Conns: 1, Queries: n + 3, Parses: 1, Executes: 3, Syncs: 2, Begins: 1, Commits: 1, Implicit: n + 3}
 	expect("an explicit transaction", want)
-	if want.statements() != n+6 || want.roundTrips() != n+5 {
-		t.Errorf("statements %d, round trips %d", want.statements(), want.roundTrips())
+	texts := p.statementTexts()
+	for text, want := range map[string]int64{"SELECT 1": n + 1, "SELECT $1::int * 10": 3, "begin": 1, "commit": 1} {
+		if texts[text] != want {
+			t.Errorf("statement %q counted %d times, want %d (all: %v)", text, texts[text], want, texts)
+		}
+	}
+	// The BEGIN … COMMIT is 3 statements and one transaction.
+	if want.statements() != n+6 || want.roundTrips() != n+5 || want.transactions() != n+4 {
+		t.Errorf("statements %d, round trips %d, transactions %d", want.statements(), want.roundTrips(), want.transactions())
 	}
 }
 
