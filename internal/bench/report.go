@@ -246,7 +246,7 @@ func (rep *Report) markdown(charts []chart) string {
 		if len(s.Runs) > 0 {
 			unit := rateUnit(s.Name)
 			if s.Name == ScenarioIdle {
-				unit += "; the events column counts the transactions"
+				unit += "; the events column counts the statements"
 			}
 			fmt.Fprintf(&b, "Rate: %s.\n\n", unit)
 			b.WriteString("| variant | round | events | seconds | rate | CPU µs/event | other |\n|---|---|---|---|---|---|---|\n")

@@ -46,7 +46,7 @@ func rateUnit(scenario string) string {
 	case ScenarioPublish:
 		return "operations/s"
 	case ScenarioIdle:
-		return "database transactions/hour"
+		return "statements the relay sent/hour"
 	case ScenarioInbox:
 		return "messages/s"
 	}
