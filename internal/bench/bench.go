@@ -142,7 +142,7 @@ func (o *Options) plannedSteps() int {
 		case ScenarioRelays:
 			n += len(o.Relays) * o.Rounds * 2
 		case ScenarioWatermill:
-			n += 1 + o.Rounds*5
+			n += 1 + o.Rounds*7 // watermill 1, relay, tuned and naive 2 each
 		}
 	}
 	return n

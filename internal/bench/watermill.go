@@ -106,7 +106,7 @@ wait:
 func (r *runner) scenarioWatermill(ctx context.Context, s *Scenario) error {
 	s.Title = "watermill side by side"
 	s.Measures = "The same backlog drained to NATS by the watermill-sql forwarder (bench/watermill, its own Go module, " +
-		"run as a child), by `txbox relay` with default settings and by the naive loop, paired per round. The harness " +
+		"run as a child), by `txbox relay` with default settings and tuned (`batch-size: 1000`), and by the naive loop, paired per round. The harness " +
 		"preloads its own table with COPY before its clock starts; its CPU is the harness's rusage over the drain only."
 	s.Conditions = map[string]string{"backlog": strconv.Itoa(r.o.WatermillN), "rounds": strconv.Itoa(r.o.Rounds)}
 	r.p.begin("watermill: build the harness")
@@ -116,11 +116,12 @@ func (r *runner) scenarioWatermill(ctx context.Context, s *Scenario) error {
 		r.p.note("watermill: NOT AVAILABLE: %s", firstLine(err.Error()))
 	}
 	relaySpec := drainSpec{variant: "relay default", sender: "nats", n: r.o.WatermillN, relays: 1}
+	tunedSpec := drainSpec{variant: "relay tuned", sender: "nats", n: r.o.WatermillN, relays: 1, settings: relayTuned}
 	naiveSpec := drainSpec{variant: "naive loop", sender: "nats", n: r.o.WatermillN, naive: true}
 	for round := 1; round <= r.o.Rounds; round++ {
-		steps := []string{"watermill", "relay", "naive"}
+		steps := []string{"watermill", "relay", "tuned", "naive"}
 		if round%2 == 0 {
-			steps = []string{"naive", "relay", "watermill"}
+			steps = []string{"naive", "tuned", "relay", "watermill"}
 		}
 		for _, st := range steps {
 			var run Measurement
@@ -137,6 +138,8 @@ func (r *runner) scenarioWatermill(ctx context.Context, s *Scenario) error {
 				}
 			case "relay":
 				run, err = r.drain(ctx, relaySpec, round)
+			case "tuned":
+				run, err = r.drain(ctx, tunedSpec, round)
 			case "naive":
 				run, err = r.drain(ctx, naiveSpec, round)
 			}
@@ -149,10 +152,12 @@ func (r *runner) scenarioWatermill(ctx context.Context, s *Scenario) error {
 	if bin != "" {
 		s.addRatio("relay default / watermill", relaySpec.variant, "watermill forwarder", s.rates(relaySpec.variant), s.rates("watermill forwarder"), true,
 			"≥ 7×", func(x float64) bool { return x >= 7 })
+		s.addRatio("relay tuned / watermill", tunedSpec.variant, "watermill forwarder", s.rates(tunedSpec.variant), s.rates("watermill forwarder"), true,
+			"≥ 7×", func(x float64) bool { return x >= 7 })
 		s.addRatio("naive loop / watermill", naiveSpec.variant, "watermill forwarder", s.rates(naiveSpec.variant), s.rates("watermill forwarder"), true, "", nil)
 	}
 	s.addRatio("relay default / naive loop", relaySpec.variant, naiveSpec.variant, s.rates(relaySpec.variant), s.rates(naiveSpec.variant), true, "", nil)
-	r.addCPUNote(s, relaySpec.variant, naiveSpec.variant, "watermill forwarder")
+	r.addCPUNote(s, relaySpec.variant, tunedSpec.variant, naiveSpec.variant, "watermill forwarder")
 	if bin == "" && !strings.Contains(strings.Join(s.Notes, " "), "not available") {
 		s.Notes = append(s.Notes, "watermill: not measured (see above)")
 	}
