@@ -271,3 +271,31 @@ func ExampleNewCleaner() {
 	// 1 true <nil>
 	// processed
 }
+
+// Typed gives the handler the store's own transaction type (here
+// database/sql's *sql.Tx, as SQLite and MySQL use; pgx.Tx on
+// PostgreSQL) instead of an any to assert. A transaction of another type
+// is an error matching txbox.ErrNoTransaction, and the handler is not
+// called.
+func ExampleTyped() {
+	st, cleanup := exampleDB()
+	defer cleanup()
+	in, err := inbox.New(st, inbox.Config{Consumer: "shipping"})
+	if err != nil {
+		panic(err)
+	}
+	ship := inbox.Typed(func(ctx context.Context, tx *sql.Tx, m inbox.Message) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO shipments (order_id) VALUES (?)`, m.Key)
+		return err
+	})
+	msg := inbox.Message{ID: txbox.NewID(), Key: "order-7"}
+	res, err := in.Handle(context.Background(), msg, ship)
+	fmt.Println(res, err, countShipments(st))
+
+	wrong := inbox.Typed(func(context.Context, *os.File, inbox.Message) error { return nil })
+	_, err = in.Handle(context.Background(), inbox.Message{ID: txbox.NewID()}, wrong)
+	fmt.Println(errors.Is(err, txbox.ErrNoTransaction))
+	// Output:
+	// processed <nil> 1
+	// true
+}

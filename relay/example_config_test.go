@@ -203,3 +203,15 @@ func ExampleRelay_Health() {
 	// order-created -> print
 	// false
 }
+
+// IdlePollsPerHour says what an idle event type costs under its polling
+// settings: the adaptive default backs off to one poll a minute, a fixed
+// 250ms poll never does.
+func ExampleIdlePollsPerHour() {
+	fmt.Println(relay.IdlePollsPerHour(relay.PollingSettings{}))
+	fixed := relay.PollingFixed
+	fmt.Println(relay.IdlePollsPerHour(relay.PollingSettings{Mode: &fixed, Delay: new(250 * time.Millisecond)}))
+	// Output:
+	// 72
+	// 14400
+}
