@@ -77,8 +77,10 @@ const (
 	// stretches up to DefaultCleanupMaxInterval while there is nothing to
 	// delete.
 	DefaultCleanupInterval = time.Minute
-	// DefaultCleanupMaxInterval caps the cleanup job's interval.
-	DefaultCleanupMaxInterval = 10 * time.Minute
+	// DefaultCleanupMaxInterval caps the cleanup job's interval. Rows
+	// past their TTL wait at most this long more; an idle relay pays its
+	// three statements (lease, two deletes) twice an hour.
+	DefaultCleanupMaxInterval = 30 * time.Minute
 	// DefaultDeadLetterTTL keeps resolved dead letters for a week.
 	DefaultDeadLetterTTL = 7 * 24 * time.Hour
 	// DefaultCleanupLeaseTTL is how long one instance holds the cleanup
