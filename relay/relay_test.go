@@ -436,8 +436,14 @@ func TestWakeBeforeCommit(t *testing.T) {
 	if err := b.store.OutboxInsert(ctx, tx, &store.OutboxInsertParams{Events: []*txbox.Event{ev}}); err != nil {
 		t.Fatal(err)
 	}
-	r.Wake("orders")                 // before the commit, as OnPublish does
-	time.Sleep(5 * time.Millisecond) // the wake-up must arrive before the row is visible
+	woken := time.Now()
+	r.Wake("orders") // before the commit, as OnPublish does
+	// The woken poll must have run, and found nothing, before the row
+	// becomes visible: that is the case the follow-up polls are for.
+	testenv.WaitFor(t, 5*time.Second, "the woken poll returned", func() bool {
+		h := r.Health()
+		return len(h.Types) == 1 && h.Types[0].LastPoll.After(woken)
+	})
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
