@@ -27,6 +27,39 @@ ensure() { # name port start-command...
 }
 
 ensure postgresql 5432 'pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start'
+# WAL mode (docs/concepts.md) streams a logical replication slot: the
+# cluster needs wal_level = logical, room for the tests' slots and
+# walsenders, and replication connections from loopback. Set them once and
+# restart PostgreSQL once; later runs find them set and restart nothing.
+pg_logical() {
+  command -v psql >/dev/null 2>&1 || return 0
+  local level
+  level=$(psql -h 127.0.0.1 -U postgres -d postgres -Atc 'show wal_level' 2>/dev/null) || return 0
+  local ver conf hba
+  ver=$(ls /etc/postgresql 2>/dev/null | sort -V | tail -1)
+  [ -n "$ver" ] || return 0
+  conf=/etc/postgresql/$ver/main/conf.d/95-txbox-wal.conf
+  hba=/etc/postgresql/$ver/main/pg_hba.conf
+  local restart=0
+  if [ "$level" != logical ] || [ ! -f "$conf" ]; then
+    mkdir -p "$(dirname "$conf")"
+    printf '%s\n' "# written by txbox scripts/services.sh: WAL mode tests" \
+      "wal_level = logical" "max_replication_slots = 64" "max_wal_senders = 64" > "$conf"
+    restart=1
+  fi
+  if [ -f "$hba" ] && ! grep -Eq '^host[[:space:]]+replication[[:space:]]+all[[:space:]]+127\.0\.0\.1/32' "$hba"; then
+    printf '%s\n' "host replication all 127.0.0.1/32 trust" "host replication all ::1/128 trust" "local replication all trust" >> "$hba"
+    [ $restart = 1 ] || psql -h 127.0.0.1 -U postgres -d postgres -Atc 'select pg_reload_conf()' >/dev/null 2>&1
+  fi
+  if [ $restart = 1 ]; then
+    echo "services: setting wal_level = logical; restarting PostgreSQL once" >&2
+    pg_ctlcluster --skip-systemctl-redirect "$ver" main restart >/dev/null 2>&1 || true
+    wait_port 127.0.0.1 5432 60 || missing+=("postgresql (restart for wal_level)")
+    level=$(psql -h 127.0.0.1 -U postgres -d postgres -Atc 'show wal_level' 2>/dev/null)
+    [ "$level" = logical ] || missing+=("postgresql wal_level=logical (is $level)")
+  fi
+}
+pg_logical
 ensure mariadb 3306 'start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd'
 ensure redis 6379 'redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log'
 ensure rabbitmq 5672 'rabbitmq-server -detached'
