@@ -19,7 +19,7 @@ var docsWording = []struct {
 	re  *regexp.Regexp
 	why string
 }{
-	{regexp.MustCompile(`(?i)dupe-window 6m|window to 6m`),
+	{regexp.MustCompile(`(?i)dupe-window 6m|window to 6m|window[^.]{0,60}at\s+least\s+as\s+long\s+as\s+the\s+lease`),
 		"the 6-minute JetStream window was advice for the old lease default; see docs/sizing.md, \"Broker dedup windows\""},
 	{regexp.MustCompile(`(?i)through (row )?leases|row leases`),
 		"relays do not share the work through leases: broker senders claim with `lock` by default"},
@@ -151,6 +151,7 @@ func TestDocsWordingCheckCatches(t *testing.T) {
 		"Rows it had claimed are re-delivered after\ntheir `lease` (5m) expires, without counting an attempt",
 		"A relay killed before it released its rows delays them by up to the `lease`,\nnothing more.",
 		"or txbox-relay@N instances",
+		"Keep the stream's duplicate window (`--dupe-window`, 2 minutes by\ndefault) at least as long as the lease",
 		"`retention` (default 24h) keeps processed rows",
 		"By default the `lease` claim is used for NATS.",
 	} {

@@ -118,7 +118,8 @@ func (u unit) one(t *testing.T, key string) string {
 }
 
 // envFile reads KEY=VALUE lines the way systemd's EnvironmentFile= does
-// for simple files: comments and blank lines skipped, no expansion.
+// for simple files: comments and blank lines skipped, a value in single
+// or double quotes unquoted, no expansion.
 func envFile(t *testing.T, path string) []string {
 	t.Helper()
 	data, err := os.ReadFile(path)
@@ -131,10 +132,14 @@ func envFile(t *testing.T, path string) []string {
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		if !strings.Contains(line, "=") {
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
 			t.Fatalf("%s: not KEY=VALUE: %q", path, line)
 		}
-		env = append(env, line)
+		if len(v) >= 2 && (v[0] == '\'' || v[0] == '"') && v[len(v)-1] == v[0] {
+			v = v[1 : len(v)-1]
+		}
+		env = append(env, k+"="+v)
 	}
 	return env
 }
@@ -288,7 +293,7 @@ health: { listen: "127.0.0.1:0" }
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Fprintf(f, "APP_DSN=%s\n", testenv.PostgresURL)
+	fmt.Fprintf(f, "APP_DSN='%s'\n", testenv.PostgresURL)
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}

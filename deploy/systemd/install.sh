@@ -26,6 +26,10 @@ install -m 0644 "$conf" "$root/etc/txbox/txbox.yaml"
 install -d -m 0700 "$root/etc/txbox/credentials"
 if [ ! -e "$root/etc/txbox/env" ]; then
 	install -m 0600 /dev/null "$root/etc/txbox/env"
-	printf '# The variables database.dsn-env and the *-env keys name, e.g.\n# APP_DSN=postgres://txbox:...@db.internal:5432/app\n' >"$root/etc/txbox/env"
+	printf '%s\n' \
+		'# The variables database.dsn-env and the *-env keys name, e.g.' \
+		"# APP_DSN='postgres://txbox:...@db.internal:5432/app?sslmode=require'" \
+		'# Single quotes keep & ? ; and spaces literal for systemd and for' \
+		'# the shell that sources this file to run txbox migrate.' >"$root/etc/txbox/env"
 fi
 install -m 0644 "$unit" "$root/etc/systemd/system/txbox-relay.service"
