@@ -220,6 +220,27 @@ func runRelay(t *testing.T, cmd *exec.Cmd, paths ...string) {
 	}
 }
 
+// setup is what a test that runs the relay as another user needs: root,
+// the services, a deadline, the binary, a schema of its own and a NATS
+// stream name and subject prefix of its own.
+func setup(t *testing.T) (ctx context.Context, bin, schema, stream, prefix string) {
+	t.Helper()
+	requireRoot(t)
+	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	testenv.RequireTCP(t, "NATS", strings.TrimPrefix(testenv.NATSURL, "nats://"))
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	t.Cleanup(cancel)
+	bin = buildTxbox(t)
+	db, err := sql.Open("pgx", testenv.PostgresURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	schema = testenv.PostgresSchema(t, db)
+	stream, prefix = natsTarget(t)
+	return ctx, bin, schema, stream, prefix
+}
+
 // natsTarget returns a unique stream name and subject prefix on the local
 // NATS, and deletes the stream (which the relay provisions) at the end.
 func natsTarget(t *testing.T) (stream, prefix string) {
@@ -249,20 +270,7 @@ func natsTarget(t *testing.T) (stream, prefix string) {
 // gracefully.
 func TestSystemdUnitRunsAsWritten(t *testing.T) {
 	t.Parallel()
-	requireRoot(t)
-	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
-	testenv.RequireTCP(t, "NATS", strings.TrimPrefix(testenv.NATSURL, "nats://"))
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	bin := buildTxbox(t)
-
-	db, err := sql.Open("pgx", testenv.PostgresURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	schema := testenv.PostgresSchema(t, db)
-	stream, prefix := natsTarget(t)
+	ctx, bin, schema, stream, prefix := setup(t)
 
 	// The user's txbox.yaml, with no secret in it.
 	work := sharedTempDir(t)
@@ -601,19 +609,7 @@ func TestKubernetesManifest(t *testing.T) {
 	}
 
 	// Run the pod's containers here, as its user.
-	requireRoot(t)
-	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
-	testenv.RequireTCP(t, "NATS", strings.TrimPrefix(testenv.NATSURL, "nats://"))
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	bin := buildTxbox(t)
-	db, err := sql.Open("pgx", testenv.PostgresURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	schema := testenv.PostgresSchema(t, db)
-	stream, prefix := natsTarget(t)
+	ctx, bin, schema, stream, prefix := setup(t)
 	dir := sharedTempDir(t)
 	if err := os.WriteFile(filepath.Join(dir, file), []byte(yml), 0o644); err != nil {
 		t.Fatal(err)
