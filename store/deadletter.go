@@ -32,17 +32,35 @@ const DeadLetterPageSize = 500
 // MaxFilterTime]. Checking in UTC matters: 9999-12-31T23:59:59-14:00 is
 // in year 10000.
 func CheckFilterTime(t time.Time) error {
-	u := t.UTC()
-	if u.Before(MinFilterTime) || u.After(MaxFilterTime) {
-		return fmt.Errorf("%w: %s (UTC) is outside %s to %s, the times every dialect stores", ErrInvalidParams,
-			u.Format(time.RFC3339Nano), MinFilterTime.Format(time.RFC3339), MaxFilterTime.Format(time.RFC3339Nano))
+	if r := filterTimeProblem(t); r != "" {
+		return fmt.Errorf("%w: %s", ErrInvalidParams, r)
 	}
 	return nil
 }
 
+func filterTimeProblem(t time.Time) string {
+	u := t.UTC()
+	if u.Before(MinFilterTime) || u.After(MaxFilterTime) {
+		return fmt.Sprintf("%s (UTC) is outside %s to %s, the times every dialect stores",
+			u.Format(time.RFC3339Nano), MinFilterTime.Format(time.RFC3339), MaxFilterTime.Format(time.RFC3339Nano))
+	}
+	return ""
+}
+
+// FilterError is the error of DeadLetterFilter.Validate: the field at
+// fault and why. It matches ErrInvalidParams (errors.Is).
+type FilterError struct {
+	Field, Reason string
+}
+
+func (e *FilterError) Error() string { return "dead-letter filter " + e.Field + ": " + e.Reason }
+
+// Is makes a FilterError match ErrInvalidParams.
+func (e *FilterError) Is(target error) bool { return target == ErrInvalidParams }
+
 // Validate checks f before a dialect renders it: a known status, at most
-// MaxFilterIDs ids, and time bounds that CheckFilterTime accepts. Errors
-// match ErrInvalidParams and name the field.
+// MaxFilterIDs ids, and time bounds that CheckFilterTime accepts. It
+// returns a *FilterError.
 func (f *DeadLetterFilter) Validate() error {
 	if f == nil {
 		return nil
@@ -50,10 +68,10 @@ func (f *DeadLetterFilter) Validate() error {
 	switch f.Status {
 	case "", DeadLetterUnresolved, DeadLetterResolved:
 	default:
-		return fmt.Errorf("%w: dead-letter filter Status %q must be %s or %s", ErrInvalidParams, f.Status, DeadLetterUnresolved, DeadLetterResolved)
+		return &FilterError{"Status", fmt.Sprintf("%q must be %s or %s", f.Status, DeadLetterUnresolved, DeadLetterResolved)}
 	}
 	if len(f.IDs) > MaxFilterIDs {
-		return fmt.Errorf("%w: dead-letter filter IDs: %d ids, at most %d", ErrInvalidParams, len(f.IDs), MaxFilterIDs)
+		return &FilterError{"IDs", fmt.Sprintf("%d ids, at most %d", len(f.IDs), MaxFilterIDs)}
 	}
 	for _, b := range []struct {
 		name string
@@ -62,8 +80,8 @@ func (f *DeadLetterFilter) Validate() error {
 		if b.t.IsZero() {
 			continue
 		}
-		if err := CheckFilterTime(b.t); err != nil {
-			return fmt.Errorf("dead-letter filter %s: %w", b.name, err)
+		if r := filterTimeProblem(b.t); r != "" {
+			return &FilterError{b.name, r}
 		}
 	}
 	return nil

@@ -126,7 +126,7 @@ var likeEscaper = strings.NewReplacer("!", "!!", "%", "!%", "_", "!_")
 // " WHERE ..." (or "") and its args.
 func (d *Driver) deadLetterWhere(f *store.DeadLetterFilter, after *store.DeadLetterCursor) (string, []any, error) {
 	if err := f.Validate(); err != nil {
-		return "", nil, fmt.Errorf("mysql: %w", err)
+		return "", nil, fmt.Errorf("%w: %w", ErrInvalidParams, err)
 	}
 	if f == nil {
 		f = &store.DeadLetterFilter{}

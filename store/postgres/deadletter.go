@@ -53,7 +53,7 @@ func filterArgs(f *store.DeadLetterFilter) []any {
 
 func checkFilter(op string, f *store.DeadLetterFilter) error {
 	if err := f.Validate(); err != nil {
-		return fmt.Errorf("postgres: %s: %w", op, err)
+		return fmt.Errorf("postgres: %s: %w: %w", op, store.ErrInvalidParams, err)
 	}
 	return nil
 }

@@ -84,7 +84,7 @@ func execChunked(ctx context.Context, tx *sql.Tx, prefix string, ids []any) (int
 // its arguments.
 func deadLetterWhere(f *store.DeadLetterFilter, after *store.DeadLetterCursor) (string, []any, error) {
 	if err := f.Validate(); err != nil {
-		return "", nil, fmt.Errorf("sqlite: %w", err)
+		return "", nil, fmt.Errorf("%w: %w", ErrInvalidParams, err)
 	}
 	var conds []string
 	var args []any
