@@ -41,7 +41,8 @@ type Filter struct {
 	// Error matches a substring of the last error.
 	Error string `json:"error,omitempty"`
 	// FailedAfter (inclusive) and FailedBefore (exclusive) bound the
-	// failure time, RFC 3339.
+	// failure time: RFC 3339 in any offset, compared in UTC, refused
+	// unless from store.MinFilterTime to store.MaxFilterTime once in UTC.
 	FailedAfter  string `json:"failed_after,omitempty"`
 	FailedBefore string `json:"failed_before,omitempty"`
 }

@@ -40,7 +40,11 @@ func testDeadLetterFailedAt(t *testing.T, e *env) {
 }
 
 // testDeadLetterFailedWindow: FailedAfter is inclusive and FailedBefore
-// exclusive on every dialect (store.DeadLetterFilter).
+// exclusive on every dialect (store.DeadLetterFilter), compared in UTC
+// and exactly: a bound a nanosecond after a stored time is after it
+// whatever the stored precision. A bound outside the range every dialect
+// stores is refused rather than compared wrongly (store.CheckFilterTime):
+// 9999-12-31T23:59:59-14:00 is year 10000 in UTC.
 func testDeadLetterFailedWindow(t *testing.T, e *env) {
 	id := e.deadLetter("window", "", "x")
 	dl, err := e.d.DeadLetterGet(e.ctx, id)
@@ -50,6 +54,8 @@ func testDeadLetterFailedWindow(t *testing.T, e *env) {
 	at := dl.FailedAt
 	// One millisecond: the coarsest precision a dialect stores (SQLite).
 	const step = time.Millisecond
+	east := time.FixedZone("+14:00", 14*3600)
+	west := time.FixedZone("-14:00", -14*3600)
 	for _, c := range []struct {
 		name string
 		f    store.DeadLetterFilter
@@ -60,6 +66,15 @@ func testDeadLetterFailedWindow(t *testing.T, e *env) {
 		{"FailedBefore = failed_at (exclusive)", store.DeadLetterFilter{FailedBefore: at}, 0},
 		{"FailedBefore just after", store.DeadLetterFilter{FailedBefore: at.Add(step)}, 1},
 		{"window [failed_at, failed_at+1ms)", store.DeadLetterFilter{FailedAfter: at, FailedBefore: at.Add(step)}, 1},
+		{"FailedAfter a nanosecond after", store.DeadLetterFilter{FailedAfter: at.Add(time.Nanosecond)}, 0},
+		{"FailedBefore a nanosecond after", store.DeadLetterFilter{FailedBefore: at.Add(time.Nanosecond)}, 1},
+		{"FailedAfter a nanosecond before", store.DeadLetterFilter{FailedAfter: at.Add(-time.Nanosecond)}, 1},
+		{"FailedBefore a nanosecond before", store.DeadLetterFilter{FailedBefore: at.Add(-time.Nanosecond)}, 0},
+		{"FailedAfter = failed_at at +14:00", store.DeadLetterFilter{FailedAfter: at.In(east)}, 1},
+		{"FailedBefore = failed_at at -14:00", store.DeadLetterFilter{FailedBefore: at.In(west)}, 0},
+		{"FailedBefore the last storable instant", store.DeadLetterFilter{FailedBefore: store.MaxFilterTime}, 1},
+		{"FailedAfter the first storable instant", store.DeadLetterFilter{FailedAfter: store.MinFilterTime}, 1},
+		{"FailedAfter the last storable instant at -14:00", store.DeadLetterFilter{FailedAfter: store.MaxFilterTime.In(west)}, 0},
 	} {
 		n, err := e.d.DeadLetterCount(e.ctx, &c.f)
 		if err != nil {
@@ -74,6 +89,21 @@ func testDeadLetterFailedWindow(t *testing.T, e *env) {
 		}
 		if int64(len(dls)) != c.want {
 			t.Errorf("%s: listed %d, want %d", c.name, len(dls), c.want)
+		}
+	}
+	for _, bad := range []time.Time{
+		time.Date(9999, 12, 31, 23, 59, 59, 0, west),
+		store.MaxFilterTime.Add(time.Nanosecond),
+		store.MinFilterTime.Add(-time.Nanosecond),
+		time.Date(1000, 1, 1, 0, 0, 0, 0, east),
+	} {
+		for _, f := range []store.DeadLetterFilter{{FailedAfter: bad}, {FailedBefore: bad}} {
+			if _, err := e.d.DeadLetterCount(e.ctx, &f); !errors.Is(err, store.ErrInvalidParams) {
+				t.Errorf("count with %+v: %v, want ErrInvalidParams", f, err)
+			}
+			if _, err := e.d.DeadLetterListIDs(e.ctx, &store.DeadLetterListParams{Filter: f, Limit: 1}); !errors.Is(err, store.ErrInvalidParams) {
+				t.Errorf("list ids with %+v: %v, want ErrInvalidParams", f, err)
+			}
 		}
 	}
 }
@@ -248,12 +278,7 @@ func testDeadLetterAdmin(t *testing.T, e *env) {
 }
 
 func testDeadLetterCursor(t *testing.T, e *env) {
-	evs := events("paged", 7)
-	e.publish(evs...)
-	e.finishAll(e.claim("paged", 7, longLease), store.OutcomeFailed, 0, "x")
-	if n := e.moveAll(); n != 7 {
-		t.Fatalf("moved %d, want 7", n)
-	}
+	e.deadLetters("paged", 7)
 	var (
 		pages [][]txbox.ID
 		all   []*store.DeadLetter
@@ -422,69 +447,12 @@ func testDeadLetterListSizes(t *testing.T, e *env) {
 	}
 }
 
-// testDeadLetterFilterBounds: time bounds are compared in UTC, exactly
-// (a bound a nanosecond after a stored time is after it on every
-// dialect, whatever the stored precision), and a bound outside the range
-// every dialect stores is refused rather than compared wrongly
-// (store.CheckFilterTime): 9999-12-31T23:59:59-14:00 is year 10000 in
-// UTC.
-func testDeadLetterFilterBounds(t *testing.T, e *env) {
-	id := e.deadLetter("bounds", "", "x")
-	dl, err := e.d.DeadLetterGet(e.ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	at := dl.FailedAt
-	east := time.FixedZone("+14:00", 14*3600)
-	west := time.FixedZone("-14:00", -14*3600)
-	for _, c := range []struct {
-		name string
-		f    store.DeadLetterFilter
-		want int64
-	}{
-		{"FailedAfter a nanosecond after", store.DeadLetterFilter{FailedAfter: at.Add(time.Nanosecond)}, 0},
-		{"FailedBefore a nanosecond after", store.DeadLetterFilter{FailedBefore: at.Add(time.Nanosecond)}, 1},
-		{"FailedAfter a nanosecond before", store.DeadLetterFilter{FailedAfter: at.Add(-time.Nanosecond)}, 1},
-		{"FailedBefore a nanosecond before", store.DeadLetterFilter{FailedBefore: at.Add(-time.Nanosecond)}, 0},
-		{"FailedAfter = failed_at at +14:00", store.DeadLetterFilter{FailedAfter: at.In(east)}, 1},
-		{"FailedBefore = failed_at at -14:00", store.DeadLetterFilter{FailedBefore: at.In(west)}, 0},
-		{"FailedBefore the last storable instant", store.DeadLetterFilter{FailedBefore: store.MaxFilterTime}, 1},
-		{"FailedAfter the first storable instant", store.DeadLetterFilter{FailedAfter: store.MinFilterTime}, 1},
-		{"FailedAfter the last storable instant at -14:00", store.DeadLetterFilter{FailedAfter: store.MaxFilterTime.In(west)}, 0},
-	} {
-		n, err := e.d.DeadLetterCount(e.ctx, &c.f)
-		if err != nil || n != c.want {
-			t.Errorf("%s: count = %d (%v), want %d", c.name, n, err, c.want)
-		}
-	}
-	for _, bad := range []time.Time{
-		time.Date(9999, 12, 31, 23, 59, 59, 0, west),
-		store.MaxFilterTime.Add(time.Nanosecond),
-		store.MinFilterTime.Add(-time.Nanosecond),
-		time.Date(1000, 1, 1, 0, 0, 0, 0, east),
-	} {
-		for _, f := range []store.DeadLetterFilter{{FailedAfter: bad}, {FailedBefore: bad}} {
-			if _, err := e.d.DeadLetterCount(e.ctx, &f); !errors.Is(err, store.ErrInvalidParams) {
-				t.Errorf("count with %+v: %v, want ErrInvalidParams", f, err)
-			}
-			if _, err := e.d.DeadLetterListIDs(e.ctx, &store.DeadLetterListParams{Filter: f, Limit: 1}); !errors.Is(err, store.ErrInvalidParams) {
-				t.Errorf("list ids with %+v: %v, want ErrInvalidParams", f, err)
-			}
-		}
-	}
-}
-
 // testDeadLetterWalkOnce: a bulk action's walk (store.DeadLetterWalk)
 // hands every matching dead letter over exactly once while it acts on
 // each page, even as new dead letters arrive and the ones it retried fail
 // again: those come back with a later failure time, above the walk.
 func testDeadLetterWalkOnce(t *testing.T, e *env) {
-	evs := events("walked", 9)
-	e.publish(evs...)
-	e.finishAll(e.claim("walked", 9, longLease), store.OutcomeFailed, 0, "x")
-	if n := e.moveAll(); n != 9 {
-		t.Fatalf("moved %d, want 9", n)
-	}
+	evs := e.deadLetters("walked", 9)
 	seen := map[txbox.ID]int{}
 	pages := 0
 	next, err := store.DeadLetterWalk(e.ctx, e.d, &store.DeadLetterWalkParams{Filter: store.DeadLetterFilter{EventType: "walked"}, PageSize: 2},
@@ -543,4 +511,17 @@ func testDeadLetterWalkOnce(t *testing.T, e *env) {
 	if n, err := e.d.DeadLetterCount(e.ctx, &store.DeadLetterFilter{EventType: "walked"}); err != nil || int64(3+rest) != n {
 		t.Errorf("walked 3 + %d, counted %d (%v)", rest, n, err)
 	}
+}
+
+// deadLetters publishes n events of typ, fails them for good and moves
+// them to the dead-letter table.
+func (e *env) deadLetters(typ string, n int) []*txbox.Event {
+	e.t.Helper()
+	evs := events(typ, n)
+	e.publish(evs...)
+	e.finishAll(e.claim(typ, n, longLease), store.OutcomeFailed, 0, "x")
+	if moved := e.moveAll(); moved != n {
+		e.t.Fatalf("moved %d, want %d", moved, n)
+	}
+	return evs
 }

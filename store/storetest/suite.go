@@ -55,7 +55,6 @@ func Exercise(t *testing.T, h Harness) {
 		{"DeadLetterAdmin", testDeadLetterAdmin},
 		{"DeadLetterCursor", testDeadLetterCursor},
 		{"DeadLetterListReadsSizesNotPayloads", testDeadLetterListSizes},
-		{"DeadLetterFilterBoundsInUTC", testDeadLetterFilterBounds},
 		{"DeadLetterWalkHandsOverOnce", testDeadLetterWalkOnce},
 		{"OutboxCleanupTTL", testOutboxCleanup},
 		{"DeadLetterCleanupTTL", testDeadLetterCleanup},
