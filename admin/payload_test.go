@@ -98,3 +98,46 @@ func TestDeadLetterRoutesReadNoPayloads(t *testing.T) {
 		})
 	}
 }
+
+// TestBulkActionCursor: a bulk action by filter or all goes on from a
+// cursor (the next_cursor of an action that stopped at MaxBulk, or of a
+// listing page: the positions are the same) and acts only below it; a
+// cursor with ids, or one this API did not hand out, is a 400 naming it.
+func TestBulkActionCursor(t *testing.T) {
+	t.Parallel()
+	for name, h := range dialects() {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, h, nil)
+			var ids []txbox.ID
+			for i := range 5 {
+				ids = append(ids, b.deadLetter("paged", "", []byte("{}"), fmt.Sprint(i)))
+			}
+			var page admin.DeadLetterPage
+			b.getJSON("/api/v1/dead-letters?limit=2", &page)
+			if len(page.Items) != 2 || page.NextCursor == "" {
+				t.Fatalf("first page: %+v", page)
+			}
+			var res admin.BulkResult
+			b.post("/api/v1/dead-letters/delete", `{"all":true,"cursor":"`+page.NextCursor+`"}`, http.StatusOK, &res)
+			if res.Matched != 3 || res.Changed != 3 || res.More || res.NextCursor != "" {
+				t.Fatalf("delete from the cursor: %+v", res)
+			}
+			var left admin.DeadLetterPage
+			b.getJSON("/api/v1/dead-letters", &left)
+			if len(left.Items) != 2 || left.Items[0].ID != page.Items[0].ID || left.Items[1].ID != page.Items[1].ID {
+				t.Fatalf("left %+v, want the first page's two", left.Items)
+			}
+			for body, param := range map[string]string{
+				fmt.Sprintf(`{"ids":[%q],"cursor":%q}`, ids[0], page.NextCursor): "cursor",
+				`{"all":true,"cursor":"AAAA"}`:                                   "cursor",
+				`{"filter":{"failed_after":"9999-12-31T23:59:59-14:00"}}`:        "filter.failed_after",
+			} {
+				st, out, _ := b.do(http.MethodPost, "/api/v1/dead-letters/retry", adminToken, body)
+				if st != http.StatusBadRequest || !bytes.Contains(out, []byte(`"param":"`+param+`"`)) {
+					t.Errorf("%s: %d %s, want a 400 naming %s", body, st, out, param)
+				}
+			}
+		})
+	}
+}
