@@ -37,8 +37,11 @@ type DeadLetter struct {
 // else sniffed), and a preview that is a JSON string, UTF-8 text or
 // base64, never markup.
 type Payload struct {
-	Size        int    `json:"size"`
-	ContentType string `json:"content_type"`
+	Size int `json:"size"`
+	// ContentType is absent in listings unless the event has a
+	// content-type header: a listing never reads payloads, so it cannot
+	// sniff one.
+	ContentType string `json:"content_type,omitempty"`
 	// Encoding is "utf-8" when Preview is the text itself, "base64" for
 	// binary payloads.
 	Encoding string `json:"encoding,omitempty"`
@@ -48,11 +51,18 @@ type Payload struct {
 	Truncated bool    `json:"truncated,omitempty"`
 }
 
-func contentType(p []byte, headers map[string]string) string {
+func headerContentType(headers map[string]string) string {
 	for k, v := range headers {
 		if strings.EqualFold(k, "content-type") && v != "" {
 			return v
 		}
+	}
+	return ""
+}
+
+func contentType(p []byte, headers map[string]string) string {
+	if ct := headerContentType(headers); ct != "" {
+		return ct
 	}
 	switch {
 	case len(p) == 0:
@@ -63,12 +73,15 @@ func contentType(p []byte, headers map[string]string) string {
 	return http.DetectContentType(p)
 }
 
-// payloadView shows p; preview < 0 leaves the preview out.
-func payloadView(p []byte, headers map[string]string, preview int) Payload {
-	v := Payload{Size: len(p), ContentType: contentType(p, headers)}
+// payloadView shows dl's payload; preview < 0 leaves the preview out, and
+// the payload is not looked at (a listing has none).
+func payloadView(dl *store.DeadLetter, preview int) Payload {
+	v := Payload{Size: dl.PayloadSize, ContentType: headerContentType(dl.Headers)}
 	if preview < 0 {
 		return v
 	}
+	p := dl.Payload
+	v.ContentType = contentType(p, dl.Headers)
 	cut := p
 	if len(cut) > preview {
 		cut, v.Truncated = cut[:preview], true
@@ -91,7 +104,7 @@ func view(dl *store.DeadLetter, preview int) DeadLetter {
 	out := DeadLetter{
 		ID: dl.ID.String(), EventType: dl.EventType, Key: dl.Key, Status: strings.ToLower(dl.Status),
 		Attempts: dl.Attempts, LastError: dl.LastError, CreatedAt: dl.CreatedAt.UTC(), FailedAt: dl.FailedAt.UTC(),
-		Headers: dl.Headers, Payload: payloadView(dl.Payload, dl.Headers, preview),
+		Headers: dl.Headers, Payload: payloadView(dl, preview),
 	}
 	if !dl.ResolvedAt.IsZero() {
 		t := dl.ResolvedAt.UTC()
@@ -215,15 +228,15 @@ type action struct {
 	name string
 	// apply changes the dead letters and returns how many changed.
 	apply func(s store.DeadLetters, ctx context.Context, ids []txbox.ID) (int, error)
-	// wouldChange reports whether the dry run counts dl as one the action
+	// wouldChange reports whether the dry run counts e as one the action
 	// would change.
-	wouldChange func(dl *store.DeadLetter) bool
+	wouldChange func(e store.DeadLetterEntry) bool
 }
 
 var actions = []action{
-	{"retry", store.DeadLetters.DeadLetterRetry, func(*store.DeadLetter) bool { return true }},
-	{"resolve", store.DeadLetters.DeadLetterResolve, func(dl *store.DeadLetter) bool { return dl.Status == store.DeadLetterUnresolved }},
-	{"delete", store.DeadLetters.DeadLetterDelete, func(*store.DeadLetter) bool { return true }},
+	{"retry", store.DeadLetters.DeadLetterRetry, func(store.DeadLetterEntry) bool { return true }},
+	{"resolve", store.DeadLetters.DeadLetterResolve, func(e store.DeadLetterEntry) bool { return e.Status == store.DeadLetterUnresolved }},
+	{"delete", store.DeadLetters.DeadLetterDelete, func(store.DeadLetterEntry) bool { return true }},
 }
 
 // BulkRequest is the body of a bulk action: exactly one of IDs, a
@@ -235,6 +248,9 @@ type BulkRequest struct {
 	// filter never does.
 	All    bool `json:"all,omitempty"`
 	DryRun bool `json:"dry_run,omitempty"`
+	// Cursor, with Filter or All, continues an action that stopped at
+	// MaxBulk where it stopped: the NextCursor of its result.
+	Cursor string `json:"cursor,omitempty"`
 }
 
 // BulkResult reports a bulk or single action.
@@ -247,8 +263,10 @@ type BulkResult struct {
 	Matched int `json:"matched"`
 	// Changed counts those changed; for a dry run, those that would be.
 	Changed int `json:"changed"`
-	// More is true when the filter matched more than MaxBulk: repeat.
-	More bool `json:"more,omitempty"`
+	// More is true when the filter matched more than MaxBulk: repeat
+	// with NextCursor as the cursor to go on from there.
+	More       bool   `json:"more,omitempty"`
+	NextCursor string `json:"next_cursor,omitempty"`
 	// IDs are the first 100 selected ids.
 	IDs []string `json:"ids"`
 }
@@ -276,6 +294,15 @@ func decodeBody(r *http.Request, v any) error {
 	return nil
 }
 
+// selection is what a bulk or single action acts on: the dead letters
+// among ids, or those matching filter from after on.
+type selection struct {
+	ids    []txbox.ID
+	filter store.DeadLetterFilter
+	after  *store.DeadLetterCursor
+	single bool
+}
+
 func (h *Handler) bulk(a action) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var req BulkRequest
@@ -284,8 +311,7 @@ func (h *Handler) bulk(a action) http.HandlerFunc {
 			return
 		}
 		var errs paramErrors
-		var ids []txbox.ID
-		var filter store.DeadLetterFilter
+		var sel selection
 		res := BulkResult{Action: a.name, DryRun: req.DryRun, IDs: []string{}}
 		n := 0
 		if len(req.IDs) > 0 {
@@ -295,7 +321,7 @@ func (h *Handler) bulk(a action) http.HandlerFunc {
 		if req.Filter != nil && !req.Filter.empty() {
 			n++
 			res.Selector = "filter"
-			filter = req.Filter.toStore("filter.", &errs)
+			sel.filter = req.Filter.toStore("filter.", &errs)
 		}
 		if req.All {
 			n++
@@ -308,6 +334,15 @@ func (h *Handler) bulk(a action) http.HandlerFunc {
 			errs.add("body", "give only one of ids, filter and all")
 		case len(req.IDs) > MaxBulk:
 			errs.add("ids", fmt.Sprintf("at most %d ids", MaxBulk))
+		case req.Cursor != "" && res.Selector == "ids":
+			errs.add("cursor", "only with filter or all")
+		}
+		if req.Cursor != "" {
+			c, err := decodeCursor(req.Cursor)
+			if err != nil {
+				errs.add("cursor", "not a cursor returned by this API")
+			}
+			sel.after = c
 		}
 		for i, s := range req.IDs {
 			id, err := txbox.ParseID(s)
@@ -315,13 +350,13 @@ func (h *Handler) bulk(a action) http.HandlerFunc {
 				errs.add(fmt.Sprintf("ids[%d]", i), "not a UUID")
 				continue
 			}
-			ids = append(ids, id)
+			sel.ids = append(sel.ids, id)
 		}
 		if err := errs.err(); err != nil {
 			h.writeError(w, r, err)
 			return
 		}
-		h.run(w, r, a, res, ids, res.Selector != "ids", false, filter)
+		h.run(w, r, a, res, sel)
 	}
 }
 
@@ -339,66 +374,83 @@ func (h *Handler) single(a action) http.HandlerFunc {
 			return
 		}
 		res := BulkResult{Action: a.name, DryRun: req.DryRun, Selector: "ids", IDs: []string{}}
-		h.run(w, r, a, res, []txbox.ID{id}, false, true, store.DeadLetterFilter{})
+		h.run(w, r, a, res, selection{ids: []txbox.ID{id}, single: true})
 	}
 }
 
-// run selects the dead letters (the ids that exist, or those matching the
-// filter), applies the action unless it is a dry run, writes the audit
-// line and the result. A single action on an unknown id is a 404.
-func (h *Handler) run(w http.ResponseWriter, r *http.Request, a action, res BulkResult, ids []txbox.ID, byFilter, single bool, filter store.DeadLetterFilter) {
+// run walks the selected dead letters a page at a time
+// (store.DeadLetterWalk: ids, failure times and statuses, never payloads)
+// and applies the action to each page before reading the next, unless it
+// is a dry run; then it writes the audit line and the result. Ids are
+// looked up store.MaxFilterIDs at a time; a filter is walked for at most
+// MaxBulk dead letters. A single action on an unknown id is a 404.
+func (h *Handler) run(w http.ResponseWriter, r *http.Request, a action, res BulkResult, sel selection) {
 	ctx := r.Context()
-	var selected []*store.DeadLetter
-	var err error
-	if byFilter {
-		selected, res.More, err = h.selectFilter(ctx, filter)
-	} else {
-		selected, err = h.selectIDs(ctx, ids)
+	if !res.DryRun {
+		// Mutations outlive a client that hangs up: half a bulk action
+		// done and unreported is worse than the whole one done.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
 	}
-	if err != nil {
-		h.writeError(w, r, err)
-		return
-	}
-	res.Matched = len(selected)
-	for _, dl := range selected {
-		if len(res.IDs) < sampleIDs {
-			res.IDs = append(res.IDs, dl.ID.String())
-		}
-	}
-	if single && res.Matched == 0 {
-		writeProblem(w, r, http.StatusNotFound, "no such dead letter", nil)
-		return
-	}
-	if res.DryRun {
-		for _, dl := range selected {
-			if a.wouldChange(dl) {
+	visit := func(page []store.DeadLetterEntry) error {
+		res.Matched += len(page)
+		ids := make([]txbox.ID, len(page))
+		for i, e := range page {
+			ids[i] = e.ID
+			if len(res.IDs) < sampleIDs {
+				res.IDs = append(res.IDs, e.ID.String())
+			}
+			if res.DryRun && a.wouldChange(e) {
 				res.Changed++
 			}
 		}
+		if res.DryRun {
+			return nil
+		}
+		n, err := a.apply(h.cfg.Store, ctx, ids)
+		res.Changed += n
+		return err
+	}
+	var err error
+	if res.Selector == "ids" {
+		err = walkIDs(ctx, h.cfg.Store, sel.ids, visit)
 	} else {
-		// Mutations outlive a client that hangs up: half a bulk action
-		// done and unreported is worse than the whole one done.
-		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		chosen := make([]txbox.ID, len(selected))
-		for i, dl := range selected {
-			chosen[i] = dl.ID
+		var next *store.DeadLetterCursor
+		next, err = store.DeadLetterWalk(ctx, h.cfg.Store, &store.DeadLetterWalkParams{Filter: sel.filter, After: sel.after, Limit: MaxBulk}, visit)
+		if next != nil {
+			res.More, res.NextCursor = true, encodeCursor(*next)
 		}
-		for len(chosen) > 0 {
-			chunk := chosen[:min(len(chosen), 500)]
-			chosen = chosen[len(chunk):]
-			n, err := a.apply(h.cfg.Store, mctx, chunk)
-			res.Changed += n
-			if err != nil {
-				h.audit(r, res, filter, err)
-				h.writeError(w, r, err)
-				return
-			}
-		}
+	}
+	if res.Changed > 0 {
 		h.stats.invalidate()
 	}
-	h.audit(r, res, filter, nil)
+	if err != nil {
+		if !res.DryRun {
+			h.audit(r, res, sel.filter, err)
+		}
+		h.writeError(w, r, err)
+		return
+	}
+	if sel.single && res.Matched == 0 {
+		writeProblem(w, r, http.StatusNotFound, "no such dead letter", nil)
+		return
+	}
+	h.audit(r, res, sel.filter, nil)
 	writeJSON(w, http.StatusOK, res)
+}
+
+// walkIDs walks the dead letters among ids (duplicates and unknown ids
+// drop out), store.MaxFilterIDs ids at a time.
+func walkIDs(ctx context.Context, s store.DeadLetters, ids []txbox.ID, visit func([]store.DeadLetterEntry) error) error {
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), store.MaxFilterIDs)]
+		ids = ids[len(chunk):]
+		if _, err := store.DeadLetterWalk(ctx, s, &store.DeadLetterWalkParams{Filter: store.DeadLetterFilter{IDs: chunk}}, visit); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // audit writes one line per mutation (and per dry run): who (the token's
@@ -438,47 +490,4 @@ func (h *Handler) audit(r *http.Request, res BulkResult, f store.DeadLetterFilte
 		return
 	}
 	h.log.Info("admin audit: dead-letter "+res.Action, attrs...)
-}
-
-func (h *Handler) selectIDs(ctx context.Context, ids []txbox.ID) ([]*store.DeadLetter, error) {
-	seen := map[txbox.ID]bool{}
-	var out []*store.DeadLetter
-	for _, id := range ids {
-		if seen[id] {
-			continue
-		}
-		seen[id] = true
-		dl, err := h.cfg.Store.DeadLetterGet(ctx, id)
-		if errors.Is(err, txbox.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, dl)
-	}
-	return out, nil
-}
-
-func (h *Handler) selectFilter(ctx context.Context, f store.DeadLetterFilter) ([]*store.DeadLetter, bool, error) {
-	var out []*store.DeadLetter
-	var after *store.DeadLetterCursor
-	for {
-		limit := min(MaxPageSize, MaxBulk-len(out))
-		if limit == 0 {
-			// MaxBulk reached: is there more?
-			more, err := h.cfg.Store.DeadLetterList(ctx, &store.DeadLetterListParams{Filter: f, After: after, Limit: 1})
-			return out, len(more) > 0, err
-		}
-		page, err := h.cfg.Store.DeadLetterList(ctx, &store.DeadLetterListParams{Filter: f, After: after, Limit: limit})
-		if err != nil {
-			return nil, false, err
-		}
-		out = append(out, page...)
-		if len(page) < limit {
-			return out, false, nil
-		}
-		last := page[len(page)-1]
-		after = &store.DeadLetterCursor{FailedAt: last.FailedAt, ID: last.ID}
-	}
 }

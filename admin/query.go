@@ -41,7 +41,8 @@ type Filter struct {
 	// Error matches a substring of the last error.
 	Error string `json:"error,omitempty"`
 	// FailedAfter (inclusive) and FailedBefore (exclusive) bound the
-	// failure time, RFC 3339.
+	// failure time: RFC 3339 in any offset, compared in UTC, refused
+	// unless from store.MinFilterTime to store.MaxFilterTime once in UTC.
 	FailedAfter  string `json:"failed_after,omitempty"`
 	FailedBefore string `json:"failed_before,omitempty"`
 }
@@ -91,13 +92,23 @@ func text(param, v string, errs *paramErrors) string {
 	return ""
 }
 
+// timeParam parses an RFC 3339 bound and normalises it to UTC. The range
+// is checked in UTC (store.CheckFilterTime): 9999-12-31T23:59:59-14:00 is
+// in year 10000, which MySQL's DATETIME and SQLite's text times cannot
+// hold, so it is refused rather than compared wrongly.
 func timeParam(param, v string, errs *paramErrors) time.Time {
 	if v == "" {
 		return time.Time{}
 	}
 	t, err := time.Parse(time.RFC3339Nano, v)
-	if err != nil || t.Year() < 1970 || t.Year() > 9999 {
+	if err != nil {
 		errs.add(param, "must be an RFC 3339 time such as 2026-01-02T15:04:05Z")
+		return time.Time{}
+	}
+	t = t.UTC()
+	if store.CheckFilterTime(t) != nil {
+		errs.add(param, fmt.Sprintf("must be from %s to %s once in UTC",
+			store.MinFilterTime.Format(time.RFC3339), store.MaxFilterTime.Format(time.RFC3339Nano)))
 		return time.Time{}
 	}
 	return t
@@ -171,11 +182,15 @@ func clipParam(s string) string {
 }
 
 // A cursor is the position after the last dead letter of a page:
-// base64url of its failed_at (Unix nanoseconds, 8 bytes) and id (16 bytes).
+// base64url of its failed_at (Unix seconds, 8 bytes, and nanoseconds, 4
+// bytes: any stored time fits, years 1000 to 9999 included) and id (16
+// bytes). The 24-byte form of earlier versions (Unix nanoseconds, 8
+// bytes) is still read.
 func encodeCursor(c store.DeadLetterCursor) string {
-	var b [24]byte
-	binary.BigEndian.PutUint64(b[:8], uint64(c.FailedAt.UnixNano()))
-	copy(b[8:], c.ID[:])
+	var b [28]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(c.FailedAt.Unix()))
+	binary.BigEndian.PutUint32(b[8:12], uint32(c.FailedAt.Nanosecond()))
+	copy(b[12:], c.ID[:])
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
@@ -184,11 +199,25 @@ func decodeCursor(s string) (*store.DeadLetterCursor, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(b) != 24 {
+	c := &store.DeadLetterCursor{}
+	switch len(b) {
+	case 24:
+		c.FailedAt = time.Unix(0, int64(binary.BigEndian.Uint64(b[:8]))).UTC()
+		copy(c.ID[:], b[8:])
+	case 28:
+		ns := binary.BigEndian.Uint32(b[8:12])
+		if ns >= 1e9 {
+			return nil, fmt.Errorf("cursor with %d nanoseconds", ns)
+		}
+		c.FailedAt = time.Unix(int64(binary.BigEndian.Uint64(b[:8])), int64(ns)).UTC()
+		copy(c.ID[:], b[12:])
+	default:
 		return nil, fmt.Errorf("cursor of %d bytes", len(b))
 	}
-	c := &store.DeadLetterCursor{FailedAt: time.Unix(0, int64(binary.BigEndian.Uint64(b[:8]))).UTC()}
-	copy(c.ID[:], b[8:])
+	// Not a position this API hands out: the stores could not take it.
+	if err := store.CheckFilterTime(c.FailedAt); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 

@@ -81,11 +81,18 @@ type DeadLetters interface {
 	// returns how many it moved.
 	DeadLetterMove(ctx context.Context, params *DeadLetterMoveParams) (int, error)
 	// DeadLetterList lists dead letters matching the filter, newest failure
-	// first, after the cursor.
+	// first, after the cursor. It reads each payload's size, never the
+	// payload: Payload is nil, PayloadSize set, so a page weighs the same
+	// however large the payloads are.
 	DeadLetterList(ctx context.Context, params *DeadLetterListParams) ([]*DeadLetter, error)
+	// DeadLetterListIDs lists like DeadLetterList but reads only each
+	// dead letter's id, failure time and status: what bulk actions walk
+	// (DeadLetterWalk).
+	DeadLetterListIDs(ctx context.Context, params *DeadLetterListParams) ([]DeadLetterEntry, error)
 	// DeadLetterCount counts dead letters matching the filter.
 	DeadLetterCount(ctx context.Context, filter *DeadLetterFilter) (int64, error)
-	// DeadLetterGet returns one dead letter or txbox.ErrNotFound.
+	// DeadLetterGet returns one dead letter with its payload, or
+	// txbox.ErrNotFound.
 	DeadLetterGet(ctx context.Context, id txbox.ID) (*DeadLetter, error)
 	// DeadLetterRetry moves the given dead letters back to the outbox as
 	// PENDING, due now, attempts reset to 0, keeping their ids and their
@@ -251,11 +258,14 @@ type DeadLetter struct {
 	ID        txbox.ID
 	EventType string
 	Key       string
-	Payload   []byte
-	Headers   map[string]string
-	Attempts  int
-	LastError string
-	CreatedAt time.Time
+	// Payload is nil in listings (DeadLetterList); DeadLetterGet reads it.
+	Payload []byte
+	// PayloadSize is the payload's size in bytes, read by every call.
+	PayloadSize int
+	Headers     map[string]string
+	Attempts    int
+	LastError   string
+	CreatedAt   time.Time
 	// FailedAt is when the row failed for good (the finish that made it
 	// FAILED), not when the mover copied it here.
 	FailedAt   time.Time
@@ -275,10 +285,16 @@ type DeadLetterFilter struct {
 	// interval, the same on every dialect: FailedAfter is inclusive
 	// (failed_at >= FailedAfter), FailedBefore exclusive (failed_at <
 	// FailedBefore), so consecutive windows [a, b), [b, c) neither overlap
-	// nor leave a gap. Times are compared at the dialect's stored
-	// precision (microseconds; milliseconds on SQLite), truncated.
+	// nor leave a gap. Whatever their zone, they are compared in UTC with
+	// the stored times exactly: a bound finer than the stored precision
+	// (microseconds; milliseconds on SQLite) selects the stored times on
+	// its side of it (FilterBound). Both must lie within MinFilterTime and
+	// MaxFilterTime (Validate).
 	FailedAfter  time.Time
 	FailedBefore time.Time
+	// IDs, when not empty, keeps only these dead letters; at most
+	// MaxFilterIDs.
+	IDs []txbox.ID
 }
 
 // DeadLetterListParams are the parameters of DeadLetters.DeadLetterList.

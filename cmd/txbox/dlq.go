@@ -40,7 +40,8 @@ prints JSON instead of a table.`
 const dlqPreview = 4 << 10
 
 // dlqMaxBulk bounds one bulk retry/resolve/delete, so a mistyped filter
-// cannot rewrite a whole table in one go.
+// cannot rewrite a whole table in one go; it bounds the ids a run reports
+// too.
 const dlqMaxBulk = 100_000
 
 func runDLQ(ctx context.Context, e *env, args []string) error {
@@ -155,6 +156,12 @@ func parseDLQ(e *env, sub string, args []string) (*dlqArgs, error) {
 		if err != nil {
 			return nil, usagef("%s must be an RFC 3339 time such as 2026-01-02T15:04:05Z, not %q", tf.flag, tf.v)
 		}
+		// Checked in UTC, as the admin API does: 9999-12-31T23:59:59-14:00
+		// is in year 10000, which not every dialect stores.
+		if ts = ts.UTC(); store.CheckFilterTime(ts) != nil {
+			return nil, usagef("%s must be from %s to %s once in UTC, not %q", tf.flag,
+				store.MinFilterTime.Format(time.RFC3339), store.MaxFilterTime.Format(time.RFC3339Nano), tf.v)
+		}
 		*tf.dst = ts
 	}
 	if !a.filter.FailedAfter.IsZero() && !a.filter.FailedBefore.IsZero() && !a.filter.FailedAfter.Before(a.filter.FailedBefore) {
@@ -206,38 +213,58 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 // change runs retry, resolve or delete on the ids, or with --all on every
-// dead letter matching the filters, in chunks of 1000; --dry-run only
-// prints them.
+// dead letter matching the filters; --dry-run only prints them. --all
+// walks the dead letters like the admin API (store.DeadLetterWalk): ids,
+// failure times and statuses, 500 at a time, each page acted on before
+// the next is read, never a payload.
 func (a *dlqArgs) change(ctx context.Context, e *env, st *config.Store) error {
-	ids := a.ids
-	if a.all {
-		var err error
-		if ids, err = matchingIDs(ctx, st, a.filter); err != nil {
-			return err
+	apply := map[string]func(context.Context, []txbox.ID) (int, error){
+		"retry": st.DeadLetterRetry, "resolve": st.DeadLetterResolve, "delete": st.DeadLetterDelete,
+	}[a.sub]
+	var ids []txbox.ID
+	changed := 0
+	act := func(page []txbox.ID) error {
+		ids = append(ids, page...)
+		if a.dryRun {
+			return nil
 		}
-	}
-	if a.dryRun {
-		return a.report(e, ids, 0)
-	}
-	var n int
-	for start := 0; start < len(ids); start += 1000 {
-		chunk := ids[start:min(start+1000, len(ids))]
-		var k int
-		var err error
-		switch a.sub {
-		case "retry":
-			k, err = st.DeadLetterRetry(ctx, chunk)
-		case "resolve":
-			k, err = st.DeadLetterResolve(ctx, chunk)
-		case "delete":
-			k, err = st.DeadLetterDelete(ctx, chunk)
-		}
-		n += k
+		k, err := apply(ctx, page)
+		changed += k
 		if err != nil {
-			return fmt.Errorf("%s: %d of %d done: %w", a.sub, n, len(ids), err)
+			return fmt.Errorf("%s: %d of %d done: %w", a.sub, changed, len(ids), err)
 		}
+		return nil
 	}
-	return a.report(e, ids, n)
+	if !a.all {
+		for start := 0; start < len(a.ids); start += store.DeadLetterPageSize {
+			if err := act(a.ids[start:min(start+store.DeadLetterPageSize, len(a.ids))]); err != nil {
+				return err
+			}
+		}
+		return a.report(e, ids, changed)
+	}
+	n, err := st.DeadLetterCount(ctx, &a.filter)
+	if err != nil {
+		return err
+	}
+	if n > dlqMaxBulk {
+		return usagef("%d dead letters match, more than %d; narrow the filters", n, dlqMaxBulk)
+	}
+	next, err := store.DeadLetterWalk(ctx, st, &store.DeadLetterWalkParams{Filter: a.filter, Limit: dlqMaxBulk},
+		func(page []store.DeadLetterEntry) error {
+			pageIDs := make([]txbox.ID, len(page))
+			for i, en := range page {
+				pageIDs[i] = en.ID
+			}
+			return act(pageIDs)
+		})
+	if err != nil {
+		return err
+	}
+	if next != nil {
+		fmt.Fprintf(e.stderr, "txbox dlq %s: more dead letters arrived than one run takes (%d); run it again\n", a.sub, dlqMaxBulk)
+	}
+	return a.report(e, ids, changed)
 }
 
 // report prints what a change did (changed of ids), or with --dry-run
@@ -266,29 +293,6 @@ func (a *dlqArgs) report(e *env, ids []txbox.ID, changed int) error {
 	past := map[string]string{"retry": "retried", "resolve": "resolved", "delete": "deleted"}[a.sub]
 	fmt.Fprintf(e.stdout, "%s %d of %d dead letters\n", past, changed, len(ids))
 	return nil
-}
-
-// matchingIDs pages through the dead letters matching filter.
-func matchingIDs(ctx context.Context, st *config.Store, filter store.DeadLetterFilter) ([]txbox.ID, error) {
-	var ids []txbox.ID
-	var after *store.DeadLetterCursor
-	for {
-		page, err := st.DeadLetterList(ctx, &store.DeadLetterListParams{Filter: filter, After: after, Limit: 1000})
-		if err != nil {
-			return nil, err
-		}
-		for _, dl := range page {
-			ids = append(ids, dl.ID)
-		}
-		if len(ids) > dlqMaxBulk {
-			return nil, usagef("more than %d dead letters match; narrow the filters", dlqMaxBulk)
-		}
-		if len(page) < 1000 {
-			return ids, nil
-		}
-		last := page[len(page)-1]
-		after = &store.DeadLetterCursor{FailedAt: last.FailedAt, ID: last.ID}
-	}
 }
 
 // parkedKey is a key of an ordered type that dead letters hold back: the

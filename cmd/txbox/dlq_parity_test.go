@@ -228,6 +228,9 @@ func testDLQParity(t *testing.T, s seeded) {
 		{[]string{"list", "--failed-before", "2026-13-01T00:00:00Z"}, "--failed-before must be an RFC 3339 time"},
 		{[]string{"list", "--failed-after", "2026-02-01T00:00:00Z", "--failed-before", "2026-01-01T00:00:00Z"}, "--failed-after must be before --failed-before"},
 		{[]string{"list", "--since", "1h", "--failed-after", "2026-01-01T00:00:00Z"}, "not both"},
+		// Year 10000 once in UTC: refused, not compared wrongly.
+		{[]string{"list", "--failed-after", "9999-12-31T23:59:59-14:00"}, "--failed-after must be from 1000-01-01T00:00:00Z to 9999-12-31T23:59:59.999Z once in UTC"},
+		{[]string{"delete", "--all", "--failed-before", "1000-01-01T00:30:00+02:00", "--dry-run"}, "--failed-before must be from"},
 		{[]string{"parked", txbox.NewID().String()}, "parked takes no ids"},
 		{[]string{"parked", "--error-contains", "x"}, "parked takes --type and --key only"},
 		{[]string{"delete", "--all", "--status", "all"}, "--yes"},

@@ -211,20 +211,7 @@ admin: { enabled: true, listen: "127.0.0.1:0", read-token-env: TXBOX_TEST_READ_T
 // (a dry run here), and a foreign Host is refused.
 func checkAdminServer(t *testing.T, ctx context.Context, relayErr *testenv.LogBuffer, readTok, adminTok string) {
 	t.Helper()
-	var addr string
-	testenv.WaitFor(t, 30*time.Second, "the admin server's address in the log", func() bool {
-		for _, line := range strings.Split(relayErr.String(), "\n") {
-			if strings.Contains(line, "admin server listening") {
-				for _, f := range strings.Fields(line) {
-					if v, ok := strings.CutPrefix(f, "addr="); ok {
-						addr = v
-						return true
-					}
-				}
-			}
-		}
-		return false
-	})
+	addr := adminAddress(t, relayErr)
 	if !strings.HasPrefix(addr, "127.0.0.1:") {
 		t.Fatalf("admin server on %q, want loopback", addr)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
@@ -92,17 +93,23 @@ func queryIDs(ctx context.Context, q queryer, query string, args ...any) ([]txbo
 	return ids, rows.Err()
 }
 
-func scanDeadLetter(sc interface{ Scan(...any) error }) (*store.DeadLetter, error) {
+// scanDeadLetter reads the columns of deadLetterColumns, and the payload
+// after them when withPayload.
+func scanDeadLetter(sc interface{ Scan(...any) error }, withPayload bool) (*store.DeadLetter, error) {
 	dl := &store.DeadLetter{}
 	var key, headers []byte
 	var lastErr sql.NullString
-	if err := sc.Scan(idScan{&dl.ID}, &dl.EventType, &key, &dl.Payload, &headers, &dl.Attempts, &lastErr,
-		nullTime{&dl.CreatedAt}, nullTime{&dl.FailedAt}, &dl.Status, nullTime{&dl.ResolvedAt}); err != nil {
+	dest := []any{idScan{&dl.ID}, &dl.EventType, &key, &dl.PayloadSize, &headers, &dl.Attempts, &lastErr,
+		nullTime{&dl.CreatedAt}, nullTime{&dl.FailedAt}, &dl.Status, nullTime{&dl.ResolvedAt}}
+	if withPayload {
+		dest = append(dest, &dl.Payload)
+	}
+	if err := sc.Scan(dest...); err != nil {
 		return nil, err
 	}
 	dl.Key = string(key)
 	dl.LastError = lastErr.String
-	if dl.Payload == nil {
+	if withPayload && dl.Payload == nil {
 		dl.Payload = []byte{}
 	}
 	// Leniently, like the claim: headers that are not a JSON object (the
@@ -115,10 +122,14 @@ func scanDeadLetter(sc interface{ Scan(...any) error }) (*store.DeadLetter, erro
 // does not depend on the NO_BACKSLASH_ESCAPES SQL mode.
 var likeEscaper = strings.NewReplacer("!", "!!", "%", "!%", "_", "!_")
 
-// deadLetterWhere renders a filter as " WHERE ..." (or "") and its args.
-func deadLetterWhere(f *store.DeadLetterFilter) (string, []any, error) {
+// deadLetterWhere renders a filter (and a listing's cursor) as
+// " WHERE ..." (or "") and its args.
+func (d *Driver) deadLetterWhere(f *store.DeadLetterFilter, after *store.DeadLetterCursor) (string, []any, error) {
+	if err := f.Validate(); err != nil {
+		return "", nil, fmt.Errorf("%w: %w", ErrInvalidParams, err)
+	}
 	if f == nil {
-		return "", nil, nil
+		f = &store.DeadLetterFilter{}
 	}
 	var conds []string
 	var args []any
@@ -127,9 +138,6 @@ func deadLetterWhere(f *store.DeadLetterFilter) (string, []any, error) {
 		args = append(args, f.EventType)
 	}
 	if f.Status != "" {
-		if f.Status != store.DeadLetterUnresolved && f.Status != store.DeadLetterResolved {
-			return "", nil, fmt.Errorf("%w: dead-letter status %q is neither %s nor %s", ErrInvalidParams, f.Status, store.DeadLetterUnresolved, store.DeadLetterResolved)
-		}
 		conds = append(conds, "status = ?")
 		args = append(args, f.Status)
 	}
@@ -142,13 +150,25 @@ func deadLetterWhere(f *store.DeadLetterFilter) (string, []any, error) {
 		conds = append(conds, "last_error COLLATE utf8mb4_general_ci LIKE ? ESCAPE '!'")
 		args = append(args, "%"+likeEscaper.Replace(strings.ToValidUTF8(f.ErrorContains, ""))+"%")
 	}
+	// Bounds in UTC, rounded up to DATETIME(6)'s microseconds
+	// (store.FilterBound); Validate kept them within the years DATETIME
+	// stores, so the text is never a five-digit year MySQL would misread.
 	if !f.FailedAfter.IsZero() {
 		conds = append(conds, "failed_at >= ?")
-		args = append(args, dbTimeArg(f.FailedAfter))
+		args = append(args, dbTimeArg(store.FilterBound(f.FailedAfter, time.Microsecond)))
 	}
 	if !f.FailedBefore.IsZero() {
 		conds = append(conds, "failed_at < ?")
-		args = append(args, dbTimeArg(f.FailedBefore))
+		args = append(args, dbTimeArg(store.FilterBound(f.FailedBefore, time.Microsecond)))
+	}
+	if len(f.IDs) > 0 {
+		conds = append(conds, inIDs("id IN ({{ids}})", len(f.IDs)))
+		args = idArgs(args, f.IDs)
+	}
+	if after != nil {
+		conds = append(conds, d.q.dlListAfter)
+		t := dbTimeArg(after.FailedAt)
+		args = append(args, t, t, after.ID.String())
 	}
 	if len(conds) == 0 {
 		return "", nil, nil
@@ -156,35 +176,32 @@ func deadLetterWhere(f *store.DeadLetterFilter) (string, []any, error) {
 	return " WHERE " + strings.Join(conds, " AND "), args, nil
 }
 
-// DeadLetterList lists dead letters matching the filter, newest failure
-// first (failed_at desc, id desc), after the keyset cursor.
-func (d *Driver) DeadLetterList(ctx context.Context, params *store.DeadLetterListParams) ([]*store.DeadLetter, error) {
+// listPage runs a listing statement (columns FROM the dead-letter table)
+// with the filter, cursor, order and limit of params.
+func (d *Driver) listPage(ctx context.Context, op, query string, params *store.DeadLetterListParams) (*sql.Rows, error) {
 	if params == nil || params.Limit < 1 {
-		return nil, fmt.Errorf("%w: dead-letter list needs Limit >= 1", ErrInvalidParams)
+		return nil, fmt.Errorf("%w: %s needs Limit >= 1", ErrInvalidParams, op)
 	}
-	where, args, err := deadLetterWhere(&params.Filter)
+	where, args, err := d.deadLetterWhere(&params.Filter, params.After)
 	if err != nil {
 		return nil, err
 	}
-	if c := params.After; c != nil {
-		cond := d.q.dlListAfter
-		if where == "" {
-			where = " WHERE " + cond
-		} else {
-			where += " AND " + cond
-		}
-		t := dbTimeArg(c.FailedAt)
-		args = append(args, t, t, c.ID.String())
-	}
-	args = append(args, params.Limit)
-	rows, err := d.db.QueryContext(ctx, d.q.dlList+where+d.q.dlListOrder, args...)
+	rows, err := d.db.QueryContext(ctx, query+where+d.q.dlListOrder, append(args, params.Limit)...)
+	return rows, wrap(op, err)
+}
+
+// DeadLetterList lists dead letters matching the filter, newest failure
+// first (failed_at desc, id desc), after the keyset cursor, with their
+// payload's size but not the payload.
+func (d *Driver) DeadLetterList(ctx context.Context, params *store.DeadLetterListParams) ([]*store.DeadLetter, error) {
+	rows, err := d.listPage(ctx, "dead-letter list", d.q.dlList, params)
 	if err != nil {
-		return nil, wrap("dead-letter list", err)
+		return nil, err
 	}
 	defer rows.Close()
 	var out []*store.DeadLetter
 	for rows.Next() {
-		dl, err := scanDeadLetter(rows)
+		dl, err := scanDeadLetter(rows, false)
 		if err != nil {
 			return nil, wrap("dead-letter list", err)
 		}
@@ -196,9 +213,31 @@ func (d *Driver) DeadLetterList(ctx context.Context, params *store.DeadLetterLis
 	return out, nil
 }
 
+// DeadLetterListIDs lists the ids, failure times and statuses of the dead
+// letters DeadLetterList would list.
+func (d *Driver) DeadLetterListIDs(ctx context.Context, params *store.DeadLetterListParams) ([]store.DeadLetterEntry, error) {
+	rows, err := d.listPage(ctx, "dead-letter list ids", d.q.dlListIDs, params)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.DeadLetterEntry
+	for rows.Next() {
+		var e store.DeadLetterEntry
+		if err := rows.Scan(idScan{&e.ID}, nullTime{&e.FailedAt}, &e.Status); err != nil {
+			return nil, wrap("dead-letter list ids", err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap("dead-letter list ids", err)
+	}
+	return out, nil
+}
+
 // DeadLetterCount counts dead letters matching the filter.
 func (d *Driver) DeadLetterCount(ctx context.Context, filter *store.DeadLetterFilter) (int64, error) {
-	where, args, err := deadLetterWhere(filter)
+	where, args, err := d.deadLetterWhere(filter, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -213,7 +252,7 @@ func (d *Driver) DeadLetterCount(ctx context.Context, filter *store.DeadLetterFi
 // txbox.ErrNotFound.
 func (d *Driver) DeadLetterGet(ctx context.Context, id txbox.ID) (*store.DeadLetter, error) {
 	row := d.db.QueryRowContext(ctx, d.q.dlGet, id.String())
-	dl, err := scanDeadLetter(row)
+	dl, err := scanDeadLetter(row, true)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("mysql: dead letter %s: %w", id, txbox.ErrNotFound)
 	}

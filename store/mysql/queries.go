@@ -29,11 +29,11 @@ type queries struct {
 	orderedLock                        string
 
 	// Dead letters.
-	dlMoveCandidates, dlMoveLock, dlMoveExisting, dlMoveInsert string
-	dlList, dlListAfter, dlListOrder, dlCount, dlGet           string
-	dlRetryLock, dlRetryPresent, dlRetryInsert                 string
-	dlResolve, dlDelete, dlCleanupSelect, dlCleanupWrite       string
-	outboxDeleteOne, dlDeleteOne                               string
+	dlMoveCandidates, dlMoveLock, dlMoveExisting, dlMoveInsert  string
+	dlList, dlListIDs, dlListAfter, dlListOrder, dlCount, dlGet string
+	dlRetryLock, dlRetryPresent, dlRetryInsert                  string
+	dlResolve, dlDelete, dlCleanupSelect, dlCleanupWrite        string
+	outboxDeleteOne, dlDeleteOne                                string
 
 	// Operators' views and relay heartbeats (inspect.go).
 	inspectGroups, inspectLastError, parkedKeys                string
@@ -143,8 +143,9 @@ func (d *Driver) orderedQueries(q *queries) {
 		" WHERE id IN ({{ids}}) AND status = 'PENDING' AND due_at <= UTC_TIMESTAMP(6) ORDER BY id FOR UPDATE SKIP LOCKED")
 }
 
-// deadLetterColumns are the columns scanDeadLetter reads.
-const deadLetterColumns = "id, event_type, event_key, payload, headers, attempts, last_error, created_at, failed_at, status, resolved_at"
+// deadLetterColumns are the columns scanDeadLetter reads: the payload's
+// size, not the payload, which DeadLetterGet alone reads (after them).
+const deadLetterColumns = "id, event_type, event_key, OCTET_LENGTH(payload), headers, attempts, last_error, created_at, failed_at, status, resolved_at"
 
 func (d *Driver) deadLetterQueries(q *queries) {
 	q.dlMoveCandidates = d.render("SELECT id FROM {{outbox}} FORCE INDEX (txbox_claim) WHERE status = 'FAILED' LIMIT ?")
@@ -157,10 +158,11 @@ func (d *Driver) deadLetterQueries(q *queries) {
 	q.outboxDeleteOne = d.render("DELETE FROM {{outbox}} WHERE id = ?")
 	q.dlDeleteOne = d.render("DELETE FROM {{dead_letter}} WHERE id = ?")
 	q.dlList = d.render("SELECT " + deadLetterColumns + " FROM {{dead_letter}}")
+	q.dlListIDs = d.render("SELECT id, failed_at, status FROM {{dead_letter}}")
 	q.dlListAfter = "(failed_at < ? OR (failed_at = ? AND id < ?))"
 	q.dlListOrder = " ORDER BY failed_at DESC, id DESC LIMIT ?"
 	q.dlCount = d.render("SELECT COUNT(*) FROM {{dead_letter}}")
-	q.dlGet = d.render("SELECT " + deadLetterColumns + " FROM {{dead_letter}} WHERE id = ?")
+	q.dlGet = d.render("SELECT " + deadLetterColumns + ", payload FROM {{dead_letter}} WHERE id = ?")
 	q.dlRetryLock = d.render("SELECT id FROM {{dead_letter}} WHERE id IN ({{ids}}) AND JSON_TYPE(headers) = 'OBJECT' FOR UPDATE")
 	q.dlRetryPresent = d.render("SELECT id FROM {{outbox}} WHERE id IN ({{ids}})")
 	q.dlRetryInsert = d.render("INSERT INTO {{outbox}}" +

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -30,31 +31,40 @@ func nullTime(t time.Time) pgtype.Timestamptz {
 	return pgtype.Timestamptz{Time: t, Valid: !t.IsZero()}
 }
 
+// filterArgs are the arguments $1..$7 of the filter. Time bounds are
+// rounded up to timestamptz's microseconds (store.FilterBound); no ids is
+// NULL, not an empty array.
 func filterArgs(f *store.DeadLetterFilter) []any {
 	if f == nil {
 		f = &store.DeadLetterFilter{}
 	}
-	return []any{f.EventType, f.Status, f.Key, f.ErrorContains, nullTime(f.FailedAfter), nullTime(f.FailedBefore)}
+	var ids []pgtype.UUID
+	if len(f.IDs) > 0 {
+		ids = pgUUIDs(f.IDs)
+	}
+	bound := func(t time.Time) pgtype.Timestamptz {
+		if t.IsZero() {
+			return pgtype.Timestamptz{}
+		}
+		return nullTime(store.FilterBound(t, time.Microsecond))
+	}
+	return []any{f.EventType, f.Status, f.Key, f.ErrorContains, bound(f.FailedAfter), bound(f.FailedBefore), ids}
 }
 
 func checkFilter(op string, f *store.DeadLetterFilter) error {
-	if f == nil {
-		return nil
+	if err := f.Validate(); err != nil {
+		return fmt.Errorf("postgres: %s: %w: %w", op, store.ErrInvalidParams, err)
 	}
-	switch f.Status {
-	case "", store.DeadLetterUnresolved, store.DeadLetterResolved:
-		return nil
-	}
-	return errBadParams(op, "status %q must be %s or %s", f.Status, store.DeadLetterUnresolved, store.DeadLetterResolved)
+	return nil
 }
 
-// DeadLetterList lists dead letters newest failure first (failed_at desc,
-// id desc), after params.After.
-func (d *Driver) DeadLetterList(ctx context.Context, params *store.DeadLetterListParams) ([]*store.DeadLetter, error) {
+// pageArgs are the filter's arguments, the cursor's ($8, $9) and the
+// limit ($10) of a listing.
+func pageArgs(op string, params *store.DeadLetterListParams) ([]any, error) {
 	if params == nil || params.Limit < 1 {
-		return nil, errBadParams("dead-letter list", "limit must be at least 1")
+		return nil, errBadParams(op, "limit must be at least 1")
 	}
-	if err := checkFilter("dead-letter list", &params.Filter); err != nil {
+	if err := checkFilter(op, &params.Filter); err != nil {
 		return nil, err
 	}
 	args := filterArgs(&params.Filter)
@@ -63,33 +73,66 @@ func (d *Driver) DeadLetterList(ctx context.Context, params *store.DeadLetterLis
 	} else {
 		args = append(args, pgtype.Timestamptz{}, pgUUID(uuid.UUID{}))
 	}
-	args = append(args, params.Limit)
+	return append(args, params.Limit), nil
+}
+
+// DeadLetterList lists dead letters newest failure first (failed_at desc,
+// id desc), after params.After, with their payload's size but not the
+// payload.
+func (d *Driver) DeadLetterList(ctx context.Context, params *store.DeadLetterListParams) ([]*store.DeadLetter, error) {
+	args, err := pageArgs("dead-letter list", params)
+	if err != nil {
+		return nil, err
+	}
 	rows, err := d.pool.Query(ctx, d.q.dlList, args...)
 	if err != nil {
 		return nil, translate("dead-letter list", err)
 	}
-	defer rows.Close()
-	var out []*store.DeadLetter
-	for rows.Next() {
-		dl, err := scanDeadLetter(rows)
-		if err != nil {
-			return nil, translate("dead-letter list", err)
-		}
-		out = append(out, dl)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*store.DeadLetter, error) { return scanDeadLetter(row, false) })
+	if err != nil {
 		return nil, translate("dead-letter list", err)
 	}
 	return out, nil
 }
 
-func scanDeadLetter(row pgx.Row) (*store.DeadLetter, error) {
+// DeadLetterListIDs lists the ids, failure times and statuses of the dead
+// letters DeadLetterList would list.
+func (d *Driver) DeadLetterListIDs(ctx context.Context, params *store.DeadLetterListParams) ([]store.DeadLetterEntry, error) {
+	args, err := pageArgs("dead-letter list ids", params)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := d.pool.Query(ctx, d.q.dlListIDs, args...)
+	if err != nil {
+		return nil, translate("dead-letter list ids", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.DeadLetterEntry, error) {
+		var e store.DeadLetterEntry
+		err := row.Scan(uuidDest{&e.ID}, &e.FailedAt, &e.Status)
+		return e, err
+	})
+	if err != nil {
+		return nil, translate("dead-letter list ids", err)
+	}
+	return out, nil
+}
+
+// scanDeadLetter reads the columns of dlCols, and the payload after them
+// when withPayload.
+func scanDeadLetter(row pgx.Row, withPayload bool) (*store.DeadLetter, error) {
 	dl := &store.DeadLetter{}
 	var resolved pgtype.Timestamptz
 	var headers []byte
-	if err := row.Scan(uuidDest{&dl.ID}, &dl.EventType, &dl.Key, &dl.Payload, &headers, &dl.Attempts,
-		&dl.LastError, &dl.CreatedAt, &dl.FailedAt, &dl.Status, &resolved); err != nil {
+	dest := []any{uuidDest{&dl.ID}, &dl.EventType, &dl.Key, &dl.PayloadSize, &headers, &dl.Attempts,
+		&dl.LastError, &dl.CreatedAt, &dl.FailedAt, &dl.Status, &resolved}
+	if withPayload {
+		dest = append(dest, &dl.Payload)
+	}
+	if err := row.Scan(dest...); err != nil {
 		return nil, err
+	}
+	if withPayload && dl.Payload == nil {
+		dl.Payload = []byte{}
 	}
 	// Leniently, like the claim: a dead letter whose headers are not a
 	// JSON object (the reason it is here) lists with none, its last error
@@ -116,7 +159,7 @@ func (d *Driver) DeadLetterCount(ctx context.Context, filter *store.DeadLetterFi
 // DeadLetterGet returns one dead letter or an error matching
 // txbox.ErrNotFound.
 func (d *Driver) DeadLetterGet(ctx context.Context, id txbox.ID) (*store.DeadLetter, error) {
-	dl, err := scanDeadLetter(d.pool.QueryRow(ctx, d.q.dlGet, pgUUID(id)))
+	dl, err := scanDeadLetter(d.pool.QueryRow(ctx, d.q.dlGet, pgUUID(id)), true)
 	if err != nil {
 		return nil, translate("dead-letter get", err)
 	}

@@ -25,9 +25,9 @@ type queries struct {
 	// The lock claim (lock.go): claim, finish and dead-letter move.
 	lockClaim, lockFinish, lockDLMove string
 
-	dlMove, dlList, dlCount, dlGet string
-	dlRetry, dlResolve, dlDelete   string
-	dlCleanup                      string
+	dlMove, dlList, dlListIDs, dlCount, dlGet string
+	dlRetry, dlResolve, dlDelete              string
+	dlCleanup                                 string
 
 	leaseAcquire, leaseRelease string
 
@@ -281,20 +281,27 @@ func (d *Driver) deadLetterQueries(q *queries) {
 	q.lockDLMove = strings.Replace(q.dlMove, `SELECT id FROM `+d.table(d.tables.Outbox)+` WHERE status = 'FAILED'
 		ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, `SELECT id FROM `+d.table(d.tables.Outbox)+` WHERE status = 'FAILED' AND id = ANY($1::uuid[])`, 1)
 
-	const dlCols = `id, event_type, COALESCE(event_key, ''), payload, headers, attempts, COALESCE(last_error, ''), created_at, failed_at, status, resolved_at`
+	// Listings read the payload's size, never the payload: octet_length
+	// of a TOASTed value reads its header only, so a page of large dead
+	// letters costs what a page of small ones does. The payload itself is
+	// read by dlGet alone, one row at a time.
+	const dlCols = `id, event_type, COALESCE(event_key, ''), octet_length(payload), headers, attempts, COALESCE(last_error, ''), created_at, failed_at, status, resolved_at`
 	const dlFilter = `
 		($1 = '' OR event_type = $1)
 		AND ($2 = '' OR status = $2)
 		AND ($3 = '' OR event_key = $3)
 		AND ($4 = '' OR strpos(last_error, $4) > 0)
 		AND ($5::timestamptz IS NULL OR failed_at >= $5)
-		AND ($6::timestamptz IS NULL OR failed_at < $6)`
-	q.dlList = d.render(`SELECT ` + dlCols + ` FROM {{dead_letter}} WHERE ` + dlFilter + `
-		AND ($7::timestamptz IS NULL OR (failed_at, id) < ($7, $8::uuid))
+		AND ($6::timestamptz IS NULL OR failed_at < $6)
+		AND ($7::uuid[] IS NULL OR id = ANY($7))`
+	const dlPage = `
+		AND ($8::timestamptz IS NULL OR (failed_at, id) < ($8, $9::uuid))
 		ORDER BY failed_at DESC, id DESC
-		LIMIT $9`)
+		LIMIT $10`
+	q.dlList = d.render(`SELECT ` + dlCols + ` FROM {{dead_letter}} WHERE ` + dlFilter + dlPage)
+	q.dlListIDs = d.render(`SELECT id, failed_at, status FROM {{dead_letter}} WHERE ` + dlFilter + dlPage)
 	q.dlCount = d.render(`SELECT count(*) FROM {{dead_letter}} WHERE ` + dlFilter)
-	q.dlGet = d.render(`SELECT ` + dlCols + ` FROM {{dead_letter}} WHERE id = $1`)
+	q.dlGet = d.render(`SELECT ` + dlCols + `, payload FROM {{dead_letter}} WHERE id = $1`)
 	// An id already back in the outbox (published again), or whose
 	// headers are not a JSON object (the outbox's CHECK would refuse it),
 	// stays dead-lettered instead of failing the whole statement.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
@@ -82,6 +83,9 @@ func execChunked(ctx context.Context, tx *sql.Tx, prefix string, ids []any) (int
 // deadLetterWhere renders the filter (and cursor) as a WHERE clause with
 // its arguments.
 func deadLetterWhere(f *store.DeadLetterFilter, after *store.DeadLetterCursor) (string, []any, error) {
+	if err := f.Validate(); err != nil {
+		return "", nil, fmt.Errorf("%w: %w", ErrInvalidParams, err)
+	}
 	var conds []string
 	var args []any
 	if f != nil {
@@ -89,13 +93,9 @@ func deadLetterWhere(f *store.DeadLetterFilter, after *store.DeadLetterCursor) (
 			conds = append(conds, "event_type = ?")
 			args = append(args, f.EventType)
 		}
-		switch f.Status {
-		case "":
-		case store.DeadLetterUnresolved, store.DeadLetterResolved:
+		if f.Status != "" {
 			conds = append(conds, "status = ?")
 			args = append(args, f.Status)
-		default:
-			return "", nil, fmt.Errorf("%w: dead-letter status filter must be %s or %s, got %q", ErrInvalidParams, store.DeadLetterUnresolved, store.DeadLetterResolved, f.Status)
 		}
 		if f.Key != "" {
 			conds = append(conds, "event_key = ?")
@@ -107,13 +107,21 @@ func deadLetterWhere(f *store.DeadLetterFilter, after *store.DeadLetterCursor) (
 			conds = append(conds, "instr(lower(coalesce(last_error, '')), lower(?)) > 0")
 			args = append(args, f.ErrorContains)
 		}
+		// Times are text, compared as text: Validate kept the bounds to
+		// four-digit years, and they are rounded up to the schema's
+		// milliseconds (store.FilterBound) so that, say, 12:00:00.0005
+		// does not select a row stored at 12:00:00.000.
 		if !f.FailedAfter.IsZero() {
 			conds = append(conds, "failed_at >= ?")
-			args = append(args, formatTime(f.FailedAfter))
+			args = append(args, formatTime(store.FilterBound(f.FailedAfter, time.Millisecond)))
 		}
 		if !f.FailedBefore.IsZero() {
 			conds = append(conds, "failed_at < ?")
-			args = append(args, formatTime(f.FailedBefore))
+			args = append(args, formatTime(store.FilterBound(f.FailedBefore, time.Millisecond)))
+		}
+		if len(f.IDs) > 0 {
+			conds = append(conds, "id IN "+placeholders(len(f.IDs)))
+			args = append(args, idArgs(f.IDs)...)
 		}
 	}
 	if after != nil {
@@ -127,11 +135,11 @@ func deadLetterWhere(f *store.DeadLetterFilter, after *store.DeadLetterCursor) (
 	return " WHERE " + strings.Join(conds, " AND "), args, nil
 }
 
-// DeadLetterList lists dead letters matching the filter, newest failure
-// first (failed_at desc, id desc), after the cursor.
-func (d *Driver) DeadLetterList(ctx context.Context, params *store.DeadLetterListParams) ([]*store.DeadLetter, error) {
+// listPage runs a listing statement (columns FROM the dead-letter table)
+// with the filter, cursor, order and limit of params.
+func (d *Driver) listPage(ctx context.Context, op, query string, params *store.DeadLetterListParams) (*sql.Rows, error) {
 	if params == nil || params.Limit < 1 {
-		return nil, fmt.Errorf("%w: dead-letter list Limit must be ≥ 1", ErrInvalidParams)
+		return nil, fmt.Errorf("%w: %s Limit must be ≥ 1", ErrInvalidParams, op)
 	}
 	if err := d.check(); err != nil {
 		return nil, err
@@ -141,14 +149,25 @@ func (d *Driver) DeadLetterList(ctx context.Context, params *store.DeadLetterLis
 		return nil, err
 	}
 	args = append(args, params.Limit)
-	rows, err := d.db.QueryContext(ctx, d.q.deadLetterSelect+where+" ORDER BY failed_at DESC, id DESC LIMIT ?", args...)
+	rows, err := d.db.QueryContext(ctx, query+where+" ORDER BY failed_at DESC, id DESC LIMIT ?", args...)
 	if err != nil {
-		return nil, d.translate(fmt.Errorf("dead-letter list: %w", err))
+		return nil, d.translate(fmt.Errorf("%s: %w", op, err))
+	}
+	return rows, nil
+}
+
+// DeadLetterList lists dead letters matching the filter, newest failure
+// first (failed_at desc, id desc), after the cursor, with their payload's
+// size but not the payload.
+func (d *Driver) DeadLetterList(ctx context.Context, params *store.DeadLetterListParams) ([]*store.DeadLetter, error) {
+	rows, err := d.listPage(ctx, "dead-letter list", d.q.deadLetterSelect, params)
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
 	out := []*store.DeadLetter{}
 	for rows.Next() {
-		dl, err := scanDeadLetter(rows)
+		dl, err := scanDeadLetter(rows, false)
 		if err != nil {
 			return nil, d.translate(fmt.Errorf("dead-letter list: %w", err))
 		}
@@ -160,29 +179,64 @@ func (d *Driver) DeadLetterList(ctx context.Context, params *store.DeadLetterLis
 	return out, nil
 }
 
+// DeadLetterListIDs lists the ids, failure times and statuses of the dead
+// letters DeadLetterList would list. Like the listing, it reads leniently:
+// an unreadable id or time comes back as the zero value.
+func (d *Driver) DeadLetterListIDs(ctx context.Context, params *store.DeadLetterListParams) ([]store.DeadLetterEntry, error) {
+	rows, err := d.listPage(ctx, "dead-letter list ids", d.q.deadLetterSelectIDs, params)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.DeadLetterEntry
+	for rows.Next() {
+		var id, failed string
+		var e store.DeadLetterEntry
+		if err := rows.Scan(&id, &failed, &e.Status); err != nil {
+			return nil, d.translate(fmt.Errorf("dead-letter list ids: %w", err))
+		}
+		e.ID, _ = txbox.ParseID(id)
+		e.FailedAt, _ = parseTime(failed)
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, d.translate(fmt.Errorf("dead-letter list ids: %w", err))
+	}
+	return out, nil
+}
+
 type scanner interface{ Scan(dest ...any) error }
 
 // scanDeadLetter reads a dead letter leniently: a row can be here because
 // a plain-SQL producer wrote something the relay could not read (its
 // last error says what), so an unreadable id, headers value or time is
-// returned as the zero value rather than failing the whole listing.
-func scanDeadLetter(s scanner) (*store.DeadLetter, error) {
+// returned as the zero value rather than failing the whole listing. It
+// reads the columns of the listing, and the payload after them when
+// withPayload.
+func scanDeadLetter(s scanner, withPayload bool) (*store.DeadLetter, error) {
 	var (
 		id, typ, headers, created, failed, status string
 		key, lastErr, resolved                    sql.NullString
 		payload                                   []byte
-		attempts                                  any
+		attempts, size                            any
 		dl                                        store.DeadLetter
 	)
-	if err := s.Scan(&id, &typ, &key, &payload, &headers, &attempts, &lastErr, &created, &failed, &status, &resolved); err != nil {
+	dest := []any{&id, &typ, &key, &size, &headers, &attempts, &lastErr, &created, &failed, &status, &resolved}
+	if withPayload {
+		dest = append(dest, &payload)
+	}
+	if err := s.Scan(dest...); err != nil {
 		return nil, err
 	}
 	dl.ID, _ = txbox.ParseID(id)
 	dl.EventType, dl.Key, dl.LastError, dl.Status = typ, key.String, lastErr.String, status
-	dl.Payload = payload
-	if dl.Payload == nil {
-		dl.Payload = []byte{}
+	if withPayload {
+		dl.Payload = payload
+		if dl.Payload == nil {
+			dl.Payload = []byte{}
+		}
 	}
+	dl.PayloadSize, _ = intValue(size)
 	dl.Headers, _ = decodeHeaders(headers)
 	dl.Attempts, _ = intValue(attempts)
 	dl.CreatedAt, _ = parseTime(created)
@@ -216,7 +270,7 @@ func (d *Driver) DeadLetterGet(ctx context.Context, id txbox.ID) (*store.DeadLet
 	if err := d.check(); err != nil {
 		return nil, err
 	}
-	dl, err := scanDeadLetter(d.db.QueryRowContext(ctx, d.q.deadLetterSelect+" WHERE id = ?", id.String()))
+	dl, err := scanDeadLetter(d.db.QueryRowContext(ctx, d.q.deadLetterGet, id.String()), true)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("sqlite: dead letter %s: %w", id, txbox.ErrNotFound)
 	}

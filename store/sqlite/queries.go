@@ -81,7 +81,9 @@ type queries struct {
 
 	deadLetterMove       string
 	deadLetterMoveDelete string // + id list
-	deadLetterSelect     string // columns of a dead letter, FROM included
+	deadLetterSelect     string // columns of a dead letter but its payload, FROM included
+	deadLetterSelectIDs  string // id, failed_at, status, FROM included
+	deadLetterGet        string // the columns and the payload of one id
 	deadLetterCount      string
 	deadLetterRetry      string // + id list + conflict clause
 	deadLetterRetryDel   string // + id list
@@ -252,7 +254,11 @@ ORDER BY event_type`)
 // deadLetterQueries: the dead-letter table. Statements that end in "IN "
 // take an id list (placeholders).
 func deadLetterQueries(q *queries, r *strings.Replacer) {
-	const dlCols = `id, event_type, event_key, payload, headers, attempts, last_error, created_at, failed_at, status, resolved_at`
+	// Listings read the payload's size, not the payload: length() of a
+	// BLOB column reads the record header only. A TEXT payload (written by
+	// plain SQL) is measured in bytes, not characters. DeadLetterGet alone
+	// reads the payload, after these columns.
+	const dlCols = `id, event_type, event_key, iif(typeof(payload) = 'blob', length(payload), length(CAST(payload AS BLOB))), headers, attempts, last_error, created_at, failed_at, status, resolved_at`
 	// WHERE true: SQLite's parser needs it between INSERT ... SELECT
 	// and an upsert clause. failed_at is when the row failed (its
 	// processed_at, set by finishFailed); rows failed before that was
@@ -269,6 +275,8 @@ ON CONFLICT (id) DO UPDATE SET
 RETURNING id`)
 	q.deadLetterMoveDelete = r.Replace(`DELETE FROM {outbox} WHERE status = 'FAILED' AND id IN `)
 	q.deadLetterSelect = r.Replace(`SELECT ` + dlCols + ` FROM {dead_letter}`)
+	q.deadLetterSelectIDs = r.Replace(`SELECT id, failed_at, status FROM {dead_letter}`)
+	q.deadLetterGet = r.Replace(`SELECT ` + dlCols + `, payload FROM {dead_letter} WHERE id = ?`)
 	q.deadLetterCount = r.Replace(`SELECT count(*) FROM {dead_letter}`)
 	q.deadLetterRetry = r.Replace(`INSERT INTO {outbox} (id, event_type, event_key, payload, headers, status, attempts, due_at, last_error, created_at)
 SELECT id, event_type, event_key, payload, headers, 'PENDING', 0, {now}, last_error, created_at

@@ -40,7 +40,11 @@ func testDeadLetterFailedAt(t *testing.T, e *env) {
 }
 
 // testDeadLetterFailedWindow: FailedAfter is inclusive and FailedBefore
-// exclusive on every dialect (store.DeadLetterFilter).
+// exclusive on every dialect (store.DeadLetterFilter), compared in UTC
+// and exactly: a bound a nanosecond after a stored time is after it
+// whatever the stored precision. A bound outside the range every dialect
+// stores is refused rather than compared wrongly (store.CheckFilterTime):
+// 9999-12-31T23:59:59-14:00 is year 10000 in UTC.
 func testDeadLetterFailedWindow(t *testing.T, e *env) {
 	id := e.deadLetter("window", "", "x")
 	dl, err := e.d.DeadLetterGet(e.ctx, id)
@@ -50,6 +54,8 @@ func testDeadLetterFailedWindow(t *testing.T, e *env) {
 	at := dl.FailedAt
 	// One millisecond: the coarsest precision a dialect stores (SQLite).
 	const step = time.Millisecond
+	east := time.FixedZone("+14:00", 14*3600)
+	west := time.FixedZone("-14:00", -14*3600)
 	for _, c := range []struct {
 		name string
 		f    store.DeadLetterFilter
@@ -60,6 +66,15 @@ func testDeadLetterFailedWindow(t *testing.T, e *env) {
 		{"FailedBefore = failed_at (exclusive)", store.DeadLetterFilter{FailedBefore: at}, 0},
 		{"FailedBefore just after", store.DeadLetterFilter{FailedBefore: at.Add(step)}, 1},
 		{"window [failed_at, failed_at+1ms)", store.DeadLetterFilter{FailedAfter: at, FailedBefore: at.Add(step)}, 1},
+		{"FailedAfter a nanosecond after", store.DeadLetterFilter{FailedAfter: at.Add(time.Nanosecond)}, 0},
+		{"FailedBefore a nanosecond after", store.DeadLetterFilter{FailedBefore: at.Add(time.Nanosecond)}, 1},
+		{"FailedAfter a nanosecond before", store.DeadLetterFilter{FailedAfter: at.Add(-time.Nanosecond)}, 1},
+		{"FailedBefore a nanosecond before", store.DeadLetterFilter{FailedBefore: at.Add(-time.Nanosecond)}, 0},
+		{"FailedAfter = failed_at at +14:00", store.DeadLetterFilter{FailedAfter: at.In(east)}, 1},
+		{"FailedBefore = failed_at at -14:00", store.DeadLetterFilter{FailedBefore: at.In(west)}, 0},
+		{"FailedBefore the last storable instant", store.DeadLetterFilter{FailedBefore: store.MaxFilterTime}, 1},
+		{"FailedAfter the first storable instant", store.DeadLetterFilter{FailedAfter: store.MinFilterTime}, 1},
+		{"FailedAfter the last storable instant at -14:00", store.DeadLetterFilter{FailedAfter: store.MaxFilterTime.In(west)}, 0},
 	} {
 		n, err := e.d.DeadLetterCount(e.ctx, &c.f)
 		if err != nil {
@@ -74,6 +89,21 @@ func testDeadLetterFailedWindow(t *testing.T, e *env) {
 		}
 		if int64(len(dls)) != c.want {
 			t.Errorf("%s: listed %d, want %d", c.name, len(dls), c.want)
+		}
+	}
+	for _, bad := range []time.Time{
+		time.Date(9999, 12, 31, 23, 59, 59, 0, west),
+		store.MaxFilterTime.Add(time.Nanosecond),
+		store.MinFilterTime.Add(-time.Nanosecond),
+		time.Date(1000, 1, 1, 0, 0, 0, 0, east),
+	} {
+		for _, f := range []store.DeadLetterFilter{{FailedAfter: bad}, {FailedBefore: bad}} {
+			if _, err := e.d.DeadLetterCount(e.ctx, &f); !errors.Is(err, store.ErrInvalidParams) {
+				t.Errorf("count with %+v: %v, want ErrInvalidParams", f, err)
+			}
+			if _, err := e.d.DeadLetterListIDs(e.ctx, &store.DeadLetterListParams{Filter: f, Limit: 1}); !errors.Is(err, store.ErrInvalidParams) {
+				t.Errorf("list ids with %+v: %v, want ErrInvalidParams", f, err)
+			}
 		}
 	}
 }
@@ -248,12 +278,7 @@ func testDeadLetterAdmin(t *testing.T, e *env) {
 }
 
 func testDeadLetterCursor(t *testing.T, e *env) {
-	evs := events("paged", 7)
-	e.publish(evs...)
-	e.finishAll(e.claim("paged", 7, longLease), store.OutcomeFailed, 0, "x")
-	if n := e.moveAll(); n != 7 {
-		t.Fatalf("moved %d, want 7", n)
-	}
+	e.deadLetters("paged", 7)
 	var (
 		pages [][]txbox.ID
 		all   []*store.DeadLetter
@@ -346,4 +371,157 @@ func testDeadLetterMoveConcurrent(t *testing.T, e *env) {
 	if s := e.stats("poison-many"); s.Failed != 0 {
 		t.Fatalf("%d FAILED rows left in the outbox", s.Failed)
 	}
+}
+
+// testDeadLetterListSizes: listings read each payload's size, never the
+// payload (store.DeadLetters.DeadLetterList), so a page of large dead
+// letters weighs what a page of small ones does; DeadLetterGet reads the
+// payload. DeadLetterListIDs lists the same dead letters in the same
+// order, and the IDs filter keeps only the ids it names.
+func testDeadLetterListSizes(t *testing.T, e *env) {
+	sizes := []int{0, 1, 300 << 10, 1 << 20}
+	want := map[txbox.ID]int{}
+	var named []txbox.ID
+	for i, size := range sizes {
+		ev := event("sized")
+		ev.Payload = bytes.Repeat([]byte{byte('a' + i)}, size)
+		e.publish(ev)
+		e.finishAll(e.claim("sized", 1, longLease), store.OutcomeFailed, 0, "too big")
+		want[ev.ID] = size
+		if size > 1 {
+			named = append(named, ev.ID)
+		}
+	}
+	if n := e.moveAll(); n != len(sizes) {
+		t.Fatalf("moved %d, want %d", n, len(sizes))
+	}
+	dls, err := e.d.DeadLetterList(e.ctx, &store.DeadLetterListParams{Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := e.d.DeadLetterListIDs(e.ctx, &store.DeadLetterListParams{Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) != len(sizes) || len(entries) != len(sizes) {
+		t.Fatalf("listed %d and %d entries, want %d", len(dls), len(entries), len(sizes))
+	}
+	for i, dl := range dls {
+		if dl.Payload != nil {
+			t.Errorf("listing read the payload of %s (%d bytes): it must read its size only", dl.ID, len(dl.Payload))
+		}
+		if dl.PayloadSize != want[dl.ID] {
+			t.Errorf("listed size of %s = %d, want %d", dl.ID, dl.PayloadSize, want[dl.ID])
+		}
+		if en := entries[i]; en.ID != dl.ID || !en.FailedAt.Equal(dl.FailedAt) || en.Status != dl.Status {
+			t.Errorf("entry %d = %+v, want the listing's %s %s %s", i, en, dl.ID, dl.FailedAt, dl.Status)
+		}
+		got, err := e.d.DeadLetterGet(e.ctx, dl.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Payload) != want[dl.ID] || got.PayloadSize != want[dl.ID] || got.Payload == nil {
+			t.Errorf("get %s: %d bytes, size %d, want %d", dl.ID, len(got.Payload), got.PayloadSize, want[dl.ID])
+		}
+	}
+	f := store.DeadLetterFilter{IDs: append(slices.Clone(named), txbox.NewID())}
+	byID, err := e.d.DeadLetterListIDs(e.ctx, &store.DeadLetterListParams{Filter: f, Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]txbox.ID, len(byID))
+	for i, en := range byID {
+		got[i] = en.ID
+	}
+	slices.SortFunc(got, func(a, b txbox.ID) int { return bytes.Compare(a[:], b[:]) })
+	slices.SortFunc(named, func(a, b txbox.ID) int { return bytes.Compare(a[:], b[:]) })
+	if !slices.Equal(got, named) {
+		t.Errorf("IDs filter listed %v, want %v", got, named)
+	}
+	if n, err := e.d.DeadLetterCount(e.ctx, &f); err != nil || n != int64(len(named)) {
+		t.Errorf("IDs filter counted %d (%v), want %d", n, err, len(named))
+	}
+	tooMany := store.DeadLetterFilter{IDs: make([]txbox.ID, store.MaxFilterIDs+1)}
+	if _, err := e.d.DeadLetterCount(e.ctx, &tooMany); !errors.Is(err, store.ErrInvalidParams) {
+		t.Errorf("count with %d ids: %v, want ErrInvalidParams", len(tooMany.IDs), err)
+	}
+}
+
+// testDeadLetterWalkOnce: a bulk action's walk (store.DeadLetterWalk)
+// hands every matching dead letter over exactly once while it acts on
+// each page, even as new dead letters arrive and the ones it retried fail
+// again: those come back with a later failure time, above the walk.
+func testDeadLetterWalkOnce(t *testing.T, e *env) {
+	evs := e.deadLetters("walked", 9)
+	seen := map[txbox.ID]int{}
+	pages := 0
+	next, err := store.DeadLetterWalk(e.ctx, e.d, &store.DeadLetterWalkParams{Filter: store.DeadLetterFilter{EventType: "walked"}, PageSize: 2},
+		func(page []store.DeadLetterEntry) error {
+			pages++
+			ids := make([]txbox.ID, len(page))
+			for i, en := range page {
+				seen[en.ID]++
+				ids[i] = en.ID
+			}
+			if n, err := e.d.DeadLetterRetry(e.ctx, ids); err != nil || n != len(ids) {
+				t.Fatalf("retry page %d: %d of %d, %v", pages, n, len(ids), err)
+			}
+			// Racing: the retried events fail again, and a new one.
+			e.publish(event("walked"))
+			e.finishAll(e.claim("walked", 10, longLease), store.OutcomeFailed, 0, "again")
+			e.moveAll()
+			return nil
+		})
+	if err != nil || next != nil {
+		t.Fatalf("walk: next %v, %v", next, err)
+	}
+	for _, ev := range evs {
+		if seen[ev.ID] != 1 {
+			t.Errorf("dead letter %s handed over %d times, want once", ev.ID, seen[ev.ID])
+		}
+	}
+	if len(seen) != len(evs) || pages != 5 {
+		t.Errorf("walk handed over %d dead letters in %d pages, want the 9 there at the start in 5", len(seen), pages)
+	}
+	// Limit stops the walk and says where to go on.
+	var first []txbox.ID
+	next, err = store.DeadLetterWalk(e.ctx, e.d, &store.DeadLetterWalkParams{Filter: store.DeadLetterFilter{EventType: "walked"}, Limit: 3},
+		func(page []store.DeadLetterEntry) error {
+			for _, en := range page {
+				first = append(first, en.ID)
+			}
+			return nil
+		})
+	if err != nil || next == nil || len(first) != 3 {
+		t.Fatalf("walk with limit 3: %d, next %v, %v", len(first), next, err)
+	}
+	rest := 0
+	if _, err := store.DeadLetterWalk(e.ctx, e.d, &store.DeadLetterWalkParams{Filter: store.DeadLetterFilter{EventType: "walked"}, After: next},
+		func(page []store.DeadLetterEntry) error {
+			for _, en := range page {
+				if slices.Contains(first, en.ID) {
+					t.Errorf("%s handed over again after the cursor", en.ID)
+				}
+			}
+			rest += len(page)
+			return nil
+		}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.d.DeadLetterCount(e.ctx, &store.DeadLetterFilter{EventType: "walked"}); err != nil || int64(3+rest) != n {
+		t.Errorf("walked 3 + %d, counted %d (%v)", rest, n, err)
+	}
+}
+
+// deadLetters publishes n events of typ, fails them for good and moves
+// them to the dead-letter table.
+func (e *env) deadLetters(typ string, n int) []*txbox.Event {
+	e.t.Helper()
+	evs := events(typ, n)
+	e.publish(evs...)
+	e.finishAll(e.claim(typ, n, longLease), store.OutcomeFailed, 0, "x")
+	if moved := e.moveAll(); moved != n {
+		e.t.Fatalf("moved %d, want %d", moved, n)
+	}
+	return evs
 }

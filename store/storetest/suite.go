@@ -54,6 +54,8 @@ func Exercise(t *testing.T, h Harness) {
 		{"FinishSanitisesText", testFinishSanitisesText},
 		{"DeadLetterAdmin", testDeadLetterAdmin},
 		{"DeadLetterCursor", testDeadLetterCursor},
+		{"DeadLetterListReadsSizesNotPayloads", testDeadLetterListSizes},
+		{"DeadLetterWalkHandsOverOnce", testDeadLetterWalkOnce},
 		{"OutboxCleanupTTL", testOutboxCleanup},
 		{"DeadLetterCleanupTTL", testDeadLetterCleanup},
 		{"CleanupLease", testLease},
