@@ -250,18 +250,27 @@ func (e *CloudEvent) Attributes(set func(name, value string)) {
 }
 
 // Structured returns the JSON event format of e with data as its data:
-// data as JSON when the datacontenttype is JSON and data is valid JSON,
-// else data_base64 (which carries any bytes unchanged).
+// data as it is, byte for byte, when the datacontenttype is JSON and data
+// is valid JSON, else data_base64 (which carries any bytes unchanged).
 func (e *CloudEvent) Structured(data []byte) ([]byte, error) {
 	env := map[string]any{}
 	e.Attributes(func(name, value string) { env[name] = value })
 	env["datacontenttype"] = e.DataContentType
-	if IsJSONMediaType(e.DataContentType) && json.Valid(data) {
-		env["data"] = json.RawMessage(data)
-	} else if data != nil {
+	asJSON := IsJSONMediaType(e.DataContentType) && json.Valid(data)
+	if !asJSON && data != nil {
 		env["data_base64"] = data // encoding/json writes []byte as base64
 	}
-	return json.Marshal(env)
+	b, err := json.Marshal(env)
+	if err != nil || !asJSON {
+		return b, err
+	}
+	// Spliced in rather than marshalled as a json.RawMessage, which
+	// encoding/json would compact: the receiver gets the payload's bytes.
+	out := make([]byte, 0, len(b)+len(data)+8)
+	out = append(out, b[:len(b)-1]...)
+	out = append(out, `,"data":`...)
+	out = append(out, data...)
+	return append(out, '}'), nil
 }
 
 // IsJSONMediaType reports whether ct is application/json, text/json or

@@ -619,7 +619,7 @@ func (s *Sender) Close(ctx context.Context) error {
 func (s *Sender) build(m *sender.Message) (*natsgo.Msg, int, error) {
 	e, binary, err := s.ce.Binary(m)
 	if err != nil {
-		return nil, 0, &MessageError{Reason: err.Error()}
+		return nil, 0, fmt.Errorf("nats: event %s: %w", m.ID, err)
 	}
 	nm, size, err := buildMsg(m)
 	if err != nil || !binary {
