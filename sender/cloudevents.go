@@ -109,7 +109,7 @@ func (c CloudEvents) Resolve(dataContentType string, structured bool) (CloudEven
 	if c.DataContentType == "" {
 		c.DataContentType = DefaultDataContentType
 	}
-	if _, _, err := mime.ParseMediaType(c.DataContentType); err != nil {
+	if mt, _, err := mime.ParseMediaType(c.DataContentType); err != nil || !strings.Contains(mt, "/") {
 		return c, &txbox.ConfigError{Component: "sender", Field: "content-type", Reason: fmt.Sprintf("must be a media type such as application/json, not %q", truncated(c.DataContentType))}
 	}
 	return c, nil
