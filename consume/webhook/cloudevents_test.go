@@ -3,11 +3,19 @@ package webhook_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/cloudevents/sdk-go/v2/binding"
+	"github.com/cloudevents/sdk-go/v2/event"
+	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consume"
@@ -22,8 +30,10 @@ import (
 // CloudEvents mode → consume/webhook → inbox. Every committed event has
 // exactly one effect, its inbox id, type and key taken from the id, type
 // and subject attributes (ce- headers in binary mode, the JSON envelope in
-// structured mode); copies posted by hand with the attributes only (no
-// Idempotency-Key, no txbox-event-id) are recognised as duplicates.
+// structured mode); the CloudEvents Go SDK's HTTP binding, in front of
+// the handler, decodes every request the relay sent as a valid event;
+// copies posted by hand with the attributes only (no Idempotency-Key, no
+// txbox-event-id) are recognised as duplicates.
 func TestCloudEventsRoundTrip(t *testing.T) {
 	t.Parallel()
 	for _, format := range []sender.Format{sender.FormatCloudEvents, sender.FormatCloudEventsStructured} {
@@ -35,7 +45,8 @@ func TestCloudEventsRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv := httptest.NewServer(h)
+			sdk := &sdkDecoder{next: h, events: map[string]event.Event{}}
+			srv := httptest.NewServer(sdk)
 			t.Cleanup(srv.Close)
 			p.Publish(t, "order-created", 20, 5, 4)
 
@@ -47,8 +58,57 @@ func TestCloudEventsRoundTrip(t *testing.T) {
 			t.Cleanup(func() { _ = snd.Close(context.Background()) })
 			p.StartRelay(t, snd, sender.Route{URL: srv.URL}, 2*time.Second)
 			p.WaitDelivered(t, consumetest.E2ETimeout())
+			sdk.check(t, p.Committed())
 			check.Copies(t, func(id txbox.ID) { postCopy(t, srv.URL, format, id) })
 		})
+	}
+}
+
+// sdkDecoder decodes every request with the CloudEvents Go SDK's HTTP
+// binding, as a CloudEvents consumer in front of the inbox would, then
+// hands it on to next.
+type sdkDecoder struct {
+	next http.Handler
+
+	mu     sync.Mutex
+	events map[string]event.Event
+	errs   []error
+}
+
+func (d *sdkDecoder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	e, err := binding.ToEvent(r.Context(), cehttp.NewMessageFromHttpRequest(r))
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	d.mu.Lock()
+	if err != nil {
+		d.errs = append(d.errs, err)
+	} else {
+		d.events[e.ID()] = *e
+	}
+	d.mu.Unlock()
+	d.next.ServeHTTP(w, r)
+}
+
+// check fails t unless the SDK decoded a valid event for each id, with
+// the attributes the relay's rows give.
+func (d *sdkDecoder) check(t *testing.T, ids []txbox.ID) {
+	t.Helper()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.errs) > 0 {
+		t.Fatalf("the SDK could not decode %d requests: %v", len(d.errs), d.errs[0])
+	}
+	for _, id := range ids {
+		e, ok := d.events[id.String()]
+		switch {
+		case !ok:
+			t.Errorf("no event %s decoded", id)
+		case e.Validate() != nil || e.Source() != "/orders" || e.Type() != "order-created" ||
+			!strings.HasPrefix(e.Subject(), "order-") || e.DataContentType() != "application/json" ||
+			e.Time().IsZero() || !json.Valid(e.Data()):
+			t.Errorf("event %s as the SDK decoded it: %v", id, e)
+		}
 	}
 }
 
