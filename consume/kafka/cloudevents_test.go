@@ -38,10 +38,7 @@ func TestCloudEventsRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- cons.Run(ctx) }()
+	consumetest.RunConsumer(t, cons.Run)
 	p.WaitDelivered(t, consumetest.E2ETimeout())
 	check.Copies(t, func(id txbox.ID) {
 		produce(t, c, []*kgo.Record{{Key: []byte("order-copy"), Value: []byte(`{"copy":true}`), Headers: []kgo.RecordHeader{
@@ -49,6 +46,4 @@ func TestCloudEventsRoundTrip(t *testing.T) {
 			{Key: "ce_source", Value: []byte("/elsewhere")}, {Key: "ce_type", Value: []byte("order-created")},
 		}}})
 	})
-	cancel()
-	<-done
 }

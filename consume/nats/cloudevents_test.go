@@ -39,10 +39,7 @@ func TestCloudEventsRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- cons.Run(ctx) }()
+	consumetest.RunConsumer(t, cons.Run)
 	p.WaitDelivered(t, consumetest.E2ETimeout())
 
 	check.Copies(t, func(id txbox.ID) {
@@ -57,6 +54,4 @@ func TestCloudEventsRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	cancel()
-	<-done
 }

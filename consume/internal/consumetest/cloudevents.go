@@ -89,3 +89,15 @@ func (c *CloudEventsCheck) Copies(t testing.TB, send func(id txbox.ID)) {
 	c.p.WaitDelivered(t, E2ETimeout())
 	c.Check(t)
 }
+
+// RunConsumer runs an adapter's Run in the background until t ends, then
+// cancels it and waits for it to return.
+func RunConsumer(t testing.TB, run func(ctx context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+}
