@@ -234,19 +234,28 @@ func contentTypeHeader(h map[string]string) (string, bool) {
 	return "", false
 }
 
+// attributeNames are the attributes Attributes gives, in its order.
+var attributeNames = [...]string{"specversion", "id", "source", "type", "subject", "time", "traceparent", "tracestate"}
+
 // Attributes calls set for each attribute e has, in the order of the
 // CloudEvents specification, except datacontenttype: every binding
 // carries that one in its own place (a content-type header or property).
 func (e *CloudEvent) Attributes(set func(name, value string)) {
-	for _, a := range [...]struct{ name, v string }{
-		{"specversion", e.SpecVersion}, {"id", e.ID}, {"source", e.Source}, {"type", e.Type},
-		{"subject", e.Subject}, {"time", e.Time},
-		{"traceparent", e.TraceParent}, {"tracestate", e.TraceState},
-	} {
-		if a.v != "" {
-			set(a.name, a.v)
+	for i, v := range [...]string{e.SpecVersion, e.ID, e.Source, e.Type, e.Subject, e.Time, e.TraceParent, e.TraceState} {
+		if v != "" {
+			set(attributeNames[i], v)
 		}
 	}
+}
+
+// PrefixedNames maps each attribute name Attributes gives to prefix + the
+// name: a binding's header names, built once rather than per message.
+func PrefixedNames(prefix string) map[string]string {
+	m := make(map[string]string, len(attributeNames))
+	for _, n := range attributeNames {
+		m[n] = prefix + n
+	}
+	return m
 }
 
 // Structured returns the JSON event format of e with data as its data:

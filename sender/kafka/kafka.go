@@ -435,6 +435,9 @@ func record(m *sender.Message) *kgo.Record {
 	return r
 }
 
+// ceHeaders are the binding's header names of the attributes.
+var ceHeaders = sender.PrefixedNames(HeaderPrefixCloudEvents)
+
 // Header names of the Kafka CloudEvents binding in binary content mode.
 const (
 	// HeaderPrefixCloudEvents prefixes each context attribute's name.
@@ -450,7 +453,7 @@ const (
 func addCloudEvent(r *kgo.Record, e *sender.CloudEvent) {
 	r.Headers = slices.DeleteFunc(r.Headers, func(h kgo.RecordHeader) bool { return sender.IsContentType(h.Key) })
 	e.Attributes(func(name, v string) {
-		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderPrefixCloudEvents + name, Value: []byte(v)})
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: ceHeaders[name], Value: []byte(v)})
 	})
 	r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderContentType, Value: []byte(e.DataContentType)})
 }

@@ -630,17 +630,23 @@ func (s *Sender) build(m *sender.Message) (*natsgo.Msg, int, error) {
 			delete(nm.Header, k)
 		}
 	}
+	// The one-value slices share one array, as in buildMsg.
+	vals := make([]string, 0, 9)
 	add := func(k, v string) {
-		nm.Header[k] = []string{v}
+		vals = append(vals, v)
+		nm.Header[k] = vals[len(vals)-1 : len(vals) : len(vals)]
 		size += len(k) + len(v) + 4
 	}
-	e.Attributes(func(name, v string) { add(HeaderPrefixCloudEvents+name, v) })
+	e.Attributes(func(name, v string) { add(ceHeaders[name], v) })
 	if err := checkHeader(HeaderContentType, e.DataContentType); err != nil {
 		return nil, 0, err
 	}
 	add(HeaderContentType, e.DataContentType)
 	return nm, size, nil
 }
+
+// ceHeaders are the binding's header names of the attributes.
+var ceHeaders = sender.PrefixedNames(HeaderPrefixCloudEvents)
 
 // Header names of the NATS CloudEvents binding in binary content mode.
 const (

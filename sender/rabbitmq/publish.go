@@ -181,6 +181,9 @@ func routingKey(m *sender.Message) string {
 // the datacontenttype is the content-type property.
 const HeaderPrefixCloudEvents = "cloudEvents:"
 
+// ceHeaders are the header names of the attributes.
+var ceHeaders = sender.PrefixedNames(HeaderPrefixCloudEvents)
+
 // publishing builds the AMQP message of m in its format. The send loop
 // checked the format (CloudEvents.Binary).
 func (s *Sender) publishing(m *sender.Message) amqp.Publishing {
@@ -207,7 +210,7 @@ func (s *Sender) publishing(m *sender.Message) amqp.Publishing {
 				delete(h, k)
 			}
 		}
-		e.Attributes(func(name, v string) { h[HeaderPrefixCloudEvents+name] = v })
+		e.Attributes(func(name, v string) { h[ceHeaders[name]] = v })
 		p.ContentType = e.DataContentType
 	}
 	return p
