@@ -313,7 +313,8 @@ func (c *Config) senderConfig(name string, getenv func(string) string, logger *s
 			}
 		}
 		return nats.Config{URL: n.URL.Reveal(), Name: n.Name, CredsFile: n.CredsFile, AckTimeout: n.Timeout, MaxPending: n.MaxPending,
-			Logger: log, ProvisionStream: n.ProvisionStream, User: n.User, Password: pw, Token: token, NKeySeedFile: n.NKeySeedFile, TLS: tc}, nil
+			Logger: log, ProvisionStream: n.ProvisionStream, User: n.User, Password: pw, Token: token, NKeySeedFile: n.NKeySeedFile, TLS: tc,
+			CloudEvents: sc.senderCloudEvents()}, nil
 	case SenderWebhook:
 		w := sc.Webhook
 		secret, err := readSecret(getenv, p, "hmac-secret", w.HMACSecretEnv, w.HMACSecretFile)
@@ -324,7 +325,8 @@ func (c *Config) senderConfig(name string, getenv func(string) string, logger *s
 		if err != nil {
 			return nil, err
 		}
-		return webhook.Config{Timeout: w.Timeout, MaxConcurrency: w.Concurrency, ContentType: w.ContentType, Secret: secret, SignatureHeader: w.SignatureHeader, TLS: tc}, nil
+		return webhook.Config{Timeout: w.Timeout, MaxConcurrency: w.Concurrency, ContentType: w.ContentType, Secret: secret, SignatureHeader: w.SignatureHeader, TLS: tc,
+			CloudEvents: sc.senderCloudEvents()}, nil
 	case SenderKafka:
 		k := sc.Kafka
 		tc, err := tlsOf(k.TLS)
@@ -332,7 +334,8 @@ func (c *Config) senderConfig(name string, getenv func(string) string, logger *s
 			return nil, err
 		}
 		kc := kafka.Config{Brokers: k.Brokers, ClientID: k.ClientID, DeliveryTimeout: k.Timeout, Linger: k.Linger, MaxBufferedRecords: k.MaxBufferedRecords,
-			MaxRecordBytes: k.MaxRecordBytes, ProvisionPartitions: int32(k.ProvisionPartitions), ProvisionReplicationFactor: int16(k.ProvisionReplicationFactor), TLS: tc}
+			MaxRecordBytes: k.MaxRecordBytes, ProvisionPartitions: int32(k.ProvisionPartitions), ProvisionReplicationFactor: int16(k.ProvisionReplicationFactor), TLS: tc,
+			CloudEvents: sc.senderCloudEvents()}
 		if k.SASL != nil {
 			sp := join(p, "sasl")
 			pw, err := readSecret(getenv, sp, "password", k.SASL.PasswordEnv, k.SASL.PasswordFile)
@@ -359,7 +362,8 @@ func (c *Config) senderConfig(name string, getenv func(string) string, logger *s
 			return nil, err
 		}
 		return rabbitmq.Config{URL: u, ConfirmTimeout: r.Timeout, Channels: r.Channels,
-			MaxMessageBytes: r.MaxMessageBytes, ProvisionExchangeType: r.ProvisionExchangeType, TLS: tc}, nil
+			MaxMessageBytes: r.MaxMessageBytes, ProvisionExchangeType: r.ProvisionExchangeType, TLS: tc,
+			CloudEvents: sc.senderCloudEvents()}, nil
 	case SenderRedis:
 		r := sc.Redis
 		password, err := readSecret(getenv, p, "password", r.PasswordEnv, r.PasswordFile)
@@ -371,7 +375,8 @@ func (c *Config) senderConfig(name string, getenv func(string) string, logger *s
 			return nil, err
 		}
 		return redisstream.Config{Addr: r.Addr, Username: r.Username, Password: password, DB: r.DB, MaxLen: r.MaxLen,
-			ReadTimeout: r.Timeout, WriteTimeout: r.Timeout, PoolSize: r.PoolSize, TLS: tc}, nil
+			ReadTimeout: r.Timeout, WriteTimeout: r.Timeout, PoolSize: r.PoolSize, TLS: tc,
+			CloudEvents: sc.senderCloudEvents()}, nil
 	}
 	return nil, fmt.Errorf("%w: %s", ErrUnsupportedSender, sc.Type)
 }

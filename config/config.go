@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/sender"
 )
 
 // Default values applied by Load for keys the file, the environment and the
@@ -220,6 +221,12 @@ type NATSSender struct {
 	// TLS configures TLS. Defaults to TLS only when the server requires
 	// it, with the system roots.
 	TLS *TLS `yaml:"tls"`
+	// Format is the wire format of the messages whose route sets none:
+	// txbox or cloudevents (docs/cloudevents.md). Defaults to txbox.
+	Format string `yaml:"format"`
+	// CloudEvents sets the CloudEvents attributes that do not come from
+	// the event. Defaults to source /txbox, datacontenttype application/octet-stream.
+	CloudEvents *CloudEventsSettings `yaml:"cloudevents"`
 }
 
 // WebhookSender configures the HTTP webhook sender (sender/webhook).
@@ -246,6 +253,12 @@ type WebhookSender struct {
 	// TLS configures https requests (a private CA, a client certificate).
 	// Defaults to the system roots.
 	TLS *TLS `yaml:"tls"`
+	// Format is the wire format of the messages whose route sets none:
+	// txbox or cloudevents or cloudevents-structured (docs/cloudevents.md). Defaults to txbox.
+	Format string `yaml:"format"`
+	// CloudEvents sets the CloudEvents attributes that do not come from
+	// the event. Defaults to source /txbox, datacontenttype the content-type key.
+	CloudEvents *CloudEventsSettings `yaml:"cloudevents"`
 }
 
 // KafkaSender configures the Kafka sender (sender/kafka).
@@ -288,6 +301,12 @@ type KafkaSender struct {
 	// SASL authenticates the connections (PLAIN, SCRAM-SHA-256/512).
 	// Defaults to none.
 	SASL *KafkaSASL `yaml:"sasl"`
+	// Format is the wire format of the messages whose route sets none:
+	// txbox or cloudevents (docs/cloudevents.md). Defaults to txbox.
+	Format string `yaml:"format"`
+	// CloudEvents sets the CloudEvents attributes that do not come from
+	// the event. Defaults to source /txbox, datacontenttype application/octet-stream.
+	CloudEvents *CloudEventsSettings `yaml:"cloudevents"`
 }
 
 // RabbitMQSender configures the RabbitMQ sender (sender/rabbitmq). The
@@ -328,6 +347,12 @@ type RabbitMQSender struct {
 	// certificate); it requires amqps://. Defaults to the system roots
 	// for amqps://.
 	TLS *TLS `yaml:"tls"`
+	// Format is the wire format of the messages whose route sets none:
+	// txbox or cloudevents (docs/cloudevents.md). Defaults to txbox.
+	Format string `yaml:"format"`
+	// CloudEvents sets the CloudEvents attributes that do not come from
+	// the event. Defaults to source /txbox, datacontenttype application/octet-stream.
+	CloudEvents *CloudEventsSettings `yaml:"cloudevents"`
 }
 
 // RedisSender configures the Redis Streams sender (sender/redisstream).
@@ -356,6 +381,53 @@ type RedisSender struct {
 	// TLS makes the connections TLS (Redis built with TLS, a managed
 	// Redis). Defaults to plain TCP.
 	TLS *TLS `yaml:"tls"`
+	// Format is the wire format of the messages whose route sets none:
+	// txbox or cloudevents (docs/cloudevents.md). Defaults to txbox.
+	Format string `yaml:"format"`
+	// CloudEvents sets the CloudEvents attributes that do not come from
+	// the event. Defaults to source /txbox, datacontenttype application/octet-stream.
+	CloudEvents *CloudEventsSettings `yaml:"cloudevents"`
+}
+
+// CloudEventsSettings are the cloudevents keys of a sender: the
+// attributes of its CloudEvents messages that do not come from the event
+// (sender.CloudEvents).
+type CloudEventsSettings struct {
+	// Source is the source attribute, a URI-reference such as /orders.
+	// Defaults to /txbox.
+	Source string `yaml:"source"`
+	// ContentType is the datacontenttype of events without a
+	// content-type header. Defaults to application/octet-stream; for a
+	// webhook sender, to its content-type.
+	ContentType string `yaml:"content-type"`
+}
+
+// cloudEvents returns the format and cloudevents keys of s, whatever its
+// type.
+func (s *Sender) cloudEvents() (string, *CloudEventsSettings) {
+	switch {
+	case s.NATS != nil:
+		return s.NATS.Format, s.NATS.CloudEvents
+	case s.Webhook != nil:
+		return s.Webhook.Format, s.Webhook.CloudEvents
+	case s.Kafka != nil:
+		return s.Kafka.Format, s.Kafka.CloudEvents
+	case s.RabbitMQ != nil:
+		return s.RabbitMQ.Format, s.RabbitMQ.CloudEvents
+	case s.Redis != nil:
+		return s.Redis.Format, s.Redis.CloudEvents
+	}
+	return "", nil
+}
+
+// senderCloudEvents is the sender.CloudEvents of s's keys.
+func (s *Sender) senderCloudEvents() sender.CloudEvents {
+	f, ce := s.cloudEvents()
+	out := sender.CloudEvents{Format: sender.Format(f)}
+	if ce != nil {
+		out.Source, out.DataContentType = ce.Source, ce.ContentType
+	}
+	return out
 }
 
 // Log controls logging.

@@ -121,6 +121,9 @@ func (c *Config) effective(ev *relay.EventSettings) relay.EventSettings {
 				*f.dst = f.src
 			}
 		}
+		if r.Format != "" {
+			route.Format = r.Format
+		}
 	}
 	eff.Route = &route
 	if eff.Sender == nil {
@@ -324,6 +327,9 @@ func (c *Config) validateDestination(d *decoder, p string, own *relay.EventSetti
 		return
 	}
 	r, rp := eff.Route, join(p, "route")
+	if own == nil || own.Route != nil && own.Route.Format != "" {
+		checkFormat(d, join(rp, "format"), string(r.Format), sc.Type)
+	}
 	switch sc.Type {
 	case SenderNATS:
 		if r.Subject == "" {

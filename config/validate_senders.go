@@ -1,11 +1,13 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/sender"
 )
 
@@ -79,6 +81,15 @@ func validateSender(d *decoder, p, name string, s *Sender) {
 		return
 	}
 	c := senderCheck{d: d, p: p}
+	format, ce := s.cloudEvents()
+	checkFormat(d, join(p, "format"), format, s.Type)
+	if ce != nil {
+		_, err := sender.CloudEvents{Source: ce.Source, DataContentType: ce.ContentType}.Resolve("", true)
+		var cerr *txbox.ConfigError
+		if errors.As(err, &cerr) {
+			c.sub("cloudevents").fail(cerr.Field, "%s", cerr.Reason)
+		}
+	}
 	switch s.Type {
 	case SenderNATS:
 		c.nats(s.NATS)
@@ -208,4 +219,16 @@ func (c senderCheck) redis(r *RedisSender) {
 	c.positive("timeout", r.Timeout)
 	c.secret("password", r.PasswordEnv, r.PasswordFile, false)
 	r.TLS.check(c.sub("tls"))
+}
+
+// checkFormat checks a format key: a known format, and structured mode
+// only for a webhook sender.
+func checkFormat(d *decoder, path, format, senderType string) {
+	f, err := sender.ParseFormat(format)
+	switch {
+	case err != nil:
+		d.fail(path, nil, "%v", err)
+	case f == sender.FormatCloudEventsStructured && senderType != SenderWebhook:
+		d.fail(path, nil, "%s is for webhook senders, not %s: use %s", f, senderType, sender.FormatCloudEvents)
+	}
 }

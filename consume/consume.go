@@ -27,7 +27,8 @@ type ConfigError = txbox.ConfigError
 
 // NewMessage builds the inbox.Message of a received message. id is the
 // value of the txbox-event-id header (or the broker's message id field,
-// which txbox's senders set to the same value); eventType that of
+// which txbox's senders set to the same value, or a CloudEvent's id
+// attribute: NewMessageFromHeaders picks it); eventType that of
 // txbox-event-type, informational.
 func NewMessage(id, eventType, key string, payload []byte, headers map[string]string) (inbox.Message, error) {
 	if id == "" {

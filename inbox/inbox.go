@@ -94,11 +94,15 @@ func (r Result) String() string {
 
 // Message is one received event, as the consumer adapters hand it over.
 type Message struct {
-	// ID is the event id, read from the txbox-event-id header. Required.
+	// ID is the event id, read from the txbox-event-id header, or from
+	// the id attribute of a CloudEvents message (ce-id, ce_id,
+	// cloudEvents:id; docs/cloudevents.md). Required.
 	ID txbox.ID
-	// Type is the event type (txbox-event-type), informational.
+	// Type is the event type (txbox-event-type, or the CloudEvents type
+	// attribute), informational.
 	Type string
-	// Key is the partition key, when the broker carries one.
+	// Key is the partition key, when the broker carries one (the
+	// CloudEvents subject attribute).
 	Key string
 	// Payload is the message body.
 	Payload []byte

@@ -507,6 +507,9 @@ func (c *Config) resolve(eventType, path string, own, parent EventSettings) (*se
 			s.route = *e.Route
 		}
 	}
+	if _, err := sender.ParseFormat(string(s.route.Format)); err != nil {
+		return nil, &ConfigError{Component: "relay", Field: keypath.Join(keypath.Join(path, "route"), "format"), Reason: err.Error()}
+	}
 	if s.senderName == "" {
 		if len(c.Senders) != 1 {
 			return nil, &ConfigError{Component: "relay", Field: keypath.Join(path, "sender"), Reason: fmt.Sprintf("is required when there are %d senders", len(c.Senders))}

@@ -75,6 +75,9 @@ type Route struct {
 	URL string `yaml:"url"`
 	// Stream is the Redis stream.
 	Stream string `yaml:"stream"`
+	// Format is the wire format of the messages of this route
+	// (docs/cloudevents.md). Empty takes the sender's.
+	Format Format `yaml:"format"`
 }
 
 // HeaderKey carries [Message.Key] on destinations that have no native key
@@ -87,11 +90,13 @@ const PlaceholderEventType = "{event_type}"
 
 // Expand returns r with every "{event_type}" replaced by eventType, so one
 // default route template such as topic "{event_type}" serves every type.
+// Format is copied as it is.
 func (r Route) Expand(eventType string) Route {
 	rep := func(s string) string { return strings.ReplaceAll(s, PlaceholderEventType, eventType) }
 	return Route{
 		Topic: rep(r.Topic), Subject: rep(r.Subject), Exchange: rep(r.Exchange),
 		RoutingKey: rep(r.RoutingKey), URL: rep(r.URL), Stream: rep(r.Stream),
+		Format: r.Format,
 	}
 }
 

@@ -1,6 +1,11 @@
 // Package kafka feeds an inbox from a franz-go consumer group and commits a
 // record's offset only after the inbox handled it.
 //
+// The event id is read from the txbox-event-id header; a CloudEvents
+// record (a ce_specversion header, docs/cloudevents.md) gives its id,
+// type and key from ce_id, ce_type and ce_subject (the record key when it
+// has no subject).
+//
 // Create the client with kgo.ConsumerGroup, kgo.ConsumeTopics and
 // kgo.DisableAutoCommit (the consumer then commits with CommitRecords after
 // each polled batch) or kgo.AutoCommitMarks (it marks records after

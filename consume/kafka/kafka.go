@@ -251,7 +251,8 @@ func (c *Consumer) handle(ctx, hctx context.Context, r *kgo.Record) bool {
 	for _, h := range r.Headers {
 		headers[h.Key] = string(h.Value)
 	}
-	msg, err := consume.NewMessage(headers[txbox.HeaderEventID], headers[txbox.HeaderEventType], string(r.Key), r.Value, headers)
+	get := func(name string) string { return headers[name] }
+	msg, err := consume.NewMessageFromHeaders(get, consume.PrefixKafka, "", string(r.Key), r.Value, headers)
 	if err != nil {
 		// Retrying cannot give it an id; holding the partition forever
 		// would stop every later record. Skip it, loudly.

@@ -313,11 +313,7 @@ func message(m jetstream.Msg) (inbox.Message, error) {
 			headers[k] = vs[0]
 		}
 	}
-	id := h.Get(txbox.HeaderEventID)
-	if id == "" {
-		id = h.Get(jetstream.MsgIDHeader)
-	}
-	msg, err := consume.NewMessage(id, h.Get(txbox.HeaderEventType), "", m.Data(), headers)
+	msg, err := consume.NewMessageFromHeaders(h.Get, consume.PrefixHTTP, h.Get(jetstream.MsgIDHeader), "", m.Data(), headers)
 	if err != nil {
 		return msg, err
 	}

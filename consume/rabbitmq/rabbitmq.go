@@ -213,11 +213,8 @@ func (c *Consumer) handle(ctx, hctx context.Context, d amqp.Delivery, cancelled 
 			headers[k] = fmt.Sprint(v)
 		}
 	}
-	id := headers[txbox.HeaderEventID]
-	if id == "" {
-		id = d.MessageId
-	}
-	msg, err := consume.NewMessage(id, headers[txbox.HeaderEventType], d.RoutingKey, d.Body, headers)
+	get := func(name string) string { return headers[name] }
+	msg, err := consume.NewMessageFromHeaders(get, consume.PrefixAMQP, d.MessageId, d.RoutingKey, d.Body, headers)
 	if err != nil {
 		c.logger.ErrorContext(ctx, "rabbitmq delivery rejected", "delivery_tag", d.DeliveryTag, "error", err)
 		c.settle(ctx, "reject", d.Reject(false), &c.rejected)

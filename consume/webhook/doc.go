@@ -1,7 +1,9 @@
 // Package webhook is the receiving end of txbox's webhook sender: an
 // http.Handler that verifies the HMAC signature (when a secret is
 // configured), reads the event id from the Idempotency-Key (or
-// txbox-event-id) header, and runs the request through an inbox.
+// txbox-event-id) header, or from the id attribute of a CloudEvent (ce-id
+// in binary mode, the application/cloudevents+json envelope in structured
+// mode; docs/cloudevents.md), and runs the request through an inbox.
 //
 // Status codes tell the sender what to do:
 //

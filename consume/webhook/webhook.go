@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -130,17 +131,31 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	id := r.Header.Get(txbox.HeaderEventID)
-	if id == "" {
-		id = r.Header.Get(webhook.HeaderIdempotencyKey)
-	}
 	headers := make(map[string]string, len(r.Header))
 	for k, vs := range r.Header {
 		if len(vs) > 0 && !strings.EqualFold(k, h.cfg.SignatureHeader) {
-			headers[strings.ToLower(k)] = vs[0]
+			k = strings.ToLower(k)
+			headers[k] = vs[0]
+			if strings.HasPrefix(k, consume.PrefixHTTP) {
+				// The HTTP binding percent-encodes attribute values.
+				if v, err := url.PathUnescape(vs[0]); err == nil {
+					headers[k] = v
+				}
+			}
 		}
 	}
-	msg, err := consume.NewMessage(id, r.Header.Get(txbox.HeaderEventType), r.Header.Get(sender.HeaderKey), body, headers)
+	var msg inbox.Message
+	if consume.IsStructured(r.Header.Get("Content-Type")) {
+		msg, err = consume.ParseStructured(body)
+		for k, v := range headers {
+			if _, ok := msg.Headers[k]; !ok && err == nil {
+				msg.Headers[k] = v
+			}
+		}
+	} else {
+		get := func(name string) string { return headers[name] }
+		msg, err = consume.NewMessageFromHeaders(get, consume.PrefixHTTP, r.Header.Get(webhook.HeaderIdempotencyKey), r.Header.Get(sender.HeaderKey), body, headers)
+	}
 	if err != nil {
 		writeProblem(w, Problem{Type: ProblemEventID, Title: "bad event id", Status: http.StatusBadRequest, Detail: err.Error()})
 		return

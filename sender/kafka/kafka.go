@@ -96,6 +96,14 @@ type Config struct {
 	// SASL authenticates every connection with this mechanism
 	// (franz-go's pkg/sasl/plain or pkg/sasl/scram). Defaults to none.
 	SASL sasl.Mechanism
+	// CloudEvents chooses the format of messages whose route sets none,
+	// and the CloudEvents source and default datacontenttype
+	// (docs/cloudevents.md). In the cloudevents format the attributes
+	// travel as ce_ headers and the datacontenttype as content-type, as
+	// the Kafka binding has them. A sender from NewFromClient has the
+	// zero value (the txbox format, unless a route sets one). Defaults
+	// to the txbox format.
+	CloudEvents sender.CloudEvents
 }
 
 func (c Config) withDefaults() Config {
@@ -202,6 +210,7 @@ type Sender struct {
 	// partitions and replicas are what Provision creates topics with.
 	partitions int32
 	replicas   int16
+	ce         sender.CloudEvents
 
 	// gate admits Sends until Close, which waits for those in flight.
 	gate sender.Gate
@@ -239,13 +248,18 @@ func New(cfg Config) (*Sender, error) {
 	if err != nil {
 		return nil, err
 	}
+	c := cfg.withDefaults()
+	ce, err := c.CloudEvents.Resolve("", false)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
-	c := cfg.withDefaults()
 	return &Sender{cl: cl, owned: true, pingTimeout: min(c.DialTimeout, maxPingTimeout),
-		partitions: orDefault(c.ProvisionPartitions), replicas: int16(orDefault(int32(c.ProvisionReplicationFactor)))}, nil
+		partitions: orDefault(c.ProvisionPartitions), replicas: int16(orDefault(int32(c.ProvisionReplicationFactor))),
+		ce: ce}, nil
 }
 
 // orDefault maps an unset (0) topic setting to -1, Kafka's "broker
@@ -317,8 +331,17 @@ func (s *Sender) send(ctx context.Context, msgs []*sender.Message) error {
 			b.settle(i, txbox.Rejected(fmt.Errorf("%w (event %s, type %q)", ErrNoTopic, m.ID, m.EventType)))
 			continue
 		}
+		e, binary, err := s.ce.Binary(m)
+		if err != nil {
+			b.settle(i, txbox.Permanent(fmt.Errorf("kafka sender: event %s: %w", m.ID, err)))
+			continue
+		}
+		r := record(m)
+		if binary {
+			addCloudEvent(r, &e)
+		}
 		i := i
-		s.cl.Produce(ctx, record(m), func(_ *kgo.Record, err error) {
+		s.cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
 			b.settle(i, classify(err))
 		})
 	}
@@ -410,6 +433,29 @@ func record(m *sender.Message) *kgo.Record {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
 	})
 	return r
+}
+
+// ceHeaders are the binding's header names of the attributes.
+var ceHeaders = sender.PrefixedNames(HeaderPrefixCloudEvents)
+
+// Header names of the Kafka CloudEvents binding in binary content mode.
+const (
+	// HeaderPrefixCloudEvents prefixes each context attribute's name.
+	HeaderPrefixCloudEvents = "ce_"
+	// HeaderContentType carries the datacontenttype attribute.
+	HeaderContentType = "content-type"
+)
+
+// addCloudEvent adds e's attributes to r as the binding's headers; an
+// event's own Content-Type header, in any case, gives way to
+// HeaderContentType. The record key stays the message key (or the event
+// id), which the subject attribute repeats.
+func addCloudEvent(r *kgo.Record, e *sender.CloudEvent) {
+	r.Headers = slices.DeleteFunc(r.Headers, func(h kgo.RecordHeader) bool { return sender.IsContentType(h.Key) })
+	e.Attributes(func(name, v string) {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: ceHeaders[name], Value: []byte(v)})
+	})
+	r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderContentType, Value: []byte(e.DataContentType)})
 }
 
 // classify sorts a produce error into the relay's classes.

@@ -93,6 +93,12 @@ type Config struct {
 	// TLS only when the server requires it or the URL is tls://, with
 	// the system roots.
 	TLS *tls.Config
+	// CloudEvents chooses the format of messages whose route sets none,
+	// and the CloudEvents source and default datacontenttype
+	// (docs/cloudevents.md). In the cloudevents format the attributes
+	// travel as ce- headers and the datacontenttype as content-type, as
+	// the NATS binding has them. Defaults to the txbox format.
+	CloudEvents sender.CloudEvents
 }
 
 // ConfigError reports an invalid Config field.
@@ -144,6 +150,7 @@ type Sender struct {
 	release    func()
 	stream     string // the stream Provision creates or updates
 	log        *slog.Logger
+	ce         sender.CloudEvents
 
 	// dial follows the connects of a connection New made (nil for
 	// NewFromConn); Send reports its last error with ErrNotConnected.
@@ -220,6 +227,13 @@ func (cfg *Config) withDefaults() error {
 	if !validStreamName(cfg.ProvisionStream) {
 		return &ConfigError{Field: "provision-stream", Reason: fmt.Sprintf("%q is not a valid stream name (no spaces, '.', '*', '>', '/' or '\\')", truncate(cfg.ProvisionStream))}
 	}
+	ce, err := cfg.CloudEvents.Resolve("", false)
+	if err != nil {
+		var cerr *txbox.ConfigError
+		errors.As(err, &cerr)
+		return &ConfigError{Field: cerr.Field, Reason: cerr.Reason}
+	}
+	cfg.CloudEvents = ce
 	return nil
 }
 
@@ -394,6 +408,7 @@ func newSender(nc *natsgo.Conn, cfg Config, log *slog.Logger) (*Sender, error) {
 	s := &Sender{
 		nc: nc, ackTimeout: cfg.AckTimeout, slots: make(chan struct{}, cfg.MaxPending),
 		stream: cfg.ProvisionStream, log: log, lookups: map[string]*streamLookup{},
+		ce: cfg.CloudEvents,
 	}
 	// MaxPending is enforced by the slots, acquired before each publish
 	// (so a Send blocked on a full window still sees its context) and
@@ -470,7 +485,7 @@ func (s *Sender) publishAll(ctx context.Context, msgs []*sender.Message, errs []
 			errs[i] = txbox.Permanent(&MessageError{Reason: "nil message"})
 			continue
 		}
-		nm, hdrBound, err := buildMsg(m)
+		nm, hdrBound, err := s.build(m)
 		if err != nil {
 			errs[i] = txbox.Permanent(err)
 			continue
@@ -596,6 +611,50 @@ func (s *Sender) Close(ctx context.Context) error {
 	}
 	return err
 }
+
+// build is buildMsg in the message's format: in the cloudevents format
+// the context attributes are added as ce- headers and the
+// datacontenttype as content-type (an event's own Content-Type header,
+// in any case, gives way to it).
+func (s *Sender) build(m *sender.Message) (*natsgo.Msg, int, error) {
+	e, binary, err := s.ce.Binary(m)
+	if err != nil {
+		return nil, 0, fmt.Errorf("nats: event %s: %w", m.ID, err)
+	}
+	nm, size, err := buildMsg(m)
+	if err != nil || !binary {
+		return nm, size, err
+	}
+	for k := range nm.Header {
+		if sender.IsContentType(k) {
+			delete(nm.Header, k)
+		}
+	}
+	// The one-value slices share one array, as in buildMsg.
+	vals := make([]string, 0, 9)
+	add := func(k, v string) {
+		vals = append(vals, v)
+		nm.Header[k] = vals[len(vals)-1 : len(vals) : len(vals)]
+		size += len(k) + len(v) + 4
+	}
+	e.Attributes(func(name, v string) { add(ceHeaders[name], v) })
+	if err := checkHeader(HeaderContentType, e.DataContentType); err != nil {
+		return nil, 0, err
+	}
+	add(HeaderContentType, e.DataContentType)
+	return nm, size, nil
+}
+
+// ceHeaders are the binding's header names of the attributes.
+var ceHeaders = sender.PrefixedNames(HeaderPrefixCloudEvents)
+
+// Header names of the NATS CloudEvents binding in binary content mode.
+const (
+	// HeaderPrefixCloudEvents prefixes each context attribute's name.
+	HeaderPrefixCloudEvents = "ce-"
+	// HeaderContentType carries the datacontenttype attribute.
+	HeaderContentType = "content-type"
+)
 
 // natsMsg builds the NATS message for m, or a *MessageError.
 func natsMsg(m *sender.Message) (*natsgo.Msg, error) {

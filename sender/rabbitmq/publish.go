@@ -71,7 +71,7 @@ func (s *Sender) publishAll(ctx context.Context, pc *pubChan, msgs []*sender.Mes
 			m := msgs[i]
 			var err error
 			dcs[i], err = pc.ch.PublishWithDeferredConfirmWithContext(ctx,
-				m.Route.Exchange, routingKey(m), true, false, publishing(m))
+				m.Route.Exchange, routingKey(m), true, false, s.publishing(m))
 			if err != nil {
 				pubErr = s.publishFailed(ctx, pc, err)
 			}
@@ -173,7 +173,20 @@ func routingKey(m *sender.Message) string {
 	return m.EventType
 }
 
-func publishing(m *sender.Message) amqp.Publishing {
+// HeaderPrefixCloudEvents prefixes each CloudEvents context attribute's
+// name in the headers of a message in the cloudevents format: the AMQP
+// 1.0 binding's application-property prefix, the closest convention AMQP
+// 0-9-1 has (docs/cloudevents.md). Values are the attributes' canonical
+// strings (time as RFC 3339: an AMQP 0-9-1 timestamp has whole seconds);
+// the datacontenttype is the content-type property.
+const HeaderPrefixCloudEvents = "cloudEvents:"
+
+// ceHeaders are the header names of the attributes.
+var ceHeaders = sender.PrefixedNames(HeaderPrefixCloudEvents)
+
+// publishing builds the AMQP message of m in its format. The send loop
+// checked the format (CloudEvents.Binary).
+func (s *Sender) publishing(m *sender.Message) amqp.Publishing {
 	h := make(amqp.Table, len(m.Headers)+3)
 	for k, v := range m.Headers {
 		h[k] = v
@@ -182,7 +195,7 @@ func publishing(m *sender.Message) amqp.Publishing {
 	if _, ok := h[sender.HeaderKey]; !ok && m.Key != "" {
 		h[sender.HeaderKey] = m.Key
 	}
-	return amqp.Publishing{
+	p := amqp.Publishing{
 		Headers:      h,
 		DeliveryMode: amqp.Persistent,
 		MessageId:    m.ID.String(),
@@ -191,4 +204,14 @@ func publishing(m *sender.Message) amqp.Publishing {
 		AppId:        "txbox",
 		Body:         m.Payload,
 	}
+	if e, binary, _ := s.cfg.CloudEvents.Binary(m); binary {
+		for k := range h {
+			if sender.IsContentType(k) {
+				delete(h, k)
+			}
+		}
+		e.Attributes(func(name, v string) { h[ceHeaders[name]] = v })
+		p.ContentType = e.DataContentType
+	}
+	return p
 }

@@ -114,6 +114,13 @@ type Config struct {
 	// CA, a client certificate). Ignored for amqp://. Defaults to the
 	// system roots for amqps://.
 	TLS *tls.Config
+	// CloudEvents chooses the format of messages whose route sets none,
+	// and the CloudEvents source and default datacontenttype
+	// (docs/cloudevents.md). AMQP 0-9-1 has no CloudEvents binding: in
+	// the cloudevents format the attributes travel as cloudEvents:
+	// headers and the datacontenttype as the content-type property, as
+	// the AMQP 1.0 binding has them. Defaults to the txbox format.
+	CloudEvents sender.CloudEvents
 }
 
 func (c Config) withDefaults() Config {
@@ -237,6 +244,11 @@ func New(cfg Config) (*Sender, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	ce, err := cfg.CloudEvents.Resolve("", false)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	cfg.CloudEvents = ce
 	return &Sender{cfg: cfg, exchanges: map[string]time.Time{}}, nil
 }
 
@@ -256,6 +268,10 @@ func (s *Sender) send(ctx context.Context, msgs []*sender.Message) error {
 	for i, m := range msgs {
 		if m == nil {
 			errs[i] = txbox.Permanent(ErrNilMessage)
+			continue
+		}
+		if _, _, err := s.cfg.CloudEvents.Binary(m); err != nil {
+			errs[i] = txbox.Permanent(fmt.Errorf("%w: event %s: %w", ErrInvalidMessage, m.ID, err))
 			continue
 		}
 		if err := encodable(m); err != nil {

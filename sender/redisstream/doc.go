@@ -10,6 +10,12 @@
 //	payload  the payload bytes, unchanged
 //	headers  the event headers and the txbox-* headers, as a JSON object
 //
+// In the cloudevents format (Config.CloudEvents, or the route's Format;
+// docs/cloudevents.md) the entry has one field per CloudEvents attribute,
+// named after it (specversion, id, source, type, subject, time,
+// datacontenttype, traceparent), the payload as data, and headers as
+// above.
+//
 // The stream is the route's Stream, or its Topic when Stream is empty. With
 // MaxLen set, each XADD trims the stream approximately (MAXLEN ~ n), which
 // is cheap and keeps it bounded.

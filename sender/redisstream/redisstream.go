@@ -83,6 +83,12 @@ type Config struct {
 	// configuration (Redis 6+ built with TLS, or a managed Redis).
 	// Defaults to plain TCP.
 	TLS *tls.Config
+	// CloudEvents chooses the format of messages whose route sets none,
+	// and the CloudEvents source and default datacontenttype
+	// (docs/cloudevents.md). Redis has no CloudEvents binding: in the
+	// cloudevents format each attribute is a field named after it and
+	// the payload is the data field. Defaults to the txbox format.
+	CloudEvents sender.CloudEvents
 }
 
 func (c Config) withDefaults() Config {
@@ -142,6 +148,7 @@ type Sender struct {
 	owned       bool
 	maxLen      int64
 	sendTimeout time.Duration // 0: none
+	ce          sender.CloudEvents
 
 	// gate admits Sends until Close, which waits for those in flight.
 	gate sender.Gate
@@ -176,6 +183,10 @@ func New(cfg Config) (*Sender, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	ce, err := cfg.CloudEvents.Resolve("", false)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
 	rdb := redis.NewClient(&redis.Options{
 		Addr:         cfg.Addr,
 		Username:     cfg.Username,
@@ -190,7 +201,7 @@ func New(cfg Config) (*Sender, error) {
 		// Let a Send's deadline reach the socket.
 		ContextTimeoutEnabled: true,
 	})
-	return &Sender{rdb: rdb, owned: true, maxLen: cfg.MaxLen, sendTimeout: cfg.SendTimeout}, nil
+	return &Sender{rdb: rdb, owned: true, maxLen: cfg.MaxLen, sendTimeout: cfg.SendTimeout, ce: ce}, nil
 }
 
 // NewFromClient wraps a client the caller built and owns; Close does not
@@ -282,6 +293,10 @@ func (s *Sender) args(m *sender.Message) (*redis.XAddArgs, error) {
 	if stream == "" {
 		return nil, txbox.Rejected(fmt.Errorf("%w (event %s, type %q)", ErrNoStream, m.ID, m.EventType))
 	}
+	e, binary, err := s.ce.Binary(m)
+	if err != nil {
+		return nil, txbox.Permanent(fmt.Errorf("redisstream sender: event %s: %w", m.ID, err))
+	}
 	h := m.Headers
 	// The relay fills the txbox-* headers; copy the map only when one is
 	// missing (a sender used on its own), never modifying the caller's.
@@ -306,6 +321,11 @@ func (s *Sender) args(m *sender.Message) (*redis.XAddArgs, error) {
 	a := &redis.XAddArgs{
 		Stream: stream,
 		Values: []any{"id", m.ID.String(), "type", m.EventType, "key", m.Key, "payload", m.Payload, "headers", hj},
+	}
+	if binary {
+		vals := make([]any, 0, 22)
+		e.Attributes(func(name, v string) { vals = append(vals, name, v) })
+		a.Values = append(vals, "datacontenttype", e.DataContentType, "data", m.Payload, "headers", hj)
 	}
 	if s.maxLen > 0 {
 		a.MaxLen = s.maxLen

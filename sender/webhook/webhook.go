@@ -83,6 +83,14 @@ type Config struct {
 	// requests (a private CA, a client certificate for mutual TLS).
 	// Ignored when HTTPClient is set. Defaults to the system roots.
 	TLS *tls.Config
+	// CloudEvents chooses the format of messages whose route sets none,
+	// and the CloudEvents source and default datacontenttype, which
+	// defaults to ContentType (docs/cloudevents.md). In the cloudevents
+	// format the attributes travel as ce- headers (percent-encoded as the
+	// HTTP binding requires) and the datacontenttype as Content-Type; in
+	// cloudevents-structured the body is the JSON event format. Defaults
+	// to the txbox format.
+	CloudEvents sender.CloudEvents
 }
 
 // ConfigError reports an invalid Config field or Verify argument.
@@ -139,6 +147,7 @@ type Sender struct {
 	secret      []byte
 	sigHeader   string
 	headers     http.Header
+	ce          sender.CloudEvents
 
 	// gate admits Sends until Close, which waits for those in flight.
 	gate sender.Gate
@@ -202,6 +211,15 @@ func New(cfg Config) (*Sender, error) {
 	if err != nil {
 		return nil, err
 	}
+	ce, err := cfg.CloudEvents.Resolve(cfg.ContentType, true)
+	if err != nil {
+		var cerr *txbox.ConfigError
+		errors.As(err, &cerr)
+		return nil, &ConfigError{Field: cerr.Field, Reason: cerr.Reason}
+	}
+	if err := checkValue(ce.DataContentType); err != nil {
+		return nil, &ConfigError{Field: "content-type", Reason: err.Error()}
+	}
 	s := &Sender{
 		client:      cfg.HTTPClient,
 		timeout:     cfg.Timeout,
@@ -209,6 +227,7 @@ func New(cfg Config) (*Sender, error) {
 		contentType: cfg.ContentType,
 		sigHeader:   cfg.SignatureHeader,
 		headers:     headers,
+		ce:          ce,
 	}
 	if cfg.Secret != "" {
 		s.secret = []byte(cfg.Secret)
@@ -512,7 +531,22 @@ func (s *Sender) request(ctx context.Context, m *sender.Message) (*http.Request,
 	if m.Route.URL == "" {
 		return nil, &MessageError{Reason: fmt.Sprintf("event type %q has no route URL", m.EventType)}
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.Route.URL, bytes.NewReader(m.Payload))
+	format := s.ce.FormatOf(m)
+	if _, err := sender.ParseFormat(string(format)); err != nil {
+		return nil, &MessageError{Reason: fmt.Sprintf("route format of event type %q %v", m.EventType, err)}
+	}
+	var e sender.CloudEvent
+	body := m.Payload
+	if format.IsCloudEvents() {
+		e = s.ce.Event(m)
+		if format == sender.FormatCloudEventsStructured {
+			var err error
+			if body, err = e.Structured(m.Payload); err != nil {
+				return nil, &MessageError{Reason: fmt.Sprintf("structured event: %v", err)}
+			}
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.Route.URL, bytes.NewReader(body))
 	if err != nil || (req.URL.Scheme != "http" && req.URL.Scheme != "https") || req.URL.Host == "" {
 		// Not the parse error itself: it repeats the URL, which may
 		// carry credentials.
@@ -540,6 +574,16 @@ func (s *Sender) request(ctx context.Context, m *sender.Message) (*http.Request,
 	for k, vs := range s.headers {
 		req.Header[k] = vs
 	}
+	switch format {
+	case sender.FormatCloudEvents:
+		if err := checkValue(e.DataContentType); err != nil {
+			return nil, &MessageError{Reason: fmt.Sprintf("datacontenttype: %v", err)}
+		}
+		contentType = e.DataContentType
+		e.Attributes(func(name, v string) { req.Header.Set(HeaderPrefixCloudEvents+name, percentEncode(v)) })
+	case sender.FormatCloudEventsStructured:
+		contentType = sender.ContentTypeStructured
+	}
 	req.Header.Set("Content-Type", contentType)
 	id := m.ID.String()
 	req.Header.Set(HeaderIdempotencyKey, id)
@@ -554,10 +598,43 @@ func (s *Sender) request(ctx context.Context, m *sender.Message) (*http.Request,
 		req.Header.Set("User-Agent", "txbox-webhook")
 	}
 	if s.secret != nil {
-		req.Header.Set(s.sigHeader, sign(s.secret, time.Now(), m.Payload))
+		req.Header.Set(s.sigHeader, sign(s.secret, time.Now(), body))
 	}
 	return req, nil
 }
+
+// HeaderPrefixCloudEvents prefixes each CloudEvents context attribute's
+// name in the headers of a request in the cloudevents format (the HTTP
+// binding's binary content mode).
+const HeaderPrefixCloudEvents = "ce-"
+
+// percentEncode encodes v as the HTTP binding requires of a ce- header
+// value: space, '"', '%' and every byte outside printable ASCII as %XX of
+// its UTF-8 bytes. Values without such a byte (ids, types, times) are
+// returned as they are.
+func percentEncode(v string) string {
+	n := 0
+	for i := 0; i < len(v); i++ {
+		if mustEncode(v[i]) {
+			n++
+		}
+	}
+	if n == 0 {
+		return v
+	}
+	const hex = "0123456789ABCDEF"
+	b := make([]byte, 0, len(v)+2*n)
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; mustEncode(c) {
+			b = append(b, '%', hex[c>>4], hex[c&15])
+		} else {
+			b = append(b, c)
+		}
+	}
+	return string(b)
+}
+
+func mustEncode(c byte) bool { return c <= ' ' || c > '~' || c == '"' || c == '%' }
 
 // redact drops user info and query from u for errors: both may carry
 // credentials.
