@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strings"
 	"testing"
 	"time"
 )
@@ -77,15 +76,6 @@ func PostgresSchema(t testing.TB, db *sql.DB) string {
 		_, _ = db.ExecContext(ctx, `DROP SCHEMA IF EXISTS `+name+` CASCADE`)
 	})
 	return name
-}
-
-// PostgresURLWithSchema returns PostgresURL with search_path set to schema.
-func PostgresURLWithSchema(schema string) string {
-	sep := "?"
-	if strings.Contains(PostgresURL, "?") {
-		sep = "&"
-	}
-	return PostgresURL + sep + "search_path=" + schema
 }
 
 // MySQLDatabase creates a fresh database on the local MariaDB, drops it when
