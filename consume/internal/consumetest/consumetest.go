@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store/sqlite"
+	"github.com/txbox/txbox/store/storeharness"
 )
 
 // Env is one test's inbox and effect table.
@@ -50,16 +50,7 @@ var ErrInjected = errors.New("consumetest: injected handler failure")
 // named consumer.
 func New(t testing.TB, consumer string) *Env {
 	t.Helper()
-	d, err := sqlite.Open(filepath.Join(t.TempDir(), "inbox.db"), sqlite.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := d.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	d := storeharness.SQLiteDriver(t)
 	if _, err := d.DB().Exec(`CREATE TABLE effect (event_id TEXT NOT NULL, payload BLOB)`); err != nil {
 		t.Fatal(err)
 	}
@@ -115,28 +106,7 @@ func (e *Env) Handler(ctx context.Context, tx any, m inbox.Message) error {
 // Effects returns the effect rows per event id.
 func (e *Env) Effects(t testing.TB) map[txbox.ID]int {
 	t.Helper()
-	rows, err := e.Store.DB().Query(`SELECT event_id, count(*) FROM effect GROUP BY event_id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[txbox.ID]int{}
-	for rows.Next() {
-		var s string
-		var n int
-		if err := rows.Scan(&s, &n); err != nil {
-			t.Fatal(err)
-		}
-		id, err := txbox.ParseID(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[id] = n
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return storeharness.QueryCounts(t, e.Store.DB(), `SELECT event_id, count(*) FROM effect GROUP BY event_id`)
 }
 
 // WaitEffects polls until every id in want has an effect or the deadline

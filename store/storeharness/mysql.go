@@ -156,7 +156,7 @@ func MySQLInbox() storetest.InboxHarness {
 			return err
 		},
 		CountEffects: func(t testing.TB, ns, consumer string) map[txbox.ID]int {
-			return queryCounts(t, mysqlAdmin(t, ns), "SELECT event_id, count(*) FROM inbox_effect WHERE consumer = ? GROUP BY event_id", consumer)
+			return QueryCounts(t, mysqlAdmin(t, ns), "SELECT event_id, count(*) FROM inbox_effect WHERE consumer = ? GROUP BY event_id", consumer)
 		},
 		CountInbox: func(t testing.TB, ns, consumer string) int {
 			return queryInt(t, mysqlAdmin(t, ns), "SELECT count(*) FROM "+mysqlInboxTable+" WHERE consumer_name = ?", consumer)
