@@ -152,8 +152,8 @@ type Sender struct {
 	lmu     sync.Mutex
 	lookups map[string]*streamLookup // by subject
 
-	// gate admits Sends until Close, which waits for those in flight.
-	gate sender.Gate
+	// life admits Sends until Close, which waits for those in flight.
+	life sender.Lifecycle
 }
 
 // streamLookup is one answer to "does a stream bind this subject?".
@@ -432,10 +432,10 @@ func redactErr(err error, url string) string {
 // Send publishes every message asynchronously, then waits for their acks
 // (see [sender.Sender]).
 func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
-	return s.gate.Send(ctx, "nats: send", msgs, s.send)
+	return s.life.Send(ctx, "nats: send", msgs, s.send)
 }
 
-// send is Send inside the gate, for a batch that is not empty.
+// send is Send within the lifecycle, for a batch that is not empty.
 func (s *Sender) send(ctx context.Context, msgs []*sender.Message) error {
 	if err := ctx.Err(); err != nil {
 		return txbox.Transient(fmt.Errorf("nats: not sent: %w", err))
@@ -575,9 +575,9 @@ func (s *Sender) acquire(ctx context.Context) bool {
 // then releases the publisher and, when New made it, the connection.
 // Later Sends fail with txbox.ErrClosed. Close is idempotent.
 func (s *Sender) Close(ctx context.Context) error {
-	first := s.gate.Shut()
+	first := s.life.Shut()
 	var err error
-	if werr := s.gate.Wait(ctx); werr != nil {
+	if werr := s.life.Wait(ctx); werr != nil {
 		err = fmt.Errorf("nats: close: sends still in flight: %w", werr)
 	}
 	if first {
