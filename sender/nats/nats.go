@@ -246,6 +246,35 @@ func New(cfg Config) (*Sender, error) {
 	if strings.TrimSpace(cfg.URL) == "" {
 		return nil, &ConfigError{Field: "url", Reason: "is required"}
 	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("component", "txbox.sender.nats", "name", cfg.Name)
+	dial := newDialLog(log)
+	opts, err := connectOptions(cfg, log, dial)
+	if err != nil {
+		return nil, err
+	}
+	nc, err := natsgo.Connect(cfg.URL, opts...)
+	if err != nil {
+		// The URL may hold credentials: name the problem, not the URL.
+		return nil, &ConfigError{Field: "url", Reason: fmt.Sprintf("cannot connect: %v", redactErr(err, cfg.URL))}
+	}
+	s, err := newSender(nc, cfg, log)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	s.ownConn = true
+	s.dial = dial
+	return s, nil
+}
+
+// connectOptions are the nats.go options of a connection New makes: it
+// retries for ever in the background, logs its state changes on log and
+// its dial failures through dial, and authenticates as cfg says.
+func connectOptions(cfg Config, log *slog.Logger, dial *dialLog) ([]natsgo.Option, error) {
 	opts := []natsgo.Option{
 		natsgo.Name(cfg.Name),
 		natsgo.Timeout(cfg.ConnectTimeout),
@@ -257,12 +286,6 @@ func New(cfg Config) (*Sender, error) {
 		// out; the relay keeps the rows and retries.
 		natsgo.ReconnectBufSize(-1),
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	log = log.With("component", "txbox.sender.nats", "name", cfg.Name)
-	dial := newDialLog(log)
 	opts = append(opts,
 		natsgo.ConnectHandler(func(nc *natsgo.Conn) {
 			dial.connected()
@@ -310,19 +333,7 @@ func New(cfg Config) (*Sender, error) {
 	if cfg.TLS != nil {
 		opts = append(opts, natsgo.Secure(cfg.TLS.Clone()))
 	}
-	nc, err := natsgo.Connect(cfg.URL, opts...)
-	if err != nil {
-		// The URL may hold credentials: name the problem, not the URL.
-		return nil, &ConfigError{Field: "url", Reason: fmt.Sprintf("cannot connect: %v", redactErr(err, cfg.URL))}
-	}
-	s, err := newSender(nc, cfg, log)
-	if err != nil {
-		nc.Close()
-		return nil, err
-	}
-	s.ownConn = true
-	s.dial = dial
-	return s, nil
+	return opts, nil
 }
 
 // dialLog logs failed connects without flooding: the first failure of an
