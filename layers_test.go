@@ -31,7 +31,7 @@ var packageLayers = map[string]int{
 	"relay": 3, "consume": 3,
 	"health": 4, "admin": 4,
 	"config": 5,
-	"cmd": 6, "examples": 6, "bench": 6, "e2e": 6,
+	"cmd":    6, "examples": 6, "bench": 6, "e2e": 6,
 }
 
 // upwardImportsAllowed are the imports that go up a layer on purpose, as
