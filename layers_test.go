@@ -25,13 +25,21 @@ const modulePath = "github.com/txbox/txbox"
 //  5. the daemon's configuration: config
 //  6. programs: cmd/*, examples/*, bench/*, e2e
 var packageLayers = map[string]int{
-	"": 0, "internal": 0,
-	"store": 1, "sender": 1,
-	"outbox": 2, "inbox": 2,
-	"relay": 3, "consume": 3,
-	"health": 4, "admin": 4,
-	"config": 5,
-	"cmd":    6, "examples": 6, "bench": 6, "e2e": 6,
+	"":         0,
+	"internal": 0,
+	"store":    1,
+	"sender":   1,
+	"outbox":   2,
+	"inbox":    2,
+	"relay":    3,
+	"consume":  3,
+	"health":   4,
+	"admin":    4,
+	"config":   5,
+	"cmd":      6,
+	"examples": 6,
+	"bench":    6,
+	"e2e":      6,
 }
 
 // upwardImportsAllowed are the imports that go up a layer on purpose, as
