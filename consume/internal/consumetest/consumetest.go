@@ -114,23 +114,7 @@ func (e *Env) Effects(t testing.TB) map[txbox.ID]int {
 // any.
 func (e *Env) WaitEffects(t testing.TB, want []txbox.ID, within time.Duration) {
 	t.Helper()
-	missing := 0
-	defer func() {
-		// Runs also when WaitFor fails the test.
-		if missing > 0 {
-			t.Errorf("%d of %d events have no effect after %s", missing, len(want), within)
-		}
-	}()
-	testenv.WaitForEvery(t, within, 10*time.Millisecond, fmt.Sprintf("all %d events to have an effect", len(want)), func() bool {
-		got := e.Effects(t)
-		missing = 0
-		for _, id := range want {
-			if got[id] == 0 {
-				missing++
-			}
-		}
-		return missing == 0
-	})
+	waitForEffects(t, within, 10*time.Millisecond, "events", want, e.Effects)
 	e.CheckExactlyOnce(t, want)
 }
 
@@ -158,4 +142,28 @@ func (e *Env) CheckExactlyOnce(t testing.TB, want []txbox.ID) {
 	if lost+dup+unexpected > 0 {
 		t.Errorf("effects: %d lost, %d duplicated, %d unexpected (of %d events)", lost, dup, unexpected, len(want))
 	}
+}
+
+// waitForEffects polls effects until every id in want has one, failing t
+// after within with how many of the events (what they are: "events",
+// "committed events") still have none.
+func waitForEffects(t testing.TB, within, poll time.Duration, what string, want []txbox.ID, effects func(testing.TB) map[txbox.ID]int) {
+	t.Helper()
+	missing := 0
+	defer func() {
+		// Runs also when WaitFor fails the test.
+		if missing > 0 {
+			t.Errorf("%d of %d %s have no effect after %s (lost so far)", missing, len(want), what, within)
+		}
+	}()
+	testenv.WaitForEvery(t, within, poll, fmt.Sprintf("all %d %s to have an effect", len(want), what), func() bool {
+		got := effects(t)
+		missing = 0
+		for _, id := range want {
+			if got[id] == 0 {
+				missing++
+			}
+		}
+		return missing == 0
+	})
 }
