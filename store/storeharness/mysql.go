@@ -14,28 +14,14 @@ import (
 	"github.com/txbox/txbox/store/storetest"
 )
 
-var myAdmin struct {
-	once sync.Once
-	db   *sql.DB
-	err  error
-}
+var myAdmin sharedDB
 
 // MySQLAdmin returns a shared handle (4 connections) on the local MariaDB
 // server, naming no database, for inspecting information_schema.
 func MySQLAdmin(t testing.TB) *sql.DB {
 	t.Helper()
 	testenv.RequireTCP(t, "MariaDB", "127.0.0.1:3306")
-	myAdmin.once.Do(func() {
-		myAdmin.db, myAdmin.err = sql.Open("mysql", testenv.MySQLDSN)
-		if myAdmin.err == nil {
-			myAdmin.db.SetMaxOpenConns(4)
-			myAdmin.err = myAdmin.db.Ping()
-		}
-	})
-	if myAdmin.err != nil {
-		t.Fatalf("open mysql: %v", myAdmin.err)
-	}
-	return myAdmin.db
+	return myAdmin.open(t, "mysql", testenv.MySQLDSN)
 }
 
 // MySQLDatabase creates a fresh database, dropped when t ends, and returns

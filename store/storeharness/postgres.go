@@ -3,7 +3,6 @@ package storeharness
 import (
 	"context"
 	"database/sql"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,11 +17,7 @@ import (
 	"github.com/txbox/txbox/store/storetest"
 )
 
-var pgAdmin struct {
-	once sync.Once
-	db   *sql.DB
-	err  error
-}
+var pgAdmin sharedDB
 
 // PostgresAdmin returns a shared database/sql handle (4 connections) on the
 // local PostgreSQL, for creating and dropping schemas and inspecting
@@ -30,17 +25,7 @@ var pgAdmin struct {
 func PostgresAdmin(t testing.TB) *sql.DB {
 	t.Helper()
 	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
-	pgAdmin.once.Do(func() {
-		pgAdmin.db, pgAdmin.err = sql.Open("pgx", testenv.PostgresURL)
-		if pgAdmin.err == nil {
-			pgAdmin.db.SetMaxOpenConns(4)
-			pgAdmin.err = pgAdmin.db.Ping()
-		}
-	})
-	if pgAdmin.err != nil {
-		t.Fatalf("open postgres: %v", pgAdmin.err)
-	}
-	return pgAdmin.db
+	return pgAdmin.open(t, "pgx", testenv.PostgresURL)
 }
 
 // PostgresPool opens a pgx pool of at most maxConns connections, closed
