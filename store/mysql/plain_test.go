@@ -1,4 +1,4 @@
-package mysql
+package mysql_test
 
 import (
 	"database/sql"
@@ -8,11 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/store/storeharness"
 )
-
-// plainDir holds the published copy of the migrations (README.md there).
-var plainDir = filepath.Join("migrations", "plain")
 
 // TestPlainSQLUpDown applies the published files the way golang-migrate
 // does, on a fresh database: every up in order, every down in reverse
@@ -21,13 +18,13 @@ var plainDir = filepath.Join("migrations", "plain")
 // ordering index after the ups, none of it after the downs.
 func TestPlainSQLUpDown(t *testing.T) {
 	t.Parallel()
-	_, dsn := testenv.MySQLDatabase(t, openSQL, "multiStatements=true")
-	db, err := openSQL(dsn)
+	name, dsn := storeharness.MySQLDatabase(t)
+	db, err := sql.Open("mysql", dsn+"&multiStatements=true")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	ups, err := filepath.Glob(filepath.Join(plainDir, "*.up.sql"))
+	ups, err := filepath.Glob(filepath.Join("migrations", "plain", "*.up.sql"))
 	if err != nil || len(ups) < 4 {
 		t.Fatalf("up files: %v, %v", ups, err)
 	}
@@ -48,7 +45,7 @@ func TestPlainSQLUpDown(t *testing.T) {
 			apply(f)
 		}
 		want := []string{"txbox_dead_letter", "txbox_inbox", "txbox_instance", "txbox_lease", "txbox_outbox"}
-		if got := plainTables(t, db); !slices.Equal(got, want) {
+		if got := storeharness.MySQL().Tables(t, name); !slices.Equal(got, want) {
 			t.Fatalf("after up: tables %v, want %v", got, want)
 		}
 		if _, err := db.Exec("INSERT INTO txbox_outbox (event_type, payload, headers) VALUES ('t', 'p', '[1]')"); err == nil {
@@ -74,32 +71,10 @@ func TestPlainSQLUpDown(t *testing.T) {
 		t.Errorf("after the downs to version 1: headers [1] refused: %v", err)
 	}
 	down(0, 0)
-	if got := plainTables(t, db); len(got) != 0 {
+	if got := storeharness.MySQL().Tables(t, name); len(got) != 0 {
 		t.Fatalf("after every down: tables %v", got)
 	}
 	up()
-}
-
-// plainTables lists the tables of the current database, sorted.
-func plainTables(t *testing.T, db *sql.DB) []string {
-	t.Helper()
-	rows, err := db.Query("SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() ORDER BY table_name")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, s)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 // plainOrderIndex returns the columns of txbox_outbox's txbox_order index,

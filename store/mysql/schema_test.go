@@ -210,7 +210,7 @@ func TestPlainSQLFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, m := range ms {
-		path := filepath.Join(plainDir, strings.TrimSuffix(m.file, ".sql")+".up.sql")
+		path := filepath.Join("migrations", "plain", strings.TrimSuffix(m.file, ".sql")+".up.sql")
 		if os.Getenv("TXBOX_UPDATE_SQL") != "" {
 			if err := os.WriteFile(path, []byte(rendered[i]), 0o644); err != nil {
 				t.Fatal(err)
