@@ -62,8 +62,11 @@ func DrainTimeout(adapter string, d time.Duration) (time.Duration, error) {
 	return d, nil
 }
 
-// Backoff is an exponential retry delay: Min, doubled per failure, capped
-// at Max.
+// Backoff is the consumer adapters' retry delay: Min, doubled per
+// failure, capped at Max. It is the relay's retry schedule
+// (relay.BackoffSettings) with the multiplier fixed at 2 and no jitter,
+// Min standing for the relay's Delay; both are computed by the same
+// policy (internal/backoff), so the two read and behave as one backoff.
 type Backoff struct {
 	// Min is the first delay. Defaults to DefaultMinBackoff.
 	Min time.Duration
@@ -96,7 +99,13 @@ func (b Backoff) Normalize() (Backoff, error) {
 }
 
 // Delay returns the delay before retry number attempt (1-based):
-// Min × 2^(attempt-1), capped at Max (internal/backoff computes it).
+// Min × 2^(attempt-1), capped at Max.
 func (b Backoff) Delay(attempt int) time.Duration {
-	return backoff.Policy{Initial: b.Min, Multiplier: 2, Max: b.Max}.Delay(attempt)
+	return b.policy().Delay(attempt)
+}
+
+// policy is b as the shared backoff policy, as relay.BackoffSettings has
+// one.
+func (b Backoff) policy() backoff.Policy {
+	return backoff.Policy{Initial: b.Min, Multiplier: 2, Max: b.Max}
 }

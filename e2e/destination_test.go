@@ -201,6 +201,40 @@ func TestOneFailingRouteLeavesOthersFlowing(t *testing.T) {
 	}
 }
 
+// poisonMaxAttempts is the max attempts of newPoisonWebhook's relay.
+const poisonMaxAttempts = 3
+
+// poisonWebhook is the set-up of the poison tests: a store of one kind, a
+// receiver that answers 500 to the event id held in poison and 200 to
+// every other, and the config of a webhook relay (not started) that
+// records attempts in rec, reports its circuits to hook, and dead-letters
+// after poisonMaxAttempts attempts 100ms, 200ms, ... apart.
+type poisonWebhook struct {
+	d      store.Driver
+	poison atomic.Value // string
+	srv    *pathServer
+	rec    *attemptRecorder
+	hook   *destHook
+	cfg    relay.Config
+}
+
+func newPoisonWebhook(t *testing.T, kind storeKind) *poisonWebhook {
+	t.Helper()
+	w := &poisonWebhook{d: openStore(t, kind, kind.newNamespace(t), 4), rec: &attemptRecorder{}, hook: &destHook{}}
+	w.poison.Store("")
+	w.srv = newPathServer(t, func(_, id string) int {
+		if id == w.poison.Load().(string) {
+			return http.StatusInternalServerError
+		}
+		return http.StatusOK
+	})
+	w.cfg = webhookConfig(t, w.d, w.srv.URL, func(s sender.Sender) sender.Sender { w.rec.Sender = s; return w.rec })
+	w.cfg.Defaults.MaxAttempts = new(poisonMaxAttempts)
+	w.cfg.Defaults.Backoff = &relay.BackoffSettings{Delay: new(100 * time.Millisecond), Multiplier: new(2.0), Max: new(time.Second)}
+	w.cfg.Hooks = []relay.Hook{w.hook}
+	return w
+}
+
 // TestTransientPoisonDeadLettered (scenario 9 with a 5xx): the receiver
 // answers 500 to one event and 200 to every other, under a steady load
 // on the same destination. The 500 is a fault of that message, since the
@@ -212,23 +246,9 @@ func TestTransientPoisonDeadLettered(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
-			ns := kind.newNamespace(t)
-			d := openStore(t, kind, ns, 4)
-			var poison atomic.Value
-			poison.Store("")
-			srv := newPathServer(t, func(_, id string) int {
-				if id == poison.Load().(string) {
-					return http.StatusInternalServerError
-				}
-				return http.StatusOK
-			})
-			rec := &attemptRecorder{}
-			hook := &destHook{}
-			cfg := webhookConfig(t, d, srv.URL, func(s sender.Sender) sender.Sender { rec.Sender = s; return rec })
-			const maxAttempts = 3
-			cfg.Defaults.MaxAttempts = new(maxAttempts)
-			cfg.Defaults.Backoff = &relay.BackoffSettings{Delay: new(100 * time.Millisecond), Multiplier: new(2.0), Max: new(time.Second)}
-			cfg.Hooks = []relay.Hook{hook}
+			w := newPoisonWebhook(t, kind)
+			d, poison, srv, hook, cfg := w.d, &w.poison, w.srv, w.hook, w.cfg
+			const maxAttempts = poisonMaxAttempts
 
 			// The poison goes out in the middle of a batch of others.
 			o := newOracle()
@@ -325,25 +345,11 @@ func TestLonePoisonWaitsForEvidence(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
-			ns := kind.newNamespace(t)
-			d := openStore(t, kind, ns, 4)
-			var poison atomic.Value
-			poison.Store("")
-			srv := newPathServer(t, func(_, id string) int {
-				if id == poison.Load().(string) {
-					return http.StatusInternalServerError
-				}
-				return http.StatusOK
-			})
-			rec := &attemptRecorder{}
-			hook := &destHook{}
-			cfg := webhookConfig(t, d, srv.URL, func(s sender.Sender) sender.Sender { rec.Sender = s; return rec })
+			w := newPoisonWebhook(t, kind)
+			d, poison, srv, rec, hook, cfg := w.d, &w.poison, w.srv, w.rec, w.hook, w.cfg
+			const maxAttempts = poisonMaxAttempts
 			cfg.Defaults.Route = &sender.Route{URL: srv.URL + "/hook"} // one destination for every type
-			const maxAttempts = 3
-			cfg.Defaults.MaxAttempts = new(maxAttempts)
-			cfg.Defaults.Backoff = &relay.BackoffSettings{Delay: new(100 * time.Millisecond), Multiplier: new(2.0), Max: new(time.Second)}
 			cfg.Events = map[string]relay.EventSettings{"a": {}, "b": {}}
-			cfg.Hooks = []relay.Hook{hook}
 			p := txbox.NewID()
 			poison.Store(p.String())
 			publishOne(t, kind, d, &txbox.Event{ID: p, Type: "a"})

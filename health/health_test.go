@@ -15,11 +15,12 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/health"
-	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/outbox"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store/postgres"
+	"github.com/txbox/txbox/store/storeharness"
 )
 
 // get requests path from h and decodes the report.
@@ -112,7 +113,7 @@ func TestReadyWithARunningRelayThenDegradedByAnOpenCircuit(t *testing.T) {
 	}
 
 	snd.down.Store(true)
-	storeharness.PostgresPublish(t, d, nil, txbox.Event{Type: "order", Payload: []byte(`{}`)})
+	storeharness.PostgresPublish(t, d, newPublisher(t, d), txbox.Event{Type: "order", Payload: []byte(`{}`)})
 	testenv.WaitFor(t, 20*time.Second, "readyz degraded by the open circuit", func() bool {
 		code, rep, _ := get(t, h, http.MethodGet, "/readyz")
 		return code == http.StatusOK && rep.Status == health.StatusDegraded && hasReason(rep, health.ReasonCircuitOpen, "bus")
@@ -182,8 +183,8 @@ func TestNotReadyWhenTheDatabaseIsUnreachable(t *testing.T) {
 func TestDegradedByLagButNotByScheduledEvents(t *testing.T) {
 	t.Parallel()
 	d := storeharness.PostgresDriver(t)
-	storeharness.PostgresPublish(t, d, nil, txbox.Event{Type: "later", Payload: []byte(`{}`), NotBefore: time.Now().Add(time.Hour)})
-	storeharness.PostgresPublish(t, d, nil, txbox.Event{Type: "stuck", Payload: []byte(`{}`)})
+	storeharness.PostgresPublish(t, d, newPublisher(t, d), txbox.Event{Type: "later", Payload: []byte(`{}`), NotBefore: time.Now().Add(time.Hour)})
+	storeharness.PostgresPublish(t, d, newPublisher(t, d), txbox.Event{Type: "stuck", Payload: []byte(`{}`)})
 	c := newChecker(t, health.Config{Store: d, Stats: d, LagThreshold: 100 * time.Millisecond, CacheFor: time.Millisecond})
 	testenv.WaitFor(t, 10*time.Second, "degraded by the lag of stuck", func() bool {
 		code, rep, _ := get(t, c.Handler(), http.MethodGet, "/readyz")
@@ -234,4 +235,14 @@ func TestProbesShareCachedChecksAndRefuseOtherMethods(t *testing.T) {
 	if _, err := health.New(health.Config{}); err == nil {
 		t.Error("New without a store did not fail")
 	}
+}
+
+// newPublisher returns a default publisher on d.
+func newPublisher(t *testing.T, d *postgres.Driver) *outbox.Publisher {
+	t.Helper()
+	pub, err := outbox.NewPublisher(d, outbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pub
 }

@@ -251,20 +251,10 @@ func (in *Inbox) Mode() Mode { return in.cfg.Mode }
 // holds and asks for a redelivery otherwise. The handler's context
 // continues the trace of the message's traceparent header, if any.
 func (in *Inbox) Handle(ctx context.Context, msg Message, h Handler) (Result, error) {
-	if h == nil {
-		return Failed, ErrNilHandler
+	ctx, start, r, done, err := in.begin(ctx, msg, h)
+	if done {
+		return r, err
 	}
-	if msg.ID == (txbox.ID{}) {
-		return Failed, ErrMissingID
-	}
-	start := time.Now()
-	ctx = continueTrace(ctx, msg.Headers)
-	if in.cacheContains(ctx, msg.ID) {
-		in.report(msg, Duplicate, 1, start, nil)
-		return Duplicate, nil
-	}
-	var r Result
-	var err error
 	if in.cfg.Mode == NonTransactional {
 		r, err = in.handleAtMostOnce(ctx, msg, h)
 	} else {
@@ -272,6 +262,26 @@ func (in *Inbox) Handle(ctx context.Context, msg Message, h Handler) (Result, er
 	}
 	in.report(msg, r, 1, start, err)
 	return r, err
+}
+
+// begin is the start both Handle methods share: it refuses a nil handler
+// and a message without id, continues msg's trace, and answers Duplicate
+// for an id the cache holds. When done, the caller returns r, err as they
+// are; otherwise it handles msg with ctx and reports from start.
+func (in *Inbox) begin(ctx context.Context, msg Message, h Handler) (_ context.Context, start time.Time, r Result, done bool, err error) {
+	if h == nil {
+		return ctx, start, Failed, true, ErrNilHandler
+	}
+	if msg.ID == (txbox.ID{}) {
+		return ctx, start, Failed, true, ErrMissingID
+	}
+	start = time.Now()
+	ctx = continueTrace(ctx, msg.Headers)
+	if in.cacheContains(ctx, msg.ID) {
+		in.report(msg, Duplicate, 1, start, nil)
+		return ctx, start, Duplicate, true, nil
+	}
+	return ctx, start, r, false, nil
 }
 
 func (in *Inbox) handleInTx(ctx context.Context, msg Message, h Handler) (Result, error) {
@@ -347,17 +357,9 @@ func (in *Inbox) recordAndCommit(ctx context.Context, ids []txbox.ID) ([]txbox.I
 // transactional by construction). A conflict the database broke by rolling
 // tx back (store.ErrTxConflict) is returned, not retried.
 func (in *Inbox) HandleInTx(ctx context.Context, tx any, msg Message, h Handler) (Result, error) {
-	if h == nil {
-		return Failed, ErrNilHandler
-	}
-	if msg.ID == (txbox.ID{}) {
-		return Failed, ErrMissingID
-	}
-	start := time.Now()
-	ctx = continueTrace(ctx, msg.Headers)
-	if in.cacheContains(ctx, msg.ID) {
-		in.report(msg, Duplicate, 1, start, nil)
-		return Duplicate, nil
+	ctx, start, r, done, err := in.begin(ctx, msg, h)
+	if done {
+		return r, err
 	}
 	fresh, err := in.st.InboxRecord(ctx, tx, &store.InboxRecordParams{Consumer: in.cfg.Consumer, IDs: []txbox.ID{msg.ID}})
 	if err != nil {

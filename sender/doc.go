@@ -21,7 +21,7 @@
 //
 // Implementations live in sub-packages (kafka, rabbitmq, nats, webhook,
 // redisstream) so a program compiles only the broker clients it uses. Each
-// keeps its lifecycle in a [Gate] (Send after Close fails with
+// keeps its lifecycle in a [Lifecycle] (Send after Close fails with
 // txbox.ErrClosed; Close waits for the Sends in flight before it releases
 // the connection) and runs the shared conformance suite in
 // sender/sendertest.

@@ -375,13 +375,13 @@ type LockedBatch interface {
 	Rollback(ctx context.Context) error
 }
 
-// LockItems sorts the items of a LockedBatch.Finish: it keeps those whose
-// id is one of rows (with a zero LeaseToken, which a lock claim's rows
-// carry), counts the others (they are fenced: not this batch's rows), and
-// lists the ids of the kept items that fail, which the finish moves to
-// the dead-letter table. Dialects share it so every lock finish fences
-// the same way.
-func LockItems(rows []*OutboxRow, params *OutboxFinishParams) (ours []OutboxFinishItem, fenced int, failed []txbox.ID) {
+// FenceLockedItems fences the items of a LockedBatch.Finish to the batch:
+// it keeps those whose id is one of rows (with a zero LeaseToken, which a
+// lock claim's rows carry), counts the others (they are fenced: not this
+// batch's rows), and lists the ids of the kept items that fail, which the
+// finish moves to the dead-letter table. Dialects share it so every lock
+// finish fences the same way.
+func FenceLockedItems(rows []*OutboxRow, params *OutboxFinishParams) (ours []OutboxFinishItem, fenced int, failed []txbox.ID) {
 	if params == nil {
 		return nil, 0, nil
 	}
@@ -401,6 +401,13 @@ func LockItems(rows []*OutboxRow, params *OutboxFinishParams) (ours []OutboxFini
 		}
 	}
 	return ours, fenced, failed
+}
+
+// LockItems is the former name of [FenceLockedItems].
+//
+// Deprecated: use FenceLockedItems.
+func LockItems(rows []*OutboxRow, params *OutboxFinishParams) (ours []OutboxFinishItem, fenced int, failed []txbox.ID) {
+	return FenceLockedItems(rows, params)
 }
 
 // SchemaVersioner is implemented by drivers that record which migrations

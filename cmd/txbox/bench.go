@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/txbox/txbox/internal/bench"
+	"github.com/txbox/txbox/cmd/txbox/internal/bench"
 )
 
 // runBench is `txbox bench`: the performance scenarios of
-// docs/benchmarks/bench-command.md. The work is in internal/bench; the
-// relay and naive-loop children it starts are re-executions of this
-// binary.
+// docs/benchmarks/bench-command.md. The work is in
+// cmd/txbox/internal/bench; the relay and naive-loop children it starts are
+// re-executions of this binary.
 func runBench(ctx context.Context, e *env, args []string) error {
 	if len(args) > 0 && args[0] == bench.NaiveChild {
 		err := bench.RunNaive(ctx, args[1:], e.stderr)

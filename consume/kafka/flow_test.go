@@ -125,50 +125,29 @@ func TestStopDrainsInFlight(t *testing.T) {
 	const n = 60
 	_, recs := publishN(t, n)
 	produce(t, c, recs)
-	started := make(chan txbox.ID, n)
-	release := make(chan struct{})
-	var mu sync.Mutex
-	finished := map[txbox.ID]error{}
-	h := func(ctx context.Context, tx any, m inbox.Message) error {
-		if err := p.Handler(ctx, tx, m); err != nil {
-			return err
-		}
-		started <- m.ID
-		var err error
-		select {
-		case <-release:
-		case <-ctx.Done():
-			err = ctx.Err()
-		}
-		mu.Lock()
-		finished[m.ID] = err
-		mu.Unlock()
-		return err
-	}
+	hold := consumetest.NewHold(p.Handler, n)
 	cl := consumer(t, c, "g", kgo.DisableAutoCommit())
-	cons, err := kafka.New(cl, kafka.Config{Inbox: p.Inbox, Handler: h, Concurrency: 3})
+	cons, err := kafka.New(cl, kafka.Config{Inbox: p.Inbox, Handler: hold.Handler, Concurrency: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- cons.Run(ctx) }()
-	<-started // at least one handler runs (up to one per partition of the first poll)
+	<-hold.Started // at least one handler runs (up to one per partition of the first poll)
 	cancel()
-	close(release)
+	hold.Release()
 	if err := <-done; err != nil {
 		t.Fatalf("Run = %v", err)
 	}
 	cl.Close()
-	mu.Lock()
 	first := map[txbox.ID]bool{}
-	for id, err := range finished {
+	for id, err := range hold.Finished() {
 		first[id] = true
 		if err != nil {
 			t.Errorf("handler of %s was cancelled (%v); want it finished before Run returned", id, err)
 		}
 	}
-	mu.Unlock()
 	if len(first) == 0 || len(first) > 3 {
 		t.Errorf("%d handlers ran, want 1 to 3 (no record starts after the stop)", len(first))
 	}

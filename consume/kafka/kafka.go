@@ -106,11 +106,10 @@ func New(cl *kgo.Client, cfg Config) (*Consumer, error) {
 	if cfg.BatchDuration == 0 {
 		cfg.BatchDuration = DefaultBatchDuration
 	}
-	b, err := cfg.Backoff.Normalize()
-	if err != nil {
+	var err error
+	if cfg.Backoff, err = cfg.Backoff.Normalize(); err != nil {
 		return nil, err
 	}
-	cfg.Backoff = b
 	if cfg.DrainTimeout, err = consume.DrainTimeout("kafka", cfg.DrainTimeout); err != nil {
 		return nil, err
 	}

@@ -94,11 +94,10 @@ func New(cons jetstream.Consumer, cfg Config) (*Consumer, error) {
 	if cfg.Inbox == nil || cfg.Handler == nil {
 		return nil, &consume.ConfigError{Component: "consume/nats", Field: "Inbox, Handler", Reason: "are required"}
 	}
-	b, err := cfg.Backoff.Normalize()
-	if err != nil {
+	var err error
+	if cfg.Backoff, err = cfg.Backoff.Normalize(); err != nil {
 		return nil, err
 	}
-	cfg.Backoff = b
 	for _, f := range []struct {
 		name string
 		bad  bool
@@ -195,16 +194,26 @@ func (c *Consumer) worker(ctx, hctx context.Context) error {
 				failures = 0 // an idle stream
 				continue
 			}
-			if fatal(err) {
-				return fmt.Errorf("consume/nats: pull: %w", err)
+			if err := c.pullFailed(ctx, err, &failures); err != nil {
+				return err
 			}
-			failures++
-			c.pause(ctx, "nats pull failed", failures, err)
 			continue
 		}
 		failures = 0
 		c.handle(ctx, hctx, m, false)
 	}
+	return nil
+}
+
+// pullFailed deals with a pull that failed while the run goes on: a fatal
+// error ends the run, any other pauses for the backoff of the failures in
+// a row, which it counts.
+func (c *Consumer) pullFailed(ctx context.Context, err error, failures *int) error {
+	if fatal(err) {
+		return fmt.Errorf("consume/nats: pull: %w", err)
+	}
+	*failures++
+	c.pause(ctx, "nats pull failed", *failures, err)
 	return nil
 }
 
@@ -261,11 +270,9 @@ func (c *Consumer) runStream(ctx, hctx context.Context) error {
 				// buffered is redelivered after AckWait.
 				return nil
 			}
-			if fatal(err) {
-				return fmt.Errorf("consume/nats: pull: %w", err)
+			if err := c.pullFailed(ctx, err, &failures); err != nil {
+				return err
 			}
-			failures++
-			c.pause(ctx, "nats pull failed", failures, err)
 			continue
 		}
 		failures = 0

@@ -21,15 +21,7 @@ import (
 func TestEndToEnd(t *testing.T) {
 	t.Parallel()
 	conn := dial(t)
-	q := queue(t, conn)
-	ch := channel(t, conn)
-	exchange := testenv.UniqueName("txbox_inbox_x_")
-	if err := ch.ExchangeDeclare(exchange, "direct", false, true, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.QueueBind(q, "order-created", exchange, false, nil); err != nil {
-		t.Fatal(err)
-	}
+	q, exchange := orderQueue(t, conn)
 	p := consumetest.NewPipeline(t, "rabbit-e2e")
 	n := consumetest.E2EEvents()
 	const perTx = 10
@@ -57,6 +49,7 @@ func TestEndToEnd(t *testing.T) {
 	p.StartRelay(t, snd, route, 2*time.Second)
 
 	committed := p.Committed()
+	ch := channel(t, conn)
 	for _, id := range committed[:len(committed)/10] {
 		publish(t, ch, q, id, true)
 	}
@@ -98,15 +91,7 @@ func (s slowFinish) Send(ctx context.Context, msgs []*sender.Message) error {
 func TestEndToEndRelayKilled(t *testing.T) {
 	t.Parallel()
 	conn := dial(t)
-	q := queue(t, conn)
-	ch := channel(t, conn)
-	exchange := testenv.UniqueName("txbox_inbox_x_")
-	if err := ch.ExchangeDeclare(exchange, "direct", false, true, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.QueueBind(q, "order-created", exchange, false, nil); err != nil {
-		t.Fatal(err)
-	}
+	q, exchange := orderQueue(t, conn)
 	p := consumetest.NewPipeline(t, "rabbit-kill")
 	n := consumetest.E2EEvents()
 	const perTx = 10

@@ -3,7 +3,6 @@ package rabbitmq_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -70,27 +69,8 @@ func TestStopDrainsInFlight(t *testing.T) {
 	for i := 0; i < n; i++ {
 		publish(t, pub, q, txbox.NewID(), true)
 	}
-	started := make(chan txbox.ID, n)
-	release := make(chan struct{})
-	var mu sync.Mutex
-	finished := map[txbox.ID]error{}
-	h := func(ctx context.Context, tx any, m inbox.Message) error {
-		if err := p.Handler(ctx, tx, m); err != nil {
-			return err
-		}
-		started <- m.ID
-		var err error
-		select {
-		case <-release:
-		case <-ctx.Done():
-			err = ctx.Err()
-		}
-		mu.Lock()
-		finished[m.ID] = err
-		mu.Unlock()
-		return err
-	}
-	cons, err := rabbitmq.New(channel(t, conn), rabbitmq.Config{Inbox: p.Inbox, Handler: h, Queue: q, Concurrency: conc})
+	hold := consumetest.NewHold(p.Handler, n)
+	cons, err := rabbitmq.New(channel(t, conn), rabbitmq.Config{Inbox: p.Inbox, Handler: hold.Handler, Queue: q, Concurrency: conc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,20 +79,19 @@ func TestStopDrainsInFlight(t *testing.T) {
 	go func() { done <- cons.Run(ctx) }()
 	ids := map[txbox.ID]bool{}
 	for len(ids) < conc {
-		ids[<-started] = true
+		ids[<-hold.Started] = true
 	}
 	cancel()
-	close(release)
+	hold.Release()
 	if err := <-done; err != nil {
 		t.Fatalf("Run = %v", err)
 	}
-	mu.Lock()
+	finished := hold.Finished()
 	for id := range ids {
 		if err, ok := finished[id]; !ok || err != nil {
 			t.Errorf("handler of %s: finished %v, err %v; want finished without error before Run returned", id, ok, err)
 		}
 	}
-	mu.Unlock()
 	if s := cons.Stats(); s.Acked != conc {
 		t.Errorf("stats %+v; want the %d started deliveries acked", s, conc)
 	}

@@ -108,11 +108,10 @@ func New(ch *amqp.Channel, cfg Config) (*Consumer, error) {
 	if cfg.Prefetch == 0 {
 		cfg.Prefetch = cfg.Concurrency
 	}
-	b, err := cfg.Backoff.Normalize()
-	if err != nil {
+	var err error
+	if cfg.Backoff, err = cfg.Backoff.Normalize(); err != nil {
 		return nil, err
 	}
-	cfg.Backoff = b
 	if cfg.DrainTimeout, err = consume.DrainTimeout("rabbitmq", cfg.DrainTimeout); err != nil {
 		return nil, err
 	}

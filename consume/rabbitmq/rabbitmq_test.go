@@ -163,3 +163,19 @@ func TestConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// orderQueue declares a fresh queue and a fresh direct exchange that routes
+// order-created to it, for the relay to publish on.
+func orderQueue(t *testing.T, conn *amqp.Connection) (q, exchange string) {
+	t.Helper()
+	q = queue(t, conn)
+	ch := channel(t, conn)
+	exchange = testenv.UniqueName("txbox_inbox_x_")
+	if err := ch.ExchangeDeclare(exchange, "direct", false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(q, "order-created", exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	return q, exchange
+}

@@ -10,7 +10,7 @@
 // without a cache, Redis being down, inbox.Typed.
 //
 // A cache implementation wires it with one test function, on any dialect's
-// storetest.InboxHarness (internal/storeharness has one per dialect):
+// storetest.InboxHarness (store/storeharness has one per dialect):
 //
 //	func TestCache(t *testing.T) { inboxtest.ExerciseCache(t, harness, newCache) }
 //

@@ -5,6 +5,12 @@
 // the cleanup intervals of the relay and the inbox, the PostgreSQL LISTEN
 // reconnect, adaptive polling and the consumers' retry delays.
 //
+// Its two public faces are settings that convert to a [Policy]:
+// relay.BackoffSettings (the retry schedule, configuration keys
+// backoff.*) and consume.Backoff (the consumer adapters' retry delay, the
+// same schedule with the multiplier fixed at 2 and no jitter). Users see
+// those; this package is the one place that computes a wait.
+//
 // The schedule is the one docs/concepts.md gives for retries: the wait
 // before retry n is Initial × Multiplier^(n-1), capped at Max, then spread
 // by ±Jitter (10s, 30s, 90s with the relay's defaults). It is computed in

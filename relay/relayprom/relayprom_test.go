@@ -15,13 +15,13 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/outbox"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/relay/relayprom"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/storeharness"
 )
 
 // series gathers reg into name{label=value,...} -> value (counter,

@@ -212,8 +212,8 @@ type Sender struct {
 	replicas   int16
 	ce         sender.CloudEvents
 
-	// gate admits Sends until Close, which waits for those in flight.
-	gate sender.Gate
+	// life admits Sends until Close, which waits for those in flight.
+	life sender.Lifecycle
 }
 
 var (
@@ -311,10 +311,10 @@ func (b *batch) settle(i int, err error) {
 // *sender.BatchError when only some failed, and a single transient error
 // when the whole batch failed for transient reasons (an outage).
 func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
-	return s.gate.Send(ctx, "kafka sender", msgs, s.send)
+	return s.life.Send(ctx, "kafka sender", msgs, s.send)
 }
 
-// send is Send inside the gate, for a batch that is not empty.
+// send is Send within the lifecycle, for a batch that is not empty.
 func (s *Sender) send(ctx context.Context, msgs []*sender.Message) error {
 	b := &batch{
 		errs:    make([]error, len(msgs)),
@@ -398,10 +398,10 @@ func (s *Sender) reachable() bool {
 // Sends in flight and flushes what is buffered (bounded by ctx), then
 // closes the client if New created it.
 func (s *Sender) Close(ctx context.Context) error {
-	if !s.gate.Shut() {
+	if !s.life.Shut() {
 		return nil
 	}
-	err := s.gate.Wait(ctx)
+	err := s.life.Wait(ctx)
 	if err == nil {
 		err = s.cl.Flush(ctx)
 	}

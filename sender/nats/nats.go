@@ -159,8 +159,8 @@ type Sender struct {
 	lmu     sync.Mutex
 	lookups map[string]*streamLookup // by subject
 
-	// gate admits Sends until Close, which waits for those in flight.
-	gate sender.Gate
+	// life admits Sends until Close, which waits for those in flight.
+	life sender.Lifecycle
 }
 
 // streamLookup is one answer to "does a stream bind this subject?".
@@ -260,6 +260,35 @@ func New(cfg Config) (*Sender, error) {
 	if strings.TrimSpace(cfg.URL) == "" {
 		return nil, &ConfigError{Field: "url", Reason: "is required"}
 	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("component", "txbox.sender.nats", "name", cfg.Name)
+	dial := newDialLog(log)
+	opts, err := connectOptions(cfg, log, dial)
+	if err != nil {
+		return nil, err
+	}
+	nc, err := natsgo.Connect(cfg.URL, opts...)
+	if err != nil {
+		// The URL may hold credentials: name the problem, not the URL.
+		return nil, &ConfigError{Field: "url", Reason: fmt.Sprintf("cannot connect: %v", redactErr(err, cfg.URL))}
+	}
+	s, err := newSender(nc, cfg, log)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	s.ownConn = true
+	s.dial = dial
+	return s, nil
+}
+
+// connectOptions are the nats.go options of a connection New makes: it
+// retries for ever in the background, logs its state changes on log and
+// its dial failures through dial, and authenticates as cfg says.
+func connectOptions(cfg Config, log *slog.Logger, dial *dialLog) ([]natsgo.Option, error) {
 	opts := []natsgo.Option{
 		natsgo.Name(cfg.Name),
 		natsgo.Timeout(cfg.ConnectTimeout),
@@ -271,12 +300,6 @@ func New(cfg Config) (*Sender, error) {
 		// out; the relay keeps the rows and retries.
 		natsgo.ReconnectBufSize(-1),
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	log = log.With("component", "txbox.sender.nats", "name", cfg.Name)
-	dial := newDialLog(log)
 	opts = append(opts,
 		natsgo.ConnectHandler(func(nc *natsgo.Conn) {
 			dial.connected()
@@ -324,19 +347,7 @@ func New(cfg Config) (*Sender, error) {
 	if cfg.TLS != nil {
 		opts = append(opts, natsgo.Secure(cfg.TLS.Clone()))
 	}
-	nc, err := natsgo.Connect(cfg.URL, opts...)
-	if err != nil {
-		// The URL may hold credentials: name the problem, not the URL.
-		return nil, &ConfigError{Field: "url", Reason: fmt.Sprintf("cannot connect: %v", redactErr(err, cfg.URL))}
-	}
-	s, err := newSender(nc, cfg, log)
-	if err != nil {
-		nc.Close()
-		return nil, err
-	}
-	s.ownConn = true
-	s.dial = dial
-	return s, nil
+	return opts, nil
 }
 
 // dialLog logs failed connects without flooding: the first failure of an
@@ -447,10 +458,10 @@ func redactErr(err error, url string) string {
 // Send publishes every message asynchronously, then waits for their acks
 // (see [sender.Sender]).
 func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
-	return s.gate.Send(ctx, "nats: send", msgs, s.send)
+	return s.life.Send(ctx, "nats: send", msgs, s.send)
 }
 
-// send is Send inside the gate, for a batch that is not empty.
+// send is Send within the lifecycle, for a batch that is not empty.
 func (s *Sender) send(ctx context.Context, msgs []*sender.Message) error {
 	if err := ctx.Err(); err != nil {
 		return txbox.Transient(fmt.Errorf("nats: not sent: %w", err))
@@ -590,9 +601,9 @@ func (s *Sender) acquire(ctx context.Context) bool {
 // then releases the publisher and, when New made it, the connection.
 // Later Sends fail with txbox.ErrClosed. Close is idempotent.
 func (s *Sender) Close(ctx context.Context) error {
-	first := s.gate.Shut()
+	first := s.life.Shut()
 	var err error
-	if werr := s.gate.Wait(ctx); werr != nil {
+	if werr := s.life.Wait(ctx); werr != nil {
 		err = fmt.Errorf("nats: close: sends still in flight: %w", werr)
 	}
 	if first {

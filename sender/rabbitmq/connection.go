@@ -54,7 +54,7 @@ func (s *Sender) dial() (*amqp.Connection, error) {
 // connLocked returns the live connection, dialing when there is none. It
 // is called with s.mu held.
 func (s *Sender) connLocked() (*amqp.Connection, error) {
-	if s.gate.Closed() {
+	if s.life.Closed() {
 		// A Send still in flight during Close must not dial a connection
 		// Close would not see.
 		return nil, txbox.Transient(fmt.Errorf("rabbitmq sender: %w", txbox.ErrClosed))

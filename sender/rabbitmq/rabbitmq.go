@@ -205,9 +205,9 @@ type Sender struct {
 	// lowered by a refusal that names the broker's figure.
 	maxBody atomic.Int64
 
-	// gate admits Sends until Close, which waits for those in flight so
+	// life admits Sends until Close, which waits for those in flight so
 	// their confirms are not cut off.
-	gate sender.Gate
+	life sender.Lifecycle
 }
 
 var (
@@ -258,10 +258,10 @@ func New(cfg Config) (*Sender, error) {
 // when the broker could not be reached or the whole batch failed for that
 // reason.
 func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
-	return s.gate.Send(ctx, "rabbitmq sender", msgs, s.send)
+	return s.life.Send(ctx, "rabbitmq sender", msgs, s.send)
 }
 
-// send is Send inside the gate, for a batch that is not empty.
+// send is Send within the lifecycle, for a batch that is not empty.
 func (s *Sender) send(ctx context.Context, msgs []*sender.Message) error {
 	errs := make([]error, len(msgs))
 	todo := make([]int, 0, len(msgs)) // indexes still to publish
@@ -307,11 +307,11 @@ func (s *Sender) send(ctx context.Context, msgs []*sender.Message) error {
 // Sends in flight to get their confirms (bounded by ctx), then closes the
 // connection.
 func (s *Sender) Close(ctx context.Context) error {
-	if !s.gate.Shut() {
+	if !s.life.Shut() {
 		return nil
 	}
 	var waitErr error
-	if err := s.gate.Wait(ctx); err != nil {
+	if err := s.life.Wait(ctx); err != nil {
 		waitErr = fmt.Errorf("rabbitmq sender: close: sends still in flight: %w", err)
 	}
 

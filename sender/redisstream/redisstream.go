@@ -150,8 +150,8 @@ type Sender struct {
 	sendTimeout time.Duration // 0: none
 	ce          sender.CloudEvents
 
-	// gate admits Sends until Close, which waits for those in flight.
-	gate sender.Gate
+	// life admits Sends until Close, which waits for those in flight.
+	life sender.Lifecycle
 }
 
 var (
@@ -216,10 +216,10 @@ func NewFromClient(rdb redis.UniversalClient, maxLen int64) *Sender {
 // some failed, and a single transient error when Redis could not be
 // reached.
 func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
-	return s.gate.Send(ctx, "redisstream sender", msgs, s.send)
+	return s.life.Send(ctx, "redisstream sender", msgs, s.send)
 }
 
-// send is Send inside the gate, for a batch that is not empty.
+// send is Send within the lifecycle, for a batch that is not empty.
 func (s *Sender) send(ctx context.Context, msgs []*sender.Message) error {
 	if err := ctx.Err(); err != nil {
 		return txbox.Transient(fmt.Errorf("%w: %w", ErrUnavailable, err))
@@ -389,11 +389,11 @@ func connectionLost(err error) bool {
 // Sends in flight (bounded by ctx), then closes the client if New created
 // it.
 func (s *Sender) Close(ctx context.Context) error {
-	if !s.gate.Shut() {
+	if !s.life.Shut() {
 		return nil
 	}
 	var err error
-	if werr := s.gate.Wait(ctx); werr != nil {
+	if werr := s.life.Wait(ctx); werr != nil {
 		err = fmt.Errorf("redisstream sender: close: sends still in flight: %w", werr)
 	}
 	if s.owned {

@@ -149,8 +149,8 @@ type Sender struct {
 	headers     http.Header
 	ce          sender.CloudEvents
 
-	// gate admits Sends until Close, which waits for those in flight.
-	gate sender.Gate
+	// life admits Sends until Close, which waits for those in flight.
+	life sender.Lifecycle
 }
 
 var (
@@ -292,10 +292,10 @@ func newClient(maxConcurrency int, tlsConfig *tls.Config) *http.Client {
 // Send POSTs every message, up to MaxConcurrency at once, and reports the
 // outcome per message (see [sender.Sender]).
 func (s *Sender) Send(ctx context.Context, msgs []*sender.Message) error {
-	return s.gate.Send(ctx, "webhook: send", msgs, s.send)
+	return s.life.Send(ctx, "webhook: send", msgs, s.send)
 }
 
-// send is Send inside the gate, for a batch that is not empty.
+// send is Send within the lifecycle, for a batch that is not empty.
 func (s *Sender) send(ctx context.Context, msgs []*sender.Message) error {
 	errs := make([]error, len(msgs))
 	var wg sync.WaitGroup
@@ -411,8 +411,8 @@ func result(errs []error) error {
 // Close waits for the Sends in flight (bounded by ctx), then releases idle
 // connections. Later Sends fail with txbox.ErrClosed. Close is idempotent.
 func (s *Sender) Close(ctx context.Context) error {
-	s.gate.Shut()
-	if err := s.gate.Wait(ctx); err != nil {
+	s.life.Shut()
+	if err := s.life.Wait(ctx); err != nil {
 		return fmt.Errorf("webhook: close: sends still in flight: %w", err)
 	}
 	if s.ownClient {

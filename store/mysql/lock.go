@@ -83,7 +83,7 @@ func (b *lockedBatch) Finish(ctx context.Context, params *store.OutboxFinishPara
 	if b.tx == nil {
 		return nil, errors.New("mysql: lock finish: the batch has already ended")
 	}
-	ours, fenced, failed := store.LockItems(b.rows, params)
+	ours, fenced, failed := store.FenceLockedItems(b.rows, params)
 	deleteAcked := params != nil && params.DeleteAcked
 	stmts, err := b.d.finishPlan(&store.OutboxFinishParams{Items: ours, DeleteAcked: deleteAcked}, true)
 	if err != nil {

@@ -195,9 +195,10 @@ func TestSupportedVersion(t *testing.T) {
 	}
 }
 
-// TestPlainSQLFiles keeps sql/ (the migrations rendered with the default
-// prefix, for goose / golang-migrate / atlas users) in step with the
-// embedded migrations. TXBOX_UPDATE_SQL=1 rewrites the files.
+// TestPlainSQLFiles keeps migrations/plain/*.up.sql (the migrations
+// rendered with the default prefix, for goose / golang-migrate / atlas
+// users) in step with the embedded migrations. TXBOX_UPDATE_SQL=1
+// rewrites the files.
 func TestPlainSQLFiles(t *testing.T) {
 	t.Parallel()
 	ms, err := migrations()
@@ -209,11 +210,8 @@ func TestPlainSQLFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, m := range ms {
-		path := filepath.Join("sql", m.file)
+		path := filepath.Join("migrations", "plain", strings.TrimSuffix(m.file, ".sql")+".up.sql")
 		if os.Getenv("TXBOX_UPDATE_SQL") != "" {
-			if err := os.MkdirAll("sql", 0o755); err != nil {
-				t.Fatal(err)
-			}
 			if err := os.WriteFile(path, []byte(rendered[i]), 0o644); err != nil {
 				t.Fatal(err)
 			}

@@ -101,7 +101,7 @@ func (b *lockedBatch) Finish(ctx context.Context, params *store.OutboxFinishPara
 	if b.conn == nil {
 		return nil, errBadParams("lock finish", "the batch has already ended")
 	}
-	ours, fenced, failed := store.LockItems(b.rows, params)
+	ours, fenced, failed := store.FenceLockedItems(b.rows, params)
 	f, err := prepareFinish(&store.OutboxFinishParams{Items: ours, DeleteAcked: params.DeleteAcked})
 	if err != nil {
 		b.end(ctx, false)

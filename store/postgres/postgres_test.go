@@ -178,7 +178,7 @@ func TestSchemaVersionAndMigrationFiles(t *testing.T) {
 	// The plain files for goose / golang-migrate users are the rendered
 	// default; regenerate with TXBOX_UPDATE_SQL=1.
 	for _, m := range migs {
-		path := filepath.Join("sql", pad(m.Version)+"_"+m.Name+".up.sql")
+		path := filepath.Join("migrations", "plain", pad(m.Version)+"_"+m.Name+".up.sql")
 		if os.Getenv("TXBOX_UPDATE_SQL") != "" {
 			if err := os.WriteFile(path, []byte(m.SQL), 0o644); err != nil {
 				t.Fatal(err)

@@ -14,10 +14,10 @@ import (
 	"github.com/txbox/txbox"
 )
 
-var update = flag.Bool("update", false, "rewrite store/sqlite/sql from the embedded migrations")
+var update = flag.Bool("update", false, "rewrite store/sqlite/migrations/plain from the embedded migrations")
 
 // TestPublishedSQL keeps the plain files for goose / golang-migrate / atlas
-// users (sql/*.up.sql) identical to the embedded migrations rendered for the
+// users (migrations/plain/*.up.sql) identical to the embedded migrations rendered for the
 // default prefix, and checks that up, down and up again apply cleanly.
 func TestPublishedSQL(t *testing.T) {
 	t.Parallel()
@@ -26,7 +26,7 @@ func TestPublishedSQL(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, m := range migs {
-		path := filepath.Join("sql", m.Name[:len(m.Name)-len(".sql")]+".up.sql")
+		path := filepath.Join("migrations", "plain", m.Name[:len(m.Name)-len(".sql")]+".up.sql")
 		if *update {
 			if err := os.WriteFile(path, []byte(m.SQL), 0o644); err != nil {
 				t.Fatal(err)
@@ -60,7 +60,7 @@ func TestPublishedSQL(t *testing.T) {
 	ctx := context.Background()
 	apply := func(file string) {
 		t.Helper()
-		b, err := os.ReadFile(filepath.Join("sql", file))
+		b, err := os.ReadFile(filepath.Join("migrations", "plain", file))
 		if err != nil {
 			t.Fatal(err)
 		}

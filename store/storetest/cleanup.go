@@ -13,29 +13,9 @@ func testOutboxCleanup(t *testing.T, e *env) {
 	rows := e.claim("kept", 5, longLease)
 	ackedBefore := time.Now() // processed_at is not earlier than this
 	e.finishAll(rows, store.OutcomeAcked, 0, "")
-	ackedAt := time.Now()           // nor later than this
-	e.publish(events("kept", 2)...) // pending, never cleaned up
-	cleanup := func(ttl time.Duration, limit int) int {
-		t.Helper()
-		n, err := e.d.OutboxCleanup(e.ctx, &store.CleanupParams{OlderThan: ttl, Limit: limit})
-		if err != nil {
-			t.Fatalf("cleanup: %v", err)
-		}
-		return n
-	}
-	if n := cleanup(time.Hour, 100); n != 0 {
-		t.Fatalf("cleanup with a 1h TTL deleted %d fresh rows", n)
-	}
-	ttl := 400 * time.Millisecond
-	left := len(rows)
-	if n := cleanup(ttl, 100); n != 0 {
-		if time.Since(ackedBefore) < ttl {
-			t.Fatalf("cleanup deleted %d rows before the TTL", n)
-		}
-		left -= n // the probe ran late, when they were due
-	}
-	waitUntil(ackedAt.Add(ttl + 50*time.Millisecond))
-	cleanupBounded(t, cleanup, ttl, left) // 2, 2, 1
+	ackedAt := time.Now()                                                                                                                                       // nor later than this
+	e.publish(events("kept", 2)...)                                                                                                                             // pending, never cleaned up
+	cleanup := checkCleanupTTL(t, "cleanup", func(p *store.CleanupParams) (int, error) { return e.d.OutboxCleanup(e.ctx, p) }, ackedBefore, ackedAt, len(rows)) // 2, 2, 1
 	if n := cleanup(0, 100); n != 0 {
 		t.Fatalf("cleanup deleted %d rows that were not processed", n)
 	}
@@ -58,30 +38,41 @@ func testDeadLetterCleanup(t *testing.T, e *env) {
 		t.Fatalf("resolve: %d %v", n, err)
 	}
 	resolvedAt := time.Now()
+	checkCleanupTTL(t, "dead-letter cleanup", func(p *store.CleanupParams) (int, error) { return e.d.DeadLetterCleanup(e.ctx, p) }, resolvedBefore, resolvedAt, len(resolved)) // 2, 1
+	if _, err := e.d.DeadLetterGet(e.ctx, open); err != nil {
+		t.Fatalf("unresolved dead letter was cleaned up: %v", err)
+	}
+}
+
+// checkCleanupTTL drives del, a cleanup, over rows that were finished
+// (acked, resolved) between before and at: a 1h TTL deletes none of them,
+// a 400ms TTL none before it has passed, and once it has, calls limited to
+// 2 rows delete them all. It returns del as a function of the TTL and the
+// limit that fails t on an error, for the caller's further checks.
+func checkCleanupTTL(t *testing.T, what string, del func(*store.CleanupParams) (int, error), before, at time.Time, rows int) func(ttl time.Duration, limit int) int {
+	t.Helper()
 	cleanup := func(ttl time.Duration, limit int) int {
 		t.Helper()
-		n, err := e.d.DeadLetterCleanup(e.ctx, &store.CleanupParams{OlderThan: ttl, Limit: limit})
+		n, err := del(&store.CleanupParams{OlderThan: ttl, Limit: limit})
 		if err != nil {
-			t.Fatalf("dead-letter cleanup: %v", err)
+			t.Fatalf("%s: %v", what, err)
 		}
 		return n
 	}
 	if n := cleanup(time.Hour, 100); n != 0 {
-		t.Fatalf("cleanup with a 1h TTL deleted %d", n)
+		t.Fatalf("%s with a 1h TTL deleted %d fresh rows", what, n)
 	}
 	ttl := 400 * time.Millisecond
-	left := len(resolved)
+	left := rows
 	if n := cleanup(ttl, 100); n != 0 {
-		if time.Since(resolvedBefore) < ttl {
-			t.Fatalf("cleanup deleted %d before the TTL", n)
+		if time.Since(before) < ttl {
+			t.Fatalf("%s deleted %d rows before the TTL", what, n)
 		}
 		left -= n // the probe ran late, when they were due
 	}
-	waitUntil(resolvedAt.Add(ttl + 50*time.Millisecond))
-	cleanupBounded(t, cleanup, ttl, left) // 2, 1
-	if _, err := e.d.DeadLetterGet(e.ctx, open); err != nil {
-		t.Fatalf("unresolved dead letter was cleaned up: %v", err)
-	}
+	waitUntil(at.Add(ttl + 50*time.Millisecond))
+	cleanupBounded(t, cleanup, ttl, left)
+	return cleanup
 }
 
 // cleanupBounded calls cleanup(ttl, 2) until the left rows that are due

@@ -2,7 +2,7 @@
 // the spirit of River's riverdrivertest. Each dialect's tests call its two
 // entry points, [Exercise] (the outbox, dead letters, leases, migrations)
 // and [ExerciseInbox] (store.Inbox), with a harness that opens stores on
-// isolated namespaces of the real database (internal/storeharness has
+// isolated namespaces of the real database (store/storeharness has
 // the three dialects' harnesses):
 //
 //	func TestConformance(t *testing.T) { storetest.Exercise(t, harness()) }

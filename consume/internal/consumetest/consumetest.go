@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store/sqlite"
+	"github.com/txbox/txbox/store/storeharness"
 )
 
 // Env is one test's inbox and effect table.
@@ -50,16 +50,7 @@ var ErrInjected = errors.New("consumetest: injected handler failure")
 // named consumer.
 func New(t testing.TB, consumer string) *Env {
 	t.Helper()
-	d, err := sqlite.Open(filepath.Join(t.TempDir(), "inbox.db"), sqlite.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := d.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	d := storeharness.SQLiteDriver(t)
 	if _, err := d.DB().Exec(`CREATE TABLE effect (event_id TEXT NOT NULL, payload BLOB)`); err != nil {
 		t.Fatal(err)
 	}
@@ -115,28 +106,7 @@ func (e *Env) Handler(ctx context.Context, tx any, m inbox.Message) error {
 // Effects returns the effect rows per event id.
 func (e *Env) Effects(t testing.TB) map[txbox.ID]int {
 	t.Helper()
-	rows, err := e.Store.DB().Query(`SELECT event_id, count(*) FROM effect GROUP BY event_id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[txbox.ID]int{}
-	for rows.Next() {
-		var s string
-		var n int
-		if err := rows.Scan(&s, &n); err != nil {
-			t.Fatal(err)
-		}
-		id, err := txbox.ParseID(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[id] = n
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return storeharness.QueryCounts(t, e.Store.DB(), `SELECT event_id, count(*) FROM effect GROUP BY event_id`)
 }
 
 // WaitEffects polls until every id in want has an effect or the deadline
@@ -144,23 +114,7 @@ func (e *Env) Effects(t testing.TB) map[txbox.ID]int {
 // any.
 func (e *Env) WaitEffects(t testing.TB, want []txbox.ID, within time.Duration) {
 	t.Helper()
-	missing := 0
-	defer func() {
-		// Runs also when WaitFor fails the test.
-		if missing > 0 {
-			t.Errorf("%d of %d events have no effect after %s", missing, len(want), within)
-		}
-	}()
-	testenv.WaitForEvery(t, within, 10*time.Millisecond, fmt.Sprintf("all %d events to have an effect", len(want)), func() bool {
-		got := e.Effects(t)
-		missing = 0
-		for _, id := range want {
-			if got[id] == 0 {
-				missing++
-			}
-		}
-		return missing == 0
-	})
+	waitForEffects(t, within, 10*time.Millisecond, "events", want, e.Effects)
 	e.CheckExactlyOnce(t, want)
 }
 
@@ -188,4 +142,28 @@ func (e *Env) CheckExactlyOnce(t testing.TB, want []txbox.ID) {
 	if lost+dup+unexpected > 0 {
 		t.Errorf("effects: %d lost, %d duplicated, %d unexpected (of %d events)", lost, dup, unexpected, len(want))
 	}
+}
+
+// waitForEffects polls effects until every id in want has one, failing t
+// after within with how many of the events (what they are: "events",
+// "committed events") still have none.
+func waitForEffects(t testing.TB, within, poll time.Duration, what string, want []txbox.ID, effects func(testing.TB) map[txbox.ID]int) {
+	t.Helper()
+	missing := 0
+	defer func() {
+		// Runs also when WaitFor fails the test.
+		if missing > 0 {
+			t.Errorf("%d of %d %s have no effect after %s (lost so far)", missing, len(want), what, within)
+		}
+	}()
+	testenv.WaitForEvery(t, within, poll, fmt.Sprintf("all %d %s to have an effect", len(want), what), func() bool {
+		got := effects(t)
+		missing = 0
+		for _, id := range want {
+			if got[id] == 0 {
+				missing++
+			}
+		}
+		return missing == 0
+	})
 }

@@ -447,23 +447,7 @@ func (p *Pipeline) Effects(t testing.TB) map[txbox.ID]int {
 func (p *Pipeline) WaitDelivered(t testing.TB, within time.Duration) {
 	t.Helper()
 	want := p.Committed()
-	missing := 0
-	defer func() {
-		// Runs also when WaitFor fails the test.
-		if missing > 0 {
-			t.Errorf("%d of %d committed events have no effect after %s (lost so far)", missing, len(want), within)
-		}
-	}()
-	testenv.WaitForEvery(t, within, 20*time.Millisecond, fmt.Sprintf("all %d committed events to have an effect", len(want)), func() bool {
-		got := p.Effects(t)
-		missing = 0
-		for _, id := range want {
-			if got[id] == 0 {
-				missing++
-			}
-		}
-		return missing == 0
-	})
+	waitForEffects(t, within, 20*time.Millisecond, "committed events", want, p.Effects)
 	got := p.Effects(t)
 	wantSet := make(map[txbox.ID]bool, len(want))
 	var dup, unexpected int

@@ -43,10 +43,3 @@ func Context(run context.Context, timeout time.Duration) (ctx context.Context, s
 		cancel(context.Canceled)
 	}
 }
-
-// SettleContext returns a context for the acknowledgement of a message
-// whose handler finished: it outlives run, so that what was handled is
-// acknowledged even during a stop, bounded by timeout.
-func SettleContext(run context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(run), timeout)
-}

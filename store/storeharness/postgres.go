@@ -3,7 +3,6 @@ package storeharness
 import (
 	"context"
 	"database/sql"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,17 +12,12 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
-	"github.com/txbox/txbox/outbox"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres"
 	"github.com/txbox/txbox/store/storetest"
 )
 
-var pgAdmin struct {
-	once sync.Once
-	db   *sql.DB
-	err  error
-}
+var pgAdmin sharedDB
 
 // PostgresAdmin returns a shared database/sql handle (4 connections) on the
 // local PostgreSQL, for creating and dropping schemas and inspecting
@@ -31,17 +25,7 @@ var pgAdmin struct {
 func PostgresAdmin(t testing.TB) *sql.DB {
 	t.Helper()
 	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
-	pgAdmin.once.Do(func() {
-		pgAdmin.db, pgAdmin.err = sql.Open("pgx", testenv.PostgresURL)
-		if pgAdmin.err == nil {
-			pgAdmin.db.SetMaxOpenConns(4)
-			pgAdmin.err = pgAdmin.db.Ping()
-		}
-	})
-	if pgAdmin.err != nil {
-		t.Fatalf("open postgres: %v", pgAdmin.err)
-	}
-	return pgAdmin.db
+	return pgAdmin.open(t, "pgx", testenv.PostgresURL)
 }
 
 // PostgresPool opens a pgx pool of at most maxConns connections, closed
@@ -154,7 +138,7 @@ func PostgresInbox() storetest.InboxHarness {
 			return err
 		},
 		CountEffects: func(t testing.TB, ns, consumer string) map[txbox.ID]int {
-			return queryCounts(t, PostgresAdmin(t), `SELECT event_id, count(*) FROM `+effect(ns)+` WHERE consumer = $1 GROUP BY event_id`, consumer)
+			return QueryCounts(t, PostgresAdmin(t), `SELECT event_id, count(*) FROM `+effect(ns)+` WHERE consumer = $1 GROUP BY event_id`, consumer)
 		},
 		CountInbox: func(t testing.TB, ns, consumer string) int {
 			return queryInt(t, PostgresAdmin(t), `SELECT count(*) FROM `+inboxTable(ns)+` WHERE consumer_name = $1`, consumer)
@@ -167,16 +151,18 @@ func PostgresInbox() storetest.InboxHarness {
 	}
 }
 
+// Publisher is what PostgresPublish publishes through: an
+// *outbox.Publisher. The harness names only the method: a store package
+// imports nothing from the layers above store (see the layer test in
+// layers_test.go at the module root).
+type Publisher interface {
+	Publish(ctx context.Context, tx any, events ...txbox.Event) ([]txbox.ID, error)
+}
+
 // PostgresPublish publishes evs through pub in one committed transaction
-// on d's pool (nil pub: a default publisher).
-func PostgresPublish(t testing.TB, d *postgres.Driver, pub *outbox.Publisher, evs ...txbox.Event) {
+// on d's pool.
+func PostgresPublish(t testing.TB, d *postgres.Driver, pub Publisher, evs ...txbox.Event) {
 	t.Helper()
-	if pub == nil {
-		var err error
-		if pub, err = outbox.NewPublisher(d, outbox.Config{}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	ctx := context.Background()
 	tx, err := d.Pool().Begin(ctx)
 	if err != nil {

@@ -10,14 +10,14 @@ import (
 	"github.com/txbox/txbox/sender"
 )
 
-func TestGateAdmitsUntilShut(t *testing.T) {
+func TestLifecycleAdmitsUntilShut(t *testing.T) {
 	t.Parallel()
-	var g sender.Gate
+	var g sender.Lifecycle
 	if g.Closed() {
-		t.Fatal("a zero Gate is closed")
+		t.Fatal("a zero Lifecycle is closed")
 	}
 	if err := g.Enter(); err != nil {
-		t.Fatalf("Enter on an open gate: %v", err)
+		t.Fatalf("Enter on an open lifecycle: %v", err)
 	}
 	g.Leave()
 	if !g.Shut() {
@@ -37,9 +37,9 @@ func TestGateAdmitsUntilShut(t *testing.T) {
 	}
 }
 
-func TestGateWaitsForSendsInside(t *testing.T) {
+func TestLifecycleWaitsForSendsInside(t *testing.T) {
 	t.Parallel()
-	var g sender.Gate
+	var g sender.Lifecycle
 	if err := g.Enter(); err != nil {
 		t.Fatal(err)
 	}
@@ -62,9 +62,9 @@ func TestGateWaitsForSendsInside(t *testing.T) {
 	}
 }
 
-func TestGateWaitEndsWithContext(t *testing.T) {
+func TestLifecycleWaitEndsWithContext(t *testing.T) {
 	t.Parallel()
-	var g sender.Gate
+	var g sender.Lifecycle
 	if err := g.Enter(); err != nil {
 		t.Fatal(err)
 	}
@@ -77,9 +77,9 @@ func TestGateWaitEndsWithContext(t *testing.T) {
 	}
 }
 
-func TestGateSend(t *testing.T) {
+func TestLifecycleSend(t *testing.T) {
 	t.Parallel()
-	var g sender.Gate
+	var g sender.Lifecycle
 	msgs := []*sender.Message{{ID: txbox.NewID()}}
 	inside := make(chan struct{})
 	release := make(chan struct{})

@@ -3,6 +3,7 @@ package bench
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -238,7 +239,7 @@ func (rep *Report) markdown(charts []chart) string {
 		}
 		if len(s.Conditions) > 0 {
 			b.WriteString("Conditions:\n\n")
-			for _, k := range sortedKeys(s.Conditions) {
+			for _, k := range slices.Sorted(maps.Keys(s.Conditions)) {
 				fmt.Fprintf(&b, "- %s: %s\n", k, s.Conditions[k])
 			}
 			b.WriteString("\n")
@@ -256,7 +257,7 @@ func (rep *Report) markdown(charts []chart) string {
 					cpu = fmt.Sprintf("%.2f", r.CPUPerEventMicros)
 				}
 				var extra []string
-				for _, k := range sortedKeys(r.Extra) {
+				for _, k := range slices.Sorted(maps.Keys(r.Extra)) {
 					extra = append(extra, fmt.Sprintf("%s %.4g", k, r.Extra[k]))
 				}
 				fmt.Fprintf(&b, "| %s | %d | %d | %.2f | %.0f | %s | %s |\n", r.Variant, r.Round, r.Events, r.Seconds, r.Rate, cpu, strings.Join(extra, ", "))
@@ -281,13 +282,4 @@ func (rep *Report) markdown(charts []chart) string {
 		fmt.Fprintf(&b, "\n(%.0f s)\n", s.Seconds)
 	}
 	return b.String()
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

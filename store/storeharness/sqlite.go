@@ -55,6 +55,16 @@ func SQLite() storetest.Harness {
 	}
 }
 
+// SQLiteDriver returns a migrated driver on a database file in t's
+// temporary directory, closed when t ends.
+func SQLiteDriver(t testing.TB) *sqlite.Driver {
+	t.Helper()
+	d := sqliteOpen(t, filepath.Join(t.TempDir(), "txbox.db"))
+	t.Cleanup(func() { _ = d.Close() })
+	migrate(t, d, 30*time.Second)
+	return d
+}
+
 // sqliteAdmins holds one driver per database file for the inbox harness's
 // own statements (effect table, inspection), opened lazily so the child
 // process of the concurrency test gets its own.
@@ -116,7 +126,7 @@ func SQLiteInbox() storetest.InboxHarness {
 			return err
 		},
 		CountEffects: func(t testing.TB, ns, consumer string) map[txbox.ID]int {
-			return queryCounts(t, sqliteAdmin(t, ns), `SELECT event_id, count(*) FROM inbox_effect WHERE consumer = ? GROUP BY event_id`, consumer)
+			return QueryCounts(t, sqliteAdmin(t, ns), `SELECT event_id, count(*) FROM inbox_effect WHERE consumer = ? GROUP BY event_id`, consumer)
 		},
 		CountInbox: func(t testing.TB, ns, consumer string) int {
 			return queryInt(t, sqliteAdmin(t, ns), `SELECT count(*) FROM `+sqliteInboxTable+` WHERE consumer_name = ?`, consumer)

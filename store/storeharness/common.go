@@ -65,8 +65,9 @@ func queryStrings(t testing.TB, db *sql.DB, query string, args ...any) []string 
 	return out
 }
 
-// queryCounts reads (event id, count) rows into a map.
-func queryCounts(t testing.TB, db *sql.DB, query string, args ...any) map[txbox.ID]int {
+// QueryCounts runs query, whose rows are (event id, count), and returns
+// them as a map: how many effects, inbox rows or deliveries each event has.
+func QueryCounts(t testing.TB, db *sql.DB, query string, args ...any) map[txbox.ID]int {
 	t.Helper()
 	rows, err := db.Query(query, args...)
 	if err != nil {

@@ -14,28 +14,14 @@ import (
 	"github.com/txbox/txbox/store/storetest"
 )
 
-var myAdmin struct {
-	once sync.Once
-	db   *sql.DB
-	err  error
-}
+var myAdmin sharedDB
 
 // MySQLAdmin returns a shared handle (4 connections) on the local MariaDB
 // server, naming no database, for inspecting information_schema.
 func MySQLAdmin(t testing.TB) *sql.DB {
 	t.Helper()
 	testenv.RequireTCP(t, "MariaDB", "127.0.0.1:3306")
-	myAdmin.once.Do(func() {
-		myAdmin.db, myAdmin.err = sql.Open("mysql", testenv.MySQLDSN)
-		if myAdmin.err == nil {
-			myAdmin.db.SetMaxOpenConns(4)
-			myAdmin.err = myAdmin.db.Ping()
-		}
-	})
-	if myAdmin.err != nil {
-		t.Fatalf("open mysql: %v", myAdmin.err)
-	}
-	return myAdmin.db
+	return myAdmin.open(t, "mysql", testenv.MySQLDSN)
 }
 
 // MySQLDatabase creates a fresh database, dropped when t ends, and returns
@@ -156,7 +142,7 @@ func MySQLInbox() storetest.InboxHarness {
 			return err
 		},
 		CountEffects: func(t testing.TB, ns, consumer string) map[txbox.ID]int {
-			return queryCounts(t, mysqlAdmin(t, ns), "SELECT event_id, count(*) FROM inbox_effect WHERE consumer = ? GROUP BY event_id", consumer)
+			return QueryCounts(t, mysqlAdmin(t, ns), "SELECT event_id, count(*) FROM inbox_effect WHERE consumer = ? GROUP BY event_id", consumer)
 		},
 		CountInbox: func(t testing.TB, ns, consumer string) int {
 			return queryInt(t, mysqlAdmin(t, ns), "SELECT count(*) FROM "+mysqlInboxTable+" WHERE consumer_name = ?", consumer)

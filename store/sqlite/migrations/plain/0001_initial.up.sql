@@ -2,7 +2,7 @@
 --
 -- In store/sqlite/migrations every table and index name starts with a
 -- {prefix} placeholder that Migrate replaces with the validated table
--- prefix. store/sqlite/sql/0001_initial.up.sql is the same file rendered
+-- prefix. store/sqlite/migrations/plain/0001_initial.up.sql is the same file rendered
 -- for the default prefix, txbox_, for users of goose, golang-migrate or
 -- atlas (sqlite.Migrations renders any other prefix).
 --

@@ -1,0 +1,118 @@
+package txbox_test
+
+import (
+	"go/parser"
+	"go/token"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const modulePath = "github.com/txbox/txbox"
+
+// packageLayers are the layers of the module's packages, lowest first: a
+// package imports from its own layer or a lower one. A package belongs to
+// the layer of the longest prefix of its path listed here ("" is the root
+// package, core types).
+//
+//  0. leaves: the root package (Event, IDs, errors) and internal/*
+//  1. the seams and their implementations: store/*, sender/*
+//  2. the writers and readers of the tables: outbox, inbox/*
+//  3. delivery: relay/*, consume/*
+//  4. what watches a relay: health, admin
+//  5. the daemon's configuration: config
+//  6. programs: cmd/*, examples/*, bench/*, e2e
+var packageLayers = map[string]int{
+	"":         0,
+	"internal": 0,
+	"store":    1,
+	"sender":   1,
+	"outbox":   2,
+	"inbox":    2,
+	"relay":    3,
+	"consume":  3,
+	"health":   4,
+	"admin":    4,
+	"config":   5,
+	"cmd":      6,
+	"examples": 6,
+	"bench":    6,
+	"e2e":      6,
+}
+
+// upwardImportsAllowed are the imports that go up a layer on purpose, as
+// "importer imported".
+var upwardImportsAllowed = map[string]bool{
+	// The inbox conformance suite drives each dialect's store.Inbox
+	// through its only client, the real inbox.Inbox.
+	"store/storetest inbox": true,
+}
+
+// layerOf returns the layer of the package at pkg (a path in the module).
+func layerOf(pkg string) (int, bool) {
+	for p := pkg; ; p = path.Dir(p) {
+		if p == "." {
+			p = ""
+		}
+		if l, ok := packageLayers[p]; ok && (p != "" || pkg == "") {
+			return l, true
+		}
+		if p == "" {
+			return 0, false
+		}
+	}
+}
+
+// TestImportsGoDownTheLayers fails when a non-test file imports a package
+// of a higher layer than its own (packageLayers), so that a leaf stays a
+// leaf and the core never depends on what is built on it.
+func TestImportsGoDownTheLayers(t *testing.T) {
+	t.Parallel()
+	fset := token.NewFileSet()
+	seen := map[string]bool{}
+	for _, file := range trackedFiles(t) {
+		if !strings.HasSuffix(file, ".go") || strings.HasSuffix(file, "_test.go") || strings.Contains("/"+file, "/testdata/") {
+			continue
+		}
+		pkg := path.Dir(file)
+		if pkg == "." {
+			pkg = ""
+		}
+		from, ok := layerOf(pkg)
+		if !ok {
+			t.Errorf("%s: package %q has no layer in packageLayers", file, pkg)
+			continue
+		}
+		f, err := parser.ParseFile(fset, file, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if p != modulePath && !strings.HasPrefix(p, modulePath+"/") {
+				continue
+			}
+			to := strings.TrimPrefix(strings.TrimPrefix(p, modulePath), "/")
+			top, ok := layerOf(to)
+			if !ok || top <= from || seen[pkg+" "+to] {
+				continue
+			}
+			seen[pkg+" "+to] = true
+			if !upwardImportsAllowed[pkg+" "+to] {
+				t.Errorf("%s (layer %d) imports %s (layer %d): move the code down, or the package up", file, from, p, top)
+			}
+		}
+	}
+	var stale []string
+	for edge := range upwardImportsAllowed {
+		if !seen[edge] {
+			stale = append(stale, edge)
+		}
+	}
+	slices.Sort(stale)
+	for _, edge := range stale {
+		t.Errorf("upwardImportsAllowed lists %q, which no longer happens: delete it", edge)
+	}
+}
