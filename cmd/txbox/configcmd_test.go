@@ -152,6 +152,13 @@ func TestConfigCheckBadInput(t *testing.T) {
 		{"senders: { r: { type: redis, password-env: REDIS_PW } }\n", "senders.r.password-env: environment variable REDIS_PW is empty", nil},
 		{"senders: { n: { type: nats, tls: { ca-file: " + dir + "/missing.pem } } }\n", "senders.n.tls.ca-file: cannot read", nil},
 		{"log: { level: debug }\n", "environment variable TXBOX_LOG_LEVEL: log.level", []string{"TXBOX_LOG_LEVEL=loud"}},
+		// Every *-env and *-file is resolved without --connect, as the
+		// relay resolves them at start.
+		{"database: { dialect: postgres, dsn-env: APP_DSN }\n", "database.dsn-env: environment variable APP_DSN is empty", nil},
+		{"senders: { n: { type: nats, nkey-seed-file: " + dir + "/no-seed } }\n", "senders.n.nkey-seed-file: cannot read", nil},
+		{"senders: { n: { type: nats, creds-file: " + dir + "/no.creds } }\n", "senders.n.creds-file: cannot read", nil},
+		{"senders: { w: { type: webhook, url: \"http://h/\", hmac-secret-file: " + dir + "/no-secret } }\n", "senders.w.hmac-secret-file: cannot read", nil},
+		{"admin: { enabled: true, admin-token-env: ADMIN_TOKEN }\n", "admin.admin-token-env: environment variable ADMIN_TOKEN is empty", nil},
 	} {
 		path := dir + "/bad.yaml"
 		if err := os.WriteFile(path, []byte(tc.yaml), 0o600); err != nil {
