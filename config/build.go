@@ -567,7 +567,14 @@ func (c *Config) relaySettings(s relay.EventSettings) relay.EventSettings {
 func (c *Config) NewLogger(w io.Writer) *slog.Logger {
 	var lvl slog.Level
 	_ = lvl.UnmarshalText([]byte(c.Log.Level))
-	opts := &slog.HandlerOptions{Level: lvl}
+	// A driver or broker client may quote what it was given (a URL with
+	// its query, a DSN) in an error the relay logs: every secret the
+	// configuration holds or points to is scrubbed from each message and
+	// attribute.
+	secrets := c.Secrets(c.getenv)
+	opts := &slog.HandlerOptions{Level: lvl, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		return scrubAttr(a, secrets)
+	}}
 	if c.Log.Format == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}

@@ -85,6 +85,10 @@ type Config struct {
 	// origins maps the key paths Load saw to where their values came
 	// from (Settings); nil for a Config built in Go.
 	origins map[string]string
+	// getenv reads the environment Load was given, so NewLogger can
+	// scrub the secrets that variables hold; nil for a Config built in
+	// Go.
+	getenv func(string) string
 }
 
 // RelaySettings are the relay-wide settings under the relay key; they

@@ -1,11 +1,14 @@
 package config
 
 import (
+	"fmt"
 	"log/slog"
 	"net/url"
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/txbox/txbox/sender"
 )
 
 // redacted replaces a secret in printed text.
@@ -283,10 +286,25 @@ func (c *Config) Secrets(getenv func(string) string) []string {
 			secret(s.RabbitMQ.PasswordEnv, s.RabbitMQ.PasswordFile)
 		case s.Webhook != nil:
 			secret(s.Webhook.HMACSecretEnv, s.Webhook.HMACSecretFile)
+			// An HTTP client's error quotes the URL, query and all.
+			for _, v := range passwordsIn(s.Webhook.URL) {
+				add(v)
+			}
 		case s.Redis != nil:
 			secret(s.Redis.PasswordEnv, s.Redis.PasswordFile)
 		case s.Kafka != nil && s.Kafka.SASL != nil:
 			secret(s.Kafka.SASL.PasswordEnv, s.Kafka.SASL.PasswordFile)
+		}
+	}
+	routes := []*sender.Route{c.Defaults.Route}
+	for _, t := range c.EventTypes() {
+		routes = append(routes, c.Events[t].Route)
+	}
+	for _, r := range routes {
+		if r != nil {
+			for _, v := range passwordsIn(r.URL) {
+				add(v)
+			}
 		}
 	}
 	if read, adm, err := c.AdminTokens(getenv); err == nil {
@@ -359,3 +377,52 @@ type scrubbedError struct {
 
 func (e *scrubbedError) Error() string { return e.msg }
 func (e *scrubbedError) Unwrap() error { return e.err }
+
+// scrubAttr replaces every secret in a log attribute's text: strings,
+// errors and values that print themselves, groups member by member.
+func scrubAttr(a slog.Attr, secrets []string) slog.Attr {
+	if len(secrets) == 0 {
+		return a
+	}
+	clean := func(s string) string {
+		for _, sec := range secrets {
+			s = strings.ReplaceAll(s, sec, redacted)
+		}
+		return s
+	}
+	v := a.Value.Resolve()
+	switch v.Kind() {
+	case slog.KindString:
+		a.Value = slog.StringValue(clean(v.String()))
+	case slog.KindGroup:
+		attrs := v.Group()
+		out := make([]slog.Attr, len(attrs))
+		for i, g := range attrs {
+			out[i] = scrubAttr(g, secrets)
+		}
+		a.Value = slog.GroupValue(out...)
+	case slog.KindAny:
+		switch x := v.Any().(type) {
+		case error:
+			a.Value = slog.StringValue(clean(x.Error()))
+		case fmt.Stringer:
+			a.Value = slog.StringValue(clean(x.String()))
+		default:
+			if s := fmt.Sprint(x); s != clean(s) {
+				a.Value = slog.StringValue(clean(s))
+			}
+		}
+	}
+	return a
+}
+
+// lookupIn returns a getenv over env's KEY=VALUE strings.
+func lookupIn(env []string) func(string) string {
+	m := make(map[string]string, len(env))
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[k] = v
+		}
+	}
+	return func(k string) string { return m[k] }
+}

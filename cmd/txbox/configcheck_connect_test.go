@@ -19,7 +19,7 @@ import (
 
 // closedPort returns a loopback address nothing listens on: a port the
 // kernel handed out and that was closed again.
-func closedPort(t *testing.T) string {
+func closedPort(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 
 // runInProcess runs a command line in this process and returns its exit
 // code, stdout and stderr.
-func runInProcess(t *testing.T, environ []string, args ...string) (int, string, string) {
+func runInProcess(t testing.TB, environ []string, args ...string) (int, string, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
 	lookup := map[string]string{}
