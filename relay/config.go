@@ -376,6 +376,13 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// WithDefaults returns c with every unset relay-wide setting set to the
+// value the relay uses (the Default* constants, and the caps derived from
+// their intervals), so a loader can show the effective values. keepZeros
+// leaves the zero settings that have a YAML key alone, as a loader that
+// filled its defaults in means them (Bounds.ZeroIsSet).
+func (c Config) WithDefaults(keepZeros bool) Config { return c.withSettingDefaults(keepZeros) }
+
 // withSettingDefaults sets the unset relay-wide settings that Validate
 // checks; it has no side effects. keepZeros leaves the zero settings that
 // have a YAML key alone (Bounds.ZeroIsSet).

@@ -216,6 +216,13 @@ events:
 		`events["order.created"].batch-size 50 file ` + path + ":10",
 		`events["order.created"].max-attempts 7 inherited from defaults.max-attempts (flag --set defaults.max-attempts)`,
 		`events["order.created"].sender n inherited from defaults.sender (file ` + path + ":7)",
+		// Effective values, not the zeros that mean "unset".
+		"relay.recover-max-interval 2m0s default",
+		"relay.discover-max-interval 5m0s default",
+		"relay.dead-letter-max-interval 10m0s default",
+		"senders.n.max-pending 4096 default",
+		"senders.n.provision-stream TXBOX default",
+		"database.table-prefix txbox_ default",
 	} {
 		found := false
 		for _, l := range strings.Split(out, "\n") {
@@ -226,6 +233,19 @@ events:
 		if !found {
 			t.Errorf("no line %q in:\n%s", want, out)
 		}
+	}
+}
+
+// TestConfigPrintDerivedDefault: a cap left unset follows its interval
+// when that is longer than the cap's default, as the relay does.
+func TestConfigPrintDerivedDefault(t *testing.T) {
+	t.Parallel()
+	code, out, errOut := runInProcess(t, nil, "config", "print", "--set", "relay.recover-interval=5m", "--set", "senders.n.type=nats")
+	if code != exitOK {
+		t.Fatalf("print: code %d %s", code, errOut)
+	}
+	if l := lineOf(out, "relay.recover-max-interval "); !strings.Contains(l, " 5m0s ") || !strings.Contains(l, "default") {
+		t.Errorf("recover-max-interval line %q, want 5m0s default", l)
 	}
 }
 
