@@ -109,16 +109,9 @@ func (s *Sender) checkExchange(ctx context.Context, name string) error {
 // declarePassive asks the broker, on a throwaway channel, whether the
 // exchange name exists, and remembers the answer for checkExchange.
 func (s *Sender) declarePassive(ctx context.Context, name string) error {
-	if err := ctx.Err(); err != nil {
-		return txbox.Transient(fmt.Errorf("%w: %w", ErrConnection, err))
-	}
-	conn, err := s.connection()
+	conn, ch, err := s.throwawayChannel(ctx)
 	if err != nil {
 		return err
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		return connErr(conn, fmt.Errorf("%w: open channel: %v", ErrConnection, err))
 	}
 	err = ch.ExchangeDeclarePassive(name, "direct", false, false, false, false, nil)
 	if err == nil {
@@ -139,19 +132,29 @@ func (s *Sender) declarePassive(ctx context.Context, name string) error {
 // authenticates (a wrong password is the broker's ACCESS_REFUSED), and
 // opens and closes a channel, which the vhost's permissions must allow.
 func (s *Sender) CheckConnection(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return txbox.Transient(fmt.Errorf("%w: %w", ErrConnection, err))
-	}
-	conn, err := s.connection()
+	_, ch, err := s.throwawayChannel(ctx)
 	if err != nil {
 		return err
 	}
-	ch, err := conn.Channel()
-	if err != nil {
-		return connErr(conn, fmt.Errorf("%w: open channel: %v", ErrConnection, err))
-	}
 	_ = ch.Close()
 	return nil
+}
+
+// throwawayChannel opens a channel of its own on the connection, dialing
+// if needed: a refused check closes only it.
+func (s *Sender) throwawayChannel(ctx context.Context) (*amqp.Connection, *amqp.Channel, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, txbox.Transient(fmt.Errorf("%w: %w", ErrConnection, err))
+	}
+	conn, err := s.connection()
+	if err != nil {
+		return nil, nil, err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, nil, connErr(conn, fmt.Errorf("%w: open channel: %v", ErrConnection, err))
+	}
+	return conn, ch, nil
 }
 
 // CheckRoute implements [sender.Checker]: it connects and authenticates
