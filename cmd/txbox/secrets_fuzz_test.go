@@ -1,13 +1,18 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
+
+	"github.com/txbox/txbox/internal/testenv"
 )
 
 // secretForms are the ways a secret reaches the configuration: every DSN
@@ -151,4 +156,47 @@ func FuzzSecretsNeverPrinted(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestRelayLogsScrubURLSecrets: a webhook URL's query secret appears in
+// no log line of the relay at debug level, a failed send's error and the
+// opened circuit's destination included (the sender leaves the query out
+// of both, and the logger scrubs the configuration's secrets from any
+// text that would still quote it).
+func TestRelayLogsScrubURLSecrets(t *testing.T) {
+	t.Parallel()
+	const secret = "Query-Canary-4f8"
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "txbox.yaml")
+	yml := fmt.Sprintf(`
+database: { dsn: %s/relay.db }
+senders: { hooks: { type: webhook, url: "http://%s/in?api_key=%s" } }
+defaults: { polling: { min-delay: 5ms, max-delay: 50ms }, max-attempts: 1 }
+relay: { discover-interval: 20ms, shutdown-timeout: 10s }
+`, dir, closedPort(t), secret)
+	if err := os.WriteFile(cfgPath, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := runInProcess(t, nil, "migrate", "--config", cfgPath); code != exitOK {
+		t.Fatalf("migrate: %s", errOut)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stderr := &testenv.LogBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: stderr, getenv: func(string) string { return "" }}
+		done <- run(ctx, e, []string{"relay", "--config", cfgPath, "--set", "log.level=debug"})
+	}()
+	if code, _, errOut := runInProcess(t, nil, "publish", "--config", cfgPath, "--type", "t", "--payload", `{}`); code != exitOK {
+		t.Fatalf("publish: %s", errOut)
+	}
+	testenv.WaitFor(t, 30*time.Second, "a logged send failure", func() bool {
+		return strings.Contains(stderr.String(), "connection refused")
+	})
+	cancel()
+	<-done
+	if strings.Contains(stderr.String(), secret) {
+		t.Fatalf("the URL's query secret is logged:\n%s", stderr.String())
+	}
 }
