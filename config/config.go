@@ -28,8 +28,10 @@ const (
 	DefaultMetricsPath = "/metrics"
 	// DefaultMetricsStatsInterval is metrics.stats-interval.
 	DefaultMetricsStatsInterval = 5 * time.Second
-	// DefaultSenderTimeout is the timeout of the senders that have one,
-	// except RabbitMQ's (30s).
+	// DefaultSenderTimeout is senders.<name>.timeout of a redis sender,
+	// which bounds both writing a batch and reading its replies (the
+	// redisstream package's ReadTimeout and WriteTimeout bound them one
+	// by one). The other sender types take their package's default.
 	DefaultSenderTimeout = 10 * time.Second
 	// DefaultDefaultSenderRoute is every field of the defaults route but
 	// the RabbitMQ exchange and the webhook URL: one destination per event

@@ -28,7 +28,7 @@ func runConfig(ctx context.Context, e *env, args []string) error {
 	case "print":
 		return runConfigPrint(e, args[1:])
 	case "-h", "--help", "help":
-		fmt.Fprintln(e.stderr, "Usage: txbox config check [--connect] | txbox config print  (flags: --config, --set, --dialect, --dsn)")
+		fmt.Fprintln(e.stderr, "Usage: txbox config check [--connect [--timeout 10s]] | txbox config print  (flags: --config, --set, --dialect, --dsn)")
 		return flag.ErrHelp
 	}
 	return usagef("unknown config subcommand %q: check or print", args[0])
@@ -103,7 +103,7 @@ func runConfigCheck(ctx context.Context, e *env, args []string) error {
 		opened: map[string]sender.Sender{}, refused: map[string]string{}}
 	defer c.close(ctx)
 	if *connect {
-		st, err := checkDatabase(ctx, cfg, e, log, *timeout)
+		st, err := checkDatabase(ctx, cfg, e, stderr, log, *timeout)
 		if err != nil {
 			return err
 		}
@@ -396,11 +396,12 @@ func destinationName(typ string, r sender.Route) (kind, name string) {
 }
 
 // checkDatabase connects and pings the database.
-func checkDatabase(ctx context.Context, cfg *config.Config, e *env, log *slog.Logger, timeout time.Duration) (*config.Store, error) {
+func checkDatabase(ctx context.Context, cfg *config.Config, e *env, progress io.Writer, log *slog.Logger, timeout time.Duration) (*config.Store, error) {
 	st, err := cfg.OpenStore(ctx, e.getenv, log)
 	if err != nil {
 		return nil, err
 	}
+	fmt.Fprintf(progress, "config check: database %s: checking (timeout %s)\n", cfg.Database.Dialect, timeout)
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := st.Ping(pctx); err != nil {
