@@ -136,6 +136,8 @@ func TestRedactDSN(t *testing.T) {
 		{"postgres://app:pa,ssW0rd@127.0.0.1:5432/x", "postgres://app:xxxxx@127.0.0.1:5432/x"},
 		{"nats://a:p,w@h1:4222, nats://h2:4222", "nats://a:xxxxx@h1:4222, nats://h2:4222"},
 		{"postgres://app:pa?ss@h/db", "postgres://app:xxxxx@h/db"},
+		{"postgres://app:@000?0000@h:5432/db?sslmode=disable", "postgres://app:xxxxx@h:5432/db?sslmode=disable"},
+		{"https://h/x?email=a@b&key=K", "https://h/x?email=xxxxx&key=xxxxx"},
 		{"host=h password=pa\\ ss dbname=d", "host=h password=xxxxx dbname=d"},
 		{"host=h password=pa;ss,w dbname=d", "host=h password=xxxxx dbname=d"},
 		{"root:pa,s@s:w@tcp(h:3306)/db?parseTime=true&foo=bar", "root:xxxxx@tcp(h:3306)/db?parseTime=true&foo=xxxxx"},

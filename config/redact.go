@@ -147,30 +147,29 @@ func urlSecrets(s string, from, to int) [][2]int {
 	}
 	base := i + 3
 	rest := seg[base:]
-	// The user info ends at the last '@' before the query, or, when the
-	// query holds one and nothing before it does, at the last '@' of all:
-	// a password with an unescaped '?', '/', '#' or '@' is hidden whole.
-	at := -1
-	if q := strings.IndexByte(rest, '?'); q >= 0 {
-		at = strings.LastIndexByte(rest[:q], '@')
-	}
-	if at < 0 {
-		at = strings.LastIndexByte(rest, '@')
-	}
+	// The user info ends at the last '@': a password with an unescaped
+	// '?', '/', '#' or '@' is hidden whole. An '@' in a query value makes
+	// this hide more than the password, never less.
+	at := strings.LastIndexByte(rest, '@')
 	var spans [][2]int
+	qfrom := base
 	if at >= 0 {
 		colon := strings.IndexByte(rest[:at], ':')
 		switch {
 		case colon >= 0 && colon+1 < at:
 			spans = append(spans, [2]int{from + base + colon + 1, from + base + at})
+			qfrom = base + at + 1
 		case colon < 0 && at > 0 && natsScheme(seg[:i]):
 			// nats://TOKEN@host: NATS puts a bare token where other
 			// schemes put a user name, so the whole user info is the
 			// secret.
 			spans = append(spans, [2]int{from + base, from + base + at})
+			qfrom = base + at + 1
 		}
 	}
-	return append(spans, querySecrets(s, from+base+at+1, to)...)
+	// Without a hidden user info, the query starts at the first '?': an
+	// '@' in a query value does not hide the values before it.
+	return append(spans, querySecrets(s, from+qfrom, to)...)
 }
 
 func natsScheme(scheme string) bool {
