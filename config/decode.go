@@ -354,7 +354,7 @@ var senderTypes = map[string]func(s *Sender) any{
 	},
 	SenderKafka: func(s *Sender) any {
 		s.Kafka = &KafkaSender{ClientID: kafka.DefaultClientID, Timeout: kafka.DefaultDeliveryTimeout,
-			Linger: kafka.DefaultLinger, MaxBufferedRecords: kafka.DefaultMaxBufferedRecords}
+			Linger: kafka.DefaultLinger, MaxBufferedRecords: kafka.DefaultMaxBufferedRecords, MaxRecordBytes: kafka.DefaultMaxRecordBytes}
 		return s.Kafka
 	},
 	SenderRabbitMQ: func(s *Sender) any {

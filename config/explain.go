@@ -95,8 +95,6 @@ func (c *Config) Settings() []Setting {
 			}
 		case strings.HasSuffix(out[i].Path, ".max-message-bytes") && out[i].Value == "0":
 			out[i].Value = "(the broker's max_message_size)"
-		case strings.HasSuffix(out[i].Path, ".max-record-bytes") && out[i].Value == "0":
-			out[i].Value = "(franz-go's 1000012)"
 		}
 	}
 	for _, t := range c.EventTypes() {

@@ -43,7 +43,7 @@ var tables = []table{
 			{keys: []string{"timeout"}, meaning: "delivery timeout of a record, retries included"},
 			{keys: []string{"linger"}, meaning: "wait for more records per produce request; only adds latency for whole batches"},
 			{keys: []string{"max-buffered-records"}, meaning: ""},
-			{keys: []string{"max-record-bytes"}, def: "`1000012` (franz-go's)", meaning: "largest record batch (so record) the producer builds; keep ≤ the topic's `max.message.bytes`"},
+			{keys: []string{"max-record-bytes"}, def: "%v (franz-go's)", meaning: "largest record batch (so record) the producer builds; keep ≤ the topic's `max.message.bytes`"},
 			{keys: []string{"provision"}, meaning: "at start, create the routes' topics that do not exist (see [Provisioning](#provisioning))"},
 			{keys: []string{"provision-topics"}, def: "the routes' topics", meaning: "topics to create instead, a list"},
 			{keys: []string{"provision-partitions"}, def: "broker's `num.partitions`", meaning: "partitions of created topics (`-1`: the broker's default)"},
