@@ -1,11 +1,18 @@
 package keydoc
 
+import (
+	"strings"
+
+	"github.com/txbox/txbox/admin"
+	"github.com/txbox/txbox/config"
+)
+
 // tables hold what each key means; the defaults come from the code. A key
 // added to the configuration needs a row here (Render says which).
 var tables = []table{
 	{name: "database", prefix: "database", rows: []row{
 		{keys: []string{"dialect"}, meaning: "`postgres`, `mysql` or `sqlite`"},
-		{keys: []string{"dsn"}, def: "`./txbox.db` for sqlite; required otherwise", meaning: "PostgreSQL URL or key=value string; go-sql-driver DSN (`user:pass@tcp(host:3306)/db`); SQLite file path (no `?parameters`, not `:memory:`: txbox sets WAL mode and timeouts itself). The relay's MySQL connections are switched to READ COMMITTED by the driver."},
+		{keys: []string{"dsn"}, def: "`" + config.DefaultSQLitePath + "` for sqlite; required otherwise", meaning: "PostgreSQL URL or key=value string; go-sql-driver DSN (`user:pass@tcp(host:3306)/db`); SQLite file path (no `?parameters`, not `:memory:`: txbox sets WAL mode and timeouts itself). The relay's MySQL connections are switched to READ COMMITTED by the driver."},
 		{keys: []string{"dsn-env"}, meaning: "name of an environment variable holding the DSN, used when `dsn` is empty"},
 		{keys: []string{"schema"}, def: "connection default", meaning: "PostgreSQL: the schema holding txbox's tables (`migrate` creates it); MySQL: the database holding them (default: the DSN's); not allowed for sqlite"},
 		{keys: []string{"table-prefix"}, meaning: "prefix of every txbox table"},
@@ -142,6 +149,6 @@ var tables = []table{
 		{keys: []string{"read-token-file"}, meaning: "file holding the read token instead (trailing white space ignored)"},
 		{keys: []string{"admin-token-env"}, meaning: "environment variable holding the admin token (also retries, resolves, deletes)"},
 		{keys: []string{"admin-token-file"}, meaning: "file holding the admin token instead"},
-		{keys: []string{"allowed-hosts"}, def: "`localhost`, `127.0.0.1`, `::1` and the `listen` host", meaning: "`Host` header names (no port) accepted; anything else is a 403 (DNS rebinding)"},
+		{keys: []string{"allowed-hosts"}, def: "`" + strings.Join(admin.DefaultAllowedHosts, "`, `") + "` and the `listen` host", meaning: "`Host` header names (no port) accepted; anything else is a 403 (DNS rebinding)"},
 	}},
 }
