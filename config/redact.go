@@ -247,6 +247,17 @@ func (c *Config) Secrets(getenv func(string) string) []string {
 			out = append(out, s)
 		}
 	}
+	// addQuery adds the values a webhook URL hides. Only long ones are
+	// scrubbed from other text: every query value prints redacted, but
+	// scrubbing a short one (?format=json) would blank that word in every
+	// log line, and keys and signatures are long.
+	addQuery := func(u string) {
+		for _, v := range passwordsIn(u) {
+			if len(v) >= 8 {
+				add(v)
+			}
+		}
+	}
 	addDSN := func(d DSN) {
 		if d == "" {
 			return
@@ -286,9 +297,7 @@ func (c *Config) Secrets(getenv func(string) string) []string {
 		case s.Webhook != nil:
 			secret(s.Webhook.HMACSecretEnv, s.Webhook.HMACSecretFile)
 			// An HTTP client's error quotes the URL, query and all.
-			for _, v := range passwordsIn(s.Webhook.URL) {
-				add(v)
-			}
+			addQuery(s.Webhook.URL)
 		case s.Redis != nil:
 			secret(s.Redis.PasswordEnv, s.Redis.PasswordFile)
 		case s.Kafka != nil && s.Kafka.SASL != nil:
@@ -301,9 +310,7 @@ func (c *Config) Secrets(getenv func(string) string) []string {
 	}
 	for _, r := range routes {
 		if r != nil {
-			for _, v := range passwordsIn(r.URL) {
-				add(v)
-			}
+			addQuery(r.URL)
 		}
 	}
 	if read, adm, err := c.AdminTokens(getenv); err == nil {
