@@ -1,9 +1,7 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -180,22 +178,14 @@ relay: { discover-interval: 20ms, shutdown-timeout: 10s }
 	if code, _, errOut := runInProcess(t, nil, "migrate", "--config", cfgPath); code != exitOK {
 		t.Fatalf("migrate: %s", errOut)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stderr := &testenv.LogBuffer{}
-	done := make(chan int, 1)
-	go func() {
-		e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: stderr, getenv: func(string) string { return "" }}
-		done <- run(ctx, e, []string{"relay", "--config", cfgPath, "--set", "log.level=debug"})
-	}()
+	stderr, _, stop := startRelay(t, "--config", cfgPath, "--set", "log.level=debug")
 	if code, _, errOut := runInProcess(t, nil, "publish", "--config", cfgPath, "--type", "t", "--payload", `{}`); code != exitOK {
 		t.Fatalf("publish: %s", errOut)
 	}
 	testenv.WaitFor(t, 30*time.Second, "a logged send failure", func() bool {
 		return strings.Contains(stderr.String(), "connection refused")
 	})
-	cancel()
-	<-done
+	stop()
 	if strings.Contains(stderr.String(), secret) {
 		t.Fatalf("the URL's query secret is logged:\n%s", stderr.String())
 	}
