@@ -307,9 +307,15 @@ func (c *Config) senderConfig(name string, getenv func(string) string, logger *s
 		if err != nil {
 			return nil, err
 		}
-		if n.NKeySeedFile != "" {
-			if _, err := os.Stat(n.NKeySeedFile); err != nil {
-				return nil, &Error{Path: join(p, "nkey-seed-file"), Msg: fmt.Sprintf("cannot read: %v", err)}
+		// The seed and the credentials are read by the NATS client when
+		// it connects: reading them here finds an unreadable file
+		// before a deploy, not at the first connection.
+		for _, f := range []struct{ key, file string }{{"nkey-seed-file", n.NKeySeedFile}, {"creds-file", n.CredsFile}} {
+			if f.file == "" {
+				continue
+			}
+			if _, err := readSecret(nil, p, strings.TrimSuffix(f.key, "-file"), "", f.file); err != nil {
+				return nil, err
 			}
 		}
 		return nats.Config{URL: n.URL.Reveal(), Name: n.Name, CredsFile: n.CredsFile, AckTimeout: n.Timeout, MaxPending: n.MaxPending,
@@ -389,6 +395,29 @@ func (c *Config) CheckSenders(getenv func(string) string, logger *slog.Logger) e
 	var errs []error
 	for _, name := range c.SenderNames() {
 		if _, err := c.senderConfig(name, getenv, logger); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return Scrub(errors.Join(errs...), c.Secrets(getenv))
+}
+
+// CheckSecrets resolves, without connecting, every value the relay reads
+// at start from an environment variable or a file: database.dsn-env, each
+// sender's secrets and TLS files (CheckSenders), and the admin tokens
+// when the admin server is enabled. An unset variable or a missing,
+// unreadable or empty file is an error naming its key, so `txbox config
+// check` fails where `txbox relay` would. The errors are joined and hold
+// no secret.
+func (c *Config) CheckSecrets(getenv func(string) string, logger *slog.Logger) error {
+	var errs []error
+	if _, err := c.DatabaseDSN(getenv); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.CheckSenders(getenv, logger); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Admin.Enabled {
+		if _, _, err := c.AdminTokens(getenv); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -543,7 +572,14 @@ func (c *Config) relaySettings(s relay.EventSettings) relay.EventSettings {
 func (c *Config) NewLogger(w io.Writer) *slog.Logger {
 	var lvl slog.Level
 	_ = lvl.UnmarshalText([]byte(c.Log.Level))
-	opts := &slog.HandlerOptions{Level: lvl}
+	// A driver or broker client may quote what it was given (a URL with
+	// its query, a DSN) in an error the relay logs: every secret the
+	// configuration holds or points to is scrubbed from each message and
+	// attribute.
+	secrets := c.Secrets(c.getenv)
+	opts := &slog.HandlerOptions{Level: lvl, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		return scrubAttr(a, secrets)
+	}}
 	if c.Log.Format == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}

@@ -10,7 +10,14 @@ import (
 
 	yaml "go.yaml.in/yaml/v3"
 
+	natsgo "github.com/nats-io/nats.go"
+
 	"github.com/txbox/txbox/internal/keypath"
+	"github.com/txbox/txbox/sender/kafka"
+	"github.com/txbox/txbox/sender/nats"
+	"github.com/txbox/txbox/sender/rabbitmq"
+	"github.com/txbox/txbox/sender/redisstream"
+	"github.com/txbox/txbox/sender/webhook"
 )
 
 // maxNodes bounds the work of walking one document, aliases included, so a
@@ -332,24 +339,31 @@ type nodeDecoder interface {
 // senderTypes maps a sender type to a constructor of its settings with the
 // defaults filled in.
 var senderTypes = map[string]func(s *Sender) any{
+	// Each sender starts from its package's defaults, so that `txbox
+	// config print` shows the values the sender will use and the
+	// defaults have one source: the sender package's Default* constants.
 	SenderNATS: func(s *Sender) any {
-		s.NATS = &NATSSender{URL: "nats://127.0.0.1:4222", Timeout: DefaultSenderTimeout}
+		s.NATS = &NATSSender{URL: natsgo.DefaultURL, Name: nats.DefaultName, Timeout: nats.DefaultAckTimeout,
+			MaxPending: nats.DefaultMaxPending, ProvisionStream: nats.DefaultProvisionStream}
 		return s.NATS
 	},
 	SenderWebhook: func(s *Sender) any {
-		s.Webhook = &WebhookSender{Timeout: DefaultSenderTimeout}
+		s.Webhook = &WebhookSender{Timeout: webhook.DefaultTimeout, Concurrency: webhook.DefaultMaxConcurrency,
+			ContentType: webhook.DefaultContentType, SignatureHeader: webhook.DefaultSignatureHeader}
 		return s.Webhook
 	},
 	SenderKafka: func(s *Sender) any {
-		s.Kafka = &KafkaSender{Timeout: DefaultSenderTimeout}
+		s.Kafka = &KafkaSender{ClientID: kafka.DefaultClientID, Timeout: kafka.DefaultDeliveryTimeout,
+			Linger: kafka.DefaultLinger, MaxBufferedRecords: kafka.DefaultMaxBufferedRecords, MaxRecordBytes: kafka.DefaultMaxRecordBytes}
 		return s.Kafka
 	},
 	SenderRabbitMQ: func(s *Sender) any {
-		s.RabbitMQ = &RabbitMQSender{Timeout: 30 * time.Second}
+		s.RabbitMQ = &RabbitMQSender{Timeout: rabbitmq.DefaultConfirmTimeout, Channels: rabbitmq.DefaultChannels,
+			ProvisionExchangeType: rabbitmq.DefaultProvisionExchangeType}
 		return s.RabbitMQ
 	},
 	SenderRedis: func(s *Sender) any {
-		s.Redis = &RedisSender{Addr: "127.0.0.1:6379", Timeout: DefaultSenderTimeout}
+		s.Redis = &RedisSender{Addr: redisstream.DefaultAddr, Timeout: DefaultSenderTimeout, PoolSize: redisstream.DefaultPoolSize}
 		return s.Redis
 	},
 }

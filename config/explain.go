@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/txbox/txbox/store"
 )
 
 // Setting is one key of a loaded configuration: its effective value and
@@ -47,7 +49,15 @@ func (c *Config) Settings() []Setting {
 	walk := func(path string, v reflect.Value, src func(string) string) {
 		settingsOf(path, v, src, &out)
 	}
-	cv := reflect.ValueOf(c).Elem()
+	// The relay-wide settings as the relay will use them: a cap left at
+	// zero follows its interval, the outbox TTL the longest retention.
+	eff := *c
+	rc := c.relayConfig().WithDefaults(true)
+	eff.Relay.DiscoverMaxInterval = rc.DiscoverMaxInterval
+	eff.Relay.RecoverMaxInterval = rc.RecoverMaxInterval
+	eff.Relay.DeadLetterMaxInterval = rc.DeadLetterMaxInterval
+	eff.Cleanup = rc.Cleanup
+	cv := reflect.ValueOf(&eff).Elem()
 	for i := 0; i < cv.NumField(); i++ {
 		name := yamlName(cv.Type().Field(i))
 		switch name {
@@ -69,8 +79,22 @@ func (c *Config) Settings() []Setting {
 	for i := range out {
 		// defaults.claim unset is a choice, not an absence: each type's
 		// claim then follows its sender and the database (defaultClaim).
-		if out[i].Path == "defaults.claim" && c.Defaults.Claim == nil {
+		switch {
+		case out[i].Path == "defaults.claim" && c.Defaults.Claim == nil:
 			out[i].Value = "(by sender: lock for brokers on postgres/mysql, else lease)"
+		case out[i].Path == "cleanup.outbox-ttl" && c.Cleanup.OutboxTTL == nil:
+			out[i].Source = SourceDefault + " (the longest retention of defaults and events)"
+		case out[i].Path == "relay.instance-id" && c.Relay.InstanceID == "":
+			out[i].Value = "(hostname-pid-random, made at start)"
+		case out[i].Path == "database.table-prefix" && c.Database.TablePrefix == "":
+			out[i].Value = store.DefaultTablePrefix
+		case out[i].Path == "database.max-conns" && c.Database.MaxConns == 0:
+			out[i].Value = "(the driver's default)"
+			if c.Database.Dialect == DialectPostgres {
+				out[i].Value = fmt.Sprintf("(pgx's default, at least %d for the lock claim)", c.LockConns())
+			}
+		case strings.HasSuffix(out[i].Path, ".max-message-bytes") && out[i].Value == "0":
+			out[i].Value = "(the broker's max_message_size)"
 		}
 	}
 	for _, t := range c.EventTypes() {
@@ -89,7 +113,11 @@ func (c *Config) Settings() []Setting {
 // settingsOf appends the leaves of v under path.
 func settingsOf(path string, v reflect.Value, src func(string) string, out *[]Setting) {
 	if v.Type() == dsnType {
-		*out = append(*out, Setting{Path: path, Value: v.Interface().(DSN).String(), Source: src(path)})
+		val := v.Interface().(DSN).String()
+		if val == "" {
+			val = `""`
+		}
+		*out = append(*out, Setting{Path: path, Value: val, Source: src(path)})
 		return
 	}
 	switch v.Kind() {

@@ -93,6 +93,7 @@ func Load(src Source) (*Config, error) {
 		return nil, Errors(d.errs)
 	}
 	c.recordOrigins(d)
+	c.getenv = lookupIn(src.Env)
 	return c, nil
 }
 

@@ -131,6 +131,23 @@ func TestRedactDSN(t *testing.T) {
 		{"nats://s3cretToken@127.0.0.1:4222", "nats://xxxxx@127.0.0.1:4222"},
 		{"postgres://app@127.0.0.1/db", "postgres://app@127.0.0.1/db"},
 		{"redis://:pw@127.0.0.1:6379/0", "redis://:xxxxx@127.0.0.1:6379/0"},
+		// A comma in the password does not split it (a NATS server list
+		// splits only where a new scheme:// follows).
+		{"postgres://app:pa,ssW0rd@127.0.0.1:5432/x", "postgres://app:xxxxx@127.0.0.1:5432/x"},
+		{"nats://a:p,w@h1:4222, nats://h2:4222", "nats://a:xxxxx@h1:4222, nats://h2:4222"},
+		{"postgres://app:pa?ss@h/db", "postgres://app:xxxxx@h/db"},
+		{"postgres://app:@000?0000@h:5432/db?sslmode=disable", "postgres://app:xxxxx@h:5432/db?sslmode=disable"},
+		{"https://h/x?email=a@b&key=K", "https://h/x?email=xxxxx&key=xxxxx"},
+		{"host=h password=pa\\ ss dbname=d", "host=h password=xxxxx dbname=d"},
+		{"host=h password=pa;ss,w dbname=d", "host=h password=xxxxx dbname=d"},
+		{"root:pa,s@s:w@tcp(h:3306)/db?parseTime=true&foo=bar", "root:xxxxx@tcp(h:3306)/db?parseTime=true&foo=xxxxx"},
+		// Every query value of a URL is a secret unless its name is a
+		// known driver setting; a bare one and a fragment too.
+		{"https://h/hook?api_key=k1&sig=k2&sslmode=require", "https://h/hook?api_key=xxxxx&sig=xxxxx&sslmode=require"},
+		{"https://h/hook?K3Y#frag", "https://h/hook?xxxxx#xxxxx"},
+		{"amqp://guest:g@h:5672/?heartbeat=10&auth_token=t", "amqp://guest:xxxxx@h:5672/?heartbeat=10&auth_token=xxxxx"},
+		{"/var/lib/txbox.db?_auth_pass=s3cret", "/var/lib/txbox.db?_auth_pass=xxxxx"},
+		{"file:txbox.db?_pragma=key(s3cret)&mode=rwc", "file:txbox.db?_pragma=xxxxx&mode=xxxxx"},
 		{"./txbox.db", "./txbox.db"},
 		{"", ""},
 	} {

@@ -1,10 +1,14 @@
 package config
 
 import (
+	"fmt"
 	"log/slog"
+	"net/url"
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/txbox/txbox/sender"
 )
 
 // redacted replaces a secret in printed text.
@@ -38,14 +42,44 @@ func (d DSN) MarshalYAML() (any, error) { return RedactDSN(string(d)), nil }
 // MarshalText writes the redacted DSN (encoding/json and friends).
 func (d DSN) MarshalText() ([]byte, error) { return []byte(RedactDSN(string(d))), nil }
 
-// secretParam matches key=value pairs whose value is a secret, in URL
-// query strings and PostgreSQL key=value DSNs (quoted values included).
-var secretParam = regexp.MustCompile(`(?i)((?:^|[\s&?;])(?:password|passwd|pwd|sslpassword|token|secret|access_token)\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&;]*)`)
+// kvSecret matches the secret parameters of a PostgreSQL key=value DSN
+// (host=h password='s3 cret'): a quoted value, or an unquoted one up to
+// white space, backslash escapes included, as libpq reads them.
+var kvSecret = regexp.MustCompile(`(?i)((?:^|\s)(?:password|passwd|pwd|sslpassword|token|secret|access_token)\s*=\s*)('(?:[^'\\]|\\.)*'?|(?:\\.|[^\s\\])*\\?)`)
 
-// RedactDSN returns s with every password it can recognise replaced by
+// safeQueryParams are the query parameters whose values print: settings
+// of the database drivers and brokers txbox connects to that are never
+// secrets. Every other query value of a DSN or URL is redacted, because a
+// webhook or broker URL may carry a key (?api_key=…, ?sig=…) under any
+// name.
+var safeQueryParams = map[string]bool{
+	// PostgreSQL (libpq and pgx).
+	"sslmode": true, "sslrootcert": true, "sslcert": true, "sslkey": true, "sslnegotiation": true,
+	"connect_timeout": true, "application_name": true, "search_path": true, "target_session_attrs": true,
+	"pool_max_conns": true, "pool_min_conns": true, "default_query_exec_mode": true,
+	// go-sql-driver/mysql.
+	"parsetime": true, "loc": true, "charset": true, "collation": true, "timeout": true,
+	"readtimeout": true, "writetimeout": true, "tls": true, "multistatements": true,
+	"interpolateparams": true, "maxallowedpacket": true, "transaction_isolation": true,
+	// AMQP URI query parameters.
+	"heartbeat": true, "connection_timeout": true, "channel_max": true, "frame_max": true,
+	"auth_mechanism": true, "server_name_indication": true,
+}
+
+// urlStart matches the scheme of a URL that follows a comma: NATS takes
+// a comma-separated list of server URLs. A comma anywhere else (in a
+// password) does not split the string.
+var urlStart = regexp.MustCompile(`,\s*[A-Za-z][A-Za-z0-9+.-]*://`)
+
+// RedactDSN returns s with every secret it can recognise replaced by
 // "xxxxx": the user-info password of a URL (postgres://u:p@h/db,
-// amqp://, nats://, redis://), a go-sql-driver/mysql password
-// (u:p@tcp(h)/db), and password=/token=/secret= parameters.
+// amqp://, nats://, redis://) or a NATS token (nats://TOKEN@h), a
+// go-sql-driver/mysql password (u:p@tcp(h)/db), the password of a
+// PostgreSQL key=value DSN, and every query value of a DSN, URL or SQLite
+// path whose parameter is not a known-safe driver setting (sslmode,
+// parseTime, heartbeat, ...). A password holding a reserved character
+// (',', '@', '/', '?', '#') is hidden whole; when in doubt more is hidden,
+// never less.
 func RedactDSN(s string) string {
 	spans := secretSpans(s)
 	if len(spans) == 0 {
@@ -67,29 +101,32 @@ func RedactDSN(s string) string {
 func secretSpans(s string) [][2]int {
 	var spans [][2]int
 	if strings.Contains(s, "://") {
-		// scheme://[user[:password]@]host... A comma-separated list of
-		// URLs (NATS) is handled one by one.
-		off := 0
-		for _, p := range strings.Split(s, ",") {
-			if a, b, ok := urlPassword(p); ok {
-				spans = append(spans, [2]int{off + a, off + b})
+		start := 0
+		for _, m := range urlStart.FindAllStringIndex(s, -1) {
+			spans = append(spans, urlSecrets(s, start, m[0])...)
+			start = m[0] + 1
+		}
+		spans = append(spans, urlSecrets(s, start, len(s))...)
+	} else {
+		rest := 0
+		if at := mysqlAt(s); at >= 0 {
+			if colon := strings.IndexByte(s[:at], ':'); colon >= 0 && colon+1 < at {
+				spans = append(spans, [2]int{colon + 1, at})
 			}
-			off += len(p) + 1
+			rest = at + 1
 		}
-	} else if at := mysqlAt(s); at >= 0 {
-		if colon := strings.IndexByte(s[:at], ':'); colon >= 0 && colon+1 < at {
-			spans = append(spans, [2]int{colon + 1, at})
-		}
-	}
-	for _, m := range secretParam.FindAllStringSubmatchIndex(s, -1) {
-		if m[4] < m[5] {
-			spans = append(spans, [2]int{m[4], m[5]})
+		// A go-sql-driver DSN's parameters, a SQLite path's or file: URI's.
+		spans = append(spans, querySecrets(s, rest, len(s))...)
+		for _, m := range kvSecret.FindAllStringSubmatchIndex(s, -1) {
+			if m[4] < m[5] {
+				spans = append(spans, [2]int{m[4], m[5]})
+			}
 		}
 	}
 	sort.Slice(spans, func(i, j int) bool { return spans[i][0] < spans[j][0] })
 	out := spans[:0]
 	for _, sp := range spans {
-		if n := len(out); n > 0 && sp[0] < out[n-1][1] {
+		if n := len(out); n > 0 && sp[0] <= out[n-1][1] {
 			if sp[1] > out[n-1][1] {
 				out[n-1][1] = sp[1]
 			}
@@ -100,41 +137,89 @@ func secretSpans(s string) [][2]int {
 	return out
 }
 
-// urlPassword finds the password in the user info of URL s.
-func urlPassword(s string) (start, end int, ok bool) {
-	i := strings.Index(s, "://")
+// urlSecrets returns the secret spans of the URL s[from:to]: the password
+// (or NATS token) of its user info, and its query values and fragment.
+func urlSecrets(s string, from, to int) [][2]int {
+	seg := s[from:to]
+	i := strings.Index(seg, "://")
 	if i < 0 {
-		return 0, 0, false
+		return querySecrets(s, from, to)
 	}
 	base := i + 3
-	rest := s[base:]
-	// The user info ends at the last '@' before the query. Searching past
-	// the first '/' errs on the side of hiding too much: a password with
-	// an unescaped '/', '#' or '@' is still hidden whole.
-	stop := strings.IndexByte(rest, '?')
-	if stop < 0 {
-		stop = len(rest)
-	}
-	at := strings.LastIndexByte(rest[:stop], '@')
-	if at < 0 {
-		return 0, 0, false
-	}
-	colon := strings.IndexByte(rest[:at], ':')
-	if colon < 0 {
-		// nats://TOKEN@host: NATS puts a bare token where other schemes
-		// put a user name, so the whole user info is the secret.
-		switch strings.ToLower(strings.TrimSpace(s[:i])) {
-		case "nats", "tls", "ws", "wss":
-			if at > 0 {
-				return base, base + at, true
-			}
+	rest := seg[base:]
+	// The user info ends at the last '@': a password with an unescaped
+	// '?', '/', '#' or '@' is hidden whole. An '@' in a query value makes
+	// this hide more than the password, never less.
+	at := strings.LastIndexByte(rest, '@')
+	var spans [][2]int
+	qfrom := base
+	if at >= 0 {
+		colon := strings.IndexByte(rest[:at], ':')
+		switch {
+		case colon >= 0 && colon+1 < at:
+			spans = append(spans, [2]int{from + base + colon + 1, from + base + at})
+			qfrom = base + at + 1
+		case colon < 0 && at > 0 && natsScheme(seg[:i]):
+			// nats://TOKEN@host: NATS puts a bare token where other
+			// schemes put a user name, so the whole user info is the
+			// secret.
+			spans = append(spans, [2]int{from + base, from + base + at})
+			qfrom = base + at + 1
 		}
-		return 0, 0, false
 	}
-	if colon+1 >= at {
-		return 0, 0, false
+	// Without a hidden user info, the query starts at the first '?': an
+	// '@' in a query value does not hide the values before it.
+	return append(spans, querySecrets(s, from+qfrom, to)...)
+}
+
+func natsScheme(scheme string) bool {
+	switch strings.ToLower(strings.TrimSpace(scheme)) {
+	case "nats", "tls", "ws", "wss":
+		return true
 	}
-	return base + colon + 1, base + at, true
+	return false
+}
+
+// querySecrets returns the spans of the query values in s[from:to] (after
+// its first '?') whose parameter is not in safeQueryParams, bare values
+// (?TOKEN) included, and of the fragment.
+func querySecrets(s string, from, to int) [][2]int {
+	q := strings.IndexByte(s[from:to], '?')
+	if q < 0 {
+		return fragmentSecret(s, from, to)
+	}
+	start := from + q + 1
+	end := to
+	if h := strings.IndexByte(s[start:to], '#'); h >= 0 {
+		end = start + h
+	}
+	var spans [][2]int
+	p := start
+	for p <= end {
+		n := strings.IndexAny(s[p:end], "&;")
+		stop := end
+		if n >= 0 {
+			stop = p + n
+		}
+		name, _, hasValue := strings.Cut(s[p:stop], "=")
+		switch {
+		case !hasValue && stop > p:
+			spans = append(spans, [2]int{p, stop})
+		case hasValue && !safeQueryParams[strings.ToLower(name)] && p+len(name)+1 < stop:
+			spans = append(spans, [2]int{p + len(name) + 1, stop})
+		}
+		p = stop + 1
+	}
+	return append(spans, fragmentSecret(s, end, to)...)
+}
+
+// fragmentSecret returns the span of the fragment (after '#') of
+// s[from:to], if any: it is never sent, and a key may be written there.
+func fragmentSecret(s string, from, to int) [][2]int {
+	if h := strings.IndexByte(s[from:to], '#'); h >= 0 && from+h+1 < to {
+		return [][2]int{{from + h + 1, to}}
+	}
+	return nil
 }
 
 // mysqlAt finds the '@' that ends the user info of a go-sql-driver DSN
@@ -160,6 +245,17 @@ func (c *Config) Secrets(getenv func(string) string) []string {
 	add := func(s string) {
 		if s != "" && len(s) >= 4 {
 			out = append(out, s)
+		}
+	}
+	// addQuery adds the values a webhook URL hides. Only long ones are
+	// scrubbed from other text: every query value prints redacted, but
+	// scrubbing a short one (?format=json) would blank that word in every
+	// log line, and keys and signatures are long.
+	addQuery := func(u string) {
+		for _, v := range passwordsIn(u) {
+			if len(v) >= 8 {
+				add(v)
+			}
 		}
 	}
 	addDSN := func(d DSN) {
@@ -200,10 +296,21 @@ func (c *Config) Secrets(getenv func(string) string) []string {
 			secret(s.RabbitMQ.PasswordEnv, s.RabbitMQ.PasswordFile)
 		case s.Webhook != nil:
 			secret(s.Webhook.HMACSecretEnv, s.Webhook.HMACSecretFile)
+			// An HTTP client's error quotes the URL, query and all.
+			addQuery(s.Webhook.URL)
 		case s.Redis != nil:
 			secret(s.Redis.PasswordEnv, s.Redis.PasswordFile)
 		case s.Kafka != nil && s.Kafka.SASL != nil:
 			secret(s.Kafka.SASL.PasswordEnv, s.Kafka.SASL.PasswordFile)
+		}
+	}
+	routes := []*sender.Route{c.Defaults.Route}
+	for _, t := range c.EventTypes() {
+		routes = append(routes, c.Events[t].Route)
+	}
+	for _, r := range routes {
+		if r != nil {
+			addQuery(r.URL)
 		}
 	}
 	if read, adm, err := c.AdminTokens(getenv); err == nil {
@@ -213,13 +320,41 @@ func (c *Config) Secrets(getenv func(string) string) []string {
 	return out
 }
 
-// passwordsIn returns the secrets RedactDSN hides in dsn.
+// passwordsIn returns the secrets RedactDSN hides in dsn, each also in
+// the form a driver may echo it in: percent-decoded, unquoted.
 func passwordsIn(dsn string) []string {
 	var out []string
 	for _, sp := range secretSpans(dsn) {
-		out = append(out, dsn[sp[0]:sp[1]])
+		v := dsn[sp[0]:sp[1]]
+		out = append(out, v)
+		if d, err := url.QueryUnescape(v); err == nil && d != v {
+			out = append(out, d)
+		}
+		if d, err := url.PathUnescape(v); err == nil && d != v {
+			out = append(out, d)
+		}
+		if u := unquoteKV(v); u != v {
+			out = append(out, u)
+		}
 	}
 	return out
+}
+
+// unquoteKV returns a key=value DSN value as libpq reads it: without its
+// quotes and backslash escapes.
+func unquoteKV(v string) string {
+	if !strings.ContainsAny(v, `'\`) {
+		return v
+	}
+	v = strings.TrimSuffix(strings.TrimPrefix(v, "'"), "'")
+	var b strings.Builder
+	for i := 0; i < len(v); i++ {
+		if v[i] == '\\' && i+1 < len(v) {
+			i++
+		}
+		b.WriteByte(v[i])
+	}
+	return b.String()
 }
 
 // Scrub returns err with every secret in its text replaced by "xxxxx". The
@@ -248,3 +383,52 @@ type scrubbedError struct {
 
 func (e *scrubbedError) Error() string { return e.msg }
 func (e *scrubbedError) Unwrap() error { return e.err }
+
+// scrubAttr replaces every secret in a log attribute's text: strings,
+// errors and values that print themselves, groups member by member.
+func scrubAttr(a slog.Attr, secrets []string) slog.Attr {
+	if len(secrets) == 0 {
+		return a
+	}
+	clean := func(s string) string {
+		for _, sec := range secrets {
+			s = strings.ReplaceAll(s, sec, redacted)
+		}
+		return s
+	}
+	v := a.Value.Resolve()
+	switch v.Kind() {
+	case slog.KindString:
+		a.Value = slog.StringValue(clean(v.String()))
+	case slog.KindGroup:
+		attrs := v.Group()
+		out := make([]slog.Attr, len(attrs))
+		for i, g := range attrs {
+			out[i] = scrubAttr(g, secrets)
+		}
+		a.Value = slog.GroupValue(out...)
+	case slog.KindAny:
+		switch x := v.Any().(type) {
+		case error:
+			a.Value = slog.StringValue(clean(x.Error()))
+		case fmt.Stringer:
+			a.Value = slog.StringValue(clean(x.String()))
+		default:
+			if s := fmt.Sprint(x); s != clean(s) {
+				a.Value = slog.StringValue(clean(s))
+			}
+		}
+	}
+	return a
+}
+
+// lookupIn returns a getenv over env's KEY=VALUE strings.
+func lookupIn(env []string) func(string) string {
+	m := make(map[string]string, len(env))
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[k] = v
+		}
+	}
+	return func(k string) string { return m[k] }
+}

@@ -48,6 +48,15 @@ func (c senderCheck) each(key string, items []string, bad func(string) string) {
 	}
 }
 
+// isSet reports whether the file, the environment or a flag set key:
+// keys with a default are never empty.
+func (c senderCheck) isSet(key string) bool {
+	p := join(c.p, key)
+	_, inFile := c.d.lines[p]
+	_, overridden := c.d.sources[p]
+	return inFile || overridden
+}
+
 // onlyWithProvision reports provision-* keys set on a sender whose
 // provisioning is off: they would do nothing, which is likely not what the
 // file meant.
@@ -108,7 +117,7 @@ func (c senderCheck) nats(n *NATSSender) {
 	c.required("url", n.URL == "")
 	c.positive("timeout", n.Timeout)
 	c.notNegative("max-pending", int64(n.MaxPending))
-	c.onlyWithProvision(n.Provision, map[string]bool{"provision-stream": n.ProvisionStream != "", "provision-subjects": len(n.ProvisionSubjects) > 0})
+	c.onlyWithProvision(n.Provision, map[string]bool{"provision-stream": c.isSet("provision-stream"), "provision-subjects": len(n.ProvisionSubjects) > 0})
 	if n.ProvisionStream != "" && strings.ContainsAny(n.ProvisionStream, " \t.*>/\\") {
 		c.fail("provision-stream", "%q is not a JetStream stream name (no spaces, '.', '*', '>', '/' or '\\')", clip(n.ProvisionStream))
 	}
@@ -193,7 +202,7 @@ func (c senderCheck) rabbitmq(r *RabbitMQSender) {
 	c.positive("timeout", r.Timeout)
 	c.notNegative("channels", int64(r.Channels))
 	c.notNegative("max-message-bytes", int64(r.MaxMessageBytes))
-	c.onlyWithProvision(r.Provision, map[string]bool{"provision-exchanges": len(r.ProvisionExchanges) > 0, "provision-exchange-type": r.ProvisionExchangeType != ""})
+	c.onlyWithProvision(r.Provision, map[string]bool{"provision-exchanges": len(r.ProvisionExchanges) > 0, "provision-exchange-type": c.isSet("provision-exchange-type")})
 	switch t := r.ProvisionExchangeType; {
 	case t == "", t == "direct", t == "fanout", t == "topic", t == "headers", strings.HasPrefix(t, "x-") && len(t) > 2:
 	default:

@@ -181,8 +181,8 @@ type Config struct {
 	// HeartbeatInterval is how often the relay records that it is alive
 	// in the heartbeat table (store.Instances), which the admin API lists
 	// (docs/operations.md, "Relay instances"); a heartbeat counts for
-	// three intervals. Defaults to 30s. Negative disables it. YAML key
-	// relay.heartbeat-interval.
+	// three intervals. Defaults to [DefaultHeartbeatInterval]. Negative
+	// disables it. YAML key relay.heartbeat-interval.
 	HeartbeatInterval time.Duration
 	// DeadLetterMaxInterval caps the dead-letter sweep's interval.
 	// Zero defaults to 10m, or DeadLetterInterval when that is longer.
@@ -328,12 +328,13 @@ type CleanupConfig struct {
 	// Interval is the shortest time between cleanup rounds; it doubles up
 	// to MaxInterval while a round finds nothing to delete. Defaults to 1m.
 	Interval time.Duration `yaml:"interval"`
-	// MaxInterval caps the interval. Defaults to 10m, or Interval when
-	// that is longer.
+	// MaxInterval caps the interval. Defaults to
+	// [DefaultCleanupMaxInterval], or Interval when that is longer.
 	MaxInterval time.Duration `yaml:"max-interval"`
 	// OutboxTTL is how long PROCESSED rows are kept. The cleanup is not
 	// per type, so nil defaults to the longest retention of Defaults and
-	// every entry of Events (each unset one counting as 24h): no type
+	// every entry of Events (each unset one counting as
+	// [DefaultRetention]): no type
 	// loses its processed rows before its own retention.
 	OutboxTTL *time.Duration `yaml:"outbox-ttl"`
 	// DeadLetterTTL is how long RESOLVED dead letters are kept. Nil
@@ -375,6 +376,13 @@ func (c Config) withDefaults() Config {
 	}
 	return c
 }
+
+// WithDefaults returns c with every unset relay-wide setting set to the
+// value the relay uses (the Default* constants, and the caps derived from
+// their intervals), so a loader can show the effective values. keepZeros
+// leaves the zero settings that have a YAML key alone, as a loader that
+// filled its defaults in means them (Bounds.ZeroIsSet).
+func (c Config) WithDefaults(keepZeros bool) Config { return c.withSettingDefaults(keepZeros) }
 
 // withSettingDefaults sets the unset relay-wide settings that Validate
 // checks; it has no side effects. keepZeros leaves the zero settings that

@@ -39,7 +39,8 @@ const (
 // is retried sooner: jobRetryDelay, doubling per failure in a row, never
 // later than Interval, so that one lost connection does not leave the job
 // failed (and the relay's health degraded) for a whole interval, up to the
-// heartbeat's 2m or the cleanup's backed-off 10m.
+// heartbeat's DefaultHeartbeatInterval or the cleanup's backed-off
+// DefaultCleanupMaxInterval.
 type jobSchedule struct {
 	grow  backoff.Policy
 	idle  int

@@ -17,7 +17,10 @@
 // Kafka topic, NATS subject, RabbitMQ exchange, Redis stream key, webhook
 // scheme+host+path), and marks failures of its connection itself with
 // [Disconnected], which pause every route of the sender. [Provisioner]
-// (opt-in) creates at start what the routes need at the destination.
+// (opt-in) creates at start what the routes need at the destination;
+// [Checker] and [ConnectionChecker] let `txbox config check --connect`
+// tell, changing nothing, whether a destination exists and whether the
+// sender's connection is accepted.
 //
 // Implementations live in sub-packages (kafka, rabbitmq, nats, webhook,
 // redisstream) so a program compiles only the broker clients it uses. Each

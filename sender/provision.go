@@ -44,3 +44,18 @@ type Checker interface {
 	// ctx, for a connection that is still being established.
 	CheckRoute(ctx context.Context, r Route) error
 }
+
+// ConnectionChecker is implemented by senders that hold a connection of
+// their own, shared by all their routes (every broker sender): `txbox
+// config check --connect` dials and authenticates each one, whatever its
+// routes, so a wrong port or a wrong password is found even when no route
+// can be checked (a route template, the default exchange). The webhook
+// sender has no such connection: its CheckRoute dials each URL.
+type ConnectionChecker interface {
+	// CheckConnection returns nil once the sender has connected to its
+	// broker and been accepted (authenticated, authorised to open a
+	// channel or list metadata), and the error that stopped it
+	// otherwise, or ctx's error with the last dial error when ctx ends
+	// first. It changes nothing at the destination.
+	CheckConnection(ctx context.Context) error
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -27,7 +28,7 @@ func runConfig(ctx context.Context, e *env, args []string) error {
 	case "print":
 		return runConfigPrint(e, args[1:])
 	case "-h", "--help", "help":
-		fmt.Fprintln(e.stderr, "Usage: txbox config check [--connect] | txbox config print  (flags: --config, --set, --dialect, --dsn)")
+		fmt.Fprintln(e.stderr, "Usage: txbox config check [--connect [--timeout 10s]] | txbox config print  (flags: --config, --set, --dialect, --dsn)")
 		return flag.ErrHelp
 	}
 	return usagef("unknown config subcommand %q: check or print", args[0])
@@ -64,25 +65,31 @@ type destination struct {
 	template bool
 }
 
-// runConfigCheck loads and validates the configuration, reads every
-// secret and TLS file, prints each event type's effective settings and
-// destination, and with --connect checks the database and each
-// destination.
+// runConfigCheck loads and validates the configuration, resolves every
+// secret and file it names, prints each event type's effective settings
+// and destination, and with --connect checks the database, dials and
+// authenticates each sender and checks each destination.
 func runConfigCheck(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "config check", "config check [--config txbox.yaml] [--connect] [--timeout 10s]")
 	var cf configFlags
 	cf.register(fs, e)
 	connect := fs.Bool("connect", false, "also connect to the database and each broker and check that every destination exists")
-	timeout := fs.Duration("timeout", 10*time.Second, "bound on each connection check with --connect")
+	timeout := fs.Duration("timeout", defaultCheckTimeout, "bound on each connection check with --connect")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *timeout <= 0 {
+		return usagef("--timeout must be positive, not %s", *timeout)
 	}
 	cfg, err := cf.load(e)
 	if err != nil {
 		return err
 	}
-	log := cfg.NewLogger(e.stderr)
-	if err := cfg.CheckSenders(e.getenv, log); err != nil {
+	// The senders log from their own goroutines while the progress lines
+	// are written: both go through one lock.
+	stderr := &lockedWriter{w: e.stderr}
+	log := cfg.NewLogger(stderr)
+	if err := cfg.CheckSecrets(e.getenv, log); err != nil {
 		return err
 	}
 	name := cf.path
@@ -91,17 +98,12 @@ func runConfigCheck(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "configuration %s: valid\n", name)
 	fmt.Fprintf(e.stdout, "database: %s\n", cfg.Database.Dialect)
-	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "\nSENDER\tTYPE")
-	for _, n := range cfg.SenderNames() {
-		fmt.Fprintf(w, "%s\t%s\n", n, cfg.Senders[n].Type)
-	}
-	if err := w.Flush(); err != nil {
-		return err
-	}
 	types := cfg.EventTypes()
+	c := &checker{cfg: cfg, e: e, stderr: stderr, log: log, timeout: *timeout, connect: *connect,
+		opened: map[string]sender.Sender{}, refused: map[string]string{}}
+	defer c.close(ctx)
 	if *connect {
-		st, err := checkDatabase(ctx, cfg, e, log, *timeout)
+		st, err := checkDatabase(ctx, cfg, e, stderr, log, *timeout)
 		if err != nil {
 			return err
 		}
@@ -110,18 +112,201 @@ func runConfigCheck(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	}
+	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "\nSENDER\tTYPE\tSTATUS")
+	for _, n := range cfg.SenderNames() {
+		fmt.Fprintf(w, "%s\t%s\t%s\n", n, cfg.Senders[n].Type, c.sender(ctx, n))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
 	dests := printEventTypes(w, cfg, types)
-	missing, err := printDestinations(ctx, w, cfg, e, log, dests, *connect, *timeout)
+	warnings, err := c.destinations(ctx, w, dests)
 	if err != nil {
 		return err
 	}
-	if missing > 0 {
-		return fmt.Errorf("%d destination(s) missing or not reachable; create them (docs/quickstart.md) or set provision: true on the sender", missing)
+	for _, wn := range warnings {
+		fmt.Fprintf(e.stdout, "\nwarning: %s\n", wn)
+	}
+	var problems []string
+	if n := len(c.refused); n > 0 {
+		problems = append(problems, fmt.Sprintf("%d sender(s) could not connect or were refused", n))
+	}
+	if c.missing > 0 {
+		problems = append(problems, fmt.Sprintf("%d destination(s) missing; create them (docs/quickstart.md) or set provision: true on the sender", c.missing))
+	}
+	if c.unreachable > 0 {
+		problems = append(problems, fmt.Sprintf("%d destination(s) not reachable", c.unreachable))
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
 	}
 	if *connect {
-		fmt.Fprintln(e.stdout, "\nall checks passed")
+		if len(warnings) > 0 {
+			fmt.Fprintf(e.stdout, "\nall checks passed, with %d warning(s): some destinations were not checked\n", len(warnings))
+		} else {
+			fmt.Fprintln(e.stdout, "\nall checks passed")
+		}
 	}
 	return nil
+}
+
+// defaultCheckTimeout bounds each check of `config check --connect`
+// unless --timeout says otherwise.
+const defaultCheckTimeout = 10 * time.Second
+
+// checker runs the --connect checks of `config check`: one connection
+// per sender, opened once and shared by its destinations, and a progress
+// line on stderr before and after each check, so a slow broker shows
+// which check waits.
+type checker struct {
+	cfg     *config.Config
+	e       *env
+	stderr  io.Writer
+	log     *slog.Logger
+	timeout time.Duration
+	connect bool
+	opened  map[string]sender.Sender
+	// refused holds, by sender name, why the sender could not connect:
+	// its destinations are then not checked (each would wait the
+	// timeout again).
+	refused map[string]string
+	// missing and unreachable count the destinations that do not exist
+	// and those that could not be checked (an error, a refused sender).
+	missing, unreachable int
+}
+
+// progress writes one progress line to stderr.
+func (c *checker) progress(format string, args ...any) {
+	fmt.Fprintf(c.stderr, "config check: "+format+"\n", args...)
+}
+
+// lockedWriter serialises the writes of several goroutines to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func (c *checker) close(ctx context.Context) {
+	for _, s := range c.opened {
+		_ = s.Close(context.WithoutCancel(ctx))
+	}
+}
+
+// open returns sender name, opened once without provisioning.
+func (c *checker) open(name string) (sender.Sender, error) {
+	if s := c.opened[name]; s != nil {
+		return s, nil
+	}
+	s, err := c.cfg.OpenSender(name, c.e.getenv, c.log)
+	if err != nil {
+		return nil, err
+	}
+	c.opened[name] = s
+	return s, nil
+}
+
+// run runs one check under the timeout, with progress lines, and returns
+// its error scrubbed of secrets.
+func (c *checker) run(ctx context.Context, what string, check func(context.Context) error) error {
+	c.progress("%s: checking (timeout %s)", what, c.timeout)
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	err := config.Scrub(check(cctx), c.e.secrets)
+	took := time.Since(start).Round(time.Millisecond)
+	if err != nil {
+		c.progress("%s: failed after %s", what, took)
+	} else {
+		c.progress("%s: ok (%s)", what, took)
+	}
+	return err
+}
+
+// sender dials and authenticates sender name (with --connect) and
+// returns its status.
+func (c *checker) sender(ctx context.Context, name string) string {
+	if !c.connect {
+		return "not checked (use --connect)"
+	}
+	s, err := c.open(name)
+	if err != nil {
+		c.refused[name] = err.Error()
+		return "ERROR: " + err.Error()
+	}
+	cc, ok := s.(sender.ConnectionChecker)
+	if !ok {
+		return "no connection of its own: each destination is dialed"
+	}
+	what := fmt.Sprintf("sender %s (%s)", name, c.cfg.Senders[name].Type)
+	if err := c.run(ctx, what, cc.CheckConnection); err != nil {
+		c.refused[name] = err.Error()
+		return "ERROR: " + err.Error()
+	}
+	return "ok: connected"
+}
+
+// destinations prints each destination and, with --connect, whether it
+// exists, counting those missing or unreachable. It returns a warning for
+// each destination it could not check (a route template).
+func (c *checker) destinations(ctx context.Context, w *tabwriter.Writer, dests []*destination) ([]string, error) {
+	fmt.Fprintln(w, "\nDESTINATION\tSENDER\tEVENT TYPES\tSTATUS")
+	var warnings []string
+	for _, d := range dests {
+		status := "not checked (use --connect)"
+		switch {
+		case d.template && c.connect:
+			status = "NOT CHECKED: a template (see the warning below)"
+			warnings = append(warnings, fmt.Sprintf("%s %s of sender %s is a template: the destination of each event type "+
+				"the file does not list is checked only once the database has rows of that type. List those types under events "+
+				"(events: { order.created: {} }) to have their %ss checked before the first event", d.kind, d.name, d.sender, d.kind))
+		case d.template:
+			status = "per event type: a template, checked for the types listed or found in the database"
+		case c.connect:
+			var err error
+			status, err = c.destination(ctx, d)
+			switch {
+			case errors.Is(err, sender.ErrNoDestination):
+				c.missing++
+			case err != nil:
+				c.unreachable++
+			}
+		}
+		fmt.Fprintf(w, "%s %s\t%s\t%s\t%s\n", d.kind, d.name, d.sender, strings.Join(d.types, ", "), status)
+	}
+	return warnings, w.Flush()
+}
+
+// destination asks d's sender whether the destination exists. A sender
+// that could not connect is not asked again.
+func (c *checker) destination(ctx context.Context, d *destination) (string, error) {
+	if why, ok := c.refused[d.sender]; ok {
+		return "NOT CHECKED: sender " + d.sender + " could not connect", errors.New(why)
+	}
+	s, err := c.open(d.sender)
+	if err != nil {
+		return "ERROR: " + err.Error(), err
+	}
+	ch, ok := s.(sender.Checker)
+	if !ok {
+		return "not checked (this sender type cannot tell before the first event)", nil
+	}
+	err = c.run(ctx, fmt.Sprintf("%s %s (sender %s)", d.kind, d.name, d.sender), func(ctx context.Context) error {
+		return ch.CheckRoute(ctx, d.route)
+	})
+	switch {
+	case err == nil:
+		return "ok: exists", nil
+	case errors.Is(err, sender.ErrNoDestination):
+		return "MISSING: " + err.Error(), err
+	}
+	return "ERROR: " + err.Error(), err
 }
 
 // withDatabaseTypes adds to types those with rows in the database that the
@@ -191,36 +376,6 @@ func printEventTypes(w io.Writer, cfg *config.Config, types []string) []*destina
 	return ds.list
 }
 
-// printDestinations prints each destination and, with connect, whether it
-// exists; it returns how many are missing or unreachable.
-func printDestinations(ctx context.Context, w *tabwriter.Writer, cfg *config.Config, e *env, log *slog.Logger,
-	dests []*destination, connect bool, timeout time.Duration) (int, error) {
-	fmt.Fprintln(w, "\nDESTINATION\tSENDER\tEVENT TYPES\tSTATUS")
-	missing := 0
-	// One connection per sender, for all its destinations.
-	opened := map[string]sender.Sender{}
-	defer func() {
-		for _, s := range opened {
-			_ = s.Close(context.WithoutCancel(ctx))
-		}
-	}()
-	for _, d := range dests {
-		status := "not checked (use --connect)"
-		switch {
-		case d.template:
-			status = "per event type: a template, checked for the types listed or found in the database"
-		case connect:
-			var err error
-			status, err = checkDestination(ctx, cfg, e, log, d, timeout, opened)
-			if err != nil {
-				missing++
-			}
-		}
-		fmt.Fprintf(w, "%s %s\t%s\t%s\t%s\n", d.kind, d.name, d.sender, strings.Join(d.types, ", "), status)
-	}
-	return missing, w.Flush()
-}
-
 // destinationName names the route field the sender type uses.
 func destinationName(typ string, r sender.Route) (kind, name string) {
 	switch typ {
@@ -241,11 +396,12 @@ func destinationName(typ string, r sender.Route) (kind, name string) {
 }
 
 // checkDatabase connects and pings the database.
-func checkDatabase(ctx context.Context, cfg *config.Config, e *env, log *slog.Logger, timeout time.Duration) (*config.Store, error) {
+func checkDatabase(ctx context.Context, cfg *config.Config, e *env, progress io.Writer, log *slog.Logger, timeout time.Duration) (*config.Store, error) {
 	st, err := cfg.OpenStore(ctx, e.getenv, log)
 	if err != nil {
 		return nil, err
 	}
+	fmt.Fprintf(progress, "config check: database %s: checking (timeout %s)\n", cfg.Database.Dialect, timeout)
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := st.Ping(pctx); err != nil {
@@ -254,36 +410,6 @@ func checkDatabase(ctx context.Context, cfg *config.Config, e *env, log *slog.Lo
 	}
 	fmt.Fprintf(e.stdout, "database %s: connected\n", cfg.Database.Dialect)
 	return st, nil
-}
-
-// checkDestination opens d's sender (without provisioning; once, kept
-// in opened) and asks it
-// whether the destination exists. Senders that cannot tell (Redis
-// creates streams on the first entry; a webhook URL is checked on the
-// first request) only have their connection checked where they have one.
-func checkDestination(ctx context.Context, cfg *config.Config, e *env, log *slog.Logger, d *destination, timeout time.Duration, opened map[string]sender.Sender) (string, error) {
-	s := opened[d.sender]
-	if s == nil {
-		var err error
-		if s, err = cfg.OpenSender(d.sender, e.getenv, log); err != nil {
-			return "ERROR: " + err.Error(), err
-		}
-		opened[d.sender] = s
-	}
-	c, ok := s.(sender.Checker)
-	if !ok {
-		return "not checked (this sender type cannot tell before the first event)", nil
-	}
-	cctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	err := config.Scrub(c.CheckRoute(cctx, d.route), e.secrets)
-	switch {
-	case err == nil:
-		return "ok: exists", nil
-	case errors.Is(err, sender.ErrNoDestination):
-		return "MISSING: " + err.Error(), err
-	}
-	return "ERROR: " + err.Error(), err
 }
 
 func deref[T any](p *T) T {

@@ -152,6 +152,13 @@ func TestConfigCheckBadInput(t *testing.T) {
 		{"senders: { r: { type: redis, password-env: REDIS_PW } }\n", "senders.r.password-env: environment variable REDIS_PW is empty", nil},
 		{"senders: { n: { type: nats, tls: { ca-file: " + dir + "/missing.pem } } }\n", "senders.n.tls.ca-file: cannot read", nil},
 		{"log: { level: debug }\n", "environment variable TXBOX_LOG_LEVEL: log.level", []string{"TXBOX_LOG_LEVEL=loud"}},
+		// Every *-env and *-file is resolved without --connect, as the
+		// relay resolves them at start.
+		{"database: { dialect: postgres, dsn-env: APP_DSN }\n", "database.dsn-env: environment variable APP_DSN is empty", nil},
+		{"senders: { n: { type: nats, nkey-seed-file: " + dir + "/no-seed } }\n", "senders.n.nkey-seed-file: cannot read", nil},
+		{"senders: { n: { type: nats, creds-file: " + dir + "/no.creds } }\n", "senders.n.creds-file: cannot read", nil},
+		{"senders: { w: { type: webhook, url: \"http://h/\", hmac-secret-file: " + dir + "/no-secret } }\n", "senders.w.hmac-secret-file: cannot read", nil},
+		{"admin: { enabled: true, admin-token-env: ADMIN_TOKEN }\n", "admin.admin-token-env: environment variable ADMIN_TOKEN is empty", nil},
 	} {
 		path := dir + "/bad.yaml"
 		if err := os.WriteFile(path, []byte(tc.yaml), 0o600); err != nil {
@@ -209,6 +216,13 @@ events:
 		`events["order.created"].batch-size 50 file ` + path + ":10",
 		`events["order.created"].max-attempts 7 inherited from defaults.max-attempts (flag --set defaults.max-attempts)`,
 		`events["order.created"].sender n inherited from defaults.sender (file ` + path + ":7)",
+		// Effective values, not the zeros that mean "unset".
+		"relay.recover-max-interval 2m0s default",
+		"relay.discover-max-interval 5m0s default",
+		"relay.dead-letter-max-interval 10m0s default",
+		"senders.n.max-pending 4096 default",
+		"senders.n.provision-stream TXBOX default",
+		"database.table-prefix txbox_ default",
 	} {
 		found := false
 		for _, l := range strings.Split(out, "\n") {
@@ -219,6 +233,19 @@ events:
 		if !found {
 			t.Errorf("no line %q in:\n%s", want, out)
 		}
+	}
+}
+
+// TestConfigPrintDerivedDefault: a cap left unset follows its interval
+// when that is longer than the cap's default, as the relay does.
+func TestConfigPrintDerivedDefault(t *testing.T) {
+	t.Parallel()
+	code, out, errOut := runInProcess(t, nil, "config", "print", "--set", "relay.recover-interval=5m", "--set", "senders.n.type=nats")
+	if code != exitOK {
+		t.Fatalf("print: code %d %s", code, errOut)
+	}
+	if l := lineOf(out, "relay.recover-max-interval "); !strings.Contains(l, " 5m0s ") || !strings.Contains(l, "default") {
+		t.Errorf("recover-max-interval line %q, want 5m0s default", l)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -29,7 +30,7 @@ func TestMain(m *testing.M) {
 
 // runInProcess runs a command line in this process and returns its exit
 // code, stdout and stderr.
-func runInProcess(t *testing.T, environ []string, args ...string) (int, string, string) {
+func runInProcess(t testing.TB, environ []string, args ...string) (int, string, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
 	lookup := map[string]string{}
@@ -40,6 +41,34 @@ func runInProcess(t *testing.T, environ []string, args ...string) (int, string, 
 	e := &env{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr, environ: environ, getenv: func(k string) string { return lookup[k] }}
 	code := run(context.Background(), e, args)
 	return code, stdout.String(), stderr.String()
+}
+
+// startRelay runs `txbox relay` with args in this process until stop,
+// which cancels it as SIGTERM does and returns its exit code (failing the
+// test if it does not stop within 20s); done receives the code if it
+// exits before. Its stderr (the logs) can be read
+// meanwhile.
+func startRelay(t testing.TB, args ...string) (stderr *testenv.LogBuffer, done <-chan int, stop func() int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	stderr = &testenv.LogBuffer{}
+	exited := make(chan int, 1)
+	go func() {
+		e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: stderr, getenv: func(string) string { return "" }}
+		exited <- run(ctx, e, append([]string{"relay"}, args...))
+	}()
+	return stderr, exited, func() int {
+		t.Helper()
+		cancel()
+		select {
+		case code := <-exited:
+			return code
+		case <-time.After(20 * time.Second):
+			t.Fatal("relay did not stop within 20s")
+			return -1
+		}
+	}
 }
 
 func TestHelpAndUsage(t *testing.T) {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/internal/testenv"
 )
 
 // TestRelayCommandSQLiteWebhook runs `txbox relay` in process on SQLite with
@@ -43,14 +41,7 @@ relay: { discover-interval: 20ms, shutdown-timeout: 10s }
 	if code, _, errOut := runInProcess(t, nil, "migrate", "--config", cfgPath); code != exitOK {
 		t.Fatalf("migrate: %s", errOut)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stderr := &testenv.LogBuffer{}
-	done := make(chan int, 1)
-	go func() {
-		e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: stderr, getenv: func(string) string { return "" }}
-		done <- run(ctx, e, []string{"relay", "--config", cfgPath, "--cpuprofile", dir + "/cpu.pprof"})
-	}()
+	stderr, done, stop := startRelay(t, "--config", cfgPath, "--cpuprofile", dir+"/cpu.pprof")
 	code, out, errOut := runInProcess(t, nil, "publish", "--config", cfgPath, "--type", "user.signed-up", "--payload", `{"u":1}`)
 	if code != exitOK {
 		t.Fatalf("publish: %s", errOut)
@@ -65,14 +56,9 @@ relay: { discover-interval: 20ms, shutdown-timeout: 10s }
 	case <-time.After(30 * time.Second):
 		t.Fatalf("nothing delivered within 30s")
 	}
-	cancel() // what SIGTERM does through signal.NotifyContext
-	select {
-	case code := <-done:
-		if code != exitOK {
-			t.Fatalf("relay exited %d after the stop signal", code)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("relay did not stop within 20s")
+	// What SIGTERM does through signal.NotifyContext.
+	if code := stop(); code != exitOK {
+		t.Fatalf("relay exited %d after the stop signal", code)
 	}
 	if fi, err := os.Stat(dir + "/cpu.pprof"); err != nil || fi.Size() == 0 {
 		t.Fatalf("--cpuprofile: no profile written on shutdown (%v)", err)

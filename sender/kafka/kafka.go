@@ -26,6 +26,10 @@ const (
 	DefaultDeliveryTimeout    = 10 * time.Second
 	DefaultDialTimeout        = 5 * time.Second
 	DefaultUnknownTopicTries  = 2
+	// DefaultMaxRecordBytes is franz-go's own default of
+	// kgo.ProducerBatchMaxBytes, which a zero MaxRecordBytes leaves in
+	// place.
+	DefaultMaxRecordBytes = 1000012
 )
 
 // Sentinel errors.
@@ -79,7 +83,7 @@ type Config struct {
 	// MaxRecordBytes caps one produce batch (and therefore one record), the
 	// client-side twin of the broker's max.message.bytes. A bigger record
 	// fails at once as permanent (it can never be produced). Defaults to
-	// franz-go's 1,000,012 bytes.
+	// DefaultMaxRecordBytes.
 	MaxRecordBytes int
 	// ProvisionPartitions is the partition count of the topics
 	// [Sender.Provision] creates; 0 or -1 uses the broker's

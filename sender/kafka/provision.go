@@ -50,6 +50,16 @@ func (s *Sender) Provision(ctx context.Context, routes []sender.Route) error {
 	return nil
 }
 
+// CheckConnection implements [sender.ConnectionChecker]: a broker
+// answers a metadata request, after the SASL handshake when one is
+// configured (a wrong password fails it).
+func (s *Sender) CheckConnection(ctx context.Context) error {
+	if _, err := kadm.NewClient(s.cl).BrokerMetadata(ctx); err != nil {
+		return fmt.Errorf("kafka sender: connect: %w", err)
+	}
+	return nil
+}
+
 // CheckRoute implements [sender.Checker]: r's topic exists.
 func (s *Sender) CheckRoute(ctx context.Context, r sender.Route) error {
 	td, err := kadm.NewClient(s.cl).ListTopics(ctx, r.Topic)

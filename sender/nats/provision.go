@@ -179,6 +179,19 @@ func sameSet(a, b []string) bool {
 	return slices.Equal(a, b)
 }
 
+// CheckConnection implements [sender.ConnectionChecker]: the connection is
+// up, so the server accepted the credentials (an authorization violation
+// keeps it down), and JetStream answers an account-info request.
+func (s *Sender) CheckConnection(ctx context.Context) error {
+	if err := s.waitConnected(ctx); err != nil {
+		return err
+	}
+	if _, err := s.js.AccountInfo(ctx); err != nil {
+		return fmt.Errorf("nats: JetStream account info: %w", err)
+	}
+	return nil
+}
+
 // CheckRoute implements [sender.Checker]: a stream binds r's subject.
 func (s *Sender) CheckRoute(ctx context.Context, r sender.Route) error {
 	if err := s.waitConnected(ctx); err != nil {

@@ -103,16 +103,15 @@ func (s *Sender) checkExchange(ctx context.Context, name string) error {
 	if ok && time.Since(at) < s.cfg.ExchangeCheckTTL {
 		return nil
 	}
-	if err := ctx.Err(); err != nil {
-		return txbox.Transient(fmt.Errorf("%w: %w", ErrConnection, err))
-	}
-	conn, err := s.connection()
+	return s.declarePassive(ctx, name)
+}
+
+// declarePassive asks the broker, on a throwaway channel, whether the
+// exchange name exists, and remembers the answer for checkExchange.
+func (s *Sender) declarePassive(ctx context.Context, name string) error {
+	conn, ch, err := s.throwawayChannel(ctx)
 	if err != nil {
 		return err
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		return connErr(conn, fmt.Errorf("%w: open channel: %v", ErrConnection, err))
 	}
 	err = ch.ExchangeDeclarePassive(name, "direct", false, false, false, false, nil)
 	if err == nil {
@@ -129,11 +128,49 @@ func (s *Sender) checkExchange(ctx context.Context, name string) error {
 	return connErr(conn, fmt.Errorf("%w: check exchange %q: %v", ErrConnection, name, err))
 }
 
-// CheckRoute implements [sender.Checker]: r's exchange exists (the
-// default exchange and amq.* always do). A queue bound to it is not
-// checked: an unroutable message is rejected when it is published.
+// CheckConnection implements [sender.ConnectionChecker]: it dials and
+// authenticates (a wrong password is the broker's ACCESS_REFUSED), and
+// opens and closes a channel, which the vhost's permissions must allow.
+func (s *Sender) CheckConnection(ctx context.Context) error {
+	_, ch, err := s.throwawayChannel(ctx)
+	if err != nil {
+		return err
+	}
+	_ = ch.Close()
+	return nil
+}
+
+// throwawayChannel opens a channel of its own on the connection, dialing
+// if needed: a refused check closes only it.
+func (s *Sender) throwawayChannel(ctx context.Context) (*amqp.Connection, *amqp.Channel, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, txbox.Transient(fmt.Errorf("%w: %w", ErrConnection, err))
+	}
+	conn, err := s.connection()
+	if err != nil {
+		return nil, nil, err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, nil, connErr(conn, fmt.Errorf("%w: open channel: %v", ErrConnection, err))
+	}
+	return conn, ch, nil
+}
+
+// CheckRoute implements [sender.Checker]: it connects and authenticates
+// (CheckConnection), then asks whether r's exchange exists; the amq.*
+// exchanges are asked too (a vhost may lack one, or deny access to it),
+// and the default exchange, which cannot be declared, always exists once
+// connected. A queue bound to the exchange is not checked: an unroutable
+// message is rejected when it is published.
 func (s *Sender) CheckRoute(ctx context.Context, r sender.Route) error {
-	err := s.checkExchange(ctx, r.Exchange)
+	if err := s.CheckConnection(ctx); err != nil {
+		return err
+	}
+	if r.Exchange == "" {
+		return nil
+	}
+	err := s.declarePassive(ctx, r.Exchange)
 	if errors.Is(err, ErrNoExchange) {
 		return fmt.Errorf("%w: %w", err, sender.ErrNoDestination)
 	}

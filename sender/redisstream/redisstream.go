@@ -405,9 +405,16 @@ func (s *Sender) Close(ctx context.Context) error {
 }
 
 // CheckRoute implements [sender.Checker]. Redis creates a stream on its
-// first entry, so every stream "exists": CheckRoute checks that the
-// server answers and accepts the configured user.
+// first entry, so every stream "exists": CheckRoute checks the connection
+// (CheckConnection).
 func (s *Sender) CheckRoute(ctx context.Context, _ sender.Route) error {
+	return s.CheckConnection(ctx)
+}
+
+// CheckConnection implements [sender.ConnectionChecker]: the server
+// answers a PING on a new or pooled connection, which the client opens
+// with AUTH (and SELECT) as configured, so a wrong password fails it.
+func (s *Sender) CheckConnection(ctx context.Context) error {
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
 		return classify(err)
 	}

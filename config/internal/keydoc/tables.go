@@ -1,0 +1,161 @@
+package keydoc
+
+import (
+	"strings"
+
+	"github.com/txbox/txbox/admin"
+	"github.com/txbox/txbox/config"
+)
+
+// formatRows are the wire-format keys every sender type has.
+var formatRows = []row{
+	{keys: []string{"format"}, def: "`txbox`", meaning: "wire format of the event types whose `route.format` is unset: `txbox`, `cloudevents` (binary content mode) or, for `webhook` only, `cloudevents-structured` (see [cloudevents.md](cloudevents.md))"},
+	{keys: []string{"cloudevents"}, def: "`source: /txbox`; `content-type: application/octet-stream` (a webhook's `content-type`)", meaning: "`source`: the CloudEvents `source` attribute, a URI-reference without spaces; `content-type`: the `datacontenttype` of events without a `content-type` header"},
+}
+
+// tables hold what each key means; the defaults come from the code. A key
+// added to the configuration needs a row here (Render says which).
+var tables = []table{
+	{name: "database", prefix: "database", rows: []row{
+		{keys: []string{"dialect"}, meaning: "`postgres`, `mysql` or `sqlite`"},
+		{keys: []string{"dsn"}, def: "`" + config.DefaultSQLitePath + "` for sqlite; required otherwise", meaning: "PostgreSQL URL or key=value string; go-sql-driver DSN (`user:pass@tcp(host:3306)/db`); SQLite file path (no `?parameters`, not `:memory:`: txbox sets WAL mode and timeouts itself). The relay's MySQL connections are switched to READ COMMITTED by the driver."},
+		{keys: []string{"dsn-env"}, meaning: "name of an environment variable holding the DSN, used when `dsn` is empty"},
+		{keys: []string{"schema"}, def: "connection default", meaning: "PostgreSQL: the schema holding txbox's tables (`migrate` creates it); MySQL: the database holding them (default: the DSN's); not allowed for sqlite"},
+		{keys: []string{"table-prefix"}, meaning: "prefix of every txbox table"},
+		{keys: []string{"max-conns"}, def: "driver default; on PostgreSQL at least the lock claim's need", meaning: "pool size of the relay's connections. With `claim: lock` each batch in flight holds one; when unset, the PostgreSQL pool is raised to the sum of `in-flight` of the lock-mode types (one discovered type when `defaults` use lock) + 4"},
+		{keys: []string{"notify-trigger"}, meaning: "PostgreSQL only: `migrate` creates the outbox's statement trigger that sends a wake-up `NOTIFY` for rows inserted with plain SQL ([schema/postgres.md](schema/postgres.md#wake-ups-for-plain-sql-producers)); without it such rows wait for the next poll (up to `polling.max-delay`, 1m, after an idle spell)"},
+	}},
+	{name: "senders", groups: []group{
+		{typ: "nats", rows: append([]row{
+			{keys: []string{"url"}, meaning: "server URL(s), comma-separated (secret-redacted)"},
+			{keys: []string{"name"}, meaning: "connection name"},
+			{keys: []string{"creds-file"}, meaning: "NATS credentials file"},
+			{keys: []string{"user", "password-env", "password-file"}, meaning: "user and where its password comes from"},
+			{keys: []string{"token-env", "token-file"}, meaning: "where an auth token comes from"},
+			{keys: []string{"nkey-seed-file"}, meaning: "file holding an NKey seed"},
+			{keys: []string{"tls"}, def: "TLS when the server requires it", meaning: "see [TLS and authentication](#tls-and-authentication)"},
+			{keys: []string{"timeout"}, meaning: "wait for each message's JetStream ack"},
+			{keys: []string{"max-pending"}, meaning: "messages awaiting an ack at once"},
+			{keys: []string{"provision"}, meaning: "at start, create or extend a JetStream stream so that it binds the routes' subjects (see [Provisioning](#provisioning))"},
+			{keys: []string{"provision-stream"}, meaning: "the stream `provision` creates or extends"},
+			{keys: []string{"provision-subjects"}, def: "the routes' subjects", meaning: "subjects to bind instead (wildcards allowed), a list"},
+		}, formatRows...)},
+		{typ: "webhook", rows: append([]row{
+			{keys: []string{"url"}, meaning: "default endpoint; a route's `url` overrides it. Query values print redacted unless a known driver setting"},
+			{keys: []string{"hmac-secret-env"}, meaning: "variable holding the HMAC-SHA256 signing secret (no signature when unset; an empty variable is an error)"},
+			{keys: []string{"signature-header"}, meaning: "signature header name"},
+			{keys: []string{"timeout"}, meaning: "one request"},
+			{keys: []string{"concurrency"}, meaning: "requests in flight"},
+			{keys: []string{"content-type"}, meaning: "for messages without a `content-type` header"},
+			{keys: []string{"hmac-secret-file"}, meaning: "file holding the signing secret, instead of `hmac-secret-env`"},
+			{keys: []string{"tls"}, def: "system roots", meaning: "for `https://` endpoints"},
+		}, formatRows...)},
+		{typ: "kafka", rows: append([]row{
+			{keys: []string{"brokers"}, meaning: "seed brokers, `host:port`"},
+			{keys: []string{"client-id"}, meaning: ""},
+			{keys: []string{"timeout"}, meaning: "delivery timeout of a record, retries included"},
+			{keys: []string{"linger"}, meaning: "wait for more records per produce request; only adds latency for whole batches"},
+			{keys: []string{"max-buffered-records"}, meaning: ""},
+			{keys: []string{"max-record-bytes"}, def: "%v (franz-go's)", meaning: "largest record batch (so record) the producer builds; keep ≤ the topic's `max.message.bytes`"},
+			{keys: []string{"provision"}, meaning: "at start, create the routes' topics that do not exist (see [Provisioning](#provisioning))"},
+			{keys: []string{"provision-topics"}, def: "the routes' topics", meaning: "topics to create instead, a list"},
+			{keys: []string{"provision-partitions"}, def: "broker's `num.partitions`", meaning: "partitions of created topics (`-1`: the broker's default)"},
+			{keys: []string{"provision-replication-factor"}, def: "broker's `default.replication.factor`", meaning: "replicas of created topics (`-1`: the broker's default)"},
+			{keys: []string{"tls"}, def: "plain TCP", meaning: ""},
+			{keys: []string{"sasl"}, def: "none", meaning: "`mechanism`, `username`, `password-env` or `password-file`"},
+		}, formatRows...)},
+		{typ: "rabbitmq", rows: append([]row{
+			{keys: []string{"url"}, meaning: "`amqp://user:pass@host:5672/vhost` (secret-redacted)"},
+			{keys: []string{"timeout"}, meaning: "wait for a batch's publisher confirms"},
+			{keys: []string{"channels"}, meaning: "confirm-mode channels"},
+			{keys: []string{"max-message-bytes"}, def: "the broker version's default `max_message_size` (128 MiB up to 3.13, 16 MiB from 4.0)", meaning: "larger bodies fail permanent before publishing; lowered automatically when the broker refuses a smaller size"},
+			{keys: []string{"provision"}, meaning: "at start, declare the routes' exchanges that do not exist (see [Provisioning](#provisioning))"},
+			{keys: []string{"provision-exchanges"}, def: "the routes' exchanges", meaning: "exchanges to declare instead, a list"},
+			{keys: []string{"provision-exchange-type"}, meaning: "`direct`, `fanout`, `topic`, `headers` or a plugin's `x-*` type"},
+			{keys: []string{"password-env", "password-file"}, def: "the URL's password", meaning: "password of the URL's user; the URL must then carry none"},
+			{keys: []string{"tls"}, def: "system roots for `amqps://`", meaning: "requires an `amqps://` URL"},
+		}, formatRows...)},
+		{typ: "redis", rows: append([]row{
+			{keys: []string{"addr"}, meaning: ""},
+			{keys: []string{"username"}, meaning: "ACL user"},
+			{keys: []string{"password-env"}, meaning: "variable holding the password"},
+			{keys: []string{"password-file"}, meaning: "file holding the password"},
+			{keys: []string{"tls"}, def: "plain TCP", meaning: ""},
+			{keys: []string{"db"}, meaning: ""},
+			{keys: []string{"max-len"}, def: "%v (no cap)", meaning: "`XADD MAXLEN ~`"},
+			{keys: []string{"timeout"}, meaning: "read and write timeout of a batch"},
+			{keys: []string{"pool-size"}, meaning: ""},
+		}, formatRows...)},
+	}},
+	{name: "defaults", prefix: "defaults", rows: []row{
+		{keys: []string{"sender"}, def: "the only sender, when exactly one is configured", meaning: "name in `senders`; required when there are several"},
+		{keys: []string{"route.subject"}, meaning: "NATS subject"},
+		{keys: []string{"route.topic"}, meaning: "Kafka topic"},
+		{keys: []string{"route.exchange"}, def: "— (default exchange)", meaning: "RabbitMQ exchange"},
+		{keys: []string{"route.routing-key"}, meaning: "RabbitMQ routing key"},
+		{keys: []string{"route.url"}, def: "the webhook sender's `url`", meaning: "webhook URL"},
+		{keys: []string{"route.stream"}, meaning: "Redis stream"},
+		{keys: []string{"route.format"}, def: "the sender's `format`", meaning: "wire format of the type's messages, overriding the sender's: `txbox`, `cloudevents` or (webhook only) `cloudevents-structured` (see [cloudevents.md](cloudevents.md))"},
+		{keys: []string{"batch-size"}, meaning: "rows per claim, 1..10000"},
+		{keys: []string{"polling.mode"}, meaning: "`adaptive` or `fixed`"},
+		{keys: []string{"polling.min-delay"}, meaning: "adaptive: the delay is reset to it after a full batch (which is followed by another claim at once) and waited after the first partial or empty one"},
+		{keys: []string{"polling.multiplier"}, meaning: "adaptive: growth after a partial or empty batch, ≥ 1"},
+		{keys: []string{"polling.max-delay"}, meaning: "adaptive: cap, ≥ `min-delay`; the worst pickup wait when idle and no wake-up arrives"},
+		{keys: []string{"polling.delay"}, meaning: "fixed: the constant delay"},
+		{keys: []string{"max-attempts"}, meaning: "tries before a rejected message is dead-lettered (1 try + 3 retries), 1..1000"},
+		{keys: []string{"backoff.delay"}, meaning: "before the first retry"},
+		{keys: []string{"backoff.multiplier"}, meaning: "per further retry (10s, 30s, 90s)"},
+		{keys: []string{"backoff.max"}, meaning: "cap, ≥ `delay`"},
+		{keys: []string{"backoff.jitter"}, meaning: "random spread, fraction 0..1"},
+		{keys: []string{"ordering"}, meaning: "`key`: events with the same key are delivered in id order; a claim takes up to `batch-size / (2 × in-flight)` rows per key, sent in waves (see [concepts.md](concepts.md#ordering))"},
+		{keys: []string{"retention"}, meaning: "`0` deletes a row as soon as it is acknowledged (one write per event); any other value keeps it `PROCESSED` until cleanup (after `cleanup.outbox-ttl`), which makes the acknowledgement a second write and costs about half the drain rate ([benchmarks.md](benchmarks.md#claim-modes))"},
+		{keys: []string{"lease"}, meaning: "how long a claimed batch is exclusive (max batch processing time), ≥ 1s"},
+		{keys: []string{"in-flight"}, meaning: "batches of one type between claim and finish at once, 1..64"},
+		{keys: []string{"claim"}, def: "by sender: `lock` for the broker senders (`nats`, `kafka`, `rabbitmq`, `redis`) on postgres and mysql, `lease` for `webhook` and on sqlite", meaning: "`lease` or `lock` (PostgreSQL, MySQL/MariaDB; an error on sqlite): how rows are claimed, see [concepts.md](concepts.md#claim-modes). With `lock` the type's `lease` bounds the claim's transaction, and each batch in flight holds a database connection. `txbox config check` shows each type's claim"},
+	}},
+	{name: "cleanup", prefix: "cleanup", rows: []row{
+		{keys: []string{"disabled"}, meaning: "turn cleanup off on this instance"},
+		{keys: []string{"interval"}, meaning: "shortest time between rounds, ≥ 1s"},
+		{keys: []string{"max-interval"}, def: "%v (or `interval` if longer)", meaning: "the interval doubles up to this while nothing is deleted: a row past its TTL waits at most this much longer"},
+		{keys: []string{"outbox-ttl"}, def: "longest `retention`", meaning: "`PROCESSED` rows older than this are deleted. Cleanup is not per type, so unset it is the longest `retention` of `defaults` and every listed type (0 when none sets one): no type loses its processed rows before its own retention"},
+		{keys: []string{"dead-letter-ttl"}, meaning: "`RESOLVED` dead letters older than this are deleted"},
+		{keys: []string{"batch-size"}, meaning: "rows per delete statement"},
+	}},
+	{name: "relay", prefix: "relay", rows: []row{
+		{keys: []string{"instance-id"}, def: "`hostname-pid-random`", meaning: "name in leases and logs"},
+		{keys: []string{"discover-interval"}, meaning: "shortest time between looks for pending event types without a poller"},
+		{keys: []string{"discover-max-interval"}, def: "%v (or `discover-interval` if longer)", meaning: "the discovery interval doubles up to this while a look finds nothing new"},
+		{keys: []string{"recover-interval"}, meaning: "shortest time between sweeps that put rows with an expired lease back to `PENDING`: the interval while this relay claims rows or sweeps find some"},
+		{keys: []string{"recover-max-interval"}, def: "%v (or `recover-interval` if longer)", meaning: "the recovery interval doubles up to this while sweeps find nothing and nothing is claimed; **a lease is recovered at most this long after it expired**"},
+		{keys: []string{"dead-letter-interval"}, meaning: "shortest time between sweeps that move `FAILED` rows to the dead-letter table; a batch that fails rows moves them at once"},
+		{keys: []string{"dead-letter-max-interval"}, def: "%v (or `dead-letter-interval` if longer)", meaning: "the sweep (a backstop for rows failed by a relay that stopped before moving them) doubles up to this while it finds nothing"},
+		{keys: []string{"heartbeat-interval"}, meaning: "how often the relay writes its heartbeat row (listed by the admin API, [operations.md](operations.md#relay-instances)); it counts for three intervals; at least `1s`, negative disables it"},
+		{keys: []string{"shutdown-timeout"}, meaning: "graceful stop after SIGTERM/SIGINT: in-flight batches finish or are released within it; past it the command exits 1"},
+		{keys: []string{"circuit.cool-down"}, meaning: "first wait before a probe batch after a circuit opened (one circuit per destination, one per sender's connection; [concepts.md](concepts.md#outages-versus-poison))"},
+		{keys: []string{"circuit.max-cool-down"}, meaning: "cap of the doubling cool-down"},
+		{keys: []string{"circuit.multiplier"}, meaning: "growth of the cool-down after a failed probe"},
+	}},
+	{name: "log", prefix: "log", rows: []row{
+		{keys: []string{"level"}, meaning: "`debug`, `info`, `warn`, `error`"},
+		{keys: []string{"format"}, meaning: "`text` or `json` (log/slog, to stderr)"},
+	}},
+	{name: "metrics", prefix: "metrics", rows: []row{
+		{keys: []string{"listen"}, def: "(off)", meaning: "`host:port` to serve on, e.g. `127.0.0.1:9090`; port `0` picks a free one (logged). No authentication: bind it where only the scraper reaches it"},
+		{keys: []string{"path"}, meaning: "URL path of the metrics"},
+		{keys: []string{"stats-interval"}, meaning: "the backlog and lag gauges query the database at most this often (≥ 1s); scrapes in between reuse the last result"},
+	}},
+	{name: "health", prefix: "health", rows: []row{
+		{keys: []string{"listen"}, def: "(off)", meaning: "`host:port` to serve the probes on, e.g. `0.0.0.0:8081`"},
+		{keys: []string{"lag-threshold"}, def: "%v (off)", meaning: "`/readyz` reports `degraded` when an event type's oldest due event is older (scheduled events are not lag)"},
+		{keys: []string{"fail-when-degraded"}, meaning: "`/readyz` answers 503 when degraded, not only when not ready"},
+	}},
+	{name: "admin", prefix: "admin", rows: []row{
+		{keys: []string{"enabled"}, meaning: "start the admin server with the relay"},
+		{keys: []string{"listen"}, meaning: "`host:port`; loopback only by default; port `0` picks a free one (logged as `admin server listening addr=…`)"},
+		{keys: []string{"read-token-env"}, meaning: "environment variable holding the read token (reads everything)"},
+		{keys: []string{"read-token-file"}, meaning: "file holding the read token instead (trailing white space ignored)"},
+		{keys: []string{"admin-token-env"}, meaning: "environment variable holding the admin token (also retries, resolves, deletes)"},
+		{keys: []string{"admin-token-file"}, meaning: "file holding the admin token instead"},
+		{keys: []string{"allowed-hosts"}, def: "`" + strings.Join(admin.DefaultAllowedHosts, "`, `") + "` and the `listen` host", meaning: "`Host` header names (no port) accepted; anything else is a 403 (DNS rebinding)"},
+	}},
+}
