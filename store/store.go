@@ -147,9 +147,23 @@ type OutboxClaimParams struct {
 	// only after the previous one was acknowledged, and must release the
 	// rest of a key's run unsent when one of its rows fails, so order
 	// holds (the relay does: relay/ordered.go). Rows are handed out in
-	// (due_at, id) order as always, so a run is in id order only within
-	// its key.
+	// (due_at, id) order as always, so a run is in key order (see
+	// OutboxRow.Seq) only within its key.
 	KeyRun int
+	// FenceOff, with OrderedByKey, turns the visibility fence off
+	// (ordering-fence: off, docs/concepts.md, "Ordering"): a key's head
+	// is taken as soon as this snapshot sees no earlier row of its key,
+	// even when a transaction still in progress may commit one. Only for
+	// producers that never overlap on a key. Dialects without a fence
+	// ignore it.
+	FenceOff bool
+	// FenceCut is set by the claim, not by the caller: how many keys had
+	// a due head (or a run) that the visibility fence held back because a
+	// transaction older than it was still in progress. A caller that sees
+	// it non-zero should wait briefly before claiming the type again,
+	// rather than at once: the fence moves only when that transaction
+	// ends.
+	FenceCut int
 }
 
 // OutboxRow is a claimed row.
@@ -162,6 +176,12 @@ type OutboxRow struct {
 	Attempts   int
 	CreatedAt  time.Time
 	LeaseToken txbox.ID
+	// Seq is the row's place in its key's order, before its id: a key's
+	// rows are delivered in (Seq, ID) order. It is the producer's
+	// transaction id on PostgreSQL and the rowid the INSERT assigned on
+	// SQLite (docs/concepts.md, "Ordering"); 0 where the dialect orders a
+	// key by id alone (MySQL/MariaDB) and for rows older than the column.
+	Seq uint64
 	// Invalid is non-empty when the row could not be turned into a
 	// message, for example a headers value written by a plain-SQL
 	// producer that is not a JSON object. It says why. The relay does not
