@@ -26,6 +26,8 @@ const (
 	DefaultLogFormat = "text"
 	// DefaultMetricsPath is metrics.path.
 	DefaultMetricsPath = "/metrics"
+	// DefaultHealthFenceThreshold is health.fence-threshold.
+	DefaultHealthFenceThreshold = time.Minute
 	// DefaultMetricsStatsInterval is metrics.stats-interval.
 	DefaultMetricsStatsInterval = 5 * time.Second
 	// DefaultSenderTimeout is the timeout of the senders that have one,
@@ -391,6 +393,13 @@ type Health struct {
 	// above which /readyz reports degraded. 0 (the default) turns the
 	// check off.
 	LagThreshold time.Duration `yaml:"lag-threshold"`
+	// FenceThreshold is how long a transaction of the PostgreSQL cluster
+	// may hold a transaction id, which holds back the ordering fence of
+	// every ordered type (docs/concepts.md, "Ordering"), before /readyz
+	// reports degraded and names it. Checked only when a configured type
+	// has ordering: key with its fence on. 0 turns the check off.
+	// Defaults to 1m.
+	FenceThreshold time.Duration `yaml:"fence-threshold"`
 	// FailWhenDegraded makes /readyz answer 503 when degraded, not only
 	// when not ready. Defaults to false.
 	FailWhenDegraded bool `yaml:"fail-when-degraded"`

@@ -140,6 +140,17 @@ func TestOrderedClaimPlanIsOBatch(t *testing.T) {
 	if _, err := pool.Exec(ctx, fill, pgx.QueryExecModeSimpleProtocol); err != nil {
 		t.Fatal(err)
 	}
+	// The rows pass the ordering fence once every transaction of the
+	// cluster older than them has ended.
+	var filled string
+	if err := pool.QueryRow(ctx, `SELECT max(txid)::text FROM `+ob).Scan(&filled); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 2*time.Minute, "the ordering fence to pass the rows", func() bool {
+		var past bool
+		err := pool.QueryRow(ctx, `SELECT $1::xid8 < pg_snapshot_xmin(pg_current_snapshot())`, filled).Scan(&past)
+		return err == nil && past
+	})
 	full := pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
 	cases := []struct {
 		name       string

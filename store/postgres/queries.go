@@ -32,6 +32,7 @@ type queries struct {
 	leaseAcquire, leaseRelease string
 
 	inspectGroups, inspectLastError, parkedKeys string
+	fenceHolder                                 string
 	instanceBeat, instanceList, instanceRemove  string
 
 	inboxRecordNative, inboxRecordText, inboxCleanup string

@@ -273,9 +273,14 @@ RETURNING id`)
 	q.deadLetterSelect = r.Replace(`SELECT ` + dlCols + ` FROM {dead_letter}`)
 	q.deadLetterCount = r.Replace(`SELECT count(*) FROM {dead_letter}`)
 	// The row gets its old rowid back, its place in its key's order,
-	// unless another row has it now (then a new one: NULL).
+	// when the rowid is below the table's largest (so no rowid the
+	// statement assigns can take it), free, and no other dead letter had
+	// it too (SQLite reuses the rowid of a deleted last row); otherwise a
+	// new one (NULL), at the end of its key.
 	q.deadLetterRetry = r.Replace(`INSERT INTO {outbox} (rowid, id, event_type, event_key, payload, headers, status, attempts, due_at, last_error, created_at)
-SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM {outbox} AS o WHERE o.rowid = x.seq) THEN x.seq END,
+SELECT CASE WHEN x.seq < (SELECT max(rowid) FROM {outbox})
+        AND NOT EXISTS (SELECT 1 FROM {outbox} AS o WHERE o.rowid = x.seq)
+        AND NOT EXISTS (SELECT 1 FROM {dead_letter} AS y WHERE y.seq = x.seq AND y.id <> x.id) THEN x.seq END,
     id, event_type, event_key, payload, headers, 'PENDING', 0, {now}, last_error, created_at
 FROM {dead_letter} AS x WHERE id IN `)
 	q.deadLetterRetryDel = r.Replace(`DELETE FROM {dead_letter} WHERE id IN `)
