@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -256,32 +255,9 @@ func (c *Checker) fence(ctx context.Context) []Reason {
 	if h == nil || h.Age <= c.cfg.FenceThreshold {
 		return nil
 	}
-	return []Reason{{Kind: ReasonFenceHeld, Subject: FenceHolderName(h),
+	return []Reason{{Kind: ReasonFenceHeld, Subject: h.Name(),
 		Detail: fmt.Sprintf("has held transaction id %d for %s (threshold %s): events of ordered types published after it began wait until it ends",
 			h.XID, h.Age.Round(time.Millisecond), c.cfg.FenceThreshold)}}
-}
-
-// FenceHolderName names a fence holder for people: "pid 4242 (user app,
-// database shop, application psql, idle in transaction)", or "prepared
-// transaction 'gid' (...)".
-func FenceHolderName(h *store.FenceHolder) string {
-	name := fmt.Sprintf("pid %d", h.PID)
-	if h.Prepared != "" {
-		name = fmt.Sprintf("prepared transaction %q", h.Prepared)
-	}
-	var parts []string
-	for _, p := range [][2]string{{"user", h.User}, {"database", h.Database}, {"application", h.Application}} {
-		if p[1] != "" {
-			parts = append(parts, p[0]+" "+p[1])
-		}
-	}
-	if h.State != "" && h.Prepared == "" {
-		parts = append(parts, h.State)
-	}
-	if len(parts) == 0 {
-		return name
-	}
-	return name + " (" + strings.Join(parts, ", ") + ")"
 }
 
 // LivezHandler answers 200 "ok" to GET and HEAD: the process is alive

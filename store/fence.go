@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
 )
 
@@ -43,4 +45,27 @@ type FenceHolder struct {
 	// prepared transaction), on the database clock; zero when the server
 	// does not show it to this role.
 	Age time.Duration `json:"age"`
+}
+
+// Name names the holder for people: "pid 4242 (user app, database shop,
+// application psql, idle in transaction)", or "prepared transaction
+// \"gid\" (user app, database shop)".
+func (h *FenceHolder) Name() string {
+	name := fmt.Sprintf("pid %d", h.PID)
+	if h.Prepared != "" {
+		name = fmt.Sprintf("prepared transaction %q", h.Prepared)
+	}
+	var parts []string
+	for _, p := range [][2]string{{"user", h.User}, {"database", h.Database}, {"application", h.Application}} {
+		if p[1] != "" {
+			parts = append(parts, p[0]+" "+p[1])
+		}
+	}
+	if h.State != "" && h.Prepared == "" {
+		parts = append(parts, h.State)
+	}
+	if len(parts) == 0 {
+		return name
+	}
+	return name + " (" + strings.Join(parts, ", ") + ")"
 }
