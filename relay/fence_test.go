@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -337,4 +338,59 @@ func publishOverlapping(e *fenceEnv, pool *pgxpool.Pool, rng *rand.Rand, key str
 	}
 	time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond) // workload: hold the transaction open
 	return tx.Commit(ctx)
+}
+
+// TestOrderedWaitsBehindAnXidHolder is the fence pin on delivery: a
+// transaction that holds a transaction id (it read pg_current_xact_id()
+// and stays open; a read-only snapshot would hold none) keeps every
+// ordered event published after it began from being delivered, in both
+// claim modes, and the events go once it ends. It logs the delay from
+// its commit to the delivery: the fence's wait (the claim's fence
+// back-off) on top of the relay's usual pick-up. TXBOX_FENCE_HOLD holds
+// the transaction that much longer (docs/concepts.md, "Ordering", has
+// the delay behind a 60 s transaction).
+func TestOrderedWaitsBehindAnXidHolder(t *testing.T) {
+	t.Parallel()
+	hold := time.Duration(0)
+	if v := os.Getenv("TXBOX_FENCE_HOLD"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("TXBOX_FENCE_HOLD=%q: %v", v, err)
+		}
+		hold = d
+	}
+	for _, claim := range []relay.ClaimMode{relay.ClaimLease, relay.ClaimLock} {
+		t.Run(string(claim), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			e := newFenceEnv(t, storeharness.Postgres())
+			e.start(t, claim)
+			pool := e.d.(*postgres.Driver).Pool()
+			pin, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pin.Rollback(ctx)
+			if _, err := pin.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil {
+				t.Fatal(err)
+			}
+			tx := e.h.Begin(t, e.d)
+			e.insert(t, tx, e.event(txbox.NewID(), "k1", "after the pin"))
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			from := e.polls.n.Load()
+			testenv.WaitFor(t, time.Minute, "three claims while the pin holds", func() bool { return e.polls.n.Load() >= from+3 })
+			time.Sleep(hold) // workload: the long transaction's length
+			if got := e.rcv.names(); len(got) != 0 {
+				t.Fatalf("delivered %v while an older transaction holding an xid was open", got)
+			}
+			if err := pin.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			ended := time.Now()
+			testenv.WaitFor(t, time.Minute, "the event delivered after the pin", func() bool { return len(e.rcv.names()) == 1 })
+			t.Logf("%s claim: delivered %v after the pinning transaction (held %v more) ended", claim, time.Since(ended).Round(time.Millisecond), hold)
+		})
+	}
 }
