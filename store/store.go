@@ -135,12 +135,13 @@ type OutboxClaimParams struct {
 	// may be recovered and claimed by another relay.
 	LeaseDuration time.Duration
 	// OrderedByKey makes a row claimable only when no row of the same type
-	// and key with a smaller id is PENDING, IN_PROCESS or FAILED, and no
-	// unresolved dead letter has that type and key (docs/concepts.md,
-	// "Ordering").
+	// and key earlier in the key's order ((Seq, ID), see OutboxRow.Seq) is
+	// PENDING, IN_PROCESS or FAILED, and no unresolved dead letter has
+	// that type and key; on PostgreSQL also only once the row is behind
+	// the visibility fence (FenceOff; docs/concepts.md, "Ordering").
 	OrderedByKey bool
 	// KeyRun, with OrderedByKey, is the most rows of one key the claim may
-	// take: the key's claimable head and the rows right behind it in id
+	// take: the key's claimable head and the rows right behind it in key
 	// order, as long as each is PENDING and due (the run stops at the
 	// first row that is not). 0 or 1 takes the head only. A caller that
 	// asks for runs must deliver a key's rows one after the other, each
