@@ -132,20 +132,7 @@ func (e *fenceEnv) start(t *testing.T, claim relay.ClaimMode) {
 		Claim:    new(claim),
 		Route:    &sender.Route{URL: e.rcv.srv.URL},
 	}}
-	r, err := relay.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := r.Stop(ctx); err != nil && err != relay.ErrNotStarted {
-			t.Errorf("stop: %v", err)
-		}
-	})
+	startRelay(t, cfg)
 }
 
 func (e *fenceEnv) event(id txbox.ID, key, name string) *txbox.Event {
