@@ -164,6 +164,20 @@ type Overview struct {
 	Instances   []InstanceView   `json:"instances"`
 	DeadLetters map[string]int64 `json:"dead_letters"`
 	ParkedKeys  int              `json:"parked_keys"`
+	// FenceHolder is the oldest transaction of the database cluster that
+	// holds a transaction id, which holds back the ordering fence of every
+	// ordered type (docs/concepts.md, "Ordering"); absent when none does
+	// or the store has no fence (store.FenceInspector).
+	FenceHolder *FenceHolderView `json:"fence_holder,omitempty"`
+}
+
+// FenceHolderView is the transaction that holds the ordering fence back.
+type FenceHolderView struct {
+	store.FenceHolder
+	// Name says who it is, for people (store.FenceHolder.Name).
+	Name string `json:"name"`
+	// AgeSeconds is how long it has been open.
+	AgeSeconds float64 `json:"age_seconds"`
 }
 
 // RelayView is the in-process relay's state.
@@ -328,6 +342,16 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ov.ParkedKeys = len(parked)
+	if fi, ok := h.cfg.Store.(store.FenceInspector); ok {
+		fh, err := fi.OutboxFenceHolder(ctx)
+		if err != nil {
+			h.writeError(w, r, err)
+			return
+		}
+		if fh != nil {
+			ov.FenceHolder = &FenceHolderView{FenceHolder: *fh, Name: fh.Name(), AgeSeconds: seconds(fh.Age)}
+		}
+	}
 	writeJSON(w, http.StatusOK, ov)
 }
 

@@ -27,6 +27,8 @@ const (
 	DefaultLogFormat = "text"
 	// DefaultMetricsPath is metrics.path.
 	DefaultMetricsPath = "/metrics"
+	// DefaultHealthFenceThreshold is health.fence-threshold.
+	DefaultHealthFenceThreshold = time.Minute
 	// DefaultMetricsStatsInterval is metrics.stats-interval.
 	DefaultMetricsStatsInterval = 5 * time.Second
 	// DefaultSenderTimeout is senders.<name>.timeout of a redis sender,
@@ -388,6 +390,8 @@ type Health struct {
 	Listen string `yaml:"listen"`
 	// LagThreshold is the key health.lag-threshold.
 	LagThreshold time.Duration `yaml:"lag-threshold"`
+	// FenceThreshold is the key health.fence-threshold.
+	FenceThreshold time.Duration `yaml:"fence-threshold"`
 	// FailWhenDegraded is the key health.fail-when-degraded.
 	FailWhenDegraded bool `yaml:"fail-when-degraded"`
 }

@@ -76,7 +76,28 @@ func Default() *Config {
 		Log:     Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
 		Metrics: Metrics{Path: DefaultMetricsPath, StatsInterval: DefaultMetricsStatsInterval},
 		Admin:   Admin{Listen: DefaultAdminListen},
+		Health:  Health{FenceThreshold: DefaultHealthFenceThreshold},
 	}
+}
+
+// HasFencedOrdering reports whether the defaults or a configured event
+// type has ordering: key with its ordering fence on: the types whose
+// delivery a long transaction of the database delays (docs/concepts.md,
+// "Ordering").
+func (c *Config) HasFencedOrdering() bool {
+	fenced := func(e relay.EventSettings) bool {
+		return e.Ordering != nil && *e.Ordering == relay.OrderingKey &&
+			(e.OrderingFence == nil || *e.OrderingFence != relay.OrderingFenceOff)
+	}
+	if fenced(c.effective(nil)) {
+		return true
+	}
+	for _, ev := range c.Events {
+		if fenced(c.effective(ev)) {
+			return true
+		}
+	}
+	return false
 }
 
 // EventTypes returns the event types the configuration lists, sorted.
@@ -217,6 +238,9 @@ func (c *Config) validateListeners(d *decoder) {
 		d.fail("metrics.path", nil, "must be a URL path starting with /, not %q", clip(p))
 	case p == "/livez" || p == "/readyz":
 		d.fail("metrics.path", nil, "%s is the health probe's path", p)
+	}
+	if c.Health.FenceThreshold < 0 {
+		d.fail("health.fence-threshold", nil, "must not be negative (0 turns the check off)")
 	}
 	if c.Metrics.StatsInterval < time.Second {
 		d.fail("metrics.stats-interval", nil, "must be ≥ 1s: each round counts the backlog")

@@ -36,6 +36,14 @@ type Config struct {
 	// which an event type makes the process degraded. 0 turns the lag
 	// check off.
 	LagThreshold time.Duration
+	// Fence, with FenceThreshold, feeds the ordering fence check
+	// (docs/concepts.md, "Ordering"); the PostgreSQL driver implements it
+	// (store.FenceInspector). Nil turns the check off.
+	Fence store.FenceInspector
+	// FenceThreshold is how long a transaction may hold a transaction id,
+	// and with it the ordering fence of every ordered type, before the
+	// process is degraded, with the holder named. 0 turns the check off.
+	FenceThreshold time.Duration
 	// FailWhenDegraded makes /readyz answer 503 when degraded, not only
 	// when not ready.
 	FailWhenDegraded bool
@@ -62,6 +70,7 @@ const (
 	ReasonClaimFailing = "claim_failing"
 	ReasonJobFailing   = "job_failing"
 	ReasonLag          = "lag_over_threshold"
+	ReasonFenceHeld    = "ordering_fence_held"
 )
 
 // Report is what /readyz answers.
@@ -113,8 +122,8 @@ func New(cfg Config) (*Checker, error) {
 	if cfg.Store == nil {
 		return nil, fmt.Errorf("health: Config.Store is required")
 	}
-	if cfg.LagThreshold < 0 || cfg.CacheFor < 0 || cfg.Timeout < 0 {
-		return nil, fmt.Errorf("health: LagThreshold, CacheFor and Timeout must not be negative")
+	if cfg.LagThreshold < 0 || cfg.FenceThreshold < 0 || cfg.CacheFor < 0 || cfg.Timeout < 0 {
+		return nil, fmt.Errorf("health: LagThreshold, FenceThreshold, CacheFor and Timeout must not be negative")
 	}
 	if cfg.CacheFor == 0 {
 		cfg.CacheFor = DefaultCacheFor
@@ -132,7 +141,7 @@ func (c *Checker) Check(ctx context.Context) Report {
 	rep := Report{SchemaVersion: db.version, LatestSchemaVersion: db.latest, CheckedAt: at}
 	var fatal, degraded []Reason
 	for _, r := range db.reasons {
-		if r.Kind == ReasonLag {
+		if r.Kind == ReasonLag || r.Kind == ReasonFenceHeld {
 			degraded = append(degraded, r)
 		} else {
 			fatal = append(fatal, r)
@@ -213,6 +222,9 @@ func (c *Checker) database(ctx context.Context) (dbResult, time.Time) {
 	if err == nil && c.cfg.Stats != nil && c.cfg.LagThreshold > 0 {
 		res.reasons = append(res.reasons, c.lag(ctx)...)
 	}
+	if err == nil && c.cfg.Fence != nil && c.cfg.FenceThreshold > 0 {
+		res.reasons = append(res.reasons, c.fence(ctx)...)
+	}
 	c.db, c.checked = res, time.Now()
 	return res, c.checked
 }
@@ -231,6 +243,21 @@ func (c *Checker) lag(ctx context.Context) []Reason {
 		}
 	}
 	return out
+}
+
+// fence reports the transaction that holds the ordering fence, when it has
+// held it longer than the threshold.
+func (c *Checker) fence(ctx context.Context) []Reason {
+	h, err := c.cfg.Fence.OutboxFenceHolder(ctx)
+	if err != nil {
+		return []Reason{{Kind: ReasonDatabase, Detail: "ordering fence: " + err.Error()}}
+	}
+	if h == nil || h.Age <= c.cfg.FenceThreshold {
+		return nil
+	}
+	return []Reason{{Kind: ReasonFenceHeld, Subject: h.Name(),
+		Detail: fmt.Sprintf("has held transaction id %d for %s (threshold %s): events of ordered types published after it began wait until it ends",
+			h.XID, h.Age.Round(time.Millisecond), c.cfg.FenceThreshold)}}
 }
 
 // LivezHandler answers 200 "ok" to GET and HEAD: the process is alive

@@ -36,6 +36,8 @@ const (
 	DefaultInFlight = 4
 	// DefaultOrdering delivers without per-key ordering.
 	DefaultOrdering = OrderingNone
+	// DefaultOrderingFence keeps the fence on for ordered types.
+	DefaultOrderingFence = OrderingFenceOn
 	// DefaultClaim is the claim of event types that set none and are not
 	// routed to a broker: the lease claim, which every store has and
 	// which suits slow destinations. Types routed to a sender that
@@ -100,9 +102,28 @@ type Ordering string
 const (
 	// OrderingNone delivers rows in parallel, roughly in due-time order.
 	OrderingNone Ordering = "none"
-	// OrderingKey delivers events with the same key in id order
-	// (docs/concepts.md, ordering).
+	// OrderingKey delivers events with the same key in their producers'
+	// order: transaction order on PostgreSQL, insert order on SQLite, id
+	// order on MySQL/MariaDB (docs/concepts.md, "Ordering").
 	OrderingKey Ordering = "key"
+)
+
+// OrderingFence says whether an ordered type's claim waits for the
+// visibility fence (docs/concepts.md, "Ordering"): on PostgreSQL, a key's
+// head is claimed only once every transaction that could still commit an
+// earlier row of its key has ended.
+type OrderingFence string
+
+// Ordering fences.
+const (
+	// OrderingFenceOn claims a key's head only behind the fence.
+	OrderingFenceOn OrderingFence = "on"
+	// OrderingFenceOff claims a key's head as soon as no earlier row of
+	// its key is visible: only for producers that never overlap on a key
+	// (one producer per key, each waiting for its commit before the next
+	// publish), which then save the fence's wait behind unrelated long
+	// transactions.
+	OrderingFenceOff OrderingFence = "off"
 )
 
 // ClaimMode says how a relay claims the rows of one event type
@@ -247,6 +268,10 @@ type EventSettings struct {
 	Backoff *BackoffSettings `yaml:"backoff"`
 	// Ordering enables per-key ordered delivery. Defaults to none.
 	Ordering *Ordering `yaml:"ordering"`
+	// OrderingFence, with Ordering key, says whether claims wait for the
+	// visibility fence (OrderingFence); off only for producers that never
+	// overlap on a key. Defaults to on.
+	OrderingFence *OrderingFence `yaml:"ordering-fence"`
 	// Retention is how long processed rows are kept; 0 deletes a row as
 	// soon as it is acknowledged. Per type it only chooses between
 	// deleting on ack and keeping the row; the cleanup job deletes kept
@@ -281,6 +306,7 @@ func DefaultEventSettings() EventSettings {
 			Max: new(DefaultBackoffMax), Jitter: new(0.0),
 		},
 		Ordering:      new(DefaultOrdering),
+		OrderingFence: new(DefaultOrderingFence),
 		Retention:     new(DefaultRetention),
 		LeaseDuration: new(DefaultLeaseDuration),
 		InFlight:      new(DefaultInFlight),
@@ -300,6 +326,7 @@ func (s EventSettings) Inherit(parent EventSettings) EventSettings {
 		MaxAttempts:   pick(s.MaxAttempts, parent.MaxAttempts),
 		Backoff:       s.Backoff.inherit(parent.Backoff),
 		Ordering:      pick(s.Ordering, parent.Ordering),
+		OrderingFence: pick(s.OrderingFence, parent.OrderingFence),
 		Retention:     pick(s.Retention, parent.Retention),
 		LeaseDuration: pick(s.LeaseDuration, parent.LeaseDuration),
 		InFlight:      pick(s.InFlight, parent.InFlight),
@@ -358,6 +385,7 @@ type settings struct {
 	maxAttempts   int
 	backoff       resolvedBackoff
 	ordering      Ordering
+	orderingFence bool
 	retention     time.Duration
 	leaseDuration time.Duration
 	inFlight      int
@@ -504,6 +532,7 @@ func (c *Config) resolve(eventType, path string, own, parent EventSettings) (*se
 		maxAttempts:   *e.MaxAttempts,
 		backoff:       e.Backoff.resolved(),
 		ordering:      *e.Ordering,
+		orderingFence: *e.OrderingFence != OrderingFenceOff,
 		retention:     *e.Retention,
 		leaseDuration: *e.LeaseDuration,
 		inFlight:      *e.InFlight,

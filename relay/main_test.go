@@ -4,11 +4,16 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/txbox/txbox/store/storeharness"
+	"github.com/txbox/txbox/internal/testenv"
 )
 
 // TestMain fails the package when any goroutine outlives the tests: every
 // relay is stopped and every pool closed by the tests' cleanups, so a
-// leftover goroutine is a relay leak.
+// leftover goroutine is a relay leak. The shared handles of
+// internal/storeharness (the ordering fence tests' dialects) are closed
+// first.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(testenv.RunThen(m, storeharness.CloseShared))
 }

@@ -2,13 +2,16 @@ package relay
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"slices"
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/sender"
+	"github.com/txbox/txbox/store"
 )
 
 // Ordered delivery (docs/concepts.md, "Ordering"). An ordered claim takes
@@ -52,7 +55,7 @@ func keyRun(batchSize, inFlight int) int {
 }
 
 // sendOrdered sends msgs, one claimed batch of an ordered type in claim
-// order, in waves as described above, and reports per-message outcomes
+// order with each key's rows in key order (inKeyOrder), in waves as described above, and reports per-message outcomes
 // like sender.Sender.Send: nil when all were acked, a *sender.BatchError
 // when some rows were not sent (marked errUnsent), otherwise what
 // sender.Summarize makes of the outcomes.
@@ -72,10 +75,7 @@ func (p *poller) sendOrdered(ctx context.Context, msgs []*sender.Message) error 
 		}
 		byKey[m.Key] = append(byKey[m.Key], i)
 	}
-	for _, k := range keys {
-		// Claim order is (due_at, id); a key's order is its ids' order.
-		slices.SortFunc(byKey[k], func(a, b int) int { return bytes.Compare(msgs[a].ID[:], msgs[b].ID[:]) })
-	}
+	// A key's messages come in its order already (inKeyOrder).
 	stopped := map[string]bool{} // a row of the key failed: send no more of it
 	wave := keyless
 	for pos := 0; ; pos++ {
@@ -122,19 +122,94 @@ func (p *poller) sendOrdered(ctx context.Context, msgs []*sender.Message) error 
 	return &sender.BatchError{Errs: errs}
 }
 
+// inKeyOrder rearranges rows, a claimed batch of an ordered type in claim
+// order (due_at, id), so that each key's rows come in the key's order,
+// (Seq, ID) (store.OutboxRow.Seq: the producers' transaction order where
+// the dialect records it), each in a place that one of its key's rows
+// held. Claim order is not key order: a retried head is due later than
+// the rows behind it, and on PostgreSQL a row with the smaller id may
+// belong to the later transaction.
+func inKeyOrder(rows []*store.OutboxRow) {
+	places := map[string][]int{}
+	for i, r := range rows {
+		if r.Key != "" {
+			places[r.Key] = append(places[r.Key], i)
+		}
+	}
+	for _, idx := range places {
+		if len(idx) < 2 {
+			continue
+		}
+		keyRows := make([]*store.OutboxRow, len(idx))
+		for j, i := range idx {
+			keyRows[j] = rows[i]
+		}
+		slices.SortFunc(keyRows, func(a, b *store.OutboxRow) int {
+			if c := cmp.Compare(a.Seq, b.Seq); c != 0 {
+				return c
+			}
+			return bytes.Compare(a.ID[:], b.ID[:])
+		})
+		for j, i := range idx {
+			rows[i] = keyRows[j]
+		}
+	}
+}
+
 // batchDone is called when a batch of this poller has been finished. For
 // an ordered type it asks the run loop to claim again at once: finishing
 // a key's rows makes the key's next rows claimable, and an ordered claim
 // that returned fewer rows than its limit was limited by keys in flight,
 // not by an empty backlog.
 func (p *poller) batchDone() {
-	if p.s.ordering != OrderingKey {
+	if p.s.ordering != OrderingKey || p.fenceHeld() {
 		return
 	}
 	select {
 	case p.againC <- struct{}{}:
 	default:
 	}
+}
+
+// fenceBackoff is the wait after claims in a row that the ordering fence
+// cut (store.OutboxClaimParams.FenceCut): rows of a key were due but a
+// transaction older than them was still in progress, and the fence moves
+// only when it ends. Claiming again at once would cost a claim per batch
+// for nothing; waiting longer would delay the key past that transaction's
+// end. 5ms doubling up to 200ms: behind a long transaction a poller
+// claims five times a second, and delivers within 200ms of its end.
+var fenceBackoff = backoff.Policy{Initial: 5 * time.Millisecond, Multiplier: 2, Max: 200 * time.Millisecond}
+
+// fenceCut records how many keys the fence cut in the claim that just
+// returned: the next wait is the fence back-off while claims are cut, and
+// nothing once one is not.
+func (p *poller) fenceCut(keys int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if keys == 0 {
+		p.fenceCuts.Reset()
+		p.fenceWait = 0
+		return
+	}
+	p.fenceWait = p.fenceCuts.Next()
+}
+
+// fenceHeld reports whether the last claim was cut by the fence.
+func (p *poller) fenceHeld() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.fenceWait > 0
+}
+
+// fenceDelay is the wait after a claim: the fence back-off when the fence
+// cut the claim, else delay (the polling strategy's).
+func (p *poller) fenceDelay(delay time.Duration) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.fenceWait > 0 {
+		return p.fenceWait
+	}
+	return delay
 }
 
 // judge is gate.judge for the messages that were sent: a row of an ordered

@@ -87,6 +87,10 @@ type poller struct {
 	// claimErrs are the failed claims in a row: the wait after each
 	// (errorBackoff).
 	claimErrs backoff.Streak
+	// fenceCuts are the claims in a row that the ordering fence cut: the
+	// wait after each (fenceBackoff, relay/ordered.go).
+	fenceCuts backoff.Streak
+	fenceWait time.Duration
 }
 
 func newPoller(deps pollerDeps, s *settings) *poller {
@@ -102,6 +106,7 @@ func newPoller(deps pollerDeps, s *settings) *poller {
 		slots:   make(chan struct{}, s.inFlight),
 
 		claimErrs: backoff.Streak{Policy: errorBackoff},
+		fenceCuts: backoff.Streak{Policy: fenceBackoff},
 	}
 }
 
@@ -166,7 +171,7 @@ func (p *poller) run() {
 			continue
 		}
 		p.claimSucceeded()
-		delay = pace.next(len(rows), limit)
+		delay = p.fenceDelay(pace.next(len(rows), limit)) // relay/ordered.go
 		p.mu.Lock()
 		p.delay = delay
 		p.mu.Unlock()
@@ -262,6 +267,8 @@ func (p *poller) claim(_ context.Context, limit int) (rows []*store.OutboxRow, l
 	}
 	if p.s.ordering == OrderingKey {
 		params.OrderedByKey, params.KeyRun = true, keyRun(p.s.batchSize, p.s.inFlight)
+		params.FenceOff = !p.s.orderingFence
+		defer func() { p.fenceCut(params.FenceCut) }() // relay/ordered.go
 	}
 	if p.s.claim == ClaimLock {
 		// New checked that the store has a lock claim.
@@ -421,6 +428,9 @@ func (p *poller) emitPoll(ev PollEvent, helper bool) {
 // lock claim's transaction, nil for a lease claim.
 func (p *poller) deliver(rows []*store.OutboxRow, lb store.LockedBatch, t ticket, claimStart time.Time) {
 	rows, invalid := p.splitInvalid(rows)
+	if p.s.ordering == OrderingKey {
+		inKeyOrder(rows) // relay/ordered.go
+	}
 	ev := BatchEvent{EventType: p.s.eventType, Sender: p.s.senderName, Destination: p.dest}
 	var items []store.OutboxFinishItem
 	if len(rows) == 0 {

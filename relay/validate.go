@@ -135,6 +135,11 @@ func (v *validator) eventSettings(p string, own, eff EventSettings) {
 			v.fail(keypath.Join(p, "ordering"), fmt.Sprintf("must be %s or %s, not %q", OrderingNone, OrderingKey, clip(string(o))))
 		}
 	}
+	if own.OrderingFence != nil {
+		if f := *eff.OrderingFence; f != OrderingFenceOn && f != OrderingFenceOff {
+			v.fail(keypath.Join(p, "ordering-fence"), fmt.Sprintf("must be %s or %s, not %q", OrderingFenceOn, OrderingFenceOff, clip(string(f))))
+		}
+	}
 	if own.Claim != nil {
 		if c := *eff.Claim; c != ClaimLease && c != ClaimLock {
 			v.fail(keypath.Join(p, "claim"), fmt.Sprintf("must be %s or %s, not %q", ClaimLease, ClaimLock, clip(string(c))))

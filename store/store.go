@@ -142,21 +142,36 @@ type OutboxClaimParams struct {
 	// may be recovered and claimed by another relay.
 	LeaseDuration time.Duration
 	// OrderedByKey makes a row claimable only when no row of the same type
-	// and key with a smaller id is PENDING, IN_PROCESS or FAILED, and no
-	// unresolved dead letter has that type and key (docs/concepts.md,
-	// "Ordering").
+	// and key earlier in the key's order ((Seq, ID), see OutboxRow.Seq) is
+	// PENDING, IN_PROCESS or FAILED, and no unresolved dead letter has
+	// that type and key; on PostgreSQL also only once the row is behind
+	// the visibility fence (FenceOff; docs/concepts.md, "Ordering").
 	OrderedByKey bool
 	// KeyRun, with OrderedByKey, is the most rows of one key the claim may
-	// take: the key's claimable head and the rows right behind it in id
+	// take: the key's claimable head and the rows right behind it in key
 	// order, as long as each is PENDING and due (the run stops at the
 	// first row that is not). 0 or 1 takes the head only. A caller that
 	// asks for runs must deliver a key's rows one after the other, each
 	// only after the previous one was acknowledged, and must release the
 	// rest of a key's run unsent when one of its rows fails, so order
 	// holds (the relay does: relay/ordered.go). Rows are handed out in
-	// (due_at, id) order as always, so a run is in id order only within
-	// its key.
+	// (due_at, id) order as always, so a run is in key order (see
+	// OutboxRow.Seq) only within its key.
 	KeyRun int
+	// FenceOff, with OrderedByKey, turns the visibility fence off
+	// (ordering-fence: off, docs/concepts.md, "Ordering"): a key's head
+	// is taken as soon as this snapshot sees no earlier row of its key,
+	// even when a transaction still in progress may commit one. Only for
+	// producers that never overlap on a key. Dialects without a fence
+	// ignore it.
+	FenceOff bool
+	// FenceCut is set by the claim, not by the caller: how many keys had
+	// a due head (or a run) that the visibility fence held back because a
+	// transaction older than it was still in progress. A caller that sees
+	// it non-zero should wait briefly before claiming the type again,
+	// rather than at once: the fence moves only when that transaction
+	// ends.
+	FenceCut int
 }
 
 // OutboxRow is a claimed row.
@@ -169,6 +184,12 @@ type OutboxRow struct {
 	Attempts   int
 	CreatedAt  time.Time
 	LeaseToken txbox.ID
+	// Seq is the row's place in its key's order, before its id: a key's
+	// rows are delivered in (Seq, ID) order. It is the producer's
+	// transaction id on PostgreSQL and the rowid the INSERT assigned on
+	// SQLite (docs/concepts.md, "Ordering"); 0 where the dialect orders a
+	// key by id alone (MySQL/MariaDB) and for rows older than the column.
+	Seq uint64
 	// Invalid is non-empty when the row could not be turned into a
 	// message, for example a headers value written by a plain-SQL
 	// producer that is not a JSON object. It says why. The relay does not

@@ -148,6 +148,13 @@ function render(ov) {
     el("td", {}, i.id), el("td", {}, fmtDur(i.seen_ago_seconds) + " ago"),
     el("td", { class: i.expired ? "state-open" : "state-closed" }, i.expired ? "expired" : "alive"), el("td", {}, i.info))));
 
+  // The oldest xid-holding transaction: events of ordered types published
+  // after it began wait until it ends (docs/concepts.md, "Ordering").
+  const fh = ov.fence_holder;
+  const fence = $("#fence-holder");
+  fence.textContent = fh ? "held by " + fh.name + ", transaction id " + fh.xid + ", open " + fmtDur(fh.age_seconds) : "not held";
+  fence.className = fh && fh.age_seconds >= 60 ? "err" : "";
+
   const legend = $("#legend");
   while (legend.firstChild) legend.firstChild.remove();
   for (const t of ov.types) { const s = el("span", {}, t.event_type); s.style.setProperty("--c", color(t.event_type)); legend.append(s); }

@@ -128,6 +128,12 @@ func runConfigCheck(ctx context.Context, e *env, args []string) error {
 	for _, wn := range warnings {
 		fmt.Fprintf(e.stdout, "\nwarning: %s\n", wn)
 	}
+	return c.summary(len(warnings))
+}
+
+// summary fails the check when a sender or destination failed it, and
+// otherwise says that every --connect check passed, naming the warnings.
+func (c *checker) summary(warnings int) error {
 	var problems []string
 	if n := len(c.refused); n > 0 {
 		problems = append(problems, fmt.Sprintf("%d sender(s) could not connect or were refused", n))
@@ -141,11 +147,11 @@ func runConfigCheck(ctx context.Context, e *env, args []string) error {
 	if len(problems) > 0 {
 		return errors.New(strings.Join(problems, "; "))
 	}
-	if *connect {
-		if len(warnings) > 0 {
-			fmt.Fprintf(e.stdout, "\nall checks passed, with %d warning(s): some destinations were not checked\n", len(warnings))
+	if c.connect {
+		if warnings > 0 {
+			fmt.Fprintf(c.e.stdout, "\nall checks passed, with %d warning(s): some destinations were not checked\n", warnings)
 		} else {
-			fmt.Fprintln(e.stdout, "\nall checks passed")
+			fmt.Fprintln(c.e.stdout, "\nall checks passed")
 		}
 	}
 	return nil

@@ -96,6 +96,9 @@ func (o *observability) serve(r *relay.Relay) error {
 		if in, ok := o.st.Driver.(store.Inspector); ok {
 			hc.Stats = in
 		}
+		if fi, ok := o.st.Driver.(store.FenceInspector); ok && o.cfg.HasFencedOrdering() {
+			hc.Fence, hc.FenceThreshold = fi, o.cfg.Health.FenceThreshold
+		}
 		c, err := health.New(hc)
 		if err != nil {
 			return err

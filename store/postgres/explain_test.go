@@ -60,7 +60,7 @@ func TestClaimPlanIsOBatch(t *testing.T) {
 	}{
 		{"claim", d.q.claim, []any{"type-2", limit, int64(time.Minute / time.Microsecond), txbox.NewID(), full, uuid.UUID{}, int64(0)}, d.prefix + "outbox_claim_idx"},
 		{"claim after a cursor", d.q.claim, []any{"type-2", limit, int64(time.Minute / time.Microsecond), txbox.NewID(), time.Now().Add(-time.Hour), uuid.UUID{}, int64(time.Second / time.Microsecond)}, d.prefix + "outbox_claim_idx"},
-		{"claim ordered by key", d.claimOrdered(1, false), orderedArgs("type-4", limit, 1, pgtype.Text{}, full), d.prefix + "outbox_key_idx"},
+		{"claim ordered by key", d.claimOrdered(1, false, true), orderedArgs("type-4", limit, 1, pgtype.Text{}, full), d.prefix + "outbox_key_order_idx"},
 		{"pending types", d.q.pendingTypes, nil, d.prefix + "outbox_claim_idx"},
 	}
 	for _, c := range cases {
@@ -140,6 +140,17 @@ func TestOrderedClaimPlanIsOBatch(t *testing.T) {
 	if _, err := pool.Exec(ctx, fill, pgx.QueryExecModeSimpleProtocol); err != nil {
 		t.Fatal(err)
 	}
+	// The rows pass the ordering fence once every transaction of the
+	// cluster older than them has ended.
+	var filled string
+	if err := pool.QueryRow(ctx, `SELECT max(txid)::text FROM `+ob).Scan(&filled); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 2*time.Minute, "the ordering fence to pass the rows", func() bool {
+		var past bool
+		err := pool.QueryRow(ctx, `SELECT $1::xid8 < pg_snapshot_xmin(pg_current_snapshot())`, filled).Scan(&past)
+		return err == nil && past
+	})
 	full := pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
 	cases := []struct {
 		name       string
@@ -155,7 +166,7 @@ func TestOrderedClaimPlanIsOBatch(t *testing.T) {
 		{"50 keys x 2,000 rows, after a key cursor", orderedArgs("many", 200, 4, pgtype.Text{String: "key-25", Valid: true}, full), 200, 200, 1000},
 	}
 	for _, c := range cases {
-		plan, text := explain(ctx, t, pool, d.claimOrdered(c.args[5].(int), false), c.args)
+		plan, text := explain(ctx, t, pool, d.claimOrdered(c.args[5].(int), false, true), c.args)
 		if os.Getenv("TXBOX_PRINT_PLANS") != "" {
 			t.Logf("ordered claim, %s:\n%s", c.name, text)
 		}
@@ -165,7 +176,7 @@ func TestOrderedClaimPlanIsOBatch(t *testing.T) {
 			keyIdx  bool
 		)
 		walk(plan, func(n map[string]any) {
-			if n["Index Name"] == d.prefix+"outbox_key_idx" {
+			if n["Index Name"] == d.prefix+"outbox_key_order_idx" {
 				keyIdx = true
 			}
 			if n["Node Type"] == "Seq Scan" {

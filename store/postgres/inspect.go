@@ -2,8 +2,11 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/internal/inspect"
@@ -58,6 +61,52 @@ func (d *Driver) inspectQueries(q *queries) {
 	SELECT instance_id, info, started_at, seen_at, EXTRACT(EPOCH FROM now() - seen_at)::float8, expires_at <= now()
 	FROM {{instance}} ORDER BY seen_at DESC, instance_id`)
 	q.instanceRemove = d.render(`DELETE FROM {{instance}} WHERE instance_id = $1`)
+	// The oldest xid-holding transaction of the cluster (store.FenceInspector):
+	// sessions from pg_stat_activity (backend_xid is the top-level xid,
+	// 32 bits: age() orders them), prepared transactions from
+	// pg_prepared_xacts. The full xid8 is rebuilt from the snapshot's
+	// xmax (the next xid, with its epoch): a transaction still in progress
+	// is less than 2^31 xids older. Nothing here assigns this session an
+	// xid, which would hold the fence itself.
+	q.fenceHolder = `
+	SELECT h.pid, h.gid, h.db, h.usr, h.app, h.state,
+		n.next - ((n.next % 4294967296) - h.xid32 + 4294967296) % 4294967296,
+		COALESCE(EXTRACT(EPOCH FROM now() - h.since), 0)::float8
+	FROM (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS next) n,
+	(
+		SELECT a.pid, '' AS gid, COALESCE(a.datname, '') AS db, COALESCE(a.usename, '') AS usr,
+			COALESCE(a.application_name, '') AS app, COALESCE(a.state, '') AS state,
+			a.backend_xid::text::bigint AS xid32, age(a.backend_xid) AS xid_age, a.xact_start AS since
+		FROM pg_stat_activity a
+		WHERE a.backend_xid IS NOT NULL AND a.pid <> pg_backend_pid()
+	  UNION ALL
+		SELECT 0, p.gid, p.database, p.owner::text, '', 'prepared',
+			p.transaction::text::bigint, age(p.transaction), p.prepared
+		FROM pg_prepared_xacts p
+	) h
+	ORDER BY h.xid_age DESC
+	LIMIT 1`
+}
+
+var _ store.FenceInspector = (*Driver)(nil)
+
+// OutboxFenceHolder returns the oldest transaction of the cluster that
+// holds a transaction id. See store.FenceInspector.
+func (d *Driver) OutboxFenceHolder(ctx context.Context) (*store.FenceHolder, error) {
+	var (
+		h   store.FenceHolder
+		xid int64
+		age float64
+	)
+	err := d.pool.QueryRow(ctx, d.q.fenceHolder).Scan(&h.PID, &h.Prepared, &h.Database, &h.User, &h.Application, &h.State, &xid, &age)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, translate("fence holder", err)
+	}
+	h.XID, h.Age = uint64(xid), time.Duration(age*float64(time.Second)).Round(time.Millisecond)
+	return &h, nil
 }
 
 // OutboxInspect returns per-type details of the unfinished rows. See

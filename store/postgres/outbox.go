@@ -266,6 +266,10 @@ type claimCall struct {
 	cur       *claimCursor
 	ord       *orderedCursor
 	catchUp   bool
+	// fence is the ordered claim's visibility fence; params receives
+	// how many keys it cut (store.OutboxClaimParams.FenceCut).
+	fence  bool
+	params *store.OutboxClaimParams
 }
 
 // maxKeyRun bounds OutboxClaimParams.KeyRun: a longer run would only be
@@ -296,7 +300,9 @@ func (d *Driver) prepareClaim(params *store.OutboxClaimParams) (*claimCall, erro
 		// passed while its key was blocked becomes the head later, below
 		// any cursor. The ordered claim walks keys instead.
 		run := max(params.KeyRun, 1)
-		c.query = d.claimOrdered(run, false)
+		c.fence = !params.FenceOff
+		c.params = params
+		c.query = d.claimOrdered(run, false, c.fence)
 		c.ord = d.orderedCursor(params.EventType)
 		key, hasKey, due, id := c.ord.start(time.Now(), d.rescan)
 		var after pgtype.Text
@@ -413,6 +419,7 @@ func (c *claimCall) scanOrdered(rows pgx.Rows) ([]*store.OutboxRow, error) {
 		mID    uuid.UUID
 		mCount int
 		mDue   pgtype.Timestamptz
+		mCut   int64
 	)
 	for rows.Next() {
 		var (
@@ -421,14 +428,16 @@ func (c *claimCall) scanOrdered(rows pgx.Rows) ([]*store.OutboxRow, error) {
 			key      pgtype.Text
 			due      pgtype.Timestamptz
 			headers  []byte
+			seq      int64
 		)
-		if err := rows.Scan(&isMarker, uuidDest{&r.ID}, &r.EventType, &key, &r.Payload, &headers, &r.Attempts, &r.CreatedAt, &due); err != nil {
+		if err := rows.Scan(&isMarker, uuidDest{&r.ID}, &r.EventType, &key, &r.Payload, &headers, &r.Attempts, &r.CreatedAt, &due, &seq); err != nil {
 			return nil, translate("claim", err)
 		}
 		if isMarker {
-			marker, mKey, mID, mCount, mDue = true, key, r.ID, r.Attempts, due
+			marker, mKey, mID, mCount, mDue, mCut = true, key, r.ID, r.Attempts, due, seq
 			continue
 		}
+		r.Seq = uint64(seq)
 		r.Key = key.String
 		// As in scan: an undecodable row is handed out Invalid.
 		var herr error
@@ -448,6 +457,9 @@ func (c *claimCall) scanOrdered(rows pgx.Rows) ([]*store.OutboxRow, error) {
 		lastDue = mDue.Time
 	}
 	c.ord.claimed(time.Now(), mKey.String, mKey.Valid, mCount, c.limit, lastDue, mID, c.d.rescan)
+	if c.params != nil {
+		c.params.FenceCut = int(mCut)
+	}
 	sortClaimed(out, func(x claimed) (time.Time, txbox.ID) { return x.due, x.row.ID })
 	res := make([]*store.OutboxRow, len(out))
 	for i, o := range out {

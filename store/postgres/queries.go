@@ -32,6 +32,7 @@ type queries struct {
 	leaseAcquire, leaseRelease string
 
 	inspectGroups, inspectLastError, parkedKeys string
+	fenceHolder                                 string
 	instanceBeat, instanceList, instanceRemove  string
 
 	inboxRecordNative, inboxRecordText, inboxCleanup string
@@ -263,15 +264,16 @@ func (d *Driver) deadLetterQueries(q *queries) {
 	),
 	gone AS (
 		DELETE FROM {{outbox}} o USING f WHERE o.id = f.id
-		RETURNING o.id, o.event_type, o.event_key, o.payload, o.headers, o.attempts, o.last_error, o.created_at, o.processed_at
+		RETURNING o.id, o.event_type, o.event_key, o.payload, o.headers, o.attempts, o.last_error, o.created_at, o.processed_at, o.txid
 	),
 	ins AS (
-		INSERT INTO {{dead_letter}} AS x (id, event_type, event_key, payload, headers, attempts, last_error, created_at, failed_at)
-		SELECT id, event_type, event_key, payload, headers, attempts, last_error, created_at, COALESCE(processed_at, now()) FROM gone
+		INSERT INTO {{dead_letter}} AS x (id, event_type, event_key, payload, headers, attempts, last_error, created_at, failed_at, txid)
+		SELECT id, event_type, event_key, payload, headers, attempts, last_error, created_at, COALESCE(processed_at, now()), txid FROM gone
 		ON CONFLICT (id) DO UPDATE SET
 			event_type = EXCLUDED.event_type, event_key = EXCLUDED.event_key, payload = EXCLUDED.payload,
 			headers = EXCLUDED.headers, attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error,
-			created_at = EXCLUDED.created_at, failed_at = EXCLUDED.failed_at, status = 'UNRESOLVED', resolved_at = NULL
+			created_at = EXCLUDED.created_at, failed_at = EXCLUDED.failed_at, status = 'UNRESOLVED', resolved_at = NULL,
+			txid = EXCLUDED.txid
 		RETURNING 1
 	)
 	SELECT count(*) FROM ins`)
@@ -281,6 +283,39 @@ func (d *Driver) deadLetterQueries(q *queries) {
 	q.lockDLMove = strings.Replace(q.dlMove, `SELECT id FROM `+d.table(d.tables.Outbox)+` WHERE status = 'FAILED'
 		ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, `SELECT id FROM `+d.table(d.tables.Outbox)+` WHERE status = 'FAILED' AND id = ANY($1::uuid[])`, 1)
 
+	d.deadLetterListQueries(q)
+	// An id already back in the outbox (published again), or whose
+	// headers are not a JSON object (the outbox's CHECK would refuse it),
+	// stays dead-lettered instead of failing the whole statement.
+	q.dlRetry = d.render(`
+	WITH gone AS (
+		DELETE FROM {{dead_letter}} x WHERE x.id = ANY($1::uuid[])
+		  AND jsonb_typeof(x.headers) = 'object'
+		  AND NOT EXISTS (SELECT 1 FROM {{outbox}} o WHERE o.id = x.id)
+		RETURNING x.id, x.event_type, x.event_key, x.payload, x.headers, x.created_at, x.last_error, x.txid
+	),
+	ins AS (
+		-- The row keeps its producer's txid: back in its key's order where
+		-- it was, ahead of the rows its dead letter parked.
+		INSERT INTO {{outbox}} (id, event_type, event_key, payload, headers, created_at, status, attempts, due_at, last_error, txid)
+		SELECT id, event_type, event_key, payload, headers, created_at, 'PENDING', 0, now(), last_error, txid FROM gone
+		RETURNING 1
+	)
+	SELECT count(*) FROM ins`)
+	q.dlResolve = d.render(`UPDATE {{dead_letter}} SET status = 'RESOLVED', resolved_at = now()
+		WHERE id = ANY($1::uuid[]) AND status = 'UNRESOLVED'`)
+	q.dlDelete = d.render(`DELETE FROM {{dead_letter}} WHERE id = ANY($1::uuid[])`)
+	q.dlCleanup = d.render(`
+	DELETE FROM {{dead_letter}} WHERE id IN (
+		SELECT id FROM {{dead_letter}}
+		WHERE status = 'RESOLVED' AND resolved_at < now() - $1::float8 * interval '1 microsecond'
+		ORDER BY resolved_at
+		LIMIT $2
+		FOR UPDATE SKIP LOCKED)`)
+}
+
+// deadLetterListQueries are the dead-letter listings, count and preview.
+func (d *Driver) deadLetterListQueries(q *queries) {
 	// Listings read the payload's size, never the payload: octet_length
 	// of a TOASTed value reads its header only, so a page of large dead
 	// letters costs what a page of small ones does. The payload itself is
@@ -302,32 +337,6 @@ func (d *Driver) deadLetterQueries(q *queries) {
 	q.dlListIDs = d.render(`SELECT id, failed_at, status FROM {{dead_letter}} WHERE ` + dlFilter + dlPage)
 	q.dlCount = d.render(`SELECT count(*) FROM {{dead_letter}} WHERE ` + dlFilter)
 	q.dlGet = d.render(`SELECT ` + dlCols + `, payload FROM {{dead_letter}} WHERE id = $1`)
-	// An id already back in the outbox (published again), or whose
-	// headers are not a JSON object (the outbox's CHECK would refuse it),
-	// stays dead-lettered instead of failing the whole statement.
-	q.dlRetry = d.render(`
-	WITH gone AS (
-		DELETE FROM {{dead_letter}} x WHERE x.id = ANY($1::uuid[])
-		  AND jsonb_typeof(x.headers) = 'object'
-		  AND NOT EXISTS (SELECT 1 FROM {{outbox}} o WHERE o.id = x.id)
-		RETURNING x.id, x.event_type, x.event_key, x.payload, x.headers, x.created_at, x.last_error
-	),
-	ins AS (
-		INSERT INTO {{outbox}} (id, event_type, event_key, payload, headers, created_at, status, attempts, due_at, last_error)
-		SELECT id, event_type, event_key, payload, headers, created_at, 'PENDING', 0, now(), last_error FROM gone
-		RETURNING 1
-	)
-	SELECT count(*) FROM ins`)
-	q.dlResolve = d.render(`UPDATE {{dead_letter}} SET status = 'RESOLVED', resolved_at = now()
-		WHERE id = ANY($1::uuid[]) AND status = 'UNRESOLVED'`)
-	q.dlDelete = d.render(`DELETE FROM {{dead_letter}} WHERE id = ANY($1::uuid[])`)
-	q.dlCleanup = d.render(`
-	DELETE FROM {{dead_letter}} WHERE id IN (
-		SELECT id FROM {{dead_letter}}
-		WHERE status = 'RESOLVED' AND resolved_at < now() - $1::float8 * interval '1 microsecond'
-		ORDER BY resolved_at
-		LIMIT $2
-		FOR UPDATE SKIP LOCKED)`)
 }
 
 func (d *Driver) leaseQueries(q *queries) {
@@ -369,12 +378,13 @@ func (d *Driver) schemaQueries(q *queries) {
 }
 
 // claimOrdered returns the ordered claim statement for runs of up to run
-// rows per key, the lock claim's when lock is set, rendering each once
-// (a relay uses one per event type).
-func (d *Driver) claimOrdered(run int, lock bool) string {
+// rows per key, the lock claim's when lock is set, with the visibility
+// fence when fence is set, rendering each once (a relay uses one per event
+// type).
+func (d *Driver) claimOrdered(run int, lock, fence bool) string {
 	d.orderedSQLMu.Lock()
 	defer d.orderedSQLMu.Unlock()
-	k := orderedKey{run, lock}
+	k := orderedKey{run, lock, fence}
 	if q, ok := d.orderedSQL[k]; ok {
 		return q
 	}
@@ -385,16 +395,28 @@ func (d *Driver) claimOrdered(run int, lock bool) string {
 	if lock {
 		text, upd = lockArgs(claimOrderedSQL), orderedLockUpd
 	}
-	q := d.render(strings.ReplaceAll(strings.Replace(text, "{{upd}}", upd, 1), "{{run-1}}", strconv.Itoa(run-1)))
+	fenceSQL := "true"
+	if fence {
+		fenceSQL = orderFence
+	}
+	q := d.render(strings.NewReplacer("{{upd}}", upd, "{{run-1}}", strconv.Itoa(run-1), "{{fence}}", fenceSQL).Replace(text))
 	d.orderedSQL[k] = q
 	return q
 }
 
 // orderedKey names one rendering of the ordered claim.
 type orderedKey struct {
-	run  int
-	lock bool
+	run         int
+	lock, fence bool
 }
+
+// orderFence is the visibility fence of the ordered claim
+// (docs/concepts.md, "Ordering"): a row may be taken only when the
+// transaction that inserted it is older than every transaction still in
+// progress, so no transaction that could yet commit an earlier row of its
+// key, in (txid, id) order, is left. The fence CTE reads the statement's
+// snapshot once.
+const orderFence = `e.txid < (SELECT xmin FROM fence)`
 
 // orderedUpd is the last step of the ordered lease claim: the kept rows
 // become IN_PROCESS under the lease.
@@ -403,13 +425,13 @@ const orderedUpd = `upd AS (
 		SET status = 'IN_PROCESS', lease_until = now() + $3::float8 * interval '1 microsecond', lease_token = $4
 		FROM keep
 		WHERE u.ctid = keep.tid
-		RETURNING u.id, u.event_type, COALESCE(u.event_key, '') AS event_key, u.payload, u.headers, u.attempts, u.created_at, u.due_at
+		RETURNING u.id, u.event_type, COALESCE(u.event_key, '') AS event_key, u.payload, u.headers, u.attempts, u.created_at, u.due_at, u.txid
 	)`
 
 // orderedLockUpd is the last step of the ordered lock claim (lock.go):
 // the kept rows are only read; the statement's FOR UPDATE holds them.
 const orderedLockUpd = `upd AS (
-		SELECT u.id, u.event_type, COALESCE(u.event_key, '') AS event_key, u.payload, u.headers, u.attempts, u.created_at, u.due_at
+		SELECT u.id, u.event_type, COALESCE(u.event_key, '') AS event_key, u.payload, u.headers, u.attempts, u.created_at, u.due_at, u.txid
 		FROM {{outbox}} u JOIN keep ON u.ctid = keep.tid
 	)`
 
@@ -423,8 +445,11 @@ const orderedLockUpd = `upd AS (
 //     unordered; the window finds them without an index of their own, and
 //     the sweep (moved by the driver, see orderedCursor) keeps a window
 //     filled with blocked keyed rows from hiding the keyless rows behind it.
-//   - walk: a loose index scan over key_idx (event_type, event_key, id),
-//     which holds only PENDING, IN_PROCESS and FAILED rows. Each step jumps
+//   - walk: a loose index scan over key_order_idx (event_type, event_key,
+//     txid, id), which holds only PENDING, IN_PROCESS and FAILED rows; a
+//     key's order is (txid, id), its producers' transaction order, and a
+//     row passes the visibility fence ({{fence}}, orderFence) only when
+//     its txid is below the statement snapshot's xmin. Each step jumps
 //     to the first entry of the next key after the previous one (starting
 //     after the key cursor $5 and wrapping around once, so every key gets
 //     its turn): that key's head. The run is the head and, when the head is
@@ -435,10 +460,11 @@ const orderedLockUpd = `upd AS (
 //     estimate of one key's rows is poor, prefer a bitmap scan that reads
 //     every row of the key; an equality on the type would make the scan
 //     start at the type's first entry instead of at the row comparison. The
-//     run is the longest prefix whose rows are all PENDING and due; a head
-//     IN_PROCESS or FAILED, or not due yet, yields nothing, and an
-//     unresolved dead letter of the key parks it. The walk stops when it
-//     has $2 rows in all or after $7 keys.
+//     run is the longest prefix whose rows are all PENDING, due and past
+//     the fence; a head IN_PROCESS or FAILED, not due yet, or held by the
+//     fence yields nothing, and an unresolved dead letter of the key parks
+//     it. A run that ends at a row the fence held counts as cut. The walk
+//     stops when it has $2 rows in all or after $7 keys.
 //   - locked: the candidates, re-checked and locked FOR UPDATE SKIP
 //     LOCKED, found by ctid (a TID scan, one page each, where a primary key
 //     probe reads four; a row updated since the walk read it has a new ctid
@@ -447,10 +473,11 @@ const orderedLockUpd = `upd AS (
 //     relays never hold rows of one key that are not contiguous.
 //
 // The last row of the result is a marker (first column true) carrying the
-// cursor positions: the last key walked, and the keyless window's size and
-// last (due_at, id).
+// cursor positions: the last key walked, the keyless window's size and
+// last (due_at, id), and the number of keys the fence cut.
 const claimOrderedSQL = `
 	WITH RECURSIVE
+	fence AS MATERIALIZED (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin),
 	keyless AS MATERIALIZED (
 		SELECT o.id, o.ctid AS tid, o.event_key, o.due_at FROM {{outbox}} o
 		WHERE o.status = 'PENDING' AND o.event_type = $1 AND o.due_at <= now()
@@ -458,43 +485,51 @@ const claimOrderedSQL = `
 		ORDER BY o.due_at, o.id
 		LIMIT $2
 	),
-	walk(key, wrapped, ids, tids, total, steps) AS (
-		SELECT $5::text, false, '{}'::uuid[], '{}'::tid[], (SELECT count(*)::int FROM keyless WHERE event_key IS NULL), 0
+	walk(key, wrapped, ids, tids, total, steps, cut) AS (
+		SELECT $5::text, false, '{}'::uuid[], '{}'::tid[], (SELECT count(*)::int FROM keyless WHERE event_key IS NULL), 0, false
 	  UNION ALL
-		SELECT nk.key, nk.wrapped, run.ids, run.tids, w.total + cardinality(run.ids), w.steps + 1
+		SELECT nk.key, nk.wrapped, run.ids, run.tids, w.total + cardinality(run.ids), w.steps + 1, run.cut
 		FROM walk w
 		LEFT JOIN LATERAL (
-			SELECT e.event_key AS key, e.id, e.ctid AS tid, e.status = 'PENDING' AND e.due_at <= now() AS ok
+			SELECT e.event_key AS key, e.txid, e.id, e.ctid AS tid,
+				e.status = 'PENDING' AND e.due_at <= now() AND {{fence}} AS ok,
+				e.status = 'PENDING' AND e.due_at <= now() AND NOT {{fence}} AS cut
 			FROM {{outbox}} e
 			WHERE e.event_type = $1 AND e.event_key > w.key
 			  AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED')
-			ORDER BY e.event_key, e.id LIMIT 1) a ON true
+			ORDER BY e.event_key, e.txid, e.id LIMIT 1) a ON true
 		LEFT JOIN LATERAL (
-			SELECT e.event_key AS key, e.id, e.ctid AS tid, e.status = 'PENDING' AND e.due_at <= now() AS ok
+			SELECT e.event_key AS key, e.txid, e.id, e.ctid AS tid,
+				e.status = 'PENDING' AND e.due_at <= now() AND {{fence}} AS ok,
+				e.status = 'PENDING' AND e.due_at <= now() AND NOT {{fence}} AS cut
 			FROM {{outbox}} e
 			WHERE a.key IS NULL AND NOT w.wrapped AND e.event_type = $1
 			  AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED')
-			ORDER BY e.event_key, e.id LIMIT 1) f ON true
-		CROSS JOIN LATERAL (SELECT COALESCE(a.key, f.key) AS key, COALESCE(a.id, f.id) AS head,
-			COALESCE(a.tid, f.tid) AS tid, COALESCE(a.ok, f.ok) AS ok,
-			w.wrapped OR a.key IS NULL AS wrapped OFFSET 0) nk
-		CROSS JOIN LATERAL (SELECT COALESCE(array_agg(c.id ORDER BY c.id), '{}') AS ids,
-			COALESCE(array_agg(c.tid ORDER BY c.id), '{}') AS tids FROM (
-				SELECT i.id, i.tid, bool_and(i.ok) OVER (ORDER BY i.id ROWS UNBOUNDED PRECEDING) AS ok,
-					row_number() OVER (ORDER BY i.id ROWS UNBOUNDED PRECEDING) AS rn
+			ORDER BY e.event_key, e.txid, e.id LIMIT 1) f ON true
+		CROSS JOIN LATERAL (SELECT COALESCE(a.key, f.key) AS key, COALESCE(a.txid, f.txid) AS txid,
+			COALESCE(a.id, f.id) AS head, COALESCE(a.tid, f.tid) AS tid, COALESCE(a.ok, f.ok) AS ok,
+			COALESCE(a.cut, f.cut) AS cut, w.wrapped OR a.key IS NULL AS wrapped OFFSET 0) nk
+		CROSS JOIN LATERAL (SELECT COALESCE(array_agg(c.id ORDER BY c.rn) FILTER (WHERE c.ok), '{}') AS ids,
+			COALESCE(array_agg(c.tid ORDER BY c.rn) FILTER (WHERE c.ok), '{}') AS tids,
+			COALESCE(bool_or(c.cut AND c.first_not_ok), false) AS cut FROM (
+				SELECT i.id, i.tid, i.cut,
+					bool_and(i.ok) OVER (ORDER BY i.txid, i.id ROWS UNBOUNDED PRECEDING) AS ok,
+					NOT i.ok AND bool_and(i.ok) OVER (ORDER BY i.txid, i.id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) IS NOT FALSE AS first_not_ok,
+					row_number() OVER (ORDER BY i.txid, i.id ROWS UNBOUNDED PRECEDING) AS rn
 				FROM (
-					SELECT nk.head AS id, nk.tid, nk.ok
+					SELECT nk.txid, nk.head AS id, nk.tid, nk.ok, nk.cut
 				  UNION ALL
-					SELECT r.id, r.tid, r.ok FROM (
-						SELECT e.event_type, e.event_key, e.id, e.ctid AS tid,
-							e.status = 'PENDING' AND e.due_at <= now() AS ok
+					SELECT r.txid, r.id, r.tid, r.ok, r.cut FROM (
+						SELECT e.event_type, e.event_key, e.txid, e.id, e.ctid AS tid,
+							e.status = 'PENDING' AND e.due_at <= now() AND {{fence}} AS ok,
+							e.status = 'PENDING' AND e.due_at <= now() AND NOT {{fence}} AS cut
 						FROM {{outbox}} e
-						WHERE nk.ok AND (e.event_type, e.event_key, e.id) > ($1, nk.key, nk.head)
+						WHERE nk.ok AND (e.event_type, e.event_key, e.txid, e.id) > ($1, nk.key, nk.txid, nk.head)
 						  AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED')
-						ORDER BY e.event_type, e.event_key, e.id
+						ORDER BY e.event_type, e.event_key, e.txid, e.id
 						LIMIT {{run-1}}) r
 					WHERE r.event_type = $1 AND r.event_key = nk.key) i) c
-			WHERE c.ok AND c.rn <= LEAST($6::int, $2::int - w.total) AND NOT EXISTS (
+			WHERE c.rn <= LEAST($6::int, $2::int - w.total) AND NOT EXISTS (
 				SELECT 1 FROM {{dead_letter}} x
 				WHERE x.event_type = $1 AND x.event_key = nk.key
 				  AND x.event_key IS NOT NULL AND x.status = 'UNRESOLVED')
@@ -522,10 +557,11 @@ const claimOrderedSQL = `
 				  AND NOT EXISTS (SELECT 1 FROM locked m WHERE m.id = p.id)))
 	),
 {{upd}}
-	SELECT false, id, event_type, event_key, payload, headers, attempts, created_at, due_at FROM upd
+	SELECT false, id, event_type, event_key, payload, headers, attempts, created_at, due_at, txid::text::bigint FROM upd
 	UNION ALL
 	SELECT true,
 		(SELECT id FROM keyless ORDER BY due_at DESC, id DESC LIMIT 1), '',
 		(SELECT key FROM walk ORDER BY steps DESC LIMIT 1), ''::bytea, '{}'::jsonb,
 		(SELECT count(*)::int FROM keyless), now(),
-		(SELECT max(due_at) FROM keyless)`
+		(SELECT max(due_at) FROM keyless),
+		(SELECT count(*)::int FROM walk WHERE cut)`

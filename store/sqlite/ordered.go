@@ -23,10 +23,10 @@ const maxKeyRun = 10_000
 //     keyless sweep cursor, limit rows, of which those without a key are
 //     taken (rows without a key are unordered);
 //   - the key walk: a loose index scan over the key index (event_type,
-//     event_key, id), which holds only PENDING, IN_PROCESS and FAILED rows.
-//     Each step reads the next key after the previous one (starting after
-//     the key cursor, wrapping around once) and its first run entries in id
-//     order, and takes the longest prefix that is PENDING and due; a head
+//     event_key, rowid), which holds only PENDING, IN_PROCESS and FAILED
+//     rows. Each step reads the next key after the previous one (starting
+//     after the key cursor, wrapping around once) and its first run
+//     entries in rowid order (a key's order: the writers' order), and takes the longest prefix that is PENDING and due; a head
 //     in process, failed or not due yet, or a parked key, yields nothing.
 //     The walk stops at limit rows or after maxWalk keys.
 type orderedClaim struct {

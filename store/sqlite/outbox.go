@@ -294,8 +294,9 @@ func (c *claimRun) run(ctx context.Context, d *Driver, tx *sql.Tx) error {
 			key                            sql.NullString
 			payload                        []byte
 			attempts                       any
+			rowid                          int64
 		)
-		if err := rows.Scan(&id, &typ, &key, &payload, &headers, &attempts, &created, &due); err != nil {
+		if err := rows.Scan(&id, &typ, &key, &payload, &headers, &attempts, &created, &due, &rowid); err != nil {
 			return err
 		}
 		r := &store.OutboxRow{
@@ -303,6 +304,7 @@ func (c *claimRun) run(ctx context.Context, d *Driver, tx *sql.Tx) error {
 			Key:        key.String,
 			Payload:    payload,
 			LeaseToken: c.token,
+			Seq:        uint64(rowid), // a key's order (migration 4)
 		}
 		parsed, err := txbox.ParseID(id)
 		if err != nil || parsed.String() != id {

@@ -166,7 +166,7 @@ WHERE id IN (
     WHERE o.status = 'PENDING' AND o.event_type = ? AND o.due_at <= {now}%s
     ORDER BY o.due_at, o.id
     LIMIT ?)
-RETURNING id, event_type, event_key, payload, headers, attempts, created_at, due_at`
+RETURNING id, event_type, event_key, payload, headers, attempts, created_at, due_at, rowid`
 	q.claim = r.Replace(fmt.Sprintf(claimBase, ""))
 	// The type's oldest due PENDING rows after the keyless sweep's
 	// (due_at, id), through the claim index.
@@ -175,7 +175,8 @@ WHERE status = 'PENDING' AND event_type = ?1 AND due_at <= {now} AND (due_at, id
 ORDER BY due_at, id
 LIMIT ?4`)
 	// The first key after ?2 in the key index, and its first ?3
-	// entries in id order: each is claimable while PENDING and due;
+	// entries in rowid order, the writers' order (migration 4): each is
+	// claimable while PENDING and due;
 	// parked when an unresolved dead letter has the key. The empty
 	// key is no key (unordered), so walks start after ''.
 	q.orderedKey = r.Replace(`SELECT o.event_key, o.id, o.status = 'PENDING' AND o.due_at <= {now},
@@ -186,11 +187,11 @@ WHERE o.event_type = ?1 AND o.status IN ('PENDING', 'IN_PROCESS', 'FAILED')
   AND o.event_key = (
     SELECT min(event_key) FROM {outbox}
     WHERE event_type = ?1 AND event_key > ?2 AND status IN ('PENDING', 'IN_PROCESS', 'FAILED'))
-ORDER BY o.id
+ORDER BY o.rowid
 LIMIT ?3`)
 	q.claimIDs = r.Replace(`UPDATE {outbox} SET status = 'IN_PROCESS', lease_until = {now+}, lease_token = ?
 WHERE status = 'PENDING' AND id IN (SELECT value FROM json_each(?))
-RETURNING id, event_type, event_key, payload, headers, attempts, created_at, due_at`)
+RETURNING id, event_type, event_key, payload, headers, attempts, created_at, due_at, rowid`)
 	q.recover = r.Replace(`UPDATE {outbox}
 SET status = 'PENDING', due_at = {now}, lease_until = NULL, lease_token = NULL
 WHERE id IN (
@@ -263,24 +264,33 @@ func deadLetterQueries(q *queries, r *strings.Replacer) {
 	// and an upsert clause. failed_at is when the row failed (its
 	// processed_at, set by finishFailed); rows failed before that was
 	// recorded get the move time.
-	q.deadLetterMove = r.Replace(`INSERT INTO {dead_letter} (id, event_type, event_key, payload, headers, attempts, last_error, created_at, failed_at, status)
-SELECT id, event_type, event_key, payload, headers, attempts, last_error, created_at, coalesce(processed_at, {now}), 'UNRESOLVED'
+	q.deadLetterMove = r.Replace(`INSERT INTO {dead_letter} (id, event_type, event_key, payload, headers, attempts, last_error, created_at, failed_at, status, seq)
+SELECT id, event_type, event_key, payload, headers, attempts, last_error, created_at, coalesce(processed_at, {now}), 'UNRESOLVED', rowid
 FROM {outbox} WHERE status = 'FAILED' AND true
 ORDER BY id
 LIMIT ?
 ON CONFLICT (id) DO UPDATE SET
     event_type = excluded.event_type, event_key = excluded.event_key, payload = excluded.payload,
     headers = excluded.headers, attempts = excluded.attempts, last_error = excluded.last_error,
-    created_at = excluded.created_at, failed_at = excluded.failed_at, status = 'UNRESOLVED', resolved_at = NULL
+    created_at = excluded.created_at, failed_at = excluded.failed_at, status = 'UNRESOLVED', resolved_at = NULL,
+    seq = excluded.seq
 RETURNING id`)
 	q.deadLetterMoveDelete = r.Replace(`DELETE FROM {outbox} WHERE status = 'FAILED' AND id IN `)
 	q.deadLetterSelect = r.Replace(`SELECT ` + dlCols + ` FROM {dead_letter}`)
 	q.deadLetterSelectIDs = r.Replace(`SELECT id, failed_at, status FROM {dead_letter}`)
 	q.deadLetterGet = r.Replace(`SELECT ` + dlCols + `, payload FROM {dead_letter} WHERE id = ?`)
 	q.deadLetterCount = r.Replace(`SELECT count(*) FROM {dead_letter}`)
-	q.deadLetterRetry = r.Replace(`INSERT INTO {outbox} (id, event_type, event_key, payload, headers, status, attempts, due_at, last_error, created_at)
-SELECT id, event_type, event_key, payload, headers, 'PENDING', 0, {now}, last_error, created_at
-FROM {dead_letter} WHERE id IN `)
+	// The row gets its old rowid back, its place in its key's order,
+	// when the rowid is below the table's largest (so no rowid the
+	// statement assigns can take it), free, and no other dead letter had
+	// it too (SQLite reuses the rowid of a deleted last row); otherwise a
+	// new one (NULL), at the end of its key.
+	q.deadLetterRetry = r.Replace(`INSERT INTO {outbox} (rowid, id, event_type, event_key, payload, headers, status, attempts, due_at, last_error, created_at)
+SELECT CASE WHEN x.seq < (SELECT max(rowid) FROM {outbox})
+        AND NOT EXISTS (SELECT 1 FROM {outbox} AS o WHERE o.rowid = x.seq)
+        AND NOT EXISTS (SELECT 1 FROM {dead_letter} AS y WHERE y.seq = x.seq AND y.id <> x.id) THEN x.seq END,
+    id, event_type, event_key, payload, headers, 'PENDING', 0, {now}, last_error, created_at
+FROM {dead_letter} AS x WHERE id IN `)
 	q.deadLetterRetryDel = r.Replace(`DELETE FROM {dead_letter} WHERE id IN `)
 	q.deadLetterResolve = r.Replace(`UPDATE {dead_letter} SET status = 'RESOLVED', resolved_at = {now}
 WHERE status = 'UNRESOLVED' AND id IN `)

@@ -175,11 +175,11 @@ func TestMigrateConcurrentAndIdempotent(t *testing.T) {
 		t.Fatalf("migrate again: %v", err)
 	}
 	var n int
-	if err := drivers[0].DB().QueryRow(`SELECT count(*) FROM app_schema_version`).Scan(&n); err != nil || n != 3 {
-		t.Fatalf("schema_version rows = %d, %v; want 3", n, err)
+	if err := drivers[0].DB().QueryRow(`SELECT count(*) FROM app_schema_version`).Scan(&n); err != nil || n != 4 {
+		t.Fatalf("schema_version rows = %d, %v; want 4", n, err)
 	}
 	v, err := drivers[1].SchemaVersion(context.Background())
-	if err != nil || v != 3 {
+	if err != nil || v != 4 {
 		t.Fatalf("SchemaVersion = %d, %v", v, err)
 	}
 	got := tableNames(t, drivers[0].DB())

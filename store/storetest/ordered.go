@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -202,17 +203,20 @@ func (c *orderedClaimers) claimLoop() error {
 	}
 }
 
-// record checks one claim (a key's run in id order and within the run
+// record checks one claim (a key's run in key order and within the run
 // limit, no key in flight in two claims) and appends its rows to their
 // keys' claim order.
 func (c *orderedClaimers) record(rows []*store.OutboxRow) error {
-	// Within one claim a key's run is in id order.
+	// Within one claim a key's run is in key order.
 	mine := map[string][]*store.OutboxRow{}
 	for _, r := range rows {
 		mine[r.Key] = append(mine[r.Key], r)
 	}
 	for _, rs := range mine {
-		slices.SortFunc(rs, func(a, b *store.OutboxRow) int { return bytes.Compare(a.ID[:], b.ID[:]) })
+		// A key's order is (Seq, ID): the dialect's order key first.
+		slices.SortFunc(rs, func(a, b *store.OutboxRow) int {
+			return cmp.Or(cmp.Compare(a.Seq, b.Seq), bytes.Compare(a.ID[:], b.ID[:]))
+		})
 		if len(rs) > c.run {
 			return fmt.Errorf("key %s: %d rows in one claim, run limit %d", rs[0].Key, len(rs), c.run)
 		}

@@ -137,6 +137,10 @@ func (e *env) publish(evs ...*txbox.Event) {
 	if err := tx.Commit(); err != nil {
 		e.t.Fatalf("commit: %v", err)
 	}
+	// Keyed rows are claimed in order, behind the dialect's fence.
+	if e.h.WaitFence != nil && slices.ContainsFunc(evs, func(ev *txbox.Event) bool { return ev.Key != "" }) {
+		e.h.WaitFence(e.t, e.d)
+	}
 }
 
 func (e *env) claimP(p store.OutboxClaimParams) []*store.OutboxRow {

@@ -1,0 +1,64 @@
+package admin_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox/admin"
+	"github.com/txbox/txbox/store/storeharness"
+	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/store/postgres"
+)
+
+// TestOverviewNamesTheFenceHolder: the overview names the oldest
+// transaction that holds a transaction id (here one that read
+// pg_current_xact_id() and stays open), which holds back the ordering
+// fence; SQLite, which has no such fence, names none.
+func TestOverviewNamesTheFenceHolder(t *testing.T) {
+	t.Parallel()
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, storeharness.Postgres(), nil)
+		conn, err := b.store.(*postgres.Driver).Pool().Acquire(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Release()
+		app := testenv.UniqueName("pin_")
+		if _, err := conn.Exec(b.ctx, `SELECT set_config('application_name', $1, false)`, app); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := conn.Begin(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(b.ctx)
+		var (
+			pid int
+			xid uint64
+		)
+		if err := tx.QueryRow(b.ctx, `SELECT pg_backend_pid(), pg_current_xact_id()::text::bigint`).Scan(&pid, &xid); err != nil {
+			t.Fatal(err)
+		}
+		// On a shared server another test's transaction may be the
+		// oldest for a while.
+		var ov admin.Overview
+		testenv.WaitFor(t, 2*time.Minute, "the pinning transaction named", func() bool {
+			ov = admin.Overview{}
+			b.getJSON("/api/v1/overview", &ov)
+			return ov.FenceHolder != nil && ov.FenceHolder.PID == pid
+		})
+		if fh := ov.FenceHolder; fh.XID != xid || fh.Application != app || fh.Name == "" || fh.State == "" {
+			t.Fatalf("fence holder %+v, want xid %d, application %s", fh, xid, app)
+		}
+	})
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, storeharness.SQLite(), nil)
+		var ov admin.Overview
+		b.getJSON("/api/v1/overview", &ov)
+		if ov.FenceHolder != nil {
+			t.Fatalf("fence holder %+v on SQLite", ov.FenceHolder)
+		}
+	})
+}
