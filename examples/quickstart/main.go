@@ -40,8 +40,11 @@ func main() {
 	_, err = pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS orders (id bigint PRIMARY KEY, total_cents bigint)`)
 	check(err)
 
-	// Producer: the event commits or rolls back with the order.
-	pub, err := outbox.NewPublisher(store, outbox.Config{})
+	// Producer: the event commits or rolls back with the order. Pgx()
+	// types the publisher for pgx.Tx: passing the pool instead of the
+	// transaction does not compile (outbox.NewPublisher takes any
+	// transaction and checks at run time).
+	pub, err := outbox.NewTxPublisher(store.Pgx(), outbox.Config{})
 	check(err)
 	tx, err := pool.Begin(ctx)
 	check(err)

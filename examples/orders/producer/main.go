@@ -1,7 +1,7 @@
 // Command producer is the order service of the orders example: an HTTP API
 // that creates, updates and cancels orders. Each change writes the order
 // row and its event in one PostgreSQL transaction through
-// outbox.PublishResult, so an order exists if and only if its event will be
+// outbox.PublishResultTx, so an order exists if and only if its event will be
 // delivered. See examples/orders/README.md.
 //
 //	go run ./examples/orders/producer -dsn postgres://postgres@127.0.0.1:5432/test
@@ -67,7 +67,7 @@ var errNotFound = errors.New("no such open order")
 
 type service struct {
 	pool *pgxpool.Pool
-	pub  *outbox.Publisher
+	pub  *outbox.TxPublisher[pgx.Tx]
 	log  *slog.Logger
 }
 
@@ -111,7 +111,9 @@ func run(ctx context.Context, log *slog.Logger, dsn, schema, listen string) erro
 		version int NOT NULL)`); err != nil {
 		return err
 	}
-	pub, err := outbox.NewPublisher(st, outbox.Config{})
+	// Typed for pgx.Tx: handing it the pool instead of the request's
+	// transaction does not compile.
+	pub, err := outbox.NewTxPublisher(st.Pgx(), outbox.Config{})
 	if err != nil {
 		return err
 	}
@@ -233,13 +235,13 @@ func (s *service) batch(w http.ResponseWriter, r *http.Request, reqs []orderRequ
 // The event's key is the order id, so a relay with `ordering: key` would
 // also keep one order's events in order; this consumer does not need that
 // (it keeps the highest version).
-func publish(ctx context.Context, pub *outbox.Publisher, tx pgx.Tx, eventType string, id int64, fn func(context.Context, pgx.Tx, int64) (Order, error)) (Order, error) {
+func publish(ctx context.Context, pub *outbox.TxPublisher[pgx.Tx], tx pgx.Tx, eventType string, id int64, fn func(context.Context, pgx.Tx, int64) (Order, error)) (Order, error) {
 	if id == 0 {
 		if err := tx.QueryRow(ctx, `SELECT nextval(pg_get_serial_sequence('orders', 'id'))`).Scan(&id); err != nil {
 			return Order{}, err
 		}
 	}
-	return outbox.PublishResult(ctx, pub, tx, eventType, strconv.FormatInt(id, 10), func(ctx context.Context) (Order, error) {
+	return outbox.PublishResultTx(ctx, pub, tx, eventType, strconv.FormatInt(id, 10), func(ctx context.Context) (Order, error) {
 		return fn(ctx, tx, id)
 	})
 }
