@@ -85,12 +85,22 @@ func runConfigCheck(ctx context.Context, e *env, args []string) error {
 	if err := cfg.CheckSenders(e.getenv, log); err != nil {
 		return err
 	}
+	tracing, err := cfg.TracingExport(e.getenv, log)
+	if err != nil {
+		return err
+	}
 	name := cf.path
 	if name == "" {
 		name = "(no file: defaults and overrides)"
 	}
 	fmt.Fprintf(e.stdout, "configuration %s: valid\n", name)
 	fmt.Fprintf(e.stdout, "database: %s\n", cfg.Database.Dialect)
+	if tracing == nil {
+		fmt.Fprintln(e.stdout, "tracing: off")
+	} else {
+		fmt.Fprintf(e.stdout, "tracing: OTLP %s to %s, sampler %s (headers and TLS files read; the collector is not contacted)\n",
+			tracing.Protocol, endpointForLog(tracing.Endpoint), tracing.Sampler)
+	}
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "\nSENDER\tTYPE")
 	for _, n := range cfg.SenderNames() {

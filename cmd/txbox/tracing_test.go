@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/otlpreceiver"
+	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/outbox"
+	"github.com/txbox/txbox/store/postgres"
+)
+
+// TestSubprocessRelayTracing runs `txbox relay` as a real process against
+// PostgreSQL and NATS with a tracing block pointing at an in-process OTLP
+// receiver, over each protocol. Three events published inside producer
+// spans must come back as one batch span linked to the three producer
+// spans and one message span each, child of its producer's span, whose
+// context is the traceparent the message carries on NATS. The export
+// interval is ten minutes, so the spans can only reach the receiver
+// through the flush at SIGTERM; the headers from headers-env reach it too
+// and never the log.
+func TestSubprocessRelayTracing(t *testing.T) {
+	t.Parallel()
+	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	testenv.RequireTCP(t, "NATS", strings.TrimPrefix(testenv.NATSURL, "nats://"))
+	for _, protocol := range []string{"http/protobuf", "grpc"} {
+		t.Run(strings.ReplaceAll(protocol, "/", "-"), func(t *testing.T) {
+			t.Parallel()
+			relayTracing(t, protocol)
+		})
+	}
+}
+
+func relayTracing(t *testing.T, protocol string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	recv := otlpreceiver.Start(t)
+	endpoint := recv.HTTPURL
+	if protocol == "grpc" {
+		endpoint = recv.GRPCURL
+	}
+
+	admin, err := sql.Open("pgx", testenv.PostgresURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	schema := testenv.PostgresSchema(t, admin)
+	pool, err := pgxpool.New(ctx, testenv.PostgresURLWithSchema(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	st, err := postgres.New(pool, postgres.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	nc, err := natsgo.Connect(testenv.NATSURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj := testenv.UniqueName("trace")
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: strings.ToUpper(subj), Subjects: []string{subj + ".>"}, Storage: jetstream.MemoryStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), strings.ToUpper(subj)) })
+
+	// Three producers, each in a span of its own (an in-process SDK, as
+	// an instrumented service has), in one transaction.
+	producerTP := sdktrace.NewTracerProvider()
+	defer func() { _ = producerTP.Shutdown(context.Background()) }()
+	pub, err := outbox.NewTxPublisher(st.Pgx(), outbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	producers := map[txbox.ID]trace.SpanContext{}
+	for i := range 3 {
+		pctx, span := producerTP.Tracer("test").Start(ctx, "create order")
+		id, err := pub.PublishJSON(pctx, tx, "order-created", fmt.Sprint(i), map[string]int{"order": i})
+		if err != nil {
+			t.Fatal(err)
+		}
+		producers[id] = span.SpanContext()
+		span.End()
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	const canary = "Canary-otlp-key-77z"
+	cfgPath := filepath.Join(t.TempDir(), "txbox.yaml")
+	yml := fmt.Sprintf(`
+database: { dialect: postgres, schema: %s }
+senders:
+  main: { type: nats, url: %q }
+defaults:
+  route: { subject: "%s.{event_type}" }
+  polling: { min-delay: 10ms, max-delay: 200ms }
+relay: { shutdown-timeout: 15s }
+tracing:
+  endpoint: %s
+  protocol: %s
+  headers-env: TXBOX_TEST_OTLP_HEADERS
+  service-name: txbox-relay-test
+`, schema, testenv.NATSURL, subj, endpoint, protocol)
+	if err := os.WriteFile(cfgPath, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	relayCmd, relayOut, relayErr := child(t, ctx, "relay", "--config", cfgPath)
+	relayCmd.Env = append(relayCmd.Env, "TXBOX_DATABASE_DSN="+testenv.PostgresURL,
+		"TXBOX_TEST_OTLP_HEADERS=x-api-key="+canary+",x-tenant=acme",
+		// No periodic export: only the flush at shutdown can deliver.
+		"OTEL_BSP_SCHEDULE_DELAY=600000")
+	if err := relayCmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- relayCmd.Wait() }()
+
+	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	carried := map[txbox.ID]trace.SpanContext{} // the traceparent each message carries
+	testenv.WaitFor(t, 60*time.Second, "the three events on the stream", func() bool {
+		batch, err := cons.Fetch(3, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			id, err := txbox.ParseID(m.Headers().Get(txbox.HeaderEventID))
+			if err != nil {
+				t.Fatal(err)
+			}
+			hc := propagation.MapCarrier{txbox.HeaderTraceParent: m.Headers().Get(txbox.HeaderTraceParent)}
+			carried[id] = trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), hc))
+			_ = m.Ack()
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("relay exited early: %v\nstderr: %s", err, relayErr)
+		default:
+		}
+		return len(carried) >= 3
+	})
+	if n := len(recv.Spans()); n != 0 {
+		t.Fatalf("%d spans exported before the shutdown flush, with a ten-minute export interval", n)
+	}
+
+	if err := relayCmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("relay exited with %v after SIGTERM\nstderr: %s", err, relayErr)
+		}
+	case <-time.After(30 * time.Second):
+		_ = relayCmd.Process.Kill()
+		t.Fatalf("relay did not stop within 30s of SIGTERM\nstderr: %s", relayErr)
+	}
+	// The exit waited for the export: the spans are there now.
+	spans := recv.Spans()
+	byID := map[string]otlpreceiver.Span{}
+	for _, s := range spans {
+		byID[s.SpanID] = s
+		if s.Service != "txbox-relay-test" {
+			t.Errorf("span %q has service.name %q, want tracing.service-name", s.Name, s.Service)
+		}
+	}
+	msgSpans := 0
+	for _, s := range spans {
+		if s.Name != "send order-created" {
+			continue
+		}
+		msgSpans++
+		id, err := txbox.ParseID(s.Attributes["messaging.message.id"])
+		if err != nil {
+			t.Fatalf("message span without an event id: %+v", s)
+		}
+		prod, ok := producers[id]
+		if !ok {
+			t.Fatalf("message span for unknown event %s", id)
+		}
+		if s.TraceID != prod.TraceID().String() || s.ParentSpanID != prod.SpanID().String() || s.Kind != "SPAN_KIND_PRODUCER" {
+			t.Errorf("message span %+v does not continue its producer's span %s/%s", s, prod.TraceID(), prod.SpanID())
+		}
+		if c := carried[id]; c.SpanID().String() != s.SpanID || c.TraceID().String() != s.TraceID {
+			t.Errorf("event %s carries traceparent %s/%s, want its message span %s/%s", id, c.TraceID(), c.SpanID(), s.TraceID, s.SpanID)
+		}
+		if len(s.Links) != 1 {
+			t.Fatalf("message span links %v, want its batch span", s.Links)
+		}
+		b, ok := byID[s.Links[0].SpanID]
+		if !ok || b.Name != "txbox relay order-created" {
+			t.Fatalf("message span links to %+v, want the batch span", b)
+		}
+		linked := false
+		for _, l := range b.Links {
+			linked = linked || l.TraceID == prod.TraceID().String() && l.SpanID == prod.SpanID().String()
+		}
+		if !linked {
+			t.Errorf("batch span %s does not link to the producer span of event %s (links %v)", b.SpanID, id, b.Links)
+		}
+	}
+	t.Logf("%s: %d spans received, %d message spans, %d export requests", protocol, len(spans), msgSpans, len(recv.Requests()))
+	if msgSpans != 3 {
+		t.Fatalf("%d message spans received, want 3; spans: %+v\nrelay stderr: %s", msgSpans, spans, relayErr)
+	}
+	reqs := recv.Requests()
+	if len(reqs) == 0 || reqs[0]["X-Api-Key"] != canary || reqs[0]["X-Tenant"] != "acme" {
+		t.Errorf("export request headers %v lack the headers-env pairs", reqs)
+	}
+	if all := relayOut.String() + relayErr.String(); strings.Contains(all, canary) {
+		t.Fatalf("the OTLP header's value leaked into the relay's output:\n%s", all)
+	} else if !strings.Contains(all, "tracing: exporting spans over OTLP") {
+		t.Errorf("the relay did not log its tracing set-up:\n%s", all)
+	}
+}
