@@ -36,7 +36,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/txbox/txbox/examples/orders/internal/ordertrace"
 	"github.com/txbox/txbox/outbox"
 	"github.com/txbox/txbox/store/postgres"
 )
@@ -66,9 +70,10 @@ var errBusinessRule = errors.New("business rule refused the order")
 var errNotFound = errors.New("no such open order")
 
 type service struct {
-	pool *pgxpool.Pool
-	pub  *outbox.TxPublisher[pgx.Tx]
-	log  *slog.Logger
+	pool   *pgxpool.Pool
+	pub    *outbox.TxPublisher[pgx.Tx]
+	log    *slog.Logger
+	tracer trace.Tracer
 }
 
 func main() {
@@ -117,7 +122,12 @@ func run(ctx context.Context, log *slog.Logger, dsn, schema, listen string) erro
 	if err != nil {
 		return err
 	}
-	s := &service{pool: pool, pub: pub, log: log}
+	tracer, flush, err := ordertrace.Start(ctx, "orders-producer", log)
+	if err != nil {
+		return err
+	}
+	defer flush()
+	s := &service{pool: pool, pub: pub, log: log, tracer: tracer}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
@@ -201,13 +211,20 @@ func (s *service) routes() http.Handler {
 // respond runs one change and its event in one transaction; id 0 asks
 // for a new order id.
 func (s *service) respond(w http.ResponseWriter, r *http.Request, eventType string, id int64, fn func(context.Context, pgx.Tx, int64) (Order, error)) {
-	ctx := r.Context()
+	// The request's span: publishing inside it puts its traceparent on
+	// the event, so the relay and the consumer continue this trace.
+	ctx, span := s.tracer.Start(r.Context(), r.Pattern, trace.WithSpanKind(trace.SpanKindServer))
+	defer span.End()
 	var out Order
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		o, err := publish(ctx, s.pub, tx, eventType, id, fn)
 		out = o
 		return err
 	})
+	span.SetAttributes(attribute.Int64("order.id", out.ID), attribute.String("txbox.event_type", eventType))
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
 	s.reply(w, err, out)
 }
 
