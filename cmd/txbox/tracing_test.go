@@ -7,12 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -74,21 +72,7 @@ func relayTracing(t *testing.T, protocol string) {
 		t.Fatal(err)
 	}
 
-	nc, err := natsgo.Connect(testenv.NATSURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	subj := testenv.UniqueName("trace")
-	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: strings.ToUpper(subj), Subjects: []string{subj + ".>"}, Storage: jetstream.MemoryStorage})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), strings.ToUpper(subj)) })
+	stream, subj := testStream(t, ctx)
 
 	// Three producers, each in a span of its own (an in-process SDK, as
 	// an instrumented service has), in one transaction.
@@ -140,11 +124,7 @@ tracing:
 		"TXBOX_TEST_OTLP_HEADERS=x-api-key="+canary+",x-tenant=acme",
 		// No periodic export: only the flush at shutdown can deliver.
 		"OTEL_BSP_SCHEDULE_DELAY=600000")
-	if err := relayCmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- relayCmd.Wait() }()
+	exited := startChild(t, relayCmd)
 
 	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{AckPolicy: jetstream.AckExplicitPolicy})
 	if err != nil {
@@ -176,18 +156,7 @@ tracing:
 		t.Fatalf("%d spans exported before the shutdown flush, with a ten-minute export interval", n)
 	}
 
-	if err := relayCmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("relay exited with %v after SIGTERM\nstderr: %s", err, relayErr)
-		}
-	case <-time.After(30 * time.Second):
-		_ = relayCmd.Process.Kill()
-		t.Fatalf("relay did not stop within 30s of SIGTERM\nstderr: %s", relayErr)
-	}
+	sigterm(t, relayCmd, exited, 30*time.Second, relayErr)
 	// The exit waited for the export: the spans are there now.
 	spans := recv.Spans()
 	byID := map[string]otlpreceiver.Span{}

@@ -82,9 +82,5 @@ func TestEntNoNestedTransaction(t *testing.T) {
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	for _, customer := range []string{"outer", "after"} {
-		if rows, events := e.count("orders", "customer = $1", customer), e.events("order-created", customer); rows != 1 || events != 1 {
-			t.Errorf("%s: %d rows, %d events, want 1 of each", customer, rows, events)
-		}
-	}
+	e.expect(t, "orders", map[string]int{"outer": 1, "after": 1})
 }

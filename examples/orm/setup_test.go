@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -81,6 +82,17 @@ func (e *env) count(table, where string, args ...any) int {
 // events counts the outbox rows of eventType with key.
 func (e *env) events(eventType, key string) int {
 	return e.count("txbox_outbox", "event_type = $1 AND event_key = $2", eventType, key)
+}
+
+// expect checks, for each customer, that table holds want orders of it
+// and the outbox want events keyed by it: rows and events together.
+func (e *env) expect(t *testing.T, table string, want map[string]int) {
+	t.Helper()
+	for customer, n := range want {
+		if rows, events := e.count(table, "customer = $1", customer), e.events("order-created", customer); rows != n || events != n {
+			t.Errorf("%s: %d rows, %d events, want %d of each", customer, rows, events, n)
+		}
+	}
 }
 
 func must(err error) {

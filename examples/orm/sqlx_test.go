@@ -74,9 +74,5 @@ func TestSqlxSavepoint(t *testing.T) {
 			t.Fatalf("step %d: %v", i, err)
 		}
 	}
-	for customer, want := range map[string]int{"outer": 1, "inner": 0, "after": 1} {
-		if rows, events := e.count("sqlx_orders", "customer = $1", customer), e.events("order-created", customer); rows != want || events != want {
-			t.Errorf("%s: %d rows, %d events, want %d of each", customer, rows, events, want)
-		}
-	}
+	e.expect(t, "sqlx_orders", map[string]int{"outer": 1, "inner": 0, "after": 1})
 }
