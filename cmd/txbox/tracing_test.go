@@ -215,3 +215,55 @@ tracing:
 		t.Errorf("the relay did not log its tracing set-up:\n%s", all)
 	}
 }
+
+// The spans' service.name: the file's, else OTEL_SERVICE_NAME, else
+// txbox. Not parallel: it sets the process environment.
+func TestTracingResourceServiceName(t *testing.T) {
+	ctx := context.Background()
+	name := func(file string) string {
+		t.Helper()
+		res, err := tracingResource(ctx, file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kv := range res.Attributes() {
+			if kv.Key == "service.name" {
+				return kv.Value.AsString()
+			}
+		}
+		return ""
+	}
+	t.Setenv("OTEL_SERVICE_NAME", "")
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "")
+	if got := name(""); got != "txbox" {
+		t.Errorf("no name anywhere: %q, want txbox", got)
+	}
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "service.name=from-attributes,deployment.environment=prod")
+	if got := name(""); got != "from-attributes" {
+		t.Errorf("OTEL_RESOURCE_ATTRIBUTES: %q", got)
+	}
+	t.Setenv("OTEL_SERVICE_NAME", "from-env")
+	if got := name(""); got != "from-env" {
+		t.Errorf("OTEL_SERVICE_NAME: %q", got)
+	}
+	if got := name("from-file"); got != "from-file" {
+		t.Errorf("tracing.service-name: %q, want it to win over OTEL_SERVICE_NAME", got)
+	}
+}
+
+// Each resolved sampler name maps to the SDK sampler of that name.
+func TestTracingSamplers(t *testing.T) {
+	t.Parallel()
+	for name, want := range map[string]string{
+		"always_on":                "AlwaysOnSampler",
+		"always_off":               "AlwaysOffSampler",
+		"traceidratio":             "TraceIDRatioBased{0.25}",
+		"parentbased_always_on":    "ParentBased{root:AlwaysOnSampler",
+		"parentbased_always_off":   "ParentBased{root:AlwaysOffSampler",
+		"parentbased_traceidratio": "ParentBased{root:TraceIDRatioBased{0.25}",
+	} {
+		if got := newSampler(name, 0.25).Description(); !strings.HasPrefix(got, want) {
+			t.Errorf("%s: %s, want %s…", name, got, want)
+		}
+	}
+}

@@ -25,7 +25,11 @@ type GormOrder struct {
 // Statement.ConnPool is only known at run time to be a transaction, so
 // the untyped Publisher takes it.
 func gormSetup(e *env) (*gorm.DB, *outbox.Publisher) {
-	gdb, err := gorm.Open(gormpg.New(gormpg.Config{Conn: e.db}), &gorm.Config{Logger: logger.Discard})
+	return gormSetupWith(e, &gorm.Config{Logger: logger.Discard})
+}
+
+func gormSetupWith(e *env, cfg *gorm.Config) (*gorm.DB, *outbox.Publisher) {
+	gdb, err := gorm.Open(gormpg.New(gormpg.Config{Conn: e.db}), cfg)
 	must(err)
 	must(gdb.AutoMigrate(&GormOrder{}))
 	pub, err := outbox.NewPublisher(e.store, outbox.Config{})
@@ -119,4 +123,34 @@ func TestGormManualAndNoTransaction(t *testing.T) {
 	if n := e.events("order-created", "no-tx"); n != 0 {
 		t.Fatalf("%d events written without a transaction", n)
 	}
+}
+
+// With PrepareStmt, GORM's ConnPool inside a transaction is its
+// prepared-statement wrapper rather than the *sql.Tx; it has ExecContext
+// and Commit, so Publish takes it all the same.
+func TestGormPreparedStatements(t *testing.T) {
+	t.Parallel()
+	e := open()
+	defer e.close()
+	gdb, pub := gormSetupWith(e, &gorm.Config{Logger: logger.Discard, PrepareStmt: true})
+	var pool string
+	err := gdb.Transaction(func(tx *gorm.DB) error {
+		pool = fmt.Sprintf("%T", tx.Statement.ConnPool)
+		return createGormOrder(e.ctx, tx, pub, "prepared")
+	})
+	if err != nil {
+		t.Fatalf("%s: %v", pool, err)
+	}
+	t.Logf("ConnPool in the transaction: %s", pool)
+	e.expect(t, "gorm_orders", map[string]int{"prepared": 1})
+	err = gdb.Transaction(func(tx *gorm.DB) error {
+		if err := createGormOrder(e.ctx, tx, pub, "prepared-rolled-back"); err != nil {
+			return err
+		}
+		return errors.New("refused")
+	})
+	if err == nil {
+		t.Fatal("the transaction did not fail")
+	}
+	e.expect(t, "gorm_orders", map[string]int{"prepared-rolled-back": 0})
 }
