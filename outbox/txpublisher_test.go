@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -140,11 +139,7 @@ var misuseLine = regexp.MustCompile(`misuse\.go:(\d+):\d+: (.*)`)
 // marked MISUSE, and the compiler must refuse exactly the marked lines.
 func TestTxPublisherMisuseDoesNotCompile(t *testing.T) {
 	t.Parallel()
-	goTool := runtime.GOROOT() + "/bin/go"
-	if _, err := os.Stat(goTool); err != nil {
-		goTool = "go"
-	}
-	out, err := exec.Command(goTool, "build", "-gcflags=-e", "-o", os.DevNull, "./testdata/misuse").CombinedOutput()
+	out, err := exec.Command("go", "build", "-gcflags=-e", "-o", os.DevNull, "./testdata/misuse").CombinedOutput()
 	if err == nil {
 		t.Fatal("testdata/misuse compiled: a typed publisher accepted a value it cannot use")
 	}
