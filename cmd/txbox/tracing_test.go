@@ -267,3 +267,46 @@ func TestTracingSamplers(t *testing.T) {
 		}
 	}
 }
+
+// config check reports the tracing set-up it resolved, or the key or
+// variable at fault with exit 2; txbox relay refuses the same input
+// before it opens anything.
+func TestConfigCheckTracing(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "txbox.yaml")
+	base := "database: { dsn: " + filepath.Join(dir, "t.db") + " }\nsenders: { hooks: { type: webhook } }\ndefaults: { route: { url: 'http://127.0.0.1:1/hook' } }\n"
+	write := func(yml string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(base+yml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("")
+	if code, out, errOut := runInProcess(t, nil, "config", "check", "--config", path); code != exitOK || !strings.Contains(out, "tracing: off") {
+		t.Fatalf("no tracing: code %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	write("tracing: { endpoint: 'https://collector:4317', protocol: grpc, sample-ratio: 0.5, headers-env: OTLP_H }\n")
+	code, out, errOut := runInProcess(t, []string{"OTLP_H=x-api-key=s3cr3t-header"}, "config", "check", "--config", path)
+	if want := "tracing: OTLP grpc to https://collector:4317, sampler parentbased_traceidratio"; code != exitOK || !strings.Contains(out, want) {
+		t.Fatalf("tracing on: code %d, stdout %q, stderr %q; want %q", code, out, errOut, want)
+	}
+	for _, tc := range []struct {
+		env  []string
+		want string
+	}{
+		{nil, "tracing.headers-env: environment variable OTLP_H is empty"},
+		{[]string{"OTLP_H=s3cr3t-header"}, "tracing.headers-env: pair 1 is not name=value"},
+		{[]string{"OTLP_H=a=b", "OTEL_TRACES_EXPORTER=zipkin"}, "OTEL_TRACES_EXPORTER: txbox exports otlp (or none)"},
+	} {
+		for _, cmd := range [][]string{{"config", "check"}, {"relay"}} {
+			code, out, errOut := runInProcess(t, tc.env, append(cmd, "--config", path)...)
+			if code != exitUsage || !strings.Contains(errOut, tc.want) {
+				t.Errorf("%v with %v: code %d, stderr %q; want 2 and %q", cmd, tc.env, code, errOut, tc.want)
+			}
+			if strings.Contains(out+errOut, "s3cr3t") {
+				t.Errorf("%v: a header value is printed: %s%s", cmd, out, errOut)
+			}
+		}
+	}
+}
