@@ -25,7 +25,8 @@ import (
 
 // TestSubprocessRelayTracing runs `txbox relay` as a real process against
 // PostgreSQL and NATS with a tracing block pointing at an in-process OTLP
-// receiver, over each protocol. Three events published inside producer
+// receiver, over each protocol, in plain text and over TLS with a private
+// CA (tracing.tls.ca-file). Three events published inside producer
 // spans must come back as one batch span linked to the three producer
 // spans and one message span each, child of its producer's span, whose
 // context is the traceparent the message carries on NATS. The export
@@ -37,20 +38,31 @@ func TestSubprocessRelayTracing(t *testing.T) {
 	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
 	testenv.RequireTCP(t, "NATS", strings.TrimPrefix(testenv.NATSURL, "nats://"))
 	for _, protocol := range []string{"http/protobuf", "grpc"} {
-		t.Run(strings.ReplaceAll(protocol, "/", "-"), func(t *testing.T) {
-			t.Parallel()
-			relayTracing(t, protocol)
-		})
+		for _, tls := range []bool{false, true} {
+			name := strings.ReplaceAll(protocol, "/", "-")
+			if tls {
+				name += "-tls"
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				relayTracing(t, protocol, tls)
+			})
+		}
 	}
 }
 
-func relayTracing(t *testing.T, protocol string) {
+// relayTracing is one protocol's run of TestSubprocessRelayTracing; with
+// tls the collector is https:// with a private CA (tracing.tls.ca-file).
+func relayTracing(t *testing.T, protocol string, tls bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	recv := otlpreceiver.Start(t)
-	endpoint := recv.HTTPURL
-	if protocol == "grpc" {
-		endpoint = recv.GRPCURL
+	endpoint, tlsBlock := map[[2]bool]string{
+		{false, false}: recv.HTTPURL, {false, true}: recv.HTTPSURL,
+		{true, false}: recv.GRPCURL, {true, true}: recv.GRPCSURL,
+	}[[2]bool{protocol == "grpc", tls}], ""
+	if tls {
+		tlsBlock = fmt.Sprintf("  tls: { ca-file: %q }\n", recv.CAFile)
 	}
 
 	admin, err := sql.Open("pgx", testenv.PostgresURL)
@@ -115,7 +127,7 @@ tracing:
   protocol: %s
   headers-env: TXBOX_TEST_OTLP_HEADERS
   service-name: txbox-relay-test
-`, schema, testenv.NATSURL, subj, endpoint, protocol)
+%s`, schema, testenv.NATSURL, subj, endpoint, protocol, tlsBlock)
 	if err := os.WriteFile(cfgPath, []byte(yml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +213,7 @@ tracing:
 			t.Errorf("batch span %s does not link to the producer span of event %s (links %v)", b.SpanID, id, b.Links)
 		}
 	}
-	t.Logf("%s: %d spans received, %d message spans, %d export requests", protocol, len(spans), msgSpans, len(recv.Requests()))
+	t.Logf("%s (tls %v): %d spans received, %d message spans, %d export requests", protocol, tls, len(spans), msgSpans, len(recv.Requests()))
 	if msgSpans != 3 {
 		t.Fatalf("%d message spans received, want 3; spans: %+v\nrelay stderr: %s", msgSpans, spans, relayErr)
 	}

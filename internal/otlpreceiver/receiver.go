@@ -14,12 +14,18 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 
+	"encoding/pem"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 )
@@ -49,6 +55,9 @@ type Receiver struct {
 	// HTTPURL is the OTLP/HTTP endpoint (http://127.0.0.1:port, the traces
 	// path is /v1/traces) and GRPCURL the OTLP/gRPC one.
 	HTTPURL, GRPCURL string
+	// HTTPSURL and GRPCSURL are the same over TLS, with a certificate for
+	// 127.0.0.1 signed by the CA in the PEM file CAFile.
+	HTTPSURL, GRPCSURL, CAFile string
 }
 
 // Start serves both endpoints on loopback until the test ends.
@@ -70,12 +79,31 @@ func Start(t testing.TB) *Receiver {
 	gs := grpc.NewServer()
 	coltracepb.RegisterTraceServiceServer(gs, grpcService{r: r})
 	go func() { _ = gs.Serve(gl) }()
+	// TLS: httptest's certificate (127.0.0.1) for both protocols.
+	ts := httptest.NewUnstartedServer(mux)
+	ts.StartTLS()
+	tl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gts := grpc.NewServer(grpc.Creds(credentials.NewServerTLSFromCert(&ts.TLS.Certificates[0])))
+	coltracepb.RegisterTraceServiceServer(gts, grpcService{r: r})
+	go func() { _ = gts.Serve(tl) }()
+	r.CAFile = filepath.Join(t.TempDir(), "otlp-ca.pem")
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw})
+	if err := os.WriteFile(r.CAFile, ca, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		gs.Stop()
+		gts.Stop()
 		_ = hs.Close()
+		ts.Close()
 	})
 	r.HTTPURL = "http://" + hl.Addr().String()
 	r.GRPCURL = "http://" + gl.Addr().String()
+	r.HTTPSURL = ts.URL
+	r.GRPCSURL = "https://" + tl.Addr().String()
 	return r
 }
 
