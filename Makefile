@@ -14,13 +14,15 @@ services:
 	./scripts/services.sh
 
 # The default suite: services up, formatting and vet checks, then every test
-# under the race detector.
+# under the race detector, then the ORM examples' module.
 test: services
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	cd bench/watermill && $(GO) vet ./...
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 2 $(PKGS)
+	# The ORM examples are a module of their own (no ORM in txbox's go.mod).
+	cd examples/orm && $(GO) vet ./... && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 vet:
 	$(GO) vet ./...

@@ -20,7 +20,7 @@ func TestAdminKeys(t *testing.T) {
 	if c.Admin.Enabled || c.Admin.Listen != "127.0.0.1:8089" {
 		t.Fatalf("defaults: %+v, want off on 127.0.0.1", c.Admin)
 	}
-	for yml, want := range map[string]string{
+	checkLoadErrors(t, map[string]string{
 		"admin: { enabled: true }":                                                             "admin.enabled: needs a token",
 		"admin: { listen: 8089 }":                                                              "admin.listen: must be host:port",
 		"admin: { read-token: s3cr3t-s3cr3t-s3cr3t }":                                          "admin.read-token",
@@ -31,7 +31,15 @@ func TestAdminKeys(t *testing.T) {
 		"admin: { admin-token-env: T, allowed-hosts: ['evil.example:80'] }":                    "admin.allowed-hosts[0]",
 		"admin: { admin-token-env: T, allowed-hosts: [''] }":                                   "admin.allowed-hosts[0]",
 		"admin: { enabled: true, admin-token-env: T, allowed-hosts: [relay.internal, '::1'] }": "",
-	} {
+	})
+}
+
+// checkLoadErrors loads adminBase plus each YAML of cases and checks that
+// the error contains the case's text ("" for no error) and never echoes
+// the secret s3cr3t.
+func checkLoadErrors(t *testing.T, cases map[string]string) {
+	t.Helper()
+	for yml, want := range cases {
 		_, err := Load(Source{YAML: []byte(adminBase + yml + "\n")})
 		switch {
 		case want == "" && err != nil:
@@ -40,7 +48,7 @@ func TestAdminKeys(t *testing.T) {
 			t.Errorf("%s: error %v, want it to contain %q", yml, err, want)
 		}
 		if err != nil && strings.Contains(err.Error(), "s3cr3t") {
-			t.Errorf("%s: the error echoes the token: %v", yml, err)
+			t.Errorf("%s: the error echoes the secret: %v", yml, err)
 		}
 	}
 }

@@ -90,6 +90,9 @@ type Config struct {
 	Health Health `yaml:"health"`
 	// Admin configures the admin HTTP API and dashboard. Off by default.
 	Admin Admin `yaml:"admin"`
+	// Tracing exports the relay's spans over OTLP. Off unless enabled or
+	// an OTEL_EXPORTER_OTLP endpoint is set.
+	Tracing Tracing `yaml:"tracing"`
 
 	// origins maps the key paths Load saw to where their values came
 	// from (Settings); nil for a Config built in Go.

@@ -313,11 +313,27 @@ func (c *Config) Secrets(getenv func(string) string) []string {
 			addQuery(r.URL)
 		}
 	}
+	secret(c.Tracing.HeadersEnv, c.Tracing.HeadersFile)
+	if raw, err := readSecret(orEmpty(getenv), "", "headers", c.Tracing.HeadersEnv, c.Tracing.HeadersFile); err == nil && raw != "" {
+		if h, err := parseHeaders(raw); err == nil {
+			for _, v := range h {
+				add(v)
+			}
+		}
+	}
 	if read, adm, err := c.AdminTokens(getenv); err == nil {
 		add(read)
 		add(adm)
 	}
 	return out
+}
+
+// orEmpty returns getenv, or a lookup that finds nothing when it is nil.
+func orEmpty(getenv func(string) string) func(string) string {
+	if getenv == nil {
+		return func(string) string { return "" }
+	}
+	return getenv
 }
 
 // passwordsIn returns the secrets RedactDSN hides in dsn, each also in

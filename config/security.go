@@ -196,7 +196,7 @@ func withPassword(raw, pw string) (string, error) {
 // literalSecretKeys are keys a file might use to write a secret in clear.
 // No sender type has them: each secret has <name>-env and <name>-file keys
 // instead, and decoding says so rather than "unknown key".
-var literalSecretKeys = map[string]bool{"password": true, "token": true, "secret": true, "hmac-secret": true, "nkey-seed": true, "nkey": true}
+var literalSecretKeys = map[string]bool{"password": true, "token": true, "secret": true, "hmac-secret": true, "nkey-seed": true, "nkey": true, "headers": true}
 
 // literalSecret returns the message for key when it is a secret written in
 // clear in a settings struct that offers <key>-env, or "".

@@ -227,6 +227,7 @@ func (c *Config) validate(d *decoder) {
 	c.validateLog(d)
 	c.validateListeners(d)
 	c.validateAdmin(d)
+	c.validateTracing(d)
 }
 
 // validateListeners checks metrics and health.

@@ -19,6 +19,13 @@
 // function inside the caller's transaction and publishes its result, the Go
 // analogue of a declarative "publish the method's return value" annotation.
 //
+// [Publisher.Publish] takes the transaction as any, which suits ORMs whose
+// transaction type is only known at run time, but refuses a wrong value
+// only at run time. [NewTxPublisher] fixes the type from the store
+// (postgres.Driver.Pgx for pgx.Tx, SQL for *sql.Tx, ORM for
+// store.ExecTx), so that a pool or another driver's transaction does not
+// compile (docs/orm.md).
+//
 // This package imports no database driver: it talks to the store through
 // the store.Outbox seam, so the same Publisher works over PostgreSQL, MySQL
 // and SQLite.

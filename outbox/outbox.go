@@ -100,6 +100,14 @@ func (p *Publisher) Publish(ctx context.Context, tx any, events ...txbox.Event) 
 	if tx == nil {
 		return nil, txbox.ErrNoTransaction
 	}
+	return p.publish(ctx, events, func(ctx context.Context, params *store.OutboxInsertParams) error {
+		return p.store.OutboxInsert(ctx, tx, params)
+	})
+}
+
+// publish validates and prepares events, then writes them with insert,
+// which runs the store's insert inside the caller's transaction.
+func (p *Publisher) publish(ctx context.Context, events []txbox.Event, insert func(context.Context, *store.OutboxInsertParams) error) ([]txbox.ID, error) {
 	if len(events) == 0 {
 		return nil, nil
 	}
@@ -126,7 +134,7 @@ func (p *Publisher) Publish(ctx context.Context, tx any, events ...txbox.Event) 
 		}
 	}
 	start := time.Now()
-	err := p.store.OutboxInsert(ctx, tx, &store.OutboxInsertParams{Events: rows, Notify: !p.cfg.DisableNotify})
+	err := insert(ctx, &store.OutboxInsertParams{Events: rows, Notify: !p.cfg.DisableNotify})
 	if p.cfg.Hook != nil {
 		p.report(rows, time.Since(start), err)
 	}
@@ -200,11 +208,16 @@ const (
 // of type eventType with the given key (empty for none). It returns the
 // event's id.
 func (p *Publisher) PublishJSON(ctx context.Context, tx any, eventType, key string, v any) (txbox.ID, error) {
+	return publishJSON(ctx, p.Publish, tx, eventType, key, v)
+}
+
+// publishJSON is PublishJSON over either publisher's Publish.
+func publishJSON[TTx any](ctx context.Context, publish func(context.Context, TTx, ...txbox.Event) ([]txbox.ID, error), tx TTx, eventType, key string, v any) (txbox.ID, error) {
 	ev, err := NewJSONEvent(eventType, key, v)
 	if err != nil {
 		return txbox.ID{}, err
 	}
-	ids, err := p.Publish(ctx, tx, ev)
+	ids, err := publish(ctx, tx, ev)
 	if err != nil {
 		return txbox.ID{}, err
 	}
@@ -222,8 +235,19 @@ func (p *Publisher) PublishJSON(ctx context.Context, tx any, eventType, key stri
 //	order, err := outbox.PublishResult(ctx, pub, tx, "order-created", id,
 //		func(ctx context.Context) (Order, error) { return createOrder(ctx, tx, id) })
 func PublishResult[T any](ctx context.Context, p *Publisher, tx any, eventType, key string, fn func(ctx context.Context) (T, error)) (T, error) {
+	return publishResult(ctx, p.Publish, tx, eventType, key, fn)
+}
+
+// PublishResultTx is PublishResult for a [TxPublisher]: tx has the
+// publisher's transaction type.
+func PublishResultTx[TTx, T any](ctx context.Context, p *TxPublisher[TTx], tx TTx, eventType, key string, fn func(ctx context.Context) (T, error)) (T, error) {
+	return publishResult(ctx, p.Publish, tx, eventType, key, fn)
+}
+
+// publishResult is PublishResult over either publisher's Publish.
+func publishResult[TTx, T any](ctx context.Context, publish func(context.Context, TTx, ...txbox.Event) ([]txbox.ID, error), tx TTx, eventType, key string, fn func(ctx context.Context) (T, error)) (T, error) {
 	var zero T
-	if tx == nil {
+	if any(tx) == nil {
 		return zero, txbox.ErrNoTransaction
 	}
 	if err := txbox.ValidateEventType(eventType); err != nil {
@@ -233,7 +257,7 @@ func PublishResult[T any](ctx context.Context, p *Publisher, tx any, eventType, 
 	if err != nil {
 		return zero, err
 	}
-	if _, err := p.PublishJSON(ctx, tx, eventType, key, res); err != nil {
+	if _, err := publishJSON(ctx, publish, tx, eventType, key, res); err != nil {
 		return zero, err
 	}
 	return res, nil

@@ -92,12 +92,17 @@ func runConfigCheck(ctx context.Context, e *env, args []string) error {
 	if err := cfg.CheckSecrets(e.getenv, log); err != nil {
 		return err
 	}
+	tracing, err := cfg.TracingExport(e.getenv, log)
+	if err != nil {
+		return err
+	}
 	name := cf.path
 	if name == "" {
 		name = "(no file: defaults and overrides)"
 	}
 	fmt.Fprintf(e.stdout, "configuration %s: valid\n", name)
 	fmt.Fprintf(e.stdout, "database: %s\n", cfg.Database.Dialect)
+	printTracing(e.stdout, tracing)
 	types := cfg.EventTypes()
 	c := &checker{cfg: cfg, e: e, stderr: stderr, log: log, timeout: *timeout, connect: *connect,
 		opened: map[string]sender.Sender{}, refused: map[string]string{}}
@@ -129,6 +134,17 @@ func runConfigCheck(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "\nwarning: %s\n", wn)
 	}
 	return c.summary(len(warnings))
+}
+
+// printTracing says where the relay would export its spans; the check
+// reads the headers and TLS files but never contacts the collector.
+func printTracing(w io.Writer, tracing *config.TracingExport) {
+	if tracing == nil {
+		fmt.Fprintln(w, "tracing: off")
+		return
+	}
+	fmt.Fprintf(w, "tracing: OTLP %s to %s, sampler %s (headers and TLS files read; the collector is not contacted)\n",
+		tracing.Protocol, endpointForLog(tracing.Endpoint), tracing.Sampler)
 }
 
 // summary fails the check when a sender or destination failed it, and

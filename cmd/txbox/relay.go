@@ -45,6 +45,13 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 		return usagef("the configuration names no sender: add one under senders (see docs/configuration.md)")
 	}
 	log := cfg.NewLogger(e.stderr)
+	// Deferred before everything the relay opens: the last spans are
+	// flushed after the relay stopped (docs/operations.md, "Tracing").
+	tp, stopTracing, err := startTracing(ctx, cfg, e.getenv, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing(ctx)
 	st, err := cfg.OpenStore(ctx, e.getenv, log)
 	if err != nil {
 		return err
@@ -83,6 +90,9 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	defer obs.close(context.WithoutCancel(ctx))
 	rc := cfg.RelayConfig(st, senders, log)
 	rc.Hooks = append(rc.Hooks, obs.hooks()...)
+	if tp != nil {
+		rc.TracerProvider = tp
+	}
 	rec := &admin.Recorder{}
 	if cfg.Admin.Enabled {
 		rc.Hooks = append(rc.Hooks, rec)

@@ -38,6 +38,58 @@ func child(t *testing.T, ctx context.Context, args ...string) (*exec.Cmd, *teste
 	return cmd, &stdout, &stderr
 }
 
+// testStream creates a JetStream stream of the test's own, in memory,
+// capturing subj.>, for a fresh subject prefix subj; it is deleted when
+// the test ends.
+func testStream(t *testing.T, ctx context.Context) (jetstream.Stream, string) {
+	t.Helper()
+	nc, err := natsgo.Connect(testenv.NATSURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj := testenv.UniqueName("cli")
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: strings.ToUpper(subj), Subjects: []string{subj + ".>"}, Storage: jetstream.MemoryStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), strings.ToUpper(subj)) })
+	return stream, subj
+}
+
+// startChild starts cmd; the channel receives its Wait result.
+func startChild(t *testing.T, cmd *exec.Cmd) <-chan error {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	return exited
+}
+
+// sigterm stops the relay process cmd with SIGTERM and fails the test
+// unless it exits 0 within wait; exited receives its Wait result.
+func sigterm(t *testing.T, cmd *exec.Cmd, exited <-chan error, wait time.Duration, stderr *testenv.LogBuffer) {
+	t.Helper()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("relay exited with %v after SIGTERM\nstderr: %s", err, stderr)
+		}
+	case <-time.After(wait):
+		_ = cmd.Process.Kill()
+		t.Fatalf("relay did not stop within %s of SIGTERM\nstderr: %s", wait, stderr)
+	}
+}
+
 // TestSubprocessMigratePublishRelay runs `txbox migrate`, `txbox publish`
 // and `txbox relay` as real processes against PostgreSQL and NATS
 // JetStream, with one more event inserted by plain SQL, then stops the
@@ -58,21 +110,7 @@ func TestSubprocessMigratePublishRelay(t *testing.T) {
 	schema := testenv.PostgresSchema(t, admin)
 
 	// A stream of its own for this test.
-	nc, err := natsgo.Connect(testenv.NATSURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	subj := testenv.UniqueName("cli")
-	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: strings.ToUpper(subj), Subjects: []string{subj + ".>"}, Storage: jetstream.MemoryStorage})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), strings.ToUpper(subj)) })
+	stream, subj := testStream(t, ctx)
 
 	const canary = "Canary-PW-77z"
 	// Tokens of the admin server: canaries too.
@@ -123,11 +161,7 @@ admin: { enabled: true, listen: "127.0.0.1:0", read-token-env: TXBOX_TEST_READ_T
 	relayCmd.Env = append(relayCmd.Env, "TXBOX_DATABASE_DSN="+dsn,
 		"TXBOX_TEST_READ_TOKEN="+readCanary, "TXBOX_TEST_ADMIN_TOKEN="+adminCanary)
 	outputs = append(outputs, relayOut, relayErr)
-	if err := relayCmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- relayCmd.Wait() }()
+	exited := startChild(t, relayCmd)
 
 	// Consume both events from JetStream.
 	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{AckPolicy: jetstream.AckExplicitPolicy})
@@ -169,18 +203,7 @@ admin: { enabled: true, listen: "127.0.0.1:0", read-token-env: TXBOX_TEST_READ_T
 	checkAdminServer(t, ctx, relayErr, readCanary, adminCanary)
 
 	// Graceful stop on SIGTERM.
-	if err := relayCmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("relay exited with %v after SIGTERM\nstderr: %s", err, relayErr)
-		}
-	case <-time.After(30 * time.Second):
-		_ = relayCmd.Process.Kill()
-		t.Fatalf("relay did not stop within 30s of SIGTERM\nstderr: %s", relayErr)
-	}
+	sigterm(t, relayCmd, exited, 30*time.Second, relayErr)
 	if !strings.Contains(relayErr.String(), "relay stopped") {
 		t.Errorf("relay log lacks the graceful stop:\n%s", relayErr)
 	}
@@ -282,20 +305,7 @@ func subprocessRelayStopsMidBacklog(t *testing.T, claim string) {
 	}
 	defer admin.Close()
 	schema := testenv.PostgresSchema(t, admin)
-	nc, err := natsgo.Connect(testenv.NATSURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	subj := testenv.UniqueName("cli")
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: strings.ToUpper(subj), Subjects: []string{subj + ".>"}, Storage: jetstream.MemoryStorage}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), strings.ToUpper(subj)) })
+	_, subj := testStream(t, ctx)
 	cfgPath := filepath.Join(t.TempDir(), "txbox.yaml")
 	yml := fmt.Sprintf(`
 database: { dialect: postgres, schema: %s }
@@ -322,11 +332,7 @@ log: { level: debug }
 		t.Fatal(err)
 	}
 	relayCmd, _, relayErr := child(t, ctx, "relay", "--config", cfgPath, "--dsn", testenv.PostgresURL)
-	if err := relayCmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- relayCmd.Wait() }()
+	exited := startChild(t, relayCmd)
 	count := func(status string) int {
 		var c int
 		if err := admin.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*) FROM %s.txbox_outbox WHERE status = $1`, schema), status).Scan(&c); err != nil {
@@ -353,18 +359,7 @@ log: { level: debug }
 	})
 	delivering = true
 	stopAt := time.Now()
-	if err := relayCmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("relay exited with %v after SIGTERM: %s", err, relayErr)
-		}
-	case <-time.After(40 * time.Second):
-		_ = relayCmd.Process.Kill()
-		t.Fatalf("relay did not stop within 40s of SIGTERM: %s", relayErr)
-	}
+	sigterm(t, relayCmd, exited, 40*time.Second, relayErr)
 	processed, inProcess, pending := count("PROCESSED"), count("IN_PROCESS"), count("PENDING")
 	t.Logf("stopped in %s: %d processed, %d pending, %d in process", time.Since(stopAt).Round(time.Millisecond), processed, pending, inProcess)
 	if inProcess != 0 {
@@ -475,11 +470,7 @@ log: { level: debug }
 		}
 	}
 	relayCmd, _, relayErr := child(t, ctx, "relay", "--config", cfgPath)
-	if err := relayCmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- relayCmd.Wait() }()
+	exited := startChild(t, relayCmd)
 	select {
 	case <-arrived:
 	case err := <-exited:

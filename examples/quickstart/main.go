@@ -64,8 +64,11 @@ func run(dsn, natsURL, subject string, timeout time.Duration) error {
 		return err
 	}
 
-	// Producer: the event commits or rolls back with the order.
-	pub, err := outbox.NewPublisher(store, outbox.Config{})
+	// Producer: the event commits or rolls back with the order. Pgx()
+	// types the publisher for pgx.Tx: passing the pool instead of the
+	// transaction does not compile (outbox.NewPublisher takes any
+	// transaction and checks at run time).
+	pub, err := outbox.NewTxPublisher(store.Pgx(), outbox.Config{})
 	if err != nil {
 		return err
 	}

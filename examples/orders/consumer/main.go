@@ -29,11 +29,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txbox/txbox"
 	ckafka "github.com/txbox/txbox/consume/kafka"
 	cnats "github.com/txbox/txbox/consume/nats"
 	crabbitmq "github.com/txbox/txbox/consume/rabbitmq"
+	"github.com/txbox/txbox/examples/orders/internal/ordertrace"
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/store/postgres"
 )
@@ -127,8 +130,21 @@ func run(ctx context.Context, log *slog.Logger, o options) error {
 	}
 	defer func() { _ = cleaner.Stop(context.Background()) }()
 
+	tracer, flush, err := ordertrace.Start(ctx, "orders-consumer", log)
+	if err != nil {
+		return err
+	}
+	defer flush()
 	handler := inbox.Typed(func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
-		return apply(ctx, tx, m)
+		// ctx continues the message's traceparent (the relay's span):
+		// this span is the last hop of the order's trace.
+		ctx, span := tracer.Start(ctx, "apply "+m.Type, trace.WithSpanKind(trace.SpanKindConsumer))
+		defer span.End()
+		err := apply(ctx, tx, m)
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		return err
 	})
 	log.Info("consumer running", "broker", o.broker, "inbox", o.name)
 	defer tally.report(log)

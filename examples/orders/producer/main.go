@@ -1,7 +1,7 @@
 // Command producer is the order service of the orders example: an HTTP API
 // that creates, updates and cancels orders. Each change writes the order
 // row and its event in one PostgreSQL transaction through
-// outbox.PublishResult, so an order exists if and only if its event will be
+// outbox.PublishResultTx, so an order exists if and only if its event will be
 // delivered. See examples/orders/README.md.
 //
 //	go run ./examples/orders/producer -dsn postgres://postgres@127.0.0.1:5432/test
@@ -36,7 +36,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/txbox/txbox/examples/orders/internal/ordertrace"
 	"github.com/txbox/txbox/outbox"
 	"github.com/txbox/txbox/store/postgres"
 )
@@ -66,9 +70,10 @@ var errBusinessRule = errors.New("business rule refused the order")
 var errNotFound = errors.New("no such open order")
 
 type service struct {
-	pool *pgxpool.Pool
-	pub  *outbox.Publisher
-	log  *slog.Logger
+	pool   *pgxpool.Pool
+	pub    *outbox.TxPublisher[pgx.Tx]
+	log    *slog.Logger
+	tracer trace.Tracer
 }
 
 func main() {
@@ -111,11 +116,18 @@ func run(ctx context.Context, log *slog.Logger, dsn, schema, listen string) erro
 		version int NOT NULL)`); err != nil {
 		return err
 	}
-	pub, err := outbox.NewPublisher(st, outbox.Config{})
+	// Typed for pgx.Tx: handing it the pool instead of the request's
+	// transaction does not compile.
+	pub, err := outbox.NewTxPublisher(st.Pgx(), outbox.Config{})
 	if err != nil {
 		return err
 	}
-	s := &service{pool: pool, pub: pub, log: log}
+	tracer, flush, err := ordertrace.Start(ctx, "orders-producer", log)
+	if err != nil {
+		return err
+	}
+	defer flush()
+	s := &service{pool: pool, pub: pub, log: log, tracer: tracer}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
@@ -199,13 +211,20 @@ func (s *service) routes() http.Handler {
 // respond runs one change and its event in one transaction; id 0 asks
 // for a new order id.
 func (s *service) respond(w http.ResponseWriter, r *http.Request, eventType string, id int64, fn func(context.Context, pgx.Tx, int64) (Order, error)) {
-	ctx := r.Context()
+	// The request's span: publishing inside it puts its traceparent on
+	// the event, so the relay and the consumer continue this trace.
+	ctx, span := s.tracer.Start(r.Context(), r.Pattern, trace.WithSpanKind(trace.SpanKindServer))
+	defer span.End()
 	var out Order
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		o, err := publish(ctx, s.pub, tx, eventType, id, fn)
 		out = o
 		return err
 	})
+	span.SetAttributes(attribute.Int64("order.id", out.ID), attribute.String("txbox.event_type", eventType))
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
 	s.reply(w, err, out)
 }
 
@@ -233,13 +252,13 @@ func (s *service) batch(w http.ResponseWriter, r *http.Request, reqs []orderRequ
 // The event's key is the order id, so a relay with `ordering: key` would
 // also keep one order's events in order; this consumer does not need that
 // (it keeps the highest version).
-func publish(ctx context.Context, pub *outbox.Publisher, tx pgx.Tx, eventType string, id int64, fn func(context.Context, pgx.Tx, int64) (Order, error)) (Order, error) {
+func publish(ctx context.Context, pub *outbox.TxPublisher[pgx.Tx], tx pgx.Tx, eventType string, id int64, fn func(context.Context, pgx.Tx, int64) (Order, error)) (Order, error) {
 	if id == 0 {
 		if err := tx.QueryRow(ctx, `SELECT nextval(pg_get_serial_sequence('orders', 'id'))`).Scan(&id); err != nil {
 			return Order{}, err
 		}
 	}
-	return outbox.PublishResult(ctx, pub, tx, eventType, strconv.FormatInt(id, 10), func(ctx context.Context) (Order, error) {
+	return outbox.PublishResultTx(ctx, pub, tx, eventType, strconv.FormatInt(id, 10), func(ctx context.Context) (Order, error) {
 		return fn(ctx, tx, id)
 	})
 }
