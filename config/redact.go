@@ -241,67 +241,28 @@ func mysqlAt(s string) int {
 // HMAC secrets. Scrub uses them to clean error text from drivers that echo
 // what they were given.
 func (c *Config) Secrets(getenv func(string) string) []string {
-	var out []string
-	add := func(s string) {
-		if s != "" && len(s) >= 4 {
-			out = append(out, s)
-		}
-	}
-	// addQuery adds the values a webhook URL hides. Only long ones are
-	// scrubbed from other text: every query value prints redacted, but
-	// scrubbing a short one (?format=json) would blank that word in every
-	// log line, and keys and signatures are long.
-	addQuery := func(u string) {
-		for _, v := range passwordsIn(u) {
-			if len(v) >= 8 {
-				add(v)
-			}
-		}
-	}
-	addDSN := func(d DSN) {
-		if d == "" {
-			return
-		}
-		if d.String() != string(d) {
-			add(string(d))
-			for _, pw := range passwordsIn(string(d)) {
-				add(pw)
-			}
-		}
-	}
-	addDSN(c.Database.DSN)
+	s := &secretSet{getenv: getenv}
+	s.dsn(c.Database.DSN)
 	if c.Database.DSNEnv != "" && getenv != nil {
-		addDSN(DSN(getenv(c.Database.DSNEnv)))
+		s.dsn(DSN(getenv(c.Database.DSNEnv)))
 	}
-	// secret adds what a <name>-env / <name>-file pair points to; an
-	// unreadable file holds nothing to hide.
-	secret := func(env, file string) {
-		if env != "" && getenv != nil {
-			add(getenv(env))
-		}
-		if file != "" {
-			if v, err := readSecret(func(string) string { return "" }, "", "", "", file); err == nil {
-				add(v)
-			}
-		}
-	}
-	for _, s := range c.Senders {
+	for _, snd := range c.Senders {
 		switch {
-		case s.NATS != nil:
-			addDSN(s.NATS.URL)
-			secret(s.NATS.PasswordEnv, s.NATS.PasswordFile)
-			secret(s.NATS.TokenEnv, s.NATS.TokenFile)
-		case s.RabbitMQ != nil:
-			addDSN(s.RabbitMQ.URL)
-			secret(s.RabbitMQ.PasswordEnv, s.RabbitMQ.PasswordFile)
-		case s.Webhook != nil:
-			secret(s.Webhook.HMACSecretEnv, s.Webhook.HMACSecretFile)
+		case snd.NATS != nil:
+			s.dsn(snd.NATS.URL)
+			s.pair(snd.NATS.PasswordEnv, snd.NATS.PasswordFile)
+			s.pair(snd.NATS.TokenEnv, snd.NATS.TokenFile)
+		case snd.RabbitMQ != nil:
+			s.dsn(snd.RabbitMQ.URL)
+			s.pair(snd.RabbitMQ.PasswordEnv, snd.RabbitMQ.PasswordFile)
+		case snd.Webhook != nil:
+			s.pair(snd.Webhook.HMACSecretEnv, snd.Webhook.HMACSecretFile)
 			// An HTTP client's error quotes the URL, query and all.
-			addQuery(s.Webhook.URL)
-		case s.Redis != nil:
-			secret(s.Redis.PasswordEnv, s.Redis.PasswordFile)
-		case s.Kafka != nil && s.Kafka.SASL != nil:
-			secret(s.Kafka.SASL.PasswordEnv, s.Kafka.SASL.PasswordFile)
+			s.query(snd.Webhook.URL)
+		case snd.Redis != nil:
+			s.pair(snd.Redis.PasswordEnv, snd.Redis.PasswordFile)
+		case snd.Kafka != nil && snd.Kafka.SASL != nil:
+			s.pair(snd.Kafka.SASL.PasswordEnv, snd.Kafka.SASL.PasswordFile)
 		}
 	}
 	routes := []*sender.Route{c.Defaults.Route}
@@ -310,22 +271,69 @@ func (c *Config) Secrets(getenv func(string) string) []string {
 	}
 	for _, r := range routes {
 		if r != nil {
-			addQuery(r.URL)
+			s.query(r.URL)
 		}
 	}
-	secret(c.Tracing.HeadersEnv, c.Tracing.HeadersFile)
+	s.pair(c.Tracing.HeadersEnv, c.Tracing.HeadersFile)
 	if raw, err := readSecret(orEmpty(getenv), "", "headers", c.Tracing.HeadersEnv, c.Tracing.HeadersFile); err == nil && raw != "" {
 		if h, err := parseHeaders(raw); err == nil {
 			for _, v := range h {
-				add(v)
+				s.add(v)
 			}
 		}
 	}
 	if read, adm, err := c.AdminTokens(getenv); err == nil {
-		add(read)
-		add(adm)
+		s.add(read)
+		s.add(adm)
 	}
-	return out
+	return s.out
+}
+
+// secretSet gathers the values Secrets returns.
+type secretSet struct {
+	out    []string
+	getenv func(string) string
+}
+
+func (s *secretSet) add(v string) {
+	if v != "" && len(v) >= 4 {
+		s.out = append(s.out, v)
+	}
+}
+
+// query adds the values a webhook URL hides. Only long ones are scrubbed
+// from other text: every query value prints redacted, but scrubbing a
+// short one (?format=json) would blank that word in every log line, and
+// keys and signatures are long.
+func (s *secretSet) query(u string) {
+	for _, v := range passwordsIn(u) {
+		if len(v) >= 8 {
+			s.add(v)
+		}
+	}
+}
+
+func (s *secretSet) dsn(d DSN) {
+	if d == "" || d.String() == string(d) {
+		return
+	}
+	s.add(string(d))
+	for _, pw := range passwordsIn(string(d)) {
+		s.add(pw)
+	}
+}
+
+// pair adds what a <name>-env / <name>-file pair points to; an unreadable
+// file holds nothing to hide.
+func (s *secretSet) pair(env, file string) {
+	if env != "" && s.getenv != nil {
+		s.add(s.getenv(env))
+	}
+	if file != "" {
+		if v, err := readSecret(func(string) string { return "" }, "", "", "", file); err == nil {
+			s.add(v)
+		}
+	}
 }
 
 // orEmpty returns getenv, or a lookup that finds nothing when it is nil.

@@ -64,31 +64,10 @@ func run(dsn, natsURL, subject string, timeout time.Duration) error {
 		return err
 	}
 
-	// Producer: the event commits or rolls back with the order. Pgx()
-	// types the publisher for pgx.Tx: passing the pool instead of the
-	// transaction does not compile (outbox.NewPublisher takes any
-	// transaction and checks at run time).
-	pub, err := outbox.NewTxPublisher(store.Pgx(), outbox.Config{})
-	if err != nil {
+	// Producer: the event commits or rolls back with the order.
+	if err := publishOrder(ctx, pool, store); err != nil {
 		return err
 	}
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback(ctx) // no-op after Commit
-	orderID := time.Now().UnixNano()
-	if _, err := tx.Exec(ctx, `INSERT INTO orders (id, total_cents) VALUES ($1, $2)`, orderID, 4990); err != nil {
-		return err
-	}
-	id, err := pub.PublishJSON(ctx, tx, "order-created", "customer-7", map[string]any{"order_id": orderID, "total_cents": 4990})
-	if err != nil {
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return err
-	}
-	log.Printf("published event %s", id)
 
 	// Relay: usually its own process (`txbox relay --config txbox.yaml`),
 	// running until SIGTERM. Here it runs until the first outcome of the
@@ -125,6 +104,35 @@ func run(dsn, natsURL, subject string, timeout time.Duration) error {
 		result = fmt.Errorf("not delivered within %v: %v", timeout, outcome.circuitError())
 	}
 	return errors.Join(result, r.Stop(ctx))
+}
+
+// publishOrder writes an order and its event in one transaction.
+func publishOrder(ctx context.Context, pool *pgxpool.Pool, store *postgres.Driver) error {
+	// Pgx() types the publisher for pgx.Tx: passing the pool instead of
+	// the transaction does not compile (outbox.NewPublisher takes any
+	// transaction and checks at run time).
+	pub, err := outbox.NewTxPublisher(store.Pgx(), outbox.Config{})
+	if err != nil {
+		return err
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx) // no-op after Commit
+	orderID := time.Now().UnixNano()
+	if _, err := tx.Exec(ctx, `INSERT INTO orders (id, total_cents) VALUES ($1, $2)`, orderID, 4990); err != nil {
+		return err
+	}
+	id, err := pub.PublishJSON(ctx, tx, "order-created", "customer-7", map[string]any{"order_id": orderID, "total_cents": 4990})
+	if err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	log.Printf("published event %s", id)
+	return nil
 }
 
 // lastError returns the error the relay recorded for eventType's rows.

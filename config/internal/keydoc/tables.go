@@ -160,4 +160,14 @@ var tables = []table{
 		{keys: []string{"admin-token-file"}, meaning: "file holding the admin token instead"},
 		{keys: []string{"allowed-hosts"}, def: "`" + strings.Join(admin.DefaultAllowedHosts, "`, `") + "` and the `listen` host", meaning: "`Host` header names (no port) accepted; anything else is a 403 (DNS rebinding)"},
 	}},
+	{name: "tracing", prefix: "tracing", rows: []row{
+		{keys: []string{"enabled"}, def: "`true` when `endpoint`, `OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set or `OTEL_TRACES_EXPORTER=otlp`; else `false`", meaning: "export spans; `OTEL_SDK_DISABLED=true` or `OTEL_TRACES_EXPORTER=none` turn it off anyway"},
+		{keys: []string{"endpoint"}, def: "`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, `OTEL_EXPORTER_OTLP_ENDPOINT`, then the exporter's `localhost:4318` / `localhost:4317`", meaning: "collector URL, `http://` (plain text) or `https://`; for `http/protobuf` a URL without a path gets `/v1/traces`"},
+		{keys: []string{"protocol"}, def: "`OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`, `OTEL_EXPORTER_OTLP_PROTOCOL`, then `http/protobuf`", meaning: "`http/protobuf` or `grpc`"},
+		{keys: []string{"headers-env"}, def: "`OTEL_EXPORTER_OTLP_HEADERS`", meaning: "environment variable holding the export headers, `name=value` pairs separated by commas, values URL-encoded"},
+		{keys: []string{"headers-file"}, def: "–", meaning: "file holding them instead (a mounted secret; newlines separate pairs too)"},
+		{keys: []string{"tls"}, def: "system roots, or `OTEL_EXPORTER_OTLP_CERTIFICATE`, `_CLIENT_CERTIFICATE`, `_CLIENT_KEY`", meaning: "`ca-file`, `cert-file`, `key-file`, `server-name`, `insecure-skip-verify`, as for senders ([TLS](#tls-and-authentication)); only with an `https://` endpoint"},
+		{keys: []string{"sample-ratio"}, def: "`OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG`, then `1`", meaning: "share of the traces the relay starts that are recorded, 0 to 1, parent-based: a message follows its producer's decision"},
+		{keys: []string{"service-name"}, def: "`OTEL_SERVICE_NAME` (or `service.name` in `OTEL_RESOURCE_ATTRIBUTES`), then `txbox`", meaning: "the spans' `service.name`"},
+	}},
 }

@@ -103,16 +103,7 @@ func run(ctx context.Context, log *slog.Logger, o options) error {
 	if err != nil {
 		return err
 	}
-	if err := st.Migrate(ctx); err != nil { // the inbox table, and the schema
-		return err
-	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS order_analytics (
-		order_id bigint PRIMARY KEY,
-		customer text NOT NULL,
-		total_cents bigint NOT NULL,
-		status text NOT NULL,
-		version int NOT NULL,
-		events_applied int NOT NULL)`); err != nil {
+	if err := migrate(ctx, st, pool); err != nil {
 		return err
 	}
 	tally := &tally{}
@@ -168,6 +159,22 @@ func run(ctx context.Context, log *slog.Logger, o options) error {
 	default:
 		return fmt.Errorf("-broker %q: want nats, rabbitmq or kafka", o.broker)
 	}
+}
+
+// migrate creates the inbox table (and the schema) and the consumer's own
+// analytics table.
+func migrate(ctx context.Context, st *postgres.Driver, pool *pgxpool.Pool) error {
+	if err := st.Migrate(ctx); err != nil {
+		return err
+	}
+	_, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS order_analytics (
+		order_id bigint PRIMARY KEY,
+		customer text NOT NULL,
+		total_cents bigint NOT NULL,
+		status text NOT NULL,
+		version int NOT NULL,
+		events_applied int NOT NULL)`)
+	return err
 }
 
 // apply is the effect: the analytics row keeps the highest version of each
