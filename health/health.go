@@ -62,6 +62,11 @@ const (
 	ReasonClaimFailing = "claim_failing"
 	ReasonJobFailing   = "job_failing"
 	ReasonLag          = "lag_over_threshold"
+	// ReasonSendsOutstanding: the lock claims have used up their budget
+	// and wait, while the batches holding it wait on their destination
+	// (docs/operations.md, "Connection pool"): the broker is slow, the
+	// database is not.
+	ReasonSendsOutstanding = "sends_outstanding"
 )
 
 // Report is what /readyz answers.
@@ -185,7 +190,41 @@ func relayReasons(h relay.Health) []Reason {
 	for job, msg := range h.JobErrors {
 		out = append(out, Reason{Kind: ReasonJobFailing, Subject: job, Detail: msg})
 	}
+	if r, ok := sendsOutstanding(h, time.Now()); ok {
+		out = append(out, r)
+	}
 	return out
+}
+
+// SlowSendAfter is how long the oldest send of a lock-mode type must have
+// waited for its destination, while lock claims wait for their budget,
+// before /readyz reports ReasonSendsOutstanding: a budget that is merely
+// busy with quick sends is not a problem.
+const SlowSendAfter = time.Second
+
+// sendsOutstanding reports lock claims that wait for their budget because
+// the batches holding it wait on their destination: the cause is the
+// broker, not the database.
+func sendsOutstanding(h relay.Health, now time.Time) (Reason, bool) {
+	lc := h.LockClaims
+	if lc.Waiting == 0 {
+		return Reason{}, false
+	}
+	var slowest *relay.TypeHealth
+	for i, th := range h.Types {
+		if th.Claim != relay.ClaimLock || th.SendingSince.IsZero() {
+			continue
+		}
+		if slowest == nil || th.SendingSince.Before(slowest.SendingSince) {
+			slowest = &h.Types[i]
+		}
+	}
+	if slowest == nil || now.Sub(slowest.SendingSince) < SlowSendAfter {
+		return Reason{}, false
+	}
+	return Reason{Kind: ReasonSendsOutstanding, Subject: slowest.Sender + " " + slowest.Destination,
+		Detail: fmt.Sprintf("the destination is slow to acknowledge: a send of %s has waited %s; the lock claims' budget is used up (%d of %d batches hold a connection, %d claims wait)",
+			slowest.EventType, now.Sub(slowest.SendingSince).Round(time.Millisecond), lc.Held, lc.Budget, lc.Waiting)}, true
 }
 
 // database runs the database checks, or returns the cached result while

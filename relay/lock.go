@@ -20,6 +20,7 @@ import (
 // leaves nothing behind: the transaction did not commit, so the rows are
 // PENDING again and are delivered again (at least once, never lost).
 func (p *poller) finishLocked(lb store.LockedBatch, items []store.OutboxFinishItem, ev BatchEvent) {
+	defer p.deps.locks.release()
 	fstart := time.Now()
 	timeout := finishTimeout
 	if p.deps.hard.Err() != nil {

@@ -49,6 +49,8 @@ type pollerDeps struct {
 	// tracer traces the deliveries; nil when tracing is off
 	// (relay/trace.go).
 	tracer trace.Tracer
+	// locks bounds the lock-claimed batches of all pollers.
+	locks *claimBudget
 }
 
 // pollerStore is the part of store.Driver a poller uses.
@@ -84,6 +86,10 @@ type poller struct {
 	delay    time.Duration
 	inFlight int
 	helpers  int
+	// sending holds when each send still waiting for its destination
+	// began, by a number of its own (health's SendingSince).
+	sending map[uint64]time.Time
+	sends   uint64
 	// claimErrs are the failed claims in a row: the wait after each
 	// (errorBackoff).
 	claimErrs backoff.Streak
@@ -117,7 +123,36 @@ func (p *poller) health() TypeHealth {
 	defer p.mu.Unlock()
 	return TypeHealth{
 		EventType: p.s.eventType, Sender: p.s.senderName, Destination: p.dest, LastPoll: p.lastPoll,
-		LastError: p.lastErr, Delay: p.delay, InFlight: p.inFlight,
+		LastError: p.lastErr, Delay: p.delay, InFlight: p.inFlight, SendingSince: p.oldestSend(), Claim: p.s.claim,
+	}
+}
+
+// oldestSend is when the oldest send in flight began. p.mu is held.
+func (p *poller) oldestSend() time.Time {
+	var oldest time.Time
+	for _, at := range p.sending {
+		if oldest.IsZero() || at.Before(oldest) {
+			oldest = at
+		}
+	}
+	return oldest
+}
+
+// sendBegins records a send that begins now, until the returned func is
+// called.
+func (p *poller) sendBegins() (ended func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.sending == nil {
+		p.sending = map[uint64]time.Time{}
+	}
+	p.sends++
+	n := p.sends
+	p.sending[n] = time.Now()
+	return func() {
+		p.mu.Lock()
+		delete(p.sending, n)
+		p.mu.Unlock()
 	}
 }
 
@@ -264,12 +299,19 @@ func (p *poller) claim(_ context.Context, limit int) (rows []*store.OutboxRow, l
 		params.OrderedByKey, params.KeyRun = true, keyRun(p.s.batchSize, p.s.inFlight)
 	}
 	if p.s.claim == ClaimLock {
+		// The batch holds its connection until its finish, which gives
+		// the budget back (finishLocked); a claim that found nothing has
+		// given its connection back already.
+		if err := p.deps.locks.acquire(p.deps.run); err != nil {
+			return nil, nil, time.Since(start), errStopping
+		}
 		// New checked that the store has a lock claim.
 		lb, err = p.deps.store.(store.OutboxLocker).OutboxLock(ctx, params)
-		if lb != nil {
-			rows = lb.Rows()
+		if lb == nil {
+			p.deps.locks.release()
+			return nil, nil, time.Since(start), err
 		}
-		return rows, lb, time.Since(start), err
+		return lb.Rows(), lb, time.Since(start), err
 	}
 	rows, err = p.deps.store.OutboxClaim(ctx, params)
 	return rows, nil, time.Since(start), err
@@ -498,6 +540,7 @@ func (p *poller) sendWithinLease(bt *batchTrace, msgs []*sender.Message, claimSt
 	}
 	ctx, cancel := context.WithDeadline(base, deadline)
 	defer cancel()
+	defer p.sendBegins()()
 	start := time.Now()
 	var err error
 	if p.s.ordering == OrderingKey {

@@ -55,6 +55,8 @@ type Relay struct {
 	jobErrs map[string]string
 	// kicks tell the background jobs what the pollers saw.
 	kicks jobKicks
+	// locks bounds the lock-claimed batches of all pollers (LockBudget).
+	locks *claimBudget
 }
 
 // New checks cfg and returns a Relay that is not running yet. Every
@@ -71,6 +73,7 @@ func New(cfg Config) (*Relay, error) {
 		pollers: make(map[string]*poller),
 		jobErrs: make(map[string]string),
 		kicks:   jobKicks{recover: make(chan kick, 1), deadLetter: make(chan kick, 1)},
+		locks:   newClaimBudget(cfg.lockBudget()),
 	}
 	r.circuits = newCircuitSet(sortedKeys(cfg.Senders), cfg.Circuit, time.Now, r.onCircuit)
 	return r, nil
@@ -97,6 +100,7 @@ func (r *Relay) Start(ctx context.Context) error {
 			return err
 		}
 	}
+	r.locks.warnIfShort(r.log)
 	c := &r.cfg
 	r.goJob(JobRecover, newJobSchedule(c.RecoverInterval, c.RecoverMaxInterval), r.kicks.recover, r.recoverRound)
 	r.goJob(JobDeadLetterMove, newJobSchedule(c.DeadLetterInterval, c.DeadLetterMaxInterval), r.kicks.deadLetter, r.deadLetterRound)
@@ -186,6 +190,7 @@ func (r *Relay) Wake(eventTypes ...string) {
 		}
 		p.wake()
 	}
+	r.locks.warnIfShort(r.log)
 }
 
 // startPollerLocked starts the poller of event type t. r.mu is held.
@@ -199,6 +204,9 @@ func (r *Relay) startPollerLocked(t string) error {
 	}
 	p := newPoller(r.pollerDeps(), s)
 	r.pollers[t] = p
+	if s.claim == ClaimLock {
+		r.locks.added(s.inFlight)
+	}
 	r.wg.Add(1)
 	go p.run()
 	return nil
@@ -209,7 +217,7 @@ func (r *Relay) startPollerLocked(t string) error {
 func (r *Relay) pollerDeps() pollerDeps {
 	hooks := append(slices.Clip(r.cfg.Hooks), r.kicks)
 	d := pollerDeps{store: r.cfg.Store, hooks: hooks, log: r.log, circuits: r.circuits,
-		run: r.runCtx, hard: r.hardCtx, wg: &r.wg}
+		run: r.runCtx, hard: r.hardCtx, wg: &r.wg, locks: r.locks}
 	if r.cfg.TracerProvider != nil {
 		d.tracer = r.cfg.TracerProvider.Tracer(tracerName)
 	}
@@ -239,6 +247,7 @@ func (r *Relay) ensurePollers(types []string) int {
 		r.log.Info("discovered event type", slog.String("event_type", t))
 		n++
 	}
+	r.locks.warnIfShort(r.log)
 	return n
 }
 
@@ -282,6 +291,9 @@ type Health struct {
 	// JobErrors maps a job name (Job* constants) to the error of its last
 	// round, for jobs whose last round failed.
 	JobErrors map[string]string
+	// LockClaims is the state of the lock claims' budget
+	// (Config.LockBudget).
+	LockClaims LockClaimHealth
 }
 
 // CircuitHealth is one circuit: a destination's, or a sender's
@@ -319,12 +331,17 @@ type TypeHealth struct {
 	Delay time.Duration
 	// InFlight is the number of batches between claim and finish.
 	InFlight int
+	// SendingSince is when the oldest send of the type still waiting for
+	// its destination began; zero when none is.
+	SendingSince time.Time
+	// Claim is the type's claim mode.
+	Claim ClaimMode
 }
 
 // Health returns a snapshot of the relay's state.
 func (r *Relay) Health() Health {
 	r.mu.Lock()
-	h := Health{InstanceID: r.cfg.InstanceID, Running: r.started && !r.stopped, JobErrors: map[string]string{}}
+	h := Health{InstanceID: r.cfg.InstanceID, Running: r.started && !r.stopped, JobErrors: map[string]string{}, LockClaims: r.locks.health()}
 	pollers := make([]*poller, 0, len(r.pollers))
 	for _, p := range r.pollers {
 		pollers = append(pollers, p)
