@@ -165,6 +165,13 @@ func (p *poller) run() {
 	var delay time.Duration // no initial delay: poll at once
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	select {
+	case <-p.wakeC:
+		// Started by a wake-up (Relay.Wake): the first poll may come
+		// before the waking publisher's commit.
+		pace.woken()
+	default:
+	}
 	for {
 		if delay > 0 && !p.sleep(ctx, timer, delay, &pace) {
 			return

@@ -96,7 +96,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	r.hardCtx, r.hardCancel = context.WithCancel(base)
 
 	for _, t := range sortedKeys(r.cfg.Events) {
-		if err := r.startPollerLocked(t); err != nil {
+		if err := r.startPollerLocked(t, false); err != nil {
 			return err
 		}
 	}
@@ -183,7 +183,9 @@ func (r *Relay) Wake(eventTypes ...string) {
 			if err := txbox.ValidateEventType(t); err != nil {
 				continue
 			}
-			if err := r.startPollerLocked(t); err != nil {
+			// Polled at once, with the follow-up polls of a wake-up: an
+			// in-process publisher wakes before its commit.
+			if err := r.startPollerLocked(t, true); err != nil {
 				r.log.Warn("cannot start poller", slog.String("event_type", t), slog.Any("error", err))
 			}
 			continue
@@ -193,8 +195,9 @@ func (r *Relay) Wake(eventTypes ...string) {
 	r.locks.warnIfShort(r.log)
 }
 
-// startPollerLocked starts the poller of event type t. r.mu is held.
-func (r *Relay) startPollerLocked(t string) error {
+// startPollerLocked starts the poller of event type t; woken starts it as
+// a wake-up does (Wake). r.mu is held.
+func (r *Relay) startPollerLocked(t string, woken bool) error {
 	if _, ok := r.pollers[t]; ok {
 		return nil
 	}
@@ -203,6 +206,9 @@ func (r *Relay) startPollerLocked(t string) error {
 		return err
 	}
 	p := newPoller(r.pollerDeps(), s)
+	if woken {
+		p.wake()
+	}
 	r.pollers[t] = p
 	if s.claim == ClaimLock {
 		r.locks.added(s.inFlight)
@@ -240,7 +246,7 @@ func (r *Relay) ensurePollers(types []string) int {
 			r.log.Warn("pending rows have an invalid event type; not delivered", slog.Any("error", err))
 			continue
 		}
-		if err := r.startPollerLocked(t); err != nil {
+		if err := r.startPollerLocked(t, false); err != nil {
 			r.log.Warn("cannot start poller", slog.String("event_type", t), slog.Any("error", err))
 			continue
 		}
