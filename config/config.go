@@ -394,4 +394,9 @@ type Health struct {
 	// FailWhenDegraded makes /readyz answer 503 when degraded, not only
 	// when not ready. Defaults to false.
 	FailWhenDegraded bool `yaml:"fail-when-degraded"`
+	// RejectThreshold is how long the destination of a type may refuse
+	// every message, acknowledging none, before /readyz reports degraded.
+	// 0 (unset) is health.DefaultRejectThreshold, 1m; negative turns the
+	// check off.
+	RejectThreshold time.Duration `yaml:"reject-threshold"`
 }

@@ -17,6 +17,11 @@ import (
 const (
 	DefaultCacheFor = 2 * time.Second
 	DefaultTimeout  = 3 * time.Second
+	// DefaultRejectThreshold is how long a destination may refuse every
+	// message of a type, acknowledging none, before /readyz reports it:
+	// longer than a burst of poison messages, shorter than an operator
+	// would want to learn of a missing stream, exchange or URL.
+	DefaultRejectThreshold = time.Minute
 )
 
 // Config configures a Checker.
@@ -44,6 +49,12 @@ type Config struct {
 	CacheFor time.Duration
 	// Timeout bounds the database checks. Defaults to DefaultTimeout.
 	Timeout time.Duration
+	// RejectThreshold is how long the destination of a type may refuse
+	// its messages (rejected or failed for good, not an outage) while it
+	// acknowledges none before the type makes the process degraded
+	// (ReasonRejecting). Defaults to DefaultRejectThreshold; negative
+	// turns the check off.
+	RejectThreshold time.Duration
 }
 
 // Statuses of a Report.
@@ -67,6 +78,10 @@ const (
 	// (docs/operations.md, "Connection pool"): the broker is slow, the
 	// database is not.
 	ReasonSendsOutstanding = "sends_outstanding"
+	// ReasonRejecting: a type's destination has refused its messages for
+	// longer than RejectThreshold and acknowledged none (no stream bound
+	// to a subject, a missing exchange, a webhook answering 404).
+	ReasonRejecting = "destination_rejecting"
 )
 
 // Report is what /readyz answers.
@@ -127,6 +142,9 @@ func New(cfg Config) (*Checker, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultTimeout
 	}
+	if cfg.RejectThreshold == 0 {
+		cfg.RejectThreshold = DefaultRejectThreshold
+	}
 	return &Checker{cfg: cfg}, nil
 }
 
@@ -149,6 +167,7 @@ func (c *Checker) Check(ctx context.Context) Report {
 			fatal = append(fatal, Reason{Kind: ReasonRelayStopped, Subject: h.InstanceID, Detail: "the relay is not started or is stopping"})
 		}
 		degraded = append(degraded, relayReasons(h)...)
+		degraded = append(degraded, rejecting(h, c.cfg.RejectThreshold, time.Now())...)
 	}
 	switch {
 	case len(fatal) > 0:
@@ -192,6 +211,26 @@ func relayReasons(h relay.Health) []Reason {
 	}
 	if r, ok := sendsOutstanding(h, time.Now()); ok {
 		out = append(out, r)
+	}
+	return out
+}
+
+// rejecting reports the types whose destination has refused their
+// messages, acknowledging none, for longer than threshold, and refused one
+// within the last threshold: a type that went idle after its last refusal
+// (its poison rows dead-lettered) is no longer reported.
+func rejecting(h relay.Health, threshold time.Duration, now time.Time) []Reason {
+	if threshold < 0 {
+		return nil
+	}
+	var out []Reason
+	for _, th := range h.Types {
+		if th.RejectingSince.IsZero() || now.Sub(th.RejectingSince) < threshold || now.Sub(th.LastRejected) > threshold {
+			continue
+		}
+		out = append(out, Reason{Kind: ReasonRejecting, Subject: th.EventType,
+			Detail: fmt.Sprintf("%s %s has refused every message for %s, none acknowledged; last error: %s",
+				th.Sender, th.Destination, now.Sub(th.RejectingSince).Round(time.Second), th.LastRejection)})
 	}
 	return out
 }

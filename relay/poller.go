@@ -86,6 +86,12 @@ type poller struct {
 	delay    time.Duration
 	inFlight int
 	helpers  int
+	// rejectingSince is when the first batch of the current run of
+	// batches that had messages refused and none acknowledged ended; zero
+	// after a batch with an ack. lastRejected is when the last such batch
+	// ended, lastRejection a refused message's error.
+	rejectingSince, lastRejected time.Time
+	lastRejection                string
 	// sending holds when each send still waiting for its destination
 	// began, by a number of its own (health's SendingSince).
 	sending map[uint64]time.Time
@@ -124,6 +130,33 @@ func (p *poller) health() TypeHealth {
 	return TypeHealth{
 		EventType: p.s.eventType, Sender: p.s.senderName, Destination: p.dest, LastPoll: p.lastPoll,
 		LastError: p.lastErr, Delay: p.delay, InFlight: p.inFlight, SendingSince: p.oldestSend(), Claim: p.s.claim,
+		RejectingSince: p.rejectingSince, LastRejected: p.lastRejected, LastRejection: p.lastRejection,
+	}
+}
+
+// noteRefusals records what the destination made of a finished batch,
+// for TypeHealth's rejection fields: an acknowledgement ends a run of
+// refusals; a batch with refused messages and none acknowledged starts or
+// continues one. A batch that was only released (an outage, a stop) says
+// nothing about refusals.
+func (p *poller) noteRefusals(ev BatchEvent, items []store.OutboxFinishItem) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case ev.Sent > 0:
+		p.rejectingSince, p.lastRejected, p.lastRejection = time.Time{}, time.Time{}, ""
+	case ev.Retried+ev.Failed > 0:
+		now := time.Now()
+		if p.rejectingSince.IsZero() {
+			p.rejectingSince = now
+		}
+		p.lastRejected = now
+		for _, it := range items {
+			if it.Error != "" {
+				p.lastRejection = it.Error
+				break
+			}
+		}
 	}
 }
 
@@ -487,6 +520,7 @@ func (p *poller) deliver(rows []*store.OutboxRow, lb store.LockedBatch, t ticket
 		}
 		countOutcomes(&ev, items)
 		p.logRefusals(t, sent, ev, items)
+		p.noteRefusals(ev, items)
 	}
 	countOutcomes(&ev, invalid)
 	if lb != nil {

@@ -342,6 +342,12 @@ type TypeHealth struct {
 	SendingSince time.Time
 	// Claim is the type's claim mode.
 	Claim ClaimMode
+	// RejectingSince is when the destination began refusing the type's
+	// messages (rejected or failed, not an outage) without acknowledging
+	// any since; zero while it acknowledges. LastRejected is when it last
+	// refused one, and LastRejection that message's error.
+	RejectingSince, LastRejected time.Time
+	LastRejection                string
 }
 
 // Health returns a snapshot of the relay's state.
