@@ -160,41 +160,6 @@ func (r *Relay) Stop(ctx context.Context) error {
 	return err
 }
 
-// Wake asks the pollers of the given event types to claim at once instead
-// of waiting for their next poll; with no types it wakes every poller. A
-// type without a poller gets one. Wake-ups are hints: calling it before
-// Start or after Stop does nothing. The outbox publisher's OnPublish
-// callback can call it for in-process pickup.
-func (r *Relay) Wake(eventTypes ...string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.started || r.stopped {
-		return
-	}
-	if len(eventTypes) == 0 {
-		for _, p := range r.pollers {
-			p.wake()
-		}
-		return
-	}
-	for _, t := range eventTypes {
-		p := r.pollers[t]
-		if p == nil {
-			if err := txbox.ValidateEventType(t); err != nil {
-				continue
-			}
-			// Polled at once, with the follow-up polls of a wake-up: an
-			// in-process publisher wakes before its commit.
-			if err := r.startPollerLocked(t, true); err != nil {
-				r.log.Warn("cannot start poller", slog.String("event_type", t), slog.Any("error", err))
-			}
-			continue
-		}
-		p.wake()
-	}
-	r.locks.warnIfShort(r.log)
-}
-
 // startPollerLocked starts the poller of event type t; woken starts it as
 // a wake-up does (Wake). r.mu is held.
 func (r *Relay) startPollerLocked(t string, woken bool) error {

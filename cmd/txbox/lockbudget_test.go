@@ -4,11 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -17,8 +14,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	natsgo "github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/health"
@@ -37,41 +32,15 @@ import (
 // end every event is on the stream exactly as published.
 func TestSlowBrokerDoesNotStarveThePool(t *testing.T) {
 	t.Parallel()
-	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
-	testenv.RequireTCP(t, "NATS", strings.TrimPrefix(testenv.NATSURL, "nats://"))
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
-	pool, err := pgxpool.New(ctx, testenv.PostgresURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	schema := testenv.UniqueName("slow_")
-	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE") })
-
-	nc, err := natsgo.Connect(testenv.NATSURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, schema := postgresSchema(t, ctx, "slow_")
 	subj := testenv.UniqueName("slow")
-	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: strings.ToUpper(subj), Subjects: []string{subj + ".>"}, Storage: jetstream.MemoryStorage})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), strings.ToUpper(subj)) })
+	stream := memoryStream(t, ctx, jetStream(t), subj)
 
 	proxy := startSlowProxy(t, strings.TrimPrefix(testenv.NATSURL, "nats://"))
-	cfgPath := filepath.Join(t.TempDir(), "txbox.yaml")
-	yml := fmt.Sprintf(`
+	rel := startRelay(t, ctx, fmt.Sprintf(`
 database: { dialect: postgres, dsn: %q, schema: %s, max-conns: 16 }
 senders:
   main: { type: nats, url: "nats://%s" }
@@ -87,21 +56,8 @@ events:
 relay: { discover-interval: 100ms, discover-max-interval: 100ms, shutdown-timeout: 30s, heartbeat-interval: 1s, instance-id: slow-broker }
 health: { listen: "127.0.0.1:0" }
 log: { level: info }
-`, testenv.PostgresURL, schema, proxy.addr(), subj)
-	if err := os.WriteFile(cfgPath, []byte(yml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if code, _, errOut := runInProcess(t, nil, "migrate", "--config", cfgPath); code != exitOK {
-		t.Fatalf("migrate: %s", errOut)
-	}
-	rctx, stop := context.WithCancel(ctx)
-	defer stop()
-	relayErr := &testenv.LogBuffer{}
-	done := make(chan int, 1)
-	go func() {
-		e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: relayErr, getenv: func(string) string { return "" }}
-		done <- run(rctx, e, []string{"relay", "--config", cfgPath})
-	}()
+`, testenv.PostgresURL, schema, proxy.addr(), subj))
+	relayErr, readyz := rel.log, rel.readyz
 	var got sync.Map // event id -> deliveries (*atomic.Int64)
 	diagnose := func() {
 		rows, err := pool.Query(ctx, fmt.Sprintf(`SELECT event_type, status, count(*) FROM %s.txbox_outbox GROUP BY 1, 2 ORDER BY 1, 2`, schema))
@@ -125,7 +81,6 @@ log: { level: info }
 		t.Logf("%d connections idle in transaction", idleInTransaction(t, ctx, pool, schema))
 		t.Logf("relay log:\n%s", relayErr)
 	}
-	readyz := "http://" + waitForLogAddr(t, relayErr, `msg=serving addr=(\S+) paths="?\[/livez`) + "/readyz"
 
 	var mu sync.Mutex
 	published := map[string]bool{}
@@ -311,15 +266,7 @@ log: { level: info }
 	if !strings.Contains(relayErr.String(), "lock_batches=40 lock_budget=12 max_conns_needed=44") {
 		t.Errorf("no warning that 10 lock types of 4 in flight need more than the pool; relay log:\n%s", relayErr)
 	}
-	stop()
-	select {
-	case code := <-done:
-		if code != exitOK {
-			t.Fatalf("relay exited %d: %s", code, relayErr)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("relay did not stop within 60s")
-	}
+	rel.stop(t)
 }
 
 // idleInTransaction counts the relay's connections that sit idle in a
