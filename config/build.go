@@ -625,5 +625,5 @@ func (c *Config) LockConns() int {
 	if n == 0 {
 		return 0
 	}
-	return n + 4
+	return n + relay.LockReserve
 }

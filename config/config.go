@@ -397,4 +397,9 @@ type Health struct {
 	FenceThreshold time.Duration `yaml:"fence-threshold"`
 	// FailWhenDegraded is the key health.fail-when-degraded.
 	FailWhenDegraded bool `yaml:"fail-when-degraded"`
+	// RejectThreshold is how long the destination of a type may refuse
+	// every message, acknowledging none, before /readyz reports degraded.
+	// 0 (unset) is health.DefaultRejectThreshold, 1m; negative turns the
+	// check off.
+	RejectThreshold time.Duration `yaml:"reject-threshold"`
 }

@@ -17,6 +17,11 @@ import (
 const (
 	DefaultCacheFor = 2 * time.Second
 	DefaultTimeout  = 3 * time.Second
+	// DefaultRejectThreshold is how long a destination may refuse every
+	// message of a type, acknowledging none, before /readyz reports it:
+	// longer than a burst of poison messages, shorter than an operator
+	// would want to learn of a missing stream, exchange or URL.
+	DefaultRejectThreshold = time.Minute
 )
 
 // Config configures a Checker.
@@ -52,6 +57,12 @@ type Config struct {
 	CacheFor time.Duration
 	// Timeout bounds the database checks. Defaults to DefaultTimeout.
 	Timeout time.Duration
+	// RejectThreshold is how long the destination of a type may refuse
+	// its messages (rejected or failed for good, not an outage) while it
+	// acknowledges none before the type makes the process degraded
+	// (ReasonRejecting). Defaults to DefaultRejectThreshold; negative
+	// turns the check off.
+	RejectThreshold time.Duration
 }
 
 // Statuses of a Report.
@@ -71,6 +82,15 @@ const (
 	ReasonJobFailing   = "job_failing"
 	ReasonLag          = "lag_over_threshold"
 	ReasonFenceHeld    = "ordering_fence_held"
+	// ReasonSendsOutstanding: the lock claims have used up their budget
+	// and wait, while the batches holding it wait on their destination
+	// (docs/operations.md, "Connection pool"): the broker is slow, the
+	// database is not.
+	ReasonSendsOutstanding = "sends_outstanding"
+	// ReasonRejecting: a type's destination has refused its messages for
+	// longer than RejectThreshold and acknowledged none (no stream bound
+	// to a subject, a missing exchange, a webhook answering 404).
+	ReasonRejecting = "destination_rejecting"
 )
 
 // Report is what /readyz answers.
@@ -131,6 +151,9 @@ func New(cfg Config) (*Checker, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultTimeout
 	}
+	if cfg.RejectThreshold == 0 {
+		cfg.RejectThreshold = DefaultRejectThreshold
+	}
 	return &Checker{cfg: cfg}, nil
 }
 
@@ -153,6 +176,7 @@ func (c *Checker) Check(ctx context.Context) Report {
 			fatal = append(fatal, Reason{Kind: ReasonRelayStopped, Subject: h.InstanceID, Detail: "the relay is not started or is stopping"})
 		}
 		degraded = append(degraded, relayReasons(h)...)
+		degraded = append(degraded, rejecting(h, c.cfg.RejectThreshold, time.Now())...)
 	}
 	switch {
 	case len(fatal) > 0:
@@ -194,7 +218,61 @@ func relayReasons(h relay.Health) []Reason {
 	for job, msg := range h.JobErrors {
 		out = append(out, Reason{Kind: ReasonJobFailing, Subject: job, Detail: msg})
 	}
+	if r, ok := sendsOutstanding(h, time.Now()); ok {
+		out = append(out, r)
+	}
 	return out
+}
+
+// rejecting reports the types whose destination has refused their
+// messages, acknowledging none, for longer than threshold, and refused one
+// within the last threshold: a type that went idle after its last refusal
+// (its poison rows dead-lettered) is no longer reported.
+func rejecting(h relay.Health, threshold time.Duration, now time.Time) []Reason {
+	if threshold < 0 {
+		return nil
+	}
+	var out []Reason
+	for _, th := range h.Types {
+		if th.RejectingSince.IsZero() || now.Sub(th.RejectingSince) < threshold || now.Sub(th.LastRejected) > threshold {
+			continue
+		}
+		out = append(out, Reason{Kind: ReasonRejecting, Subject: th.EventType,
+			Detail: fmt.Sprintf("%s %s has refused every message for %s, none acknowledged; last error: %s",
+				th.Sender, th.Destination, now.Sub(th.RejectingSince).Round(time.Second), th.LastRejection)})
+	}
+	return out
+}
+
+// SlowSendAfter is how long the oldest send of a lock-mode type must have
+// waited for its destination, while lock claims wait for their budget,
+// before /readyz reports ReasonSendsOutstanding: a budget that is merely
+// busy with quick sends is not a problem.
+const SlowSendAfter = time.Second
+
+// sendsOutstanding reports lock claims that wait for their budget because
+// the batches holding it wait on their destination: the cause is the
+// broker, not the database.
+func sendsOutstanding(h relay.Health, now time.Time) (Reason, bool) {
+	lc := h.LockClaims
+	if lc.Waiting == 0 {
+		return Reason{}, false
+	}
+	var slowest *relay.TypeHealth
+	for i, th := range h.Types {
+		if th.Claim != relay.ClaimLock || th.SendingSince.IsZero() {
+			continue
+		}
+		if slowest == nil || th.SendingSince.Before(slowest.SendingSince) {
+			slowest = &h.Types[i]
+		}
+	}
+	if slowest == nil || now.Sub(slowest.SendingSince) < SlowSendAfter {
+		return Reason{}, false
+	}
+	return Reason{Kind: ReasonSendsOutstanding, Subject: slowest.Sender + " " + slowest.Destination,
+		Detail: fmt.Sprintf("the destination is slow to acknowledge: a send of %s has waited %s; the lock claims' budget is used up (%d of %d batches hold a connection, %d claims wait)",
+			slowest.EventType, now.Sub(slowest.SendingSince).Round(time.Millisecond), lc.Held, lc.Budget, lc.Waiting)}, true
 }
 
 // database runs the database checks, or returns the cached result while

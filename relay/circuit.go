@@ -87,7 +87,7 @@ type ticket struct {
 	// it is kept small.
 	probe bool
 	// connProbe and destProbe say which circuit the probe is for (a
-	// gate's ticket may probe both).
+	// breaker's ticket may probe both).
 	connProbe, destProbe bool
 	// wait is how long until asking again makes sense when !ok; changed
 	// is closed earlier if the state changes meanwhile.
@@ -206,16 +206,16 @@ func (c *circuit) closed() bool {
 // counts no attempt.
 const maxSuspects = 4096
 
-// gate is what a poller asks before claiming: its sender's connection
+// breaker is what a poller asks before claiming: its sender's connection
 // circuit and its destination's circuit. It also judges each transient
 // failure: an outage of the destination (no attempt counted) or a fault of
 // the one message (an attempt counted, so that a message the destination
 // always refuses with a 5xx ends in the dead-letter table).
-type gate struct {
+type breaker struct {
 	conn *circuit
 	dest *circuit
 	// coolDown is the circuits' cool-down policy, which also paces the
-	// rows put back without an attempt (see judge).
+	// rows put back without an attempt (see assess).
 	coolDown backoff.Policy
 
 	// Evidence that the destination accepts messages, shared by every
@@ -252,7 +252,7 @@ type verdict struct {
 }
 
 // allow asks both circuits; a poller may claim only when both let it.
-func (g *gate) allow() ticket {
+func (g *breaker) allow() ticket {
 	tc := g.conn.allow()
 	if !tc.ok {
 		return tc
@@ -267,12 +267,12 @@ func (g *gate) allow() ticket {
 
 // abandon returns a ticket that claimed nothing or whose batch proved
 // nothing (a shutdown).
-func (g *gate) abandon(t ticket) {
+func (g *breaker) abandon(t ticket) {
 	g.conn.abandon(t.connProbe)
 	g.dest.abandon(t.destProbe)
 }
 
-// judge records the outcome of one sent batch in the circuits and returns
+// assess records the outcome of one sent batch in the circuits and returns
 // a verdict for each message (the entries of messages that did not fail
 // transiently are unused). sent is when the batch's Send started; ids and
 // results are per message (nil result = acked). The rule
@@ -298,7 +298,7 @@ func (g *gate) abandon(t ticket) {
 // and the circuit is closed: the destination showed nothing new, and
 // other traffic will open it if it is down. A failure marked
 // sender.Disconnected opens the connection circuit instead.
-func (g *gate) judge(t ticket, sent time.Time, ids []txbox.ID, results []error) []verdict {
+func (g *breaker) assess(t ticket, sent time.Time, ids []txbox.ID, results []error) []verdict {
 	tl := tallyResults(results)
 	now := time.Now()
 	confirmed, allSuspects, allConfirmed := g.weigh(sent, ids, results, tl)
@@ -344,7 +344,7 @@ func tallyResults(results []error) tally {
 // since before the destination last acknowledged another batch), and
 // whether every one is a suspect or confirmed. It then records the
 // batch's acks as evidence for later batches.
-func (g *gate) weigh(sent time.Time, ids []txbox.ID, results []error, tl tally) (confirmed []bool, allSuspects, allConfirmed bool) {
+func (g *breaker) weigh(sent time.Time, ids []txbox.ID, results []error, tl tally) (confirmed []bool, allSuspects, allConfirmed bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	confirmed = make([]bool, len(results))
@@ -373,7 +373,7 @@ func (g *gate) weigh(sent time.Time, ids []txbox.ID, results []error, tl tally) 
 // feed records the batch in the connection and destination circuits and
 // reports whether both are closed now (and the batch was not cut off by
 // a disconnection).
-func (g *gate) feed(t ticket, tl tally, allSuspects, allConfirmed bool) (up bool) {
+func (g *breaker) feed(t ticket, tl tally, allSuspects, allConfirmed bool) (up bool) {
 	if tl.firstDisconnected != nil {
 		g.conn.failure(t.connProbe, tl.firstDisconnected)
 	} else {
@@ -396,8 +396,8 @@ func (g *gate) feed(t ticket, tl tally, allSuspects, allConfirmed bool) (up bool
 }
 
 // verdicts judges each transient failure, judged at now, and updates the
-// suspects: see judge.
-func (g *gate) verdicts(ids []txbox.ID, results []error, tl tally, confirmed []bool, up bool, now time.Time) []verdict {
+// suspects: see assess.
+func (g *breaker) verdicts(ids []txbox.ID, results []error, tl tally, confirmed []bool, up bool, now time.Time) []verdict {
 	out := make([]verdict, len(results))
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -437,7 +437,7 @@ func (g *gate) verdicts(ids []txbox.ID, results []error, tl tally, confirmed []b
 
 // makeRoomLocked forgets suspects, when there are maxSuspects, down to
 // three quarters of that. g.mu is held.
-func (g *gate) makeRoomLocked() {
+func (g *breaker) makeRoomLocked() {
 	if len(g.suspects) < maxSuspects {
 		return
 	}
@@ -465,35 +465,35 @@ type circuitSet struct {
 	now    func() time.Time
 	notify func(CircuitEvent)
 
-	mu    sync.Mutex
-	conns map[string]*circuit
-	gates map[destKey]*gate
+	mu       sync.Mutex
+	conns    map[string]*circuit
+	breakers map[destKey]*breaker
 }
 
 type destKey struct{ sender, dest string }
 
 func newCircuitSet(senders []string, cfg CircuitConfig, now func() time.Time, notify func(CircuitEvent)) *circuitSet {
-	cs := &circuitSet{cfg: cfg, now: now, notify: notify, conns: map[string]*circuit{}, gates: map[destKey]*gate{}}
+	cs := &circuitSet{cfg: cfg, now: now, notify: notify, conns: map[string]*circuit{}, breakers: map[destKey]*breaker{}}
 	for _, name := range senders {
 		cs.conns[name] = newCircuit(name, "", true, cfg, now, notify)
 	}
 	return cs
 }
 
-// gate returns the gate of destination dest on sender senderName.
-func (cs *circuitSet) gate(senderName, dest string) *gate {
+// breaker returns the breaker of destination dest on sender senderName.
+func (cs *circuitSet) breaker(senderName, dest string) *breaker {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	k := destKey{senderName, dest}
-	g := cs.gates[k]
+	g := cs.breakers[k]
 	if g == nil {
-		g = &gate{
+		g = &breaker{
 			coolDown: cs.cfg.policy(),
 			conn:     cs.conns[senderName],
 			dest:     newCircuit(senderName, dest, false, cs.cfg, cs.now, cs.notify),
 			suspects: map[txbox.ID]suspect{},
 		}
-		cs.gates[k] = g
+		cs.breakers[k] = g
 	}
 	return g
 }
@@ -502,11 +502,11 @@ func (cs *circuitSet) gate(senderName, dest string) *gate {
 // then its destinations by name.
 func (cs *circuitSet) health() []CircuitHealth {
 	cs.mu.Lock()
-	all := make([]*circuit, 0, len(cs.conns)+len(cs.gates))
+	all := make([]*circuit, 0, len(cs.conns)+len(cs.breakers))
 	for _, c := range cs.conns {
 		all = append(all, c)
 	}
-	for _, g := range cs.gates {
+	for _, g := range cs.breakers {
 		all = append(all, g.dest)
 	}
 	cs.mu.Unlock()

@@ -106,26 +106,26 @@ func TestCircuitLifecycle(t *testing.T) {
 	}
 }
 
-func testGate() (*gate, *circuitSet) {
+func testBreaker() (*breaker, *circuitSet) {
 	cfg := CircuitConfig{CoolDown: time.Second, MaxCoolDown: 4 * time.Second, Multiplier: 2}
 	cs := newCircuitSet([]string{"s"}, cfg, time.Now, func(CircuitEvent) {})
-	return cs.gate("s", "url=http://x/hook"), cs
+	return cs.breaker("s", "url=http://x/hook"), cs
 }
 
 // TestGateJudge walks the rule of docs/concepts.md, "Outages versus
 // poison", one batch at a time.
 func TestGateJudge(t *testing.T) {
 	t.Parallel()
-	g, _ := testGate()
+	g, _ := testBreaker()
 	p, a, b := txbox.NewID(), txbox.NewID(), txbox.NewID()
 	e500 := txbox.Transient(errors.New("500 internal server error"))
 	send := func(ids []txbox.ID, res []error) []verdict {
 		t.Helper()
 		tk := g.allow()
 		if !tk.ok {
-			t.Fatalf("gate closed to claims: %+v", tk)
+			t.Fatalf("breaker closed to claims: %+v", tk)
 		}
-		return g.judge(tk, time.Now(), ids, res)
+		return g.assess(tk, time.Now(), ids, res)
 	}
 
 	// First failure, in a batch whose other message is acked: it could be
@@ -173,13 +173,13 @@ func TestGateJudge(t *testing.T) {
 // ones, which failed during the outage already.
 func TestGateOutageEdges(t *testing.T) {
 	t.Parallel()
-	g, _ := testGate()
+	g, _ := testBreaker()
 	clk := &fakeClock{t: time.Unix(1e9, 0)}
 	g.dest.now = clk.now
 	m1, m2, m3 := txbox.NewID(), txbox.NewID(), txbox.NewID()
 	e503 := txbox.Transient(errors.New("503 service unavailable"))
 	tk := g.allow()
-	g.judge(tk, time.Now(), []txbox.ID{m1, m2, m3}, []error{e503, e503, e503})
+	g.assess(tk, time.Now(), []txbox.ID{m1, m2, m3}, []error{e503, e503, e503})
 	if st, _ := g.dest.snapshot(); st != CircuitOpen {
 		t.Fatalf("circuit %v after the outage's first batch", st)
 	}
@@ -188,7 +188,7 @@ func TestGateOutageEdges(t *testing.T) {
 	if !probe.probe {
 		t.Fatalf("no probe after the cool-down: %+v", probe)
 	}
-	v := g.judge(probe, time.Now(), []txbox.ID{m1, m2, m3}, []error{e503, nil, nil})
+	v := g.assess(probe, time.Now(), []txbox.ID{m1, m2, m3}, []error{e503, nil, nil})
 	if v[0].count {
 		t.Fatal("the straddling probe counted an attempt for a message refused before the destination came back")
 	}
@@ -202,12 +202,12 @@ func TestGateOutageEdges(t *testing.T) {
 // sender; it counts no attempt and makes no suspect.
 func TestGateDisconnected(t *testing.T) {
 	t.Parallel()
-	g, cs := testGate()
-	other := cs.gate("s", "url=http://y/other")
+	g, cs := testBreaker()
+	other := cs.breaker("s", "url=http://y/other")
 	m := txbox.NewID()
 	down := sender.Disconnected(txbox.Transient(errors.New("nats: not connected")))
 	tk := g.allow()
-	v := g.judge(tk, time.Now(), []txbox.ID{m}, []error{down})
+	v := g.assess(tk, time.Now(), []txbox.ID{m}, []error{down})
 	if v[0].count {
 		t.Fatal("a disconnection counted an attempt")
 	}

@@ -234,6 +234,15 @@ type Config struct {
 	// continues the same trace. Nil (the default) traces nothing and
 	// leaves the producer's traceparent as it is.
 	TracerProvider trace.TracerProvider
+	// LockBudget bounds the lock-claimed batches (ClaimLock) of all types
+	// that hold a database connection at once; further lock claims wait
+	// for one to finish (docs/operations.md, "Connection pool"). Zero
+	// derives it from the store's pool: its size minus LockReserve, so
+	// that heartbeats, background jobs, health checks and lease-mode
+	// claims always find a connection; no bound when the store reports
+	// no pool size. Negative: no bound. It has no YAML key: the txbox
+	// command derives it from database.max-conns.
+	LockBudget int
 }
 
 // EventSettings are the settings of one event type, and the model the

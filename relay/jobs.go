@@ -291,28 +291,3 @@ func (r *Relay) releaseCleanupLease() {
 	defer cancel()
 	_ = r.cfg.Store.LeaseRelease(ctx, &store.LeaseParams{Name: cleanupLeaseName, Holder: r.cfg.InstanceID, TTL: r.cfg.Cleanup.LeaseTTL})
 }
-
-// listen runs the store's wake-up listener until the relay stops,
-// restarting it after an error (the Waker reconnects by itself; this is
-// the backstop).
-func (r *Relay) listen(w store.Waker) {
-	defer r.wg.Done()
-	ctx := r.runCtx
-	// The wait only grows: OutboxListen reconnects by itself and returns
-	// only on what it cannot recover from, so its returns count as
-	// failures in a row however far apart they come.
-	ends := backoff.Streak{Policy: errorBackoff}
-	for {
-		err := w.OutboxListen(ctx, func(eventType string) { r.Wake(eventType) })
-		if ctx.Err() != nil {
-			return
-		}
-		wait := ends.Next()
-		r.log.Warn("wake-up listener ended; polling continues", slog.Any("error", err), slog.Duration("retry_in", wait))
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-	}
-}

@@ -2,55 +2,73 @@ package relay
 
 import (
 	"context"
-	"log/slog"
 	"time"
 
 	"github.com/txbox/txbox/store"
 )
 
-// finishLocked ends a lock-claimed batch (ClaimLock) and reports it, ev,
-// to the hooks. A batch in which nothing was acked, retried or failed (the
-// destination was unavailable, or the relay is past its stop deadline) is
-// rolled back: the rows are as they were before the claim, no attempt
-// counted, and nothing is written. Otherwise the outcomes are written in
-// the claim's transaction and it commits: the one write of each row.
+// lockBatch is a batch of the lock claim (ClaimLock): its rows are locked
+// in a transaction held open while they are sent, on a connection taken
+// from the lock claims' budget (claimBudget).
+type lockBatch struct {
+	p  *poller
+	lb store.LockedBatch
+}
+
+// lockClaim returns the claimFunc of the lock claim on locker. The batch
+// holds its connection until its finish, which gives the budget back; a
+// claim that found nothing has given its connection back already.
+func (p *poller) lockClaim(locker store.OutboxLocker) claimFunc {
+	return func(ctx context.Context, params *store.OutboxClaimParams) (batch, error) {
+		if err := p.deps.locks.acquire(p.deps.run); err != nil {
+			return nil, errStopping
+		}
+		lb, err := locker.OutboxLock(ctx, params)
+		if lb == nil {
+			p.deps.locks.release()
+			return nil, err
+		}
+		return &lockBatch{p: p, lb: lb}, nil
+	}
+}
+
+func (b *lockBatch) Rows() []*store.OutboxRow { return b.lb.Rows() }
+
+// Finish ends the batch. A batch in which nothing was acked, retried or
+// failed (the destination was unavailable, or the relay is past its stop
+// deadline) is released: the transaction rolls back, the rows are as they
+// were before the claim, no attempt counted, and nothing is written.
+// Otherwise the outcomes are written in the claim's transaction and it
+// commits: the one write of each row.
 //
 // There is no group finish and no degrading as with a lease finish
 // (finishCoalesced): each batch owns its transaction. A finish that fails
 // leaves nothing behind: the transaction did not commit, so the rows are
 // PENDING again and are delivered again (at least once, never lost).
-func (p *poller) finishLocked(lb store.LockedBatch, items []store.OutboxFinishItem, ev BatchEvent) {
-	fstart := time.Now()
-	timeout := finishTimeout
-	if p.deps.hard.Err() != nil {
-		timeout = finishTimeoutAfterDeadline
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.deps.hard), timeout)
+func (b *lockBatch) Finish(items []store.OutboxFinishItem) finishReport {
+	defer b.p.deps.locks.release()
+	start := time.Now()
+	ctx, cancel := b.p.finishContext()
 	defer cancel()
-	var err error
+	fr := finishReport{
+		fencedWhy: "lock finish skipped rows that are not the batch's",
+		failedWhy: "lock finish failed; the transaction did not commit and the rows will be delivered again",
+	}
 	if onlyReleased(items) {
-		err = lb.Rollback(ctx)
+		fr.err = b.release(ctx)
 	} else {
 		var res *store.OutboxFinishResult
-		res, err = lb.Finish(ctx, &store.OutboxFinishParams{Items: items, DeleteAcked: p.s.retention == 0})
-		if res != nil && res.Fenced > 0 {
-			ev.Fenced = res.Fenced
-			p.log.Warn("lock finish skipped rows that are not the batch's", slog.Int("fenced", res.Fenced))
+		res, fr.err = b.lb.Finish(ctx, &store.OutboxFinishParams{Items: items, DeleteAcked: b.p.s.retention == 0})
+		if res != nil {
+			fr.fenced = res.Fenced
 		}
 	}
-	ev.FinishDuration = time.Since(fstart)
-	if err != nil {
-		ev.FinishErr = err
-		p.log.Error("lock finish failed; the transaction did not commit and the rows will be delivered again",
-			slog.Int("rows", len(items)), slog.Any("error", err))
-	}
-	p.log.Debug("finished (lock claim)",
-		slog.Int("sent", ev.Sent), slog.Int("retried", ev.Retried), slog.Int("failed", ev.Failed), slog.Int("released", ev.Released),
-		slog.Duration("send_took", ev.SendDuration), slog.Duration("took", ev.FinishDuration))
-	for _, h := range p.deps.hooks {
-		h.OnBatch(ev)
-	}
+	fr.took = time.Since(start)
+	return fr
 }
+
+// release gives the rows back as they were: the transaction rolls back.
+func (b *lockBatch) release(ctx context.Context) error { return b.lb.Rollback(ctx) }
 
 // onlyReleased reports whether every item is released: nothing to write.
 func onlyReleased(items []store.OutboxFinishItem) bool {

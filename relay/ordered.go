@@ -35,7 +35,7 @@ import (
 
 // errUnsent is the outcome of a row that was not sent because an earlier
 // row of its key in the same batch failed, or the send deadline came
-// before its wave. It is transient, and judge leaves it out of the
+// before its wave. It is transient, and judgeSent leaves it out of the
 // circuits' judgement: the row goes back to PENDING, due at once, with no
 // attempt counted, and it never reaches the destination before the row
 // that held it back.
@@ -117,7 +117,7 @@ func (p *poller) sendOrdered(ctx context.Context, msgs []*sender.Message) error 
 	if unsent == 0 {
 		return sender.Summarize(errs)
 	}
-	// Unsent rows keep their own mark (see judge), so the outcome is per
+	// Unsent rows keep their own mark (see judgeSent), so the outcome is per
 	// message even when every sent row failed the same way.
 	return &sender.BatchError{Errs: errs}
 }
@@ -156,13 +156,13 @@ func inKeyOrder(rows []*store.OutboxRow) {
 	}
 }
 
-// batchDone is called when a batch of this poller has been finished. For
-// an ordered type it asks the run loop to claim again at once: finishing
+// batchDone is called when a batch of an ordered type has been finished.
+// It asks the run loop to claim again at once: finishing
 // a key's rows makes the key's next rows claimable, and an ordered claim
 // that returned fewer rows than its limit was limited by keys in flight,
 // not by an empty backlog.
 func (p *poller) batchDone() {
-	if p.s.ordering != OrderingKey || p.fenceHeld() {
+	if p.fenceHeld() {
 		return
 	}
 	select {
@@ -210,54 +210,4 @@ func (p *poller) fenceDelay(delay time.Duration) time.Duration {
 		return p.fenceWait
 	}
 	return delay
-}
-
-// judge is gate.judge for the messages that were sent: a row of an ordered
-// batch that was not sent (errUnsent) says nothing about the destination
-// and must never count an attempt, so it is left out of the circuits'
-// judgement and released at once (its key's failed row, still the head,
-// holds it back). So is a row whose send the lease's end cut short
-// (errLeaseCut). A batch of which nothing was sent proves nothing.
-func (p *poller) judge(t ticket, start time.Time, ids []txbox.ID, results []error) []verdict {
-	// Counted first: the common batch has every message judged, and needs
-	// no copies.
-	n := 0
-	for _, res := range results {
-		if !unjudged(res) {
-			n++
-		}
-	}
-	if n == len(results) {
-		return p.circuit.judge(t, start, ids, results)
-	}
-	sentIDs := make([]txbox.ID, 0, n)
-	sent := make([]error, 0, n)
-	for i, res := range results {
-		if !unjudged(res) {
-			sentIDs = append(sentIDs, ids[i])
-			sent = append(sent, res)
-		}
-	}
-	out := make([]verdict, len(results))
-	if len(sent) == 0 {
-		if slices.ContainsFunc(results, func(res error) bool { return errors.Is(res, errLeaseCut) }) {
-			// Nothing was answered within the whole lease: that is the
-			// destination's to answer for (its circuit hears of it),
-			// not the messages' (no attempt).
-			p.circuit.judge(t, start, ids, results)
-			return out
-		}
-		p.circuit.abandon(t)
-		return out
-	}
-	vs := p.circuit.judge(t, start, sentIDs, sent)
-	j := 0
-	for i, res := range results {
-		if unjudged(res) {
-			continue // verdict{}: released, due now, no attempt
-		}
-		out[i] = vs[j]
-		j++
-	}
-	return out
 }

@@ -55,6 +55,8 @@ type Relay struct {
 	jobErrs map[string]string
 	// kicks tell the background jobs what the pollers saw.
 	kicks jobKicks
+	// locks bounds the lock-claimed batches of all pollers (LockBudget).
+	locks *claimBudget
 }
 
 // New checks cfg and returns a Relay that is not running yet. Every
@@ -71,6 +73,7 @@ func New(cfg Config) (*Relay, error) {
 		pollers: make(map[string]*poller),
 		jobErrs: make(map[string]string),
 		kicks:   jobKicks{recover: make(chan kick, 1), deadLetter: make(chan kick, 1)},
+		locks:   newClaimBudget(cfg.lockBudget()),
 	}
 	r.circuits = newCircuitSet(sortedKeys(cfg.Senders), cfg.Circuit, time.Now, r.onCircuit)
 	return r, nil
@@ -93,10 +96,11 @@ func (r *Relay) Start(ctx context.Context) error {
 	r.hardCtx, r.hardCancel = context.WithCancel(base)
 
 	for _, t := range sortedKeys(r.cfg.Events) {
-		if err := r.startPollerLocked(t); err != nil {
+		if err := r.startPollerLocked(t, false); err != nil {
 			return err
 		}
 	}
+	r.locks.warnIfShort(r.log)
 	c := &r.cfg
 	r.goJob(JobRecover, newJobSchedule(c.RecoverInterval, c.RecoverMaxInterval), r.kicks.recover, r.recoverRound)
 	r.goJob(JobDeadLetterMove, newJobSchedule(c.DeadLetterInterval, c.DeadLetterMaxInterval), r.kicks.deadLetter, r.deadLetterRound)
@@ -156,40 +160,9 @@ func (r *Relay) Stop(ctx context.Context) error {
 	return err
 }
 
-// Wake asks the pollers of the given event types to claim at once instead
-// of waiting for their next poll; with no types it wakes every poller. A
-// type without a poller gets one. Wake-ups are hints: calling it before
-// Start or after Stop does nothing. The outbox publisher's OnPublish
-// callback can call it for in-process pickup.
-func (r *Relay) Wake(eventTypes ...string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.started || r.stopped {
-		return
-	}
-	if len(eventTypes) == 0 {
-		for _, p := range r.pollers {
-			p.wake()
-		}
-		return
-	}
-	for _, t := range eventTypes {
-		p := r.pollers[t]
-		if p == nil {
-			if err := txbox.ValidateEventType(t); err != nil {
-				continue
-			}
-			if err := r.startPollerLocked(t); err != nil {
-				r.log.Warn("cannot start poller", slog.String("event_type", t), slog.Any("error", err))
-			}
-			continue
-		}
-		p.wake()
-	}
-}
-
-// startPollerLocked starts the poller of event type t. r.mu is held.
-func (r *Relay) startPollerLocked(t string) error {
+// startPollerLocked starts the poller of event type t; woken starts it as
+// a wake-up does (Wake). r.mu is held.
+func (r *Relay) startPollerLocked(t string, woken bool) error {
 	if _, ok := r.pollers[t]; ok {
 		return nil
 	}
@@ -198,7 +171,13 @@ func (r *Relay) startPollerLocked(t string) error {
 		return err
 	}
 	p := newPoller(r.pollerDeps(), s)
+	if woken {
+		p.wake()
+	}
 	r.pollers[t] = p
+	if s.claim == ClaimLock {
+		r.locks.added(s.inFlight)
+	}
 	r.wg.Add(1)
 	go p.run()
 	return nil
@@ -209,7 +188,7 @@ func (r *Relay) startPollerLocked(t string) error {
 func (r *Relay) pollerDeps() pollerDeps {
 	hooks := append(slices.Clip(r.cfg.Hooks), r.kicks)
 	d := pollerDeps{store: r.cfg.Store, hooks: hooks, log: r.log, circuits: r.circuits,
-		run: r.runCtx, hard: r.hardCtx, wg: &r.wg}
+		run: r.runCtx, hard: r.hardCtx, wg: &r.wg, locks: r.locks}
 	if r.cfg.TracerProvider != nil {
 		d.tracer = r.cfg.TracerProvider.Tracer(tracerName)
 	}
@@ -232,13 +211,14 @@ func (r *Relay) ensurePollers(types []string) int {
 			r.log.Warn("pending rows have an invalid event type; not delivered", slog.Any("error", err))
 			continue
 		}
-		if err := r.startPollerLocked(t); err != nil {
+		if err := r.startPollerLocked(t, false); err != nil {
 			r.log.Warn("cannot start poller", slog.String("event_type", t), slog.Any("error", err))
 			continue
 		}
 		r.log.Info("discovered event type", slog.String("event_type", t))
 		n++
 	}
+	r.locks.warnIfShort(r.log)
 	return n
 }
 
@@ -282,6 +262,9 @@ type Health struct {
 	// JobErrors maps a job name (Job* constants) to the error of its last
 	// round, for jobs whose last round failed.
 	JobErrors map[string]string
+	// LockClaims is the state of the lock claims' budget
+	// (Config.LockBudget).
+	LockClaims LockClaimHealth
 }
 
 // CircuitHealth is one circuit: a destination's, or a sender's
@@ -319,12 +302,23 @@ type TypeHealth struct {
 	Delay time.Duration
 	// InFlight is the number of batches between claim and finish.
 	InFlight int
+	// SendingSince is when the oldest send of the type still waiting for
+	// its destination began; zero when none is.
+	SendingSince time.Time
+	// Claim is the type's claim mode.
+	Claim ClaimMode
+	// RejectingSince is when the destination began refusing the type's
+	// messages (rejected or failed, not an outage) without acknowledging
+	// any since; zero while it acknowledges. LastRejected is when it last
+	// refused one, and LastRejection that message's error.
+	RejectingSince, LastRejected time.Time
+	LastRejection                string
 }
 
 // Health returns a snapshot of the relay's state.
 func (r *Relay) Health() Health {
 	r.mu.Lock()
-	h := Health{InstanceID: r.cfg.InstanceID, Running: r.started && !r.stopped, JobErrors: map[string]string{}}
+	h := Health{InstanceID: r.cfg.InstanceID, Running: r.started && !r.stopped, JobErrors: map[string]string{}, LockClaims: r.locks.health()}
 	pollers := make([]*poller, 0, len(r.pollers))
 	for _, p := range r.pollers {
 		pollers = append(pollers, p)

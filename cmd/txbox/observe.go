@@ -92,7 +92,8 @@ func (o *observability) serve(r *relay.Relay) error {
 		if !ok {
 			return fmt.Errorf("health: the %s store cannot report its schema version", o.st.Dialect())
 		}
-		hc := health.Config{Store: sv, Relay: r, LagThreshold: o.cfg.Health.LagThreshold, FailWhenDegraded: o.cfg.Health.FailWhenDegraded}
+		hc := health.Config{Store: sv, Relay: r, LagThreshold: o.cfg.Health.LagThreshold, FailWhenDegraded: o.cfg.Health.FailWhenDegraded,
+			RejectThreshold: o.cfg.Health.RejectThreshold}
 		if in, ok := o.st.Driver.(store.Inspector); ok {
 			hc.Stats = in
 		}

@@ -240,6 +240,11 @@ func (d *Driver) Dialect() string { return Dialect }
 // DB returns the pool the driver uses.
 func (d *Driver) DB() *sql.DB { return d.db }
 
+// MaxConns is the most open connections of the driver's pool, 0 when
+// unbounded. The relay leaves part of it to everything but the lock
+// claims (relay.Config.LockBudget).
+func (d *Driver) MaxConns() int { return d.db.Stats().MaxOpenConnections }
+
 // Tables returns the validated table names the driver uses.
 func (d *Driver) Tables() store.Tables { return d.tables }
 

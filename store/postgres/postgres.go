@@ -158,6 +158,10 @@ func (d *Driver) Close() error { return nil }
 // Pool returns the pool the driver was built on.
 func (d *Driver) Pool() *pgxpool.Pool { return d.pool }
 
+// MaxConns is the size of the driver's pool. The relay leaves part of it
+// to everything but the lock claims (relay.Config.LockBudget).
+func (d *Driver) MaxConns() int { return int(d.pool.Config().MaxConns) }
+
 // Tables returns the validated table names.
 func (d *Driver) Tables() store.Tables { return d.tables }
 

@@ -149,6 +149,7 @@ var tables = []table{
 		{keys: []string{"listen"}, def: "(off)", meaning: "`host:port` to serve the probes on, e.g. `0.0.0.0:8081`"},
 		{keys: []string{"lag-threshold"}, def: "%v (off)", meaning: "`/readyz` reports `degraded` when an event type's oldest due event is older (scheduled events are not lag)"},
 		{keys: []string{"fence-threshold"}, meaning: "PostgreSQL, when a configured type has `ordering: key` with its fence on: `/readyz` reports `degraded` (`ordering_fence_held`), naming the transaction, when a transaction of the cluster has held a transaction id longer; `0` turns it off"},
+		{keys: []string{"reject-threshold"}, meaning: "`/readyz` reports `degraded` (`destination_rejecting`) when a type's destination has refused its messages (no stream bound, exchange missing, webhook 404) for longer, acknowledging none; negative turns it off"},
 		{keys: []string{"fail-when-degraded"}, meaning: "`/readyz` answers 503 when degraded, not only when not ready"},
 	}},
 	{name: "admin", prefix: "admin", rows: []row{

@@ -1,18 +1,49 @@
 package relay
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"strings"
 	"time"
 
-	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/store"
 )
+
+// leaseBatch is a batch of the lease claim (ClaimLease): its rows are
+// IN_PROCESS under a lease token, and their finish is a second write,
+// folded with the finishes of the type's other batches (finishCoalesced)
+// and degrading when a value is refused (finishDegrading).
+type leaseBatch struct {
+	p    *poller
+	rows []*store.OutboxRow
+}
+
+// leaseClaim is the claimFunc of the lease claim.
+func (p *poller) leaseClaim(ctx context.Context, params *store.OutboxClaimParams) (batch, error) {
+	rows, err := p.deps.store.OutboxClaim(ctx, params)
+	if err != nil || len(rows) == 0 {
+		return nil, err
+	}
+	return &leaseBatch{p: p, rows: rows}, nil
+}
+
+func (b *leaseBatch) Rows() []*store.OutboxRow { return b.rows }
+
+// Finish records the batch's outcomes in a group finish.
+func (b *leaseBatch) Finish(items []store.OutboxFinishItem) finishReport {
+	start := time.Now()
+	res, err := b.p.finishCoalesced(items)
+	fr := finishReport{
+		took: time.Since(start), err: err,
+		fencedWhy: "lease lost before finish; another relay owns these rows now",
+		failedWhy: "finish failed; rows will be recovered after their lease expires",
+	}
+	if res != nil {
+		fr.fenced = res.Fenced
+	}
+	return fr
+}
 
 // finishReq is one batch's finish waiting in a group finish.
 type finishReq struct {
@@ -224,80 +255,7 @@ func (p *poller) finishSplit(items []store.OutboxFinishItem, off int, err error)
 // finishOnce is one finish call, bounded by finishTimeout (by
 // finishTimeoutAfterDeadline once the relay is past its stop deadline).
 func (p *poller) finishOnce(items []store.OutboxFinishItem) (*store.OutboxFinishResult, error) {
-	timeout := finishTimeout
-	if p.deps.hard.Err() != nil {
-		timeout = finishTimeoutAfterDeadline
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.deps.hard), timeout)
+	ctx, cancel := p.finishContext()
 	defer cancel()
 	return p.deps.store.OutboxFinish(ctx, &store.OutboxFinishParams{Items: items, DeleteAcked: p.s.retention == 0})
-}
-
-// finishBatch records a batch's outcome (items) and reports the batch,
-// ev, to the hooks.
-func (p *poller) finishBatch(items []store.OutboxFinishItem, ev BatchEvent) {
-	fstart := time.Now()
-	res, ferr := p.finishCoalesced(items)
-	ev.FinishDuration = time.Since(fstart)
-	if res != nil && res.Fenced > 0 {
-		ev.Fenced = res.Fenced
-		p.log.Warn("lease lost before finish; another relay owns these rows now", slog.Int("fenced", res.Fenced))
-	}
-	if ferr != nil {
-		ev.FinishErr = ferr
-		p.log.Error("finish failed; rows will be recovered after their lease expires",
-			slog.Int("rows", len(items)), slog.Any("error", ferr))
-	}
-	p.log.Debug("finished",
-		slog.Int("sent", ev.Sent), slog.Int("retried", ev.Retried), slog.Int("failed", ev.Failed), slog.Int("released", ev.Released),
-		slog.Int("fenced", ev.Fenced), slog.Duration("send_took", ev.SendDuration), slog.Duration("took", ev.FinishDuration))
-	for _, h := range p.deps.hooks {
-		h.OnBatch(ev)
-	}
-}
-
-// splitInvalid separates the rows a dialect could not turn into a message
-// (store.OutboxRow.Invalid) from the rest. They are never sent: each one
-// fails at once with its reason, as a permanent error would, so it goes to
-// the dead-letter table while the rest of its batch is delivered
-// (docs/concepts.md). On an ordered type the failed row parks its key, so
-// the rows of that key behind it in the batch (a key run) are released
-// unsent, without an attempt, exactly as when a sent row of a run fails.
-func (p *poller) splitInvalid(rows []*store.OutboxRow) ([]*store.OutboxRow, []store.OutboxFinishItem) {
-	var failed []store.OutboxFinishItem
-	var parked map[string]txbox.ID // key -> its first invalid row
-	for _, row := range rows {
-		if row.Invalid == "" {
-			continue
-		}
-		msg := "not sent: the row cannot be turned into a message: " + row.Invalid
-		if len(msg) > maxErrorText {
-			msg = strings.ToValidUTF8(msg[:maxErrorText], "")
-		}
-		failed = append(failed, store.OutboxFinishItem{ID: row.ID, LeaseToken: row.LeaseToken, Outcome: store.OutcomeFailed, Error: msg})
-		p.log.Warn("row cannot be turned into a message; dead-lettering it", slog.String("event_id", row.ID.String()), slog.String("reason", row.Invalid))
-		if p.s.ordering == OrderingKey && row.Key != "" {
-			if parked == nil {
-				parked = map[string]txbox.ID{}
-			}
-			if first, ok := parked[row.Key]; !ok || bytes.Compare(row.ID[:], first[:]) < 0 {
-				parked[row.Key] = row.ID
-			}
-		}
-	}
-	if failed == nil {
-		return rows, nil
-	}
-	valid := make([]*store.OutboxRow, 0, len(rows)-len(failed))
-	for _, row := range rows {
-		if row.Invalid != "" {
-			continue
-		}
-		if first, ok := parked[row.Key]; ok && bytes.Compare(row.ID[:], first[:]) > 0 {
-			failed = append(failed, store.OutboxFinishItem{ID: row.ID, LeaseToken: row.LeaseToken, Outcome: store.OutcomeReleased})
-			continue
-		}
-		valid = append(valid, row)
-	}
-	return valid, failed
 }

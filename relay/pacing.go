@@ -156,3 +156,44 @@ func IdlePollsPerHour(p PollingSettings) int {
 		n++
 	}
 }
+
+// wakeFollowUps are the delays of the extra polls after a wake-up that
+// found nothing. In-process publishers wake the relay from inside the
+// transaction, before it commits (outbox.Config.OnPublish), so the first
+// poll often comes too early; the commit follows within milliseconds, and
+// these polls pick it up without waiting for the adaptive delay.
+var wakeFollowUps = []time.Duration{2 * time.Millisecond, 10 * time.Millisecond, 50 * time.Millisecond}
+
+// pacing chooses the poller's wait between claims: the polling strategy,
+// and the follow-up polls after a wake-up.
+type pacing struct {
+	strategy pollStrategy
+	// ordered is true for a type delivered in key order.
+	ordered   bool
+	followUps []time.Duration
+}
+
+// woken starts over after a wake-up, with the follow-up polls.
+func (pc *pacing) woken() {
+	pc.strategy.reset()
+	pc.followUps = wakeFollowUps
+}
+
+// next returns the wait after a claim that returned claimed rows of
+// limit.
+func (pc *pacing) next(claimed, limit int) time.Duration {
+	delay := pc.strategy.next(claimed, limit)
+	if pc.ordered && claimed > 0 && claimed < limit {
+		// Limited by keys in flight, not idle: wait no longer than
+		// min-delay, and claim at once when a batch finishes (batchDone).
+		pc.strategy.reset()
+		delay = pc.strategy.next(0, limit)
+	}
+	if claimed == 0 && len(pc.followUps) > 0 {
+		delay = min(delay, pc.followUps[0])
+		pc.followUps = pc.followUps[1:]
+	} else if claimed > 0 {
+		pc.followUps = nil
+	}
+	return delay
+}

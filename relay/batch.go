@@ -1,0 +1,53 @@
+package relay
+
+import (
+	"context"
+	"time"
+
+	"github.com/txbox/txbox/store"
+)
+
+// batch is one claimed batch of rows, as its source hands it to the
+// delivery (relay/deliver.go): the rows to send, and the way their
+// outcomes are written. Each claim mode is one implementation, chosen
+// once when the poller is made (newPoller): leaseBatch (relay/lease.go)
+// and lockBatch (relay/lock.go). Another source of rows, such as a stream
+// of the database's changes, feeds the same send, judge and report path
+// by implementing batch and a claimFunc.
+type batch interface {
+	// Rows are the claimed rows, at least one.
+	Rows() []*store.OutboxRow
+	// Finish writes the outcomes, one per row (the rows that were not
+	// sent included), and gives back whatever the batch holds.
+	Finish(items []store.OutboxFinishItem) finishReport
+}
+
+// claimFunc claims up to params.Limit rows of one type; a nil batch with
+// a nil error means there were none.
+type claimFunc func(ctx context.Context, params *store.OutboxClaimParams) (batch, error)
+
+// finishReport is what a batch's Finish did, in the words of its claim
+// mode for the log.
+type finishReport struct {
+	// took is how long the finish ran.
+	took time.Duration
+	// fenced rows were not the batch's to finish any more; fencedWhy says
+	// why, for the log.
+	fenced    int
+	fencedWhy string
+	// err is the finish's error; failedWhy says what becomes of the rows.
+	err       error
+	failedWhy string
+}
+
+// finishContext bounds one finish statement: finishTimeout, or
+// finishTimeoutAfterDeadline once the relay is past its stop deadline. It
+// is not cancelled by the stop: a shutdown must not strand rows it could
+// still finish.
+func (p *poller) finishContext() (context.Context, context.CancelFunc) {
+	timeout := finishTimeout
+	if p.deps.hard.Err() != nil {
+		timeout = finishTimeoutAfterDeadline
+	}
+	return context.WithTimeout(context.WithoutCancel(p.deps.hard), timeout)
+}

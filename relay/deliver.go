@@ -1,0 +1,425 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/sender"
+	"github.com/txbox/txbox/store"
+)
+
+// The delivery of one claimed batch, whatever claimed it (a batch:
+// relay/batch.go): split off the rows that cannot be messages, send the
+// rest within the lease, let the circuits judge the outcome, sort each row
+// into its finish outcome, finish the batch and report it.
+
+// deliver sends one claimed batch and finishes it, in steps: build the
+// messages, send them within the lease, let the circuits judge the
+// outcome, sort each row into its finish outcome, finish and report.
+// claimStart is when the claim statement was sent: the lease, taken on
+// the database clock during the statement, ends no earlier than
+// claimStart + lease duration on this process's monotonic clock (which
+// keeps counting while the process is paused, as with SIGSTOP).
+func (p *poller) deliver(b batch, t ticket, claimStart time.Time) {
+	rows, invalid := p.splitInvalid(b.Rows())
+	if p.s.ordering == OrderingKey {
+		inKeyOrder(rows) // relay/ordered.go
+	}
+	ev := BatchEvent{EventType: p.s.eventType, Sender: p.s.senderName, Destination: p.dest}
+	var items []store.OutboxFinishItem
+	if len(rows) == 0 {
+		p.circuit.abandon(t)
+	} else {
+		msgs := messages(rows, p.s.route)
+		bt := p.startTrace(msgs)
+		sent := p.sendWithinLease(bt, msgs, claimStart)
+		bt.end(sent)
+		ev.SendDuration = sent.took
+		verdicts := p.judgeSent(t, msgs, sent)
+		items = make([]store.OutboxFinishItem, len(rows))
+		for i, row := range rows {
+			items[i] = p.outcome(row, sent.results[i], verdicts[i], sent.stopped)
+		}
+		countOutcomes(&ev, items)
+		p.logRefusals(t, sent, ev, items)
+		p.noteRefusals(ev, items)
+	}
+	countOutcomes(&ev, invalid)
+	items = append(items, invalid...)
+	p.report(ev, len(items), b.Finish(items))
+}
+
+// report logs a finished batch and hands it, ev, to the hooks: the one
+// reporting path of every claim mode. rows is how many rows it had.
+func (p *poller) report(ev BatchEvent, rows int, fr finishReport) {
+	ev.FinishDuration = fr.took
+	if fr.fenced > 0 {
+		ev.Fenced = fr.fenced
+		p.log.Warn(fr.fencedWhy, slog.Int("fenced", fr.fenced))
+	}
+	if fr.err != nil {
+		ev.FinishErr = fr.err
+		p.log.Error(fr.failedWhy, slog.Int("rows", rows), slog.Any("error", fr.err))
+	}
+	p.log.Debug("finished", slog.String("claim", string(p.s.claim)),
+		slog.Int("sent", ev.Sent), slog.Int("retried", ev.Retried), slog.Int("failed", ev.Failed), slog.Int("released", ev.Released),
+		slog.Int("fenced", ev.Fenced), slog.Duration("send_took", ev.SendDuration), slog.Duration("took", ev.FinishDuration))
+	for _, h := range p.deps.hooks {
+		h.OnBatch(ev)
+	}
+}
+
+// splitInvalid separates the rows a dialect could not turn into a message
+// (store.OutboxRow.Invalid) from the rest. They are never sent: each one
+// fails at once with its reason, as a permanent error would, so it goes to
+// the dead-letter table while the rest of its batch is delivered
+// (docs/concepts.md). On an ordered type the failed row parks its key, so
+// the rows of that key behind it in the batch (a key run) are released
+// unsent, without an attempt, exactly as when a sent row of a run fails.
+func (p *poller) splitInvalid(rows []*store.OutboxRow) ([]*store.OutboxRow, []store.OutboxFinishItem) {
+	var failed []store.OutboxFinishItem
+	var parked map[string]txbox.ID // key -> its first invalid row
+	for _, row := range rows {
+		if row.Invalid == "" {
+			continue
+		}
+		msg := "not sent: the row cannot be turned into a message: " + row.Invalid
+		if len(msg) > maxErrorText {
+			msg = strings.ToValidUTF8(msg[:maxErrorText], "")
+		}
+		failed = append(failed, store.OutboxFinishItem{ID: row.ID, LeaseToken: row.LeaseToken, Outcome: store.OutcomeFailed, Error: msg})
+		p.log.Warn("row cannot be turned into a message; dead-lettering it", slog.String("event_id", row.ID.String()), slog.String("reason", row.Invalid))
+		if p.s.ordering == OrderingKey && row.Key != "" {
+			if parked == nil {
+				parked = map[string]txbox.ID{}
+			}
+			if first, ok := parked[row.Key]; !ok || bytes.Compare(row.ID[:], first[:]) < 0 {
+				parked[row.Key] = row.ID
+			}
+		}
+	}
+	if failed == nil {
+		return rows, nil
+	}
+	valid := make([]*store.OutboxRow, 0, len(rows)-len(failed))
+	for _, row := range rows {
+		if row.Invalid != "" {
+			continue
+		}
+		if first, ok := parked[row.Key]; ok && bytes.Compare(row.ID[:], first[:]) > 0 {
+			failed = append(failed, store.OutboxFinishItem{ID: row.ID, LeaseToken: row.LeaseToken, Outcome: store.OutcomeReleased})
+			continue
+		}
+		valid = append(valid, row)
+	}
+	return valid, failed
+}
+
+// messages turns claimed rows into the messages to send, with the
+// headers every message carries (docs/concepts.md, "Headers").
+func messages(rows []*store.OutboxRow, route sender.Route) []*sender.Message {
+	msgs := make([]*sender.Message, len(rows))
+	block := make([]sender.Message, len(rows)) // one allocation, not one per message
+	for i, row := range rows {
+		h := make(map[string]string, len(row.Headers)+3)
+		maps.Copy(h, row.Headers)
+		h[txbox.HeaderEventID] = row.ID.String()
+		h[txbox.HeaderEventType] = row.EventType
+		h[txbox.HeaderCreatedAt] = row.CreatedAt.UTC().Format(time.RFC3339Nano)
+		block[i] = sender.Message{
+			ID: row.ID, EventType: row.EventType, Key: row.Key, Payload: row.Payload,
+			Headers: h, CreatedAt: row.CreatedAt, Attempt: row.Attempts + 1, Route: route,
+		}
+		msgs[i] = &block[i]
+	}
+	return msgs
+}
+
+// sendResult is what came of sending one batch.
+type sendResult struct {
+	// results has one entry per message, nil when it was acked.
+	results []error
+	// start is when Send began, took how long it ran; zero when the
+	// batch was not sent.
+	start time.Time
+	took  time.Duration
+	// stopped is true when the lease ran out before the send or the
+	// relay is past its stop deadline: the outcome says nothing about
+	// the destination, and every row that was not acked is released.
+	stopped bool
+}
+
+// sendBegins records a send that begins now, until the returned func is
+// called.
+func (p *poller) sendBegins() (ended func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.sending == nil {
+		p.sending = map[uint64]time.Time{}
+	}
+	p.sends++
+	n := p.sends
+	p.sending[n] = time.Now()
+	return func() {
+		p.mu.Lock()
+		delete(p.sending, n)
+		p.mu.Unlock()
+	}
+}
+
+// sendWithinLease sends msgs so that the send ends within the lease, with
+// a margin for the finish: past it another relay may own the rows, so
+// sending would only make duplicates and our finish would be fenced
+// anyway. A batch whose lease is already (nearly) over, such as one
+// claimed just before this process was paused, is not sent at all.
+func (p *poller) sendWithinLease(bt *batchTrace, msgs []*sender.Message, claimStart time.Time) sendResult {
+	deadline := claimStart.Add(p.s.leaseDuration - p.s.leaseDuration/10)
+	if !time.Now().Before(deadline) {
+		p.log.Warn("lease ran out before the batch was sent; releasing it unsent", slog.Int("rows", len(msgs)))
+		return sendResult{results: sender.Results(errLeaseLost, len(msgs)), stopped: true}
+	}
+	base := p.deps.hard
+	if bt != nil {
+		base = bt.ctx // the batch span, for an instrumented sender
+	}
+	ctx, cancel := context.WithDeadline(base, deadline)
+	defer cancel()
+	defer p.sendBegins()()
+	start := time.Now()
+	var err error
+	if p.s.ordering == OrderingKey {
+		err = p.sendOrdered(ctx, msgs) // in waves: relay/ordered.go
+	} else {
+		err = p.s.sender.Send(ctx, msgs)
+	}
+	took := time.Since(start)
+	results := sender.Results(err, len(msgs))
+	stopped := p.deps.hard.Err() != nil
+	if ctx.Err() != nil && !stopped {
+		p.cutAtLeaseEnd(results)
+	}
+	return sendResult{results: results, start: start, took: took, stopped: stopped}
+}
+
+// cutAtLeaseEnd marks the transient failures of a send that the lease's
+// deadline cut short as errLeaseCut: the relay's own time budget ran out,
+// which says nothing about those messages, so they are released without
+// an attempt and left out of the circuits' judgement. A message that
+// hangs the destination is judged by the sender's own timeout, which must
+// be shorter than the lease; a batch that does not fit in its lease is
+// logged so the lease or batch size can be changed.
+func (p *poller) cutAtLeaseEnd(results []error) {
+	cut := 0
+	for i, res := range results {
+		if res != nil && txbox.Classify(res) == txbox.ClassTransient {
+			results[i] = errLeaseCut
+			cut++
+		}
+	}
+	if cut > 0 {
+		p.log.Warn("lease ran out while sending; releasing the unacknowledged rows without an attempt (raise lease or lower batch-size if this repeats)",
+			slog.Int("rows", cut), slog.Int("batch", len(results)), slog.Duration("lease", p.s.leaseDuration))
+	}
+}
+
+// judgeSent lets the circuits judge a sent batch, and returns one verdict
+// per message: they say which transient failures are the message's own
+// fault (they count an attempt); see breaker.assess. A batch that was stopped
+// proves nothing and is not judged: its verdicts are all zero. Nor are the
+// messages whose outcome says nothing about the message or its
+// destination (unjudged: a row of an ordered batch left unsent, a send
+// cut short by the lease's end): each is released at once without an
+// attempt. When nothing at all was answered within the whole lease, that
+// is the destination's to answer for (its circuit hears of it), not the
+// messages' (no attempt).
+func (p *poller) judgeSent(t ticket, msgs []*sender.Message, sent sendResult) []verdict {
+	out := make([]verdict, len(msgs))
+	if sent.stopped {
+		p.circuit.abandon(t)
+		return out
+	}
+	var ids []txbox.ID
+	var results []error
+	for i, m := range msgs {
+		if !unjudged(sent.results[i]) {
+			ids = append(ids, m.ID)
+			results = append(results, sent.results[i])
+		}
+	}
+	if len(results) == 0 {
+		if slices.ContainsFunc(sent.results, func(res error) bool { return errors.Is(res, errLeaseCut) }) {
+			all := make([]txbox.ID, len(msgs))
+			for i, m := range msgs {
+				all[i] = m.ID
+			}
+			p.circuit.assess(t, sent.start, all, sent.results)
+			return out
+		}
+		p.circuit.abandon(t)
+		return out
+	}
+	vs := p.circuit.assess(t, sent.start, ids, results)
+	j := 0
+	for i, res := range sent.results {
+		if unjudged(res) {
+			continue // verdict{}: released, due now, no attempt
+		}
+		out[i] = vs[j]
+		j++
+	}
+	return out
+}
+
+// outcome is the finish of one sent row whose send ended with res (nil:
+// acked), judged v; stopped is sendResult.stopped.
+func (p *poller) outcome(row *store.OutboxRow, res error, v verdict, stopped bool) store.OutboxFinishItem {
+	it := store.OutboxFinishItem{ID: row.ID, LeaseToken: row.LeaseToken}
+	switch {
+	case res == nil:
+		it.Outcome = store.OutcomeAcked
+	case stopped || (txbox.Classify(res) == txbox.ClassTransient && !v.count):
+		// The destination (or this relay) is unavailable: put the row
+		// back without counting an attempt.
+		it.Outcome = store.OutcomeReleased
+		if !stopped {
+			// Wait before the row is due again. When the destination
+			// failed as a whole its circuit is open as well; when only
+			// some messages failed it is not, and this delay alone keeps
+			// them from being hammered.
+			it.RetryAfter = v.retryAfter
+		}
+	case txbox.Classify(res) == txbox.ClassPermanent:
+		it.Outcome = store.OutcomeFailed
+		it.Error = errorText(res)
+	default: // rejected, or failing transiently while the destination accepts others
+		it.Error = errorText(res)
+		if row.Attempts+1 >= p.s.maxAttempts {
+			it.Outcome = store.OutcomeFailed
+		} else {
+			it.Outcome = store.OutcomeRetry
+			it.RetryAfter = p.s.backoff.policy().Delay(row.Attempts + 1)
+		}
+	}
+	return it
+}
+
+// countOutcomes adds the outcomes of items to ev.
+func countOutcomes(ev *BatchEvent, items []store.OutboxFinishItem) {
+	for _, it := range items {
+		switch it.Outcome {
+		case store.OutcomeAcked:
+			ev.Sent++
+		case store.OutcomeRetry:
+			ev.Retried++
+		case store.OutcomeFailed:
+			ev.Failed++
+		case store.OutcomeReleased:
+			ev.Released++
+		}
+	}
+}
+
+// logRefusals logs a failed probe and, at WARN with the event id and the
+// reason, the messages the destination refused; items are the sent rows'
+// outcomes, counted in ev.
+func (p *poller) logRefusals(t ticket, sent sendResult, ev BatchEvent, items []store.OutboxFinishItem) {
+	n := len(items)
+	if t.probe && !sent.stopped && ev.Released == n {
+		p.log.Warn("probe batch failed; destination still unavailable", slog.Any("error", firstError(sent.results)))
+	}
+	if ev.Failed == 0 && ev.Retried == 0 {
+		return
+	}
+	// One line per message, so an operator can grep an event id, up to
+	// a bound per batch: a poison flood must not turn into a log flood.
+	logged := 0
+	for _, it := range items {
+		if it.Outcome != store.OutcomeFailed && it.Outcome != store.OutcomeRetry {
+			continue
+		}
+		if logged == maxRefusalLines {
+			break
+		}
+		logged++
+		msg := "message rejected; will retry"
+		if it.Outcome == store.OutcomeFailed {
+			msg = "message failed for good; moving to the dead-letter table"
+		}
+		p.log.Warn(msg, slog.String("event_id", it.ID.String()), slog.String("reason", it.Error))
+	}
+	if n := ev.Failed + ev.Retried; n > logged {
+		p.log.Warn("more messages rejected in this batch", slog.Int("not_logged", n-logged),
+			slog.Int("retried", ev.Retried), slog.Int("failed", ev.Failed))
+	}
+}
+
+// noteRefusals records what the destination made of a finished batch,
+// for TypeHealth's rejection fields: an acknowledgement ends a run of
+// refusals; a batch with refused messages and none acknowledged starts or
+// continues one. A batch that was only released (an outage, a stop) says
+// nothing about refusals.
+func (p *poller) noteRefusals(ev BatchEvent, items []store.OutboxFinishItem) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case ev.Sent > 0:
+		p.rejectingSince, p.lastRejected, p.lastRejection = time.Time{}, time.Time{}, ""
+	case ev.Retried+ev.Failed > 0:
+		now := time.Now()
+		if p.rejectingSince.IsZero() {
+			p.rejectingSince = now
+		}
+		p.lastRejected = now
+		for _, it := range items {
+			if it.Error != "" {
+				p.lastRejection = it.Error
+				break
+			}
+		}
+	}
+}
+
+// maxRefusalLines bounds the per-message WARN lines of one batch.
+const maxRefusalLines = 10
+
+// errLeaseLost marks the rows of a batch whose lease ran out before it
+// was sent.
+var errLeaseLost = errors.New("relay: lease ran out before the send")
+
+// errLeaseCut marks a message whose send the lease's deadline cut short:
+// see cutAtLeaseEnd.
+var errLeaseCut = txbox.Transient(errors.New("relay: send cut short at the end of the lease"))
+
+// unjudged reports whether res is an outcome that says nothing about the
+// message or its destination (errUnsent, errLeaseCut): the row is released,
+// due at once, with no attempt counted.
+func unjudged(res error) bool {
+	return errors.Is(res, errUnsent) || errors.Is(res, errLeaseCut)
+}
+
+// maxErrorText bounds the last error stored per row.
+const maxErrorText = 2000
+
+func errorText(err error) string {
+	s := err.Error()
+	if len(s) > maxErrorText {
+		s = strings.ToValidUTF8(s[:maxErrorText], "")
+	}
+	return s
+}
+
+func firstError(errs []error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return errors.New("none")
+}
