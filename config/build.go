@@ -294,33 +294,7 @@ func (c *Config) senderConfig(name string, getenv func(string) string, logger *s
 	tlsOf := func(t *TLS) (*tls.Config, error) { return t.build(join(p, "tls"), log) }
 	switch sc.Type {
 	case SenderNATS:
-		n := sc.NATS
-		pw, err := readSecret(getenv, p, "password", n.PasswordEnv, n.PasswordFile)
-		if err != nil {
-			return nil, err
-		}
-		token, err := readSecret(getenv, p, "token", n.TokenEnv, n.TokenFile)
-		if err != nil {
-			return nil, err
-		}
-		tc, err := tlsOf(n.TLS)
-		if err != nil {
-			return nil, err
-		}
-		// The seed and the credentials are read by the NATS client when
-		// it connects: reading them here finds an unreadable file
-		// before a deploy, not at the first connection.
-		for _, f := range []struct{ key, file string }{{"nkey-seed-file", n.NKeySeedFile}, {"creds-file", n.CredsFile}} {
-			if f.file == "" {
-				continue
-			}
-			if _, err := readSecret(nil, p, strings.TrimSuffix(f.key, "-file"), "", f.file); err != nil {
-				return nil, err
-			}
-		}
-		return nats.Config{URL: n.URL.Reveal(), Name: n.Name, CredsFile: n.CredsFile, AckTimeout: n.Timeout, MaxPending: n.MaxPending,
-			Logger: log, ProvisionStream: n.ProvisionStream, User: n.User, Password: pw, Token: token, NKeySeedFile: n.NKeySeedFile, TLS: tc,
-			CloudEvents: sc.senderCloudEvents()}, nil
+		return natsSenderConfig(sc, p, getenv, log, tlsOf)
 	case SenderWebhook:
 		w := sc.Webhook
 		secret, err := readSecret(getenv, p, "hmac-secret", w.HMACSecretEnv, w.HMACSecretFile)
@@ -334,23 +308,7 @@ func (c *Config) senderConfig(name string, getenv func(string) string, logger *s
 		return webhook.Config{Timeout: w.Timeout, MaxConcurrency: w.Concurrency, ContentType: w.ContentType, Secret: secret, SignatureHeader: w.SignatureHeader, TLS: tc,
 			CloudEvents: sc.senderCloudEvents()}, nil
 	case SenderKafka:
-		k := sc.Kafka
-		tc, err := tlsOf(k.TLS)
-		if err != nil {
-			return nil, err
-		}
-		kc := kafka.Config{Brokers: k.Brokers, ClientID: k.ClientID, DeliveryTimeout: k.Timeout, Linger: k.Linger, MaxBufferedRecords: k.MaxBufferedRecords,
-			MaxRecordBytes: k.MaxRecordBytes, ProvisionPartitions: int32(k.ProvisionPartitions), ProvisionReplicationFactor: int16(k.ProvisionReplicationFactor), TLS: tc,
-			CloudEvents: sc.senderCloudEvents()}
-		if k.SASL != nil {
-			sp := join(p, "sasl")
-			pw, err := readSecret(getenv, sp, "password", k.SASL.PasswordEnv, k.SASL.PasswordFile)
-			if err != nil {
-				return nil, err
-			}
-			kc.SASL = k.SASL.mechanism(pw)
-		}
-		return kc, nil
+		return kafkaSenderConfig(sc, p, getenv, tlsOf)
 	case SenderRabbitMQ:
 		r := sc.RabbitMQ
 		u := r.URL.Reveal()
@@ -385,6 +343,58 @@ func (c *Config) senderConfig(name string, getenv func(string) string, logger *s
 			CloudEvents: sc.senderCloudEvents()}, nil
 	}
 	return nil, fmt.Errorf("%w: %s", ErrUnsupportedSender, sc.Type)
+}
+
+// natsSenderConfig is senderConfig for a NATS sender at key path p.
+func natsSenderConfig(sc *Sender, p string, getenv func(string) string, log *slog.Logger, tlsOf func(*TLS) (*tls.Config, error)) (any, error) {
+	n := sc.NATS
+	pw, err := readSecret(getenv, p, "password", n.PasswordEnv, n.PasswordFile)
+	if err != nil {
+		return nil, err
+	}
+	token, err := readSecret(getenv, p, "token", n.TokenEnv, n.TokenFile)
+	if err != nil {
+		return nil, err
+	}
+	tc, err := tlsOf(n.TLS)
+	if err != nil {
+		return nil, err
+	}
+	// The seed and the credentials are read by the NATS client when
+	// it connects: reading them here finds an unreadable file
+	// before a deploy, not at the first connection.
+	for _, f := range []struct{ key, file string }{{"nkey-seed-file", n.NKeySeedFile}, {"creds-file", n.CredsFile}} {
+		if f.file == "" {
+			continue
+		}
+		if _, err := readSecret(nil, p, strings.TrimSuffix(f.key, "-file"), "", f.file); err != nil {
+			return nil, err
+		}
+	}
+	return nats.Config{URL: n.URL.Reveal(), Name: n.Name, CredsFile: n.CredsFile, AckTimeout: n.Timeout, MaxPending: n.MaxPending,
+		Logger: log, ProvisionStream: n.ProvisionStream, User: n.User, Password: pw, Token: token, NKeySeedFile: n.NKeySeedFile, TLS: tc,
+		CloudEvents: sc.senderCloudEvents()}, nil
+}
+
+// kafkaSenderConfig is senderConfig for a Kafka sender at key path p.
+func kafkaSenderConfig(sc *Sender, p string, getenv func(string) string, tlsOf func(*TLS) (*tls.Config, error)) (any, error) {
+	k := sc.Kafka
+	tc, err := tlsOf(k.TLS)
+	if err != nil {
+		return nil, err
+	}
+	kc := kafka.Config{Brokers: k.Brokers, ClientID: k.ClientID, DeliveryTimeout: k.Timeout, Linger: k.Linger, MaxBufferedRecords: k.MaxBufferedRecords,
+		MaxRecordBytes: k.MaxRecordBytes, ProvisionPartitions: int32(k.ProvisionPartitions), ProvisionReplicationFactor: int16(k.ProvisionReplicationFactor), TLS: tc,
+		CloudEvents: sc.senderCloudEvents()}
+	if k.SASL != nil {
+		sp := join(p, "sasl")
+		pw, err := readSecret(getenv, sp, "password", k.SASL.PasswordEnv, k.SASL.PasswordFile)
+		if err != nil {
+			return nil, err
+		}
+		kc.SASL = k.SASL.mechanism(pw)
+	}
+	return kc, nil
 }
 
 // CheckSenders reads every sender's secrets (environment variables,

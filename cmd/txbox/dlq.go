@@ -139,33 +139,8 @@ func parseDLQ(e *env, sub string, args []string) (*dlqArgs, error) {
 	if *since < 0 || a.limit < 1 {
 		return nil, usagef("--since must be ≥ 0 and --limit ≥ 1")
 	}
-	if *since > 0 {
-		a.filter.FailedAfter = time.Now().Add(-*since)
-	}
-	for _, tf := range []struct {
-		flag, v string
-		dst     *time.Time
-	}{{"--failed-after", *after, &a.filter.FailedAfter}, {"--failed-before", *before, &a.filter.FailedBefore}} {
-		if tf.v == "" {
-			continue
-		}
-		if tf.flag == "--failed-after" && *since > 0 {
-			return nil, usagef("give --since or --failed-after, not both")
-		}
-		ts, err := time.Parse(time.RFC3339Nano, tf.v)
-		if err != nil {
-			return nil, usagef("%s must be an RFC 3339 time such as 2026-01-02T15:04:05Z, not %q", tf.flag, tf.v)
-		}
-		// Checked in UTC, as the admin API does: 9999-12-31T23:59:59-14:00
-		// is in year 10000, which not every dialect stores.
-		if ts = ts.UTC(); store.CheckFilterTime(ts) != nil {
-			return nil, usagef("%s must be from %s to %s once in UTC, not %q", tf.flag,
-				store.MinFilterTime.Format(time.RFC3339), store.MaxFilterTime.Format(time.RFC3339Nano), tf.v)
-		}
-		*tf.dst = ts
-	}
-	if !a.filter.FailedAfter.IsZero() && !a.filter.FailedBefore.IsZero() && !a.filter.FailedAfter.Before(a.filter.FailedBefore) {
-		return nil, usagef("--failed-after must be before --failed-before")
+	if err := parseFailedTimes(&a.filter, *since, *after, *before); err != nil {
+		return nil, err
 	}
 	a.filtered = *typ != "" || *key != "" || *errText != "" || *status == "resolved" ||
 		!a.filter.FailedAfter.IsZero() || !a.filter.FailedBefore.IsZero()
@@ -191,6 +166,40 @@ func parseDLQ(e *env, sub string, args []string) (*dlqArgs, error) {
 		return nil, usagef("%s --all without a filter changes every unresolved dead letter: add filters, --dry-run to see them, or --yes", sub)
 	}
 	return a, nil
+}
+
+// parseFailedTimes sets f's failure-time bounds from --since,
+// --failed-after and --failed-before.
+func parseFailedTimes(f *store.DeadLetterFilter, since time.Duration, after, before string) error {
+	if since > 0 {
+		f.FailedAfter = time.Now().Add(-since)
+	}
+	for _, tf := range []struct {
+		flag, v string
+		dst     *time.Time
+	}{{"--failed-after", after, &f.FailedAfter}, {"--failed-before", before, &f.FailedBefore}} {
+		if tf.v == "" {
+			continue
+		}
+		if tf.flag == "--failed-after" && since > 0 {
+			return usagef("give --since or --failed-after, not both")
+		}
+		ts, err := time.Parse(time.RFC3339Nano, tf.v)
+		if err != nil {
+			return usagef("%s must be an RFC 3339 time such as 2026-01-02T15:04:05Z, not %q", tf.flag, tf.v)
+		}
+		// Checked in UTC, as the admin API does: 9999-12-31T23:59:59-14:00
+		// is in year 10000, which not every dialect stores.
+		if ts = ts.UTC(); store.CheckFilterTime(ts) != nil {
+			return usagef("%s must be from %s to %s once in UTC, not %q", tf.flag,
+				store.MinFilterTime.Format(time.RFC3339), store.MaxFilterTime.Format(time.RFC3339Nano), tf.v)
+		}
+		*tf.dst = ts
+	}
+	if !f.FailedAfter.IsZero() && !f.FailedBefore.IsZero() && !f.FailedAfter.Before(f.FailedBefore) {
+		return usagef("--failed-after must be before --failed-before")
+	}
+	return nil
 }
 
 // parseInterspersed parses fs from args and returns the positional

@@ -73,10 +73,10 @@ type inProcessRelay struct {
 	done   chan int
 }
 
-// startRelay writes yml, migrates and starts `txbox relay` on it, and
+// startInProcessRelay writes yml, migrates and starts `txbox relay` on it, and
 // waits for its health listener. The relay is stopped when the test ends,
 // unless stop was called.
-func startRelay(t *testing.T, ctx context.Context, yml string) *inProcessRelay {
+func startInProcessRelay(t *testing.T, ctx context.Context, yml string) *inProcessRelay {
 	t.Helper()
 	cfgPath := filepath.Join(t.TempDir(), "txbox.yaml")
 	if err := os.WriteFile(cfgPath, []byte(yml), 0o600); err != nil {

@@ -40,7 +40,7 @@ func TestSlowBrokerDoesNotStarveThePool(t *testing.T) {
 	stream := memoryStream(t, ctx, jetStream(t), subj)
 
 	proxy := startSlowProxy(t, strings.TrimPrefix(testenv.NATSURL, "nats://"))
-	rel := startRelay(t, ctx, fmt.Sprintf(`
+	rel := startInProcessRelay(t, ctx, fmt.Sprintf(`
 database: { dialect: postgres, dsn: %q, schema: %s, max-conns: 16 }
 senders:
   main: { type: nats, url: "nats://%s" }

@@ -33,7 +33,7 @@ func TestReadyzReportsARejectingDestination(t *testing.T) {
 	}))
 	defer hook.Close()
 	subj := testenv.UniqueName("nostream")
-	rel := startRelay(t, ctx, fmt.Sprintf(`
+	rel := startInProcessRelay(t, ctx, fmt.Sprintf(`
 database: { dialect: postgres, dsn: %q, schema: %s }
 senders:
   bus: { type: nats, url: %q }

@@ -11,8 +11,11 @@ import (
 	"time"
 
 	"github.com/txbox/txbox/admin"
+	"github.com/txbox/txbox/config"
 	"github.com/txbox/txbox/internal/cpuprofile"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/sender"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 func runRelay(ctx context.Context, e *env, args []string) error {
@@ -52,56 +55,24 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer stopTracing(ctx)
-	st, err := cfg.OpenStore(ctx, e.getenv, log)
+	st, err := openRelayStore(ctx, cfg, e, log, *migrate)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	// Fail fast on a wrong DSN or an unreachable database instead of
-	// starting a relay that can only log errors.
-	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	err = st.Ping(pctx)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("database %s: %w", cfg.Database.Dialect, err)
-	}
-	if *migrate {
-		if err := st.Migrate(ctx); err != nil {
-			return fmt.Errorf("migrate: %w", err)
-		}
-	}
 	senders, err := cfg.OpenSenders(ctx, e.getenv, log)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		for _, name := range sortedKeys(senders) {
-			if err := senders[name].Close(cctx); err != nil {
-				log.Warn("close sender", "sender", name, "error", err)
-			}
-		}
-	}()
+	defer closeSenders(ctx, senders, log)
 	obs, err := listenObservability(cfg, st, log)
 	if err != nil {
 		return err
 	}
 	defer obs.close(context.WithoutCancel(ctx))
-	rc := cfg.RelayConfig(st, senders, log)
-	rc.Hooks = append(rc.Hooks, obs.hooks()...)
-	if tp != nil {
-		rc.TracerProvider = tp
-	}
 	rec := &admin.Recorder{}
-	if cfg.Admin.Enabled {
-		rc.Hooks = append(rc.Hooks, rec)
-	}
-	r, err := relay.New(rc)
+	r, err := newRelay(cfg, st, senders, log, obs, tp, rec)
 	if err != nil {
-		if errors.Is(err, relay.ErrInvalidConfig) {
-			return &usageError{err.Error()}
-		}
 		return err
 	}
 	if err := obs.serve(r); err != nil {
@@ -119,6 +90,61 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	<-ctx.Done()
 	defer stopAdmin()
 	return stopRelay(ctx, e, r, cfg.Relay.ShutdownTimeout, log)
+}
+
+// newRelay makes the relay of cfg, with the observability hooks, the
+// tracer provider (nil: tracing off) and, when the admin API is on, rec.
+func newRelay(cfg *config.Config, st *config.Store, senders map[string]sender.Sender, log *slog.Logger,
+	obs *observability, tp *sdktrace.TracerProvider, rec *admin.Recorder) (*relay.Relay, error) {
+	rc := cfg.RelayConfig(st, senders, log)
+	rc.Hooks = append(rc.Hooks, obs.hooks()...)
+	if tp != nil {
+		rc.TracerProvider = tp
+	}
+	if cfg.Admin.Enabled {
+		rc.Hooks = append(rc.Hooks, rec)
+	}
+	r, err := relay.New(rc)
+	if err != nil && errors.Is(err, relay.ErrInvalidConfig) {
+		return nil, &usageError{err.Error()}
+	}
+	return r, err
+}
+
+// openRelayStore opens the configured store, pings it and, when migrate
+// is set, applies the migrations. It fails fast on a wrong DSN or an
+// unreachable database instead of starting a relay that can only log
+// errors.
+func openRelayStore(ctx context.Context, cfg *config.Config, e *env, log *slog.Logger, migrate bool) (*config.Store, error) {
+	st, err := cfg.OpenStore(ctx, e.getenv, log)
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	err = st.Ping(pctx)
+	cancel()
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("database %s: %w", cfg.Database.Dialect, err)
+	}
+	if migrate {
+		if err := st.Migrate(ctx); err != nil {
+			st.Close()
+			return nil, fmt.Errorf("migrate: %w", err)
+		}
+	}
+	return st, nil
+}
+
+// closeSenders closes every sender, within 10s of the relay's stop.
+func closeSenders(ctx context.Context, senders map[string]sender.Sender, log *slog.Logger) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	for _, name := range sortedKeys(senders) {
+		if err := senders[name].Close(cctx); err != nil {
+			log.Warn("close sender", "sender", name, "error", err)
+		}
+	}
 }
 
 // relayGCPercent is the relay's GOGC when the environment sets none. A
