@@ -55,6 +55,8 @@ type Relay struct {
 	jobErrs map[string]string
 	// kicks tell the background jobs what the pollers saw.
 	kicks jobKicks
+	// looks start the pollers of the new types wake-ups name (wake.go).
+	looks *wakeLooks
 }
 
 // New checks cfg and returns a Relay that is not running yet. Every
@@ -71,6 +73,7 @@ func New(cfg Config) (*Relay, error) {
 		pollers: make(map[string]*poller),
 		jobErrs: make(map[string]string),
 		kicks:   jobKicks{recover: make(chan kick, 1), deadLetter: make(chan kick, 1)},
+		looks:   newWakeLooks(),
 	}
 	r.circuits = newCircuitSet(sortedKeys(cfg.Senders), cfg.Circuit, time.Now, r.onCircuit)
 	return r, nil
@@ -108,6 +111,7 @@ func (r *Relay) Start(ctx context.Context) error {
 		go r.cleanupLoop()
 	}
 	r.startHeartbeat()
+	r.startWakeLooks()
 	if w, ok := r.cfg.Store.(store.Waker); ok {
 		r.wg.Add(1)
 		go r.listen(w)
@@ -158,9 +162,14 @@ func (r *Relay) Stop(ctx context.Context) error {
 
 // Wake asks the pollers of the given event types to claim at once instead
 // of waiting for their next poll; with no types it wakes every poller. A
-// type without a poller gets one. Wake-ups are hints: calling it before
-// Start or after Stop does nothing. The outbox publisher's OnPublish
-// callback can call it for in-process pickup.
+// type without a poller gets one as soon as it has pending rows: Wake asks
+// for a look for pending types (one query however many calls ask, at most
+// one every 250ms), which starts the missing pollers as discovery does,
+// and follows the type up for 10s when the look does not find it yet (an
+// OnPublish call comes before the commit). A type with no rows starts no
+// poller. Wake-ups are hints: calling it before Start or after Stop does
+// nothing. The outbox publisher's OnPublish callback can call it for
+// in-process pickup.
 func (r *Relay) Wake(eventTypes ...string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -171,20 +180,15 @@ func (r *Relay) Wake(eventTypes ...string) {
 		for _, p := range r.pollers {
 			p.wake()
 		}
+		r.looks.want("", time.Now())
 		return
 	}
 	for _, t := range eventTypes {
-		p := r.pollers[t]
-		if p == nil {
-			if err := txbox.ValidateEventType(t); err != nil {
-				continue
-			}
-			if err := r.startPollerLocked(t); err != nil {
-				r.log.Warn("cannot start poller", slog.String("event_type", t), slog.Any("error", err))
-			}
-			continue
+		if p := r.pollers[t]; p != nil {
+			p.wake()
+		} else if txbox.ValidateEventType(t) == nil {
+			r.looks.want(t, time.Now())
 		}
-		p.wake()
 	}
 }
 

@@ -1,0 +1,145 @@
+package relay
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// A wake-up that names an event type without a poller does not start one
+// by itself: a NOTIFY can come from any session of the database, so its
+// names are not trusted. It asks for a wake-up look instead: one
+// OutboxPendingTypes query, whose types get pollers through the path
+// discovery uses (ensurePollers). Looks are coalesced (one pending at a
+// time, however many wake-ups ask) and spaced (wakeLookSpacing), so a
+// flood of NOTIFYs naming garbage costs at most one cheap query per
+// spacing and starts no poller (docs/concepts.md, "Types nobody
+// configured").
+
+// wakeLookSpacing is the shortest time between two wake-up looks. It is
+// the longest a new type's first event waits for its look after another
+// look, well within the second a new type may take.
+const wakeLookSpacing = 250 * time.Millisecond
+
+// wakeLookPatience is how long looks keep following up a named type that
+// no look found: an in-process publisher wakes the relay before its
+// commit (outbox.Config.OnPublish), when the row is not visible yet. The
+// follow-ups come wakeLookSpacing after the look, then twice as far apart
+// each time.
+const wakeLookPatience = 10 * time.Second
+
+// maxWakeNames bounds the named types that looks follow up. A name beyond
+// it still gets its look, only no follow-up of its own.
+const maxWakeNames = 64
+
+// wakeLooks is the relay's queue of wake-up looks.
+type wakeLooks struct {
+	// kick holds one pending look: a wake-up asked for it.
+	kick chan struct{}
+
+	mu sync.Mutex
+	// names are the types wake-ups named that no look found yet, with
+	// when they were first named.
+	names map[string]time.Time
+}
+
+func newWakeLooks() *wakeLooks {
+	return &wakeLooks{kick: make(chan struct{}, 1), names: make(map[string]time.Time)}
+}
+
+// want asks for a look. eventType, when not empty, names the type that
+// wake-up was for, which the looks follow up until it has a poller.
+func (w *wakeLooks) want(eventType string, now time.Time) {
+	if eventType != "" {
+		w.mu.Lock()
+		if _, ok := w.names[eventType]; !ok && len(w.names) < maxWakeNames {
+			w.names[eventType] = now
+		}
+		w.mu.Unlock()
+	}
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// startWakeLooks starts the goroutine that runs the wake-up looks.
+func (r *Relay) startWakeLooks() {
+	r.wg.Add(1)
+	go r.wakeLookLoop()
+}
+
+// wakeLookLoop runs a look for each kick, at most one per
+// wakeLookSpacing, and the follow-ups of the named types no look found,
+// until the relay stops.
+func (r *Relay) wakeLookLoop() {
+	defer r.wg.Done()
+	ctx := r.runCtx
+	spacing := time.NewTimer(time.Hour)
+	spacing.Stop()
+	followUp := time.NewTimer(time.Hour)
+	followUp.Stop()
+	defer spacing.Stop()
+	defer followUp.Stop()
+	next := wakeLookSpacing // how long after a look its next follow-up comes
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.looks.kick:
+			// A new wake-up: follow up from the shortest wait again.
+			next = wakeLookSpacing
+		case <-followUp.C:
+		}
+		followUp.Stop() // Go ≥ 1.23: no stale tick remains after Stop
+		r.wakeLook(ctx)
+		spacing.Reset(wakeLookSpacing)
+		select {
+		case <-ctx.Done():
+			return
+		case <-spacing.C:
+		}
+		if r.settleWakeNames(time.Now()) {
+			followUp.Reset(next - wakeLookSpacing)
+			next = min(2*next, wakeLookPatience)
+		}
+	}
+}
+
+// wakeLook looks for pending types once and starts the pollers that are
+// missing, like a discovery round, which it reports as JobDiscoverWake.
+// A failure is logged but does not degrade the relay's health: no later
+// look may come to clear it, and discovery finds the types anyway.
+func (r *Relay) wakeLook(ctx context.Context) {
+	types, err := r.cfg.Store.OutboxPendingTypes(ctx)
+	if ctx.Err() != nil {
+		return
+	}
+	n := 0
+	if err == nil {
+		n = r.ensurePollers(types)
+	} else {
+		r.log.Warn("wake-up look for new event types failed; discovery will find them", slog.Any("error", err))
+	}
+	for _, h := range r.cfg.Hooks {
+		h.OnMaintenance(MaintenanceEvent{Job: JobDiscoverWake, Count: n, Err: err})
+	}
+}
+
+// settleWakeNames forgets the named types that have a poller now or were
+// named longer than wakeLookPatience ago, and reports whether some remain
+// to follow up. It takes r.mu before the names' lock, as Wake does.
+func (r *Relay) settleWakeNames(now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := r.looks
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for t, named := range w.names {
+		if _, polled := r.pollers[t]; polled || now.Sub(named) >= wakeLookPatience {
+			delete(w.names, t)
+		}
+	}
+	return len(w.names) > 0
+}

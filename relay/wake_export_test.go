@@ -1,0 +1,4 @@
+package relay
+
+// WakeLookSpacing is wakeLookSpacing, for the tests of package relay_test.
+const WakeLookSpacing = wakeLookSpacing

@@ -1,0 +1,278 @@
+package relay_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/outbox"
+	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/sender"
+	"github.com/txbox/txbox/store/postgres"
+	"github.com/txbox/txbox/store/sqlite"
+)
+
+// backedOffDiscovery makes the relay's own discovery look once, at
+// Start, and not again for a minute: only a wake-up can start the poller
+// of a type that appears later within the test.
+func backedOffDiscovery(c *relay.Config) {
+	c.DiscoverInterval = time.Minute
+	c.DiscoverMaxInterval = time.Minute
+}
+
+// countingDriver counts the pending-types looks (discovery's and the
+// wake-ups') that reach the PostgreSQL store. It embeds the driver, so
+// the relay still finds store.Waker and the lock claim on it.
+type countingDriver struct {
+	*postgres.Driver
+	looks atomic.Int64
+}
+
+func (d *countingDriver) OutboxPendingTypes(ctx context.Context) ([]string, error) {
+	d.looks.Add(1)
+	return d.Driver.OutboxPendingTypes(ctx)
+}
+
+// waitListening waits until a backend of the test database LISTENs on
+// d's channel (the last statement of the listener's idle connection).
+func waitListening(t *testing.T, b *bundle, d *postgres.Driver) {
+	t.Helper()
+	listen := "LISTEN " + pgx.Identifier{d.NotifyChannel()}.Sanitize()
+	testenv.WaitFor(t, 20*time.Second, "the wake-up listener LISTENs", func() bool {
+		var n int
+		err := b.pool.QueryRow(context.Background(),
+			`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query = $1`, listen).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	})
+}
+
+// TestWakeStartsNewTypeWhileDiscoveryBacksOff is the bar of a new event
+// type's first event (docs/concepts.md, "Types nobody configured"): with
+// the relay's discovery backed off to a minute, a wake-up naming a type
+// that has no poller yet starts one at once, for the Go publisher's
+// NOTIFY and for the plain-SQL trigger's. No discovery round runs in
+// between: the wake-up's look did it.
+func TestWakeStartsNewTypeWhileDiscoveryBacksOff(t *testing.T) {
+	t.Parallel()
+	for _, via := range []string{"publisher", "trigger"} {
+		t.Run(via, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := context.Background()
+			d := b.store
+			if via == "trigger" {
+				var err error
+				d, err = postgres.New(b.pool, postgres.Config{Schema: b.schema, NotifyTrigger: true, Logger: quietLogger()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := d.Migrate(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			hook := &recordingHook{}
+			cfg := fastConfig(d, map[string]sender.Sender{"test": b.sender})
+			cfg.Events = map[string]relay.EventSettings{"orders": {}}
+			cfg.Hooks = []relay.Hook{hook}
+			backedOffDiscovery(&cfg)
+			r := startRelay(t, cfg)
+			testenv.WaitFor(t, 20*time.Second, "discovery's first round", func() bool { return hook.rounds(relay.JobDiscover) > 0 })
+			waitListening(t, b, d)
+			rounds := hook.rounds(relay.JobDiscover)
+
+			id := txbox.NewID()
+			if via == "publisher" {
+				pub, err := outbox.NewPublisher(d, outbox.Config{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				tx, err := b.pool.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := pub.Publish(ctx, tx, txbox.Event{ID: id, Type: "brand.new", Payload: []byte("1")}); err != nil {
+					t.Fatal(err)
+				}
+				if err := tx.Commit(ctx); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				insert := fmt.Sprintf(`INSERT INTO %s.txbox_outbox (id, event_type, payload) VALUES ($1, 'brand.new', '1')`, b.schema)
+				if _, err := b.pool.Exec(ctx, insert, id); err != nil {
+					t.Fatal(err)
+				}
+			}
+			committed := time.Now()
+			// The bar is 1s; the deadline is far from it so that load
+			// cannot fail the test, and far below discovery's minute.
+			testenv.WaitFor(t, 10*time.Second, "the new type's first event delivered", func() bool { return len(b.sender.deliveries(id)) > 0 })
+			t.Logf("first event of a new type delivered %v after its commit", b.sender.deliveries(id)[0].at.Sub(committed))
+			if got := hook.rounds(relay.JobDiscover); got != rounds {
+				t.Errorf("%d discovery rounds ran before the delivery, want none (the wake-up delivers it)", got-rounds)
+			}
+			if !hasPoller(r, "brand.new") {
+				t.Errorf("no poller for brand.new in %+v", r.Health().Types)
+			}
+		})
+	}
+}
+
+// TestWakeFloodStartsNoPollerWithoutRows: anyone who can connect to the
+// database can NOTIFY the relay's channel. A flood of wake-ups naming
+// types that have no rows starts no poller, and its looks are coalesced
+// and spaced (docs/concepts.md, "Wake-ups"); a real new type named among
+// them is still delivered at once.
+func TestWakeFloodStartsNoPollerWithoutRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	d := &countingDriver{Driver: b.store}
+	hook := &recordingHook{}
+	cfg := fastConfig(d, map[string]sender.Sender{"test": b.sender})
+	cfg.Events = map[string]relay.EventSettings{"orders": {}}
+	cfg.Hooks = []relay.Hook{hook}
+	backedOffDiscovery(&cfg)
+	r := startRelay(t, cfg)
+	testenv.WaitFor(t, 20*time.Second, "discovery's first round", func() bool { return hook.rounds(relay.JobDiscover) > 0 })
+	waitListening(t, b, b.store)
+	looks := d.looks.Load()
+
+	const flood = 2000
+	start := time.Now()
+	id := txbox.NewID()
+	// One transaction: its notifications (the flood, then the real
+	// type's, from the publish statement) arrive together at the commit.
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, 'garbage.' || g) FROM generate_series(1, $2::int) g`, b.store.NotifyChannel(), flood); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := outbox.NewPublisher(b.store, outbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pub.Publish(ctx, tx, txbox.Event{ID: id, Type: "real.new", Payload: []byte("1")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the real new type delivered among the flood", func() bool { return len(b.sender.deliveries(id)) > 0 })
+	// The garbage names are followed up for a while (an in-process wake-up
+	// comes before its commit); wait until a second passes without one.
+	// Stopping early would not weaken the check below, which holds at any
+	// moment.
+	testenv.WaitForEvery(t, 30*time.Second, time.Millisecond, "the wake-up looks stop", func() bool {
+		n := d.looks.Load()
+		return !testenv.Within(time.Second, 20*time.Millisecond, func() bool { return d.looks.Load() != n })
+	})
+	elapsed := time.Since(start)
+	n := d.looks.Load() - looks
+	// Spaced looks: at most one per relay.WakeLookSpacing, plus the one at
+	// once. Load only makes fewer.
+	if limit := 1 + int64(elapsed/relay.WakeLookSpacing); n > limit || n < 1 {
+		t.Errorf("%d wake-up looks in %v for %d notifications, want 1..%d", n, elapsed, flood, limit)
+	}
+	t.Logf("%d notifications of %d distinct types: %d looks in %v", flood+1, flood+1, n, elapsed)
+	h := r.Health()
+	if len(h.Types) != 2 || !hasPoller(r, "orders") || !hasPoller(r, "real.new") {
+		t.Errorf("%d pollers after the flood, want orders and real.new only", len(h.Types))
+	}
+	if got := hook.rounds(relay.JobDiscover); got != 1 {
+		t.Errorf("%d discovery rounds, want the one at Start", got)
+	}
+}
+
+// TestInProcessWakeStartsNewTypeOnSQLite: SQLite has no NOTIFY; an
+// in-process publisher's wake-up (outbox.Config.OnPublish → Relay.Wake)
+// comes before the commit, when the look cannot see the row yet. The
+// follow-up looks start the poller once the commit made it visible,
+// without waiting for discovery.
+func TestInProcessWakeStartsNewTypeOnSQLite(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, err := sqlite.Open(filepath.Join(t.TempDir(), "outbox.db"), sqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	if err := db.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	snd := newTestSender()
+	hook := &recordingHook{}
+	cfg := fastConfig(db, map[string]sender.Sender{"test": snd})
+	cfg.Events = map[string]relay.EventSettings{"orders": {}}
+	cfg.Hooks = []relay.Hook{hook}
+	backedOffDiscovery(&cfg)
+	r := startRelay(t, cfg)
+	testenv.WaitFor(t, 20*time.Second, "discovery's first round", func() bool { return hook.rounds(relay.JobDiscover) > 0 })
+	rounds := hook.rounds(relay.JobDiscover)
+
+	pub, err := outbox.NewPublisher(db, outbox.Config{OnPublish: func(types []string) { r.Wake(types...) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func(tx *sql.Tx) { _ = tx.Rollback() }(tx)
+	id := txbox.NewID()
+	if _, err := pub.Publish(ctx, tx, txbox.Event{ID: id, Type: "brand.new", Payload: []byte("1")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	committed := time.Now()
+	testenv.WaitFor(t, 10*time.Second, "the new type's first event delivered", func() bool { return len(snd.deliveries(id)) > 0 })
+	t.Logf("first event of a new type delivered %v after its commit", snd.deliveries(id)[0].at.Sub(committed))
+	if got := hook.rounds(relay.JobDiscover); got != rounds {
+		t.Errorf("%d discovery rounds ran before the delivery, want none (the wake-up delivers it)", got-rounds)
+	}
+}
+
+// startRelay starts a relay with cfg and stops it when the test ends.
+func startRelay(t *testing.T, cfg relay.Config) *relay.Relay {
+	t.Helper()
+	r, err := relay.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := r.Stop(ctx); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	return r
+}
+
+// hasPoller reports whether r polls eventType.
+func hasPoller(r *relay.Relay, eventType string) bool {
+	for _, th := range r.Health().Types {
+		if th.EventType == eventType {
+			return true
+		}
+	}
+	return false
+}
