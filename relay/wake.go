@@ -26,7 +26,8 @@ const wakeLookSpacing = 250 * time.Millisecond
 // no look found: an in-process publisher wakes the relay before its
 // commit (outbox.Config.OnPublish), when the row is not visible yet. The
 // follow-ups come wakeLookSpacing after the look, then twice as far apart
-// each time.
+// each time: 6 looks in all for a name no look finds, the last 7.75s
+// after the first.
 const wakeLookPatience = 10 * time.Second
 
 // maxWakeNames bounds the named types that looks follow up. A name beyond
@@ -100,8 +101,10 @@ func (r *Relay) wakeLookLoop() {
 			return
 		case <-spacing.C:
 		}
-		if r.settleWakeNames(time.Now()) {
-			followUp.Reset(next - wakeLookSpacing)
+		// Names whose patience ends before the follow-up are dropped now.
+		wait := next - wakeLookSpacing
+		if r.settleWakeNames(time.Now().Add(wait)) {
+			followUp.Reset(wait)
 			next = min(2*next, wakeLookPatience)
 		}
 	}
@@ -128,16 +131,16 @@ func (r *Relay) wakeLook(ctx context.Context) {
 }
 
 // settleWakeNames forgets the named types that have a poller now or were
-// named longer than wakeLookPatience ago, and reports whether some remain
-// to follow up. It takes r.mu before the names' lock, as Wake does.
-func (r *Relay) settleWakeNames(now time.Time) bool {
+// named wakeLookPatience or longer before at, and reports whether some
+// remain to follow up. It takes r.mu before the names' lock, as Wake does.
+func (r *Relay) settleWakeNames(at time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	w := r.looks
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for t, named := range w.names {
-		if _, polled := r.pollers[t]; polled || now.Sub(named) >= wakeLookPatience {
+		if _, polled := r.pollers[t]; polled || at.Sub(named) >= wakeLookPatience {
 			delete(w.names, t)
 		}
 	}

@@ -199,8 +199,8 @@ func TestWakeFloodStartsNoPollerWithoutRows(t *testing.T) {
 
 // TestInProcessWakeStartsNewTypeOnSQLite: SQLite has no NOTIFY; an
 // in-process publisher's wake-up (outbox.Config.OnPublish → Relay.Wake)
-// comes before the commit, when the look cannot see the row yet. The
-// follow-up looks start the poller once the commit made it visible,
+// comes before the commit, when the look cannot see the row yet. A
+// follow-up look starts the poller once the commit made it visible,
 // without waiting for discovery.
 func TestInProcessWakeStartsNewTypeOnSQLite(t *testing.T) {
 	t.Parallel()
@@ -235,6 +235,12 @@ func TestInProcessWakeStartsNewTypeOnSQLite(t *testing.T) {
 	id := txbox.NewID()
 	if _, err := pub.Publish(ctx, tx, txbox.Event{ID: id, Type: "brand.new", Payload: []byte("1")}); err != nil {
 		t.Fatal(err)
+	}
+	// Hold the commit until the wake-up's first look has run: it cannot
+	// see the row, so only a follow-up can start the poller.
+	testenv.WaitFor(t, 10*time.Second, "the wake-up's look before the commit", func() bool { return hook.rounds(relay.JobDiscoverWake) > 0 })
+	if hasPoller(r, "brand.new") {
+		t.Fatal("a poller for brand.new before its row was committed")
 	}
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
