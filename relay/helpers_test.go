@@ -144,6 +144,12 @@ func (b *bundle) start(t *testing.T, mod func(*relay.Config)) *relay.Relay {
 	if mod != nil {
 		mod(&cfg)
 	}
+	return startRelay(t, cfg)
+}
+
+// startRelay starts a relay with cfg and stops it when the test ends.
+func startRelay(t *testing.T, cfg relay.Config) *relay.Relay {
+	t.Helper()
 	r, err := relay.New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -16,16 +16,27 @@ import (
 	"github.com/txbox/txbox/outbox"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/sender"
+	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres"
 	"github.com/txbox/txbox/store/sqlite"
 )
 
-// backedOffDiscovery makes the relay's own discovery look once, at
-// Start, and not again for a minute: only a wake-up can start the poller
-// of a type that appears later within the test.
-func backedOffDiscovery(c *relay.Config) {
-	c.DiscoverInterval = time.Minute
-	c.DiscoverMaxInterval = time.Minute
+// startBackedOff starts a relay on st, delivering to snd, with the
+// configured type "orders" and discovery backed off: it looks once, at
+// Start, and not again for a minute, so only a wake-up can start the
+// poller of a type that appears later within the test. It returns when
+// that first look has run, with the hook that counts the rounds.
+func startBackedOff(t *testing.T, st store.Driver, snd *testSender) (*relay.Relay, *recordingHook) {
+	t.Helper()
+	hook := &recordingHook{}
+	cfg := fastConfig(st, map[string]sender.Sender{"test": snd})
+	cfg.Events = map[string]relay.EventSettings{"orders": {}}
+	cfg.Hooks = []relay.Hook{hook}
+	cfg.DiscoverInterval = time.Minute
+	cfg.DiscoverMaxInterval = time.Minute
+	r := startRelay(t, cfg)
+	testenv.WaitFor(t, 20*time.Second, "discovery's first round", func() bool { return hook.rounds(relay.JobDiscover) > 0 })
+	return r, hook
 }
 
 // countingDriver counts the pending-types looks (discovery's and the
@@ -81,29 +92,17 @@ func TestWakeStartsNewTypeWhileDiscoveryBacksOff(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			hook := &recordingHook{}
-			cfg := fastConfig(d, map[string]sender.Sender{"test": b.sender})
-			cfg.Events = map[string]relay.EventSettings{"orders": {}}
-			cfg.Hooks = []relay.Hook{hook}
-			backedOffDiscovery(&cfg)
-			r := startRelay(t, cfg)
-			testenv.WaitFor(t, 20*time.Second, "discovery's first round", func() bool { return hook.rounds(relay.JobDiscover) > 0 })
+			r, hook := startBackedOff(t, d, b.sender)
 			waitListening(t, b, d)
 			rounds := hook.rounds(relay.JobDiscover)
 
 			id := txbox.NewID()
 			if via == "publisher" {
-				pub, err := outbox.NewPublisher(d, outbox.Config{})
-				if err != nil {
-					t.Fatal(err)
-				}
 				tx, err := b.pool.Begin(ctx)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if _, err := pub.Publish(ctx, tx, txbox.Event{ID: id, Type: "brand.new", Payload: []byte("1")}); err != nil {
-					t.Fatal(err)
-				}
+				publishIn(t, tx, d, txbox.Event{ID: id, Type: "brand.new", Payload: []byte("1")})
 				if err := tx.Commit(ctx); err != nil {
 					t.Fatal(err)
 				}
@@ -138,13 +137,7 @@ func TestWakeFloodStartsNoPollerWithoutRows(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	d := &countingDriver{Driver: b.store}
-	hook := &recordingHook{}
-	cfg := fastConfig(d, map[string]sender.Sender{"test": b.sender})
-	cfg.Events = map[string]relay.EventSettings{"orders": {}}
-	cfg.Hooks = []relay.Hook{hook}
-	backedOffDiscovery(&cfg)
-	r := startRelay(t, cfg)
-	testenv.WaitFor(t, 20*time.Second, "discovery's first round", func() bool { return hook.rounds(relay.JobDiscover) > 0 })
+	r, hook := startBackedOff(t, d, b.sender)
 	waitListening(t, b, b.store)
 	looks := d.looks.Load()
 
@@ -161,13 +154,7 @@ func TestWakeFloodStartsNoPollerWithoutRows(t *testing.T) {
 	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, 'garbage.' || g) FROM generate_series(1, $2::int) g`, b.store.NotifyChannel(), flood); err != nil {
 		t.Fatal(err)
 	}
-	pub, err := outbox.NewPublisher(b.store, outbox.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pub.Publish(ctx, tx, txbox.Event{ID: id, Type: "real.new", Payload: []byte("1")}); err != nil {
-		t.Fatal(err)
-	}
+	publishIn(t, tx, b.store, txbox.Event{ID: id, Type: "real.new", Payload: []byte("1")})
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -214,13 +201,7 @@ func TestInProcessWakeStartsNewTypeOnSQLite(t *testing.T) {
 		t.Fatal(err)
 	}
 	snd := newTestSender()
-	hook := &recordingHook{}
-	cfg := fastConfig(db, map[string]sender.Sender{"test": snd})
-	cfg.Events = map[string]relay.EventSettings{"orders": {}}
-	cfg.Hooks = []relay.Hook{hook}
-	backedOffDiscovery(&cfg)
-	r := startRelay(t, cfg)
-	testenv.WaitFor(t, 20*time.Second, "discovery's first round", func() bool { return hook.rounds(relay.JobDiscover) > 0 })
+	r, hook := startBackedOff(t, db, snd)
 	rounds := hook.rounds(relay.JobDiscover)
 
 	pub, err := outbox.NewPublisher(db, outbox.Config{OnPublish: func(types []string) { r.Wake(types...) }})
@@ -253,24 +234,17 @@ func TestInProcessWakeStartsNewTypeOnSQLite(t *testing.T) {
 	}
 }
 
-// startRelay starts a relay with cfg and stops it when the test ends.
-func startRelay(t *testing.T, cfg relay.Config) *relay.Relay {
+// publishIn publishes ev in tx with the Go publisher, whose NOTIFY is on
+// by default.
+func publishIn(t *testing.T, tx pgx.Tx, d *postgres.Driver, ev txbox.Event) {
 	t.Helper()
-	r, err := relay.New(cfg)
+	pub, err := outbox.NewPublisher(d, outbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Start(context.Background()); err != nil {
+	if _, err := pub.Publish(context.Background(), tx, ev); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := r.Stop(ctx); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
-	return r
 }
 
 // hasPoller reports whether r polls eventType.
