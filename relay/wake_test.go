@@ -2,9 +2,7 @@ package relay_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,7 +16,8 @@ import (
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres"
-	"github.com/txbox/txbox/store/sqlite"
+	"github.com/txbox/txbox/store/storeharness"
+	"github.com/txbox/txbox/store/storetest"
 )
 
 // startBackedOff starts a relay on st, delivering to snd, with the
@@ -184,53 +183,56 @@ func TestWakeFloodStartsNoPollerWithoutRows(t *testing.T) {
 	}
 }
 
-// TestInProcessWakeStartsNewTypeOnSQLite: SQLite has no NOTIFY; an
-// in-process publisher's wake-up (outbox.Config.OnPublish → Relay.Wake)
-// comes before the commit, when the look cannot see the row yet. A
-// follow-up look starts the poller once the commit made it visible,
-// without waiting for discovery.
-func TestInProcessWakeStartsNewTypeOnSQLite(t *testing.T) {
+// TestInProcessWakeStartsNewType: MySQL and SQLite have no NOTIFY; their
+// only wake-ups are an in-process publisher's (outbox.Config.OnPublish →
+// Relay.Wake), which come before the commit, when the look cannot see the
+// row yet. A follow-up look starts the poller once the commit made it
+// visible, without waiting for discovery. PostgreSQL runs it too, with
+// the publisher's NOTIFY off.
+func TestInProcessWakeStartsNewType(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db, err := sqlite.Open(filepath.Join(t.TempDir(), "outbox.db"), sqlite.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	if err := db.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	snd := newTestSender()
-	r, hook := startBackedOff(t, db, snd)
-	rounds := hook.rounds(relay.JobDiscover)
+	for name, h := range map[string]storetest.Harness{
+		"postgres": storeharness.Postgres(), "mysql": storeharness.MySQL(), "sqlite": storeharness.SQLite(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			d, err := h.Open(t, h.NewNamespace(t), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := d.(interface{ Migrate(context.Context) error }).Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			snd := newTestSender()
+			r, hook := startBackedOff(t, d, snd)
+			rounds := hook.rounds(relay.JobDiscover)
 
-	pub, err := outbox.NewPublisher(db, outbox.Config{OnPublish: func(types []string) { r.Wake(types...) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tx, err := db.DB().BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func(tx *sql.Tx) { _ = tx.Rollback() }(tx)
-	id := txbox.NewID()
-	if _, err := pub.Publish(ctx, tx, txbox.Event{ID: id, Type: "brand.new", Payload: []byte("1")}); err != nil {
-		t.Fatal(err)
-	}
-	// Hold the commit until the wake-up's first look has run: it cannot
-	// see the row, so only a follow-up can start the poller.
-	testenv.WaitFor(t, 10*time.Second, "the wake-up's look before the commit", func() bool { return hook.rounds(relay.JobDiscoverWake) > 0 })
-	if hasPoller(r, "brand.new") {
-		t.Fatal("a poller for brand.new before its row was committed")
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	committed := time.Now()
-	testenv.WaitFor(t, 10*time.Second, "the new type's first event delivered", func() bool { return len(snd.deliveries(id)) > 0 })
-	t.Logf("first event of a new type delivered %v after its commit", snd.deliveries(id)[0].at.Sub(committed))
-	if got := hook.rounds(relay.JobDiscover); got != rounds {
-		t.Errorf("%d discovery rounds ran before the delivery, want none (the wake-up delivers it)", got-rounds)
+			pub, err := outbox.NewPublisher(d, outbox.Config{DisableNotify: true, OnPublish: func(types []string) { r.Wake(types...) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tx := h.Begin(t, d)
+			id := txbox.NewID()
+			if _, err := pub.Publish(ctx, tx.Native(), txbox.Event{ID: id, Type: "brand.new", Payload: []byte("1")}); err != nil {
+				t.Fatal(err)
+			}
+			// Hold the commit until the wake-up's first look has run: it
+			// cannot see the row, so only a follow-up can start the poller.
+			testenv.WaitFor(t, 10*time.Second, "the wake-up's look before the commit", func() bool { return hook.rounds(relay.JobDiscoverWake) > 0 })
+			if hasPoller(r, "brand.new") {
+				t.Fatal("a poller for brand.new before its row was committed")
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			committed := time.Now()
+			testenv.WaitFor(t, 10*time.Second, "the new type's first event delivered", func() bool { return len(snd.deliveries(id)) > 0 })
+			t.Logf("first event of a new type delivered %v after its commit", snd.deliveries(id)[0].at.Sub(committed))
+			if got := hook.rounds(relay.JobDiscover); got != rounds {
+				t.Errorf("%d discovery rounds ran before the delivery, want none (the wake-up delivers it)", got-rounds)
+			}
+		})
 	}
 }
 
