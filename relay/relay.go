@@ -166,10 +166,10 @@ func (r *Relay) Stop(ctx context.Context) error {
 // for a look for pending types (one query however many calls ask, at most
 // one every 250ms), which starts the missing pollers as discovery does,
 // and follows the type up for a few seconds (6 looks within 8s) when the
-// look does not find it yet (an OnPublish call comes before the commit). A type with no rows starts no
-// poller. Wake-ups are hints: calling it before Start or after Stop does
-// nothing. The outbox publisher's OnPublish callback can call it for
-// in-process pickup.
+// look does not find it yet (an OnPublish call comes before the commit).
+// A type with no pending rows gets no poller. Wake-ups are hints: calling
+// it before Start or after Stop does nothing. The outbox publisher's
+// OnPublish callback can call it for in-process pickup.
 func (r *Relay) Wake(eventTypes ...string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -123,7 +123,7 @@ func (r *Relay) wakeLook(ctx context.Context) {
 	if err == nil {
 		n = r.ensurePollers(types)
 	} else {
-		r.log.Warn("wake-up look for new event types failed; discovery will find them", slog.Any("error", err))
+		r.log.Warn("wake-up look for new event types failed; the next look or discovery will find them", slog.Any("error", err))
 	}
 	for _, h := range r.cfg.Hooks {
 		h.OnMaintenance(MaintenanceEvent{Job: JobDiscoverWake, Count: n, Err: err})
