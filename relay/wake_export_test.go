@@ -1,4 +1,7 @@
 package relay
 
-// WakeLookSpacing is wakeLookSpacing, for the tests of package relay_test.
-const WakeLookSpacing = wakeLookSpacing
+// The wake-up looks' pacing (wake.go), for the tests of package relay_test.
+const (
+	WakeLookSpacing  = wakeLookSpacing
+	WakeLookPatience = wakeLookPatience
+)

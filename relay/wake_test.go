@@ -3,6 +3,8 @@ package relay_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -49,11 +51,23 @@ func startBackedOff(t *testing.T, st store.Driver, snd *testSender) (*relay.Rela
 type countingDriver struct {
 	*postgres.Driver
 	looks atomic.Int64
+	mu    sync.Mutex
+	at    []time.Time // when each look began
 }
 
 func (d *countingDriver) OutboxPendingTypes(ctx context.Context) ([]string, error) {
+	d.mu.Lock()
+	d.at = append(d.at, time.Now())
+	d.mu.Unlock()
 	d.looks.Add(1)
 	return d.Driver.OutboxPendingTypes(ctx)
+}
+
+// since returns when the looks after the first n began.
+func (d *countingDriver) since(n int64) []time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.at[n:])
 }
 
 // waitListening waits until a backend of the test database LISTENs on
@@ -186,6 +200,49 @@ func TestWakeFloodStartsNoPollerWithoutRows(t *testing.T) {
 	if got := hook.rounds(relay.JobDiscover); got != rounds {
 		t.Errorf("%d discovery rounds during the flood, want none", got-rounds)
 	}
+}
+
+// TestWakeFollowsAnUnfoundNameUpThenStops: one wake-up naming a type no
+// look finds (an in-process wake-up whose transaction never commits) is
+// followed up at doubling intervals, never two looks within
+// relay.WakeLookSpacing, and not past relay.WakeLookPatience: it costs a
+// handful of looks and starts no poller.
+func TestWakeFollowsAnUnfoundNameUpThenStops(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	d := &countingDriver{Driver: b.store}
+	r, _ := startBackedOff(t, d, b.sender)
+	before := d.looks.Load()
+	woken := time.Now()
+	r.Wake("never.committed")
+	// Seeing that the looks stopped means waiting out the patience.
+	testenv.WaitForEvery(t, relay.WakeLookPatience+20*time.Second, 100*time.Millisecond, "the follow-ups' patience over",
+		func() bool { return time.Since(woken) > relay.WakeLookPatience+time.Second })
+	at := d.since(before)
+	if len(at) < 2 || len(at) > 6 {
+		t.Fatalf("%d looks after one wake-up naming a type without rows, want the look and its follow-ups, 2 to 6", len(at))
+	}
+	for i := 1; i < len(at); i++ {
+		if gap := at[i].Sub(at[i-1]); gap < relay.WakeLookSpacing {
+			t.Errorf("looks %d and %d %v apart, want at least %v", i-1, i, gap, relay.WakeLookSpacing)
+		}
+	}
+	if last := at[len(at)-1].Sub(woken); last > relay.WakeLookPatience {
+		t.Errorf("a look %v after the wake-up, past the patience %v", last, relay.WakeLookPatience)
+	}
+	if hasPoller(r, "never.committed") {
+		t.Error("a poller for a type without rows")
+	}
+	t.Logf("%d looks, at %v after the wake-up", len(at), offsets(at, woken))
+}
+
+// offsets returns each time of at as a duration after t0.
+func offsets(at []time.Time, t0 time.Time) []time.Duration {
+	out := make([]time.Duration, len(at))
+	for i, a := range at {
+		out[i] = a.Sub(t0).Round(time.Millisecond)
+	}
+	return out
 }
 
 // TestInProcessWakeStartsNewType: MySQL and SQLite have no NOTIFY; their
