@@ -176,9 +176,10 @@ type Config struct {
 	// DiscoverInterval is the shortest time between two looks for event
 	// types with pending rows that have no poller yet (the first look is
 	// at Start); it doubles up to DiscoverMaxInterval while a look finds
-	// nothing new. Defaults to 10s. Negative disables discovery. The YAML
-	// key of this and the next five fields is under relay:
-	// relay.discover-interval.
+	// nothing new. Defaults to 10s. Negative disables discovery. A wake-up
+	// naming a type without a poller does not wait for it, whatever its
+	// value (Relay.Wake). The YAML key of this and the next five fields is
+	// under relay: relay.discover-interval.
 	DiscoverInterval time.Duration
 	// DiscoverMaxInterval caps the discovery interval. Zero defaults to
 	// 5m, or DiscoverInterval when that is longer.

@@ -3,7 +3,8 @@
 // A [Relay] runs one poller per event type: the types listed in
 // [Config.Events] from the start, and every other type that has pending rows
 // as soon as discovery sees it (so an event type nobody configured is still
-// delivered with the default settings and the default route template).
+// delivered with the default settings and the default route template), or
+// at once when a wake-up names it ([Relay.Wake]).
 //
 // Each poller claims a batch of due rows (one statement, SKIP LOCKED, a
 // lease), hands the batch to its [sender.Sender] outside any database

@@ -144,6 +144,10 @@ const (
 	JobOutboxCleanup     = "outbox_cleanup"
 	JobDeadLetterCleanup = "dead_letter_cleanup"
 	JobDiscover          = "discover"
+	// JobDiscoverWake is the look for pending types that a wake-up naming
+	// a type without a poller asks for (Relay.Wake): a discovery round
+	// outside discovery's schedule.
+	JobDiscoverWake = "discover_wake"
 )
 
 // MaintenanceEvent describes one round of a background job.

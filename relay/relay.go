@@ -57,6 +57,8 @@ type Relay struct {
 	kicks jobKicks
 	// locks bounds the lock-claimed batches of all pollers (LockBudget).
 	locks *claimBudget
+	// looks start the pollers of the new types wake-ups name (wake.go).
+	looks *wakeLooks
 }
 
 // New checks cfg and returns a Relay that is not running yet. Every
@@ -74,6 +76,7 @@ func New(cfg Config) (*Relay, error) {
 		jobErrs: make(map[string]string),
 		kicks:   jobKicks{recover: make(chan kick, 1), deadLetter: make(chan kick, 1)},
 		locks:   newClaimBudget(cfg.lockBudget()),
+		looks:   newWakeLooks(),
 	}
 	r.circuits = newCircuitSet(sortedKeys(cfg.Senders), cfg.Circuit, time.Now, r.onCircuit)
 	return r, nil
@@ -96,7 +99,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	r.hardCtx, r.hardCancel = context.WithCancel(base)
 
 	for _, t := range sortedKeys(r.cfg.Events) {
-		if err := r.startPollerLocked(t, false); err != nil {
+		if err := r.startPollerLocked(t); err != nil {
 			return err
 		}
 	}
@@ -112,6 +115,7 @@ func (r *Relay) Start(ctx context.Context) error {
 		go r.cleanupLoop()
 	}
 	r.startHeartbeat()
+	r.startWakeLooks()
 	if w, ok := r.cfg.Store.(store.Waker); ok {
 		r.wg.Add(1)
 		go r.listen(w)
@@ -160,9 +164,8 @@ func (r *Relay) Stop(ctx context.Context) error {
 	return err
 }
 
-// startPollerLocked starts the poller of event type t; woken starts it as
-// a wake-up does (Wake). r.mu is held.
-func (r *Relay) startPollerLocked(t string, woken bool) error {
+// startPollerLocked starts the poller of event type t. r.mu is held.
+func (r *Relay) startPollerLocked(t string) error {
 	if _, ok := r.pollers[t]; ok {
 		return nil
 	}
@@ -171,9 +174,6 @@ func (r *Relay) startPollerLocked(t string, woken bool) error {
 		return err
 	}
 	p := newPoller(r.pollerDeps(), s)
-	if woken {
-		p.wake()
-	}
 	r.pollers[t] = p
 	if s.claim == ClaimLock {
 		r.locks.added(s.inFlight)
@@ -211,7 +211,7 @@ func (r *Relay) ensurePollers(types []string) int {
 			r.log.Warn("pending rows have an invalid event type; not delivered", slog.Any("error", err))
 			continue
 		}
-		if err := r.startPollerLocked(t, false); err != nil {
+		if err := r.startPollerLocked(t); err != nil {
 			r.log.Warn("cannot start poller", slog.String("event_type", t), slog.Any("error", err))
 			continue
 		}

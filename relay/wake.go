@@ -1,7 +1,9 @@
 package relay
 
 import (
+	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/txbox/txbox"
@@ -12,13 +14,19 @@ import (
 // Wake-ups: an in-process publisher (Wake) or the store's notifications
 // (listen) tell the relay that a type has new rows, so its poller claims
 // at once instead of at its next poll, and a type without a poller gets
-// one (docs/concepts.md, "Background jobs").
+// one once a wake-up look finds its rows (docs/concepts.md, "Background
+// jobs").
 
 // Wake asks the pollers of the given event types to claim at once instead
 // of waiting for their next poll; with no types it wakes every poller. A
-// type without a poller gets one. Wake-ups are hints: calling it before
-// Start or after Stop does nothing. The outbox publisher's OnPublish
-// callback can call it for in-process pickup.
+// type without a poller gets one as soon as it has pending rows: Wake asks
+// for a look for pending types (one query however many calls ask, at most
+// one every 250ms), which starts the missing pollers as discovery does,
+// and follows the type up for a few seconds (6 looks within 8s) when the
+// look does not find it yet (an OnPublish call comes before the commit).
+// A type with no pending rows gets no poller. Wake-ups are hints: calling
+// it before Start or after Stop does nothing. The outbox publisher's
+// OnPublish callback can call it for in-process pickup.
 func (r *Relay) Wake(eventTypes ...string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -29,24 +37,16 @@ func (r *Relay) Wake(eventTypes ...string) {
 		for _, p := range r.pollers {
 			p.wake()
 		}
+		r.looks.want("", time.Now())
 		return
 	}
 	for _, t := range eventTypes {
-		p := r.pollers[t]
-		if p == nil {
-			if err := txbox.ValidateEventType(t); err != nil {
-				continue
-			}
-			// Polled at once, with the follow-up polls of a wake-up: an
-			// in-process publisher wakes before its commit.
-			if err := r.startPollerLocked(t, true); err != nil {
-				r.log.Warn("cannot start poller", slog.String("event_type", t), slog.Any("error", err))
-			}
-			continue
+		if p := r.pollers[t]; p != nil {
+			p.wake()
+		} else if txbox.ValidateEventType(t) == nil {
+			r.looks.want(t, time.Now())
 		}
-		p.wake()
 	}
-	r.locks.warnIfShort(r.log)
 }
 
 // listen runs the store's wake-up listener until the relay stops,
@@ -72,4 +72,144 @@ func (r *Relay) listen(w store.Waker) {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// A wake-up that names an event type without a poller does not start one
+// by itself: a NOTIFY can come from any session of the database, so its
+// names are not trusted. It asks for a wake-up look instead: one
+// OutboxPendingTypes query, whose types get pollers through the path
+// discovery uses (ensurePollers). Looks are coalesced (one pending at a
+// time, however many wake-ups ask) and spaced (wakeLookSpacing), so a
+// flood of NOTIFYs naming garbage costs at most one cheap query per
+// spacing and starts no poller (docs/concepts.md, "Types nobody
+// configured").
+
+// wakeLookSpacing is the shortest time between two wake-up looks. It is
+// the longest a new type's first event waits for its look after another
+// look, well within the second a new type may take.
+const wakeLookSpacing = 250 * time.Millisecond
+
+// wakeLookPatience is how long looks keep following up a named type that
+// no look found: an in-process publisher wakes the relay before its
+// commit (outbox.Config.OnPublish), when the row is not visible yet. The
+// follow-ups come wakeLookSpacing after the look, then twice as far apart
+// each time: 6 looks in all for a name no look finds, the last 7.75s
+// after the first.
+const wakeLookPatience = 10 * time.Second
+
+// maxWakeNames bounds the named types that looks follow up. A name beyond
+// it still gets its look, only no follow-up of its own.
+const maxWakeNames = 64
+
+// wakeLooks is the relay's queue of wake-up looks.
+type wakeLooks struct {
+	// kick holds one pending look: a wake-up asked for it.
+	kick chan struct{}
+
+	mu sync.Mutex
+	// names are the types wake-ups named that no look found yet, with
+	// when they were first named.
+	names map[string]time.Time
+}
+
+func newWakeLooks() *wakeLooks {
+	return &wakeLooks{kick: make(chan struct{}, 1), names: make(map[string]time.Time)}
+}
+
+// want asks for a look. eventType, when not empty, names the type that
+// wake-up was for, which the looks follow up until it has a poller.
+func (w *wakeLooks) want(eventType string, now time.Time) {
+	if eventType != "" {
+		w.mu.Lock()
+		if _, ok := w.names[eventType]; !ok && len(w.names) < maxWakeNames {
+			w.names[eventType] = now
+		}
+		w.mu.Unlock()
+	}
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// startWakeLooks starts the goroutine that runs the wake-up looks.
+func (r *Relay) startWakeLooks() {
+	r.wg.Add(1)
+	go r.wakeLookLoop()
+}
+
+// wakeLookLoop runs a look for each kick, at most one per
+// wakeLookSpacing, and the follow-ups of the named types no look found,
+// until the relay stops.
+func (r *Relay) wakeLookLoop() {
+	defer r.wg.Done()
+	ctx := r.runCtx
+	spacing := time.NewTimer(time.Hour)
+	spacing.Stop()
+	followUp := time.NewTimer(time.Hour)
+	followUp.Stop()
+	defer spacing.Stop()
+	defer followUp.Stop()
+	next := wakeLookSpacing // how long after a look its next follow-up comes
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.looks.kick:
+			// A new wake-up: follow up from the shortest wait again.
+			next = wakeLookSpacing
+		case <-followUp.C:
+		}
+		followUp.Stop() // Go ≥ 1.23: no stale tick remains after Stop
+		r.wakeLook(ctx)
+		spacing.Reset(wakeLookSpacing)
+		select {
+		case <-ctx.Done():
+			return
+		case <-spacing.C:
+		}
+		// Names whose patience ends before the follow-up are dropped now.
+		wait := next - wakeLookSpacing
+		if r.settleWakeNames(time.Now().Add(wait)) {
+			followUp.Reset(wait)
+			next = min(2*next, wakeLookPatience)
+		}
+	}
+}
+
+// wakeLook looks for pending types once and starts the pollers that are
+// missing, like a discovery round, which it reports as JobDiscoverWake.
+// A failure is logged but does not degrade the relay's health: no later
+// look may come to clear it, and discovery finds the types anyway.
+func (r *Relay) wakeLook(ctx context.Context) {
+	types, err := r.cfg.Store.OutboxPendingTypes(ctx)
+	if ctx.Err() != nil {
+		return
+	}
+	n := 0
+	if err == nil {
+		n = r.ensurePollers(types)
+	} else {
+		r.log.Warn("wake-up look for new event types failed; the next look or discovery will find them", slog.Any("error", err))
+	}
+	for _, h := range r.cfg.Hooks {
+		h.OnMaintenance(MaintenanceEvent{Job: JobDiscoverWake, Count: n, Err: err})
+	}
+}
+
+// settleWakeNames forgets the named types that have a poller now or were
+// named wakeLookPatience or longer before at, and reports whether some
+// remain to follow up. It takes r.mu before the names' lock, as Wake does.
+func (r *Relay) settleWakeNames(at time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := r.looks
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for t, named := range w.names {
+		if _, polled := r.pollers[t]; polled || at.Sub(named) >= wakeLookPatience {
+			delete(w.names, t)
+		}
+	}
+	return len(w.names) > 0
 }

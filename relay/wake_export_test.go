@@ -1,0 +1,7 @@
+package relay
+
+// The wake-up looks' pacing (wake.go), for the tests of package relay_test.
+const (
+	WakeLookSpacing  = wakeLookSpacing
+	WakeLookPatience = wakeLookPatience
+)
