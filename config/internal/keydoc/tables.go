@@ -124,7 +124,7 @@ var tables = []table{
 	}},
 	{name: "relay", prefix: "relay", rows: []row{
 		{keys: []string{"instance-id"}, def: "`hostname-pid-random`", meaning: "name in leases and logs"},
-		{keys: []string{"discover-interval"}, meaning: "shortest time between looks for pending event types without a poller"},
+		{keys: []string{"discover-interval"}, meaning: "shortest time between looks for pending event types without a poller. A wake-up naming a type without a poller looks at once, whatever this is ([concepts.md](concepts.md#polling-and-wake-ups))"},
 		{keys: []string{"discover-max-interval"}, def: "%v (or `discover-interval` if longer)", meaning: "the discovery interval doubles up to this while a look finds nothing new"},
 		{keys: []string{"recover-interval"}, meaning: "shortest time between sweeps that put rows with an expired lease back to `PENDING`: the interval while this relay claims rows or sweeps find some"},
 		{keys: []string{"recover-max-interval"}, def: "%v (or `recover-interval` if longer)", meaning: "the recovery interval doubles up to this while sweeps find nothing and nothing is claimed; **a lease is recovered at most this long after it expired**"},
