@@ -262,7 +262,7 @@ func (p *poller) claim(limit int) (b batch, took time.Duration, err error) {
 	if p.s.ordering == OrderingKey {
 		params.OrderedByKey, params.KeyRun = true, keyRun(p.s.batchSize, p.s.inFlight)
 		params.FenceOff = !p.s.orderingFence
-		defer func() { p.fenceCut(params.FenceCut) }() // relay/ordered.go
+		defer func() { p.fenceCut(params.FenceCut, claimed(b)) }() // relay/ordered.go
 	}
 	b, err = p.claimBatch(ctx, params)
 	return b, time.Since(start), err
