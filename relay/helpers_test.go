@@ -16,6 +16,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/relay/relaytest"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres"
@@ -144,27 +145,7 @@ func (b *bundle) start(t *testing.T, mod func(*relay.Config)) *relay.Relay {
 	if mod != nil {
 		mod(&cfg)
 	}
-	return startRelay(t, cfg)
-}
-
-// startRelay starts a relay on cfg and stops it when the test ends.
-func startRelay(t *testing.T, cfg relay.Config) *relay.Relay {
-	t.Helper()
-	r, err := relay.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := r.Stop(ctx); err != nil && err != relay.ErrNotStarted {
-			t.Errorf("stop: %v", err)
-		}
-	})
-	return r
+	return relaytest.Start(t, cfg)
 }
 
 func fastConfig(d store.Driver, senders map[string]sender.Sender) relay.Config {

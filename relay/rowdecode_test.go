@@ -14,6 +14,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/relay/relaytest"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/mysql"
@@ -156,20 +157,7 @@ func TestPlainSQLRowsNeverBlockTheirBatch(t *testing.T) {
 			cfg := fastConfig(pd.store, map[string]sender.Sender{"test": rec})
 			cfg.Defaults.BatchSize = &batch
 			cfg.Events = map[string]relay.EventSettings{typ: {}}
-			r, err := relay.New(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := r.Start(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-				defer cancel()
-				if err := r.Stop(ctx); err != nil {
-					t.Errorf("stop: %v", err)
-				}
-			})
+			relaytest.Start(t, cfg)
 
 			ctx := context.Background()
 			var dl *store.DeadLetter
@@ -251,20 +239,7 @@ func TestInvalidRowParksItsKey(t *testing.T) {
 			cfg := fastConfig(pd.store, map[string]sender.Sender{"test": rec})
 			ordered := relay.OrderingKey
 			cfg.Events = map[string]relay.EventSettings{typ: {Ordering: &ordered}}
-			r, err := relay.New(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := r.Start(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-				defer cancel()
-				if err := r.Stop(ctx); err != nil {
-					t.Errorf("stop: %v", err)
-				}
-			})
+			r := relaytest.Start(t, cfg)
 			ctx := context.Background()
 			defer func() {
 				if t.Failed() {
