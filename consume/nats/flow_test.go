@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strings"
 	"sync"
@@ -350,17 +349,9 @@ func TestSIGTERMDrains(t *testing.T) {
 	for i := 0; i < n; i++ {
 		publish(t, js, subject, txbox.NewID(), false)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestConsumerChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), childEnv+"=1", childSchemaEnv+"="+p.Schema, childStreamEnv+"="+strings.TrimSuffix(subject, ".events"))
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	child := testenv.StartTestProcess(t, "TestConsumerChild",
+		childEnv+"=1", childSchemaEnv+"="+p.Schema, childStreamEnv+"="+strings.TrimSuffix(subject, ".events"))
+	cmd, out, stderr := child.Cmd, child.Stdout, child.Stderr
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	started := map[txbox.ID]bool{}
 	stopped := false

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -344,20 +342,12 @@ func RelayChild(t *testing.T, newSender func(getenv func(string) string) (sender
 // killed when t ends.
 func (p *Pipeline) StartRelayProcess(t testing.TB, testName string, env map[string]string) (kill func()) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^"+testName+"$", "-test.count=1")
-	cmd.Env = append(os.Environ(), childEnv+"=1", childSchemaEnv+"="+p.Schema)
+	vars := []string{childEnv + "=1", childSchemaEnv + "=" + p.Schema}
 	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
+		vars = append(vars, k+"="+v)
 	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	child := testenv.StartTestProcess(t, testName, vars...)
+	cmd, out, stderr := child.Cmd, child.Stdout, child.Stderr
 	var once sync.Once
 	kill = func() {
 		once.Do(func() {
