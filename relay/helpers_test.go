@@ -134,6 +134,24 @@ func (b *bundle) count(t *testing.T, table, where string, args ...any) int {
 	return n
 }
 
+// startWakeOnly starts a relay on b that polls the type "orders" only and,
+// after its first empty poll, an hour later: within a test, only a wake-up
+// delivers. It returns once that first poll is done, so that what the test
+// publishes next waits for a wake-up.
+func (b *bundle) startWakeOnly(t *testing.T) *relay.Relay {
+	t.Helper()
+	r := b.start(t, func(c *relay.Config) {
+		c.Defaults.Polling = &relay.PollingSettings{MinDelay: new(time.Hour), MaxDelay: new(time.Hour)}
+		c.Events = map[string]relay.EventSettings{"orders": {}}
+		c.DiscoverInterval = -1
+	})
+	testenv.WaitFor(t, 5*time.Second, "first empty poll", func() bool {
+		h := r.Health()
+		return len(h.Types) == 1 && !h.Types[0].LastPoll.IsZero()
+	})
+	return r
+}
+
 // start runs a relay with fast test settings, adjusted by mod, and stops
 // it when the test ends.
 func (b *bundle) start(t *testing.T, mod func(*relay.Config)) *relay.Relay {
