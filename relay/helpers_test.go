@@ -20,6 +20,7 @@ import (
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres"
+	"github.com/txbox/txbox/store/storeharness"
 )
 
 // bundle is what most engine tests need: a migrated PostgreSQL store in a
@@ -53,16 +54,7 @@ func setup(t *testing.T) *bundle {
 	t.Helper()
 	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 8
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := storeharness.PostgresPool(t, 8)
 	schema := testenv.UniqueName("t_")
 	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
 		t.Fatal(err)

@@ -50,9 +50,7 @@ func settled(t *testing.T, jc jetstream.Consumer) {
 
 func run(t *testing.T, cons *cnats.Consumer) (stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- cons.Run(ctx) }()
+	_, cancel, done := consumetest.Run(cons.Run)
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
@@ -195,9 +193,7 @@ func TestStopDrainsInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- cons.Run(ctx) }()
+	_, cancel, done := consumetest.Run(cons.Run)
 	started := map[txbox.ID]bool{}
 	for len(started) < conc {
 		started[<-b.started] = true
@@ -254,9 +250,7 @@ func TestDrainDeadlineCancels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- cons.Run(ctx) }()
+	_, cancel, done := consumetest.Run(cons.Run)
 	<-b.started
 	cancel()
 	select {

@@ -21,6 +21,7 @@ import (
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store/postgres"
+	"github.com/txbox/txbox/store/storeharness"
 )
 
 // Pipeline is the whole path on PostgreSQL, for end-to-end tests:
@@ -164,17 +165,7 @@ func NewPipeline(t testing.TB, consumer string) *Pipeline {
 // consumer, nothing dropped when t ends.
 func AttachPipeline(t testing.TB, schema, consumer string) *Pipeline {
 	t.Helper()
-	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 8
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := storeharness.PostgresPool(t, 8)
 	d, err := postgres.New(pool, postgres.Config{Schema: schema, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
