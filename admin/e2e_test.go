@@ -20,6 +20,7 @@ import (
 	"github.com/txbox/txbox/admin"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/relay/relaytest"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/sender/webhook"
 	"github.com/txbox/txbox/store"
@@ -126,7 +127,7 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	rec := &admin.Recorder{}
 	b := setup(t, storeharness.Postgres(), func(c *admin.Config) {
-		r, err := relay.New(relay.Config{
+		r := relaytest.Start(t, relay.Config{
 			Store:   c.Store,
 			Senders: map[string]sender.Sender{"hook": ws},
 			Defaults: relay.EventSettings{
@@ -140,17 +141,6 @@ func TestDashboardInChromium(t *testing.T) {
 			InstanceID:         "e2e-relay",
 			Hooks:              []relay.Hook{rec},
 			Logger:             c.Logger,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := r.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			_ = r.Stop(ctx)
 		})
 		c.Relay, c.Recorder = r, rec
 		c.StatsTTL = 500 * time.Millisecond

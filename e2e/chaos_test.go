@@ -12,6 +12,7 @@ import (
 
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/relay/relaytest"
 	"github.com/txbox/txbox/store/postgres"
 )
 
@@ -54,7 +55,7 @@ func TestDatabaseConnectionsKilled(t *testing.T) {
 	cfg.Defaults.LeaseDuration = new(2 * time.Second)
 	cfg.Hooks = []relay.Hook{errs}
 	cfg.Cleanup.Interval, cfg.Cleanup.MaxInterval = 100*time.Millisecond, 200*time.Millisecond
-	r := startRelay(t, cfg)
+	r := relaytest.Start(t, cfg)
 
 	killer, closeKiller, err := openPostgres("", 1)
 	if err != nil {

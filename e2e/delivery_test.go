@@ -13,32 +13,13 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/relay/relaytest"
 	"github.com/txbox/txbox/sender"
 	natssender "github.com/txbox/txbox/sender/nats"
 	"github.com/txbox/txbox/sender/sendertest"
 	"github.com/txbox/txbox/sender/webhook"
 	"github.com/txbox/txbox/store"
 )
-
-// startRelay runs cfg and stops it when the test ends.
-func startRelay(t *testing.T, cfg relay.Config) *relay.Relay {
-	t.Helper()
-	r, err := relay.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := r.Stop(ctx); err != nil && err != relay.ErrNotStarted {
-			t.Errorf("stop: %v", err)
-		}
-	})
-	return r
-}
 
 func newNATSSender(t *testing.T, url string) *natssender.Sender {
 	t.Helper()
@@ -104,7 +85,7 @@ func TestRollbackAndDelayedEvent(t *testing.T) {
 			o.committedIDs(delayed)
 			now := publishOne(t, kind, d, &txbox.Event{Type: "orders"})
 			o.committedIDs(now)
-			startRelay(t, relayConfig(d, newNATSSender(t, testenv.NATSURL), st.prefix, 0))
+			relaytest.Start(t, relayConfig(d, newNATSSender(t, testenv.NATSURL), st.prefix, 0))
 			testenv.WaitFor(t, 15*time.Second, "both events in the stream", func() bool { return st.count(t) >= 2 })
 			testenv.WaitFor(t, 10*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
 			msgs := st.readAll(t)
@@ -282,7 +263,7 @@ func TestRetryScheduleAndPoison(t *testing.T) {
 			cfg := webhookConfig(t, d, h.URL, func(s sender.Sender) sender.Sender { rec.Sender = s; return rec })
 			cfg.Defaults.MaxAttempts = new(4)
 			cfg.Defaults.Backoff = &relay.BackoffSettings{Delay: new(300 * time.Millisecond), Multiplier: new(2.0), Max: new(time.Minute)}
-			startRelay(t, cfg)
+			relaytest.Start(t, cfg)
 
 			testenv.WaitFor(t, 20*time.Second, "poison dead-lettered", func() bool {
 				n, err := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{})
@@ -353,7 +334,7 @@ func TestOutage503(t *testing.T) {
 			cfg := webhookConfig(t, d, h.URL, func(s sender.Sender) sender.Sender { rec.Sender = s; return rec })
 			cfg.Defaults.MaxAttempts = new(2)
 			cfg.Hooks = []relay.Hook{circuits}
-			r := startRelay(t, cfg)
+			r := relaytest.Start(t, cfg)
 			testenv.WaitFor(t, 10*time.Second, "three failed probes", func() bool { return circuits.opened() >= 4 })
 			for _, st := range destCircuits(r.Health()) {
 				if st.State == relay.CircuitClosed || !strings.Contains(st.LastError, "503") {
@@ -409,7 +390,7 @@ func TestNATSUnavailable(t *testing.T) {
 			cfg := relayConfig(d, rec, st.prefix, 0)
 			cfg.Defaults.MaxAttempts = new(2)
 			cfg.Hooks = []relay.Hook{circuits}
-			r := startRelay(t, cfg)
+			r := relaytest.Start(t, cfg)
 			o := newOracle()
 			publishN(t, kind, d, "orders", 100, o)
 			testenv.WaitFor(t, 15*time.Second, "first events delivered", func() bool { return st.count(t) >= 100 })
@@ -482,7 +463,7 @@ func TestStaleRelayFinishIsFenced(t *testing.T) {
 			}
 			claimed := time.Now()
 			rec := &attemptRecorder{Sender: newNATSSender(t, testenv.NATSURL)}
-			startRelay(t, relayConfig(d, rec, st.prefix, 24*time.Hour))
+			relaytest.Start(t, relayConfig(d, rec, st.prefix, 24*time.Hour))
 			testenv.WaitFor(t, 20*time.Second, "recovered rows delivered", func() bool { return st.count(t) >= 20 })
 			msgs := st.readAll(t)
 			for _, m := range msgs {
@@ -569,7 +550,7 @@ func TestUnroutableNATSSubject(t *testing.T) {
 	cfg.Defaults.MaxAttempts = new(2)
 	cfg.Defaults.Backoff = &relay.BackoffSettings{Delay: new(50 * time.Millisecond), Multiplier: new(1.0), Max: new(time.Second)}
 	cfg.Hooks = []relay.Hook{circuits}
-	startRelay(t, cfg)
+	relaytest.Start(t, cfg)
 	testenv.WaitFor(t, 30*time.Second, "unroutable events dead-lettered", func() bool {
 		n, err := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{})
 		return err == nil && n == int64(len(ids))

@@ -13,6 +13,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/relay/relaytest"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/sender/sendertest"
 	"github.com/txbox/txbox/store"
@@ -161,7 +162,7 @@ func TestOneFailingRouteLeavesOthersFlowing(t *testing.T) {
 			// sender, b would wait for it.
 			cfg.Circuit = relay.CircuitConfig{CoolDown: 30 * time.Second, MaxCoolDown: 30 * time.Second}
 			cfg.Hooks = []relay.Hook{hook}
-			r := startRelay(t, cfg)
+			r := relaytest.Start(t, cfg)
 
 			o := newOracle()
 			publishN(t, kind, d, "a", 50, nil)
@@ -266,7 +267,7 @@ func TestTransientPoisonDeadLettered(t *testing.T) {
 					o.committedIDs(ev.ID)
 				}
 			}
-			startRelay(t, cfg)
+			relaytest.Start(t, cfg)
 
 			// Steady traffic to the same destination until the poison is
 			// dead-lettered.
@@ -353,7 +354,7 @@ func TestLonePoisonWaitsForEvidence(t *testing.T) {
 			p := txbox.NewID()
 			poison.Store(p.String())
 			publishOne(t, kind, d, &txbox.Event{ID: p, Type: "a"})
-			r := startRelay(t, cfg)
+			r := relaytest.Start(t, cfg)
 
 			testenv.WaitFor(t, 20*time.Second, "three failed probes", func() bool { return hook.opened(anyCircuit) >= 3 })
 			if m := rec.maxAttempt(); m != 1 {
@@ -433,7 +434,7 @@ func TestBrokerDownPausesAllRoutes(t *testing.T) {
 	cfg.Defaults.MaxAttempts = new(2)
 	cfg.Events = map[string]relay.EventSettings{"a": {}, "b": {}}
 	cfg.Hooks = []relay.Hook{hook}
-	r := startRelay(t, cfg)
+	r := relaytest.Start(t, cfg)
 	o := newOracle()
 	publishN(t, kind, d, "a", 50, o)
 	publishN(t, kind, d, "b", 50, o)

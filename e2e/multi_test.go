@@ -10,6 +10,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/relay/relaytest"
 	natssender "github.com/txbox/txbox/sender/nats"
 )
 
@@ -45,14 +46,7 @@ func TestThreeRelaysInOneProcess(t *testing.T) {
 				a := newAckCounter(s)
 				cfg := relayConfig(d, a, st.prefix, 24*time.Hour)
 				cfg.InstanceID = "relay-" + string(rune('a'+i))
-				r, err := relay.New(cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := r.Start(context.Background()); err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = r.Stop(context.Background()) })
+				r := relaytest.Start(t, cfg)
 				acks = append(acks, a)
 				relays = append(relays, r)
 			}

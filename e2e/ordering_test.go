@@ -12,6 +12,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/relay/relaytest"
 	"github.com/txbox/txbox/sender"
 )
 
@@ -59,7 +60,7 @@ func TestOrderedByKey(t *testing.T) {
 			cfg.Defaults.Ordering = new(relay.OrderingKey)
 			cfg.Defaults.BatchSize = new(50)
 			cfg.Defaults.Backoff = &relay.BackoffSettings{Delay: new(50 * time.Millisecond), Multiplier: new(1.0), Max: new(time.Second)}
-			startRelay(t, cfg)
+			relaytest.Start(t, cfg)
 			testenv.WaitFor(t, 60*time.Second, "all events delivered", func() bool { return st.count(t) >= uint64(keys*perKey) })
 			testenv.WaitFor(t, 20*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
 			msgs := st.readAll(t)

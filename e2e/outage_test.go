@@ -21,6 +21,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/relay/relaytest"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/sender/kafka"
 	"github.com/txbox/txbox/sender/rabbitmq"
@@ -292,7 +293,7 @@ func runOutage(t *testing.T, b *outageBroker) {
 	cfg.Defaults.MaxAttempts = new(2)
 	cfg.Events = map[string]relay.EventSettings{"orders": {}, "other": {}}
 	cfg.Hooks = []relay.Hook{circuits}
-	r := startRelay(t, cfg)
+	r := relaytest.Start(t, cfg)
 
 	o := newOracle()
 	publishN(t, kind, d, "orders", 200, o)
@@ -616,7 +617,7 @@ func TestUnroutableDeadLettered(t *testing.T) {
 			cfg.Defaults.MaxAttempts = new(3)
 			cfg.Events = map[string]relay.EventSettings{"orders": {}, "lost": {Route: &poison}}
 			cfg.Hooks = []relay.Hook{circuits}
-			startRelay(t, cfg)
+			relaytest.Start(t, cfg)
 
 			o := newOracle()
 			lost := publishN(t, kind, d, "lost", 3, nil)

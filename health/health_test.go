@@ -19,6 +19,7 @@ import (
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/outbox"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/relay/relaytest"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store/postgres"
 	"github.com/txbox/txbox/store/storeharness"
@@ -72,7 +73,7 @@ func (*flakySender) Close(context.Context) error { return nil }
 
 func startRelay(t *testing.T, d *postgres.Driver, snd sender.Sender) *relay.Relay {
 	t.Helper()
-	r, err := relay.New(relay.Config{
+	return relaytest.Start(t, relay.Config{
 		Store:    d,
 		Senders:  map[string]sender.Sender{"bus": snd},
 		Defaults: relay.EventSettings{Polling: &relay.PollingSettings{MinDelay: new(10 * time.Millisecond), MaxDelay: new(50 * time.Millisecond)}},
@@ -80,18 +81,6 @@ func startRelay(t *testing.T, d *postgres.Driver, snd sender.Sender) *relay.Rela
 		Circuit:  relay.CircuitConfig{CoolDown: 50 * time.Millisecond, MaxCoolDown: 200 * time.Millisecond},
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		_ = r.Stop(ctx)
-	})
-	return r
 }
 
 func TestReadyWithARunningRelayThenDegradedByAnOpenCircuit(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 	"github.com/txbox/txbox/outbox"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres"
+	"github.com/txbox/txbox/store/storeharness"
 )
 
 // bundle is one test's real PostgreSQL store on a fresh schema.
@@ -43,16 +44,7 @@ func setup(t *testing.T) *bundle {
 	db.SetMaxOpenConns(2)
 	t.Cleanup(func() { db.Close() })
 	schema := testenv.PostgresSchema(t, db)
-	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 4
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := storeharness.PostgresPool(t, 4)
 	d, err := postgres.New(pool, postgres.Config{Schema: schema})
 	if err != nil {
 		t.Fatal(err)

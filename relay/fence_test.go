@@ -20,6 +20,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/relay/relaytest"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/sender/webhook"
 	"github.com/txbox/txbox/store"
@@ -132,7 +133,7 @@ func (e *fenceEnv) start(t *testing.T, claim relay.ClaimMode) {
 		Claim:    new(claim),
 		Route:    &sender.Route{URL: e.rcv.srv.URL},
 	}}
-	startRelay(t, cfg)
+	relaytest.Start(t, cfg)
 }
 
 func (e *fenceEnv) event(id txbox.ID, key, name string) *txbox.Event {

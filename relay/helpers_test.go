@@ -16,9 +16,11 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/relay/relaytest"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres"
+	"github.com/txbox/txbox/store/storeharness"
 )
 
 // bundle is what most engine tests need: a migrated PostgreSQL store in a
@@ -52,16 +54,7 @@ func setup(t *testing.T) *bundle {
 	t.Helper()
 	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 8
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := storeharness.PostgresPool(t, 8)
 	schema := testenv.UniqueName("t_")
 	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
 		t.Fatal(err)
@@ -133,6 +126,24 @@ func (b *bundle) count(t *testing.T, table, where string, args ...any) int {
 	return n
 }
 
+// startWakeOnly starts a relay on b that polls the type "orders" only and,
+// after its first empty poll, an hour later: within a test, only a wake-up
+// delivers. It returns once that first poll is done, so that what the test
+// publishes next waits for a wake-up.
+func (b *bundle) startWakeOnly(t *testing.T) *relay.Relay {
+	t.Helper()
+	r := b.start(t, func(c *relay.Config) {
+		c.Defaults.Polling = &relay.PollingSettings{MinDelay: new(time.Hour), MaxDelay: new(time.Hour)}
+		c.Events = map[string]relay.EventSettings{"orders": {}}
+		c.DiscoverInterval = -1
+	})
+	testenv.WaitFor(t, 5*time.Second, "first empty poll", func() bool {
+		h := r.Health()
+		return len(h.Types) == 1 && !h.Types[0].LastPoll.IsZero()
+	})
+	return r
+}
+
 // start runs a relay with fast test settings, adjusted by mod, and stops
 // it when the test ends.
 func (b *bundle) start(t *testing.T, mod func(*relay.Config)) *relay.Relay {
@@ -144,27 +155,7 @@ func (b *bundle) start(t *testing.T, mod func(*relay.Config)) *relay.Relay {
 	if mod != nil {
 		mod(&cfg)
 	}
-	return startRelay(t, cfg)
-}
-
-// startRelay starts a relay on cfg and stops it when the test ends.
-func startRelay(t *testing.T, cfg relay.Config) *relay.Relay {
-	t.Helper()
-	r, err := relay.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := r.Stop(ctx); err != nil && err != relay.ErrNotStarted {
-			t.Errorf("stop: %v", err)
-		}
-	})
-	return r
+	return relaytest.Start(t, cfg)
 }
 
 func fastConfig(d store.Driver, senders map[string]sender.Sender) relay.Config {

@@ -391,17 +391,7 @@ func TestGracefulStopFinishesInFlight(t *testing.T) {
 func TestWakeSkipsThePollingDelay(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	r := b.start(t, func(c *relay.Config) {
-		// Without wake-ups the next poll after the first empty one is an
-		// hour away.
-		c.Defaults.Polling = &relay.PollingSettings{MinDelay: new(time.Hour), MaxDelay: new(time.Hour)}
-		c.Events = map[string]relay.EventSettings{"orders": {}}
-		c.DiscoverInterval = -1
-	})
-	testenv.WaitFor(t, 5*time.Second, "first empty poll", func() bool {
-		h := r.Health()
-		return len(h.Types) == 1 && !h.Types[0].LastPoll.IsZero()
-	})
+	r := b.startWakeOnly(t)
 	ids := b.publish(t, "orders", 1, nil)
 	r.Wake("orders")
 	testenv.WaitFor(t, 5*time.Second, "woken delivery", func() bool { return containsAll(b.sender.ids(), ids) })
@@ -418,15 +408,7 @@ func TestWakeSkipsThePollingDelay(t *testing.T) {
 func TestWakeBeforeCommit(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	r := b.start(t, func(c *relay.Config) {
-		c.Defaults.Polling = &relay.PollingSettings{MinDelay: new(time.Hour), MaxDelay: new(time.Hour)}
-		c.Events = map[string]relay.EventSettings{"orders": {}}
-		c.DiscoverInterval = -1
-	})
-	testenv.WaitFor(t, 5*time.Second, "first empty poll", func() bool {
-		h := r.Health()
-		return len(h.Types) == 1 && !h.Types[0].LastPoll.IsZero()
-	})
+	r := b.startWakeOnly(t)
 	ctx := context.Background()
 	tx, err := b.pool.Begin(ctx)
 	if err != nil {
@@ -455,15 +437,7 @@ func TestWakeBeforeCommit(t *testing.T) {
 func TestListenNotifyWakesRelay(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	r := b.start(t, func(c *relay.Config) {
-		c.Defaults.Polling = &relay.PollingSettings{MinDelay: new(time.Hour), MaxDelay: new(time.Hour)}
-		c.Events = map[string]relay.EventSettings{"orders": {}}
-		c.DiscoverInterval = -1
-	})
-	testenv.WaitFor(t, 5*time.Second, "first empty poll", func() bool {
-		h := r.Health()
-		return len(h.Types) == 1 && !h.Types[0].LastPoll.IsZero()
-	})
+	b.startWakeOnly(t)
 	// The listener connects asynchronously; keep publishing with NOTIFY
 	// until one arrives (each publish is a fresh event).
 	ctx := context.Background()

@@ -14,6 +14,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/relay/relaytest"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/mysql"
@@ -156,7 +157,7 @@ func TestPlainSQLRowsNeverBlockTheirBatch(t *testing.T) {
 			cfg := fastConfig(pd.store, map[string]sender.Sender{"test": rec})
 			cfg.Defaults.BatchSize = &batch
 			cfg.Events = map[string]relay.EventSettings{typ: {}}
-			startRelay(t, cfg)
+			relaytest.Start(t, cfg)
 
 			ctx := context.Background()
 			var dl *store.DeadLetter
@@ -238,7 +239,7 @@ func TestInvalidRowParksItsKey(t *testing.T) {
 			cfg := fastConfig(pd.store, map[string]sender.Sender{"test": rec})
 			ordered := relay.OrderingKey
 			cfg.Events = map[string]relay.EventSettings{typ: {Ordering: &ordered}}
-			r := startRelay(t, cfg)
+			r := relaytest.Start(t, cfg)
 			ctx := context.Background()
 			defer func() {
 				if t.Failed() {

@@ -9,6 +9,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/relay/relaytest"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store/postgres"
 )
@@ -36,18 +37,7 @@ func TestNotifyTriggerWakesRelayForPlainSQLInsert(t *testing.T) {
 	cfg.Defaults.Polling = &relay.PollingSettings{MinDelay: new(time.Hour), MaxDelay: new(time.Hour)}
 	cfg.Events = map[string]relay.EventSettings{"orders": {}, "refunds": {}}
 	cfg.DiscoverInterval = -1
-	r, err := relay.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		_ = r.Stop(c)
-	})
+	r := relaytest.Start(t, cfg)
 	testenv.WaitFor(t, 10*time.Second, "first empty polls", func() bool {
 		h := r.Health()
 		return len(h.Types) == 2 && !h.Types[0].LastPoll.IsZero() && !h.Types[1].LastPoll.IsZero()

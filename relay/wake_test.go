@@ -15,6 +15,7 @@ import (
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/outbox"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/relay/relaytest"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres"
@@ -35,7 +36,7 @@ func startBackedOff(t *testing.T, st store.Driver, snd *testSender) (*relay.Rela
 	cfg.Hooks = []relay.Hook{hook}
 	cfg.DiscoverInterval = time.Minute
 	cfg.DiscoverMaxInterval = time.Minute
-	r := startRelay(t, cfg)
+	r := relaytest.Start(t, cfg)
 	// A failed round is retried within a second: wait for one that
 	// succeeded, after which the next is a minute away.
 	testenv.WaitFor(t, 20*time.Second, "discovery's first successful round", func() bool {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -27,6 +26,7 @@ import (
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres"
+	"github.com/txbox/txbox/store/storeharness"
 )
 
 // The bar of the dead-letter admin's memory (docs/operations.md, "Dead
@@ -68,11 +68,7 @@ func TestDeadLetterAdminMemory(t *testing.T) {
 	defer cancel()
 
 	bin := buildTxbox(t, ctx)
-	db, err := sql.Open("pgx", testenv.PostgresURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := storeharness.PostgresAdmin(t)
 	schema := testenv.PostgresSchema(t, db)
 	pool, err := pgxpool.New(ctx, testenv.PostgresURL)
 	if err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -18,6 +17,7 @@ import (
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres"
 	"github.com/txbox/txbox/store/sqlite"
+	"github.com/txbox/txbox/store/storeharness"
 )
 
 // seeded is a database for the CLI tests: a driver to seed it through,
@@ -46,12 +46,7 @@ func sqliteSeeded(t *testing.T) seeded {
 }
 
 func postgresSeeded(t *testing.T) seeded {
-	admin, err := sql.Open("pgx", testenv.PostgresURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = admin.Close() })
-	schema := testenv.PostgresSchema(t, admin)
+	schema := storeharness.PostgresSchema(t)
 	pool, err := pgxpool.New(context.Background(), testenv.PostgresURL)
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store/mysql"
+	"github.com/txbox/txbox/store/storeharness"
 )
 
 // TestMain lets the test binary act as the txbox command: a child process
@@ -25,7 +26,7 @@ func TestMain(m *testing.M) {
 		main()
 		return
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(testenv.RunThen(m, storeharness.CloseShared))
 }
 
 // runInProcess runs a command line in this process and returns its exit
@@ -285,11 +286,7 @@ func TestDemoPostgres(t *testing.T) {
 		t.Fatalf("demo did not name its tables:\n%s", out)
 	}
 	prefix := strings.TrimSuffix(strings.Fields(out[i+len("(tables "):])[0], "*)")
-	db, err := sql.Open("pgx", testenv.PostgresURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := storeharness.PostgresAdmin(t)
 	var n int
 	if err := db.QueryRow(`SELECT count(*) FROM information_schema.tables WHERE table_name LIKE $1`, prefix+"%").Scan(&n); err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/store/storeharness"
 )
 
 // servingAddr finds the address the relay logged for the listener
@@ -48,11 +48,7 @@ func TestRelayCommandServesMetricsAndHealth(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer srv.Close()
-	admin, err := sql.Open("pgx", testenv.PostgresURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
+	admin := storeharness.PostgresAdmin(t)
 	schema := testenv.PostgresSchema(t, admin)
 	cfgPath := t.TempDir() + "/txbox.yaml"
 	yml := fmt.Sprintf(`

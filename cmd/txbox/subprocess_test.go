@@ -25,6 +25,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store/postgres"
+	"github.com/txbox/txbox/store/storeharness"
 )
 
 // child returns a command that runs this test binary as the txbox command
@@ -102,11 +103,7 @@ func TestSubprocessMigratePublishRelay(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	admin, err := sql.Open("pgx", testenv.PostgresURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
+	admin := storeharness.PostgresAdmin(t)
 	schema := testenv.PostgresSchema(t, admin)
 
 	// A stream of its own for this test.
@@ -299,11 +296,7 @@ func subprocessRelayStopsMidBacklog(t *testing.T, claim string) {
 	testenv.RequireTCP(t, "NATS", strings.TrimPrefix(testenv.NATSURL, "nats://"))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	admin, err := sql.Open("pgx", testenv.PostgresURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
+	admin := storeharness.PostgresAdmin(t)
 	schema := testenv.PostgresSchema(t, admin)
 	_, subj := testStream(t, ctx)
 	cfgPath := filepath.Join(t.TempDir(), "txbox.yaml")
@@ -382,11 +375,7 @@ func TestSubprocessConcurrentMigrate(t *testing.T) {
 	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	admin, err := sql.Open("pgx", testenv.PostgresURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
+	admin := storeharness.PostgresAdmin(t)
 	// A schema name nobody created yet: migrate creates it.
 	schema := testenv.UniqueName("t_")
 	t.Cleanup(func() { _, _ = admin.Exec(`DROP SCHEMA IF EXISTS ` + schema + ` CASCADE`) })

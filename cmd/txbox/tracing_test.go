@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -21,6 +20,7 @@ import (
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/outbox"
 	"github.com/txbox/txbox/store/postgres"
+	"github.com/txbox/txbox/store/storeharness"
 )
 
 // TestSubprocessRelayTracing runs `txbox relay` as a real process against
@@ -65,12 +65,7 @@ func relayTracing(t *testing.T, protocol string, tls bool) {
 		tlsBlock = fmt.Sprintf("  tls: { ca-file: %q }\n", recv.CAFile)
 	}
 
-	admin, err := sql.Open("pgx", testenv.PostgresURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	schema := testenv.PostgresSchema(t, admin)
+	schema := storeharness.PostgresSchema(t)
 	pool, err := pgxpool.New(ctx, testenv.PostgresURLWithSchema(schema))
 	if err != nil {
 		t.Fatal(err)

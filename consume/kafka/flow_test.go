@@ -24,9 +24,7 @@ func member(t *testing.T, cl *kgo.Client, cfg kafka.Config) (stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- cons.Run(ctx) }()
+	_, cancel, done := consumetest.Run(cons.Run)
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
@@ -131,9 +129,7 @@ func TestStopDrainsInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- cons.Run(ctx) }()
+	_, cancel, done := consumetest.Run(cons.Run)
 	<-hold.Started // at least one handler runs (up to one per partition of the first poll)
 	cancel()
 	hold.Release()

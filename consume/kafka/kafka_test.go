@@ -101,9 +101,7 @@ func TestCommitAfterHandler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- cons.Run(ctx) }()
+	_, cancel, done := consumetest.Run(cons.Run)
 	env.WaitEffects(t, ids, 60*time.Second)
 	testenv.WaitForEvery(t, 30*time.Second, 10*time.Millisecond, fmt.Sprintf("committed offsets to total %d", len(recs)), func() bool {
 		return committedTotal(cl) == int64(len(recs))
@@ -151,9 +149,7 @@ func TestRestartResumesFromCommit(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- cons.Run(ctx) }()
+		_, cancel, done := consumetest.Run(cons.Run)
 		env.WaitEffects(t, ids, 60*time.Second)
 		cancel()
 		<-done

@@ -41,10 +41,8 @@ func TestEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	_, cancel, done := consumetest.Run(cons.Run)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- cons.Run(ctx) }()
 
 	// The second half is published while the first relay runs; it is
 	// stopped mid-run with no time to finish its batches.

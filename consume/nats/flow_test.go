@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strings"
 	"sync"
@@ -51,9 +50,7 @@ func settled(t *testing.T, jc jetstream.Consumer) {
 
 func run(t *testing.T, cons *cnats.Consumer) (stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- cons.Run(ctx) }()
+	_, cancel, done := consumetest.Run(cons.Run)
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
@@ -196,9 +193,7 @@ func TestStopDrainsInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- cons.Run(ctx) }()
+	_, cancel, done := consumetest.Run(cons.Run)
 	started := map[txbox.ID]bool{}
 	for len(started) < conc {
 		started[<-b.started] = true
@@ -255,9 +250,7 @@ func TestDrainDeadlineCancels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- cons.Run(ctx) }()
+	_, cancel, done := consumetest.Run(cons.Run)
 	<-b.started
 	cancel()
 	select {
@@ -350,17 +343,9 @@ func TestSIGTERMDrains(t *testing.T) {
 	for i := 0; i < n; i++ {
 		publish(t, js, subject, txbox.NewID(), false)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestConsumerChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), childEnv+"=1", childSchemaEnv+"="+p.Schema, childStreamEnv+"="+strings.TrimSuffix(subject, ".events"))
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	child := testenv.StartTestProcess(t, "TestConsumerChild",
+		childEnv+"=1", childSchemaEnv+"="+p.Schema, childStreamEnv+"="+strings.TrimSuffix(subject, ".events"))
+	cmd, out, stderr := child.Cmd, child.Stdout, child.Stderr
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	started := map[txbox.ID]bool{}
 	stopped := false

@@ -89,9 +89,7 @@ func TestAckAfterHandler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- cons.Run(ctx) }()
+	_, cancel, done := consumetest.Run(cons.Run)
 	env.WaitEffects(t, ids, 60*time.Second)
 	var info *jetstream.ConsumerInfo
 	settled := false

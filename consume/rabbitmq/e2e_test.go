@@ -39,10 +39,8 @@ func TestEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	_, cancel, done := consumetest.Run(cons.Run)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- cons.Run(ctx) }()
 
 	p.Publish(t, "order-created", n/perTx/2, perTx, 7)
 	stop1(time.Millisecond)
@@ -101,10 +99,8 @@ func TestEndToEndRelayKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	_, cancel, done := consumetest.Run(cons.Run)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- cons.Run(ctx) }()
 
 	env := map[string]string{exchangeEnv: exchange}
 	kill1 := p.StartRelayProcess(t, "TestRelayChildProcess", env)

@@ -74,9 +74,7 @@ func TestStopDrainsInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- cons.Run(ctx) }()
+	_, cancel, done := consumetest.Run(cons.Run)
 	ids := map[txbox.ID]bool{}
 	for len(ids) < conc {
 		ids[<-hold.Started] = true
@@ -146,10 +144,8 @@ func TestLostConnectionStrandsOnlyInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	_, cancel, done := consumetest.Run(cons.Run)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- cons.Run(ctx) }()
 	<-inHandler
 	_ = victim.Close()
 	cancel()
@@ -196,9 +192,7 @@ func TestDeliveryCount(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- cons.Run(ctx) }()
+			_, cancel, done := consumetest.Run(cons.Run)
 			env.WaitEffects(t, []txbox.ID{id}, 30*time.Second)
 			cancel()
 			if err := <-done; err != nil {
@@ -239,9 +233,7 @@ func TestLostEffectIsAcked(t *testing.T) {
 		t.Fatal(err)
 	}
 	publish(t, pub, q, txbox.NewID(), true)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- cons.Run(ctx) }()
+	_, cancel, done := consumetest.Run(cons.Run)
 	testenv.WaitFor(t, 30*time.Second, "the delivery to be settled", func() bool { return cons.Stats().Acked+cons.Stats().Nacked > 0 })
 	cancel()
 	if err := <-done; err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/txbox/txbox/outbox"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/relay/relayprom"
+	"github.com/txbox/txbox/relay/relaytest"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/storeharness"
@@ -77,25 +78,6 @@ func (s *scriptedSender) Send(_ context.Context, msgs []*sender.Message) error {
 
 func (*scriptedSender) Close(context.Context) error { return nil }
 
-func startRelay(t *testing.T, cfg relay.Config) *relay.Relay {
-	t.Helper()
-	r, err := relay.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := r.Stop(ctx); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
-	return r
-}
-
 func TestMetricsThroughARelay(t *testing.T) {
 	t.Parallel()
 	d := storeharness.PostgresDriver(t)
@@ -107,7 +89,7 @@ func TestMetricsThroughARelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	snd := &scriptedSender{}
-	startRelay(t, relay.Config{
+	relaytest.Start(t, relay.Config{
 		Store:   d,
 		Senders: map[string]sender.Sender{"bus": snd},
 		Defaults: relay.EventSettings{

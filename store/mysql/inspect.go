@@ -51,19 +51,15 @@ func (d *Driver) OutboxInspect(ctx context.Context) ([]*store.OutboxTypeDetail, 
 		return nil, wrap("inspect", err)
 	}
 	var acc inspect.Acc
-	for rows.Next() {
-		var g inspect.Group
+	err = acc.AddGroups(rows, func(g *inspect.Group) error {
 		var age, next sql.NullInt64
-		if err := rows.Scan(&g.EventType, &g.Status, &g.Due, &g.Attempts, &g.Count, &age, &next); err != nil {
-			rows.Close()
-			return nil, wrap("inspect", err)
-		}
+		err := rows.Scan(&g.EventType, &g.Status, &g.Due, &g.Attempts, &g.Count, &age, &next)
 		g.OldestAge = time.Duration(age.Int64) * time.Microsecond
 		g.NextDueIn = time.Duration(next.Int64) * time.Microsecond
-		acc.Add(g)
-	}
+		return err
+	})
 	rows.Close()
-	if err := rows.Err(); err != nil {
+	if err != nil {
 		return nil, wrap("inspect", err)
 	}
 	rows, err = d.db.QueryContext(ctx, d.q.inspectLastError)
@@ -71,14 +67,7 @@ func (d *Driver) OutboxInspect(ctx context.Context) ([]*store.OutboxTypeDetail, 
 		return nil, wrap("inspect", err)
 	}
 	defer rows.Close()
-	for rows.Next() {
-		var typ, msg string
-		if err := rows.Scan(&typ, &msg); err != nil {
-			return nil, wrap("inspect", err)
-		}
-		acc.LastError(typ, msg)
-	}
-	if err := rows.Err(); err != nil {
+	if err := acc.AddLastErrors(rows); err != nil {
 		return nil, wrap("inspect", err)
 	}
 	return acc.Result(), nil
@@ -95,15 +84,10 @@ func (d *Driver) DeadLetterParkedKeys(ctx context.Context, params *store.ParkedK
 		return nil, wrap("parked keys", err)
 	}
 	defer rows.Close()
-	var out []*store.ParkedKey
-	for rows.Next() {
-		p := &store.ParkedKey{}
-		if err := rows.Scan(&p.EventType, &p.Key, idScan{&p.DeadLetterID}, nullTime{&p.FailedAt}, &p.LastError, &p.DeadLetters, &p.Waiting); err != nil {
-			return nil, wrap("parked keys", err)
-		}
-		out = append(out, p)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := inspect.ScanAll(rows, func(p *store.ParkedKey) error {
+		return rows.Scan(&p.EventType, &p.Key, idScan{&p.DeadLetterID}, nullTime{&p.FailedAt}, &p.LastError, &p.DeadLetters, &p.Waiting)
+	})
+	if err != nil {
 		return nil, wrap("parked keys", err)
 	}
 	return out, nil
@@ -130,17 +114,13 @@ func (d *Driver) InstanceList(ctx context.Context) ([]*store.Instance, error) {
 		return nil, wrap("instances", err)
 	}
 	defer rows.Close()
-	var out []*store.Instance
-	for rows.Next() {
-		in := &store.Instance{}
+	out, err := inspect.ScanAll(rows, func(in *store.Instance) error {
 		var ago int64
-		if err := rows.Scan(&in.ID, &in.Info, nullTime{&in.StartedAt}, nullTime{&in.SeenAt}, &ago, &in.Expired); err != nil {
-			return nil, wrap("instances", err)
-		}
+		err := rows.Scan(&in.ID, &in.Info, nullTime{&in.StartedAt}, nullTime{&in.SeenAt}, &ago, &in.Expired)
 		in.SeenAgo = max(0, time.Duration(ago)*time.Microsecond)
-		out = append(out, in)
-	}
-	if err := rows.Err(); err != nil {
+		return err
+	})
+	if err != nil {
 		return nil, wrap("instances", err)
 	}
 	return out, nil

@@ -117,18 +117,14 @@ func (d *Driver) OutboxInspect(ctx context.Context) ([]*store.OutboxTypeDetail, 
 		return nil, translate("inspect", err)
 	}
 	var acc inspect.Acc
-	for rows.Next() {
-		var g inspect.Group
+	err = acc.AddGroups(rows, func(g *inspect.Group) error {
 		var age, next float64
-		if err := rows.Scan(&g.EventType, &g.Status, &g.Due, &g.Attempts, &g.Count, &age, &next); err != nil {
-			rows.Close()
-			return nil, translate("inspect", err)
-		}
+		err := rows.Scan(&g.EventType, &g.Status, &g.Due, &g.Attempts, &g.Count, &age, &next)
 		g.OldestAge, g.NextDueIn = inspect.Seconds(age), inspect.Seconds(next)
-		acc.Add(g)
-	}
+		return err
+	})
 	rows.Close()
-	if err := rows.Err(); err != nil {
+	if err != nil {
 		return nil, translate("inspect", err)
 	}
 	rows, err = d.pool.Query(ctx, d.q.inspectLastError)
@@ -136,14 +132,7 @@ func (d *Driver) OutboxInspect(ctx context.Context) ([]*store.OutboxTypeDetail, 
 		return nil, translate("inspect", err)
 	}
 	defer rows.Close()
-	for rows.Next() {
-		var typ, msg string
-		if err := rows.Scan(&typ, &msg); err != nil {
-			return nil, translate("inspect", err)
-		}
-		acc.LastError(typ, msg)
-	}
-	if err := rows.Err(); err != nil {
+	if err := acc.AddLastErrors(rows); err != nil {
 		return nil, translate("inspect", err)
 	}
 	return acc.Result(), nil
@@ -160,15 +149,10 @@ func (d *Driver) DeadLetterParkedKeys(ctx context.Context, params *store.ParkedK
 		return nil, translate("parked keys", err)
 	}
 	defer rows.Close()
-	var out []*store.ParkedKey
-	for rows.Next() {
-		p := &store.ParkedKey{}
-		if err := rows.Scan(&p.EventType, &p.Key, uuidDest{&p.DeadLetterID}, &p.FailedAt, &p.LastError, &p.DeadLetters, &p.Waiting); err != nil {
-			return nil, translate("parked keys", err)
-		}
-		out = append(out, p)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := inspect.ScanAll(rows, func(p *store.ParkedKey) error {
+		return rows.Scan(&p.EventType, &p.Key, uuidDest{&p.DeadLetterID}, &p.FailedAt, &p.LastError, &p.DeadLetters, &p.Waiting)
+	})
+	if err != nil {
 		return nil, translate("parked keys", err)
 	}
 	return out, nil
@@ -192,17 +176,13 @@ func (d *Driver) InstanceList(ctx context.Context) ([]*store.Instance, error) {
 		return nil, translate("instances", err)
 	}
 	defer rows.Close()
-	var out []*store.Instance
-	for rows.Next() {
-		in := &store.Instance{}
+	out, err := inspect.ScanAll(rows, func(in *store.Instance) error {
 		var ago float64
-		if err := rows.Scan(&in.ID, &in.Info, &in.StartedAt, &in.SeenAt, &ago, &in.Expired); err != nil {
-			return nil, translate("instances", err)
-		}
-		in.SeenAgo = max(0, time.Duration(ago*float64(time.Second)))
-		out = append(out, in)
-	}
-	if err := rows.Err(); err != nil {
+		err := rows.Scan(&in.ID, &in.Info, &in.StartedAt, &in.SeenAt, &ago, &in.Expired)
+		in.SeenAgo = max(0, inspect.Seconds(ago))
+		return err
+	})
+	if err != nil {
 		return nil, translate("instances", err)
 	}
 	return out, nil

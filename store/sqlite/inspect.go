@@ -64,20 +64,16 @@ func (d *Driver) OutboxInspect(ctx context.Context) ([]*store.OutboxTypeDetail, 
 		return nil, d.translate(fmt.Errorf("inspect: %w", err))
 	}
 	var acc inspect.Acc
-	for rows.Next() {
-		var g inspect.Group
+	err = acc.AddGroups(rows, func(g *inspect.Group) error {
 		var attempts sql.NullInt64
 		var age, next int64
-		if err := rows.Scan(&g.EventType, &g.Status, &g.Due, &attempts, &g.Count, &age, &next); err != nil {
-			rows.Close()
-			return nil, d.translate(fmt.Errorf("inspect: %w", err))
-		}
+		err := rows.Scan(&g.EventType, &g.Status, &g.Due, &attempts, &g.Count, &age, &next)
 		g.Attempts = int(attempts.Int64)
 		g.OldestAge, g.NextDueIn = time.Duration(age)*time.Millisecond, time.Duration(next)*time.Millisecond
-		acc.Add(g)
-	}
+		return err
+	})
 	rows.Close()
-	if err := rows.Err(); err != nil {
+	if err != nil {
 		return nil, d.translate(fmt.Errorf("inspect: %w", err))
 	}
 	rows, err = d.db.QueryContext(ctx, d.q.inspectLastError)
@@ -85,14 +81,7 @@ func (d *Driver) OutboxInspect(ctx context.Context) ([]*store.OutboxTypeDetail, 
 		return nil, d.translate(fmt.Errorf("inspect: %w", err))
 	}
 	defer rows.Close()
-	for rows.Next() {
-		var typ, msg string
-		if err := rows.Scan(&typ, &msg); err != nil {
-			return nil, d.translate(fmt.Errorf("inspect: %w", err))
-		}
-		acc.LastError(typ, msg)
-	}
-	if err := rows.Err(); err != nil {
+	if err := acc.AddLastErrors(rows); err != nil {
 		return nil, d.translate(fmt.Errorf("inspect: %w", err))
 	}
 	return acc.Result(), nil
@@ -112,18 +101,14 @@ func (d *Driver) DeadLetterParkedKeys(ctx context.Context, params *store.ParkedK
 		return nil, d.translate(fmt.Errorf("parked keys: %w", err))
 	}
 	defer rows.Close()
-	var out []*store.ParkedKey
-	for rows.Next() {
-		p := &store.ParkedKey{}
+	out, err := inspect.ScanAll(rows, func(p *store.ParkedKey) error {
 		var id, failed string
-		if err := rows.Scan(&p.EventType, &p.Key, &id, &failed, &p.LastError, &p.DeadLetters, &p.Waiting); err != nil {
-			return nil, d.translate(fmt.Errorf("parked keys: %w", err))
-		}
+		err := rows.Scan(&p.EventType, &p.Key, &id, &failed, &p.LastError, &p.DeadLetters, &p.Waiting)
 		p.DeadLetterID, _ = txbox.ParseID(id)
 		p.FailedAt, _ = parseTime(failed)
-		out = append(out, p)
-	}
-	if err := rows.Err(); err != nil {
+		return err
+	})
+	if err != nil {
 		return nil, d.translate(fmt.Errorf("parked keys: %w", err))
 	}
 	return out, nil
@@ -162,20 +147,16 @@ func (d *Driver) InstanceList(ctx context.Context) ([]*store.Instance, error) {
 		return nil, d.translate(fmt.Errorf("instances: %w", err))
 	}
 	defer rows.Close()
-	var out []*store.Instance
-	for rows.Next() {
-		in := &store.Instance{}
+	out, err := inspect.ScanAll(rows, func(in *store.Instance) error {
 		var started, seen string
 		var ago int64
-		if err := rows.Scan(&in.ID, &in.Info, &started, &seen, &ago, &in.Expired); err != nil {
-			return nil, d.translate(fmt.Errorf("instances: %w", err))
-		}
+		err := rows.Scan(&in.ID, &in.Info, &started, &seen, &ago, &in.Expired)
 		in.StartedAt, _ = parseTime(started)
 		in.SeenAt, _ = parseTime(seen)
 		in.SeenAgo = max(0, time.Duration(ago)*time.Millisecond)
-		out = append(out, in)
-	}
-	if err := rows.Err(); err != nil {
+		return err
+	})
+	if err != nil {
 		return nil, d.translate(fmt.Errorf("instances: %w", err))
 	}
 	return out, nil

@@ -17,6 +17,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/internal/testenv"
 )
 
 // Concurrent duplicates: this many goroutines here, helperGoroutines in a
@@ -82,30 +83,17 @@ func startHelper(t *testing.T, e *inboxEnv, consumer string, all []txbox.ID) *he
 	for i, id := range all {
 		strIDs[i] = id.String()
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestInboxHelperProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), helperEnv+"=1", InboxHarnessEnv+"="+e.h.Name, helperNSEnv+"="+e.ns, helperConsumerEnv+"="+consumer, helperIDsEnv+"="+strings.Join(strIDs, ","))
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	p := testenv.StartTestProcess(t, "TestInboxHelperProcess", helperEnv+"=1", InboxHarnessEnv+"="+e.h.Name,
+		helperNSEnv+"="+e.ns, helperConsumerEnv+"="+consumer, helperIDsEnv+"="+strings.Join(strIDs, ","))
 	lines := make(chan string, 16)
 	go func() {
-		sc := bufio.NewScanner(stdout)
+		sc := bufio.NewScanner(p.Stdout)
 		for sc.Scan() {
 			lines <- sc.Text()
 		}
 		close(lines)
 	}()
-	return &helperProc{cmd: cmd, stdin: stdin, stderr: &stderr, lines: lines}
+	return &helperProc{cmd: p.Cmd, stdin: p.Stdin, stderr: p.Stderr, lines: lines}
 }
 
 // waitLine returns the rest of the helper's first output line that starts

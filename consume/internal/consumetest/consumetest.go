@@ -167,3 +167,12 @@ func waitForEffects(t testing.TB, within, poll time.Duration, what string, want 
 		return missing == 0
 	})
 }
+
+// Run starts run, a consumer's Run, in a goroutine of its own on a context
+// of its own: cancel stops it, and done receives what Run returned.
+func Run(run func(context.Context) error) (ctx context.Context, cancel context.CancelFunc, done <-chan error) {
+	ctx, cancel = context.WithCancel(context.Background())
+	ch := make(chan error, 1)
+	go func() { ch <- run(ctx) }()
+	return ctx, cancel, ch
+}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -23,6 +21,7 @@ import (
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store/postgres"
+	"github.com/txbox/txbox/store/storeharness"
 )
 
 // Pipeline is the whole path on PostgreSQL, for end-to-end tests:
@@ -166,17 +165,7 @@ func NewPipeline(t testing.TB, consumer string) *Pipeline {
 // consumer, nothing dropped when t ends.
 func AttachPipeline(t testing.TB, schema, consumer string) *Pipeline {
 	t.Helper()
-	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 8
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := storeharness.PostgresPool(t, 8)
 	d, err := postgres.New(pool, postgres.Config{Schema: schema, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -344,20 +333,12 @@ func RelayChild(t *testing.T, newSender func(getenv func(string) string) (sender
 // killed when t ends.
 func (p *Pipeline) StartRelayProcess(t testing.TB, testName string, env map[string]string) (kill func()) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^"+testName+"$", "-test.count=1")
-	cmd.Env = append(os.Environ(), childEnv+"=1", childSchemaEnv+"="+p.Schema)
+	vars := []string{childEnv + "=1", childSchemaEnv + "=" + p.Schema}
 	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
+		vars = append(vars, k+"="+v)
 	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	child := testenv.StartTestProcess(t, testName, vars...)
+	cmd, out, stderr := child.Cmd, child.Stdout, child.Stderr
 	var once sync.Once
 	kill = func() {
 		once.Do(func() {

@@ -90,3 +90,56 @@ func (a *Acc) Result() []*store.OutboxTypeDetail {
 
 // Seconds converts a database's float seconds to a duration.
 func Seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// Rows is the part of *sql.Rows and pgx.Rows that the readers below walk,
+// so that the loop over a query's rows is written once for every dialect.
+// The caller still closes the rows.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// ScanAll reads every row with scan, which fills one new T from the row
+// at hand, and returns the values in the order of the query.
+func ScanAll[T any](rows Rows, scan func(*T) error) ([]*T, error) {
+	var out []*T
+	for rows.Next() {
+		v := new(T)
+		if err := scan(v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// AddGroups folds every row of a dialect's grouped count into a; scan
+// reads the row at hand into g (each dialect returns ages in its own
+// unit).
+func (a *Acc) AddGroups(rows Rows, scan func(g *Group) error) error {
+	for rows.Next() {
+		var g Group
+		if err := scan(&g); err != nil {
+			return err
+		}
+		a.Add(g)
+	}
+	return rows.Err()
+}
+
+// AddLastErrors records every (event type, last error) row of a dialect's
+// last-error query.
+func (a *Acc) AddLastErrors(rows Rows) error {
+	for rows.Next() {
+		var typ, msg string
+		if err := rows.Scan(&typ, &msg); err != nil {
+			return err
+		}
+		a.LastError(typ, msg)
+	}
+	return rows.Err()
+}
