@@ -6,6 +6,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,9 +50,11 @@ type fenceLatency struct {
 // types, which separates the fence's wait from the load the other types
 // put on the machine. Every lock-claimed batch holds a transaction id for
 // its whole send, and with it the fence.
-// It reports the commit-to-ack latency p50/p99 of each scenario and its
+// It reports the commit-to-ack latency p50/p99 of each scenario, its
 // ratio to the ordered type alone in the lock claim (the default for a
-// broker) of the same round; medians over TXBOX_BENCH_ROUNDS rounds.
+// broker) of the same round, and, on each control, the ratio of the fence
+// on to off next to the same types (fence-on-to-off: what the fence
+// costs, under the same load); medians over TXBOX_BENCH_ROUNDS rounds.
 // Only events committed while the backlog still drained are counted.
 // Results in docs/benchmarks.md, "The ordering fence and lock claims":
 //
@@ -76,22 +79,22 @@ func BenchmarkOrderedFenceLatency(b *testing.B) {
 		{name: "alone-lock", orderedClaim: relay.ClaimLock},
 		{name: "alone-lease", orderedClaim: relay.ClaimLease},
 	}
-	for _, others := range []relay.ClaimMode{relay.ClaimLock, relay.ClaimLease} {
-		for _, n := range []int{1, 4, 10} {
-			scenarios = append(scenarios, fenceScenario{name: fmt.Sprintf("next-to-%d-%s", n, others),
-				orderedClaim: relay.ClaimLock, others: n, othersClaim: others})
-		}
+	// Each fence-off control runs right after its fence-on pair, so that
+	// the two see the same load on the machine.
+	for _, n := range []int{1, 4, 10} {
+		scenarios = append(scenarios,
+			fenceScenario{name: fmt.Sprintf("next-to-%d-lock", n), orderedClaim: relay.ClaimLock, others: n, othersClaim: relay.ClaimLock},
+			fenceScenario{name: fmt.Sprintf("fence-off-next-to-%d-lock", n), orderedClaim: relay.ClaimLock, others: n, othersClaim: relay.ClaimLock, fenceOff: true},
+			fenceScenario{name: fmt.Sprintf("next-to-%d-lease", n), orderedClaim: relay.ClaimLock, others: n, othersClaim: relay.ClaimLease})
 	}
 	scenarios = append(scenarios, fenceScenario{name: "lease-next-to-10-lock",
 		orderedClaim: relay.ClaimLease, others: 10, othersClaim: relay.ClaimLock})
-	for _, n := range []int{1, 4, 10} {
-		scenarios = append(scenarios, fenceScenario{name: fmt.Sprintf("fence-off-next-to-%d-lock", n),
-			orderedClaim: relay.ClaimLock, others: n, othersClaim: relay.ClaimLock, fenceOff: true})
-	}
 	p50, p99 := map[string][]float64{}, map[string][]float64{}
 	r50, r99 := map[string][]float64{}, map[string][]float64{}
+	on50, on99 := map[string][]float64{}, map[string][]float64{}
 	for round := range rounds {
 		var base fenceLatency
+		got := map[string]fenceLatency{}
 		for i, sc := range scenarios {
 			// A sub-benchmark each, so that its pools close before the
 			// next scenario opens its own.
@@ -100,6 +103,7 @@ func BenchmarkOrderedFenceLatency(b *testing.B) {
 				if i == 0 {
 					base = l
 				}
+				got[sc.name] = l
 				p50[sc.name] = append(p50[sc.name], ms(l.p50))
 				p99[sc.name] = append(p99[sc.name], ms(l.p99))
 				r50[sc.name] = append(r50[sc.name], ms(l.p50)/ms(base.p50))
@@ -110,6 +114,12 @@ func BenchmarkOrderedFenceLatency(b *testing.B) {
 				b.ReportMetric(ms(l.p99)/ms(base.p99), "p99-ratio")
 				b.ReportMetric(float64(l.samples), "samples")
 				b.ReportMetric(l.bulkRate, "others-events/s")
+				if on, ok := got[strings.TrimPrefix(sc.name, "fence-off-")]; ok && sc.fenceOff {
+					on50[sc.name] = append(on50[sc.name], ms(on.p50)/ms(l.p50))
+					on99[sc.name] = append(on99[sc.name], ms(on.p99)/ms(l.p99))
+					b.ReportMetric(ms(on.p50)/ms(l.p50), "fence-on-to-off-p50")
+					b.ReportMetric(ms(on.p99)/ms(l.p99), "fence-on-to-off-p99")
+				}
 			})
 		}
 	}
@@ -119,6 +129,10 @@ func BenchmarkOrderedFenceLatency(b *testing.B) {
 		}
 		b.Logf("median of %d rounds: %-26s p50 %7.2f ms  p99 %7.2f ms  (×%.2f / ×%.2f of alone-lock)",
 			len(p50[sc.name]), sc.name, median(p50[sc.name]), median(p99[sc.name]), median(r50[sc.name]), median(r99[sc.name]))
+		if len(on50[sc.name]) > 0 {
+			b.Logf("median of %d rounds: fence on / off next to the same types, p50 ×%.2f, p99 ×%.2f (%s)",
+				len(on50[sc.name]), median(on50[sc.name]), median(on99[sc.name]), strings.TrimPrefix(sc.name, "fence-off-"))
+		}
 	}
 }
 
@@ -133,25 +147,7 @@ func measureFence(b *testing.B, sc fenceScenario, backlog int) fenceLatency {
 	ctx := context.Background()
 	ns := postgresKind.newNamespace(b)
 	d := openStore(b, postgresKind, ns, 4).(*postgres.Driver)
-	bulk := make(map[txbox.ID]bool, backlog)
-	payload := []byte(`{"order_id":12345,"amount":"99.90","currency":"EUR","customer":"c-778"}`)
-	for t := range sc.others {
-		typ := fmt.Sprintf("bulk%02d", t)
-		for done, n := 0, backlog/sc.others; done < n; {
-			evs := make([]*txbox.Event, min(2000, n-done))
-			for i := range evs {
-				evs[i] = &txbox.Event{ID: txbox.NewID(), Type: typ, Payload: payload}
-				bulk[evs[i].ID] = true
-			}
-			if err := postgresKind.publish(ctx, d, evs, true); err != nil {
-				b.Fatal(err)
-			}
-			done += len(evs)
-		}
-	}
-	if _, err := d.Pool().Exec(ctx, "ANALYZE "+d.Tables().Schema+"."+d.Tables().Outbox); err != nil {
-		b.Fatal(err)
-	}
+	bulk := fillOthers(b, d, sc.others, backlog)
 	st := newStream(b)
 	rec := &pickupRecorder{Sender: newBenchSender(b), pickedAt: map[txbox.ID]time.Time{}, ackedAt: map[txbox.ID]time.Time{}}
 	rd := openStore(b, postgresKind, ns, relay.DefaultInFlight*(sc.others+1)+relay.LockReserve+4)
@@ -194,7 +190,7 @@ func measureFence(b *testing.B, sc fenceScenario, backlog int) fenceLatency {
 			(sc.others > 0 && n >= len(bulk)) {
 			break
 		}
-		ev := &txbox.Event{ID: txbox.NewID(), Type: "ordered", Key: fmt.Sprintf("k%02d", i%20), Payload: payload}
+		ev := &txbox.Event{ID: txbox.NewID(), Type: "ordered", Key: fmt.Sprintf("k%02d", i%20), Payload: []byte(`{"order_id":12345}`)}
 		tx, err := d.Pool().Begin(ctx)
 		if err != nil {
 			b.Fatal(err)
@@ -235,4 +231,32 @@ func measureFence(b *testing.B, sc fenceScenario, backlog int) fenceLatency {
 		l.bulkRate = float64(len(bulk)) / bulkEnd.Sub(start).Seconds()
 	}
 	return l
+}
+
+// fillOthers fills a backlog of n events split over the types bulk00,
+// bulk01, … (others of them), in transactions of 2,000, and returns their
+// ids.
+func fillOthers(b *testing.B, d *postgres.Driver, others, n int) map[txbox.ID]bool {
+	b.Helper()
+	ctx := context.Background()
+	bulk := make(map[txbox.ID]bool, n)
+	payload := []byte(`{"order_id":12345,"amount":"99.90","currency":"EUR","customer":"c-778"}`)
+	for t := range others {
+		typ := fmt.Sprintf("bulk%02d", t)
+		for done, per := 0, n/others; done < per; {
+			evs := make([]*txbox.Event, min(2000, per-done))
+			for i := range evs {
+				evs[i] = &txbox.Event{ID: txbox.NewID(), Type: typ, Payload: payload}
+				bulk[evs[i].ID] = true
+			}
+			if err := postgresKind.publish(ctx, d, evs, true); err != nil {
+				b.Fatal(err)
+			}
+			done += len(evs)
+		}
+	}
+	if _, err := d.Pool().Exec(ctx, "ANALYZE "+d.Tables().Schema+"."+d.Tables().Outbox); err != nil {
+		b.Fatal(err)
+	}
+	return bulk
 }
