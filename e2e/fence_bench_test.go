@@ -58,8 +58,11 @@ type fenceLatency struct {
 // Only events committed while the backlog still drained are counted.
 // Results in docs/benchmarks.md, "The ordering fence and lock claims":
 //
-//	TXBOX_BENCH_ROUNDS=3 go test -run '^$' -bench OrderedFenceLatency -benchtime 1x -timeout 60m ./e2e
+//	TXBOX_BENCH_ROUNDS=2 go test -run '^$' -bench OrderedFenceLatency -benchtime 1x -timeout 60m ./e2e
 //
+// Any transaction of the cluster that holds a transaction id holds the
+// fence, so run it on a cluster of its own (TXBOX_TEST_POSTGRES_URL) when
+// other work shares the server.
 // TXBOX_BENCH_EVENTS is the backlog of each scenario, split over its other
 // types (default 200,000).
 func BenchmarkOrderedFenceLatency(b *testing.B) {
