@@ -22,6 +22,9 @@ type pickupRecorder struct {
 	mu       sync.Mutex
 	pickedAt map[txbox.ID]time.Time
 	ackedAt  map[txbox.ID]time.Time
+	// bulkAcked counts the acked messages of types other than "ordered"
+	// (BenchmarkOrderedFenceLatency's backlog).
+	bulkAcked int
 }
 
 func (p *pickupRecorder) Send(ctx context.Context, msgs []*sender.Message) error {
@@ -39,6 +42,9 @@ func (p *pickupRecorder) Send(ctx context.Context, msgs []*sender.Message) error
 	p.mu.Lock()
 	for i, m := range msgs {
 		if res[i] == nil {
+			if _, again := p.ackedAt[m.ID]; !again && m.EventType != "ordered" {
+				p.bulkAcked++
+			}
 			p.ackedAt[m.ID] = done
 		}
 	}
