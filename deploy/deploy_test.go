@@ -373,6 +373,9 @@ health: { listen: "127.0.0.1:0" }
 func TestSystemdUnitVerifies(t *testing.T) {
 	t.Parallel()
 	if _, err := exec.LookPath("systemd-analyze"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("systemd-analyze is not installed; CI must verify the unit")
+		}
 		t.Skip("systemd-analyze is not installed")
 	}
 	cmd := exec.Command("systemd-analyze", "verify", "systemd/txbox-relay.service")
