@@ -1,0 +1,137 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/txbox/txbox"
+)
+
+// The change stream of WAL mode (docs/concepts.md, "WAL mode"): instead of
+// claiming rows, the relay reads committed transactions from the
+// database's log and delivers their events. A dialect that can do so
+// implements Streamer; the relay's stream source (relay/stream.go) is its
+// only caller.
+
+// ErrStreamBusy matches the error of OpenStream when another relay is
+// streaming the slot: the caller stands by and tries again later.
+var ErrStreamBusy = errors.New("store: the stream is held by another relay")
+
+// ErrStreamLost matches the error of OpenStream or Stream.Next when the
+// database has invalidated the stream (its slot lost WAL it needed): the
+// events in that WAL cannot be recovered from the stream, and the slot
+// must be recreated (docs/operations.md, "WAL mode").
+var ErrStreamLost = errors.New("store: the stream was invalidated by the database")
+
+// Streamer is a Driver that can stream committed events.
+type Streamer interface {
+	// OpenStream starts streaming at the position the driver persisted
+	// with the last Stream.Confirm (or the slot's start). It fails with
+	// an error matching ErrStreamBusy while another relay holds the
+	// stream.
+	OpenStream(ctx context.Context, opts *StreamOptions) (Stream, error)
+	// StreamSpill writes events the stream could not deliver into the
+	// outbox table, where the poller takes them (a spill), or as FAILED
+	// rows for the dead-letter mover; it commits durably
+	// (synchronous_commit on) before it returns. An event whose id is
+	// already in the table is left alone (the same id: the broker sees
+	// the same dedup id); a captured row is updated in place.
+	StreamSpill(ctx context.Context, items []*StreamSpillItem) error
+	// StreamSpilledKeys lists the (type, key) pairs that have rows in the
+	// outbox table not yet finished (PENDING, IN_PROCESS or FAILED) or an
+	// unresolved dead letter: an ordered type's later events of such a key
+	// must spill too, behind them. It pages by keyset: after is the last
+	// pair of the previous page, nil for the first.
+	StreamSpilledKeys(ctx context.Context, after *StreamKey, limit int) ([]StreamKey, error)
+	// StreamStatus reads the slot's health over an ordinary connection.
+	StreamStatus(ctx context.Context) (*StreamStatus, error)
+}
+
+// StreamOptions configure OpenStream.
+type StreamOptions struct {
+	// StatusInterval is how often the stream sends its position to the
+	// server, on a timer that does not depend on reading.
+	StatusInterval time.Duration
+	// Window bounds the transactions read ahead of Confirm; Next blocks
+	// (and keeps sending status) while it is full.
+	Window int
+}
+
+// Stream is one open stream. Next and Confirm may be called from
+// different goroutines; Close ends it.
+type Stream interface {
+	// Next blocks until the next committed transaction with at least one
+	// event, or ctx ends. Transactions come in commit order.
+	Next(ctx context.Context) (*StreamTx, error)
+	// Confirm records that every transaction up to and including the one
+	// that ended at end is done: each of its events acked, spilled or
+	// dead-lettered. It deletes the captured rows of those transactions
+	// and persists end in one transaction, then reports end to the server
+	// as the flush position. captured are the ids of the confirmed
+	// transactions' captured rows that were acked; a captured row that
+	// spilled stays, updated in place by StreamSpill.
+	Confirm(ctx context.Context, end uint64, captured []txbox.ID) error
+	// Close ends the stream and its connection.
+	Close(ctx context.Context) error
+}
+
+// StreamTx is one committed transaction's events.
+type StreamTx struct {
+	// End is the transaction's commit end LSN: its position to confirm.
+	End uint64
+	// Events in the order the transaction wrote them.
+	Events []*StreamEvent
+}
+
+// StreamEvent is one event of the stream.
+type StreamEvent struct {
+	Row OutboxRow
+	// NotBefore is zero when the event may go at once.
+	NotBefore time.Time
+	// Captured is true for a row a producer inserted into the outbox
+	// table (deleted by Confirm), false for an emitted message.
+	Captured bool
+	// Pos is the event's place in the stream: the commit LSN and the
+	// event's index in its transaction, increasing along the stream. A
+	// spill records it as the row's order.
+	Pos uint64
+}
+
+// StreamSpillItem is one event to write into the outbox table.
+type StreamSpillItem struct {
+	Event *StreamEvent
+	// Outcome is OutcomeRetry or OutcomeReleased (PENDING, due at DueAt)
+	// or OutcomeFailed (FAILED, for the dead-letter mover).
+	Outcome  Outcome
+	Attempts int
+	DueAt    time.Time
+	Error    string
+}
+
+// StreamKey is one (type, key) pair.
+type StreamKey struct {
+	EventType, Key string
+}
+
+// StreamStatus is the slot's health.
+type StreamStatus struct {
+	Slot string
+	// Active is true while some walsender streams the slot; ActivePID is
+	// its backend pid.
+	Active    bool
+	ActivePID int
+	// WALStatus is pg_replication_slots.wal_status: reserved, extended,
+	// unreserved or lost.
+	WALStatus string
+	// RestartLag is the WAL bytes from the slot's restart_lsn to the
+	// server's current position (WAL the slot pins); FlushLag from its
+	// confirmed_flush_lsn (WAL not yet confirmed).
+	RestartLag, FlushLag int64
+	// SafeWALSize is pg_replication_slots.safe_wal_size, -1 when
+	// unbounded (max_slot_wal_keep_size = -1).
+	SafeWALSize int64
+	// SpillBytes is pg_stat_replication_slots.spill_bytes: decoded
+	// transactions too large for logical_decoding_work_mem.
+	SpillBytes int64
+}
