@@ -68,6 +68,14 @@ type Config struct {
 	// how to. Off by default: the trigger costs every insert statement a
 	// transition table and a function call.
 	NotifyTrigger bool
+
+	// Source is where the relay reads events: SourceTable (the default)
+	// or SourceWAL. With SourceWAL the driver's OutboxInsert emits each
+	// event into the WAL instead of inserting a row, and the driver is a
+	// store.Streamer.
+	Source string
+	// WAL configures SourceWAL.
+	WAL WALConfig
 }
 
 // Defaults of Config's claim window.
@@ -88,6 +96,9 @@ type Driver struct {
 	// copyTable is the outbox table for COPY, which takes an identifier
 	// rather than SQL text.
 	copyTable pgx.Identifier
+
+	source string
+	wal    WALConfig
 
 	lookback, rescan time.Duration
 	notifyTrigger    bool
@@ -131,7 +142,20 @@ func New(pool *pgxpool.Pool, cfg Config) (*Driver, error) {
 	if cfg.ClaimRescanInterval < 0 {
 		return nil, fmt.Errorf("postgres: ClaimRescanInterval %s must not be negative", cfg.ClaimRescanInterval)
 	}
+	switch cfg.Source {
+	case "":
+		cfg.Source = SourceTable
+	case SourceTable, SourceWAL:
+	default:
+		return nil, fmt.Errorf("postgres: Source %q is neither %q nor %q", cfg.Source, SourceTable, SourceWAL)
+	}
+	wal, err := cfg.WAL.withDefaults(tables, prefix)
+	if err != nil {
+		return nil, err
+	}
 	d := &Driver{
+		source:        cfg.Source,
+		wal:           wal,
 		lookback:      cfg.ClaimLookback,
 		rescan:        cfg.ClaimRescanInterval,
 		notifyTrigger: cfg.NotifyTrigger,
