@@ -168,7 +168,12 @@ func (c *Config) OpenStore(ctx context.Context, getenv func(string) string, logg
 		if err != nil {
 			return nil, wrap("connect to", err)
 		}
-		d, err := postgres.New(pool, postgres.Config{Schema: c.Database.Schema, TablePrefix: c.Database.TablePrefix, Logger: logger, NotifyTrigger: c.Database.NotifyTrigger})
+		w := c.Database.WAL
+		d, err := postgres.New(pool, postgres.Config{
+			Schema: c.Database.Schema, TablePrefix: c.Database.TablePrefix, Logger: logger, NotifyTrigger: c.Database.NotifyTrigger,
+			Source: c.Database.Source,
+			WAL:    postgres.WALConfig{Slot: w.Slot, Publication: w.Publication, ApplicationName: w.ApplicationName, SenderTimeout: w.SenderTimeout},
+		})
 		if err != nil {
 			pool.Close()
 			return nil, wrap("open", err)
@@ -548,6 +553,17 @@ func (c *Config) relayConfig() relay.Config {
 		Cleanup:               c.Cleanup,
 		Circuit:               c.Relay.Circuit,
 		InstanceID:            c.Relay.InstanceID,
+	}
+	if c.Database.Source == SourceWAL {
+		w := c.Database.WAL
+		if w.PauseLimit == 0 && w.SenderTimeout > 0 {
+			// Below the server's wait for a stopped relay, whatever it is.
+			w.PauseLimit = w.SenderTimeout / 2
+		}
+		rc.Stream = relay.StreamConfig{
+			Enabled: true, Window: w.Window, LaneQueue: w.LaneQueue, StatusInterval: w.StatusInterval,
+			StandbyInterval: w.StandbyInterval, PauseLimit: w.PauseLimit, LagThreshold: w.LagThreshold,
+		}
 	}
 	for t, ev := range c.Events {
 		rc.Events[t] = deref(ev)

@@ -144,6 +144,41 @@ type Database struct {
 	MaxConns int `yaml:"max-conns"`
 	// NotifyTrigger is the key database.notify-trigger.
 	NotifyTrigger bool `yaml:"notify-trigger"`
+	// Source is the key database.source: SourceTable or SourceWAL.
+	Source string `yaml:"source"`
+	// WAL is the key database.wal.
+	WAL WAL `yaml:"wal"`
+}
+
+// Values of database.source.
+const (
+	SourceTable = "table"
+	SourceWAL   = "wal"
+)
+
+// WAL is the key database.wal: WAL mode's settings (docs/concepts.md,
+// "WAL mode"), used with database.source wal.
+type WAL struct {
+	// Slot is the key database.wal.slot.
+	Slot string `yaml:"slot"`
+	// Publication is the key database.wal.publication.
+	Publication string `yaml:"publication"`
+	// ApplicationName is the key database.wal.application-name.
+	ApplicationName string `yaml:"application-name"`
+	// SenderTimeout is the key database.wal.sender-timeout.
+	SenderTimeout time.Duration `yaml:"sender-timeout"`
+	// Window is the key database.wal.window.
+	Window int `yaml:"window"`
+	// LaneQueue is the key database.wal.lane-queue.
+	LaneQueue int `yaml:"lane-queue"`
+	// StatusInterval is the key database.wal.status-interval.
+	StatusInterval time.Duration `yaml:"status-interval"`
+	// StandbyInterval is the key database.wal.standby-interval.
+	StandbyInterval time.Duration `yaml:"standby-interval"`
+	// PauseLimit is the key database.wal.pause-limit.
+	PauseLimit time.Duration `yaml:"pause-limit"`
+	// LagThreshold is the key database.wal.lag-threshold, in bytes of WAL.
+	LagThreshold int64 `yaml:"lag-threshold"`
 }
 
 // Sender is one named destination. Type selects which of the other fields

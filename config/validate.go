@@ -11,6 +11,7 @@ import (
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/postgres"
 )
 
 // Limits on numeric settings. Values outside them are almost certainly
@@ -316,6 +317,69 @@ func (c *Config) validateDatabase(d *decoder) {
 	if db.NotifyTrigger && db.Dialect != DialectPostgres {
 		d.fail("database.notify-trigger", nil, "only supported by postgres (wake-ups are PostgreSQL LISTEN/NOTIFY)")
 	}
+	validateWAL(d, db)
+}
+
+// validateWAL checks database.source and database.wal.
+func validateWAL(d *decoder, db *Database) {
+	switch db.Source {
+	case "", SourceTable:
+		if db.WAL != (WAL{}) {
+			d.fail("database.wal", nil, "is set but database.source is %q: WAL mode needs database.source: wal", SourceTable)
+		}
+		return
+	case SourceWAL:
+		if db.Dialect != DialectPostgres {
+			d.fail("database.source", nil, "wal is only supported by postgres (PostgreSQL 15+ with wal_level = logical)")
+		}
+	default:
+		d.fail("database.source", nil, "must be table or wal, not %q", clip(db.Source))
+		return
+	}
+	w := db.WAL
+	for _, f := range []struct {
+		key string
+		bad bool
+	}{
+		{"sender-timeout", w.SenderTimeout < 0},
+		{"window", w.Window < 0},
+		{"lane-queue", w.LaneQueue < 0},
+		{"status-interval", w.StatusInterval < 0},
+		{"standby-interval", w.StandbyInterval < 0},
+		{"pause-limit", w.PauseLimit < 0},
+		{"lag-threshold", w.LagThreshold < 0},
+	} {
+		if f.bad {
+			d.fail("database.wal."+f.key, nil, "must be ≥ 0")
+		}
+	}
+	timeout := w.SenderTimeout
+	if timeout == 0 {
+		timeout = postgres.DefaultSenderTimeout
+	}
+	if w.PauseLimit > 0 && w.PauseLimit >= timeout {
+		d.fail("database.wal.pause-limit", nil, "must be below database.wal.sender-timeout (%s): a paused relay must drop its events before the server gives the stream to a standby", timeout)
+	}
+	for key, name := range map[string]string{"slot": w.Slot, "publication": w.Publication} {
+		if name != "" && !validSlotName(name) {
+			d.fail("database.wal."+key, nil, "must be 1 to 63 lower-case letters, digits and underscores, not %q", clip(name))
+		}
+	}
+}
+
+// validSlotName is PostgreSQL's rule for slot names, which txbox applies
+// to publications too.
+func validSlotName(s string) bool {
+	if len(s) == 0 || len(s) > 63 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 func (c *Config) validateLog(d *decoder) {

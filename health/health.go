@@ -91,6 +91,10 @@ const (
 	// longer than RejectThreshold and acknowledged none (no stream bound
 	// to a subject, a missing exchange, a webhook answering 404).
 	ReasonRejecting = "destination_rejecting"
+	// ReasonStream: WAL mode's stream cannot be opened or read, or the
+	// slot pins more WAL than database.wal.lag-threshold, or PostgreSQL
+	// invalidated it (docs/operations.md, "WAL mode").
+	ReasonStream = "stream_unhealthy"
 )
 
 // Report is what /readyz answers.
@@ -220,6 +224,36 @@ func relayReasons(h relay.Health) []Reason {
 	}
 	if r, ok := sendsOutstanding(h, time.Now()); ok {
 		out = append(out, r)
+	}
+	return append(out, streamReasons(h.Stream)...)
+}
+
+// streamReasons are the stream's reasons: failing to stream, a slot
+// past its lag threshold or lost. A standby is healthy: another relay
+// streams.
+func streamReasons(st *relay.StreamHealth) []Reason {
+	if st == nil {
+		return nil
+	}
+	var out []Reason
+	switch st.State {
+	case relay.StreamFailing:
+		out = append(out, Reason{Kind: ReasonStream, Subject: "stream", Detail: "cannot stream: " + st.LastError})
+	case relay.StreamStarting:
+		out = append(out, Reason{Kind: ReasonStream, Subject: "stream", Detail: "not streaming yet"})
+	}
+	if sl := st.Slot; sl != nil {
+		if st.Lagging {
+			out = append(out, Reason{Kind: ReasonStream, Subject: sl.Slot,
+				Detail: fmt.Sprintf("the slot pins %d bytes of WAL to restart_lsn and %d to confirmed_flush_lsn, past the lag threshold", sl.RestartLag, sl.FlushLag)})
+		}
+		if sl.WALStatus == "lost" || sl.WALStatus == "unreserved" {
+			out = append(out, Reason{Kind: ReasonStream, Subject: sl.Slot,
+				Detail: "the slot's wal_status is " + sl.WALStatus + ": PostgreSQL has removed or will remove WAL the slot needs; see docs/operations.md, WAL mode"})
+		}
+	}
+	if st.SlotErr != "" {
+		out = append(out, Reason{Kind: ReasonStream, Subject: "slot", Detail: "cannot read the slot's health: " + st.SlotErr})
 	}
 	return out
 }

@@ -244,6 +244,11 @@ type Config struct {
 	// no pool size. Negative: no bound. It has no YAML key: the txbox
 	// command derives it from database.max-conns.
 	LockBudget int
+
+	// Stream turns on WAL mode's stream (docs/concepts.md, "WAL mode"):
+	// events are read from the database's log as well as claimed from
+	// the outbox table.
+	Stream StreamConfig
 }
 
 // EventSettings are the settings of one event type, and the model the
@@ -505,6 +510,14 @@ func (c *Config) validate() error {
 	}
 	if errs := c.Validate(Bounds{}); len(errs) > 0 {
 		return errs[0]
+	}
+	if c.Stream.Enabled {
+		if _, ok := c.Store.(store.Streamer); !ok {
+			return &ConfigError{Component: "relay", Field: "stream", Reason: "needs a store that can stream (PostgreSQL in WAL mode)"}
+		}
+		if err := c.Stream.validate(); err != nil {
+			return err
+		}
 	}
 	if _, err := c.resolve("", "defaults", c.Defaults, EventSettings{}); err != nil {
 		return err

@@ -59,6 +59,8 @@ type Relay struct {
 	locks *claimBudget
 	// looks start the pollers of the new types wake-ups name (wake.go).
 	looks *wakeLooks
+	// stream is WAL mode's source, nil in table mode.
+	stream *streamSource
 }
 
 // New checks cfg and returns a Relay that is not running yet. Every
@@ -116,6 +118,10 @@ func (r *Relay) Start(ctx context.Context) error {
 	}
 	r.startHeartbeat()
 	r.startWakeLooks()
+	if c.Stream.Enabled {
+		r.stream = newStreamSource(r, r.cfg.Store.(store.Streamer)) // validated by New
+		r.stream.start()
+	}
 	if w, ok := r.cfg.Store.(store.Waker); ok {
 		r.wg.Add(1)
 		go r.listen(w)
@@ -250,6 +256,8 @@ type Health struct {
 	InstanceID string
 	// Running is true between Start and Stop.
 	Running bool
+	// Stream is WAL mode's stream, nil in table mode.
+	Stream *StreamHealth
 	// Degraded is true when a circuit is not closed or the last claim of
 	// some type or the last round of some job failed.
 	Degraded bool
@@ -323,6 +331,7 @@ func (r *Relay) Health() Health {
 	for _, p := range r.pollers {
 		pollers = append(pollers, p)
 	}
+	stream := r.stream
 	r.mu.Unlock()
 	h.Circuits = r.circuits.health()
 	for _, ch := range h.Circuits {
@@ -344,6 +353,14 @@ func (r *Relay) Health() Health {
 		h.Degraded = true
 	}
 	r.jobsMu.Unlock()
+	if stream != nil {
+		h.Stream = stream.healthSnapshot()
+		if h.Stream.State == StreamFailing || h.Stream.Lagging || h.Stream.State == StreamStarting {
+			h.Degraded = true
+		}
+		h.Types = append(h.Types, stream.laneHealth()...)
+		sort.SliceStable(h.Types, func(i, j int) bool { return h.Types[i].EventType < h.Types[j].EventType })
+	}
 	return h
 }
 

@@ -1,0 +1,398 @@
+package relay
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/txbox/txbox/internal/backoff"
+	"github.com/txbox/txbox/store"
+)
+
+// A lane holds one event type's events from the stream until they are
+// sent, and hands them in batches to the type's delivery (relay/deliver.go)
+// through a poller of its own: the same send, judge and report path as a
+// claimed batch, with the same circuit. Its batches (streamBatch) finish by
+// marking events done, and by spilling the ones not acked into the outbox
+// table, where the table poller retries them with the usual backoff.
+
+// claimStream is the claim mode a lane's poller shows in Health: its rows
+// come from the stream, not from a claim.
+const claimStream ClaimMode = "stream"
+
+// streamLane is one event type's queue of stream events.
+type streamLane struct {
+	src     *streamSource
+	p       *poller
+	ordered bool
+
+	mu     sync.Mutex
+	queue  []*streamItem
+	notify chan struct{}
+}
+
+// lane returns the lane of eventType, making it (and its worker) on the
+// type's first event.
+func (s *streamSource) lane(eventType string) (*streamLane, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l, ok := s.lanes[eventType]; ok {
+		return l, nil
+	}
+	set, err := s.r.cfg.settingsFor(eventType)
+	if err != nil {
+		return nil, err
+	}
+	set.claim = claimStream
+	ordered := set.ordering == OrderingKey
+	if ordered {
+		// One batch at a time: a key's later event is sent only once its
+		// earlier ones are acked or spilled (relay/ordered.go sends a
+		// batch's key runs in waves).
+		set.inFlight = 1
+	}
+	l := &streamLane{src: s, p: newPoller(s.r.pollerDeps(), set), ordered: ordered, notify: make(chan struct{}, 1)}
+	s.lanes[eventType] = l
+	s.r.wg.Add(1)
+	go l.run()
+	return l, nil
+}
+
+// push queues it; false when the lane is full.
+func (l *streamLane) push(it *streamItem) bool {
+	l.mu.Lock()
+	if len(l.queue) >= l.src.cfg.LaneQueue {
+		l.mu.Unlock()
+		return false
+	}
+	l.queue = append(l.queue, it)
+	l.mu.Unlock()
+	select {
+	case l.notify <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// pop takes up to n queued events (all for n < 0).
+func (l *streamLane) pop(n int) []*streamItem {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n < 0 || n > len(l.queue) {
+		n = len(l.queue)
+	}
+	out := make([]*streamItem, n)
+	copy(out, l.queue)
+	l.queue = append(l.queue[:0], l.queue[n:]...)
+	return out
+}
+
+func (l *streamLane) queued() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.queue)
+}
+
+// run is the lane's worker: take an in-flight slot, ask the circuit, make
+// a batch of the queued events and dispatch it. While the circuit is
+// open, the queued events spill: the poller takes them once it closes.
+func (l *streamLane) run() {
+	defer l.src.r.wg.Done()
+	ctx := l.src.r.runCtx
+	p := l.p
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.notify:
+		}
+		for l.queued() > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case p.slots <- struct{}{}:
+			}
+			t := p.circuit.allow()
+			if !t.ok {
+				<-p.slots
+				due := time.Now().Add(t.wait)
+				for _, it := range l.pop(-1) {
+					l.src.spillNow(it, store.OutcomeReleased, due, "")
+				}
+				continue
+			}
+			limit := p.s.batchSize
+			if t.probe {
+				limit = min(limit, probeBatchSize)
+			}
+			items := l.live(l.pop(limit))
+			if len(items) == 0 {
+				p.circuit.abandon(t)
+				<-p.slots
+				continue
+			}
+			p.dispatch(newStreamBatch(l, items), t, time.Now())
+		}
+	}
+}
+
+// live drops the events of a session that is over (they come back when
+// the stream is read again) and spills the events of an ordered key that
+// spilled since they were queued.
+func (l *streamLane) live(items []*streamItem) []*streamItem {
+	out := items[:0]
+	for _, it := range items {
+		switch {
+		case !l.src.checkPause(it.s):
+			l.src.drop(it)
+		case l.ordered && l.src.mustSpill(it.ev.Row.EventType, it.ev.Row.Key):
+			l.src.spillNow(it, store.OutcomeReleased, time.Now(), "")
+		default:
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+// dropQueued drops every queued event of ss: the session is over, and its
+// unconfirmed transactions will be read again.
+func (s *streamSource) dropQueued(ss *session) {
+	s.mu.Lock()
+	lanes := make([]*streamLane, 0, len(s.lanes))
+	for _, l := range s.lanes {
+		lanes = append(lanes, l)
+	}
+	s.mu.Unlock()
+	for _, l := range lanes {
+		l.mu.Lock()
+		keep := l.queue[:0]
+		var gone []*streamItem
+		for _, it := range l.queue {
+			if it.s == ss {
+				gone = append(gone, it)
+			} else {
+				keep = append(keep, it)
+			}
+		}
+		l.queue = keep
+		l.mu.Unlock()
+		for _, it := range gone {
+			s.drop(it)
+		}
+	}
+}
+
+// drop lets go of an event without finishing it: its transaction is not
+// confirmed, so the stream delivers it again.
+func (s *streamSource) drop(it *streamItem) {
+	<-s.window
+	it.s.work.Done()
+}
+
+// streamBatch is a batch of stream events (the batch of relay/batch.go).
+type streamBatch struct {
+	l     *streamLane
+	items []*streamItem
+	rows  []*store.OutboxRow
+	byID  map[[16]byte]*streamItem
+}
+
+func newStreamBatch(l *streamLane, items []*streamItem) *streamBatch {
+	b := &streamBatch{l: l, items: items, rows: make([]*store.OutboxRow, len(items)), byID: make(map[[16]byte]*streamItem, len(items))}
+	for i, it := range items {
+		// A key's order in the stream is its commit order: the batch's
+		// key runs go in stream position order (relay/ordered.go).
+		it.ev.Row.Seq = it.ev.Pos
+		b.rows[i] = &it.ev.Row
+		b.byID[it.ev.Row.ID] = it
+	}
+	return b
+}
+
+func (b *streamBatch) Rows() []*store.OutboxRow { return b.rows }
+
+// Finish marks the acked events done and spills the others; it returns
+// once the spills are durable.
+func (b *streamBatch) Finish(items []store.OutboxFinishItem) finishReport {
+	start := time.Now()
+	src := b.l.src
+	var spills []*spillJob
+	var acked []*streamItem
+	for _, fi := range items {
+		it := b.byID[fi.ID]
+		if it == nil {
+			continue
+		}
+		if fi.Outcome == store.OutcomeAcked {
+			acked = append(acked, it)
+			continue
+		}
+		spills = append(spills, spillWork(it, fi.Outcome, time.Now().Add(fi.RetryAfter), fi.Error))
+	}
+	for _, it := range acked {
+		src.done(it, true)
+	}
+	fr := finishReport{failedWhy: "spill failed", fencedWhy: "stream events not finished"}
+	if len(spills) > 0 {
+		src.spillAndWait(spills)
+	}
+	fr.took = time.Since(start)
+	return fr
+}
+
+// spillJob is one event on its way into the outbox table.
+type spillJob struct {
+	it   *streamItem
+	item store.StreamSpillItem
+}
+
+func spillWork(it *streamItem, o store.Outcome, due time.Time, errText string) *spillJob {
+	attempts := it.ev.Row.Attempts
+	if o == store.OutcomeRetry || o == store.OutcomeFailed {
+		attempts++
+	}
+	return &spillJob{it: it, item: store.StreamSpillItem{Event: it.ev, Outcome: o, Attempts: attempts, DueAt: due, Error: errText}}
+}
+
+// spillReq is one group of spills for the spill writer; done is closed
+// once they are durable.
+type spillReq struct {
+	work []*spillJob
+	done chan struct{}
+}
+
+// spillNow spills one event, without waiting.
+func (s *streamSource) spillNow(it *streamItem, o store.Outcome, due time.Time, errText string) {
+	s.enqueueSpill([]*spillJob{spillWork(it, o, due, errText)})
+}
+
+// spillAndWait spills work and waits until it is durable.
+func (s *streamSource) spillAndWait(work []*spillJob) {
+	<-s.enqueueSpill(work)
+}
+
+// enqueueSpill marks the ordered keys of work as spilled (before the
+// spill commits: a later event of the key that is routed meanwhile must
+// go behind it) and queues the spill.
+func (s *streamSource) enqueueSpill(work []*spillJob) chan struct{} {
+	for _, w := range work {
+		if s.orderedType(w.it.ev.Row.EventType) {
+			s.markSpilled(w.it.ev.Row.EventType, w.it.ev.Row.Key)
+		}
+	}
+	req := &spillReq{work: work, done: make(chan struct{})}
+	s.spills <- req
+	return req.done
+}
+
+// orderedType reports whether eventType is delivered in key order.
+func (s *streamSource) orderedType(eventType string) bool {
+	s.mu.Lock()
+	l, ok := s.lanes[eventType]
+	s.mu.Unlock()
+	if ok {
+		return l.ordered
+	}
+	set, err := s.r.cfg.settingsFor(eventType)
+	return err == nil && set.ordering == OrderingKey
+}
+
+// maxSpillGroup bounds the events of one spill statement.
+const maxSpillGroup = 500
+
+// spillWriter writes the spills in the order they were queued, folding
+// the queued groups into one statement, and retries a failed write until
+// it lands: an event is done only once its spill is durable. It runs until
+// the relay's goroutines are done with it: it stops after the hard stop.
+func (s *streamSource) spillWriter() {
+	defer s.r.wg.Done()
+	errs := backoff.Streak{Policy: errorBackoff}
+	var idle <-chan struct{}
+	for {
+		var reqs []*spillReq
+		select {
+		case req := <-s.spills:
+			reqs = append(reqs, req)
+		case <-s.r.runCtx.Done():
+			// Stop began: keep writing while batches in flight finish.
+			if idle == nil {
+				idle = s.idle()
+			}
+			select {
+			case req := <-s.spills:
+				reqs = append(reqs, req)
+			case <-idle:
+				return
+			}
+		}
+		n := len(reqs[0].work)
+	fold:
+		for n < maxSpillGroup {
+			select {
+			case req := <-s.spills:
+				reqs = append(reqs, req)
+				n += len(req.work)
+			default:
+				break fold
+			}
+		}
+		items := make([]*store.StreamSpillItem, 0, n)
+		for _, r := range reqs {
+			for _, w := range r.work {
+				items = append(items, &w.item)
+			}
+		}
+		for {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(s.r.hardCtx), finishTimeout)
+			err := s.streamer.StreamSpill(ctx, items)
+			cancel()
+			if err == nil {
+				errs.Reset()
+				break
+			}
+			if s.r.hardCtx.Err() != nil {
+				// Past the stop deadline: leave the events unconfirmed,
+				// the stream delivers them again.
+				s.log.Error("spill failed at the stop deadline; the events stay unconfirmed", slog.Int("events", len(items)), slog.Any("error", err))
+				for _, r := range reqs {
+					for _, w := range r.work {
+						s.drop(w.it)
+					}
+					close(r.done)
+				}
+				reqs = nil
+				break
+			}
+			wait := errs.Next()
+			s.log.Warn("spill failed; retrying", slog.Int("events", len(items)), slog.Any("error", err), slog.Duration("retry_in", wait))
+			s.sleep(context.WithoutCancel(s.r.hardCtx), wait)
+		}
+		s.mu.Lock()
+		s.health.Spilled += int64(len(items))
+		s.mu.Unlock()
+		for _, r := range reqs {
+			for _, w := range r.work {
+				s.done(w.it, false)
+			}
+			close(r.done)
+		}
+	}
+}
+
+// idle is closed once no session holds events: nothing more can be
+// spilled.
+func (s *streamSource) idle() <-chan struct{} {
+	c := make(chan struct{})
+	go func() {
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for range t.C {
+			if len(s.window) == 0 || s.r.hardCtx.Err() != nil {
+				close(c)
+				return
+			}
+		}
+	}()
+	return c
+}
