@@ -87,6 +87,9 @@ func (o *observability) hooks() []relay.Hook {
 
 // serve mounts the probes of r and starts serving.
 func (o *observability) serve(r *relay.Relay) error {
+	if o.metrics != nil {
+		o.metrics.WatchRelay(r)
+	}
 	if addr := o.cfg.Health.Listen; addr != "" || o.cfg.Admin.Enabled {
 		sv, ok := o.st.Driver.(store.SchemaVersioner)
 		if !ok {

@@ -102,7 +102,7 @@ func TestDocsMatchTheMetrics(t *testing.T) {
 			}
 		}
 	}
-	if want := []string{"TxboxLagHigh", "TxboxDeadLettersRising", "TxboxCircuitOpen"}; !slices.Equal(alerts, want) {
+	if want := []string{"TxboxLagHigh", "TxboxDeadLettersRising", "TxboxCircuitOpen", "TxboxSlotRetainsWAL", "TxboxSlotAtRisk", "TxboxNoStream"}; !slices.Equal(alerts, want) {
 		t.Errorf("alerts %v, want %v", alerts, want)
 	}
 

@@ -62,6 +62,7 @@ type Metrics struct {
 
 	types, dests *boundedSet
 	stats        *statsCollector
+	stream       *streamCollector
 
 	published     *prometheus.CounterVec
 	publishErrors prometheus.Counter
@@ -93,7 +94,7 @@ var latencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25
 // prometheus.Registerer.
 func New(opts Options) *Metrics {
 	opts = opts.withDefaults()
-	m := &Metrics{types: newBoundedSet(opts.MaxTypes), dests: newBoundedSet(opts.MaxDestinations)}
+	m := &Metrics{types: newBoundedSet(opts.MaxTypes), dests: newBoundedSet(opts.MaxDestinations), stream: newStreamCollector()}
 	if opts.Stats != nil {
 		m.stats = newStatsCollector(opts, m.types)
 	}
@@ -212,7 +213,7 @@ func (m *Metrics) OnMaintenance(e relay.MaintenanceEvent) {
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	cs := []prometheus.Collector{m.published, m.publishErrors, m.messages, m.failed, m.finishErrors, m.send, m.claim,
-		m.finish, m.polls, m.delay, m.circuit, m.circuitOpened, m.jobRows, m.jobErrors}
+		m.finish, m.polls, m.delay, m.circuit, m.circuitOpened, m.jobRows, m.jobErrors, m.stream}
 	if m.stats != nil {
 		cs = append(cs, m.stats)
 	}
