@@ -169,6 +169,39 @@ type Overview struct {
 	// ordered type (docs/concepts.md, "Ordering"); absent when none does
 	// or the store has no fence (store.FenceInspector).
 	FenceHolder *FenceHolderView `json:"fence_holder,omitempty"`
+	// Stream is WAL mode's stream of the in-process relay and its slot;
+	// absent in table mode (docs/concepts.md, "WAL mode").
+	Stream *StreamView `json:"stream,omitempty"`
+}
+
+// StreamView is WAL mode's stream and its replication slot.
+type StreamView struct {
+	// State is starting, streaming, standby (another relay streams) or
+	// failing.
+	State     string `json:"state"`
+	LastError string `json:"last_error,omitempty"`
+	// LastConfirmAgeSeconds is how long ago this relay last confirmed a
+	// position; absent before its first.
+	LastConfirmAgeSeconds *float64 `json:"last_confirm_age_seconds,omitempty"`
+	HeldEvents            int      `json:"held_events"`
+	SpilledEvents         int64    `json:"spilled_events"`
+	Lagging               bool     `json:"lagging"`
+	// Slot is the last reading of the slot, absent before the first.
+	Slot    *store.StreamStatus `json:"slot,omitempty"`
+	SlotErr string              `json:"slot_error,omitempty"`
+}
+
+func streamView(st *relay.StreamHealth) *StreamView {
+	if st == nil {
+		return nil
+	}
+	v := &StreamView{State: string(st.State), LastError: st.LastError, HeldEvents: st.Held, SpilledEvents: st.Spilled,
+		Lagging: st.Lagging, Slot: st.Slot, SlotErr: st.SlotErr}
+	if !st.LastConfirm.IsZero() {
+		age := time.Since(st.LastConfirm).Seconds()
+		v.LastConfirmAgeSeconds = &age
+	}
+	return v
 }
 
 // FenceHolderView is the transaction that holds the ordering fence back.
@@ -217,6 +250,9 @@ func (h *Handler) typeViews(details []*store.OutboxTypeDetail, health *relay.Hea
 			}
 		}
 		for _, th := range health.Types {
+			if th.Claim == relay.ClaimStream {
+				continue // a WAL-mode lane: the stream's view says how it goes
+			}
 			v := get(th.EventType)
 			state := circuit[[2]string{th.Sender, th.Destination}]
 			if state == "" {
@@ -327,6 +363,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	}
 	if health != nil {
 		ov.Relay = &RelayView{InstanceID: health.InstanceID, Running: health.Running, Degraded: health.Degraded, JobErrors: health.JobErrors}
+		ov.Stream = streamView(health.Stream)
 		for _, c := range health.Circuits {
 			ov.Circuits = append(ov.Circuits, CircuitView{Sender: c.Sender, Destination: c.Destination, Connection: c.Connection,
 				State: c.State.String(), LastError: c.LastError})

@@ -17,9 +17,10 @@ import (
 // marking events done, and by spilling the ones not acked into the outbox
 // table, where the table poller retries them with the usual backoff.
 
-// claimStream is the claim mode a lane's poller shows in Health: its rows
-// come from the stream, not from a claim.
-const claimStream ClaimMode = "stream"
+// ClaimStream is the claim mode a WAL-mode lane shows in Health.Types:
+// its events come from the stream, not from a claim. It is never a
+// configuration value.
+const ClaimStream ClaimMode = "stream"
 
 // streamLane is one event type's queue of stream events.
 type streamLane struct {
@@ -44,7 +45,7 @@ func (s *streamSource) lane(eventType string) (*streamLane, error) {
 	if err != nil {
 		return nil, err
 	}
-	set.claim = claimStream
+	set.claim = ClaimStream
 	ordered := set.ordering == OrderingKey
 	if ordered {
 		// One batch at a time: a key's later event is sent only once its

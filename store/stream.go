@@ -116,22 +116,23 @@ type StreamKey struct {
 
 // StreamStatus is the slot's health.
 type StreamStatus struct {
-	Slot string
+	Slot string `json:"slot"`
 	// Active is true while some walsender streams the slot; ActivePID is
 	// its backend pid.
-	Active    bool
-	ActivePID int
+	Active    bool `json:"active"`
+	ActivePID int  `json:"active_pid,omitempty"`
 	// WALStatus is pg_replication_slots.wal_status: reserved, extended,
 	// unreserved or lost.
-	WALStatus string
+	WALStatus string `json:"wal_status"`
 	// RestartLag is the WAL bytes from the slot's restart_lsn to the
 	// server's current position (WAL the slot pins); FlushLag from its
 	// confirmed_flush_lsn (WAL not yet confirmed).
-	RestartLag, FlushLag int64
+	RestartLag int64 `json:"restart_lag_bytes"`
+	FlushLag   int64 `json:"flush_lag_bytes"`
 	// SafeWALSize is pg_replication_slots.safe_wal_size, -1 when
 	// unbounded (max_slot_wal_keep_size = -1).
-	SafeWALSize int64
+	SafeWALSize int64 `json:"safe_wal_size_bytes"`
 	// SpillBytes is pg_stat_replication_slots.spill_bytes: decoded
 	// transactions too large for logical_decoding_work_mem.
-	SpillBytes int64
+	SpillBytes int64 `json:"spill_bytes"`
 }

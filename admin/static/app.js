@@ -155,6 +155,23 @@ function render(ov) {
   fence.textContent = fh ? "held by " + fh.name + ", transaction id " + fh.xid + ", open " + fmtDur(fh.age_seconds) : "not held";
   fence.className = fh && fh.age_seconds >= 60 ? "err" : "";
 
+  // WAL mode: the stream and its slot (docs/operations.md, "WAL mode").
+  const sv = ov.stream;
+  $("#stream-section").hidden = !sv;
+  if (sv) {
+    const sl = sv.slot;
+    const mb = b => (b / 1048576).toFixed(1) + " MiB";
+    let txt = sv.state + (sv.last_error ? " (" + sv.last_error + ")" : "");
+    if (sv.last_confirm_age_seconds != null) txt += ", last confirm " + fmtDur(sv.last_confirm_age_seconds) + " ago";
+    txt += ", holding " + fmtNum(sv.held_events) + " events, spilled " + fmtNum(sv.spilled_events);
+    if (sl) txt += "; slot " + sl.slot + " " + sl.wal_status + ", keeps " + mb(sl.restart_lag_bytes) + " of WAL, unconfirmed " + mb(sl.flush_lag_bytes) +
+      ", safe WAL " + (sl.safe_wal_size_bytes < 0 ? "unbounded" : mb(sl.safe_wal_size_bytes)) + ", decoder spill " + mb(sl.spill_bytes);
+    if (sv.slot_error) txt += "; cannot read the slot: " + sv.slot_error;
+    const se = $("#stream-state");
+    se.textContent = txt;
+    se.className = sv.lagging || sv.state === "failing" || (sl && (sl.wal_status === "lost" || sl.wal_status === "unreserved")) ? "err" : "";
+  }
+
   const legend = $("#legend");
   while (legend.firstChild) legend.firstChild.remove();
   for (const t of ov.types) { const s = el("span", {}, t.event_type); s.style.setProperty("--c", color(t.event_type)); legend.append(s); }

@@ -40,8 +40,9 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("count dead letters: %w", err)
 	}
+	slot, slotErr := streamStatus(ctx, st.Driver)
 	if *asJSON {
-		return printStatusJSON(e, types, unresolved, resolved)
+		return printStatusJSON(e, types, unresolved, resolved, slot, slotErr)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "EVENT TYPE\tDUE\tSCHEDULED\tIN PROCESS\tFAILED\tLAG\tNEXT DUE IN\tATTEMPTS\tLAST ERROR")
@@ -57,7 +58,46 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "dead letters: %d unresolved, %d resolved\n", unresolved, resolved)
+	switch {
+	case slotErr != nil:
+		fmt.Fprintf(e.stdout, "WAL slot: cannot read it: %v\n", slotErr)
+	case slot != nil:
+		safe := "unbounded"
+		if slot.SafeWALSize >= 0 {
+			safe = byteSize(slot.SafeWALSize)
+		}
+		active := "no relay streaming"
+		if slot.Active {
+			active = fmt.Sprintf("streamed by pid %d", slot.ActivePID)
+		}
+		fmt.Fprintf(e.stdout, "WAL slot %s: %s, wal_status %s, keeps %s of WAL (restart_lsn), %s unconfirmed, safe WAL %s, decoder spill %s\n",
+			slot.Slot, active, slot.WALStatus, byteSize(slot.RestartLag), byteSize(slot.FlushLag), safe, byteSize(slot.SpillBytes))
+	}
 	return nil
+}
+
+// streamStatus reads the WAL slot's health when d is in WAL mode; nil,
+// nil in table mode.
+func streamStatus(ctx context.Context, d store.Driver) (*store.StreamStatus, error) {
+	src, ok := d.(interface{ Source() string })
+	sm, ok2 := d.(store.Streamer)
+	if !ok || !ok2 || src.Source() != "wal" {
+		return nil, nil
+	}
+	return sm.StreamStatus(ctx)
+}
+
+// byteSize renders n bytes for people.
+func byteSize(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
 }
 
 // attemptsText renders an attempts histogram as "attempts×rows" pairs of
@@ -101,14 +141,20 @@ type statusType struct {
 	LastError string  `json:"last_error,omitempty"`
 }
 
-func printStatusJSON(e *env, types []*store.OutboxTypeDetail, unresolved, resolved int64) error {
+func printStatusJSON(e *env, types []*store.OutboxTypeDetail, unresolved, resolved int64, slot *store.StreamStatus, slotErr error) error {
 	out := struct {
 		Types       []statusType `json:"types"`
 		DeadLetters struct {
 			Unresolved int64 `json:"unresolved"`
 			Resolved   int64 `json:"resolved"`
 		} `json:"dead_letters"`
-	}{Types: []statusType{}}
+		// Slot is WAL mode's replication slot; absent in table mode.
+		Slot      *store.StreamStatus `json:"wal_slot,omitempty"`
+		SlotError string              `json:"wal_slot_error,omitempty"`
+	}{Types: []statusType{}, Slot: slot}
+	if slotErr != nil {
+		out.SlotError = slotErr.Error()
+	}
 	for _, s := range types {
 		st := statusType{EventType: s.EventType, Pending: s.Due + s.Scheduled, Due: s.Due, Scheduled: s.Scheduled,
 			InProcess: s.InProcess, Failed: s.Failed, LagSeconds: s.OldestDueAge.Seconds(), Attempts: s.Attempts[:],
