@@ -95,7 +95,7 @@ var storeKinds = []storeKind{postgresKind}
 
 // storeKindByName finds a dialect for a child process.
 func storeKindByName(name string) (storeKind, error) {
-	for _, k := range withLockKinds() {
+	for _, k := range append(withLockKinds(), walKind) {
 		if k.name == name {
 			return k, nil
 		}
@@ -158,6 +158,12 @@ var postgresKind = storeKind{
 }
 
 func openPostgres(schema string, conns int) (store.Driver, func(), error) {
+	return openPostgresWith(schema, conns, postgres.Config{})
+}
+
+// openPostgresWith is openPostgres with pc's settings (Schema and Logger
+// are set here).
+func openPostgresWith(schema string, conns int, pc postgres.Config) (store.Driver, func(), error) {
 	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL)
 	if err != nil {
 		return nil, nil, err
@@ -171,7 +177,8 @@ func openPostgres(schema string, conns int) (store.Driver, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	d, err := postgres.New(pool, postgres.Config{Schema: schema, Logger: quietLogger()})
+	pc.Schema, pc.Logger = schema, quietLogger()
+	d, err := postgres.New(pool, pc)
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

@@ -28,6 +28,7 @@ import (
 	"github.com/txbox/txbox/sender"
 	natssender "github.com/txbox/txbox/sender/nats"
 	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/postgres"
 )
 
 // Environment of a child relay process (see startChild).
@@ -70,7 +71,12 @@ func relayConfig(d store.Driver, s sender.Sender, subjectPrefix string, retentio
 	if c, ok := claimOf.Load(d); ok {
 		claim = new(c.(relay.ClaimMode))
 	}
+	var stream relay.StreamConfig
+	if pd, ok := d.(*postgres.Driver); ok && pd.Source() == postgres.SourceWAL {
+		stream = walStreamConfig()
+	}
 	return relay.Config{
+		Stream:  stream,
 		Store:   d,
 		Senders: map[string]sender.Sender{"nats": s},
 		Defaults: relay.EventSettings{
