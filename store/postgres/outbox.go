@@ -22,8 +22,9 @@ import (
 // VALUES, a batch one INSERT ... SELECT FROM unnest(arrays) (NOTIFY folded
 // into the same statement). A pgx transaction with copyMinRows or more
 // events and no not-before time uses COPY instead, followed by one NOTIFY
-// statement when asked. tx is a pgx.Tx, a *sql.Tx or an ORMTx with a
-// Commit method; see store.Outbox.
+// statement when asked. With Config.Source = SourceWAL the events are
+// emitted into the WAL instead (walInsert). tx is a pgx.Tx, a *sql.Tx or
+// an ORMTx with a Commit method; see store.Outbox.
 func (d *Driver) OutboxInsert(ctx context.Context, tx any, params *store.OutboxInsertParams) error {
 	ex, err := adaptTx(tx)
 	if err != nil {
@@ -32,13 +33,6 @@ func (d *Driver) OutboxInsert(ctx context.Context, tx any, params *store.OutboxI
 	if params == nil || len(params.Events) == 0 {
 		return nil
 	}
-	n := len(params.Events)
-	ids := make([]uuid.UUID, n)
-	types := make([]string, n)
-	keys := make([]string, n)
-	payloads := make([][]byte, n)
-	headers := make([]string, n)
-	notBefore := make([]pgtype.Timestamptz, n)
 	for i, ev := range params.Events {
 		if ev == nil {
 			return fmt.Errorf("postgres: insert: event %d is nil", i)
@@ -46,24 +40,17 @@ func (d *Driver) OutboxInsert(ctx context.Context, tx any, params *store.OutboxI
 		if ev.ID == (uuid.UUID{}) {
 			return fmt.Errorf("postgres: insert: event %d has no id", i)
 		}
-		ids[i] = ev.ID
-		types[i] = ev.Type
-		keys[i] = ev.Key
-		payloads[i] = ev.Payload
-		if payloads[i] == nil {
-			payloads[i] = []byte{} // nil would bind as NULL
-		}
-		h, err := encodeHeaders(ev.Headers)
-		if err != nil {
-			return fmt.Errorf("postgres: insert: event %d headers: %w", i, err)
-		}
-		headers[i] = h
-		if !ev.NotBefore.IsZero() {
-			notBefore[i] = pgtype.Timestamptz{Time: ev.NotBefore, Valid: true}
-		}
 	}
-	if ex.native() && n >= copyMinRows && !anyValid(notBefore) {
-		return d.copyInsert(ctx, ex.pgx, ids, types, keys, payloads, headers, params.Notify)
+	if d.source == SourceWAL {
+		return d.walInsert(ctx, ex, params.Events)
+	}
+	c, err := newInsertColumns(params.Events)
+	if err != nil {
+		return err
+	}
+	n := len(params.Events)
+	if ex.native() && n >= copyMinRows && !anyValid(c.notBefore) {
+		return d.copyInsert(ctx, ex.pgx, c.ids, c.types, c.keys, c.payloads, c.headers, params.Notify)
 	}
 	var args []any
 	var query string
@@ -73,27 +60,26 @@ func (d *Driver) OutboxInsert(ctx context.Context, tx any, params *store.OutboxI
 			query = d.q.insertOneNotify
 		}
 		var nb any
-		if notBefore[0].Valid {
-			nb = notBefore[0].Time
+		if c.notBefore[0].Valid {
+			nb = c.notBefore[0].Time
 		}
-		var id any = ids[0].String() // any database/sql driver binds text
+		var id any = c.ids[0].String() // any database/sql driver binds text
 		if ex.native() {
-			id = pgUUID(ids[0])
+			id = pgUUID(c.ids[0])
 		}
-		args = []any{id, types[0], keys[0], payloads[0], headers[0], nb}
-	} else if ex.native() {
-		query = d.q.insertNative
-		if params.Notify {
-			query = d.q.insertNativeNotify
-		}
-		args = []any{pgUUIDs(ids), types, keys, payloads, headers, notBefore}
+		args = []any{id, c.types[0], c.keys[0], c.payloads[0], c.headers[0], nb}
 	} else {
 		query = d.q.insertText
 		if params.Notify {
 			query = d.q.insertTextNotify
 		}
-		args = []any{uuidArrayText(ids), textArrayText(types), textArrayText(keys),
-			byteaArrayText(payloads), textArrayText(headers), timeArrayText(notBefore)}
+		if ex.native() {
+			query = d.q.insertNative
+			if params.Notify {
+				query = d.q.insertNativeNotify
+			}
+		}
+		args = c.arrays(ex.native())
 	}
 	if params.Notify {
 		args = append(args, d.channel)
@@ -102,6 +88,57 @@ func (d *Driver) OutboxInsert(ctx context.Context, tx any, params *store.OutboxI
 		return translate("insert", err)
 	}
 	return nil
+}
+
+// insertColumns are a batch of events (checked non-nil, with ids) as one
+// slice per column of the insert.
+type insertColumns struct {
+	ids       []uuid.UUID
+	types     []string
+	keys      []string
+	payloads  [][]byte
+	headers   []string
+	notBefore []pgtype.Timestamptz
+}
+
+func newInsertColumns(events []*txbox.Event) (*insertColumns, error) {
+	n := len(events)
+	c := &insertColumns{
+		ids:       make([]uuid.UUID, n),
+		types:     make([]string, n),
+		keys:      make([]string, n),
+		payloads:  make([][]byte, n),
+		headers:   make([]string, n),
+		notBefore: make([]pgtype.Timestamptz, n),
+	}
+	for i, ev := range events {
+		c.ids[i] = ev.ID
+		c.types[i] = ev.Type
+		c.keys[i] = ev.Key
+		c.payloads[i] = ev.Payload
+		if c.payloads[i] == nil {
+			c.payloads[i] = []byte{} // nil would bind as NULL
+		}
+		h, err := encodeHeaders(ev.Headers)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: insert: event %d headers: %w", i, err)
+		}
+		c.headers[i] = h
+		if !ev.NotBefore.IsZero() {
+			c.notBefore[i] = pgtype.Timestamptz{Time: ev.NotBefore, Valid: true}
+		}
+	}
+	return c, nil
+}
+
+// arrays are the batch insert's parameters: binary arrays for pgx,
+// PostgreSQL array literals for database/sql drivers.
+func (c *insertColumns) arrays(native bool) []any {
+	if native {
+		return []any{pgUUIDs(c.ids), c.types, c.keys, c.payloads, c.headers, c.notBefore}
+	}
+	return []any{uuidArrayText(c.ids), textArrayText(c.types), textArrayText(c.keys),
+		byteaArrayText(c.payloads), textArrayText(c.headers), timeArrayText(c.notBefore)}
 }
 
 // copyMinRows is the batch size from which a native pgx transaction

@@ -296,13 +296,18 @@ func isNilPtr(v any) bool {
 	return false
 }
 
-// Undefined-table and undefined-schema SQLSTATEs: the tables are missing.
+// SQLSTATEs translate maps. Undefined table, schema or function: the
+// tables are missing.
 const (
 	codeUndefinedTable  = "42P01"
 	codeUndefinedSchema = "3F000"
 	codeUniqueViolation = "23505"
 	codeDeadlock        = "40P01"
 	codeSerialization   = "40001"
+	// An emit's function is missing (schema before version 6), or the
+	// emit check found no slot (with constraint txbox_wal_check).
+	codeUndefinedFunction = "42883"
+	codeUndefinedObject   = "42704"
 )
 
 // ErrNotMigrated is returned (wrapped) when txbox's tables do not exist:
@@ -328,8 +333,11 @@ func translate(op string, err error) error {
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
+		if se := slotError(op, pe); se != nil {
+			return se
+		}
 		switch pe.Code {
-		case codeUndefinedTable, codeUndefinedSchema:
+		case codeUndefinedTable, codeUndefinedSchema, codeUndefinedFunction:
 			return fmt.Errorf("%w (%s: %w)", ErrNotMigrated, op, err)
 		case codeUniqueViolation:
 			return fmt.Errorf("%w (%s: %w)", ErrDuplicateID, op, err)
