@@ -179,15 +179,9 @@ func (d *Driver) createSlot(ctx context.Context, timeout time.Duration) error {
 		defer cancel()
 		_ = rconn.Close(cctx)
 	}()
-	cctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	res, err := pglogrepl.CreateReplicationSlot(cctx, rconn, d.wal.Slot, "pgoutput",
-		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
+	res, err := createSlotBounded(ctx, rconn, d.wal.Slot, timeout)
 	if err != nil {
-		if cctx.Err() != nil && ctx.Err() == nil {
-			return fmt.Errorf("postgres: create stream: the slot %s was not created within %s: %s: %w", d.wal.Slot, timeout, createSlotHint, err)
-		}
-		return fmt.Errorf("postgres: create stream: create slot %s: %w", d.wal.Slot, err)
+		return err
 	}
 	if err := d.writeStreamState(ctx, res.SnapshotName); err != nil {
 		// The slot exists without its state row, which CreateStream
@@ -198,6 +192,53 @@ func (d *Driver) createSlot(ctx context.Context, timeout time.Duration) error {
 		return err
 	}
 	return nil
+}
+
+// createSlotBounded runs CREATE_REPLICATION_SLOT, and when it takes longer
+// than timeout (or ctx ends) sends the server a cancel request and waits
+// for the server's answer. Cancelling through the server matters: a client
+// that only hung up would leave the walsender waiting, and once the
+// transactions it waits for ended it would persist the slot without a
+// state row.
+func createSlotBounded(ctx context.Context, rconn *pgconn.PgConn, slot string, timeout time.Duration) (pglogrepl.CreateReplicationSlotResult, error) {
+	type result struct {
+		res pglogrepl.CreateReplicationSlotResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, err := pglogrepl.CreateReplicationSlot(context.Background(), rconn, slot, "pgoutput",
+			pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
+		done <- result{r, err}
+	}()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var why string
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return r.res, fmt.Errorf("postgres: create stream: create slot %s: %w", slot, r.err)
+		}
+		return r.res, nil
+	case <-timer.C:
+		why = fmt.Sprintf("the slot %s was not created within %s: %s", slot, timeout, createSlotHint)
+	case <-ctx.Done():
+		why = fmt.Sprintf("creating the slot %s: %v", slot, ctx.Err())
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cerr := rconn.CancelRequest(cctx)
+	select {
+	case r := <-done:
+		if r.err == nil { // it finished as the cancel went out: the slot is there, and so is its snapshot
+			return r.res, nil
+		}
+		return r.res, fmt.Errorf("postgres: create stream: %s: %w", why, r.err)
+	case <-cctx.Done():
+		_ = rconn.Conn().Close() // unblocks the goroutine
+		<-done
+		return pglogrepl.CreateReplicationSlotResult{}, fmt.Errorf("postgres: create stream: %s; the cancel request got no answer (%v): check pg_replication_slots for a slot %s without a state row", why, cerr, slot)
+	}
 }
 
 // writeStreamState inserts the state row in a transaction that imports the
