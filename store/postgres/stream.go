@@ -58,6 +58,11 @@ func (d *Driver) OpenStream(ctx context.Context, opts *store.StreamOptions) (sto
 	if err != nil {
 		return nil, err
 	}
+	return d.startStream(ctx, start, o)
+}
+
+// startStream connects and starts streaming at start.confirmed.
+func (d *Driver) startStream(ctx context.Context, start *streamStart, o store.StreamOptions) (*pgStream, error) {
 	params := map[string]string{"application_name": d.wal.ApplicationName}
 	if d.wal.SenderTimeout > 0 {
 		params["wal_sender_timeout"] = strconv.FormatInt(d.wal.SenderTimeout.Milliseconds(), 10)
@@ -98,7 +103,9 @@ func (d *Driver) OpenStream(ctx context.Context, opts *store.StreamOptions) (sto
 		readDone: make(chan struct{}),
 		statDone: make(chan struct{}),
 	}
-	s.confirmed, s.reported = start.confirmed, start.confirmed
+	// The server streams from the slot's confirmed_flush_lsn when that is
+	// past the start asked for; reporting less would move it back.
+	s.confirmed, s.reported = start.confirmed, max(start.confirmed, start.flushed)
 	for range o.Window {
 		s.tokens <- struct{}{}
 	}
@@ -152,8 +159,8 @@ type pgStream struct {
 	// applied: confirmed, or further when a keepalive or an event-less
 	// transaction came while nothing was in flight.
 	reported uint64
-	// handed holds the ends of the transactions handed out and not yet
-	// confirmed, oldest first.
+	// handed holds the ends of the transactions decoded (handed out, or
+	// being handed to Next) and not yet confirmed, oldest first.
 	handed []uint64
 
 	confirmMu sync.Mutex
@@ -190,9 +197,6 @@ func (s *pgStream) Next(ctx context.Context) (*store.StreamTx, error) {
 	}
 	select {
 	case tx := <-s.txs:
-		s.mu.Lock()
-		s.handed = append(s.handed, tx.End)
-		s.mu.Unlock()
 		return tx, nil
 	case <-ctx.Done():
 		s.tokens <- struct{}{}
@@ -253,7 +257,10 @@ func (s *pgStream) Confirm(ctx context.Context, end uint64, captured []txbox.ID)
 	s.handed = s.handed[n:]
 	s.mu.Unlock()
 	for range n {
-		s.tokens <- struct{}{}
+		select {
+		case s.tokens <- struct{}{}:
+		default: // never more than Window: a confirm of what Next did not hand out
+		}
 	}
 	s.report()
 	return nil
@@ -363,6 +370,11 @@ func (s *pgStream) copyData(data []byte) error {
 			s.passed(res.passed)
 		}
 		if res.tx != nil {
+			// In flight from here on, before Next has it: a keepalive
+			// read meanwhile must not report past it.
+			s.mu.Lock()
+			s.handed = append(s.handed, res.tx.End)
+			s.mu.Unlock()
 			select {
 			case s.txs <- res.tx:
 			case <-s.done:

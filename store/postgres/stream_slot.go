@@ -117,9 +117,20 @@ func (d *Driver) CreateStream(ctx context.Context, timeout time.Duration) error 
 func (d *Driver) ensurePublication(ctx context.Context) error {
 	pub := pgx.Identifier{d.wal.Publication}.Sanitize()
 	outbox := d.table(d.tables.Outbox)
-	var exists bool
-	if err := d.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, d.wal.Publication).Scan(&exists); err != nil {
+	var exists, shaped bool
+	err := d.pool.QueryRow(ctx, `
+SELECT count(*) > 0,
+       coalesce(bool_and(NOT p.puballtables AND p.pubinsert AND NOT p.pubupdate AND NOT p.pubdelete AND NOT p.pubtruncate
+           AND NOT EXISTS (SELECT 1 FROM pg_publication_namespace pn WHERE pn.pnpubid = p.oid)
+           AND (SELECT count(*) FROM pg_publication_rel pr WHERE pr.prpubid = p.oid) = 1
+           AND EXISTS (SELECT 1 FROM pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid = to_regclass($2)
+                       AND pg_get_expr(pr.prqual, pr.prrelid) = '(stream_pos IS NULL)')), false)
+FROM pg_publication p WHERE p.pubname = $1`, d.wal.Publication, outbox).Scan(&exists, &shaped)
+	if err != nil {
 		return translate("create stream: read publication", err)
+	}
+	if shaped {
+		return nil
 	}
 	if !exists {
 		_, err := d.pool.Exec(ctx, `CREATE PUBLICATION `+pub+` FOR TABLE `+outbox+` WHERE (stream_pos IS NULL) WITH (publish = 'insert')`)
@@ -314,6 +325,8 @@ func (d *Driver) DropStream(ctx context.Context) error {
 // streamStart is what OpenStream reads before it connects.
 type streamStart struct {
 	confirmed uint64
+	// flushed is the slot's confirmed_flush_lsn.
+	flushed uint64
 	// nsp and rel are the outbox table's schema and name as the
 	// replication stream names its relation.
 	nsp, rel string
@@ -330,16 +343,17 @@ func (d *Driver) checkStream(ctx context.Context) (*streamStart, error) {
 		walStatus        *string
 		activePID        *int32
 		plugin           *string
+		flushed          *string
 	)
 	err := d.pool.QueryRow(ctx, `
 SELECT current_setting('wal_level'), current_setting('synchronous_standby_names'),
        (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($2)),
        (SELECT c.relname FROM pg_class c WHERE c.oid = to_regclass($2)),
        (SELECT confirmed_lsn::text FROM `+d.walStateTable()+` WHERE slot_name = $1),
-       s.slot_name IS NOT NULL, s.wal_status, s.active_pid, s.plugin
+       s.slot_name IS NOT NULL, s.wal_status, s.active_pid, s.plugin, s.confirmed_flush_lsn::text
 FROM (SELECT 1) one
 LEFT JOIN pg_replication_slots s ON s.slot_name = $1 AND s.database = current_database()`,
-		d.wal.Slot, d.table(d.tables.Outbox)).Scan(&level, &syncNames, &nsp, &rel, &lsn, &slotFound, &walStatus, &activePID, &plugin)
+		d.wal.Slot, d.table(d.tables.Outbox)).Scan(&level, &syncNames, &nsp, &rel, &lsn, &slotFound, &walStatus, &activePID, &plugin, &flushed)
 	if err != nil {
 		return nil, translate("open stream: read the slot", err)
 	}
@@ -376,7 +390,15 @@ LEFT JOIN pg_replication_slots s ON s.slot_name = $1 AND s.database = current_da
 	if err != nil {
 		return nil, fmt.Errorf("postgres: open stream: confirmed_lsn %q: %w", *lsn, err)
 	}
-	return &streamStart{confirmed: uint64(start), nsp: *nsp, rel: *rel}, nil
+	st := &streamStart{confirmed: uint64(start), nsp: *nsp, rel: *rel}
+	if flushed != nil {
+		f, err := pglogrepl.ParseLSN(*flushed)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: open stream: confirmed_flush_lsn %q: %w", *flushed, err)
+		}
+		st.flushed = uint64(f)
+	}
+	return st, nil
 }
 
 // matchesSyncStandby reports whether synchronous_standby_names (as read

@@ -362,6 +362,11 @@ func TestStreamBusyAndTakeover(t *testing.T) {
 	if _, err := e.d.OpenStream(ctx, nil); !errors.Is(err, store.ErrStreamBusy) {
 		t.Fatalf("second open: %v, want ErrStreamBusy", err)
 	}
+	// Past the check (two relays racing), the server's own refusal
+	// (SQLSTATE 55006) is ErrStreamBusy too.
+	if _, err := e.d.StartStreamUnchecked(ctx); !errors.Is(err, store.ErrStreamBusy) {
+		t.Fatalf("START_REPLICATION of an active slot: %v, want ErrStreamBusy", err)
+	}
 	pid := slotPID(t, e)
 	if pid == 0 {
 		t.Fatal("no walsender holds the slot")
@@ -526,5 +531,121 @@ func TestCreateStreamTimeout(t *testing.T) {
 	var n int
 	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, e.slot+"_b").Scan(&n); err != nil || n != 0 {
 		t.Errorf("the cancelled slot: %d (%v)", n, err)
+	}
+}
+
+// slotFlushed is the slot's confirmed_flush_lsn.
+func slotFlushed(t *testing.T, e *walEnv) uint64 {
+	t.Helper()
+	var s string
+	if err := e.pool.QueryRow(context.Background(), `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, e.slot).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	lsn, err := pglogrepl.ParseLSN(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uint64(lsn)
+}
+
+func walInsertLSN(t *testing.T, e *walEnv) uint64 {
+	t.Helper()
+	var s string
+	if err := e.pool.QueryRow(context.Background(), `SELECT pg_current_wal_insert_lsn()::text`).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	lsn, err := pglogrepl.ParseLSN(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uint64(lsn)
+}
+
+// TestStreamFlushPosition: the server hears only confirmed positions
+// while a transaction is in flight, however much WAL it sent meanwhile;
+// Confirm reports at once; with nothing in flight, the position follows
+// the server's WAL (keepalives, event-less transactions).
+func TestStreamFlushPosition(t *testing.T) {
+	t.Parallel()
+	e := openWAL(t, 0)
+	ctx := ctxT(t)
+	s := e.open(t, &store.StreamOptions{StatusInterval: 200 * time.Millisecond})
+	ev := newEmitted("flush.one", "")
+	e.emit(t, e.pool, ev, true, e.prefix())
+	tx1 := next(t, s)
+	// Event-less transactions after it: decoded and passed, but tx1 is
+	// in flight.
+	for range 3 {
+		e.emit(t, e.pool, newEmitted("flush.other", ""), true, "txbox:other")
+	}
+	time.Sleep(2 * time.Second)
+	if f := slotFlushed(t, e); f >= tx1.End {
+		t.Fatalf("confirmed_flush_lsn %s reached the unconfirmed transaction's end %s", pglogrepl.LSN(f), pglogrepl.LSN(tx1.End))
+	}
+	if err := s.Confirm(ctx, tx1.End, nil); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 5*time.Second, "the confirmed position to reach the server", func() bool { return slotFlushed(t, e) >= tx1.End })
+	past := walInsertLSN(t, e)
+	e.emit(t, e.pool, newEmitted("flush.other", ""), true, "txbox:other")
+	testenv.WaitFor(t, 20*time.Second, "the position to follow the WAL with nothing in flight", func() bool { return slotFlushed(t, e) > past })
+	if got := confirmedLSN(t, e); got != tx1.End {
+		t.Errorf("persisted %s, want the confirmed %s (keepalive positions are not persisted)", pglogrepl.LSN(got), pglogrepl.LSN(tx1.End))
+	}
+}
+
+// TestStreamCapturedRowFields: a captured row's columns (a future due_at,
+// a NULL key, headers with a non-string value) as the claim reads them.
+func TestStreamCapturedRowFields(t *testing.T) {
+	t.Parallel()
+	e := openWAL(t, 0)
+	s := e.open(t, nil)
+	id := uuid.Must(uuid.NewV7())
+	due := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
+	if _, err := e.pool.Exec(context.Background(), `INSERT INTO `+e.outbox+` (id, event_type, payload, headers, due_at, attempts) VALUES ($1, 'row.future', '\x00ff', '{"n": 3, "s": "x"}', $2, 2)`,
+		id.String(), due); err != nil {
+		t.Fatal(err)
+	}
+	tx := next(t, s)
+	if len(tx.Events) != 1 {
+		t.Fatalf("%d events", len(tx.Events))
+	}
+	ev := tx.Events[0]
+	r := ev.Row
+	if !ev.Captured || r.ID != id || r.EventType != "row.future" || r.Key != "" || !bytes.Equal(r.Payload, []byte{0, 0xff}) ||
+		r.Headers["n"] != "3" || r.Headers["s"] != "x" || r.Attempts != 2 || !ev.NotBefore.Equal(due) || r.Invalid != "" || r.Seq == 0 {
+		t.Errorf("captured row: %+v, not before %v", ev, ev.NotBefore)
+	}
+}
+
+// TestCreateStreamRestoresPublication: an existing publication of another
+// shape is altered back, not dropped.
+func TestCreateStreamRestoresPublication(t *testing.T) {
+	t.Parallel()
+	e := openWAL(t, 0)
+	ctx := ctxT(t)
+	pub := e.d.WAL().Publication
+	var oid1 uint32
+	if err := e.pool.QueryRow(ctx, `SELECT oid FROM pg_publication WHERE pubname = $1`, pub).Scan(&oid1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `ALTER PUBLICATION `+pub+` SET TABLE `+e.outbox); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `ALTER PUBLICATION `+pub+` SET (publish = 'insert, update, delete')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.CreateStream(ctx, slotCreateTimeout); err != nil {
+		t.Fatal(err)
+	}
+	var oid2 uint32
+	var upd bool
+	var filter *string
+	if err := e.pool.QueryRow(ctx, `SELECT p.oid, p.pubupdate, t.rowfilter FROM pg_publication p JOIN pg_publication_tables t ON t.pubname = p.pubname WHERE p.pubname = $1`, pub).
+		Scan(&oid2, &upd, &filter); err != nil {
+		t.Fatal(err)
+	}
+	if oid2 != oid1 || upd || filter == nil || *filter != "(stream_pos IS NULL)" {
+		t.Errorf("publication after CreateStream: oid %d (was %d), update %v, filter %v", oid2, oid1, upd, filter)
 	}
 }
