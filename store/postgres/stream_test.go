@@ -578,7 +578,32 @@ func TestStreamFlushPosition(t *testing.T) {
 	for range 3 {
 		e.emit(t, e.pool, newEmitted("flush.other", ""), true, "txbox:other")
 	}
-	time.Sleep(2 * time.Second)
+	// Wait until the server has sent past them, and has then heard two
+	// status updates from the stream.
+	after := walInsertLSN(t, e)
+	testenv.WaitFor(t, 10*time.Second, "the server to send past the event-less transactions", func() bool {
+		var sent string
+		err := e.pool.QueryRow(ctx, `SELECT sent_lsn::text FROM pg_stat_replication WHERE pid = $1`, slotPID(t, e)).Scan(&sent)
+		lsn, _ := pglogrepl.ParseLSN(sent)
+		return err == nil && uint64(lsn) >= after
+	})
+	var sentAt time.Time
+	if err := e.pool.QueryRow(ctx, `SELECT now()`).Scan(&sentAt); err != nil {
+		t.Fatal(err)
+	}
+	replies := 0
+	var lastReply time.Time
+	testenv.WaitFor(t, 10*time.Second, "two status updates", func() bool {
+		var at *time.Time
+		if err := e.pool.QueryRow(ctx, `SELECT reply_time FROM pg_stat_replication WHERE pid = $1`, slotPID(t, e)).Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		if at != nil && at.After(sentAt) && !at.Equal(lastReply) {
+			replies++
+			lastReply = *at
+		}
+		return replies >= 2
+	})
 	if f := slotFlushed(t, e); f >= tx1.End {
 		t.Fatalf("confirmed_flush_lsn %s reached the unconfirmed transaction's end %s", pglogrepl.LSN(f), pglogrepl.LSN(tx1.End))
 	}
