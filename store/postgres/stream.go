@@ -42,7 +42,10 @@ var _ store.Streamer = (*Driver)(nil)
 //
 // The stream uses pgoutput's protocol version 1 with messages and binary
 // tuples; never streaming or two_phase, so each transaction arrives whole,
-// after its commit, in commit order.
+// after its commit, in commit order. An event's Pos is its transaction's
+// commit LSN shifted left by 16 bits, or'ed with its index in the
+// transaction. A transaction is held in memory whole: Window bounds how
+// many, not how large each is.
 func (d *Driver) OpenStream(ctx context.Context, opts *store.StreamOptions) (store.Stream, error) {
 	var o store.StreamOptions
 	if opts != nil {

@@ -261,3 +261,29 @@ func TestStreamDecoder(t *testing.T) {
 		t.Error("an insert into an undescribed relation")
 	}
 }
+
+// BenchmarkStreamDecode decodes transactions of 100 messages of 256
+// bytes; one op is one event.
+func BenchmarkStreamDecode(b *testing.B) {
+	d := newStreamDecoder("txbox:x", "s", "outbox", 0)
+	id := [16]byte{1}
+	msg := pgoMessage(true, 10, "txbox:x", walmsg.Append(nil, id, time.Now(), time.Time{}, "bench.event", "key-1", []byte(`{"a":"b"}`), make([]byte, 256)))
+	b.ReportAllocs()
+	lsn := uint64(1000)
+	for i := 0; i < b.N; i++ {
+		if i%100 == 0 {
+			if _, err := d.handle(lsn, pgoBegin(lsn+100, 1)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if _, err := d.handle(lsn, msg); err != nil {
+			b.Fatal(err)
+		}
+		if i%100 == 99 || i == b.N-1 {
+			if _, err := d.handle(lsn, pgoCommit(lsn+100, lsn+120)); err != nil {
+				b.Fatal(err)
+			}
+			lsn += 200
+		}
+	}
+}

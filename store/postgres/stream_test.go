@@ -35,9 +35,10 @@ type walEnv struct {
 	outbox string // quoted outbox table
 }
 
-func openWAL(t *testing.T, senderTimeout time.Duration) *walEnv {
+func openWAL(t testing.TB, senderTimeout time.Duration) *walEnv {
 	t.Helper()
-	ctx := ctxT(t)
+	ctx, cancelCtx := context.WithTimeout(context.Background(), time.Minute)
+	defer cancelCtx()
 	schema := newSchema(t)
 	pool := newPool(t, 10)
 	suffix := strings.TrimPrefix(testenv.UniqueName("x"), "x")
@@ -73,9 +74,9 @@ func openWAL(t *testing.T, senderTimeout time.Duration) *walEnv {
 func (e *walEnv) prefix() string { return "txbox:" + e.outbox }
 
 // open opens a stream closed when the test ends.
-func (e *walEnv) open(t *testing.T, opts *store.StreamOptions) store.Stream {
+func (e *walEnv) open(t testing.TB, opts *store.StreamOptions) store.Stream {
 	t.Helper()
-	s, err := e.d.OpenStream(ctxT(t), opts)
+	s, err := e.d.OpenStream(context.Background(), opts)
 	if err != nil {
 		t.Fatalf("open stream: %v", err)
 	}
@@ -101,7 +102,7 @@ type execer interface {
 }
 
 // emit writes ev as a txbox message in q (a transaction or the pool).
-func (e *walEnv) emit(t *testing.T, q execer, ev emitted, transactional bool, prefix string) {
+func (e *walEnv) emit(t testing.TB, q execer, ev emitted, transactional bool, prefix string) {
 	t.Helper()
 	msg := walmsg.Append(nil, ev.id, time.Now(), time.Time{}, ev.typ, ev.key, []byte(`{"h":"v"}`), ev.payload)
 	if _, err := q.Exec(context.Background(), `SELECT pg_logical_emit_message($1, $2, $3::bytea)`, transactional, prefix, msg); err != nil {
@@ -119,7 +120,7 @@ func (e *walEnv) capture(t *testing.T, q execer, ev emitted) {
 }
 
 // next reads the next transaction within 30s.
-func next(t *testing.T, s store.Stream) *store.StreamTx {
+func next(t testing.TB, s store.Stream) *store.StreamTx {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -673,4 +674,42 @@ func TestCreateStreamRestoresPublication(t *testing.T) {
 	if oid2 != oid1 || upd || filter == nil || *filter != "(stream_pos IS NULL)" {
 		t.Errorf("publication after CreateStream: oid %d (was %d), update %v, filter %v", oid2, oid1, upd, filter)
 	}
+}
+
+// BenchmarkStreamDelivery reads events through a real stream: b.N
+// messages of 256 bytes, emitted beforehand in transactions of 100, read
+// with Next and confirmed per transaction (one durable commit each).
+func BenchmarkStreamDelivery(b *testing.B) {
+	e := openWAL(b, 0)
+	ctx := context.Background()
+	payload := bytes.Repeat([]byte("x"), 256)
+	const perTx = 100
+	for i := 0; i < b.N; i += perTx {
+		batch := &pgx.Batch{}
+		for j := i; j < min(i+perTx, b.N); j++ {
+			msg := walmsg.Append(nil, uuid.Must(uuid.NewV7()), time.Now(), time.Time{}, "bench.event", "k", nil, payload)
+			batch.Queue(`SELECT pg_logical_emit_message(true, $1, $2::bytea)`, e.prefix(), msg)
+		}
+		tx, err := e.pool.Begin(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+			b.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	s := e.open(b, nil)
+	for got := 0; got < b.N; {
+		tx := next(b, s)
+		got += len(tx.Events)
+		if err := s.Confirm(ctx, tx.End, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 }
