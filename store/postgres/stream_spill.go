@@ -136,19 +136,19 @@ func (d *Driver) spilledKeysQuery(q *spillQueries) {
 	owned := d.ownedSQL("e")
 	q.keys = d.render(`
 	WITH RECURSIVE
-	o(t, k, n) AS (
+	ob(t, k, n) AS (
 		(SELECT s.event_type, s.event_key, 1 FROM (` + fmt.Sprintf(outboxNext, `$1::text, $2::text`, owned) + `) s)
 	  UNION ALL
-		SELECT s.event_type, s.event_key, o.n + 1 FROM o CROSS JOIN LATERAL (` + fmt.Sprintf(outboxNext, `o.t, o.k`, owned) + `) s
-		WHERE o.n < $3
+		SELECT s.event_type, s.event_key, ob.n + 1 FROM ob CROSS JOIN LATERAL (` + fmt.Sprintf(outboxNext, `ob.t, ob.k`, owned) + `) s
+		WHERE ob.n < $3
 	),
-	x(t, k, n) AS (
+	dl(t, k, n) AS (
 		(SELECT s.event_type, s.event_key, 1 FROM (` + fmt.Sprintf(deadNext, `$1::text, $2::text`) + `) s)
 	  UNION ALL
-		SELECT s.event_type, s.event_key, x.n + 1 FROM x CROSS JOIN LATERAL (` + fmt.Sprintf(deadNext, `x.t, x.k`) + `) s
-		WHERE x.n < $3
+		SELECT s.event_type, s.event_key, dl.n + 1 FROM dl CROSS JOIN LATERAL (` + fmt.Sprintf(deadNext, `dl.t, dl.k`) + `) s
+		WHERE dl.n < $3
 	)
-	SELECT t, k FROM (SELECT t, k FROM o UNION SELECT t, k FROM x) u
+	SELECT t, k FROM (SELECT t, k FROM ob UNION SELECT t, k FROM dl) u
 	ORDER BY t, k LIMIT $3`)
 }
 
