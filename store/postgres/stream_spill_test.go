@@ -281,6 +281,32 @@ func TestWALOrderedSpill(t *testing.T) {
 	if rows[0].ID != f1 || rows[1].ID != f0 {
 		t.Fatalf("a run in (Seq, ID) order: %v, want %v then %v", ids(rows), f1, f0)
 	}
+	ack(t, e.d, rows)
+
+	// A captured row spilled after an emitted event of its key goes
+	// behind it, though its producer's transaction is the older one.
+	c2 := e.capture(t, typ, "k", 1)[0]
+	g := txbox.NewID()
+	for _, it := range []*store.StreamSpillItem{emitted(g, typ, "k", 1<<42, store.OutcomeReleased), captured(c2, typ, "k", 1<<42+1, store.OutcomeReleased)} {
+		if err := e.d.StreamSpill(ctx, []*store.StreamSpillItem{it}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	storeharness.PostgresWaitFence(t, e.pool)
+	got = nil
+	for range 2 {
+		p := claimParams(typ, true)
+		p.Limit = 1
+		rows, err := e.d.OutboxClaim(ctx, p)
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("ordered claim: %v, %v", ids(rows), err)
+		}
+		got = append(got, rows[0].ID)
+		ack(t, e.d, rows)
+	}
+	if !slices.Equal(got, []txbox.ID{g, c2}) {
+		t.Fatalf("claimed %v, want the stream order %v, %v", got, g, c2)
+	}
 }
 
 // TestWALFailedSpillParks: a FAILED spill goes to the dead-letter table
