@@ -487,3 +487,70 @@ func TestStreamSpilledKeys(t *testing.T) {
 		t.Fatalf("spilled keys %v, want %v", got, want)
 	}
 }
+
+// TestStreamStatus reads a real slot's health, in a database of its own
+// (dropped with its slot when the test ends): idle, then streamed by a
+// walsender; and the last confirm's time from the stream state. A missing
+// slot is ErrSlotMissing.
+func TestStreamStatus(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	_, dbURL := testenv.PostgresDatabase(t, admin(t))
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	slot := testenv.UniqueName("status_slot_")
+	d, err := postgres.New(pool, postgres.Config{Source: postgres.SourceWAL, WAL: postgres.WALConfig{Slot: slot}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.StreamStatus(ctx); !errors.Is(err, postgres.ErrSlotMissing) {
+		t.Fatalf("status of a missing slot: %v, want ErrSlotMissing", err)
+	}
+	// Creating a logical slot waits for the transactions running in the
+	// cluster, other tests' too: hence ctx's deadline.
+	for _, q := range []string{
+		`CREATE PUBLICATION p FOR ALL TABLES`,
+		`SELECT pg_create_logical_replication_slot('` + slot + `', 'pgoutput')`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	st, err := d.StreamStatus(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Slot != slot || st.Active || st.ActivePID != 0 || st.WALStatus != "reserved" || st.RestartLag < 0 || st.FlushLag < 0 || !st.LastConfirm.IsZero() {
+		t.Fatalf("idle slot: %+v", st)
+	}
+	var keep int64
+	if err := pool.QueryRow(ctx, `SELECT COALESCE(pg_size_bytes(NULLIF(current_setting('max_slot_wal_keep_size'), '-1') || 'MB'), -1)`).Scan(&keep); err != nil {
+		t.Fatal(err)
+	}
+	if (keep < 0) != (st.SafeWALSize == -1) {
+		t.Fatalf("safe WAL size %d with max_slot_wal_keep_size %d", st.SafeWALSize, keep)
+	}
+	// WAL written after the slot's position is lag.
+	if _, err := pool.Exec(ctx, `CREATE TABLE lagging AS SELECT g FROM generate_series(1, 10000) g`); err != nil {
+		t.Fatal(err)
+	}
+	confirmed := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
+	if _, err := pool.Exec(ctx, `INSERT INTO txbox_wal_state (slot_name, publication, confirmed_at) VALUES ($1, 'p', $2)`, slot, confirmed); err != nil {
+		t.Fatal(err)
+	}
+	pid := testenv.PostgresWalsender(t, dbURL, slot, `(proto_version '1', publication_names 'p')`)
+	st, err = d.StreamStatus(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Active || st.ActivePID != int(pid) || st.RestartLag <= 0 || st.FlushLag <= 0 || !st.LastConfirm.Equal(confirmed) {
+		t.Fatalf("streamed slot (walsender %d), confirmed at %s: %+v", pid, confirmed, st)
+	}
+}
