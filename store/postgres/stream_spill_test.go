@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -212,8 +213,9 @@ func TestWALOrderedSpill(t *testing.T) {
 	const typ = "order.t"
 	pre := e.capture(t, typ, "k", 1)
 	e.takeSnapshot(t)
-	// Another key, owned by the stream only: never claimed.
+	// Another key and a keyless row, owned by the stream: never claimed.
 	e.capture(t, typ, "other", 2)
+	e.capture(t, typ, "", 1)
 	c1 := e.capture(t, typ, "k", 1)[0]
 	storeharness.PostgresWaitFence(t, e.pool)
 
@@ -553,4 +555,51 @@ func TestStreamStatus(t *testing.T) {
 	if !st.Active || st.ActivePID != int(pid) || st.RestartLag <= 0 || st.FlushLag <= 0 || !st.LastConfirm.Equal(confirmed) {
 		t.Fatalf("streamed slot (walsender %d), confirmed at %s: %+v", pid, confirmed, st)
 	}
+}
+
+// TestStreamSpillDue: a spill is due at its DueAt, and a zero DueAt is
+// now.
+func TestStreamSpillDue(t *testing.T) {
+	t.Parallel()
+	e := newWALEnv(t)
+	ctx := ctxT(t)
+	const typ = "due.t"
+	e.takeSnapshot(t)
+	later, now := emitted(txbox.NewID(), typ, "", 1, store.OutcomeRetry), emitted(txbox.NewID(), typ, "", 2, store.OutcomeReleased)
+	later.DueAt = time.Now().Add(time.Hour).Truncate(time.Microsecond)
+	if err := e.d.StreamSpill(ctx, []*store.StreamSpillItem{later, now}); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := e.d.OutboxClaim(ctx, claimParams(typ, false))
+	if err != nil || !sameIDs(ids(rows), []txbox.ID{now.Event.Row.ID}) {
+		t.Fatalf("claim: %v, %v; want only %v", ids(rows), err, now.Event.Row.ID)
+	}
+	var due time.Time
+	if err := e.pool.QueryRow(ctx, `SELECT due_at FROM `+e.table("outbox")+` WHERE id = $1`, later.Event.Row.ID).Scan(&due); err != nil || !due.Equal(later.DueAt) {
+		t.Fatalf("due_at %s, %v; want %s", due, err, later.DueAt)
+	}
+}
+
+// BenchmarkStreamSpill200 spills 200 emitted events of 20 keys per call,
+// on a session with synchronous_commit off: the spill's own SET LOCAL
+// turns it on, so each call pays one WAL flush (compare
+// BenchmarkPublishBatch100's nofsync and fsync figures).
+func BenchmarkStreamSpill200(b *testing.B) {
+	d := benchDriver(b, false, func(c *postgres.Config) { c.Source = postgres.SourceWAL })
+	ctx := context.Background()
+	ev := benchEvent()
+	var pos uint64
+	items := make([]*store.StreamSpillItem, 200)
+	b.ResetTimer()
+	for b.Loop() {
+		for i := range items {
+			pos++
+			items[i] = &store.StreamSpillItem{Outcome: store.OutcomeReleased, Event: &store.StreamEvent{Pos: pos,
+				Row: store.OutboxRow{ID: txbox.NewID(), EventType: ev.Type, Key: "k" + strconv.Itoa(i%20), Payload: ev.Payload, Headers: ev.Headers}}}
+		}
+		if err := d.StreamSpill(ctx, items); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*len(items))/b.Elapsed().Seconds(), "events/s")
 }
