@@ -135,4 +135,7 @@ type StreamStatus struct {
 	// SpillBytes is pg_stat_replication_slots.spill_bytes: decoded
 	// transactions too large for logical_decoding_work_mem.
 	SpillBytes int64 `json:"spill_bytes"`
+	// LastConfirm is when the relay last persisted a confirm (the stream
+	// state's confirmed_at), zero before the first.
+	LastConfirm time.Time `json:"last_confirm,omitzero"`
 }

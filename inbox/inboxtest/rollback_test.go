@@ -2,7 +2,6 @@ package inboxtest_test
 
 import (
 	"context"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -37,13 +36,9 @@ func (h *cacheHits) OnCache(e inbox.CacheEvent) {
 func TestDuplicateIsARollback(t *testing.T) {
 	t.Parallel()
 	admin := storeharness.PostgresAdmin(t)
-	db := testenv.UniqueName("txbox_xact_")
-	if _, err := admin.Exec("CREATE DATABASE " + db); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = admin.Exec("DROP DATABASE IF EXISTS " + db + " WITH (FORCE)") })
+	db, dbURL := testenv.PostgresDatabase(t, admin)
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(strings.Replace(testenv.PostgresURL, "/test?", "/"+db+"?", 1))
+	cfg, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}

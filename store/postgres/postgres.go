@@ -93,6 +93,8 @@ type Driver struct {
 	logger  *slog.Logger
 	channel string
 	q       queries
+	// spill holds the statements of WAL mode's spill (stream_spill.go).
+	spill spillQueries
 	// copyTable is the outbox table for COPY, which takes an identifier
 	// rather than SQL text.
 	copyTable pgx.Identifier
@@ -166,6 +168,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Driver, error) {
 		channel:       channelName(tables),
 	}
 	d.q = buildQueries(d)
+	d.spill = buildSpillQueries(d)
 	d.copyTable = pgx.Identifier{tables.Outbox}
 	if tables.Schema != "" {
 		d.copyTable = pgx.Identifier{tables.Schema, tables.Outbox}

@@ -143,7 +143,7 @@ func (d *Driver) claimQueries(q *queries) {
 	q.claim = d.render(`
 	WITH picked AS (
 		SELECT o.id FROM {{outbox}} o
-		WHERE ` + claimWhere + `
+		WHERE ` + claimWhere + d.ownedSQL("o") + `
 		ORDER BY o.due_at, o.id
 		LIMIT $2
 		FOR UPDATE SKIP LOCKED
@@ -158,7 +158,7 @@ func (d *Driver) claimQueries(q *queries) {
 	q.lockClaim = d.render(lockArgs(`
 	SELECT o.id, o.event_type, COALESCE(o.event_key, ''), o.payload, o.headers, o.attempts, o.created_at, o.due_at
 	FROM {{outbox}} o
-	WHERE ` + claimWhere + `
+	WHERE ` + claimWhere + d.ownedSQL("o") + `
 	ORDER BY o.due_at, o.id
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED`))
@@ -407,7 +407,11 @@ func (d *Driver) claimOrdered(run int, lock, fence bool) string {
 	if fence {
 		fenceSQL = orderFence
 	}
-	q := d.render(strings.NewReplacer("{{upd}}", upd, "{{run-1}}", strconv.Itoa(run-1), "{{fence}}", fenceSQL).Replace(text))
+	// In WAL mode a row the stream owns (ownedSQL) is neither taken nor
+	// cut by the fence: like a head in flight, it holds its key's later
+	// rows back until the stream spills it (or confirms and deletes it).
+	q := d.render(strings.NewReplacer("{{upd}}", upd, "{{run-1}}", strconv.Itoa(run-1), "{{fence}}", fenceSQL,
+		"{{owned-o}}", d.ownedSQL("o"), "{{owned-e}}", d.ownedSQL("e")).Replace(text))
 	d.orderedSQL[k] = q
 	return q
 }
@@ -489,7 +493,7 @@ const claimOrderedSQL = `
 	keyless AS MATERIALIZED (
 		SELECT o.id, o.ctid AS tid, o.event_key, o.due_at FROM {{outbox}} o
 		WHERE o.status = 'PENDING' AND o.event_type = $1 AND o.due_at <= now()
-		  AND (o.due_at, o.id) > ($8::timestamptz, $9::uuid)
+		  AND (o.due_at, o.id) > ($8::timestamptz, $9::uuid){{owned-o}}
 		ORDER BY o.due_at, o.id
 		LIMIT $2
 	),
@@ -500,16 +504,16 @@ const claimOrderedSQL = `
 		FROM walk w
 		LEFT JOIN LATERAL (
 			SELECT e.event_key AS key, e.txid, e.id, e.ctid AS tid,
-				e.status = 'PENDING' AND e.due_at <= now() AND {{fence}} AS ok,
-				e.status = 'PENDING' AND e.due_at <= now() AND NOT {{fence}} AS cut
+				e.status = 'PENDING' AND e.due_at <= now() AND {{fence}}{{owned-e}} AS ok,
+				e.status = 'PENDING' AND e.due_at <= now() AND NOT {{fence}}{{owned-e}} AS cut
 			FROM {{outbox}} e
 			WHERE e.event_type = $1 AND e.event_key > w.key
 			  AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED')
 			ORDER BY e.event_key, e.txid, e.id LIMIT 1) a ON true
 		LEFT JOIN LATERAL (
 			SELECT e.event_key AS key, e.txid, e.id, e.ctid AS tid,
-				e.status = 'PENDING' AND e.due_at <= now() AND {{fence}} AS ok,
-				e.status = 'PENDING' AND e.due_at <= now() AND NOT {{fence}} AS cut
+				e.status = 'PENDING' AND e.due_at <= now() AND {{fence}}{{owned-e}} AS ok,
+				e.status = 'PENDING' AND e.due_at <= now() AND NOT {{fence}}{{owned-e}} AS cut
 			FROM {{outbox}} e
 			WHERE a.key IS NULL AND NOT w.wrapped AND e.event_type = $1
 			  AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED')
@@ -529,8 +533,8 @@ const claimOrderedSQL = `
 				  UNION ALL
 					SELECT r.txid, r.id, r.tid, r.ok, r.cut FROM (
 						SELECT e.event_type, e.event_key, e.txid, e.id, e.ctid AS tid,
-							e.status = 'PENDING' AND e.due_at <= now() AND {{fence}} AS ok,
-							e.status = 'PENDING' AND e.due_at <= now() AND NOT {{fence}} AS cut
+							e.status = 'PENDING' AND e.due_at <= now() AND {{fence}}{{owned-e}} AS ok,
+							e.status = 'PENDING' AND e.due_at <= now() AND NOT {{fence}}{{owned-e}} AS cut
 						FROM {{outbox}} e
 						WHERE nk.ok AND (e.event_type, e.event_key, e.txid, e.id) > ($1, nk.key, nk.txid, nk.head)
 						  AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED')

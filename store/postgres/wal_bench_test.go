@@ -35,7 +35,7 @@ func BenchmarkEmitVsInsert(b *testing.B) {
 					cfg.Source = postgres.SourceWAL
 					cfg.WAL.Slot = slot
 				})
-				w := &walEnv{d: d, pool: d.Pool(), db: admin(b), schema: d.Tables().Schema, slot: slot, pub: testenv.UniqueName("txbox_b_pub_")}
+				w := &emitEnv{d: d, pool: d.Pool(), db: admin(b), schema: d.Tables().Schema, slot: slot, pub: testenv.UniqueName("txbox_b_pub_")}
 				w.createSlot(b)
 				events := make([]*txbox.Event, c.n)
 				for i := range events {

@@ -155,7 +155,7 @@ func (d *Driver) walInsert(ctx context.Context, ex txExec, events []*txbox.Event
 
 // LockEmits takes the emit guard exclusively in tx, until tx ends: it
 // waits for every emit in flight to commit or roll back, and every emit
-// after it waits for tx. Drop the slot in tx after it (DropSlot does all
+// after it waits for tx. Drop the slot in tx after it (DropStream does all
 // of it); an emit that waited then fails with ErrNoSlot instead of
 // writing a message that nothing keeps.
 func (d *Driver) LockEmits(ctx context.Context, tx pgx.Tx) error {
@@ -183,55 +183,4 @@ DELETE FROM ` + d.table(d.prefix+"wal_state") + ` WHERE slot_name = ` + slot + `
 SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = ` + slot + `;
 COMMIT;
 `
-}
-
-// dropSlotPoll is how often DropSlot looks whether the terminated
-// walsender has released the slot.
-const dropSlotPoll = 50 * time.Millisecond
-
-// DropSlot drops the configured slot (WALConfig.Slot) safely, as
-// DropSlotSQL: under the emit guard (LockEmits), after stopping the
-// relay's walsender, with its row in the stream state. A missing slot is
-// not an error. The lock waits for the emits in flight and holds new ones
-// until the drop commits, so ctx should bound it.
-func (d *Driver) DropSlot(ctx context.Context) error {
-	tx, err := d.pool.Begin(ctx)
-	if err != nil {
-		return translate("drop slot", err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if err := d.LockEmits(ctx, tx); err != nil {
-		return err
-	}
-	for {
-		var active *int32
-		err := tx.QueryRow(ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, d.wal.Slot).Scan(&active)
-		if errors.Is(err, pgx.ErrNoRows) {
-			break
-		}
-		if err != nil {
-			return translate("drop slot: look up", err)
-		}
-		if active == nil {
-			break
-		}
-		if _, err := tx.Exec(ctx, `SELECT pg_terminate_backend($1)`, *active); err != nil {
-			return translate("drop slot: stop walsender", err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("postgres: drop slot %s: walsender %d still running: %w", d.wal.Slot, *active, ctx.Err())
-		case <-time.After(dropSlotPoll):
-		}
-	}
-	if _, err := tx.Exec(ctx, `DELETE FROM `+d.table(d.prefix+"wal_state")+` WHERE slot_name = $1`, d.wal.Slot); err != nil {
-		return translate("drop slot: state", err)
-	}
-	if _, err := tx.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, d.wal.Slot); err != nil {
-		return translate("drop slot", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return translate("drop slot: commit", err)
-	}
-	return nil
 }

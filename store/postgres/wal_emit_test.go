@@ -21,9 +21,9 @@ import (
 	"github.com/txbox/txbox/store/postgres/internal/walmsg"
 )
 
-// walEnv is a WAL mode driver on a fresh schema, with a unique slot and
+// emitEnv is a WAL mode driver on a fresh schema, with a unique slot and
 // publication name (the cluster is shared).
-type walEnv struct {
+type emitEnv struct {
 	d         *postgres.Driver
 	pool      *pgxpool.Pool
 	db        *sql.DB
@@ -32,9 +32,9 @@ type walEnv struct {
 	pubMade   bool
 }
 
-func newWAL(t testing.TB) *walEnv {
+func newWAL(t testing.TB) *emitEnv {
 	t.Helper()
-	w := &walEnv{
+	w := &emitEnv{
 		schema: newSchema(t),
 		pool:   newPool(t, 6),
 		db:     admin(t),
@@ -56,14 +56,14 @@ func newWAL(t testing.TB) *walEnv {
 }
 
 // tbl is the quoted name of one of the schema's objects ("outbox", ...).
-func (w *walEnv) tbl(name string) string {
+func (w *emitEnv) tbl(name string) string {
 	return pgx.Identifier{w.schema, store.DefaultTablePrefix + name}.Sanitize()
 }
 
 // createSlot creates a logical slot, a publication and the state row,
 // as txbox migrate does in WAL mode; the slot and the publication are
 // dropped when the test ends.
-func (w *walEnv) createSlot(t testing.TB) {
+func (w *emitEnv) createSlot(t testing.TB) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -83,7 +83,7 @@ func (w *walEnv) createSlot(t testing.TB) {
 	w.addState(t, w.slot)
 }
 
-func (w *walEnv) addState(t testing.TB, slot string) {
+func (w *emitEnv) addState(t testing.TB, slot string) {
 	t.Helper()
 	if _, err := w.db.Exec(`INSERT INTO `+w.tbl("wal_state")+` (slot_name, publication) VALUES ($1, $2)`, slot, w.pub); err != nil {
 		t.Fatal(err)
@@ -108,7 +108,7 @@ func dropSlotNamed(t testing.TB, db *sql.DB, slot string) {
 }
 
 // emit publishes events in one pgx transaction and commits it.
-func (w *walEnv) emit(ctx context.Context, events ...*txbox.Event) error {
+func (w *emitEnv) emit(ctx context.Context, events ...*txbox.Event) error {
 	tx, err := w.pool.Begin(ctx)
 	if err != nil {
 		return err
@@ -123,7 +123,7 @@ func (w *walEnv) emit(ctx context.Context, events ...*txbox.Event) error {
 // messages decodes the slot's pending changes with pgoutput (without
 // consuming them) and returns the events of this driver's prefix. Any
 // non-transactional message with the prefix fails the test.
-func (w *walEnv) messages(t testing.TB) map[txbox.ID]*walmsg.Event {
+func (w *emitEnv) messages(t testing.TB) map[txbox.ID]*walmsg.Event {
 	t.Helper()
 	rows, err := w.db.Query(`SELECT data FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL,
 		'proto_version', '1', 'publication_names', $2, 'messages', 'true')`, w.slot, w.pub)
@@ -166,7 +166,7 @@ func (w *walEnv) messages(t testing.TB) map[txbox.ID]*walmsg.Event {
 	return out
 }
 
-func (w *walEnv) outboxRows(t testing.TB) int {
+func (w *emitEnv) outboxRows(t testing.TB) int {
 	t.Helper()
 	var n int
 	if err := w.db.QueryRow(`SELECT count(*) FROM ` + w.tbl("outbox")).Scan(&n); err != nil {
@@ -391,7 +391,7 @@ func wantSlotError(t *testing.T, err, kind error, msg string) {
 }
 
 // waitGuardWaiter waits until a session waits for a lock on w's guard.
-func (w *walEnv) waitGuardWaiter(t *testing.T) {
+func (w *emitEnv) waitGuardWaiter(t *testing.T) {
 	t.Helper()
 	testenv.WaitFor(t, 30*time.Second, "a session waiting for the emit guard", func() bool {
 		var n int
@@ -531,7 +531,7 @@ func TestWALEmitGuard(t *testing.T) {
 			t.Fatal(err)
 		}
 		dropped := make(chan error, 1)
-		go func() { dropped <- w.d.DropSlot(ctx) }()
+		go func() { dropped <- w.d.DropStream(ctx) }()
 		w.waitGuardWaiter(t)
 		select {
 		case err := <-dropped:
@@ -549,11 +549,11 @@ func TestWALEmitGuard(t *testing.T) {
 			t.Fatal(err)
 		}
 		if slots != 0 || states != 0 {
-			t.Fatalf("after DropSlot: %d slots, %d state rows", slots, states)
+			t.Fatalf("after DropStream: %d slots, %d state rows", slots, states)
 		}
 		wantSlotError(t, w.emit(ctx, walEvent("a")), postgres.ErrNoSlot, "WAL mode has no slot")
-		if err := w.d.DropSlot(ctx); err != nil {
-			t.Errorf("DropSlot of a missing slot: %v", err)
+		if err := w.d.DropStream(ctx); err != nil {
+			t.Errorf("DropStream of a missing slot: %v", err)
 		}
 
 		// A drop holding the guard makes an emit wait, then fail.

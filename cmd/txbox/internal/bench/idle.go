@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/txbox/txbox/internal/testenv/pgdrop"
 )
 
 // idleSample is one reading of the idle relay's counts: the statements
@@ -190,7 +192,12 @@ func (r *runner) idleDatabase(ctx context.Context, proxyAddr string) (name, cfg 
 		}
 		c, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		_, _ = r.db.pool.Exec(c, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		// The relay may have left a replication slot (WAL mode), which
+		// DROP DATABASE refuses; pgdrop drops it first.
+		_ = pgdrop.DropDatabase(c, func(ctx context.Context, q string, args ...any) error {
+			_, err := r.db.pool.Exec(ctx, q, args...)
+			return err
+		}, name)
 	}
 	dsn, err := dsnWithDatabase(r.o.DSN, name)
 	if err != nil {
