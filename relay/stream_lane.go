@@ -372,6 +372,15 @@ func (s *streamSource) spillWriter() {
 		s.mu.Lock()
 		s.health.Spilled += int64(len(items))
 		s.mu.Unlock()
+		for _, it := range items {
+			if it.Outcome == store.OutcomeFailed {
+				// The mover takes FAILED rows to the dead-letter table,
+				// where an ordered key is parked: now, not at its next
+				// backed-off round.
+				sendKick(s.r.kicks.deadLetter, kickNow)
+				break
+			}
+		}
 		for _, r := range reqs {
 			for _, w := range r.work {
 				s.done(w.it, false)

@@ -304,9 +304,11 @@ func (d *Driver) deadLetterQueries(q *queries) {
 	),
 	ins AS (
 		-- The row keeps its producer's txid: back in its key's order where
-		-- it was, ahead of the rows its dead letter parked.
-		INSERT INTO {{outbox}} (id, event_type, event_key, payload, headers, created_at, status, attempts, due_at, last_error, txid)
-		SELECT id, event_type, event_key, payload, headers, created_at, 'PENDING', 0, now(), last_error, txid FROM gone
+		-- it was, ahead of the rows its dead letter parked. stream_pos 0
+		-- makes it the poller's in WAL mode: the publication leaves it
+		-- out, so a retry never comes back through the stream as well.
+		INSERT INTO {{outbox}} (id, event_type, event_key, payload, headers, created_at, status, attempts, due_at, last_error, txid, stream_pos)
+		SELECT id, event_type, event_key, payload, headers, created_at, 'PENDING', 0, now(), last_error, txid, 0 FROM gone
 		RETURNING 1
 	)
 	SELECT count(*) FROM ins`)
