@@ -311,82 +311,94 @@ func (s *streamSource) spillWriter() {
 	errs := backoff.Streak{Policy: errorBackoff}
 	var idle <-chan struct{}
 	for {
-		var reqs []*spillReq
+		reqs := s.nextSpills(&idle)
+		if reqs == nil {
+			return
+		}
+		s.writeSpills(reqs, &errs)
+	}
+}
+
+// nextSpills waits for queued spills and takes up to maxSpillGroup events
+// of them; nil once the relay stops and no session holds events.
+func (s *streamSource) nextSpills(idle *<-chan struct{}) []*spillReq {
+	var reqs []*spillReq
+	select {
+	case req := <-s.spills:
+		reqs = append(reqs, req)
+	case <-s.r.runCtx.Done():
+		// Stop began: keep writing while batches in flight finish.
+		if *idle == nil {
+			*idle = s.idle()
+		}
 		select {
 		case req := <-s.spills:
 			reqs = append(reqs, req)
-		case <-s.r.runCtx.Done():
-			// Stop began: keep writing while batches in flight finish.
-			if idle == nil {
-				idle = s.idle()
-			}
-			select {
-			case req := <-s.spills:
-				reqs = append(reqs, req)
-			case <-idle:
-				return
-			}
+		case <-*idle:
+			return nil
 		}
-		n := len(reqs[0].work)
-	fold:
-		for n < maxSpillGroup {
-			select {
-			case req := <-s.spills:
-				reqs = append(reqs, req)
-				n += len(req.work)
-			default:
-				break fold
-			}
+	}
+	n := len(reqs[0].work)
+	for n < maxSpillGroup {
+		select {
+		case req := <-s.spills:
+			reqs = append(reqs, req)
+			n += len(req.work)
+		default:
+			return reqs
 		}
-		items := make([]*store.StreamSpillItem, 0, n)
-		for _, r := range reqs {
-			for _, w := range r.work {
-				items = append(items, &w.item)
-			}
+	}
+	return reqs
+}
+
+// writeSpills writes one group of spills, retrying until it lands or the
+// stop deadline passes, and marks its events done.
+func (s *streamSource) writeSpills(reqs []*spillReq, errs *backoff.Streak) {
+	var items []*store.StreamSpillItem
+	failed := false
+	for _, r := range reqs {
+		for _, w := range r.work {
+			items = append(items, &w.item)
+			failed = failed || w.item.Outcome == store.OutcomeFailed
 		}
-		for {
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(s.r.hardCtx), finishTimeout)
-			err := s.streamer.StreamSpill(ctx, items)
-			cancel()
-			if err == nil {
-				errs.Reset()
-				break
-			}
-			if s.r.hardCtx.Err() != nil {
-				// Past the stop deadline: leave the events unconfirmed,
-				// the stream delivers them again.
-				s.log.Error("spill failed at the stop deadline; the events stay unconfirmed", slog.Int("events", len(items)), slog.Any("error", err))
-				for _, r := range reqs {
-					for _, w := range r.work {
-						s.drop(w.it)
-					}
-					close(r.done)
-				}
-				reqs = nil
-				break
-			}
-			wait := errs.Next()
-			s.log.Warn("spill failed; retrying", slog.Int("events", len(items)), slog.Any("error", err), slog.Duration("retry_in", wait))
-			s.sleep(context.WithoutCancel(s.r.hardCtx), wait)
+	}
+	for {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(s.r.hardCtx), finishTimeout)
+		err := s.streamer.StreamSpill(ctx, items)
+		cancel()
+		if err == nil {
+			errs.Reset()
+			break
 		}
-		s.mu.Lock()
-		s.health.Spilled += int64(len(items))
-		s.mu.Unlock()
-		for _, it := range items {
-			if it.Outcome == store.OutcomeFailed {
-				// The mover takes FAILED rows to the dead-letter table,
-				// where an ordered key is parked: now, not at its next
-				// backed-off round.
-				sendKick(s.r.kicks.deadLetter, kickNow)
-				break
-			}
+		if s.r.hardCtx.Err() != nil {
+			// Past the stop deadline: leave the events unconfirmed, the
+			// stream delivers them again.
+			s.log.Error("spill failed at the stop deadline; the events stay unconfirmed", slog.Int("events", len(items)), slog.Any("error", err))
+			s.finishSpills(reqs, s.drop)
+			return
 		}
-		for _, r := range reqs {
-			for _, w := range r.work {
-				s.done(w.it, false)
-			}
-			close(r.done)
+		wait := errs.Next()
+		s.log.Warn("spill failed; retrying", slog.Int("events", len(items)), slog.Any("error", err), slog.Duration("retry_in", wait))
+		s.sleep(context.WithoutCancel(s.r.hardCtx), wait)
+	}
+	s.mu.Lock()
+	s.health.Spilled += int64(len(items))
+	s.mu.Unlock()
+	if failed {
+		// The mover takes FAILED rows to the dead-letter table, where an
+		// ordered key is parked: now, not at its next backed-off round.
+		sendKick(s.r.kicks.deadLetter, kickNow)
+	}
+	s.finishSpills(reqs, func(it *streamItem) { s.done(it, false) })
+}
+
+// finishSpills hands each event of reqs to end and wakes their waiters.
+func (s *streamSource) finishSpills(reqs []*spillReq, end func(*streamItem)) {
+	for _, r := range reqs {
+		for _, w := range r.work {
+			end(w.it)
 		}
+		close(r.done)
 	}
 }
 
