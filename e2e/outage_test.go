@@ -277,12 +277,14 @@ func TestBrokerOutage(t *testing.T) {
 		{"kafka", kafkaOutageBroker},
 		{"redisstream", redisOutageBroker},
 	} {
-		t.Run(tc.name, func(t *testing.T) { runOutage(t, tc.new(t)) })
+		t.Run(tc.name, func(t *testing.T) { runOutage(t, tc.new(t), postgresKind) })
 	}
+	// WAL mode: the stream spills the events of the paused destination
+	// into the table, and the poller delivers them after the outage.
+	t.Run("rabbitmq-wal", func(t *testing.T) { runOutage(t, rabbitOutageBroker(t), walKind) })
 }
 
-func runOutage(t *testing.T, b *outageBroker) {
-	kind := postgresKind
+func runOutage(t *testing.T, b *outageBroker, kind storeKind) {
 	ns := kind.newNamespace(t)
 	d := openStore(t, kind, ns, 6)
 	rec := &attemptRecorder{Sender: b.sender}
@@ -415,6 +417,12 @@ func runOutage(t *testing.T, b *outageBroker) {
 
 	if m := rec.maxAttempt(); m != 1 {
 		t.Errorf("a message was sent as attempt %d: the outage burned attempts", m)
+	}
+	if h := r.Health().Stream; h != nil {
+		t.Logf("%s: the stream spilled %d events for the poller", b.name, h.Spilled)
+		if h.Spilled == 0 {
+			t.Error("WAL mode: the stream spilled nothing during the outage")
+		}
 	}
 	if n, _ := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{}); n != 0 {
 		t.Errorf("%d dead letters after the outage", n)
