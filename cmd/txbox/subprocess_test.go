@@ -608,6 +608,9 @@ relay: { discover-interval: 100ms, shutdown-timeout: 15s }
 		var n int
 		return admin.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*) FROM %s.txbox_outbox`, schema)).Scan(&n) == nil && n == 0
 	})
+	if out := run("config", "check", "--config", cfgPath, "--connect"); !strings.Contains(out, "source: wal: wal_level logical, the slot present and not invalidated") {
+		t.Errorf("config check --connect does not report the stream's checks:\n%s", out)
+	}
 	status := run("status", "--config", cfgPath)
 	if !strings.Contains(status, "WAL slot "+schema+"_txbox_slot: streamed by pid") {
 		t.Errorf("status does not show the streamed slot:\n%s", status)
