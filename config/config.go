@@ -169,6 +169,8 @@ type WAL struct {
 	SenderTimeout time.Duration `yaml:"sender-timeout"`
 	// Window is the key database.wal.window.
 	Window int `yaml:"window"`
+	// WindowBytes is the key database.wal.window-bytes.
+	WindowBytes int64 `yaml:"window-bytes"`
 	// LaneQueue is the key database.wal.lane-queue.
 	LaneQueue int `yaml:"lane-queue"`
 	// StatusInterval is the key database.wal.status-interval.

@@ -343,6 +343,7 @@ func validateWAL(d *decoder, db *Database) {
 	}{
 		{"sender-timeout", w.SenderTimeout < 0},
 		{"window", w.Window < 0},
+		{"window-bytes", w.WindowBytes < 0},
 		{"lane-queue", w.LaneQueue < 0},
 		{"status-interval", w.StatusInterval < 0},
 		{"standby-interval", w.StandbyInterval < 0},
