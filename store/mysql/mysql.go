@@ -16,6 +16,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/internal/pertype"
+	"github.com/txbox/txbox/store/internal/sqlstore"
 )
 
 // Dialect is the name returned by Driver.Dialect.
@@ -111,7 +112,7 @@ type Driver struct {
 	deadlockRetries atomic.Int64
 
 	// ordered holds the ordered claim's cursors by event type.
-	ordered pertype.Map[orderedCursor]
+	ordered pertype.Map[sqlstore.Cursor]
 }
 
 var (
