@@ -67,11 +67,7 @@ func execChunked(ctx context.Context, tx *sql.Tx, prefix string, ids []any) (int
 	total := 0
 	for start := 0; start < len(ids); start += maxListIDs {
 		chunk := ids[start:min(start+maxListIDs, len(ids))]
-		r, err := tx.ExecContext(ctx, prefix+placeholders(len(chunk)), chunk...)
-		if err != nil {
-			return 0, err
-		}
-		n, err := r.RowsAffected()
+		n, err := sqlstore.Affected(tx.ExecContext(ctx, prefix+placeholders(len(chunk)), chunk...))
 		if err != nil {
 			return 0, err
 		}
@@ -299,14 +295,7 @@ func (d *Driver) changeIDs(ctx context.Context, what, prefix string, ids []txbox
 // DeadLetterCleanup deletes up to Limit RESOLVED dead letters resolved more
 // than OlderThan ago.
 func (d *Driver) DeadLetterCleanup(ctx context.Context, params *store.CleanupParams) (int, error) {
-	if err := validCleanup(params); err != nil {
-		return 0, err
-	}
-	n, err := d.writeExec(ctx, d.q.deadLetterCleanup, modifier(-params.OlderThan), params.Limit)
-	if err != nil {
-		return 0, fmt.Errorf("dead-letter cleanup: %w", err)
-	}
-	return n, nil
+	return d.cleanup(ctx, "dead-letter cleanup", d.q.deadLetterCleanup, params)
 }
 
 func dedupe(ids []txbox.ID) []txbox.ID {

@@ -149,14 +149,7 @@ func inboxQueryerOf(tx any) (inboxQueryer, error) {
 // InboxCleanup deletes up to Limit ids recorded more than OlderThan ago, on
 // the database clock, oldest first, through the processed_at index.
 func (d *Driver) InboxCleanup(ctx context.Context, params *store.CleanupParams) (int, error) {
-	if err := validCleanup(params); err != nil {
-		return 0, err
-	}
-	n, err := d.writeExec(ctx, d.q.inboxCleanup, modifier(-params.OlderThan), params.Limit)
-	if err != nil {
-		return 0, fmt.Errorf("inbox cleanup: %w", err)
-	}
-	return n, nil
+	return d.cleanup(ctx, "inbox cleanup", d.q.inboxCleanup, params)
 }
 
 // SQLTx returns the *sql.Tx inside the tx an inbox handler receives from a

@@ -103,3 +103,12 @@ func Collect[T any](rows *sql.Rows, out []T, scan func(*sql.Rows) (T, error)) ([
 	}
 	return out, nil
 }
+
+// Affected returns the rows a statement changed, taking ExecContext's two
+// results as they come: Affected(tx.ExecContext(ctx, query, args...)).
+func Affected(r sql.Result, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	return r.RowsAffected()
+}
