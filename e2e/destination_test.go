@@ -143,63 +143,58 @@ func circuitOf(t *testing.T, h relay.Health, suffix string) relay.CircuitHealth 
 // its circuit never opens. a burns no attempt.
 func TestOneFailingRouteLeavesOthersFlowing(t *testing.T) {
 	t.Parallel()
-	for _, kind := range storeKinds {
-		t.Run(kind.name, func(t *testing.T) {
-			t.Parallel()
-			ns := kind.newNamespace(t)
-			d := openStore(t, kind, ns, 4)
-			srv := newPathServer(t, func(path, _ string) int {
-				if path == "/a" {
-					return http.StatusServiceUnavailable
-				}
-				return http.StatusOK
-			})
-			rec := &attemptRecorder{}
-			hook := &destHook{}
-			cfg := webhookConfig(t, d, srv.URL, func(s sender.Sender) sender.Sender { rec.Sender = s; return rec })
-			cfg.Events = map[string]relay.EventSettings{"a": {}, "b": {}}
-			// A cool-down far longer than the test: with one circuit per
-			// sender, b would wait for it.
-			cfg.Circuit = relay.CircuitConfig{CoolDown: 30 * time.Second, MaxCoolDown: 30 * time.Second}
-			cfg.Hooks = []relay.Hook{hook}
-			r := relaytest.Start(t, cfg)
-
-			o := newOracle()
-			publishN(t, kind, d, "a", 50, nil)
-			testenv.WaitFor(t, 15*time.Second, "a's circuit open", func() bool { return hook.opened(anyCircuit) >= 1 })
-			idsB := publishN(t, kind, d, "b", 300, o)
-			r.Wake("b")
-			testenv.WaitFor(t, 10*time.Second, "b delivered while a's destination fails", func() bool {
-				return containsIDs(srv.ackedOn("/b"), idsB)
-			})
-
-			h := r.Health()
-			if c := circuitOf(t, h, "/a"); c.State != relay.CircuitOpen || !strings.Contains(c.LastError, "503") {
-				t.Errorf("a's circuit = %+v, want open with the 503", c)
+	eachKind(t, storeKinds, func(t *testing.T, kind storeKind, d store.Driver) {
+		srv := newPathServer(t, func(path, _ string) int {
+			if path == "/a" {
+				return http.StatusServiceUnavailable
 			}
-			if c := circuitOf(t, h, "/b"); c.State != relay.CircuitClosed {
-				t.Errorf("b's circuit = %+v, want closed", c)
-			}
-			for _, c := range h.Circuits {
-				if c.Connection && c.State != relay.CircuitClosed {
-					t.Errorf("connection circuit %+v: a 503 is the destination's, not the connection's", c)
-				}
-			}
-			if n := hook.opened(destinationIs("/b")); n != 0 {
-				t.Errorf("b's circuit opened %d times", n)
-			}
-			if m := rec.maxAttempt(); m != 1 {
-				t.Errorf("a message was sent as attempt %d: the failing route burned attempts", m)
-			}
-			if n, _ := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{}); n != 0 {
-				t.Errorf("%d dead letters", n)
-			}
-			o.receivedIDs(srv.ackedOn("/b")...)
-			if rep := o.report(); !rep.clean() {
-				t.Errorf("oracle (type b): %v", rep)
-			}
+			return http.StatusOK
 		})
-	}
+		rec := &attemptRecorder{}
+		hook := &destHook{}
+		cfg := webhookConfig(t, d, srv.URL, func(s sender.Sender) sender.Sender { rec.Sender = s; return rec })
+		cfg.Events = map[string]relay.EventSettings{"a": {}, "b": {}}
+		// A cool-down far longer than the test: with one circuit per
+		// sender, b would wait for it.
+		cfg.Circuit = relay.CircuitConfig{CoolDown: 30 * time.Second, MaxCoolDown: 30 * time.Second}
+		cfg.Hooks = []relay.Hook{hook}
+		r := relaytest.Start(t, cfg)
+
+		o := newOracle()
+		publishN(t, kind, d, "a", 50, nil)
+		testenv.WaitFor(t, 15*time.Second, "a's circuit open", func() bool { return hook.opened(anyCircuit) >= 1 })
+		idsB := publishN(t, kind, d, "b", 300, o)
+		r.Wake("b")
+		testenv.WaitFor(t, 10*time.Second, "b delivered while a's destination fails", func() bool {
+			return containsIDs(srv.ackedOn("/b"), idsB)
+		})
+
+		h := r.Health()
+		if c := circuitOf(t, h, "/a"); c.State != relay.CircuitOpen || !strings.Contains(c.LastError, "503") {
+			t.Errorf("a's circuit = %+v, want open with the 503", c)
+		}
+		if c := circuitOf(t, h, "/b"); c.State != relay.CircuitClosed {
+			t.Errorf("b's circuit = %+v, want closed", c)
+		}
+		for _, c := range h.Circuits {
+			if c.Connection && c.State != relay.CircuitClosed {
+				t.Errorf("connection circuit %+v: a 503 is the destination's, not the connection's", c)
+			}
+		}
+		if n := hook.opened(destinationIs("/b")); n != 0 {
+			t.Errorf("b's circuit opened %d times", n)
+		}
+		if m := rec.maxAttempt(); m != 1 {
+			t.Errorf("a message was sent as attempt %d: the failing route burned attempts", m)
+		}
+		if n, _ := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{}); n != 0 {
+			t.Errorf("%d dead letters", n)
+		}
+		o.receivedIDs(srv.ackedOn("/b")...)
+		if rep := o.report(); !rep.clean() {
+			t.Errorf("oracle (type b): %v", rep)
+		}
+	})
 }
 
 // poisonMaxAttempts is the max attempts of newPoisonWebhook's relay.
@@ -360,9 +355,7 @@ func TestLonePoisonWaitsForEvidence(t *testing.T) {
 			if m := rec.maxAttempt(); m != 1 {
 				t.Errorf("the lone poison was sent as attempt %d without evidence that the destination is up", m)
 			}
-			if n, _ := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{}); n != 0 {
-				t.Errorf("%d dead letters without other traffic", n)
-			}
+			noDeadLetters(t, d, "without other traffic")
 			if c := circuitOf(t, r.Health(), "/hook"); c.State == relay.CircuitClosed {
 				t.Errorf("circuit %+v closed while its only traffic fails", c)
 			}
@@ -422,8 +415,7 @@ func TestLonePoisonWaitsForEvidence(t *testing.T) {
 func TestBrokerDownPausesAllRoutes(t *testing.T) {
 	t.Parallel()
 	kind := postgresKind
-	ns := kind.newNamespace(t)
-	d := openStore(t, kind, ns, 4)
+	d := freshStore(t, kind)
 	st := newStream(t)
 	proxy := sendertest.NewProxy(t, "127.0.0.1:4222")
 	rec := &attemptRecorder{Sender: newNATSSender(t, "nats://"+proxy.Addr())}
@@ -455,17 +447,11 @@ func TestBrokerDownPausesAllRoutes(t *testing.T) {
 	if h := r.Health(); !h.Degraded {
 		t.Errorf("health not degraded during the outage: %+v", h)
 	}
-	if n, _ := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{}); n != 0 {
-		t.Errorf("%d dead letters during the outage", n)
-	}
+	noDeadLetters(t, d, "during the outage")
 	proxy.Up(t)
 	testenv.WaitFor(t, 60*time.Second, "backlog drained after the outage", func() bool { return outboxSettled(t, d) })
-	if m := rec.maxAttempt(); m != 1 {
-		t.Errorf("a message was sent as attempt %d: the outage burned attempts", m)
-	}
-	if n, _ := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{}); n != 0 {
-		t.Errorf("%d dead letters after the outage", n)
-	}
+	rec.noBurnedAttempts(t)
+	noDeadLetters(t, d, "after the outage")
 	for _, c := range r.Health().Circuits {
 		if c.State != relay.CircuitClosed {
 			t.Errorf("circuit after recovery: %+v", c)

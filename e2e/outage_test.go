@@ -415,18 +415,14 @@ func runOutage(t *testing.T, b *outageBroker, kind storeKind) {
 	testenv.WaitFor(t, drain, "backlog drained after the outage", func() bool { return outboxSettled(t, d) })
 	testenv.WaitFor(t, 30*time.Second, "every committed event at the broker", func() bool { return b.unique() >= o.expected() })
 
-	if m := rec.maxAttempt(); m != 1 {
-		t.Errorf("a message was sent as attempt %d: the outage burned attempts", m)
-	}
+	rec.noBurnedAttempts(t)
 	if h := r.Health().Stream; h != nil {
 		t.Logf("%s: the stream spilled %d events for the poller", b.name, h.Spilled)
 		if h.Spilled == 0 {
 			t.Error("WAL mode: the stream spilled nothing during the outage")
 		}
 	}
-	if n, _ := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{}); n != 0 {
-		t.Errorf("%d dead letters after the outage", n)
-	}
+	noDeadLetters(t, d, "after the outage")
 	if h := r.Health(); h.Degraded {
 		t.Errorf("health still degraded after the backlog drained: %+v", h)
 	}
