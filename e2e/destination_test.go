@@ -197,6 +197,27 @@ func TestOneFailingRouteLeavesOthersFlowing(t *testing.T) {
 	})
 }
 
+// waitPoisonDeadLettered waits (what names the wait) until a dead letter
+// exists, stops the test's publisher (stop), waits for the outbox to
+// settle and checks that poison was dead-lettered after
+// poisonMaxAttempts attempts, the receiver's 500 its last error.
+func waitPoisonDeadLettered(t *testing.T, d store.Driver, poison txbox.ID, what string, stop func()) {
+	t.Helper()
+	testenv.WaitFor(t, 30*time.Second, what, func() bool {
+		n, err := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{})
+		return err == nil && n >= 1
+	})
+	stop()
+	testenv.WaitFor(t, 30*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
+	dl, err := d.DeadLetterGet(context.Background(), poison)
+	if err != nil {
+		t.Fatalf("poison not in the dead-letter table: %v", err)
+	}
+	if dl.Attempts != poisonMaxAttempts || !strings.Contains(dl.LastError, "500") {
+		t.Errorf("dead letter: attempts %d, last error %q; want %d and the 500", dl.Attempts, dl.LastError, poisonMaxAttempts)
+	}
+}
+
 // poisonMaxAttempts is the max attempts of newPoisonWebhook's relay.
 const poisonMaxAttempts = 3
 
@@ -291,21 +312,7 @@ func TestTransientPoisonDeadLettered(t *testing.T) {
 					o.committedIDs(ids...)
 				}
 			}()
-			testenv.WaitFor(t, 30*time.Second, "poison dead-lettered", func() bool {
-				n, err := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{})
-				return err == nil && n >= 1
-			})
-			close(stop)
-			<-done
-			testenv.WaitFor(t, 30*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
-
-			dl, err := d.DeadLetterGet(context.Background(), p)
-			if err != nil {
-				t.Fatalf("poison not in the dead-letter table: %v", err)
-			}
-			if dl.Attempts != maxAttempts || !strings.Contains(dl.LastError, "500") {
-				t.Errorf("dead letter: attempts %d, last error %q; want %d and the 500", dl.Attempts, dl.LastError, maxAttempts)
-			}
+			waitPoisonDeadLettered(t, d, p, "poison dead-lettered", func() { close(stop); <-done })
 			if n, _ := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{}); n != 1 {
 				t.Errorf("%d dead letters, want only the poison", n)
 			}
@@ -343,7 +350,6 @@ func TestLonePoisonWaitsForEvidence(t *testing.T) {
 			t.Parallel()
 			w := newPoisonWebhook(t, kind)
 			d, poison, srv, rec, hook, cfg := w.d, &w.poison, w.srv, w.rec, w.hook, w.cfg
-			const maxAttempts = poisonMaxAttempts
 			cfg.Defaults.Route = &sender.Route{URL: srv.URL + "/hook"} // one destination for every type
 			cfg.Events = map[string]relay.EventSettings{"a": {}, "b": {}}
 			p := txbox.NewID()
@@ -381,20 +387,7 @@ func TestLonePoisonWaitsForEvidence(t *testing.T) {
 					o.committedIDs(id)
 				}
 			}()
-			testenv.WaitFor(t, 30*time.Second, "lone poison dead-lettered once b flows", func() bool {
-				n, err := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{})
-				return err == nil && n >= 1
-			})
-			close(stop)
-			<-done
-			testenv.WaitFor(t, 30*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
-			dl, err := d.DeadLetterGet(context.Background(), p)
-			if err != nil {
-				t.Fatalf("poison not in the dead-letter table: %v", err)
-			}
-			if dl.Attempts != maxAttempts || !strings.Contains(dl.LastError, "500") {
-				t.Errorf("dead letter: attempts %d, last error %q; want %d and the 500", dl.Attempts, dl.LastError, maxAttempts)
-			}
+			waitPoisonDeadLettered(t, d, p, "lone poison dead-lettered once b flows", func() { close(stop); <-done })
 			o.receivedIDs(srv.allAcked()...)
 			if rep := o.report(); !rep.clean() {
 				t.Errorf("oracle (type b): %v", rep)
