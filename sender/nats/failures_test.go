@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/natstest"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/sender"
 	txnats "github.com/txbox/txbox/sender/nats"
@@ -39,20 +40,6 @@ func embeddedServer(t *testing.T, maxPayload int32) *natsserver.Server {
 		t.Fatal("embedded NATS did not start within 10s")
 	}
 	return ns
-}
-
-func adminJS(t *testing.T, url string) jetstream.JetStream {
-	t.Helper()
-	nc, err := natsgo.Connect(url)
-	if err != nil {
-		t.Fatalf("connect admin: %v", err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return js
 }
 
 func TestDestinationIsTheSubject(t *testing.T) {
@@ -172,7 +159,7 @@ func TestUnboundSubjectOneLookupPerBatch(t *testing.T) {
 func TestJetStreamDownIsTransient(t *testing.T) {
 	t.Parallel()
 	ns := embeddedServer(t, 0)
-	js := adminJS(t, ns.ClientURL())
+	js := natstest.JetStream(t, ns.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Storage: jetstream.MemoryStorage}); err != nil {
@@ -206,7 +193,7 @@ func TestJetStreamDownIsTransient(t *testing.T) {
 func TestMaxPayloadIsTheServers(t *testing.T) {
 	t.Parallel()
 	ns := embeddedServer(t, 4096)
-	js := adminJS(t, ns.ClientURL())
+	js := natstest.JetStream(t, ns.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Storage: jetstream.MemoryStorage}); err != nil {
