@@ -14,6 +14,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/internal/sqlstore"
 )
 
 var _ store.Inbox = (*Driver)(nil)
@@ -87,11 +88,8 @@ func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRec
 	if err != nil {
 		return nil, err
 	}
-	if params == nil {
-		return nil, fmt.Errorf("%w: nil InboxRecordParams", ErrInvalidParams)
-	}
-	if err := store.ValidateConsumerName(params.Consumer); err != nil {
-		return nil, fmt.Errorf("sqlite: inbox record: %w", err)
+	if err := sqlstore.CheckInboxRecord("sqlite", ErrInvalidParams, params); err != nil {
+		return nil, err
 	}
 	if len(params.IDs) == 0 {
 		return nil, nil

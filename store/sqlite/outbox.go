@@ -113,7 +113,7 @@ func (d *Driver) OutboxInsert(ctx context.Context, tx any, params *store.OutboxI
 		}
 		args := make([]any, 0, len(chunk)*per)
 		for _, e := range chunk {
-			h, err := encodeHeaders(e.Headers)
+			h, err := sqlstore.EncodeHeaders("sqlite", e.Headers)
 			if err != nil {
 				return err
 			}
@@ -174,17 +174,6 @@ func (d *Driver) insertSQL(n int, withDue bool) string {
 		b.WriteString(row)
 	}
 	return b.String()
-}
-
-func encodeHeaders(h map[string]string) (string, error) {
-	if len(h) == 0 {
-		return "{}", nil
-	}
-	b, err := json.Marshal(h)
-	if err != nil {
-		return "", fmt.Errorf("sqlite: encode headers: %w", err)
-	}
-	return string(b), nil
 }
 
 // decodeHeaders reads the headers column leniently (see
