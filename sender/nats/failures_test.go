@@ -42,6 +42,20 @@ func embeddedServer(t *testing.T, maxPayload int32) *natsserver.Server {
 	return ns
 }
 
+// embeddedOrders starts an embedded server (embeddedServer) with an
+// ORDERS stream on orders.> and opens a sender on it.
+func embeddedOrders(t *testing.T, maxPayload int32) (*natsserver.Server, *txnats.Sender) {
+	t.Helper()
+	ns := embeddedServer(t, maxPayload)
+	js := natstest.JetStream(t, ns.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	return ns, openSender(t, strings.TrimPrefix(ns.ClientURL(), "nats://"), txnats.Config{})
+}
+
 func TestDestinationIsTheSubject(t *testing.T) {
 	t.Parallel()
 	s := openSender(t, sendertest.ClosedAddr(t), txnats.Config{})
@@ -158,14 +172,7 @@ func TestUnboundSubjectOneLookupPerBatch(t *testing.T) {
 // rejections that burn attempts.
 func TestJetStreamDownIsTransient(t *testing.T) {
 	t.Parallel()
-	ns := embeddedServer(t, 0)
-	js := natstest.JetStream(t, ns.ClientURL())
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Storage: jetstream.MemoryStorage}); err != nil {
-		t.Fatal(err)
-	}
-	s := openSender(t, strings.TrimPrefix(ns.ClientURL(), "nats://"), txnats.Config{})
+	ns, s := embeddedOrders(t, 0)
 	route := sender.Route{Subject: "orders.created"}
 	if err := send(t, s, sendertest.NewMessages(1, route))[0]; err != nil {
 		t.Fatalf("warm-up: %v", err)
@@ -192,14 +199,7 @@ func TestJetStreamDownIsTransient(t *testing.T) {
 // together, and a message over it fails Permanent with the sizes.
 func TestMaxPayloadIsTheServers(t *testing.T) {
 	t.Parallel()
-	ns := embeddedServer(t, 4096)
-	js := natstest.JetStream(t, ns.ClientURL())
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Storage: jetstream.MemoryStorage}); err != nil {
-		t.Fatal(err)
-	}
-	s := openSender(t, strings.TrimPrefix(ns.ClientURL(), "nats://"), txnats.Config{})
+	_, s := embeddedOrders(t, 4096)
 	msgs := sendertest.NewMessages(3, sender.Route{Subject: "orders.created"})
 	msgs[0].Payload = make([]byte, 3000)
 	msgs[1].Payload = make([]byte, 4000) // fits alone, not with its headers
