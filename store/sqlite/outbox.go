@@ -504,15 +504,25 @@ func (d *Driver) writeExec(ctx context.Context, query string, args ...any) (int,
 	return int(n), err
 }
 
-// OutboxPendingTypes lists the types with PENDING rows, sorted, with a
-// loose index scan of the claim index.
-func (d *Driver) OutboxPendingTypes(ctx context.Context) ([]string, error) {
+// query runs a read statement on the pool once the driver is usable
+// (check); an error names op.
+func (d *Driver) query(ctx context.Context, op, query string, args ...any) (*sql.Rows, error) {
 	if err := d.check(); err != nil {
 		return nil, err
 	}
-	rows, err := d.db.QueryContext(ctx, d.q.pendingTypes)
+	rows, err := d.db.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, d.translate(fmt.Errorf("outbox pending types: %w", err))
+		return nil, d.translate(fmt.Errorf("%s: %w", op, err))
+	}
+	return rows, nil
+}
+
+// OutboxPendingTypes lists the types with PENDING rows, sorted, with a
+// loose index scan of the claim index.
+func (d *Driver) OutboxPendingTypes(ctx context.Context) ([]string, error) {
+	rows, err := d.query(ctx, "outbox pending types", d.q.pendingTypes)
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
 	types := []string{}
@@ -530,12 +540,9 @@ func (d *Driver) OutboxPendingTypes(ctx context.Context) ([]string, error) {
 // the oldest PENDING row on the database clock, sorted by type. Types with
 // only PROCESSED rows are not listed.
 func (d *Driver) OutboxStats(ctx context.Context) ([]*store.OutboxTypeStats, error) {
-	if err := d.check(); err != nil {
-		return nil, err
-	}
-	rows, err := d.db.QueryContext(ctx, d.q.stats)
+	rows, err := d.query(ctx, "outbox stats", d.q.stats)
 	if err != nil {
-		return nil, d.translate(fmt.Errorf("outbox stats: %w", err))
+		return nil, err
 	}
 	defer rows.Close()
 	out := []*store.OutboxTypeStats{}
