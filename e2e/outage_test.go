@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/amqptest"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/relay/relaytest"
@@ -519,31 +520,9 @@ func benchKafka(b *testing.B) (sender.Sender, sender.Route) {
 }
 
 func benchRabbit(b *testing.B) (sender.Sender, sender.Route) {
-	conn, err := amqp.Dial(testenv.RabbitURL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { conn.Close() })
-	ch, err := conn.Channel()
-	if err != nil {
-		b.Fatal(err)
-	}
-	ex, q := testenv.UniqueName("bench_ex_"), testenv.UniqueName("bench_q_")
-	if err := ch.ExchangeDeclare(ex, "direct", false, false, false, false, nil); err != nil {
-		b.Fatal(err)
-	}
 	// The broker routes and stores every message; the queue drops its
 	// head beyond 10,000 so the benchmark does not fill the broker.
-	if _, err := ch.QueueDeclare(q, false, false, false, false, amqp.Table{"x-max-length": int32(10000)}); err != nil {
-		b.Fatal(err)
-	}
-	if err := ch.QueueBind(q, "orders", ex, false, nil); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		_, _ = ch.QueueDelete(q, false, false, false)
-		_ = ch.ExchangeDelete(ex, false, false)
-	})
+	ex, _ := amqptest.Bound(b, amqptest.Admin(b), "orders", amqp.Table{"x-max-length": int32(10000)})
 	s, err := rabbitmq.New(rabbitmq.Config{URL: testenv.RabbitURL, Channels: benchChannels()})
 	if err != nil {
 		b.Fatal(err)
