@@ -215,6 +215,22 @@ func (a *attemptRecorder) noBurnedAttempts(t testing.TB) {
 	}
 }
 
+// outageRecovered checks relay r during an outage (health degraded,
+// nothing dead-lettered), ends the outage with up, then checks the
+// recovery: the backlog drains, no attempt was burned, nothing was
+// dead-lettered.
+func outageRecovered(t testing.TB, r *relay.Relay, d store.Driver, rec *attemptRecorder, up func()) {
+	t.Helper()
+	if h := r.Health(); !h.Degraded {
+		t.Errorf("health not degraded during the outage: %+v", h)
+	}
+	noDeadLetters(t, d, "during the outage")
+	up()
+	testenv.WaitFor(t, 60*time.Second, "backlog drained after the outage", func() bool { return outboxSettled(t, d) })
+	rec.noBurnedAttempts(t)
+	noDeadLetters(t, d, "after the outage")
+}
+
 // noDeadLetters fails t when d holds a dead letter; when says at which
 // point of the test ("during the outage").
 func noDeadLetters(t testing.TB, d store.Driver, when string) {
@@ -395,14 +411,7 @@ func TestNATSUnavailable(t *testing.T) {
 		publishN(t, kind, d, "orders", 300, o)
 		publishN(t, kind, d, "other", 100, o)
 		testenv.WaitFor(t, 20*time.Second, "circuit open with failed probes", func() bool { return circuits.opened() >= 3 })
-		if h := r.Health(); !h.Degraded {
-			t.Errorf("health not degraded during the outage: %+v", h)
-		}
-		noDeadLetters(t, d, "during the outage")
-		proxy.Up(t)
-		testenv.WaitFor(t, 60*time.Second, "backlog drained after the outage", func() bool { return outboxSettled(t, d) })
-		rec.noBurnedAttempts(t)
-		noDeadLetters(t, d, "after the outage")
+		outageRecovered(t, r, d, rec, func() { proxy.Up(t) })
 		for _, m := range st.readAll(t) {
 			o.receivedIDs(m.id)
 		}
