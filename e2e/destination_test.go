@@ -197,6 +197,38 @@ func TestOneFailingRouteLeavesOthersFlowing(t *testing.T) {
 	})
 }
 
+// steadyTraffic publishes, every 20ms, perTx events of typ in one
+// transaction on d and tells o, until the returned stop is called (it
+// waits for the publisher to end).
+func steadyTraffic(t *testing.T, kind storeKind, d store.Driver, o *oracle, typ string, perTx int) (stop func()) {
+	quit := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-tick.C:
+			}
+			ids := make([]txbox.ID, perTx)
+			batch := make([]*txbox.Event, perTx)
+			for i := range batch {
+				ids[i] = txbox.NewID()
+				batch[i] = &txbox.Event{ID: ids[i], Type: typ, Payload: []byte("{}")}
+			}
+			if err := kind.publish(context.Background(), d, batch, true); err != nil {
+				t.Errorf("publish: %v", err)
+				return
+			}
+			o.committedIDs(ids...)
+		}
+	}()
+	return func() { close(quit); <-done }
+}
+
 // waitPoisonDeadLettered waits (what names the wait) until a dead letter
 // exists, stops the test's publisher (stop), waits for the outbox to
 // settle and checks that poison was dead-lettered after
@@ -287,32 +319,8 @@ func TestTransientPoisonDeadLettered(t *testing.T) {
 
 			// Steady traffic to the same destination until the poison is
 			// dead-lettered.
-			stop := make(chan struct{})
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				tick := time.NewTicker(20 * time.Millisecond)
-				defer tick.Stop()
-				for {
-					select {
-					case <-stop:
-						return
-					case <-tick.C:
-					}
-					ids := make([]txbox.ID, 3)
-					batch := make([]*txbox.Event, len(ids))
-					for i := range batch {
-						ids[i] = txbox.NewID()
-						batch[i] = &txbox.Event{ID: ids[i], Type: "orders", Payload: []byte("{}")}
-					}
-					if err := kind.publish(context.Background(), d, batch, true); err != nil {
-						t.Errorf("publish: %v", err)
-						return
-					}
-					o.committedIDs(ids...)
-				}
-			}()
-			waitPoisonDeadLettered(t, d, p, "poison dead-lettered", func() { close(stop); <-done })
+			stop := steadyTraffic(t, kind, d, o, "orders", 3)
+			waitPoisonDeadLettered(t, d, p, "poison dead-lettered", stop)
 			if n, _ := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{}); n != 1 {
 				t.Errorf("%d dead letters, want only the poison", n)
 			}
@@ -367,27 +375,8 @@ func TestLonePoisonWaitsForEvidence(t *testing.T) {
 			}
 
 			o := newOracle()
-			stop := make(chan struct{})
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				tick := time.NewTicker(20 * time.Millisecond)
-				defer tick.Stop()
-				for {
-					select {
-					case <-stop:
-						return
-					case <-tick.C:
-					}
-					id := txbox.NewID()
-					if err := kind.publish(context.Background(), d, []*txbox.Event{{ID: id, Type: "b", Payload: []byte("{}")}}, true); err != nil {
-						t.Errorf("publish: %v", err)
-						return
-					}
-					o.committedIDs(id)
-				}
-			}()
-			waitPoisonDeadLettered(t, d, p, "lone poison dead-lettered once b flows", func() { close(stop); <-done })
+			stop := steadyTraffic(t, kind, d, o, "b", 1)
+			waitPoisonDeadLettered(t, d, p, "lone poison dead-lettered once b flows", stop)
 			o.receivedIDs(srv.allAcked()...)
 			if rep := o.report(); !rep.clean() {
 				t.Errorf("oracle (type b): %v", rep)
