@@ -50,18 +50,7 @@ func settled(t *testing.T, jc jetstream.Consumer) {
 
 func run(t *testing.T, cons *cnats.Consumer) (stop func()) {
 	t.Helper()
-	_, cancel, done := consumetest.Run(cons.Run)
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("Run = %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	return consumetest.Start(t, cons.Run)
 }
 
 // TestSlowHandlerIsNotRedelivered: 200 events, a handler of 20 ms, an
