@@ -1,0 +1,250 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/outbox"
+	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/postgres"
+)
+
+// The wal scenario: WAL mode (docs/concepts.md, "WAL mode") against the
+// naive loop and the lock claim in one invocation (docs/benchmarks.md,
+// "WAL mode").
+
+// walPublishBatch is the events per producer transaction when a backlog is
+// produced with the Go publisher: a producer committing batches, so that
+// the backlog's WAL is the publisher's (the table mode's INSERT, the WAL
+// mode's emit) and not COPY's.
+const walPublishBatch = 1000
+
+// publishFill produces n events through the Go publisher on a driver of
+// the source's schema, walPublishBatch per transaction, and returns the
+// WAL position read inside the last transaction before its COMMIT (the
+// stream has confirmed the backlog once the slot's confirmed_flush_lsn is
+// past it).
+func (s *pgSource) publishFill(ctx context.Context, n int, p *progress) (string, error) {
+	src := postgres.SourceTable
+	if s.wal {
+		src = postgres.SourceWAL
+	}
+	d, err := postgres.New(s.db.pool, postgres.Config{Schema: s.schema, Source: src})
+	if err != nil {
+		return "", err
+	}
+	defer d.Close()
+	s.slotName = d.WAL().Slot
+	pub, err := outbox.NewPublisher(d, outbox.Config{})
+	if err != nil {
+		return "", err
+	}
+	evs := make([]txbox.Event, walPublishBatch)
+	headers := map[string]string{"content-type": "application/json"}
+	var lsn string
+	for done := 0; done < n; {
+		k := min(walPublishBatch, n-done)
+		for i := range k {
+			evs[i] = txbox.Event{Type: benchType, Payload: []byte(benchPayload), Headers: headers}
+		}
+		err := pgx.BeginFunc(ctx, s.db.pool, func(tx pgx.Tx) error {
+			if _, err := pub.Publish(ctx, tx, evs[:k]...); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&lsn)
+		})
+		if err != nil {
+			return "", fmt.Errorf("publish the backlog: %w", err)
+		}
+		done += k
+		p.count(int64(done), int64(n))
+	}
+	return lsn, nil
+}
+
+// streamLeft is 1 while the source's slot has not confirmed past the last
+// produced transaction, 0 after.
+func (s *pgSource) streamLeft(ctx context.Context) (int64, error) {
+	var behind bool
+	err := s.db.pool.QueryRow(ctx, `SELECT coalesce(confirmed_flush_lsn < $2::pg_lsn, true) FROM pg_replication_slots WHERE slot_name = $1`,
+		s.slotName, s.lastLSN).Scan(&behind)
+	if err != nil {
+		return 0, fmt.Errorf("read the slot %s: %w", s.slotName, err)
+	}
+	if behind {
+		return 1, nil
+	}
+	return 0, nil
+}
+
+// dropSlot drops the source's slot (txbox migrate created it) before the
+// schema goes, through the driver's DropStream.
+func (s *pgSource) dropSlot() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d, err := postgres.New(s.db.pool, postgres.Config{Schema: s.schema, Source: postgres.SourceWAL})
+	if err != nil {
+		return
+	}
+	defer d.Close()
+	dropStream(ctx, d)
+}
+
+// createStream creates the publication and the slot of a WAL mode driver
+// (what `txbox migrate` does after the tables).
+func createStream(ctx context.Context, d store.Driver) (*postgres.Driver, error) {
+	pd, ok := d.(*postgres.Driver)
+	if !ok {
+		return nil, fmt.Errorf("WAL mode needs the PostgreSQL driver, not %T", d)
+	}
+	if err := pd.CreateStream(ctx, time.Minute); err != nil {
+		return nil, err
+	}
+	return pd, nil
+}
+
+// dropStream drops d's slot, retrying for a minute while its walsender is
+// still exiting: a slot left behind keeps WAL for ever.
+func dropStream(ctx context.Context, d *postgres.Driver) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	for ctx.Err() == nil {
+		if err := d.DropStream(ctx); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// walLSN reads the server's current WAL position.
+func (d *db) walLSN(ctx context.Context) (string, error) {
+	var lsn string
+	err := d.pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn)
+	return lsn, err
+}
+
+// walBytes is the WAL written between two positions.
+func (d *db) walBytes(ctx context.Context, from, to string) (float64, error) {
+	var n float64
+	err := d.pool.QueryRow(ctx, "SELECT pg_wal_lsn_diff($2::pg_lsn, $1::pg_lsn)::float8", from, to).Scan(&n)
+	return n, err
+}
+
+func (r *runner) scenarioWAL(ctx context.Context, s *Scenario) error {
+	s.Title = "WAL mode: drain, pickup, CPU and WAL bytes against the naive loop and the lock claim"
+	s.Measures = "Drain: a backlog drained to NATS by the naive loop (its own table, COPY), by `txbox relay` with the lock claim " +
+		"(table mode, defaults) and by `txbox relay` in WAL mode (`database.source: wal`, defaults: window 20,000). Both relays' backlogs " +
+		"are produced by the Go publisher, 1,000 events per transaction, with no relay running (WAL mode: the slot in place, the WAL keeps them); " +
+		"the clock runs from the relay's start until NATS holds every message; the drain is settled when the table holds nothing " +
+		"undelivered (and, WAL mode, the slot confirmed past the last transaction). WAL bytes: pg_current_wal_lsn() over the production " +
+		"and over the drain (cluster-wide: other sessions' WAL counts too). Pickup: the Go publisher at a fixed rate, one event per " +
+		"transaction, synchronous_commit = on, relay in this process, lock claim vs WAL mode."
+	sizes := make([]string, len(r.o.WALBacklogs))
+	for i, n := range r.o.WALBacklogs {
+		sizes[i] = strconv.Itoa(n)
+	}
+	s.Conditions = map[string]string{"backlogs": strings.Join(sizes, ", "), "rounds": strconv.Itoa(r.o.Rounds), "broker": "NATS JetStream",
+		"payload": strconv.Itoa(len(benchPayload)) + " bytes JSON + content-type header", "pickup rate": strconv.Itoa(r.o.WALRate) + " events/s",
+		"order": "naive, lock claim, WAL mode; reversed every other round"}
+	for _, n := range r.o.WALBacklogs {
+		naive := drainSpec{variant: fmt.Sprintf("%d naive loop", n), sender: "nats", n: n, naive: true}
+		lock := drainSpec{variant: fmt.Sprintf("%d relay lock claim", n), sender: "nats", n: n, relays: 1, settings: relayLock, publish: true}
+		wal := drainSpec{variant: fmt.Sprintf("%d relay WAL mode", n), sender: "nats", n: n, relays: 1, publish: true, wal: true}
+		if err := r.pairedDrains(ctx, s, []drainSpec{naive, lock, wal}); err != nil {
+			return err
+		}
+		s.addRatio(fmt.Sprintf("%d: WAL mode / naive loop", n), wal.variant, naive.variant, s.rates(wal.variant), s.rates(naive.variant), true,
+			"≥ 2.0×", func(x float64) bool { return x >= 2.0 })
+		s.addRatio(fmt.Sprintf("%d: WAL mode / lock claim", n), wal.variant, lock.variant, s.rates(wal.variant), s.rates(lock.variant), true,
+			"≥ 1.5×", func(x float64) bool { return x >= 1.5 })
+		r.addCPUNote(s, wal.variant, lock.variant, naive.variant)
+		for _, v := range []drainSpec{lock, wal} {
+			s.Notes = append(s.Notes, fmt.Sprintf("%s: peak RSS %.0f MiB; WAL %.0f bytes/event produced, %.0f bytes/event drained (medians; background WAL of the cluster %.0f bytes/s)",
+				v.variant, median(s.extra(v.variant, "max_rss_mib")), median(s.extra(v.variant, "wal_produce_bytes_per_event")),
+				median(s.extra(v.variant, "wal_drain_bytes_per_event")), median(s.extra(v.variant, "wal_background_bytes_per_s"))))
+		}
+	}
+	lock := pickupOpts{name: "Go publisher, lock claim", rate: r.o.WALRate, syncCommit: true}
+	wal := pickupOpts{name: "Go publisher, WAL mode", rate: r.o.WALRate, syncCommit: true, wal: true}
+	var p50 [2]float64
+	for i, po := range []pickupOpts{lock, wal} {
+		pick, ack, err := r.pickupRun(ctx, po)
+		if err != nil {
+			return fmt.Errorf("pickup %s: %w", po.name, err)
+		}
+		s.Latencies = append(s.Latencies, pick, ack)
+		p50[i] = pick.P50
+		if po.wal {
+			s.addRatio(po.name+": pickup p50 / 2 ms", pick.Name, "target 2 ms", []float64{pick.P50}, []float64{2}, false,
+				"≤ 1 (p50 ≤ 2 ms)", func(x float64) bool { return x <= 1 })
+		}
+	}
+	s.addRatio("pickup p50: WAL mode / lock claim", wal.name+" → sender", lock.name+" → sender", []float64{p50[1]}, []float64{p50[0]}, false, "", nil)
+	return nil
+}
+
+// walMeter records the WAL written by the production (from before the
+// fill to after it) and by the drain (from the relay's start until the
+// drain settled) per event, and the cluster's background WAL rate over one
+// second before the fill, to read them against.
+type walMeter struct {
+	d                    *db
+	bg, fillFrom, fillTo string
+	bgBytes, bgSeconds   float64
+}
+
+// startWALMeter samples the cluster's WAL rate for a second, then marks
+// the start of the production.
+func (r *runner) startWALMeter(ctx context.Context) (*walMeter, error) {
+	m := &walMeter{d: r.db}
+	a, err := r.db.walLSN(ctx)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(time.Second):
+	}
+	if m.fillFrom, err = r.db.walLSN(ctx); err != nil {
+		return nil, err
+	}
+	m.bgSeconds = time.Since(start).Seconds()
+	if m.bgBytes, err = r.db.walBytes(ctx, a, m.fillFrom); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// filled marks the end of the production (and the drain's start).
+func (m *walMeter) filled(ctx context.Context) (err error) {
+	m.fillTo, err = m.d.walLSN(ctx)
+	return err
+}
+
+// record writes the figures into run once the drain has settled.
+func (m *walMeter) record(ctx context.Context, run *Measurement) error {
+	end, err := m.d.walLSN(ctx)
+	if err != nil {
+		return err
+	}
+	prod, err := m.d.walBytes(ctx, m.fillFrom, m.fillTo)
+	if err != nil {
+		return err
+	}
+	drain, err := m.d.walBytes(ctx, m.fillTo, end)
+	if err != nil {
+		return err
+	}
+	run.Extra["wal_produce_bytes_per_event"] = prod / float64(run.Events)
+	run.Extra["wal_drain_bytes_per_event"] = drain / float64(run.Events)
+	run.Extra["wal_background_bytes_per_s"] = m.bgBytes / m.bgSeconds
+	return nil
+}
