@@ -145,7 +145,11 @@ func (o *Options) plannedSteps() int {
 		case ScenarioWatermill:
 			n += 1 + o.Rounds*7 // watermill 1, relay, tuned and naive 2 each
 		case ScenarioWAL:
-			n += len(o.WALBacklogs)*3*o.Rounds*2 + 2 // naive, lock, WAL; two pickups
+			variants := 3 // naive, lock, WAL (, WAL tuned)
+			if o.WALTuned {
+				variants++
+			}
+			n += len(o.WALBacklogs)*variants*o.Rounds*2 + 2 // two pickups
 		}
 	}
 	return n

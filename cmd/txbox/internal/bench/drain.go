@@ -55,6 +55,8 @@ type drainSpec struct {
 	// migrate creates the slot, the publisher emits, the relay streams.
 	// Needs publish.
 	wal bool
+	// walSettings are database.wal keys of a WAL mode variant.
+	walSettings string
 }
 
 func (sp drainSpec) dialect() string {
@@ -74,7 +76,7 @@ func (r *runner) drain(ctx context.Context, sp drainSpec, round int) (Measuremen
 		return run, err
 	}
 	if ps, ok := src.(*pgSource); ok {
-		ps.publish, ps.wal = sp.publish, sp.wal
+		ps.publish, ps.wal, ps.walSettings = sp.publish, sp.wal, sp.walSettings
 	}
 	defer src.close()
 	tgt, err := r.br.newTarget(ctx, sp.sender)
@@ -129,6 +131,13 @@ func (r *runner) drain(ctx context.Context, sp drainSpec, round int) (Measuremen
 	}
 	if serr != nil {
 		return run, serr
+	}
+	if ps, ok := src.(*pgSource); ok && sp.wal {
+		spilled, err := ps.spilledRows(ctx)
+		if err != nil {
+			return run, err
+		}
+		run.Extra["spilled"] = float64(spilled)
 	}
 	for _, c := range children {
 		if ru, ok := c.state.SysUsage().(*syscall.Rusage); ok {

@@ -73,6 +73,8 @@ type Options struct {
 	// pickup rate in events per second.
 	WALBacklogs []int
 	WALRate     int
+	// WALTuned adds the tuned WAL mode variant to the wal scenario.
+	WALTuned bool
 
 	DSN       string
 	MySQLDSN  string
@@ -147,6 +149,7 @@ func Parse(args []string, w io.Writer) (*Options, error) {
 	fs.IntVar(&o.XminBacklog, "xmin-backlog", 1_000_000, "backlog `rows` of the pinned-xmin scenario")
 	fs.DurationVar(&o.XminHold, "xmin-hold", 60*time.Second, "the pinned drain's session holds its snapshot for the whole drain; this is the least hold the results should cover (a shorter drain is noted)")
 	walBacklogs := fs.String("wal-backlogs", "200000", "wal scenario: backlog `rows`, comma-separated (e.g. 200000,1000000)")
+	fs.BoolVar(&o.WALTuned, "wal-tuned", false, "wal scenario: also drain with WAL mode tuned (batch-size 1000, database.wal.lane-queue 20000)")
 	fs.IntVar(&o.WALRate, "wal-rate", 1000, "wal scenario: pickup `events` per second, one per transaction")
 	relays := fs.String("relays", "1,2,3,4", "relay process `counts` of the relays scenario, comma-separated")
 	fs.IntVar(&o.PickupRate, "rate", 100, "pickup scenario: `events` per second, one per transaction")

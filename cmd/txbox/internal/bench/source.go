@@ -100,6 +100,8 @@ type pgSource struct {
 	// wal is WAL mode: database.source wal, the slot txbox migrate
 	// creates is dropped by close.
 	wal bool
+	// walSettings are database.wal keys (YAML) in WAL mode.
+	walSettings string
 	// lastLSN is the WAL position read inside the last producing
 	// transaction (publishFill), and slotName WAL mode's slot.
 	lastLSN, slotName string
@@ -109,6 +111,9 @@ func (s *pgSource) databaseYAML() string {
 	y := pgDatabase(s.db.dsn, s.schema)
 	if s.wal {
 		y += "\nsource: wal"
+		if s.walSettings != "" {
+			y += "\nwal:\n" + indent(s.walSettings, "  ")
+		}
 	}
 	return y
 }
