@@ -211,7 +211,7 @@ func (r *runner) prepareDrain(ctx context.Context, sp drainSpec, src source, tgt
 	}
 	var meter *walMeter
 	if sp.publish {
-		if meter, err = r.startWALMeter(ctx); err != nil {
+		if meter, err = r.startWALMeter(ctx, src); err != nil {
 			return nil, "", nil, err
 		}
 	}

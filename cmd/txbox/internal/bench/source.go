@@ -105,6 +105,8 @@ type pgSource struct {
 	// lastLSN is the WAL position read inside the last producing
 	// transaction (publishFill), and slotName WAL mode's slot.
 	lastLSN, slotName string
+	// xids are the producing transactions' ids (publishFill).
+	xids []int64
 }
 
 func (s *pgSource) databaseYAML() string {

@@ -63,7 +63,12 @@ func (s *pgSource) publishFill(ctx context.Context, n int, p *progress) (string,
 			if _, err := pub.Publish(ctx, tx, evs[:k]...); err != nil {
 				return err
 			}
-			return tx.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&lsn)
+			var xid int64
+			if err := tx.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text, pg_current_xact_id()::xid::text::bigint").Scan(&lsn, &xid); err != nil {
+				return err
+			}
+			s.xids = append(s.xids, xid)
+			return nil
 		})
 		if err != nil {
 			return "", fmt.Errorf("publish the backlog: %w", err)
@@ -164,8 +169,9 @@ func (r *runner) scenarioWAL(ctx context.Context, s *Scenario) error {
 		"(table mode, defaults) and by `txbox relay` in WAL mode (`database.source: wal`, defaults: window 20,000). Both relays' backlogs " +
 		"are produced by the Go publisher, 1,000 events per transaction, with no relay running (WAL mode: the slot in place, the WAL keeps them); " +
 		"the clock runs from the relay's start until NATS holds every message; the drain is settled when the table holds nothing " +
-		"undelivered (and, WAL mode, the slot confirmed past the last transaction). WAL bytes: pg_current_wal_lsn() over the production " +
-		"and over the drain (cluster-wide: other sessions' WAL counts too). Pickup: the Go publisher at a fixed rate, one event per " +
+		"undelivered (and, WAL mode, the slot confirmed past the last transaction). WAL bytes over the production and over the drain: " +
+		"the run's own records read back with pg_walinspect (the producing transactions', those touching the schema's relations, and the " +
+		"commits of their transactions), and the cluster's pg_current_wal_lsn() difference (other sessions' WAL included). Pickup: the Go publisher at a fixed rate, one event per " +
 		"transaction, synchronous_commit = on, relay in this process, lock claim vs WAL mode."
 	sizes := make([]string, len(r.o.WALBacklogs))
 	for i, n := range r.o.WALBacklogs {
@@ -202,11 +208,13 @@ func (r *runner) scenarioWAL(ctx context.Context, s *Scenario) error {
 		}
 		r.addCPUNote(s, vs...)
 		for _, v := range specs[1:] {
-			note := fmt.Sprintf("%s: peak RSS %.0f MiB; WAL %.0f bytes/event produced, %.0f bytes/event drained (medians; background WAL of the cluster %.0f bytes/s)",
-				v.variant, median(s.extra(v.variant, "max_rss_mib")), median(s.extra(v.variant, "wal_produce_bytes_per_event")),
-				median(s.extra(v.variant, "wal_drain_bytes_per_event")), median(s.extra(v.variant, "wal_background_bytes_per_s")))
+			med := func(key string) float64 { return median(s.extra(v.variant, key)) }
+			note := fmt.Sprintf("%s: peak RSS %.0f MiB; WAL per event (medians): the run's own %.0f bytes produced, %.0f drained; "+
+				"the cluster's %.0f produced, %.0f drained (its background %.0f bytes/s)",
+				v.variant, med("max_rss_mib"), med("wal_produce_bytes_per_event"), med("wal_drain_bytes_per_event"),
+				med("wal_cluster_produce_bytes_per_event"), med("wal_cluster_drain_bytes_per_event"), med("wal_background_bytes_per_s"))
 			if v.wal {
-				note += fmt.Sprintf("; %.0f events spilled into the table (median)", median(s.extra(v.variant, "spilled")))
+				note += fmt.Sprintf("; %.0f events spilled into the table (median)", med("spilled"))
 			}
 			s.Notes = append(s.Notes, note)
 		}
@@ -230,20 +238,39 @@ func (r *runner) scenarioWAL(ctx context.Context, s *Scenario) error {
 	return nil
 }
 
-// walMeter records the WAL written by the production (from before the
-// fill to after it) and by the drain (from the relay's start until the
-// drain settled) per event, and the cluster's background WAL rate over one
-// second before the fill, to read them against.
+// walMeter measures the WAL a drain run writes, per event: over the
+// production (from before the fill to after it) and over the drain (from
+// the relay's start until the drain settled). Two figures each: the
+// cluster's (pg_current_wal_lsn() difference, other sessions included:
+// the machine is shared) and the run's own, read back with pg_walinspect
+// (the records of the producing transactions, the records touching the
+// schema's tables and indexes, and the other records of the transactions
+// that wrote those), when the extension can be installed in the run's
+// schema. The cluster's background rate over one second before the fill
+// is recorded too.
 type walMeter struct {
-	d                    *db
-	bg, fillFrom, fillTo string
-	bgBytes, bgSeconds   float64
+	d                  *db
+	src                *pgSource
+	fillFrom, fillTo   string
+	bgBytes, bgSeconds float64
+	inspect            string // schema of pg_walinspect, "" without it
+	// note reports what the meter could not read (the figure is then
+	// missing from the run).
+	note func(format string, args ...any)
 }
 
-// startWALMeter samples the cluster's WAL rate for a second, then marks
-// the start of the production.
-func (r *runner) startWALMeter(ctx context.Context) (*walMeter, error) {
-	m := &walMeter{d: r.db}
+// startWALMeter installs pg_walinspect, samples the cluster's WAL rate
+// for a second, then marks the start of the production.
+func (r *runner) startWALMeter(ctx context.Context, src source) (*walMeter, error) {
+	ps, ok := src.(*pgSource)
+	if !ok {
+		return nil, nil
+	}
+	m := &walMeter{d: r.db, src: ps, note: r.p.note}
+	var err error
+	if m.inspect, err = r.db.walinspect(ctx, ps.schema); err != nil {
+		m.note("  WAL meter: the run's own WAL is not read: %v", err)
+	}
 	a, err := r.db.walLSN(ctx)
 	if err != nil {
 		return nil, err
@@ -262,6 +289,18 @@ func (r *runner) startWALMeter(ctx context.Context) (*walMeter, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// walinspect makes pg_walinspect available, in schema unless another
+// schema of the database has it already (it is dropped with schema), and
+// returns the schema that has it.
+func (d *db) walinspect(ctx context.Context, schema string) (string, error) {
+	if _, err := d.pool.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_walinspect SCHEMA "+schema); err != nil {
+		return "", fmt.Errorf("pg_walinspect: %w", err)
+	}
+	var in string
+	err := d.pool.QueryRow(ctx, `SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'pg_walinspect'`).Scan(&in)
+	return in, err
 }
 
 // filled marks the end of the production (and the drain's start).
@@ -284,8 +323,39 @@ func (m *walMeter) record(ctx context.Context, run *Measurement) error {
 	if err != nil {
 		return err
 	}
-	run.Extra["wal_produce_bytes_per_event"] = prod / float64(run.Events)
-	run.Extra["wal_drain_bytes_per_event"] = drain / float64(run.Events)
+	n := float64(run.Events)
+	run.Extra["wal_cluster_produce_bytes_per_event"] = prod / n
+	run.Extra["wal_cluster_drain_bytes_per_event"] = drain / n
 	run.Extra["wal_background_bytes_per_s"] = m.bgBytes / m.bgSeconds
+	if m.inspect == "" {
+		return nil
+	}
+	own, err := m.own(ctx, m.fillFrom, m.fillTo, m.src.xids)
+	if err == nil {
+		run.Extra["wal_produce_bytes_per_event"] = own / n
+		own, err = m.own(ctx, m.fillTo, end, nil)
+		run.Extra["wal_drain_bytes_per_event"] = own / n
+	}
+	if err != nil {
+		m.note("  WAL meter: the run's own WAL is not read: %v", err)
+	}
 	return nil
+}
+
+// own sums the WAL records between from and to that belong to the run:
+// those of the transactions xids, those touching a relation of the
+// source's schema (its tables and indexes, full-page images included,
+// whatever transaction or none wrote them), and the other records
+// (commits) of the transactions that wrote those.
+func (m *walMeter) own(ctx context.Context, from, to string, xids []int64) (float64, error) {
+	var n float64
+	err := m.d.pool.QueryRow(ctx, fmt.Sprintf(`WITH rels AS (
+	SELECT '(^|: )rel \d+/\d+/(' || string_agg(pg_relation_filenode(c.oid)::text, '|') || ') ' AS re
+	FROM pg_class c WHERE c.relnamespace = $1::regnamespace AND pg_relation_filenode(c.oid) IS NOT NULL),
+r AS (SELECT xid::text::bigint AS xid, record_length, coalesce(block_ref, '') ~ (SELECT re FROM rels) AS mine
+	FROM %s.pg_get_wal_records_info($2::pg_lsn, $3::pg_lsn)),
+x AS (SELECT DISTINCT xid FROM r WHERE mine AND xid <> 0 UNION SELECT unnest($4::bigint[]))
+SELECT coalesce(sum(record_length), 0)::float8 FROM r WHERE mine OR xid IN (SELECT xid FROM x)`, pgx.Identifier{m.inspect}.Sanitize()),
+		m.src.schema, from, to, xids).Scan(&n)
+	return n, err
 }
