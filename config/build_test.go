@@ -1,7 +1,6 @@
 package config
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
@@ -78,8 +77,8 @@ log: { level: debug }
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs bytes.Buffer
-	log := slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	var logs testenv.LogBuffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx := context.Background()
 	st := openMigrated(t, c, getenv, log)
 	senders, err := c.OpenSenders(ctx, getenv, log)
@@ -134,7 +133,7 @@ log: { level: debug }
 		t.Errorf("got %d deliveries, want 2: %+v", len(hits), hits)
 	}
 	// Secrets canary over everything the relay and the driver logged.
-	if logs.Len() == 0 {
+	if logs.String() == "" {
 		t.Fatal("no logs captured: the canary check would prove nothing")
 	}
 	if strings.Contains(logs.String(), canary) || strings.Contains(logs.String(), secret) {
@@ -210,17 +209,6 @@ func stopAll(t *testing.T, r *relay.Relay, senders map[string]sender.Sender) {
 	for _, s := range senders {
 		_ = s.Close(context.Background())
 	}
-}
-
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }
 
 // TestOpenSendersEveryType builds one sender of each type from YAML (none

@@ -169,6 +169,8 @@ type WAL struct {
 	SenderTimeout time.Duration `yaml:"sender-timeout"`
 	// Window is the key database.wal.window.
 	Window int `yaml:"window"`
+	// WindowBytes is the key database.wal.window-bytes.
+	WindowBytes int64 `yaml:"window-bytes"`
 	// LaneQueue is the key database.wal.lane-queue.
 	LaneQueue int `yaml:"lane-queue"`
 	// StatusInterval is the key database.wal.status-interval.
@@ -233,12 +235,8 @@ type NATSSender struct {
 	NKeySeedFile string `yaml:"nkey-seed-file"`
 	// TLS is the key tls of a sender of this type.
 	TLS *TLS `yaml:"tls"`
-	// Format is the wire format of the messages whose route sets none:
-	// txbox or cloudevents (docs/cloudevents.md). Defaults to txbox.
-	Format string `yaml:"format"`
-	// CloudEvents sets the CloudEvents attributes that do not come from
-	// the event. Defaults to source /txbox, datacontenttype application/octet-stream.
-	CloudEvents *CloudEventsSettings `yaml:"cloudevents"`
+	// SenderFormat holds the keys format and cloudevents.
+	SenderFormat `yaml:",inline"`
 }
 
 // WebhookSender configures the HTTP webhook sender (sender/webhook).
@@ -259,12 +257,8 @@ type WebhookSender struct {
 	HMACSecretFile string `yaml:"hmac-secret-file"`
 	// TLS is the key tls of a sender of this type.
 	TLS *TLS `yaml:"tls"`
-	// Format is the wire format of the messages whose route sets none:
-	// txbox or cloudevents or cloudevents-structured (docs/cloudevents.md). Defaults to txbox.
-	Format string `yaml:"format"`
-	// CloudEvents sets the CloudEvents attributes that do not come from
-	// the event. Defaults to source /txbox, datacontenttype the content-type key.
-	CloudEvents *CloudEventsSettings `yaml:"cloudevents"`
+	// SenderFormat holds the keys format and cloudevents.
+	SenderFormat `yaml:",inline"`
 }
 
 // KafkaSender configures the Kafka sender (sender/kafka).
@@ -293,12 +287,8 @@ type KafkaSender struct {
 	TLS *TLS `yaml:"tls"`
 	// SASL is the key sasl of a sender of this type.
 	SASL *KafkaSASL `yaml:"sasl"`
-	// Format is the wire format of the messages whose route sets none:
-	// txbox or cloudevents (docs/cloudevents.md). Defaults to txbox.
-	Format string `yaml:"format"`
-	// CloudEvents sets the CloudEvents attributes that do not come from
-	// the event. Defaults to source /txbox, datacontenttype application/octet-stream.
-	CloudEvents *CloudEventsSettings `yaml:"cloudevents"`
+	// SenderFormat holds the keys format and cloudevents.
+	SenderFormat `yaml:",inline"`
 }
 
 // RabbitMQSender configures the RabbitMQ sender (sender/rabbitmq). The
@@ -324,12 +314,8 @@ type RabbitMQSender struct {
 	PasswordFile string `yaml:"password-file"`
 	// TLS is the key tls of a sender of this type.
 	TLS *TLS `yaml:"tls"`
-	// Format is the wire format of the messages whose route sets none:
-	// txbox or cloudevents (docs/cloudevents.md). Defaults to txbox.
-	Format string `yaml:"format"`
-	// CloudEvents sets the CloudEvents attributes that do not come from
-	// the event. Defaults to source /txbox, datacontenttype application/octet-stream.
-	CloudEvents *CloudEventsSettings `yaml:"cloudevents"`
+	// SenderFormat holds the keys format and cloudevents.
+	SenderFormat `yaml:",inline"`
 }
 
 // RedisSender configures the Redis Streams sender (sender/redisstream).
@@ -353,11 +339,21 @@ type RedisSender struct {
 	PasswordFile string `yaml:"password-file"`
 	// TLS is the key tls of a sender of this type.
 	TLS *TLS `yaml:"tls"`
+	// SenderFormat holds the keys format and cloudevents.
+	SenderFormat `yaml:",inline"`
+}
+
+// SenderFormat holds the keys every sender type has, embedded in each
+// type's settings: how its messages are written.
+type SenderFormat struct {
 	// Format is the wire format of the messages whose route sets none:
-	// txbox or cloudevents (docs/cloudevents.md). Defaults to txbox.
+	// txbox or cloudevents, or, for a webhook sender only,
+	// cloudevents-structured (docs/cloudevents.md). Defaults to txbox.
 	Format string `yaml:"format"`
 	// CloudEvents sets the CloudEvents attributes that do not come from
-	// the event. Defaults to source /txbox, datacontenttype application/octet-stream.
+	// the event. Defaults to source /txbox, datacontenttype
+	// application/octet-stream (for a webhook sender, its content-type
+	// key).
 	CloudEvents *CloudEventsSettings `yaml:"cloudevents"`
 }
 
@@ -374,29 +370,32 @@ type CloudEventsSettings struct {
 	ContentType string `yaml:"content-type"`
 }
 
-// cloudEvents returns the format and cloudevents keys of s, whatever its
-// type.
-func (s *Sender) cloudEvents() (string, *CloudEventsSettings) {
+// format returns the format and cloudevents keys of s, whatever its type
+// (nil when s has no settings).
+func (s *Sender) format() *SenderFormat {
 	switch {
 	case s.NATS != nil:
-		return s.NATS.Format, s.NATS.CloudEvents
+		return &s.NATS.SenderFormat
 	case s.Webhook != nil:
-		return s.Webhook.Format, s.Webhook.CloudEvents
+		return &s.Webhook.SenderFormat
 	case s.Kafka != nil:
-		return s.Kafka.Format, s.Kafka.CloudEvents
+		return &s.Kafka.SenderFormat
 	case s.RabbitMQ != nil:
-		return s.RabbitMQ.Format, s.RabbitMQ.CloudEvents
+		return &s.RabbitMQ.SenderFormat
 	case s.Redis != nil:
-		return s.Redis.Format, s.Redis.CloudEvents
+		return &s.Redis.SenderFormat
 	}
-	return "", nil
+	return nil
 }
 
 // senderCloudEvents is the sender.CloudEvents of s's keys.
 func (s *Sender) senderCloudEvents() sender.CloudEvents {
-	f, ce := s.cloudEvents()
-	out := sender.CloudEvents{Format: sender.Format(f)}
-	if ce != nil {
+	f := s.format()
+	if f == nil {
+		return sender.CloudEvents{}
+	}
+	out := sender.CloudEvents{Format: sender.Format(f.Format)}
+	if ce := f.CloudEvents; ce != nil {
 		out.Source, out.DataContentType = ce.Source, ce.ContentType
 	}
 	return out

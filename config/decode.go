@@ -108,14 +108,15 @@ func kindName(n *yaml.Node) string {
 	return "an unexpected node"
 }
 
-// fieldByKey returns the struct field whose yaml tag is key.
-func fieldByKey(t reflect.Type, key string) (int, bool) {
-	for i := 0; i < t.NumField(); i++ {
-		if name := yamlName(t.Field(i)); name == key {
-			return i, true
+// fieldByKey returns the index path of the struct field whose yaml tag is
+// key.
+func fieldByKey(t reflect.Type, key string) ([]int, bool) {
+	for _, f := range keyFields(t) {
+		if f.name == key {
+			return f.index, true
 		}
 	}
-	return 0, false
+	return nil, false
 }
 
 func yamlName(f reflect.StructField) string {
@@ -125,6 +126,33 @@ func yamlName(f reflect.StructField) string {
 	}
 	name, _, _ := strings.Cut(tag, ",")
 	return name
+}
+
+// keyField is a struct field that holds a key: its name and its index
+// path, which goes through the structs embedded inline (SenderFormat).
+type keyField struct {
+	name  string
+	index []int
+}
+
+// keyFields lists the keys of struct type t in field order, those of an
+// inline embedded struct in its place. Every walk over the keys of a
+// struct (decoding, listing, explaining) goes through it.
+func keyFields(t reflect.Type) []keyField {
+	var out []keyField
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if _, opts, _ := strings.Cut(f.Tag.Get("yaml"), ","); f.Anonymous && opts == "inline" {
+			for _, sub := range keyFields(f.Type) {
+				out = append(out, keyField{sub.name, append([]int{i}, sub.index...)})
+			}
+			continue
+		}
+		if name := yamlName(f); name != "" {
+			out = append(out, keyField{name, []int{i}})
+		}
+	}
+	return out
 }
 
 // mappingPairs checks that n is a mapping with unique scalar keys and
@@ -222,16 +250,14 @@ func (d *decoder) decodeStruct(path string, n *yaml.Node, v reflect.Value) {
 			d.fail(join(path, p[0].Value), p[0], "unknown key (valid keys: %s)", strings.Join(keysOf(v.Type()), ", "))
 			continue
 		}
-		d.decode(join(path, p[0].Value), p[1], v.Field(i))
+		d.decode(join(path, p[0].Value), p[1], v.FieldByIndex(i))
 	}
 }
 
 func keysOf(t reflect.Type) []string {
 	var keys []string
-	for i := 0; i < t.NumField(); i++ {
-		if name := yamlName(t.Field(i)); name != "" {
-			keys = append(keys, name)
-		}
+	for _, f := range keyFields(t) {
+		keys = append(keys, f.name)
 	}
 	return keys
 }
@@ -409,6 +435,6 @@ func (s *Sender) decodeNode(d *decoder, path string, n *yaml.Node) {
 			d.fail(join(path, key), p[0], "unknown key for sender type %s (valid keys: type, %s)", s.Type, strings.Join(keysOf(settings.Type()), ", "))
 			continue
 		}
-		d.decode(join(path, key), p[1], settings.Field(i))
+		d.decode(join(path, key), p[1], settings.FieldByIndex(i))
 	}
 }

@@ -58,13 +58,12 @@ func (c *Config) Settings() []Setting {
 	eff.Relay.DeadLetterMaxInterval = rc.DeadLetterMaxInterval
 	eff.Cleanup = rc.Cleanup
 	cv := reflect.ValueOf(&eff).Elem()
-	for i := 0; i < cv.NumField(); i++ {
-		name := yamlName(cv.Type().Field(i))
-		switch name {
-		case "", "senders", "events":
+	for _, f := range keyFields(cv.Type()) {
+		switch f.name {
+		case "senders", "events":
 			continue
 		}
-		walk(name, cv.Field(i), sourceOf)
+		walk(f.name, cv.FieldByIndex(f.index), sourceOf)
 	}
 	for _, n := range c.SenderNames() {
 		p := join("senders", n)
@@ -130,10 +129,8 @@ func settingsOf(path string, v reflect.Value, src func(string) string, out *[]Se
 		return
 	case reflect.Struct:
 		if v.Type() != durationType {
-			for i := 0; i < v.NumField(); i++ {
-				if name := yamlName(v.Type().Field(i)); name != "" {
-					settingsOf(join(path, name), v.Field(i), src, out)
-				}
+			for _, f := range keyFields(v.Type()) {
+				settingsOf(join(path, f.name), v.FieldByIndex(f.index), src, out)
 			}
 			return
 		}

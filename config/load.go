@@ -188,12 +188,8 @@ func leaves(root *yaml.Node) []leaf {
 			// The settings' keys, nested blocks (tls, sasl) key by key.
 			walk(reflect.TypeOf(senderTypes[typ.Value](&Sender{})).Elem(), segs, n)
 		case t.Kind() == reflect.Struct && t != durationType:
-			for i := 0; i < t.NumField(); i++ {
-				name := yamlName(t.Field(i))
-				if name == "" {
-					continue
-				}
-				walk(t.Field(i).Type, appendSeg(segs, name), child(n, name))
+			for _, f := range keyFields(t) {
+				walk(t.FieldByIndex(f.index).Type, appendSeg(segs, f.name), child(n, f.name))
 			}
 		case t.Kind() == reflect.Map:
 			n = resolve(n)
@@ -403,9 +399,7 @@ func collect(t reflect.Type, segs []string, out *[][]string) {
 		*out = append(*out, segs)
 		return
 	}
-	for i := 0; i < t.NumField(); i++ {
-		if name := yamlName(t.Field(i)); name != "" {
-			collect(t.Field(i).Type, appendSeg(segs, name), out)
-		}
+	for _, f := range keyFields(t) {
+		collect(t.FieldByIndex(f.index).Type, appendSeg(segs, f.name), out)
 	}
 }

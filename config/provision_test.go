@@ -9,13 +9,12 @@ import (
 	"testing"
 	"time"
 
-	natsgo "github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/txbox/txbox/internal/natstest"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/sender"
 )
@@ -93,15 +92,7 @@ func TestProvisionNATSFromYAML(t *testing.T) {
 	t.Parallel()
 	stream := testenv.UniqueName("cfgprov_")
 	prefix := testenv.UniqueName("e")
-	nc, err := natsgo.Connect(testenv.NATSURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, testenv.NATSURL)
 	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), stream) })
 	ctx, senders := openFromYAML(t, fmt.Sprintf(`
 senders:

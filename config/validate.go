@@ -1,8 +1,9 @@
 package config
 
 import (
+	"maps"
 	"net"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -107,13 +108,11 @@ func (c *Config) EventTypes() []string { return sortedKeys(c.Events) }
 // SenderNames returns the configured sender names, sorted.
 func (c *Config) SenderNames() []string { return sortedKeys(c.Senders) }
 
+// sortedKeys returns the keys of m, sorted; never nil.
 func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
+	keys := slices.AppendSeq(make([]string, 0, len(m)), maps.Keys(m))
+	slices.Sort(keys)
+	return keys
 }
 
 // Effective returns the complete settings of eventType: its own entry in
@@ -343,6 +342,7 @@ func validateWAL(d *decoder, db *Database) {
 	}{
 		{"sender-timeout", w.SenderTimeout < 0},
 		{"window", w.Window < 0},
+		{"window-bytes", w.WindowBytes < 0},
 		{"lane-queue", w.LaneQueue < 0},
 		{"status-interval", w.StatusInterval < 0},
 		{"standby-interval", w.StandbyInterval < 0},

@@ -90,10 +90,10 @@ func validateSender(d *decoder, p, name string, s *Sender) {
 		return
 	}
 	c := senderCheck{d: d, p: p}
-	format, ce := s.cloudEvents()
-	checkFormat(d, join(p, "format"), format, s.Type)
-	if ce != nil {
-		_, err := sender.CloudEvents{Source: ce.Source, DataContentType: ce.ContentType}.Resolve("", true)
+	ce := s.senderCloudEvents()
+	checkFormat(d, join(p, "format"), string(ce.Format), s.Type)
+	if f := s.format(); f != nil && f.CloudEvents != nil {
+		_, err := sender.CloudEvents{Source: ce.Source, DataContentType: ce.DataContentType}.Resolve("", true)
 		var cerr *txbox.ConfigError
 		if errors.As(err, &cerr) {
 			c.sub("cloudevents").fail(cerr.Field, "%s", cerr.Reason)

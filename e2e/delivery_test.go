@@ -68,41 +68,36 @@ func publishN(t *testing.T, kind storeKind, d store.Driver, typ string, n int, o
 // the broker's clock, which is this machine's).
 func TestRollbackAndDelayedEvent(t *testing.T) {
 	t.Parallel()
-	for _, kind := range withLockKindsInChaos() {
-		t.Run(kind.name, func(t *testing.T) {
-			t.Parallel()
-			ns := kind.newNamespace(t)
-			d := openStore(t, kind, ns, 4)
-			st := newStream(t)
-			o := newOracle()
-			rb := &txbox.Event{ID: txbox.NewID(), Type: "orders", Payload: []byte("{}")}
-			if err := kind.publish(context.Background(), d, []*txbox.Event{rb}, false); err != nil {
-				t.Fatal(err)
+	eachKind(t, withLockKindsInChaos(), func(t *testing.T, kind storeKind, d store.Driver) {
+		st := newStream(t)
+		o := newOracle()
+		rb := &txbox.Event{ID: txbox.NewID(), Type: "orders", Payload: []byte("{}")}
+		if err := kind.publish(context.Background(), d, []*txbox.Event{rb}, false); err != nil {
+			t.Fatal(err)
+		}
+		o.rolledBackIDs(rb.ID)
+		notBefore := time.Now().Add(2 * time.Second)
+		delayed := publishOne(t, kind, d, &txbox.Event{Type: "orders", NotBefore: notBefore})
+		o.committedIDs(delayed)
+		now := publishOne(t, kind, d, &txbox.Event{Type: "orders"})
+		o.committedIDs(now)
+		relaytest.Start(t, relayConfig(d, newNATSSender(t, testenv.NATSURL), st.prefix, 0))
+		testenv.WaitFor(t, 15*time.Second, "both events in the stream", func() bool { return st.count(t) >= 2 })
+		testenv.WaitFor(t, 10*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
+		msgs := st.readAll(t)
+		for _, m := range msgs {
+			o.receivedIDs(m.id)
+			if m.id == delayed && m.at.Before(notBefore) {
+				t.Errorf("delayed event arrived %v before its time", notBefore.Sub(m.at))
 			}
-			o.rolledBackIDs(rb.ID)
-			notBefore := time.Now().Add(2 * time.Second)
-			delayed := publishOne(t, kind, d, &txbox.Event{Type: "orders", NotBefore: notBefore})
-			o.committedIDs(delayed)
-			now := publishOne(t, kind, d, &txbox.Event{Type: "orders"})
-			o.committedIDs(now)
-			relaytest.Start(t, relayConfig(d, newNATSSender(t, testenv.NATSURL), st.prefix, 0))
-			testenv.WaitFor(t, 15*time.Second, "both events in the stream", func() bool { return st.count(t) >= 2 })
-			testenv.WaitFor(t, 10*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
-			msgs := st.readAll(t)
-			for _, m := range msgs {
-				o.receivedIDs(m.id)
-				if m.id == delayed && m.at.Before(notBefore) {
-					t.Errorf("delayed event arrived %v before its time", notBefore.Sub(m.at))
-				}
-				if m.id == now && !m.at.Before(notBefore) {
-					t.Errorf("the undelayed event waited for the delayed one")
-				}
+			if m.id == now && !m.at.Before(notBefore) {
+				t.Errorf("the undelayed event waited for the delayed one")
 			}
-			if r := o.report(); !r.clean() || r.OK != 2 {
-				t.Errorf("oracle: %v", r)
-			}
-		})
-	}
+		}
+		if r := o.report(); !r.clean() || r.OK != 2 {
+			t.Errorf("oracle: %v", r)
+		}
+	})
 }
 
 // hookServer is an httptest webhook receiver whose answer per request is
@@ -211,6 +206,41 @@ func (a *attemptRecorder) maxAttempt() int {
 	return m
 }
 
+// noBurnedAttempts fails t when a message was sent as a later attempt
+// than its first: an outage must not count against MaxAttempts.
+func (a *attemptRecorder) noBurnedAttempts(t testing.TB) {
+	t.Helper()
+	if m := a.maxAttempt(); m != 1 {
+		t.Errorf("a message was sent as attempt %d: the outage burned attempts", m)
+	}
+}
+
+// outageRecovered checks relay r during an outage (health degraded,
+// nothing dead-lettered), ends the outage with up, then checks the
+// recovery: the backlog drains, no attempt was burned, nothing was
+// dead-lettered.
+func outageRecovered(t testing.TB, r *relay.Relay, d store.Driver, rec *attemptRecorder, up func()) {
+	t.Helper()
+	if h := r.Health(); !h.Degraded {
+		t.Errorf("health not degraded during the outage: %+v", h)
+	}
+	noDeadLetters(t, d, "during the outage")
+	up()
+	testenv.WaitFor(t, 60*time.Second, "backlog drained after the outage", func() bool { return outboxSettled(t, d) })
+	rec.noBurnedAttempts(t)
+	noDeadLetters(t, d, "after the outage")
+}
+
+// noDeadLetters fails t when d holds a dead letter; when says at which
+// point of the test ("during the outage").
+func noDeadLetters(t testing.TB, d store.Driver, when string) {
+	t.Helper()
+	n, err := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{})
+	if err != nil || n != 0 {
+		t.Errorf("%d dead letters %s (%v)", n, when, err)
+	}
+}
+
 func webhookConfig(t *testing.T, d store.Driver, url string, wrap func(sender.Sender) sender.Sender) relay.Config {
 	t.Helper()
 	s, err := webhook.New(webhook.Config{Timeout: 2 * time.Second})
@@ -234,78 +264,73 @@ func webhookConfig(t *testing.T, d store.Driver, url string, wrap func(sender.Se
 // delivered on its third attempt.
 func TestRetryScheduleAndPoison(t *testing.T) {
 	t.Parallel()
-	for _, kind := range withLockKindsInChaos() {
-		t.Run(kind.name, func(t *testing.T) {
-			t.Parallel()
-			ns := kind.newNamespace(t)
-			d := openStore(t, kind, ns, 4)
-			var poison, flaky atomic.Value
-			poison.Store("")
-			flaky.Store("")
-			h := newHookServer(t, func(id string, n int) int {
-				switch {
-				case id == poison.Load().(string):
-					return http.StatusUnprocessableEntity
-				case id == flaky.Load().(string) && n <= 2:
-					return http.StatusUnprocessableEntity
-				}
-				return http.StatusOK
-			})
-			o := newOracle()
-			p := publishOne(t, kind, d, &txbox.Event{Type: "orders"})
-			f := publishOne(t, kind, d, &txbox.Event{Type: "orders"})
-			poison.Store(p.String())
-			flaky.Store(f.String())
-			o.committedIDs(f)
-			o.committedIDs(publishN(t, kind, d, "orders", 50, nil)...)
-			o.committedIDs(publishN(t, kind, d, "other", 50, nil)...)
-			rec := &attemptRecorder{}
-			cfg := webhookConfig(t, d, h.URL, func(s sender.Sender) sender.Sender { rec.Sender = s; return rec })
-			cfg.Defaults.MaxAttempts = new(4)
-			cfg.Defaults.Backoff = &relay.BackoffSettings{Delay: new(300 * time.Millisecond), Multiplier: new(2.0), Max: new(time.Minute)}
-			relaytest.Start(t, cfg)
-
-			testenv.WaitFor(t, 20*time.Second, "poison dead-lettered", func() bool {
-				n, err := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{})
-				return err == nil && n >= 1
-			})
-			testenv.WaitFor(t, 10*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
-			dl, err := d.DeadLetterGet(context.Background(), p)
-			if err != nil {
-				t.Fatalf("poison not in the dead-letter table: %v", err)
+	eachKind(t, withLockKindsInChaos(), func(t *testing.T, kind storeKind, d store.Driver) {
+		var poison, flaky atomic.Value
+		poison.Store("")
+		flaky.Store("")
+		h := newHookServer(t, func(id string, n int) int {
+			switch {
+			case id == poison.Load().(string):
+				return http.StatusUnprocessableEntity
+			case id == flaky.Load().(string) && n <= 2:
+				return http.StatusUnprocessableEntity
 			}
-			if dl.Attempts != 4 || !strings.Contains(dl.LastError, "422") {
-				t.Errorf("dead letter: attempts %d, last error %q; want 4 and the 422", dl.Attempts, dl.LastError)
-			}
-			if n, _ := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{}); n != 1 {
-				t.Errorf("%d dead letters, want exactly the poison", n)
-			}
-			// Schedule: retry n after 300ms × 2^(n-1) → gaps ≥ 300, 600, 1200ms.
-			tries := h.requests(p.String())
-			if len(tries) != 4 {
-				t.Fatalf("poison requested %d times, want 4", len(tries))
-			}
-			for i, want := range []time.Duration{300 * time.Millisecond, 600 * time.Millisecond, 1200 * time.Millisecond} {
-				gap := tries[i+1].at.Sub(tries[i].at)
-				if gap < want-20*time.Millisecond || gap > want+2*time.Second {
-					t.Errorf("gap before retry %d = %v, want about %v", i+1, gap, want)
-				}
-			}
-			rec.mu.Lock()
-			pa, fa := rec.attempts[p], rec.attempts[f]
-			rec.mu.Unlock()
-			if len(pa) != 4 || pa[0] != 1 || pa[3] != 4 {
-				t.Errorf("poison attempts = %v, want 1..4", pa)
-			}
-			if len(fa) != 3 || fa[2] != 3 {
-				t.Errorf("flaky attempts = %v, want 1..3", fa)
-			}
-			o.receivedIDs(h.acked()...)
-			if r := o.report(); !r.clean() {
-				t.Errorf("oracle: %v", r)
-			}
+			return http.StatusOK
 		})
-	}
+		o := newOracle()
+		p := publishOne(t, kind, d, &txbox.Event{Type: "orders"})
+		f := publishOne(t, kind, d, &txbox.Event{Type: "orders"})
+		poison.Store(p.String())
+		flaky.Store(f.String())
+		o.committedIDs(f)
+		o.committedIDs(publishN(t, kind, d, "orders", 50, nil)...)
+		o.committedIDs(publishN(t, kind, d, "other", 50, nil)...)
+		rec := &attemptRecorder{}
+		cfg := webhookConfig(t, d, h.URL, func(s sender.Sender) sender.Sender { rec.Sender = s; return rec })
+		cfg.Defaults.MaxAttempts = new(4)
+		cfg.Defaults.Backoff = &relay.BackoffSettings{Delay: new(300 * time.Millisecond), Multiplier: new(2.0), Max: new(time.Minute)}
+		relaytest.Start(t, cfg)
+
+		testenv.WaitFor(t, 20*time.Second, "poison dead-lettered", func() bool {
+			n, err := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{})
+			return err == nil && n >= 1
+		})
+		testenv.WaitFor(t, 10*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
+		dl, err := d.DeadLetterGet(context.Background(), p)
+		if err != nil {
+			t.Fatalf("poison not in the dead-letter table: %v", err)
+		}
+		if dl.Attempts != 4 || !strings.Contains(dl.LastError, "422") {
+			t.Errorf("dead letter: attempts %d, last error %q; want 4 and the 422", dl.Attempts, dl.LastError)
+		}
+		if n, _ := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{}); n != 1 {
+			t.Errorf("%d dead letters, want exactly the poison", n)
+		}
+		// Schedule: retry n after 300ms × 2^(n-1) → gaps ≥ 300, 600, 1200ms.
+		tries := h.requests(p.String())
+		if len(tries) != 4 {
+			t.Fatalf("poison requested %d times, want 4", len(tries))
+		}
+		for i, want := range []time.Duration{300 * time.Millisecond, 600 * time.Millisecond, 1200 * time.Millisecond} {
+			gap := tries[i+1].at.Sub(tries[i].at)
+			if gap < want-20*time.Millisecond || gap > want+2*time.Second {
+				t.Errorf("gap before retry %d = %v, want about %v", i+1, gap, want)
+			}
+		}
+		rec.mu.Lock()
+		pa, fa := rec.attempts[p], rec.attempts[f]
+		rec.mu.Unlock()
+		if len(pa) != 4 || pa[0] != 1 || pa[3] != 4 {
+			t.Errorf("poison attempts = %v, want 1..4", pa)
+		}
+		if len(fa) != 3 || fa[2] != 3 {
+			t.Errorf("flaky attempts = %v, want 1..3", fa)
+		}
+		o.receivedIDs(h.acked()...)
+		if r := o.report(); !r.clean() {
+			t.Errorf("oracle: %v", r)
+		}
+	})
 }
 
 // TestOutage503: the receiver answers 503 to everything for a while. The
@@ -313,63 +338,54 @@ func TestRetryScheduleAndPoison(t *testing.T) {
 // backlog drains once it recovers.
 func TestOutage503(t *testing.T) {
 	t.Parallel()
-	for _, kind := range withLockKindsInChaos() {
-		t.Run(kind.name, func(t *testing.T) {
-			t.Parallel()
-			ns := kind.newNamespace(t)
-			d := openStore(t, kind, ns, 4)
-			var down atomic.Bool
-			down.Store(true)
-			h := newHookServer(t, func(string, int) int {
-				if down.Load() {
-					return http.StatusServiceUnavailable
-				}
-				return http.StatusNoContent
-			})
-			o := newOracle()
-			publishN(t, kind, d, "orders", 200, o)
-			publishN(t, kind, d, "other", 200, o)
-			rec := &attemptRecorder{}
-			circuits := &circuitHook{}
-			cfg := webhookConfig(t, d, h.URL, func(s sender.Sender) sender.Sender { rec.Sender = s; return rec })
-			cfg.Defaults.MaxAttempts = new(2)
-			cfg.Hooks = []relay.Hook{circuits}
-			r := relaytest.Start(t, cfg)
-			testenv.WaitFor(t, 10*time.Second, "three failed probes", func() bool { return circuits.opened() >= 4 })
-			for _, st := range destCircuits(r.Health()) {
-				if st.State == relay.CircuitClosed || !strings.Contains(st.LastError, "503") {
-					t.Errorf("circuit during the outage = %+v", st)
-				}
+	eachKind(t, withLockKindsInChaos(), func(t *testing.T, kind storeKind, d store.Driver) {
+		var down atomic.Bool
+		down.Store(true)
+		h := newHookServer(t, func(string, int) int {
+			if down.Load() {
+				return http.StatusServiceUnavailable
 			}
-			requestsDuringOutage := len(h.requests(""))
-			down.Store(false)
-			testenv.WaitFor(t, 30*time.Second, "backlog drained", func() bool { return outboxSettled(t, d) })
-			if m := rec.maxAttempt(); m != 1 {
-				t.Errorf("a message was sent as attempt %d: the outage burned attempts", m)
-			}
-			if n, _ := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{}); n != 0 {
-				t.Errorf("%d dead letters after an outage", n)
-			}
-			// 400 rows in batches of 200: the first claim of each type
-			// sends its whole batch (the webhook posts every message of
-			// it), then only probes of 10 rows go out per cool-down.
-			// Without the circuit every poll would hit the receiver again.
-			opened := circuits.opened()
-			t.Logf("%d requests during the outage, %d circuit openings", requestsDuringOutage, opened)
-			if limit := 400 + 10*(opened+1); requestsDuringOutage > limit {
-				t.Errorf("%d requests during the outage, want ≤ %d: pollers did not pause", requestsDuringOutage, limit)
-			}
-			o.receivedIDs(h.acked()...)
-			if rep := o.report(); !rep.clean() {
-				t.Errorf("oracle: %v", rep)
-			}
-			for _, st := range r.Health().Circuits {
-				if st.State != relay.CircuitClosed {
-					t.Errorf("circuit after recovery = %+v", st)
-				}
-			}
+			return http.StatusNoContent
 		})
-	}
+		o := newOracle()
+		publishN(t, kind, d, "orders", 200, o)
+		publishN(t, kind, d, "other", 200, o)
+		rec := &attemptRecorder{}
+		circuits := &circuitHook{}
+		cfg := webhookConfig(t, d, h.URL, func(s sender.Sender) sender.Sender { rec.Sender = s; return rec })
+		cfg.Defaults.MaxAttempts = new(2)
+		cfg.Hooks = []relay.Hook{circuits}
+		r := relaytest.Start(t, cfg)
+		testenv.WaitFor(t, 10*time.Second, "three failed probes", func() bool { return circuits.opened() >= 4 })
+		for _, st := range destCircuits(r.Health()) {
+			if st.State == relay.CircuitClosed || !strings.Contains(st.LastError, "503") {
+				t.Errorf("circuit during the outage = %+v", st)
+			}
+		}
+		requestsDuringOutage := len(h.requests(""))
+		down.Store(false)
+		testenv.WaitFor(t, 30*time.Second, "backlog drained", func() bool { return outboxSettled(t, d) })
+		rec.noBurnedAttempts(t)
+		noDeadLetters(t, d, "after an outage")
+		// 400 rows in batches of 200: the first claim of each type
+		// sends its whole batch (the webhook posts every message of
+		// it), then only probes of 10 rows go out per cool-down.
+		// Without the circuit every poll would hit the receiver again.
+		opened := circuits.opened()
+		t.Logf("%d requests during the outage, %d circuit openings", requestsDuringOutage, opened)
+		if limit := 400 + 10*(opened+1); requestsDuringOutage > limit {
+			t.Errorf("%d requests during the outage, want ≤ %d: pollers did not pause", requestsDuringOutage, limit)
+		}
+		o.receivedIDs(h.acked()...)
+		if rep := o.report(); !rep.clean() {
+			t.Errorf("oracle: %v", rep)
+		}
+		for _, st := range r.Health().Circuits {
+			if st.State != relay.CircuitClosed {
+				t.Errorf("circuit after recovery = %+v", st)
+			}
+		}
+	})
 }
 
 // TestNATSUnavailable: the NATS server becomes unreachable (a proxy in
@@ -378,53 +394,35 @@ func TestOutage503(t *testing.T) {
 // duplicates only from sends whose outcome was unknown.
 func TestNATSUnavailable(t *testing.T) {
 	t.Parallel()
-	for _, kind := range withLockKinds() {
-		t.Run(kind.name, func(t *testing.T) {
-			t.Parallel()
-			ns := kind.newNamespace(t)
-			d := openStore(t, kind, ns, 4)
-			st := newStream(t)
-			proxy := sendertest.NewProxy(t, "127.0.0.1:4222")
-			rec := &attemptRecorder{Sender: newNATSSender(t, "nats://"+proxy.Addr())}
-			circuits := &circuitHook{}
-			cfg := relayConfig(d, rec, st.prefix, 0)
-			cfg.Defaults.MaxAttempts = new(2)
-			cfg.Hooks = []relay.Hook{circuits}
-			r := relaytest.Start(t, cfg)
-			o := newOracle()
-			publishN(t, kind, d, "orders", 100, o)
-			testenv.WaitFor(t, 15*time.Second, "first events delivered", func() bool { return st.count(t) >= 100 })
+	eachKind(t, withLockKinds(), func(t *testing.T, kind storeKind, d store.Driver) {
+		st := newStream(t)
+		proxy := sendertest.NewProxy(t, "127.0.0.1:4222")
+		rec := &attemptRecorder{Sender: newNATSSender(t, "nats://"+proxy.Addr())}
+		circuits := &circuitHook{}
+		cfg := relayConfig(d, rec, st.prefix, 0)
+		cfg.Defaults.MaxAttempts = new(2)
+		cfg.Hooks = []relay.Hook{circuits}
+		r := relaytest.Start(t, cfg)
+		o := newOracle()
+		publishN(t, kind, d, "orders", 100, o)
+		testenv.WaitFor(t, 15*time.Second, "first events delivered", func() bool { return st.count(t) >= 100 })
 
-			proxy.Down(t)
-			publishN(t, kind, d, "orders", 300, o)
-			publishN(t, kind, d, "other", 100, o)
-			testenv.WaitFor(t, 20*time.Second, "circuit open with failed probes", func() bool { return circuits.opened() >= 3 })
-			if h := r.Health(); !h.Degraded {
-				t.Errorf("health not degraded during the outage: %+v", h)
-			}
-			if n, _ := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{}); n != 0 {
-				t.Errorf("%d dead letters during the outage", n)
-			}
-			proxy.Up(t)
-			testenv.WaitFor(t, 60*time.Second, "backlog drained after the outage", func() bool { return outboxSettled(t, d) })
-			if m := rec.maxAttempt(); m != 1 {
-				t.Errorf("a message was sent as attempt %d: the outage burned attempts", m)
-			}
-			if n, _ := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{}); n != 0 {
-				t.Errorf("%d dead letters after the outage", n)
-			}
-			for _, m := range st.readAll(t) {
-				o.receivedIDs(m.id)
-			}
-			rep := o.report()
-			t.Logf("oracle: %v", rep)
-			// Duplicates are allowed only for unknown outcomes, bounded by
-			// what can be in flight: in-flight batches × batch size.
-			if len(rep.Lost) != 0 || len(rep.Unexpected) != 0 || rep.extra() > relay.DefaultInFlight*relay.DefaultBatchSize {
-				t.Errorf("oracle: %v", rep)
-			}
-		})
-	}
+		proxy.Down(t)
+		publishN(t, kind, d, "orders", 300, o)
+		publishN(t, kind, d, "other", 100, o)
+		testenv.WaitFor(t, 20*time.Second, "circuit open with failed probes", func() bool { return circuits.opened() >= 3 })
+		outageRecovered(t, r, d, rec, func() { proxy.Up(t) })
+		for _, m := range st.readAll(t) {
+			o.receivedIDs(m.id)
+		}
+		rep := o.report()
+		t.Logf("oracle: %v", rep)
+		// Duplicates are allowed only for unknown outcomes, bounded by
+		// what can be in flight: in-flight batches × batch size.
+		if len(rep.Lost) != 0 || len(rep.Unexpected) != 0 || rep.extra() > relay.DefaultInFlight*relay.DefaultBatchSize {
+			t.Errorf("oracle: %v", rep)
+		}
+	})
 }
 
 // TestStaleRelayFinishIsFenced: a relay claims a batch and stalls past its
@@ -438,75 +436,70 @@ func TestNATSUnavailable(t *testing.T) {
 // lease runs out, and its late finish fails and commits nothing.
 func TestStaleRelayFinishIsFenced(t *testing.T) {
 	t.Parallel()
-	for _, kind := range withLockKinds() {
-		t.Run(kind.name, func(t *testing.T) {
-			t.Parallel()
-			ns := kind.newNamespace(t)
-			d := openStore(t, kind, ns, 4)
-			st := newStream(t)
-			o := newOracle()
-			publishN(t, kind, d, "orders", 20, o)
-			const lease = 2 * time.Second
-			claim := &store.OutboxClaimParams{EventType: "orders", Limit: 100, LeaseDuration: lease}
-			var stale []*store.OutboxRow
-			var staleLock store.LockedBatch
-			var err error
-			if kind.claim == relay.ClaimLock {
-				if staleLock, err = d.(store.OutboxLocker).OutboxLock(context.Background(), claim); staleLock != nil {
-					stale = staleLock.Rows()
-				}
-			} else {
-				stale, err = d.OutboxClaim(context.Background(), claim)
+	eachKind(t, withLockKinds(), func(t *testing.T, kind storeKind, d store.Driver) {
+		st := newStream(t)
+		o := newOracle()
+		publishN(t, kind, d, "orders", 20, o)
+		const lease = 2 * time.Second
+		claim := &store.OutboxClaimParams{EventType: "orders", Limit: 100, LeaseDuration: lease}
+		var stale []*store.OutboxRow
+		var staleLock store.LockedBatch
+		var err error
+		if kind.claim == relay.ClaimLock {
+			if staleLock, err = d.(store.OutboxLocker).OutboxLock(context.Background(), claim); staleLock != nil {
+				stale = staleLock.Rows()
 			}
-			if err != nil || len(stale) != 20 {
-				t.Fatalf("stale claim: %d rows, %v", len(stale), err)
+		} else {
+			stale, err = d.OutboxClaim(context.Background(), claim)
+		}
+		if err != nil || len(stale) != 20 {
+			t.Fatalf("stale claim: %d rows, %v", len(stale), err)
+		}
+		claimed := time.Now()
+		rec := &attemptRecorder{Sender: newNATSSender(t, testenv.NATSURL)}
+		relaytest.Start(t, relayConfig(d, rec, st.prefix, 24*time.Hour))
+		testenv.WaitFor(t, 20*time.Second, "recovered rows delivered", func() bool { return st.count(t) >= 20 })
+		msgs := st.readAll(t)
+		for _, m := range msgs {
+			o.receivedIDs(m.id)
+			if m.at.Sub(claimed) < lease-100*time.Millisecond {
+				t.Errorf("row redelivered %v after the claim, before its %v lease expired", m.at.Sub(claimed), lease)
 			}
-			claimed := time.Now()
-			rec := &attemptRecorder{Sender: newNATSSender(t, testenv.NATSURL)}
-			relaytest.Start(t, relayConfig(d, rec, st.prefix, 24*time.Hour))
-			testenv.WaitFor(t, 20*time.Second, "recovered rows delivered", func() bool { return st.count(t) >= 20 })
-			msgs := st.readAll(t)
-			for _, m := range msgs {
-				o.receivedIDs(m.id)
-				if m.at.Sub(claimed) < lease-100*time.Millisecond {
-					t.Errorf("row redelivered %v after the claim, before its %v lease expired", m.at.Sub(claimed), lease)
-				}
+		}
+		if m := rec.maxAttempt(); m != 1 {
+			t.Errorf("recovered rows sent as attempt %d, want 1", m)
+		}
+		testenv.WaitFor(t, 10*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
+		items := make([]store.OutboxFinishItem, len(stale))
+		for i, row := range stale {
+			items[i] = store.OutboxFinishItem{ID: row.ID, LeaseToken: row.LeaseToken, Outcome: store.OutcomeFailed, Error: "stale"}
+		}
+		if staleLock != nil {
+			if res, err := staleLock.Finish(context.Background(), &store.OutboxFinishParams{Items: items}); err == nil {
+				t.Errorf("stale lock finish = %+v, want an error: the database ended its transaction", res)
 			}
-			if m := rec.maxAttempt(); m != 1 {
-				t.Errorf("recovered rows sent as attempt %d, want 1", m)
-			}
-			testenv.WaitFor(t, 10*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
-			items := make([]store.OutboxFinishItem, len(stale))
-			for i, row := range stale {
-				items[i] = store.OutboxFinishItem{ID: row.ID, LeaseToken: row.LeaseToken, Outcome: store.OutcomeFailed, Error: "stale"}
-			}
-			if staleLock != nil {
-				if res, err := staleLock.Finish(context.Background(), &store.OutboxFinishParams{Items: items}); err == nil {
-					t.Errorf("stale lock finish = %+v, want an error: the database ended its transaction", res)
-				}
-			} else {
-				res, err := d.OutboxFinish(context.Background(), &store.OutboxFinishParams{Items: items})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if res.Finished != 0 || res.Fenced != len(stale) {
-					t.Errorf("stale finish = %+v, want all fenced", res)
-				}
-			}
-			stats, err := d.OutboxStats(context.Background())
+		} else {
+			res, err := d.OutboxFinish(context.Background(), &store.OutboxFinishParams{Items: items})
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, s := range stats {
-				if s.Failed != 0 {
-					t.Errorf("stale finish failed %d rows of %s", s.Failed, s.EventType)
-				}
+			if res.Finished != 0 || res.Fenced != len(stale) {
+				t.Errorf("stale finish = %+v, want all fenced", res)
 			}
-			if r := o.report(); !r.clean() {
-				t.Errorf("oracle: %v", r)
+		}
+		stats, err := d.OutboxStats(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range stats {
+			if s.Failed != 0 {
+				t.Errorf("stale finish failed %d rows of %s", s.Failed, s.EventType)
 			}
-		})
-	}
+		}
+		if r := o.report(); !r.clean() {
+			t.Errorf("oracle: %v", r)
+		}
+	})
 }
 
 // destCircuits returns the destination circuits of h (not the senders'
@@ -542,8 +535,7 @@ func (c *circuitHook) opened() int { return int(c.n.Load()) }
 func TestUnroutableNATSSubject(t *testing.T) {
 	t.Parallel()
 	kind := postgresKind
-	ns := kind.newNamespace(t)
-	d := openStore(t, kind, ns, 4)
+	d := freshStore(t, kind)
 	ids := publishN(t, kind, d, "orders", 5, nil)
 	circuits := &circuitHook{}
 	cfg := relayConfig(d, newNATSSender(t, testenv.NATSURL), testenv.UniqueName("nostream_"), 0)

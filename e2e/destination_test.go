@@ -143,62 +143,110 @@ func circuitOf(t *testing.T, h relay.Health, suffix string) relay.CircuitHealth 
 // its circuit never opens. a burns no attempt.
 func TestOneFailingRouteLeavesOthersFlowing(t *testing.T) {
 	t.Parallel()
-	for _, kind := range storeKinds {
-		t.Run(kind.name, func(t *testing.T) {
-			t.Parallel()
-			ns := kind.newNamespace(t)
-			d := openStore(t, kind, ns, 4)
-			srv := newPathServer(t, func(path, _ string) int {
-				if path == "/a" {
-					return http.StatusServiceUnavailable
-				}
-				return http.StatusOK
-			})
-			rec := &attemptRecorder{}
-			hook := &destHook{}
-			cfg := webhookConfig(t, d, srv.URL, func(s sender.Sender) sender.Sender { rec.Sender = s; return rec })
-			cfg.Events = map[string]relay.EventSettings{"a": {}, "b": {}}
-			// A cool-down far longer than the test: with one circuit per
-			// sender, b would wait for it.
-			cfg.Circuit = relay.CircuitConfig{CoolDown: 30 * time.Second, MaxCoolDown: 30 * time.Second}
-			cfg.Hooks = []relay.Hook{hook}
-			r := relaytest.Start(t, cfg)
-
-			o := newOracle()
-			publishN(t, kind, d, "a", 50, nil)
-			testenv.WaitFor(t, 15*time.Second, "a's circuit open", func() bool { return hook.opened(anyCircuit) >= 1 })
-			idsB := publishN(t, kind, d, "b", 300, o)
-			r.Wake("b")
-			testenv.WaitFor(t, 10*time.Second, "b delivered while a's destination fails", func() bool {
-				return containsIDs(srv.ackedOn("/b"), idsB)
-			})
-
-			h := r.Health()
-			if c := circuitOf(t, h, "/a"); c.State != relay.CircuitOpen || !strings.Contains(c.LastError, "503") {
-				t.Errorf("a's circuit = %+v, want open with the 503", c)
+	eachKind(t, storeKinds, func(t *testing.T, kind storeKind, d store.Driver) {
+		srv := newPathServer(t, func(path, _ string) int {
+			if path == "/a" {
+				return http.StatusServiceUnavailable
 			}
-			if c := circuitOf(t, h, "/b"); c.State != relay.CircuitClosed {
-				t.Errorf("b's circuit = %+v, want closed", c)
-			}
-			for _, c := range h.Circuits {
-				if c.Connection && c.State != relay.CircuitClosed {
-					t.Errorf("connection circuit %+v: a 503 is the destination's, not the connection's", c)
-				}
-			}
-			if n := hook.opened(destinationIs("/b")); n != 0 {
-				t.Errorf("b's circuit opened %d times", n)
-			}
-			if m := rec.maxAttempt(); m != 1 {
-				t.Errorf("a message was sent as attempt %d: the failing route burned attempts", m)
-			}
-			if n, _ := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{}); n != 0 {
-				t.Errorf("%d dead letters", n)
-			}
-			o.receivedIDs(srv.ackedOn("/b")...)
-			if rep := o.report(); !rep.clean() {
-				t.Errorf("oracle (type b): %v", rep)
-			}
+			return http.StatusOK
 		})
+		rec := &attemptRecorder{}
+		hook := &destHook{}
+		cfg := webhookConfig(t, d, srv.URL, func(s sender.Sender) sender.Sender { rec.Sender = s; return rec })
+		cfg.Events = map[string]relay.EventSettings{"a": {}, "b": {}}
+		// A cool-down far longer than the test: with one circuit per
+		// sender, b would wait for it.
+		cfg.Circuit = relay.CircuitConfig{CoolDown: 30 * time.Second, MaxCoolDown: 30 * time.Second}
+		cfg.Hooks = []relay.Hook{hook}
+		r := relaytest.Start(t, cfg)
+
+		o := newOracle()
+		publishN(t, kind, d, "a", 50, nil)
+		testenv.WaitFor(t, 15*time.Second, "a's circuit open", func() bool { return hook.opened(anyCircuit) >= 1 })
+		idsB := publishN(t, kind, d, "b", 300, o)
+		r.Wake("b")
+		testenv.WaitFor(t, 10*time.Second, "b delivered while a's destination fails", func() bool {
+			return containsIDs(srv.ackedOn("/b"), idsB)
+		})
+
+		h := r.Health()
+		if c := circuitOf(t, h, "/a"); c.State != relay.CircuitOpen || !strings.Contains(c.LastError, "503") {
+			t.Errorf("a's circuit = %+v, want open with the 503", c)
+		}
+		if c := circuitOf(t, h, "/b"); c.State != relay.CircuitClosed {
+			t.Errorf("b's circuit = %+v, want closed", c)
+		}
+		for _, c := range h.Circuits {
+			if c.Connection && c.State != relay.CircuitClosed {
+				t.Errorf("connection circuit %+v: a 503 is the destination's, not the connection's", c)
+			}
+		}
+		if n := hook.opened(destinationIs("/b")); n != 0 {
+			t.Errorf("b's circuit opened %d times", n)
+		}
+		if m := rec.maxAttempt(); m != 1 {
+			t.Errorf("a message was sent as attempt %d: the failing route burned attempts", m)
+		}
+		if n, _ := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{}); n != 0 {
+			t.Errorf("%d dead letters", n)
+		}
+		o.receivedIDs(srv.ackedOn("/b")...)
+		if rep := o.report(); !rep.clean() {
+			t.Errorf("oracle (type b): %v", rep)
+		}
+	})
+}
+
+// steadyTraffic publishes, every 20ms, perTx events of typ in one
+// transaction on d and tells o, until the returned stop is called (it
+// waits for the publisher to end).
+func steadyTraffic(t *testing.T, kind storeKind, d store.Driver, o *oracle, typ string, perTx int) (stop func()) {
+	quit := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-tick.C:
+			}
+			ids := make([]txbox.ID, perTx)
+			batch := make([]*txbox.Event, perTx)
+			for i := range batch {
+				ids[i] = txbox.NewID()
+				batch[i] = &txbox.Event{ID: ids[i], Type: typ, Payload: []byte("{}")}
+			}
+			if err := kind.publish(context.Background(), d, batch, true); err != nil {
+				t.Errorf("publish: %v", err)
+				return
+			}
+			o.committedIDs(ids...)
+		}
+	}()
+	return func() { close(quit); <-done }
+}
+
+// waitPoisonDeadLettered waits (what names the wait) until a dead letter
+// exists, stops the test's publisher (stop), waits for the outbox to
+// settle and checks that poison was dead-lettered after
+// poisonMaxAttempts attempts, the receiver's 500 its last error.
+func waitPoisonDeadLettered(t *testing.T, d store.Driver, poison txbox.ID, what string, stop func()) {
+	t.Helper()
+	testenv.WaitFor(t, 30*time.Second, what, func() bool {
+		n, err := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{})
+		return err == nil && n >= 1
+	})
+	stop()
+	testenv.WaitFor(t, 30*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
+	dl, err := d.DeadLetterGet(context.Background(), poison)
+	if err != nil {
+		t.Fatalf("poison not in the dead-letter table: %v", err)
+	}
+	if dl.Attempts != poisonMaxAttempts || !strings.Contains(dl.LastError, "500") {
+		t.Errorf("dead letter: attempts %d, last error %q; want %d and the 500", dl.Attempts, dl.LastError, poisonMaxAttempts)
 	}
 }
 
@@ -271,46 +319,8 @@ func TestTransientPoisonDeadLettered(t *testing.T) {
 
 			// Steady traffic to the same destination until the poison is
 			// dead-lettered.
-			stop := make(chan struct{})
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				tick := time.NewTicker(20 * time.Millisecond)
-				defer tick.Stop()
-				for {
-					select {
-					case <-stop:
-						return
-					case <-tick.C:
-					}
-					ids := make([]txbox.ID, 3)
-					batch := make([]*txbox.Event, len(ids))
-					for i := range batch {
-						ids[i] = txbox.NewID()
-						batch[i] = &txbox.Event{ID: ids[i], Type: "orders", Payload: []byte("{}")}
-					}
-					if err := kind.publish(context.Background(), d, batch, true); err != nil {
-						t.Errorf("publish: %v", err)
-						return
-					}
-					o.committedIDs(ids...)
-				}
-			}()
-			testenv.WaitFor(t, 30*time.Second, "poison dead-lettered", func() bool {
-				n, err := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{})
-				return err == nil && n >= 1
-			})
-			close(stop)
-			<-done
-			testenv.WaitFor(t, 30*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
-
-			dl, err := d.DeadLetterGet(context.Background(), p)
-			if err != nil {
-				t.Fatalf("poison not in the dead-letter table: %v", err)
-			}
-			if dl.Attempts != maxAttempts || !strings.Contains(dl.LastError, "500") {
-				t.Errorf("dead letter: attempts %d, last error %q; want %d and the 500", dl.Attempts, dl.LastError, maxAttempts)
-			}
+			stop := steadyTraffic(t, kind, d, o, "orders", 3)
+			waitPoisonDeadLettered(t, d, p, "poison dead-lettered", stop)
 			if n, _ := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{}); n != 1 {
 				t.Errorf("%d dead letters, want only the poison", n)
 			}
@@ -348,7 +358,6 @@ func TestLonePoisonWaitsForEvidence(t *testing.T) {
 			t.Parallel()
 			w := newPoisonWebhook(t, kind)
 			d, poison, srv, rec, hook, cfg := w.d, &w.poison, w.srv, w.rec, w.hook, w.cfg
-			const maxAttempts = poisonMaxAttempts
 			cfg.Defaults.Route = &sender.Route{URL: srv.URL + "/hook"} // one destination for every type
 			cfg.Events = map[string]relay.EventSettings{"a": {}, "b": {}}
 			p := txbox.NewID()
@@ -360,48 +369,14 @@ func TestLonePoisonWaitsForEvidence(t *testing.T) {
 			if m := rec.maxAttempt(); m != 1 {
 				t.Errorf("the lone poison was sent as attempt %d without evidence that the destination is up", m)
 			}
-			if n, _ := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{}); n != 0 {
-				t.Errorf("%d dead letters without other traffic", n)
-			}
+			noDeadLetters(t, d, "without other traffic")
 			if c := circuitOf(t, r.Health(), "/hook"); c.State == relay.CircuitClosed {
 				t.Errorf("circuit %+v closed while its only traffic fails", c)
 			}
 
 			o := newOracle()
-			stop := make(chan struct{})
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				tick := time.NewTicker(20 * time.Millisecond)
-				defer tick.Stop()
-				for {
-					select {
-					case <-stop:
-						return
-					case <-tick.C:
-					}
-					id := txbox.NewID()
-					if err := kind.publish(context.Background(), d, []*txbox.Event{{ID: id, Type: "b", Payload: []byte("{}")}}, true); err != nil {
-						t.Errorf("publish: %v", err)
-						return
-					}
-					o.committedIDs(id)
-				}
-			}()
-			testenv.WaitFor(t, 30*time.Second, "lone poison dead-lettered once b flows", func() bool {
-				n, err := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{})
-				return err == nil && n >= 1
-			})
-			close(stop)
-			<-done
-			testenv.WaitFor(t, 30*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
-			dl, err := d.DeadLetterGet(context.Background(), p)
-			if err != nil {
-				t.Fatalf("poison not in the dead-letter table: %v", err)
-			}
-			if dl.Attempts != maxAttempts || !strings.Contains(dl.LastError, "500") {
-				t.Errorf("dead letter: attempts %d, last error %q; want %d and the 500", dl.Attempts, dl.LastError, maxAttempts)
-			}
+			stop := steadyTraffic(t, kind, d, o, "b", 1)
+			waitPoisonDeadLettered(t, d, p, "lone poison dead-lettered once b flows", stop)
 			o.receivedIDs(srv.allAcked()...)
 			if rep := o.report(); !rep.clean() {
 				t.Errorf("oracle (type b): %v", rep)
@@ -422,8 +397,7 @@ func TestLonePoisonWaitsForEvidence(t *testing.T) {
 func TestBrokerDownPausesAllRoutes(t *testing.T) {
 	t.Parallel()
 	kind := postgresKind
-	ns := kind.newNamespace(t)
-	d := openStore(t, kind, ns, 4)
+	d := freshStore(t, kind)
 	st := newStream(t)
 	proxy := sendertest.NewProxy(t, "127.0.0.1:4222")
 	rec := &attemptRecorder{Sender: newNATSSender(t, "nats://"+proxy.Addr())}
@@ -452,20 +426,7 @@ func TestBrokerDownPausesAllRoutes(t *testing.T) {
 	if n, limit := sends1-sends0, int64(opens1-opens0+2); n > limit {
 		t.Errorf("%d sends during %d reopenings of the connection circuit, want ≤ %d: the routes did not pause", n, opens1-opens0, limit)
 	}
-	if h := r.Health(); !h.Degraded {
-		t.Errorf("health not degraded during the outage: %+v", h)
-	}
-	if n, _ := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{}); n != 0 {
-		t.Errorf("%d dead letters during the outage", n)
-	}
-	proxy.Up(t)
-	testenv.WaitFor(t, 60*time.Second, "backlog drained after the outage", func() bool { return outboxSettled(t, d) })
-	if m := rec.maxAttempt(); m != 1 {
-		t.Errorf("a message was sent as attempt %d: the outage burned attempts", m)
-	}
-	if n, _ := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{}); n != 0 {
-		t.Errorf("%d dead letters after the outage", n)
-	}
+	outageRecovered(t, r, d, rec, func() { proxy.Up(t) })
 	for _, c := range r.Health().Circuits {
 		if c.State != relay.CircuitClosed {
 			t.Errorf("circuit after recovery: %+v", c)

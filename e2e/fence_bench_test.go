@@ -13,6 +13,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/sender/timing"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres"
 )
@@ -155,7 +156,7 @@ func measureFence(b *testing.B, sc fenceScenario, backlog int) fenceLatency {
 	d := openStore(b, postgresKind, ns, 4).(*postgres.Driver)
 	bulk := fillOthers(b, d, sc.others, backlog)
 	st := newStream(b)
-	rec := &pickupRecorder{Sender: newBenchSender(b), pickedAt: map[txbox.ID]time.Time{}, ackedAt: map[txbox.ID]time.Time{}}
+	rec := timing.New(newBenchSender(b))
 	rd := openStore(b, postgresKind, ns, relay.DefaultInFlight*(sc.others+1)+relay.LockReserve+4)
 	cfg := relayConfig(rd, rec, st.prefix, 0)
 	cfg.Cleanup.Disabled = true
@@ -177,9 +178,8 @@ func measureFence(b *testing.B, sc fenceScenario, backlog int) fenceLatency {
 		b.Fatal(err)
 	}
 	acked := func() (all, ofBulk int) {
-		rec.mu.Lock()
-		defer rec.mu.Unlock()
-		return len(rec.ackedAt), rec.bulkAcked
+		n := rec.Acked()
+		return n, n - rec.AckedOf("ordered")
 	}
 	if sc.others > 0 {
 		testenv.WaitFor(b, time.Minute, "backlog draining", func() bool { _, n := acked(); return n > 0 })
@@ -214,18 +214,16 @@ func measureFence(b *testing.B, sc fenceScenario, backlog int) fenceLatency {
 	if err := r.Stop(ctx); err != nil {
 		b.Fatal(err)
 	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
 	var bulkEnd time.Time
 	for id := range bulk {
-		if a := rec.ackedAt[id]; a.After(bulkEnd) {
+		if _, a := rec.Times(id); a.After(bulkEnd) {
 			bulkEnd = a
 		}
 	}
 	var lat []time.Duration
 	for id, c := range committed {
-		if sc.others == 0 || c.Before(bulkEnd) {
-			lat = append(lat, max(rec.ackedAt[id].Sub(c), 0))
+		if _, a := rec.Times(id); sc.others == 0 || c.Before(bulkEnd) {
+			lat = append(lat, max(a.Sub(c), 0))
 		}
 	}
 	if len(lat) < 100 {

@@ -201,6 +201,24 @@ func openStore(t testing.TB, k storeKind, ns string, conns int) store.Driver {
 	return d
 }
 
+// freshStore opens a driver of kind k with 4 connections on a namespace
+// of its own; both are gone when t ends.
+func freshStore(t testing.TB, k storeKind) store.Driver {
+	t.Helper()
+	return openStore(t, k, k.newNamespace(t), 4)
+}
+
+// eachKind runs test as a parallel subtest per kind, named after it, on a
+// fresh store of that kind (freshStore).
+func eachKind(t *testing.T, kinds []storeKind, test func(t *testing.T, kind storeKind, d store.Driver)) {
+	for _, kind := range kinds {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			test(t, kind, freshStore(t, kind))
+		})
+	}
+}
+
 // publisher publishes events of one type in transactions of a given size,
 // rolling back every rollbackEvery-th transaction, and tells the oracle.
 type publisher struct {

@@ -14,6 +14,7 @@ import (
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/relay/relaytest"
 	"github.com/txbox/txbox/sender"
+	"github.com/txbox/txbox/store"
 )
 
 // TestOrderedByKey: with ordering: key, events with the same key arrive in
@@ -22,72 +23,67 @@ import (
 // runs in lock mode too under TXBOX_CHAOS.
 func TestOrderedByKey(t *testing.T) {
 	t.Parallel()
-	for _, kind := range withLockKindsInChaos() {
-		t.Run(kind.name, func(t *testing.T) {
-			t.Parallel()
-			ns := kind.newNamespace(t)
-			d := openStore(t, kind, ns, 4)
-			st := newStream(t)
-			o := newOracle()
-			const keys, perKey = 20, 40
-			keyOf := map[txbox.ID]string{}
-			for range perKey / 10 {
-				var evs []*txbox.Event
-				for i := range 10 * keys {
-					ev := &txbox.Event{ID: txbox.NewID(), Type: "orders", Key: fmt.Sprintf("k%02d", i%keys), Payload: []byte("{}")}
-					keyOf[ev.ID] = ev.Key
-					evs = append(evs, ev)
+	eachKind(t, withLockKindsInChaos(), func(t *testing.T, kind storeKind, d store.Driver) {
+		st := newStream(t)
+		o := newOracle()
+		const keys, perKey = 20, 40
+		keyOf := map[txbox.ID]string{}
+		for range perKey / 10 {
+			var evs []*txbox.Event
+			for i := range 10 * keys {
+				ev := &txbox.Event{ID: txbox.NewID(), Type: "orders", Key: fmt.Sprintf("k%02d", i%keys), Payload: []byte("{}")}
+				keyOf[ev.ID] = ev.Key
+				evs = append(evs, ev)
+			}
+			if err := kind.publish(context.Background(), d, evs, true); err != nil {
+				t.Fatal(err)
+			}
+			for _, ev := range evs {
+				o.committedIDs(ev.ID)
+			}
+		}
+		// Every 50th event is refused once: its key must wait for the
+		// retry rather than overtake it.
+		rejectOnce := map[txbox.ID]bool{}
+		n := 0
+		for id := range keyOf {
+			if n%50 == 0 {
+				rejectOnce[id] = true
+			}
+			n++
+		}
+		snd := &rejectingSender{Sender: newNATSSender(t, testenv.NATSURL), once: rejectOnce}
+		cfg := relayConfig(d, snd, st.prefix, 0)
+		cfg.Defaults.Ordering = new(relay.OrderingKey)
+		cfg.Defaults.BatchSize = new(50)
+		cfg.Defaults.Backoff = &relay.BackoffSettings{Delay: new(50 * time.Millisecond), Multiplier: new(1.0), Max: new(time.Second)}
+		relaytest.Start(t, cfg)
+		testenv.WaitFor(t, 60*time.Second, "all events delivered", func() bool { return st.count(t) >= uint64(keys*perKey) })
+		testenv.WaitFor(t, 20*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
+		msgs := st.readAll(t)
+		last := map[string]txbox.ID{}
+		violations := 0
+		for _, m := range msgs {
+			o.receivedIDs(m.id)
+			k := keyOf[m.id]
+			if prev, ok := last[k]; ok && bytes.Compare(prev[:], m.id[:]) > 0 {
+				violations++
+				if violations <= 3 {
+					t.Errorf("key %s: %v arrived after %v, which has a larger id", k, m.id, prev)
 				}
-				if err := kind.publish(context.Background(), d, evs, true); err != nil {
-					t.Fatal(err)
-				}
-				for _, ev := range evs {
-					o.committedIDs(ev.ID)
-				}
 			}
-			// Every 50th event is refused once: its key must wait for the
-			// retry rather than overtake it.
-			rejectOnce := map[txbox.ID]bool{}
-			n := 0
-			for id := range keyOf {
-				if n%50 == 0 {
-					rejectOnce[id] = true
-				}
-				n++
-			}
-			snd := &rejectingSender{Sender: newNATSSender(t, testenv.NATSURL), once: rejectOnce}
-			cfg := relayConfig(d, snd, st.prefix, 0)
-			cfg.Defaults.Ordering = new(relay.OrderingKey)
-			cfg.Defaults.BatchSize = new(50)
-			cfg.Defaults.Backoff = &relay.BackoffSettings{Delay: new(50 * time.Millisecond), Multiplier: new(1.0), Max: new(time.Second)}
-			relaytest.Start(t, cfg)
-			testenv.WaitFor(t, 60*time.Second, "all events delivered", func() bool { return st.count(t) >= uint64(keys*perKey) })
-			testenv.WaitFor(t, 20*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
-			msgs := st.readAll(t)
-			last := map[string]txbox.ID{}
-			violations := 0
-			for _, m := range msgs {
-				o.receivedIDs(m.id)
-				k := keyOf[m.id]
-				if prev, ok := last[k]; ok && bytes.Compare(prev[:], m.id[:]) > 0 {
-					violations++
-					if violations <= 3 {
-						t.Errorf("key %s: %v arrived after %v, which has a larger id", k, m.id, prev)
-					}
-				}
-				last[k] = m.id
-			}
-			if violations > 0 {
-				t.Errorf("%d per-key order violations", violations)
-			}
-			if rep := o.report(); !rep.clean() {
-				t.Errorf("oracle: %v", rep)
-			}
-			if snd.rejected() == 0 {
-				t.Error("no event was rejected: the retry part of the test did not run")
-			}
-		})
-	}
+			last[k] = m.id
+		}
+		if violations > 0 {
+			t.Errorf("%d per-key order violations", violations)
+		}
+		if rep := o.report(); !rep.clean() {
+			t.Errorf("oracle: %v", rep)
+		}
+		if snd.rejected() == 0 {
+			t.Error("no event was rejected: the retry part of the test did not run")
+		}
+	})
 }
 
 // rejectingSender refuses each id in once the first time it is sent

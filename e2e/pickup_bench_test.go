@@ -3,54 +3,16 @@ package e2e
 import (
 	"context"
 	"sort"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/relay"
-	"github.com/txbox/txbox/sender"
+	"github.com/txbox/txbox/sender/timing"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres"
 )
-
-// pickupRecorder wraps a sender and notes when each message was handed
-// to it (picked up) and when its send returned acked.
-type pickupRecorder struct {
-	sender.Sender
-	mu       sync.Mutex
-	pickedAt map[txbox.ID]time.Time
-	ackedAt  map[txbox.ID]time.Time
-	// bulkAcked counts the acked messages of types other than "ordered"
-	// (BenchmarkOrderedFenceLatency's backlog).
-	bulkAcked int
-}
-
-func (p *pickupRecorder) Send(ctx context.Context, msgs []*sender.Message) error {
-	now := time.Now()
-	p.mu.Lock()
-	for _, m := range msgs {
-		if _, ok := p.pickedAt[m.ID]; !ok {
-			p.pickedAt[m.ID] = now
-		}
-	}
-	p.mu.Unlock()
-	err := p.Sender.Send(ctx, msgs)
-	res := sender.Results(err, len(msgs))
-	done := time.Now()
-	p.mu.Lock()
-	for i, m := range msgs {
-		if res[i] == nil {
-			if _, again := p.ackedAt[m.ID]; !again && m.EventType != "ordered" {
-				p.bulkAcked++
-			}
-			p.ackedAt[m.ID] = done
-		}
-	}
-	p.mu.Unlock()
-	return err
-}
 
 // BenchmarkPickupLatency measures, at 1k events/s (one event per
 // transaction, one every millisecond) with PostgreSQL LISTEN/NOTIFY
@@ -65,7 +27,7 @@ func BenchmarkPickupLatency(b *testing.B) {
 		ns := postgresKind.newNamespace(b)
 		d := openStore(b, postgresKind, ns, 4).(*postgres.Driver)
 		st := newStream(b)
-		rec := &pickupRecorder{Sender: newBenchSender(b), pickedAt: map[txbox.ID]time.Time{}, ackedAt: map[txbox.ID]time.Time{}}
+		rec := timing.New(newBenchSender(b))
 		cfg := relayConfig(openStore(b, postgresKind, ns, 8), rec, st.prefix, 0)
 		cfg.Defaults.Polling = nil // the defaults: adaptive 250ms ×1.5 up to 1m
 		r, err := relay.New(cfg)
@@ -98,21 +60,11 @@ func BenchmarkPickupLatency(b *testing.B) {
 			}
 		}
 		tick.Stop()
-		testenv.WaitFor(b, 60*time.Second, "all events acked", func() bool {
-			rec.mu.Lock()
-			defer rec.mu.Unlock()
-			return len(rec.ackedAt) >= events
-		})
+		testenv.WaitFor(b, 60*time.Second, "all events acked", func() bool { return rec.Acked() >= events })
 		if err := r.Stop(ctx); err != nil {
 			b.Fatal(err)
 		}
-		var pick, ack []time.Duration
-		rec.mu.Lock()
-		for id, c := range committed {
-			pick = append(pick, max(rec.pickedAt[id].Sub(c), 0))
-			ack = append(ack, max(rec.ackedAt[id].Sub(c), 0))
-		}
-		rec.mu.Unlock()
+		pick, ack := rec.Latencies(committed)
 		p := func(ds []time.Duration, q float64) float64 {
 			sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
 			return float64(ds[int(q*float64(len(ds)-1))].Microseconds()) / 1000

@@ -16,7 +16,6 @@ import (
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/relay/relaytest"
 	"github.com/txbox/txbox/sender"
-	natssender "github.com/txbox/txbox/sender/nats"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres"
 )
@@ -166,11 +165,7 @@ func TestWALDelivery(t *testing.T) {
 	var relays []*relay.Relay
 	var acks []*ackCounter
 	for range 2 {
-		nc, err := natssender.New(natssender.Config{URL: testenv.NATSURL})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = nc.Close(context.Background()) })
+		nc := newNATSSender(t, testenv.NATSURL)
 		a := newAckCounter(nc)
 		acks = append(acks, a)
 		rd := openStore(t, kind, ns, 6)
@@ -232,11 +227,7 @@ func TestWALCommitOrder(t *testing.T) {
 	ns := kind.newNamespace(t)
 	st := newDedupStream(t)
 	d := openStore(t, kind, ns, 4)
-	nc, err := natssender.New(natssender.Config{URL: testenv.NATSURL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = nc.Close(context.Background()) })
+	nc := newNATSSender(t, testenv.NATSURL)
 	cfg := relayConfig(openStore(t, kind, ns, 6), nc, st.prefix, 0)
 	cfg.Defaults.Ordering = new(relay.OrderingKey)
 	relaytest.Start(t, cfg)
@@ -347,11 +338,7 @@ func TestWALSpillAndReturn(t *testing.T) {
 	ns := kind.newNamespace(t)
 	st := newDedupStream(t)
 	d := openStore(t, kind, ns, 4)
-	nc, err := natssender.New(natssender.Config{URL: testenv.NATSURL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = nc.Close(context.Background()) })
+	nc := newNATSSender(t, testenv.NATSURL)
 	fs := &flakySender{Sender: nc, down: map[string]bool{"ordered": true, "plain": true}, perm: map[txbox.ID]bool{}, sends: map[txbox.ID]int{}}
 	rd := openStore(t, kind, ns, 6)
 	cfg := relayConfig(rd, fs, st.prefix, 0)
@@ -440,11 +427,7 @@ func TestWALSlotHealth(t *testing.T) {
 	kind := walKind
 	ns := kind.newNamespace(t)
 	st := newDedupStream(t)
-	nc, err := natssender.New(natssender.Config{URL: testenv.NATSURL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = nc.Close(context.Background()) })
+	nc := newNATSSender(t, testenv.NATSURL)
 	d := openStore(t, kind, ns, 4)
 	cfg := relayConfig(openStore(t, kind, ns, 6), nc, st.prefix, 0)
 	cfg.Stream.LagThreshold = 1 // any WAL written after the slot's position

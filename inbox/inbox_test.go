@@ -282,7 +282,7 @@ func TestNonTransactionalFailureIsLost(t *testing.T) {
 	t.Parallel()
 	st := openStore(t)
 	hook := &recordingHook{}
-	var logs syncBuffer
+	var logs testenv.LogBuffer
 	in, err := inbox.New(st, inbox.Config{Consumer: "amo", Mode: inbox.NonTransactional, Hook: hook,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
@@ -328,23 +328,6 @@ func TestNonTransactionalFailureIsLost(t *testing.T) {
 	if inbox.Failed.Acknowledge() {
 		t.Error("failed is acknowledged")
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestCleanerHook: each run that held the lease is one OnCleanup event

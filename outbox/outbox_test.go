@@ -64,6 +64,36 @@ func (b *bundle) claim(t *testing.T, typ string) []*store.OutboxRow {
 	return rows
 }
 
+// begin starts a transaction on the bundle's pool.
+func (b *bundle) begin(t *testing.T) pgx.Tx {
+	t.Helper()
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
+// publishTx publishes evs with p in a transaction of its own, committed or
+// rolled back, and returns their ids.
+func (b *bundle) publishTx(t *testing.T, p *outbox.Publisher, commit bool, evs ...txbox.Event) []txbox.ID {
+	t.Helper()
+	tx := b.begin(t)
+	ids, err := p.Publish(b.ctx, tx, evs...)
+	if err != nil {
+		_ = tx.Rollback(b.ctx)
+		t.Fatal(err)
+	}
+	end := tx.Rollback
+	if commit {
+		end = tx.Commit
+	}
+	if err := end(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
 func newPublisher(t *testing.T, s store.Outbox, cfg outbox.Config) *outbox.Publisher {
 	t.Helper()
 	p, err := outbox.NewPublisher(s, cfg)
@@ -78,10 +108,7 @@ func TestPublishCommitAndRollback(t *testing.T) {
 	b := setup(t)
 	p := newPublisher(t, b.store, outbox.Config{})
 
-	tx, err := b.pool.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx := b.begin(t)
 	ids, err := p.Publish(b.ctx, tx, txbox.Event{Type: "committed", Payload: []byte("1")}, txbox.Event{Type: "committed", Payload: []byte("2")})
 	if err != nil {
 		t.Fatal(err)
@@ -97,16 +124,7 @@ func TestPublishCommitAndRollback(t *testing.T) {
 		t.Fatalf("claimed %d rows, want ids %v", len(rows), ids)
 	}
 
-	tx, err = b.pool.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.Publish(b.ctx, tx, txbox.Event{Type: "rolled-back"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Rollback(b.ctx); err != nil {
-		t.Fatal(err)
-	}
+	b.publishTx(t, p, false, txbox.Event{Type: "rolled-back"})
 	if rows := b.claim(t, "rolled-back"); len(rows) != 0 {
 		t.Fatalf("a rolled-back event was claimable")
 	}
@@ -132,14 +150,11 @@ func TestPayloadLimit(t *testing.T) {
 	b := setup(t)
 	const limit = 1000
 	p := newPublisher(t, b.store, outbox.Config{MaxPayloadSize: limit})
-	tx, err := b.pool.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx := b.begin(t)
 	defer tx.Rollback(b.ctx)
 	atLimit := txbox.Event{Type: "sized", Payload: make([]byte, limit)}
 	over := txbox.Event{Type: "sized", Payload: make([]byte, limit+1)}
-	_, err = p.Publish(b.ctx, tx, atLimit, over)
+	_, err := p.Publish(b.ctx, tx, atLimit, over)
 	var tooLarge *txbox.PayloadTooLargeError
 	if !errors.As(err, &tooLarge) || tooLarge.Size != limit+1 || tooLarge.Limit != limit || tooLarge.EventType != "sized" {
 		t.Fatalf("publish of limit+1 bytes: %v, want *txbox.PayloadTooLargeError{Size: %d, Limit: %d}", err, limit+1, limit)
@@ -157,10 +172,7 @@ func TestPayloadLimit(t *testing.T) {
 	}
 
 	def := newPublisher(t, b.store, outbox.Config{})
-	tx2, err := b.pool.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx2 := b.begin(t)
 	defer tx2.Rollback(b.ctx)
 	if _, err := def.Publish(b.ctx, tx2, txbox.Event{Type: "sized", Payload: make([]byte, txbox.DefaultMaxPayloadSize+1)}); !errors.As(err, &tooLarge) {
 		t.Fatalf("default limit not enforced: %v", err)
@@ -174,10 +186,7 @@ func TestInvalidEventType(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	p := newPublisher(t, b.store, outbox.Config{})
-	tx, err := b.pool.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx := b.begin(t)
 	defer tx.Rollback(b.ctx)
 	for _, typ := range []string{"", `x"; DROP TABLE t;--`, "a b", strings.Repeat("a", 201), "ünï"} {
 		_, err := p.Publish(b.ctx, tx, txbox.Event{Type: "fine"}, txbox.Event{Type: typ})
@@ -239,16 +248,7 @@ func TestIDsHeadersAndTrace(t *testing.T) {
 	}
 
 	// No span in the context: no trace headers.
-	tx, err = b.pool.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.Publish(b.ctx, tx, txbox.Event{Type: "untraced"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(b.ctx); err != nil {
-		t.Fatal(err)
-	}
+	b.publishTx(t, p, true, txbox.Event{Type: "untraced"})
 	if rows := b.claim(t, "untraced"); len(rows) != 1 || len(rows[0].Headers) != 0 {
 		t.Fatalf("untraced event headers = %v, want none", rows[0].Headers)
 	}
@@ -285,17 +285,7 @@ func TestBatchIsOneInsertAndOnPublish(t *testing.T) {
 		}
 		evs = append(evs, txbox.Event{Type: typ, Payload: []byte{byte(i)}})
 	}
-	tx, err := b.pool.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids, err := p.Publish(b.ctx, tx, evs...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(b.ctx); err != nil {
-		t.Fatal(err)
-	}
+	ids := b.publishTx(t, p, true, evs...)
 	if cs.inserts != 1 || !cs.notify[0] {
 		t.Fatalf("inserts = %d (notify %v), want 1 notifying insert", cs.inserts, cs.notify)
 	}
@@ -307,10 +297,7 @@ func TestBatchIsOneInsertAndOnPublish(t *testing.T) {
 	}
 
 	quiet := newPublisher(t, cs, outbox.Config{DisableNotify: true})
-	tx, err = b.pool.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx := b.begin(t)
 	defer tx.Rollback(b.ctx)
 	if _, err := quiet.Publish(b.ctx, tx, txbox.Event{Type: "quiet"}); err != nil {
 		t.Fatal(err)
@@ -351,10 +338,7 @@ func TestPublishJSONAndResult(t *testing.T) {
 	if _, err := b.pool.Exec(b.ctx, `CREATE TABLE `+b.store.Tables().Schema+`.orders (id text PRIMARY KEY, total int)`); err != nil {
 		t.Fatal(err)
 	}
-	tx, err := b.pool.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx := b.begin(t)
 	create := func(tx pgx.Tx, id string, fail bool) (order, error) {
 		return outbox.PublishResult(b.ctx, p, tx, "order-created", id, func(ctx context.Context) (order, error) {
 			if fail {

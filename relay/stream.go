@@ -31,6 +31,10 @@ type StreamConfig struct {
 	// confirming, across all types: the relay's memory for a backlog of
 	// any size. Defaults to DefaultStreamWindow.
 	Window int
+	// WindowBytes bounds the same in payload bytes (payloads, keys and
+	// headers), so that large payloads do not multiply the window's
+	// memory. Defaults to DefaultStreamWindowBytes.
+	WindowBytes int64
 	// LaneQueue bounds the events one type holds waiting for a send;
 	// when its destination is slower than the stream, the type's further
 	// events spill into the outbox table instead of holding back the
@@ -66,6 +70,7 @@ type StreamConfig struct {
 // Defaults of StreamConfig.
 const (
 	DefaultStreamWindow          = 20_000
+	DefaultStreamWindowBytes     = 64 << 20
 	DefaultStreamLaneQueue       = 5_000
 	DefaultStreamStatusInterval  = time.Second
 	DefaultStreamStandbyInterval = time.Second
@@ -78,6 +83,9 @@ const (
 func (c StreamConfig) withDefaults() StreamConfig {
 	if c.Window == 0 {
 		c.Window = DefaultStreamWindow
+	}
+	if c.WindowBytes == 0 {
+		c.WindowBytes = DefaultStreamWindowBytes
 	}
 	if c.LaneQueue == 0 {
 		c.LaneQueue = DefaultStreamLaneQueue
@@ -140,11 +148,13 @@ type StreamHealth struct {
 	LastConfirm time.Time
 	Confirmed   uint64
 	// Held is how many events the stream holds between reading and
-	// confirming; Transactions how many transactions.
+	// confirming, HeldBytes their size; Transactions how many
+	// transactions.
 	Held, Transactions int
+	HeldBytes          int64
 	// Spilled counts the events this relay spilled into the outbox
 	// table since it started.
-	Spilled int64
+	Spilled   int64
 	LastError string
 	// Slot is the last reading of the slot's health, nil before the
 	// first; SlotReadAt is when it was read, SlotErr why it could not be.
@@ -170,7 +180,7 @@ type streamSource struct {
 	spills chan *spillReq
 
 	// window bounds the events between reading and confirming.
-	window chan struct{}
+	window *holdWindow
 
 	mu     sync.Mutex
 	lanes  map[string]*streamLane
@@ -210,7 +220,7 @@ func newStreamSource(r *Relay, streamer store.Streamer) *streamSource {
 		r: r, cfg: cfg, streamer: streamer,
 		log:      r.log.With(slog.String("source", "stream")),
 		spills:   make(chan *spillReq, 64),
-		window:   make(chan struct{}, cfg.Window),
+		window:   newHoldWindow(cfg.Window, cfg.WindowBytes),
 		lanes:    map[string]*streamLane{},
 		spilled:  map[store.StreamKey]time.Time{},
 		overflow: map[string]bool{},
@@ -244,7 +254,7 @@ func (s *streamSource) healthSnapshot() *StreamHealth {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h := s.health
-	h.Held = len(s.window)
+	h.Held, h.HeldBytes = s.window.held()
 	h.Transactions = len(s.txs)
 	return &h
 }
@@ -389,10 +399,8 @@ func (s *streamSource) read(ss *session) error {
 		s.txs = append(s.txs, t)
 		s.mu.Unlock()
 		for _, ev := range tx.Events {
-			select {
-			case s.window <- struct{}{}:
-			case <-ss.ctx.Done():
-				return context.Cause(ss.ctx)
+			if err := s.window.acquire(ss.ctx, eventSize(ev)); err != nil {
+				return err
 			}
 			ss.work.Add(1)
 			s.route(&streamItem{ev: ev, tx: t, s: ss})
@@ -511,8 +519,17 @@ func (s *streamSource) done(it *streamItem, acked bool) {
 		it.tx.captured = append(it.tx.captured, it.ev.Row.ID)
 	}
 	s.mu.Unlock()
-	<-s.window
+	s.window.release(eventSize(it.ev))
 	it.s.work.Done()
+}
+
+// eventSize is what an event costs the window: its payload and headers.
+func eventSize(ev *store.StreamEvent) int64 {
+	n := len(ev.Row.Payload) + len(ev.Row.Key) + len(ev.Row.EventType)
+	for k, v := range ev.Row.Headers {
+		n += len(k) + len(v)
+	}
+	return int64(n)
 }
 
 // confirmLoop confirms the done transactions every ConfirmInterval, and
@@ -663,6 +680,7 @@ func (c StreamConfig) validate() error {
 		bad  bool
 	}{
 		{"window", c.Window < 0},
+		{"window-bytes", c.WindowBytes < 0},
 		{"lane-queue", c.LaneQueue < 0},
 		{"status-interval", c.StatusInterval < 0},
 		{"standby-interval", c.StandbyInterval < 0},

@@ -187,7 +187,7 @@ func (s *streamSource) dropQueued(ss *session) {
 // drop lets go of an event without finishing it: its transaction is not
 // confirmed, so the stream delivers it again.
 func (s *streamSource) drop(it *streamItem) {
-	<-s.window
+	s.window.release(eventSize(it.ev))
 	it.s.work.Done()
 }
 
@@ -410,7 +410,7 @@ func (s *streamSource) idle() <-chan struct{} {
 		t := time.NewTicker(10 * time.Millisecond)
 		defer t.Stop()
 		for range t.C {
-			if len(s.window) == 0 || s.r.hardCtx.Err() != nil {
+			if n, _ := s.window.held(); n == 0 || s.r.hardCtx.Err() != nil {
 				close(c)
 				return
 			}

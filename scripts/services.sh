@@ -60,6 +60,17 @@ pg_logical() {
   fi
 }
 pg_logical
+# A test run killed before its clean-up leaves its slot behind, and a slot
+# keeps WAL for ever. Drop the test database's idle txbox slots whose
+# schema is gone (a slot is named <schema>_txbox_slot by default).
+pg_stale_slots() {
+  command -v psql >/dev/null 2>&1 || return 0
+  psql -h 127.0.0.1 -U postgres -d test -Atc "
+    SELECT pg_drop_replication_slot(s.slot_name) FROM pg_replication_slots s
+    WHERE s.database = 'test' AND NOT s.active AND s.slot_name LIKE '%\_txbox\_slot'
+      AND NOT EXISTS (SELECT 1 FROM pg_namespace n WHERE n.nspname || '_txbox_slot' = s.slot_name)" >/dev/null 2>&1 || true
+}
+pg_stale_slots
 ensure mariadb 3306 'start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd'
 ensure redis 6379 'redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log'
 ensure rabbitmq 5672 'rabbitmq-server -detached'

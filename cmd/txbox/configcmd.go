@@ -102,6 +102,9 @@ func runConfigCheck(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "configuration %s: valid\n", name)
 	fmt.Fprintf(e.stdout, "database: %s\n", cfg.Database.Dialect)
+	if cfg.Database.Source == config.SourceWAL && !*connect {
+		fmt.Fprintln(e.stdout, "source: wal (slot and wal_level not checked: use --connect)")
+	}
 	printTracing(e.stdout, tracing)
 	types := cfg.EventTypes()
 	c := &checker{cfg: cfg, e: e, stderr: stderr, log: log, timeout: *timeout, connect: *connect,
@@ -113,6 +116,9 @@ func runConfigCheck(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		defer st.Close()
+		if err := checkStream(ctx, cfg, st, e, *timeout); err != nil {
+			return err
+		}
 		if types, err = withDatabaseTypes(ctx, cfg, st, types); err != nil {
 			return err
 		}
@@ -432,6 +438,26 @@ func checkDatabase(ctx context.Context, cfg *config.Config, e *env, progress io.
 	}
 	fmt.Fprintf(e.stdout, "database %s: connected\n", cfg.Database.Dialect)
 	return st, nil
+}
+
+// checkStream checks WAL mode's preconditions with database.source wal:
+// what the relay checks before it streams.
+func checkStream(ctx context.Context, cfg *config.Config, st *config.Store, e *env, timeout time.Duration) error {
+	if cfg.Database.Source != config.SourceWAL {
+		return nil
+	}
+	sc, ok := st.Driver.(interface{ CheckStream(context.Context) error })
+	if !ok {
+		return fmt.Errorf("database.source: wal: the %s store cannot stream", st.Dialect())
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := sc.CheckStream(cctx); err != nil {
+		return fmt.Errorf("source wal: %w", err)
+	}
+	fmt.Fprintln(e.stdout, "source: wal: wal_level logical, the slot present and not invalidated, synchronous_standby_names clear "+
+		"(the replication connection itself, and the role's REPLICATION attribute, are not checked)")
+	return nil
 }
 
 func deref[T any](p *T) T {

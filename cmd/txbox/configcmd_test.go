@@ -8,10 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/txbox/txbox/internal/natstest"
 	"github.com/txbox/txbox/internal/testenv"
 )
 
@@ -47,12 +47,7 @@ func TestConfigCheck(t *testing.T) {
 	}
 	// A stream binding one subject of the test's own prefix.
 	prefix := strings.ReplaceAll(testenv.UniqueName("cfgchk"), "_", "")
-	nc, err := natsgo.Connect(testenv.NATSURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := natstest.JetStream(t, testenv.NATSURL)
 	ctx := context.Background()
 	stream := strings.ToUpper(prefix)
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{prefix + ".present"}, Storage: jetstream.MemoryStorage}); err != nil {

@@ -452,8 +452,19 @@ func demoDropTables(ctx context.Context, st *config.Store, prefix, orders string
 	if err != nil {
 		return
 	}
-	for _, t := range []string{orders, tables.Outbox, tables.DeadLetter, tables.Inbox, tables.Lease, tables.Instance, tables.SchemaVersion} {
+	all := []string{orders, tables.Outbox, tables.DeadLetter, tables.Inbox, tables.Lease, tables.Instance, tables.SchemaVersion}
+	if st.Dialect() == "postgres" {
+		// PostgreSQL's schema has the WAL mode tables (version 6) too.
+		all = append(all, prefix+"wal_state", prefix+"wal_guard")
+	}
+	for _, t := range all {
 		_ = demoExec(ctx, st, "DROP TABLE IF EXISTS "+t)
+	}
+	if st.Dialect() == "postgres" {
+		// And its functions, after the tables whose defaults use them.
+		for _, f := range []string{"emit", "wal_check", "outbox_notify", "uuidv7"} { // emit's id default uses uuidv7
+			_ = demoExec(ctx, st, "DROP FUNCTION IF EXISTS "+prefix+f)
+		}
 	}
 }
 

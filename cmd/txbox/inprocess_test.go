@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/txbox/txbox/internal/natstest"
 	"github.com/txbox/txbox/internal/testenv"
 )
 
@@ -38,16 +38,7 @@ func postgresSchema(t *testing.T, ctx context.Context, prefix string) (*pgxpool.
 // the test ends.
 func jetStream(t *testing.T) jetstream.JetStream {
 	t.Helper()
-	testenv.RequireTCP(t, "NATS", strings.TrimPrefix(testenv.NATSURL, "nats://"))
-	nc, err := natsgo.Connect(testenv.NATSURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, testenv.NATSURL)
 	return js
 }
 

@@ -294,6 +294,22 @@ func TestDemoPostgres(t *testing.T) {
 	if n != 0 || !strings.HasPrefix(prefix, "demo_") {
 		t.Errorf("%d demo tables with prefix %q left behind", n, prefix)
 	}
+	var left []string
+	rows, err := db.Query(`SELECT proname || '(' || pg_get_function_identity_arguments(oid) || ')' FROM pg_proc WHERE proname LIKE $1`, prefix+"%")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var f string
+		if err := rows.Scan(&f); err != nil {
+			t.Fatal(err)
+		}
+		left = append(left, f)
+	}
+	if len(left) != 0 {
+		t.Errorf("demo functions with prefix %q left behind: %v", prefix, left)
+	}
 }
 
 // TestDemoMySQL runs the demo against the local MariaDB, in a database of

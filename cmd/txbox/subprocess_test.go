@@ -19,10 +19,10 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
-	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/natstest"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store/postgres"
 	"github.com/txbox/txbox/store/storeharness"
@@ -44,15 +44,7 @@ func child(t *testing.T, ctx context.Context, args ...string) (*exec.Cmd, *teste
 // the test ends.
 func testStream(t *testing.T, ctx context.Context) (jetstream.Stream, string) {
 	t.Helper()
-	nc, err := natsgo.Connect(testenv.NATSURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, testenv.NATSURL)
 	subj := testenv.UniqueName("cli")
 	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: strings.ToUpper(subj), Subjects: []string{subj + ".>"}, Storage: jetstream.MemoryStorage})
 	if err != nil {
@@ -511,4 +503,109 @@ log: { level: debug }
 		t.Errorf("after the second signal: %d pending, %d in process, %d attempts; want %d, 0, 0 (released, not left to the lease)\n%s",
 			pending, inProcess, attempts, n, relayErr)
 	}
+}
+
+// TestSubprocessWALMode runs the daemon in WAL mode (database.source:
+// wal): `txbox migrate` creates the publication and the slot, `txbox
+// publish` and the SQL function txbox_emit emit events, a plain-SQL
+// producer inserts a row; `txbox relay` streams all three to NATS, `txbox
+// status` shows the slot, and `txbox migrate --drop-stream` drops it.
+func TestSubprocessWALMode(t *testing.T) {
+	t.Parallel()
+	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	testenv.RequireTCP(t, "NATS", strings.TrimPrefix(testenv.NATSURL, "nats://"))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admin := storeharness.PostgresAdmin(t)
+	schema := testenv.PostgresSchema(t, admin)
+	stream, subj := testStream(t, ctx)
+	cfgPath := filepath.Join(t.TempDir(), "txbox.yaml")
+	yml := fmt.Sprintf(`
+database: { dialect: postgres, schema: %s, source: wal, wal: { sender-timeout: 4s } }
+senders:
+  main: { type: nats, url: %q }
+defaults:
+  route: { subject: "%s.{event_type}" }
+  polling: { min-delay: 10ms, max-delay: 200ms }
+relay: { discover-interval: 100ms, shutdown-timeout: 15s }
+`, schema, testenv.NATSURL, subj)
+	if err := os.WriteFile(cfgPath, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) string {
+		t.Helper()
+		cmd, stdout, stderr := child(t, ctx, args...)
+		cmd.Env = append(cmd.Env, "TXBOX_DATABASE_DSN="+testenv.PostgresURL)
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("txbox %v: %v\nstdout: %s\nstderr: %s", args, err, stdout, stderr)
+		}
+		return stdout.String()
+	}
+	out := run("migrate", "--config", cfgPath)
+	// Registered after the schema's cleanup, so the slot goes first.
+	t.Cleanup(func() {
+		cmd, stdout, stderr := child(t, context.Background(), "migrate", "--config", cfgPath, "--drop-stream")
+		cmd.Env = append(cmd.Env, "TXBOX_DATABASE_DSN="+testenv.PostgresURL)
+		if err := cmd.Run(); err != nil {
+			t.Errorf("migrate --drop-stream: %v\nstdout: %s\nstderr: %s", err, stdout, stderr)
+		}
+	})
+	if !strings.Contains(out, "replication slot are in place") {
+		t.Fatalf("migrate printed %q", out)
+	}
+	out = run("publish", "--config", cfgPath, "--type", "order-created", "--key", "cust-1", "--payload", `{"order":42}`)
+	var published struct{ ID string }
+	if err := json.Unmarshal([]byte(out), &published); err != nil {
+		t.Fatalf("publish printed %q: %v", out, err)
+	}
+	var outboxRows int
+	if err := admin.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*) FROM %s.txbox_outbox`, schema)).Scan(&outboxRows); err != nil || outboxRows != 0 {
+		t.Fatalf("WAL mode publish wrote %d outbox rows (%v), want none", outboxRows, err)
+	}
+	if _, err := admin.ExecContext(ctx, fmt.Sprintf(`SELECT %s.txbox_emit('sql-emit', 'k1', 'from sql'::bytea, '{"tenant":"acme"}'::jsonb)`, schema)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.ExecContext(ctx, fmt.Sprintf(`INSERT INTO %s.txbox_outbox (event_type, payload) VALUES ('legacy-ping', 'ping')`, schema)); err != nil {
+		t.Fatal(err)
+	}
+
+	relayCmd, _, relayErr := child(t, ctx, "relay", "--config", cfgPath)
+	relayCmd.Env = append(relayCmd.Env, "TXBOX_DATABASE_DSN="+testenv.PostgresURL)
+	exited := startChild(t, relayCmd)
+	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	testenv.WaitFor(t, 60*time.Second, "three events on the stream", func() bool {
+		batch, err := cons.Fetch(3, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			got[m.Headers().Get(txbox.HeaderEventType)] = m.Headers().Get(txbox.HeaderEventID) + " " + string(m.Data())
+			_ = m.Ack()
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("relay exited early: %v\nstderr: %s", err, relayErr)
+		default:
+		}
+		return len(got) >= 3
+	})
+	if got["order-created"] != published.ID+` {"order":42}` || !strings.HasSuffix(got["sql-emit"], " from sql") || !strings.HasSuffix(got["legacy-ping"], " ping") {
+		t.Errorf("delivered %q", got)
+	}
+	testenv.WaitFor(t, 30*time.Second, "the captured row deleted after the confirm", func() bool {
+		var n int
+		return admin.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*) FROM %s.txbox_outbox`, schema)).Scan(&n) == nil && n == 0
+	})
+	if out := run("config", "check", "--config", cfgPath, "--connect"); !strings.Contains(out, "source: wal: wal_level logical, the slot present and not invalidated") {
+		t.Errorf("config check --connect does not report the stream's checks:\n%s", out)
+	}
+	status := run("status", "--config", cfgPath)
+	if !strings.Contains(status, "WAL slot "+schema+"_txbox_slot: streamed by pid") {
+		t.Errorf("status does not show the streamed slot:\n%s", status)
+	}
+	sigterm(t, relayCmd, exited, 30*time.Second, relayErr)
 }

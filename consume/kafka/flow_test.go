@@ -24,17 +24,9 @@ func member(t *testing.T, cl *kgo.Client, cfg kafka.Config) (stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, cancel, done := consumetest.Run(cons.Run)
+	stopRun := consumetest.Start(t, cons.Run)
 	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("Run = %v", err)
-			}
-			cl.Close()
-		})
-	}
+	stop = func() { once.Do(func() { stopRun(); cl.Close() }) }
 	t.Cleanup(stop)
 	return stop
 }

@@ -13,13 +13,13 @@ import (
 	"testing"
 	"time"
 
-	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consume/internal/consumetest"
 	cnats "github.com/txbox/txbox/consume/nats"
 	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/internal/natstest"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store/postgres"
 )
@@ -50,18 +50,7 @@ func settled(t *testing.T, jc jetstream.Consumer) {
 
 func run(t *testing.T, cons *cnats.Consumer) (stop func()) {
 	t.Helper()
-	_, cancel, done := consumetest.Run(cons.Run)
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("Run = %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	return consumetest.Start(t, cons.Run)
 }
 
 // TestSlowHandlerIsNotRedelivered: 200 events, a handler of 20 ms, an
@@ -290,15 +279,7 @@ func TestConsumerChild(t *testing.T) {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	p := consumetest.AttachPipeline(t, os.Getenv(childSchemaEnv), "nats-sigterm")
-	nc, err := natsgo.Connect(testenv.NATSURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, testenv.NATSURL)
 	jc, err := js.Consumer(context.Background(), os.Getenv(childStreamEnv), "inbox")
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/txbox/txbox/consume"
 	"github.com/txbox/txbox/consume/internal/consumetest"
 	cnats "github.com/txbox/txbox/consume/nats"
+	"github.com/txbox/txbox/internal/natstest"
 	"github.com/txbox/txbox/internal/testenv"
 )
 
@@ -21,16 +22,7 @@ import (
 // deleted when the test ends.
 func stream(t testing.TB) (jetstream.JetStream, string, jetstream.Consumer) {
 	t.Helper()
-	testenv.RequireTCP(t, "NATS", "127.0.0.1:4222")
-	nc, err := natsgo.Connect(testenv.NATSURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, testenv.NATSURL)
 	name := testenv.UniqueName("TXBOXINBOX_")
 	subject := name + ".events"
 	ctx := context.Background()

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consume/internal/consumetest"
 	"github.com/txbox/txbox/consume/rabbitmq"
 	"github.com/txbox/txbox/inbox"
@@ -13,47 +14,35 @@ import (
 	rabbitsender "github.com/txbox/txbox/sender/rabbitmq"
 )
 
-// TestEndToEnd: business transactions (some rolled back) → outbox → relay
-// → RabbitMQ → consume/rabbitmq → inbox → handler writing an effect row in
-// the same PostgreSQL transaction. The relay is stopped abruptly half way
-// and a second one takes over after the lease; a slice of events is
-// published again by hand. Every committed event has exactly one effect.
+// TestEndToEnd runs the end-to-end scenario (consumetest.RunEndToEnd)
+// through RabbitMQ and consume/rabbitmq; the events delivered again by
+// hand are published to the queue anew.
 func TestEndToEnd(t *testing.T) {
 	t.Parallel()
 	conn := dial(t)
 	q, exchange := orderQueue(t, conn)
-	p := consumetest.NewPipeline(t, "rabbit-e2e")
-	n := consumetest.E2EEvents()
-	const perTx = 10
-	p.Publish(t, "order-created", n/perTx/2, perTx, 7)
-
 	snd, err := rabbitsender.New(rabbitsender.Config{URL: testenv.RabbitURL})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = snd.Close(context.Background()) })
-	route := sender.Route{Exchange: exchange, RoutingKey: "{event_type}"}
-	stop1 := p.StartRelay(t, snd, route, 2*time.Second)
-
-	cons, err := rabbitmq.New(channel(t, conn), rabbitmq.Config{Inbox: p.Inbox, Handler: p.Handler, Queue: q, Concurrency: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, cancel, done := consumetest.Run(cons.Run)
-	defer cancel()
-
-	p.Publish(t, "order-created", n/perTx/2, perTx, 7)
-	stop1(time.Millisecond)
-	p.StartRelay(t, snd, route, 2*time.Second)
-
-	committed := p.Committed()
-	ch := channel(t, conn)
-	for _, id := range committed[:len(committed)/10] {
-		publish(t, ch, q, id, true)
-	}
-	p.WaitDelivered(t, consumetest.E2ETimeout())
-	cancel()
-	<-done
+	p := consumetest.NewPipeline(t, "rabbit-e2e")
+	p.RunEndToEnd(t, consumetest.EndToEnd{
+		Sender: snd,
+		Route:  sender.Route{Exchange: exchange, RoutingKey: "{event_type}"},
+		Consumer: func() func(context.Context) error {
+			cons, err := rabbitmq.New(channel(t, conn), rabbitmq.Config{Inbox: p.Inbox, Handler: p.Handler, Queue: q, Concurrency: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return cons.Run
+		},
+		Redeliver: func(ids []txbox.ID) {
+			ch := channel(t, conn)
+			for _, id := range ids {
+				publish(t, ch, q, id, true)
+			}
+		},
+	})
 }
 
 const exchangeEnv = "TXBOX_CONSUMETEST_EXCHANGE"

@@ -22,6 +22,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/txbox/txbox/internal/natstest"
 	"github.com/txbox/txbox/internal/testenv"
 )
 
@@ -273,15 +274,7 @@ func tail(s string) string {
 func replay(t *testing.T, stream string, n int) int {
 	t.Helper()
 	ctx := context.Background()
-	nc, err := natsgo.Connect(testenv.NATSURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, testenv.NATSURL)
 	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
-	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/txbox/txbox/internal/natstest"
 	"github.com/txbox/txbox/internal/testenv"
 )
 
@@ -57,15 +57,7 @@ var publishedID = regexp.MustCompile(`published event (\S+)`)
 func TestQuickstartDelivers(t *testing.T) {
 	t.Parallel()
 	prefix := testenv.UniqueName("qs")
-	nc, err := natsgo.Connect(testenv.NATSURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, testenv.NATSURL)
 	ctx := context.Background()
 	name := strings.ToUpper(prefix)
 	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{prefix + ".>"}, Storage: jetstream.MemoryStorage})

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/txbox/txbox/internal/natstest"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/sender"
 	txnats "github.com/txbox/txbox/sender/nats"
@@ -45,15 +45,7 @@ type stream struct {
 func newStream(t testing.TB) *stream {
 	t.Helper()
 	addr := natsAddr(t)
-	nc, err := natsgo.Connect("nats://" + addr)
-	if err != nil {
-		t.Fatalf("connect admin: %v", err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatalf("jetstream: %v", err)
-	}
+	js := natstest.JetStream(t, "nats://"+addr)
 	name := testenv.UniqueName("sendertest_")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

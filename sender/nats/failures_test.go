@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/natstest"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/sender"
 	txnats "github.com/txbox/txbox/sender/nats"
@@ -41,18 +42,18 @@ func embeddedServer(t *testing.T, maxPayload int32) *natsserver.Server {
 	return ns
 }
 
-func adminJS(t *testing.T, url string) jetstream.JetStream {
+// embeddedOrders starts an embedded server (embeddedServer) with an
+// ORDERS stream on orders.> and opens a sender on it.
+func embeddedOrders(t *testing.T, maxPayload int32) (*natsserver.Server, *txnats.Sender) {
 	t.Helper()
-	nc, err := natsgo.Connect(url)
-	if err != nil {
-		t.Fatalf("connect admin: %v", err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
+	ns := embeddedServer(t, maxPayload)
+	js := natstest.JetStream(t, ns.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Storage: jetstream.MemoryStorage}); err != nil {
 		t.Fatal(err)
 	}
-	return js
+	return ns, openSender(t, strings.TrimPrefix(ns.ClientURL(), "nats://"), txnats.Config{})
 }
 
 func TestDestinationIsTheSubject(t *testing.T) {
@@ -171,14 +172,7 @@ func TestUnboundSubjectOneLookupPerBatch(t *testing.T) {
 // rejections that burn attempts.
 func TestJetStreamDownIsTransient(t *testing.T) {
 	t.Parallel()
-	ns := embeddedServer(t, 0)
-	js := adminJS(t, ns.ClientURL())
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Storage: jetstream.MemoryStorage}); err != nil {
-		t.Fatal(err)
-	}
-	s := openSender(t, strings.TrimPrefix(ns.ClientURL(), "nats://"), txnats.Config{})
+	ns, s := embeddedOrders(t, 0)
 	route := sender.Route{Subject: "orders.created"}
 	if err := send(t, s, sendertest.NewMessages(1, route))[0]; err != nil {
 		t.Fatalf("warm-up: %v", err)
@@ -205,14 +199,7 @@ func TestJetStreamDownIsTransient(t *testing.T) {
 // together, and a message over it fails Permanent with the sizes.
 func TestMaxPayloadIsTheServers(t *testing.T) {
 	t.Parallel()
-	ns := embeddedServer(t, 4096)
-	js := adminJS(t, ns.ClientURL())
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Storage: jetstream.MemoryStorage}); err != nil {
-		t.Fatal(err)
-	}
-	s := openSender(t, strings.TrimPrefix(ns.ClientURL(), "nats://"), txnats.Config{})
+	_, s := embeddedOrders(t, 4096)
 	msgs := sendertest.NewMessages(3, sender.Route{Subject: "orders.created"})
 	msgs[0].Payload = make([]byte, 3000)
 	msgs[1].Payload = make([]byte, 4000) // fits alone, not with its headers

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/txbox/txbox/internal/natstest"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/sender"
 	txnats "github.com/txbox/txbox/sender/nats"
@@ -20,7 +21,7 @@ import (
 // shared server, both removed when the test ends.
 func provisionFixture(t *testing.T) (js jetstream.JetStream, stream, prefix string) {
 	t.Helper()
-	js = adminJS(t, "nats://"+natsAddr(t))
+	js = natstest.JetStream(t, "nats://"+natsAddr(t))
 	stream = testenv.UniqueName("prov_")
 	prefix = testenv.UniqueName("p") + "."
 	t.Cleanup(func() {

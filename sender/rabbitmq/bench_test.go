@@ -6,6 +6,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/txbox/txbox/internal/amqptest"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/sender/rabbitmq"
@@ -20,31 +21,10 @@ import (
 // each side's rate and the ratio sender/raw of their total times.
 func BenchmarkSendVsRaw(b *testing.B) {
 	const batch = 200
-	conn, err := amqp.Dial(testenv.RabbitURL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		b.Fatal(err)
-	}
-	ex, q := testenv.UniqueName("bench_ex_"), testenv.UniqueName("bench_q_")
-	if err := ch.ExchangeDeclare(ex, "direct", false, false, false, false, nil); err != nil {
-		b.Fatal(err)
-	}
+	ch := amqptest.Admin(b)
 	// A short queue that drops its head: the broker routes and stores every
 	// message, but the benchmark does not fill the disk.
-	if _, err := ch.QueueDeclare(q, false, false, false, false, amqp.Table{"x-max-length": int32(1000)}); err != nil {
-		b.Fatal(err)
-	}
-	if err := ch.QueueBind(q, "rk", ex, false, nil); err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		_, _ = ch.QueueDelete(q, false, false, false)
-		_ = ch.ExchangeDelete(ex, false, false)
-	}()
+	ex, _ := amqptest.Bound(b, ch, "rk", amqp.Table{"x-max-length": int32(1000)})
 	if err := ch.Confirm(false); err != nil {
 		b.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/amqptest"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/sender/rabbitmq"
@@ -20,20 +21,7 @@ import (
 const rabbitAddr = "127.0.0.1:5672"
 
 // admin opens a connection of the test's own to declare, read and delete.
-func admin(t *testing.T) *amqp.Channel {
-	t.Helper()
-	testenv.RequireTCP(t, "RabbitMQ", rabbitAddr)
-	conn, err := amqp.Dial(testenv.RabbitURL)
-	if err != nil {
-		t.Fatalf("dial RabbitMQ: %v", err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ch
-}
+func admin(t *testing.T) *amqp.Channel { return amqptest.Admin(t) }
 
 // topology declares a unique direct exchange and a queue bound to it with
 // routingKey, and deletes both when the test ends.
@@ -49,22 +37,8 @@ type topology struct {
 
 func newTopology(t *testing.T, routingKey string, queueArgs amqp.Table) *topology {
 	t.Helper()
-	ch := admin(t)
-	tp := &topology{ch: ch, exchange: testenv.UniqueName("txbox_ex_"), queue: testenv.UniqueName("txbox_q_"), more: make(chan struct{}, 1)}
-	if err := ch.ExchangeDeclare(tp.exchange, "direct", false, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDeclare(tp.queue, false, false, false, false, queueArgs); err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.QueueBind(tp.queue, routingKey, tp.exchange, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c := admin(t)
-		_, _ = c.QueueDelete(tp.queue, false, false, false)
-		_ = c.ExchangeDelete(tp.exchange, false, false)
-	})
+	tp := &topology{ch: admin(t), more: make(chan struct{}, 1)}
+	tp.exchange, tp.queue = amqptest.Bound(t, tp.ch, routingKey, queueArgs)
 	return tp
 }
 

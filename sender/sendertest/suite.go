@@ -360,12 +360,9 @@ func testPipelined(t *testing.T, h Harness) {
 		latency = 40 * time.Millisecond
 		m       = 500
 	)
-	d := h.NewDestination(t)
-	fl := faults(t, d)
-	f := setupOn(t, h, d, fl.Addr())
 	// Connect and warm up without latency, so connection set-up (several
 	// round trips on some protocols) is not part of the measurement.
-	requireAllAcked(t, first(send(t, f.s, NewMessages(1, f.route), 30*time.Second)))
+	f, fl, _ := behindFaults(t, h, 1)
 	fl.SetLatency(t, latency)
 	_, single := send(t, f.s, NewMessages(1, f.route), 30*time.Second)
 	if single < latency {
@@ -385,6 +382,19 @@ func testPipelined(t *testing.T, h Harness) {
 }
 
 func first(errs []error, _ time.Duration) []error { return errs }
+
+// behindFaults sets up a fixture on a fresh destination reached through
+// its fault injector and sends warmup messages, all acked, before any
+// fault is injected: the connection is up and out of the measurement.
+func behindFaults(t *testing.T, h Harness, warmup int) (*fixture, Faults, []*sender.Message) {
+	t.Helper()
+	d := h.NewDestination(t)
+	fl := faults(t, d)
+	f := setupOn(t, h, d, fl.Addr())
+	msgs := NewMessages(warmup, f.route)
+	requireAllAcked(t, first(send(t, f.s, msgs, 30*time.Second)))
+	return f, fl, msgs
+}
 
 func setupOn(t *testing.T, h Harness, d *Destination, addr string) *fixture {
 	t.Helper()
@@ -482,11 +492,7 @@ func testUnreachable(t *testing.T, h Harness) {
 
 func testDestinationGoesDown(t *testing.T, h Harness) {
 	bound := h.unreachableBound()
-	d := h.NewDestination(t)
-	fl := faults(t, d)
-	f := setupOn(t, h, d, fl.Addr())
-	before := NewMessages(5, f.route)
-	requireAllAcked(t, first(send(t, f.s, before, 30*time.Second)))
+	f, fl, before := behindFaults(t, h, 5)
 
 	fl.Down(t)
 	during := NewMessages(10, f.route)
@@ -544,10 +550,7 @@ func testDisconnected(t *testing.T, h Harness) {
 	errs, _ := send(t, never.s, NewMessages(5, never.route), 2*bound)
 	check("destination never reachable", errs)
 
-	d := h.NewDestination(t)
-	fl := faults(t, d)
-	f := setupOn(t, h, d, fl.Addr())
-	requireAllAcked(t, first(send(t, f.s, NewMessages(3, f.route), 30*time.Second)))
+	f, fl, _ := behindFaults(t, h, 3)
 	fl.Down(t)
 	errs, _ = send(t, f.s, NewMessages(5, f.route), 2*bound)
 	check("destination down after a successful send", errs)
@@ -556,10 +559,7 @@ func testDisconnected(t *testing.T, h Harness) {
 
 func testCancelStopsSend(t *testing.T, h Harness) {
 	const latency = 5 * time.Second
-	d := h.NewDestination(t)
-	fl := faults(t, d)
-	f := setupOn(t, h, d, fl.Addr())
-	requireAllAcked(t, first(send(t, f.s, NewMessages(1, f.route), 30*time.Second)))
+	f, fl, _ := behindFaults(t, h, 1)
 	fl.SetLatency(t, latency)
 
 	msgs := NewMessages(50, f.route)
@@ -617,10 +617,7 @@ func testCancelledBeforeSend(t *testing.T, h Harness) {
 
 func testCloseFlushes(t *testing.T, h Harness) {
 	const latency = 300 * time.Millisecond
-	d := h.NewDestination(t)
-	fl := faults(t, d)
-	f := setupOn(t, h, d, fl.Addr())
-	requireAllAcked(t, first(send(t, f.s, NewMessages(1, f.route), 30*time.Second)))
+	f, fl, _ := behindFaults(t, h, 1)
 	fl.SetLatency(t, latency)
 
 	msgs := NewMessages(100, f.route)

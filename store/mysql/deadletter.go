@@ -11,6 +11,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/internal/sqlstore"
 )
 
 // DeadLetterMove moves up to Limit FAILED outbox rows to the dead-letter
@@ -125,55 +126,21 @@ var likeEscaper = strings.NewReplacer("!", "!!", "%", "!%", "_", "!_")
 // deadLetterWhere renders a filter (and a listing's cursor) as
 // " WHERE ..." (or "") and its args.
 func (d *Driver) deadLetterWhere(f *store.DeadLetterFilter, after *store.DeadLetterCursor) (string, []any, error) {
-	if err := f.Validate(); err != nil {
-		return "", nil, fmt.Errorf("%w: %w", ErrInvalidParams, err)
-	}
-	if f == nil {
-		f = &store.DeadLetterFilter{}
-	}
-	var conds []string
-	var args []any
-	if f.EventType != "" {
-		conds = append(conds, "event_type = ?")
-		args = append(args, f.EventType)
-	}
-	if f.Status != "" {
-		conds = append(conds, "status = ?")
-		args = append(args, f.Status)
-	}
-	if f.Key != "" {
-		conds = append(conds, "event_key = ?")
-		args = append(args, []byte(f.Key))
-	}
-	if f.ErrorContains != "" {
-		// Case-insensitive substring match.
-		conds = append(conds, "last_error COLLATE utf8mb4_general_ci LIKE ? ESCAPE '!'")
-		args = append(args, "%"+likeEscaper.Replace(strings.ToValidUTF8(f.ErrorContains, ""))+"%")
-	}
-	// Bounds in UTC, rounded up to DATETIME(6)'s microseconds
-	// (store.FilterBound); Validate kept them within the years DATETIME
-	// stores, so the text is never a five-digit year MySQL would misread.
-	if !f.FailedAfter.IsZero() {
-		conds = append(conds, "failed_at >= ?")
-		args = append(args, dbTimeArg(store.FilterBound(f.FailedAfter, time.Microsecond)))
-	}
-	if !f.FailedBefore.IsZero() {
-		conds = append(conds, "failed_at < ?")
-		args = append(args, dbTimeArg(store.FilterBound(f.FailedBefore, time.Microsecond)))
-	}
-	if len(f.IDs) > 0 {
-		conds = append(conds, inIDs("id IN ({{ids}})", len(f.IDs)))
-		args = idArgs(args, f.IDs)
-	}
-	if after != nil {
-		conds = append(conds, d.q.dlListAfter)
-		t := dbTimeArg(after.FailedAt)
-		args = append(args, t, t, after.ID.String())
-	}
-	if len(conds) == 0 {
-		return "", nil, nil
-	}
-	return " WHERE " + strings.Join(conds, " AND "), args, nil
+	return sqlstore.DeadLetterSQL{
+		KeyArg: func(key string) any { return []byte(key) },
+		ErrorContains: func(s string) (string, any) {
+			// Case-insensitive substring match.
+			return "last_error COLLATE utf8mb4_general_ci LIKE ? ESCAPE '!'",
+				"%" + likeEscaper.Replace(strings.ToValidUTF8(s, "")) + "%"
+		},
+		// Bounds in UTC, rounded up to DATETIME(6)'s microseconds, so the
+		// text is never a five-digit year MySQL would misread.
+		Time:      dbTimeArg,
+		Precision: time.Microsecond,
+		InIDs:     func(n int) string { return inIDs("id IN ({{ids}})", n) },
+		After:     d.q.dlListAfter,
+		Invalid:   ErrInvalidParams,
+	}.Where(f, after)
 }
 
 // listPage runs a listing statement (columns FROM the dead-letter table)
@@ -198,19 +165,8 @@ func (d *Driver) DeadLetterList(ctx context.Context, params *store.DeadLetterLis
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []*store.DeadLetter
-	for rows.Next() {
-		dl, err := scanDeadLetter(rows, false)
-		if err != nil {
-			return nil, wrap("dead-letter list", err)
-		}
-		out = append(out, dl)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, wrap("dead-letter list", err)
-	}
-	return out, nil
+	out, err := sqlstore.Collect(rows, nil, func(r *sql.Rows) (*store.DeadLetter, error) { return scanDeadLetter(r, false) })
+	return out, wrap("dead-letter list", err)
 }
 
 // DeadLetterListIDs lists the ids, failure times and statuses of the dead
@@ -220,19 +176,12 @@ func (d *Driver) DeadLetterListIDs(ctx context.Context, params *store.DeadLetter
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []store.DeadLetterEntry
-	for rows.Next() {
+	out, err := sqlstore.Collect(rows, nil, func(r *sql.Rows) (store.DeadLetterEntry, error) {
 		var e store.DeadLetterEntry
-		if err := rows.Scan(idScan{&e.ID}, nullTime{&e.FailedAt}, &e.Status); err != nil {
-			return nil, wrap("dead-letter list ids", err)
-		}
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, wrap("dead-letter list ids", err)
-	}
-	return out, nil
+		err := r.Scan(idScan{&e.ID}, nullTime{&e.FailedAt}, &e.Status)
+		return e, err
+	})
+	return out, wrap("dead-letter list ids", err)
 }
 
 // DeadLetterCount counts dead letters matching the filter.

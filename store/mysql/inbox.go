@@ -12,6 +12,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/internal/sqlstore"
 )
 
 var _ store.Inbox = (*Driver)(nil)
@@ -55,11 +56,8 @@ func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRec
 	if err != nil {
 		return nil, err
 	}
-	if params == nil {
-		return nil, fmt.Errorf("%w: nil InboxRecordParams", ErrInvalidParams)
-	}
-	if err := store.ValidateConsumerName(params.Consumer); err != nil {
-		return nil, fmt.Errorf("mysql: inbox record: %w", err)
+	if err := sqlstore.CheckInboxRecord("mysql", ErrInvalidParams, params); err != nil {
+		return nil, err
 	}
 	ids := store.SortedIDs(params.IDs)
 	if len(ids) == 0 {

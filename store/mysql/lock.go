@@ -10,6 +10,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/internal/sqlstore"
 )
 
 var _ store.OutboxLocker = (*Driver)(nil)
@@ -92,12 +93,8 @@ func (b *lockedBatch) Finish(ctx context.Context, params *store.OutboxFinishPara
 	}
 	var finished int64
 	for _, st := range stmts {
-		res, err := b.tx.ExecContext(ctx, st.query, st.args...)
-		if err == nil {
-			var n int64
-			n, err = res.RowsAffected()
-			finished += n
-		}
+		n, err := sqlstore.Affected(b.tx.ExecContext(ctx, st.query, st.args...))
+		finished += n
 		if err != nil {
 			_ = b.Rollback(ctx)
 			return nil, wrap("lock finish", err)

@@ -16,6 +16,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/internal/pertype"
+	"github.com/txbox/txbox/store/internal/sqlstore"
 )
 
 // Dialect is the name returned by Driver.Dialect.
@@ -111,7 +112,7 @@ type Driver struct {
 	deadlockRetries atomic.Int64
 
 	// ordered holds the ordered claim's cursors by event type.
-	ordered pertype.Map[orderedCursor]
+	ordered pertype.Map[sqlstore.Cursor]
 }
 
 var (
@@ -333,23 +334,17 @@ func (d *Driver) inTxOnce(ctx context.Context, fn func(tx *sql.Tx) error) error 
 func (d *Driver) exec(ctx context.Context, query string, args ...any) (int64, error) {
 	if d.sessionRC {
 		for attempt := 0; ; attempt++ {
-			res, err := d.db.ExecContext(ctx, query, args...)
-			if err != nil {
-				if d.retryDeadlock(ctx, err, attempt) {
-					continue
-				}
-				return 0, err
+			n, err := sqlstore.Affected(d.db.ExecContext(ctx, query, args...))
+			if err != nil && d.retryDeadlock(ctx, err, attempt) {
+				continue
 			}
-			return res.RowsAffected()
+			return n, err
 		}
 	}
 	var n int64
 	err := d.inTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, query, args...)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
+		var err error
+		n, err = sqlstore.Affected(tx.ExecContext(ctx, query, args...))
 		return err
 	})
 	return n, err

@@ -6,11 +6,11 @@ import (
 	"database/sql"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/internal/sqlstore"
 )
 
 // maxKeyRun bounds OutboxClaimParams.KeyRun: a longer run would only be
@@ -54,7 +54,10 @@ func maxWalk(limit int) int { return 4*limit + 64 }
 //     contiguous.
 func (d *Driver) claimOrderedIn(ctx context.Context, tx *sql.Tx, params *store.OutboxClaimParams, token txbox.ID, lock bool) ([]*store.OutboxRow, error) {
 	cur := d.orderedCursor(params.EventType)
-	after, hasAfter, sweepDue, sweepID := cur.start(time.Now())
+	after, hasAfter, sweepDue, sweepID := cur.Start(time.Now())
+	if sweepDue == "" {
+		sweepDue = sweepStart
+	}
 	limit, run := params.Limit, max(params.KeyRun, 1)
 	kw, err := d.keylessWindow(ctx, tx, params.EventType, sweepDue, sweepID, limit)
 	if err != nil {
@@ -64,7 +67,7 @@ func (d *Driver) claimOrderedIn(ctx context.Context, tx *sql.Tx, params *store.O
 	if err := d.walkKeys(ctx, tx, &w); err != nil {
 		return nil, err
 	}
-	cur.claimed(time.Now(), w.last, w.lastSet, kw.size, limit, kw.lastDue, kw.lastID)
+	cur.Claimed(time.Now(), w.last, w.lastSet, kw.size, limit, kw.lastDue, kw.lastID)
 	out, err := d.lockOrdered(ctx, tx, params.EventType, token, kw.ids, w.runs)
 	if err != nil || len(out) == 0 || lock {
 		return out, err
@@ -355,66 +358,8 @@ func (d *Driver) keyRuns(ctx context.Context, tx *sql.Tx, typ string, keys [][]b
 	return out, nil
 }
 
-// orderedCursor holds, per event type, where the next ordered claim of
-// this driver starts: the last key walked, so successive claims take
-// different keys and every key gets its turn, and the keyless sweep's
-// (due_at, id). A hint held in memory: losing it costs a claim that starts
-// at the first key, never a row.
-type orderedCursor struct {
-	mu       sync.Mutex
-	key      string
-	hasKey   bool
-	due, id  string // due "": sweep from the start
-	peeked   bool   // the last claim peeked: the next one continues the sweep
-	rescanAt time.Time
-}
-
-// sweepRescan is how often a claim peeks at the oldest rows while the
-// keyless sweep is under way, so a keyless row that committed behind the
-// sweep waits about this long.
-const sweepRescan = 5 * time.Second
-
-// sweepStart is below every DATETIME(6) value.
+// sweepStart is below every DATETIME(6) value: the keyless window's lower
+// bound when the sweep starts from the oldest row.
 const sweepStart = "1000-01-01 00:00:00.000000"
 
-func (d *Driver) orderedCursor(eventType string) *orderedCursor { return d.ordered.Get(eventType) }
-
-// start returns the key to walk after and the keyless window's lower
-// bound. Once every sweepRescan, while a sweep is under way, one claim's
-// window starts from the oldest row instead (a peek) and the sweep keeps
-// its position, so it always gets past a long run of blocked rows,
-// however slowly.
-func (c *orderedCursor) start(now time.Time) (after string, hasAfter bool, due, id string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.due == "" {
-		return c.key, c.hasKey, sweepStart, ""
-	}
-	if !now.Before(c.rescanAt) && !c.peeked {
-		c.peeked = true
-		c.rescanAt = now.Add(sweepRescan)
-		return c.key, c.hasKey, sweepStart, ""
-	}
-	c.peeked = false
-	return c.key, c.hasKey, c.due, c.id
-}
-
-// claimed records a claim's last key and keyless window. A window that was
-// not full reached the end of the due rows: the sweep starts over.
-// Otherwise the sweep only moves forward (a peek ends behind it). Both
-// values are DATETIME(6) text and canonical ids, which sort as text.
-func (c *orderedCursor) claimed(now time.Time, key string, hasKey bool, window, limit int, due, id string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.key, c.hasKey = key, hasKey
-	switch {
-	case window < limit:
-		c.due, c.id = "", ""
-		c.rescanAt = now.Add(sweepRescan)
-	case c.due == "":
-		c.due, c.id = due, id
-		c.rescanAt = now.Add(sweepRescan)
-	case due > c.due || (due == c.due && id > c.id):
-		c.due, c.id = due, id
-	}
-}
+func (d *Driver) orderedCursor(eventType string) *sqlstore.Cursor { return d.ordered.Get(eventType) }

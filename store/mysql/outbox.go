@@ -3,7 +3,6 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/internal/sqlstore"
 )
 
 // execCommitter is the method set OutboxInsert accepts besides *sql.Tx: the
@@ -153,7 +153,7 @@ func (d *Driver) insertSQL(events []*txbox.Event) (string, []any, error) {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		headers, err := encodeHeaders(ev.Headers)
+		headers, err := sqlstore.EncodeHeaders("mysql", ev.Headers)
 		if err != nil {
 			return "", nil, err
 		}
@@ -174,17 +174,6 @@ func (d *Driver) insertSQL(events []*txbox.Event) (string, []any, error) {
 		}
 	}
 	return b.String(), args, nil
-}
-
-func encodeHeaders(h map[string]string) (string, error) {
-	if len(h) == 0 {
-		return "{}", nil
-	}
-	b, err := json.Marshal(h)
-	if err != nil {
-		return "", fmt.Errorf("mysql: encode headers: %w", err)
-	}
-	return string(b), nil
 }
 
 // OutboxClaim claims up to Limit due PENDING rows of one type in one short

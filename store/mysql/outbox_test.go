@@ -260,10 +260,7 @@ func TestFencingAndLeaseRecovery(t *testing.T) {
 			t.Fatalf("recovered row: %s attempts %d, want PENDING 0", s, a)
 		}
 	}
-	second, err := d.OutboxClaim(ctx, &store.OutboxClaimParams{EventType: "fence", Limit: 10, LeaseDuration: time.Minute})
-	if err != nil || len(second) != 3 {
-		t.Fatalf("reclaim: %d rows, %v", len(second), err)
-	}
+	second := claimN(t, d, "fence", 10, 3)
 	// The first relay wakes up and finishes with its stale token: nothing
 	// changes.
 	var stale []store.OutboxFinishItem
@@ -303,10 +300,7 @@ func TestFinishOutcomes(t *testing.T) {
 	d := setup(t)
 	ctx := context.Background()
 	evs := publish(t, d, events("out", 5)...)
-	rows, err := d.OutboxClaim(ctx, &store.OutboxClaimParams{EventType: "out", Limit: 10, LeaseDuration: time.Minute})
-	if err != nil || len(rows) != 5 {
-		t.Fatalf("claim: %d, %v", len(rows), err)
-	}
+	rows := claimN(t, d, "out", 10, 5)
 	tok := rows[0].LeaseToken
 	bad := "bad \xff utf8 " + strings.Repeat("e", 20000)
 	items := []store.OutboxFinishItem{
@@ -388,10 +382,7 @@ func TestClaimOrderAndNotBefore(t *testing.T) {
 	evs[4].NotBefore = time.Now().Add(-time.Hour) // past: due now
 	publish(t, d, evs...)
 	publish(t, d, &txbox.Event{ID: txbox.NewID(), Type: "other"})
-	rows, err := d.OutboxClaim(ctx, &store.OutboxClaimParams{EventType: "ord", Limit: 3, LeaseDuration: time.Minute})
-	if err != nil || len(rows) != 3 {
-		t.Fatalf("claim: %d, %v", len(rows), err)
-	}
+	rows := claimN(t, d, "ord", 3, 3)
 	want := []txbox.ID{evs[0].ID, evs[2].ID, evs[3].ID}
 	for i := range want {
 		if rows[i].ID != want[i] || rows[i].LeaseToken != rows[0].LeaseToken {

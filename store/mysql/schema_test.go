@@ -23,7 +23,6 @@ import (
 func TestPlainSQLProducer(t *testing.T) {
 	t.Parallel()
 	d := setup(t)
-	ctx := context.Background()
 	before := publish(t, d, &txbox.Event{Type: "plain", Payload: []byte("go-1")})[0]
 	// UUIDv7 order is by millisecond: let the clock pass one.
 	waitClock(2 * time.Millisecond)
@@ -33,10 +32,7 @@ func TestPlainSQLProducer(t *testing.T) {
 	waitClock(2 * time.Millisecond)
 	after := publish(t, d, &txbox.Event{Type: "plain", Payload: []byte("go-2")})[0]
 
-	rows, err := d.OutboxClaim(ctx, &store.OutboxClaimParams{EventType: "plain", Limit: 10, LeaseDuration: time.Minute})
-	if err != nil || len(rows) != 3 {
-		t.Fatalf("claim: %d rows, %v", len(rows), err)
-	}
+	rows := claimN(t, d, "plain", 10, 3)
 	var sqlRow *store.OutboxRow
 	for _, r := range rows {
 		if string(r.Payload) == `{"from":"sql"}` {
@@ -415,10 +411,7 @@ func TestDeadLetterRetrySkipsIDsBackInTheOutbox(t *testing.T) {
 	d := setup(t)
 	ctx := context.Background()
 	evs := publish(t, d, events("dl", 2)...)
-	rows, err := d.OutboxClaim(ctx, &store.OutboxClaimParams{EventType: "dl", Limit: 2, LeaseDuration: time.Minute})
-	if err != nil || len(rows) != 2 {
-		t.Fatalf("claim: %d %v", len(rows), err)
-	}
+	rows := claimN(t, d, "dl", 2, 2)
 	var items []store.OutboxFinishItem
 	for _, r := range rows {
 		items = append(items, store.OutboxFinishItem{ID: r.ID, LeaseToken: r.LeaseToken, Outcome: store.OutcomeFailed, Error: "x"})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"testing"
+	"time"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
@@ -61,6 +62,17 @@ func publish(t testing.TB, d *Driver, events ...*txbox.Event) []*txbox.Event {
 		t.Fatal(err)
 	}
 	return events
+}
+
+// claimN claims up to limit rows of typ with a minute's lease and fails t
+// unless it got want.
+func claimN(t testing.TB, d *Driver, typ string, limit, want int) []*store.OutboxRow {
+	t.Helper()
+	rows, err := d.OutboxClaim(context.Background(), &store.OutboxClaimParams{EventType: typ, Limit: limit, LeaseDuration: time.Minute})
+	if err != nil || len(rows) != want {
+		t.Fatalf("claim of %s: %d rows, %v; want %d", typ, len(rows), err, want)
+	}
+	return rows
 }
 
 // events makes n events of one type with small distinct payloads.

@@ -239,7 +239,9 @@ func (s *pgStream) Confirm(ctx context.Context, end uint64, captured []txbox.ID)
 			return translate("stream confirm: delete captured rows", err)
 		}
 	}
-	tag, err := tx.Exec(ctx, `UPDATE `+d.walStateTable()+` SET confirmed_lsn = $2::text::pg_lsn, confirmed_at = now() WHERE slot_name = $1`,
+	// GREATEST: a relay that lost the slot while paused and confirms late
+	// never moves the position back below the one its successor persisted.
+	tag, err := tx.Exec(ctx, `UPDATE `+d.walStateTable()+` SET confirmed_lsn = GREATEST(confirmed_lsn, $2::text::pg_lsn), confirmed_at = now() WHERE slot_name = $1`,
 		d.wal.Slot, pglogrepl.LSN(end).String())
 	if err != nil {
 		return translate("stream confirm: persist the position", err)

@@ -530,3 +530,16 @@ func syncStandbyTokens(s string) ([]syncToken, bool) {
 	}
 	return toks, true
 }
+
+// CheckStream runs the checks OpenStream makes before it connects:
+// wal_level, synchronous_standby_names against the application_name, and
+// the slot (present in this database, not invalidated). A slot another
+// relay streams passes. It opens no replication connection, so it cannot
+// tell whether the role may replicate; `config check --connect` says so.
+func (d *Driver) CheckStream(ctx context.Context) error {
+	_, err := d.checkStream(ctx)
+	if errors.Is(err, store.ErrStreamBusy) {
+		return nil
+	}
+	return err
+}

@@ -1,6 +1,8 @@
 package postgres_test
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -9,6 +11,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres"
+	"github.com/txbox/txbox/store/storeharness"
 )
 
 // TestUpgradeToVersion2DeadLettersBadHeaders: upgrading a database that
@@ -82,5 +85,20 @@ func TestUpgradeToVersion2DeadLettersBadHeaders(t *testing.T) {
 	// leaves it where it is, without failing.
 	if n, err := d.DeadLetterRetry(ctx, []txbox.ID{bad}); err != nil || n != 0 {
 		t.Fatalf("retry of the bad dead letter = %d, %v; want 0 and no error", n, err)
+	}
+}
+
+// TestSchemaInstallDropsTheReplacedKeyIndex: version 5 replaced the key
+// index, but dropped the old one by its bare name, which missed it in a
+// configured schema; version 6 drops it by its qualified name.
+func TestSchemaInstallDropsTheReplacedKeyIndex(t *testing.T) {
+	d := storeharness.PostgresDriver(t)
+	var gone bool
+	q := fmt.Sprintf("SELECT to_regclass('%s.txbox_outbox_key_idx') IS NULL AND to_regclass('%s.txbox_outbox_key_order_idx') IS NOT NULL", d.Tables().Schema, d.Tables().Schema)
+	if err := d.Pool().QueryRow(context.Background(), q).Scan(&gone); err != nil {
+		t.Fatal(err)
+	}
+	if !gone {
+		t.Error("the version 1 key index is still in the schema after migrating to the latest version")
 	}
 }

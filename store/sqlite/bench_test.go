@@ -83,18 +83,7 @@ func BenchmarkPublish(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				runBox := func() {
-					tx, err := d.DB().BeginTx(ctx, nil)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if err := d.OutboxInsert(ctx, tx, &store.OutboxInsertParams{Events: evs}); err != nil {
-						b.Fatal(err)
-					}
-					if err := tx.Commit(); err != nil {
-						b.Fatal(err)
-					}
-				}
+				runBox := func() { publish(b, d, evs...) }
 				// Alternate which side goes first so neither always pays
 				// for the other's WAL growth or checkpoint.
 				if i%2 == 0 {
@@ -121,23 +110,13 @@ func timed(f func()) time.Duration {
 // fill inserts n bench events into d in transactions of 500.
 func fill(b *testing.B, d *Driver, n int) {
 	b.Helper()
-	ctx := context.Background()
 	for done := 0; done < n; {
 		k := min(500, n-done)
 		evs := make([]*txbox.Event, k)
 		for i := range evs {
 			evs[i] = benchEvent()
 		}
-		tx, err := d.DB().BeginTx(ctx, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := d.OutboxInsert(ctx, tx, &store.OutboxInsertParams{Events: evs}); err != nil {
-			b.Fatal(err)
-		}
-		if err := tx.Commit(); err != nil {
-			b.Fatal(err)
-		}
+		publish(b, d, evs...)
 		done += k
 	}
 }

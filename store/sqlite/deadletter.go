@@ -5,11 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/internal/sqlstore"
 )
 
 // DeadLetterMove moves up to Limit FAILED rows, lowest id first, into the
@@ -67,11 +67,7 @@ func execChunked(ctx context.Context, tx *sql.Tx, prefix string, ids []any) (int
 	total := 0
 	for start := 0; start < len(ids); start += maxListIDs {
 		chunk := ids[start:min(start+maxListIDs, len(ids))]
-		r, err := tx.ExecContext(ctx, prefix+placeholders(len(chunk)), chunk...)
-		if err != nil {
-			return 0, err
-		}
-		n, err := r.RowsAffected()
+		n, err := sqlstore.Affected(tx.ExecContext(ctx, prefix+placeholders(len(chunk)), chunk...))
 		if err != nil {
 			return 0, err
 		}
@@ -80,59 +76,23 @@ func execChunked(ctx context.Context, tx *sql.Tx, prefix string, ids []any) (int
 	return total, nil
 }
 
-// deadLetterWhere renders the filter (and cursor) as a WHERE clause with
-// its arguments.
-func deadLetterWhere(f *store.DeadLetterFilter, after *store.DeadLetterCursor) (string, []any, error) {
-	if err := f.Validate(); err != nil {
-		return "", nil, fmt.Errorf("%w: %w", ErrInvalidParams, err)
-	}
-	var conds []string
-	var args []any
-	if f != nil {
-		if f.EventType != "" {
-			conds = append(conds, "event_type = ?")
-			args = append(args, f.EventType)
-		}
-		if f.Status != "" {
-			conds = append(conds, "status = ?")
-			args = append(args, f.Status)
-		}
-		if f.Key != "" {
-			conds = append(conds, "event_key = ?")
-			args = append(args, f.Key)
-		}
-		if f.ErrorContains != "" {
-			// instr, not LIKE: the user's text has no wildcards to
-			// escape. Case-insensitive for ASCII, like a search box.
-			conds = append(conds, "instr(lower(coalesce(last_error, '')), lower(?)) > 0")
-			args = append(args, f.ErrorContains)
-		}
-		// Times are text, compared as text: Validate kept the bounds to
-		// four-digit years, and they are rounded up to the schema's
-		// milliseconds (store.FilterBound) so that, say, 12:00:00.0005
-		// does not select a row stored at 12:00:00.000.
-		if !f.FailedAfter.IsZero() {
-			conds = append(conds, "failed_at >= ?")
-			args = append(args, formatTime(store.FilterBound(f.FailedAfter, time.Millisecond)))
-		}
-		if !f.FailedBefore.IsZero() {
-			conds = append(conds, "failed_at < ?")
-			args = append(args, formatTime(store.FilterBound(f.FailedBefore, time.Millisecond)))
-		}
-		if len(f.IDs) > 0 {
-			conds = append(conds, "id IN "+placeholders(len(f.IDs)))
-			args = append(args, idArgs(f.IDs)...)
-		}
-	}
-	if after != nil {
-		conds = append(conds, "(failed_at < ? OR (failed_at = ? AND id < ?))")
-		ts := formatTime(after.FailedAt)
-		args = append(args, ts, ts, after.ID.String())
-	}
-	if len(conds) == 0 {
-		return "", nil, nil
-	}
-	return " WHERE " + strings.Join(conds, " AND "), args, nil
+// deadLetterSQL is how the filter (and cursor) of a dead-letter listing
+// are written for SQLite.
+var deadLetterSQL = sqlstore.DeadLetterSQL{
+	KeyArg: func(key string) any { return key },
+	ErrorContains: func(s string) (string, any) {
+		// instr, not LIKE: the user's text has no wildcards to escape.
+		// Case-insensitive for ASCII, like a search box.
+		return "instr(lower(coalesce(last_error, '')), lower(?)) > 0", s
+	},
+	// Times are text, compared as text, rounded up to the schema's
+	// milliseconds so that, say, 12:00:00.0005 does not select a row
+	// stored at 12:00:00.000.
+	Time:      formatTime,
+	Precision: time.Millisecond,
+	InIDs:     func(n int) string { return "id IN " + placeholders(n) },
+	After:     "(failed_at < ? OR (failed_at = ? AND id < ?))",
+	Invalid:   ErrInvalidParams,
 }
 
 // listPage runs a listing statement (columns FROM the dead-letter table)
@@ -144,7 +104,7 @@ func (d *Driver) listPage(ctx context.Context, op, query string, params *store.D
 	if err := d.check(); err != nil {
 		return nil, err
 	}
-	where, args, err := deadLetterWhere(&params.Filter, params.After)
+	where, args, err := deadLetterSQL.Where(&params.Filter, params.After)
 	if err != nil {
 		return nil, err
 	}
@@ -164,16 +124,8 @@ func (d *Driver) DeadLetterList(ctx context.Context, params *store.DeadLetterLis
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	out := []*store.DeadLetter{}
-	for rows.Next() {
-		dl, err := scanDeadLetter(rows, false)
-		if err != nil {
-			return nil, d.translate(fmt.Errorf("dead-letter list: %w", err))
-		}
-		out = append(out, dl)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := sqlstore.Collect(rows, []*store.DeadLetter{}, func(r *sql.Rows) (*store.DeadLetter, error) { return scanDeadLetter(r, false) })
+	if err != nil {
 		return nil, d.translate(fmt.Errorf("dead-letter list: %w", err))
 	}
 	return out, nil
@@ -187,19 +139,15 @@ func (d *Driver) DeadLetterListIDs(ctx context.Context, params *store.DeadLetter
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []store.DeadLetterEntry
-	for rows.Next() {
+	out, err := sqlstore.Collect(rows, nil, func(r *sql.Rows) (store.DeadLetterEntry, error) {
 		var id, failed string
 		var e store.DeadLetterEntry
-		if err := rows.Scan(&id, &failed, &e.Status); err != nil {
-			return nil, d.translate(fmt.Errorf("dead-letter list ids: %w", err))
-		}
+		err := r.Scan(&id, &failed, &e.Status)
 		e.ID, _ = txbox.ParseID(id)
 		e.FailedAt, _ = parseTime(failed)
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
+		return e, err
+	})
+	if err != nil {
 		return nil, d.translate(fmt.Errorf("dead-letter list ids: %w", err))
 	}
 	return out, nil
@@ -253,7 +201,7 @@ func (d *Driver) DeadLetterCount(ctx context.Context, filter *store.DeadLetterFi
 	if err := d.check(); err != nil {
 		return 0, err
 	}
-	where, args, err := deadLetterWhere(filter, nil)
+	where, args, err := deadLetterSQL.Where(filter, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -347,14 +295,7 @@ func (d *Driver) changeIDs(ctx context.Context, what, prefix string, ids []txbox
 // DeadLetterCleanup deletes up to Limit RESOLVED dead letters resolved more
 // than OlderThan ago.
 func (d *Driver) DeadLetterCleanup(ctx context.Context, params *store.CleanupParams) (int, error) {
-	if err := validCleanup(params); err != nil {
-		return 0, err
-	}
-	n, err := d.writeExec(ctx, d.q.deadLetterCleanup, modifier(-params.OlderThan), params.Limit)
-	if err != nil {
-		return 0, fmt.Errorf("dead-letter cleanup: %w", err)
-	}
-	return n, nil
+	return d.cleanup(ctx, "dead-letter cleanup", d.q.deadLetterCleanup, params)
 }
 
 func dedupe(ids []txbox.ID) []txbox.ID {

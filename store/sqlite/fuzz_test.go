@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"testing"
 	"time"
+
+	"github.com/txbox/txbox/store/internal/sqlstore"
 )
 
 // FuzzHeaders: whatever a plain-SQL producer writes into the headers
@@ -18,7 +20,7 @@ func FuzzHeaders(f *testing.F) {
 		if m == nil {
 			t.Fatal("nil headers map")
 		}
-		enc, err := encodeHeaders(m)
+		enc, err := sqlstore.EncodeHeaders("sqlite", m)
 		if err != nil {
 			// json.Marshal replaces invalid UTF-8; it does not fail on a
 			// map[string]string.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/internal/sqlstore"
 )
 
 var _ store.Inbox = (*Driver)(nil)
@@ -87,11 +88,8 @@ func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRec
 	if err != nil {
 		return nil, err
 	}
-	if params == nil {
-		return nil, fmt.Errorf("%w: nil InboxRecordParams", ErrInvalidParams)
-	}
-	if err := store.ValidateConsumerName(params.Consumer); err != nil {
-		return nil, fmt.Errorf("sqlite: inbox record: %w", err)
+	if err := sqlstore.CheckInboxRecord("sqlite", ErrInvalidParams, params); err != nil {
+		return nil, err
 	}
 	if len(params.IDs) == 0 {
 		return nil, nil
@@ -149,14 +147,7 @@ func inboxQueryerOf(tx any) (inboxQueryer, error) {
 // InboxCleanup deletes up to Limit ids recorded more than OlderThan ago, on
 // the database clock, oldest first, through the processed_at index.
 func (d *Driver) InboxCleanup(ctx context.Context, params *store.CleanupParams) (int, error) {
-	if err := validCleanup(params); err != nil {
-		return 0, err
-	}
-	n, err := d.writeExec(ctx, d.q.inboxCleanup, modifier(-params.OlderThan), params.Limit)
-	if err != nil {
-		return 0, fmt.Errorf("inbox cleanup: %w", err)
-	}
-	return n, nil
+	return d.cleanup(ctx, "inbox cleanup", d.q.inboxCleanup, params)
 }
 
 // SQLTx returns the *sql.Tx inside the tx an inbox handler receives from a

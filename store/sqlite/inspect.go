@@ -56,12 +56,9 @@ FROM {instance} ORDER BY seen_at DESC, instance_id`)
 // OutboxInspect returns per-type details of the unfinished rows. See
 // store.Inspector.
 func (d *Driver) OutboxInspect(ctx context.Context) ([]*store.OutboxTypeDetail, error) {
-	if err := d.check(); err != nil {
-		return nil, err
-	}
-	rows, err := d.db.QueryContext(ctx, d.q.inspectGroups)
+	rows, err := d.query(ctx, "inspect", d.q.inspectGroups)
 	if err != nil {
-		return nil, d.translate(fmt.Errorf("inspect: %w", err))
+		return nil, err
 	}
 	var acc inspect.Acc
 	err = acc.AddGroups(rows, func(g *inspect.Group) error {
@@ -139,12 +136,9 @@ func (d *Driver) InstanceHeartbeat(ctx context.Context, params *store.InstanceHe
 
 // InstanceList lists the heartbeat rows, most recently seen first.
 func (d *Driver) InstanceList(ctx context.Context) ([]*store.Instance, error) {
-	if err := d.check(); err != nil {
-		return nil, err
-	}
-	rows, err := d.db.QueryContext(ctx, d.q.instanceList)
+	rows, err := d.query(ctx, "instances", d.q.instanceList)
 	if err != nil {
-		return nil, d.translate(fmt.Errorf("instances: %w", err))
+		return nil, err
 	}
 	defer rows.Close()
 	out, err := inspect.ScanAll(rows, func(in *store.Instance) error {

@@ -4,8 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"sync"
 	"time"
+
+	"github.com/txbox/txbox/store/internal/sqlstore"
 )
 
 // maxKeyRun bounds OutboxClaimParams.KeyRun: a longer run would only be
@@ -34,7 +35,7 @@ type orderedClaim struct {
 	limit int
 	run   int
 	lease string
-	cur   *orderedCursor
+	cur   *sqlstore.Cursor
 }
 
 // maxWalk bounds the keys one ordered claim visits; see the PostgreSQL
@@ -43,7 +44,7 @@ func maxWalk(limit int) int { return 4*limit + 64 }
 
 // pick returns the ids to claim.
 func (o *orderedClaim) pick(ctx context.Context, d *Driver, tx *sql.Tx) ([]string, error) {
-	after, sweepDue, sweepID := o.cur.start(time.Now())
+	after, _, sweepDue, sweepID := o.cur.Start(time.Now())
 	var ids []string
 	// Keyless rows.
 	rows, err := d.txQuery(ctx, tx, d.q.orderedWindow, o.typ, sweepDue, sweepID, o.limit)
@@ -90,7 +91,7 @@ func (o *orderedClaim) pick(ctx context.Context, d *Driver, tx *sql.Tx) ([]strin
 		ids = append(ids, run...)
 		key, last = next, next
 	}
-	o.cur.claimed(time.Now(), last, window, o.limit, lastDue, lastID)
+	o.cur.Claimed(time.Now(), last, last != "", window, o.limit, lastDue, lastID)
 	return ids, nil
 }
 
@@ -125,60 +126,7 @@ func (o *orderedClaim) key(ctx context.Context, d *Driver, tx *sql.Tx, after str
 	return key, run, rows.Err()
 }
 
-// orderedCursor holds, per event type, where the next ordered claim of
-// this driver starts: the last key walked, so successive claims take
-// different keys and every key gets its turn, and the keyless sweep's
-// (due_at, id). A hint held in memory, like the PostgreSQL driver's.
-type orderedCursor struct {
-	mu       sync.Mutex
-	key      string
-	due, id  string // "" : sweep from the start
-	peeked   bool   // the last claim peeked: the next one continues the sweep
-	rescanAt time.Time
-}
-
-// sweepRescan is how often a claim peeks at the oldest rows while the
-// keyless sweep is under way, so a keyless row that committed behind the
-// sweep waits about this long.
-const sweepRescan = 5 * time.Second
-
-func (d *Driver) orderedCursor(eventType string) *orderedCursor { return d.ordered.Get(eventType) }
-
-// start returns the key to walk after and the keyless window's lower
-// bound ("": from the start). Once every sweepRescan, while a sweep is
-// under way, one claim's window starts from the oldest row instead (a
-// peek, never two in a row) and the sweep keeps its position, so it always gets past a long
-// run of blocked rows, however slowly.
-func (c *orderedCursor) start(now time.Time) (after, due, id string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.due != "" && !now.Before(c.rescanAt) && !c.peeked {
-		c.peeked = true
-		c.rescanAt = now.Add(sweepRescan)
-		return c.key, "", ""
-	}
-	c.peeked = false
-	return c.key, c.due, c.id
-}
-
-// claimed records a claim's last key and keyless window. A window that was
-// not full reached the end of the due rows: the sweep starts over.
-// Otherwise the sweep only moves forward (a peek ends behind it).
-func (c *orderedCursor) claimed(now time.Time, key string, window, limit int, due, id string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.key = key
-	switch {
-	case window < limit:
-		c.due, c.id = "", ""
-		c.rescanAt = now.Add(sweepRescan)
-	case c.due == "":
-		c.due, c.id = due, id
-		c.rescanAt = now.Add(sweepRescan)
-	case due > c.due || (due == c.due && id > c.id):
-		c.due, c.id = due, id
-	}
-}
+func (d *Driver) orderedCursor(eventType string) *sqlstore.Cursor { return d.ordered.Get(eventType) }
 
 // idsJSON encodes ids as a JSON array for json_each.
 func idsJSON(ids []string) string {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/internal/sqlstore"
 )
 
 // Execer is the method set OutboxInsert needs from a transaction, besides
@@ -112,7 +113,7 @@ func (d *Driver) OutboxInsert(ctx context.Context, tx any, params *store.OutboxI
 		}
 		args := make([]any, 0, len(chunk)*per)
 		for _, e := range chunk {
-			h, err := encodeHeaders(e.Headers)
+			h, err := sqlstore.EncodeHeaders("sqlite", e.Headers)
 			if err != nil {
 				return err
 			}
@@ -173,17 +174,6 @@ func (d *Driver) insertSQL(n int, withDue bool) string {
 		b.WriteString(row)
 	}
 	return b.String()
-}
-
-func encodeHeaders(h map[string]string) (string, error) {
-	if len(h) == 0 {
-		return "{}", nil
-	}
-	b, err := json.Marshal(h)
-	if err != nil {
-		return "", fmt.Errorf("sqlite: encode headers: %w", err)
-	}
-	return string(b), nil
 }
 
 // decodeHeaders reads the headers column leniently (see
@@ -457,16 +447,15 @@ func (d *Driver) planFinish(params *store.OutboxFinishParams) (*finishRun, error
 // transaction counts once.
 func (f *finishRun) run(ctx context.Context, d *Driver, tx *sql.Tx) error {
 	f.finished = 0
-	for _, tok := range f.tokens {
-		r, err := d.txExec(ctx, tx, f.ackSQL, tok.String(), f.ackIDs[tok])
-		if err != nil {
-			return err
-		}
-		n, err := r.RowsAffected()
-		if err != nil {
-			return err
-		}
+	count := func(r sql.Result, err error) error {
+		n, err := sqlstore.Affected(r, err)
 		f.finished += int(n)
+		return err
+	}
+	for _, tok := range f.tokens {
+		if err := count(d.txExec(ctx, tx, f.ackSQL, tok.String(), f.ackIDs[tok])); err != nil {
+			return err
+		}
 	}
 	for _, it := range f.others {
 		var (
@@ -483,14 +472,9 @@ func (f *finishRun) run(ctx context.Context, d *Driver, tx *sql.Tx) error {
 		case store.OutcomeReleased:
 			r, err = d.txExec(ctx, tx, d.q.finishReleas, modifier(it.RetryAfter), it.ID.String(), it.LeaseToken.String())
 		}
-		if err != nil {
+		if err := count(r, err); err != nil {
 			return err
 		}
-		n, err := r.RowsAffected()
-		if err != nil {
-			return err
-		}
-		f.finished += int(n)
 	}
 	return nil
 }
@@ -513,25 +497,32 @@ func (d *Driver) OutboxRecover(ctx context.Context, params *store.OutboxRecoverP
 func (d *Driver) writeExec(ctx context.Context, query string, args ...any) (int, error) {
 	var n int64
 	err := d.write(ctx, func(tx *sql.Tx) error {
-		r, err := tx.ExecContext(ctx, query, args...)
-		if err != nil {
-			return err
-		}
-		n, err = r.RowsAffected()
+		var err error
+		n, err = sqlstore.Affected(tx.ExecContext(ctx, query, args...))
 		return err
 	})
 	return int(n), err
 }
 
-// OutboxPendingTypes lists the types with PENDING rows, sorted, with a
-// loose index scan of the claim index.
-func (d *Driver) OutboxPendingTypes(ctx context.Context) ([]string, error) {
+// query runs a read statement on the pool once the driver is usable
+// (check); an error names op.
+func (d *Driver) query(ctx context.Context, op, query string, args ...any) (*sql.Rows, error) {
 	if err := d.check(); err != nil {
 		return nil, err
 	}
-	rows, err := d.db.QueryContext(ctx, d.q.pendingTypes)
+	rows, err := d.db.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, d.translate(fmt.Errorf("outbox pending types: %w", err))
+		return nil, d.translate(fmt.Errorf("%s: %w", op, err))
+	}
+	return rows, nil
+}
+
+// OutboxPendingTypes lists the types with PENDING rows, sorted, with a
+// loose index scan of the claim index.
+func (d *Driver) OutboxPendingTypes(ctx context.Context) ([]string, error) {
+	rows, err := d.query(ctx, "outbox pending types", d.q.pendingTypes)
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
 	types := []string{}
@@ -549,12 +540,9 @@ func (d *Driver) OutboxPendingTypes(ctx context.Context) ([]string, error) {
 // the oldest PENDING row on the database clock, sorted by type. Types with
 // only PROCESSED rows are not listed.
 func (d *Driver) OutboxStats(ctx context.Context) ([]*store.OutboxTypeStats, error) {
-	if err := d.check(); err != nil {
-		return nil, err
-	}
-	rows, err := d.db.QueryContext(ctx, d.q.stats)
+	rows, err := d.query(ctx, "outbox stats", d.q.stats)
 	if err != nil {
-		return nil, d.translate(fmt.Errorf("outbox stats: %w", err))
+		return nil, err
 	}
 	defer rows.Close()
 	out := []*store.OutboxTypeStats{}
@@ -575,12 +563,18 @@ func (d *Driver) OutboxStats(ctx context.Context) ([]*store.OutboxTypeStats, err
 // OutboxCleanup deletes up to Limit PROCESSED rows processed more than
 // OlderThan ago, oldest first.
 func (d *Driver) OutboxCleanup(ctx context.Context, params *store.CleanupParams) (int, error) {
+	return d.cleanup(ctx, "outbox cleanup", d.q.cleanup, params)
+}
+
+// cleanup runs a cleanup statement, whose arguments are the age modifier
+// and the limit, in a write transaction.
+func (d *Driver) cleanup(ctx context.Context, op, query string, params *store.CleanupParams) (int, error) {
 	if err := validCleanup(params); err != nil {
 		return 0, err
 	}
-	n, err := d.writeExec(ctx, d.q.cleanup, modifier(-params.OlderThan), params.Limit)
+	n, err := d.writeExec(ctx, query, modifier(-params.OlderThan), params.Limit)
 	if err != nil {
-		return 0, fmt.Errorf("outbox cleanup: %w", err)
+		return 0, fmt.Errorf("%s: %w", op, err)
 	}
 	return n, nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/internal/pertype"
+	"github.com/txbox/txbox/store/internal/sqlstore"
 )
 
 // sqliteBusy is SQLITE_BUSY, the primary result code (low byte) of a
@@ -125,7 +126,7 @@ type Driver struct {
 	warmed atomic.Bool
 
 	// ordered holds the ordered claim's cursors by event type.
-	ordered pertype.Map[orderedCursor]
+	ordered pertype.Map[sqlstore.Cursor]
 }
 
 var (

@@ -33,6 +33,7 @@ var tables = []table{
 		{keys: []string{"wal.application-name"}, def: "`" + postgres.DefaultApplicationName + "`", meaning: "the replication connection's `application_name`; the relay refuses to start when `synchronous_standby_names` would match it"},
 		{keys: []string{"wal.sender-timeout"}, def: postgres.DefaultSenderTimeout.String(), meaning: "`wal_sender_timeout` of the replication connection: how long the server waits for a stopped relay before a standby can take the slot"},
 		{keys: []string{"wal.window"}, def: fmt.Sprint(relay.DefaultStreamWindow), meaning: "events the relay holds between reading and confirming, all types together: its memory bound for a backlog of any size"},
+		{keys: []string{"wal.window-bytes"}, def: fmt.Sprintf("%d (64 MiB)", relay.DefaultStreamWindowBytes), meaning: "the same bound in bytes of payloads, keys and headers; one larger event still passes alone"},
 		{keys: []string{"wal.lane-queue"}, def: fmt.Sprint(relay.DefaultStreamLaneQueue), meaning: "events one type holds waiting for a send; past it the type's events spill into the outbox table, so a slow destination holds back no other type"},
 		{keys: []string{"wal.status-interval"}, def: relay.DefaultStreamStatusInterval.String(), meaning: "how often the relay reports its position to the server, on a timer of its own"},
 		{keys: []string{"wal.standby-interval"}, def: relay.DefaultStreamStandbyInterval.String(), meaning: "how often a standby relay asks for the slot (±20%)"},

@@ -6,10 +6,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/sender"
 )
 
 // CloudEventsCheck wraps a Pipeline's Handler for the round trips in the
@@ -100,4 +102,38 @@ func RunConsumer(t testing.TB, run func(ctx context.Context) error) {
 		cancel()
 		<-done
 	})
+}
+
+// CloudEventsRoundTrip is what one broker adapter brings to the
+// CloudEvents round trip (Pipeline.RunCloudEventsRoundTrip).
+type CloudEventsRoundTrip struct {
+	// Sender and Route deliver in the cloudevents format (set by either);
+	// the round trip closes Sender when the test ends.
+	Sender sender.Sender
+	Route  sender.Route
+	// Prefix is how the broker's binding names the attributes (ce-, ce_,
+	// cloudEvents:).
+	Prefix string
+	// Consumer returns the Run of the consumer under test, handling with
+	// h. It runs on the test's goroutine and may fail the test.
+	Consumer func(h inbox.Handler) func(ctx context.Context) error
+	// Copy publishes, by hand, a copy of the event id that carries the
+	// CloudEvents attributes only (no txbox header, no broker message id).
+	Copy func(id txbox.ID)
+}
+
+// RunCloudEventsRoundTrip runs outbox → relay (format cloudevents) →
+// broker → adapter → inbox: every committed event must have exactly one
+// effect, its inbox id, type and key taken from the id, type and subject
+// attributes; then copies carrying the attributes only must be recognised
+// as duplicates (CloudEventsCheck.Copies).
+func (p *Pipeline) RunCloudEventsRoundTrip(t testing.TB, rt CloudEventsRoundTrip) {
+	t.Helper()
+	p.Publish(t, "order-created", 20, 5, 4)
+	t.Cleanup(func() { _ = rt.Sender.Close(context.Background()) })
+	p.StartRelay(t, rt.Sender, rt.Route, 2*time.Second)
+	check := p.CloudEvents(rt.Prefix)
+	RunConsumer(t, rt.Consumer(check.Handler))
+	p.WaitDelivered(t, E2ETimeout())
+	check.Copies(t, rt.Copy)
 }

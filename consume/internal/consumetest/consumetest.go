@@ -168,6 +168,25 @@ func waitForEffects(t testing.TB, within, poll time.Duration, what string, want 
 	})
 }
 
+// Start runs a consumer's Run (as Run does) and returns stop, which
+// cancels it, waits for it to return and fails t if it returned an error.
+// stop runs once, at the latest when t ends.
+func Start(t testing.TB, run func(context.Context) error) (stop func()) {
+	t.Helper()
+	_, cancel, done := Run(run)
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run = %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
 // Run starts run, a consumer's Run, in a goroutine of its own on a context
 // of its own: cancel stops it, and done receives what Run returned.
 func Run(run func(context.Context) error) (ctx context.Context, cancel context.CancelFunc, done <-chan error) {

@@ -149,3 +149,9 @@ BEGIN
     RETURN id;
 END
 $$;
+
+-- Version 5 dropped the replaced key index by its bare name, which
+-- resolves through search_path: with a schema configured it left the
+-- schema's own index in place (the planner kept maintaining it). Drop it
+-- by its qualified name.
+DROP INDEX IF EXISTS {{table:outbox_key_idx}};

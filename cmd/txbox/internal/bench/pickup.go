@@ -7,7 +7,6 @@ import (
 	"math"
 	"sort"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,51 +17,10 @@ import (
 	"github.com/txbox/txbox/config"
 	"github.com/txbox/txbox/outbox"
 	"github.com/txbox/txbox/relay"
-	"github.com/txbox/txbox/sender"
+	"github.com/txbox/txbox/sender/timing"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres"
 )
-
-// pickupRecorder wraps the relay's sender and notes when each message was
-// handed to it (picked up) and when its send returned acked.
-type pickupRecorder struct {
-	sender.Sender
-	mu       sync.Mutex
-	pickedAt map[txbox.ID]time.Time
-	ackedAt  map[txbox.ID]time.Time
-}
-
-// Send records the pickup and ack times around the wrapped sender's Send.
-func (p *pickupRecorder) Send(ctx context.Context, msgs []*sender.Message) error {
-	now := time.Now()
-	p.mu.Lock()
-	for _, m := range msgs {
-		if _, ok := p.pickedAt[m.ID]; !ok {
-			p.pickedAt[m.ID] = now
-		}
-	}
-	p.mu.Unlock()
-	err := p.Sender.Send(ctx, msgs)
-	res := sender.Results(err, len(msgs))
-	done := time.Now()
-	p.mu.Lock()
-	for i, m := range msgs {
-		if res[i] == nil {
-			p.ackedAt[m.ID] = done
-		}
-	}
-	p.mu.Unlock()
-	return err
-}
-
-func (p *pickupRecorder) acked() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.ackedAt)
-}
-
-// Destination passes the wrapped sender's circuit key through.
-func (p *pickupRecorder) Destination(r sender.Route) string { return sender.DestinationOf(p.Sender, r) }
 
 func (r *runner) scenarioPickup(ctx context.Context, s *Scenario) error {
 	s.Title = "steady-state pickup latency"
@@ -138,7 +96,7 @@ func paced(ctx context.Context, rate int, d time.Duration, fn func() error) erro
 // wrapped by a recorder.
 type pickupRelay struct {
 	st      *config.Store
-	rec     *pickupRecorder
+	rec     *timing.Recorder
 	rl      *relay.Relay
 	stopped bool
 	// wal, when set, is the WAL mode driver whose slot close drops.
@@ -200,7 +158,7 @@ func (r *runner) startPickupRelay(ctx context.Context, schema string, tgt target
 		pr.close(ctx)
 		return nil, err
 	}
-	pr.rec = &pickupRecorder{Sender: senders["main"], pickedAt: map[txbox.ID]time.Time{}, ackedAt: map[txbox.ID]time.Time{}}
+	pr.rec = timing.New(senders["main"])
 	senders["main"] = pr.rec
 	var rst store.Driver = st
 	if po.driver {
@@ -267,7 +225,7 @@ func (r *runner) pickupRun(ctx context.Context, po pickupOpts) (Latency, Latency
 	if err := one(false); err != nil {
 		return Latency{}, Latency{}, err
 	}
-	if err := waitUntil(ctx, 90*time.Second, func() bool { return rec.acked() >= 1 }); err != nil {
+	if err := waitUntil(ctx, 90*time.Second, func() bool { return rec.Acked() >= 1 }); err != nil {
 		return Latency{}, Latency{}, fmt.Errorf("warm-up event not delivered: %w", err)
 	}
 	total := int(math.Round(float64(po.rate) * r.o.PickupFor.Seconds()))
@@ -279,20 +237,23 @@ func (r *runner) pickupRun(ctx context.Context, po pickupOpts) (Latency, Latency
 	}); err != nil {
 		return Latency{}, Latency{}, err
 	}
-	if err := waitUntil(ctx, 3*time.Minute, func() bool { return rec.acked() >= len(committed)+1 }); err != nil {
-		return Latency{}, Latency{}, fmt.Errorf("%s: %d of %d acked: %w", name, rec.acked()-1, len(committed), err)
+	if err := waitUntil(ctx, 3*time.Minute, func() bool { return rec.Acked() >= len(committed)+1 }); err != nil {
+		return Latency{}, Latency{}, fmt.Errorf("%s: %d of %d acked: %w", name, rec.Acked()-1, len(committed), err)
 	}
 	if err := pr.stop(ctx); err != nil {
 		return Latency{}, Latency{}, err
 	}
-	var pick, ack []float64
-	rec.mu.Lock()
-	for id, c := range committed {
-		pick = append(pick, max(rec.pickedAt[id].Sub(c), 0).Seconds()*1000)
-		ack = append(ack, max(rec.ackedAt[id].Sub(c), 0).Seconds()*1000)
+	pick, ack := rec.Latencies(committed)
+	return percentiles(name+" → sender", millis(pick)), percentiles(name+" → acked", millis(ack)), nil
+}
+
+// millis converts ds to milliseconds.
+func millis(ds []time.Duration) []float64 {
+	out := make([]float64, len(ds))
+	for i, d := range ds {
+		out[i] = d.Seconds() * 1000
 	}
-	rec.mu.Unlock()
-	return percentiles(name+" → sender", pick), percentiles(name+" → acked", ack), nil
+	return out
 }
 
 // pickupProducer returns a function that commits one event per call (Go

@@ -1,0 +1,50 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestHoldWindowBoundsEventsAndBytes(t *testing.T) {
+	w := newHoldWindow(3, 100)
+	ctx := context.Background()
+	for _, size := range []int64{40, 40} {
+		if err := w.acquire(ctx, size); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 40+40+40 > 100: the third waits for a release.
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := w.acquire(short, 40); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("over the byte bound: %v, want to wait", err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- w.acquire(ctx, 40) }()
+	time.Sleep(20 * time.Millisecond)
+	w.release(40)
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if n, b := w.held(); n != 2 || b != 80 {
+		t.Fatalf("held %d events, %d bytes; want 2, 80", n, b)
+	}
+	// The event bound: three small ones fill it.
+	if err := w.acquire(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	short2, cancel2 := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel2()
+	if err := w.acquire(short2, 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("over the event bound: %v, want to wait", err)
+	}
+	// An event larger than the byte bound passes alone.
+	w.release(40)
+	w.release(40)
+	w.release(1)
+	if err := w.acquire(ctx, 1000); err != nil {
+		t.Fatalf("a large event in an empty window: %v", err)
+	}
+}
