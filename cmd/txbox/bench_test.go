@@ -231,8 +231,8 @@ func TestBenchQuickDialects(t *testing.T) {
 // TestBenchQuickWAL runs the wal scenario small: WAL mode against the
 // naive loop and the lock claim, drain and pickup, with CPU profiles. It
 // checks every ratio and figure is there, that the WAL meter read both
-// relays' production, and that the scenario left no slot behind (a slot
-// of a bench schema that no longer exists).
+// relays' production, and that the scenario left no slot or publication
+// behind (one of a bench schema that no longer exists).
 func TestBenchQuickWAL(t *testing.T) {
 	t.Parallel()
 	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
@@ -312,7 +312,9 @@ func TestBenchQuickWAL(t *testing.T) {
 	defer pool.Close()
 	var orphans []string
 	rows, err := pool.Query(ctx, `SELECT slot_name FROM pg_replication_slots WHERE slot_name LIKE 'bench\_%\_txbox\_slot'
-		AND NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname || '_txbox_slot' = slot_name)`)
+		AND NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname || '_txbox_slot' = slot_name)
+		UNION ALL SELECT pubname FROM pg_publication WHERE pubname LIKE 'bench\_%\_txbox\_pub'
+		AND NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname || '_txbox_pub' = pubname)`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +330,7 @@ func TestBenchQuickWAL(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(orphans) > 0 {
-		t.Errorf("slots left behind by dropped bench schemas: %v", orphans)
+		t.Errorf("slots and publications left behind by dropped bench schemas: %v", orphans)
 	}
 }
 

@@ -137,16 +137,18 @@ func createStream(ctx context.Context, d store.Driver) (*postgres.Driver, error)
 }
 
 // dropStream drops d's slot, retrying for a minute while its walsender is
-// still exiting: a slot left behind keeps WAL for ever.
+// still exiting (a slot left behind keeps WAL for ever), then its
+// publication, which DropStream leaves and DROP SCHEMA does not remove.
 func dropStream(ctx context.Context, d *postgres.Driver) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
 	for ctx.Err() == nil {
 		if err := d.DropStream(ctx); err == nil {
-			return
+			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	_, _ = d.Pool().Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{d.WAL().Publication}.Sanitize())
 }
 
 // walLSN reads the server's current WAL position.
