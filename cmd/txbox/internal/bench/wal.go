@@ -210,15 +210,7 @@ func (r *runner) scenarioWAL(ctx context.Context, s *Scenario) error {
 		}
 		r.addCPUNote(s, vs...)
 		for _, v := range specs[1:] {
-			med := func(key string) float64 { return median(s.extra(v.variant, key)) }
-			note := fmt.Sprintf("%s: peak RSS %.0f MiB; WAL per event (medians): the run's own %.0f bytes produced, %.0f drained; "+
-				"the cluster's %.0f produced, %.0f drained (its background %.0f bytes/s)",
-				v.variant, med("max_rss_mib"), med("wal_produce_bytes_per_event"), med("wal_drain_bytes_per_event"),
-				med("wal_cluster_produce_bytes_per_event"), med("wal_cluster_drain_bytes_per_event"), med("wal_background_bytes_per_s"))
-			if v.wal {
-				note += fmt.Sprintf("; %.0f events spilled into the table (median)", med("spilled"))
-			}
-			s.Notes = append(s.Notes, note)
+			s.Notes = append(s.Notes, walNote(s, v))
 		}
 	}
 	lock := pickupOpts{name: "Go publisher, lock claim", rate: r.o.WALRate, syncCommit: true}
@@ -240,6 +232,31 @@ func (r *runner) scenarioWAL(ctx context.Context, s *Scenario) error {
 	return nil
 }
 
+// walNote is a relay variant's memory, WAL and spill figures: the medians
+// of the runs that have each, "n/a" where the WAL meter could not read it.
+func walNote(s *Scenario, v drainSpec) string {
+	med := func(key string) string {
+		var xs []float64
+		for _, run := range s.Runs {
+			if x, ok := run.Extra[key]; ok && run.Variant == v.variant {
+				xs = append(xs, x)
+			}
+		}
+		if len(xs) == 0 {
+			return "n/a"
+		}
+		return strconv.FormatFloat(median(xs), 'f', 0, 64)
+	}
+	note := fmt.Sprintf("%s: peak RSS %s MiB; WAL per event (medians): the run's own %s bytes produced, %s drained; "+
+		"the cluster's %s produced, %s drained (its background %s bytes/s)",
+		v.variant, med("max_rss_mib"), med("wal_produce_bytes_per_event"), med("wal_drain_bytes_per_event"),
+		med("wal_cluster_produce_bytes_per_event"), med("wal_cluster_drain_bytes_per_event"), med("wal_background_bytes_per_s"))
+	if v.wal {
+		note += fmt.Sprintf("; %s events spilled into the table", med("spilled"))
+	}
+	return note
+}
+
 // walMeter measures the WAL a drain run writes, per event: over the
 // production (from before the fill to after it) and over the drain (from
 // the relay's start until the drain settled). Two figures each: the
@@ -256,6 +273,9 @@ type walMeter struct {
 	fillFrom, fillTo   string
 	bgBytes, bgSeconds float64
 	inspect            string // schema of pg_walinspect, "" without it
+	// ownProduce is the production's own WAL, -1 when it could not be
+	// read.
+	ownProduce float64
 	// note reports what the meter could not read (the figure is then
 	// missing from the run).
 	note func(format string, args ...any)
@@ -305,10 +325,18 @@ func (d *db) walinspect(ctx context.Context, schema string) (string, error) {
 	return in, err
 }
 
-// filled marks the end of the production (and the drain's start).
+// filled marks the end of the production (and the drain's start) and
+// reads the production's own WAL at once, before a checkpoint can recycle
+// it.
 func (m *walMeter) filled(ctx context.Context) (err error) {
-	m.fillTo, err = m.d.walLSN(ctx)
-	return err
+	if m.fillTo, err = m.d.walLSN(ctx); err != nil || m.inspect == "" {
+		return err
+	}
+	if m.ownProduce, err = m.own(ctx, m.fillFrom, m.fillTo, m.src.xids); err != nil {
+		m.note("  WAL meter: the production's own WAL is not read: %v", err)
+		m.ownProduce = -1
+	}
+	return nil
 }
 
 // record writes the figures into run once the drain has settled.
@@ -332,15 +360,15 @@ func (m *walMeter) record(ctx context.Context, run *Measurement) error {
 	if m.inspect == "" {
 		return nil
 	}
-	own, err := m.own(ctx, m.fillFrom, m.fillTo, m.src.xids)
-	if err == nil {
-		run.Extra["wal_produce_bytes_per_event"] = own / n
-		own, err = m.own(ctx, m.fillTo, end, nil)
-		run.Extra["wal_drain_bytes_per_event"] = own / n
+	if m.ownProduce >= 0 {
+		run.Extra["wal_produce_bytes_per_event"] = m.ownProduce / n
 	}
+	own, err := m.own(ctx, m.fillTo, end, nil)
 	if err != nil {
-		m.note("  WAL meter: the run's own WAL is not read: %v", err)
+		m.note("  WAL meter: the drain's own WAL is not read: %v", err)
+		return nil
 	}
+	run.Extra["wal_drain_bytes_per_event"] = own / n
 	return nil
 }
 
