@@ -17,8 +17,11 @@ type holdWindow struct {
 	mu     sync.Mutex
 	events int
 	bytes  int64
-	// freed is closed (and replaced) whenever something is released.
-	freed chan struct{}
+	// freed is closed (and replaced) when something is released while a
+	// reader waits (waiting): not on every release, which made a channel
+	// per event in a drain.
+	freed   chan struct{}
+	waiting bool
 }
 
 func newHoldWindow(maxEvents int, maxBytes int64) *holdWindow {
@@ -36,6 +39,7 @@ func (w *holdWindow) acquire(ctx context.Context, size int64) error {
 			return nil
 		}
 		freed := w.freed
+		w.waiting = true
 		w.mu.Unlock()
 		select {
 		case <-ctx.Done():
@@ -50,8 +54,10 @@ func (w *holdWindow) release(size int64) {
 	w.mu.Lock()
 	w.events--
 	w.bytes -= size
-	close(w.freed)
-	w.freed = make(chan struct{})
+	if w.waiting {
+		close(w.freed)
+		w.freed, w.waiting = make(chan struct{}), false
+	}
 	w.mu.Unlock()
 }
 

@@ -48,3 +48,46 @@ func TestHoldWindowBoundsEventsAndBytes(t *testing.T) {
 		t.Fatalf("a large event in an empty window: %v", err)
 	}
 }
+
+// TestHoldWindowWakesEveryWaiter: releases that find no waiter make no
+// channel, and a release after several readers started waiting wakes
+// them all (each then takes what fits or waits again).
+func TestHoldWindowWakesEveryWaiter(t *testing.T) {
+	w := newHoldWindow(2, 1<<20)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range 2 {
+		if err := w.acquire(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.release(1)
+	before := w.freed
+	w.release(1)
+	if w.freed != before {
+		t.Fatal("a release with nobody waiting replaced the channel")
+	}
+	for range 2 {
+		if err := w.acquire(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := make(chan error, 2)
+	for range 2 {
+		go func() { got <- w.acquire(ctx, 1) }()
+	}
+	for !func() bool { w.mu.Lock(); defer w.mu.Unlock(); return w.waiting }() {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // both are waiting, or about to
+	w.release(1)
+	w.release(1)
+	for range 2 {
+		if err := <-got; err != nil {
+			t.Fatalf("a waiter was not woken: %v", err)
+		}
+	}
+	if n, _ := w.held(); n != 2 {
+		t.Fatalf("held %d events, want 2", n)
+	}
+}

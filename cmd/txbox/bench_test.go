@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/txbox/txbox/internal/testenv"
 )
 
@@ -35,6 +37,8 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"--xmin-hold", "10"}, `invalid value "10" for flag -xmin-hold`},
 		{[]string{"--relays", "1,0"}, `--relays: "0" is not a process count`},
 		{[]string{"--inbox-duplicates", "1.5"}, "--inbox-duplicates must be in [0, 1)"},
+		{[]string{"--wal-backlogs", "200000,50"}, `--wal-backlogs: "50" is not a backlog between 100 and 50000000 rows`},
+		{[]string{"--wal-rate", "0"}, "--wal-rate must be at least 1"},
 		{[]string{"--dsn", "root@tcp(127.0.0.1:3306)/test"}, "--dsn must be a PostgreSQL URL"},
 		{[]string{"--out", ""}, "--out must name a directory"},
 		{[]string{"--no-such-flag"}, "flag provided but not defined: -no-such-flag"},
@@ -221,6 +225,112 @@ func TestBenchQuickDialects(t *testing.T) {
 	// SQLite has no lock claim: no lock variant runs there.
 	if strings.Contains(got, "sqlite → nats: relay lock") || strings.Contains(got, "sqlite → nats: relay lease") {
 		t.Errorf("ratios %q have a lock claim on sqlite", got)
+	}
+}
+
+// TestBenchQuickWAL runs the wal scenario small: WAL mode against the
+// naive loop and the lock claim, drain and pickup, with CPU profiles. It
+// checks every ratio and figure is there, that the WAL meter read both
+// relays' production, and that the scenario left no slot or publication
+// behind (one of a bench schema that no longer exists).
+func TestBenchQuickWAL(t *testing.T) {
+	t.Parallel()
+	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	testenv.RequireTCP(t, "NATS", strings.TrimPrefix(testenv.NATSURL, "nats://"))
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	out := filepath.Join(t.TempDir(), "results")
+	profiles := filepath.Join(t.TempDir(), "profiles")
+	cmd, stdout, stderr := child(t, ctx, "bench", "--quick", "--scenario", "wal", "--wal-backlogs", "500", "--pickup-duration", "500ms",
+		"--dsn", testenv.PostgresURL, "--nats", testenv.NATSURL, "--out", out, "--profile-dir", profiles)
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("txbox bench: %v\nstdout: %s\nstderr: %s", err, stdout, stderr)
+	}
+	if fi, err := os.Stat(filepath.Join(profiles, "500-relay-WAL-mode.pprof")); err != nil || fi.Size() == 0 {
+		t.Errorf("--profile-dir: no profile of the WAL mode relay (%v)", err)
+	}
+	raw, err := os.ReadFile(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Scenarios []struct {
+			Error  string
+			Ratios []struct {
+				Name   string
+				Median float64
+			}
+			Runs []struct {
+				Variant string
+				Extra   map[string]float64
+			}
+			Latencies []struct {
+				Name    string
+				Samples int
+			}
+		}
+	}
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Scenarios) != 1 || rep.Scenarios[0].Error != "" {
+		t.Fatalf("scenarios: %+v", rep.Scenarios)
+	}
+	s := rep.Scenarios[0]
+	var names []string
+	for _, r := range s.Ratios {
+		if !(r.Median > 0) || math.IsInf(r.Median, 0) {
+			t.Errorf("ratio %q: %v", r.Name, r.Median)
+		}
+		names = append(names, r.Name)
+	}
+	want := "500: WAL mode / naive loop; 500: WAL mode / lock claim; Go publisher, WAL mode: pickup p50 / 2 ms; pickup p50: WAL mode / lock claim"
+	if got := strings.Join(names, "; "); got != want {
+		t.Errorf("ratios %q, want %q", got, want)
+	}
+	for _, r := range s.Runs {
+		relay := strings.Contains(r.Variant, "relay")
+		if got := r.Extra["wal_produce_bytes_per_event"]; relay != (got > 0) {
+			t.Errorf("run %s: WAL produced %v bytes/event", r.Variant, got)
+		}
+		if !(r.Extra["max_rss_mib"] > 0) {
+			t.Errorf("run %s: no peak RSS", r.Variant)
+		}
+	}
+	if len(s.Latencies) != 4 {
+		t.Errorf("latencies: %+v", s.Latencies)
+	}
+	for _, l := range s.Latencies {
+		if l.Samples == 0 {
+			t.Errorf("latency %s: no samples", l.Name)
+		}
+	}
+	pool, err := pgxpool.New(ctx, testenv.PostgresURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var orphans []string
+	rows, err := pool.Query(ctx, `SELECT slot_name FROM pg_replication_slots WHERE slot_name LIKE 'bench\_%\_txbox\_slot'
+		AND NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname || '_txbox_slot' = slot_name)
+		UNION ALL SELECT pubname FROM pg_publication WHERE pubname LIKE 'bench\_%\_txbox\_pub'
+		AND NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname || '_txbox_pub' = pubname)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		orphans = append(orphans, n)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(orphans) > 0 {
+		t.Errorf("slots and publications left behind by dropped bench schemas: %v", orphans)
 	}
 }
 

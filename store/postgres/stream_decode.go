@@ -66,6 +66,8 @@ type streamDecoder struct {
 	inTx   bool
 	commit uint64 // the transaction's commit LSN, from its Begin
 	events []*store.StreamEvent
+	// headers saves decoding the same headers JSON for every message.
+	headers walmsg.HeaderCache
 }
 
 func newStreamDecoder(prefix, nsp, rel string, skipTo uint64) *streamDecoder {
@@ -195,7 +197,7 @@ func lsnID(lsn uint64) uuid.UUID {
 // still an event, with Row.Invalid saying why: the relay dead-letters it.
 func (d *streamDecoder) messageEvent(lsn uint64, content []byte) *store.StreamEvent {
 	ev := &store.StreamEvent{}
-	m, err := walmsg.Decode(content)
+	m, err := d.headers.Decode(content)
 	if err != nil {
 		ev.Row.Payload = content
 		if len(content) >= 17 && content[0] == walmsg.Version {

@@ -35,6 +35,7 @@ var scenarios = map[string]scenarioFunc{
 	ScenarioScaling:   (*runner).scenarioScaling,
 	ScenarioRelays:    (*runner).scenarioRelays,
 	ScenarioWatermill: (*runner).scenarioWatermill,
+	ScenarioWAL:       (*runner).scenarioWAL,
 }
 
 // runner holds what the scenarios share.
@@ -143,6 +144,12 @@ func (o *Options) plannedSteps() int {
 			n += len(o.Relays) * o.Rounds * 2
 		case ScenarioWatermill:
 			n += 1 + o.Rounds*7 // watermill 1, relay, tuned and naive 2 each
+		case ScenarioWAL:
+			variants := 3 // naive, lock, WAL (, WAL tuned)
+			if o.WALTuned {
+				variants++
+			}
+			n += len(o.WALBacklogs)*variants*o.Rounds*2 + 2 // two pickups
 		}
 	}
 	return n

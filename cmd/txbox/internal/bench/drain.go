@@ -47,6 +47,16 @@ type drainSpec struct {
 	pin bool
 	// db is the dialect ("" is PostgreSQL).
 	db string
+	// publish produces the relay's backlog with the Go publisher
+	// (PostgreSQL, walPublishBatch events per transaction) instead of
+	// COPY, and records the WAL the production and the drain write.
+	publish bool
+	// wal runs the relay in WAL mode (database.source: wal): txbox
+	// migrate creates the slot, the publisher emits, the relay streams.
+	// Needs publish.
+	wal bool
+	// walSettings are database.wal keys of a WAL mode variant.
+	walSettings string
 }
 
 func (sp drainSpec) dialect() string {
@@ -65,6 +75,9 @@ func (r *runner) drain(ctx context.Context, sp drainSpec, round int) (Measuremen
 	if err != nil {
 		return run, err
 	}
+	if ps, ok := src.(*pgSource); ok {
+		ps.publish, ps.wal, ps.walSettings = sp.publish, sp.wal, sp.walSettings
+	}
 	defer src.close()
 	tgt, err := r.br.newTarget(ctx, sp.sender)
 	if err != nil {
@@ -72,7 +85,7 @@ func (r *runner) drain(ctx context.Context, sp drainSpec, round int) (Measuremen
 	}
 	defer tgt.close()
 
-	args, marker, err := r.prepareDrain(ctx, sp, src, tgt)
+	args, marker, meter, err := r.prepareDrain(ctx, sp, src, tgt)
 	if err != nil {
 		return run, err
 	}
@@ -104,6 +117,9 @@ func (r *runner) drain(ctx context.Context, sp drainSpec, round int) (Measuremen
 		err = r.waitSettled(ctx, sp, src, children)
 	}
 	el := time.Since(start)
+	if err == nil && meter != nil {
+		err = meter.record(ctx, &run)
+	}
 	if unpin != nil {
 		if perr := unpin(); perr != nil && err == nil {
 			err = perr
@@ -115,6 +131,13 @@ func (r *runner) drain(ctx context.Context, sp drainSpec, round int) (Measuremen
 	}
 	if serr != nil {
 		return run, serr
+	}
+	if ps, ok := src.(*pgSource); ok && sp.wal {
+		spilled, err := ps.spilledRows(ctx)
+		if err != nil {
+			return run, err
+		}
+		run.Extra["spilled"] = float64(spilled)
 	}
 	for _, c := range children {
 		if ru, ok := c.state.SysUsage().(*syscall.Rusage); ok {
@@ -166,33 +189,45 @@ func (r *runner) profileArgs(args [][]string, variant string, round int) ([][]st
 }
 
 // prepareDrain loads the backlog (and, for the relay, migrates txbox's
-// tables first) and returns the children's command lines and the line
-// they print once working.
-func (r *runner) prepareDrain(ctx context.Context, sp drainSpec, src source, tgt target) ([][]string, string, error) {
+// tables first) and returns the children's command lines, the line they
+// print once working and, for a spec that publishes, the meter of the WAL
+// written.
+func (r *runner) prepareDrain(ctx context.Context, sp drainSpec, src source, tgt target) ([][]string, string, *walMeter, error) {
 	if sp.naive {
 		r.p.begin(fmt.Sprintf("%s: load %d rows", sp.variant, sp.n))
 		flags, err := src.naiveTable(ctx, sp.n, r.p)
 		if err != nil {
-			return nil, "", err
+			return nil, "", nil, err
 		}
-		return [][]string{append(append([]string{"bench", NaiveChild}, flags...), tgt.naiveArgs()...)}, naiveReady, nil
+		return [][]string{append(append([]string{"bench", NaiveChild}, flags...), tgt.naiveArgs()...)}, naiveReady, nil, nil
 	}
 	cfg, err := r.writeConfig(uniqueName("relay_"), relayYAML(src.databaseYAML(), tgt, sp.settings))
 	if err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
 	r.p.begin(fmt.Sprintf("%s: migrate, load %d rows", sp.variant, sp.n))
 	if err := r.migrate(ctx, cfg); err != nil {
-		return nil, "", err
+		return nil, "", nil, err
+	}
+	var meter *walMeter
+	if sp.publish {
+		if meter, err = r.startWALMeter(ctx, src); err != nil {
+			return nil, "", nil, err
+		}
 	}
 	if err := src.fillOutbox(ctx, sp.n, r.p); err != nil {
-		return nil, "", err
+		return nil, "", nil, err
+	}
+	if meter != nil {
+		if err := meter.filled(ctx); err != nil {
+			return nil, "", nil, err
+		}
 	}
 	var args [][]string
 	for range max(sp.relays, 1) {
 		args = append(args, []string{"relay", "--config", cfg})
 	}
-	return args, "relay started", nil
+	return args, "relay started", meter, nil
 }
 
 // waitDelivered polls the destination until it holds n messages, failing

@@ -29,16 +29,17 @@ const (
 	ScenarioScaling   = "scaling"
 	ScenarioRelays    = "relays"
 	ScenarioWatermill = "watermill"
+	ScenarioWAL       = "wal"
 )
 
 // AllScenarios lists every scenario in running order.
 var AllScenarios = []string{ScenarioPublish, ScenarioDrain, ScenarioPickup, ScenarioIdle, ScenarioInbox,
-	ScenarioXmin, ScenarioScaling, ScenarioRelays, ScenarioWatermill}
+	ScenarioXmin, ScenarioScaling, ScenarioRelays, ScenarioWatermill, ScenarioWAL}
 
 // defaultScenarios are the ones a bare `txbox bench` runs: the main
 // comparisons of docs/benchmarks.md "Targets" that finish in minutes. The
-// 1M-row scenarios (xmin, scaling) and the others are asked for by name or
-// with --scenario all.
+// 1M-row scenarios (xmin, scaling) and the others (wal creates
+// replication slots) are asked for by name or with --scenario all.
 var defaultScenarios = []string{ScenarioPublish, ScenarioDrain, ScenarioPickup, ScenarioIdle, ScenarioWatermill}
 
 // AllSenders are the destinations the drain scenario knows.
@@ -68,6 +69,12 @@ type Options struct {
 	WatermillN    int
 	WatermillBin  string
 	WatermillDir  string
+	// WALBacklogs are the wal scenario's backlog sizes; WALRate its
+	// pickup rate in events per second.
+	WALBacklogs []int
+	WALRate     int
+	// WALTuned adds the tuned WAL mode variant to the wal scenario.
+	WALTuned bool
 
 	DSN       string
 	MySQLDSN  string
@@ -109,6 +116,7 @@ func (o *Options) applyQuick(set map[string]bool) {
 		"publish-ops":       func() { o.PublishOps = 40 },
 		"inbox-messages":    func() { o.InboxMessages = 200 },
 		"watermill-backlog": func() { o.WatermillN = 1000 },
+		"wal-backlogs":      func() { o.WALBacklogs = []int{2000} },
 	}
 	for name, f := range q {
 		if !set[name] {
@@ -140,6 +148,9 @@ func Parse(args []string, w io.Writer) (*Options, error) {
 	fs.IntVar(&o.ScalingLarge, "scaling-large", 1_000_000, "large backlog `rows` of the scaling scenario")
 	fs.IntVar(&o.XminBacklog, "xmin-backlog", 1_000_000, "backlog `rows` of the pinned-xmin scenario")
 	fs.DurationVar(&o.XminHold, "xmin-hold", 60*time.Second, "the pinned drain's session holds its snapshot for the whole drain; this is the least hold the results should cover (a shorter drain is noted)")
+	walBacklogs := fs.String("wal-backlogs", "200000", "wal scenario: backlog `rows`, comma-separated (e.g. 200000,1000000)")
+	fs.BoolVar(&o.WALTuned, "wal-tuned", false, "wal scenario: also drain with WAL mode tuned (batch-size 1000, database.wal.lane-queue 20000)")
+	fs.IntVar(&o.WALRate, "wal-rate", 1000, "wal scenario: pickup `events` per second, one per transaction")
 	relays := fs.String("relays", "1,2,3,4", "relay process `counts` of the relays scenario, comma-separated")
 	fs.IntVar(&o.PickupRate, "rate", 100, "pickup scenario: `events` per second, one per transaction")
 	fs.DurationVar(&o.PickupFor, "pickup-duration", 20*time.Second, "pickup scenario: how long each producer publishes")
@@ -192,6 +203,9 @@ func Parse(args []string, w io.Writer) (*Options, error) {
 	if o.Relays, err = parseCounts(*relays); err != nil {
 		return nil, err
 	}
+	if o.WALBacklogs, err = parseSizes("--wal-backlogs", *walBacklogs); err != nil {
+		return nil, err
+	}
 	if o.Quick {
 		o.applyQuick(set)
 	}
@@ -237,6 +251,18 @@ func parseCounts(v string) ([]int, error) {
 	return out, nil
 }
 
+func parseSizes(flagName, v string) ([]int, error) {
+	var out []int
+	for _, s := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 100 || n > 50_000_000 {
+			return nil, usagef("%s: %q is not a backlog between 100 and 50000000 rows", flagName, s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
 func (o *Options) validate() error {
 	pos := []struct {
 		name string
@@ -246,7 +272,7 @@ func (o *Options) validate() error {
 		{"--backlog", o.Backlog, 100}, {"--rounds", o.Rounds, 1}, {"--scaling-small", o.ScalingSmall, 100},
 		{"--scaling-large", o.ScalingLarge, 100}, {"--xmin-backlog", o.XminBacklog, 100}, {"--rate", o.PickupRate, 1},
 		{"--idle-types", o.IdleTypes, 1}, {"--publish-ops", o.PublishOps, 4}, {"--inbox-messages", o.InboxMessages, 10},
-		{"--watermill-backlog", o.WatermillN, 100},
+		{"--watermill-backlog", o.WatermillN, 100}, {"--wal-rate", o.WALRate, 1},
 	}
 	for _, p := range pos {
 		if p.v < p.min {
@@ -258,6 +284,9 @@ func (o *Options) validate() error {
 	}
 	if o.PickupRate > 20_000 {
 		return usagef("--rate must be at most 20000 events/s, not %d", o.PickupRate)
+	}
+	if o.WALRate > 20_000 {
+		return usagef("--wal-rate must be at most 20000 events/s, not %d", o.WALRate)
 	}
 	durs := []struct {
 		name string

@@ -19,6 +19,7 @@ import (
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/sender/timing"
 	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/postgres"
 )
 
 func (r *runner) scenarioPickup(ctx context.Context, s *Scenario) error {
@@ -46,7 +47,7 @@ func (r *runner) scenarioPickup(ctx context.Context, s *Scenario) error {
 	}
 	lat := map[string][2]Latency{}
 	for _, v := range vs {
-		pick, ack, err := r.pickupRun(ctx, v.name, v.plainSQL, v.driver, v.trigger)
+		pick, ack, err := r.pickupRun(ctx, pickupOpts{name: v.name, rate: r.o.PickupRate, plainSQL: v.plainSQL, driver: v.driver, trigger: v.trigger})
 		if err != nil {
 			return err
 		}
@@ -98,15 +99,38 @@ type pickupRelay struct {
 	rec     *timing.Recorder
 	rl      *relay.Relay
 	stopped bool
+	// wal, when set, is the WAL mode driver whose slot close drops.
+	wal *postgres.Driver
 }
 
-// startPickupRelay migrates schema and starts the relay. With driver, the
-// relay gets the PostgreSQL driver itself instead of the *config.Store;
-// with trigger, the migration creates the outbox's notify trigger.
-func (r *runner) startPickupRelay(ctx context.Context, schema string, tgt target, driver, trigger bool) (*pickupRelay, error) {
+// pickupOpts is one pickup run: its producer, its relay and its rate.
+type pickupOpts struct {
+	name string
+	rate int
+	// plainSQL: the producer INSERTs with plain SQL instead of the Go
+	// publisher.
+	plainSQL bool
+	// driver: the relay gets the PostgreSQL driver itself instead of the
+	// *config.Store.
+	driver bool
+	// trigger: the migration creates the outbox's notify trigger.
+	trigger bool
+	// wal: WAL mode (database.source: wal): the migration creates the
+	// publication and the slot, the publisher emits, the relay streams.
+	wal bool
+	// syncCommit: every producer transaction runs with synchronous_commit
+	// = on, whatever the server's default.
+	syncCommit bool
+}
+
+// startPickupRelay migrates schema and starts the relay as po asks.
+func (r *runner) startPickupRelay(ctx context.Context, schema string, tgt target, po pickupOpts) (*pickupRelay, error) {
 	db := pgDatabase(r.o.DSN, schema)
-	if trigger {
+	if po.trigger {
 		db += "\nnotify-trigger: true"
+	}
+	if po.wal {
+		db += "\nsource: wal"
 	}
 	cfg, err := config.Load(config.Source{Name: "bench-pickup.yaml", YAML: []byte(relayYAML(db, tgt, ""))})
 	if err != nil {
@@ -123,6 +147,12 @@ func (r *runner) startPickupRelay(ctx context.Context, schema string, tgt target
 		pr.close(ctx)
 		return nil, err
 	}
+	if po.wal {
+		if pr.wal, err = createStream(ctx, st.Driver); err != nil {
+			pr.close(ctx)
+			return nil, err
+		}
+	}
 	senders, err := cfg.OpenSenders(ctx, noEnv, log)
 	if err != nil {
 		pr.close(ctx)
@@ -131,7 +161,7 @@ func (r *runner) startPickupRelay(ctx context.Context, schema string, tgt target
 	pr.rec = timing.New(senders["main"])
 	senders["main"] = pr.rec
 	var rst store.Driver = st
-	if driver {
+	if po.driver {
 		rst = st.Driver
 	}
 	if pr.rl, err = relay.New(cfg.RelayConfig(rst, senders, log)); err == nil {
@@ -159,12 +189,16 @@ func (pr *pickupRelay) close(ctx context.Context) {
 	if pr.rec != nil {
 		_ = pr.rec.Sender.Close(context.WithoutCancel(ctx))
 	}
+	if pr.wal != nil {
+		dropStream(ctx, pr.wal)
+	}
 	_ = pr.st.Close()
 }
 
 // pickupRun runs one producer against an in-process relay and returns the
 // pickup and acked latencies.
-func (r *runner) pickupRun(ctx context.Context, name string, plainSQL, driver, trigger bool) (Latency, Latency, error) {
+func (r *runner) pickupRun(ctx context.Context, po pickupOpts) (Latency, Latency, error) {
+	name := po.name
 	r.p.begin("pickup: " + name)
 	schema, err := r.db.newSchema(ctx)
 	if err != nil {
@@ -176,12 +210,12 @@ func (r *runner) pickupRun(ctx context.Context, name string, plainSQL, driver, t
 		return Latency{}, Latency{}, err
 	}
 	defer tgt.close()
-	pr, err := r.startPickupRelay(ctx, schema, tgt, driver, trigger)
+	pr, err := r.startPickupRelay(ctx, schema, tgt, po)
 	if err != nil {
 		return Latency{}, Latency{}, err
 	}
 	defer pr.close(ctx)
-	one, committed, err := pickupProducer(ctx, pr.st, schema, plainSQL)
+	one, committed, err := pickupProducer(ctx, pr.st, schema, po.plainSQL, po.syncCommit)
 	if err != nil {
 		return Latency{}, Latency{}, err
 	}
@@ -194,9 +228,9 @@ func (r *runner) pickupRun(ctx context.Context, name string, plainSQL, driver, t
 	if err := waitUntil(ctx, 90*time.Second, func() bool { return rec.Acked() >= 1 }); err != nil {
 		return Latency{}, Latency{}, fmt.Errorf("warm-up event not delivered: %w", err)
 	}
-	total := int(math.Round(float64(r.o.PickupRate) * r.o.PickupFor.Seconds()))
+	total := int(math.Round(float64(po.rate) * r.o.PickupFor.Seconds()))
 	i := 0
-	if err := paced(ctx, r.o.PickupRate, r.o.PickupFor, func() error {
+	if err := paced(ctx, po.rate, r.o.PickupFor, func() error {
 		i++
 		r.p.count(int64(i), int64(total))
 		return one(true)
@@ -224,8 +258,9 @@ func millis(ds []time.Duration) []float64 {
 
 // pickupProducer returns a function that commits one event per call (Go
 // publisher, or a plain-SQL INSERT) and, when asked to record, notes the
-// moment its COMMIT was sent in the returned map.
-func pickupProducer(ctx context.Context, st *config.Store, schema string, plainSQL bool) (func(record bool) error, map[txbox.ID]time.Time, error) {
+// moment its COMMIT was sent in the returned map. With syncCommit each
+// transaction sets synchronous_commit = on first.
+func pickupProducer(ctx context.Context, st *config.Store, schema string, plainSQL, syncCommit bool) (func(record bool) error, map[txbox.ID]time.Time, error) {
 	pub, err := outbox.NewPublisher(st, outbox.Config{})
 	if err != nil {
 		return nil, nil, err
@@ -237,6 +272,12 @@ func pickupProducer(ctx context.Context, st *config.Store, schema string, plainS
 		tx, err := st.Pool.Begin(ctx)
 		if err != nil {
 			return err
+		}
+		if syncCommit {
+			if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = on"); err != nil {
+				_ = tx.Rollback(ctx)
+				return err
+			}
 		}
 		var id txbox.ID
 		if plainSQL {

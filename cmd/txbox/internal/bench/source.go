@@ -94,25 +94,59 @@ func (r *runner) newSource(ctx context.Context, dialect string) (source, error) 
 type pgSource struct {
 	db     *db
 	schema string
+	// publish fills the outbox through the Go publisher instead of COPY
+	// (publishFill).
+	publish bool
+	// wal is WAL mode: database.source wal, the slot txbox migrate
+	// creates is dropped by close.
+	wal bool
+	// walSettings are database.wal keys (YAML) in WAL mode.
+	walSettings string
+	// lastLSN is the WAL position read inside the last producing
+	// transaction (publishFill), and slotName WAL mode's slot.
+	lastLSN, slotName string
+	// xids are the producing transactions' ids (publishFill).
+	xids []int64
 }
 
 func (s *pgSource) databaseYAML() string {
-	return fmt.Sprintf("dialect: postgres\ndsn: %q\nschema: %s", s.db.dsn, s.schema)
+	y := pgDatabase(s.db.dsn, s.schema)
+	if s.wal {
+		y += "\nsource: wal"
+		if s.walSettings != "" {
+			y += "\nwal:\n" + indent(s.walSettings, "  ")
+		}
+	}
+	return y
 }
 func (s *pgSource) fillOutbox(ctx context.Context, n int, p *progress) error {
-	return s.db.fillOutbox(ctx, s.schema, n, p)
+	if !s.publish {
+		return s.db.fillOutbox(ctx, s.schema, n, p)
+	}
+	lsn, err := s.publishFill(ctx, n, p)
+	s.lastLSN = lsn
+	return err
 }
 func (s *pgSource) naiveTable(ctx context.Context, n int, p *progress) ([]string, error) {
 	t, err := s.db.naiveTable(ctx, s.schema, n, p)
 	return []string{"--dialect", dialectPostgres, "--dsn", s.db.dsn, "--table", t}, err
 }
 func (s *pgSource) outboxLeft(ctx context.Context) (int64, error) {
-	return s.db.outboxLeft(ctx, s.schema)
+	n, err := s.db.outboxLeft(ctx, s.schema)
+	if err != nil || n > 0 || !s.wal || s.lastLSN == "" {
+		return n, err
+	}
+	return s.streamLeft(ctx)
 }
 func (s *pgSource) naiveLeft(ctx context.Context) (int64, error) {
 	return s.db.rowCount(ctx, s.schema+".naive_outbox")
 }
-func (s *pgSource) close() { s.db.drop(s.schema) }
+func (s *pgSource) close() {
+	if s.wal {
+		s.dropSlot()
+	}
+	s.db.drop(s.schema)
+}
 
 // sqlSource is MariaDB or SQLite through database/sql. These have no
 // COPY: the backlog is loaded with multi-row INSERTs of 1,000 rows, 10 to

@@ -1,10 +1,12 @@
 package walmsg
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 )
 
@@ -59,7 +61,43 @@ func micros(t time.Time) int64 {
 
 // Decode decodes one message. The payload aliases msg: the caller must not
 // reuse msg's memory while the event is alive.
-func Decode(msg []byte) (*Event, error) {
+func Decode(msg []byte) (*Event, error) { return decode(msg, nil) }
+
+// HeaderCache remembers the last headers a stream decoded: producers
+// mostly send the same headers with every event, and copying a decoded
+// map costs less than decoding its JSON again (BenchmarkDecodeHeaders;
+// the WAL mode drain of docs/benchmarks.md, "WAL mode"). The zero value is ready; it is not
+// safe for concurrent use.
+type HeaderCache struct {
+	raw []byte
+	m   map[string]string
+}
+
+// Decode is Decode through the cache: an event whose headers are the
+// same bytes as the previous headers decoded gets a copy of their map
+// (each event owns its map, as with Decode).
+func (c *HeaderCache) Decode(msg []byte) (*Event, error) { return decode(msg, c) }
+
+// headers decodes raw, through c when not nil.
+func (c *HeaderCache) headers(raw []byte) (map[string]string, error) {
+	if c != nil && c.m != nil && bytes.Equal(raw, c.raw) {
+		return maps.Clone(c.m), nil
+	}
+	var m map[string]string
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, err
+	}
+	if c != nil && len(raw) <= maxCachedHeaders {
+		c.raw, c.m = append(c.raw[:0], raw...), maps.Clone(m)
+	}
+	return m, nil
+}
+
+// maxCachedHeaders bounds the headers HeaderCache keeps (bytes of JSON):
+// bigger ones are decoded each time rather than held.
+const maxCachedHeaders = 4 << 10
+
+func decode(msg []byte, c *HeaderCache) (*Event, error) {
 	if len(msg) < headerSize+12 {
 		return nil, fmt.Errorf("%w: %d bytes is shorter than the fixed part", ErrMalformed, len(msg))
 	}
@@ -84,7 +122,7 @@ func Decode(msg []byte) (*Event, error) {
 	}
 	ev.Type, ev.Key, ev.Payload = string(typ), string(key), rest
 	if len(headers) > 0 {
-		if err := json.Unmarshal(headers, &ev.Headers); err != nil {
+		if ev.Headers, err = c.headers(headers); err != nil {
 			return nil, fmt.Errorf("%w: headers are not a JSON object of strings: %v", ErrMalformed, err)
 		}
 	}
