@@ -35,10 +35,12 @@ type StreamConfig struct {
 	// headers), so that large payloads do not multiply the window's
 	// memory. Defaults to DefaultStreamWindowBytes.
 	WindowBytes int64
-	// LaneQueue bounds the events one type holds waiting for a send;
-	// when its destination is slower than the stream, the type's further
-	// events spill into the outbox table instead of holding back the
-	// other types. Defaults to DefaultStreamLaneQueue.
+	// LaneQueue bounds the events one type holds waiting for a send.
+	// When a lane stays full for laneStall (100ms: its destination is
+	// slower than the stream), the type's further events spill into the
+	// outbox table until the lane has drained to half, instead of holding
+	// back the other types; a lane that drains (a backlog) is waited for.
+	// Defaults to DefaultStreamLaneQueue.
 	LaneQueue int
 	// StatusInterval is how often the stream reports its position to the
 	// server, whatever the relay is doing. Defaults to
@@ -438,7 +440,11 @@ func (s *streamSource) route(it *streamItem) {
 		s.spillNow(it, store.OutcomeReleased, time.Now(), "")
 		return
 	}
-	if !l.push(it) {
+	if !l.push(it.s.ctx, it) {
+		if it.s.ctx.Err() != nil {
+			s.drop(it) // the session is over: the stream reads it again
+			return
+		}
 		// The destination is slower than the stream: this type's events
 		// wait in the table, not in memory, and the other types go on.
 		s.spillNow(it, store.OutcomeReleased, time.Now(), "")

@@ -31,6 +31,12 @@ type streamLane struct {
 	mu     sync.Mutex
 	queue  []*streamItem
 	notify chan struct{}
+	// room is closed when events leave the queue, for a push waiting
+	// for room; nil while none waits. overflowing is set when the lane
+	// stayed full for laneStall: its events spill until it drained to
+	// half.
+	room        chan struct{}
+	overflowing bool
 }
 
 // lane returns the lane of eventType, making it (and its worker) on the
@@ -60,20 +66,58 @@ func (s *streamSource) lane(eventType string) (*streamLane, error) {
 	return l, nil
 }
 
-// push queues it; false when the lane is full.
-func (l *streamLane) push(it *streamItem) bool {
-	l.mu.Lock()
-	if len(l.queue) >= l.src.cfg.LaneQueue {
+// laneStall is how long the stream waits for room in a full lane before it
+// lets the lane's events spill. A lane that drains (a backlog, a fast
+// destination) makes room within milliseconds, so its events are not
+// spilled; a lane that stays full belongs to a destination slower than
+// the stream, and waiting longer would hold back every other type.
+const laneStall = 100 * time.Millisecond
+
+// push queues it, waiting up to laneStall for room while the lane is full.
+// It returns false when the lane stayed full (or is spilling, see
+// overflowing) or ctx ended; the caller spills or drops the event.
+func (l *streamLane) push(ctx context.Context, it *streamItem) bool {
+	var timer *time.Timer
+	for {
+		l.mu.Lock()
+		if l.overflowing && len(l.queue) <= l.src.cfg.LaneQueue/2 {
+			l.overflowing = false // drained: take events again
+		}
+		if !l.overflowing && len(l.queue) < l.src.cfg.LaneQueue {
+			l.queue = append(l.queue, it)
+			l.mu.Unlock()
+			select {
+			case l.notify <- struct{}{}:
+			default:
+			}
+			return true
+		}
+		if l.overflowing {
+			l.mu.Unlock()
+			return false
+		}
+		if l.room == nil {
+			l.room = make(chan struct{})
+		}
+		room := l.room
 		l.mu.Unlock()
-		return false
+		if timer == nil {
+			timer = time.NewTimer(laneStall)
+			defer timer.Stop()
+		}
+		select {
+		case <-room:
+		case <-ctx.Done():
+			return false
+		case <-timer.C:
+			// Full for a whole stall: spill this lane's events until it
+			// has drained to half, without waiting for each.
+			l.mu.Lock()
+			l.overflowing = true
+			l.mu.Unlock()
+			return false
+		}
 	}
-	l.queue = append(l.queue, it)
-	l.mu.Unlock()
-	select {
-	case l.notify <- struct{}{}:
-	default:
-	}
-	return true
 }
 
 // pop takes up to n queued events (all for n < 0).
@@ -86,6 +130,10 @@ func (l *streamLane) pop(n int) []*streamItem {
 	out := make([]*streamItem, n)
 	copy(out, l.queue)
 	l.queue = append(l.queue[:0], l.queue[n:]...)
+	if n > 0 && l.room != nil {
+		close(l.room) // wake a push waiting for room
+		l.room = nil
+	}
 	return out
 }
 
