@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/relay"
@@ -567,4 +569,67 @@ func restartPostgresImmediate(t *testing.T) {
 		defer cancel()
 		return d.(*postgres.Driver).Pool().Ping(ctx) == nil
 	})
+}
+
+// slowTypeSender delays the sends of one event type.
+type slowTypeSender struct {
+	sender.Sender
+	slow  string
+	delay time.Duration
+}
+
+func (s slowTypeSender) Send(ctx context.Context, msgs []*sender.Message) error {
+	if len(msgs) > 0 && msgs[0].EventType == s.slow {
+		select {
+		case <-time.After(s.delay):
+		case <-ctx.Done():
+		}
+	}
+	return s.Sender.Send(ctx, msgs)
+}
+
+// TestWALSlowDestinationSpills: a type whose destination is slower than
+// the stream fills its lane; its events then spill into the table instead
+// of holding back the other type, which is delivered meanwhile. Everything
+// arrives once.
+func TestWALSlowDestinationSpills(t *testing.T) {
+	kind := walKind
+	ns := kind.newNamespace(t)
+	st := newDedupStream(t)
+	d := openStore(t, kind, ns, 4)
+	snd := slowTypeSender{Sender: newNATSSender(t, testenv.NATSURL), slow: "slow", delay: time.Second}
+	cfg := relayConfig(openStore(t, kind, ns, 6), snd, st.prefix, 0)
+	cfg.Events = map[string]relay.EventSettings{"slow": {BatchSize: new(10), InFlight: new(2)}, "fast": {}}
+	cfg.Stream.LaneQueue = 20
+	r := relaytest.Start(t, cfg)
+	o := newOracle()
+	for range 10 {
+		publishN(t, kind, d, "slow", 10, o)
+		publishN(t, kind, d, "fast", 20, o)
+	}
+	start := time.Now()
+	testenv.WaitFor(t, 30*time.Second, "the fast type delivered", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		info, err := st.s.Info(ctx, jetstream.WithSubjectFilter(st.prefix+".fast"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Subjects[st.prefix+".fast"] >= 200
+	})
+	took := time.Since(start)
+	t.Logf("the fast type was delivered in %s beside a destination taking 1s a batch", took.Round(time.Millisecond))
+	if took > 10*time.Second {
+		t.Errorf("the fast type took %s: the slow destination held it back", took)
+	}
+	if h := r.Health().Stream; h.Spilled == 0 {
+		t.Error("nothing spilled: the slow type's lane never overflowed")
+	}
+	testenv.WaitFor(t, 2*time.Minute, "everything delivered", func() bool { return st.count(t) >= uint64(o.expected()) })
+	for _, m := range st.readAll(t) {
+		o.receivedIDs(m.id)
+	}
+	if rep := o.report(); !rep.clean() {
+		t.Errorf("oracle: %v", rep)
+	}
 }
