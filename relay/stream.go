@@ -420,35 +420,35 @@ func (s *streamSource) route(it *streamItem) {
 			ev.Row.Invalid = err.Error()
 		}
 	}
-	if ev.Row.Invalid != "" {
+	var l *streamLane
+	if txbox.ValidateEventType(ev.Row.EventType) == nil {
+		var err error
+		if l, err = s.lane(ev.Row.EventType); err != nil {
+			s.log.Warn("no lane for the event type; spilled for the poller", slog.String("event_type", ev.Row.EventType), slog.Any("error", err))
+		}
+	}
+	switch {
+	case ev.Row.Invalid != "":
 		// Not routable: dead-letter it with its reason, as a claimed row
 		// that cannot be turned into a message is.
-		s.spillNow(it, store.OutcomeFailed, time.Time{}, "not sent: the event cannot be turned into a message: "+ev.Row.Invalid)
-		return
-	}
-	if !ev.NotBefore.IsZero() && ev.NotBefore.After(time.Now()) {
-		s.spillNow(it, store.OutcomeReleased, ev.NotBefore, "")
-		return
-	}
-	l, err := s.lane(ev.Row.EventType)
-	if err != nil {
+		s.spillBehind(l, it, store.OutcomeFailed, time.Time{}, "not sent: the event cannot be turned into a message: "+ev.Row.Invalid)
+	case !ev.NotBefore.IsZero() && ev.NotBefore.After(time.Now()):
+		s.spillBehind(l, it, store.OutcomeReleased, ev.NotBefore, "")
+	case l == nil:
 		s.spillNow(it, store.OutcomeReleased, time.Now(), "")
-		s.log.Warn("no lane for the event type; spilled for the poller", slog.String("event_type", ev.Row.EventType), slog.Any("error", err))
+	case !l.push(it.s.ctx, it):
+		s.drop(it) // the session is over: the stream reads it again
+	}
+}
+
+// spillBehind spills it through its lane, behind the queued events of its
+// key on an ordered lane, or directly when it has no lane.
+func (s *streamSource) spillBehind(l *streamLane, it *streamItem, o store.Outcome, due time.Time, errText string) {
+	if l == nil {
+		s.spillNow(it, o, due, errText)
 		return
 	}
-	if l.ordered && s.mustSpill(ev.Row.EventType, ev.Row.Key) {
-		s.spillNow(it, store.OutcomeReleased, time.Now(), "")
-		return
-	}
-	if !l.push(it.s.ctx, it) {
-		if it.s.ctx.Err() != nil {
-			s.drop(it) // the session is over: the stream reads it again
-			return
-		}
-		// The destination is slower than the stream: this type's events
-		// wait in the table, not in memory, and the other types go on.
-		s.spillNow(it, store.OutcomeReleased, time.Now(), "")
-	}
+	l.spill(it, o, due, errText)
 }
 
 // mustSpill reports whether an ordered type's event of key must go behind

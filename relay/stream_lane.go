@@ -73,9 +73,11 @@ func (s *streamSource) lane(eventType string) (*streamLane, error) {
 // the stream, and waiting longer would hold back every other type.
 const laneStall = 100 * time.Millisecond
 
-// push queues it, waiting up to laneStall for room while the lane is full.
-// It returns false when the lane stayed full (or is spilling, see
-// overflowing) or ctx ended; the caller spills or drops the event.
+// push queues it, waiting up to laneStall for room while the lane is
+// full; a lane that stayed full spills its events until it has drained to
+// half (overflowing), and on an ordered lane an event whose key has rows
+// in the table spills behind them. It returns false only when ctx ended
+// before the event was queued or spilled; the caller drops it.
 func (l *streamLane) push(ctx context.Context, it *streamItem) bool {
 	var timer *time.Timer
 	for {
@@ -83,7 +85,12 @@ func (l *streamLane) push(ctx context.Context, it *streamItem) bool {
 		if l.overflowing && len(l.queue) <= l.src.cfg.LaneQueue/2 {
 			l.overflowing = false // drained: take events again
 		}
-		if !l.overflowing && len(l.queue) < l.src.cfg.LaneQueue {
+		switch {
+		case l.ordered && l.src.mustSpill(it.ev.Row.EventType, it.ev.Row.Key), l.overflowing:
+			l.spillLocked(it, store.OutcomeReleased, time.Now(), "")
+			l.mu.Unlock()
+			return true
+		case len(l.queue) < l.src.cfg.LaneQueue:
 			l.queue = append(l.queue, it)
 			l.mu.Unlock()
 			select {
@@ -91,10 +98,6 @@ func (l *streamLane) push(ctx context.Context, it *streamItem) bool {
 			default:
 			}
 			return true
-		}
-		if l.overflowing {
-			l.mu.Unlock()
-			return false
 		}
 		if l.room == nil {
 			l.room = make(chan struct{})
@@ -110,31 +113,102 @@ func (l *streamLane) push(ctx context.Context, it *streamItem) bool {
 		case <-ctx.Done():
 			return false
 		case <-timer.C:
-			// Full for a whole stall: spill this lane's events until it
-			// has drained to half, without waiting for each.
+			// Full for a whole stall: the destination is slower than the
+			// stream. Spill this lane's events until it has drained to
+			// half, without waiting for each.
 			l.mu.Lock()
 			l.overflowing = true
 			l.mu.Unlock()
-			return false
 		}
 	}
 }
 
-// pop takes up to n queued events (all for n < 0).
-func (l *streamLane) pop(n int) []*streamItem {
+// spill spills it; on an ordered lane the queued events of its key spill
+// first, in queue order: they are earlier in the stream, and the table
+// orders a key by the spills' order.
+func (l *streamLane) spill(it *streamItem, o store.Outcome, due time.Time, errText string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if n < 0 || n > len(l.queue) {
-		n = len(l.queue)
+	l.spillLocked(it, o, due, errText)
+}
+
+// spillLocked is spill with l.mu held. Every spill of an ordered lane's
+// event is queued under l.mu, so a key's spills reach the one spill writer
+// in stream order.
+func (l *streamLane) spillLocked(it *streamItem, o store.Outcome, due time.Time, errText string) {
+	if l.ordered {
+		l.spillQueuedLocked(it.ev.Row.Key)
 	}
-	out := make([]*streamItem, n)
-	copy(out, l.queue)
-	l.queue = append(l.queue[:0], l.queue[n:]...)
-	if n > 0 && l.room != nil {
-		close(l.room) // wake a push waiting for room
+	l.src.spillNow(it, o, due, errText)
+}
+
+// spillQueuedLocked spills the queued events of key, in queue order (every
+// queued event when the type has more spilled keys than it remembers);
+// l.mu is held. Keyless events keep no order and stay queued.
+func (l *streamLane) spillQueuedLocked(key string) {
+	all := l.src.mustSpill(l.p.s.eventType, "")
+	if key == "" && !all {
+		return
+	}
+	keep := l.queue[:0]
+	for _, q := range l.queue {
+		if all || q.ev.Row.Key == key {
+			l.src.spillNow(q, store.OutcomeReleased, time.Now(), "")
+		} else {
+			keep = append(keep, q)
+		}
+	}
+	clear(l.queue[len(keep):])
+	l.queue = keep
+	l.roomLocked()
+}
+
+// roomLocked wakes a push waiting for room; l.mu is held.
+func (l *streamLane) roomLocked() {
+	if l.room != nil {
+		close(l.room)
 		l.room = nil
 	}
+}
+
+// take takes up to n queued events for a batch. It drops the events of a
+// session that is over (the stream reads them again) and, on an ordered
+// lane, spills the events of a key that spilled since they were queued.
+func (l *streamLane) take(n int) []*streamItem {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n = min(n, len(l.queue))
+	out := make([]*streamItem, 0, n)
+	for _, it := range l.queue[:n] {
+		switch {
+		case !l.src.checkPause(it.s):
+			l.src.drop(it)
+		case l.ordered && l.src.mustSpill(it.ev.Row.EventType, it.ev.Row.Key):
+			l.src.spillNow(it, store.OutcomeReleased, time.Now(), "")
+		default:
+			out = append(out, it)
+		}
+	}
+	rest := copy(l.queue, l.queue[n:])
+	clear(l.queue[rest:])
+	l.queue = l.queue[:rest]
+	if n > 0 {
+		l.roomLocked()
+	}
 	return out
+}
+
+// spillAll spills every queued event, due at due: the destination's
+// circuit is open.
+func (l *streamLane) spillAll(due time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, it := range l.queue {
+		l.src.spillNow(it, store.OutcomeReleased, due, "")
+	}
+	clear(l.queue)
+	l.queue = l.queue[:0]
+	l.roomLocked()
 }
 
 func (l *streamLane) queued() int {
@@ -165,17 +239,14 @@ func (l *streamLane) run() {
 			t := p.circuit.allow()
 			if !t.ok {
 				<-p.slots
-				due := time.Now().Add(t.wait)
-				for _, it := range l.pop(-1) {
-					l.src.spillNow(it, store.OutcomeReleased, due, "")
-				}
+				l.spillAll(time.Now().Add(t.wait))
 				continue
 			}
 			limit := p.s.batchSize
 			if t.probe {
 				limit = min(limit, probeBatchSize)
 			}
-			items := l.live(l.pop(limit))
+			items := l.take(limit)
 			if len(items) == 0 {
 				p.circuit.abandon(t)
 				<-p.slots
@@ -184,24 +255,6 @@ func (l *streamLane) run() {
 			p.dispatch(newStreamBatch(l, items), t, time.Now())
 		}
 	}
-}
-
-// live drops the events of a session that is over (they come back when
-// the stream is read again) and spills the events of an ordered key that
-// spilled since they were queued.
-func (l *streamLane) live(items []*streamItem) []*streamItem {
-	out := items[:0]
-	for _, it := range items {
-		switch {
-		case !l.src.checkPause(it.s):
-			l.src.drop(it)
-		case l.ordered && l.src.mustSpill(it.ev.Row.EventType, it.ev.Row.Key):
-			l.src.spillNow(it, store.OutcomeReleased, time.Now(), "")
-		default:
-			out = append(out, it)
-		}
-	}
-	return out
 }
 
 // dropQueued drops every queued event of ss: the session is over, and its
@@ -244,17 +297,20 @@ type streamBatch struct {
 	l     *streamLane
 	items []*streamItem
 	rows  []*store.OutboxRow
-	byID  map[[16]byte]*streamItem
+	// byID finds a finished row's events: usually one, more when a
+	// producer emitted one id twice (the table's primary key forbids that
+	// in table mode, nothing does in the WAL).
+	byID map[[16]byte][]*streamItem
 }
 
 func newStreamBatch(l *streamLane, items []*streamItem) *streamBatch {
-	b := &streamBatch{l: l, items: items, rows: make([]*store.OutboxRow, len(items)), byID: make(map[[16]byte]*streamItem, len(items))}
+	b := &streamBatch{l: l, items: items, rows: make([]*store.OutboxRow, len(items)), byID: make(map[[16]byte][]*streamItem, len(items))}
 	for i, it := range items {
 		// A key's order in the stream is its commit order: the batch's
 		// key runs go in stream position order (relay/ordered.go).
 		it.ev.Row.Seq = it.ev.Pos
 		b.rows[i] = &it.ev.Row
-		b.byID[it.ev.Row.ID] = it
+		b.byID[it.ev.Row.ID] = append(b.byID[it.ev.Row.ID], it)
 	}
 	return b
 }
@@ -269,25 +325,54 @@ func (b *streamBatch) Finish(items []store.OutboxFinishItem) finishReport {
 	var spills []*spillJob
 	var acked []*streamItem
 	for _, fi := range items {
-		it := b.byID[fi.ID]
-		if it == nil {
+		its := b.byID[fi.ID]
+		if len(its) == 0 {
 			continue
 		}
+		it := its[0]
+		b.byID[fi.ID] = its[1:]
 		if fi.Outcome == store.OutcomeAcked {
 			acked = append(acked, it)
 			continue
 		}
 		spills = append(spills, spillWork(it, fi.Outcome, time.Now().Add(fi.RetryAfter), fi.Error))
 	}
+	// An event the delivery gave no outcome would hold its transaction
+	// (and the window) for ever: it goes to the table instead.
+	for _, its := range b.byID {
+		for _, it := range its {
+			spills = append(spills, spillWork(it, store.OutcomeReleased, time.Now(), ""))
+		}
+	}
 	for _, it := range acked {
 		src.done(it, true)
 	}
 	fr := finishReport{failedWhy: "spill failed", fencedWhy: "stream events not finished"}
 	if len(spills) > 0 {
-		src.spillAndWait(spills)
+		<-b.l.enqueueFinished(spills)
 	}
 	fr.took = time.Since(start)
 	return fr
+}
+
+// enqueueFinished queues a finished batch's spills. On an ordered lane the
+// queued events of their keys follow them at once, under l.mu: they are
+// later in the stream than the batch, earlier than any event routed after.
+func (l *streamLane) enqueueFinished(spills []*spillJob) chan struct{} {
+	if !l.ordered {
+		return l.src.enqueueSpill(spills)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	done := l.src.enqueueSpill(spills)
+	seen := map[string]bool{}
+	for _, w := range spills {
+		if k := w.it.ev.Row.Key; !seen[k] {
+			seen[k] = true
+			l.spillQueuedLocked(k)
+		}
+	}
+	return done
 }
 
 // spillJob is one event on its way into the outbox table.
