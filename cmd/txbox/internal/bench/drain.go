@@ -132,10 +132,20 @@ func (r *runner) drain(ctx context.Context, sp drainSpec, round int) (Measuremen
 	if serr != nil {
 		return run, serr
 	}
+	if err := r.measured(ctx, sp, src, tgt, children, el, cpu, &run); err != nil {
+		return run, err
+	}
+	r.p.note("  %-22s %8d events in %6.2fs = %8.0f/s, CPU %.2f µs/event", sp.variant, sp.n, run.Seconds, run.Rate, run.CPUPerEventMicros)
+	return run, nil
+}
+
+// measured fills run from a finished drain: its rate and CPU, the
+// children's peak RSS, WAL mode's spills, duplicates at the destination.
+func (r *runner) measured(ctx context.Context, sp drainSpec, src source, tgt target, children []*child, el time.Duration, cpu float64, run *Measurement) error {
 	if ps, ok := src.(*pgSource); ok && sp.wal {
 		spilled, err := ps.spilledRows(ctx)
 		if err != nil {
-			return run, err
+			return err
 		}
 		run.Extra["spilled"] = float64(spilled)
 	}
@@ -151,8 +161,7 @@ func (r *runner) drain(ctx context.Context, sp drainSpec, round int) (Measuremen
 	if got, err := tgt.count(ctx); err == nil && got > int64(sp.n) {
 		run.Extra["duplicates"] = float64(got - int64(sp.n))
 	}
-	r.p.note("  %-22s %8d events in %6.2fs = %8.0f/s, CPU %.2f µs/event", sp.variant, sp.n, run.Seconds, run.Rate, run.CPUPerEventMicros)
-	return run, nil
+	return nil
 }
 
 // profileArgs adds --cpuprofile to each child's command line when
