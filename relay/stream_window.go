@@ -17,11 +17,11 @@ type holdWindow struct {
 	mu     sync.Mutex
 	events int
 	bytes  int64
-	// freed is closed (and replaced) when something is released while a
-	// reader waits (waiting): not on every release, which made a channel
-	// per event in a drain.
+	// freed is closed (and replaced) when something is released while
+	// readers wait (waiters of them): not on every release, which made a
+	// channel per event in a drain.
 	freed   chan struct{}
-	waiting bool
+	waiters int
 }
 
 func newHoldWindow(maxEvents int, maxBytes int64) *holdWindow {
@@ -39,12 +39,19 @@ func (w *holdWindow) acquire(ctx context.Context, size int64) error {
 			return nil
 		}
 		freed := w.freed
-		w.waiting = true
+		w.waiters++
 		w.mu.Unlock()
+		var err error
 		select {
 		case <-ctx.Done():
-			return context.Cause(ctx)
+			err = context.Cause(ctx)
 		case <-freed:
+		}
+		w.mu.Lock()
+		w.waiters--
+		w.mu.Unlock()
+		if err != nil {
+			return err
 		}
 	}
 }
@@ -54,9 +61,9 @@ func (w *holdWindow) release(size int64) {
 	w.mu.Lock()
 	w.events--
 	w.bytes -= size
-	if w.waiting {
+	if w.waiters > 0 {
 		close(w.freed)
-		w.freed, w.waiting = make(chan struct{}), false
+		w.freed = make(chan struct{})
 	}
 	w.mu.Unlock()
 }

@@ -3,8 +3,11 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/txbox/txbox/internal/testenv"
 )
 
 func TestHoldWindowBoundsEventsAndBytes(t *testing.T) {
@@ -23,7 +26,7 @@ func TestHoldWindowBoundsEventsAndBytes(t *testing.T) {
 	}
 	got := make(chan error, 1)
 	go func() { got <- w.acquire(ctx, 40) }()
-	time.Sleep(20 * time.Millisecond)
+	waitForWaiters(t, w, 1)
 	w.release(40)
 	if err := <-got; err != nil {
 		t.Fatal(err)
@@ -76,10 +79,7 @@ func TestHoldWindowWakesEveryWaiter(t *testing.T) {
 	for range 2 {
 		go func() { got <- w.acquire(ctx, 1) }()
 	}
-	for !func() bool { w.mu.Lock(); defer w.mu.Unlock(); return w.waiting }() {
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(20 * time.Millisecond) // both are waiting, or about to
+	waitForWaiters(t, w, 2)
 	w.release(1)
 	w.release(1)
 	for range 2 {
@@ -90,4 +90,14 @@ func TestHoldWindowWakesEveryWaiter(t *testing.T) {
 	if n, _ := w.held(); n != 2 {
 		t.Fatalf("held %d events, want 2", n)
 	}
+}
+
+// waitForWaiters waits until n acquires of w are waiting for a release.
+func waitForWaiters(t *testing.T, w *holdWindow, n int) {
+	t.Helper()
+	testenv.WaitFor(t, 5*time.Second, fmt.Sprintf("%d waiters", n), func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.waiters == n
+	})
 }
