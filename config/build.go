@@ -561,7 +561,7 @@ func (c *Config) relayConfig() relay.Config {
 			w.PauseLimit = w.SenderTimeout / 2
 		}
 		rc.Stream = relay.StreamConfig{
-			Enabled: true, Window: w.Window, WindowBytes: w.WindowBytes, LaneQueue: w.LaneQueue, StatusInterval: w.StatusInterval,
+			Enabled: true, Window: w.Window, WindowBytes: w.WindowBytes, LaneQueue: w.LaneQueue, BatchSize: w.BatchSize, StatusInterval: w.StatusInterval,
 			StandbyInterval: w.StandbyInterval, PauseLimit: w.PauseLimit, LagThreshold: w.LagThreshold,
 		}
 	}

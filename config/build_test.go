@@ -413,3 +413,20 @@ func TestRelayConfigKeepsWakeUps(t *testing.T) {
 		t.Fatalf("the relay's store %T has no wake-ups (store.Waker)", rc.Store)
 	}
 }
+
+// TestRelayConfigCarriesTheStreamKeys checks that every database.wal key
+// of the relay's stream reaches relay.StreamConfig: a key that was
+// validated and then dropped would run the relay on a silent default.
+func TestRelayConfigCarriesTheStreamKeys(t *testing.T) {
+	t.Parallel()
+	c, err := Load(Source{YAML: []byte(`database: { dialect: postgres, dsn: x, source: wal, wal: { window: 7000, window-bytes: 1048576, lane-queue: 3000, batch-size: 400, status-interval: 2s, standby-interval: 3s, pause-limit: 1s, lag-threshold: 4096 } }`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.relayConfig().Stream
+	want := relay.StreamConfig{Enabled: true, Window: 7000, WindowBytes: 1 << 20, LaneQueue: 3000, BatchSize: 400,
+		StatusInterval: 2 * time.Second, StandbyInterval: 3 * time.Second, PauseLimit: time.Second, LagThreshold: 4096}
+	if got != want {
+		t.Errorf("relay.StreamConfig = %+v\nwant %+v", got, want)
+	}
+}

@@ -173,6 +173,8 @@ type WAL struct {
 	WindowBytes int64 `yaml:"window-bytes"`
 	// LaneQueue is the key database.wal.lane-queue.
 	LaneQueue int `yaml:"lane-queue"`
+	// BatchSize is the key database.wal.batch-size.
+	BatchSize int `yaml:"batch-size"`
 	// StatusInterval is the key database.wal.status-interval.
 	StatusInterval time.Duration `yaml:"status-interval"`
 	// StandbyInterval is the key database.wal.standby-interval.

@@ -150,6 +150,10 @@ func TestLoadRejects(t *testing.T) {
 		{"lag threshold not a duration", "health: { lag-threshold: big }", `health.lag-threshold: must be a duration`},
 		{"unknown health key", "health: { listn: ':8080' }", "health.listn: unknown key"},
 		{"provision on redis", "senders: { s: { type: redis, provision: true } }", "senders.s.provision: unknown key for sender type redis"},
+		{"wal keys in table mode", "database: { dialect: postgres, dsn: x, wal: { batch-size: 100 } }", "database.wal: is set but database.source is \"table\""},
+		{"wal batch-size negative", "database: { dialect: postgres, dsn: x, source: wal, wal: { batch-size: -1 } }", "database.wal.batch-size: must be ≥ 0"},
+		{"wal batch-size too large", "database: { dialect: postgres, dsn: x, source: wal, wal: { batch-size: 20000 } }", "database.wal.batch-size: must be at most 10000, not 20000"},
+		{"wal on sqlite", "database: { dsn: x.db, source: wal }", "database.source: wal is only supported by postgres"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -344,6 +344,7 @@ func validateWAL(d *decoder, db *Database) {
 		{"window", w.Window < 0},
 		{"window-bytes", w.WindowBytes < 0},
 		{"lane-queue", w.LaneQueue < 0},
+		{"batch-size", w.BatchSize < 0},
 		{"status-interval", w.StatusInterval < 0},
 		{"standby-interval", w.StandbyInterval < 0},
 		{"pause-limit", w.PauseLimit < 0},
@@ -352,6 +353,9 @@ func validateWAL(d *decoder, db *Database) {
 		if f.bad {
 			d.fail("database.wal."+f.key, nil, "must be ≥ 0")
 		}
+	}
+	if w.BatchSize > MaxBatchSize {
+		d.fail("database.wal.batch-size", nil, "must be at most %d, not %d", MaxBatchSize, w.BatchSize)
 	}
 	timeout := w.SenderTimeout
 	if timeout == 0 {

@@ -707,3 +707,67 @@ func walDiagnose(t *testing.T, d store.Driver, st *jsStream, o *oracle) {
 	t.Logf("rows left (first 5):\n%s", rowsLeft)
 	t.Fatalf("not everything delivered or finished: %v\noutbox rows: %s\nslot: %s\nstate: %s\nlost (first 5): %v", rep, states, slot, walState, sample)
 }
+
+// batchRecorder passes batches on and records the largest per event
+// type; the first slowSends of a type are held for a while, so that the
+// lane fills up behind them and later batches can be as large as allowed.
+type batchRecorder struct {
+	sender.Sender
+	mu      sync.Mutex
+	largest map[string]int
+	sends   map[string]int
+}
+
+const slowSends = 4
+
+func (b *batchRecorder) Send(ctx context.Context, msgs []*sender.Message) error {
+	typ := msgs[0].EventType
+	b.mu.Lock()
+	b.largest[typ] = max(b.largest[typ], len(msgs))
+	b.sends[typ]++
+	slow := b.sends[typ] <= slowSends
+	b.mu.Unlock()
+	if slow {
+		time.Sleep(200 * time.Millisecond)
+	}
+	return b.Sender.Send(ctx, msgs)
+}
+
+// TestWALBatchSize: a lane's batches are database.wal.batch-size events
+// at most for a type without a batch-size of its own (larger than table
+// mode's claims, there being no claim to pay for), and the type's own
+// batch-size where it has one.
+func TestWALBatchSize(t *testing.T) {
+	kind := walKind
+	ns := kind.newNamespace(t)
+	st := newDedupStream(t)
+	d := openStore(t, kind, ns, 4)
+	o := newOracle()
+	publishN(t, kind, d, "wide", 4000, o)
+	publishN(t, kind, d, "narrow", 1000, o)
+
+	rec := &batchRecorder{Sender: newNATSSender(t, testenv.NATSURL), largest: map[string]int{}, sends: map[string]int{}}
+	rd := openStore(t, kind, ns, 6)
+	cfg := relayConfig(rd, rec, st.prefix, 0)
+	cfg.Stream.BatchSize = 700
+	cfg.Events = map[string]relay.EventSettings{"wide": {}, "narrow": {BatchSize: new(50)}}
+	relaytest.Start(t, cfg)
+	testenv.WaitFor(t, time.Minute, "every event delivered", func() bool { return st.count(t) >= uint64(o.expected()) })
+	for _, m := range st.readAll(t) {
+		o.receivedIDs(m.id)
+	}
+	if rep := o.report(); !rep.clean() {
+		t.Errorf("oracle: %v", rep)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	// The wide lane queued thousands behind its held sends: its later
+	// batches are full ones of the stream's size, over the 200 a claim
+	// takes by default.
+	if got := rec.largest["wide"]; got != 700 {
+		t.Errorf("largest batch of the type without a batch-size: %d, want database.wal.batch-size (700)", got)
+	}
+	if got := rec.largest["narrow"]; got != 50 {
+		t.Errorf("largest batch of the type with batch-size 50: %d, want 50", got)
+	}
+}

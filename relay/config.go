@@ -391,11 +391,15 @@ type CleanupConfig struct {
 
 // settings are the resolved settings of one event type: every field set.
 type settings struct {
-	eventType     string
-	senderName    string
-	sender        sender.Sender
-	route         sender.Route
-	batchSize     int
+	eventType  string
+	senderName string
+	sender     sender.Sender
+	route      sender.Route
+	batchSize  int
+	// batchSizeSet says batch-size was configured (in the type's entry
+	// or in Defaults), not taken from DefaultEventSettings: WAL mode's
+	// lanes use StreamConfig.BatchSize otherwise.
+	batchSizeSet  bool
 	polling       resolvedPolling
 	maxAttempts   int
 	backoff       resolvedBackoff
@@ -551,6 +555,7 @@ func (c *Config) resolve(eventType, path string, own, parent EventSettings) (*se
 		eventType:     eventType,
 		senderName:    deref(e.Sender),
 		batchSize:     *e.BatchSize,
+		batchSizeSet:  set.BatchSize != nil,
 		polling:       e.Polling.resolved(),
 		maxAttempts:   *e.MaxAttempts,
 		backoff:       e.Backoff.resolved(),

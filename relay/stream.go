@@ -42,6 +42,13 @@ type StreamConfig struct {
 	// back the other types; a lane that drains (a backlog) is waited for.
 	// Defaults to DefaultStreamLaneQueue.
 	LaneQueue int
+	// BatchSize is the most events of one stream batch, for a type
+	// whose batch-size is not set (in its Events entry or in Defaults):
+	// with no claim to pay for, a batch only groups the sends, and a
+	// larger one lets the stream run ahead of the destination's acks.
+	// An explicit batch-size wins, and still sizes the type's claims of
+	// spilled rows. Defaults to DefaultStreamBatchSize.
+	BatchSize int
 	// StatusInterval is how often the stream reports its position to the
 	// server, whatever the relay is doing. Defaults to
 	// DefaultStreamStatusInterval.
@@ -74,6 +81,7 @@ const (
 	DefaultStreamWindow          = 20_000
 	DefaultStreamWindowBytes     = 64 << 20
 	DefaultStreamLaneQueue       = 5_000
+	DefaultStreamBatchSize       = 1_000
 	DefaultStreamStatusInterval  = time.Second
 	DefaultStreamStandbyInterval = time.Second
 	DefaultStreamConfirmInterval = 50 * time.Millisecond
@@ -91,6 +99,9 @@ func (c StreamConfig) withDefaults() StreamConfig {
 	}
 	if c.LaneQueue == 0 {
 		c.LaneQueue = DefaultStreamLaneQueue
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultStreamBatchSize
 	}
 	if c.StatusInterval == 0 {
 		c.StatusInterval = DefaultStreamStatusInterval
@@ -688,6 +699,7 @@ func (c StreamConfig) validate() error {
 		{"window", c.Window < 0},
 		{"window-bytes", c.WindowBytes < 0},
 		{"lane-queue", c.LaneQueue < 0},
+		{"batch-size", c.BatchSize < 0},
 		{"status-interval", c.StatusInterval < 0},
 		{"standby-interval", c.StandbyInterval < 0},
 		{"confirm-interval", c.ConfirmInterval < 0},

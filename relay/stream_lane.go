@@ -52,6 +52,9 @@ func (s *streamSource) lane(eventType string) (*streamLane, error) {
 		return nil, err
 	}
 	set.claim = ClaimStream
+	if !set.batchSizeSet {
+		set.batchSize = s.cfg.BatchSize
+	}
 	ordered := set.ordering == OrderingKey
 	if ordered {
 		// One batch at a time: a key's later event is sent only once its

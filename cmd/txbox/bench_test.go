@@ -284,7 +284,8 @@ func TestBenchQuickWAL(t *testing.T) {
 		}
 		names = append(names, r.Name)
 	}
-	want := "500: WAL mode / naive loop; 500: WAL mode / lock claim; Go publisher, WAL mode: pickup p50 / 2 ms; pickup p50: WAL mode / lock claim"
+	want := "500: WAL mode / naive loop; 500: WAL mode / lock claim; 500: WAL mode / naive loop, no database; 500: naive loop / naive loop, no database; " +
+		"Go publisher, WAL mode: pickup p50 / 2 ms; pickup p50: WAL mode / lock claim"
 	if got := strings.Join(names, "; "); got != want {
 		t.Errorf("ratios %q, want %q", got, want)
 	}

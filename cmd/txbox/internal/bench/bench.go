@@ -145,11 +145,13 @@ func (o *Options) plannedSteps() int {
 		case ScenarioWatermill:
 			n += 1 + o.Rounds*7 // watermill 1, relay, tuned and naive 2 each
 		case ScenarioWAL:
-			variants := 3 // naive, lock, WAL (, WAL tuned)
+			// naive, lock, WAL (, WAL tuned): load and drain; the naive
+			// loop without a database: drain only.
+			steps := 3*2 + 1
 			if o.WALTuned {
-				variants++
+				steps += 2
 			}
-			n += len(o.WALBacklogs)*variants*o.Rounds*2 + 2 // two pickups
+			n += len(o.WALBacklogs)*len(o.Senders)*steps*o.Rounds + 2 // two pickups
 		}
 	}
 	return n

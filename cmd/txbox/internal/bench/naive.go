@@ -9,11 +9,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -71,6 +73,7 @@ func RunNaive(ctx context.Context, args []string, stderr io.Writer) error {
 	dest := fs.String("dest", "", "subject, topic, queue, stream or path")
 	workers := fs.Int("workers", 4, "workers")
 	batch := fs.Int("batch", 500, "rows per claim")
+	rows := fs.Int("rows", 0, "with --dialect memory: the rows to hand out")
 	profile := fs.String("cpuprofile", "", "write a CPU profile to this file")
 	if err := fs.Parse(args); err != nil {
 		return &UsageError{err.Error()}
@@ -84,12 +87,21 @@ func RunNaive(ctx context.Context, args []string, stderr io.Writer) error {
 			fmt.Fprintln(stderr, err)
 		}
 	}()
-	if *dsn == "" || *table == "" || *dest == "" || *workers < 1 || *batch < 1 {
-		return usagef("%s needs --dsn, --table, --dest and positive --workers, --batch", NaiveChild)
-	}
-	db, err := openNaiveDB(ctx, *dialect, *dsn, *table, *batch, *workers)
-	if err != nil {
-		return err
+	var db naiveDB
+	switch {
+	case *dest == "" || *workers < 1 || *batch < 1:
+		return usagef("%s needs --dest and positive --workers, --batch", NaiveChild)
+	case *dialect == dialectMemory:
+		if *rows < 1 {
+			return usagef("%s --dialect %s needs a positive --rows", NaiveChild, dialectMemory)
+		}
+		db = newNaiveMemory(*rows, *batch)
+	case *dsn == "" || *table == "":
+		return usagef("%s needs --dsn and --table", NaiveChild)
+	default:
+		if db, err = openNaiveDB(ctx, *dialect, *dsn, *table, *batch, *workers); err != nil {
+			return err
+		}
 	}
 	defer db.close()
 	pub, err := newNaivePublisher(*kind, *url, *dest, *workers)
@@ -167,6 +179,43 @@ RETURNING t.id::text, t.event_type, t.payload::text`, table, batch)}, nil
 	}
 	return nil, usagef("unknown --dialect %q", dialect)
 }
+
+// dialectMemory is the naive loop without a database: its rows are made
+// in memory as they are claimed, so the run times the loop's client and
+// batches alone, what the loop would reach if claiming cost nothing.
+const dialectMemory = "memory"
+
+// naiveMemory hands out n rows batch by batch, made as they are claimed
+// (an id of the run's prefix and a counter); finish does nothing.
+type naiveMemory struct {
+	mu      sync.Mutex
+	prefix  string
+	next    int
+	n       int
+	batch   int
+	payload []byte
+}
+
+func newNaiveMemory(n, batch int) *naiveMemory {
+	return &naiveMemory{prefix: uuid.NewString() + "-", n: n, batch: batch, payload: []byte(benchPayload)}
+}
+
+func (d *naiveMemory) claim(context.Context) ([]naiveRow, error) {
+	d.mu.Lock()
+	k := min(d.batch, d.n-d.next)
+	first := d.next
+	d.next += k
+	d.mu.Unlock()
+	out := make([]naiveRow, k)
+	for i := range out {
+		out[i] = naiveRow{id: d.prefix + strconv.Itoa(first+i), typ: benchType, payload: d.payload}
+	}
+	return out, nil
+}
+
+func (d *naiveMemory) finish(context.Context, []string, bool) error { return nil }
+
+func (d *naiveMemory) close() {}
 
 // naivePG claims in one statement: a CTE picking 500 rows FOR UPDATE
 // SKIP LOCKED and an UPDATE … RETURNING them.

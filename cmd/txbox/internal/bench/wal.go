@@ -26,10 +26,9 @@ import (
 const walPublishBatch = 1000
 
 // walTuned are the database.wal keys of the tuned WAL mode variant: one
-// event type may take the whole window, so a backlog of one type waits in
-// memory instead of spilling into the table (docs/benchmarks.md, "WAL
-// mode").
-const walTuned = "lane-queue: 20000"
+// event type may take the whole window, and its batches are twice the
+// default (docs/benchmarks.md, "WAL mode").
+const walTuned = "lane-queue: 20000\nbatch-size: 2000"
 
 // publishFill produces n events through the Go publisher on a driver of
 // the source's schema, walPublishBatch per transaction, and returns the
@@ -179,38 +178,18 @@ func (r *runner) scenarioWAL(ctx context.Context, s *Scenario) error {
 	for i, n := range r.o.WALBacklogs {
 		sizes[i] = strconv.Itoa(n)
 	}
-	s.Conditions = map[string]string{"backlogs": strings.Join(sizes, ", "), "rounds": strconv.Itoa(r.o.Rounds), "broker": "NATS JetStream",
+	s.Conditions = map[string]string{"backlogs": strings.Join(sizes, ", "), "rounds": strconv.Itoa(r.o.Rounds), "senders": strings.Join(r.o.Senders, ", "),
 		"payload": strconv.Itoa(len(benchPayload)) + " bytes JSON + content-type header", "pickup rate": strconv.Itoa(r.o.WALRate) + " events/s",
-		"order": "naive, lock claim, WAL mode (, WAL mode tuned); reversed every other round"}
+		"order":                   "naive, lock claim, WAL mode (, WAL mode tuned), naive loop without a database; reversed every other round",
+		"naive loop, no database": "the naive loop's client, messages and batches (4 workers × 500, wait for every ack) with its rows made in memory: what the loop would reach if claiming cost nothing"}
 	if r.o.WALTuned {
-		s.Conditions["WAL mode tuned"] = "`batch-size: 1000`, `database.wal.lane-queue: 20000` (the window)"
+		s.Conditions["WAL mode tuned"] = "`database.wal.lane-queue: 20000` (the window), `database.wal.batch-size: 2000`"
 	}
 	for _, n := range r.o.WALBacklogs {
-		naive := drainSpec{variant: fmt.Sprintf("%d naive loop", n), sender: "nats", n: n, naive: true}
-		lock := drainSpec{variant: fmt.Sprintf("%d relay lock claim", n), sender: "nats", n: n, relays: 1, settings: relayLock, publish: true}
-		wal := drainSpec{variant: fmt.Sprintf("%d relay WAL mode", n), sender: "nats", n: n, relays: 1, publish: true, wal: true}
-		specs := []drainSpec{naive, lock, wal}
-		if r.o.WALTuned {
-			specs = append(specs, drainSpec{variant: fmt.Sprintf("%d relay WAL mode tuned", n), sender: "nats", n: n, relays: 1, publish: true, wal: true,
-				settings: relayTuned, walSettings: walTuned})
-		}
-		if err := r.pairedDrains(ctx, s, specs); err != nil {
-			return err
-		}
-		s.addRatio(fmt.Sprintf("%d: WAL mode / naive loop", n), wal.variant, naive.variant, s.rates(wal.variant), s.rates(naive.variant), true,
-			"≥ 2.0×", func(x float64) bool { return x >= 2.0 })
-		s.addRatio(fmt.Sprintf("%d: WAL mode / lock claim", n), wal.variant, lock.variant, s.rates(wal.variant), s.rates(lock.variant), true,
-			"≥ 1.5×", func(x float64) bool { return x >= 1.5 })
-		vs := []string{wal.variant, lock.variant, naive.variant}
-		if r.o.WALTuned {
-			tuned := specs[3]
-			s.addRatio(fmt.Sprintf("%d: WAL mode tuned / naive loop", n), tuned.variant, naive.variant, s.rates(tuned.variant), s.rates(naive.variant), true, "", nil)
-			s.addRatio(fmt.Sprintf("%d: WAL mode tuned / WAL mode", n), tuned.variant, wal.variant, s.rates(tuned.variant), s.rates(wal.variant), true, "", nil)
-			vs = append(vs, tuned.variant)
-		}
-		r.addCPUNote(s, vs...)
-		for _, v := range specs[1:] {
-			s.Notes = append(s.Notes, walNote(s, v))
+		for _, snd := range r.o.Senders {
+			if err := r.walDrains(ctx, s, n, snd); err != nil {
+				return err
+			}
 		}
 	}
 	lock := pickupOpts{name: "Go publisher, lock claim", rate: r.o.WALRate, syncCommit: true}
@@ -229,6 +208,46 @@ func (r *runner) scenarioWAL(ctx context.Context, s *Scenario) error {
 		}
 	}
 	s.addRatio("pickup p50: WAL mode / lock claim", wal.name+" → sender", lock.name+" → sender", []float64{p50[1]}, []float64{p50[0]}, false, "", nil)
+	return nil
+}
+
+// walDrains runs the paired drains of one backlog size to one sender:
+// the naive loop, the lock claim, WAL mode (and WAL mode tuned) and the
+// naive loop without a database, and adds their ratios.
+func (r *runner) walDrains(ctx context.Context, s *Scenario, n int, snd string) error {
+	label := strconv.Itoa(n)
+	if snd != "nats" {
+		label += " " + snd
+	}
+	naive := drainSpec{variant: label + " naive loop", sender: snd, n: n, naive: true}
+	lock := drainSpec{variant: label + " relay lock claim", sender: snd, n: n, relays: 1, settings: relayLock, publish: true}
+	wal := drainSpec{variant: label + " relay WAL mode", sender: snd, n: n, relays: 1, publish: true, wal: true}
+	specs := []drainSpec{naive, lock, wal}
+	if r.o.WALTuned {
+		specs = append(specs, drainSpec{variant: label + " relay WAL mode tuned", sender: snd, n: n, relays: 1, publish: true, wal: true,
+			walSettings: walTuned})
+	}
+	broker := drainSpec{variant: label + " naive loop, no database", sender: snd, n: n, naive: true, brokerOnly: true}
+	if err := r.pairedDrains(ctx, s, append(specs, broker)); err != nil {
+		return err
+	}
+	ratio := func(name string, a, b drainSpec, target string, meets func(float64) bool) {
+		s.addRatio(label+": "+name, a.variant, b.variant, s.rates(a.variant), s.rates(b.variant), true, target, meets)
+	}
+	ratio("WAL mode / naive loop", wal, naive, "≥ 2.0×", func(x float64) bool { return x >= 2.0 })
+	ratio("WAL mode / lock claim", wal, lock, "≥ 1.5×", func(x float64) bool { return x >= 1.5 })
+	ratio("WAL mode / naive loop, no database", wal, broker, "", nil)
+	ratio("naive loop / naive loop, no database", naive, broker, "", nil)
+	vs := []string{wal.variant, lock.variant, naive.variant}
+	if r.o.WALTuned {
+		ratio("WAL mode tuned / naive loop", specs[3], naive, "", nil)
+		ratio("WAL mode tuned / WAL mode", specs[3], wal, "", nil)
+		vs = append(vs, specs[3].variant)
+	}
+	r.addCPUNote(s, vs...)
+	for _, v := range specs[1:] {
+		s.Notes = append(s.Notes, walNote(s, v))
+	}
 	return nil
 }
 
