@@ -185,7 +185,10 @@ type StreamView struct {
 	LastConfirmAgeSeconds *float64 `json:"last_confirm_age_seconds,omitempty"`
 	HeldEvents            int      `json:"held_events"`
 	SpilledEvents         int64    `json:"spilled_events"`
-	Lagging               bool     `json:"lagging"`
+	// Pauses counts the times the relay found it had been stopped past
+	// its pause limit and dropped what it held (relay.StreamHealth).
+	Pauses  int64 `json:"pauses"`
+	Lagging bool  `json:"lagging"`
 	// Slot is the last reading of the slot, absent before the first.
 	Slot    *store.StreamStatus `json:"slot,omitempty"`
 	SlotErr string              `json:"slot_error,omitempty"`
@@ -196,7 +199,7 @@ func streamView(st *relay.StreamHealth) *StreamView {
 		return nil
 	}
 	v := &StreamView{State: string(st.State), LastError: st.LastError, HeldEvents: st.Held, SpilledEvents: st.Spilled,
-		Lagging: st.Lagging, Slot: st.Slot, SlotErr: st.SlotErr}
+		Pauses: st.Pauses, Lagging: st.Lagging, Slot: st.Slot, SlotErr: st.SlotErr}
 	if !st.LastConfirm.IsZero() {
 		age := time.Since(st.LastConfirm).Seconds()
 		v.LastConfirmAgeSeconds = &age

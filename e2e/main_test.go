@@ -116,13 +116,15 @@ func childRelay() int {
 	if err != nil {
 		return fail(err)
 	}
-	var snd sender.Sender = ns
+	paused := &pauseCounter{Sender: ns}
+	go paused.watch()
+	var snd sender.Sender = paused
 	if v := os.Getenv(envDelay); v != "" {
 		delay, err := time.ParseDuration(v)
 		if err != nil {
 			return fail(err)
 		}
-		snd = slowSender{Sender: ns, delay: delay}
+		snd = slowSender{Sender: paused, delay: delay}
 	}
 	acks := newAckCounter(snd)
 	retention, err := time.ParseDuration(os.Getenv(envRetention))
@@ -162,6 +164,10 @@ func childRelay() int {
 	if err := r.Stop(ctx); err != nil {
 		return fail(err)
 	}
+	var pauses, pauseDropped int64
+	if st := r.Health().Stream; st != nil {
+		pauses, pauseDropped = st.Pauses, st.PauseDropped
+	}
 	if err := ns.Close(ctx); err != nil {
 		return fail(err)
 	}
@@ -174,7 +180,8 @@ func childRelay() int {
 		return fail(err)
 	}
 	if path := os.Getenv(envStats); path != "" {
-		if err := os.WriteFile(path, fmt.Appendf(nil, "fenced=%d finish-errors=%d\n", fenced.n.Load(), fenced.errs.Load()), 0o600); err != nil {
+		if err := os.WriteFile(path, fmt.Appendf(nil, "fenced=%d finish-errors=%d pauses=%d pause-dropped=%d sent-after-pause=%d\n",
+			fenced.n.Load(), fenced.errs.Load(), pauses, pauseDropped, paused.sent.Load()), 0o600); err != nil {
 			return fail(err)
 		}
 	}
@@ -196,6 +203,38 @@ func (s slowSender) Send(ctx context.Context, msgs []*sender.Message) error {
 	case <-ctx.Done():
 	}
 	return s.Sender.Send(ctx, msgs)
+}
+
+// pauseCounter counts the messages a child relay hands to the broker
+// after its process was stopped and resumed (SIGSTOP, SIGCONT): a relay
+// that drops what it holds on a pause sends then at most the batches that
+// were already in flight.
+type pauseCounter struct {
+	sender.Sender
+	resumed atomic.Bool
+	sent    atomic.Int64
+}
+
+// watch notices the resume: a tick 20 ms apart that comes over a second
+// late.
+func (p *pauseCounter) watch() {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	last := time.Now()
+	for range t.C {
+		now := time.Now()
+		if now.Sub(last) > time.Second {
+			p.resumed.Store(true)
+		}
+		last = now
+	}
+}
+
+func (p *pauseCounter) Send(ctx context.Context, msgs []*sender.Message) error {
+	if p.resumed.Load() {
+		p.sent.Add(int64(len(msgs)))
+	}
+	return p.Sender.Send(ctx, msgs)
 }
 
 // fenceCounter counts finishes fenced because the lease was lost, and

@@ -541,6 +541,7 @@ func TestWALChaosTakeover(t *testing.T) {
 			}
 			if sig == syscall.SIGSTOP {
 				first.stop(t)
+				walPausedSendsBounded(t, first)
 			}
 			second.stop(t)
 			for _, m := range st.readAll(t) {
@@ -552,6 +553,31 @@ func TestWALChaosTakeover(t *testing.T) {
 				t.Errorf("oracle: %v", rep)
 			}
 		})
+	}
+}
+
+// walPausedSendsBounded reads the stats of a relay that was stopped and
+// resumed: it must have noticed the pause, and sent afterwards at most the
+// batches it had in flight when it stopped (their sends were under way),
+// not the events it held queued.
+func walPausedSendsBounded(t *testing.T, c *child) {
+	t.Helper()
+	b, err := os.ReadFile(c.stats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fenced, finishErrs, pauses, dropped, sent int64
+	if _, err := fmt.Sscanf(string(b), "fenced=%d finish-errors=%d pauses=%d pause-dropped=%d sent-after-pause=%d",
+		&fenced, &finishErrs, &pauses, &dropped, &sent); err != nil {
+		t.Fatalf("stats %q: %v", b, err)
+	}
+	inFlight := int64(relay.DefaultInFlight * relay.DefaultStreamBatchSize)
+	t.Logf("the resumed relay: %d pause(s), %d spills dropped, %d events sent after the resume (in flight at most %d)", pauses, dropped, sent, inFlight)
+	if pauses < 1 {
+		t.Errorf("the resumed relay did not notice its pause")
+	}
+	if sent > inFlight {
+		t.Errorf("the resumed relay sent %d events after the pause, more than the %d its batches in flight can hold: it sent what it held", sent, inFlight)
 	}
 }
 

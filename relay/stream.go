@@ -167,8 +167,13 @@ type StreamHealth struct {
 	HeldBytes          int64
 	// Spilled counts the events this relay spilled into the outbox
 	// table since it started.
-	Spilled   int64
-	LastError string
+	Spilled int64
+	// Pauses counts the times this relay found it had been stopped
+	// (SIGSTOP, a frozen VM) past StreamConfig.PauseLimit and ended its
+	// session; PauseDropped the events it then let go of unsent and
+	// unspilled, for the relay that took the stream over to deliver.
+	Pauses, PauseDropped int64
+	LastError            string
 	// Slot is the last reading of the slot's health, nil before the
 	// first; SlotReadAt is when it was read, SlotErr why it could not be.
 	Slot       *store.StreamStatus
@@ -657,6 +662,9 @@ func (s *streamSource) pause(ss *session, d time.Duration) {
 	s.mu.Lock()
 	first := !ss.paused
 	ss.paused = true
+	if first {
+		s.health.Pauses++
+	}
 	s.mu.Unlock()
 	if first {
 		s.log.Warn("the relay was paused; dropping the events it holds unsent and reopening the stream", slog.Duration("paused", d))

@@ -490,6 +490,7 @@ func (s *streamSource) nextSpills(idle *<-chan struct{}) []*spillReq {
 // writeSpills writes one group of spills, retrying until it lands or the
 // stop deadline passes, and marks its events done.
 func (s *streamSource) writeSpills(reqs []*spillReq, errs *backoff.Streak) {
+	reqs = s.dropPaused(reqs)
 	var items []*store.StreamSpillItem
 	failed := false
 	for _, r := range reqs {
@@ -497,6 +498,10 @@ func (s *streamSource) writeSpills(reqs []*spillReq, errs *backoff.Streak) {
 			items = append(items, &w.item)
 			failed = failed || w.item.Outcome == store.OutcomeFailed
 		}
+	}
+	if len(items) == 0 {
+		s.finishSpills(reqs, nil)
+		return
 	}
 	for {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(s.r.hardCtx), finishTimeout)
@@ -536,6 +541,45 @@ func (s *streamSource) finishSpills(reqs []*spillReq, end func(*streamItem)) {
 		}
 		close(r.done)
 	}
+}
+
+// dropPaused lets go of the spills of a session that ended because the
+// process was paused (pauseWatch): another relay likely streams their
+// transactions again by now, and delivers or spills them itself. Written
+// here, they would come back through the table poller as duplicates, and
+// an ordered key's spill would reach the table after the new relay
+// delivered later events of that key. Dropped, they stay unconfirmed, as
+// the paused session's queued events do. It checks the pause itself, since
+// the writer may run before pauseWatch's first late tick.
+func (s *streamSource) dropPaused(reqs []*spillReq) []*spillReq {
+	if d := s.pausedFor(); d > s.cfg.PauseLimit {
+		s.mu.Lock()
+		cur := s.cur
+		s.mu.Unlock()
+		if cur != nil {
+			s.pause(cur, d)
+		}
+	}
+	var dropped int64
+	for _, r := range reqs {
+		keep := make([]*spillJob, 0, len(r.work))
+		for _, w := range r.work {
+			if s.isPaused(w.it.s) {
+				s.drop(w.it)
+				dropped++
+			} else {
+				keep = append(keep, w)
+			}
+		}
+		r.work = keep
+	}
+	if dropped > 0 {
+		s.mu.Lock()
+		s.health.PauseDropped += dropped
+		s.mu.Unlock()
+		s.log.Warn("the relay was paused; dropping its spills unwritten", slog.Int64("events", dropped))
+	}
+	return reqs
 }
 
 // idle is closed once no session holds events: nothing more can be

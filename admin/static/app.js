@@ -164,6 +164,7 @@ function render(ov) {
     let txt = sv.state + (sv.last_error ? " (" + sv.last_error + ")" : "");
     if (sv.last_confirm_age_seconds != null) txt += ", last confirm " + fmtDur(sv.last_confirm_age_seconds) + " ago";
     txt += ", holding " + fmtNum(sv.held_events) + " events, spilled " + fmtNum(sv.spilled_events);
+    if (sv.pauses) txt += ", paused past its limit " + fmtNum(sv.pauses) + " times";
     if (sl) txt += "; slot " + sl.slot + " " + sl.wal_status + ", keeps " + mb(sl.restart_lag_bytes) + " of WAL, unconfirmed " + mb(sl.flush_lag_bytes) +
       ", safe WAL " + (sl.safe_wal_size_bytes < 0 ? "unbounded" : mb(sl.safe_wal_size_bytes)) + ", decoder spill " + mb(sl.spill_bytes);
     if (sv.slot_error) txt += "; cannot read the slot: " + sv.slot_error;

@@ -19,7 +19,7 @@ type streamCollector struct {
 	mu  sync.Mutex
 	src HealthSource
 
-	state, restartLag, flushLag, safeWAL, spillBytes, confirmAge, held, spilled *prometheus.Desc
+	state, restartLag, flushLag, safeWAL, spillBytes, confirmAge, held, spilled, pauses *prometheus.Desc
 }
 
 func newStreamCollector() *streamCollector {
@@ -35,11 +35,12 @@ func newStreamCollector() *streamCollector {
 		confirmAge: d("last_confirm_age_seconds", "Seconds since this relay last confirmed a position; absent before its first confirm."),
 		held:       d("held_events", "Events the stream holds between reading and confirming."),
 		spilled:    d("spilled_events_total", "Events the stream spilled into the outbox table (destination failing or slow, key behind rows in the table, future not-before)."),
+		pauses:     d("pauses_total", "Times this relay found it had been stopped (SIGSTOP, a frozen VM) past its pause limit, and dropped what it held unsent for the relay that took the stream over."),
 	}
 }
 
 func (c *streamCollector) descs() []*prometheus.Desc {
-	return []*prometheus.Desc{c.state, c.restartLag, c.flushLag, c.safeWAL, c.spillBytes, c.confirmAge, c.held, c.spilled}
+	return []*prometheus.Desc{c.state, c.restartLag, c.flushLag, c.safeWAL, c.spillBytes, c.confirmAge, c.held, c.spilled, c.pauses}
 }
 
 // Describe implements prometheus.Collector.
@@ -73,6 +74,7 @@ func (c *streamCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	g(c.held, float64(st.Held))
 	ch <- prometheus.MustNewConstMetric(c.spilled, prometheus.CounterValue, float64(st.Spilled))
+	ch <- prometheus.MustNewConstMetric(c.pauses, prometheus.CounterValue, float64(st.Pauses))
 	if !st.LastConfirm.IsZero() {
 		g(c.confirmAge, time.Since(st.LastConfirm).Seconds())
 	}
