@@ -104,24 +104,12 @@ func TestDatabaseConnectionsKilled(t *testing.T) {
 	testenv.WaitFor(t, 10*time.Second, "health no longer degraded", func() bool { return !r.Health().Degraded })
 }
 
-// chaos reports whether the long chaos runs are enabled: they take
-// minutes, so they run only with TXBOX_CHAOS set (make chaos), as the
-// testing guide asks for soak and chaos runs. Without it the test logs
-// why it did nothing.
-func chaos(t *testing.T) bool {
-	if os.Getenv("TXBOX_CHAOS") == "" {
-		t.Log("long chaos run: set TXBOX_CHAOS=1 (make chaos) to run it")
-		return false
-	}
-	return true
-}
-
 // TestChaosSIGKILLRelayProcess (scenario 2): three relay processes drain
 // while events are published; one is SIGKILLed mid-run and a replacement
 // starts. No event is lost or unexpected; duplicates are bounded by what
 // the killed relay had in flight.
 func TestChaosSIGKILLRelayProcess(t *testing.T) {
-	if !chaos(t) {
+	if !testenv.Chaos(t, "long chaos run") {
 		return
 	}
 	for _, kind := range withLockKinds() {
@@ -179,7 +167,7 @@ func TestChaosSIGKILLRelayProcess(t *testing.T) {
 // recovers and delivers its rows. When it resumes, its finishes are
 // fenced: they change nothing, and the newer owner's result stands.
 func TestChaosSIGSTOPStaleRelay(t *testing.T) {
-	if !chaos(t) {
+	if !testenv.Chaos(t, "long chaos run") {
 		return
 	}
 	for _, kind := range withLockKinds() {

@@ -480,7 +480,7 @@ func TestWALSlotHealth(t *testing.T) {
 // (plus its standby interval) of a SIGSTOP; the resumed relay drops what
 // it held. 0 lost, nothing unexpected, no duplicate in NATS.
 func TestWALChaosTakeover(t *testing.T) {
-	if !chaos(t) {
+	if !testenv.Chaos(t, "long chaos run") {
 		return
 	}
 	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGSTOP} {
@@ -586,7 +586,7 @@ func walPausedSendsBounded(t *testing.T, c *child) {
 // streams; the relay reconnects and resumes at its own persisted
 // position. 0 lost, nothing unexpected, no duplicate in NATS.
 func TestWALChaosPostgresRestart(t *testing.T) {
-	if !chaos(t) {
+	if !testenv.Chaos(t, "long chaos run") {
 		return
 	}
 	kind := walKind

@@ -552,32 +552,41 @@ func (s *streamSource) finishSpills(reqs []*spillReq, end func(*streamItem)) {
 // the paused session's queued events do. It checks the pause itself, since
 // the writer may run before pauseWatch's first late tick.
 func (s *streamSource) dropPaused(reqs []*spillReq) []*spillReq {
-	if d := s.pausedFor(); d > s.cfg.PauseLimit {
-		s.mu.Lock()
-		cur := s.cur
-		s.mu.Unlock()
-		if cur != nil {
-			s.pause(cur, d)
-		}
+	s.mu.Lock()
+	cur := s.cur
+	s.mu.Unlock()
+	if cur != nil {
+		s.checkPause(cur)
 	}
-	var dropped int64
+	var gone []*streamItem
+	s.mu.Lock()
 	for _, r := range reqs {
-		keep := make([]*spillJob, 0, len(r.work))
-		for _, w := range r.work {
-			if s.isPaused(w.it.s) {
-				s.drop(w.it)
-				dropped++
-			} else {
+		// A new slice, and only when something goes: the caller may
+		// still read the one it queued (enqueueFinished does).
+		var keep []*spillJob
+		cut := false
+		for i, w := range r.work {
+			switch {
+			case w.it.s.paused:
+				if !cut {
+					keep, cut = append([]*spillJob(nil), r.work[:i]...), true
+				}
+				gone = append(gone, w.it)
+			case cut:
 				keep = append(keep, w)
 			}
 		}
-		r.work = keep
+		if cut {
+			r.work = keep
+		}
 	}
-	if dropped > 0 {
-		s.mu.Lock()
-		s.health.PauseDropped += dropped
-		s.mu.Unlock()
-		s.log.Warn("the relay was paused; dropping its spills unwritten", slog.Int64("events", dropped))
+	s.health.PauseDropped += int64(len(gone))
+	s.mu.Unlock()
+	for _, it := range gone {
+		s.drop(it)
+	}
+	if len(gone) > 0 {
+		s.log.Warn("the relay was paused; dropping its spills unwritten", slog.Int("events", len(gone)))
 	}
 	return reqs
 }

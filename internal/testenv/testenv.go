@@ -118,6 +118,20 @@ func MySQLDatabase(t testing.TB, open func(dsn string) (*sql.DB, error), params 
 	return name, fmt.Sprintf("%s%s?%s", MySQLDSN, name, q)
 }
 
+// Chaos reports whether the long or cluster-wide runs of make chaos are
+// on (TXBOX_CHAOS set). When they are not, it logs why the test does
+// nothing and the caller returns: the test passes having run nothing, and
+// is not reported as skipped, since the default run did not miss a
+// service, it chose not to run this.
+func Chaos(t testing.TB, why string) bool {
+	t.Helper()
+	if os.Getenv("TXBOX_CHAOS") == "" {
+		t.Logf("%s: set TXBOX_CHAOS=1 (make chaos) to run it", why)
+		return false
+	}
+	return true
+}
+
 // WaitFor polls cond every few milliseconds until it holds, and fails the
 // test naming what it waited for when timeout passes first. Tests wait on
 // a condition with a deadline, never on a fixed sleep.

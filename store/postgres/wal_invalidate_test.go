@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -26,8 +25,8 @@ import (
 // (make chaos runs one package at a time) and is not parallel: no other
 // test of the package runs while it does.
 func TestWALSlotInvalidated(t *testing.T) {
-	if os.Getenv("TXBOX_CHAOS") == "" {
-		t.Skip("changes settings of the whole PostgreSQL cluster: runs with TXBOX_CHAOS=1 (make chaos)")
+	if !testenv.Chaos(t, "changes settings of the whole PostgreSQL cluster") {
+		return
 	}
 	ctx := ctxT(t)
 	w := newWAL(t)
@@ -110,8 +109,8 @@ func setServer(t *testing.T, db *sql.DB, settings map[string]string) {
 // of the cluster waits (the test itself commits nothing meanwhile), so it
 // runs only with TXBOX_CHAOS and is not parallel, as TestWALSlotInvalidated.
 func TestWALRefusesSyncStandbyName(t *testing.T) {
-	if os.Getenv("TXBOX_CHAOS") == "" {
-		t.Skip("changes settings of the whole PostgreSQL cluster: runs with TXBOX_CHAOS=1 (make chaos)")
+	if !testenv.Chaos(t, "changes settings of the whole PostgreSQL cluster") {
+		return
 	}
 	ctx := ctxT(t)
 	w := newWAL(t)
