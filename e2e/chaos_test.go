@@ -175,13 +175,28 @@ func TestChaosSIGSTOPStaleRelay(t *testing.T) {
 			ns := kind.newNamespace(t)
 			st := newStream(t)
 			lease := envLease + "=2s"
-			// A slow destination keeps the stale relay's batches in flight
-			// most of the time, so SIGSTOP lands mid-batch.
-			stale := startChild(t, kind, ns, st.prefix, 0, lease, envDelay+"=300ms")
+			// The whole backlog is written before the stale relay starts:
+			// a relay started first drained most of SQLite's smaller
+			// backlog while it was still being written, and the pause
+			// could land with nothing left in flight. A slow destination
+			// keeps the stale relay's batches in flight most of the time,
+			// and the pause waits until some are claimed and unfinished
+			// (a lease claim's IN_PROCESS rows; a lock claim's batches are
+			// open transactions, which the stats do not show), so SIGSTOP
+			// lands mid-batch.
 			d := openStore(t, kind, ns, 4)
 			o := newOracle()
 			publisher{kind: kind, d: d, o: o, eventType: "orders", txSize: txSize}.run(t, kind.events(20_000), 2)
-			testenv.WaitFor(t, 60*time.Second, "deliveries under way", func() bool { return st.count(t) >= uint64(kind.events(1000)) })
+			stale := startChild(t, kind, ns, st.prefix, 0, lease, envDelay+"=300ms")
+			testenv.WaitFor(t, 60*time.Second, "deliveries under way, a batch in flight", func() bool {
+				return st.count(t) >= uint64(kind.events(1000)) && (kind.claim == relay.ClaimLock || inProcess(t, d) > 0)
+			})
+			// The condition turns true when a batch finishes, which is
+			// when the relay claims the next one: half a send later it is
+			// mid-send rather than inside that claim (on SQLite a pause in
+			// the claim's transaction holds the write lock, and the other
+			// relay recovers nothing until the resume).
+			time.Sleep(150 * time.Millisecond)
 			if err := stale.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}

@@ -334,6 +334,20 @@ func outboxSettled(t testing.TB, d store.Driver) bool {
 	return true
 }
 
+// inProcess counts the rows claimed and not yet finished.
+func inProcess(t testing.TB, d store.Driver) int64 {
+	t.Helper()
+	stats, err := d.OutboxStats(context.Background())
+	if err != nil {
+		t.Fatalf("stats: %v", err)
+	}
+	var n int64
+	for _, s := range stats {
+		n += s.InProcess
+	}
+	return n
+}
+
 // appName is the application_name of the connections opened on a
 // PostgreSQL namespace.
 func appName(schema string) string { return "txbox_e2e_" + schema }
