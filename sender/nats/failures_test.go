@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -111,6 +112,52 @@ func TestNotConnectedSaysWhy(t *testing.T) {
 	// 50ms here).
 	if n := strings.Count(out, "nats connect failed"); n > 3 {
 		t.Fatalf("%d connect failures logged for one outage:\n%s", n, out)
+	}
+}
+
+// slowLog is a log writer that takes a while per line and counts the
+// lines being written; entered receives once when the first line starts.
+type slowLog struct {
+	writing atomic.Int32
+	entered chan struct{}
+	once    sync.Once
+}
+
+func (l *slowLog) Write(p []byte) (int, error) {
+	l.writing.Add(1)
+	defer l.writing.Add(-1)
+	l.once.Do(func() { close(l.entered) })
+	time.Sleep(300 * time.Millisecond)
+	return len(p), nil
+}
+
+// TestCloseWaitsForConnectionCallbacks: a connection callback queued
+// before Close (here a failed dial's log line, written slowly) has run
+// when Close returns, so the sender never writes to its log after Close:
+// a caller may close the log's file next, and a test reads its buffer.
+func TestCloseWaitsForConnectionCallbacks(t *testing.T) {
+	t.Parallel()
+	w := &slowLog{entered: make(chan struct{})}
+	s, err := txnats.New(txnats.Config{
+		URL:           "nats://" + sendertest.ClosedAddr(t),
+		ReconnectWait: 20 * time.Millisecond,
+		Logger:        slog.New(slog.NewTextHandler(w, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no dial failure logged within 10s")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := w.writing.Load(); n != 0 {
+		t.Fatalf("Close returned while %d connection log line(s) were being written", n)
 	}
 }
 

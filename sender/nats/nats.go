@@ -321,6 +321,7 @@ func connectOptions(cfg Config, log *slog.Logger, dial *dialLog) ([]natsgo.Optio
 			// host"), which "not connected" alone never does.
 			dial.failed(nc.Servers(), redactErr(err, cfg.URL))
 		}),
+		natsgo.ClosedHandler(func(*natsgo.Conn) { close(dial.callbacksDone) }),
 		natsgo.ErrorHandler(func(_ *natsgo.Conn, _ *natsgo.Subscription, err error) {
 			// A publish permission violation surfaces only here; the
 			// messages then fail on their ack timeout.
@@ -354,6 +355,11 @@ func connectOptions(cfg Config, log *slog.Logger, dial *dialLog) ([]natsgo.Optio
 // outage at once, then again when the error changes or a minute passed.
 type dialLog struct {
 	log *slog.Logger
+	// callbacksDone is closed by the connection's closed callback.
+	// nats.go runs a connection's callbacks in order on a goroutine of
+	// its own, the closed one last, so once it is closed no callback of
+	// the connection logs again.
+	callbacksDone chan struct{}
 
 	mu       sync.Mutex
 	attempts int
@@ -361,7 +367,9 @@ type dialLog struct {
 	lastAt   time.Time
 }
 
-func newDialLog(log *slog.Logger) *dialLog { return &dialLog{log: log} }
+func newDialLog(log *slog.Logger) *dialLog {
+	return &dialLog{log: log, callbacksDone: make(chan struct{})}
+}
 
 func (d *dialLog) connected() {
 	d.mu.Lock()
@@ -598,7 +606,8 @@ func (s *Sender) acquire(ctx context.Context) bool {
 }
 
 // Close waits for the Sends in flight to get their acks (bounded by ctx),
-// then releases the publisher and, when New made it, the connection.
+// then releases the publisher and, when New made it, the connection,
+// whose last callbacks (connection log lines) have run when it returns.
 // Later Sends fail with txbox.ErrClosed. Close is idempotent.
 func (s *Sender) Close(ctx context.Context) error {
 	first := s.life.Shut()
@@ -613,6 +622,13 @@ func (s *Sender) Close(ctx context.Context) error {
 			// called first: in nats.go v1.55 it can strand that goroutine
 			// on a nil channel when it runs before the goroutine started.
 			s.nc.Close()
+			// A callback queued before the close (a failed dial's
+			// "connect failed; retrying") would otherwise log after
+			// Close returned, into a log its caller may be closing.
+			select {
+			case <-s.dial.callbacksDone:
+			case <-ctx.Done():
+			}
 		} else {
 			// A borrowed connection stays open: release the reply
 			// subscription (subject to the nats.go race above, which can
