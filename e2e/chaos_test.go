@@ -189,14 +189,9 @@ func TestChaosSIGSTOPStaleRelay(t *testing.T) {
 			publisher{kind: kind, d: d, o: o, eventType: "orders", txSize: txSize}.run(t, kind.events(20_000), 2)
 			stale := startChild(t, kind, ns, st.prefix, 0, lease, envDelay+"=300ms")
 			testenv.WaitFor(t, 60*time.Second, "deliveries under way, a batch in flight", func() bool {
-				return st.count(t) >= uint64(kind.events(1000)) && (kind.claim == relay.ClaimLock || inProcess(t, d) > 0)
+				_, inProcess := outboxCounts(t, d)
+				return st.count(t) >= uint64(kind.events(1000)) && (kind.claim == relay.ClaimLock || inProcess > 0)
 			})
-			// The condition turns true when a batch finishes, which is
-			// when the relay claims the next one: half a send later it is
-			// mid-send rather than inside that claim (on SQLite a pause in
-			// the claim's transaction holds the write lock, and the other
-			// relay recovers nothing until the resume).
-			time.Sleep(150 * time.Millisecond)
 			if err := stale.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}

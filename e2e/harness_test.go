@@ -322,30 +322,23 @@ func (p publisher) publishTxUntil(ctx context.Context, size int, commit bool, de
 // outboxSettled reports whether d has no PENDING or IN_PROCESS rows.
 func outboxSettled(t testing.TB, d store.Driver) bool {
 	t.Helper()
-	stats, err := d.OutboxStats(context.Background())
-	if err != nil {
-		t.Fatalf("stats: %v", err)
-	}
-	for _, s := range stats {
-		if s.Pending+s.InProcess > 0 {
-			return false
-		}
-	}
-	return true
+	pending, inProcess := outboxCounts(t, d)
+	return pending+inProcess == 0
 }
 
-// inProcess counts the rows claimed and not yet finished.
-func inProcess(t testing.TB, d store.Driver) int64 {
+// outboxCounts sums the pending rows and the rows claimed and not yet
+// finished, over every type.
+func outboxCounts(t testing.TB, d store.Driver) (pending, inProcess int64) {
 	t.Helper()
 	stats, err := d.OutboxStats(context.Background())
 	if err != nil {
 		t.Fatalf("stats: %v", err)
 	}
-	var n int64
 	for _, s := range stats {
-		n += s.InProcess
+		pending += s.Pending
+		inProcess += s.InProcess
 	}
-	return n
+	return pending, inProcess
 }
 
 // appName is the application_name of the connections opened on a

@@ -115,29 +115,30 @@ func TestNotConnectedSaysWhy(t *testing.T) {
 	}
 }
 
-// slowLog is a log writer that takes a while per line and counts the
-// lines being written; entered receives once when the first line starts.
-type slowLog struct {
-	writing atomic.Int32
-	entered chan struct{}
-	once    sync.Once
+// heldLog is a log writer whose first line blocks until release is
+// closed; entered is closed when that line starts.
+type heldLog struct {
+	entered, release chan struct{}
+	once             sync.Once
 }
 
-func (l *slowLog) Write(p []byte) (int, error) {
-	l.writing.Add(1)
-	defer l.writing.Add(-1)
-	l.once.Do(func() { close(l.entered) })
-	time.Sleep(300 * time.Millisecond)
+func (l *heldLog) Write(p []byte) (int, error) {
+	first := false
+	l.once.Do(func() { first = true; close(l.entered) })
+	if first {
+		<-l.release
+	}
 	return len(p), nil
 }
 
 // TestCloseWaitsForConnectionCallbacks: a connection callback queued
-// before Close (here a failed dial's log line, written slowly) has run
-// when Close returns, so the sender never writes to its log after Close:
-// a caller may close the log's file next, and a test reads its buffer.
+// before Close (here a failed dial's log line, held in its writer) has
+// run when Close returns, so the sender never writes to its log after
+// Close: a caller may close the log's file next, and a test reads its
+// buffer.
 func TestCloseWaitsForConnectionCallbacks(t *testing.T) {
 	t.Parallel()
-	w := &slowLog{entered: make(chan struct{})}
+	w := &heldLog{entered: make(chan struct{}), release: make(chan struct{})}
 	s, err := txnats.New(txnats.Config{
 		URL:           "nats://" + sendertest.ClosedAddr(t),
 		ReconnectWait: 20 * time.Millisecond,
@@ -151,13 +152,17 @@ func TestCloseWaitsForConnectionCallbacks(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no dial failure logged within 10s")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := s.Close(ctx); err != nil {
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close(context.Background()) }()
+	// While the line is held, Close must not return; given a second to
+	// do so, a Close that does not wait returns in microseconds.
+	returned := testenv.Within(time.Second, 5*time.Millisecond, func() bool { return len(closed) > 0 })
+	close(w.release)
+	if err := <-closed; err != nil {
 		t.Fatal(err)
 	}
-	if n := w.writing.Load(); n != 0 {
-		t.Fatalf("Close returned while %d connection log line(s) were being written", n)
+	if returned {
+		t.Fatal("Close returned while a connection log line was still being written")
 	}
 }
 
