@@ -46,7 +46,18 @@ type Streamer interface {
 	StreamSpilledKeys(ctx context.Context, after *StreamKey, limit int) ([]StreamKey, error)
 	// StreamStatus reads the slot's health over an ordinary connection.
 	StreamStatus(ctx context.Context) (*StreamStatus, error)
+	// StreamSenderTimeout is how long the server waits to hear from a
+	// silent stream before it ends it and frees the slot for another
+	// relay (wal_sender_timeout on PostgreSQL); 0 when unknown. A relay
+	// that was stopped must drop what it holds well before that.
+	StreamSenderTimeout() time.Duration
 }
+
+// UndecodableEventType is the event type of a stream event that could
+// not be decoded (a message from a newer producer, a hand-written one):
+// it is dead-lettered with its raw bytes as the payload, never sent
+// (docs/operations.md, "WAL mode").
+const UndecodableEventType = "txbox.undecodable"
 
 // StreamOptions configure OpenStream.
 type StreamOptions struct {
@@ -74,6 +85,11 @@ type Stream interface {
 	Confirm(ctx context.Context, end uint64, captured []txbox.ID) error
 	// Close ends the stream and its connection.
 	Close(ctx context.Context) error
+	// ServerPID is the process id of the server's side of the stream
+	// (on PostgreSQL the walsender's backend pid): while the stream is
+	// healthy, the slot's active process is this one, and a slot held
+	// by another process has been taken over.
+	ServerPID() int
 }
 
 // StreamTx is one committed transaction's events.

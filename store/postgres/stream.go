@@ -454,3 +454,11 @@ func (s *pgStream) sendStatus() error {
 	_, err := s.conn.Conn().Write(buf)
 	return err
 }
+
+// ServerPID is the walsender's backend pid (see store.Stream).
+func (s *pgStream) ServerPID() int { return int(s.conn.PID()) }
+
+// StreamSenderTimeout is the wal_sender_timeout the relay's replication
+// connections ask for (WALConfig.SenderTimeout); 0 when the server's own
+// setting applies.
+func (d *Driver) StreamSenderTimeout() time.Duration { return d.wal.SenderTimeout }
