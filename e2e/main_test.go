@@ -166,7 +166,7 @@ func childRelay() int {
 	}
 	var pauses, pauseDropped int64
 	if st := r.Health().Stream; st != nil {
-		pauses, pauseDropped = st.Pauses, st.PauseDropped
+		pauses, pauseDropped = st.Pauses, st.Dropped
 	}
 	if err := ns.Close(ctx); err != nil {
 		return fail(err)

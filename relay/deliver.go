@@ -39,7 +39,11 @@ func (p *poller) deliver(b batch, t ticket, claimStart time.Time) {
 	} else {
 		msgs := messages(rows, p.s.route)
 		bt := p.startTrace(msgs)
-		sent := p.sendWithinLease(bt, msgs, claimStart)
+		var scope context.Context
+		if sb, ok := b.(scopedBatch); ok {
+			scope = sb.sendContext()
+		}
+		sent := p.sendWithinLease(bt, msgs, claimStart, scope)
 		bt.end(sent)
 		ev.SendDuration = sent.took
 		verdicts := p.judgeSent(t, msgs, sent)
@@ -87,6 +91,12 @@ func (p *poller) splitInvalid(rows []*store.OutboxRow) ([]*store.OutboxRow, []st
 	var failed []store.OutboxFinishItem
 	var parked map[string]txbox.ID // key -> its first invalid row
 	for _, row := range rows {
+		if row.EventType == store.UndecodableEventType && row.Invalid == "" {
+			// Its payload is the raw bytes of a stream event that could
+			// not be decoded: never a message (docs/operations.md, "WAL
+			// mode").
+			row.Invalid = "an undecodable stream event (" + store.UndecodableEventType + ") is never sent; re-emit its payload once the relay can decode it"
+		}
 		if row.Invalid == "" {
 			continue
 		}
@@ -174,16 +184,31 @@ func (p *poller) sendBegins() (ended func()) {
 	}
 }
 
+// scopedBatch is a batch whose sends must end when its source says so:
+// a stream batch ends with its session's loss (relay/stream.go, lose).
+type scopedBatch interface {
+	sendContext() context.Context
+}
+
+// errScopeEnded marks the messages of a batch whose source ended its
+// sends (scopedBatch) before they were acknowledged.
+var errScopeEnded = errors.New("relay: not sent: the batch's source let go of it")
+
 // sendWithinLease sends msgs so that the send ends within the lease, with
 // a margin for the finish: past it another relay may own the rows, so
 // sending would only make duplicates and our finish would be fenced
 // anyway. A batch whose lease is already (nearly) over, such as one
-// claimed just before this process was paused, is not sent at all.
-func (p *poller) sendWithinLease(bt *batchTrace, msgs []*sender.Message, claimStart time.Time) sendResult {
+// claimed just before this process was paused, is not sent at all. The
+// send also ends when scope (nil: none) does; the batch then counts as
+// stopped, and an ordered batch sends none of its later waves.
+func (p *poller) sendWithinLease(bt *batchTrace, msgs []*sender.Message, claimStart time.Time, scope context.Context) sendResult {
 	deadline := claimStart.Add(p.s.leaseDuration - p.s.leaseDuration/10)
 	if !time.Now().Before(deadline) {
 		p.log.Warn("lease ran out before the batch was sent; releasing it unsent", slog.Int("rows", len(msgs)))
 		return sendResult{results: sender.Results(errLeaseLost, len(msgs)), stopped: true}
+	}
+	if scope != nil && scope.Err() != nil {
+		return sendResult{results: sender.Results(errScopeEnded, len(msgs)), stopped: true}
 	}
 	base := p.deps.hard
 	if bt != nil {
@@ -191,6 +216,9 @@ func (p *poller) sendWithinLease(bt *batchTrace, msgs []*sender.Message, claimSt
 	}
 	ctx, cancel := context.WithDeadline(base, deadline)
 	defer cancel()
+	if scope != nil {
+		defer context.AfterFunc(scope, cancel)()
+	}
 	defer p.sendBegins()()
 	start := time.Now()
 	var err error
@@ -201,7 +229,7 @@ func (p *poller) sendWithinLease(bt *batchTrace, msgs []*sender.Message, claimSt
 	}
 	took := time.Since(start)
 	results := sender.Results(err, len(msgs))
-	stopped := p.deps.hard.Err() != nil
+	stopped := p.deps.hard.Err() != nil || (scope != nil && scope.Err() != nil)
 	if ctx.Err() != nil && !stopped {
 		p.cutAtLeaseEnd(results)
 	}

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -124,17 +125,19 @@ func (c StreamConfig) withDefaults() StreamConfig {
 	return c
 }
 
-// maxSpilledKeys bounds the (type, key) pairs an ordered type remembers
-// as spilled; past it the whole type spills until a reload finds fewer,
-// so memory stays bounded however many keys wait in the table.
+// maxSpilledKeys bounds the (type, key) pairs with rows in the table that
+// the stream remembers; past it a type sends every event to the table
+// until a reload finds fewer, so memory stays bounded however many keys
+// wait in the table.
 const maxSpilledKeys = 100_000
 
-// spilledKeysPage is the page of a spilled-keys reload.
+// spilledKeysPage is the page of a reload of the table's keys.
 const spilledKeysPage = 5_000
 
-// spilledKeysReload is how often the spilled keys are read again, to let
-// keys whose spilled rows are gone flow through the stream again.
-const spilledKeysReload = 5 * time.Second
+// defaultTableKeysReload is how often the keys with rows in the table are
+// read again, to let keys whose rows are gone flow through the stream
+// again.
+const defaultTableKeysReload = 5 * time.Second
 
 // maxConfirmIDs bounds the captured ids one confirm deletes.
 const maxConfirmIDs = 5_000
@@ -168,12 +171,13 @@ type StreamHealth struct {
 	// Spilled counts the events this relay spilled into the outbox
 	// table since it started.
 	Spilled int64
-	// Pauses counts the times this relay found it had been stopped
-	// (SIGSTOP, a frozen VM) past StreamConfig.PauseLimit and ended its
-	// session; PauseDropped the events it then let go of unsent and
-	// unspilled, for the relay that took the stream over to deliver.
-	Pauses, PauseDropped int64
-	LastError            string
+	// Losses counts the sessions this relay lost: it was stopped (SIGSTOP,
+	// a frozen VM) past StreamConfig.PauseLimit (Pauses counts those),
+	// its connection broke or went silent, or another relay holds the
+	// slot now. Dropped counts the events it then let go of unsent and
+	// unspilled, for the relay that holds the stream now.
+	Losses, Pauses, Dropped int64
+	LastError               string
 	// Slot is the last reading of the slot's health, nil before the
 	// first; SlotReadAt is when it was read, SlotErr why it could not be.
 	Slot       *store.StreamStatus
@@ -192,10 +196,16 @@ type streamSource struct {
 	streamer store.Streamer
 	log      *slog.Logger
 
-	// spills is the one writer of spills: a single FIFO keeps a key's
-	// spills in stream order, which the ordered claim's (txid, id) order
-	// then keeps.
-	spills chan *spillReq
+	// spillq is the queue of the one spill writer (relay/stream_spill.go),
+	// spillKick its wake-up.
+	spillMu   sync.Mutex
+	spillq    []*spillReq
+	spillKick chan struct{}
+	// reloadEvery is how often the table's keys are read again
+	// (defaultTableKeysReload; shorter in tests).
+	reloadEvery time.Duration
+	// seq numbers the events in the order the stream read them.
+	seq uint64
 
 	// window bounds the events between reading and confirming.
 	window *holdWindow
@@ -203,12 +213,9 @@ type streamSource struct {
 	mu     sync.Mutex
 	lanes  map[string]*streamLane
 	health StreamHealth
-	// spilled are the (type, key) pairs of ordered types whose later
-	// events must spill behind rows already in the table, with the time
-	// each was last marked; overflow holds the ordered types that spill
-	// every event (more keys than maxSpilledKeys).
-	spilled  map[store.StreamKey]time.Time
-	overflow map[string]bool
+	// table is what the last reload found of the ordered types' keys
+	// with rows in the table (relay/stream_keys.go).
+	table tableKeys
 	// txs are the current session's transactions not yet confirmed, in
 	// stream order.
 	txs []*streamTx
@@ -225,24 +232,30 @@ type streamTx struct {
 	captured []txbox.ID
 }
 
-// streamItem is one event in a lane.
+// streamItem is one event between reading and confirming.
 type streamItem struct {
 	ev *store.StreamEvent
 	tx *streamTx
 	s  *session
+	// l is the lane of the event's type, nil for an event no lane takes
+	// (an undecodable one); seq its place in the order the stream read
+	// the events; spill its spill once it is bound for the table.
+	l     *streamLane
+	seq   uint64
+	spill *spillJob
 }
 
 func newStreamSource(r *Relay, streamer store.Streamer) *streamSource {
 	cfg := r.cfg.Stream.withDefaults()
 	return &streamSource{
 		r: r, cfg: cfg, streamer: streamer,
-		log:      r.log.With(slog.String("source", "stream")),
-		spills:   make(chan *spillReq, 64),
-		window:   newHoldWindow(cfg.Window, cfg.WindowBytes),
-		lanes:    map[string]*streamLane{},
-		spilled:  map[store.StreamKey]time.Time{},
-		overflow: map[string]bool{},
-		lastTick: time.Now(),
+		log:         r.log.With(slog.String("source", "stream")),
+		spillKick:   make(chan struct{}, 1),
+		reloadEvery: defaultTableKeysReload,
+		window:      newHoldWindow(cfg.Window, cfg.WindowBytes),
+		lanes:       map[string]*streamLane{},
+		table:       tableKeys{keys: map[store.StreamKey]struct{}{}, overflow: map[string]bool{}},
+		lastTick:    time.Now(),
 	}
 }
 
@@ -334,33 +347,48 @@ func jitter(d time.Duration) time.Duration {
 // session is one open stream.
 type session struct {
 	st store.Stream
-	// ctx ends when the session must stop sending: a failure, a pause,
-	// or the relay's stop.
+	// ctx ends when the session must stop reading: a failure, a loss, or
+	// the relay's stop.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	// lostCtx ends only when the session is lost (lose): the relay may no
+	// longer hold the stream, so nothing of the session is sent, spilled
+	// or confirmed any more. A stop is not a loss: the batches in flight
+	// then finish and what they did is confirmed.
+	lostCtx context.Context
+	lostFn  context.CancelCauseFunc
 	// work counts the session's events between reading and done.
 	work sync.WaitGroup
-	// paused is set when the relay found it had been stopped: the
-	// session then neither sends nor confirms anything more.
-	paused bool
+	// started is when the session opened.
+	started time.Time
 }
+
+// lost reports whether the session was lost.
+func (ss *session) lost() bool { return ss.lostCtx.Err() != nil }
 
 // errPaused ends a session after the relay was stopped for longer than
 // PauseLimit.
 var errPaused = errors.New("relay: the process was paused; another relay may hold the stream now")
 
+// errTakenOver ends a session whose slot is streamed by another process.
+var errTakenOver = errors.New("relay: another process streams the slot now")
+
 // stream runs one session: reads transactions into the lanes, confirms
 // them as they are done, and on the session's end waits for the events in
-// flight and confirms what is done.
+// flight and confirms what is done. Any end but the relay's stop loses
+// the session (lose).
 func (s *streamSource) stream(ctx context.Context, st store.Stream) error {
 	sctx, cancel := context.WithCancelCause(ctx)
-	ss := &session{st: st, ctx: sctx, cancel: cancel}
+	lctx, lose := context.WithCancelCause(context.Background())
+	ss := &session{st: st, ctx: sctx, cancel: cancel, lostCtx: lctx, lostFn: lose, started: time.Now()}
+	defer lose(nil)
 	s.mu.Lock()
 	s.cur = ss
 	s.lastTick = time.Now()
 	s.mu.Unlock()
-	if err := s.reloadSpilledKeys(sctx); err != nil {
+	if err := s.reloadTableKeys(sctx); err != nil {
 		cancel(err)
+		s.endSession(ss)
 		_ = st.Close(context.WithoutCancel(ctx))
 		return err
 	}
@@ -370,33 +398,37 @@ func (s *streamSource) stream(ctx context.Context, st store.Stream) error {
 		s.confirmLoop(ss)
 	}()
 	err := s.read(ss)
+	if ctx.Err() == nil {
+		s.lose(ss, err)
+	}
 	cancel(err)
 	s.dropQueued(ss)
-	ss.work.Wait() // the batches in flight finish (or spill)
+	ss.work.Wait() // the batches in flight finish (or spill, or drop)
 	<-confirmDone
-	if !s.isPaused(ss) {
+	if !ss.lost() {
 		cctx, ccancel := context.WithTimeout(context.WithoutCancel(s.r.hardCtx), finishTimeout)
 		if err := s.confirm(cctx, ss, true); err != nil {
 			s.log.Warn("final confirm failed; the unconfirmed transactions will be read again", slog.Any("error", err))
 		}
 		ccancel()
 	}
-	s.mu.Lock()
-	s.txs = nil
-	s.cur = nil
-	paused := ss.paused
-	s.mu.Unlock()
+	lostCause := context.Cause(ss.lostCtx)
+	s.endSession(ss)
 	_ = st.Close(context.WithoutCancel(ctx))
-	if paused {
-		return errPaused
+	if lostCause != nil {
+		return lostCause
 	}
 	return err
 }
 
-func (s *streamSource) isPaused(ss *session) bool {
+// endSession forgets ss as the current session.
+func (s *streamSource) endSession(ss *session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return ss.paused
+	s.txs = nil
+	if s.cur == ss {
+		s.cur = nil
+	}
 }
 
 // read hands the session's transactions to the lanes until it fails.
@@ -421,14 +453,17 @@ func (s *streamSource) read(ss *session) error {
 				return err
 			}
 			ss.work.Add(1)
-			s.route(&streamItem{ev: ev, tx: t, s: ss})
+			s.seq++
+			s.route(&streamItem{ev: ev, tx: t, s: ss, seq: s.seq})
 		}
 	}
 }
 
-// route hands one event to its type's lane, or spills it at once: an
-// event with a future not-before is the poller's, and so is an event of
-// an ordered key that already has rows in the table.
+// route hands one event to its type's lane, or sends it to the table: an
+// event that cannot be a message is dead-lettered (on an ordered type
+// behind its key's earlier events), an event with a future not-before is
+// the poller's when it is due (its key waits behind it), and an event of
+// a type with no settings is the poller's at once.
 func (s *streamSource) route(it *streamItem) {
 	ev := it.ev
 	if ev.Row.Invalid == "" {
@@ -436,101 +471,40 @@ func (s *streamSource) route(it *streamItem) {
 			ev.Row.Invalid = err.Error()
 		}
 	}
-	var l *streamLane
-	if txbox.ValidateEventType(ev.Row.EventType) == nil {
-		var err error
-		if l, err = s.lane(ev.Row.EventType); err != nil {
+	if ev.Row.Invalid != "" && txbox.ValidateEventType(ev.Row.EventType) != nil {
+		// Not even its type is known: it is kept as bytes under the
+		// undecodable type, with no key to order it by.
+		ev.Row.EventType, ev.Row.Key = store.UndecodableEventType, ""
+	}
+	if ev.Row.EventType != store.UndecodableEventType {
+		l, err := s.lane(ev.Row.EventType)
+		if err != nil {
 			s.log.Warn("no lane for the event type; spilled for the poller", slog.String("event_type", ev.Row.EventType), slog.Any("error", err))
 		}
+		it.l = l
 	}
+	l := it.l
 	switch {
 	case ev.Row.Invalid != "":
-		// Not routable: dead-letter it with its reason, as a claimed row
-		// that cannot be turned into a message is.
-		s.spillBehind(l, it, store.OutcomeFailed, time.Time{}, "not sent: the event cannot be turned into a message: "+ev.Row.Invalid)
+		why := "not sent: the event cannot be turned into a message: " + ev.Row.Invalid
+		s.log.Warn("stream event cannot be turned into a message; dead-lettering it", slog.String("event_id", ev.Row.ID.String()),
+			slog.String("event_type", ev.Row.EventType), slog.String("reason", ev.Row.Invalid))
+		if l == nil {
+			s.enqueueSpill([]*spillJob{spillWork(it, store.OutcomeFailed, time.Time{}, why)})
+			return
+		}
+		l.toTable(it, store.OutcomeFailed, time.Time{}, why)
 	case !ev.NotBefore.IsZero() && ev.NotBefore.After(time.Now()):
-		s.spillBehind(l, it, store.OutcomeReleased, ev.NotBefore, "")
+		if l == nil {
+			s.enqueueSpill([]*spillJob{spillWork(it, store.OutcomeReleased, ev.NotBefore, "")})
+			return
+		}
+		l.toTable(it, store.OutcomeReleased, ev.NotBefore, "")
 	case l == nil:
-		s.spillNow(it, store.OutcomeReleased, time.Now(), "")
+		s.enqueueSpill([]*spillJob{spillWork(it, store.OutcomeReleased, time.Now(), "")})
 	case !l.push(it.s.ctx, it):
 		s.drop(it) // the session is over: the stream reads it again
 	}
-}
-
-// spillBehind spills it through its lane, behind the queued events of its
-// key on an ordered lane, or directly when it has no lane.
-func (s *streamSource) spillBehind(l *streamLane, it *streamItem, o store.Outcome, due time.Time, errText string) {
-	if l == nil {
-		s.spillNow(it, o, due, errText)
-		return
-	}
-	l.spill(it, o, due, errText)
-}
-
-// mustSpill reports whether an ordered type's event of key must go behind
-// rows already in the table.
-func (s *streamSource) mustSpill(eventType, key string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.overflow[eventType] {
-		return true
-	}
-	if key == "" {
-		return false
-	}
-	_, ok := s.spilled[store.StreamKey{EventType: eventType, Key: key}]
-	return ok
-}
-
-// markSpilled records that an ordered type's key has rows in the table.
-func (s *streamSource) markSpilled(eventType, key string) {
-	if key == "" {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.spilled) >= maxSpilledKeys {
-		s.overflow[eventType] = true
-		return
-	}
-	s.spilled[store.StreamKey{EventType: eventType, Key: key}] = time.Now()
-}
-
-// reloadSpilledKeys reads the keys with rows in the table, keeping the
-// keys marked since the reload began: a spill that committed after the
-// reload's snapshot must still hold its key.
-func (s *streamSource) reloadSpilledKeys(ctx context.Context) error {
-	start := time.Now()
-	fresh := map[store.StreamKey]time.Time{}
-	over := map[string]bool{}
-	var after *store.StreamKey
-	for {
-		keys, err := s.streamer.StreamSpilledKeys(ctx, after, spilledKeysPage)
-		if err != nil {
-			return err
-		}
-		for _, k := range keys {
-			if len(fresh) >= maxSpilledKeys {
-				over[k.EventType] = true
-				continue
-			}
-			fresh[k] = start
-		}
-		if len(keys) < spilledKeysPage {
-			break
-		}
-		last := keys[len(keys)-1]
-		after = &last
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for k, at := range s.spilled {
-		if !at.Before(start) {
-			fresh[k] = at
-		}
-	}
-	s.spilled, s.overflow = fresh, over
-	return nil
 }
 
 // done records that one event is acked, spilled or dead-lettered.
@@ -545,6 +519,13 @@ func (s *streamSource) done(it *streamItem, acked bool) {
 	it.s.work.Done()
 }
 
+// drop lets go of an event without finishing it: its transaction is not
+// confirmed, so the stream delivers it again.
+func (s *streamSource) drop(it *streamItem) {
+	s.window.release(eventSize(it.ev))
+	it.s.work.Done()
+}
+
 // eventSize is what an event costs the window: its payload and headers.
 func eventSize(ev *store.StreamEvent) int64 {
 	n := len(ev.Row.Payload) + len(ev.Row.Key) + len(ev.Row.EventType)
@@ -555,7 +536,7 @@ func eventSize(ev *store.StreamEvent) int64 {
 }
 
 // confirmLoop confirms the done transactions every ConfirmInterval, and
-// reloads the spilled keys now and then.
+// reloads the table's keys now and then.
 func (s *streamSource) confirmLoop(ss *session) {
 	t := time.NewTicker(s.cfg.ConfirmInterval)
 	defer t.Stop()
@@ -570,13 +551,13 @@ func (s *streamSource) confirmLoop(ss *session) {
 			return
 		}
 		if err := s.confirm(ss.ctx, ss, false); err != nil {
-			ss.cancel(err)
+			s.lose(ss, err)
 			return
 		}
-		if time.Since(lastReload) > spilledKeysReload {
+		if time.Since(lastReload) > s.reloadEvery {
 			lastReload = time.Now()
-			if err := s.reloadSpilledKeys(ss.ctx); err != nil && ss.ctx.Err() == nil {
-				s.log.Warn("cannot reload the spilled keys; keeping the ones known", slog.Any("error", err))
+			if err := s.reloadTableKeys(ss.ctx); err != nil && ss.ctx.Err() == nil {
+				s.log.Warn("cannot reload the keys with rows in the table; keeping the ones known", slog.Any("error", err))
 			}
 		}
 	}
@@ -586,11 +567,10 @@ func (s *streamSource) confirmLoop(ss *session) {
 // when final). It returns the confirm's error.
 func (s *streamSource) confirm(ctx context.Context, ss *session, final bool) error {
 	for {
-		s.mu.Lock()
-		if ss.paused {
-			s.mu.Unlock()
+		if ss.lost() {
 			return nil
 		}
+		s.mu.Lock()
 		n, ids := 0, []txbox.ID(nil)
 		for n < len(s.txs) && s.txs[n].pending == 0 && len(ids) < maxConfirmIDs {
 			ids = append(ids, s.txs[n].captured...)
@@ -618,7 +598,7 @@ func (s *streamSource) confirm(ctx context.Context, ss *session, final bool) err
 
 // pauseWatch notices that the process was stopped (SIGSTOP): its tick
 // comes late. The server has then likely given the stream to another
-// relay, so the session drops what it holds instead of sending it.
+// relay, so the session is lost.
 func (s *streamSource) pauseWatch() {
 	defer s.r.wg.Done()
 	t := time.NewTicker(100 * time.Millisecond)
@@ -634,7 +614,7 @@ func (s *streamSource) pauseWatch() {
 			cur := s.cur
 			s.mu.Unlock()
 			if cur != nil && gap > s.cfg.PauseLimit {
-				s.pause(cur, gap)
+				s.lose(cur, fmt.Errorf("%w (stopped for %s)", errPaused, gap.Round(time.Millisecond)))
 			}
 		}
 	}
@@ -647,29 +627,41 @@ func (s *streamSource) pausedFor() time.Duration {
 	return time.Since(s.lastTick)
 }
 
-// checkPause ends ss when the process was paused past PauseLimit; it
+// checkPause loses ss when the process was paused past PauseLimit; it
 // reports whether ss may still send.
 func (s *streamSource) checkPause(ss *session) bool {
 	if d := s.pausedFor(); d > s.cfg.PauseLimit {
-		s.pause(ss, d)
+		s.lose(ss, fmt.Errorf("%w (stopped for %s)", errPaused, d.Round(time.Millisecond)))
 	}
-	return !s.isPaused(ss) && ss.ctx.Err() == nil
+	return !ss.lost() && ss.ctx.Err() == nil
 }
 
-// pause ends ss after the process was stopped for d: it sends and
-// confirms nothing more.
-func (s *streamSource) pause(ss *session, d time.Duration) {
+// lose ends ss as a session this relay may no longer hold: it was paused,
+// its connection broke or went silent, a confirm failed, or another
+// process streams the slot. Whatever it holds unsent is dropped (queued
+// and held events, unwritten spills, the waves of an ordered batch not
+// yet sent) and nothing more of it is confirmed: the relay that holds the
+// stream now reads those transactions again and decides them. Only the
+// sends already handed to the destination's client can still go out.
+func (s *streamSource) lose(ss *session, cause error) {
+	if cause == nil {
+		cause = errors.New("relay: the stream ended")
+	}
 	s.mu.Lock()
-	first := !ss.paused
-	ss.paused = true
+	first := !ss.lost()
 	if first {
-		s.health.Pauses++
+		s.health.Losses++
+		if errors.Is(cause, errPaused) {
+			s.health.Pauses++
+		}
+		ss.lostFn(cause)
 	}
 	s.mu.Unlock()
+	ss.cancel(cause)
 	if first {
-		s.log.Warn("the relay was paused; dropping the events it holds unsent and reopening the stream", slog.Duration("paused", d))
+		s.setState(StreamFailing, "lost the stream: "+cause.Error())
+		s.log.Warn("lost the stream; dropping the events it holds unsent and reopening", slog.Any("error", cause))
 	}
-	ss.cancel(errPaused)
 }
 
 // statusPoll reads the slot's health every StatusPoll.
@@ -678,6 +670,9 @@ func (s *streamSource) statusPoll() {
 	t := time.NewTicker(s.cfg.StatusPoll)
 	defer t.Stop()
 	for {
+		s.mu.Lock()
+		cur := s.cur
+		s.mu.Unlock()
 		ctx, cancel := context.WithTimeout(s.r.runCtx, 10*time.Second)
 		st, err := s.streamer.StreamStatus(ctx)
 		cancel()
@@ -689,12 +684,31 @@ func (s *streamSource) statusPoll() {
 			s.health.Slot, s.health.SlotErr = st, ""
 			s.health.Lagging = s.cfg.LagThreshold > 0 && max(st.RestartLag, st.FlushLag) > s.cfg.LagThreshold
 		}
+		still := cur != nil && s.cur == cur
 		s.mu.Unlock()
+		if err == nil && still {
+			s.checkHolder(cur, st)
+		}
 		select {
 		case <-s.r.runCtx.Done():
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// checkHolder loses ss when the slot, read while ss was open, is not
+// streamed by ss's own server process: another relay took it over (the
+// server ended ss's side without this relay hearing of it, as when the
+// link went silent), or nobody streams it (ss's server side is gone).
+func (s *streamSource) checkHolder(ss *session, st *store.StreamStatus) {
+	own := ss.st.ServerPID()
+	switch {
+	case ss.lost() || own == 0:
+	case !st.Active:
+		s.lose(ss, fmt.Errorf("%w: the slot %s is not streamed by anyone, not by this relay's server process %d", errTakenOver, st.Slot, own))
+	case st.ActivePID != own:
+		s.lose(ss, fmt.Errorf("%w: the slot %s is streamed by server process %d, not by this relay's %d", errTakenOver, st.Slot, st.ActivePID, own))
 	}
 }
 

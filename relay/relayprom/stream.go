@@ -19,7 +19,7 @@ type streamCollector struct {
 	mu  sync.Mutex
 	src HealthSource
 
-	state, restartLag, flushLag, safeWAL, spillBytes, confirmAge, held, spilled, pauses *prometheus.Desc
+	state, restartLag, flushLag, safeWAL, spillBytes, confirmAge, held, spilled, pauses, losses, dropped *prometheus.Desc
 }
 
 func newStreamCollector() *streamCollector {
@@ -36,11 +36,13 @@ func newStreamCollector() *streamCollector {
 		held:       d("held_events", "Events the stream holds between reading and confirming."),
 		spilled:    d("spilled_events_total", "Events the stream spilled into the outbox table (destination failing or slow, key behind rows in the table, future not-before)."),
 		pauses:     d("pauses_total", "Times this relay found it had been stopped (SIGSTOP, a frozen VM) past its pause limit, and dropped what it held unsent for the relay that took the stream over."),
+		losses:     d("losses_total", "Sessions this relay lost: paused past its pause limit, its replication connection broke or went silent, a confirm failed, or another process streams the slot; each time it dropped what it held unsent for the relay that holds the stream now."),
+		dropped:    d("dropped_events_total", "Events this relay let go of unsent and unspilled after losing its session, for the relay that holds the stream now to deliver."),
 	}
 }
 
 func (c *streamCollector) descs() []*prometheus.Desc {
-	return []*prometheus.Desc{c.state, c.restartLag, c.flushLag, c.safeWAL, c.spillBytes, c.confirmAge, c.held, c.spilled, c.pauses}
+	return []*prometheus.Desc{c.state, c.restartLag, c.flushLag, c.safeWAL, c.spillBytes, c.confirmAge, c.held, c.spilled, c.pauses, c.losses, c.dropped}
 }
 
 // Describe implements prometheus.Collector.
@@ -75,6 +77,8 @@ func (c *streamCollector) Collect(ch chan<- prometheus.Metric) {
 	g(c.held, float64(st.Held))
 	ch <- prometheus.MustNewConstMetric(c.spilled, prometheus.CounterValue, float64(st.Spilled))
 	ch <- prometheus.MustNewConstMetric(c.pauses, prometheus.CounterValue, float64(st.Pauses))
+	ch <- prometheus.MustNewConstMetric(c.losses, prometheus.CounterValue, float64(st.Losses))
+	ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(st.Dropped))
 	if !st.LastConfirm.IsZero() {
 		g(c.confirmAge, time.Since(st.LastConfirm).Seconds())
 	}
