@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -75,6 +76,11 @@ type StreamConfig struct {
 	// Defaults to DefaultStreamLagThreshold; negative turns the check
 	// off.
 	LagThreshold int64
+
+	// tableKeysReload is how often the keys with rows in the table are
+	// read again: defaultTableKeysReload, shorter in this package's
+	// tests.
+	tableKeysReload time.Duration
 }
 
 // Defaults of StreamConfig.
@@ -251,7 +257,7 @@ func newStreamSource(r *Relay, streamer store.Streamer) *streamSource {
 		r: r, cfg: cfg, streamer: streamer,
 		log:         r.log.With(slog.String("source", "stream")),
 		spillKick:   make(chan struct{}, 1),
-		reloadEvery: defaultTableKeysReload,
+		reloadEvery: cmp.Or(cfg.tableKeysReload, defaultTableKeysReload),
 		window:      newHoldWindow(cfg.Window, cfg.WindowBytes),
 		lanes:       map[string]*streamLane{},
 		table:       tableKeys{keys: map[store.StreamKey]struct{}{}, overflow: map[string]bool{}},
