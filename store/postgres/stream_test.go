@@ -714,3 +714,61 @@ func BenchmarkStreamDelivery(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 }
+
+// TestStreamDeferredEmit: an event with a future not-before, from
+// txbox_emit and from the Go publisher, is a message of the stream with
+// its NotBefore, in commit order before the key's later event, and
+// nothing is in the outbox table at publish time (the relay writes it
+// there itself, at its place in the stream). The same key's immediate
+// emit after it comes after it.
+func TestStreamDeferredEmit(t *testing.T) {
+	t.Parallel()
+	e := openWAL(t, 0)
+	ctx := ctxT(t)
+	s := e.open(t, nil)
+	emit := pgx.Identifier{e.schema, "txbox_emit"}.Sanitize()
+
+	var sqlDeferred, sqlNow uuid.UUID
+	var nb time.Time
+	if err := e.pool.QueryRow(ctx, `SELECT `+emit+`('acct', 'kd', 'one'::bytea, '{"h": "v"}', now() + interval '1 hour'), now() + interval '1 hour'`).Scan(&sqlDeferred, &nb); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.pool.QueryRow(ctx, `SELECT `+emit+`('acct', 'kd', 'two'::bytea)`).Scan(&sqlNow); err != nil {
+		t.Fatal(err)
+	}
+	goDeferred := &txbox.Event{ID: txbox.NewID(), Type: "acct", Key: "kg", Payload: []byte("three"),
+		NotBefore: time.Now().Add(time.Hour).Truncate(time.Microsecond)}
+	goNow := &txbox.Event{ID: txbox.NewID(), Type: "acct", Key: "kg", Payload: []byte("four")}
+	for _, ev := range []*txbox.Event{goDeferred, goNow} {
+		tx := begin(t, e.pool)
+		if err := e.d.OutboxInsert(ctx, tx, &store.OutboxInsertParams{Events: []*txbox.Event{ev}}); err != nil {
+			t.Fatal(err)
+		}
+		commit(t, tx)
+	}
+	var rows int
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM `+e.outbox).Scan(&rows); err != nil || rows != 0 {
+		t.Fatalf("%d rows in the outbox table after the emits (%v), want none", rows, err)
+	}
+
+	want := []struct {
+		id        uuid.UUID
+		key       string
+		payload   string
+		notBefore time.Time
+	}{
+		{sqlDeferred, "kd", "one", nb}, {sqlNow, "kd", "two", time.Time{}},
+		{goDeferred.ID, "kg", "three", goDeferred.NotBefore}, {goNow.ID, "kg", "four", time.Time{}},
+	}
+	for i, w := range want {
+		tx := next(t, s)
+		if len(tx.Events) != 1 {
+			t.Fatalf("transaction %d: %d events, want 1", i, len(tx.Events))
+		}
+		ev := tx.Events[0]
+		if ev.Row.ID != w.id || ev.Row.EventType != "acct" || ev.Row.Key != w.key || string(ev.Row.Payload) != w.payload ||
+			ev.Row.Invalid != "" || ev.Captured || !ev.NotBefore.Equal(w.notBefore) {
+			t.Errorf("event %d: %+v, not before %s; want id %s, key %s, not before %s", i, ev.Row, ev.NotBefore, w.id, w.key, w.notBefore)
+		}
+	}
+}
