@@ -231,8 +231,11 @@ func TestStreamCommitOrderAndFilters(t *testing.T) {
 		t.Fatalf("tx D: %d events, want the message and the undecodable one", len(gotD.Events))
 	}
 	wantTx(t, &store.StreamTx{End: gotD.End, Events: gotD.Events[:1]}, []bool{false}, d1)
-	if bad := gotD.Events[1].Row; bad.Invalid == "" || !strings.Contains(bad.Invalid, "WAL position") || bad.ID == (uuid.UUID{}) {
-		t.Errorf("undecodable message: %+v", bad)
+	bad := gotD.Events[1].Row
+	lsn, lerr := pglogrepl.ParseLSN(bad.Headers[postgres.WALPositionHeader])
+	if bad.EventType != store.UndecodableEventType || string(bad.Payload) != "not a txbox message" || lerr != nil ||
+		uint64(lsn) <= gotB.End || uint64(lsn) >= gotD.End || !strings.Contains(bad.Invalid, "WAL position "+lsn.String()) || bad.ID == (uuid.UUID{}) {
+		t.Errorf("undecodable message: %+v (its position %s, %v)", bad, lsn, lerr)
 	}
 	gotA := next(t, s)
 	wantTx(t, gotA, []bool{false}, a1)
