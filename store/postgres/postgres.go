@@ -311,6 +311,13 @@ const (
 	// emit check found no slot (with constraint txbox_wal_check).
 	codeUndefinedFunction = "42883"
 	codeUndefinedObject   = "42704"
+	// SQLSTATE classes of errors about the data itself: data exception
+	// (a value the column cannot store: invalid UTF-8, a NUL in text,
+	// \u0000 in jsonb, out of range) and integrity constraint violation
+	// (CHECK, NOT NULL, foreign key; a unique violation is
+	// ErrDuplicateID).
+	classDataException       = "22"
+	classIntegrityConstraint = "23"
 )
 
 // ErrNotMigrated is returned (wrapped) when txbox's tables do not exist:
@@ -323,7 +330,12 @@ var ErrDuplicateID = errors.New("postgres: an event with this id already exists"
 
 // translate wraps a driver error with the operation and maps the cases
 // callers act on to txbox or package sentinels, keeping the *pgconn.PgError
-// reachable through errors.As.
+// reachable through errors.As: missing tables (ErrNotMigrated), a
+// duplicate id (ErrDuplicateID), a deadlock or serialization failure
+// (store.ErrTxConflict), any other data exception or integrity
+// constraint violation, classes 22 and 23 (store.ErrDataRefused: the
+// same data fails the same way again), and the emit check's errors
+// (*SlotError).
 func translate(op string, err error) error {
 	if err == nil {
 		return nil
@@ -346,6 +358,9 @@ func translate(op string, err error) error {
 			return fmt.Errorf("%w (%s: %w)", ErrDuplicateID, op, err)
 		case codeDeadlock, codeSerialization:
 			return fmt.Errorf("postgres: %s: %w: %w", op, store.ErrTxConflict, err)
+		}
+		if class := pe.Code[:min(2, len(pe.Code))]; class == classDataException || class == classIntegrityConstraint {
+			return fmt.Errorf("postgres: %s: %w: %w", op, store.ErrDataRefused, err)
 		}
 	}
 	return fmt.Errorf("postgres: %s: %w", op, err)

@@ -16,10 +16,8 @@ type queries struct {
 	insertText, insertTextNotify     string
 	insertOne, insertOneNotify       string
 	notify                           string
-	// WAL mode (wal.go): emit one message or a batch, and insert the
-	// events with a future not-before for the poller.
+	// WAL mode (wal_emit.go): emit one message or a batch.
 	walEmitOne, walEmitNative, walEmitText string
-	walDeferNative, walDeferText           string
 
 	claim        string
 	finish       string
@@ -60,11 +58,9 @@ func (d *Driver) render(s string) string {
 
 // The insert reads one array per column (%[1]s). not_before is NULL or a
 // time; GREATEST ignores NULL, so due_at is now() or the later not-before.
-// %[2]s adds columns and %[3]s their values: WAL mode's deferred events
-// set stream_pos.
 const insertBody = `
-	INSERT INTO {{outbox}} (id, event_type, event_key, payload, headers, due_at%[2]s)
-	SELECT u.id, u.event_type, NULLIF(u.event_key, ''), u.payload, u.headers::jsonb, GREATEST(now(), u.not_before)%[3]s
+	INSERT INTO {{outbox}} (id, event_type, event_key, payload, headers, due_at)
+	SELECT u.id, u.event_type, NULLIF(u.event_key, ''), u.payload, u.headers::jsonb, GREATEST(now(), u.not_before)
 	FROM unnest(%[1]s) AS u(id, event_type, event_key, payload, headers, not_before)`
 
 const insertNativeArgs = `$1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::text[], $6::timestamptz[]`
@@ -76,7 +72,7 @@ const insertTextArgs = `$1::text::uuid[], $2::text::text[], $3::text::text[], $4
 // notification per distinct event type; PostgreSQL delivers them only when
 // the caller's transaction commits, and folds duplicates within it.
 func insertSQL(args string, notify bool) string {
-	body := fmt.Sprintf(insertBody, args, "", "")
+	body := fmt.Sprintf(insertBody, args)
 	if !notify {
 		return body
 	}

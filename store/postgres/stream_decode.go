@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres/internal/walmsg"
 )
@@ -193,19 +194,39 @@ func lsnID(lsn uint64) uuid.UUID {
 	return id
 }
 
+// WALPositionHeader is the header of an undecodable message's event
+// (store.UndecodableEventType): the message's WAL position, as
+// PostgreSQL writes an LSN (0/16B3748), to find it with
+// pg_logical_slot_peek_binary_changes or pg_waldump.
+const WALPositionHeader = "txbox-wal-lsn"
+
 // messageEvent decodes an emitted message. One that does not decode is
-// still an event, with Row.Invalid saying why: the relay dead-letters it.
+// still an event, of type store.UndecodableEventType with the raw message
+// as its payload, its WAL position in the WALPositionHeader header and
+// Row.Invalid saying why: the relay dead-letters it (with a type the
+// outbox accepts, so the spill that does so succeeds) and the slot moves
+// on past it.
 func (d *streamDecoder) messageEvent(lsn uint64, content []byte) *store.StreamEvent {
 	ev := &store.StreamEvent{}
 	m, err := d.headers.Decode(content)
+	if err == nil {
+		// A hand-written message may carry a type the outbox refuses:
+		// neither a spill nor a dead letter could store it under it.
+		if terr := txbox.ValidateEventType(m.Type); terr != nil {
+			err = fmt.Errorf("%w: %w", walmsg.ErrMalformed, terr)
+		}
+	}
 	if err != nil {
+		at := pglogrepl.LSN(lsn).String()
+		ev.Row.EventType = store.UndecodableEventType
 		ev.Row.Payload = content
+		ev.Row.Headers = map[string]string{WALPositionHeader: at}
 		if len(content) >= 17 && content[0] == walmsg.Version {
 			copy(ev.Row.ID[:], content[1:17])
-			ev.Row.Invalid = err.Error()
+			ev.Row.Invalid = fmt.Sprintf("%v (the message at WAL position %s)", err, at)
 		} else {
 			ev.Row.ID = lsnID(lsn)
-			ev.Row.Invalid = fmt.Sprintf("%v (the id is unreadable: %s is derived from the message's WAL position %s)", err, ev.Row.ID, pglogrepl.LSN(lsn))
+			ev.Row.Invalid = fmt.Sprintf("%v (the message at WAL position %s; its id is unreadable: %s is derived from the position)", err, at, ev.Row.ID)
 		}
 		return ev
 	}
@@ -278,10 +299,12 @@ func (d *streamDecoder) capturedEvent(lsn uint64, rel *outboxRelation, tuple *pg
 	} else if why != "null" {
 		fail(colHeaders, why)
 	}
-	if c, why := col(colAttempts); c != nil && len(c.Data) == 4 {
-		r.Attempts = int(int32(binary.BigEndian.Uint32(c.Data)))
-	} else if why != "" {
+	if c, why := col(colAttempts); c == nil {
 		fail(colAttempts, why)
+	} else if len(c.Data) != 4 {
+		fail(colAttempts, fmt.Sprintf("is %d bytes, not 4", len(c.Data)))
+	} else {
+		r.Attempts = int(int32(binary.BigEndian.Uint32(c.Data)))
 	}
 	if c, _ := col(colCreated); c != nil {
 		r.CreatedAt, _ = pgTimestamptz(c.Data)

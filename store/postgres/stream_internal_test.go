@@ -1,11 +1,14 @@
 package postgres
 
 import (
+	"bytes"
 	"encoding/binary"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres/internal/walmsg"
 )
 
@@ -66,8 +69,10 @@ func TestWALServerError(t *testing.T) {
 }
 
 // TestDecodeMessageEvent: a message that does not decode is still an
-// event, with Invalid set; its id is the message's own when that is
-// readable, else derived from the LSN (the same on a replay).
+// event, of type store.UndecodableEventType, with the raw bytes as its
+// payload, its WAL position in a header and Invalid saying why and where;
+// its id is the message's own when that is readable, else derived from
+// the LSN (the same on a replay).
 func TestDecodeMessageEvent(t *testing.T) {
 	d := newStreamDecoder("p", "s", "t", 0)
 	id := [16]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
@@ -78,15 +83,35 @@ func TestDecodeMessageEvent(t *testing.T) {
 		string(ev.Row.Payload) != "payload" || ev.Row.Headers["a"] != "b" || !ev.NotBefore.Equal(future) || ev.Captured {
 		t.Errorf("good message: %+v", ev)
 	}
+	undecodable := func(name string, ev *store.StreamEvent, raw []byte, lsn string) {
+		t.Helper()
+		r := ev.Row
+		if r.EventType != store.UndecodableEventType || !bytes.Equal(r.Payload, raw) || len(r.Headers) != 1 ||
+			r.Headers[WALPositionHeader] != lsn || !strings.Contains(r.Invalid, "malformed") ||
+			!strings.Contains(r.Invalid, "WAL position "+lsn) || ev.Captured || !ev.NotBefore.IsZero() {
+			t.Errorf("%s: %+v", name, ev)
+		}
+		if err := txbox.ValidateEventType(r.EventType); err != nil {
+			t.Errorf("%s: the outbox would refuse its type: %v", name, err)
+		}
+	}
 	truncated := good[:40]
-	ev = d.messageEvent(100, truncated)
-	if ev.Row.Invalid == "" || ev.Row.ID != id {
-		t.Errorf("truncated message: %+v", ev.Row)
+	ev = d.messageEvent(0x16B3748, truncated)
+	undecodable("truncated", ev, truncated, "0/16B3748")
+	if ev.Row.ID != id {
+		t.Errorf("truncated message: id %s, want its own %x", ev.Row.ID, id)
+	}
+	badType := walmsg.Append(nil, id, time.Now(), time.Time{}, "no spaces", "k1", nil, []byte("p"))
+	ev = d.messageEvent(1<<32|7, badType)
+	undecodable("bad type", ev, badType, "1/7")
+	if ev.Row.ID != id || !strings.Contains(ev.Row.Invalid, "invalid event type") {
+		t.Errorf("bad type: %+v", ev.Row)
 	}
 	ev = d.messageEvent(200, []byte("garbage"))
+	undecodable("garbage", ev, []byte("garbage"), "0/C8")
 	ev2 := d.messageEvent(200, []byte("other garbage"))
 	ev3 := d.messageEvent(201, []byte("garbage"))
-	if ev.Row.Invalid == "" || !strings.Contains(ev.Row.Invalid, "WAL position") || ev.Row.ID != ev2.Row.ID || ev.Row.ID == ev3.Row.ID {
+	if !strings.Contains(ev.Row.Invalid, "derived from the position") || ev.Row.ID != ev2.Row.ID || ev.Row.ID == ev3.Row.ID {
 		t.Errorf("garbage: %+v / %v / %v", ev.Row, ev2.Row.ID, ev3.Row.ID)
 	}
 	if v := ev.Row.ID.Version(); v != 8 {
@@ -219,18 +244,20 @@ func TestStreamDecoder(t *testing.T) {
 		pgoInsert(1, append([]pgoCol{{'n', nil}}, good[1:]...)...),
 		pgoInsert(1, append(append([]pgoCol{}, good[:4]...), append([]pgoCol{{'b', []byte("\x01[1]")}}, good[5:]...)...)...),
 		pgoInsert(1, append(append([]pgoCol{}, good[:3]...), append([]pgoCol{{'t', []byte("pl")}}, good[4:]...)...)...),
+		pgoInsert(1, append(append([]pgoCol{}, good[:5]...), append([]pgoCol{{'b', []byte{0, 2}}}, good[6:]...)...)...),
+		pgoInsert(1, append(append([]pgoCol{}, good[:5]...), append([]pgoCol{{'n', nil}}, good[6:]...)...)...),
 		pgoCommit(600, 650),
 		pgoBegin(700, 3), pgoMessage(true, 690, "txbox:other", msg), pgoCommit(700, 750),
 	)
 	if res[4].passed != 450 || res[4].tx != nil {
 		t.Errorf("a confirmed transaction: %+v", res[4])
 	}
-	tx := res[14].tx
-	if tx == nil || tx.End != 650 || len(tx.Events) != 5 {
-		t.Fatalf("transaction: %+v", res[14])
+	tx := res[16].tx
+	if tx == nil || tx.End != 650 || len(tx.Events) != 7 {
+		t.Fatalf("transaction: %+v", res[16])
 	}
-	if res[17].passed != 750 || res[17].tx != nil {
-		t.Errorf("an event-less transaction: %+v", res[17])
+	if res[19].passed != 750 || res[19].tx != nil {
+		t.Errorf("an event-less transaction: %+v", res[19])
 	}
 	for i, ev := range tx.Events {
 		if ev.Pos != 600<<16|uint64(i) {
@@ -252,6 +279,12 @@ func TestStreamDecoder(t *testing.T) {
 	}
 	if ev := tx.Events[4]; !strings.Contains(ev.Row.Invalid, "payload sent in format") {
 		t.Errorf("a text column: %+v", ev.Row)
+	}
+	if ev := tx.Events[5]; !strings.Contains(ev.Row.Invalid, "attempts is 2 bytes, not 4") || ev.Row.ID != id || ev.Row.Attempts != 0 {
+		t.Errorf("attempts of 2 bytes: %+v", ev.Row)
+	}
+	if ev := tx.Events[6]; !strings.Contains(ev.Row.Invalid, "attempts null") {
+		t.Errorf("attempts null: %+v", ev.Row)
 	}
 	// Framing errors are errors, not panics.
 	if _, err := d.handle(1, pgoCommit(1, 2)); err == nil {

@@ -155,6 +155,13 @@ func (d *Driver) spilledKeysQuery(q *spillQueries) {
 // from different clocks), so the items are written in stream order in as
 // many sequential transactions as it takes for each key's ids to rise
 // within each: one, unless a key's ids go backwards in the batch.
+//
+// An error matching store.ErrDataRefused is the database refusing an
+// item's data (a NUL or invalid UTF-8 in a key, a constraint of the
+// table): the transaction that held it wrote nothing, the earlier ones
+// stay, and the same items fail the same way again. An undecodable
+// stream event (store.UndecodableEventType, its raw bytes as payload) is
+// written like any other, as a FAILED row for the dead-letter mover.
 func (d *Driver) StreamSpill(ctx context.Context, items []*store.StreamSpillItem) error {
 	if len(items) > MaxSpillItems {
 		return fmt.Errorf("postgres: stream spill: %w: %w: %d events, at most %d", ErrSpillTooLarge, store.ErrInvalidParams, len(items), MaxSpillItems)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txbox/txbox"
@@ -602,4 +603,93 @@ func BenchmarkStreamSpill200(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N*len(items))/b.Elapsed().Seconds(), "events/s")
+}
+
+// TestStreamSpillUndecodable: a message of txbox's prefix that does not
+// decode, read from a real slot, spills as a FAILED row (the outbox takes
+// its type) and the dead-letter mover moves it with its raw bytes, its
+// txbox-wal-lsn header and its error; a confirm past it then succeeds.
+func TestStreamSpillUndecodable(t *testing.T) {
+	t.Parallel()
+	e := openWAL(t, 0)
+	ctx := ctxT(t)
+	s := e.open(t, nil)
+	// Version 2, which this relay does not read, with a NUL and invalid
+	// UTF-8 in it.
+	raw := append([]byte{2, 0, 0xff, 0, '\\', '"'}, strings.Repeat("x", 60)...)
+	if _, err := e.pool.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, $2::bytea)`, e.prefix(), raw); err != nil {
+		t.Fatal(err)
+	}
+	tx := next(t, s)
+	if len(tx.Events) != 1 {
+		t.Fatalf("%d events, want the undecodable message", len(tx.Events))
+	}
+	ev := tx.Events[0]
+	lsn := ev.Row.Headers[postgres.WALPositionHeader]
+	if ev.Row.EventType != store.UndecodableEventType || ev.Row.Invalid == "" || lsn == "" {
+		t.Fatalf("undecodable message: %+v", ev.Row)
+	}
+	if err := e.d.StreamSpill(ctx, []*store.StreamSpillItem{{Event: ev, Outcome: store.OutcomeFailed, Error: ev.Row.Invalid}}); err != nil {
+		t.Fatalf("spill of the undecodable event: %v", err)
+	}
+	if n, err := e.d.DeadLetterMove(ctx, &store.DeadLetterMoveParams{Limit: 10}); err != nil || n != 1 {
+		t.Fatalf("dead-letter move: %d, %v", n, err)
+	}
+	dl, err := e.d.DeadLetterGet(ctx, ev.Row.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dl.EventType != store.UndecodableEventType || !slices.Equal(dl.Payload, raw) || len(dl.Headers) != 1 ||
+		dl.Headers[postgres.WALPositionHeader] != lsn || dl.LastError != ev.Row.Invalid ||
+		!strings.Contains(dl.LastError, "version 2") || !strings.Contains(dl.LastError, "WAL position "+lsn) ||
+		dl.Status != store.DeadLetterUnresolved || dl.Key != "" {
+		t.Fatalf("dead letter %+v, want type %s, payload %q, header %s, error %q", dl, store.UndecodableEventType, raw, lsn, ev.Row.Invalid)
+	}
+	if err := s.Confirm(ctx, tx.End, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := confirmedLSN(t, e); got != tx.End {
+		t.Errorf("confirmed %d, want past the undecodable message's transaction %d", got, tx.End)
+	}
+	var left int
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM `+e.outbox).Scan(&left); err != nil || left != 0 {
+		t.Errorf("%d rows left in the outbox (%v)", left, err)
+	}
+}
+
+// TestStreamSpillDataRefused: a spill the database refuses because of
+// the data (a NUL or invalid UTF-8 in a text column, a CHECK) fails with
+// an error matching store.ErrDataRefused, keeps the server's error, and
+// writes nothing of its transaction.
+func TestStreamSpillDataRefused(t *testing.T) {
+	t.Parallel()
+	e := newSpillEnv(t)
+	ctx := ctxT(t)
+	e.takeSnapshot(t)
+	// A CHECK of this test's own table, as a stricter schema would have.
+	e.exec(t, `ALTER TABLE `+e.table("outbox")+` ADD CONSTRAINT refuse_key CHECK (event_key IS DISTINCT FROM 'refused')`)
+	for _, c := range []struct{ name, key, code string }{
+		{"NUL in the key", "k\x00", "22021"},
+		{"invalid UTF-8 in the key", "k\xff", "22021"},
+		{"a CHECK", "refused", "23514"},
+	} {
+		ok := emittedSpill(txbox.NewID(), "refused.t", "fine", 1, store.OutcomeRetry)
+		bad := emittedSpill(txbox.NewID(), "refused.t", c.key, 2, store.OutcomeRetry)
+		err := e.d.StreamSpill(ctx, []*store.StreamSpillItem{ok, bad})
+		var pe *pgconn.PgError
+		if !errors.Is(err, store.ErrDataRefused) || !errors.As(err, &pe) || pe.Code != c.code {
+			t.Errorf("%s: %v, want store.ErrDataRefused with SQLSTATE %s", c.name, err, c.code)
+		}
+		if errors.Is(err, store.ErrInvalidParams) || errors.Is(err, postgres.ErrDuplicateID) {
+			t.Errorf("%s: %v matches another sentinel", c.name, err)
+		}
+	}
+	var n int
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM `+e.table("outbox")).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d rows after refused spills (%v), want none", n, err)
+	}
+	// The same items without the fault go in.
+	if err := e.d.StreamSpill(ctx, []*store.StreamSpillItem{emittedSpill(txbox.NewID(), "refused.t", "fine", 3, store.OutcomeRetry)}); err != nil {
+		t.Fatal(err)
+	}
 }

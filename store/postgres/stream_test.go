@@ -231,8 +231,11 @@ func TestStreamCommitOrderAndFilters(t *testing.T) {
 		t.Fatalf("tx D: %d events, want the message and the undecodable one", len(gotD.Events))
 	}
 	wantTx(t, &store.StreamTx{End: gotD.End, Events: gotD.Events[:1]}, []bool{false}, d1)
-	if bad := gotD.Events[1].Row; bad.Invalid == "" || !strings.Contains(bad.Invalid, "WAL position") || bad.ID == (uuid.UUID{}) {
-		t.Errorf("undecodable message: %+v", bad)
+	bad := gotD.Events[1].Row
+	lsn, lerr := pglogrepl.ParseLSN(bad.Headers[postgres.WALPositionHeader])
+	if bad.EventType != store.UndecodableEventType || string(bad.Payload) != "not a txbox message" || lerr != nil ||
+		uint64(lsn) <= gotB.End || uint64(lsn) >= gotD.End || !strings.Contains(bad.Invalid, "WAL position "+lsn.String()) || bad.ID == (uuid.UUID{}) {
+		t.Errorf("undecodable message: %+v (its position %s, %v)", bad, lsn, lerr)
 	}
 	gotA := next(t, s)
 	wantTx(t, gotA, []bool{false}, a1)
@@ -713,4 +716,62 @@ func BenchmarkStreamDelivery(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+// TestStreamDeferredEmit: an event with a future not-before, from
+// txbox_emit and from the Go publisher, is a message of the stream with
+// its NotBefore, in commit order before the key's later event, and
+// nothing is in the outbox table at publish time (the relay writes it
+// there itself, at its place in the stream). The same key's immediate
+// emit after it comes after it.
+func TestStreamDeferredEmit(t *testing.T) {
+	t.Parallel()
+	e := openWAL(t, 0)
+	ctx := ctxT(t)
+	s := e.open(t, nil)
+	emit := pgx.Identifier{e.schema, "txbox_emit"}.Sanitize()
+
+	var sqlDeferred, sqlNow uuid.UUID
+	var nb time.Time
+	if err := e.pool.QueryRow(ctx, `SELECT `+emit+`('acct', 'kd', 'one'::bytea, '{"h": "v"}', now() + interval '1 hour'), now() + interval '1 hour'`).Scan(&sqlDeferred, &nb); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.pool.QueryRow(ctx, `SELECT `+emit+`('acct', 'kd', 'two'::bytea)`).Scan(&sqlNow); err != nil {
+		t.Fatal(err)
+	}
+	goDeferred := &txbox.Event{ID: txbox.NewID(), Type: "acct", Key: "kg", Payload: []byte("three"),
+		NotBefore: time.Now().Add(time.Hour).Truncate(time.Microsecond)}
+	goNow := &txbox.Event{ID: txbox.NewID(), Type: "acct", Key: "kg", Payload: []byte("four")}
+	for _, ev := range []*txbox.Event{goDeferred, goNow} {
+		tx := begin(t, e.pool)
+		if err := e.d.OutboxInsert(ctx, tx, &store.OutboxInsertParams{Events: []*txbox.Event{ev}}); err != nil {
+			t.Fatal(err)
+		}
+		commit(t, tx)
+	}
+	var rows int
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM `+e.outbox).Scan(&rows); err != nil || rows != 0 {
+		t.Fatalf("%d rows in the outbox table after the emits (%v), want none", rows, err)
+	}
+
+	want := []struct {
+		id        uuid.UUID
+		key       string
+		payload   string
+		notBefore time.Time
+	}{
+		{sqlDeferred, "kd", "one", nb}, {sqlNow, "kd", "two", time.Time{}},
+		{goDeferred.ID, "kg", "three", goDeferred.NotBefore}, {goNow.ID, "kg", "four", time.Time{}},
+	}
+	for i, w := range want {
+		tx := next(t, s)
+		if len(tx.Events) != 1 {
+			t.Fatalf("transaction %d: %d events, want 1", i, len(tx.Events))
+		}
+		ev := tx.Events[0]
+		if ev.Row.ID != w.id || ev.Row.EventType != "acct" || ev.Row.Key != w.key || string(ev.Row.Payload) != w.payload ||
+			ev.Row.Invalid != "" || ev.Captured || !ev.NotBefore.Equal(w.notBefore) {
+			t.Errorf("event %d: %+v, not before %s; want id %s, key %s, not before %s", i, ev.Row, ev.NotBefore, w.id, w.key, w.notBefore)
+		}
+	}
 }

@@ -2,13 +2,18 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres"
 	"github.com/txbox/txbox/store/storeharness"
@@ -100,5 +105,107 @@ func TestSchemaInstallDropsTheReplacedKeyIndex(t *testing.T) {
 	}
 	if !gone {
 		t.Error("the version 1 key index is still in the schema after migrating to the latest version")
+	}
+}
+
+// TestUpgradeToVersion7EmitsDeferred: a database at version 6 upgrades to
+// 7, whose txbox_emit no longer inserts a future not-before into the
+// table; a row version 6 wrote that way (stream_pos 0) stays the
+// poller's. The published down file puts version 6's function back as it
+// was.
+func TestUpgradeToVersion7EmitsDeferred(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t, 4)
+	schema := newSchema(t)
+	migs, err := postgres.Migrations(schema, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(migs) < 7 || migs[6].Name != "emit_deferred" {
+		t.Fatalf("migration 7 is %+v", migs[min(6, len(migs)-1)])
+	}
+	// Version 6 as Migrate leaves it, recorded in the version table.
+	sv := pgx.Identifier{schema, "txbox_schema_version"}.Sanitize()
+	if _, err := pool.Exec(ctx, `CREATE TABLE `+sv+` (version integer NOT NULL PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range migs[:6] {
+		if _, err := pool.Exec(ctx, m.SQL, pgx.QueryExecModeSimpleProtocol); err != nil {
+			t.Fatalf("version %d: %v", m.Version, err)
+		}
+		if _, err := pool.Exec(ctx, `INSERT INTO `+sv+` (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	emit := pgx.Identifier{schema, "txbox_emit"}.Sanitize()
+	source := func() string {
+		t.Helper()
+		var src string
+		if err := pool.QueryRow(ctx, `SELECT prosrc || pg_get_function_arguments(oid) FROM pg_proc WHERE oid = $1::regprocedure`,
+			emit+"(text, text, bytea, jsonb, timestamptz, uuid)").Scan(&src); err != nil {
+			t.Fatal(err)
+		}
+		return src
+	}
+	v6 := source()
+	// Version 6's deferred insert: a row for the poller, no slot needed.
+	var old txbox.ID
+	if err := pool.QueryRow(ctx, `SELECT `+emit+`('acct', 'k', 'p'::bytea, '{}', now() + interval '1 hour')`).Scan(&old); err != nil {
+		t.Fatal(err)
+	}
+	// With a slot configured the upgrade is what the driver migrates.
+	d, err := postgres.New(pool, postgres.Config{Schema: schema, Source: postgres.SourceWAL,
+		WAL: postgres.WALConfig{Slot: "t_up7_" + strings.TrimPrefix(testenv.UniqueName("x"), "x")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := d.SchemaVersion(ctx); err != nil || v != len(migs) {
+		t.Fatalf("schema version = %d, %v; want %d", v, err, len(migs))
+	}
+	if strings.Contains(source(), "stream_pos") {
+		t.Fatal("version 7's txbox_emit still inserts into the table")
+	}
+	// No slot: version 7 refuses the deferred emit (the check runs),
+	// where version 6 inserted a row.
+	_, err = pool.Exec(ctx, `SELECT `+emit+`('acct', 'k', 'p'::bytea, '{}', now() + interval '1 hour')`)
+	if pe := (*pgconn.PgError)(nil); !errors.As(err, &pe) || pe.Code != "42704" || pe.ConstraintName != "txbox_wal_check" {
+		t.Fatalf("deferred emit without a slot at version 7: %v, want the emit check's 42704", err)
+	}
+	// The version 6 row is the poller's: due in an hour, then claimable.
+	outbox := pgx.Identifier{schema, "txbox_outbox"}.Sanitize()
+	if _, err := pool.Exec(ctx, `UPDATE `+outbox+` SET due_at = now() WHERE id = $1 AND stream_pos = 0`, old); err != nil {
+		t.Fatal(err)
+	}
+	if rows := claimAll(t, d, "acct"); len(rows) != 1 || rows[0].ID != old {
+		t.Fatalf("claim of version 6's deferred row: %v", ids(rows))
+	}
+
+	down, err := os.ReadFile(filepath.Join("migrations", "plain", "0007_emit_deferred.down.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SET LOCAL search_path = `+pgx.Identifier{schema}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, string(down), pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatalf("down file: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Rendered without a schema, the down file names the uuidv7 default
+	// unqualified: compare the body and the arguments past it.
+	got := source()
+	if unq := strings.ReplaceAll(v6, pgx.Identifier{schema}.Sanitize()+".", ""); got != v6 && got != unq {
+		t.Fatalf("after the down file txbox_emit is\n%s\nwant version 6's\n%s", got, v6)
 	}
 }

@@ -84,28 +84,22 @@ func (d *Driver) walQueries(q *queries) {
 	SELECT pg_logical_emit_message(true, c.prefix, m) FROM c, unnest(%s) AS m`
 	q.walEmitNative = fmt.Sprintf(batch, `$1::bytea[]`)
 	q.walEmitText = fmt.Sprintf(batch, `$1::text::bytea[]`)
-	q.walDeferNative = d.render(fmt.Sprintf(insertBody, insertNativeArgs, ", stream_pos", ", 0"))
-	q.walDeferText = d.render(fmt.Sprintf(insertBody, insertTextArgs, ", stream_pos", ", 0"))
 }
 
 // walInsert emits events (checked non-nil, with ids) in the caller's
 // transaction: one statement for all the messages, encoded here. An event
-// whose not-before is later than this process's clock goes into the
-// outbox table with stream_pos = 0 instead, for the poller (a second
-// statement). No NOTIFY: the stream needs none, and a deferred row is not
-// due yet.
+// with a future not-before is emitted like any other, its not-before in
+// the message: the relay writes it into the outbox table itself, for the
+// poller, at its place in the stream, so a key's later events cannot pass
+// it (before schema version 7 it went into the table at once, which the
+// stream never saw). No NOTIFY: the stream needs none.
 func (d *Driver) walInsert(ctx context.Context, ex txExec, events []*txbox.Event) error {
 	now := time.Now()
-	var later []*txbox.Event
 	var buf []byte
-	ends := make([]int, 0, len(events))
+	ends := make([]int, len(events))
 	for i, ev := range events {
 		if err := txbox.ValidateEventType(ev.Type); err != nil {
 			return fmt.Errorf("postgres: emit: event %d: %w", i, err)
-		}
-		if ev.NotBefore.After(now) {
-			later = append(later, ev)
-			continue
 		}
 		var h []byte
 		if len(ev.Headers) > 0 {
@@ -115,42 +109,23 @@ func (d *Driver) walInsert(ctx context.Context, ex txExec, events []*txbox.Event
 			}
 		}
 		buf = walmsg.Append(buf, ev.ID, now, ev.NotBefore, ev.Type, ev.Key, h, ev.Payload)
-		ends = append(ends, len(buf))
+		ends[i] = len(buf)
 	}
-	if len(ends) > 0 {
-		msgs := make([][]byte, len(ends))
-		start := 0
-		for i, end := range ends {
-			msgs[i], start = buf[start:end:end], end
-		}
-		var err error
-		switch {
-		case len(msgs) == 1:
-			_, err = ex.exec(ctx, d.q.walEmitOne, msgs[0])
-		case ex.native():
-			_, err = ex.exec(ctx, d.q.walEmitNative, msgs)
-		default:
-			_, err = ex.exec(ctx, d.q.walEmitText, byteaArrayText(msgs))
-		}
-		if err != nil {
-			return translate("emit", err)
-		}
+	msgs := make([][]byte, len(ends))
+	start := 0
+	for i, end := range ends {
+		msgs[i], start = buf[start:end:end], end
 	}
-	if len(later) == 0 {
-		return nil
+	var err error
+	switch {
+	case len(msgs) == 1:
+		_, err = ex.exec(ctx, d.q.walEmitOne, msgs[0])
+	case ex.native():
+		_, err = ex.exec(ctx, d.q.walEmitNative, msgs)
+	default:
+		_, err = ex.exec(ctx, d.q.walEmitText, byteaArrayText(msgs))
 	}
-	c, err := newInsertColumns(later)
-	if err != nil {
-		return err
-	}
-	query := d.q.walDeferText
-	if ex.native() {
-		query = d.q.walDeferNative
-	}
-	if _, err := ex.exec(ctx, query, c.arrays(ex.native())...); err != nil {
-		return translate("insert (not before)", err)
-	}
-	return nil
+	return translate("emit", err)
 }
 
 // LockEmits takes the emit guard exclusively in tx, until tx ends: it

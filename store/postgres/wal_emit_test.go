@@ -300,8 +300,9 @@ func TestWALEmit(t *testing.T) {
 }
 
 // TestWALEmitFunction is the plain-SQL producer: txbox_emit writes the
-// same message, refuses bad input, and sends a future not-before to the
-// table with stream_pos 0, as the Go publisher does.
+// same message, refuses bad input, and emits an event with a future
+// not-before with it in the message, as the Go publisher does, writing no
+// row.
 func TestWALEmitFunction(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
@@ -338,7 +339,8 @@ func TestWALEmitFunction(t *testing.T) {
 		}
 	}
 
-	// A future not-before: a row for the poller, no message, in SQL and Go.
+	// A future not-before: a message like any other, with its not-before,
+	// and no row, in SQL and Go (schema version 7).
 	nb := time.Now().Add(time.Hour).Truncate(time.Microsecond)
 	var id3 txbox.ID
 	if err := w.db.QueryRowContext(ctx, `SELECT `+emit+`('later', 'k', 'p'::bytea, '{}', $1)`, nb).Scan(&id3); err != nil {
@@ -349,20 +351,26 @@ func TestWALEmitFunction(t *testing.T) {
 	if err := w.emit(ctx, later, now); err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range []txbox.ID{id3, later.ID} {
-		var pos int64
-		var due time.Time
-		if err := w.db.QueryRowContext(ctx, `SELECT stream_pos, due_at FROM `+w.tbl("outbox")+` WHERE id = $1`, id.String()).Scan(&pos, &due); err != nil {
-			t.Fatalf("deferred event %s: %v", id, err)
-		}
-		if pos != 0 || !due.Equal(nb) {
-			t.Errorf("deferred event %s: stream_pos %d, due_at %s; want 0, %s", id, pos, due, nb)
+	// An infinite not-before has no place in the message.
+	for _, inf := range []string{"infinity", "-infinity"} {
+		_, err := w.db.ExecContext(ctx, `SELECT `+emit+`('later', 'k', 'p'::bytea, '{}', '`+inf+`')`)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "22023" || !strings.Contains(pe.Message, "not a finite time") {
+			t.Errorf("not_before %s: %v, want 22023", inf, err)
 		}
 	}
 
 	got := w.messages(t)
-	if len(got) != 3 || got[id1] == nil || got[id2] == nil || got[now.ID] == nil {
-		t.Fatalf("messages %v, want the two committed emits and the Go one", got)
+	if len(got) != 5 || got[id1] == nil || got[id2] == nil || got[id3] == nil || got[later.ID] == nil || got[now.ID] == nil {
+		t.Fatalf("messages %v, want the three committed SQL emits and the two Go ones", got)
+	}
+	for _, id := range []txbox.ID{id3, later.ID} {
+		if m := got[id]; m.Type != "later" || !m.NotBefore.Equal(nb) {
+			t.Errorf("deferred event %s: message %+v, want not-before %s", id, m, nb)
+		}
+	}
+	if m := got[now.ID]; !m.NotBefore.IsZero() {
+		t.Errorf("the Go event without a not-before: message %+v", m)
 	}
 	m := got[id1]
 	if m.Type != "order.paid" || m.Key != "o-1" || !bytes.Equal(m.Payload, []byte{0, 0xff}) || m.Headers["a"] != "b" || len(m.Headers) != 1 ||
@@ -372,8 +380,8 @@ func TestWALEmitFunction(t *testing.T) {
 	if m := got[id2]; m.Key != "" || m.Headers != nil || len(m.Payload) != 0 {
 		t.Errorf("txbox_emit defaults: message %+v", m)
 	}
-	if n := w.outboxRows(t); n != 2 {
-		t.Errorf("%d rows in the outbox table, want the 2 deferred ones", n)
+	if n := w.outboxRows(t); n != 0 {
+		t.Errorf("%d rows in the outbox table, want none (deferred events are emitted too)", n)
 	}
 }
 
@@ -411,10 +419,19 @@ func TestWALEmitGuard(t *testing.T) {
 		w := newWAL(t)
 		wantSlotError(t, w.emit(ctx, walEvent("a")), postgres.ErrNoSlot, "WAL mode has no slot: run txbox migrate with database.source wal")
 		wantSlotError(t, w.emit(ctx, walEvent("a"), walEvent("b")), postgres.ErrNoSlot, "WAL mode has no slot")
-		_, err := w.db.ExecContext(ctx, `SELECT `+w.tbl("emit")+`('a', NULL, ''::bytea)`)
-		var pe *pgconn.PgError
-		if !errors.As(err, &pe) || pe.Code != "42704" || pe.ConstraintName != "txbox_wal_check" {
-			t.Errorf("txbox_emit: %v, want SQLSTATE 42704 from txbox_wal_check", err)
+		// A deferred event is checked too: it is a message like any other.
+		deferred := walEvent("a")
+		deferred.NotBefore = time.Now().Add(time.Hour)
+		wantSlotError(t, w.emit(ctx, deferred), postgres.ErrNoSlot, "WAL mode has no slot")
+		for _, nb := range []string{"NULL", "now() + interval '1 hour'"} {
+			_, err := w.db.ExecContext(ctx, `SELECT `+w.tbl("emit")+`('a', NULL, ''::bytea, '{}', `+nb+`)`)
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) || pe.Code != "42704" || pe.ConstraintName != "txbox_wal_check" {
+				t.Errorf("txbox_emit, not_before %s: %v, want SQLSTATE 42704 from txbox_wal_check", nb, err)
+			}
+		}
+		if n := w.outboxRows(t); n != 0 {
+			t.Errorf("%d rows in the outbox table after refused emits", n)
 		}
 	})
 	t.Run("slot dropped", func(t *testing.T) {
