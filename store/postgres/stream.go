@@ -70,7 +70,9 @@ func (d *Driver) startStream(ctx context.Context, start *streamStart, o store.St
 	if d.wal.SenderTimeout > 0 {
 		params["wal_sender_timeout"] = strconv.FormatInt(d.wal.SenderTimeout.Milliseconds(), 10)
 	}
-	conn, err := pgconn.ConnectConfig(ctx, d.replicationConfig(params))
+	cfg := d.replicationConfig(params)
+	cfg.DialFunc = liveDial(cfg.DialFunc, d.senderTimeout())
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: open stream: replication connection: %w", err)
 	}
@@ -457,6 +459,16 @@ func (s *pgStream) sendStatus() error {
 
 // ServerPID is the walsender's backend pid (see store.Stream).
 func (s *pgStream) ServerPID() int { return int(s.conn.PID()) }
+
+// senderTimeout is WALConfig.SenderTimeout, or DefaultSenderTimeout when
+// unset (New fills it in; this keeps the stream's timeouts positive
+// whatever built the Driver).
+func (d *Driver) senderTimeout() time.Duration {
+	if d.wal.SenderTimeout > 0 {
+		return d.wal.SenderTimeout
+	}
+	return DefaultSenderTimeout
+}
 
 // StreamSenderTimeout is the wal_sender_timeout the relay's replication
 // connections ask for (WALConfig.SenderTimeout); 0 when the server's own
