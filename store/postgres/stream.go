@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -70,7 +71,9 @@ func (d *Driver) startStream(ctx context.Context, start *streamStart, o store.St
 	if d.wal.SenderTimeout > 0 {
 		params["wal_sender_timeout"] = strconv.FormatInt(d.wal.SenderTimeout.Milliseconds(), 10)
 	}
-	conn, err := pgconn.ConnectConfig(ctx, d.replicationConfig(params))
+	cfg := d.replicationConfig(params)
+	cfg.DialFunc = liveDial(cfg.DialFunc, d.senderTimeout())
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: open stream: replication connection: %w", err)
 	}
@@ -93,18 +96,21 @@ func (d *Driver) startStream(ctx context.Context, start *streamStart, o store.St
 		}
 		return nil, fmt.Errorf("postgres: open stream: start replication: %w", streamError(err))
 	}
+	timeout := d.senderTimeout()
 	s := &pgStream{
-		d:        d,
-		conn:     conn,
-		dec:      newStreamDecoder(d.messagePrefix(), start.nsp, start.rel, start.confirmed),
-		interval: o.StatusInterval,
-		txs:      make(chan *store.StreamTx),
-		tokens:   make(chan struct{}, o.Window),
-		dead:     make(chan struct{}),
-		done:     make(chan struct{}),
-		poke:     make(chan struct{}, 1),
-		readDone: make(chan struct{}),
-		statDone: make(chan struct{}),
+		d:           d,
+		conn:        conn,
+		dec:         newStreamDecoder(d.messagePrefix(), start.nsp, start.rel, start.confirmed),
+		interval:    o.StatusInterval,
+		readTimeout: streamReadTimeout(timeout),
+		askEvery:    streamAskEvery(o.StatusInterval, timeout),
+		txs:         make(chan *store.StreamTx),
+		tokens:      make(chan struct{}, o.Window),
+		dead:        make(chan struct{}),
+		done:        make(chan struct{}),
+		poke:        make(chan struct{}, 1),
+		readDone:    make(chan struct{}),
+		statDone:    make(chan struct{}),
 	}
 	// The server streams from the slot's confirmed_flush_lsn when that is
 	// past the start asked for; reporting less would move it back.
@@ -138,11 +144,31 @@ func streamError(err error) error {
 // holds the server back. The status sender runs on its own timer
 // meanwhile, so the server keeps hearing from the stream and
 // wal_sender_timeout does not trip.
+//
+// Liveness: a link that goes silent (no FIN, no RST) must not leave the
+// stream streaming while the server frees the slot for another relay at
+// wal_sender_timeout. The reader fails the stream after readTimeout
+// without a byte from the server while it waits for one; a wait starts
+// when the reader asks for the next message, so the time it spends
+// blocked handing a transaction to Next (backpressure) never counts. An
+// idle walsender writes nothing while it hears from the stream, so every
+// status update sent while the reader waits asks the server for a reply,
+// which it sends at once (a keepalive); the status sender runs every
+// askEvery for that. The connection's TCP keepalive and TCP_USER_TIMEOUT
+// (liveDial) fail it at the kernel's level too, status writes included.
 type pgStream struct {
 	d        *Driver
 	conn     *pgconn.PgConn
 	dec      *streamDecoder // the reader's own
 	interval time.Duration
+	// readTimeout is how long the reader waits for a byte from the
+	// server before the stream fails (streamReadTimeout).
+	readTimeout time.Duration
+	// askEvery is the status sender's period while the reader waits:
+	// the interval, or a tenth of the sender timeout when shorter.
+	askEvery time.Duration
+	// waiting is set while the reader waits for the server.
+	waiting atomic.Bool
 
 	txs      chan *store.StreamTx
 	tokens   chan struct{}
@@ -305,11 +331,19 @@ func (s *pgStream) Close(ctx context.Context) error {
 // read is the reader goroutine: it receives the stream, decodes it and
 // hands finished transactions to Next. Only it receives on the
 // connection, with a background context, so that pgconn never sets a
-// deadline on the socket the status sender writes to.
+// deadline on the socket the status sender writes to; the reader's own
+// deadline (receive) is on the read side only.
 func (s *pgStream) read() {
 	defer close(s.readDone)
 	for {
-		msg, err := s.conn.ReceiveMessage(context.Background())
+		msg, err := s.receive()
+		if errors.Is(err, errSilent) {
+			s.fail(fmt.Errorf("postgres: stream: no message from the server for %s: the connection is lost or the server stopped answering", s.readTimeout))
+			// pgconn keeps a connection whose read timed out; this
+			// one is dead. Closing it stops the status sender too.
+			_ = s.conn.Conn().Close()
+			return
+		}
 		if err != nil {
 			select {
 			case <-s.done:
@@ -339,6 +373,59 @@ func (s *pgStream) read() {
 		default:
 		}
 	}
+}
+
+// errSilent is receive's error when the server sent nothing for
+// readTimeout.
+var errSilent = errors.New("silent")
+
+// receive waits for the next message with a read deadline readTimeout
+// from now: from when the reader starts waiting, not from the last
+// message, so that a reader that was blocked on Next for longer reads
+// what the socket holds. A message that takes longer than readTimeout to
+// arrive whole (a large one on a slow link) is waited for as long as its
+// bytes keep coming.
+func (s *pgStream) receive() (pgproto3.BackendMessage, error) {
+	buffered := s.conn.Frontend().ReadBufferLen()
+	for {
+		if err := s.conn.Conn().SetReadDeadline(time.Now().Add(s.readTimeout)); err != nil {
+			return nil, err
+		}
+		s.waiting.Store(true)
+		msg, err := s.conn.ReceiveMessage(context.Background())
+		s.waiting.Store(false)
+		if err == nil || !pgconn.Timeout(err) {
+			return msg, err
+		}
+		// pgconn keeps the part of a message read before a timeout, and
+		// the next receive goes on from there.
+		if n := s.conn.Frontend().ReadBufferLen(); n != buffered {
+			buffered = n
+			continue
+		}
+		return nil, errSilent
+	}
+}
+
+// streamReadTimeout is the reader's read timeout for a sender timeout:
+// three quarters of it. Less than the sender timeout by more than the
+// status sender's period (a tenth of it at most), so that on a silent link
+// the stream fails before the server, which last heard from it at most a
+// period before the link went silent, frees the slot. More than half of
+// it by more than that period: a walsender busy decoding a large
+// transaction that sends nothing (its changes are all filtered out) reads
+// the stream's status updates, and answers, only once half the sender
+// timeout has passed since it last read one (WalSndUpdateProgress), and
+// half would trip on that.
+func streamReadTimeout(senderTimeout time.Duration) time.Duration {
+	return senderTimeout * 3 / 4
+}
+
+// streamAskEvery is the status sender's period while the reader waits:
+// the status interval, or a tenth of the sender timeout when that is
+// shorter (and a millisecond at least, for a timer).
+func streamAskEvery(interval, senderTimeout time.Duration) time.Duration {
+	return max(min(interval, senderTimeout/10), time.Millisecond)
 }
 
 // copyData handles one CopyData message of the stream.
@@ -406,34 +493,49 @@ func (s *pgStream) passed(lsn uint64) {
 }
 
 // status is the status sender: it reports the position every interval
-// and when asked, independently of reading, and once more at Close.
+// and when asked, independently of reading, and once more at Close. While
+// the reader waits for the server, each update asks for a reply (see
+// pgStream), and the timer runs every askEvery when that is shorter than
+// interval (a short sender timeout).
 func (s *pgStream) status() {
 	defer close(s.statDone)
-	t := time.NewTicker(s.interval)
+	t := time.NewTicker(s.askEvery)
 	defer t.Stop()
+	var last time.Time
 	for {
+		ticked := false
 		select {
 		case <-s.done:
-			_ = s.sendStatus()
+			_ = s.sendStatus(false)
 			return
 		case <-s.dead:
 			return
 		case <-t.C:
+			ticked = true
 		case <-s.poke:
 		}
-		if err := s.sendStatus(); err != nil {
+		now := time.Now()
+		ask := s.waiting.Load()
+		// A tick of askEvery reports only to ask for a reply or when
+		// interval has passed; a tick of interval always reports.
+		if ticked && !ask && now.Sub(last) < s.interval-s.askEvery/2 {
+			continue
+		}
+		if err := s.sendStatus(ask); err != nil {
 			s.fail(fmt.Errorf("postgres: stream: send status: %w", err))
 			_ = s.conn.Conn().Close() // wakes the reader
 			return
 		}
+		last = now
 	}
 }
 
 // sendStatus writes a standby status update with the reported position
-// as written, flushed and applied. It encodes the message itself: the
-// client library's helper would copy the write position into a zero flush
+// as written, flushed and applied, asking the server for an immediate
+// reply when replyRequested. It encodes the message itself: the client
+// library's helper would copy the write position into a zero flush
 // position, and the flush position here is only ever what was confirmed.
-func (s *pgStream) sendStatus() error {
+func (s *pgStream) sendStatus(replyRequested bool) error {
 	s.mu.Lock()
 	pos := s.reported
 	s.mu.Unlock()
@@ -445,7 +547,13 @@ func (s *pgStream) sendStatus() error {
 	buf = binary.BigEndian.AppendUint64(buf, pos) // flushed
 	buf = binary.BigEndian.AppendUint64(buf, pos) // applied
 	buf = binary.BigEndian.AppendUint64(buf, uint64(time.Now().UnixMicro()-pgEpochMicros))
-	buf = append(buf, 0) // no reply requested
+	// The walsender answers a requested reply with a keepalive at once
+	// (ProcessStandbyReplyMessage).
+	if replyRequested {
+		buf = append(buf, 1)
+	} else {
+		buf = append(buf, 0)
+	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	if err := s.conn.Conn().SetWriteDeadline(time.Now().Add(max(s.interval, 5*time.Second))); err != nil {
@@ -457,6 +565,16 @@ func (s *pgStream) sendStatus() error {
 
 // ServerPID is the walsender's backend pid (see store.Stream).
 func (s *pgStream) ServerPID() int { return int(s.conn.PID()) }
+
+// senderTimeout is WALConfig.SenderTimeout, or DefaultSenderTimeout when
+// unset (New fills it in; this keeps the stream's timeouts positive
+// whatever built the Driver).
+func (d *Driver) senderTimeout() time.Duration {
+	if d.wal.SenderTimeout > 0 {
+		return d.wal.SenderTimeout
+	}
+	return DefaultSenderTimeout
+}
 
 // StreamSenderTimeout is the wal_sender_timeout the relay's replication
 // connections ask for (WALConfig.SenderTimeout); 0 when the server's own

@@ -320,3 +320,21 @@ func BenchmarkStreamDecode(b *testing.B) {
 		}
 	}
 }
+
+// TestStreamReadTimeoutBounds: the read timeout leaves the status
+// sender's period on both sides: above half the sender timeout (when a
+// walsender busy in a large filtered transaction answers) and below the
+// whole (when the server frees the slot of a silent stream).
+func TestStreamReadTimeoutBounds(t *testing.T) {
+	for _, timeout := range []time.Duration{time.Second, 2 * time.Second, DefaultSenderTimeout, time.Minute} {
+		for _, interval := range []time.Duration{100 * time.Millisecond, DefaultStreamStatusInterval, 30 * time.Second} {
+			d, ask := streamReadTimeout(timeout), streamAskEvery(interval, timeout)
+			if d <= timeout/2+ask || d >= timeout-ask {
+				t.Errorf("sender timeout %s, interval %s: read timeout %s, period %s", timeout, interval, d, ask)
+			}
+		}
+	}
+	if got := streamReadTimeout(DefaultSenderTimeout); got != 7500*time.Millisecond {
+		t.Errorf("default read timeout %s", got)
+	}
+}

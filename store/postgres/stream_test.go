@@ -375,6 +375,9 @@ func TestStreamBusyAndTakeover(t *testing.T) {
 	if pid == 0 {
 		t.Fatal("no walsender holds the slot")
 	}
+	if s.ServerPID() != pid {
+		t.Errorf("ServerPID %d, the slot's active_pid %d", s.ServerPID(), pid)
+	}
 	var app string
 	if err := e.pool.QueryRow(ctx, `SELECT application_name FROM pg_stat_replication WHERE pid = $1`, pid).Scan(&app); err != nil || app != postgres.DefaultApplicationName {
 		t.Errorf("application_name %q (%v), want %q", app, err, postgres.DefaultApplicationName)
