@@ -168,11 +168,10 @@ func (c *Config) OpenStore(ctx context.Context, getenv func(string) string, logg
 		if err != nil {
 			return nil, wrap("connect to", err)
 		}
-		w := c.Database.WAL
 		d, err := postgres.New(pool, postgres.Config{
 			Schema: c.Database.Schema, TablePrefix: c.Database.TablePrefix, Logger: logger, NotifyTrigger: c.Database.NotifyTrigger,
 			Source: c.Database.Source,
-			WAL:    postgres.WALConfig{Slot: w.Slot, Publication: w.Publication, ApplicationName: w.ApplicationName, SenderTimeout: w.SenderTimeout},
+			WAL:    c.postgresWAL(),
 		})
 		if err != nil {
 			pool.Close()
@@ -528,7 +527,14 @@ func (c *Config) RelayConfig(st store.Driver, senders map[string]sender.Sender, 
 	rc.Store, rc.Senders, rc.Logger = st, senders, logger
 	rc.Defaults = c.relaySettings(c.Defaults.Inherit(relay.EventSettings{}))
 	for t := range rc.Events {
-		rc.Events[t] = c.relaySettings(c.Effective(t))
+		s := c.relaySettings(c.Effective(t))
+		if !c.batchSizeSet(t) {
+			// Unset, so that WAL mode's stream batches of the type
+			// are database.wal.batch-size (claims take the relay's
+			// default, as Effective says).
+			s.BatchSize = nil
+		}
+		rc.Events[t] = s
 	}
 	// Cleanup.OutboxTTL unset (nil): the relay takes the longest
 	// retention of the types, so none loses processed rows before its own.
@@ -555,20 +561,67 @@ func (c *Config) relayConfig() relay.Config {
 		InstanceID:            c.Relay.InstanceID,
 	}
 	if c.Database.Source == SourceWAL {
-		w := c.Database.WAL
-		if w.PauseLimit == 0 && w.SenderTimeout > 0 {
-			// Below the server's wait for a stopped relay, whatever it is.
-			w.PauseLimit = w.SenderTimeout / 2
-		}
-		rc.Stream = relay.StreamConfig{
-			Enabled: true, Window: w.Window, WindowBytes: w.WindowBytes, LaneQueue: w.LaneQueue, BatchSize: w.BatchSize, StatusInterval: w.StatusInterval,
-			StandbyInterval: w.StandbyInterval, PauseLimit: w.PauseLimit, LagThreshold: w.LagThreshold,
-		}
+		// An unset pause-limit stays unset: relay.New makes it half the
+		// driver's sender timeout, database.wal.sender-timeout or its
+		// default.
+		rc.Stream = c.streamConfig()
+		rc.Stream.Enabled = true
 	}
 	for t, ev := range c.Events {
 		rc.Events[t] = deref(ev)
 	}
 	return rc
+}
+
+// streamConfig is the relay's stream as database.wal holds it, not
+// enabled.
+func (c *Config) streamConfig() relay.StreamConfig {
+	w := c.Database.WAL
+	return relay.StreamConfig{
+		Window: w.Window, WindowBytes: w.WindowBytes, LaneQueue: w.LaneQueue, BatchSize: w.BatchSize, StatusInterval: w.StatusInterval,
+		StandbyInterval: w.StandbyInterval, PauseLimit: w.PauseLimit, LagThreshold: w.LagThreshold,
+	}
+}
+
+// postgresWAL is the PostgreSQL driver's WAL configuration as
+// database.wal holds it.
+func (c *Config) postgresWAL() postgres.WALConfig {
+	w := c.Database.WAL
+	return postgres.WALConfig{Slot: w.Slot, Publication: w.Publication, ApplicationName: w.ApplicationName, SenderTimeout: w.SenderTimeout}
+}
+
+// effectiveWAL is database.wal with every key the file leaves unset at the
+// value WAL mode uses: the PostgreSQL driver's defaults for the slot, the
+// publication, the application name and the sender timeout, the relay
+// stream's for the rest, and a pause-limit of half the sender-timeout.
+func (c *Config) effectiveWAL() WAL {
+	pw := c.postgresWAL().WithDefaults(c.Database.Schema, c.Database.TablePrefix)
+	sc := c.streamConfig().WithDefaults(pw.SenderTimeout)
+	return WAL{
+		Slot: pw.Slot, Publication: pw.Publication, ApplicationName: pw.ApplicationName, SenderTimeout: pw.SenderTimeout,
+		Window: sc.Window, WindowBytes: sc.WindowBytes, LaneQueue: sc.LaneQueue, BatchSize: sc.BatchSize, StatusInterval: sc.StatusInterval,
+		StandbyInterval: sc.StandbyInterval, PauseLimit: sc.PauseLimit, LagThreshold: sc.LagThreshold,
+	}
+}
+
+// batchSizeSet reports whether event type t's batch-size is set, by its
+// entry in events or by defaults. Unset, claims take
+// relay.DefaultBatchSize and WAL mode's stream batches
+// database.wal.batch-size.
+func (c *Config) batchSizeSet(t string) bool {
+	return c.Defaults.BatchSize != nil || (c.Events[t] != nil && c.Events[t].BatchSize != nil)
+}
+
+// StreamBatchSize is the most events of one batch of WAL mode's stream for
+// event type t ("" for the types events does not list): its batch-size
+// when events or defaults set one, else database.wal.batch-size (1000
+// unset). Its claims of the rows in the outbox table take Effective's
+// batch size.
+func (c *Config) StreamBatchSize(t string) int {
+	if c.batchSizeSet(t) {
+		return *c.Effective(t).BatchSize
+	}
+	return c.effectiveWAL().BatchSize
 }
 
 // pick returns a pointer to a copy of *p, or nil.

@@ -430,3 +430,59 @@ func TestRelayConfigCarriesTheStreamKeys(t *testing.T) {
 		t.Errorf("relay.StreamConfig = %+v\nwant %+v", got, want)
 	}
 }
+
+// TestRelayConfigLeavesBatchSizeUnset: a type whose batch-size neither
+// its entry nor defaults set reaches the relay unset, so that WAL mode's
+// stream batches of it are database.wal.batch-size (they were 200, the
+// claims' default, whatever database.wal.batch-size said); a batch-size
+// the file sets, in the entry or in defaults, reaches it set and sizes
+// the stream's batches too.
+func TestRelayConfigLeavesBatchSizeUnset(t *testing.T) {
+	t.Parallel()
+	const (
+		wal     = "database: { dialect: postgres, dsn: x, source: wal }\n"
+		wal700  = "database: { dialect: postgres, dsn: x, source: wal, wal: { batch-size: 700 } }\n"
+		senders = "senders: { n: { type: nats } }\nevents: { a: {}, b: { batch-size: 50 } }\n"
+	)
+	for _, tc := range []struct {
+		name, yaml     string
+		defaults, a, b *int // the relay's batch sizes; nil: unset
+		// StreamBatchSize of a, b and the other types; a's claims.
+		streamA, streamB, streamOther, claimA int
+	}{
+		{"none set", wal + senders, nil, nil, new(50), 1000, 50, 1000, 200},
+		{"wal.batch-size set", wal700 + senders, nil, nil, new(50), 700, 50, 700, 200},
+		{"defaults set", wal + senders + "defaults: { batch-size: 300 }\n", new(300), new(300), new(50), 300, 50, 300, 300},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := Load(Source{YAML: []byte(tc.yaml)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rc := c.RelayConfig(nil, nil, nil)
+			for _, bs := range []struct {
+				what      string
+				got, want *int
+			}{{"defaults", rc.Defaults.BatchSize, tc.defaults}, {"a", rc.Events["a"].BatchSize, tc.a}, {"b", rc.Events["b"].BatchSize, tc.b}} {
+				if (bs.got == nil) != (bs.want == nil) || (bs.got != nil && *bs.got != *bs.want) {
+					t.Errorf("%s: the relay's batch-size %s, want %s", bs.what, fmtPtr(bs.got), fmtPtr(bs.want))
+				}
+			}
+			if a, b, o := c.StreamBatchSize("a"), c.StreamBatchSize("b"), c.StreamBatchSize(""); a != tc.streamA || b != tc.streamB || o != tc.streamOther {
+				t.Errorf("StreamBatchSize a %d, b %d, other types %d; want %d, %d, %d", a, b, o, tc.streamA, tc.streamB, tc.streamOther)
+			}
+			if got := *c.Effective("a").BatchSize; got != tc.claimA {
+				t.Errorf("a's claims take %d rows, want %d", got, tc.claimA)
+			}
+		})
+	}
+}
+
+// fmtPtr prints *p, or (unset).
+func fmtPtr(p *int) string {
+	if p == nil {
+		return "(unset)"
+	}
+	return fmt.Sprint(*p)
+}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/store"
 )
 
@@ -57,6 +58,13 @@ func (c *Config) Settings() []Setting {
 	eff.Relay.RecoverMaxInterval = rc.RecoverMaxInterval
 	eff.Relay.DeadLetterMaxInterval = rc.DeadLetterMaxInterval
 	eff.Cleanup = rc.Cleanup
+	// database.wal as WAL mode uses it, whatever the source, so that the
+	// defaults show before a switch to wal (and docs/configuration.md
+	// lists them).
+	eff.Database.WAL = c.effectiveWAL()
+	if eff.Defaults.BatchSize == nil {
+		eff.Defaults.BatchSize = new(relay.DefaultBatchSize)
+	}
 	cv := reflect.ValueOf(&eff).Elem()
 	for _, f := range keyFields(cv.Type()) {
 		switch f.name {
@@ -75,12 +83,33 @@ func (c *Config) Settings() []Setting {
 			}
 		}
 	}
+	c.explainDerived(out)
+	for _, t := range c.EventTypes() {
+		p := join("events", t)
+		walk(p, reflect.ValueOf(c.Effective(t)), func(key string) string {
+			if s, ok := c.origins[key]; ok {
+				return s
+			}
+			d := "defaults" + strings.TrimPrefix(key, p)
+			return fmt.Sprintf("inherited from %s (%s)", d, sourceOf(d))
+		})
+	}
+	return out
+}
+
+// explainDerived replaces, in out, the values and sources of the keys
+// whose unset value is derived or chosen at start rather than a constant.
+func (c *Config) explainDerived(out []Setting) {
 	for i := range out {
-		// defaults.claim unset is a choice, not an absence: each type's
-		// claim then follows its sender and the database (defaultClaim).
 		switch {
 		case out[i].Path == "defaults.claim" && c.Defaults.Claim == nil:
+			// Unset is a choice, not an absence: each type's claim
+			// then follows its sender and the database (defaultClaim).
 			out[i].Value = "(by sender: lock for brokers on postgres/mysql, else lease)"
+		case out[i].Path == "database.wal.pause-limit" && c.Database.WAL.PauseLimit == 0:
+			out[i].Source = SourceDefault + " (half of database.wal.sender-timeout)"
+		case out[i].Path == "defaults.batch-size" && c.Defaults.BatchSize == nil && c.Database.Source == SourceWAL:
+			out[i].Source = SourceDefault + " (claims; the stream's batches are database.wal.batch-size)"
 		case out[i].Path == "cleanup.outbox-ttl" && c.Cleanup.OutboxTTL == nil:
 			out[i].Source = SourceDefault + " (the longest retention of defaults and events)"
 		case out[i].Path == "relay.instance-id" && c.Relay.InstanceID == "":
@@ -96,17 +125,6 @@ func (c *Config) Settings() []Setting {
 			out[i].Value = "(the broker's max_message_size)"
 		}
 	}
-	for _, t := range c.EventTypes() {
-		p := join("events", t)
-		walk(p, reflect.ValueOf(c.Effective(t)), func(key string) string {
-			if s, ok := c.origins[key]; ok {
-				return s
-			}
-			d := "defaults" + strings.TrimPrefix(key, p)
-			return fmt.Sprintf("inherited from %s (%s)", d, sourceOf(d))
-		})
-	}
-	return out
 }
 
 // settingsOf appends the leaves of v under path.

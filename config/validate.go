@@ -43,11 +43,18 @@ var fileBounds = relay.Bounds{
 // at ./txbox.db, no senders, and the relay's defaults
 // (relay.DefaultEventSettings and the relay.Default* constants), the
 // defaults route sending each type to a destination named after it.
+// Defaults.Claim and Defaults.BatchSize are left unset: the relay's
+// default for each depends on more than the key (Effective fills them in).
 func Default() *Config {
 	defaults := relay.DefaultEventSettings()
 	// No claim: unless the file sets one, each type's claim follows its
 	// sender and the database (defaultClaim), as the relay's own does.
 	defaults.Claim = nil
+	// No batch size: unless the file sets one, claims take
+	// relay.DefaultBatchSize and WAL mode's stream batches
+	// database.wal.batch-size; a batch-size the relay is given, even 200,
+	// is set and sizes the stream's batches too.
+	defaults.BatchSize = nil
 	defaults.Route = &sender.Route{
 		Topic:      DefaultDefaultSenderRoute,
 		Subject:    DefaultDefaultSenderRoute,

@@ -247,7 +247,11 @@ type Config struct {
 
 	// Stream turns on WAL mode's stream (docs/concepts.md, "WAL mode"):
 	// events are read from the database's log as well as claimed from
-	// the outbox table.
+	// the outbox table. Its PauseLimit must be below the store's sender
+	// timeout (store.Streamer.StreamSenderTimeout, when the store knows
+	// it); unset, it defaults to half of that timeout (5s with
+	// PostgreSQL's default 10s), else to DefaultStreamPauseLimit
+	// (StreamConfig.WithDefaults).
 	Stream StreamConfig
 }
 
@@ -421,7 +425,24 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if st, ok := c.Store.(store.Streamer); ok && c.Stream.Enabled {
+		c.Stream = c.Stream.WithDefaults(st.StreamSenderTimeout())
+	}
 	return c
+}
+
+// WithDefaults returns c with every unset field set to the value the
+// relay uses with a store whose sender timeout is senderTimeout
+// (store.Streamer.StreamSenderTimeout; 0 when unknown), as New sets them:
+// an unset PauseLimit is half of a known sender timeout, like the YAML
+// loader's database.wal.pause-limit, so that it stays below whatever
+// timeout the store has; DefaultStreamPauseLimit otherwise. A loader uses
+// it to show the effective values.
+func (c StreamConfig) WithDefaults(senderTimeout time.Duration) StreamConfig {
+	if c.PauseLimit == 0 && senderTimeout > 0 {
+		c.PauseLimit = senderTimeout / 2
+	}
+	return c.withDefaults()
 }
 
 // WithDefaults returns c with every unset relay-wide setting set to the
@@ -516,10 +537,14 @@ func (c *Config) validate() error {
 		return errs[0]
 	}
 	if c.Stream.Enabled {
-		if _, ok := c.Store.(store.Streamer); !ok {
+		st, ok := c.Store.(store.Streamer)
+		if !ok {
 			return &ConfigError{Component: "relay", Field: "stream", Reason: "needs a store that can stream (PostgreSQL in WAL mode)"}
 		}
 		if err := c.Stream.validate(); err != nil {
+			return err
+		}
+		if err := checkPauseLimit(c.Stream, st.StreamSenderTimeout()); err != nil {
 			return err
 		}
 	}

@@ -65,7 +65,9 @@ type Relay struct {
 
 // New checks cfg and returns a Relay that is not running yet. Every
 // configuration problem is a *ConfigError (matching ErrInvalidConfig) that
-// names the YAML key path (docs/configuration.md).
+// names the YAML key path (docs/configuration.md). With Stream.Enabled the
+// store must be a store.Streamer, and Stream.PauseLimit (unset: half the
+// store's sender timeout) below its sender timeout.
 func New(cfg Config) (*Relay, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err

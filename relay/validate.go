@@ -188,6 +188,25 @@ func (v *validator) backoff(p string, own, eff BackoffSettings) {
 	}
 }
 
+// checkPauseLimit checks the stream's pause limit, its default included,
+// against the store's sender timeout (0: unknown, nothing to check). The
+// server ends a stream it has not heard from for the sender timeout and
+// lets another relay take the slot: a relay that was stopped that long
+// and still sent what it holds would send what the new reader sends too.
+func checkPauseLimit(c StreamConfig, senderTimeout time.Duration) error {
+	limit := c.WithDefaults(senderTimeout).PauseLimit
+	if senderTimeout <= 0 || limit < senderTimeout {
+		return nil
+	}
+	what := limit.String()
+	if c.PauseLimit == 0 {
+		what += " (the default)"
+	}
+	return &ConfigError{Component: "relay", Field: "stream.pause-limit", Reason: fmt.Sprintf(
+		"must be below the store's sender timeout (%s), not %s: a relay stopped for the sender timeout may have lost the stream to another relay, "+
+			"and must drop the events it holds before then", senderTimeout, what)}
+}
+
 // count checks a count: at least 1, at most limit when limit > 0.
 func (v *validator) count(path string, n, limit int) {
 	switch {

@@ -389,18 +389,38 @@ func (ds *destinations) add(t string, s relay.EventSettings, template bool) stri
 
 // printEventTypes prints each type's effective settings and returns the
 // destinations they name.
+//
+// In WAL mode a type's events come from the stream, in batches of
+// database.wal.batch-size unless the type has a batch-size of its own;
+// only its rows in the outbox table (spills, rows from before the slot,
+// events due later) are claimed, with its claim mode and claim batch
+// size. CLAIM then says "stream (+lock)" rather than "lock", and BATCH
+// "1000 (claims 200)" where the two sizes differ, so that neither column
+// suggests the type is delivered by claims.
 func printEventTypes(w io.Writer, cfg *config.Config, types []string) []*destination {
 	ds := &destinations{cfg: cfg}
+	wal := cfg.Database.Source == config.SourceWAL
 	fmt.Fprintln(w, "\nEVENT TYPE\tSENDER\tDESTINATION\tCLAIM\tBATCH\tMAX ATTEMPTS\tLEASE\tORDERING\tRETENTION")
-	row := func(t string, s relay.EventSettings, template bool) {
+	row := func(t, key string, s relay.EventSettings, template bool) {
 		dest := ds.add(t, s, template)
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", t, deref(s.Sender), dest, deref(s.Claim), deref(s.BatchSize),
+		claim, batch := string(deref(s.Claim)), fmt.Sprint(deref(s.BatchSize))
+		if wal {
+			claim = "stream (+" + claim + ")"
+			if n := cfg.StreamBatchSize(key); n != deref(s.BatchSize) {
+				batch = fmt.Sprintf("%d (claims %d)", n, deref(s.BatchSize))
+			}
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", t, deref(s.Sender), dest, claim, batch,
 			deref(s.MaxAttempts), deref(s.LeaseDuration), deref(s.Ordering), deref(s.Retention))
 	}
 	for _, t := range types {
-		row(t, cfg.Effective(t), false)
+		row(t, t, cfg.Effective(t), false)
 	}
-	row("(other types)", cfg.Effective(""), true)
+	row("(other types)", "", cfg.Effective(""), true)
+	if wal {
+		fmt.Fprintln(w, "(source wal: events are streamed, BATCH a batch; CLAIM's parentheses and BATCH's claims are for a type's "+
+			"rows in the outbox table: spills, rows from before the slot, events due later)")
+	}
 	return ds.list
 }
 

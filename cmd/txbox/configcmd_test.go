@@ -253,3 +253,103 @@ func TestVersionFlag(t *testing.T) {
 		t.Fatalf("--version: code %d, %q; version says %q", code, out, want)
 	}
 }
+
+// walConfig writes a WAL mode configuration (nothing connects to its
+// database without --connect) and returns its path.
+func walConfig(t *testing.T, extra string) string {
+	t.Helper()
+	p := t.TempDir() + "/txbox.yaml"
+	y := `database: { dialect: postgres, dsn: "postgres://app@127.0.0.1/test", source: wal` + extra + ` }
+senders:
+  n: { type: nats }
+  h: { type: webhook, url: "http://127.0.0.1:9/" }
+defaults: { sender: n }
+events:
+  wide: {}
+  narrow: { batch-size: 50 }
+  hooked: { sender: h }
+`
+	if err := os.WriteFile(p, []byte(y), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestConfigCheckWAL: in WAL mode the table shows the batches the stream
+// sends, database.wal.batch-size (its default, or the file's) for a type
+// without a batch-size of its own, with the claims' size beside it, and
+// a claim that says the type is streamed and how its rows in the outbox
+// table are claimed.
+func TestConfigCheckWAL(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		extra, batch string
+	}{{"", "1000 (claims 200)"}, {", wal: { batch-size: 700 }", "700 (claims 200)"}} {
+		code, out, errOut := runInProcess(t, nil, "config", "check", "--config", walConfig(t, tc.extra))
+		if code != exitOK {
+			t.Fatalf("check: code %d\n%s\n%s", code, out, errOut)
+		}
+		for _, want := range [][]string{
+			{"wide", "subject wide", "stream (+lock)", tc.batch},
+			{"narrow", "subject narrow", "stream (+lock)", " 50 "},
+			{"hooked", "url http://127.0.0.1:9/", "stream (+lease)", tc.batch},
+			{"(other types)", "stream (+lock)", tc.batch},
+			{"source wal: events are streamed"},
+		} {
+			if lineOf(out, want...) == "" {
+				t.Errorf("no line with %q in:\n%s", want, out)
+			}
+		}
+		if lineOf(out, "narrow", "claims") != "" {
+			t.Errorf("the type with a batch-size of its own names other claims:\n%s", out)
+		}
+	}
+}
+
+// TestConfigPrintWAL: every database.wal key shows the value WAL mode
+// uses, not the zero that means unset, and pause-limit half of the
+// sender-timeout, the default one or the file's.
+func TestConfigPrintWAL(t *testing.T) {
+	t.Parallel()
+	space := regexp.MustCompile(`\s+`)
+	for _, tc := range []struct {
+		extra string
+		want  []string
+	}{
+		{"", []string{
+			"database.wal.slot txbox_slot default",
+			"database.wal.publication txbox_pub default",
+			"database.wal.application-name txbox-relay default",
+			"database.wal.sender-timeout 10s default",
+			"database.wal.window 20000 default",
+			"database.wal.window-bytes 67108864 default",
+			"database.wal.lane-queue 5000 default",
+			"database.wal.batch-size 1000 default",
+			"database.wal.status-interval 1s default",
+			"database.wal.standby-interval 1s default",
+			"database.wal.pause-limit 5s default (half of database.wal.sender-timeout)",
+			"database.wal.lag-threshold 1073741824 default",
+			"defaults.batch-size 200 default (claims; the stream's batches are database.wal.batch-size)",
+		}},
+		{", schema: billing, wal: { sender-timeout: 4s }", []string{
+			"database.wal.slot billing_txbox_slot default",
+			"database.wal.publication billing_txbox_pub default",
+			"database.wal.pause-limit 2s default (half of database.wal.sender-timeout)",
+		}},
+	} {
+		path := walConfig(t, tc.extra)
+		code, out, errOut := runInProcess(t, nil, "config", "print", "--config", path)
+		if code != exitOK {
+			t.Fatalf("print: code %d %s", code, errOut)
+		}
+		lines := map[string]bool{}
+		for _, l := range strings.Split(out, "\n") {
+			lines[strings.TrimSpace(space.ReplaceAllString(l, " "))] = true
+		}
+		for _, want := range tc.want {
+			if !lines[want] {
+				t.Errorf("no line %q in:\n%s", want, out)
+			}
+		}
+	}
+}

@@ -56,12 +56,17 @@ type WALConfig struct {
 // print into SQL and logs.
 var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 
-// withDefaults fills WALConfig's defaults for tables and prefix, and
-// validates the names.
-func (c WALConfig) withDefaults(tables store.Tables, prefix string) (WALConfig, error) {
-	base := prefix
-	if tables.Schema != "" {
-		base = tables.Schema + "_" + prefix
+// WithDefaults returns c with every unset field set to the value a driver
+// with Config.Schema schema and Config.TablePrefix tablePrefix uses (""
+// for either: the driver's default), as New sets them, without checking
+// the names: a loader uses it to show the effective values.
+func (c WALConfig) WithDefaults(schema, tablePrefix string) WALConfig {
+	if tablePrefix == "" {
+		tablePrefix = store.DefaultTablePrefix
+	}
+	base := tablePrefix
+	if schema != "" {
+		base = schema + "_" + tablePrefix
 	}
 	if c.Slot == "" {
 		c.Slot = base + "slot"
@@ -75,6 +80,13 @@ func (c WALConfig) withDefaults(tables store.Tables, prefix string) (WALConfig, 
 	if c.SenderTimeout == 0 {
 		c.SenderTimeout = DefaultSenderTimeout
 	}
+	return c
+}
+
+// withDefaults fills WALConfig's defaults for tables and prefix, and
+// validates the names.
+func (c WALConfig) withDefaults(tables store.Tables, prefix string) (WALConfig, error) {
+	c = c.WithDefaults(tables.Schema, prefix)
 	if !slotName.MatchString(c.Slot) {
 		return c, fmt.Errorf("postgres: WAL.Slot %q must be 1 to 63 lower-case letters, digits and underscores", c.Slot)
 	}

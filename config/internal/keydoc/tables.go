@@ -1,13 +1,10 @@
 package keydoc
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/txbox/txbox/admin"
 	"github.com/txbox/txbox/config"
-	"github.com/txbox/txbox/relay"
-	"github.com/txbox/txbox/store/postgres"
 )
 
 // formatRows are the wire-format keys every sender type has.
@@ -28,18 +25,18 @@ var tables = []table{
 		{keys: []string{"max-conns"}, def: "driver default; on PostgreSQL at least the lock claim's need", meaning: "pool size of the relay's connections. With `claim: lock` each batch in flight holds one; when unset, the PostgreSQL pool is raised to the sum of `in-flight` of the lock-mode types (one discovered type when `defaults` use lock) + 4"},
 		{keys: []string{"notify-trigger"}, meaning: "PostgreSQL only: `migrate` creates the outbox's statement trigger that sends a wake-up `NOTIFY` for rows inserted with plain SQL ([schema/postgres.md](schema/postgres.md#wake-ups-for-plain-sql-producers)); without it such rows wait for the next poll (up to `polling.max-delay`, 1m, after an idle spell)"},
 		{keys: []string{"source"}, def: "`table`", meaning: "where the relay reads events: `table` (rows in the outbox table) or `wal` (PostgreSQL 15+ with `wal_level = logical`: producers emit each event into the write-ahead log and the relay streams a replication slot; see [concepts.md](concepts.md#wal-mode))"},
-		{keys: []string{"wal.slot"}, def: "the table prefix + `slot` (`txbox_slot`), the schema and `_` in front when set", meaning: "the logical replication slot `migrate` creates and the relay streams"},
-		{keys: []string{"wal.publication"}, def: "the table prefix + `pub`, the schema and `_` in front when set", meaning: "the publication that captures rows producers still insert into the outbox table (inserts only, the relay's own rows filtered out)"},
-		{keys: []string{"wal.application-name"}, def: "`" + postgres.DefaultApplicationName + "`", meaning: "the replication connection's `application_name`; the relay refuses to start when `synchronous_standby_names` would match it"},
-		{keys: []string{"wal.sender-timeout"}, def: postgres.DefaultSenderTimeout.String(), meaning: "`wal_sender_timeout` of the replication connection: how long the server waits for a stopped relay before a standby can take the slot"},
-		{keys: []string{"wal.window"}, def: fmt.Sprint(relay.DefaultStreamWindow), meaning: "events the relay holds between reading and confirming, all types together: its memory bound for a backlog of any size"},
-		{keys: []string{"wal.window-bytes"}, def: fmt.Sprintf("%d (64 MiB)", relay.DefaultStreamWindowBytes), meaning: "the same bound in bytes of payloads, keys and headers; one larger event still passes alone"},
-		{keys: []string{"wal.lane-queue"}, def: fmt.Sprint(relay.DefaultStreamLaneQueue), meaning: "events one type holds waiting for a send. A lane that stays full for 100ms (its destination slower than the stream) spills the type's events into the outbox table until it has drained to half, so a slow destination holds back no other type; a lane that drains, as in a backlog, is waited for"},
-		{keys: []string{"wal.batch-size"}, def: fmt.Sprint(relay.DefaultStreamBatchSize), meaning: "the most events of one batch a type's lane sends, for a type whose `batch-size` is not set (in `events` or `defaults`; a set one wins). With no claim, a batch only groups the sends: a larger one lets the stream run ahead of the destination's acks. Up to 10000"},
-		{keys: []string{"wal.status-interval"}, def: relay.DefaultStreamStatusInterval.String(), meaning: "how often the relay reports its position to the server, on a timer of its own"},
-		{keys: []string{"wal.standby-interval"}, def: relay.DefaultStreamStandbyInterval.String(), meaning: "how often a standby relay asks for the slot (±20%)"},
-		{keys: []string{"wal.pause-limit"}, def: "half of `wal.sender-timeout`", meaning: "a relay stopped (SIGSTOP) for longer drops the events it holds unsent when it resumes; below `wal.sender-timeout`"},
-		{keys: []string{"wal.lag-threshold"}, def: fmt.Sprintf("%d (1 GiB)", relay.DefaultStreamLagThreshold), meaning: "bytes of WAL the slot may pin (to `restart_lsn` or `confirmed_flush_lsn`) before `/readyz` says degraded"},
+		{keys: []string{"wal.slot"}, def: "the table prefix + `slot` (%v), the schema and `_` in front when set", meaning: "the logical replication slot `migrate` creates and the relay streams"},
+		{keys: []string{"wal.publication"}, def: "the table prefix + `pub` (%v), the schema and `_` in front when set", meaning: "the publication that captures rows producers still insert into the outbox table (inserts only, the relay's own rows filtered out)"},
+		{keys: []string{"wal.application-name"}, meaning: "the replication connection's `application_name`; the relay refuses to start when `synchronous_standby_names` would match it"},
+		{keys: []string{"wal.sender-timeout"}, meaning: "`wal_sender_timeout` of the replication connection: how long the server waits for a stopped relay before a standby can take the slot"},
+		{keys: []string{"wal.window"}, meaning: "events the relay holds between reading and confirming, all types together: its memory bound for a backlog of any size"},
+		{keys: []string{"wal.window-bytes"}, def: "%v (64 MiB)", meaning: "the same bound in bytes of payloads, keys and headers; one larger event still passes alone"},
+		{keys: []string{"wal.lane-queue"}, meaning: "events one type holds waiting for a send. A lane that stays full for 100ms (its destination slower than the stream) spills the type's events into the outbox table until it has drained to half, so a slow destination holds back no other type; a lane that drains, as in a backlog, is waited for"},
+		{keys: []string{"wal.batch-size"}, meaning: "the most events of one batch a type's lane sends, for a type whose `batch-size` is not set (in `events` or `defaults`; a set one wins). With no claim, a batch only groups the sends: a larger one lets the stream run ahead of the destination's acks. Up to 10000"},
+		{keys: []string{"wal.status-interval"}, meaning: "how often the relay reports its position to the server, on a timer of its own"},
+		{keys: []string{"wal.standby-interval"}, meaning: "how often a standby relay asks for the slot (±20%)"},
+		{keys: []string{"wal.pause-limit"}, def: "%v (half of `wal.sender-timeout`)", meaning: "a relay stopped (SIGSTOP) for longer drops the events it holds unsent when it resumes; below `wal.sender-timeout`"},
+		{keys: []string{"wal.lag-threshold"}, def: "%v (1 GiB)", meaning: "bytes of WAL the slot may pin (to `restart_lsn` or `confirmed_flush_lsn`) before `/readyz` says degraded"},
 	}},
 	{name: "senders", groups: []group{
 		{typ: "nats", rows: append([]row{
