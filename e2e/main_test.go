@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -43,6 +44,12 @@ const (
 	envStats     = "TXBOX_E2E_STATS"      // file for "fenced=N" at exit
 	envDelay     = "TXBOX_E2E_SEND_DELAY" // a slow destination: delay before each send
 	envOrdering  = "TXBOX_E2E_ORDERING"   // "key": every type ordering: key
+	envBatch     = "TXBOX_E2E_BATCH_SIZE" // every type's batch-size; empty = default
+	// envSendLog names a file the child appends each send to, when it
+	// begins and when it ends (sendLog); envHealthLog one it appends its
+	// stream's health to every 50ms (healthLog). Both empty = none.
+	envSendLog   = "TXBOX_E2E_SEND_LOG"
+	envHealthLog = "TXBOX_E2E_HEALTH_LOG"
 )
 
 // TestMain runs the tests, or, when the test binary was re-executed as a
@@ -126,6 +133,14 @@ func childRelay() int {
 		}
 		snd = slowSender{Sender: paused, delay: delay}
 	}
+	if path := os.Getenv(envSendLog); path != "" {
+		sl, err := openSendLog(snd, path)
+		if err != nil {
+			return fail(err)
+		}
+		defer sl.close()
+		snd = sl
+	}
 	acks := newAckCounter(snd)
 	retention, err := time.ParseDuration(os.Getenv(envRetention))
 	if err != nil {
@@ -146,6 +161,13 @@ func childRelay() int {
 		o := relay.Ordering(v)
 		cfg.Defaults.Ordering = &o
 	}
+	if v := os.Getenv(envBatch); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fail(err)
+		}
+		cfg.Defaults.BatchSize = &n
+	}
 	fenced := &fenceCounter{}
 	cfg.Hooks = append(cfg.Hooks, fenced)
 	r, err := relay.New(cfg)
@@ -156,6 +178,13 @@ func childRelay() int {
 	defer stopSig()
 	if err := r.Start(context.Background()); err != nil {
 		return fail(err)
+	}
+	if path := os.Getenv(envHealthLog); path != "" {
+		stopHealth, err := writeHealthLog(r, path)
+		if err != nil {
+			return fail(err)
+		}
+		defer stopHealth()
 	}
 	fmt.Println("ready")
 	<-sig.Done()
