@@ -66,7 +66,10 @@ type StreamConfig struct {
 	// frozen VM) before it assumes the server gave its stream to another
 	// relay: it then drops what it holds unsent and reopens, instead of
 	// sending events another relay is sending too. Set it below the
-	// server's wal_sender_timeout. Defaults to DefaultStreamPauseLimit.
+	// server's wal_sender_timeout (New refuses one that is not).
+	// Defaults to half the store's sender timeout
+	// (store.Streamer.StreamSenderTimeout), else to
+	// DefaultStreamPauseLimit.
 	PauseLimit time.Duration
 	// StatusPoll is how often the relay reads the slot's health (lag,
 	// WAL status) for Health. Defaults to DefaultStreamStatusPoll.
@@ -528,6 +531,11 @@ func (s *streamSource) done(it *streamItem, acked bool) {
 // drop lets go of an event without finishing it: its transaction is not
 // confirmed, so the stream delivers it again.
 func (s *streamSource) drop(it *streamItem) {
+	if it.s.lost() {
+		s.mu.Lock()
+		s.health.Dropped++
+		s.mu.Unlock()
+	}
 	s.window.release(eventSize(it.ev))
 	it.s.work.Done()
 }

@@ -96,13 +96,13 @@ func (l *streamLane) toTableLocked(key string, k *keyState) bool {
 // tableLocked sends it to the table: at once when nothing of its key can
 // still fail, else after the key's sending events settle. On an ordered
 // lane the key's queued events go first, in queue order: they are
-// earlier in the stream. It returns what is closed once the spills it
-// queued are settled, nil when it queued none. l.mu is held.
-func (l *streamLane) tableLocked(it *streamItem, o store.Outcome, due time.Time, errText string) chan struct{} {
+// earlier in the stream. l.mu is held.
+func (l *streamLane) tableLocked(it *streamItem, o store.Outcome, due time.Time, errText string) {
 	it.spill = spillWork(it, o, due, errText)
 	key := it.ev.Row.Key
 	if !l.ordered || key == "" {
-		return l.src.enqueueSpill([]*spillJob{it.spill})
+		l.src.enqueueSpill([]*spillJob{it.spill})
+		return
 	}
 	k := l.keyLocked(key)
 	if k.queued > 0 {
@@ -113,7 +113,7 @@ func (l *streamLane) tableLocked(it *streamItem, o store.Outcome, due time.Time,
 	// stream order either way.
 	k.held = append(k.held, it)
 	slices.SortStableFunc(k.held, func(a, b *streamItem) int { return cmp.Compare(a.seq, b.seq) })
-	return l.flushHeldLocked(k)
+	l.flushHeldLocked(k)
 }
 
 // unqueueKeyLocked moves the queued events of key into its held list, in
@@ -135,11 +135,10 @@ func (l *streamLane) unqueueKeyLocked(key string, k *keyState) {
 }
 
 // flushHeldLocked queues k's held events for the spill writer once none
-// of k's events is being sent, and returns what is closed once they are
-// settled (nil when it queued none); l.mu is held.
-func (l *streamLane) flushHeldLocked(k *keyState) chan struct{} {
+// of k's events is being sent; l.mu is held.
+func (l *streamLane) flushHeldLocked(k *keyState) {
 	if k.sending > 0 || len(k.held) == 0 {
-		return nil
+		return
 	}
 	jobs := make([]*spillJob, len(k.held))
 	for i, it := range k.held {
@@ -148,7 +147,7 @@ func (l *streamLane) flushHeldLocked(k *keyState) chan struct{} {
 	k.spilling += len(jobs)
 	clear(k.held)
 	k.held = k.held[:0]
-	return l.src.enqueueSpill(jobs)
+	l.src.enqueueSpill(jobs)
 }
 
 // spillSettled records that the spill of it is durable (written) or was

@@ -313,8 +313,10 @@ type settled struct {
 	fi store.OutboxFinishItem
 }
 
-// Finish marks the acked events done and sends the others to the table;
-// it returns once their spills are durable. The events of a session that
+// Finish marks the acked events done and sends the others to the table.
+// It does not wait for their spills: the key states keep a key's later
+// events behind them (relay/stream_keys.go), and a slow spill must not
+// hold back the lane's other keys. The events of a session that
 // was lost meanwhile are dropped instead: the relay that holds the stream
 // now decides them.
 func (b *streamBatch) Finish(items []store.OutboxFinishItem) finishReport {
@@ -340,7 +342,6 @@ func (b *streamBatch) Finish(items []store.OutboxFinishItem) finishReport {
 	// later ones of its key that it held back.
 	slices.SortFunc(out, func(a, b settled) int { return cmp.Compare(a.it.seq, b.it.seq) })
 	var acked, dropped []*streamItem
-	var waits []chan struct{}
 	l.mu.Lock()
 	touched := map[string]*keyState{}
 	for _, x := range out {
@@ -355,17 +356,13 @@ func (b *streamBatch) Finish(items []store.OutboxFinishItem) finishReport {
 		case x.fi.Outcome == store.OutcomeAcked:
 			acked = append(acked, x.it)
 		default:
-			if w := l.tableLocked(x.it, x.fi.Outcome, time.Now().Add(x.fi.RetryAfter), x.fi.Error); w != nil {
-				waits = append(waits, w)
-			}
+			l.tableLocked(x.it, x.fi.Outcome, time.Now().Add(x.fi.RetryAfter), x.fi.Error)
 		}
 	}
 	for key, k := range touched {
 		// The key's events are settled: what waited for them goes on.
 		if !b.items[0].s.lost() {
-			if w := l.flushHeldLocked(k); w != nil {
-				waits = append(waits, w)
-			}
+			l.flushHeldLocked(k)
 		}
 		l.forgetLocked(key, k)
 	}
@@ -375,9 +372,6 @@ func (b *streamBatch) Finish(items []store.OutboxFinishItem) finishReport {
 	}
 	for _, it := range dropped {
 		src.drop(it)
-	}
-	for _, w := range waits {
-		<-w
 	}
 	return finishReport{took: time.Since(start), failedWhy: "spill failed", fencedWhy: "stream events not finished"}
 }

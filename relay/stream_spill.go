@@ -43,19 +43,16 @@ func spillWork(it *streamItem, o store.Outcome, due time.Time, errText string) *
 	return &spillJob{it: it, item: store.StreamSpillItem{Event: it.ev, Outcome: o, Attempts: attempts, DueAt: due, Error: errText}}
 }
 
-// spillReq is one group of spills for the spill writer; done is closed
-// once each of them is settled: durable, or dropped unwritten.
+// spillReq is one group of spills for the spill writer.
 type spillReq struct {
 	work []*spillJob
-	done chan struct{}
 }
 
-// enqueueSpill queues work for the spill writer and returns what is
-// closed once it is settled. It never blocks: what waits here is held in
-// the window like any event between reading and confirming, so the queue
-// is bounded by it.
-func (s *streamSource) enqueueSpill(work []*spillJob) chan struct{} {
-	req := &spillReq{work: work, done: make(chan struct{})}
+// enqueueSpill queues work for the spill writer. It never blocks: what
+// waits here is held in the window like any event between reading and
+// confirming, so the queue is bounded by it.
+func (s *streamSource) enqueueSpill(work []*spillJob) {
+	req := &spillReq{work: work}
 	s.spillMu.Lock()
 	s.spillq = append(s.spillq, req)
 	s.spillMu.Unlock()
@@ -63,7 +60,6 @@ func (s *streamSource) enqueueSpill(work []*spillJob) chan struct{} {
 	case s.spillKick <- struct{}{}:
 	default:
 	}
-	return req.done
 }
 
 // maxSpillGroup bounds the events of one spill statement.
@@ -165,9 +161,6 @@ func (s *streamSource) writeSpills(reqs []*spillReq, errs *backoff.Streak) {
 		} else {
 			s.drop(j.it)
 		}
-	}
-	for _, r := range reqs {
-		close(r.done)
 	}
 }
 
@@ -284,9 +277,6 @@ func (s *streamSource) dropLost(jobs []*spillJob) []*spillJob {
 		keep = append(keep, j)
 	}
 	if gone > 0 {
-		s.mu.Lock()
-		s.health.Dropped += int64(gone)
-		s.mu.Unlock()
 		s.log.Warn("the stream was lost; leaving its spills unwritten", slog.Int("events", gone))
 	}
 	return keep

@@ -312,12 +312,18 @@ func TestStreamReloadKeepsAKeyWhoseSpillIsPending(t *testing.T) {
 		return sender.Summarize(errs)
 	})
 	release := make(chan struct{})
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
 	var held atomic.Bool
 	b.streamer.spill = func(ctx context.Context, items []*store.StreamSpillItem, next func() error) error {
 		for _, it := range items {
 			if it.Event.Row.ID == first {
 				held.Store(true)
-				<-release
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
 			}
 		}
 		return next()
@@ -339,7 +345,7 @@ func TestStreamReloadKeepsAKeyWhoseSpillIsPending(t *testing.T) {
 	if n := len(b.sender.deliveries(second)); n > 0 {
 		t.Fatalf("the key's second event was delivered while its first one's dead letter was being written")
 	}
-	close(release)
+	releaseOnce.Do(func() { close(release) })
 	testenv.WaitFor(t, 20*time.Second, "the first event dead-lettered", func() bool { return b.count(t, "dead_letter", "id = $1", first) == 1 })
 	if n := len(b.sender.deliveries(second)); n > 0 {
 		t.Fatalf("the key's second event was delivered while its first one was an unresolved dead letter")
@@ -435,11 +441,12 @@ func TestStreamFailedEventGoesBeforeALaterDeferredOne(t *testing.T) {
 	b := setupWAL(t)
 	a := txbox.NewID()
 	var r atomic.Pointer[relay.Relay]
-	var failed atomic.Bool
+	var failed, sending atomic.Bool
 	b.sender.setBehave(func(ctx context.Context, msgs []*sender.Message) error {
 		if len(msgs) == 1 && msgs[0].ID == a && !failed.Load() {
-			// Fail A once D is read: the stream holds both.
-			for r.Load() == nil || r.Load().Health().Stream.Held < 2 {
+			// A is in flight: fail it once D is read too.
+			sending.Store(true)
+			for r.Load().Health().Stream.Held < 2 {
 				select {
 				case <-ctx.Done():
 					return txbox.Transient(ctx.Err())
@@ -454,10 +461,9 @@ func TestStreamFailedEventGoesBeforeALaterDeferredOne(t *testing.T) {
 	r.Store(b.startWAL(t, func(c *relay.Config) {
 		c.Events = map[string]relay.EventSettings{"acct": {Ordering: new(relay.OrderingKey)}}
 	}))
-	ids := []txbox.ID{
-		b.emitOne(t, "acct", "k", func(ev *txbox.Event) { ev.ID = a }),
-		b.emitOne(t, "acct", "k", func(ev *txbox.Event) { ev.NotBefore = time.Now().Add(time.Second) }),
-	}
+	ids := []txbox.ID{b.emitOne(t, "acct", "k", func(ev *txbox.Event) { ev.ID = a })}
+	testenv.WaitFor(t, 20*time.Second, "A in flight", sending.Load)
+	ids = append(ids, b.emitOne(t, "acct", "k", func(ev *txbox.Event) { ev.NotBefore = time.Now().Add(time.Second) }))
 	testenv.WaitFor(t, 30*time.Second, "both delivered", func() bool { return containsAll(b.sender.ids(), ids) })
 	if !failed.Load() {
 		t.Fatal("A never failed: the test did not provoke the spill")
