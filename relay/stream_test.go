@@ -127,13 +127,17 @@ func setupWAL(t *testing.T) *walBundle {
 // adjusted by mod.
 func (b *walBundle) startWAL(t *testing.T, mod func(*relay.Config)) *relay.Relay {
 	t.Helper()
-	return b.start(t, func(c *relay.Config) {
+	r := b.start(t, func(c *relay.Config) {
 		c.Store = b.streamer
 		c.Stream = relay.StreamConfig{Enabled: true, StandbyInterval: 50 * time.Millisecond, StatusPoll: 100 * time.Millisecond, PauseLimit: 2 * time.Second}
 		if mod != nil {
 			mod(c)
 		}
 	})
+	// What the test emits next is read by the stream, not found in the
+	// table when the session opens.
+	testenv.WaitFor(t, 20*time.Second, "streaming", func() bool { return r.Health().Stream.State == relay.StreamStreaming })
+	return r
 }
 
 // emitOne emits one event of typ and key, in a transaction of its own.
