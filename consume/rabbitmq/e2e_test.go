@@ -55,19 +55,8 @@ func TestRelayChildProcess(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return slowFinish{s}, sender.Route{Exchange: getenv(exchangeEnv), RoutingKey: "{event_type}"}
+		return s, sender.Route{Exchange: getenv(exchangeEnv), RoutingKey: "{event_type}"}
 	})
-}
-
-// slowFinish holds each batch for a while after the broker confirmed it,
-// before the relay may mark it done: the window in which a SIGKILL makes
-// the next relay send the batch again.
-type slowFinish struct{ sender.Sender }
-
-func (s slowFinish) Send(ctx context.Context, msgs []*sender.Message) error {
-	err := s.Sender.Send(ctx, msgs)
-	time.Sleep(500 * time.Millisecond) // simulates a slow relay, not a wait for an event
-	return err
 }
 
 // TestEndToEndRelayKilled: the relay runs as a separate OS process and is
@@ -94,8 +83,8 @@ func TestEndToEndRelayKilled(t *testing.T) {
 	env := map[string]string{exchangeEnv: exchange}
 	kill1 := p.StartRelayProcess(t, "TestRelayChildProcess", env)
 	// Kill it as soon as an event was handled while its row is still in
-	// process: its batch is confirmed by RabbitMQ but (slowFinish) not yet
-	// marked done, so the second relay sends it again. (Waiting for a
+	// process: its batch is confirmed by RabbitMQ but (the child holds each
+	// batch until one of its events is handled) not yet marked done, so the second relay sends it again. (Waiting for a
 	// number of effects instead lost the race when the relay outran a
 	// consumer slowed by a loaded machine.)
 	p.WaitDeliveredNotFinished(t, 60*time.Second)

@@ -315,6 +315,7 @@ func RelayChild(t *testing.T, newSender func(getenv func(string) string) (sender
 		t.Fatal(err)
 	}
 	s, route := newSender(os.Getenv)
+	s = holdUntilHandled{Sender: s, pool: pool, effects: pgx.Identifier{os.Getenv(childSchemaEnv), "effect"}.Sanitize()}
 	r, err := relay.New(relayConfig(d, s, route, ChildLease))
 	if err != nil {
 		t.Fatal(err)
@@ -324,6 +325,40 @@ func RelayChild(t *testing.T, newSender func(getenv func(string) string) (sender
 	}
 	fmt.Println(childReady)
 	select {} // until SIGKILL
+}
+
+// holdUntilHandled holds each acknowledged batch until the consumer has
+// handled one of its events (at most 10s), before the relay may mark it
+// done: the window in which a SIGKILL makes the next relay send the batch
+// again, opened for certain however slow the consumer is (a fixed delay
+// lost that race on a loaded machine: every event was handled after its
+// row was finished, and WaitDeliveredNotFinished never saw one).
+type holdUntilHandled struct {
+	sender.Sender
+	pool    *pgxpool.Pool
+	effects string
+}
+
+func (h holdUntilHandled) Send(ctx context.Context, msgs []*sender.Message) error {
+	err := h.Sender.Send(ctx, msgs)
+	ids := make([]txbox.ID, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		var handled bool
+		if qerr := h.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+h.effects+" WHERE event_id = ANY($1))", ids).Scan(&handled); qerr != nil || handled {
+			break
+		}
+		t := time.NewTimer(10 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	return err
 }
 
 // StartRelayProcess re-executes the test binary to run testName, which
