@@ -20,7 +20,7 @@
 // the test process (PR_SET_PDEATHSIG), and the first Start of a later
 // process kills and removes whatever a killed process left behind.
 //
-// This is test support: only tests and the matrix's runner (cmd/pgserve)
+// This is test support: only tests and the matrix's runner (pgserve)
 // import it; layers_test.go at the module root keeps it that way. Like
 // internal/testenv, a missing binary fails the test, with the command
 // that installs it; it never skips.

@@ -149,7 +149,7 @@ func cleanup(t testing.TB, n *Node) {
 }
 
 // Launch is Start without a test: the caller must Close the node. A
-// program that serves the version matrix (cmd/pgserve) uses it; on an
+// program that serves the version matrix (pgserve) uses it; on an
 // error after the node's directory was made, it returns the node too, to
 // be closed.
 func Launch(ctx context.Context, v Version, opts Options) (*Node, error) {
