@@ -67,19 +67,35 @@ install() {
   done
 }
 
-# check runs each server binary as the user that will run it: a missing
-# shared library, or a checkout the user cannot read, shows here rather
-# than as a test failure.
-check() {
+# runs reports whether the server binaries under $1 (a node_modules) run
+# as the user that will run them.
+runs() {
   local v as=()
   if [ "$(id -u)" = 0 ]; then as=(runuser -u "$user" --); fi
   for v in "${versions[@]}"; do
-    local b="$dir/node_modules/pg$v/native/bin"
-    if ! "${as[@]}" "$b/postgres" --version >/dev/null 2>&1 ||
-      ! "${as[@]}" "$b/initdb" --version >/dev/null 2>&1; then
-      problems+=("PostgreSQL $v ($b/postgres does not run as ${as:+$user}${as:-$(id -un)}: is every directory above it readable by that user?)")
-    fi
+    "${as[@]}" "$1/pg$v/native/bin/postgres" --version >/dev/null 2>&1 &&
+      "${as[@]}" "$1/pg$v/native/bin/initdb" --version >/dev/null 2>&1 || return 1
   done
+}
+
+# check runs each server binary as the user that will run it, so that a
+# missing shared library shows here rather than as a test failure. A
+# checkout that user cannot read (a clone under a 0700 directory, as
+# mktemp -d makes) gets a copy of the binaries in $mirror/<the lockfile's
+# hash>, which internal/pgcluster prefers when it exists.
+mirror=/var/cache/txbox-pgbin
+check() {
+  runs "$dir/node_modules" && return 0
+  [ "$(id -u)" = 0 ] || { problems+=("PostgreSQL ${versions[*]} (the binaries in $dir/node_modules do not run)"); return; }
+  local hash to
+  hash=$(sha256sum "$dir/package-lock.json" | cut -c1-16)
+  to=$mirror/$hash
+  if ! runs "$to"; then
+    echo "pg-versions: $user cannot run the binaries in this checkout; copying them to $to" >&2
+    rm -rf "$to.tmp" && mkdir -p "$to.tmp" && chmod 755 "$mirror" "$to.tmp" &&
+      cp -a "${versions[@]/#/$dir/node_modules/pg}" "$to.tmp/" && rm -rf "$to" && mv "$to.tmp" "$to"
+  fi
+  runs "$to" || problems+=("PostgreSQL ${versions[*]} (neither $dir/node_modules nor $to runs as $user)")
 }
 
 ensure_user

@@ -2,6 +2,8 @@ package pgcluster
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -20,24 +22,37 @@ const User = "txbox-pg"
 // installHint is what a test that finds no server binary says to do.
 const installHint = "run scripts/pg-versions.sh (make services does)"
 
+// mirrorDir is where scripts/pg-versions.sh copies the binaries, under
+// the first 16 hex digits of the lockfile's SHA-256, when the servers'
+// user cannot read the checkout.
+const mirrorDir = "/var/cache/txbox-pgbin"
+
 // binDir returns the directory of v's initdb and postgres: the npm alias
 // pg<v> under scripts/pgbin/node_modules of the checkout the process runs
-// in, found by walking up from the working directory.
+// in (found by walking up from the working directory), or its copy in
+// mirrorDir when there is one for the checkout's lockfile.
 func binDir(v Version) (string, error) {
 	wd, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
+	alias := filepath.Join("pg"+strconv.Itoa(int(v)), "native", "bin")
 	for dir := wd; ; dir = filepath.Dir(dir) {
-		if _, err := os.Stat(filepath.Join(dir, "scripts", "pgbin", "package.json")); err == nil {
-			bin := filepath.Join(dir, "scripts", "pgbin", "node_modules", "pg"+strconv.Itoa(int(v)), "native", "bin")
+		pgbin := filepath.Join(dir, "scripts", "pgbin")
+		if lock, err := os.ReadFile(filepath.Join(pgbin, "package-lock.json")); err == nil {
+			sum := sha256.Sum256(lock)
+			mirror := filepath.Join(mirrorDir, hex.EncodeToString(sum[:8]), alias)
+			if _, err := os.Stat(filepath.Join(mirror, "postgres")); err == nil {
+				return mirror, nil
+			}
+			bin := filepath.Join(pgbin, "node_modules", alias)
 			if _, err := os.Stat(filepath.Join(bin, "postgres")); err != nil {
-				return "", fmt.Errorf("pgcluster: PostgreSQL %d is not installed (%v): %s", v, err, installHint)
+				return "", fmt.Errorf("pgcluster: %v is not installed (%v): %s", v, err, installHint)
 			}
 			return bin, nil
 		}
 		if filepath.Dir(dir) == dir {
-			return "", fmt.Errorf("pgcluster: no scripts/pgbin above %s: not a txbox checkout", wd)
+			return "", fmt.Errorf("pgcluster: no scripts/pgbin/package-lock.json above %s: not a txbox checkout", wd)
 		}
 	}
 }
