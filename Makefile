@@ -5,7 +5,7 @@ GO ?= go
 TEST_TIMEOUT ?= 14m
 PKGS ?= ./...
 
-.PHONY: test services vet fmt lint bench chaos demo build dlq-memory
+.PHONY: test services vet fmt lint bench chaos demo build dlq-memory pg-matrix
 
 build:
 	$(GO) build ./...
@@ -39,6 +39,14 @@ demo:
 # touches delivery.
 chaos: services
 	TXBOX_CHAOS=1 $(GO) test -race -count=1 -timeout 80m -p 1 ./...
+
+# The version matrix: the PostgreSQL store's tests (its conformance suite
+# included) on PostgreSQL 17 and 18 from scripts/pg-versions.sh, each a
+# fresh server of internal/pgcluster; `make test` runs them on the system
+# server. PG_MATRIX_VERSIONS, PG_MATRIX_PKGS and PG_MATRIX_FLAGS narrow or
+# widen it (scripts/pg-matrix.sh).
+pg-matrix:
+	./scripts/pg-matrix.sh
 
 # The dead-letter admin's memory bar at full size: a real relay with 2,000
 # dead letters of 1 MiB and 4 clients, peak RSS under 150 MiB

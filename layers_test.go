@@ -116,3 +116,55 @@ func TestImportsGoDownTheLayers(t *testing.T) {
 		t.Errorf("upwardImportsAllowed lists %q, which no longer happens: delete it", edge)
 	}
 }
+
+// testSupport are the packages that exist for the tests: the services'
+// helpers, the harnesses and conformance suites, the PostgreSQL servers
+// of the failover tests and the version matrix (internal/pgcluster, which
+// starts server processes) and its runner. A non-test file imports one
+// only from another of them, so that no product package, and no binary
+// built from one, carries test scaffolding.
+var testSupport = map[string]bool{
+	"internal/testenv":             true,
+	"internal/pgcluster":           true,
+	"internal/pgcluster/pgserve":   true,
+	"internal/amqptest":            true,
+	"internal/natstest":            true,
+	"store/storeharness":           true,
+	"store/storetest":              true,
+	"sender/sendertest":            true,
+	"consume/internal/consumetest": true,
+	"inbox/inboxtest":              true,
+}
+
+// TestTestSupportStaysInTheTests fails when a product package's non-test
+// file imports a package of testSupport.
+func TestTestSupportStaysInTheTests(t *testing.T) {
+	t.Parallel()
+	fset := token.NewFileSet()
+	packages := map[string]bool{}
+	for _, file := range trackedFiles(t) {
+		if !strings.HasSuffix(file, ".go") || strings.Contains("/"+file, "/testdata/") {
+			continue
+		}
+		pkg := path.Dir(file)
+		packages[pkg] = true
+		if strings.HasSuffix(file, "_test.go") || testSupport[pkg] {
+			continue
+		}
+		f, err := parser.ParseFile(fset, file, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if to := strings.TrimPrefix(p, modulePath+"/"); to != p && testSupport[to] {
+				t.Errorf("%s imports %s, which is test support: only tests and other test support may", file, p)
+			}
+		}
+	}
+	for pkg := range testSupport {
+		if !packages[pkg] {
+			t.Errorf("testSupport lists %s, which is no package: delete it", pkg)
+		}
+	}
+}

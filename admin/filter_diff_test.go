@@ -97,7 +97,7 @@ func seedDiffRows(t testing.TB, d store.Driver, rows []diffRow) {
 // and returns an admin handler on each, and the rows.
 func diffSetup(t testing.TB) ([]diffStore, []diffRow) {
 	t.Helper()
-	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	testenv.RequireTCP(t, "PostgreSQL", testenv.PostgresAddr)
 	testenv.RequireTCP(t, "MariaDB", "127.0.0.1:3306")
 	var rows []diffRow
 	for i, at := range diffTimes() {

@@ -46,7 +46,7 @@ func dialects() map[string]storetest.Harness {
 func setup(t *testing.T, h storetest.Harness, mod func(*admin.Config)) *bundle {
 	t.Helper()
 	if !h.SerialWriter {
-		testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+		testenv.RequireTCP(t, "PostgreSQL", testenv.PostgresAddr)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)

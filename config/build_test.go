@@ -175,7 +175,7 @@ func TestOpenStoreErrorHidesPassword(t *testing.T) {
 // gives the test a schema of its own.
 func postgresSchema(t *testing.T) (*sql.DB, string) {
 	t.Helper()
-	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	testenv.RequireTCP(t, "PostgreSQL", testenv.PostgresAddr)
 	admin, err := sql.Open("pgx", testenv.PostgresURL)
 	if err != nil {
 		t.Fatal(err)

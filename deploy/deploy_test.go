@@ -226,7 +226,7 @@ func runRelay(t *testing.T, cmd *exec.Cmd, paths ...string) {
 func setup(t *testing.T) (ctx context.Context, bin, schema, stream, prefix string) {
 	t.Helper()
 	requireRoot(t)
-	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	testenv.RequireTCP(t, "PostgreSQL", testenv.PostgresAddr)
 	testenv.RequireTCP(t, "NATS", strings.TrimPrefix(testenv.NATSURL, "nats://"))
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)

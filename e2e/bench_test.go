@@ -115,7 +115,7 @@ type relayVariant struct {
 //
 // TXBOX_BENCH_VARIANTS=default,inflight=8 selects variants by name.
 func BenchmarkDrain(b *testing.B) {
-	testenv.RequireTCP(b, "PostgreSQL", "127.0.0.1:5432")
+	testenv.RequireTCP(b, "PostgreSQL", testenv.PostgresAddr)
 	testenv.RequireTCP(b, "NATS", "127.0.0.1:4222")
 	n := benchEvents(b)
 	rounds := 1

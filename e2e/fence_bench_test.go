@@ -67,7 +67,7 @@ type fenceLatency struct {
 // TXBOX_BENCH_EVENTS is the backlog of each scenario, split over its other
 // types (default 200,000).
 func BenchmarkOrderedFenceLatency(b *testing.B) {
-	testenv.RequireTCP(b, "PostgreSQL", "127.0.0.1:5432")
+	testenv.RequireTCP(b, "PostgreSQL", testenv.PostgresAddr)
 	testenv.RequireTCP(b, "NATS", "127.0.0.1:4222")
 	backlog, rounds := 200_000, 1
 	for name, dst := range map[string]*int{"TXBOX_BENCH_EVENTS": &backlog, "TXBOX_BENCH_ROUNDS": &rounds} {

@@ -108,7 +108,7 @@ var postgresKind = storeKind{
 	claim: relay.ClaimLease,
 	newNamespace: func(t testing.TB) string {
 		t.Helper()
-		testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+		testenv.RequireTCP(t, "PostgreSQL", testenv.PostgresAddr)
 		d, closeFn, err := openPostgres("", 2)
 		if err != nil {
 			t.Fatal(err)

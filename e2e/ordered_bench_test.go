@@ -29,7 +29,7 @@ import (
 //
 // TXBOX_BENCH_KEYS changes the number of keys (default 50).
 func BenchmarkOrderedDrain(b *testing.B) {
-	testenv.RequireTCP(b, "PostgreSQL", "127.0.0.1:5432")
+	testenv.RequireTCP(b, "PostgreSQL", testenv.PostgresAddr)
 	testenv.RequireTCP(b, "NATS", "127.0.0.1:4222")
 	n := benchEvents(b)
 	rounds, keys := 1, 50

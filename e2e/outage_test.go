@@ -446,7 +446,7 @@ func runOutage(t *testing.T, b *outageBroker, kind storeKind) {
 //
 //	go test -run '^$' -bench DrainSenders -benchtime 1x ./e2e
 func BenchmarkDrainSenders(b *testing.B) {
-	testenv.RequireTCP(b, "PostgreSQL", "127.0.0.1:5432")
+	testenv.RequireTCP(b, "PostgreSQL", testenv.PostgresAddr)
 	n := benchEvents(b)
 	var ceiling float64
 	for _, tc := range []struct {

@@ -52,7 +52,7 @@ func eachClaim(t *testing.T, fn func(t *testing.T, b *bundle)) {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	testenv.RequireTCP(t, "PostgreSQL", testenv.PostgresAddr)
 	ctx := context.Background()
 	pool := storeharness.PostgresPool(t, 8)
 	schema := testenv.UniqueName("t_")

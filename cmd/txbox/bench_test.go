@@ -64,7 +64,7 @@ func TestBenchBadFlags(t *testing.T) {
 // that are well-formed XML. No speed is asserted.
 func TestBenchQuick(t *testing.T) {
 	t.Parallel()
-	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	testenv.RequireTCP(t, "PostgreSQL", testenv.PostgresAddr)
 	testenv.RequireTCP(t, "NATS", strings.TrimPrefix(testenv.NATSURL, "nats://"))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -235,7 +235,7 @@ func TestBenchQuickDialects(t *testing.T) {
 // behind (one of a bench schema that no longer exists).
 func TestBenchQuickWAL(t *testing.T) {
 	t.Parallel()
-	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	testenv.RequireTCP(t, "PostgreSQL", testenv.PostgresAddr)
 	testenv.RequireTCP(t, "NATS", strings.TrimPrefix(testenv.NATSURL, "nats://"))
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

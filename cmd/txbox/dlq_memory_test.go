@@ -53,7 +53,7 @@ const (
 // skipped), and the tables hold what they should after each step.
 func TestDeadLetterAdminMemory(t *testing.T) {
 	t.Parallel()
-	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	testenv.RequireTCP(t, "PostgreSQL", testenv.PostgresAddr)
 	n := 200
 	if os.Getenv("TXBOX_CHAOS") != "" {
 		n = 2000

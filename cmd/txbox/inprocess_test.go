@@ -20,7 +20,7 @@ import (
 // it, dropped when the test ends.
 func postgresSchema(t *testing.T, ctx context.Context, prefix string) (*pgxpool.Pool, string) {
 	t.Helper()
-	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	testenv.RequireTCP(t, "PostgreSQL", testenv.PostgresAddr)
 	pool, err := pgxpool.New(ctx, testenv.PostgresURL)
 	if err != nil {
 		t.Fatal(err)

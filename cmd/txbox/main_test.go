@@ -275,7 +275,7 @@ func assertDemoSummary(t *testing.T, out string) {
 // wake-ups, shared database: the demo's tables must be gone afterwards).
 func TestDemoPostgres(t *testing.T) {
 	t.Parallel()
-	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	testenv.RequireTCP(t, "PostgreSQL", testenv.PostgresAddr)
 	code, out, errOut := runInProcess(t, nil, "demo", "--duration", "1500ms", "--rate", "100", "--drain-timeout", "2m", "--database-dialect", "postgres", "--dsn", testenv.PostgresURL)
 	if code != exitOK {
 		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)

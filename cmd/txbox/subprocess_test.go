@@ -90,7 +90,7 @@ func sigterm(t *testing.T, cmd *exec.Cmd, exited <-chan error, wait time.Duratio
 // must appear in none of the processes' output.
 func TestSubprocessMigratePublishRelay(t *testing.T) {
 	t.Parallel()
-	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	testenv.RequireTCP(t, "PostgreSQL", testenv.PostgresAddr)
 	testenv.RequireTCP(t, "NATS", strings.TrimPrefix(testenv.NATSURL, "nats://"))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -284,7 +284,7 @@ func TestSubprocessRelayStopsMidBacklog(t *testing.T) {
 }
 
 func subprocessRelayStopsMidBacklog(t *testing.T, claim string) {
-	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	testenv.RequireTCP(t, "PostgreSQL", testenv.PostgresAddr)
 	testenv.RequireTCP(t, "NATS", strings.TrimPrefix(testenv.NATSURL, "nats://"))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -364,7 +364,7 @@ log: { level: debug }
 // once.
 func TestSubprocessConcurrentMigrate(t *testing.T) {
 	t.Parallel()
-	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	testenv.RequireTCP(t, "PostgreSQL", testenv.PostgresAddr)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	admin := storeharness.PostgresAdmin(t)
@@ -512,7 +512,7 @@ log: { level: debug }
 // status` shows the slot, and `txbox migrate --drop-stream` drops it.
 func TestSubprocessWALMode(t *testing.T) {
 	t.Parallel()
-	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	testenv.RequireTCP(t, "PostgreSQL", testenv.PostgresAddr)
 	testenv.RequireTCP(t, "NATS", strings.TrimPrefix(testenv.NATSURL, "nats://"))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -35,7 +35,7 @@ import (
 // and never the log.
 func TestSubprocessRelayTracing(t *testing.T) {
 	t.Parallel()
-	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	testenv.RequireTCP(t, "PostgreSQL", testenv.PostgresAddr)
 	testenv.RequireTCP(t, "NATS", strings.TrimPrefix(testenv.NATSURL, "nats://"))
 	for _, protocol := range []string{"http/protobuf", "grpc"} {
 		for _, tls := range []bool{false, true} {

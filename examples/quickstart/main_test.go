@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 // and exit status.
 func quickstart(t *testing.T, prefix string) (string, error) {
 	t.Helper()
-	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	testenv.RequireTCP(t, "PostgreSQL", testenv.PostgresAddr)
 	testenv.RequireTCP(t, "NATS", strings.TrimPrefix(testenv.NATSURL, "nats://"))
 	db, err := sql.Open("pgx", testenv.PostgresURL)
 	if err != nil {

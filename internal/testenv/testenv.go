@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -35,6 +36,26 @@ var (
 	// NATSURL: TXBOX_TEST_NATS_URL.
 	NATSURL = env("TXBOX_TEST_NATS_URL", "nats://127.0.0.1:4222")
 )
+
+// PostgresAddr is the host:port of PostgresURL: the server a test checks
+// with RequireTCP, or puts a proxy in front of. With
+// TXBOX_TEST_POSTGRES_URL naming a server of the version matrix (make
+// pg-matrix), it is that server's.
+var PostgresAddr = urlAddr(PostgresURL, "5432")
+
+// urlAddr returns the host:port of the URL raw, port def when it names
+// none.
+func urlAddr(raw, def string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Hostname() == "" {
+		panic(fmt.Sprintf("testenv: %q: want a postgres:// URL with a host", raw))
+	}
+	port := u.Port()
+	if port == "" {
+		port = def
+	}
+	return net.JoinHostPort(u.Hostname(), port)
+}
 
 func env(name, def string) string {
 	if v := os.Getenv(name); v != "" {

@@ -31,7 +31,7 @@ import (
 
 func benchDriver(b *testing.B, syncCommit bool, opts ...func(*postgres.Config)) *postgres.Driver {
 	b.Helper()
-	testenv.RequireTCP(b, "PostgreSQL", "127.0.0.1:5432")
+	testenv.RequireTCP(b, "PostgreSQL", testenv.PostgresAddr)
 	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL)
 	if err != nil {
 		b.Fatal(err)

@@ -266,7 +266,7 @@ func walk(n map[string]any, fn func(map[string]any)) {
 // imports this package.
 func migratedDriver(ctx context.Context, t *testing.T) *Driver {
 	t.Helper()
-	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	testenv.RequireTCP(t, "PostgreSQL", testenv.PostgresAddr)
 	db, err := sql.Open("pgx", testenv.PostgresURL)
 	if err != nil {
 		t.Fatal(err)

@@ -157,7 +157,7 @@ func TestStreamSilentLink(t *testing.T) {
 	const senderTimeout = 2 * time.Second
 	e := openWAL(t, senderTimeout)
 	ctx := ctxT(t)
-	p := newSilentProxy(t, "127.0.0.1:5432")
+	p := newSilentProxy(t, testenv.PostgresAddr)
 	d := proxiedDriver(t, e, p)
 	before := p.accepted()
 	s, err := d.OpenStream(ctx, nil)

@@ -24,7 +24,7 @@ var pgAdmin sharedDB
 // tables.
 func PostgresAdmin(t testing.TB) *sql.DB {
 	t.Helper()
-	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	testenv.RequireTCP(t, "PostgreSQL", testenv.PostgresAddr)
 	return pgAdmin.open(t, "pgx", testenv.PostgresURL)
 }
 
@@ -33,7 +33,7 @@ func PostgresAdmin(t testing.TB) *sql.DB {
 // other packages, so pools stay small.
 func PostgresPool(t testing.TB, maxConns int32) *pgxpool.Pool {
 	t.Helper()
-	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	testenv.RequireTCP(t, "PostgreSQL", testenv.PostgresAddr)
 	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL)
 	if err != nil {
 		t.Fatal(err)

@@ -108,7 +108,7 @@ func E2ETimeout() time.Duration {
 // dropped when t ends, and an inbox named consumer on it.
 func NewPipeline(t testing.TB, consumer string) *Pipeline {
 	t.Helper()
-	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	testenv.RequireTCP(t, "PostgreSQL", testenv.PostgresAddr)
 	ctx := context.Background()
 	admin, err := pgxpool.New(ctx, testenv.PostgresURL)
 	if err != nil {

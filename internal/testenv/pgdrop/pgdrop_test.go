@@ -18,7 +18,7 @@ import (
 // all.
 func TestDropDatabaseWithSlots(t *testing.T) {
 	t.Parallel()
-	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	testenv.RequireTCP(t, "PostgreSQL", testenv.PostgresAddr)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	admin, err := sql.Open("pgx", testenv.PostgresURL)

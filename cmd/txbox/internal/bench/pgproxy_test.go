@@ -19,7 +19,7 @@ import (
 // statements by text) and against the values the server sends back
 // through the proxy.
 func TestPGProxyCounts(t *testing.T) {
-	testenv.RequireTCP(t, "PostgreSQL", "127.0.0.1:5432")
+	testenv.RequireTCP(t, "PostgreSQL", testenv.PostgresAddr)
 	up, err := pgUpstream(testenv.PostgresURL)
 	if err != nil {
 		t.Fatal(err)
