@@ -580,6 +580,7 @@ func (c *Config) streamConfig() relay.StreamConfig {
 	return relay.StreamConfig{
 		Window: w.Window, WindowBytes: w.WindowBytes, LaneQueue: w.LaneQueue, BatchSize: w.BatchSize, StatusInterval: w.StatusInterval,
 		StandbyInterval: w.StandbyInterval, PauseLimit: w.PauseLimit, LagThreshold: w.LagThreshold,
+		OnSlotLost: relay.SlotLostPolicy(w.OnSlotLost),
 	}
 }
 
@@ -601,6 +602,7 @@ func (c *Config) effectiveWAL() WAL {
 		Slot: pw.Slot, Publication: pw.Publication, ApplicationName: pw.ApplicationName, SenderTimeout: pw.SenderTimeout,
 		Window: sc.Window, WindowBytes: sc.WindowBytes, LaneQueue: sc.LaneQueue, BatchSize: sc.BatchSize, StatusInterval: sc.StatusInterval,
 		StandbyInterval: sc.StandbyInterval, PauseLimit: sc.PauseLimit, LagThreshold: sc.LagThreshold,
+		OnSlotLost: string(sc.OnSlotLost),
 	}
 }
 

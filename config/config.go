@@ -183,6 +183,8 @@ type WAL struct {
 	PauseLimit time.Duration `yaml:"pause-limit"`
 	// LagThreshold is the key database.wal.lag-threshold, in bytes of WAL.
 	LagThreshold int64 `yaml:"lag-threshold"`
+	// OnSlotLost is the key database.wal.on-slot-lost: recreate or stop.
+	OnSlotLost string `yaml:"on-slot-lost"`
 }
 
 // Sender is one named destination. Type selects which of the other fields

@@ -364,6 +364,11 @@ func validateWAL(d *decoder, db *Database) {
 	if w.BatchSize > MaxBatchSize {
 		d.fail("database.wal.batch-size", nil, "must be at most %d, not %d", MaxBatchSize, w.BatchSize)
 	}
+	switch relay.SlotLostPolicy(w.OnSlotLost) {
+	case "", relay.SlotLostRecreate, relay.SlotLostStop:
+	default:
+		d.fail("database.wal.on-slot-lost", nil, "must be recreate or stop, not %q", clip(w.OnSlotLost))
+	}
 	timeout := w.SenderTimeout
 	if timeout == 0 {
 		timeout = postgres.DefaultSenderTimeout

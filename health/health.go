@@ -95,6 +95,11 @@ const (
 	// slot pins more WAL than database.wal.lag-threshold, or PostgreSQL
 	// invalidated it (docs/operations.md, "WAL mode").
 	ReasonStream = "stream_unhealthy"
+	// ReasonStreamEventsLost: the database lost WAL mode's slot (a
+	// failover to a standby without it, an invalidation) and a new one
+	// was made within relay.SlotLossAlert: the events emitted after the
+	// last confirm were not delivered (docs/operations.md, "Failover").
+	ReasonStreamEventsLost = "stream_events_lost"
 )
 
 // Report is what /readyz answers.
@@ -254,6 +259,11 @@ func streamReasons(st *relay.StreamHealth) []Reason {
 	}
 	if st.SlotErr != "" {
 		out = append(out, Reason{Kind: ReasonStream, Subject: "slot", Detail: "cannot read the slot's health: " + st.SlotErr})
+	}
+	if l := st.LastLoss; l != nil && time.Since(l.At) < relay.SlotLossAlert {
+		out = append(out, Reason{Kind: ReasonStreamEventsLost, Subject: l.Slot,
+			Detail: fmt.Sprintf("the slot was lost (%s) and recreated %s ago: events emitted between LSN %X/%X and %X/%X (last confirmed %s) were not delivered; see docs/operations.md, Failover",
+				l.Reason, time.Since(l.At).Round(time.Second), l.From>>32, uint32(l.From), l.To>>32, uint32(l.To), l.LastConfirm.Format(time.RFC3339))})
 	}
 	return out
 }

@@ -80,11 +80,38 @@ type StreamConfig struct {
 	// off.
 	LagThreshold int64
 
+	// OnSlotLost is what the relay does when the database lost the slot
+	// (a failover to a standby without it, an invalidation):
+	// SlotLostRecreate makes a new one at once, so that delivery goes on
+	// (the rows in the outbox table are delivered; the events emitted
+	// since the last confirm cannot be, and the relay says which, loudly);
+	// SlotLostStop keeps failing until an operator runs txbox migrate.
+	// Defaults to SlotLostRecreate.
+	OnSlotLost SlotLostPolicy
+
 	// tableKeysReload is how often the keys with rows in the table are
 	// read again: defaultTableKeysReload, shorter in this package's
 	// tests.
 	tableKeysReload time.Duration
 }
+
+// SlotLostPolicy is StreamConfig.OnSlotLost.
+type SlotLostPolicy string
+
+// The values of StreamConfig.OnSlotLost.
+const (
+	SlotLostRecreate SlotLostPolicy = "recreate"
+	SlotLostStop     SlotLostPolicy = "stop"
+)
+
+// slotRecreateTimeout bounds recreating a lost slot, which waits for the
+// transactions open in the cluster.
+const slotRecreateTimeout = time.Minute
+
+// SlotLossAlert is how long after a lost slot was recreated Health still
+// reports it (health's stream_events_lost): long enough for an operator
+// to see it, not for ever.
+const SlotLossAlert = time.Hour
 
 // Defaults of StreamConfig.
 const (
@@ -130,6 +157,9 @@ func (c StreamConfig) withDefaults() StreamConfig {
 	}
 	if c.LagThreshold == 0 {
 		c.LagThreshold = DefaultStreamLagThreshold
+	}
+	if c.OnSlotLost == "" {
+		c.OnSlotLost = SlotLostRecreate
 	}
 	return c
 }
@@ -195,6 +225,11 @@ type StreamHealth struct {
 	// Lagging is true when the slot pins more WAL than the threshold
 	// (StreamConfig.LagThreshold).
 	Lagging bool
+	// SlotRecreations counts the lost slots this relay recreated
+	// (StreamConfig.OnSlotLost); LastLoss is the last one's cost, here or
+	// as the slot's state records it (whichever relay recreated it).
+	SlotRecreations int64
+	LastLoss        *store.StreamLoss
 }
 
 // streamSource is the relay's stream: one session at a time, reopened
@@ -318,6 +353,10 @@ func (s *streamSource) runSessions() {
 			if ctx.Err() != nil {
 				return
 			}
+			if errors.Is(err, store.ErrStreamLost) && s.cfg.OnSlotLost == SlotLostRecreate && s.recreate(ctx) {
+				errs.Reset()
+				continue
+			}
 			wait := errs.Next()
 			lvl := slog.LevelWarn
 			if errors.Is(err, store.ErrStreamLost) {
@@ -338,6 +377,41 @@ func (s *streamSource) runSessions() {
 		}
 	}
 }
+
+// recreate makes a new slot for one the database lost, and reports
+// whether it did (nothing to recreate, or a failure, leaves the open
+// error to stand).
+func (s *streamSource) recreate(ctx context.Context) bool {
+	rctx, cancel := context.WithTimeout(ctx, slotRecreateTimeout)
+	defer cancel()
+	loss, err := s.streamer.StreamRecreate(rctx, slotRecreateTimeout-5*time.Second)
+	if err != nil {
+		s.log.Warn("cannot recreate the lost slot; retrying", slog.Any("error", err))
+		return false
+	}
+	if loss == nil {
+		return false
+	}
+	s.mu.Lock()
+	s.health.SlotRecreations++
+	s.health.LastLoss = loss
+	s.mu.Unlock()
+	attrs := []any{slog.String("slot", loss.Slot), slog.String("reason", loss.Reason),
+		slog.String("lost_from_lsn", formatLSN(loss.From)), slog.String("lost_to_lsn", formatLSN(loss.To))}
+	if !loss.LastConfirm.IsZero() {
+		attrs = append(attrs, slog.Time("last_confirm", loss.LastConfirm))
+	}
+	if loss.To > loss.From {
+		attrs = append(attrs, slog.Uint64("lost_wal_bytes", loss.To-loss.From))
+	}
+	s.log.Error("the database lost the slot; a new one was made and delivery goes on: the events emitted between lost_from_lsn and lost_to_lsn "+
+		"(after the last confirm) cannot be recovered from the WAL, compare them with the producers' records; rows in the outbox table are delivered "+
+		"(docs/operations.md, Failover)", attrs...)
+	return true
+}
+
+// formatLSN writes a log position as PostgreSQL does (16/B374D848).
+func formatLSN(lsn uint64) string { return fmt.Sprintf("%X/%X", lsn>>32, uint32(lsn)) }
 
 func (s *streamSource) sleep(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
@@ -696,6 +770,9 @@ func (s *streamSource) statusPoll() {
 			s.health.SlotErr = err.Error()
 		} else {
 			s.health.Slot, s.health.SlotErr = st, ""
+			if st.LastLoss != nil && (s.health.LastLoss == nil || st.LastLoss.At.After(s.health.LastLoss.At)) {
+				s.health.LastLoss = st.LastLoss
+			}
 			s.health.Lagging = s.cfg.LagThreshold > 0 && max(st.RestartLag, st.FlushLag) > s.cfg.LagThreshold
 		}
 		still := cur != nil && s.cur == cur
@@ -745,6 +822,11 @@ func (c StreamConfig) validate() error {
 		if f.bad {
 			return &ConfigError{Component: "relay", Field: "stream." + f.name, Reason: "must not be negative"}
 		}
+	}
+	switch c.OnSlotLost {
+	case "", SlotLostRecreate, SlotLostStop:
+	default:
+		return &ConfigError{Component: "relay", Field: "stream.on-slot-lost", Reason: fmt.Sprintf("is %q, not %q or %q", c.OnSlotLost, SlotLostRecreate, SlotLostStop)}
 	}
 	return nil
 }

@@ -594,3 +594,87 @@ func TestStreamLostSessionStopsOrderedWaves(t *testing.T) {
 		t.Errorf("first deliveries out of stream order: %s", positions(ids, got))
 	}
 }
+
+// dropSlotUnderRelay drops b's slot as a failover to a standby without it
+// would lose it: the walsender ended, the slot gone, the state row kept.
+func (b *walBundle) dropSlotUnderRelay(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	slot := b.streamer.WAL().Slot
+	testenv.WaitFor(t, 20*time.Second, "the slot dropped", func() bool {
+		_, _ = b.pool.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, slot)
+		_, err := b.pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active`, slot)
+		var n int
+		if err == nil {
+			err = b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&n)
+		}
+		return err == nil && n == 0
+	})
+}
+
+// TestStreamRecreatesALostSlot: the slot disappears under a streaming
+// relay (as after a failover to a standby without it), while a producer
+// keeps inserting rows into the table. The relay recreates the slot at
+// once, says what it could not recover (the emits between its last confirm
+// and the new slot: here none were made), delivers the rows inserted while
+// the slot was missing (the new slot's snapshot hands them to the poller),
+// and streams what is emitted after.
+func TestStreamRecreatesALostSlot(t *testing.T) {
+	t.Parallel()
+	b := setupWAL(t)
+	r := b.startWAL(t, nil)
+	before := b.publish(t, "orders", 20, nil)
+	testenv.WaitFor(t, 20*time.Second, "the first events delivered and confirmed", func() bool {
+		return containsAll(b.sender.ids(), before) && r.Health().Stream.Transactions == 0 && !r.Health().Stream.LastConfirm.IsZero()
+	})
+	confirmed := r.Health().Stream.Confirmed
+	b.dropSlotUnderRelay(t)
+	// A producer on plain SQL keeps inserting into the table meanwhile.
+	var inserted []txbox.ID
+	for range 5 {
+		id := txbox.NewID()
+		if _, err := b.pool.Exec(context.Background(), fmt.Sprintf(`INSERT INTO %s.txbox_outbox (id, event_type, payload) VALUES ($1, 'orders', '{}')`, b.schema), id); err != nil {
+			t.Fatal(err)
+		}
+		inserted = append(inserted, id)
+	}
+	testenv.WaitFor(t, 60*time.Second, "the slot recreated", func() bool { return r.Health().Stream.SlotRecreations == 1 })
+	h := r.Health().Stream
+	if h.LastLoss == nil || h.LastLoss.From != confirmed || h.LastLoss.To < h.LastLoss.From {
+		t.Fatalf("loss %+v: want it to start at the last confirmed position %X", h.LastLoss, confirmed)
+	}
+	testenv.WaitFor(t, 30*time.Second, "the rows inserted while the slot was missing delivered", func() bool { return containsAll(b.sender.ids(), inserted) })
+	after := b.publish(t, "orders", 20, nil)
+	testenv.WaitFor(t, 30*time.Second, "the events emitted after delivered", func() bool { return containsAll(b.sender.ids(), after) })
+	testenv.WaitFor(t, 20*time.Second, "the slot's state records the loss", func() bool {
+		st := r.Health().Stream.Slot
+		return st != nil && st.LastLoss != nil && st.LastLoss.From == confirmed
+	})
+}
+
+// TestStreamSlotLostStop: with on-slot-lost stop, the relay does not make a
+// new slot: it keeps failing, saying why, and emits keep failing too (an
+// emit never vanishes).
+func TestStreamSlotLostStop(t *testing.T) {
+	t.Parallel()
+	b := setupWAL(t)
+	r := b.startWAL(t, func(c *relay.Config) { c.Stream.OnSlotLost = relay.SlotLostStop })
+	b.dropSlotUnderRelay(t)
+	testenv.WaitFor(t, 20*time.Second, "the stream failing on the lost slot", func() bool {
+		h := r.Health().Stream
+		return h.State == relay.StreamFailing && strings.Contains(h.LastError, "no longer exists")
+	})
+	ctx := context.Background()
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	err = b.store.OutboxInsert(ctx, tx, &store.OutboxInsertParams{Events: []*txbox.Event{{ID: txbox.NewID(), Type: "orders", Payload: []byte("{}")}}})
+	if !errors.Is(err, postgres.ErrNoSlot) {
+		t.Errorf("emit without a slot: %v, want ErrNoSlot", err)
+	}
+	if h := r.Health().Stream; h.SlotRecreations != 0 {
+		t.Errorf("the relay recreated the slot %d times with on-slot-lost stop", h.SlotRecreations)
+	}
+}

@@ -46,11 +46,40 @@ type Streamer interface {
 	StreamSpilledKeys(ctx context.Context, after *StreamKey, limit int) ([]StreamKey, error)
 	// StreamStatus reads the slot's health over an ordinary connection.
 	StreamStatus(ctx context.Context) (*StreamStatus, error)
+	// StreamRecreate recreates a slot the database lost (a failover to a
+	// standby without it, an invalidation): a new slot and a new state,
+	// whose snapshot hands every row already in the outbox table to the
+	// poller. It returns what was lost, or nil (and does nothing) when
+	// the slot is there, or when there is no state to recreate it from
+	// (the stream was never created, or was dropped on purpose). timeout
+	// bounds the slot creation's wait for the transactions open in the
+	// cluster.
+	StreamRecreate(ctx context.Context, timeout time.Duration) (*StreamLoss, error)
 	// StreamSenderTimeout is how long the server waits to hear from a
 	// silent stream before it ends it and frees the slot for another
 	// relay (wal_sender_timeout on PostgreSQL); 0 when unknown. A relay
 	// that was stopped must drop what it holds well before that.
 	StreamSenderTimeout() time.Duration
+}
+
+// StreamLoss is what recreating a lost slot cost: the events emitted
+// between the last confirmed position and the new slot's start were in WAL
+// that no slot decodes, and cannot be recovered from the stream. Rows
+// inserted into the outbox table are not lost (the new slot's snapshot
+// hands them to the poller).
+type StreamLoss struct {
+	// Slot is the slot's name; Reason why it was recreated (missing,
+	// invalidated).
+	Slot   string `json:"slot"`
+	Reason string `json:"reason"`
+	// From is the last confirmed position (events after it, up to To,
+	// are unrecoverable), LastConfirm when it was confirmed; To the new
+	// slot's start. On PostgreSQL these are LSNs.
+	From        uint64    `json:"from"`
+	To          uint64    `json:"to"`
+	LastConfirm time.Time `json:"last_confirm,omitzero"`
+	// At is when the slot was recreated.
+	At time.Time `json:"at"`
 }
 
 // UndecodableEventType is the event type of a stream event that could
@@ -151,6 +180,9 @@ type StreamStatus struct {
 	// SpillBytes is pg_stat_replication_slots.spill_bytes: decoded
 	// transactions too large for logical_decoding_work_mem.
 	SpillBytes int64 `json:"spill_bytes"`
+	// LastLoss is the last time the slot was recreated after it was
+	// lost, and what that cost; nil when it never was.
+	LastLoss *StreamLoss `json:"last_loss,omitempty"`
 	// LastConfirm is when the relay last persisted a confirm (the stream
 	// state's confirmed_at), zero before the first.
 	LastConfirm time.Time `json:"last_confirm,omitzero"`

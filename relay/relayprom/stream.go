@@ -19,7 +19,7 @@ type streamCollector struct {
 	mu  sync.Mutex
 	src HealthSource
 
-	state, restartLag, flushLag, safeWAL, spillBytes, confirmAge, held, spilled, pauses, losses, dropped *prometheus.Desc
+	state, restartLag, flushLag, safeWAL, spillBytes, confirmAge, held, spilled, pauses, losses, dropped, recreated *prometheus.Desc
 }
 
 func newStreamCollector() *streamCollector {
@@ -37,12 +37,13 @@ func newStreamCollector() *streamCollector {
 		spilled:    d("spilled_events_total", "Events the stream spilled into the outbox table (destination failing or slow, key behind rows in the table, future not-before)."),
 		pauses:     d("pauses_total", "Times this relay found it had been stopped (SIGSTOP, a frozen VM) past its pause limit, and dropped what it held unsent for the relay that took the stream over."),
 		losses:     d("losses_total", "Sessions this relay lost: paused past its pause limit, its replication connection broke or went silent, a confirm failed, or another process streams the slot; each time it dropped what it held unsent for the relay that holds the stream now."),
+		recreated:  d("slot_recreated_total", "Lost slots (a failover to a standby without the slot, an invalidation) this relay recreated (database.wal.on-slot-lost: recreate); the events emitted after the last confirm were not delivered: the relay logs their LSN range at ERROR."),
 		dropped:    d("dropped_events_total", "Events this relay let go of unsent and unspilled after losing its session, for the relay that holds the stream now to deliver."),
 	}
 }
 
 func (c *streamCollector) descs() []*prometheus.Desc {
-	return []*prometheus.Desc{c.state, c.restartLag, c.flushLag, c.safeWAL, c.spillBytes, c.confirmAge, c.held, c.spilled, c.pauses, c.losses, c.dropped}
+	return []*prometheus.Desc{c.state, c.restartLag, c.flushLag, c.safeWAL, c.spillBytes, c.confirmAge, c.held, c.spilled, c.pauses, c.losses, c.dropped, c.recreated}
 }
 
 // Describe implements prometheus.Collector.
@@ -79,6 +80,7 @@ func (c *streamCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.pauses, prometheus.CounterValue, float64(st.Pauses))
 	ch <- prometheus.MustNewConstMetric(c.losses, prometheus.CounterValue, float64(st.Losses))
 	ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(st.Dropped))
+	ch <- prometheus.MustNewConstMetric(c.recreated, prometheus.CounterValue, float64(st.SlotRecreations))
 	if !st.LastConfirm.IsZero() {
 		g(c.confirmAge, time.Since(st.LastConfirm).Seconds())
 	}

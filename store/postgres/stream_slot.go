@@ -263,7 +263,11 @@ func (d *Driver) writeStreamState(ctx context.Context, snapshot string) error {
 	if _, err := tx.Exec(ctx, `SET TRANSACTION SNAPSHOT `+quoteLiteral(snapshot)); err != nil {
 		return translate("create stream: import the slot's snapshot", err)
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO `+d.walStateTable()+` (slot_name, publication, snapshot) VALUES ($1, $2, pg_current_snapshot())`,
+	// A state row left from a lost slot (StreamRecreate) is overwritten:
+	// the new slot starts afresh, with its own snapshot.
+	if _, err := tx.Exec(ctx, `INSERT INTO `+d.walStateTable()+` (slot_name, publication, snapshot) VALUES ($1, $2, pg_current_snapshot())
+		ON CONFLICT (slot_name) DO UPDATE SET publication = EXCLUDED.publication, snapshot = EXCLUDED.snapshot,
+			confirmed_lsn = '0/0', created_at = now(), confirmed_at = NULL`,
 		d.wal.Slot, d.wal.Publication); err != nil {
 		return translate("create stream: state", err)
 	}
@@ -287,6 +291,12 @@ func (d *Driver) DropStream(ctx context.Context) error {
 		return translate("drop stream", err)
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
+	// A relay recreating a lost slot (StreamRecreate) holds this lock
+	// from its check to its new state row: the drop waits, and a
+	// recreate that comes after the drop finds no state and does nothing.
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('txbox wal slot ' || $1))`, d.wal.Slot); err != nil {
+		return translate("drop stream: lock", err)
+	}
 	if _, err := tx.Exec(ctx, `LOCK TABLE `+d.walGuardTable()+` IN ACCESS EXCLUSIVE MODE`); err != nil {
 		return translate("drop stream: lock the emit guard", err)
 	}

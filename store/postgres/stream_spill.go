@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -103,8 +104,9 @@ func buildSpillQueries(d *Driver) spillQueries {
 		COALESCE(pg_current_wal_lsn() - s.confirmed_flush_lsn, 0)::bigint,
 		COALESCE(s.safe_wal_size, -1),
 		COALESCE((SELECT st.spill_bytes FROM pg_stat_replication_slots st WHERE st.slot_name = s.slot_name), 0),
-		(SELECT ws.confirmed_at FROM ` + d.walStateTable() + ` ws WHERE ws.slot_name = s.slot_name)
+		ws.confirmed_at, ws.recreated_at, ws.lost_from::text, ws.lost_to::text, ws.lost_confirmed_at
 	FROM pg_replication_slots s
+	LEFT JOIN ` + d.walStateTable() + ` ws ON ws.slot_name = s.slot_name
 	WHERE s.slot_name = $1 AND s.database = current_database()`
 	return q
 }
@@ -384,9 +386,10 @@ func (d *Driver) StreamSpilledKeys(ctx context.Context, after *store.StreamKey, 
 // database is an error matching ErrNoSlot.
 func (d *Driver) StreamStatus(ctx context.Context) (*store.StreamStatus, error) {
 	s := &store.StreamStatus{Slot: d.wal.Slot}
-	var confirmed pgtype.Timestamptz
+	var confirmed, recreated, lostConfirmed pgtype.Timestamptz
+	var lostFrom, lostTo *string
 	err := d.pool.QueryRow(ctx, d.spill.status, d.wal.Slot).Scan(&s.Active, &s.ActivePID, &s.WALStatus,
-		&s.RestartLag, &s.FlushLag, &s.SafeWALSize, &s.SpillBytes, &confirmed)
+		&s.RestartLag, &s.FlushLag, &s.SafeWALSize, &s.SpillBytes, &confirmed, &recreated, &lostFrom, &lostTo, &lostConfirmed)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("postgres: stream status: %w: %q", ErrNoSlot, d.wal.Slot)
 	}
@@ -395,6 +398,17 @@ func (d *Driver) StreamStatus(ctx context.Context) (*store.StreamStatus, error) 
 	}
 	if confirmed.Valid {
 		s.LastConfirm = confirmed.Time
+	}
+	if recreated.Valid && lostFrom != nil && lostTo != nil {
+		from, ferr := pglogrepl.ParseLSN(*lostFrom)
+		to, terr := pglogrepl.ParseLSN(*lostTo)
+		if ferr == nil && terr == nil {
+			s.LastLoss = &store.StreamLoss{Slot: d.wal.Slot, From: uint64(from), To: uint64(to), At: recreated.Time,
+				Reason: "the slot was lost and recreated"}
+			if lostConfirmed.Valid {
+				s.LastLoss.LastConfirm = lostConfirmed.Time
+			}
+		}
 	}
 	return s, nil
 }

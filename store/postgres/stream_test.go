@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -776,5 +777,80 @@ func TestStreamDeferredEmit(t *testing.T) {
 			ev.Row.Invalid != "" || ev.Captured || !ev.NotBefore.Equal(w.notBefore) {
 			t.Errorf("event %d: %+v, not before %s; want id %s, key %s, not before %s", i, ev.Row, ev.NotBefore, w.id, w.key, w.notBefore)
 		}
+	}
+}
+
+// TestStreamRecreate: StreamRecreate does nothing while the slot is there
+// or after a planned drop (no state), recreates a lost slot once however
+// many relays ask at the same time, reports the loss from the last
+// confirmed position, and records it in the state that StreamStatus reads;
+// the new stream delivers what is emitted after it.
+func TestStreamRecreate(t *testing.T) {
+	t.Parallel()
+	e := openWAL(t, 0)
+	ctx := ctxT(t)
+	if loss, err := e.d.StreamRecreate(ctx, slotCreateTimeout); err != nil || loss != nil {
+		t.Fatalf("recreate a slot that is there: %+v, %v", loss, err)
+	}
+	s := e.open(t, nil)
+	ev := newEmitted("before.loss", "")
+	e.emit(t, e.pool, ev, true, e.prefix())
+	tx := next(t, s)
+	if err := s.Confirm(ctx, tx.End, nil); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close(ctx)
+	waitSlotFree(t, e)
+	if _, err := e.pool.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, e.slot); err != nil {
+		t.Fatal(err)
+	}
+	losses := make(chan *store.StreamLoss, 3)
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			loss, err := e.d.StreamRecreate(ctx, slotCreateTimeout)
+			if err != nil {
+				t.Error(err)
+			}
+			losses <- loss
+		}()
+	}
+	wg.Wait()
+	close(losses)
+	var got []*store.StreamLoss
+	for l := range losses {
+		if l != nil {
+			got = append(got, l)
+		}
+	}
+	if len(got) != 1 {
+		t.Fatalf("%d recreations by 3 concurrent calls, want 1", len(got))
+	}
+	if l := got[0]; l.From != tx.End || l.To < l.From || l.LastConfirm.IsZero() {
+		t.Errorf("loss %+v: want it from the confirmed end %X", l, tx.End)
+	}
+	st, err := e.d.StreamStatus(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.LastLoss == nil || st.LastLoss.From != tx.End {
+		t.Errorf("status loss %+v", st.LastLoss)
+	}
+	s = e.open(t, nil)
+	after := newEmitted("after.loss", "")
+	e.emit(t, e.pool, after, true, e.prefix())
+	wantTx(t, next(t, s), []bool{false}, after)
+	_ = s.Close(ctx)
+	waitSlotFree(t, e)
+	if err := e.d.DropStream(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if loss, err := e.d.StreamRecreate(ctx, slotCreateTimeout); err != nil || loss != nil {
+		t.Errorf("recreate after a planned drop: %+v, %v", loss, err)
+	}
+	if err := e.d.CreateStream(ctx, slotCreateTimeout); err != nil {
+		t.Fatal(err)
 	}
 }

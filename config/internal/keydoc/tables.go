@@ -37,6 +37,7 @@ var tables = []table{
 		{keys: []string{"wal.standby-interval"}, meaning: "how often a standby relay asks for the slot (±20%)"},
 		{keys: []string{"wal.pause-limit"}, def: "%v (half of `wal.sender-timeout`)", meaning: "a relay stopped (SIGSTOP) for longer drops the events it holds unsent when it resumes; below `wal.sender-timeout`"},
 		{keys: []string{"wal.lag-threshold"}, def: "%v (1 GiB)", meaning: "bytes of WAL the slot may pin (to `restart_lsn` or `confirmed_flush_lsn`) before `/readyz` says degraded"},
+		{keys: []string{"wal.on-slot-lost"}, meaning: "what a relay does when the database lost the slot (a failover to a standby without it, an invalidation): `recreate` makes a new one at once, so rows in the outbox table are delivered and new emits work, and logs at ERROR the LSN range of the emits that cannot be recovered (`/readyz` reports `stream_events_lost` for an hour); `stop` keeps the stream failing until `txbox migrate` recreates it"},
 	}},
 	{name: "senders", groups: []group{
 		{typ: "nats", rows: append([]row{

@@ -1,0 +1,137 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/txbox/txbox/store"
+)
+
+// Recreating a lost slot (docs/operations.md, "Failover"). A failover to a
+// standby that has no copy of the slot (PostgreSQL 15/16 never copy one;
+// 17+ copies only a failover slot that was synced), or an invalidation by
+// max_slot_wal_keep_size, leaves the stream's state row without its slot.
+// The relay (database.wal.on-slot-lost: recreate) and txbox migrate then
+// make a new slot: the rows in the outbox table are delivered (the new
+// slot's snapshot hands them to the poller), the events emitted since the
+// last confirm are not (they were in WAL no slot decodes), and the state
+// row records that range for status, health and the operator.
+
+var _ interface {
+	StreamRecreate(context.Context, time.Duration) (*store.StreamLoss, error)
+} = (*Driver)(nil)
+
+// streamLockSQL takes the lock that serializes recreating the slot with
+// other relays doing the same and with DropStream: whoever comes second
+// finds the slot there, or the state gone, and does nothing.
+const streamLockSQL = `SELECT pg_advisory_lock(hashtext('txbox wal slot ' || $1))`
+
+// StreamRecreate recreates the slot when its state row is there and the
+// slot is missing or invalidated (see store.Streamer); it returns nil, nil
+// when there is nothing to recreate. It must run outside any transaction
+// of the caller (creating a slot waits for every transaction in the
+// cluster that holds a transaction id).
+func (d *Driver) StreamRecreate(ctx context.Context, timeout time.Duration) (*store.StreamLoss, error) {
+	conn, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return nil, translate("recreate stream", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, streamLockSQL, d.wal.Slot); err != nil {
+		return nil, translate("recreate stream: lock", err)
+	}
+	defer func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(uctx, `SELECT pg_advisory_unlock(hashtext('txbox wal slot ' || $1))`, d.wal.Slot); err != nil {
+			conn.Conn().Close(uctx) // the session lock goes with the session
+		}
+	}()
+	loss, err := d.dropLostSlot(ctx, conn.Conn())
+	if err != nil || loss == nil {
+		return nil, err
+	}
+	if err := d.createSlot(ctx, timeout); err != nil {
+		return nil, fmt.Errorf("postgres: recreate stream: %w", err)
+	}
+	var to string
+	var at time.Time
+	err = conn.QueryRow(ctx, `UPDATE `+d.walStateTable()+` w SET recreated_at = now(), lost_from = $2::text::pg_lsn, lost_to = s.confirmed_flush_lsn,
+		lost_confirmed_at = $3
+	FROM pg_replication_slots s WHERE w.slot_name = $1 AND s.slot_name = $1
+	RETURNING w.lost_to::text, w.recreated_at`, d.wal.Slot, pglogrepl.LSN(loss.From).String(), pgtype.Timestamptz{Time: loss.LastConfirm, Valid: !loss.LastConfirm.IsZero()}).Scan(&to, &at)
+	if err != nil {
+		return nil, translate("recreate stream: record the loss", err)
+	}
+	lsn, err := pglogrepl.ParseLSN(to)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: recreate stream: the new slot's start %q: %w", to, err)
+	}
+	loss.To, loss.At = uint64(lsn), at
+	return loss, nil
+}
+
+// dropLostSlot reads the state and the slot with the emit guard locked
+// (a DropStream in progress holds it until it commits), and returns the
+// loss to recreate the slot for: nil when the slot is usable or the state
+// is gone. An invalidated slot is dropped here, under the guard, so that
+// no emit is accepted for it meanwhile; its state row stays for
+// createSlot to overwrite.
+func (d *Driver) dropLostSlot(ctx context.Context, conn *pgx.Conn) (*store.StreamLoss, error) {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return nil, translate("recreate stream", err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, `LOCK TABLE `+d.walGuardTable()+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+		return nil, translate("recreate stream: lock the emit guard", err)
+	}
+	var (
+		confirmed   string
+		confirmedAt pgtype.Timestamptz
+		slotFound   bool
+		walStatus   *string
+		activePID   *int32
+		rowFound    bool
+	)
+	err = tx.QueryRow(ctx, `
+SELECT w.slot_name IS NOT NULL, COALESCE(w.confirmed_lsn::text, '0/0'), w.confirmed_at,
+       s.slot_name IS NOT NULL, s.wal_status, s.active_pid
+FROM (SELECT 1) one
+LEFT JOIN `+d.walStateTable()+` w ON w.slot_name = $1
+LEFT JOIN pg_replication_slots s ON s.slot_name = $1 AND s.database = current_database()`, d.wal.Slot).
+		Scan(&rowFound, &confirmed, &confirmedAt, &slotFound, &walStatus, &activePID)
+	if err != nil {
+		return nil, translate("recreate stream: read the state", err)
+	}
+	invalidated := slotFound && walStatus != nil && *walStatus == "lost"
+	if !rowFound || (slotFound && !invalidated) {
+		return nil, nil
+	}
+	from, err := pglogrepl.ParseLSN(confirmed)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: recreate stream: confirmed_lsn %q: %w", confirmed, err)
+	}
+	loss := &store.StreamLoss{Slot: d.wal.Slot, From: uint64(from), Reason: "the slot does not exist on this server (a failover to a standby without it, or it was dropped)"}
+	if confirmedAt.Valid {
+		loss.LastConfirm = confirmedAt.Time
+	}
+	if invalidated {
+		if activePID != nil {
+			return nil, fmt.Errorf("postgres: recreate stream: the invalidated slot %s is still streamed by backend %d", d.wal.Slot, *activePID)
+		}
+		loss.Reason = "PostgreSQL invalidated the slot (wal_status lost: it needed WAL beyond max_slot_wal_keep_size)"
+		if _, err := tx.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, d.wal.Slot); err != nil {
+			return nil, translate("recreate stream: drop the invalidated slot", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, translate("recreate stream", err)
+	}
+	return loss, nil
+}
