@@ -168,7 +168,7 @@ func childRelay() int {
 		}
 		cfg.Defaults.BatchSize = &n
 	}
-	fenced := &fenceCounter{}
+	fenced := &fenceCounter{paused: paused}
 	cfg.Hooks = append(cfg.Hooks, fenced)
 	r, err := relay.New(cfg)
 	if err != nil {
@@ -209,8 +209,8 @@ func childRelay() int {
 		return fail(err)
 	}
 	if path := os.Getenv(envStats); path != "" {
-		if err := os.WriteFile(path, fmt.Appendf(nil, "fenced=%d finish-errors=%d pauses=%d pause-dropped=%d sent-after-pause=%d\n",
-			fenced.n.Load(), fenced.errs.Load(), pauses, pauseDropped, paused.sent.Load()), 0o600); err != nil {
+		if err := os.WriteFile(path, fmt.Appendf(nil, "fenced=%d finish-errors=%d pauses=%d pause-dropped=%d sent-after-pause=%d stream-sent-after-pause=%d\n",
+			fenced.n.Load(), fenced.errs.Load(), pauses, pauseDropped, paused.sent.Load(), fenced.streamAfter.Load()), 0o600); err != nil {
 			return fail(err)
 		}
 	}
@@ -242,6 +242,9 @@ type pauseCounter struct {
 	sender.Sender
 	resumed atomic.Bool
 	sent    atomic.Int64
+	// lastStop is when the process was last stopped (UnixNano): the last
+	// tick before a late one.
+	lastStop atomic.Int64
 }
 
 // watch notices the resume: a tick 20 ms apart that comes over a second
@@ -253,6 +256,7 @@ func (p *pauseCounter) watch() {
 	for range t.C {
 		now := time.Now()
 		if now.Sub(last) > time.Second {
+			p.lastStop.Store(last.UnixNano())
 			p.resumed.Store(true)
 		}
 		last = now
@@ -272,12 +276,25 @@ func (p *pauseCounter) Send(ctx context.Context, msgs []*sender.Message) error {
 type fenceCounter struct {
 	relay.NopHook
 	n, errs atomic.Int64
+	// streamAfter counts the events of WAL mode's stream batches whose
+	// send began after the process was stopped: a relay resumed from a
+	// pause has lost its stream and must start none (the table pollers'
+	// batches, which deliver rows in the table, are not counted).
+	paused      *pauseCounter
+	streamAfter atomic.Int64
 }
 
 func (f *fenceCounter) OnBatch(ev relay.BatchEvent) {
 	f.n.Add(int64(ev.Fenced))
 	if ev.FinishErr != nil {
 		f.errs.Add(1)
+	}
+	if ev.Claim != relay.ClaimStream || f.paused == nil || !f.paused.resumed.Load() {
+		return
+	}
+	began := time.Now().Add(-ev.FinishDuration - ev.SendDuration)
+	if began.UnixNano() > f.paused.lastStop.Load() {
+		f.streamAfter.Add(int64(ev.Sent + ev.Retried + ev.Failed + ev.Released))
 	}
 }
 

@@ -32,7 +32,7 @@ func (p *poller) deliver(b batch, t ticket, claimStart time.Time) {
 	if p.s.ordering == OrderingKey {
 		inKeyOrder(rows) // relay/ordered.go
 	}
-	ev := BatchEvent{EventType: p.s.eventType, Sender: p.s.senderName, Destination: p.dest}
+	ev := BatchEvent{EventType: p.s.eventType, Sender: p.s.senderName, Destination: p.dest, Claim: p.s.claim}
 	var items []store.OutboxFinishItem
 	if len(rows) == 0 {
 		p.circuit.abandon(t)

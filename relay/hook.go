@@ -63,6 +63,9 @@ type BatchEvent struct {
 	// Destination names the destination on that sender the type's route
 	// resolves to (as in CircuitEvent); empty for a route naming none.
 	Destination string
+	// Claim is where the batch came from: the type's claim mode, or
+	// ClaimStream for a batch of WAL mode's stream.
+	Claim ClaimMode
 	// Sent counts acknowledged messages.
 	Sent int
 	// Retried counts messages scheduled for another attempt: rejected, or

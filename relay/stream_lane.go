@@ -304,8 +304,14 @@ func (b *streamBatch) Rows() []*store.OutboxRow { return b.rows }
 
 // sendContext ends when the batch's session is lost: whatever is still
 // unsent then stays so (an ordered batch stops between its waves), for
-// the relay that holds the stream now.
-func (b *streamBatch) sendContext() context.Context { return b.items[0].s.lostCtx }
+// the relay that holds the stream now. It checks for a pause first: a
+// batch taken just before the process was stopped must not be sent when
+// it resumes, before the pause watch has ticked.
+func (b *streamBatch) sendContext() context.Context {
+	ss := b.items[0].s
+	b.l.src.checkPause(ss)
+	return ss.lostCtx
+}
 
 // settled is one event of a finished batch and its outcome.
 type settled struct {
