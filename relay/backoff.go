@@ -80,7 +80,7 @@ var errorBackoff = backoff.Policy{Initial: DefaultErrorBackoff, Multiplier: 2, M
 // first retry comes soon; the waits grow only while the fresh
 // connections fail too, and stay at most a second, so that the relay is
 // back within about a second of a promotion (docs/operations.md,
-// "Failover"). While the database is down each retrying loop dials once
+// "Database failover"). While the database is down each retrying loop dials once
 // a second: a refused connection, or a standby's check of
 // target_session_attrs.
 var connLostBackoff = backoff.Policy{Initial: DefaultErrorBackoff, Multiplier: 2, Max: time.Second, Jitter: 0.2}

@@ -26,12 +26,11 @@ var listenLostBackoff = backoff.Policy{Initial: 100 * time.Millisecond, Multipli
 // (opened from the pool's connection config, never borrowed from the pool,
 // so a long wait cannot starve it) and calls wake with the event type of
 // every notification. On connection loss it reconnects with exponential
-// backoff (at most a second while the connection is lost, see
-// store.ErrConnectionLost; a lost LISTEN connection also resets the
-// pool, as any lost connection does). wake runs on the listener's
-// goroutine and should return
-// quickly (signal a channel, do not poll from it). It returns ctx.Err()
-// when ctx ends. See store.Waker.
+// backoff: at most a second while the connection is lost
+// (store.ErrConnectionLost), which also resets the pool, as any lost
+// connection does. wake runs on the listener's goroutine and should
+// return quickly (signal a channel, do not poll from it). It returns
+// ctx.Err() when ctx ends. See store.Waker.
 func (d *Driver) OutboxListen(ctx context.Context, wake func(eventType string)) error {
 	failures := backoff.Streak{Policy: listenBackoff}
 	lost := backoff.Streak{Policy: listenLostBackoff}
