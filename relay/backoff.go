@@ -1,9 +1,11 @@
 package relay
 
 import (
+	"errors"
 	"time"
 
 	"github.com/txbox/txbox/internal/backoff"
+	"github.com/txbox/txbox/store"
 )
 
 // Defaults of the retry backoff settings.
@@ -70,3 +72,48 @@ func (b resolvedBackoff) policy() backoff.Policy {
 // errorBackoff is the wait after database errors in a row: a poller's
 // failed claims, the wake-up listener's restarts.
 var errorBackoff = backoff.Policy{Initial: DefaultErrorBackoff, Multiplier: 2, Max: DefaultErrorMaxBackoff}
+
+// connLostBackoff is the wait after database errors in a row that lost
+// the connection (store.ErrConnectionLost), instead of errorBackoff: the
+// driver has already dropped its stale pooled connections, so the next
+// attempt dials afresh and a multi-host DSN finds the new primary. The
+// first retry comes soon; the waits grow only while the fresh
+// connections fail too, and stay at most a second, so that the relay is
+// back within about a second of a promotion (docs/operations.md,
+// "Database failover"). While the database is down each retrying loop dials once
+// a second: a refused connection, or a standby's check of
+// target_session_attrs.
+var connLostBackoff = backoff.Policy{Initial: DefaultErrorBackoff, Multiplier: 2, Max: time.Second, Jitter: 0.2}
+
+// dbRetry is the wait after database errors in a row: connLostBackoff
+// for lost connections, errorBackoff for the others, each growing with
+// its own kind's failures since the last success. The zero value is not
+// ready: use newDBRetry. A dbRetry is not safe for concurrent use.
+type dbRetry struct {
+	errs, lost backoff.Streak
+}
+
+func newDBRetry() dbRetry {
+	return dbRetry{errs: backoff.Streak{Policy: errorBackoff}, lost: backoff.Streak{Policy: connLostBackoff}}
+}
+
+// next counts the failure err and returns the wait before the retry.
+func (r *dbRetry) next(err error) time.Duration {
+	if errors.Is(err, store.ErrConnectionLost) {
+		return r.lost.Next()
+	}
+	return r.errs.Next()
+}
+
+// repeatedLoss reports whether err is a lost connection after another:
+// the driver logged the loss already, and logs when the database is
+// back.
+func (r *dbRetry) repeatedLoss(err error) bool {
+	return errors.Is(err, store.ErrConnectionLost) && r.lost.Len() > 1
+}
+
+// reset forgets the failures after a success.
+func (r *dbRetry) reset() {
+	r.errs.Reset()
+	r.lost.Reset()
+}

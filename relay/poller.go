@@ -89,8 +89,8 @@ type poller struct {
 	sending map[uint64]time.Time
 	sends   uint64
 	// claimErrs are the failed claims in a row: the wait after each
-	// (errorBackoff).
-	claimErrs backoff.Streak
+	// (errorBackoff, or connLostBackoff after a lost connection).
+	claimErrs dbRetry
 	// fenceCuts are the claims in a row that the ordering fence cut: the
 	// wait after each (fenceBackoff, relay/ordered.go).
 	fenceCuts backoff.Streak
@@ -109,7 +109,7 @@ func newPoller(deps pollerDeps, s *settings) *poller {
 		againC:  make(chan struct{}, 1),
 		slots:   make(chan struct{}, s.inFlight),
 
-		claimErrs: backoff.Streak{Policy: errorBackoff},
+		claimErrs: newDBRetry(),
 		fenceCuts: backoff.Streak{Policy: fenceBackoff},
 	}
 	p.claimBatch = p.leaseClaim
@@ -379,9 +379,13 @@ func (p *poller) claimFailed(err error) time.Duration {
 	defer p.mu.Unlock()
 	p.lastPoll = time.Now()
 	p.lastErr = err.Error()
-	d := p.claimErrs.Next()
+	d := p.claimErrs.next(err)
 	p.delay = d
-	p.log.Warn("claim failed; backing off", slog.Any("error", err), slog.Duration("retry_in", d))
+	lvl := slog.LevelWarn
+	if p.claimErrs.repeatedLoss(err) {
+		lvl = slog.LevelDebug // once a second while the database is down
+	}
+	p.log.Log(context.Background(), lvl, "claim failed; backing off", slog.Any("error", err), slog.Duration("retry_in", d))
 	return d
 }
 
@@ -390,7 +394,7 @@ func (p *poller) claimSucceeded() {
 	defer p.mu.Unlock()
 	p.lastPoll = time.Now()
 	p.lastErr = ""
-	p.claimErrs.Reset()
+	p.claimErrs.reset()
 }
 
 // emitPoll reports a claim to the hooks, and to the log at debug level

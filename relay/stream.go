@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/store"
 )
 
@@ -339,14 +338,14 @@ func (s *streamSource) healthSnapshot() *StreamHealth {
 func (s *streamSource) runSessions() {
 	defer s.r.wg.Done()
 	ctx := s.r.runCtx
-	errs := backoff.Streak{Policy: errorBackoff}
+	errs := newDBRetry()
 	for ctx.Err() == nil {
 		st, err := s.streamer.OpenStream(ctx, &store.StreamOptions{StatusInterval: s.cfg.StatusInterval, Window: s.cfg.Window})
 		switch {
 		case err == nil:
 		case errors.Is(err, store.ErrStreamBusy):
 			s.setState(StreamStandby, "")
-			errs.Reset()
+			errs.reset()
 			s.sleep(ctx, jitter(s.cfg.StandbyInterval))
 			continue
 		default:
@@ -354,10 +353,10 @@ func (s *streamSource) runSessions() {
 				return
 			}
 			if errors.Is(err, store.ErrStreamLost) && s.cfg.OnSlotLost == SlotLostRecreate && s.recreate(ctx) {
-				errs.Reset()
+				errs.reset()
 				continue
 			}
-			wait := errs.Next()
+			wait := errs.next(err)
 			lvl := slog.LevelWarn
 			if errors.Is(err, store.ErrStreamLost) {
 				lvl = slog.LevelError
@@ -367,13 +366,13 @@ func (s *streamSource) runSessions() {
 			s.sleep(ctx, wait)
 			continue
 		}
-		errs.Reset()
+		errs.reset()
 		s.setState(StreamStreaming, "")
 		s.log.Info("streaming")
 		if err := s.stream(ctx, st); err != nil && ctx.Err() == nil {
 			s.log.Warn("stream ended; reopening", slog.Any("error", err))
 			s.setState(StreamFailing, err.Error())
-			s.sleep(ctx, errs.Next())
+			s.sleep(ctx, errs.next(err))
 		}
 	}
 }

@@ -22,7 +22,7 @@ func (d *Driver) DeadLetterMove(ctx context.Context, params *store.DeadLetterMov
 	}
 	var n int64
 	if err := d.pool.QueryRow(ctx, d.q.dlMove, params.Limit).Scan(&n); err != nil {
-		return 0, translate("dead-letter move", err)
+		return 0, d.translate("dead-letter move", err)
 	}
 	return int(n), nil
 }
@@ -86,11 +86,11 @@ func (d *Driver) DeadLetterList(ctx context.Context, params *store.DeadLetterLis
 	}
 	rows, err := d.pool.Query(ctx, d.q.dlList, args...)
 	if err != nil {
-		return nil, translate("dead-letter list", err)
+		return nil, d.translate("dead-letter list", err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*store.DeadLetter, error) { return scanDeadLetter(row, false) })
 	if err != nil {
-		return nil, translate("dead-letter list", err)
+		return nil, d.translate("dead-letter list", err)
 	}
 	return out, nil
 }
@@ -104,7 +104,7 @@ func (d *Driver) DeadLetterListIDs(ctx context.Context, params *store.DeadLetter
 	}
 	rows, err := d.pool.Query(ctx, d.q.dlListIDs, args...)
 	if err != nil {
-		return nil, translate("dead-letter list ids", err)
+		return nil, d.translate("dead-letter list ids", err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.DeadLetterEntry, error) {
 		var e store.DeadLetterEntry
@@ -112,7 +112,7 @@ func (d *Driver) DeadLetterListIDs(ctx context.Context, params *store.DeadLetter
 		return e, err
 	})
 	if err != nil {
-		return nil, translate("dead-letter list ids", err)
+		return nil, d.translate("dead-letter list ids", err)
 	}
 	return out, nil
 }
@@ -151,7 +151,7 @@ func (d *Driver) DeadLetterCount(ctx context.Context, filter *store.DeadLetterFi
 	}
 	var n int64
 	if err := d.pool.QueryRow(ctx, d.q.dlCount, filterArgs(filter)...).Scan(&n); err != nil {
-		return 0, translate("dead-letter count", err)
+		return 0, d.translate("dead-letter count", err)
 	}
 	return n, nil
 }
@@ -161,7 +161,7 @@ func (d *Driver) DeadLetterCount(ctx context.Context, filter *store.DeadLetterFi
 func (d *Driver) DeadLetterGet(ctx context.Context, id txbox.ID) (*store.DeadLetter, error) {
 	dl, err := scanDeadLetter(d.pool.QueryRow(ctx, d.q.dlGet, pgUUID(id)), true)
 	if err != nil {
-		return nil, translate("dead-letter get", err)
+		return nil, d.translate("dead-letter get", err)
 	}
 	return dl, nil
 }
@@ -174,7 +174,7 @@ func (d *Driver) DeadLetterRetry(ctx context.Context, ids []txbox.ID) (int, erro
 	}
 	var n int64
 	if err := d.pool.QueryRow(ctx, d.q.dlRetry, pgUUIDs(ids)).Scan(&n); err != nil {
-		return 0, translate("dead-letter retry", err)
+		return 0, d.translate("dead-letter retry", err)
 	}
 	return int(n), nil
 }
@@ -195,7 +195,7 @@ func (d *Driver) execIDs(ctx context.Context, op, query string, ids []txbox.ID) 
 	}
 	tag, err := d.pool.Exec(ctx, query, pgUUIDs(ids))
 	if err != nil {
-		return 0, translate(op, err)
+		return 0, d.translate(op, err)
 	}
 	return int(tag.RowsAffected()), nil
 }
@@ -208,7 +208,7 @@ func (d *Driver) DeadLetterCleanup(ctx context.Context, params *store.CleanupPar
 	}
 	tag, err := d.pool.Exec(ctx, d.q.dlCleanup, params.OlderThan.Microseconds(), params.Limit)
 	if err != nil {
-		return 0, translate("dead-letter cleanup", err)
+		return 0, d.translate("dead-letter cleanup", err)
 	}
 	return int(tag.RowsAffected()), nil
 }

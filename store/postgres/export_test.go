@@ -31,3 +31,6 @@ func (d *Driver) checkStreamForTest(ctx context.Context) (*streamStart, error) {
 	}
 	return &streamStart{nsp: nsp, rel: rel}, nil
 }
+
+// Resets is how many times d reset its pool after a lost connection.
+func Resets(d *Driver) int { return d.watch.resetCount() }

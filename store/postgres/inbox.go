@@ -21,11 +21,14 @@ var _ store.Inbox = (*Driver)(nil)
 
 // inboxTx is the store.InboxTx of the PostgreSQL driver: a pgx.Tx from the
 // driver's pool.
-type inboxTx struct{ tx pgx.Tx }
+type inboxTx struct {
+	tx pgx.Tx
+	d  *Driver
+}
 
 func (t inboxTx) Native() any { return t.tx }
 func (t inboxTx) Commit(ctx context.Context) error {
-	return translate("inbox commit", t.tx.Commit(ctx))
+	return t.d.translate("inbox commit", t.tx.Commit(ctx))
 }
 func (t inboxTx) Rollback(ctx context.Context) error { return rollbackErr(t.tx.Rollback(ctx)) }
 
@@ -44,9 +47,9 @@ func rollbackErr(err error) error {
 func (d *Driver) InboxBegin(ctx context.Context) (store.InboxTx, error) {
 	tx, err := d.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
-		return nil, translate("inbox begin", err)
+		return nil, d.translate("inbox begin", err)
 	}
-	return inboxTx{tx: tx}, nil
+	return inboxTx{tx: tx, d: d}, nil
 }
 
 // queryer is the part of *sql.Tx (and ORM transactions) InboxRecord needs:
@@ -82,12 +85,12 @@ func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRec
 	if ex.native() {
 		rows, err := ex.pgx.Query(ctx, d.q.inboxRecordNative, params.Consumer, ids)
 		if err != nil {
-			return nil, recordErr(err)
+			return nil, d.recordErr(err)
 		}
 		var id uuid.UUID
 		_, err = pgx.ForEachRow(rows, []any{&id}, func() error { fresh[id] = true; return nil })
 		if err != nil {
-			return nil, recordErr(err)
+			return nil, d.recordErr(err)
 		}
 	} else {
 		q, ok := ex.std.(queryer)
@@ -96,13 +99,13 @@ func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRec
 		}
 		rows, err := q.QueryContext(ctx, d.q.inboxRecordText, params.Consumer, uuidArrayText(ids))
 		if err != nil {
-			return nil, recordErr(err)
+			return nil, d.recordErr(err)
 		}
 		defer rows.Close()
 		for rows.Next() {
 			var s string
 			if err := rows.Scan(&s); err != nil {
-				return nil, translate("inbox record", err)
+				return nil, d.translate("inbox record", err)
 			}
 			id, err := uuid.Parse(s)
 			if err != nil {
@@ -111,7 +114,7 @@ func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRec
 			fresh[id] = true
 		}
 		if err := rows.Err(); err != nil {
-			return nil, recordErr(err)
+			return nil, d.recordErr(err)
 		}
 	}
 	return store.InputOrder(params.IDs, fresh), nil
@@ -120,12 +123,12 @@ func (d *Driver) InboxRecord(ctx context.Context, tx any, params *store.InboxRec
 // recordErr marks deadlocks and serialization failures (a caller's
 // REPEATABLE READ or SERIALIZABLE transaction) as store.ErrTxConflict, by
 // SQLSTATE.
-func recordErr(err error) error {
+func (d *Driver) recordErr(err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001") {
 		return fmt.Errorf("postgres: inbox record: %w: %w", store.ErrTxConflict, err)
 	}
-	return translate("inbox record", err)
+	return d.translate("inbox record", err)
 }
 
 // InboxCleanup deletes up to Limit ids recorded more than OlderThan ago, on
@@ -136,7 +139,7 @@ func (d *Driver) InboxCleanup(ctx context.Context, params *store.CleanupParams) 
 	}
 	tag, err := d.pool.Exec(ctx, d.q.inboxCleanup, params.OlderThan.Microseconds(), params.Limit)
 	if err != nil {
-		return 0, translate("inbox cleanup", err)
+		return 0, d.translate("inbox cleanup", err)
 	}
 	return int(tag.RowsAffected()), nil
 }

@@ -103,7 +103,7 @@ func (d *Driver) OutboxFenceHolder(ctx context.Context) (*store.FenceHolder, err
 		return nil, nil
 	}
 	if err != nil {
-		return nil, translate("fence holder", err)
+		return nil, d.translate("fence holder", err)
 	}
 	h.XID, h.Age = uint64(xid), time.Duration(age*float64(time.Second)).Round(time.Millisecond)
 	return &h, nil
@@ -114,7 +114,7 @@ func (d *Driver) OutboxFenceHolder(ctx context.Context) (*store.FenceHolder, err
 func (d *Driver) OutboxInspect(ctx context.Context) ([]*store.OutboxTypeDetail, error) {
 	rows, err := d.pool.Query(ctx, d.q.inspectGroups)
 	if err != nil {
-		return nil, translate("inspect", err)
+		return nil, d.translate("inspect", err)
 	}
 	var acc inspect.Acc
 	err = acc.AddGroups(rows, func(g *inspect.Group) error {
@@ -125,15 +125,15 @@ func (d *Driver) OutboxInspect(ctx context.Context) ([]*store.OutboxTypeDetail, 
 	})
 	rows.Close()
 	if err != nil {
-		return nil, translate("inspect", err)
+		return nil, d.translate("inspect", err)
 	}
 	rows, err = d.pool.Query(ctx, d.q.inspectLastError)
 	if err != nil {
-		return nil, translate("inspect", err)
+		return nil, d.translate("inspect", err)
 	}
 	defer rows.Close()
 	if err := acc.AddLastErrors(rows); err != nil {
-		return nil, translate("inspect", err)
+		return nil, d.translate("inspect", err)
 	}
 	return acc.Result(), nil
 }
@@ -146,14 +146,14 @@ func (d *Driver) DeadLetterParkedKeys(ctx context.Context, params *store.ParkedK
 	}
 	rows, err := d.pool.Query(ctx, d.q.parkedKeys, params.EventType, params.Limit)
 	if err != nil {
-		return nil, translate("parked keys", err)
+		return nil, d.translate("parked keys", err)
 	}
 	defer rows.Close()
 	out, err := inspect.ScanAll(rows, func(p *store.ParkedKey) error {
 		return rows.Scan(&p.EventType, &p.Key, uuidDest{&p.DeadLetterID}, &p.FailedAt, &p.LastError, &p.DeadLetters, &p.Waiting)
 	})
 	if err != nil {
-		return nil, translate("parked keys", err)
+		return nil, d.translate("parked keys", err)
 	}
 	return out, nil
 }
@@ -166,14 +166,14 @@ func (d *Driver) InstanceHeartbeat(ctx context.Context, params *store.InstanceHe
 	}
 	_, err := d.pool.Exec(ctx, d.q.instanceBeat, store.SanitizeText(params.ID), store.SanitizeText(params.Info),
 		float64(params.TTL.Microseconds()), float64(store.InstanceForgetAfter.Microseconds()))
-	return translate("heartbeat", err)
+	return d.translate("heartbeat", err)
 }
 
 // InstanceList lists the heartbeat rows, most recently seen first.
 func (d *Driver) InstanceList(ctx context.Context) ([]*store.Instance, error) {
 	rows, err := d.pool.Query(ctx, d.q.instanceList)
 	if err != nil {
-		return nil, translate("instances", err)
+		return nil, d.translate("instances", err)
 	}
 	defer rows.Close()
 	out, err := inspect.ScanAll(rows, func(in *store.Instance) error {
@@ -183,7 +183,7 @@ func (d *Driver) InstanceList(ctx context.Context) ([]*store.Instance, error) {
 		return err
 	})
 	if err != nil {
-		return nil, translate("instances", err)
+		return nil, d.translate("instances", err)
 	}
 	return out, nil
 }
@@ -191,5 +191,5 @@ func (d *Driver) InstanceList(ctx context.Context) ([]*store.Instance, error) {
 // InstanceRemove deletes the instance's heartbeat row.
 func (d *Driver) InstanceRemove(ctx context.Context, id string) error {
 	_, err := d.pool.Exec(ctx, d.q.instanceRemove, store.SanitizeText(id))
-	return translate("instance remove", err)
+	return d.translate("instance remove", err)
 }

@@ -37,7 +37,7 @@ func (d *Driver) LeaseAcquire(ctx context.Context, params *store.LeaseParams) (b
 		return false, nil
 	}
 	if err != nil {
-		return false, translate("lease acquire", err)
+		return false, d.translate("lease acquire", err)
 	}
 	return true, nil
 }
@@ -48,7 +48,7 @@ func (d *Driver) LeaseRelease(ctx context.Context, params *store.LeaseParams) er
 		return err
 	}
 	if _, err := d.pool.Exec(ctx, d.q.leaseRelease, store.SanitizeText(params.Name), store.SanitizeText(params.Holder)); err != nil {
-		return translate("lease release", err)
+		return d.translate("lease release", err)
 	}
 	return nil
 }

@@ -2,35 +2,62 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txbox/txbox/internal/backoff"
+	"github.com/txbox/txbox/store"
 )
 
 // listenBackoff is the wait of the listener's reconnect loop after each
 // failure since it was last connected: 100ms doubling up to 10s.
 var listenBackoff = backoff.Policy{Initial: 100 * time.Millisecond, Multiplier: 2, Max: 10 * time.Second}
 
+// listenLostBackoff replaces listenBackoff while the failures are lost
+// connections (store.ErrConnectionLost): a failover, whose new primary
+// the listener should find within about a second, since the wake-ups of
+// the events published meanwhile go to it.
+var listenLostBackoff = backoff.Policy{Initial: 100 * time.Millisecond, Multiplier: 2, Max: time.Second}
+
 // OutboxListen LISTENs on the driver's channel on one dedicated connection
 // (opened from the pool's connection config, never borrowed from the pool,
 // so a long wait cannot starve it) and calls wake with the event type of
 // every notification. On connection loss it reconnects with exponential
-// backoff. wake runs on the listener's goroutine and should return
-// quickly (signal a channel, do not poll from it). It returns ctx.Err()
-// when ctx ends. See store.Waker.
+// backoff: at most a second while the connection is lost
+// (store.ErrConnectionLost), which also resets the pool, as any lost
+// connection does. wake runs on the listener's goroutine and should
+// return quickly (signal a channel, do not poll from it). It returns
+// ctx.Err() when ctx ends. See store.Waker.
 func (d *Driver) OutboxListen(ctx context.Context, wake func(eventType string)) error {
 	failures := backoff.Streak{Policy: listenBackoff}
+	lost := backoff.Streak{Policy: listenLostBackoff}
+	connected := func() {
+		failures.Reset()
+		lost.Reset()
+	}
 	for {
-		err := d.listenOnce(ctx, wake, failures.Reset)
+		err := d.listenOnce(ctx, wake, connected)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		wait := failures.Next()
+		err = d.seen(lostErr(err))
+		lvl := slog.LevelWarn
+		var wait time.Duration
+		if errors.Is(err, store.ErrConnectionLost) {
+			wait = lost.Next()
+			if lost.Len() > 1 {
+				// The driver said the database was lost, and will say
+				// when it is back: one line per second would add nothing.
+				lvl = slog.LevelDebug
+			}
+		} else {
+			wait = failures.Next()
+		}
 		// pgconn's errors name host, user and database, never the password.
-		d.logger.Warn("txbox postgres listener lost its connection; reconnecting",
+		d.logger.Log(ctx, lvl, "txbox postgres listener lost its connection; reconnecting",
 			slog.Any("error", err), slog.Duration("backoff", wait), slog.String("channel", d.channel))
 		t := time.NewTimer(wait)
 		select {

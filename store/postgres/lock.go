@@ -42,7 +42,7 @@ func (d *Driver) OutboxLock(ctx context.Context, params *store.OutboxClaimParams
 	}
 	conn, err := d.pool.Acquire(ctx)
 	if err != nil {
-		return nil, translate("lock claim", err)
+		return nil, d.translate("lock claim", err)
 	}
 	bound := strconv.FormatInt(max(params.LeaseDuration.Milliseconds(), 1), 10)
 	b := &pgx.Batch{}
@@ -52,7 +52,7 @@ func (d *Driver) OutboxLock(ctx context.Context, params *store.OutboxClaimParams
 	br := conn.SendBatch(ctx, b)
 	rows, err := d.lockRead(br, c)
 	if cerr := br.Close(); err == nil && cerr != nil {
-		err = translate("lock claim", cerr)
+		err = d.translate("lock claim", cerr)
 	}
 	lb := &lockedBatch{d: d, conn: conn, rows: rows, cur: c.cur}
 	if err != nil {
@@ -70,12 +70,12 @@ func (d *Driver) OutboxLock(ctx context.Context, params *store.OutboxClaimParams
 func (d *Driver) lockRead(br pgx.BatchResults, c *claimCall) ([]*store.OutboxRow, error) {
 	for range 2 {
 		if _, err := br.Exec(); err != nil {
-			return nil, translate("lock claim", err)
+			return nil, d.translate("lock claim", err)
 		}
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, translate("lock claim", err)
+		return nil, d.translate("lock claim", err)
 	}
 	return c.scan(rows)
 }
@@ -111,13 +111,13 @@ func (b *lockedBatch) Finish(ctx context.Context, params *store.OutboxFinishPara
 	if f.args != nil {
 		if err := b.conn.QueryRow(ctx, b.d.q.lockFinish, f.args...).Scan(&finished); err != nil {
 			b.end(ctx, false)
-			return nil, translate("lock finish", err)
+			return nil, b.d.translate("lock finish", err)
 		}
 	}
 	if len(failed) > 0 {
 		if _, err := b.conn.Exec(ctx, b.d.q.lockDLMove, pgUUIDs(failed)); err != nil {
 			b.end(ctx, false)
-			return nil, translate("lock finish (dead-letter)", err)
+			return nil, b.d.translate("lock finish (dead-letter)", err)
 		}
 	}
 	if err := b.end(ctx, true); err != nil {
@@ -168,7 +168,7 @@ func (b *lockedBatch) end(ctx context.Context, commit bool) error {
 		b.cur.rolledBack()
 	}
 	if err != nil {
-		return translate("lock "+stmt, err)
+		return b.d.translate("lock "+stmt, err)
 	}
 	return nil
 }

@@ -90,35 +90,35 @@ func (d *Driver) Migrate(ctx context.Context) error {
 	}
 	tx, err := d.pool.Begin(ctx)
 	if err != nil {
-		return translate("migrate", err)
+		return d.translate("migrate", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 
 	sv := d.table(d.tables.SchemaVersion)
 	if _, err := tx.Exec(ctx, d.q.migrateLock, "txbox:migrate:"+sv); err != nil {
-		return translate("migrate: lock", err)
+		return d.translate("migrate: lock", err)
 	}
 	if d.tables.Schema != "" {
 		if _, err := tx.Exec(ctx, d.q.createSchema); err != nil {
-			return translate("migrate: create schema", err)
+			return d.translate("migrate: create schema", err)
 		}
 	}
 	if _, err := tx.Exec(ctx, d.q.schemaVersionCreate); err != nil {
-		return translate("migrate: version table", err)
+		return d.translate("migrate: version table", err)
 	}
 	var current int
 	if err := tx.QueryRow(ctx, d.q.schemaVersionMax).Scan(&current); err != nil {
-		return translate("migrate: read version", err)
+		return d.translate("migrate: read version", err)
 	}
 	if current > len(migs) {
 		return fmt.Errorf("postgres: migrate: database is at schema version %d, newer than this build's %d", current, len(migs))
 	}
 	for _, m := range migs[current:] {
 		if _, err := tx.Exec(ctx, m.SQL, pgx.QueryExecModeSimpleProtocol); err != nil {
-			return translate(fmt.Sprintf("migrate: version %d (%s)", m.Version, m.Name), err)
+			return d.translate(fmt.Sprintf("migrate: version %d (%s)", m.Version, m.Name), err)
 		}
 		if _, err := tx.Exec(ctx, d.q.schemaVersionInsert, m.Version, m.Name); err != nil {
-			return translate("migrate: record version", err)
+			return d.translate("migrate: record version", err)
 		}
 	}
 	if d.notifyTrigger {
@@ -127,7 +127,7 @@ func (d *Driver) Migrate(ctx context.Context) error {
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return translate("migrate: commit", err)
+		return d.translate("migrate: commit", err)
 	}
 	return nil
 }
@@ -164,7 +164,7 @@ func (d *Driver) hasNotifyTrigger(ctx context.Context, q queryRower) (bool, erro
 	err := q.QueryRow(ctx, `SELECT count(*) FROM pg_trigger WHERE tgrelid = $1::regclass AND tgname = $2`,
 		d.table(d.tables.Outbox), d.prefix+notifyTriggerName).Scan(&n)
 	if err != nil {
-		return false, translate("notify trigger: look up", err)
+		return false, d.translate("notify trigger: look up", err)
 	}
 	return n > 0, nil
 }
@@ -179,7 +179,7 @@ func (d *Driver) createNotifyTrigger(ctx context.Context, tx pgx.Tx) error {
 		return err
 	}
 	if _, err := tx.Exec(ctx, d.NotifyTriggerSQL()); err != nil {
-		return translate("migrate: create notify trigger", err)
+		return d.translate("migrate: create notify trigger", err)
 	}
 	return nil
 }
@@ -195,7 +195,7 @@ func (d *Driver) SchemaVersion(ctx context.Context) (int, error) {
 	var v int
 	err := d.pool.QueryRow(ctx, d.q.schemaVersionMax).Scan(&v)
 	if err != nil {
-		return 0, translate("schema version", err)
+		return 0, d.translate("schema version", err)
 	}
 	return v, nil
 }

@@ -85,7 +85,7 @@ func (d *Driver) OutboxInsert(ctx context.Context, tx any, params *store.OutboxI
 		args = append(args, d.channel)
 	}
 	if _, err := ex.exec(ctx, query, args...); err != nil {
-		return translate("insert", err)
+		return d.translate("insert", err)
 	}
 	return nil
 }
@@ -178,11 +178,11 @@ func (d *Driver) copyInsert(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, typ
 		}
 	}
 	if _, err := tx.CopyFrom(ctx, d.copyTable, copyColumns, pgx.CopyFromRows(rows)); err != nil {
-		return translate("insert (copy)", err)
+		return d.translate("insert (copy)", err)
 	}
 	if notify {
 		if _, err := tx.Exec(ctx, d.q.notify, d.channel, distinct); err != nil {
-			return translate("insert (notify)", err)
+			return d.translate("insert (notify)", err)
 		}
 	}
 	return nil
@@ -285,7 +285,7 @@ func (d *Driver) OutboxClaim(ctx context.Context, params *store.OutboxClaimParam
 	}
 	rows, err := d.pool.Query(ctx, c.query, c.args...)
 	if err != nil {
-		return nil, translate("claim", err)
+		return nil, d.translate("claim", err)
 	}
 	return c.scan(rows)
 }
@@ -397,7 +397,7 @@ func (c *claimCall) scan(rows pgx.Rows) ([]*store.OutboxRow, error) {
 		r.LeaseToken, r.EventType = c.token, c.eventType
 		var due time.Time
 		if err := rows.Scan(uuidDest{&r.ID}, nil, &r.Key, &r.Payload, &headers, &r.Attempts, &r.CreatedAt, &due); err != nil {
-			return nil, translate("claim", err)
+			return nil, c.d.translate("claim", err)
 		}
 		// The claim has committed: a row that cannot be turned into a
 		// message must not fail the batch (it would stay IN_PROCESS and
@@ -410,7 +410,7 @@ func (c *claimCall) scan(rows pgx.Rows) ([]*store.OutboxRow, error) {
 		out = append(out, claimed{r, due})
 	}
 	if err := rows.Err(); err != nil {
-		return nil, translate("claim", err)
+		return nil, c.d.translate("claim", err)
 	}
 	sortClaimed(out, func(x claimed) (time.Time, txbox.ID) { return x.due, x.row.ID })
 	res := make([]*store.OutboxRow, len(out))
@@ -468,7 +468,7 @@ func (c *claimCall) scanOrdered(rows pgx.Rows) ([]*store.OutboxRow, error) {
 			seq      int64
 		)
 		if err := rows.Scan(&isMarker, uuidDest{&r.ID}, &r.EventType, &key, &r.Payload, &headers, &r.Attempts, &r.CreatedAt, &due, &seq); err != nil {
-			return nil, translate("claim", err)
+			return nil, c.d.translate("claim", err)
 		}
 		if isMarker {
 			marker, mKey, mID, mCount, mDue, mCut = true, key, r.ID, r.Attempts, due, seq
@@ -484,7 +484,7 @@ func (c *claimCall) scanOrdered(rows pgx.Rows) ([]*store.OutboxRow, error) {
 		out = append(out, claimed{r, due.Time})
 	}
 	if err := rows.Err(); err != nil {
-		return nil, translate("claim", err)
+		return nil, c.d.translate("claim", err)
 	}
 	if !marker {
 		return nil, fmt.Errorf("postgres: claim: the ordered claim returned no cursor row")
@@ -517,7 +517,7 @@ func (d *Driver) OutboxFinish(ctx context.Context, params *store.OutboxFinishPar
 	}
 	var finished int64
 	if err := d.pool.QueryRow(ctx, d.q.finish, f.args...).Scan(&finished); err != nil {
-		return nil, translate("finish", err)
+		return nil, d.translate("finish", err)
 	}
 	return f.result(finished), nil
 }
@@ -580,7 +580,7 @@ func (d *Driver) OutboxRecover(ctx context.Context, params *store.OutboxRecoverP
 	}
 	tag, err := d.pool.Exec(ctx, d.q.recover, params.Limit)
 	if err != nil {
-		return 0, translate("recover", err)
+		return 0, d.translate("recover", err)
 	}
 	return int(tag.RowsAffected()), nil
 }
@@ -589,19 +589,19 @@ func (d *Driver) OutboxRecover(ctx context.Context, params *store.OutboxRecoverP
 func (d *Driver) OutboxPendingTypes(ctx context.Context) ([]string, error) {
 	rows, err := d.pool.Query(ctx, d.q.pendingTypes)
 	if err != nil {
-		return nil, translate("pending types", err)
+		return nil, d.translate("pending types", err)
 	}
 	defer rows.Close()
 	var out []string
 	for rows.Next() {
 		var t string
 		if err := rows.Scan(&t); err != nil {
-			return nil, translate("pending types", err)
+			return nil, d.translate("pending types", err)
 		}
 		out = append(out, t)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, translate("pending types", err)
+		return nil, d.translate("pending types", err)
 	}
 	return out, nil
 }
@@ -610,7 +610,7 @@ func (d *Driver) OutboxPendingTypes(ctx context.Context) ([]string, error) {
 func (d *Driver) OutboxStats(ctx context.Context) ([]*store.OutboxTypeStats, error) {
 	rows, err := d.pool.Query(ctx, d.q.stats)
 	if err != nil {
-		return nil, translate("stats", err)
+		return nil, d.translate("stats", err)
 	}
 	defer rows.Close()
 	byType := map[string]*store.OutboxTypeStats{}
@@ -621,7 +621,7 @@ func (d *Driver) OutboxStats(ctx context.Context) ([]*store.OutboxTypeStats, err
 			ageSec    float64
 		)
 		if err := rows.Scan(&typ, &kind, &count, &ageSec); err != nil {
-			return nil, translate("stats", err)
+			return nil, d.translate("stats", err)
 		}
 		s := byType[typ]
 		if s == nil {
@@ -639,7 +639,7 @@ func (d *Driver) OutboxStats(ctx context.Context) ([]*store.OutboxTypeStats, err
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, translate("stats", err)
+		return nil, d.translate("stats", err)
 	}
 	out := make([]*store.OutboxTypeStats, 0, len(byType))
 	for _, s := range byType {
@@ -656,7 +656,7 @@ func (d *Driver) OutboxCleanup(ctx context.Context, params *store.CleanupParams)
 	}
 	tag, err := d.pool.Exec(ctx, d.q.cleanup, params.OlderThan.Microseconds(), params.Limit)
 	if err != nil {
-		return 0, translate("outbox cleanup", err)
+		return 0, d.translate("outbox cleanup", err)
 	}
 	return int(tag.RowsAffected()), nil
 }

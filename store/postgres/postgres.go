@@ -33,8 +33,9 @@ type Config struct {
 	// TablePrefix starts every table name. Defaults to
 	// store.DefaultTablePrefix ("txbox_").
 	TablePrefix string
-	// Logger receives the driver's own diagnostics (listener reconnects).
-	// Defaults to slog.Default().
+	// Logger receives the driver's own diagnostics: listener reconnects,
+	// a lost connection (WARN) and the database reachable again (INFO,
+	// with the host that answered). Defaults to slog.Default().
 	Logger *slog.Logger
 
 	// ClaimLookback bounds the claim's index scan from below at the
@@ -108,6 +109,8 @@ type Driver struct {
 	ordered          pertype.Map[orderedCursor]
 	orderedSQLMu     sync.Mutex
 	orderedSQL       map[orderedKey]string
+	// watch resets the pool when the connection is lost (failover.go).
+	watch *connWatch
 }
 
 var (
@@ -166,6 +169,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Driver, error) {
 		prefix:        prefix,
 		logger:        logger,
 		channel:       channelName(tables),
+		watch:         newConnWatch(pool, logger),
 	}
 	d.q = buildQueries(d)
 	d.spill = buildSpillQueries(d)
@@ -179,8 +183,13 @@ func New(pool *pgxpool.Pool, cfg Config) (*Driver, error) {
 // Dialect returns "postgres".
 func (d *Driver) Dialect() string { return Dialect }
 
-// Close does nothing: the pool belongs to the caller.
-func (d *Driver) Close() error { return nil }
+// Close stops the driver's reconnect probe, which runs after a lost
+// connection until the database answers again (it also ends when the
+// pool closes). The pool belongs to the caller: Close leaves it open.
+func (d *Driver) Close() error {
+	d.watch.close()
+	return nil
+}
 
 // Pool returns the pool the driver was built on.
 func (d *Driver) Pool() *pgxpool.Pool { return d.pool }
@@ -334,8 +343,10 @@ var ErrDuplicateID = errors.New("postgres: an event with this id already exists"
 // duplicate id (ErrDuplicateID), a deadlock or serialization failure
 // (store.ErrTxConflict), any other data exception or integrity
 // constraint violation, classes 22 and 23 (store.ErrDataRefused: the
-// same data fails the same way again), and the emit check's errors
-// (*SlotError).
+// same data fails the same way again), the emit check's errors
+// (*SlotError), and a lost connection or a read-only server
+// (store.ErrConnectionLost, see connectionLost). The Driver's method of
+// the same name also resets the pool on a lost connection.
 func translate(op string, err error) error {
 	if err == nil {
 		return nil
@@ -345,6 +356,9 @@ func translate(op string, err error) error {
 	}
 	if errors.Is(err, pgx.ErrNoRows) || errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("postgres: %s: %w", op, txbox.ErrNotFound)
+	}
+	if connectionLost(err) {
+		return fmt.Errorf("postgres: %s: %w: %w", op, store.ErrConnectionLost, err)
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {

@@ -60,9 +60,13 @@ func (d *Driver) OpenStream(ctx context.Context, opts *store.StreamOptions) (sto
 	}
 	start, err := d.checkStream(ctx)
 	if err != nil {
-		return nil, err
+		return nil, d.seen(err)
 	}
-	return d.startStream(ctx, start, o)
+	st, err := d.startStream(ctx, start, o)
+	if err != nil {
+		return nil, d.seen(err)
+	}
+	return st, nil
 }
 
 // startStream connects and starts streaming at start.confirmed.
@@ -75,7 +79,7 @@ func (d *Driver) startStream(ctx context.Context, start *streamStart, o store.St
 	cfg.DialFunc = liveDial(cfg.DialFunc, d.senderTimeout())
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: open stream: replication connection: %w", err)
+		return nil, fmt.Errorf("postgres: open stream: replication connection: %w", lostErr(err))
 	}
 	err = pglogrepl.StartReplication(ctx, conn, d.wal.Slot, pglogrepl.LSN(start.confirmed), pglogrepl.StartReplicationOptions{
 		Mode: pglogrepl.LogicalReplication,
@@ -94,7 +98,7 @@ func (d *Driver) startStream(ctx context.Context, start *streamStart, o store.St
 		if errors.As(err, &pe) && pe.Code == "55006" {
 			return nil, fmt.Errorf("postgres: open stream: %w: %w", store.ErrStreamBusy, err)
 		}
-		return nil, fmt.Errorf("postgres: open stream: start replication: %w", streamError(err))
+		return nil, fmt.Errorf("postgres: open stream: start replication: %w", lostErr(streamError(err)))
 	}
 	timeout := d.senderTimeout()
 	s := &pgStream{
@@ -197,13 +201,19 @@ type pgStream struct {
 	writeMu   sync.Mutex
 }
 
-// fail records the first error and marks the stream dead.
+// fail records the first error and marks the stream dead. A lost
+// replication connection resets the driver's pool at once: its
+// connections went to the same server.
 func (s *pgStream) fail(err error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.err == nil {
+	first := s.err == nil
+	if first {
 		s.err = err
 		close(s.dead)
+	}
+	s.mu.Unlock()
+	if first {
+		s.d.seen(err)
 	}
 }
 
@@ -251,18 +261,18 @@ func (s *pgStream) Confirm(ctx context.Context, end uint64, captured []txbox.ID)
 	d := s.d
 	tx, err := d.pool.Begin(ctx)
 	if err != nil {
-		return translate("stream confirm", err)
+		return d.translate("stream confirm", err)
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
 	// The persisted position is what a restart resumes from: it must be
 	// durable before the server hears of it, whatever the session's
 	// synchronous_commit.
 	if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = on`); err != nil {
-		return translate("stream confirm", err)
+		return d.translate("stream confirm", err)
 	}
 	if len(captured) > 0 {
 		if _, err := tx.Exec(ctx, `DELETE FROM `+d.table(d.tables.Outbox)+` WHERE id = ANY($1) AND stream_pos IS NULL`, pgUUIDs(captured)); err != nil {
-			return translate("stream confirm: delete captured rows", err)
+			return d.translate("stream confirm: delete captured rows", err)
 		}
 	}
 	// GREATEST: a relay that lost the slot while paused and confirms late
@@ -270,13 +280,13 @@ func (s *pgStream) Confirm(ctx context.Context, end uint64, captured []txbox.ID)
 	tag, err := tx.Exec(ctx, `UPDATE `+d.walStateTable()+` SET confirmed_lsn = GREATEST(confirmed_lsn, $2::text::pg_lsn), confirmed_at = now() WHERE slot_name = $1`,
 		d.wal.Slot, pglogrepl.LSN(end).String())
 	if err != nil {
-		return translate("stream confirm: persist the position", err)
+		return d.translate("stream confirm: persist the position", err)
 	}
 	if tag.RowsAffected() != 1 {
 		return fmt.Errorf("postgres: stream confirm: %s has no row for the slot %s: %w; %s", d.walStateTable(), d.wal.Slot, store.ErrStreamLost, recreateHint)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return translate("stream confirm", err)
+		return d.translate("stream confirm", err)
 	}
 	s.mu.Lock()
 	s.confirmed = end
@@ -338,7 +348,7 @@ func (s *pgStream) read() {
 	for {
 		msg, err := s.receive()
 		if errors.Is(err, errSilent) {
-			s.fail(fmt.Errorf("postgres: stream: no message from the server for %s: the connection is lost or the server stopped answering", s.readTimeout))
+			s.fail(fmt.Errorf("postgres: stream: no message from the server for %s: the connection is lost or the server stopped answering: %w", s.readTimeout, store.ErrConnectionLost))
 			// pgconn keeps a connection whose read timed out; this
 			// one is dead. Closing it stops the status sender too.
 			_ = s.conn.Conn().Close()
@@ -349,7 +359,7 @@ func (s *pgStream) read() {
 			case <-s.done:
 				s.fail(errors.New("postgres: stream: closed"))
 			default:
-				s.fail(fmt.Errorf("postgres: stream: receive: %w", err))
+				s.fail(fmt.Errorf("postgres: stream: receive: %w", lostErr(err)))
 			}
 			return
 		}
@@ -360,7 +370,7 @@ func (s *pgStream) read() {
 				return
 			}
 		case *pgproto3.ErrorResponse:
-			s.fail(fmt.Errorf("postgres: stream: %w", streamError(pgconn.ErrorResponseToPgError(m))))
+			s.fail(fmt.Errorf("postgres: stream: %w", lostErr(streamError(pgconn.ErrorResponseToPgError(m)))))
 			return
 		case *pgproto3.CopyDone:
 			s.fail(errors.New("postgres: stream: the server ended the stream"))

@@ -325,7 +325,7 @@ func (d *Driver) spillTx(ctx context.Context, rows []spillRow) error {
 		}
 		return tx.SendBatch(ctx, b).Close()
 	})
-	return translate("stream spill", err)
+	return d.translate("stream spill", err)
 }
 
 // spillArrays are the insert's columns.
@@ -367,7 +367,7 @@ func (d *Driver) StreamSpilledKeys(ctx context.Context, after *store.StreamKey, 
 	}
 	rows, err := d.pool.Query(ctx, d.spill.keys, t, k, limit)
 	if err != nil {
-		return nil, translate("stream spilled keys", err)
+		return nil, d.translate("stream spilled keys", err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.StreamKey, error) {
 		var sk store.StreamKey
@@ -375,7 +375,7 @@ func (d *Driver) StreamSpilledKeys(ctx context.Context, after *store.StreamKey, 
 		return sk, err
 	})
 	if err != nil {
-		return nil, translate("stream spilled keys", err)
+		return nil, d.translate("stream spilled keys", err)
 	}
 	return out, nil
 }
@@ -394,7 +394,7 @@ func (d *Driver) StreamStatus(ctx context.Context) (*store.StreamStatus, error) 
 		return nil, fmt.Errorf("postgres: stream status: %w: %q", ErrNoSlot, d.wal.Slot)
 	}
 	if err != nil {
-		return nil, translate("stream status", err)
+		return nil, d.translate("stream status", err)
 	}
 	if confirmed.Valid {
 		s.LastConfirm = confirmed.Time

@@ -125,7 +125,7 @@ func (d *Driver) walInsert(ctx context.Context, ex txExec, events []*txbox.Event
 	default:
 		_, err = ex.exec(ctx, d.q.walEmitText, byteaArrayText(msgs))
 	}
-	return translate("emit", err)
+	return d.translate("emit", err)
 }
 
 // LockEmits takes the emit guard exclusively in tx, until tx ends: it
@@ -138,7 +138,7 @@ func (d *Driver) LockEmits(ctx context.Context, tx pgx.Tx) error {
 		return txbox.ErrNoTransaction
 	}
 	if _, err := tx.Exec(ctx, `LOCK TABLE `+d.table(d.prefix+"wal_guard")+` IN ACCESS EXCLUSIVE MODE`); err != nil {
-		return translate("lock emits", err)
+		return d.translate("lock emits", err)
 	}
 	return nil
 }
