@@ -69,7 +69,7 @@ type streamDecoder struct {
 	// adopted slot it is the rows of the transactions that committed
 	// between the slot's new start and the snapshot (adoptSlot).
 	pollers xidSnapshot
-	now    func() time.Time
+	now     func() time.Time
 
 	// rels holds the outbox relation by id; other relations map to nil.
 	rels map[uint32]*outboxRelation
