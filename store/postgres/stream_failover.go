@@ -368,7 +368,10 @@ func conninfoHasDBName(s string) bool {
 // sync worker needs, and its copy of the slot. pending is true when its
 // settings are right and only its copy is missing or temporary, which
 // time (and pg_log_standby_snapshot) may fix.
-func standbyIssues(r standbyReading, slot string) (problems []string, pending bool) {
+//
+// Its copy is judged only when copied is true (a failover slot on the
+// primary): a standby has no copy of any other.
+func standbyIssues(r standbyReading, slot string, copied bool) (problems []string, pending bool) {
 	h, st := r.host, r.st
 	if r.version < minFailoverServerVersion {
 		return []string{fmt.Sprintf("standby %s is PostgreSQL %s: it cannot keep a copy of the slot (PostgreSQL 17+)", h, versionName(r.version))}, false
@@ -387,6 +390,7 @@ func standbyIssues(r standbyReading, slot string) (problems []string, pending bo
 	}
 	settingsOK := len(problems) == 0
 	switch {
+	case !copied:
 	case !st.SlotExists:
 		problems = append(problems, fmt.Sprintf("standby %s has no copy of the slot %s", h, slot))
 		pending = settingsOK
@@ -491,7 +495,7 @@ func judgeFailover(slot string, disabled bool, pf *primaryFailover, readings []s
 	}
 	verified := map[string]bool{}
 	for _, r := range standbys {
-		probs, pending := standbyIssues(r, slot)
+		probs, pending := standbyIssues(r, slot, pf.slotFailover)
 		if len(probs) == 0 {
 			verified[r.st.PrimarySlotName] = true
 		}

@@ -387,9 +387,9 @@ func deref(s *string, def string) string {
 
 // shapeSlotFailover sets an existing slot's failover flag to want
 // (ALTER_REPLICATION_SLOT over a replication connection, PostgreSQL
-// 17+). A slot that a relay streams cannot be altered: its walsender is
-// ended (the relay streams again on its own, from its last confirm) and
-// the ALTER retried, up to timeout.
+// 17+). The ALTER waits while a walsender streams the slot, so that
+// walsender is ended (the relay streams again on its own, from its last
+// confirm) until the ALTER has the slot, up to timeout.
 func (d *Driver) shapeSlotFailover(ctx context.Context, want bool, timeout time.Duration, res *StreamSetup) error {
 	var cur bool
 	err := d.pool.QueryRow(ctx, `SELECT coalesce((to_jsonb(s)->>'failover')::bool, false) FROM pg_replication_slots s WHERE slot_name = $1`, d.wal.Slot).Scan(&cur)
@@ -409,32 +409,46 @@ func (d *Driver) shapeSlotFailover(ctx context.Context, want bool, timeout time.
 		_ = rconn.Close(cctx)
 	}()
 	cmd := fmt.Sprintf("ALTER_REPLICATION_SLOT %s ( FAILOVER %t )", d.wal.Slot, want)
-	deadline := time.Now().Add(timeout)
+	done := make(chan error, 1)
+	go func() {
+		_, err := rconn.Exec(context.Background(), cmd).ReadAll()
+		done <- err
+	}()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
 	var ended []string
+	var why string
+wait:
 	for {
-		_, err := rconn.Exec(ctx, cmd).ReadAll()
-		if err == nil {
-			break
-		}
-		var pe *pgconn.PgError
-		if !errors.As(err, &pe) || pe.Code != codeObjectInUse || time.Now().After(deadline) {
-			return fmt.Errorf("postgres: create stream: %s: %w", cmd, err)
-		}
-		// Streamed by a relay: end its walsender, then try again.
-		var pid *int32
-		if err := d.pool.QueryRow(ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, d.wal.Slot).Scan(&pid); err != nil {
-			return translate("create stream: read the slot", err)
-		}
-		if pid != nil {
-			if _, err := d.pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, *pid); err != nil {
-				return translate("create stream: end the walsender streaming the slot", err)
-			}
-			ended = append(ended, strconv.Itoa(int(*pid)))
-		}
 		select {
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("postgres: create stream: %s: %w", cmd, err)
+			}
+			break wait
+		case <-tick.C:
+			// Still waiting: a walsender streams the slot.
+			var pid *int32
+			if err := d.pool.QueryRow(ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, d.wal.Slot).Scan(&pid); err != nil {
+				why = err.Error()
+				break
+			}
+			if pid == nil || *pid == int32(rconn.PID()) {
+				break
+			}
+			if _, err := d.pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, *pid); err != nil {
+				why = "ending the walsender " + strconv.Itoa(int(*pid)) + ": " + err.Error()
+				break
+			}
+			if p := strconv.Itoa(int(*pid)); !slices.Contains(ended, p) {
+				ended = append(ended, p)
+			}
+		case <-timer.C:
+			return d.cancelAlter(rconn, done, fmt.Sprintf("%s did not get the slot within %s (%s)", cmd, timeout, why))
 		case <-ctx.Done():
-			return translate("create stream", ctx.Err())
-		case <-time.After(10 * time.Millisecond): // retrying the ALTER up to the deadline
+			return d.cancelAlter(rconn, done, fmt.Sprintf("%s: %v", cmd, ctx.Err()))
 		}
 	}
 	res.FailoverChanged = true
@@ -446,26 +460,45 @@ func (d *Driver) shapeSlotFailover(ctx context.Context, want bool, timeout time.
 	return nil
 }
 
+// cancelAlter cancels the ALTER in flight on rconn through the server
+// and waits for its answer: an ALTER left waiting would change the slot
+// later, behind the caller's back.
+func (d *Driver) cancelAlter(rconn *pgconn.PgConn, done <-chan error, why string) error {
+	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cerr := rconn.CancelRequest(cctx)
+	select {
+	case err := <-done:
+		if err == nil {
+			return nil // it got the slot as the cancel went out
+		}
+		return fmt.Errorf("postgres: create stream: %s: %w", why, err)
+	case <-cctx.Done():
+		_ = rconn.Conn().Close() // ends the walsender, and its wait
+		<-done
+		return fmt.Errorf("postgres: create stream: %s; the cancel request got no answer (%v)", why, cerr)
+	}
+}
+
 // settleFailover gives res its failover verdict. With failover, it first
-// makes the standbys' copies usable and waits for them: it logs a
-// running-transactions record (pg_log_standby_snapshot()) and moves an
-// idle slot over the WAL it has already confirmed (which lets its
-// restart_lsn and catalog_xmin move on) every 200ms, until every standby
-// of the DSN that is set up for it shows its copy synced and persistent,
-// or timeout (10s at most while no relay streams the slot: nothing else
-// moves the slot past the standby's catalog xmin).
+// makes the standbys' copies usable and waits for them: every 200ms it
+// logs a running-transactions record (pg_log_standby_snapshot()) and,
+// while no relay streams the slot, moves the slot over the WAL that holds
+// nothing for the stream (advanceIdleSlot), which lets its catalog_xmin
+// pass the standby's. It stops when every standby of the DSN that is set
+// up for it shows its copy synced and persistent, at timeout, or at once
+// when the slot has events no relay has delivered (only a relay may move
+// the slot past them).
 func (d *Driver) settleFailover(ctx context.Context, failover bool, timeout time.Duration, res *StreamSetup) error {
 	prober := d.newStandbyProber()
 	defer prober.close()
 	start := time.Now()
 	deadline := start.Add(timeout)
-	idleDeadline := start.Add(min(timeout, idleSettleTimeout))
-	nudge := failover
-	var idle bool
+	var held bool
 	for {
-		if nudge {
+		if failover {
 			var err error
-			if idle, err = d.nudgeStandbys(ctx, res); err != nil {
+			if held, err = d.nudgeStandbys(ctx, res); err != nil {
 				return err
 			}
 		}
@@ -474,15 +507,15 @@ func (d *Driver) settleFailover(ctx context.Context, failover bool, timeout time
 			return err
 		}
 		now := time.Now()
-		if !nudge || len(j.pending) == 0 || now.After(deadline) || idle && now.After(idleDeadline) {
+		if !failover || len(j.pending) == 0 || held || now.After(deadline) {
 			res.Failover = j.StreamFailover
-			if nudge {
+			if failover {
 				res.Waited = now.Sub(start)
 			}
-			if len(j.pending) > 0 {
+			if failover && len(j.pending) > 0 {
 				why := "after " + res.Waited.Round(time.Millisecond).String()
-				if idle {
-					why += ", with no relay streaming the slot: it becomes usable once a relay streams and confirms past the standby's catalog xmin (check txbox status)"
+				if held {
+					why = "and cannot be made so by migrate: the slot holds events no relay has delivered yet; it becomes usable once a relay streams and confirms them (check txbox status)"
 				}
 				res.Warnings = append(res.Warnings, "the copy of the slot on "+strings.Join(j.pending, ", ")+" is not usable yet "+why)
 			}
@@ -503,18 +536,13 @@ func (d *Driver) settleFailover(ctx context.Context, failover bool, timeout time
 	return nil
 }
 
-// idleSettleTimeout bounds settleFailover's wait while no relay streams
-// the slot.
-const idleSettleTimeout = 10 * time.Second
-
 // nudgeStandbys logs a running-transactions record for the standbys'
-// slot sync, and moves the slot, when no relay streams it, to the
-// position it has already confirmed: that skips nothing, and lets the
-// slot's restart_lsn and catalog_xmin catch up with it. It reports
-// whether the slot is idle. A role that may not call
+// slot sync and, while no relay streams the slot, moves it over the WAL
+// that holds nothing for the stream. It reports whether the slot is held
+// back by events no relay has delivered. A role that may not call
 // pg_log_standby_snapshot() (superuser only, unless granted) gets a note
 // once.
-func (d *Driver) nudgeStandbys(ctx context.Context, res *StreamSetup) (idle bool, err error) {
+func (d *Driver) nudgeStandbys(ctx context.Context, res *StreamSetup) (held bool, err error) {
 	if !slices.Contains(res.Notes, noStandbySnapshotNote) {
 		_, err := d.pool.Exec(ctx, `SELECT pg_log_standby_snapshot()`)
 		var pe *pgconn.PgError
@@ -525,19 +553,119 @@ func (d *Driver) nudgeStandbys(ctx context.Context, res *StreamSetup) (idle bool
 			return false, translate("create stream: pg_log_standby_snapshot", err)
 		}
 	}
-	err = d.pool.QueryRow(ctx, `SELECT NOT active FROM pg_replication_slots WHERE slot_name = $1`, d.wal.Slot).Scan(&idle)
+	return d.advanceIdleSlot(ctx)
+}
+
+// maxAdvanceDecode bounds the WAL advanceIdleSlot decodes: a slot further
+// behind is left to the relays.
+const maxAdvanceDecode = 64 << 20
+
+// advanceIdleSlot moves the slot, when no relay streams it, over the WAL
+// up to the server's current position as long as that WAL holds nothing
+// the stream would deliver: it decodes it as the stream would
+// (pg_logical_slot_peek_binary_changes, the same options and decoder) and
+// moves the slot to the end of the last transaction before the first one
+// with an event. That is what a streaming relay confirms when idle, and
+// what lets the slot's catalog_xmin pass the standby's, without which the
+// standby's copy stays temporary. It reports whether an event (or more WAL
+// than maxAdvanceDecode) holds the slot back.
+func (d *Driver) advanceIdleSlot(ctx context.Context) (held bool, err error) {
+	var (
+		active              bool
+		behind              int64
+		flushed, to         string
+		nsp, rel, lsn, snap *string
+	)
+	err = d.pool.QueryRow(ctx, `
+SELECT s.active, coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn), 0)::bigint,
+       coalesce(s.confirmed_flush_lsn, '0/0')::text, pg_current_wal_lsn()::text,
+       (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($2)),
+       (SELECT c.relname FROM pg_class c WHERE c.oid = to_regclass($2)),
+       (SELECT confirmed_lsn::text FROM `+d.walStateTable()+` WHERE slot_name = $1),
+       (SELECT snapshot::text FROM `+d.walStateTable()+` WHERE slot_name = $1)
+FROM pg_replication_slots s WHERE s.slot_name = $1`, d.wal.Slot, d.table(d.tables.Outbox)).
+		Scan(&active, &behind, &flushed, &to, &nsp, &rel, &lsn, &snap)
 	if err != nil {
 		return false, translate("create stream: read the slot", err)
 	}
-	if idle {
-		_, err := d.pool.Exec(ctx, `SELECT pg_replication_slot_advance(slot_name, confirmed_flush_lsn) FROM pg_replication_slots
-			WHERE slot_name = $1 AND NOT active AND confirmed_flush_lsn IS NOT NULL`, d.wal.Slot)
-		var pe *pgconn.PgError
-		if err != nil && !(errors.As(err, &pe) && pe.Code == codeObjectInUse) { // a relay took it meanwhile
-			return false, translate("create stream: move the slot to its confirmed position", err)
+	if active || nsp == nil || rel == nil || lsn == nil {
+		return false, nil // a relay streams it and confirms what it passes
+	}
+	if behind > maxAdvanceDecode {
+		return true, nil
+	}
+	skipTo, err := pglogrepl.ParseLSN(*lsn)
+	if err != nil {
+		return false, fmt.Errorf("postgres: create stream: confirmed_lsn %q: %w", *lsn, err)
+	}
+	dec := newStreamDecoder(d.messagePrefix(), *nsp, *rel, uint64(skipTo))
+	if snap != nil {
+		s, err := parseXidSnapshot(*snap)
+		if err != nil {
+			return false, fmt.Errorf("postgres: create stream: the snapshot of %s: %w", d.walStateTable(), err)
+		}
+		dec.ownedBy(s)
+	}
+	rows, err := d.pool.Query(ctx, `SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes($1, $2::pg_lsn, NULL,
+		'proto_version', '1', 'publication_names', $3, 'messages', 'true', 'binary', 'true')`, d.wal.Slot, to, d.wal.Publication)
+	if err != nil {
+		return false, advanceError(err)
+	}
+	var passed uint64
+	for rows.Next() && !held {
+		var at string
+		var data []byte
+		if err := rows.Scan(&at, &data); err != nil {
+			rows.Close()
+			return false, translate("create stream: decode the slot", err)
+		}
+		pos, err := pglogrepl.ParseLSN(at)
+		if err != nil {
+			rows.Close()
+			return false, fmt.Errorf("postgres: create stream: decode the slot: %w", err)
+		}
+		r, err := dec.handle(uint64(pos), data)
+		switch {
+		case err != nil:
+			held = true // the stream dead-letters what does not decode: leave it to a relay
+		case r.tx != nil:
+			held = true
+		case r.passed != 0:
+			passed = r.passed
 		}
 	}
-	return idle, nil
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return false, advanceError(err)
+	}
+	target := passed
+	if !held && !dec.partial() {
+		end, err := pglogrepl.ParseLSN(to)
+		if err != nil {
+			return false, fmt.Errorf("postgres: create stream: %w", err)
+		}
+		target = uint64(end)
+	}
+	cur, err := pglogrepl.ParseLSN(flushed)
+	if err != nil {
+		return false, fmt.Errorf("postgres: create stream: %w", err)
+	}
+	if target > uint64(cur) {
+		if _, err := d.pool.Exec(ctx, `SELECT pg_replication_slot_advance($1, $2::pg_lsn)`, d.wal.Slot, pglogrepl.LSN(target).String()); err != nil {
+			return held, advanceError(err)
+		}
+	}
+	return held, nil
+}
+
+// advanceError is nil for a slot a relay took meanwhile, which then
+// confirms what it passes.
+func advanceError(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == codeObjectInUse {
+		return nil
+	}
+	return translate("create stream: move the idle slot", err)
 }
 
 // noStandbySnapshotNote is nudgeStandbys' note for a role that may not
