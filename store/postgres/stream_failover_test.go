@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -348,4 +349,96 @@ func lsn(t *testing.T, s string) uint64 {
 		t.Fatal(err)
 	}
 	return uint64(l)
+}
+
+// walSchemaDriver is a migrated WAL-mode driver on a fresh schema of the
+// shared server, with a slot and a publication of its own; both are
+// dropped when the test ends.
+func walSchemaDriver(t *testing.T) (*postgres.Driver, *pgxpool.Pool) {
+	t.Helper()
+	suffix := strings.TrimPrefix(testenv.UniqueName("x"), "x")
+	pool := newPool(t, 4)
+	d, err := postgres.New(pool, postgres.Config{Schema: newSchema(t), Source: postgres.SourceWAL,
+		WAL: postgres.WALConfig{Slot: "t_slot_" + suffix, Publication: "t_pub_" + suffix}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Migrate(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	db := admin(t)
+	t.Cleanup(func() {
+		_, _ = db.Exec(`SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active`, d.WAL().Slot)
+		_, _ = db.Exec(`DROP PUBLICATION IF EXISTS ` + d.WAL().Publication)
+	})
+	return d, pool
+}
+
+// TestFailoverOnSharedServer: on the shared server (PostgreSQL 15 in
+// make test; 17 or 18 in the version matrix) migrate says what it did
+// with database.wal.failover: ignored with a note before 17, a failover
+// slot from 17 on; with no standby the verdict is no_standby, and on 15
+// it says a promotion would lose the slot.
+func TestFailoverOnSharedServer(t *testing.T) {
+	t.Parallel()
+	d, pool := walSchemaDriver(t)
+	var version int
+	if err := pool.QueryRow(ctxT(t), `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	res, err := d.CreateStreamWith(ctxT(t), postgres.CreateStreamParams{Timeout: slotCreateTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	notes := strings.Join(res.Notes, "\n")
+	var failover bool
+	if err := pool.QueryRow(ctxT(t), `SELECT coalesce((to_jsonb(s)->>'failover')::bool, false) FROM pg_replication_slots s WHERE slot_name = $1`,
+		d.WAL().Slot).Scan(&failover); err != nil {
+		t.Fatal(err)
+	}
+	if version < 170000 {
+		if !strings.Contains(notes, fmt.Sprintf("database.wal.failover is ignored: PostgreSQL %d has no failover slots (17+)", version/10000)) || failover {
+			t.Errorf("PostgreSQL %d: notes %q, failover %v", version, notes, failover)
+		}
+		wantVerdict(t, "status", status(t, d), store.FailoverNoStandby, "keeps the slot on the primary only")
+	} else if !failover || !strings.Contains(notes, "with failover = true") {
+		t.Errorf("PostgreSQL %d: notes %q, failover %v", version, notes, failover)
+	}
+	if _, err := d.CreateStreamWith(ctxT(t), postgres.CreateStreamParams{Timeout: time.Second, RequireFailoverSafe: true}); !errors.Is(err, postgres.ErrNotFailoverSafe) ||
+		!strings.Contains(err.Error(), "no_standby") {
+		t.Errorf("RequireFailoverSafe without a standby: %v", err)
+	}
+}
+
+// TestAdoptRefused: a slot without its state row that is not an idle
+// pgoutput slot of this database is refused, with the reason and the way
+// out; nothing is written.
+func TestAdoptRefused(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, make, want string
+	}{
+		{"another plugin", `SELECT pg_create_logical_replication_slot($1, 'test_decoding')`, "it uses the output plugin test_decoding, WAL mode needs pgoutput"},
+		{"a physical slot", `SELECT pg_create_physical_replication_slot($1)`, "it is a physical slot, not a logical one"},
+		{"streamed", `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, "streams it, so another program uses it"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			d, pool := walSchemaDriver(t)
+			if _, err := pool.Exec(ctxT(t), tc.make, d.WAL().Slot); err != nil {
+				t.Fatal(err)
+			}
+			if tc.name == "streamed" {
+				testenv.PostgresWalsender(t, testenv.PostgresURL, d.WAL().Slot, "(proto_version '1', publication_names 'none')")
+			}
+			_, err := d.CreateStreamWith(ctxT(t), postgres.CreateStreamParams{Timeout: slotCreateTimeout})
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "pg_drop_replication_slot('"+d.WAL().Slot+"')") {
+				t.Fatalf("migrate over %s: %v", tc.name, err)
+			}
+			var rows int
+			if err := pool.QueryRow(ctxT(t), `SELECT count(*) FROM `+d.Tables().Schema+`.txbox_wal_state`).Scan(&rows); err != nil || rows != 0 {
+				t.Errorf("state rows %d (%v)", rows, err)
+			}
+		})
+	}
 }
