@@ -422,21 +422,7 @@ func judgeFailover(slot string, disabled bool, pf *primaryFailover, readings []s
 	j := failoverJudgement{StreamFailover: store.StreamFailover{ServerVersion: pf.version, SlotFailover: pf.slotFailover, Disabled: disabled,
 		SynchronizedStandbySlots: pf.standbySlots, Replicas: slices.Clone(pf.replicas)}}
 	f := &j.StreamFailover
-	var standbys []standbyReading
-	for _, r := range readings {
-		switch {
-		case r.err != nil:
-			f.Standbys = append(f.Standbys, store.StreamStandby{Host: r.host, Error: r.err.Error()})
-			f.Unchecked = append(f.Unchecked, fmt.Sprintf("%s (a host of the DSN) did not answer: %v", r.host, r.err))
-		case r.identity == pf.identity:
-			// the primary itself
-		case !r.inRecovery:
-			f.Unchecked = append(f.Unchecked, fmt.Sprintf("%s (a host of the DSN) is not in recovery: another primary, not a standby of this one", r.host))
-		default:
-			standbys = append(standbys, r)
-			f.Standbys = append(f.Standbys, r.st)
-		}
-	}
+	standbys := sortReadings(f, pf, readings)
 	if pf.version < minFailoverServerVersion {
 		lost := fmt.Sprintf("PostgreSQL %s keeps the slot on the primary only (failover slots need PostgreSQL 17): a promotion loses it, and the events emitted since the relay's last confirm",
 			versionName(pf.version))
@@ -454,6 +440,74 @@ func judgeFailover(slot string, disabled bool, pf *primaryFailover, readings []s
 		}
 		return j
 	}
+	primaryProblems(f, pf, slot, disabled)
+	verified := map[string]bool{}
+	for _, r := range standbys {
+		probs, pending := standbyIssues(r, slot, pf.slotFailover)
+		if len(probs) == 0 {
+			verified[r.st.PrimarySlotName] = true
+		}
+		if pending {
+			j.pending = append(j.pending, r.host)
+		}
+		f.Problems = append(f.Problems, probs...)
+	}
+	if len(f.Problems) > 0 {
+		f.Verdict, f.Note = store.FailoverUnsafe, f.Problems[0]
+		if n := len(f.Problems) - 1; n > 0 {
+			f.Note += fmt.Sprintf(" (and %d more)", n)
+		}
+		return j
+	}
+	var unverified, names []string
+	for _, r := range f.Replicas {
+		names = append(names, replicaName(r))
+		if !verified[r.Slot] {
+			unverified = append(unverified, replicaName(r))
+		}
+	}
+	switch {
+	case len(f.Replicas) == 0:
+		f.Verdict, f.Note = store.FailoverUnknown, "the standbys of the DSN are set up, but none streams from this primary (pg_stat_replication)"
+	case len(unverified) > 0:
+		f.Verdict = store.FailoverUnknown
+		f.Note = "the primary is set up (a failover slot, synchronized_standby_slots naming every standby), but only a standby shows its copy of the slot, and " +
+			strings.Join(unverified, ", ") + " could not be read: list every host in database.dsn (host=primary,standby) or check pg_replication_slots there"
+		f.Unchecked = append(f.Unchecked, "the copy of the slot on "+strings.Join(unverified, ", "))
+	default:
+		f.Verdict = store.FailoverSafe
+		f.Note = "a failover slot, synced and persistent on " + strings.Join(names, ", ") + ", which synchronized_standby_slots protects"
+	}
+	return j
+}
+
+// sortReadings puts what the hosts of the DSN showed into f: the
+// standbys (returned, to judge), the hosts that did not answer, and the
+// hosts that are primaries (this one is left out).
+func sortReadings(f *store.StreamFailover, pf *primaryFailover, readings []standbyReading) []standbyReading {
+	var standbys []standbyReading
+	for _, r := range readings {
+		switch {
+		case r.err != nil:
+			f.Standbys = append(f.Standbys, store.StreamStandby{Host: r.host, Error: r.err.Error()})
+			f.Unchecked = append(f.Unchecked, fmt.Sprintf("%s (a host of the DSN) did not answer: %v", r.host, r.err))
+		case r.identity == pf.identity:
+			// the primary itself
+		case !r.inRecovery:
+			f.Unchecked = append(f.Unchecked, fmt.Sprintf("%s (a host of the DSN) is not in recovery: another primary, not a standby of this one", r.host))
+		default:
+			standbys = append(standbys, r)
+			f.Standbys = append(f.Standbys, r.st)
+		}
+	}
+	return standbys
+}
+
+// primaryProblems adds to f what is wrong on the primary (17+): the slot
+// not a failover slot, synchronized_standby_slots unset or naming slots
+// that are missing or whose standby is away, and standbys it does not
+// protect.
+func primaryProblems(f *store.StreamFailover, pf *primaryFailover, slot string, disabled bool) {
 	if !pf.slotFailover {
 		why := "run txbox migrate, which makes it one"
 		if disabled {
@@ -493,48 +547,6 @@ func judgeFailover(slot string, disabled bool, pf *primaryFailover, readings []s
 		}
 		f.Problems = append(f.Problems, "synchronized_standby_slots is not set on the primary: the slot can confirm WAL a standby has not received, and a promotion of that standby loses those events; set it to "+set)
 	}
-	verified := map[string]bool{}
-	for _, r := range standbys {
-		probs, pending := standbyIssues(r, slot, pf.slotFailover)
-		if len(probs) == 0 {
-			verified[r.st.PrimarySlotName] = true
-		}
-		if pending {
-			j.pending = append(j.pending, r.host)
-		}
-		f.Problems = append(f.Problems, probs...)
-	}
-	if len(f.Problems) > 0 {
-		f.Verdict, f.Note = store.FailoverUnsafe, f.Problems[0]
-		if n := len(f.Problems) - 1; n > 0 {
-			f.Note += fmt.Sprintf(" (and %d more)", n)
-		}
-		return j
-	}
-	var unverified []string
-	for _, r := range f.Replicas {
-		if !verified[r.Slot] {
-			unverified = append(unverified, replicaName(r))
-		}
-	}
-	if len(unverified) > 0 || len(f.Replicas) == 0 {
-		f.Verdict = store.FailoverUnknown
-		if len(f.Replicas) == 0 {
-			f.Note = "the standbys of the DSN are set up, but none streams from this primary (pg_stat_replication)"
-		} else {
-			f.Note = "the primary is set up (a failover slot, synchronized_standby_slots naming every standby), but only a standby shows its copy of the slot, and " +
-				strings.Join(unverified, ", ") + " could not be read: list every host in database.dsn (host=primary,standby) or check pg_replication_slots there"
-			f.Unchecked = append(f.Unchecked, "the copy of the slot on "+strings.Join(unverified, ", "))
-		}
-		return j
-	}
-	names := make([]string, len(f.Replicas))
-	for i, r := range f.Replicas {
-		names[i] = replicaName(r)
-	}
-	f.Verdict = store.FailoverSafe
-	f.Note = "a failover slot, synced and persistent on " + strings.Join(names, ", ") + ", which synchronized_standby_slots protects"
-	return j
 }
 
 // replicaName names a standby as the primary sees it.

@@ -606,37 +606,9 @@ FROM pg_replication_slots s WHERE s.slot_name = $1`, d.wal.Slot, d.table(d.table
 		}
 		dec.ownedBy(s)
 	}
-	rows, err := d.pool.Query(ctx, `SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes($1, $2::pg_lsn, NULL,
-		'proto_version', '1', 'publication_names', $3, 'messages', 'true', 'binary', 'true')`, d.wal.Slot, to, d.wal.Publication)
+	passed, held, err := d.peekForEvents(ctx, dec, to)
 	if err != nil {
-		return false, advanceError(err)
-	}
-	var passed uint64
-	for rows.Next() && !held {
-		var at string
-		var data []byte
-		if err := rows.Scan(&at, &data); err != nil {
-			rows.Close()
-			return false, translate("create stream: decode the slot", err)
-		}
-		pos, err := pglogrepl.ParseLSN(at)
-		if err != nil {
-			rows.Close()
-			return false, fmt.Errorf("postgres: create stream: decode the slot: %w", err)
-		}
-		r, err := dec.handle(uint64(pos), data)
-		switch {
-		case err != nil:
-			held = true // the stream dead-letters what does not decode: leave it to a relay
-		case r.tx != nil:
-			held = true
-		case r.passed != 0:
-			passed = r.passed
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return false, advanceError(err)
+		return false, err
 	}
 	target := passed
 	if !held && !dec.partial() {
@@ -656,6 +628,40 @@ FROM pg_replication_slots s WHERE s.slot_name = $1`, d.wal.Slot, d.table(d.table
 		}
 	}
 	return held, nil
+}
+
+// peekForEvents decodes the slot's WAL up to to with dec, as the stream
+// would, until the first transaction with an event (held). passed is the
+// end of the last transaction before it.
+func (d *Driver) peekForEvents(ctx context.Context, dec *streamDecoder, to string) (passed uint64, held bool, err error) {
+	rows, err := d.pool.Query(ctx, `SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes($1, $2::pg_lsn, NULL,
+		'proto_version', '1', 'publication_names', $3, 'messages', 'true', 'binary', 'true')`, d.wal.Slot, to, d.wal.Publication)
+	if err != nil {
+		return 0, false, advanceError(err)
+	}
+	defer rows.Close()
+	for rows.Next() && !held {
+		var at string
+		var data []byte
+		if err := rows.Scan(&at, &data); err != nil {
+			return 0, false, translate("create stream: decode the slot", err)
+		}
+		pos, err := pglogrepl.ParseLSN(at)
+		if err != nil {
+			return 0, false, fmt.Errorf("postgres: create stream: decode the slot: %w", err)
+		}
+		r, err := dec.handle(uint64(pos), data)
+		switch {
+		case err != nil:
+			held = true // the stream dead-letters what does not decode: leave it to a relay
+		case r.tx != nil:
+			held = true
+		case r.passed != 0:
+			passed = r.passed
+		}
+	}
+	rows.Close()
+	return passed, held, advanceError(rows.Err())
 }
 
 // advanceError is nil for a slot a relay took meanwhile, which then
