@@ -599,9 +599,8 @@ func (c *Config) effectiveWAL() WAL {
 	pw := c.postgresWAL().WithDefaults(c.Database.Schema, c.Database.TablePrefix)
 	sc := c.streamConfig().WithDefaults(pw.SenderTimeout)
 	return WAL{
-		Slot: pw.Slot, Publication: pw.Publication, ApplicationName: pw.ApplicationName, SenderTimeout: pw.SenderTimeout,
-		Failover: new(!pw.DisableFailover),
-		Window:   sc.Window, WindowBytes: sc.WindowBytes, LaneQueue: sc.LaneQueue, BatchSize: sc.BatchSize, StatusInterval: sc.StatusInterval,
+		Slot: pw.Slot, Publication: pw.Publication, ApplicationName: pw.ApplicationName, SenderTimeout: pw.SenderTimeout, Failover: new(!pw.DisableFailover),
+		Window: sc.Window, WindowBytes: sc.WindowBytes, LaneQueue: sc.LaneQueue, BatchSize: sc.BatchSize, StatusInterval: sc.StatusInterval,
 		StandbyInterval: sc.StandbyInterval, PauseLimit: sc.PauseLimit, LagThreshold: sc.LagThreshold,
 	}
 }
