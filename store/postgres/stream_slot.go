@@ -358,7 +358,9 @@ func (d *Driver) adoptSlot(ctx context.Context, st *slotSetup, timeout time.Dura
 	}
 	// Moved only forward: a slot already past the position (read after
 	// it) stays where it is.
-	_, err := d.pool.Exec(ctx, `SELECT pg_replication_slot_advance($1, $2::pg_lsn) FROM pg_replication_slots
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	_, err := d.pool.Exec(actx, `SELECT pg_replication_slot_advance($1, $2::pg_lsn) FROM pg_replication_slots
 		WHERE slot_name = $1 AND confirmed_flush_lsn < $2::pg_lsn`, d.wal.Slot, pos)
 	if err != nil {
 		return translate("create stream: adopt: move the slot to "+pos, err)
@@ -515,7 +517,8 @@ func (d *Driver) settleFailover(ctx context.Context, failover bool, timeout time
 			if failover && len(j.pending) > 0 {
 				why := "after " + res.Waited.Round(time.Millisecond).String()
 				if held {
-					why = "and cannot be made so by migrate: the slot holds events no relay has delivered yet; it becomes usable once a relay streams and confirms them (check txbox status)"
+					why = "and migrate cannot move the slot on (it holds events no relay has delivered yet, or a standby it waits for is down): " +
+						"the copy becomes usable once a relay streams and confirms them (check txbox status)"
 				}
 				res.Warnings = append(res.Warnings, "the copy of the slot on "+strings.Join(j.pending, ", ")+" is not usable yet "+why)
 			}
@@ -553,8 +556,20 @@ func (d *Driver) nudgeStandbys(ctx context.Context, res *StreamSetup) (held bool
 			return false, translate("create stream: pg_log_standby_snapshot", err)
 		}
 	}
-	return d.advanceIdleSlot(ctx)
+	// Decoding a failover slot waits for the standbys named in
+	// synchronized_standby_slots: one that is down would hold migrate.
+	actx, cancel := context.WithTimeout(ctx, advanceTimeout)
+	defer cancel()
+	held, err = d.advanceIdleSlot(actx)
+	if err != nil && actx.Err() != nil && ctx.Err() == nil {
+		res.Notes = append(res.Notes, fmt.Sprintf("could not move the idle slot within %s: a standby named in synchronized_standby_slots may be down", advanceTimeout))
+		return true, nil
+	}
+	return held, err
 }
+
+// advanceTimeout bounds one advanceIdleSlot.
+const advanceTimeout = 5 * time.Second
 
 // maxAdvanceDecode bounds the WAL advanceIdleSlot decodes: a slot further
 // behind is left to the relays.
