@@ -181,7 +181,7 @@ func (d *Driver) CreateStreamWith(ctx context.Context, p CreateStreamParams) (*S
 			return nil, err
 		}
 	default:
-		if err := d.createSlot(ctx, p.Timeout, failover); err != nil {
+		if err := d.createSlot(ctx, p.Timeout); err != nil {
 			return nil, err
 		}
 		res.Created = true
@@ -209,6 +209,11 @@ func (d *Driver) CreateStreamWith(ctx context.Context, p CreateStreamParams) (*S
 	return res, nil
 }
 
+// streamTryLockSQL tries the advisory lock of the slot's setup. Its key
+// is the slot's own, for whatever else creates or drops the slot to take
+// too.
+const streamTryLockSQL = `SELECT pg_try_advisory_lock(hashtext('txbox wal slot ' || $1))`
+
 // lockStreamSetup takes a session advisory lock on a connection of its
 // own, so that two CreateStreamWith calls for one slot run one after the
 // other: one that found the slot without its state row must not adopt a
@@ -224,11 +229,10 @@ func (d *Driver) lockStreamSetup(ctx context.Context, timeout time.Duration) (un
 		defer cancel()
 		_ = conn.Close(cctx) // ends the session, and its lock with it
 	}
-	key := "txbox create stream " + d.wal.Slot
 	deadline := time.Now().Add(timeout)
 	for {
 		var got bool
-		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended($1, 0))`, key).Scan(&got); err != nil {
+		if err := conn.QueryRow(ctx, streamTryLockSQL, d.wal.Slot).Scan(&got); err != nil {
 			closeConn()
 			return nil, translate("create stream: lock", err)
 		}
@@ -755,11 +759,17 @@ func (d *Driver) replicationConfig(params map[string]string) *pgconn.Config {
 	return cfg
 }
 
-// createSlot creates the slot over a replication connection, with
-// failover = true when failover (PostgreSQL 17+), and writes the state
-// row with the slot's exported snapshot while that snapshot is valid
-// (until the replication connection runs another command or closes).
-func (d *Driver) createSlot(ctx context.Context, timeout time.Duration, failover bool) error {
+// createSlot creates the slot over a replication connection, a failover
+// slot on PostgreSQL 17+ unless WALConfig.DisableFailover, and writes the
+// state row with the slot's exported snapshot while that snapshot is
+// valid (until the replication connection runs another command or
+// closes).
+func (d *Driver) createSlot(ctx context.Context, timeout time.Duration) error {
+	var version int
+	if err := d.pool.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		return translate("create stream: read the server version", err)
+	}
+	failover := version >= minFailoverServerVersion && !d.wal.DisableFailover
 	rconn, err := pgconn.ConnectConfig(ctx, d.replicationConfig(map[string]string{"application_name": d.wal.ApplicationName + "-migrate"}))
 	if err != nil {
 		return fmt.Errorf("postgres: create stream: replication connection: %w", err)
