@@ -64,6 +64,10 @@ type e2eResult struct {
 	ConfirmText string   `json:"confirmText"`
 	Message     string   `json:"message"`
 	PageErrors  []string `json:"pageErrors"`
+	// Failover and FailoverClass are the WAL stream's failover line and
+	// its class, with FAILOVER_WANT.
+	Failover      string `json:"failover"`
+	FailoverClass string `json:"failoverClass"`
 }
 
 // requireBrowser finds node, the npm package and Chromium, which

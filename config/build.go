@@ -588,7 +588,8 @@ func (c *Config) streamConfig() relay.StreamConfig {
 // database.wal holds it.
 func (c *Config) postgresWAL() postgres.WALConfig {
 	w := c.Database.WAL
-	return postgres.WALConfig{Slot: w.Slot, Publication: w.Publication, ApplicationName: w.ApplicationName, SenderTimeout: w.SenderTimeout}
+	return postgres.WALConfig{Slot: w.Slot, Publication: w.Publication, ApplicationName: w.ApplicationName, SenderTimeout: w.SenderTimeout,
+		DisableFailover: w.Failover != nil && !*w.Failover}
 }
 
 // effectiveWAL is database.wal with every key the file leaves unset at the
@@ -599,7 +600,7 @@ func (c *Config) effectiveWAL() WAL {
 	pw := c.postgresWAL().WithDefaults(c.Database.Schema, c.Database.TablePrefix)
 	sc := c.streamConfig().WithDefaults(pw.SenderTimeout)
 	return WAL{
-		Slot: pw.Slot, Publication: pw.Publication, ApplicationName: pw.ApplicationName, SenderTimeout: pw.SenderTimeout,
+		Slot: pw.Slot, Publication: pw.Publication, ApplicationName: pw.ApplicationName, SenderTimeout: pw.SenderTimeout, Failover: new(!pw.DisableFailover),
 		Window: sc.Window, WindowBytes: sc.WindowBytes, LaneQueue: sc.LaneQueue, BatchSize: sc.BatchSize, StatusInterval: sc.StatusInterval,
 		StandbyInterval: sc.StandbyInterval, PauseLimit: sc.PauseLimit, LagThreshold: sc.LagThreshold,
 		OnSlotLost: string(sc.OnSlotLost),

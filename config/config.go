@@ -167,6 +167,8 @@ type WAL struct {
 	ApplicationName string `yaml:"application-name"`
 	// SenderTimeout is the key database.wal.sender-timeout.
 	SenderTimeout time.Duration `yaml:"sender-timeout"`
+	// Failover is the key database.wal.failover; nil is true.
+	Failover *bool `yaml:"failover"`
 	// Window is the key database.wal.window.
 	Window int `yaml:"window"`
 	// WindowBytes is the key database.wal.window-bytes.

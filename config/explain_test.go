@@ -1,6 +1,7 @@
 package config
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -20,6 +21,7 @@ func TestSettingsShowTheWALDefaults(t *testing.T) {
 			"database.wal.publication":      "txbox_pub",
 			"database.wal.application-name": "txbox-relay",
 			"database.wal.sender-timeout":   "10s",
+			"database.wal.failover":         "true",
 			"database.wal.window":           "20000",
 			"database.wal.window-bytes":     "67108864",
 			"database.wal.lane-queue":       "5000",
@@ -40,6 +42,9 @@ func TestSettingsShowTheWALDefaults(t *testing.T) {
 		{"pause-limit set", "database: { dialect: postgres, dsn: x, source: wal, wal: { pause-limit: 3s } }", map[string]string{
 			"database.wal.pause-limit": "3s",
 		}},
+		{"failover off", "database: { dialect: postgres, dsn: x, source: wal, wal: { failover: false } }", map[string]string{
+			"database.wal.failover": "false",
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -57,5 +62,24 @@ func TestSettingsShowTheWALDefaults(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFailoverReachesTheDriver: database.wal.failover turns the
+// PostgreSQL driver's failover slots off only when false; unset is on.
+func TestFailoverReachesTheDriver(t *testing.T) {
+	t.Parallel()
+	for yaml, disabled := range map[string]bool{"": false, ", wal: { failover: true }": false, ", wal: { failover: false }": true} {
+		c, err := Load(Source{YAML: []byte("database: { dialect: postgres, dsn: x, source: wal" + yaml + " }")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.postgresWAL().DisableFailover; got != disabled {
+			t.Errorf("%q: DisableFailover %v, want %v", yaml, got, disabled)
+		}
+	}
+	if _, err := Load(Source{YAML: []byte("database: { dialect: postgres, dsn: x, wal: { failover: false } }")}); err == nil ||
+		!strings.Contains(err.Error(), "database.wal") {
+		t.Errorf("failover with source table: %v", err)
 	}
 }

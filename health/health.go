@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -100,6 +101,12 @@ const (
 	// was made within relay.SlotLossAlert: the events emitted after the
 	// last confirm were not delivered (docs/operations.md, "Failover").
 	ReasonStreamEventsLost = "stream_events_lost"
+	// ReasonFailoverUnsafe: the primary has standbys and WAL mode's slot
+	// would not survive the promotion of one, or would lose events in it
+	// (store.FailoverUnsafe; docs/operations.md, "Failover"). A verdict
+	// of unknown (the standbys could not be read) is not a reason: txbox
+	// status and the admin API show it.
+	ReasonFailoverUnsafe = "slot_not_failover_safe"
 )
 
 // Report is what /readyz answers.
@@ -255,6 +262,10 @@ func streamReasons(st *relay.StreamHealth) []Reason {
 		if sl.WALStatus == "lost" || sl.WALStatus == "unreserved" {
 			out = append(out, Reason{Kind: ReasonStream, Subject: sl.Slot,
 				Detail: "the slot's wal_status is " + sl.WALStatus + ": PostgreSQL has removed or will remove WAL the slot needs; see docs/operations.md, WAL mode"})
+		}
+		if sl.Failover.Verdict == store.FailoverUnsafe {
+			out = append(out, Reason{Kind: ReasonFailoverUnsafe, Subject: sl.Slot,
+				Detail: "the primary has standbys and the slot is not failover-safe: " + strings.Join(sl.Failover.Problems, "; ") + "; see docs/operations.md, Failover"})
 		}
 	}
 	if st.SlotErr != "" {

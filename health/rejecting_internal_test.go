@@ -1,10 +1,12 @@
 package health
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/store"
 )
 
 // A type is reported while its destination has refused messages past the
@@ -36,6 +38,31 @@ func TestRejectingThresholds(t *testing.T) {
 			if r.Kind != ReasonRejecting || r.Subject != "orders" || r.Detail != "bus orders.created has refused every message for 2m0s, none acknowledged; last error: no stream" {
 				t.Errorf("%s: reason %+v", c.name, r)
 			}
+		}
+	}
+}
+
+// TestFailoverReason: /readyz is degraded, naming every problem, when the
+// slot is not failover-safe while the primary has standbys (the verdict
+// unsafe); a safe slot, no standby, or a verdict of unknown (the
+// standbys could not be read) is no reason.
+func TestFailoverReason(t *testing.T) {
+	for verdict, want := range map[string]bool{
+		store.FailoverUnsafe: true, store.FailoverSafe: false, store.FailoverUnknown: false, store.FailoverNoStandby: false, "": false,
+	} {
+		h := relay.Health{Stream: &relay.StreamHealth{State: relay.StreamStreaming, Slot: &store.StreamStatus{Slot: "txbox_slot", WALStatus: "reserved",
+			Failover: store.StreamFailover{Verdict: verdict, Problems: []string{"synchronized_standby_slots is not set on the primary", "hot_standby_feedback is off"}}}}}
+		var got *Reason
+		for _, r := range relayReasons(h) {
+			if r.Kind == ReasonFailoverUnsafe {
+				got = &r
+			}
+		}
+		if (got != nil) != want {
+			t.Errorf("verdict %q: reason %+v", verdict, got)
+		}
+		if got != nil && (got.Subject != "txbox_slot" || !strings.Contains(got.Detail, "synchronized_standby_slots is not set on the primary; hot_standby_feedback is off")) {
+			t.Errorf("verdict %q: reason %+v", verdict, got)
 		}
 	}
 }

@@ -186,4 +186,103 @@ type StreamStatus struct {
 	// LastConfirm is when the relay last persisted a confirm (the stream
 	// state's confirmed_at), zero before the first.
 	LastConfirm time.Time `json:"last_confirm,omitzero"`
+	// Failover says whether the slot survives the promotion of a
+	// standby, and what that verdict rests on.
+	Failover StreamFailover `json:"failover"`
+}
+
+// Verdicts of StreamFailover.
+const (
+	// FailoverSafe: the slot is a failover slot, the primary holds it
+	// back for every standby it streams to (synchronized_standby_slots),
+	// and every such standby was reached and shows its copy synced and
+	// persistent: a promotion keeps the slot and loses no event.
+	FailoverSafe = "safe"
+	// FailoverUnsafe: something seen is wrong (StreamFailover.Problems):
+	// a promotion would lose the slot, or events.
+	FailoverUnsafe = "unsafe"
+	// FailoverUnknown: nothing seen is wrong, but not everything could be
+	// looked at (a standby the DSN does not list, or that did not
+	// answer): its copy of the slot is unconfirmed.
+	FailoverUnknown = "unknown"
+	// FailoverNoStandby: no standby streams from the primary
+	// (pg_stat_replication has none), so there is nothing to promote.
+	FailoverNoStandby = "no_standby"
+)
+
+// StreamFailover is the slot's protection against a failover
+// (docs/operations.md, "Failover"): what the primary shows
+// (pg_replication_slots.failover, synchronized_standby_slots,
+// pg_stat_replication) and what each standby that could be reached
+// shows (its settings and its copy of the slot). A verdict of
+// FailoverSafe is given only when everything was looked at.
+type StreamFailover struct {
+	// Verdict is FailoverSafe, FailoverUnsafe, FailoverUnknown or
+	// FailoverNoStandby; "" when it was not judged (a store without
+	// standbys, or an error before).
+	Verdict string `json:"verdict"`
+	// Note says why, in one line for people.
+	Note string `json:"note,omitempty"`
+	// Problems are the things found wrong, each naming its server and
+	// setting; Unchecked what could not be looked at, and why.
+	Problems  []string `json:"problems,omitempty"`
+	Unchecked []string `json:"unchecked,omitempty"`
+	// ServerVersion is the primary's server_version_num: failover slots
+	// need 170000 (PostgreSQL 17) or later.
+	ServerVersion int `json:"server_version"`
+	// SlotFailover is the primary's pg_replication_slots.failover for the
+	// slot.
+	SlotFailover bool `json:"slot_failover"`
+	// Disabled is true when the configuration turns failover slots off
+	// (database.wal.failover: false).
+	Disabled bool `json:"disabled,omitempty"`
+	// SynchronizedStandbySlots is the primary's synchronized_standby_slots:
+	// the physical slots a failover slot never runs ahead of.
+	SynchronizedStandbySlots []string `json:"synchronized_standby_slots,omitempty"`
+	// Replicas are the physical standbys streaming from the primary
+	// (pg_stat_replication, the relay's own walsenders left out).
+	Replicas []StreamReplica `json:"replicas,omitempty"`
+	// Standbys are the other hosts of the DSN that answered as standbys
+	// (pg_is_in_recovery), or did not answer.
+	Standbys []StreamStandby `json:"standbys,omitempty"`
+}
+
+// Safe reports whether the verdict is FailoverSafe.
+func (f StreamFailover) Safe() bool { return f.Verdict == FailoverSafe }
+
+// StreamReplica is one physical standby as the primary sees it.
+type StreamReplica struct {
+	// ApplicationName, State and SyncState are pg_stat_replication's
+	// (empty when the role may not read them: pg_read_all_stats).
+	ApplicationName string `json:"application_name,omitempty"`
+	State           string `json:"state,omitempty"`
+	SyncState       string `json:"sync_state,omitempty"`
+	// Slot is the physical slot it streams through, "" for none.
+	Slot string `json:"slot,omitempty"`
+	// Listed is true when synchronized_standby_slots names Slot.
+	Listed bool `json:"listed"`
+}
+
+// StreamStandby is one standby of the DSN, as it showed itself.
+type StreamStandby struct {
+	// Host is host:port (or the socket directory) as the DSN lists it.
+	Host string `json:"host"`
+	// Error is why it could not be read; the fields below are then zero.
+	Error string `json:"error,omitempty"`
+	// SyncReplicationSlots, HotStandbyFeedback, PrimarySlotName and
+	// ConninfoDBName are its settings: sync_replication_slots,
+	// hot_standby_feedback, primary_slot_name, and whether
+	// primary_conninfo names a dbname (the slot sync worker needs it).
+	// ConninfoDBName is nil when the role may not read primary_conninfo.
+	SyncReplicationSlots bool   `json:"sync_replication_slots"`
+	HotStandbyFeedback   bool   `json:"hot_standby_feedback"`
+	PrimarySlotName      string `json:"primary_slot_name,omitempty"`
+	ConninfoDBName       *bool  `json:"primary_conninfo_dbname,omitempty"`
+	// SlotExists, Synced and Temporary describe its copy of the slot: a
+	// copy is usable after a promotion once synced and not temporary.
+	SlotExists bool `json:"slot_exists"`
+	Synced     bool `json:"synced"`
+	Temporary  bool `json:"temporary"`
+	// Invalidated is the copy's invalidation_reason, "" when valid.
+	Invalidated string `json:"invalidated,omitempty"`
 }

@@ -22,6 +22,9 @@ const type = env("EVENT_TYPE", "orders");
 const deadLetter = env("DEAD_LETTER_ID", "");
 const shots = env("SHOT_DIR", "");
 const timeout = Number(env("STEP_TIMEOUT_MS", "60000"));
+// FAILOVER_WANT, when set, replaces steps 2 and 3: wait until the WAL
+// stream's failover line contains it, and report the line and its class.
+const failoverWant = env("FAILOVER_WANT", "");
 
 const profile = mkdtempSync(join(tmpdir(), "txbox-e2e-chromium-"));
 // A fresh profile directory (Chromium's --user-data-dir, which
@@ -51,17 +54,25 @@ try {
   // error: only errors of the dashboard count.
   errors.length = 0;
 
+  if (failoverWant) {
+    const line = page.locator("#stream-failover", { hasText: failoverWant });
+    await line.waitFor();
+    out.failover = await line.textContent();
+    out.failoverClass = await line.getAttribute("class");
+  }
   const sent = page.locator(`#types tr[data-type="${type}"] td.sent`);
   const read = async () => Number((await sent.textContent()).replace(/[^0-9]/g, ""));
-  await sent.waitFor();
-  await page.waitForFunction(sel => /\d/.test(document.querySelector(sel)?.textContent || ""), `#types tr[data-type="${type}"] td.sent`);
-  out.sentBefore = await read();
-  const deadline = Date.now() + timeout;
-  while ((out.sentAfter = await read()) <= out.sentBefore) {
-    if (Date.now() > deadline) throw new Error(`sent counter of ${type} stayed at ${out.sentBefore}`);
-    await page.waitForTimeout(250);
+  if (!failoverWant) {
+    await sent.waitFor();
+    await page.waitForFunction(sel => /\d/.test(document.querySelector(sel)?.textContent || ""), `#types tr[data-type="${type}"] td.sent`);
+    out.sentBefore = await read();
+    const deadline = Date.now() + timeout;
+    while ((out.sentAfter = await read()) <= out.sentBefore) {
+      if (Date.now() > deadline) throw new Error(`sent counter of ${type} stayed at ${out.sentBefore}`);
+      await page.waitForTimeout(250);
+    }
+    out.chartLines = await page.locator("#chart-throughput polyline").count();
   }
-  out.chartLines = await page.locator("#chart-throughput polyline").count();
   // For the documentation's screenshot, let the charts fill a little.
   if (shots) await page.waitForTimeout(30000);
   if (shots) await page.screenshot({ path: join(shots, "dashboard.png"), fullPage: true });

@@ -171,6 +171,19 @@ function render(ov) {
     const se = $("#stream-state");
     se.textContent = txt;
     se.className = sv.lagging || sv.state === "failing" || (sl && (sl.wal_status === "lost" || sl.wal_status === "unreserved")) ? "err" : "";
+    // Whether the slot survives a failover (docs/operations.md, "Failover"):
+    // every problem, and what could not be looked at.
+    const fo = sl && sl.failover;
+    const fe = $("#stream-failover");
+    let ft = "failover: not read yet";
+    if (fo && fo.verdict) {
+      const label = { safe: "safe", unsafe: "NOT SAFE", unknown: "unknown", no_standby: "no standby" }[fo.verdict] || fo.verdict;
+      ft = "failover: " + label + " — " + fo.note;
+      const more = (fo.problems || []).slice(1).concat((fo.unchecked || []).map(u => "not checked: " + u));
+      if (more.length) ft += "; " + more.join("; ");
+    }
+    fe.textContent = ft;
+    fe.className = fo && fo.verdict === "unsafe" ? "err" : "";
   }
 
   const legend = $("#legend");

@@ -15,6 +15,7 @@ import (
 	"github.com/txbox/txbox/config"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/sender"
+	"github.com/txbox/txbox/store"
 )
 
 // runConfig dispatches `txbox config check` and `txbox config print`.
@@ -116,9 +117,11 @@ func runConfigCheck(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		defer st.Close()
-		if err := checkStream(ctx, cfg, st, e, *timeout); err != nil {
+		streamWarnings, err := checkStream(ctx, cfg, st, e, *timeout)
+		if err != nil {
 			return err
 		}
+		c.warnings = append(c.warnings, streamWarnings...)
 		if types, err = withDatabaseTypes(ctx, cfg, st, types); err != nil {
 			return err
 		}
@@ -136,6 +139,7 @@ func runConfigCheck(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	warnings = append(c.warnings, warnings...)
 	for _, wn := range warnings {
 		fmt.Fprintf(e.stdout, "\nwarning: %s\n", wn)
 	}
@@ -171,7 +175,7 @@ func (c *checker) summary(warnings int) error {
 	}
 	if c.connect {
 		if warnings > 0 {
-			fmt.Fprintf(c.e.stdout, "\nall checks passed, with %d warning(s): some destinations were not checked\n", warnings)
+			fmt.Fprintf(c.e.stdout, "\nall checks passed, with %d warning(s) (above)\n", warnings)
 		} else {
 			fmt.Fprintln(c.e.stdout, "\nall checks passed")
 		}
@@ -202,6 +206,9 @@ type checker struct {
 	// missing and unreachable count the destinations that do not exist
 	// and those that could not be checked (an error, a refused sender).
 	missing, unreachable int
+	// warnings are the database's (WAL mode's failover), printed with
+	// the destinations'.
+	warnings []string
 }
 
 // progress writes one progress line to stderr.
@@ -461,23 +468,44 @@ func checkDatabase(ctx context.Context, cfg *config.Config, e *env, progress io.
 }
 
 // checkStream checks WAL mode's preconditions with database.source wal:
-// what the relay checks before it streams.
-func checkStream(ctx context.Context, cfg *config.Config, st *config.Store, e *env, timeout time.Duration) error {
+// what the relay checks before it streams; then whether the slot
+// survives a failover, which is a warning unless it is shown safe (or
+// there is no standby).
+func checkStream(ctx context.Context, cfg *config.Config, st *config.Store, e *env, timeout time.Duration) ([]string, error) {
 	if cfg.Database.Source != config.SourceWAL {
-		return nil
+		return nil, nil
 	}
-	sc, ok := st.Driver.(interface{ CheckStream(context.Context) error })
+	sc, ok := st.Driver.(interface {
+		CheckStream(context.Context) error
+		StreamStatus(context.Context) (*store.StreamStatus, error)
+	})
 	if !ok {
-		return fmt.Errorf("database.source: wal: the %s store cannot stream", st.Dialect())
+		return nil, fmt.Errorf("database.source: wal: the %s store cannot stream", st.Dialect())
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := sc.CheckStream(cctx); err != nil {
-		return fmt.Errorf("source wal: %w", err)
+		return nil, fmt.Errorf("source wal: %w", err)
 	}
 	fmt.Fprintln(e.stdout, "source: wal: wal_level logical, the slot present and not invalidated, synchronous_standby_names clear "+
 		"(the replication connection itself, and the role's REPLICATION attribute, are not checked)")
-	return nil
+	ss, err := sc.StreamStatus(cctx)
+	if err != nil {
+		return []string{"failover: could not read the slot: " + err.Error()}, nil
+	}
+	f := ss.Failover
+	fmt.Fprintln(e.stdout, "source: wal: failover: "+failoverText(f))
+	if f.Verdict == store.FailoverSafe || f.Verdict == store.FailoverNoStandby {
+		return nil, nil
+	}
+	warnings := []string{"the WAL slot is not shown to survive a failover (" + f.Verdict + "): " + f.Note}
+	for _, p := range f.Problems[min(1, len(f.Problems)):] {
+		warnings = append(warnings, "failover: "+p)
+	}
+	for _, u := range f.Unchecked {
+		warnings = append(warnings, "failover: not checked: "+u)
+	}
+	return warnings, nil
 }
 
 func deref[T any](p *T) T {

@@ -321,6 +321,7 @@ func TestConfigPrintWAL(t *testing.T) {
 			"database.wal.publication txbox_pub default",
 			"database.wal.application-name txbox-relay default",
 			"database.wal.sender-timeout 10s default",
+			"database.wal.failover true default",
 			"database.wal.window 20000 default",
 			"database.wal.window-bytes 67108864 default",
 			"database.wal.lane-queue 5000 default",

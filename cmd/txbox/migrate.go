@@ -4,24 +4,30 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/txbox/txbox/config"
+	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/postgres"
 )
 
 // streamSetup is the part of a WAL-mode driver that migrate uses: the
-// PostgreSQL driver creates the publication and the slot, and drops the
-// slot (docs/operations.md, "WAL mode").
+// PostgreSQL driver creates the publication and the slot (a failover slot
+// on PostgreSQL 17+), and drops the slot (docs/operations.md, "WAL mode").
 type streamSetup interface {
-	CreateStream(ctx context.Context, timeout time.Duration) error
+	CreateStreamWith(ctx context.Context, p postgres.CreateStreamParams) (*postgres.StreamSetup, error)
 	DropStream(ctx context.Context) error
 }
 
 func runMigrate(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "migrate", "migrate [--config txbox.yaml] [--dsn DSN] [--set key=value]... [--stream-timeout 1m] [--drop-stream]")
+	fs := newFlagSet(e, "migrate", "migrate [--config txbox.yaml] [--dsn DSN] [--set key=value]... [--stream-timeout 1m] [--require-failover-safe] [--drop-stream]")
 	var cf configFlags
 	cf.register(fs, e)
-	streamTimeout := fs.Duration("stream-timeout", time.Minute, "WAL mode: how long creating the replication slot may wait for the transactions open in the cluster")
+	streamTimeout := fs.Duration("stream-timeout", time.Minute, "WAL mode: how long creating or adopting the replication slot may wait for the transactions open in the cluster, "+
+		"and how long migrate waits for the standbys' copies of a failover slot")
+	requireSafe := fs.Bool("require-failover-safe", false, "WAL mode: fail unless the slot is shown to survive a failover (PostgreSQL 17+, every standby with a synced, persistent copy); "+
+		"without it migrate only warns")
 	dropStream := fs.Bool("drop-stream", false, "WAL mode: drop the replication slot (after every emit in flight) instead of migrating; the publication stays")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -62,10 +68,45 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 	if wal {
 		// Outside any writing transaction: creating a slot waits for every
 		// transaction open in the cluster.
-		if err := setup.CreateStream(ctx, *streamTimeout); err != nil {
+		res, err := setup.CreateStreamWith(ctx, postgres.CreateStreamParams{Timeout: *streamTimeout, RequireFailoverSafe: *requireSafe})
+		if res != nil {
+			printStreamSetup(e, res)
+		}
+		if err != nil {
 			return err
 		}
-		fmt.Fprintln(e.stdout, "WAL mode: the publication and the replication slot are in place")
 	}
 	return nil
+}
+
+// printStreamSetup says what migrate did to the slot and whether the
+// slot survives a failover; each warning on a line of its own.
+func printStreamSetup(e *env, res *postgres.StreamSetup) {
+	for _, n := range res.Notes {
+		fmt.Fprintf(e.stdout, "WAL mode: %s\n", n)
+	}
+	fmt.Fprintln(e.stdout, "WAL mode: the publication and the replication slot are in place")
+	f := res.Failover
+	line := "WAL mode: failover: " + failoverText(f)
+	if res.Waited > 0 {
+		line += fmt.Sprintf(" (checked after %s)", res.Waited.Round(time.Millisecond))
+	}
+	fmt.Fprintln(e.stdout, line)
+	for _, w := range res.Warnings {
+		fmt.Fprintf(e.stdout, "warning: %s\n", w)
+	}
+}
+
+// failoverText renders a failover verdict for people: the verdict in
+// capitals unless safe, then why.
+func failoverText(f store.StreamFailover) string {
+	switch f.Verdict {
+	case "":
+		return "not judged"
+	case store.FailoverSafe:
+		return "safe: " + f.Note
+	case store.FailoverNoStandby:
+		return "no standby: " + f.Note
+	}
+	return strings.ToUpper(f.Verdict) + ": " + f.Note
 }

@@ -72,8 +72,21 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 		}
 		fmt.Fprintf(e.stdout, "WAL slot %s: %s, wal_status %s, keeps %s of WAL (restart_lsn), %s unconfirmed, safe WAL %s, decoder spill %s\n",
 			slot.Slot, active, slot.WALStatus, byteSize(slot.RestartLag), byteSize(slot.FlushLag), safe, byteSize(slot.SpillBytes))
+		printFailover(e, slot.Failover)
 	}
 	return nil
+}
+
+// printFailover says whether the slot survives a failover, with every
+// problem found and everything that could not be checked.
+func printFailover(e *env, f store.StreamFailover) {
+	fmt.Fprintf(e.stdout, "WAL slot failover: %s\n", failoverText(f))
+	for _, p := range f.Problems[min(1, len(f.Problems)):] { // the first is the note
+		fmt.Fprintf(e.stdout, "  - %s\n", p)
+	}
+	for _, u := range f.Unchecked {
+		fmt.Fprintf(e.stdout, "  - not checked: %s\n", u)
+	}
 }
 
 // streamStatus reads the WAL slot's health when d is in WAL mode; nil,

@@ -104,7 +104,7 @@ func (d *Driver) startStream(ctx context.Context, start *streamStart, o store.St
 	s := &pgStream{
 		d:           d,
 		conn:        conn,
-		dec:         newStreamDecoder(d.messagePrefix(), start.nsp, start.rel, start.confirmed),
+		dec:         newStreamDecoder(d.messagePrefix(), start.nsp, start.rel, start.confirmed).ownedBy(start.snapshot),
 		interval:    o.StatusInterval,
 		readTimeout: streamReadTimeout(timeout),
 		askEvery:    streamAskEvery(o.StatusInterval, timeout),

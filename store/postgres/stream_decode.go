@@ -5,6 +5,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -59,7 +62,14 @@ type streamDecoder struct {
 	// skipTo is the persisted confirmed LSN: a transaction that ended at
 	// or before it was confirmed before a restart and is skipped.
 	skipTo uint64
-	now    func() time.Time
+	// pollers is the state row's snapshot: a captured row whose
+	// transaction it shows belongs to the poller and is left out. For a
+	// slot made by migrate that is no row at all (the snapshot is the
+	// slot's creation snapshot, and the stream starts after it); for an
+	// adopted slot it is the rows of the transactions that committed
+	// between the slot's new start and the snapshot (adoptSlot).
+	pollers xidSnapshot
+	now     func() time.Time
 
 	// rels holds the outbox relation by id; other relations map to nil.
 	rels map[uint32]*outboxRelation
@@ -73,6 +83,12 @@ type streamDecoder struct {
 
 func newStreamDecoder(prefix, nsp, rel string, skipTo uint64) *streamDecoder {
 	return &streamDecoder{prefix: prefix, nsp: nsp, rel: rel, skipTo: skipTo, now: time.Now, rels: map[uint32]*outboxRelation{}}
+}
+
+// ownedBy leaves the captured rows that snapshot shows to the poller.
+func (d *streamDecoder) ownedBy(snapshot xidSnapshot) *streamDecoder {
+	d.pollers = snapshot
+	return d
 }
 
 // decodeResult is what one message of the stream made.
@@ -145,7 +161,9 @@ func (d *streamDecoder) handle(walStart uint64, data []byte) (res decodeResult, 
 		if !d.inTx {
 			return res, fmt.Errorf("postgres: stream: an insert at %s outside a transaction", pglogrepl.LSN(walStart))
 		}
-		d.add(d.capturedEvent(walStart, rel, m.Tuple))
+		if ev := d.capturedEvent(walStart, rel, m.Tuple); ev.Row.Seq == 0 || !d.pollers.visible(ev.Row.Seq) {
+			d.add(ev)
+		}
 	}
 	// Origin, Type, Update, Delete and Truncate messages carry nothing
 	// for the stream (the publication publishes inserts only).
@@ -346,4 +364,52 @@ func pgTimestamptz(b []byte) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return time.UnixMicro(us + pgEpochMicros).UTC(), true
+}
+
+// xidSnapshot is a pg_snapshot: the transactions below xmin have ended,
+// those from xmax on had not started, and xip were running.
+type xidSnapshot struct {
+	// set is false for no snapshot, which shows nothing.
+	set        bool
+	xmin, xmax uint64
+	xip        []uint64
+}
+
+// parseXidSnapshot reads a pg_snapshot's text form, "xmin:xmax:xip,...".
+func parseXidSnapshot(s string) (xidSnapshot, error) {
+	parts := strings.Split(s, ":")
+	if len(parts) != 3 {
+		return xidSnapshot{}, fmt.Errorf("%q is not a pg_snapshot", s)
+	}
+	var snap xidSnapshot
+	var err error
+	if snap.xmin, err = strconv.ParseUint(parts[0], 10, 64); err != nil {
+		return xidSnapshot{}, fmt.Errorf("%q is not a pg_snapshot: %w", s, err)
+	}
+	if snap.xmax, err = strconv.ParseUint(parts[1], 10, 64); err != nil {
+		return xidSnapshot{}, fmt.Errorf("%q is not a pg_snapshot: %w", s, err)
+	}
+	if parts[2] != "" {
+		for _, x := range strings.Split(parts[2], ",") {
+			v, err := strconv.ParseUint(x, 10, 64)
+			if err != nil {
+				return xidSnapshot{}, fmt.Errorf("%q is not a pg_snapshot: %w", s, err)
+			}
+			snap.xip = append(snap.xip, v)
+		}
+	}
+	snap.set = true
+	return snap, nil
+}
+
+// visible reports whether the committed transaction xid is visible in the
+// snapshot, as pg_visible_in_snapshot does.
+func (s xidSnapshot) visible(xid uint64) bool {
+	switch {
+	case !s.set || xid >= s.xmax:
+		return false
+	case xid < s.xmin:
+		return true
+	}
+	return !slices.Contains(s.xip, xid)
 }

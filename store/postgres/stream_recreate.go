@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txbox/txbox/store"
@@ -26,33 +25,24 @@ var _ interface {
 	StreamRecreate(context.Context, time.Duration) (*store.StreamLoss, error)
 } = (*Driver)(nil)
 
-// streamLockSQL takes the lock that serializes recreating the slot with
-// other relays doing the same and with DropStream: whoever comes second
-// finds the slot there, or the state gone, and does nothing.
-const streamLockSQL = `SELECT pg_advisory_lock(hashtext('txbox wal slot ' || $1))`
-
 // StreamRecreate recreates the slot when its state row is there and the
 // slot is missing or invalidated (see store.Streamer); it returns nil, nil
 // when there is nothing to recreate. It must run outside any transaction
 // of the caller (creating a slot waits for every transaction in the
-// cluster that holds a transaction id).
+// cluster that holds a transaction id). It takes the slot's setup lock
+// (lockStreamSetup), which txbox migrate and DropStream take too.
 func (d *Driver) StreamRecreate(ctx context.Context, timeout time.Duration) (*store.StreamLoss, error) {
-	conn, err := d.pool.Acquire(ctx)
+	unlock, err := d.lockStreamSetup(ctx, timeout)
 	if err != nil {
-		return nil, translate("recreate stream", err)
+		return nil, err
 	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, streamLockSQL, d.wal.Slot); err != nil {
-		return nil, translate("recreate stream: lock", err)
-	}
-	defer func() {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if _, err := conn.Exec(uctx, `SELECT pg_advisory_unlock(hashtext('txbox wal slot ' || $1))`, d.wal.Slot); err != nil {
-			conn.Conn().Close(uctx) // the session lock goes with the session
-		}
-	}()
-	loss, err := d.dropLostSlot(ctx, conn.Conn())
+	defer unlock()
+	return d.recreateLocked(ctx, timeout)
+}
+
+// recreateLocked is StreamRecreate with the setup lock held.
+func (d *Driver) recreateLocked(ctx context.Context, timeout time.Duration) (*store.StreamLoss, error) {
+	loss, err := d.dropLostSlot(ctx)
 	if err != nil || loss == nil {
 		return nil, err
 	}
@@ -61,7 +51,7 @@ func (d *Driver) StreamRecreate(ctx context.Context, timeout time.Duration) (*st
 	}
 	var to string
 	var at time.Time
-	err = conn.QueryRow(ctx, `UPDATE `+d.walStateTable()+` w SET recreated_at = now(), lost_from = $2::text::pg_lsn, lost_to = s.confirmed_flush_lsn,
+	err = d.pool.QueryRow(ctx, `UPDATE `+d.walStateTable()+` w SET recreated_at = now(), lost_from = $2::text::pg_lsn, lost_to = s.confirmed_flush_lsn,
 		lost_confirmed_at = $3
 	FROM pg_replication_slots s WHERE w.slot_name = $1 AND s.slot_name = $1
 	RETURNING w.lost_to::text, w.recreated_at`, d.wal.Slot, pglogrepl.LSN(loss.From).String(), pgtype.Timestamptz{Time: loss.LastConfirm, Valid: !loss.LastConfirm.IsZero()}).Scan(&to, &at)
@@ -82,8 +72,8 @@ func (d *Driver) StreamRecreate(ctx context.Context, timeout time.Duration) (*st
 // is gone. An invalidated slot is dropped here, under the guard, so that
 // no emit is accepted for it meanwhile; its state row stays for
 // createSlot to overwrite.
-func (d *Driver) dropLostSlot(ctx context.Context, conn *pgx.Conn) (*store.StreamLoss, error) {
-	tx, err := conn.Begin(ctx)
+func (d *Driver) dropLostSlot(ctx context.Context) (*store.StreamLoss, error) {
+	tx, err := d.pool.Begin(ctx)
 	if err != nil {
 		return nil, translate("recreate stream", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,22 +37,22 @@ const createSlotHint = "creating a logical replication slot waits for every tran
 	"find them with: SELECT pid, backend_xid, xact_start, state, query FROM pg_stat_activity WHERE backend_xid IS NOT NULL ORDER BY xact_start"
 
 // recreateHint is the documented way to recreate a lost stream.
-const recreateHint = "drop the stream (Driver.DropStream) and create it again (Driver.CreateStream, which `txbox migrate` runs); " +
-	"the events written to the WAL since the last confirm are not recoverable from the stream (docs/operations.md, \"WAL mode\")"
+const recreateHint = "a relay with database.wal.on-slot-lost: recreate (the default) makes a new slot by itself, and so does `txbox migrate` (Driver.CreateStream); " +
+	"the events written to the WAL since the last confirm are not recoverable from the stream (docs/operations.md, \"Failover\")"
 
 func (d *Driver) walStateTable() string { return d.table(d.prefix + walStateTable) }
 func (d *Driver) walGuardTable() string { return d.table(d.prefix + walGuardTable) }
 
 // checkWALServer refuses a server that cannot stream: wal_level must be
-// logical and the version at least 15.
-func (d *Driver) checkWALServer(ctx context.Context) error {
+// logical and the version at least 15. It returns server_version_num.
+func (d *Driver) checkWALServer(ctx context.Context) (int, error) {
 	var level string
 	var version int
 	err := d.pool.QueryRow(ctx, `SELECT current_setting('wal_level'), current_setting('server_version_num')::int`).Scan(&level, &version)
 	if err != nil {
-		return translate("wal mode: read server settings", err)
+		return 0, translate("wal mode: read server settings", err)
 	}
-	return walServerError(level, version)
+	return version, walServerError(level, version)
 }
 
 // walServerError is checkWALServer's verdict on the settings it read.
@@ -65,12 +66,68 @@ func walServerError(level string, version int) error {
 	return nil
 }
 
+// CreateStreamParams configure CreateStreamWith.
+type CreateStreamParams struct {
+	// Timeout bounds each wait: the slot's creation (which waits for
+	// every transaction in the cluster that holds a transaction id), the
+	// same wait when an existing slot is adopted, the change of an
+	// existing slot's failover flag while a relay streams it, and the
+	// wait for the standbys' copies of the slot. Required.
+	Timeout time.Duration
+	// RequireFailoverSafe makes CreateStreamWith fail with an error
+	// matching ErrNotFailoverSafe when, after the wait, the slot is not
+	// shown to be failover-safe (store.FailoverSafe). Defaults to false:
+	// the verdict is only reported.
+	RequireFailoverSafe bool
+}
+
+// StreamSetup is what CreateStreamWith did and found.
+type StreamSetup struct {
+	// ServerVersion is the primary's server_version_num.
+	ServerVersion int
+	// Created is true when the slot was created now; Adopted when a slot
+	// that existed without its state row was taken over.
+	Created, Adopted bool
+	// FailoverChanged is true when an existing slot's failover flag was
+	// changed to the configured one.
+	FailoverChanged bool
+	// Notes say what was done; Warnings what an operator should look
+	// at. Both are sentences for people.
+	Notes, Warnings []string
+	// Failover is the slot's protection against a failover at the end.
+	Failover store.StreamFailover
+	// Waited is how long CreateStreamWith waited for the standbys'
+	// copies of the slot.
+	Waited time.Duration
+	// Loss is what recreating a lost slot cost, nil when none was lost.
+	Loss *store.StreamLoss
+}
+
 // CreateStream creates WAL mode's publication and replication slot when
-// they are missing; `txbox migrate` calls it with database.source wal.
-// It is idempotent. It must run outside any transaction of the caller:
-// creating a slot waits for every transaction in the cluster that holds a
-// transaction id, including the caller's own, so timeout bounds that wait
-// and the error says how to find the transaction it waited for.
+// they are missing and brings them into shape; `txbox migrate` calls
+// CreateStreamWith, which says what it did. CreateStream logs that
+// instead. See CreateStreamWith.
+func (d *Driver) CreateStream(ctx context.Context, timeout time.Duration) error {
+	res, err := d.CreateStreamWith(ctx, CreateStreamParams{Timeout: timeout})
+	if err != nil {
+		return err
+	}
+	for _, n := range res.Notes {
+		d.logger.Info("postgres: create stream: "+n, "slot", d.wal.Slot)
+	}
+	for _, w := range res.Warnings {
+		d.logger.Warn("postgres: create stream: "+w, "slot", d.wal.Slot)
+	}
+	return nil
+}
+
+// CreateStreamWith creates WAL mode's publication and replication slot
+// when they are missing; `txbox migrate` calls it with database.source
+// wal. It is idempotent, and two at once run one after the other (an
+// advisory lock). It must run outside any transaction of the caller:
+// creating a slot waits for every transaction in the cluster that holds
+// a transaction id, including the caller's own, so Timeout bounds that
+// wait and the error says how to find the transaction it waited for.
 //
 // The publication publishes the inserts into the outbox table of rows
 // whose stream_pos is NULL: the rows producers insert, never the relay's
@@ -82,35 +139,576 @@ func walServerError(level string, version int) error {
 // (a transaction that imports that snapshot) the stream's state row is
 // written with the snapshot's pg_current_snapshot(): a captured row
 // visible in it was committed before the slot and belongs to the poller,
-// every later one to the stream.
-func (d *Driver) CreateStream(ctx context.Context, timeout time.Duration) error {
-	if err := d.checkWALServer(ctx); err != nil {
-		return err
+// every later one to the stream. A slot that exists without its state
+// row (made by hand, or left by a migrate that stopped half-way) is
+// adopted when it can be (adoptSlot), and refused with the reason
+// otherwise.
+//
+// On PostgreSQL 17+ the slot is a failover slot unless
+// WALConfig.DisableFailover says otherwise: created with failover = true,
+// or an existing slot altered (ending the walsender of a relay that
+// streams it, which streams again on its own). It then nudges the
+// standbys' copies into a usable state (pg_log_standby_snapshot()) and
+// waits up to Timeout for the standbys of the DSN to show them synced and
+// persistent; StreamSetup.Failover has the verdict either way.
+func (d *Driver) CreateStreamWith(ctx context.Context, p CreateStreamParams) (*StreamSetup, error) {
+	if p.Timeout <= 0 {
+		return nil, fmt.Errorf("postgres: create stream: the timeout %s must be positive", p.Timeout)
 	}
-	if err := d.ensurePublication(ctx); err != nil {
-		return err
-	}
-	var rowExists, slotExists bool
-	err := d.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+d.walStateTable()+` WHERE slot_name = $1),
-	                                    EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`,
-		d.wal.Slot).Scan(&rowExists, &slotExists)
+	version, err := d.checkWALServer(ctx)
 	if err != nil {
-		return translate("create stream: read state", err)
+		return nil, err
+	}
+	unlock, err := d.lockStreamSetup(ctx, p.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if err := d.ensurePublication(ctx); err != nil {
+		return nil, err
+	}
+	res := &StreamSetup{ServerVersion: version}
+	failover := version >= minFailoverServerVersion && !d.wal.DisableFailover
+	st, err := d.readSlotSetup(ctx)
+	if err != nil {
+		return nil, err
 	}
 	switch {
-	case rowExists && slotExists:
-		return nil
-	case rowExists:
-		return fmt.Errorf("postgres: create stream: the slot %s recorded in %s no longer exists: %w; %s",
-			d.wal.Slot, d.walStateTable(), store.ErrStreamLost, recreateHint)
-	case slotExists:
-		return fmt.Errorf("postgres: create stream: the slot %s exists but %s has no row for it "+
-			"(another txbox migrate is creating it, or one stopped half-way, or the slot is not txbox's): "+
-			"if no migrate is running, drop it (Driver.DropStream, or SELECT pg_drop_replication_slot('%s')) and migrate again",
-			d.wal.Slot, d.walStateTable(), d.wal.Slot)
+	case st.rowExists && (st.slot == nil || (st.slot.WALStatus != nil && *st.slot.WALStatus == "lost")):
+		// Lost: a failover to a standby without the slot, or an
+		// invalidation. Recreate it as a relay would (StreamRecreate).
+		loss, err := d.recreateLocked(ctx, p.Timeout)
+		if err != nil {
+			return nil, err
+		}
+		if loss != nil {
+			res.Created, res.Loss = true, loss
+			res.Warnings = append(res.Warnings, fmt.Sprintf("the slot %s was lost (%s) and is recreated: the events emitted between LSN %s (confirmed %s) and %s "+
+				"cannot be recovered from the WAL; rows in the outbox table are delivered (docs/operations.md, \"Failover\")",
+				d.wal.Slot, loss.Reason, pglogrepl.LSN(loss.From), loss.LastConfirm.Format(time.RFC3339), pglogrepl.LSN(loss.To)))
+		}
+	case st.rowExists:
+	case st.slot != nil:
+		if err := d.adoptSlot(ctx, st, p.Timeout, res); err != nil {
+			return nil, err
+		}
+	default:
+		if err := d.createSlot(ctx, p.Timeout); err != nil {
+			return nil, err
+		}
+		res.Created = true
+		if failover {
+			res.Notes = append(res.Notes, "created the slot "+d.wal.Slot+" with failover = true")
+		} else {
+			res.Notes = append(res.Notes, "created the slot "+d.wal.Slot)
+		}
 	}
-	return d.createSlot(ctx, timeout)
+	switch {
+	case version < minFailoverServerVersion && !d.wal.DisableFailover:
+		res.Notes = append(res.Notes, fmt.Sprintf("database.wal.failover is ignored: PostgreSQL %s has no failover slots (17+), "+
+			"so the slot lives on the primary only and a promotion loses it (docs/operations.md, \"Failover\")", versionName(version)))
+	case version >= minFailoverServerVersion && !res.Created:
+		if err := d.shapeSlotFailover(ctx, failover, p.Timeout, res); err != nil {
+			return nil, err
+		}
+	}
+	if err := d.settleFailover(ctx, failover, p.Timeout, res); err != nil {
+		return nil, err
+	}
+	if p.RequireFailoverSafe && !res.Failover.Safe() {
+		return res, fmt.Errorf("%w (%s): %s", ErrNotFailoverSafe, res.Failover.Verdict, res.Failover.Note)
+	}
+	return res, nil
 }
+
+// streamTryLockSQL tries the advisory lock of the slot's setup. Its key
+// is the slot's own, for whatever else creates or drops the slot to take
+// too.
+const streamTryLockSQL = `SELECT pg_try_advisory_lock(hashtext('txbox wal slot ' || $1))`
+
+// lockStreamSetup takes a session advisory lock on a connection of its
+// own, so that two CreateStreamWith calls for one slot run one after the
+// other: one that found the slot without its state row must not adopt a
+// slot another is about to write the row for. The lock is waited for up
+// to timeout.
+func (d *Driver) lockStreamSetup(ctx context.Context, timeout time.Duration) (unlock func(), err error) {
+	conn, err := pgx.ConnectConfig(ctx, d.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return nil, translate("create stream: connect", err)
+	}
+	closeConn := func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(cctx) // ends the session, and its lock with it
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		var got bool
+		if err := conn.QueryRow(ctx, streamTryLockSQL, d.wal.Slot).Scan(&got); err != nil {
+			closeConn()
+			return nil, translate("create stream: lock", err)
+		}
+		if got {
+			return closeConn, nil
+		}
+		if time.Now().After(deadline) {
+			closeConn()
+			return nil, fmt.Errorf("postgres: create stream: another txbox migrate has been setting up the slot %s for %s: wait for it, or find it with "+
+				"SELECT pid, application_name, query_start FROM pg_locks JOIN pg_stat_activity USING (pid) WHERE locktype = 'advisory'", d.wal.Slot, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			closeConn()
+			return nil, translate("create stream: lock", ctx.Err())
+		case <-time.After(100 * time.Millisecond): // polling the lock up to the deadline
+		}
+	}
+}
+
+// slotRow is a pg_replication_slots row, read as JSON so that one query
+// serves every version (failover and invalidation_reason are 17+).
+type slotRow struct {
+	SlotType           string  `json:"slot_type"`
+	Plugin             *string `json:"plugin"`
+	Database           *string `json:"database"`
+	Temporary          bool    `json:"temporary"`
+	ActivePID          *int32  `json:"active_pid"`
+	TwoPhase           bool    `json:"two_phase"`
+	WALStatus          *string `json:"wal_status"`
+	ConfirmedFlushLSN  *string `json:"confirmed_flush_lsn"`
+	InvalidationReason *string `json:"invalidation_reason"`
+	Failover           *bool   `json:"failover"`
+}
+
+// slotSetup is what CreateStreamWith starts from.
+type slotSetup struct {
+	rowExists bool
+	// slot is nil when no slot has the name.
+	slot     *slotRow
+	database string
+}
+
+func (d *Driver) readSlotSetup(ctx context.Context) (*slotSetup, error) {
+	st := &slotSetup{}
+	err := d.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+d.walStateTable()+` WHERE slot_name = $1),
+	       (SELECT to_jsonb(s) FROM pg_replication_slots s WHERE s.slot_name = $1), current_database()`,
+		d.wal.Slot).Scan(&st.rowExists, &st.slot, &st.database)
+	if err != nil {
+		return nil, translate("create stream: read state", err)
+	}
+	return st, nil
+}
+
+// adoptSlot takes over a slot that exists without its state row: made by
+// hand (as the way to a failover slot was before migrate made them), or
+// left by a migrate that stopped between the slot and its row. It must be
+// a pgoutput slot of this database that nobody streams, not temporary,
+// not two-phase and not invalidated; anything else is refused with the
+// reason.
+//
+// The slot's creation snapshot is gone, so the state row gets a snapshot
+// of now, and the slot is moved to a position before which every
+// transaction is visible in that snapshot: the captured rows of those
+// transactions belong to the poller (their ownership rule), and the
+// stream starts at that position. It skips nothing the stream needs: no
+// emit can have happened since the slot was made, because the emit check
+// fails while the state table has no row for a slot, and the decoder
+// leaves the captured rows the snapshot shows to the poller (so the few
+// transactions between the position and the snapshot are not delivered
+// twice). Moving the slot also spares the stream transactions older than
+// the publication, which pgoutput would refuse to decode.
+//
+// The position: pg_current_wal_lsn() first, then a wait until every
+// transaction that held a transaction id at that moment has ended, then
+// the snapshot. A transaction the snapshot does not see got its id after
+// the position was read, so it commits after it.
+func (d *Driver) adoptSlot(ctx context.Context, st *slotSetup, timeout time.Duration, res *StreamSetup) error {
+	s := st.slot
+	refuse := func(why string) error {
+		return fmt.Errorf("postgres: create stream: the slot %s exists but %s has no row for it, and it cannot be adopted: %s; "+
+			"if nothing uses it, drop it (SELECT pg_drop_replication_slot('%s')) and migrate again", d.wal.Slot, d.walStateTable(), why, d.wal.Slot)
+	}
+	switch {
+	case s.SlotType != "logical":
+		return refuse("it is a " + s.SlotType + " slot, not a logical one")
+	case s.Database == nil || *s.Database != st.database:
+		return refuse(fmt.Sprintf("it decodes the database %s, not %s", deref(s.Database, "(none)"), st.database))
+	case s.Plugin == nil || *s.Plugin != "pgoutput":
+		return refuse(fmt.Sprintf("it uses the output plugin %s, WAL mode needs pgoutput", deref(s.Plugin, "(none)")))
+	case s.Temporary:
+		return refuse("it is a temporary slot, which ends with its session")
+	case s.ActivePID != nil:
+		return refuse(fmt.Sprintf("backend %d streams it, so another program uses it", *s.ActivePID))
+	case s.TwoPhase:
+		return refuse("it was made with two_phase, which WAL mode never uses")
+	case s.InvalidationReason != nil || s.WALStatus != nil && *s.WALStatus == "lost":
+		return refuse(fmt.Sprintf("PostgreSQL invalidated it (%s)", deref(s.InvalidationReason, "wal_status lost")))
+	case s.ConfirmedFlushLSN == nil:
+		return refuse("it is not consistent yet (being created)")
+	}
+	var pos, snap string
+	if err := d.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&pos); err != nil {
+		return translate("create stream: adopt: read the position", err)
+	}
+	if err := d.pool.QueryRow(ctx, `SELECT pg_current_snapshot()::text`).Scan(&snap); err != nil {
+		return translate("create stream: adopt: read the running transactions", err)
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		var ended bool
+		err := d.pool.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot()) >= pg_snapshot_xmax($1::pg_snapshot)`, snap).Scan(&ended)
+		if err != nil {
+			return translate("create stream: adopt: wait for the running transactions", err)
+		}
+		if ended {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("postgres: create stream: adopting the slot %s waited %s for the transactions open at %s to end: %s", d.wal.Slot, timeout, pos, adoptHint)
+		}
+		select {
+		case <-ctx.Done():
+			return translate("create stream: adopt", ctx.Err())
+		case <-time.After(50 * time.Millisecond): // polling the transactions up to the deadline
+		}
+	}
+	// Moved only forward: a slot already past the position (read after
+	// it) stays where it is.
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	_, err := d.pool.Exec(actx, `SELECT pg_replication_slot_advance($1, $2::pg_lsn) FROM pg_replication_slots
+		WHERE slot_name = $1 AND confirmed_flush_lsn < $2::pg_lsn`, d.wal.Slot, pos)
+	if err != nil {
+		return translate("create stream: adopt: move the slot to "+pos, err)
+	}
+	if _, err := d.pool.Exec(ctx, `INSERT INTO `+d.walStateTable()+` (slot_name, publication, snapshot) VALUES ($1, $2, pg_current_snapshot())`,
+		d.wal.Slot, d.wal.Publication); err != nil {
+		return translate("create stream: adopt: state", err)
+	}
+	res.Adopted = true
+	res.Warnings = append(res.Warnings, fmt.Sprintf("adopted the slot %s, which existed without its state row (made by hand, or left by a migrate that stopped): "+
+		"it now starts at %s, the rows in the outbox table committed before belong to the poller and every later event to the stream; "+
+		"if the slot was another program's, that program has lost it", d.wal.Slot, pos))
+	return nil
+}
+
+// adoptHint tells an operator what an adoption waits for.
+const adoptHint = "adopting a slot waits for every transaction that held a transaction id when it started to end; " +
+	"find them with: SELECT pid, backend_xid, xact_start, state, query FROM pg_stat_activity WHERE backend_xid IS NOT NULL ORDER BY xact_start"
+
+func deref(s *string, def string) string {
+	if s == nil {
+		return def
+	}
+	return *s
+}
+
+// shapeSlotFailover sets an existing slot's failover flag to want
+// (ALTER_REPLICATION_SLOT over a replication connection, PostgreSQL
+// 17+). The ALTER waits while a walsender streams the slot, so that
+// walsender is ended (the relay streams again on its own, from its last
+// confirm) until the ALTER has the slot, up to timeout.
+func (d *Driver) shapeSlotFailover(ctx context.Context, want bool, timeout time.Duration, res *StreamSetup) error {
+	var cur bool
+	err := d.pool.QueryRow(ctx, `SELECT coalesce((to_jsonb(s)->>'failover')::bool, false) FROM pg_replication_slots s WHERE slot_name = $1`, d.wal.Slot).Scan(&cur)
+	if err != nil {
+		return translate("create stream: read the slot's failover flag", err)
+	}
+	if cur == want {
+		return nil
+	}
+	rconn, err := pgconn.ConnectConfig(ctx, d.replicationConfig(map[string]string{"application_name": d.wal.ApplicationName + "-migrate"}))
+	if err != nil {
+		return fmt.Errorf("postgres: create stream: replication connection: %w", err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = rconn.Close(cctx)
+	}()
+	cmd := fmt.Sprintf("ALTER_REPLICATION_SLOT %s ( FAILOVER %t )", d.wal.Slot, want)
+	done := make(chan error, 1)
+	go func() {
+		_, err := rconn.Exec(context.Background(), cmd).ReadAll()
+		done <- err
+	}()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	var ended []string
+	var why string
+wait:
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("postgres: create stream: %s: %w", cmd, err)
+			}
+			break wait
+		case <-tick.C:
+			// Still waiting: a walsender streams the slot.
+			var pid *int32
+			if err := d.pool.QueryRow(ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, d.wal.Slot).Scan(&pid); err != nil {
+				why = err.Error()
+				break
+			}
+			if pid == nil || *pid == int32(rconn.PID()) {
+				break
+			}
+			if _, err := d.pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, *pid); err != nil {
+				why = "ending the walsender " + strconv.Itoa(int(*pid)) + ": " + err.Error()
+				break
+			}
+			if p := strconv.Itoa(int(*pid)); !slices.Contains(ended, p) {
+				ended = append(ended, p)
+			}
+		case <-timer.C:
+			return d.cancelAlter(rconn, done, fmt.Sprintf("%s did not get the slot within %s (%s)", cmd, timeout, why))
+		case <-ctx.Done():
+			return d.cancelAlter(rconn, done, fmt.Sprintf("%s: %v", cmd, ctx.Err()))
+		}
+	}
+	res.FailoverChanged = true
+	note := fmt.Sprintf("altered the slot %s to failover = %t", d.wal.Slot, want)
+	if len(ended) > 0 {
+		note += " after ending the walsender (pid " + strings.Join(ended, ", ") + ") of the relay streaming it, which streams again on its own"
+	}
+	res.Notes = append(res.Notes, note)
+	return nil
+}
+
+// cancelAlter cancels the ALTER in flight on rconn through the server
+// and waits for its answer: an ALTER left waiting would change the slot
+// later, behind the caller's back.
+func (d *Driver) cancelAlter(rconn *pgconn.PgConn, done <-chan error, why string) error {
+	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cerr := rconn.CancelRequest(cctx)
+	select {
+	case err := <-done:
+		if err == nil {
+			return nil // it got the slot as the cancel went out
+		}
+		return fmt.Errorf("postgres: create stream: %s: %w", why, err)
+	case <-cctx.Done():
+		_ = rconn.Conn().Close() // ends the walsender, and its wait
+		<-done
+		return fmt.Errorf("postgres: create stream: %s; the cancel request got no answer (%v)", why, cerr)
+	}
+}
+
+// settleFailover gives res its failover verdict. With failover, it first
+// makes the standbys' copies usable and waits for them: every 200ms it
+// logs a running-transactions record (pg_log_standby_snapshot()) and,
+// while no relay streams the slot, moves the slot over the WAL that holds
+// nothing for the stream (advanceIdleSlot), which lets its catalog_xmin
+// pass the standby's. It stops when every standby of the DSN that is set
+// up for it shows its copy synced and persistent, at timeout, or at once
+// when the slot has events no relay has delivered (only a relay may move
+// the slot past them).
+func (d *Driver) settleFailover(ctx context.Context, failover bool, timeout time.Duration, res *StreamSetup) error {
+	prober := d.newStandbyProber()
+	defer prober.close()
+	start := time.Now()
+	deadline := start.Add(timeout)
+	var held bool
+	for {
+		if failover {
+			var err error
+			if held, err = d.nudgeStandbys(ctx, res); err != nil {
+				return err
+			}
+		}
+		j, err := d.streamFailover(ctx, prober)
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		if !failover || len(j.pending) == 0 || held || now.After(deadline) {
+			res.Failover = j.StreamFailover
+			if failover {
+				res.Waited = now.Sub(start)
+			}
+			if failover && len(j.pending) > 0 {
+				why := "after " + res.Waited.Round(time.Millisecond).String()
+				if held {
+					why = "and migrate cannot move the slot on (it holds events no relay has delivered yet, or a standby it waits for is down): " +
+						"the copy becomes usable once a relay streams and confirms them (check txbox status)"
+				}
+				res.Warnings = append(res.Warnings, "the copy of the slot on "+strings.Join(j.pending, ", ")+" is not usable yet "+why)
+			}
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return translate("create stream: wait for the standbys", ctx.Err())
+		case <-time.After(200 * time.Millisecond): // polling the standbys up to the deadline
+		}
+	}
+	if f := res.Failover; f.Verdict != store.FailoverSafe && f.Verdict != store.FailoverNoStandby {
+		res.Warnings = append(res.Warnings, "the slot is not yet failover-safe ("+f.Verdict+"): "+f.Note)
+		for _, p := range f.Problems[min(1, len(f.Problems)):] {
+			res.Warnings = append(res.Warnings, p)
+		}
+	}
+	return nil
+}
+
+// nudgeStandbys logs a running-transactions record for the standbys'
+// slot sync and, while no relay streams the slot, moves it over the WAL
+// that holds nothing for the stream. It reports whether the slot is held
+// back by events no relay has delivered. A role that may not call
+// pg_log_standby_snapshot() (superuser only, unless granted) gets a note
+// once.
+func (d *Driver) nudgeStandbys(ctx context.Context, res *StreamSetup) (held bool, err error) {
+	if !slices.Contains(res.Notes, noStandbySnapshotNote) {
+		_, err := d.pool.Exec(ctx, `SELECT pg_log_standby_snapshot()`)
+		var pe *pgconn.PgError
+		switch {
+		case errors.As(err, &pe) && pe.Code == codeInsufficientPrivilege:
+			res.Notes = append(res.Notes, noStandbySnapshotNote)
+		case err != nil:
+			return false, translate("create stream: pg_log_standby_snapshot", err)
+		}
+	}
+	// Decoding a failover slot waits for the standbys named in
+	// synchronized_standby_slots: one that is down would hold migrate.
+	actx, cancel := context.WithTimeout(ctx, advanceTimeout)
+	defer cancel()
+	held, err = d.advanceIdleSlot(actx)
+	if err != nil && actx.Err() != nil && ctx.Err() == nil {
+		res.Notes = append(res.Notes, fmt.Sprintf("could not move the idle slot within %s: a standby named in synchronized_standby_slots may be down", advanceTimeout))
+		return true, nil
+	}
+	return held, err
+}
+
+// advanceTimeout bounds one advanceIdleSlot.
+const advanceTimeout = 5 * time.Second
+
+// maxAdvanceDecode bounds the WAL advanceIdleSlot decodes: a slot further
+// behind is left to the relays.
+const maxAdvanceDecode = 64 << 20
+
+// advanceIdleSlot moves the slot, when no relay streams it, over the WAL
+// up to the server's current position as long as that WAL holds nothing
+// the stream would deliver: it decodes it as the stream would
+// (pg_logical_slot_peek_binary_changes, the same options and decoder) and
+// moves the slot to the end of the last transaction before the first one
+// with an event. That is what a streaming relay confirms when idle, and
+// what lets the slot's catalog_xmin pass the standby's, without which the
+// standby's copy stays temporary. It reports whether an event (or more WAL
+// than maxAdvanceDecode) holds the slot back.
+func (d *Driver) advanceIdleSlot(ctx context.Context) (held bool, err error) {
+	var (
+		active              bool
+		behind              int64
+		flushed, to         string
+		nsp, rel, lsn, snap *string
+	)
+	err = d.pool.QueryRow(ctx, `
+SELECT s.active, coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn), 0)::bigint,
+       coalesce(s.confirmed_flush_lsn, '0/0')::text, pg_current_wal_lsn()::text,
+       (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($2)),
+       (SELECT c.relname FROM pg_class c WHERE c.oid = to_regclass($2)),
+       (SELECT confirmed_lsn::text FROM `+d.walStateTable()+` WHERE slot_name = $1),
+       (SELECT snapshot::text FROM `+d.walStateTable()+` WHERE slot_name = $1)
+FROM pg_replication_slots s WHERE s.slot_name = $1`, d.wal.Slot, d.table(d.tables.Outbox)).
+		Scan(&active, &behind, &flushed, &to, &nsp, &rel, &lsn, &snap)
+	if err != nil {
+		return false, translate("create stream: read the slot", err)
+	}
+	if active || nsp == nil || rel == nil || lsn == nil {
+		return false, nil // a relay streams it and confirms what it passes
+	}
+	if behind > maxAdvanceDecode {
+		return true, nil
+	}
+	skipTo, err := pglogrepl.ParseLSN(*lsn)
+	if err != nil {
+		return false, fmt.Errorf("postgres: create stream: confirmed_lsn %q: %w", *lsn, err)
+	}
+	dec := newStreamDecoder(d.messagePrefix(), *nsp, *rel, uint64(skipTo))
+	if snap != nil {
+		s, err := parseXidSnapshot(*snap)
+		if err != nil {
+			return false, fmt.Errorf("postgres: create stream: the snapshot of %s: %w", d.walStateTable(), err)
+		}
+		dec.ownedBy(s)
+	}
+	passed, held, err := d.peekForEvents(ctx, dec, to)
+	if err != nil {
+		return false, err
+	}
+	target := passed
+	if !held && !dec.partial() {
+		end, err := pglogrepl.ParseLSN(to)
+		if err != nil {
+			return false, fmt.Errorf("postgres: create stream: %w", err)
+		}
+		target = uint64(end)
+	}
+	cur, err := pglogrepl.ParseLSN(flushed)
+	if err != nil {
+		return false, fmt.Errorf("postgres: create stream: %w", err)
+	}
+	if target > uint64(cur) {
+		if _, err := d.pool.Exec(ctx, `SELECT pg_replication_slot_advance($1, $2::pg_lsn)`, d.wal.Slot, pglogrepl.LSN(target).String()); err != nil {
+			return held, advanceError(err)
+		}
+	}
+	return held, nil
+}
+
+// peekForEvents decodes the slot's WAL up to to with dec, as the stream
+// would, until the first transaction with an event (held). passed is the
+// end of the last transaction before it.
+func (d *Driver) peekForEvents(ctx context.Context, dec *streamDecoder, to string) (passed uint64, held bool, err error) {
+	rows, err := d.pool.Query(ctx, `SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes($1, $2::pg_lsn, NULL,
+		'proto_version', '1', 'publication_names', $3, 'messages', 'true', 'binary', 'true')`, d.wal.Slot, to, d.wal.Publication)
+	if err != nil {
+		return 0, false, advanceError(err)
+	}
+	defer rows.Close()
+	for rows.Next() && !held {
+		var at string
+		var data []byte
+		if err := rows.Scan(&at, &data); err != nil {
+			return 0, false, translate("create stream: decode the slot", err)
+		}
+		pos, err := pglogrepl.ParseLSN(at)
+		if err != nil {
+			return 0, false, fmt.Errorf("postgres: create stream: decode the slot: %w", err)
+		}
+		r, err := dec.handle(uint64(pos), data)
+		switch {
+		case err != nil:
+			held = true // the stream dead-letters what does not decode: leave it to a relay
+		case r.tx != nil:
+			held = true
+		case r.passed != 0:
+			passed = r.passed
+		}
+	}
+	rows.Close()
+	return passed, held, advanceError(rows.Err())
+}
+
+// advanceError is nil for a slot a relay took meanwhile, which then
+// confirms what it passes.
+func advanceError(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == codeObjectInUse {
+		return nil
+	}
+	return translate("create stream: move the idle slot", err)
+}
+
+// noStandbySnapshotNote is nudgeStandbys' note for a role that may not
+// call pg_log_standby_snapshot().
+const noStandbySnapshotNote = "could not call pg_log_standby_snapshot() (permission denied: superuser only unless granted): " +
+	"a standby's copy of the slot becomes usable after the server's own next running-transactions record (up to about 30s)"
 
 // ensurePublication creates the publication, or alters an existing one to
 // the shape WAL mode needs.
@@ -173,14 +771,17 @@ func (d *Driver) replicationConfig(params map[string]string) *pgconn.Config {
 	return cfg
 }
 
-// createSlot creates the slot over a replication connection and writes the
+// createSlot creates the slot over a replication connection, a failover
+// slot on PostgreSQL 17+ unless WALConfig.DisableFailover, and writes the
 // state row with the slot's exported snapshot while that snapshot is
 // valid (until the replication connection runs another command or
 // closes).
 func (d *Driver) createSlot(ctx context.Context, timeout time.Duration) error {
-	if timeout <= 0 {
-		return fmt.Errorf("postgres: create stream: the slot creation timeout %s must be positive", timeout)
+	var version int
+	if err := d.pool.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		return translate("create stream: read the server version", err)
 	}
+	failover := version >= minFailoverServerVersion && !d.wal.DisableFailover
 	rconn, err := pgconn.ConnectConfig(ctx, d.replicationConfig(map[string]string{"application_name": d.wal.ApplicationName + "-migrate"}))
 	if err != nil {
 		return fmt.Errorf("postgres: create stream: replication connection: %w", err)
@@ -190,13 +791,13 @@ func (d *Driver) createSlot(ctx context.Context, timeout time.Duration) error {
 		defer cancel()
 		_ = rconn.Close(cctx)
 	}()
-	res, err := createSlotBounded(ctx, rconn, d.wal.Slot, timeout)
+	res, err := createSlotBounded(ctx, rconn, d.wal.Slot, failover, timeout)
 	if err != nil {
 		return err
 	}
 	if err := d.writeStreamState(ctx, res.SnapshotName); err != nil {
 		// The slot exists without its state row, which CreateStream
-		// refuses later: drop it now over the same connection.
+		// would adopt later: drop it now over the same connection.
 		if derr := pglogrepl.DropReplicationSlot(ctx, rconn, d.wal.Slot, pglogrepl.DropReplicationSlotOptions{}); derr != nil {
 			return fmt.Errorf("%w (and dropping the new slot failed: %v)", err, derr)
 		}
@@ -205,21 +806,30 @@ func (d *Driver) createSlot(ctx context.Context, timeout time.Duration) error {
 	return nil
 }
 
+// createSlotCommand is the CREATE_REPLICATION_SLOT command: the option
+// list of PostgreSQL 15+ (pglogrepl's form has no FAILOVER).
+func createSlotCommand(slot string, failover bool) string {
+	opts := "SNAPSHOT 'export'"
+	if failover {
+		opts += ", FAILOVER true"
+	}
+	return "CREATE_REPLICATION_SLOT " + slot + " LOGICAL pgoutput ( " + opts + " )"
+}
+
 // createSlotBounded runs CREATE_REPLICATION_SLOT, and when it takes longer
 // than timeout (or ctx ends) sends the server a cancel request and waits
 // for the server's answer. Cancelling through the server matters: a client
 // that only hung up would leave the walsender waiting, and once the
 // transactions it waits for ended it would persist the slot without a
 // state row.
-func createSlotBounded(ctx context.Context, rconn *pgconn.PgConn, slot string, timeout time.Duration) (pglogrepl.CreateReplicationSlotResult, error) {
+func createSlotBounded(ctx context.Context, rconn *pgconn.PgConn, slot string, failover bool, timeout time.Duration) (pglogrepl.CreateReplicationSlotResult, error) {
 	type result struct {
 		res pglogrepl.CreateReplicationSlotResult
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		r, err := pglogrepl.CreateReplicationSlot(context.Background(), rconn, slot, "pgoutput",
-			pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
+		r, err := pglogrepl.ParseCreateReplicationSlot(rconn.Exec(context.Background(), createSlotCommand(slot, failover)))
 		done <- result{r, err}
 	}()
 	timer := time.NewTimer(timeout)
@@ -340,6 +950,9 @@ type streamStart struct {
 	// nsp and rel are the outbox table's schema and name as the
 	// replication stream names its relation.
 	nsp, rel string
+	// snapshot is the state row's snapshot: the captured rows it shows
+	// are the poller's.
+	snapshot xidSnapshot
 }
 
 // checkStream reads the slot and the stream's state and refuses to start
@@ -354,16 +967,18 @@ func (d *Driver) checkStream(ctx context.Context) (*streamStart, error) {
 		activePID        *int32
 		plugin           *string
 		flushed          *string
+		snapshot         *string
 	)
 	err := d.pool.QueryRow(ctx, `
 SELECT current_setting('wal_level'), current_setting('synchronous_standby_names'),
        (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($2)),
        (SELECT c.relname FROM pg_class c WHERE c.oid = to_regclass($2)),
        (SELECT confirmed_lsn::text FROM `+d.walStateTable()+` WHERE slot_name = $1),
-       s.slot_name IS NOT NULL, s.wal_status, s.active_pid, s.plugin, s.confirmed_flush_lsn::text
+       s.slot_name IS NOT NULL, s.wal_status, s.active_pid, s.plugin, s.confirmed_flush_lsn::text,
+       (SELECT snapshot::text FROM `+d.walStateTable()+` WHERE slot_name = $1)
 FROM (SELECT 1) one
 LEFT JOIN pg_replication_slots s ON s.slot_name = $1 AND s.database = current_database()`,
-		d.wal.Slot, d.table(d.tables.Outbox)).Scan(&level, &syncNames, &nsp, &rel, &lsn, &slotFound, &walStatus, &activePID, &plugin, &flushed)
+		d.wal.Slot, d.table(d.tables.Outbox)).Scan(&level, &syncNames, &nsp, &rel, &lsn, &slotFound, &walStatus, &activePID, &plugin, &flushed, &snapshot)
 	if err != nil {
 		return nil, translate("open stream: read the slot", err)
 	}
@@ -401,6 +1016,11 @@ LEFT JOIN pg_replication_slots s ON s.slot_name = $1 AND s.database = current_da
 		return nil, fmt.Errorf("postgres: open stream: confirmed_lsn %q: %w", *lsn, err)
 	}
 	st := &streamStart{confirmed: uint64(start), nsp: *nsp, rel: *rel}
+	if snapshot != nil {
+		if st.snapshot, err = parseXidSnapshot(*snapshot); err != nil {
+			return nil, fmt.Errorf("postgres: open stream: the snapshot of %s: %w", d.walStateTable(), err)
+		}
+	}
 	if flushed != nil {
 		f, err := pglogrepl.ParseLSN(*flushed)
 		if err != nil {

@@ -381,8 +381,10 @@ func (d *Driver) StreamSpilledKeys(ctx context.Context, after *store.StreamKey, 
 }
 
 // StreamStatus reads the slot's health from pg_replication_slots and
-// pg_stat_replication_slots, and the time of the relay's last persisted
-// confirm from the stream's state. A slot that does not exist in this
+// pg_stat_replication_slots, the time of the relay's last persisted
+// confirm from the stream's state, and whether the slot survives a
+// failover from the primary and the standbys of the DSN
+// (stream_failover.go). A slot that does not exist in this
 // database is an error matching ErrNoSlot.
 func (d *Driver) StreamStatus(ctx context.Context) (*store.StreamStatus, error) {
 	s := &store.StreamStatus{Slot: d.wal.Slot}
@@ -409,6 +411,13 @@ func (d *Driver) StreamStatus(ctx context.Context) (*store.StreamStatus, error) 
 				s.LastLoss.LastConfirm = lostConfirmed.Time
 			}
 		}
+	}
+	j, err := d.streamFailover(ctx, nil)
+	if err != nil {
+		s.Failover = store.StreamFailover{Verdict: store.FailoverUnknown, Note: "could not read the slot's protection against a failover: " + err.Error(),
+			Disabled: d.wal.DisableFailover}
+	} else {
+		s.Failover = j.StreamFailover
 	}
 	return s, nil
 }

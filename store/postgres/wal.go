@@ -48,6 +48,16 @@ type WALConfig struct {
 	// SenderTimeout is wal_sender_timeout on the replication connection.
 	// Defaults to DefaultSenderTimeout.
 	SenderTimeout time.Duration
+	// DisableFailover makes CreateStream create the slot without
+	// failover = true, and turn it off on an existing slot. On
+	// PostgreSQL 17+ a failover slot is copied to the standbys that have
+	// sync_replication_slots = on and survives a promotion
+	// (docs/operations.md, "Failover"); PostgreSQL 15 and 16 have no
+	// failover slots and ignore the setting. Turn it off to keep a
+	// primary whose standby is down from holding the stream back
+	// (synchronized_standby_slots), at the price of the slot on a
+	// failover. Defaults to false: failover slots.
+	DisableFailover bool
 }
 
 // slotName is the rule for slot and publication names: PostgreSQL allows
