@@ -73,6 +73,10 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "WAL slot %s: %s, wal_status %s, keeps %s of WAL (restart_lsn), %s unconfirmed, safe WAL %s, decoder spill %s\n",
 			slot.Slot, active, slot.WALStatus, byteSize(slot.RestartLag), byteSize(slot.FlushLag), safe, byteSize(slot.SpillBytes))
 		printFailover(e, slot.Failover)
+		if l := slot.LastLoss; l != nil {
+			fmt.Fprintf(e.stdout, "WAL slot last lost and recreated %s: events emitted between LSN %X/%X (confirmed %s) and %X/%X were not delivered\n",
+				l.At.Format(time.RFC3339), l.From>>32, uint32(l.From), l.LastConfirm.Format(time.RFC3339), l.To>>32, uint32(l.To))
+		}
 	}
 	return nil
 }
