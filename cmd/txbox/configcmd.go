@@ -97,9 +97,9 @@ func runConfigCheck(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	name := cf.path
+	name := cf.file
 	if name == "" {
-		name = "(no file: defaults and overrides)"
+		name = "(no configuration file found: " + lookedAt() + "; defaults and overrides only)"
 	}
 	fmt.Fprintf(e.stdout, "configuration %s: valid\n", name)
 	fmt.Fprintf(e.stdout, "database: %s\n", cfg.Database.Dialect)
