@@ -276,7 +276,11 @@ func (c *checker) run(ctx context.Context, what string, check func(context.Conte
 	defer cancel()
 	err := config.Scrub(check(cctx), c.e.secrets)
 	took := time.Since(start).Round(time.Millisecond)
-	if err != nil {
+	if errors.Is(err, sender.ErrNoDestination) {
+		// An answer, not a failure: the destination does not exist
+		// (yet: a provisioning sender creates it at start).
+		c.progress("%s: does not exist (%s)", what, took)
+	} else if err != nil {
 		c.progress("%s: failed after %s", what, took)
 	} else {
 		c.progress("%s: ok (%s)", what, took)
