@@ -310,7 +310,7 @@ func (c *Config) senderConfig(name string, getenv func(string) string, logger *s
 			return nil, err
 		}
 		return webhook.Config{Timeout: w.Timeout, MaxConcurrency: w.Concurrency, ContentType: w.ContentType, Secret: secret, SignatureHeader: w.SignatureHeader, TLS: tc,
-			CloudEvents: sc.senderCloudEvents()}, nil
+			CloudEvents: sc.senderCloudEvents(), PermanentStatus: w.PermanentStatus}, nil
 	case SenderKafka:
 		return kafkaSenderConfig(sc, p, getenv, tlsOf)
 	case SenderRabbitMQ:

@@ -263,6 +263,10 @@ type WebhookSender struct {
 	HMACSecretFile string `yaml:"hmac-secret-file"`
 	// TLS is the key tls of a sender of this type.
 	TLS *TLS `yaml:"tls"`
+	// PermanentStatus is the key permanent-status of a sender of this
+	// type: the 4xx status codes that dead-letter a message at once
+	// (webhook.Config.PermanentStatus).
+	PermanentStatus []int `yaml:"permanent-status"`
 	// SenderFormat holds the keys format and cloudevents.
 	SenderFormat `yaml:",inline"`
 }

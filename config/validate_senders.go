@@ -156,6 +156,16 @@ func (c senderCheck) webhook(w *WebhookSender) {
 	c.secret("hmac-secret", w.HMACSecretEnv, w.HMACSecretFile, false)
 	w.TLS.check(c.sub("tls"))
 	c.notNegative("concurrency", int64(w.Concurrency))
+	for _, code := range w.PermanentStatus {
+		// The same rule as webhook.New's, checked here so that config
+		// check names the key in the file.
+		switch {
+		case code == 408 || code == 429:
+			c.fail("permanent-status", "%d says the receiver is overloaded, not that the message is wrong: it stays transient", code)
+		case code < 400 || code > 499:
+			c.fail("permanent-status", "%d is not a 4xx status code (5xx stay transient: the relay judges them by destination)", code)
+		}
+	}
 }
 
 func (c senderCheck) kafka(k *KafkaSender) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/sender"
 )
 
 // Header prefixes of the CloudEvents bindings in binary content mode
@@ -31,14 +32,23 @@ const MediaTypeStructured = "application/cloudevents+json"
 // NewMessageFromHeaders builds the inbox.Message of a received message
 // whose headers get looks up, in either format: a CloudEvents message in
 // binary content mode (a prefix+"specversion" header) gives the id, type
-// and key from its id, type and subject attributes; any other message
-// from the txbox-event-id and txbox-event-type headers. A message without
-// either id takes fallbackID (the broker's message id, which txbox's
-// senders set to the event id). key is the broker's own key (the Kafka
-// record key, the RabbitMQ routing key), used when the message has no
-// subject attribute. The error is an *InvalidMessageError.
-func NewMessageFromHeaders(get func(name string) string, prefix, fallbackID, key string, payload []byte, headers map[string]string) (inbox.Message, error) {
-	id, eventType := get(txbox.HeaderEventID), get(txbox.HeaderEventType)
+// and key from its id, type and subject attributes (the senders put the
+// event's key in subject); any other message from the txbox-event-id,
+// txbox-event-type and txbox-key (sender.HeaderKey) headers. A message
+// without either id takes fallbackID (the broker's message id, which
+// txbox's senders set to the event id). brokerKey is the broker's own
+// field for the event's key, where it has one (the Kafka record key,
+// which the Kafka sender sets to the key); it is used only when the
+// message carries neither a subject attribute nor a txbox-key header.
+// Pass "" for a broker field that is not the event's key, such as an
+// AMQP routing key (the event type by default): Key must be the key the
+// event was published with, or "" when it had none. The error is an
+// *InvalidMessageError.
+func NewMessageFromHeaders(get func(name string) string, prefix, fallbackID, brokerKey string, payload []byte, headers map[string]string) (inbox.Message, error) {
+	id, eventType, key := get(txbox.HeaderEventID), get(txbox.HeaderEventType), get(sender.HeaderKey)
+	if key == "" {
+		key = brokerKey
+	}
 	if sv := get(prefix + "specversion"); sv != "" {
 		if err := checkSpecVersion(sv); err != nil {
 			return inbox.Message{}, err

@@ -24,13 +24,31 @@ import (
 // one every 250ms), which starts the missing pollers as discovery does,
 // and follows the type up for a few seconds (6 looks within 8s) when the
 // look does not find it yet (an OnPublish call comes before the commit).
-// A type with no pending rows gets no poller. Wake-ups are hints: calling
-// it before Start or after Stop does nothing. The outbox publisher's
-// OnPublish callback can call it for in-process pickup.
+// A type with no pending rows gets no poller. Wake-ups are hints: after
+// Stop it does nothing. Before Start it asks for the same look, run as
+// soon as the relay starts: an in-process publisher wakes the relay
+// before its commit, and a commit that lands just after Start, after
+// discovery's first look, would otherwise wait for discovery's next
+// round. The outbox publisher's OnPublish callback can call it for
+// in-process pickup.
 func (r *Relay) Wake(eventTypes ...string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.started || r.stopped {
+	if r.stopped {
+		return
+	}
+	if !r.started {
+		// No poller exists yet; the look loop starts with Start and
+		// finds this request waiting (its kick is buffered, the names
+		// followed up as for any wake-up).
+		for _, t := range eventTypes {
+			if txbox.ValidateEventType(t) == nil {
+				r.looks.want(t, time.Now())
+			}
+		}
+		if len(eventTypes) == 0 {
+			r.looks.want("", time.Now())
+		}
 		return
 	}
 	if len(eventTypes) == 0 {
@@ -60,7 +78,18 @@ func (r *Relay) listen(w store.Waker) {
 	// failures in a row however far apart they come.
 	ends := backoff.Streak{Policy: errorBackoff}
 	for {
-		err := w.OutboxListen(ctx, func(eventType string) { r.Wake(eventType) })
+		wake := func(eventType string) { r.Wake(eventType) }
+		var err error
+		if rw, ok := w.(store.ReadyWaker); ok {
+			// The NOTIFYs of the commits before the LISTEN was in place
+			// (at start: after discovery's first look; after a
+			// reconnect) reached no one: once it is, look for pending
+			// types, or such an event waits for the next discovery round
+			// or poll.
+			err = rw.OutboxListenReady(ctx, wake, r.looks.wantAfterGap)
+		} else {
+			err = w.OutboxListen(ctx, wake)
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -110,6 +139,30 @@ type wakeLooks struct {
 	// names are the types wake-ups named that no look found yet, with
 	// when they were first named.
 	names map[string]time.Time
+	// gap is set by wantAfterGap: the next look also wakes the pollers
+	// of the pending types it finds.
+	gap bool
+}
+
+// wantAfterGap asks for a look after a time in which wake-ups may have
+// been lost (the listener was not listening yet, or reconnected): the
+// look starts the pollers of new pending types, as any look does, and
+// also wakes the pollers of the pending types that have one, whose
+// NOTIFY may be among the lost. Idle types are left to their polling.
+func (w *wakeLooks) wantAfterGap() {
+	w.mu.Lock()
+	w.gap = true
+	w.mu.Unlock()
+	w.want("", time.Now())
+}
+
+// takeGap reports whether a wantAfterGap is pending, and clears it.
+func (w *wakeLooks) takeGap() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	g := w.gap
+	w.gap = false
+	return g
 }
 
 func newWakeLooks() *wakeLooks {
@@ -182,18 +235,40 @@ func (r *Relay) wakeLookLoop() {
 // A failure is logged but does not degrade the relay's health: no later
 // look may come to clear it, and discovery finds the types anyway.
 func (r *Relay) wakeLook(ctx context.Context) {
+	gap := r.looks.takeGap()
 	types, err := r.cfg.Store.OutboxPendingTypes(ctx)
 	if ctx.Err() != nil {
 		return
 	}
 	n := 0
 	if err == nil {
+		if gap {
+			r.wakePollers(types)
+		}
 		n = r.ensurePollers(types)
 	} else {
+		if gap {
+			// Retry at the next look, which a later wake-up or the
+			// follow-ups bring; discovery covers the new types anyway.
+			r.looks.mu.Lock()
+			r.looks.gap = true
+			r.looks.mu.Unlock()
+		}
 		r.log.Warn("wake-up look for new event types failed; the next look or discovery will find them", slog.Any("error", err))
 	}
 	for _, h := range r.cfg.Hooks {
 		h.OnMaintenance(MaintenanceEvent{Job: JobDiscoverWake, Count: n, Err: err})
+	}
+}
+
+// wakePollers wakes the existing pollers of types.
+func (r *Relay) wakePollers(types []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, t := range types {
+		if p := r.pollers[t]; p != nil {
+			p.wake()
+		}
 	}
 }
 

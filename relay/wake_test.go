@@ -212,7 +212,15 @@ func TestWakeFollowsAnUnfoundNameUpThenStops(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	d := &countingDriver{Driver: b.store}
-	r, _ := startBackedOff(t, d, b.sender)
+	r, hook := startBackedOff(t, d, b.sender)
+	// Once its LISTEN is in place the listener asks for one look of its
+	// own (store.ReadyWaker: the NOTIFYs before it reached no one); let
+	// it and the spacing after it pass, so that only this wake-up's looks
+	// are counted, from the first.
+	testenv.WaitFor(t, 20*time.Second, "the listener's look once it listens, and its spacing", func() bool {
+		at := d.since(0)
+		return hook.rounds(relay.JobDiscoverWake) > 0 && len(at) > 0 && time.Since(at[len(at)-1]) > 2*relay.WakeLookSpacing
+	})
 	before := d.looks.Load()
 	woken := time.Now()
 	r.Wake("never.committed")
@@ -221,7 +229,7 @@ func TestWakeFollowsAnUnfoundNameUpThenStops(t *testing.T) {
 		func() bool { return time.Since(woken) > relay.WakeLookPatience+time.Second })
 	at := d.since(before)
 	if len(at) < 2 || len(at) > 6 {
-		t.Fatalf("%d looks after one wake-up naming a type without rows, want the look and its follow-ups, 2 to 6", len(at))
+		t.Fatalf("%d looks after one wake-up naming a type without rows, want the look and its follow-ups, 2 to 6: at %v", len(at), offsets(at, woken))
 	}
 	for i := 1; i < len(at); i++ {
 		if gap := at[i].Sub(at[i-1]); gap < relay.WakeLookSpacing {

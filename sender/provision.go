@@ -27,6 +27,35 @@ type Provisioner interface {
 	Provision(ctx context.Context, routes []Route) error
 }
 
+// ProvisionChecker is implemented by provisioners that can tell,
+// changing nothing, whether Provision could create what routes need:
+// `txbox config check --connect` uses it for a destination that does not
+// exist yet on a sender with `provision: true`, which the relay creates
+// at start.
+type ProvisionChecker interface {
+	// CheckProvision returns what Provision would do for routes and what
+	// was and was not verified, or an error naming why Provision would
+	// fail (the destination overlaps another, the credentials or the
+	// account's limits do not allow it). It waits, within ctx, for a
+	// connection that is still being established.
+	CheckProvision(ctx context.Context, routes []Route) (ProvisionPlan, error)
+}
+
+// ProvisionPlan is what [ProvisionChecker.CheckProvision] found.
+type ProvisionPlan struct {
+	// Actions are what Provision would create or change, one sentence
+	// each.
+	Actions []string
+	// Verified are the checks that passed.
+	Verified []string
+	// Unverified are what could not be checked before Provision tries.
+	Unverified []string
+	// Covers reports whether, once Provision ran, the destination of r
+	// exists (r holds no placeholder): a route the provisioned routes do
+	// not include stays missing. Nil when CheckProvision failed.
+	Covers func(r Route) bool
+}
+
 // ErrNoDestination is what [Checker.CheckRoute] returns (wrapped, with
 // the destination's name) for a route whose destination does not exist:
 // every message routed there would be rejected.

@@ -352,6 +352,21 @@ type Waker interface {
 	OutboxListen(ctx context.Context, wake func(eventType string)) error
 }
 
+// ReadyWaker is a Waker that also says when its listener is in place.
+// The wake-ups of transactions that commit while it is not (before the
+// first LISTEN, during a reconnect) are lost, and a type nobody
+// configured would then wait for the next discovery round (up to
+// minutes) to get a poller. The relay therefore looks for pending types
+// and wakes every poller each time ready is called.
+type ReadyWaker interface {
+	Waker
+	// OutboxListenReady is OutboxListen that calls ready each time the
+	// listener starts listening: once it first listens, and again after
+	// each reconnect. ready runs on the listener's goroutine and should
+	// return quickly.
+	OutboxListenReady(ctx context.Context, wake func(eventType string), ready func()) error
+}
+
 // OutboxLocker is implemented by drivers that offer the lock claim
 // (docs/concepts.md, "Claim modes"): instead of marking rows IN_PROCESS
 // with a lease (one write at the claim, one at the finish), the claim

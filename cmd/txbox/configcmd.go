@@ -97,9 +97,9 @@ func runConfigCheck(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	name := cf.path
+	name := cf.file
 	if name == "" {
-		name = "(no file: defaults and overrides)"
+		name = "(no configuration file found: " + lookedAt() + "; defaults and overrides only)"
 	}
 	fmt.Fprintf(e.stdout, "configuration %s: valid\n", name)
 	fmt.Fprintf(e.stdout, "database: %s\n", cfg.Database.Dialect)
@@ -140,6 +140,9 @@ func runConfigCheck(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	warnings = append(c.warnings, warnings...)
+	for _, n := range c.notes {
+		fmt.Fprintf(e.stdout, "\nnote: %s\n", n)
+	}
 	for _, wn := range warnings {
 		fmt.Fprintf(e.stdout, "\nwarning: %s\n", wn)
 	}
@@ -165,7 +168,10 @@ func (c *checker) summary(warnings int) error {
 		problems = append(problems, fmt.Sprintf("%d sender(s) could not connect or were refused", n))
 	}
 	if c.missing > 0 {
-		problems = append(problems, fmt.Sprintf("%d destination(s) missing; create them (docs/quickstart.md) or set provision: true on the sender", c.missing))
+		problems = append(problems, fmt.Sprintf("%d destination(s) missing; create them (docs/quickstart.md) or set provision: true on the sender (with a provision-* list: add them to it)", c.missing))
+	}
+	if c.unprovisionable > 0 {
+		problems = append(problems, fmt.Sprintf("%d destination(s) missing that provision: true could not create at start (the reason is in their STATUS)", c.unprovisionable))
 	}
 	if c.unreachable > 0 {
 		problems = append(problems, fmt.Sprintf("%d destination(s) not reachable", c.unreachable))
@@ -206,9 +212,23 @@ type checker struct {
 	// missing and unreachable count the destinations that do not exist
 	// and those that could not be checked (an error, a refused sender).
 	missing, unreachable int
+	// unprovisionable counts the destinations that do not exist and that
+	// the sender's provision: true could not create at start.
+	unprovisionable int
 	// warnings are the database's (WAL mode's failover), printed with
 	// the destinations'.
 	warnings []string
+	// provisions holds, by sender name, what its provision would do at
+	// the relay's start, checked once for all its missing destinations.
+	provisions map[string]*provisionCheck
+	// notes are printed after the tables, not counted as warnings.
+	notes []string
+}
+
+// provisionCheck is the outcome of a sender's CheckProvision.
+type provisionCheck struct {
+	plan sender.ProvisionPlan
+	err  error
 }
 
 // progress writes one progress line to stderr.
@@ -256,7 +276,11 @@ func (c *checker) run(ctx context.Context, what string, check func(context.Conte
 	defer cancel()
 	err := config.Scrub(check(cctx), c.e.secrets)
 	took := time.Since(start).Round(time.Millisecond)
-	if err != nil {
+	if errors.Is(err, sender.ErrNoDestination) {
+		// An answer, not a failure: the destination does not exist
+		// (yet: a provisioning sender creates it at start).
+		c.progress("%s: does not exist (%s)", what, took)
+	} else if err != nil {
 		c.progress("%s: failed after %s", what, took)
 	} else {
 		c.progress("%s: ok (%s)", what, took)
@@ -307,6 +331,8 @@ func (c *checker) destinations(ctx context.Context, w *tabwriter.Writer, dests [
 			var err error
 			status, err = c.destination(ctx, d)
 			switch {
+			case errors.Is(err, errProvisionFails):
+				c.unprovisionable++
 			case errors.Is(err, sender.ErrNoDestination):
 				c.missing++
 			case err != nil:
@@ -339,9 +365,70 @@ func (c *checker) destination(ctx context.Context, d *destination) (string, erro
 	case err == nil:
 		return "ok: exists", nil
 	case errors.Is(err, sender.ErrNoDestination):
+		if status, ok, perr := c.provisioned(ctx, d, s); ok {
+			return status, perr
+		}
 		return "MISSING: " + err.Error(), err
 	}
 	return "ERROR: " + err.Error(), err
+}
+
+// provisioned tells, for a destination that does not exist, whether the
+// relay will create it at start (the sender's provision key is on and
+// what it provisions covers d), checking that it could. ok is false when
+// the sender does not provision d: the destination is then missing.
+// perr matches sender.ErrNoDestination when the provision would fail.
+func (c *checker) provisioned(ctx context.Context, d *destination, s sender.Sender) (status string, ok bool, perr error) {
+	routes, on := c.cfg.ProvisionRoutes(d.sender)
+	if !on {
+		return "", false, nil
+	}
+	pc, isChecker := s.(sender.ProvisionChecker)
+	if !isChecker {
+		return "NOT CHECKED: does not exist; provision: true creates it at start (this sender type cannot check that before)", true, nil
+	}
+	p := c.provisions[d.sender]
+	if p == nil {
+		p = &provisionCheck{}
+		p.err = c.run(ctx, fmt.Sprintf("provision of sender %s", d.sender), func(ctx context.Context) error {
+			var err error
+			p.plan, err = pc.CheckProvision(ctx, routes)
+			return err
+		})
+		if c.provisions == nil {
+			c.provisions = map[string]*provisionCheck{}
+		}
+		c.provisions[d.sender] = p
+		c.reportProvision(d.sender, p)
+	}
+	if p.err != nil {
+		return "MISSING, and provision: true could not create it at start: " + p.err.Error(), true, fmt.Errorf("%w: %w", errProvisionFails, p.err)
+	}
+	if p.plan.Covers != nil && !p.plan.Covers(d.route) {
+		return "MISSING: provision: true does not cover it (its routes or provision-* list leave it out)", true, sender.ErrNoDestination
+	}
+	return "CREATED AT START by provision: true (does not exist yet; see the provision note below)", true, nil
+}
+
+// errProvisionFails marks a missing destination whose sender's provision
+// would fail at the relay's start.
+var errProvisionFails = errors.New("provision would fail")
+
+// reportProvision adds the note that says what sender name's provision
+// will do at the relay's start, what was verified and what was not.
+func (c *checker) reportProvision(name string, p *provisionCheck) {
+	if p.err != nil {
+		return
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "sender %s: provision: true; at start the relay will %s", name, strings.Join(p.plan.Actions, "; "))
+	if len(p.plan.Verified) > 0 {
+		fmt.Fprintf(&b, ". Verified: %s", strings.Join(p.plan.Verified, "; "))
+	}
+	if len(p.plan.Unverified) > 0 {
+		fmt.Fprintf(&b, ". Not verified: %s", strings.Join(p.plan.Unverified, "; "))
+	}
+	c.notes = append(c.notes, b.String())
 }
 
 // withDatabaseTypes adds to types those with rows in the database that the

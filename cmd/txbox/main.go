@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -181,6 +182,8 @@ type configFlags struct {
 	// dbNamed is set by load when the file, the environment or a flag
 	// names the database (its dialect or its dsn).
 	dbNamed bool
+	// file is the configuration file load read, "" when none was found.
+	file string
 }
 
 func (cf *configFlags) register(fs *flag.FlagSet, e *env) {
@@ -201,6 +204,7 @@ func (cf *configFlags) load(e *env) (*config.Config, error) {
 		}
 	}
 	src := config.Source{Name: path, Env: e.environ}
+	cf.file = path
 	if path != "" {
 		data, err := os.ReadFile(path)
 		if err != nil {
@@ -282,11 +286,8 @@ func (cf *configFlags) openStoreConfig(ctx context.Context, e *env) (*config.Con
 // quietly create an empty file, and the command would then fail with "no
 // such table". It also refuses an SQLite file that does not exist yet.
 func (cf *configFlags) requireDatabase(cfg *config.Config, getenv func(string) string) error {
-	if !cf.dbNamed {
-		return usagef("no database configured: no configuration file (--config, TXBOX_CONFIG or ./txbox.yaml) " +
-			"and no --dialect or --dsn name one, and this command would create an empty SQLite file " +
-			config.DefaultSQLitePath + "; give --config FILE, or --dialect and --dsn, or --dialect sqlite to use " +
-			config.DefaultSQLitePath)
+	if err := cf.requireNamed(""); err != nil {
+		return err
 	}
 	if cfg.Database.Dialect != config.DialectSQLite {
 		return nil
@@ -303,6 +304,39 @@ func (cf *configFlags) requireDatabase(cfg *config.Config, getenv func(string) s
 		return usagef("SQLite database %s does not exist; create it with `txbox migrate --dialect sqlite --dsn %s`", path, path)
 	}
 	return nil
+}
+
+// requireNamed refuses to go on when neither a configuration file, the
+// environment nor a flag names the database: the built-in default is an
+// SQLite file ./txbox.db, which opening would create, and a command should
+// create a database only when asked to. hint, when not empty, ends the
+// message with the command's own way to ask.
+func (cf *configFlags) requireNamed(hint string) error {
+	if cf.dbNamed {
+		return nil
+	}
+	from := "no configuration file found (" + lookedAt() + ")"
+	if cf.file != "" {
+		from = "the configuration file " + cf.file + " names none (database.dialect, database.dsn)"
+	}
+	msg := "no database configured: " + from + ", and no --dialect, --dsn or TXBOX_DATABASE_* names one " +
+		"(without one this command would create an empty SQLite file " + config.DefaultSQLitePath + "); give --config FILE or set TXBOX_CONFIG=FILE " +
+		"(docs/configuration.md), or --dialect and --dsn, or --dialect sqlite to use " + config.DefaultSQLitePath
+	if hint != "" {
+		msg += "; " + hint
+	}
+	return usagef("%s", msg)
+}
+
+// lookedAt says where load looked for a configuration file and found
+// none: --config and TXBOX_CONFIG were empty (else load reads the file
+// they name, or fails), and ./txbox.yaml did not exist.
+func lookedAt() string {
+	wd, err := os.Getwd()
+	if err != nil {
+		wd = "."
+	}
+	return fmt.Sprintf("looked for: --config, not given; TXBOX_CONFIG, not set; %s, does not exist", filepath.Join(wd, "txbox.yaml"))
 }
 
 // sortedKeys returns the keys of m, sorted; never nil.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -121,7 +122,7 @@ func TestBadConfigExitsTwoWithKeyPath(t *testing.T) {
 		t.Errorf("env override: code %d, stderr %q", code, errOut)
 	}
 	code, _, errOut = runInProcess(t, nil, "relay", "--dsn", dir+"/x.db")
-	if code != exitUsage || !strings.Contains(errOut, "names no sender") {
+	if code != exitUsage || !strings.Contains(errOut, "no configuration file found") || !strings.Contains(errOut, "names a sender") || !strings.Contains(errOut, "--config FILE") {
 		t.Errorf("relay without senders: code %d, stderr %q", code, errOut)
 	}
 }
@@ -381,5 +382,47 @@ func TestProgressRendering(t *testing.T) {
 	}
 	if !strings.Contains(plain.String(), "pending     6") || !strings.Contains(plain.String(), "draining") {
 		t.Errorf("progress lacks pending count or phase: %q", plain.String())
+	}
+}
+
+// TestNoConfigurationSaysWhere (issue 34, item 4): migrate and relay run
+// with no configuration at all say that no configuration file was found,
+// where they looked, and how to give one (--config, TXBOX_CONFIG,
+// --dialect/--dsn), and create no ./txbox.db; migrate creates the SQLite
+// file when asked (--dialect sqlite); demo still needs nothing.
+func TestNoConfigurationSaysWhere(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir) // no ./txbox.yaml here, and ./txbox.db would land here
+	for _, args := range [][]string{{"migrate"}, {"relay"}} {
+		code, out, errOut := runInProcess(t, nil, args...)
+		for _, want := range []string{"no configuration file found", "looked for", filepath.Join(dir, "txbox.yaml"), "--config", "TXBOX_CONFIG"} {
+			if code != exitUsage || !strings.Contains(errOut, want) {
+				t.Errorf("%v: code %d, stderr %q; want 2 and %q", args, code, errOut, want)
+			}
+		}
+		if strings.Contains(out, "migrated") {
+			t.Errorf("%v reports success: %q", args, out)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "txbox.db")); err == nil {
+			t.Fatalf("%v created ./txbox.db", args)
+		}
+	}
+	if code, _, errOut := runInProcess(t, nil, "migrate"); !strings.Contains(errOut, "--dialect") || !strings.Contains(errOut, "--dsn") || code != exitUsage {
+		t.Errorf("migrate: no --dialect/--dsn hint: %q", errOut)
+	}
+	// A sender named by --set, but no database: the relay would create
+	// ./txbox.db.
+	code, _, errOut := runInProcess(t, nil, "relay", "--set", "senders.main.type=nats")
+	if code != exitUsage || !strings.Contains(errOut, "no database configured") || !strings.Contains(errOut, "no configuration file found") {
+		t.Errorf("relay with an env sender and no database: code %d, stderr %q", code, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "txbox.db")); err == nil {
+		t.Fatal("relay created ./txbox.db")
+	}
+	if code, out, errOut := runInProcess(t, nil, "migrate", "--dialect", "sqlite"); code != exitOK {
+		t.Fatalf("migrate --dialect sqlite: %d %q %q", code, out, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "txbox.db")); err != nil {
+		t.Fatalf("migrate --dialect sqlite did not create ./txbox.db: %v", err)
 	}
 }

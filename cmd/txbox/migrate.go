@@ -36,6 +36,11 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	// Migrating the built-in default would create ./txbox.db: only when
+	// asked (a file, the environment or a flag names the database).
+	if err := cf.requireNamed("`txbox migrate --dialect sqlite` creates " + config.DefaultSQLitePath); err != nil {
+		return err
+	}
 	st, err := cfg.OpenStore(ctx, e.getenv, cfg.NewLogger(e.stderr))
 	if err != nil {
 		return err

@@ -45,7 +45,14 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if len(cfg.Senders) == 0 {
-		return usagef("the configuration names no sender: add one under senders (see docs/configuration.md)")
+		if cf.file == "" {
+			return usagef("no configuration file found (%s), and no --set senders.NAME.type=… names a sender; "+
+				"give one with --config FILE or TXBOX_CONFIG=FILE, with a sender under senders (docs/configuration.md, docs/quickstart.md)", lookedAt())
+		}
+		return usagef("the configuration file %s names no sender: add one under senders (see docs/configuration.md)", cf.file)
+	}
+	if err := cf.requireNamed(""); err != nil {
+		return err
 	}
 	log := cfg.NewLogger(e.stderr)
 	// Deferred before everything the relay opens: the last spans are

@@ -1,10 +1,12 @@
 // Package kafka feeds an inbox from a franz-go consumer group and commits a
 // record's offset only after the inbox handled it.
 //
-// The event id is read from the txbox-event-id header; a CloudEvents
-// record (a ce_specversion header, docs/cloudevents.md) gives its id,
-// type and key from ce_id, ce_type and ce_subject (the record key when it
-// has no subject).
+// The event id is read from the txbox-event-id header and the key
+// (inbox.Message.Key) from the record key; a CloudEvents record (a
+// ce_specversion header, docs/cloudevents.md) gives its id, type and key
+// from ce_id, ce_type and ce_subject (the record key when it has no
+// subject). A record key equal to the event id is how the Kafka sender
+// keys an event without a key: Key is then "".
 //
 // Create the client with kgo.ConsumerGroup, kgo.ConsumeTopics and
 // kgo.DisableAutoCommit (the consumer then commits with CommitRecords after

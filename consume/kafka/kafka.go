@@ -258,6 +258,12 @@ func (c *Consumer) handle(ctx, hctx context.Context, r *kgo.Record) bool {
 		c.logger.ErrorContext(ctx, "kafka record skipped", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "error", err)
 		return true
 	}
+	if msg.Key == msg.ID.String() && msg.Key == string(r.Key) {
+		// The Kafka sender keys a record whose event has no key by the
+		// event id (to spread them over the partitions): that record key
+		// is not the event's key.
+		msg.Key = ""
+	}
 	for attempt := 1; ; attempt++ {
 		// Kafka keeps no delivery count: Count is this adapter's attempt.
 		msg.Delivery = inbox.Delivery{Broker: "kafka", Source: r.Topic, Count: attempt, Partition: r.Partition, Offset: r.Offset}

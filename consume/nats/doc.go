@@ -22,7 +22,8 @@
 // The handler sees the delivery count and the stream and consumer
 // sequences in inbox.Message.Delivery. The event id is read from the
 // txbox-event-id header, else from Nats-Msg-Id, which txbox's NATS sender
-// sets to the same value. A CloudEvents message in binary content mode
+// sets to the same value; the key (inbox.Message.Key) from txbox-key, ""
+// when the event has none. A CloudEvents message in binary content mode
 // (a ce-specversion header, docs/cloudevents.md) gives its id, type and
 // key from ce-id, ce-type and ce-subject.
 package nats

@@ -320,6 +320,8 @@ func message(m jetstream.Msg) (inbox.Message, error) {
 			headers[k] = vs[0]
 		}
 	}
+	// NATS has no key field: the key travels in the txbox-key header or
+	// the ce-subject attribute, which NewMessageFromHeaders reads.
 	msg, err := consume.NewMessageFromHeaders(h.Get, consume.PrefixHTTP, h.Get(jetstream.MsgIDHeader), "", m.Data(), headers)
 	if err != nil {
 		return msg, err

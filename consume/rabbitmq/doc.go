@@ -17,7 +17,10 @@
 // The handler sees the redelivered flag, the delivery tag and, on quorum
 // queues, the delivery count in inbox.Message.Delivery. The event id is
 // read from the txbox-event-id header, else from the message id property,
-// which txbox's RabbitMQ sender sets to the same value. A CloudEvents
+// which txbox's RabbitMQ sender sets to the same value; the key
+// (inbox.Message.Key) from the txbox-key header, "" when the event has
+// none (never the routing key, which is the event type by default). A
+// CloudEvents
 // message (a cloudEvents:specversion header, docs/cloudevents.md) gives
 // its id, type and key from cloudEvents:id, cloudEvents:type and
 // cloudEvents:subject.

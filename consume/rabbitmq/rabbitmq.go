@@ -213,7 +213,10 @@ func (c *Consumer) handle(ctx, hctx context.Context, d amqp.Delivery, cancelled 
 		}
 	}
 	get := func(name string) string { return headers[name] }
-	msg, err := consume.NewMessageFromHeaders(get, consume.PrefixAMQP, d.MessageId, d.RoutingKey, d.Body, headers)
+	// The routing key is not the event's key (it is the event type by
+	// default): the key travels in the txbox-key header or the
+	// cloudEvents:subject attribute.
+	msg, err := consume.NewMessageFromHeaders(get, consume.PrefixAMQP, d.MessageId, "", d.Body, headers)
 	if err != nil {
 		c.logger.ErrorContext(ctx, "rabbitmq delivery rejected", "delivery_tag", d.DeliveryTag, "error", err)
 		c.settle(ctx, "reject", d.Reject(false), &c.rejected)

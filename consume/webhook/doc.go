@@ -3,7 +3,9 @@
 // configured), reads the event id from the Idempotency-Key (or
 // txbox-event-id) header, or from the id attribute of a CloudEvent (ce-id
 // in binary mode, the application/cloudevents+json envelope in structured
-// mode; docs/cloudevents.md), and runs the request through an inbox.
+// mode; docs/cloudevents.md), and the key (inbox.Message.Key) from the
+// txbox-key header or the subject attribute, and runs the request through
+// an inbox.
 //
 // Status codes tell the sender what to do:
 //

@@ -48,7 +48,18 @@ func run(dsn, natsURL, subject string, timeout time.Duration) error {
 	ctx := context.Background()
 
 	// Storage: your pool, txbox's tables (migrations are idempotent).
-	pool, err := pgxpool.New(ctx, dsn)
+	// The relay runs in this process and claims with lock (a NATS sender
+	// on PostgreSQL): each batch in flight holds a connection until
+	// JetStream acknowledges it, and relay.LockReserve more serve
+	// everything else. pgxpool's default (4 on a small machine) would
+	// make the claims queue, and the relay warn; size the pool for them
+	// (docs/operations.md, "Connection pool").
+	pcfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return err
+	}
+	pcfg.MaxConns = max(pcfg.MaxConns, int32(relay.DefaultInFlight+relay.LockReserve))
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return err
 	}

@@ -175,10 +175,11 @@ type streamLookup struct {
 }
 
 var (
-	_ sender.Sender        = (*Sender)(nil)
-	_ sender.Destinationer = (*Sender)(nil)
-	_ sender.QuickAcker    = (*Sender)(nil)
-	_ sender.Provisioner   = (*Sender)(nil)
+	_ sender.Sender           = (*Sender)(nil)
+	_ sender.Destinationer    = (*Sender)(nil)
+	_ sender.QuickAcker       = (*Sender)(nil)
+	_ sender.Provisioner      = (*Sender)(nil)
+	_ sender.ProvisionChecker = (*Sender)(nil)
 )
 
 // AcksQuickly implements [sender.QuickAcker]: NATS JetStream acknowledges a batch

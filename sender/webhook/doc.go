@@ -27,7 +27,9 @@
 // refusing the message); 413 is Permanent (the receiver will never take a
 // body that large: dead-lettered at once, with the size and the
 // receiver's reason); other 4xx are Rejected (the relay counts an attempt
-// and retries with backoff, then dead-letters); 5xx, timeouts and network
+// and retries with backoff, then dead-letters), except those listed in
+// Config.PermanentStatus, which are Permanent (dead-lettered at once); 5xx,
+// timeouts and network
 // errors (an untrusted TLS certificate included) are Transient. Whether a
 // transient failure counts an attempt is the relay's decision, by
 // destination: none while the endpoint fails as a whole, one per try for a

@@ -91,6 +91,16 @@ type Config struct {
 	// cloudevents-structured the body is the JSON event format. Defaults
 	// to the txbox format.
 	CloudEvents sender.CloudEvents
+	// PermanentStatus lists response status codes that fail a message
+	// Permanent (dead-lettered at once, no retry) rather than Rejected
+	// (an attempt counted, retried with backoff, dead-lettered after
+	// max-attempts): for a receiver whose 4xx answers, a 422 say, mean
+	// "never", so that a rejected event does not wait through the whole
+	// backoff schedule before it reaches the dead-letter table. Each must
+	// be a 4xx other than 408 and 429, which say the receiver is
+	// overloaded, not that the message is wrong. Defaults to none: only
+	// 413 is Permanent.
+	PermanentStatus []int
 }
 
 // ConfigError reports an invalid Config field or Verify argument.
@@ -148,6 +158,8 @@ type Sender struct {
 	sigHeader   string
 	headers     http.Header
 	ce          sender.CloudEvents
+	// permanent holds Config.PermanentStatus.
+	permanent map[int]bool
 
 	// life admits Sends until Close, which waits for those in flight.
 	life sender.Lifecycle
@@ -220,7 +232,12 @@ func New(cfg Config) (*Sender, error) {
 	if err := checkValue(ce.DataContentType); err != nil {
 		return nil, &ConfigError{Field: "content-type", Reason: err.Error()}
 	}
+	permanent, err := permanentStatus(cfg.PermanentStatus)
+	if err != nil {
+		return nil, err
+	}
 	s := &Sender{
+		permanent:   permanent,
 		client:      cfg.HTTPClient,
 		timeout:     cfg.Timeout,
 		sem:         make(chan struct{}, cfg.MaxConcurrency),
@@ -237,6 +254,26 @@ func New(cfg Config) (*Sender, error) {
 		s.ownClient = true
 	}
 	return s, nil
+}
+
+// permanentStatus checks Config.PermanentStatus: 4xx codes only, and not
+// 408 or 429, which the sender reads as an overloaded receiver (an
+// outage, not the message's fault).
+func permanentStatus(codes []int) (map[int]bool, error) {
+	if len(codes) == 0 {
+		return nil, nil
+	}
+	m := make(map[int]bool, len(codes))
+	for _, c := range codes {
+		switch {
+		case c == http.StatusRequestTimeout || c == http.StatusTooManyRequests:
+			return nil, &ConfigError{Field: "permanent-status", Reason: fmt.Sprintf("%d says the receiver is overloaded, not that the message is wrong: it stays transient", c)}
+		case c < 400 || c > 499:
+			return nil, &ConfigError{Field: "permanent-status", Reason: fmt.Sprintf("%d is not a 4xx status code (5xx stay transient: the relay judges them by destination)", c)}
+		}
+		m[c] = true
+	}
+	return m, nil
 }
 
 // configHeaders checks Config.Headers: HTTP names and values, none that
@@ -448,14 +485,15 @@ func (s *Sender) post(ctx context.Context, m *sender.Message) error {
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
 	resp.Body.Close()
-	return classifyStatus(resp, body, len(m.Payload), time.Now())
+	return classifyStatus(resp, body, len(m.Payload), time.Now(), s.permanent)
 }
 
 // classifyStatus classifies a response. 5xx stay transient whatever the
 // request: whether the receiver as a whole is down or only this message
 // fails there is the relay's call, from how the destination's other
-// messages fare (docs/concepts.md).
-func classifyStatus(resp *http.Response, body []byte, size int, now time.Time) error {
+// messages fare (docs/concepts.md). Other 4xx are Rejected, or Permanent
+// when the sender's Config.PermanentStatus lists them.
+func classifyStatus(resp *http.Response, body []byte, size int, now time.Time, permanent map[int]bool) error {
 	code := resp.StatusCode
 	if code >= 200 && code < 300 {
 		return nil
@@ -469,6 +507,8 @@ func classifyStatus(resp *http.Response, body []byte, size int, now time.Time) e
 		// The receiver will never take a body this large: dead-letter it
 		// now rather than after max attempts.
 		return txbox.Permanent(fmt.Errorf("%w (the body was %d bytes)", se, size))
+	case permanent[code]:
+		return txbox.Permanent(fmt.Errorf("%w (a permanent status by the sender's permanent-status)", se))
 	}
 	return txbox.Rejected(se)
 }

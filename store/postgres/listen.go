@@ -32,11 +32,21 @@ var listenLostBackoff = backoff.Policy{Initial: 100 * time.Millisecond, Multipli
 // return quickly (signal a channel, do not poll from it). It returns
 // ctx.Err() when ctx ends. See store.Waker.
 func (d *Driver) OutboxListen(ctx context.Context, wake func(eventType string)) error {
+	return d.OutboxListenReady(ctx, wake, nil)
+}
+
+// OutboxListenReady is OutboxListen that calls ready, when not nil, each
+// time the LISTEN is in place: at first and after each reconnect. A
+// NOTIFY sent before that reaches no listener (see store.ReadyWaker).
+func (d *Driver) OutboxListenReady(ctx context.Context, wake func(eventType string), ready func()) error {
 	failures := backoff.Streak{Policy: listenBackoff}
 	lost := backoff.Streak{Policy: listenLostBackoff}
 	connected := func() {
 		failures.Reset()
 		lost.Reset()
+		if ready != nil {
+			ready()
+		}
 	}
 	for {
 		err := d.listenOnce(ctx, wake, connected)

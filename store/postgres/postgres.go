@@ -114,8 +114,9 @@ type Driver struct {
 }
 
 var (
-	_ store.Driver = (*Driver)(nil)
-	_ store.Waker  = (*Driver)(nil)
+	_ store.Driver     = (*Driver)(nil)
+	_ store.Waker      = (*Driver)(nil)
+	_ store.ReadyWaker = (*Driver)(nil)
 )
 
 // New returns a driver on pool. It validates Schema and TablePrefix before

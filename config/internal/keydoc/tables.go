@@ -64,6 +64,7 @@ var tables = []table{
 			{keys: []string{"content-type"}, meaning: "for messages without a `content-type` header"},
 			{keys: []string{"hmac-secret-file"}, meaning: "file holding the signing secret, instead of `hmac-secret-env`"},
 			{keys: []string{"tls"}, def: "system roots", meaning: "for `https://` endpoints"},
+			{keys: []string{"permanent-status"}, def: "none", meaning: "4xx status codes (not 408/429) that dead-letter a message at once, a list such as `[422]`; any other 4xx counts an attempt and is retried with backoff until `max-attempts` (see [concepts.md](concepts.md#retries-versus-outages)); 413 is always permanent"},
 		}, formatRows...)},
 		{typ: "kafka", rows: append([]row{
 			{keys: []string{"brokers"}, meaning: "seed brokers, `host:port`"},
