@@ -32,7 +32,25 @@ func channel(t *testing.T, conn *amqp.Connection) *amqp.Channel {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = ch.Close() })
+	t.Cleanup(func() {
+		// A channel whose consumer stopped with deliveries still in
+		// flight (a test failed mid-run) can wait for ever on the
+		// server's close-ok: amqp091 hands deliveries on unbuffered
+		// channels. Close the connection under a deadline then, so a
+		// failure reports instead of hanging the package for its
+		// timeout.
+		closed := make(chan struct{})
+		go func() {
+			_ = ch.Close()
+			close(closed)
+		}()
+		select {
+		case <-closed:
+		case <-time.After(10 * time.Second):
+			t.Logf("the channel did not close within 10s; closing its connection")
+			_ = conn.CloseDeadline(time.Now().Add(5 * time.Second))
+		}
+	})
 	return ch
 }
 
