@@ -161,8 +161,8 @@ func openPostgres(schema string, conns int) (store.Driver, func(), error) {
 	return openPostgresWith(schema, conns, postgres.Config{})
 }
 
-// openPostgresWith is openPostgres with pc's settings (Schema and Logger
-// are set here).
+// openPostgresWith is openPostgres with pc's settings (Schema is set
+// here, and Logger when pc has none).
 func openPostgresWith(schema string, conns int, pc postgres.Config) (store.Driver, func(), error) {
 	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL)
 	if err != nil {
@@ -177,7 +177,10 @@ func openPostgresWith(schema string, conns int, pc postgres.Config) (store.Drive
 	if err != nil {
 		return nil, nil, err
 	}
-	pc.Schema, pc.Logger = schema, quietLogger()
+	pc.Schema = schema
+	if pc.Logger == nil {
+		pc.Logger = quietLogger()
+	}
 	d, err := postgres.New(pool, pc)
 	if err != nil {
 		pool.Close()
