@@ -18,12 +18,12 @@ import (
 	"github.com/txbox/txbox/store/postgres"
 )
 
-// Scenario 27 (TESTING.md): a network partition, not a crash. Relay A is a
-// child process that reaches PostgreSQL through a testenv.CutProxy the
-// test cuts: A's connections stay open and hear nothing, no FIN and no
-// RST, until the link returns. NATS stays direct, so A can go on sending
-// while it is cut off from its database. Relay B reaches PostgreSQL
-// directly.
+// Scenario 27 (docs/testing.md, "Failure scenarios"): a network
+// partition, not a crash. Relay A is a child process that reaches
+// PostgreSQL through a testenv.CutProxy the test cuts: A's connections stay
+// open and hear nothing, no FIN and no RST, until the link returns. NATS
+// stays direct, so A can go on sending while it is cut off from its
+// database. Relay B reaches PostgreSQL directly.
 //
 // The proxy rather than a network namespace with a veth pair: A would need
 // PostgreSQL and NATS on an address outside loopback (the shared server's

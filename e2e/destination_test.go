@@ -20,8 +20,8 @@ import (
 )
 
 // Circuits per destination and poison messages that fail with a 5xx
-// (docs/concepts.md, "Outages versus poison"; TESTING.md scenarios 7, 9
-// and 21).
+// (docs/concepts.md, "Outages versus poison"; docs/testing.md, scenarios
+// 7, 9 and 21).
 
 // pathServer is a webhook receiver that answers by request path and
 // event id, and records the ids it answered 2xx per path.

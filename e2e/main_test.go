@@ -3,8 +3,8 @@
 // relay, and real destinations (NATS JetStream, an httptest webhook
 // receiver). Every test publishes events with known ids, reads back what
 // arrived, and lets the oracle sort them into ok / lost / duplicated /
-// unexpected (docs: TESTING.md). Relay processes are the test binary
-// re-executed in child mode (TestMain). Long chaos runs need TXBOX_CHAOS=1;
+// unexpected (docs/testing.md, "The delivery oracle"). Relay processes are
+// the test binary re-executed in child mode (TestMain). Long chaos runs need TXBOX_CHAOS=1;
 // the drain and pickup benchmarks write their figures to
 // docs/benchmarks/relay.md.
 package e2e

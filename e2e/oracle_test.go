@@ -9,7 +9,7 @@ import (
 )
 
 // oracle sorts event ids into ok / lost / duplicated / unexpected
-// (TESTING.md, "The oracle for delivery tests"). Publishers tell it what
+// (docs/testing.md, "The delivery oracle"). Publishers tell it what
 // they committed and what they rolled back; readers tell it what arrived.
 // It is safe for concurrent use.
 type oracle struct {

@@ -259,7 +259,7 @@ func liveHeap() uint64 {
 	return ms.HeapAlloc
 }
 
-// TestBrokerOutage (TESTING.md scenario 7): through the real relay on
+// TestBrokerOutage (docs/testing.md, scenario 7): through the real relay on
 // PostgreSQL, the broker (RabbitMQ, Kafka, Redis Streams) becomes unreachable for a while under a steady
 // publishing load. The circuit opens, no attempt is burned, nothing is
 // dead-lettered, the relay's memory stays flat while the backlog grows in
@@ -553,7 +553,7 @@ func benchChannels() int {
 	return n
 }
 
-// TestUnroutableDeadLettered (TESTING.md scenario 8) for the brokers of
+// TestUnroutableDeadLettered (docs/testing.md, scenario 8) for the brokers of
 // this file: an event whose route leads nowhere (RabbitMQ: no queue bound
 // for its routing key; Kafka: a topic that does not exist; Redis: a key of
 // another type) is never marked done, counts an attempt per try, and is

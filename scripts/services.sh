@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes sure the local services the tests use are up. Starts each one that
-# is installed but stopped (commands from the project's testing guide);
+# is installed but stopped (docs/testing.md, "The services");
 # fails when a service is missing and CI=true.
 set -u
 

@@ -1,6 +1,6 @@
 // Package testenv gives txbox's tests the real local services described in
-// the project's testing guide: PostgreSQL, MariaDB, Redis, RabbitMQ and NATS
-// JetStream on loopback. Each helper hands out an isolated namespace (a
+// docs/testing.md ("The services"): PostgreSQL, MariaDB, Redis, RabbitMQ
+// and NATS JetStream on loopback. Each helper hands out an isolated namespace (a
 // schema, a database, a stream or queue name) so tests run in parallel and
 // never depend on what an earlier run left behind.
 //
