@@ -9,7 +9,7 @@ import (
 	"github.com/txbox/txbox/store/storeharness"
 )
 
-// TestDashboardForScripts (issue 34, item 10): a script or a headless
+// TestDashboardForScripts: a script or a headless
 // browser reaches the dashboard without the login form by sending the
 // read token as an Authorization: Bearer header on every request, as
 // docs/operations.md says: the page itself (not the login page), its

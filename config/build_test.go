@@ -320,7 +320,7 @@ func (h cleanupHook) OnMaintenance(ev relay.MaintenanceEvent) {
 	}
 }
 
-// TestCleanupKeepsTheLongestRetention (issue 8, item 7): with a type
+// TestCleanupKeepsTheLongestRetention: with a type
 // kept for 720h and no cleanup.outbox-ttl, the relay built from the file
 // keeps processed rows for 720h, not the built-in 24h. A row processed
 // 48h ago survives the cleanup round that deletes one processed 800h ago.

@@ -217,7 +217,7 @@ func TestExampleFileLoads(t *testing.T) {
 	}
 }
 
-// TestSetZeroOverridesDefault (issue 9): a zero the file sets overrides a
+// TestSetZeroOverridesDefault: a zero the file sets overrides a
 // non-zero default instead of being taken for unset, in the loaded
 // settings and in the relay configuration built from them. Unset keys
 // still inherit.

@@ -216,7 +216,7 @@ func TestConfigErrorsNameThePath(t *testing.T) {
 	}
 }
 
-// TestSetZeroWinsOverInherited (issue 9): a field set to zero is set, so it
+// TestSetZeroWinsOverInherited: a field set to zero is set, so it
 // overrides a non-zero value of Defaults instead of inheriting it
 // (backoff.jitter: 0 turns jitter off for one type); unset fields still
 // inherit field by field.

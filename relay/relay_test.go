@@ -781,7 +781,7 @@ func (s *claimGateStore) OutboxClaim(ctx context.Context, p *store.OutboxClaimPa
 	return s.Driver.OutboxClaim(ctx, p)
 }
 
-// TestNoClaimAfterStop (issue 8, item 7): once Stop has begun no claim
+// TestNoClaimAfterStop: once Stop has begun no claim
 // starts. Each poller is held inside a claim when Stop begins; when the
 // claims return full batches, the pollers and the helpers they start
 // find both the stop signal and a free in-flight slot ready, which a

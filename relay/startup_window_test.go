@@ -49,7 +49,7 @@ func (d *slowListenDriver) OutboxListenReady(ctx context.Context, wake func(stri
 	return d.Driver.OutboxListenReady(ctx, wake, ready)
 }
 
-// TestStartUpWindowDelivers (issue 34, item 9): an event of a type the
+// TestStartUpWindowDelivers: an event of a type the
 // relay has never seen, published at a random moment around the relay's
 // start (from 150ms before to 300ms after Start, 20 times), is delivered
 // within startUpBound of its commit, far below the defaults' discovery

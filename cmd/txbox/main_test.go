@@ -161,7 +161,7 @@ func TestPublishSQLite(t *testing.T) {
 	}
 }
 
-// TestPublishPayloadMustBeGiven (issue 8, item 7): publish without a
+// TestPublishPayloadMustBeGiven: publish without a
 // payload flag refuses instead of publishing an empty event; an empty
 // payload asked for explicitly is published.
 func TestPublishPayloadMustBeGiven(t *testing.T) {
@@ -192,7 +192,7 @@ func TestPublishPayloadMustBeGiven(t *testing.T) {
 	}
 }
 
-// TestNoDatabaseRefused (issue 8, item 7): status, dlq and publish with
+// TestNoDatabaseRefused: status, dlq and publish with
 // no configuration file and no database flag refuse with a clear message
 // instead of creating ./txbox.db and failing with "no such table"; an
 // explicit sqlite dialect is accepted, and a missing SQLite file is
@@ -385,7 +385,7 @@ func TestProgressRendering(t *testing.T) {
 	}
 }
 
-// TestNoConfigurationSaysWhere (issue 34, item 4): migrate and relay run
+// TestNoConfigurationSaysWhere: migrate and relay run
 // with no configuration at all say that no configuration file was found,
 // where they looked, and how to give one (--config, TXBOX_CONFIG,
 // --dialect/--dsn), and create no ./txbox.db; migrate creates the SQLite

@@ -401,7 +401,7 @@ func TestSubprocessConcurrentMigrate(t *testing.T) {
 	}
 }
 
-// TestSubprocessSecondSignalReleases (issue 8, item 7; scenario 17): the
+// TestSubprocessSecondSignalReleases (scenario 17): the
 // destination never answers, so a graceful stop would wait for the whole
 // shutdown-timeout (60s). A second SIGTERM shortens it: within a couple
 // of seconds the sends are cancelled, every claimed row is released

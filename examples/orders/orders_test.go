@@ -116,7 +116,7 @@ func TestOrdersSystem(t *testing.T) {
 		t.Errorf("producer holds %d orders, loadgen created %d", orders, summary["created"])
 	}
 	// Run as the README says, the relay must not tell a newcomer that
-	// its pool is too small for its lock claims (issue 34): txbox.yaml
+	// its pool is too small for its lock claims: txbox.yaml
 	// lists the producer's types, so the pool is sized for them.
 	if out := survivor.output(); strings.Contains(out, "lock_budget") {
 		t.Errorf("the relay warns about its connection pool with the shipped txbox.yaml:\n%s", tail(out))

@@ -81,7 +81,7 @@ func TestQuickstartDelivers(t *testing.T) {
 	if got := msg.Header.Get("Nats-Msg-Id"); got != m[1] {
 		t.Fatalf("the stream's message is event %q, quickstart published %q", got, m[1])
 	}
-	// A newcomer reads any warning as their mistake (issue 34): the
+	// A newcomer reads any warning as their mistake: the
 	// example sizes its pool for the in-process relay's lock claims.
 	if strings.Contains(out, "WARN") {
 		t.Fatalf("quickstart logs a warning:\n%s", out)
