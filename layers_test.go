@@ -18,28 +18,34 @@ const modulePath = "github.com/txbox/txbox"
 // package, core types).
 //
 //  0. leaves: the root package (Event, IDs, errors) and internal/*
-//  1. the seams and their implementations: store/*, sender/*
+//  1. the seams and their implementations: store/*, sender/*, and the
+//     internal support built on them (internal/storeharness, the dialects'
+//     test set-up; internal/timing, the benchmarks' sender probe)
 //  2. the writers and readers of the tables: outbox, inbox/*
-//  3. delivery: relay/*, consume/*
+//  3. delivery: relay/*, consume/*, and internal/consumetest, the
+//     consumers' test support, which runs the outbox and the relay too
 //  4. what watches a relay: health, admin
 //  5. the daemon's configuration: config
 //  6. programs: cmd/*, examples/*, bench/*, e2e
 var packageLayers = map[string]int{
-	"":         0,
-	"internal": 0,
-	"store":    1,
-	"sender":   1,
-	"outbox":   2,
-	"inbox":    2,
-	"relay":    3,
-	"consume":  3,
-	"health":   4,
-	"admin":    4,
-	"config":   5,
-	"cmd":      6,
-	"examples": 6,
-	"bench":    6,
-	"e2e":      6,
+	"":                      0,
+	"internal":              0,
+	"store":                 1,
+	"sender":                1,
+	"internal/storeharness": 1,
+	"internal/timing":       1,
+	"outbox":                2,
+	"inbox":                 2,
+	"relay":                 3,
+	"consume":               3,
+	"internal/consumetest":  3,
+	"health":                4,
+	"admin":                 4,
+	"config":                5,
+	"cmd":                   6,
+	"examples":              6,
+	"bench":                 6,
+	"e2e":                   6,
 }
 
 // upwardImportsAllowed are the imports that go up a layer on purpose, as
@@ -124,16 +130,17 @@ func TestImportsGoDownTheLayers(t *testing.T) {
 // only from another of them, so that no product package, and no binary
 // built from one, carries test scaffolding.
 var testSupport = map[string]bool{
-	"internal/testenv":             true,
-	"internal/pgcluster":           true,
-	"internal/pgcluster/pgserve":   true,
-	"internal/amqptest":            true,
-	"internal/natstest":            true,
-	"store/storeharness":           true,
-	"store/storetest":              true,
-	"sender/sendertest":            true,
-	"consume/internal/consumetest": true,
-	"inbox/inboxtest":              true,
+	"internal/testenv":           true,
+	"internal/pgcluster":         true,
+	"internal/pgcluster/pgserve": true,
+	"internal/amqptest":          true,
+	"internal/natstest":          true,
+	"internal/storeharness":      true,
+	"store/storeharness":         true, // deprecated alias of internal/storeharness
+	"store/storetest":            true,
+	"sender/sendertest":          true,
+	"internal/consumetest":       true,
+	"inbox/inboxtest":            true,
 }
 
 // TestTestSupportStaysInTheTests fails when a product package's non-test

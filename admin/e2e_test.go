@@ -18,13 +18,13 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/admin"
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/relay/relaytest"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/sender/webhook"
 	"github.com/txbox/txbox/store"
-	"github.com/txbox/txbox/store/storeharness"
 )
 
 // receiver is a webhook endpoint that refuses payloads containing

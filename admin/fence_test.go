@@ -5,9 +5,9 @@ import (
 	"time"
 
 	"github.com/txbox/txbox/admin"
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store/postgres"
-	"github.com/txbox/txbox/store/storeharness"
 )
 
 // TestOverviewNamesTheFenceHolder: the overview names the oldest

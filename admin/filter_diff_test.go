@@ -20,12 +20,12 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/admin"
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/mysql"
 	"github.com/txbox/txbox/store/postgres"
 	"github.com/txbox/txbox/store/sqlite"
-	"github.com/txbox/txbox/store/storeharness"
 )
 
 // diffRow is a dead letter seeded identically on every dialect.

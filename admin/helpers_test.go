@@ -13,9 +13,9 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/admin"
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store"
-	"github.com/txbox/txbox/store/storeharness"
 	"github.com/txbox/txbox/store/storetest"
 )
 

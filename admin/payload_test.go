@@ -10,8 +10,8 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/admin"
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/store"
-	"github.com/txbox/txbox/store/storeharness"
 	"github.com/txbox/txbox/store/storetest"
 )
 

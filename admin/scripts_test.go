@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/store"
-	"github.com/txbox/txbox/store/storeharness"
 )
 
 // TestDashboardForScripts: a script or a headless

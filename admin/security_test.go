@@ -13,8 +13,8 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/admin"
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/store"
-	"github.com/txbox/txbox/store/storeharness"
 )
 
 // concrete turns a route pattern into a path that reaches it.

@@ -12,8 +12,8 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/internal/timing"
 	"github.com/txbox/txbox/relay"
-	"github.com/txbox/txbox/sender/timing"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres"
 )

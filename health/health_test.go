@@ -16,13 +16,13 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/health"
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/outbox"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/relay/relaytest"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store/postgres"
-	"github.com/txbox/txbox/store/storeharness"
 )
 
 // get requests path from h and decodes the report.

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/relay/relaytest"
@@ -26,7 +27,6 @@ import (
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres"
 	"github.com/txbox/txbox/store/sqlite"
-	"github.com/txbox/txbox/store/storeharness"
 	"github.com/txbox/txbox/store/storetest"
 )
 

@@ -14,13 +14,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/relay/relaytest"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres"
-	"github.com/txbox/txbox/store/storeharness"
 )
 
 // bundle is what most engine tests need: a migrated PostgreSQL store in a

@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres"
-	"github.com/txbox/txbox/store/storeharness"
 )
 
 // unknownTimeout is a PostgreSQL driver that does not know its sender

@@ -8,12 +8,12 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/outbox"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres"
-	"github.com/txbox/txbox/store/storeharness"
 	"github.com/txbox/txbox/store/storetest"
 )
 

@@ -24,144 +24,9 @@ import (
 // deliver what spilled, the rows that predate the stream, and events with
 // a future not-before.
 
-// StreamConfig configures WAL mode's stream (Config.Stream).
-type StreamConfig struct {
-	// Enabled turns the stream on. The Store must be a store.Streamer.
-	Enabled bool
-	// Window bounds the events the stream holds between reading and
-	// confirming, across all types: the relay's memory for a backlog of
-	// any size. Defaults to DefaultStreamWindow.
-	Window int
-	// WindowBytes bounds the same in payload bytes (payloads, keys and
-	// headers), so that large payloads do not multiply the window's
-	// memory. Defaults to DefaultStreamWindowBytes.
-	WindowBytes int64
-	// LaneQueue bounds the events one type holds waiting for a send.
-	// When a lane stays full for laneStall (100ms: its destination is
-	// slower than the stream), the type's further events spill into the
-	// outbox table until the lane has drained to half, instead of holding
-	// back the other types; a lane that drains (a backlog) is waited for.
-	// Defaults to DefaultStreamLaneQueue.
-	LaneQueue int
-	// BatchSize is the most events of one stream batch, for a type
-	// whose batch-size is not set (in its Events entry or in Defaults):
-	// with no claim to pay for, a batch only groups the sends, and a
-	// larger one lets the stream run ahead of the destination's acks.
-	// An explicit batch-size wins, and still sizes the type's claims of
-	// spilled rows. Defaults to DefaultStreamBatchSize.
-	BatchSize int
-	// StatusInterval is how often the stream reports its position to the
-	// server, whatever the relay is doing. Defaults to
-	// DefaultStreamStatusInterval.
-	StatusInterval time.Duration
-	// StandbyInterval is how often a relay that finds the stream held by
-	// another asks again (with 20% jitter). Defaults to
-	// DefaultStreamStandbyInterval.
-	StandbyInterval time.Duration
-	// ConfirmInterval is the longest a done transaction waits to be
-	// confirmed. Defaults to DefaultStreamConfirmInterval.
-	ConfirmInterval time.Duration
-	// PauseLimit is how long the relay may have been stopped (SIGSTOP, a
-	// frozen VM) before it assumes the server gave its stream to another
-	// relay: it then drops what it holds unsent and reopens, instead of
-	// sending events another relay is sending too. Set it below the
-	// server's wal_sender_timeout (New refuses one that is not).
-	// Defaults to half the store's sender timeout
-	// (store.Streamer.StreamSenderTimeout), else to
-	// DefaultStreamPauseLimit.
-	PauseLimit time.Duration
-	// StatusPoll is how often the relay reads the slot's health (lag,
-	// WAL status) for Health. Defaults to DefaultStreamStatusPoll.
-	StatusPoll time.Duration
-	// LagThreshold turns Health degraded when the slot pins more WAL
-	// than this many bytes (restart or confirmed-flush distance).
-	// Defaults to DefaultStreamLagThreshold; negative turns the check
-	// off.
-	LagThreshold int64
-
-	// OnSlotLost is what the relay does when the database lost the slot
-	// (a failover to a standby without it, an invalidation):
-	// SlotLostRecreate makes a new one at once, so that delivery goes on
-	// (the rows in the outbox table are delivered; the events emitted
-	// since the last confirm cannot be, and the relay says which, loudly);
-	// SlotLostStop keeps failing until an operator runs txbox migrate.
-	// Defaults to SlotLostRecreate.
-	OnSlotLost SlotLostPolicy
-
-	// tableKeysReload is how often the keys with rows in the table are
-	// read again: defaultTableKeysReload, shorter in this package's
-	// tests.
-	tableKeysReload time.Duration
-}
-
-// SlotLostPolicy is StreamConfig.OnSlotLost.
-type SlotLostPolicy string
-
-// The values of StreamConfig.OnSlotLost.
-const (
-	SlotLostRecreate SlotLostPolicy = "recreate"
-	SlotLostStop     SlotLostPolicy = "stop"
-)
-
 // slotRecreateTimeout bounds recreating a lost slot, which waits for the
 // transactions open in the cluster.
 const slotRecreateTimeout = time.Minute
-
-// SlotLossAlert is how long after a lost slot was recreated Health still
-// reports it (health's stream_events_lost): long enough for an operator
-// to see it, not for ever.
-const SlotLossAlert = time.Hour
-
-// Defaults of StreamConfig.
-const (
-	DefaultStreamWindow          = 20_000
-	DefaultStreamWindowBytes     = 64 << 20
-	DefaultStreamLaneQueue       = 5_000
-	DefaultStreamBatchSize       = 1_000
-	DefaultStreamStatusInterval  = time.Second
-	DefaultStreamStandbyInterval = time.Second
-	DefaultStreamConfirmInterval = 50 * time.Millisecond
-	DefaultStreamPauseLimit      = 5 * time.Second
-	DefaultStreamStatusPoll      = 10 * time.Second
-	DefaultStreamLagThreshold    = 1 << 30
-)
-
-func (c StreamConfig) withDefaults() StreamConfig {
-	if c.Window == 0 {
-		c.Window = DefaultStreamWindow
-	}
-	if c.WindowBytes == 0 {
-		c.WindowBytes = DefaultStreamWindowBytes
-	}
-	if c.LaneQueue == 0 {
-		c.LaneQueue = DefaultStreamLaneQueue
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = DefaultStreamBatchSize
-	}
-	if c.StatusInterval == 0 {
-		c.StatusInterval = DefaultStreamStatusInterval
-	}
-	if c.StandbyInterval == 0 {
-		c.StandbyInterval = DefaultStreamStandbyInterval
-	}
-	if c.ConfirmInterval == 0 {
-		c.ConfirmInterval = DefaultStreamConfirmInterval
-	}
-	if c.PauseLimit == 0 {
-		c.PauseLimit = DefaultStreamPauseLimit
-	}
-	if c.StatusPoll == 0 {
-		c.StatusPoll = DefaultStreamStatusPoll
-	}
-	if c.LagThreshold == 0 {
-		c.LagThreshold = DefaultStreamLagThreshold
-	}
-	if c.OnSlotLost == "" {
-		c.OnSlotLost = SlotLostRecreate
-	}
-	return c
-}
 
 // maxSpilledKeys bounds the (type, key) pairs with rows in the table that
 // the stream remembers; past it a type sends every event to the table
@@ -179,57 +44,6 @@ const defaultTableKeysReload = 5 * time.Second
 
 // maxConfirmIDs bounds the captured ids one confirm deletes.
 const maxConfirmIDs = 5_000
-
-// StreamState is what a relay's stream is doing.
-type StreamState string
-
-// The states of StreamHealth.State.
-const (
-	StreamOff       StreamState = ""
-	StreamStarting  StreamState = "starting"
-	StreamStreaming StreamState = "streaming"
-	StreamStandby   StreamState = "standby"
-	StreamFailing   StreamState = "failing"
-)
-
-// StreamHealth is the stream's part of Health.
-type StreamHealth struct {
-	State StreamState
-	// Since is when the stream entered State.
-	Since time.Time
-	// LastConfirm is when this relay last confirmed a position;
-	// Confirmed is that position (an LSN on PostgreSQL).
-	LastConfirm time.Time
-	Confirmed   uint64
-	// Held is how many events the stream holds between reading and
-	// confirming, HeldBytes their size; Transactions how many
-	// transactions.
-	Held, Transactions int
-	HeldBytes          int64
-	// Spilled counts the events this relay spilled into the outbox
-	// table since it started.
-	Spilled int64
-	// Losses counts the sessions this relay lost: it was stopped (SIGSTOP,
-	// a frozen VM) past StreamConfig.PauseLimit (Pauses counts those),
-	// its connection broke or went silent, or another relay holds the
-	// slot now. Dropped counts the events it then let go of unsent and
-	// unspilled, for the relay that holds the stream now.
-	Losses, Pauses, Dropped int64
-	LastError               string
-	// Slot is the last reading of the slot's health, nil before the
-	// first; SlotReadAt is when it was read, SlotErr why it could not be.
-	Slot       *store.StreamStatus
-	SlotReadAt time.Time
-	SlotErr    string
-	// Lagging is true when the slot pins more WAL than the threshold
-	// (StreamConfig.LagThreshold).
-	Lagging bool
-	// SlotRecreations counts the lost slots this relay recreated
-	// (StreamConfig.OnSlotLost); LastLoss is the last one's cost, here or
-	// as the slot's state records it (whichever relay recreated it).
-	SlotRecreations int64
-	LastLoss        *store.StreamLoss
-}
 
 // streamSource is the relay's stream: one session at a time, reopened
 // after each failure, or standing by while another relay holds it.
@@ -310,27 +124,6 @@ func (s *streamSource) start() {
 	go s.spillWriter()
 	go s.pauseWatch()
 	go s.statusPoll()
-}
-
-func (s *streamSource) setState(st StreamState, lastErr string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.health.State != st {
-		s.health.State, s.health.Since = st, time.Now()
-	}
-	if lastErr != "" || st == StreamStreaming {
-		s.health.LastError = lastErr
-	}
-}
-
-// healthSnapshot is the stream's part of Relay.Health.
-func (s *streamSource) healthSnapshot() *StreamHealth {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	h := s.health
-	h.Held, h.HeldBytes = s.window.held()
-	h.Transactions = len(s.txs)
-	return &h
 }
 
 // runSessions opens the stream, streams until the session fails, and
@@ -800,48 +593,4 @@ func (s *streamSource) checkHolder(ss *session, st *store.StreamStatus) {
 	case st.ActivePID != own:
 		s.lose(ss, fmt.Errorf("%w: the slot %s is streamed by server process %d, not by this relay's %d", errTakenOver, st.Slot, st.ActivePID, own))
 	}
-}
-
-// validate checks the stream's settings.
-func (c StreamConfig) validate() error {
-	for _, f := range []struct {
-		name string
-		bad  bool
-	}{
-		{"window", c.Window < 0},
-		{"window-bytes", c.WindowBytes < 0},
-		{"lane-queue", c.LaneQueue < 0},
-		{"batch-size", c.BatchSize < 0},
-		{"status-interval", c.StatusInterval < 0},
-		{"standby-interval", c.StandbyInterval < 0},
-		{"confirm-interval", c.ConfirmInterval < 0},
-		{"pause-limit", c.PauseLimit < 0},
-		{"status-poll", c.StatusPoll < 0},
-	} {
-		if f.bad {
-			return &ConfigError{Component: "relay", Field: "stream." + f.name, Reason: "must not be negative"}
-		}
-	}
-	switch c.OnSlotLost {
-	case "", SlotLostRecreate, SlotLostStop:
-	default:
-		return &ConfigError{Component: "relay", Field: "stream.on-slot-lost", Reason: fmt.Sprintf("is %q, not %q or %q", c.OnSlotLost, SlotLostRecreate, SlotLostStop)}
-	}
-	return nil
-}
-
-// laneHealth is the lanes' part of Health.Types, one per type the stream
-// has seen.
-func (s *streamSource) laneHealth() []TypeHealth {
-	s.mu.Lock()
-	lanes := make([]*streamLane, 0, len(s.lanes))
-	for _, l := range s.lanes {
-		lanes = append(lanes, l)
-	}
-	s.mu.Unlock()
-	out := make([]TypeHealth, 0, len(lanes))
-	for _, l := range lanes {
-		out = append(out, l.p.health())
-	}
-	return out
 }

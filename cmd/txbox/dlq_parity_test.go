@@ -13,11 +13,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres"
 	"github.com/txbox/txbox/store/sqlite"
-	"github.com/txbox/txbox/store/storeharness"
 )
 
 // seeded is a database for the CLI tests: a driver to seed it through,

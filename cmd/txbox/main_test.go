@@ -14,9 +14,9 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store/mysql"
-	"github.com/txbox/txbox/store/storeharness"
 )
 
 // TestMain lets the test binary act as the txbox command: a child process

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/internal/testenv"
-	"github.com/txbox/txbox/store/storeharness"
 )
 
 // servingAddr finds the address the relay logged for the listener

@@ -23,9 +23,9 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/natstest"
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store/postgres"
-	"github.com/txbox/txbox/store/storeharness"
 )
 
 // child returns a command that runs this test binary as the txbox command

@@ -17,10 +17,10 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/otlpreceiver"
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/outbox"
 	"github.com/txbox/txbox/store/postgres"
-	"github.com/txbox/txbox/store/storeharness"
 )
 
 // TestSubprocessRelayTracing runs `txbox relay` as a real process against

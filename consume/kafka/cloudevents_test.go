@@ -8,9 +8,9 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consume"
-	"github.com/txbox/txbox/consume/internal/consumetest"
 	"github.com/txbox/txbox/consume/kafka"
 	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/internal/consumetest"
 	"github.com/txbox/txbox/sender"
 	kafkasender "github.com/txbox/txbox/sender/kafka"
 )

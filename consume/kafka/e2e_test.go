@@ -7,8 +7,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/consume/internal/consumetest"
 	"github.com/txbox/txbox/consume/kafka"
+	"github.com/txbox/txbox/internal/consumetest"
 	"github.com/txbox/txbox/sender"
 	kafkasender "github.com/txbox/txbox/sender/kafka"
 )

@@ -10,9 +10,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/consume/internal/consumetest"
 	"github.com/txbox/txbox/consume/kafka"
 	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/internal/consumetest"
 	"github.com/txbox/txbox/internal/testenv"
 )
 

@@ -14,8 +14,8 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consume"
-	"github.com/txbox/txbox/consume/internal/consumetest"
 	"github.com/txbox/txbox/consume/kafka"
+	"github.com/txbox/txbox/internal/consumetest"
 	"github.com/txbox/txbox/internal/testenv"
 )
 

@@ -8,9 +8,9 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consume"
-	"github.com/txbox/txbox/consume/internal/consumetest"
 	cnats "github.com/txbox/txbox/consume/nats"
 	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/internal/consumetest"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/sender"
 	natssender "github.com/txbox/txbox/sender/nats"

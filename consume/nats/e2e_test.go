@@ -8,8 +8,8 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/consume/internal/consumetest"
 	cnats "github.com/txbox/txbox/consume/nats"
+	"github.com/txbox/txbox/internal/consumetest"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/sender"
 	natssender "github.com/txbox/txbox/sender/nats"

@@ -16,9 +16,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/consume/internal/consumetest"
 	cnats "github.com/txbox/txbox/consume/nats"
 	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/internal/consumetest"
 	"github.com/txbox/txbox/internal/natstest"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store/postgres"

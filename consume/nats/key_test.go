@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/txbox/txbox/consume/internal/consumetest"
 	cnats "github.com/txbox/txbox/consume/nats"
+	"github.com/txbox/txbox/internal/consumetest"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/sender"
 	natssender "github.com/txbox/txbox/sender/nats"

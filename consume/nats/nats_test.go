@@ -12,8 +12,8 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consume"
-	"github.com/txbox/txbox/consume/internal/consumetest"
 	cnats "github.com/txbox/txbox/consume/nats"
+	"github.com/txbox/txbox/internal/consumetest"
 	"github.com/txbox/txbox/internal/natstest"
 	"github.com/txbox/txbox/internal/testenv"
 )

@@ -8,9 +8,9 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consume"
-	"github.com/txbox/txbox/consume/internal/consumetest"
 	"github.com/txbox/txbox/consume/rabbitmq"
 	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/internal/consumetest"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/sender"
 	rabbitsender "github.com/txbox/txbox/sender/rabbitmq"

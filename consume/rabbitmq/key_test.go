@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/txbox/txbox/consume/internal/consumetest"
 	"github.com/txbox/txbox/consume/rabbitmq"
+	"github.com/txbox/txbox/internal/consumetest"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/sender"
 	rabbitsender "github.com/txbox/txbox/sender/rabbitmq"

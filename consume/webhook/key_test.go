@@ -4,8 +4,8 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/txbox/txbox/consume/internal/consumetest"
 	cwebhook "github.com/txbox/txbox/consume/webhook"
+	"github.com/txbox/txbox/internal/consumetest"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/sender/webhook"
 )

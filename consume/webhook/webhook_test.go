@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/consume/internal/consumetest"
 	cwebhook "github.com/txbox/txbox/consume/webhook"
 	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/internal/consumetest"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/sender/webhook"
 )

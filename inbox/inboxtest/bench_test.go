@@ -15,9 +15,9 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/inbox/rediscache"
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store/postgres"
-	"github.com/txbox/txbox/store/storeharness"
 )
 
 // benchStream returns n message ids of which about dupPct% repeat an

@@ -10,7 +10,9 @@
 // without a cache, Redis being down, inbox.Typed.
 //
 // A cache implementation wires it with one test function, on any dialect's
-// storetest.InboxHarness (store/storeharness has one per dialect):
+// storetest.InboxHarness (txbox's own tests take theirs from
+// internal/storeharness, one per dialect; a cache outside this module
+// fills in storetest.InboxHarness for the database it runs on):
 //
 //	func TestCache(t *testing.T) { inboxtest.ExerciseCache(t, harness, newCache) }
 //

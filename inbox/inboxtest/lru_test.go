@@ -6,7 +6,7 @@ import (
 
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/inbox/inboxtest"
-	"github.com/txbox/txbox/store/storeharness"
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/store/storetest"
 )
 

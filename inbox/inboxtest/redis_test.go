@@ -13,8 +13,8 @@ import (
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/inbox/inboxtest"
 	"github.com/txbox/txbox/inbox/rediscache"
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/internal/testenv"
-	"github.com/txbox/txbox/store/storeharness"
 )
 
 func redisCache(t *testing.T, ttl time.Duration) (inbox.Cache, func()) {

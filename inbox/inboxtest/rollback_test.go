@@ -11,9 +11,9 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store/postgres"
-	"github.com/txbox/txbox/store/storeharness"
 )
 
 type cacheHits struct {

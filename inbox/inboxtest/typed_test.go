@@ -8,7 +8,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/inbox"
-	"github.com/txbox/txbox/store/storeharness"
+	"github.com/txbox/txbox/internal/storeharness"
 )
 
 // TestPostgresTyped shows inbox.Typed handing the handler a pgx.Tx.

@@ -5,8 +5,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/internal/testenv"
-	"github.com/txbox/txbox/store/storeharness"
 )
 
 // TestMain fails the package when a goroutine outlives the tests: every

@@ -15,6 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/outbox"
 	"github.com/txbox/txbox/relay"
@@ -22,7 +23,6 @@ import (
 	"github.com/txbox/txbox/relay/relaytest"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store"
-	"github.com/txbox/txbox/store/storeharness"
 )
 
 // series gathers reg into name{label=value,...} -> value (counter,

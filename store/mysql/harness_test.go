@@ -6,10 +6,10 @@ import (
 
 	_ "github.com/go-sql-driver/mysql"
 
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/mysql"
-	"github.com/txbox/txbox/store/storeharness"
 	"github.com/txbox/txbox/store/storetest"
 )
 

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/txbox/txbox/store/storeharness"
+	"github.com/txbox/txbox/internal/storeharness"
 )
 
 // TestPlainSQLUpDown applies the published files the way golang-migrate

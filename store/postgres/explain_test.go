@@ -262,7 +262,7 @@ func walk(n map[string]any, fn func(map[string]any)) {
 }
 
 // migratedDriver returns a migrated driver on a fresh schema, dropped when
-// t ends. The in-package tests cannot use store/storeharness, which
+// t ends. The in-package tests cannot use internal/storeharness, which
 // imports this package.
 func migratedDriver(ctx context.Context, t *testing.T) *Driver {
 	t.Helper()

@@ -3,11 +3,11 @@ package postgres_test
 import (
 	"testing"
 
-	"github.com/txbox/txbox/store/storeharness"
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/store/storetest"
 )
 
-// Shorthands for the shared set-up of store/storeharness.
+// Shorthands for the shared set-up of internal/storeharness.
 var (
 	// admin is a shared database/sql handle for schemas and inspection.
 	admin = storeharness.PostgresAdmin

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/store"
-	"github.com/txbox/txbox/store/storeharness"
 )
 
 // TestInboxRecordDatabaseSQL records through a *sql.Tx of the pgx stdlib

@@ -13,10 +13,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres"
-	"github.com/txbox/txbox/store/storeharness"
 )
 
 // TestUpgradeToVersion2DeadLettersBadHeaders: upgrading a database that

@@ -3,7 +3,7 @@ package sqlite_test
 import (
 	"testing"
 
-	"github.com/txbox/txbox/store/storeharness"
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/store/storetest"
 )
 

@@ -2,8 +2,9 @@
 // the spirit of River's riverdrivertest. Each dialect's tests call its two
 // entry points, [Exercise] (the outbox, dead letters, leases, migrations)
 // and [ExerciseInbox] (store.Inbox), with a harness that opens stores on
-// isolated namespaces of the real database (store/storeharness has
-// the three dialects' harnesses):
+// isolated namespaces of the real database (a dialect outside this module
+// writes its own [Harness]; txbox's three have theirs in
+// internal/storeharness):
 //
 //	func TestConformance(t *testing.T) { storetest.Exercise(t, harness()) }
 //	func TestInboxConformance(t *testing.T) {

@@ -15,9 +15,9 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/config"
+	"github.com/txbox/txbox/internal/timing"
 	"github.com/txbox/txbox/outbox"
 	"github.com/txbox/txbox/relay"
-	"github.com/txbox/txbox/sender/timing"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres"
 )

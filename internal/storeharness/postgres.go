@@ -153,9 +153,9 @@ func PostgresInbox() storetest.InboxHarness {
 }
 
 // Publisher is what PostgresPublish publishes through: an
-// *outbox.Publisher. The harness names only the method: a store package
-// imports nothing from the layers above store (see the layer test in
-// layers_test.go at the module root).
+// *outbox.Publisher. The harness names only the method: it is of the
+// store layer and imports nothing from the layers above store (see the
+// layer test in layers_test.go at the module root).
 type Publisher interface {
 	Publish(ctx context.Context, tx any, events ...txbox.Event) ([]txbox.ID, error)
 }

@@ -16,12 +16,12 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/outbox"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store/postgres"
-	"github.com/txbox/txbox/store/storeharness"
 )
 
 // Pipeline is the whole path on PostgreSQL, for end-to-end tests:

@@ -5,6 +5,12 @@
 // store/storetest take ([Postgres], [PostgresInbox], [MySQL],
 // [MySQLInbox], [SQLite], [SQLiteInbox]).
 //
+// It is internal because it is txbox's own test set-up, not an API: it
+// reaches the services internal/testenv names (the TXBOX_TEST_* addresses)
+// and fails a test when one is missing. The conformance suite itself,
+// store/storetest, is public: a dialect outside this module runs it with a
+// storetest.Harness of its own.
+//
 // It imports the dialect packages, so only external test packages
 // (package postgres_test, inboxtest_test, ...) may use it; a dialect's
 // in-package tests keep their own set-up, built on internal/testenv, which

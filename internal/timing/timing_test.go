@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/timing"
 	"github.com/txbox/txbox/sender"
-	"github.com/txbox/txbox/sender/timing"
 )
 
 // refuser acks every message but those of type "bad".

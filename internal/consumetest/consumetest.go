@@ -10,9 +10,9 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/inbox"
+	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store/sqlite"
-	"github.com/txbox/txbox/store/storeharness"
 )
 
 // Env is one test's inbox and effect table.
