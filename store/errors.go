@@ -11,10 +11,11 @@ var ErrInvalidParams = errors.New("store: invalid parameters")
 
 // ErrDataRefused is matched by errors of seam calls that the database
 // refused because of the data itself: a value it cannot store, a check
-// or NOT NULL constraint (SQLSTATE classes 22 and 23 on PostgreSQL, other
-// than a duplicate id). Sending the same data again fails the same way,
-// unlike a lost connection; a caller that writes many items at once
-// (the stream's spill) splits them to find the one at fault.
+// or NOT NULL constraint, a value too large for an index (SQLSTATE
+// classes 22, 23 and 54 on PostgreSQL, other than a duplicate id).
+// Sending the same data again fails the same way, unlike a lost
+// connection; a caller that writes many items at once (the stream's
+// spill) splits them to find the one at fault.
 var ErrDataRefused = errors.New("store: the database refused the data")
 
 // ErrConnectionLost is matched by errors of seam calls that lost their

@@ -323,11 +323,14 @@ const (
 	codeUndefinedObject   = "42704"
 	// SQLSTATE classes of errors about the data itself: data exception
 	// (a value the column cannot store: invalid UTF-8, a NUL in text,
-	// \u0000 in jsonb, out of range) and integrity constraint violation
+	// \u0000 in jsonb, out of range), integrity constraint violation
 	// (CHECK, NOT NULL, foreign key; a unique violation is
-	// ErrDuplicateID).
+	// ErrDuplicateID) and program limit exceeded (a key too long for
+	// the key-order index's row, 54000; a statement too large, 54001:
+	// fewer items at once fit).
 	classDataException       = "22"
 	classIntegrityConstraint = "23"
+	classProgramLimit        = "54"
 )
 
 // ErrNotMigrated is returned (wrapped) when txbox's tables do not exist:
@@ -343,8 +346,8 @@ var ErrDuplicateID = errors.New("postgres: an event with this id already exists"
 // reachable through errors.As: missing tables (ErrNotMigrated), a
 // duplicate id (ErrDuplicateID), a deadlock or serialization failure
 // (store.ErrTxConflict), any other data exception or integrity
-// constraint violation, classes 22 and 23 (store.ErrDataRefused: the
-// same data fails the same way again), the emit check's errors
+// constraint violation or program limit exceeded, classes 22, 23 and 54
+// (store.ErrDataRefused: the same data fails the same way again), the emit check's errors
 // (*SlotError), and a lost connection or a read-only server
 // (store.ErrConnectionLost, see connectionLost). The Driver's method of
 // the same name also resets the pool on a lost connection.
@@ -374,7 +377,7 @@ func translate(op string, err error) error {
 		case codeDeadlock, codeSerialization:
 			return fmt.Errorf("postgres: %s: %w: %w", op, store.ErrTxConflict, err)
 		}
-		if class := pe.Code[:min(2, len(pe.Code))]; class == classDataException || class == classIntegrityConstraint {
+		if class := pe.Code[:min(2, len(pe.Code))]; class == classDataException || class == classIntegrityConstraint || class == classProgramLimit {
 			return fmt.Errorf("postgres: %s: %w: %w", op, store.ErrDataRefused, err)
 		}
 	}

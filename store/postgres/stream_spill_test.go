@@ -2,6 +2,8 @@ package postgres_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"slices"
 	"strconv"
@@ -672,6 +674,10 @@ func TestStreamSpillDataRefused(t *testing.T) {
 		{"NUL in the key", "k\x00", "22021"},
 		{"invalid UTF-8 in the key", "k\xff", "22021"},
 		{"a CHECK", "refused", "23514"},
+		// Random hex compresses too little to fit the key-order index's
+		// row (at most 2,704 bytes): WAL mode's emits touch no index, so
+		// the spill is the first write to meet it.
+		{"a key too long for the index", longRandomKey(t, 12000), "54000"},
 	} {
 		ok := emittedSpill(txbox.NewID(), "refused.t", "fine", 1, store.OutcomeRetry)
 		bad := emittedSpill(txbox.NewID(), "refused.t", c.key, 2, store.OutcomeRetry)
@@ -692,4 +698,13 @@ func TestStreamSpillDataRefused(t *testing.T) {
 	if err := e.d.StreamSpill(ctx, []*store.StreamSpillItem{emittedSpill(txbox.NewID(), "refused.t", "fine", 3, store.OutcomeRetry)}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// longRandomKey returns n hexadecimal characters of random data.
+func longRandomKey(t *testing.T, n int) string {
+	b := make([]byte, (n+1)/2)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)[:n]
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/txbox/txbox/store"
 )
 
-// TestTranslateDataRefused: SQLSTATE classes 22 and 23 match
+// TestTranslateDataRefused: SQLSTATE classes 22, 23 and 54 match
 // store.ErrDataRefused, except a unique violation (ErrDuplicateID), and
 // the server's error stays in the chain; other classes do not.
 func TestTranslateDataRefused(t *testing.T) {
@@ -25,6 +25,7 @@ func TestTranslateDataRefused(t *testing.T) {
 		{code: "22003", refused: true}, // out of range
 		{code: "23514", refused: true}, // CHECK
 		{code: "23502", refused: true}, // NOT NULL
+		{code: "54000", refused: true}, // an index row over its size limit
 		{code: "23505", dup: true},
 		{code: "40001", conflict: true},
 		{code: "42P01", notMigrated: true},
