@@ -65,7 +65,7 @@ func TestWALSlotInvalidated(t *testing.T) {
 	})
 	wantSlotError(t, w.emit(ctx, walEvent("a")), postgres.ErrSlotNotReady, "has wal_status lost")
 	_, err := w.d.OpenStream(ctx, nil)
-	if !errors.Is(err, store.ErrStreamLost) || !strings.Contains(err.Error(), "invalidated the slot") || !strings.Contains(err.Error(), "DropStream") {
+	if !errors.Is(err, store.ErrStreamLost) || !strings.Contains(err.Error(), "invalidated the slot") || !strings.Contains(err.Error(), "CreateStream") {
 		t.Errorf("open an invalidated slot: %v, want store.ErrStreamLost saying so and how to recreate it", err)
 	}
 	t.Logf("slot went %s, then lost", first)
