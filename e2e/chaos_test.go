@@ -195,6 +195,35 @@ func TestChaosSIGKILLRelayProcess(t *testing.T) {
 	}
 }
 
+// stopMidBatch stops c with SIGSTOP while it has a batch in flight:
+// inFlight counts its claims unfinished (a lease claim's IN_PROCESS rows,
+// a lock claim's open transactions). The count is read again once the
+// process is stopped, when nothing of it can change: a stop that landed
+// between batches is undone (SIGCONT) and tried again.
+func stopMidBatch(t *testing.T, c *child, inFlight func() int) {
+	t.Helper()
+	for try := 1; ; try++ {
+		testenv.WaitFor(t, 60*time.Second, "a batch in flight", func() bool { return inFlight() > 0 })
+		if err := c.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		// The signal is delivered at once, but a lock claim committed
+		// just before it may still be in the server's hands.
+		time.Sleep(200 * time.Millisecond)
+		n := inFlight()
+		if n > 0 {
+			t.Logf("stopped with %d claims in flight (try %d)", n, try)
+			return
+		}
+		if try == 10 {
+			t.Fatal("10 stops all landed between batches")
+		}
+		if err := c.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestChaosSIGSTOPStaleRelay (scenario 5): a relay process is paused with
 // SIGSTOP while batches are in flight, past its lease; another relay
 // recovers and delivers its rows. When it resumes, its finishes are
@@ -213,21 +242,20 @@ func TestChaosSIGSTOPStaleRelay(t *testing.T) {
 			// backlog while it was still being written, and the pause
 			// could land with nothing left in flight. A slow destination
 			// keeps the stale relay's batches in flight most of the time,
-			// and the pause waits until some are claimed and unfinished
-			// (a lease claim's IN_PROCESS rows; a lock claim's batches are
-			// open transactions, which the stats do not show), so SIGSTOP
-			// lands mid-batch.
+			// and stopMidBatch checks, once the process is stopped, that
+			// some are claimed and unfinished.
 			d := openStore(t, kind, ns, 4)
 			o := newOracle()
 			publisher{kind: kind, d: d, o: o, eventType: "orders", txSize: txSize}.run(t, kind.events(20_000), 2)
 			stale := startChild(t, kind, ns, st.prefix, 0, lease, envDelay+"=300ms")
-			testenv.WaitFor(t, 60*time.Second, "deliveries under way, a batch in flight", func() bool {
+			testenv.WaitFor(t, 60*time.Second, "deliveries under way", func() bool { return st.count(t) >= uint64(kind.events(1000)) })
+			stopMidBatch(t, stale, func() int {
+				if kind.claim == relay.ClaimLock {
+					return openClaimTransactions(t, d, ns)
+				}
 				_, inProcess := outboxCounts(t, d)
-				return st.count(t) >= uint64(kind.events(1000)) && (kind.claim == relay.ClaimLock || inProcess > 0)
+				return int(inProcess)
 			})
-			if err := stale.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-				t.Fatal(err)
-			}
 			t.Logf("SIGSTOPped the relay at %d messages in the stream", st.count(t))
 			other := startChild(t, kind, ns, st.prefix, 0, lease)
 			// The other relay recovers the paused relay's claimed batches

@@ -12,6 +12,7 @@ import (
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/mysql"
+	"github.com/txbox/txbox/store/postgres"
 	"github.com/txbox/txbox/store/sqlite"
 )
 
@@ -102,4 +103,30 @@ func openSQLite(path string, conns int) (store.Driver, func(), error) {
 		return nil, nil, err
 	}
 	return d, func() { _ = d.Close() }, nil
+}
+
+// openClaimTransactions counts the lock claims in flight on d's
+// namespace: transactions that hold row locks and wait, idle, for their
+// batch's send. A relay stopped while one is open was stopped mid-batch.
+func openClaimTransactions(t testing.TB, d store.Driver, ns string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var n int
+	var err error
+	switch d := d.(type) {
+	case *postgres.Driver:
+		err = d.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = $1 AND state = 'idle in transaction' AND backend_xid IS NOT NULL`, appName(ns)).Scan(&n)
+	case *mysql.Driver:
+		err = d.DB().QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.innodb_trx t
+			JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id
+			WHERE p.db = DATABASE() AND t.trx_rows_locked > 0 AND p.command = 'Sleep'`).Scan(&n)
+	default:
+		t.Fatalf("no lock claim to count on %T", d)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

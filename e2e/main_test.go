@@ -242,9 +242,12 @@ type pauseCounter struct {
 	sender.Sender
 	resumed atomic.Bool
 	sent    atomic.Int64
-	// lastStop is when the process was last stopped (UnixNano): the last
-	// tick before a late one.
-	lastStop atomic.Int64
+	// stoppedAt is halfway through the last pause (UnixNano), between
+	// the last tick before a late one and the late one: a batch that
+	// began after it began after the resume, since nothing runs while the
+	// process is stopped. Counting from the last tick before the stop
+	// would count a batch begun in the tick (20 ms) before the stop.
+	stoppedAt atomic.Int64
 }
 
 // watch notices the resume: a tick 20 ms apart that comes over a second
@@ -255,8 +258,8 @@ func (p *pauseCounter) watch() {
 	last := time.Now()
 	for range t.C {
 		now := time.Now()
-		if now.Sub(last) > time.Second {
-			p.lastStop.Store(last.UnixNano())
+		if gap := now.Sub(last); gap > time.Second {
+			p.stoppedAt.Store(last.Add(gap / 2).UnixNano())
 			p.resumed.Store(true)
 		}
 		last = now
@@ -293,7 +296,7 @@ func (f *fenceCounter) OnBatch(ev relay.BatchEvent) {
 		return
 	}
 	began := time.Now().Add(-ev.FinishDuration - ev.SendDuration)
-	if began.UnixNano() > f.paused.lastStop.Load() {
+	if began.UnixNano() > f.paused.stoppedAt.Load() {
 		f.streamAfter.Add(int64(ev.Sent + ev.Retried + ev.Failed + ev.Released))
 	}
 }

@@ -488,16 +488,26 @@ func (s *streamSource) pauseWatch() {
 		case <-s.r.runCtx.Done():
 			return
 		case <-t.C:
-			s.mu.Lock()
-			gap := time.Since(s.lastTick)
-			s.lastTick = time.Now()
-			cur := s.cur
-			s.mu.Unlock()
-			if cur != nil && gap > s.cfg.PauseLimit {
-				s.lose(cur, fmt.Errorf("%w (stopped for %s)", errPaused, gap.Round(time.Millisecond)))
-			}
+			s.pauseTick()
 		}
 	}
+}
+
+// pauseTick is one tick of the pause watch. It loses the open session
+// before it resets lastTick: reset first, a lane taking a batch between
+// the two would find a fresh tick and a session not yet lost, and send
+// what it held after the resume.
+func (s *streamSource) pauseTick() {
+	s.mu.Lock()
+	gap := time.Since(s.lastTick)
+	cur := s.cur
+	s.mu.Unlock()
+	if cur != nil && gap > s.cfg.PauseLimit {
+		s.lose(cur, fmt.Errorf("%w (stopped for %s)", errPaused, gap.Round(time.Millisecond)))
+	}
+	s.mu.Lock()
+	s.lastTick = time.Now()
+	s.mu.Unlock()
 }
 
 // pausedFor is how long ago the pause watch last ran.
