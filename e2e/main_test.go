@@ -209,8 +209,8 @@ func childRelay() int {
 		return fail(err)
 	}
 	if path := os.Getenv(envStats); path != "" {
-		if err := os.WriteFile(path, fmt.Appendf(nil, "fenced=%d finish-errors=%d pauses=%d pause-dropped=%d sent-after-pause=%d stream-sent-after-pause=%d\n",
-			fenced.n.Load(), fenced.errs.Load(), pauses, pauseDropped, paused.sent.Load(), fenced.streamAfter.Load()), 0o600); err != nil {
+		if err := os.WriteFile(path, fmt.Appendf(nil, "fenced=%d finish-errors=%d pauses=%d pause-dropped=%d sent-after-pause=%d stream-sent-after-pause=%d stream-unsent-after-pause=%d\n",
+			fenced.n.Load(), fenced.errs.Load(), pauses, pauseDropped, paused.sent.Load(), fenced.streamAfter.Load(), fenced.streamUnsent.Load()), 0o600); err != nil {
 			return fail(err)
 		}
 	}
@@ -282,9 +282,13 @@ type fenceCounter struct {
 	// streamAfter counts the events of WAL mode's stream batches whose
 	// send began after the process was stopped: a relay resumed from a
 	// pause has lost its stream and must start none (the table pollers'
-	// batches, which deliver rows in the table, are not counted).
+	// batches, which deliver rows in the table, are not counted, nor the
+	// batches that reached the send and sent nothing).
 	paused      *pauseCounter
 	streamAfter atomic.Int64
+	// streamUnsent counts the events of the stream batches that reached
+	// the send after the pause and sent nothing.
+	streamUnsent atomic.Int64
 }
 
 func (f *fenceCounter) OnBatch(ev relay.BatchEvent) {
@@ -295,9 +299,18 @@ func (f *fenceCounter) OnBatch(ev relay.BatchEvent) {
 	if ev.Claim != relay.ClaimStream || f.paused == nil || !f.paused.resumed.Load() {
 		return
 	}
+	// A batch whose session was lost by then sends nothing (SendDuration
+	// is zero): its events are released to the relay that holds the
+	// stream, which is what the guarantee asks.
 	began := time.Now().Add(-ev.FinishDuration - ev.SendDuration)
-	if began.UnixNano() > f.paused.stoppedAt.Load() {
-		f.streamAfter.Add(int64(ev.Sent + ev.Retried + ev.Failed + ev.Released))
+	if began.UnixNano() <= f.paused.stoppedAt.Load() {
+		return
+	}
+	n := int64(ev.Sent + ev.Retried + ev.Failed + ev.Released)
+	if ev.SendDuration > 0 {
+		f.streamAfter.Add(n)
+	} else {
+		f.streamUnsent.Add(n)
 	}
 }
 

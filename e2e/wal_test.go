@@ -566,13 +566,13 @@ func walPausedSendsBounded(t *testing.T, c *child) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var fenced, finishErrs, pauses, dropped, sent, streamSent int64
-	if _, err := fmt.Sscanf(string(b), "fenced=%d finish-errors=%d pauses=%d pause-dropped=%d sent-after-pause=%d stream-sent-after-pause=%d",
-		&fenced, &finishErrs, &pauses, &dropped, &sent, &streamSent); err != nil {
+	var fenced, finishErrs, pauses, dropped, sent, streamSent, streamUnsent int64
+	if _, err := fmt.Sscanf(string(b), "fenced=%d finish-errors=%d pauses=%d pause-dropped=%d sent-after-pause=%d stream-sent-after-pause=%d stream-unsent-after-pause=%d",
+		&fenced, &finishErrs, &pauses, &dropped, &sent, &streamSent, &streamUnsent); err != nil {
 		t.Fatalf("stats %q: %v", b, err)
 	}
-	t.Logf("the resumed relay: %d pause(s), %d events dropped, %d events sent after the resume (its table pollers' included), %d in stream batches begun after the pause",
-		pauses, dropped, sent, streamSent)
+	t.Logf("the resumed relay: %d pause(s), %d events dropped, %d events sent after the resume (its table pollers' included), %d in stream batches begun after the pause, %d in stream batches that reached the send after it and sent nothing",
+		pauses, dropped, sent, streamSent, streamUnsent)
 	if pauses < 1 {
 		t.Errorf("the resumed relay did not notice its pause")
 	}
