@@ -1,17 +1,19 @@
 package inbox
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/backoff"
+	"github.com/txbox/txbox/internal/startstop"
 	"github.com/txbox/txbox/store"
 )
 
@@ -82,10 +84,9 @@ type Cleaner struct {
 	cfg    CleanerConfig
 	logger *slog.Logger
 
-	mu      sync.Mutex
-	cancel  context.CancelFunc
-	done    chan struct{}
-	stopped bool
+	// life runs the loop: Start begins it, Stop ends it
+	// (internal/startstop).
+	life startstop.Lifetime
 }
 
 // NewCleaner returns a Cleaner for st's inbox table using leases. Invalid
@@ -210,41 +211,47 @@ func (c *Cleaner) RunOnce(ctx context.Context) (deleted int, held bool, err erro
 // or ctx ends. It returns txbox.ErrClosed after Stop and an error when
 // already started.
 func (c *Cleaner) Start(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.stopped {
+	switch err := c.life.Begin(ctx); {
+	case errors.Is(err, startstop.ErrStopped):
 		return txbox.ErrClosed
+	case errors.Is(err, startstop.ErrAlreadyStarted):
+		return errors.New("inbox: cleaner already started")
+	case err != nil:
+		return err
 	}
-	if c.done != nil {
-		return fmt.Errorf("inbox: cleaner already started")
-	}
-	ctx, c.cancel = context.WithCancel(ctx)
-	c.done = make(chan struct{})
-	go c.loop(ctx, c.done)
+	c.life.Go(func() { c.loop(c.life.Run()) })
 	return nil
 }
 
-// Stop ends the background loop and waits for it, bounded by ctx. It
-// releases the lease so another instance can take over at once.
+// Stop ends the background loop and waits for it; when ctx ends first,
+// the run in progress is cut short, and Stop returns ctx's error once the
+// loop ended. It then releases the lease so another instance can take
+// over at once. Stop before Start does nothing.
 func (c *Cleaner) Stop(ctx context.Context) error {
-	c.mu.Lock()
-	c.stopped = true
-	cancel, done := c.cancel, c.done
-	c.mu.Unlock()
-	if done == nil {
+	var released error
+	err := c.life.End(ctx, func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer cancel()
+		released = c.leases.LeaseRelease(rctx, &store.LeaseParams{Name: c.cfg.LeaseName, Holder: c.cfg.Holder, TTL: c.cfg.LeaseTTL})
+	})
+	if errors.Is(err, startstop.ErrNotStarted) {
 		return nil
 	}
-	cancel()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	return c.leases.LeaseRelease(context.WithoutCancel(ctx), &store.LeaseParams{Name: c.cfg.LeaseName, Holder: c.cfg.Holder, TTL: c.cfg.LeaseTTL})
+	return cmp.Or(err, released)
 }
 
-func (c *Cleaner) loop(ctx context.Context, done chan struct{}) {
-	defer close(done)
+// Started is closed once Start succeeded.
+func (c *Cleaner) Started() <-chan struct{} { return c.life.Started() }
+
+// Stopped is closed once Stop has ended the loop and released the lease.
+func (c *Cleaner) Stopped() <-chan struct{} { return c.life.Stopped() }
+
+// releaseTimeout bounds the lease's release at Stop, which runs even when
+// Stop's context has ended: left held, the lease blocks other instances
+// until its TTL.
+const releaseTimeout = 5 * time.Second
+
+func (c *Cleaner) loop(ctx context.Context) {
 	idle := 0 // idle or failed runs in a row
 	t := time.NewTimer(0)
 	defer t.Stop()

@@ -89,7 +89,6 @@ func (s *jobSchedule) after(o roundOutcome) time.Duration {
 // not backed off ignores kickSoon, so a stream of kicks cannot postpone its
 // next round.
 func (r *Relay) runJob(sched *jobSchedule, kicks <-chan kick, round func(ctx context.Context) roundOutcome) {
-	defer r.wg.Done()
 	ctx := r.runCtx
 	timer := time.NewTimer(0) // the first round at start
 	defer timer.Stop()
@@ -118,8 +117,12 @@ func (r *Relay) runJob(sched *jobSchedule, kicks <-chan kick, round func(ctx con
 // goJob starts a background job that reports each round to the log and
 // the hooks. A round returns how many rows it changed and its error.
 func (r *Relay) goJob(name string, sched *jobSchedule, kicks <-chan kick, round func(ctx context.Context) (int, error)) {
-	r.wg.Add(1)
-	go r.runJob(sched, kicks, func(ctx context.Context) roundOutcome {
+	r.life.Go(func() { r.runJob(sched, kicks, r.reportRound(name, round)) })
+}
+
+// reportRound makes a job's round report itself to the log and the hooks.
+func (r *Relay) reportRound(name string, round func(ctx context.Context) (int, error)) func(ctx context.Context) roundOutcome {
+	return func(ctx context.Context) roundOutcome {
 		n, err := round(ctx)
 		if ctx.Err() != nil {
 			return roundIdle
@@ -140,7 +143,7 @@ func (r *Relay) goJob(name string, sched *jobSchedule, kicks <-chan kick, round 
 			return roundBusy
 		}
 		return roundIdle
-	})
+	}
 }
 
 // sendKick hands k to a job without blocking: a kick already pending

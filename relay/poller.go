@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txbox/txbox/internal/backoff"
+	"github.com/txbox/txbox/internal/startstop"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store"
 )
@@ -34,8 +35,8 @@ type pollerDeps struct {
 	// context expires: sends in flight abort, finishes get a short
 	// bound.
 	run, hard context.Context
-	// wg counts the poller's goroutines; Stop waits for them.
-	wg *sync.WaitGroup
+	// life runs the poller's goroutines; Stop waits for them.
+	life *startstop.Lifetime
 	// tracer traces the deliveries; nil when tracing is off
 	// (relay/trace.go).
 	tracer trace.Tracer
@@ -151,7 +152,6 @@ func (p *poller) oldestSend() time.Time {
 // run is the poller's loop: wait, take an in-flight slot, ask the circuit,
 // claim, hand the batch to a goroutine, choose the next delay.
 func (p *poller) run() {
-	defer p.deps.wg.Done()
 	ctx := p.deps.run
 	pace := pacing{strategy: newPollStrategy(p.s.polling), ordered: p.s.ordering == OrderingKey}
 	var delay time.Duration // no initial delay: poll at once
@@ -282,9 +282,7 @@ func (p *poller) dispatch(b batch, t ticket, claimStart time.Time) {
 	p.mu.Lock()
 	p.inFlight++
 	p.mu.Unlock()
-	p.deps.wg.Add(1)
-	go func() {
-		defer p.deps.wg.Done()
+	p.deps.life.Go(func() {
 		p.deliver(b, t, claimStart)
 		p.mu.Lock()
 		p.inFlight--
@@ -293,7 +291,7 @@ func (p *poller) dispatch(b batch, t ticket, claimStart time.Time) {
 		if p.s.ordering == OrderingKey {
 			p.batchDone()
 		}
-	}()
+	})
 }
 
 // startHelper starts one more claimer while the type has a backlog, up to
@@ -314,9 +312,7 @@ func (p *poller) startHelper(ctx context.Context) {
 	helpers := p.helpers
 	p.mu.Unlock()
 	p.log.Debug("backlog; extra claimer started", slog.Int("helpers", helpers))
-	p.deps.wg.Add(1)
-	go func() {
-		defer p.deps.wg.Done()
+	p.deps.life.Go(func() {
 		defer func() {
 			p.mu.Lock()
 			p.helpers--
@@ -352,7 +348,7 @@ func (p *poller) startHelper(ctx context.Context) {
 				return
 			}
 		}
-	}()
+	})
 }
 
 // maxHelpers is how many extra claimers a backlog may start: half the

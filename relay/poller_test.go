@@ -8,12 +8,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/startstop"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store"
@@ -95,25 +95,25 @@ func TestPollerAlone(t *testing.T) {
 	// every goroutine of the poller has ended.
 	var logs bytes.Buffer
 	hook := &sentHook{}
-	run, stop := context.WithCancel(ctx)
-	hard, kill := context.WithCancel(ctx)
-	defer kill()
-	var wg sync.WaitGroup
+	var life startstop.Lifetime
+	if err := life.Begin(ctx); err != nil {
+		t.Fatal(err)
+	}
 	deps := pollerDeps{
 		store:    d,
 		hooks:    []Hook{hook},
 		log:      slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		circuits: newCircuitSet([]string{"test"}, cfg.Circuit, time.Now, func(CircuitEvent) {}),
-		run:      run,
-		hard:     hard,
-		wg:       &wg,
+		run:      life.Run(),
+		hard:     life.Hard(),
+		life:     &life,
 	}
 	p := newPoller(deps, s)
-	wg.Add(1)
-	go p.run()
+	life.Go(p.run)
 	testenv.WaitFor(t, 10*time.Second, "the batch finished", func() bool { return hook.sent.Load() == n })
-	stop()
-	wg.Wait()
+	if err := life.End(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
 
 	var processed int
 	if err := d.DB().QueryRow(`SELECT count(*) FROM txbox_outbox WHERE status = 'PROCESSED'`).Scan(&processed); err != nil {

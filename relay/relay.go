@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/startstop"
 	"github.com/txbox/txbox/store"
 )
 
@@ -20,6 +21,9 @@ var (
 	ErrAlreadyStarted = errors.New("relay: already started")
 	// ErrNotStarted is returned by Stop before Start.
 	ErrNotStarted = errors.New("relay: not started")
+	// ErrStopped is returned by Start after Stop (even a Stop before
+	// Start): a Relay runs once.
+	ErrStopped = errors.New("relay: stopped")
 )
 
 // finishTimeout bounds one finish statement. Finishes run without the
@@ -39,17 +43,16 @@ type Relay struct {
 	log      *slog.Logger
 	circuits *circuitSet
 
+	// life is the relay's start, goroutines and stop
+	// (internal/startstop).
+	life    startstop.Lifetime
 	mu      sync.Mutex
-	started bool
-	stopped bool
 	pollers map[string]*poller
-	// runCtx ends when Stop begins: no new claims.
-	runCtx    context.Context
-	runCancel context.CancelFunc
-	// hardCtx ends when Stop's context expires: in-flight sends abort.
-	hardCtx    context.Context
-	hardCancel context.CancelFunc
-	wg         sync.WaitGroup
+	// runCtx ends when Stop begins: no new claims. hardCtx ends when
+	// Stop's context expires: in-flight sends abort. Both are life's,
+	// set by Start.
+	runCtx  context.Context
+	hardCtx context.Context
 
 	jobsMu  sync.Mutex
 	jobErrs map[string]string
@@ -94,13 +97,13 @@ func New(cfg Config) (*Relay, error) {
 func (r *Relay) Start(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.started {
+	if err := r.life.Begin(context.WithoutCancel(ctx)); err != nil {
+		if errors.Is(err, startstop.ErrStopped) {
+			return ErrStopped
+		}
 		return ErrAlreadyStarted
 	}
-	r.started = true
-	base := context.WithoutCancel(ctx)
-	r.runCtx, r.runCancel = context.WithCancel(base)
-	r.hardCtx, r.hardCancel = context.WithCancel(base)
+	r.runCtx, r.hardCtx = r.life.Run(), r.life.Hard()
 
 	for _, t := range sortedKeys(r.cfg.Events) {
 		if err := r.startPollerLocked(t); err != nil {
@@ -115,8 +118,7 @@ func (r *Relay) Start(ctx context.Context) error {
 		r.goJob(JobDiscover, newJobSchedule(c.DiscoverInterval, c.DiscoverMaxInterval), nil, r.discoverRound)
 	}
 	if !r.cfg.Cleanup.Disabled {
-		r.wg.Add(1)
-		go r.cleanupLoop()
+		r.life.Go(r.cleanupLoop)
 	}
 	r.startHeartbeat()
 	r.startWakeLooks()
@@ -125,8 +127,7 @@ func (r *Relay) Start(ctx context.Context) error {
 		r.stream.start()
 	}
 	if w, ok := r.cfg.Store.(store.Waker); ok {
-		r.wg.Add(1)
-		go r.listen(w)
+		r.life.Go(func() { r.listen(w) })
 	}
 	r.log.Info("relay started", slog.Int("configured_types", len(r.cfg.Events)))
 	return nil
@@ -137,40 +138,27 @@ func (r *Relay) Start(ctx context.Context) error {
 // first, sends still in flight are cancelled and their rows released
 // (best effort; rows that cannot be released are recovered when their
 // lease expires), and Stop returns ctx's error after the goroutines
-// ended. Stop does not close the store or the senders.
+// ended. A second Stop waits for the first, bounded by its own ctx.
+// Stop before Start returns ErrNotStarted, and the relay can then no
+// longer start. Stop does not close the store or the senders.
 func (r *Relay) Stop(ctx context.Context) error {
-	r.mu.Lock()
-	if !r.started {
-		r.mu.Unlock()
+	err := r.life.End(ctx, func() {
+		r.releaseCleanupLease()
+		r.removeHeartbeat()
+		r.log.Info("relay stopped")
+	})
+	if errors.Is(err, startstop.ErrNotStarted) {
 		return ErrNotStarted
 	}
-	if r.stopped {
-		r.mu.Unlock()
-		return nil
-	}
-	r.stopped = true
-	r.runCancel()
-	r.mu.Unlock()
-
-	done := make(chan struct{})
-	go func() {
-		r.wg.Wait()
-		close(done)
-	}()
-	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
-		err = ctx.Err()
-		r.hardCancel()
-		<-done
-	}
-	r.hardCancel()
-	r.releaseCleanupLease()
-	r.removeHeartbeat()
-	r.log.Info("relay stopped")
 	return err
 }
+
+// Started is closed once Start succeeded.
+func (r *Relay) Started() <-chan struct{} { return r.life.Started() }
+
+// Stopped is closed once the relay stopped: every goroutine ended and
+// Stop's clean-up ran (or Stop was called before Start).
+func (r *Relay) Stopped() <-chan struct{} { return r.life.Stopped() }
 
 // startPollerLocked starts the poller of event type t. r.mu is held.
 func (r *Relay) startPollerLocked(t string) error {
@@ -186,9 +174,14 @@ func (r *Relay) startPollerLocked(t string) error {
 	if s.claim == ClaimLock {
 		r.locks.added(s.inFlight)
 	}
-	r.wg.Add(1)
-	go p.run()
+	r.life.Go(p.run)
 	return nil
+}
+
+// running reports whether the relay started and is not stopping.
+func (r *Relay) running() bool {
+	began, ending := r.life.State()
+	return began && !ending
 }
 
 // pollerDeps is what the relay's pollers take from it. Start has set the
@@ -196,7 +189,7 @@ func (r *Relay) startPollerLocked(t string) error {
 func (r *Relay) pollerDeps() pollerDeps {
 	hooks := append(slices.Clip(r.cfg.Hooks), r.kicks)
 	d := pollerDeps{store: r.cfg.Store, hooks: hooks, log: r.log, circuits: r.circuits,
-		run: r.runCtx, hard: r.hardCtx, wg: &r.wg, locks: r.locks}
+		run: r.runCtx, hard: r.hardCtx, life: &r.life, locks: r.locks}
 	if r.cfg.TracerProvider != nil {
 		d.tracer = r.cfg.TracerProvider.Tracer(tracerName)
 	}
@@ -207,7 +200,7 @@ func (r *Relay) pollerDeps() pollerDeps {
 func (r *Relay) ensurePollers(types []string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.stopped {
+	if _, ending := r.life.State(); ending {
 		return 0
 	}
 	n := 0
@@ -328,7 +321,7 @@ type TypeHealth struct {
 // Health returns a snapshot of the relay's state.
 func (r *Relay) Health() Health {
 	r.mu.Lock()
-	h := Health{InstanceID: r.cfg.InstanceID, Running: r.started && !r.stopped, JobErrors: map[string]string{}, LockClaims: r.locks.health()}
+	h := Health{InstanceID: r.cfg.InstanceID, Running: r.running(), JobErrors: map[string]string{}, LockClaims: r.locks.health()}
 	pollers := make([]*poller, 0, len(r.pollers))
 	for _, p := range r.pollers {
 		pollers = append(pollers, p)

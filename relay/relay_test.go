@@ -551,19 +551,51 @@ func TestStartStopErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Stop(context.Background()); !errors.Is(err, relay.ErrNotStarted) {
-		t.Errorf("Stop before Start = %v", err)
-	}
 	if err := r.Start(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	select {
+	case <-r.Started():
+	default:
+		t.Error("Started is open after Start")
 	}
 	if err := r.Start(context.Background()); !errors.Is(err, relay.ErrAlreadyStarted) {
 		t.Errorf("second Start = %v", err)
 	}
-	if err := r.Stop(context.Background()); err != nil {
-		t.Fatal(err)
+	// Two Stops at once: both return once the relay stopped, and its
+	// clean-up (the heartbeat row, the cleanup lease) runs once.
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- r.Stop(context.Background()) }()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-r.Stopped():
+	default:
+		t.Error("Stopped is open after Stop returned")
+	}
+	if err := r.Start(context.Background()); !errors.Is(err, relay.ErrStopped) {
+		t.Errorf("Start after Stop = %v, want ErrStopped", err)
 	}
 	r.Wake("orders") // after Stop: ignored, no goroutine started
+
+	// Stop before Start: the relay will never run (a shutdown that won
+	// the race with start-up must not be undone by a late Start).
+	never, err := relay.New(fastConfig(b.store, map[string]sender.Sender{"test": b.sender}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := never.Stop(context.Background()); !errors.Is(err, relay.ErrNotStarted) {
+		t.Errorf("Stop before Start = %v", err)
+	}
+	<-never.Stopped()
+	if err := never.Start(context.Background()); !errors.Is(err, relay.ErrStopped) {
+		t.Errorf("Start after a Stop before Start = %v, want ErrStopped", err)
+	}
 }
 
 // destCircuit returns the circuit of destination dest on sender snd.

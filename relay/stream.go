@@ -119,17 +119,14 @@ func newStreamSource(r *Relay, streamer store.Streamer) *streamSource {
 // start runs the stream's goroutines; Stop ends them.
 func (s *streamSource) start() {
 	s.setState(StreamStarting, "")
-	s.r.wg.Add(4)
-	go s.runSessions()
-	go s.spillWriter()
-	go s.pauseWatch()
-	go s.statusPoll()
+	for _, f := range []func(){s.runSessions, s.spillWriter, s.pauseWatch, s.statusPoll} {
+		s.r.life.Go(f)
+	}
 }
 
 // runSessions opens the stream, streams until the session fails, and
 // opens it again; while another relay holds it, it stands by.
 func (s *streamSource) runSessions() {
-	defer s.r.wg.Done()
 	ctx := s.r.runCtx
 	errs := newDBRetry()
 	for ctx.Err() == nil {
@@ -480,7 +477,6 @@ func (s *streamSource) confirm(ctx context.Context, ss *session, final bool) err
 // comes late. The server has then likely given the stream to another
 // relay, so the session is lost.
 func (s *streamSource) pauseWatch() {
-	defer s.r.wg.Done()
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -556,7 +552,6 @@ func (s *streamSource) lose(ss *session, cause error) {
 
 // statusPoll reads the slot's health every StatusPoll.
 func (s *streamSource) statusPoll() {
-	defer s.r.wg.Done()
 	t := time.NewTicker(s.cfg.StatusPoll)
 	defer t.Stop()
 	for {

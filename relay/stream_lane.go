@@ -68,8 +68,7 @@ func (s *streamSource) lane(eventType string) (*streamLane, error) {
 	}
 	l := &streamLane{src: s, p: newPoller(s.r.pollerDeps(), set), ordered: ordered, notify: make(chan struct{}, 1), keys: map[string]*keyState{}}
 	s.lanes[eventType] = l
-	s.r.wg.Add(1)
-	go l.run()
+	s.r.life.Go(l.run)
 	return l, nil
 }
 
@@ -225,7 +224,6 @@ func (l *streamLane) queued() int {
 // open, the queued events go to the table: the poller takes them once it
 // closes.
 func (l *streamLane) run() {
-	defer l.src.r.wg.Done()
 	ctx := l.src.r.runCtx
 	p := l.p
 	for {

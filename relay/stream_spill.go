@@ -69,7 +69,6 @@ const maxSpillGroup = 500
 // the queued groups into one statement. It runs until the relay's
 // goroutines are done with it: it stops after the hard stop.
 func (s *streamSource) spillWriter() {
-	defer s.r.wg.Done()
 	errs := backoff.Streak{Policy: errorBackoff}
 	var idle <-chan struct{}
 	for {

@@ -34,10 +34,11 @@ import (
 func (r *Relay) Wake(eventTypes ...string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.stopped {
+	began, ending := r.life.State()
+	if ending {
 		return
 	}
-	if !r.started {
+	if !began {
 		// No poller exists yet; the look loop starts with Start and
 		// finds this request waiting (its kick is buffered, the names
 		// followed up as for any wake-up).
@@ -71,7 +72,6 @@ func (r *Relay) Wake(eventTypes ...string) {
 // restarting it after an error (the Waker reconnects by itself; this is
 // the backstop).
 func (r *Relay) listen(w store.Waker) {
-	defer r.wg.Done()
 	ctx := r.runCtx
 	// The wait only grows: OutboxListen reconnects by itself and returns
 	// only on what it cannot recover from, so its returns count as
@@ -187,15 +187,13 @@ func (w *wakeLooks) want(eventType string, now time.Time) {
 
 // startWakeLooks starts the goroutine that runs the wake-up looks.
 func (r *Relay) startWakeLooks() {
-	r.wg.Add(1)
-	go r.wakeLookLoop()
+	r.life.Go(r.wakeLookLoop)
 }
 
 // wakeLookLoop runs a look for each kick, at most one per
 // wakeLookSpacing, and the follow-ups of the named types no look found,
 // until the relay stops.
 func (r *Relay) wakeLookLoop() {
-	defer r.wg.Done()
 	ctx := r.runCtx
 	spacing := time.NewTimer(time.Hour)
 	spacing.Stop()

@@ -425,13 +425,18 @@ func TestAdoptRefused(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			d, pool := walSchemaDriver(t)
-			if _, err := pool.Exec(ctxT(t), tc.make, d.WAL().Slot); err != nil {
+			// Making a logical slot waits for every transaction in the
+			// cluster (the parallel tests' included): ctxT's minute ran
+			// out once under make chaos.
+			slotCtx, cancel := context.WithTimeout(context.Background(), 2*slotCreateTimeout)
+			defer cancel()
+			if _, err := pool.Exec(slotCtx, tc.make, d.WAL().Slot); err != nil {
 				t.Fatal(err)
 			}
 			if tc.name == "streamed" {
 				testenv.PostgresWalsender(t, testenv.PostgresURL, d.WAL().Slot, "(proto_version '1', publication_names 'none')")
 			}
-			_, err := d.CreateStreamWith(ctxT(t), postgres.CreateStreamParams{Timeout: slotCreateTimeout})
+			_, err := d.CreateStreamWith(slotCtx, postgres.CreateStreamParams{Timeout: slotCreateTimeout})
 			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "pg_drop_replication_slot('"+d.WAL().Slot+"')") {
 				t.Fatalf("migrate over %s: %v", tc.name, err)
 			}
