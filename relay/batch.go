@@ -7,13 +7,12 @@ import (
 	"github.com/txbox/txbox/store"
 )
 
-// batch is one claimed batch of rows, as its source hands it to the
-// delivery (relay/deliver.go): the rows to send, and the way their
-// outcomes are written. Each claim mode is one implementation, chosen
-// once when the poller is made (newPoller): leaseBatch (relay/lease.go)
-// and lockBatch (relay/lock.go). Another source of rows, such as a stream
-// of the database's changes, feeds the same send, judge and report path
-// by implementing batch and a claimFunc.
+// batch is one batch of rows as its source hands it to the type's lane
+// (relay/lane.go, relay/deliver.go): the rows to send, and the way their
+// outcomes are written. Each source has its own: the table source's claim
+// modes, chosen once when the poller is made (newPoller), leaseBatch
+// (relay/lease.go) and lockBatch (relay/lock.go); the WAL source's
+// streamBatch (relay/stream_lane.go). The lane does not ask which.
 type batch interface {
 	// Rows are the claimed rows, at least one.
 	Rows() []*store.OutboxRow
@@ -44,10 +43,10 @@ type finishReport struct {
 // finishTimeoutAfterDeadline once the relay is past its stop deadline. It
 // is not cancelled by the stop: a shutdown must not strand rows it could
 // still finish.
-func (p *poller) finishContext() (context.Context, context.CancelFunc) {
+func (l *lane) finishContext() (context.Context, context.CancelFunc) {
 	timeout := finishTimeout
-	if p.deps.hard.Err() != nil {
+	if l.deps.hard.Err() != nil {
 		timeout = finishTimeoutAfterDeadline
 	}
-	return context.WithTimeout(context.WithoutCancel(p.deps.hard), timeout)
+	return context.WithTimeout(context.WithoutCancel(l.deps.hard), timeout)
 }

@@ -27,55 +27,55 @@ import (
 // the database clock during the statement, ends no earlier than
 // claimStart + lease duration on this process's monotonic clock (which
 // keeps counting while the process is paused, as with SIGSTOP).
-func (p *poller) deliver(b batch, t ticket, claimStart time.Time) {
-	rows, invalid := p.splitInvalid(b.Rows())
-	if p.s.ordering == OrderingKey {
+func (l *lane) deliver(b batch, t ticket, claimStart time.Time) {
+	rows, invalid := l.splitInvalid(b.Rows())
+	if l.s.ordering == OrderingKey {
 		inKeyOrder(rows) // relay/ordered.go
 	}
-	ev := BatchEvent{EventType: p.s.eventType, Sender: p.s.senderName, Destination: p.dest, Claim: p.s.claim}
+	ev := BatchEvent{EventType: l.s.eventType, Sender: l.s.senderName, Destination: l.dest, Claim: l.s.claim}
 	var items []store.OutboxFinishItem
 	if len(rows) == 0 {
-		p.circuit.abandon(t)
+		l.circuit.abandon(t)
 	} else {
-		msgs := messages(rows, p.s.route)
-		bt := p.startTrace(msgs)
+		msgs := messages(rows, l.s.route)
+		bt := l.startTrace(msgs)
 		var scope context.Context
 		if sb, ok := b.(scopedBatch); ok {
 			scope = sb.sendContext()
 		}
-		sent := p.sendWithinLease(bt, msgs, claimStart, scope)
+		sent := l.sendWithinLease(bt, msgs, claimStart, scope)
 		bt.end(sent)
 		ev.SendDuration = sent.took
-		verdicts := p.judgeSent(t, msgs, sent)
+		verdicts := l.judgeSent(t, msgs, sent)
 		items = make([]store.OutboxFinishItem, len(rows))
 		for i, row := range rows {
-			items[i] = p.outcome(row, sent.results[i], verdicts[i], sent.stopped)
+			items[i] = l.outcome(row, sent.results[i], verdicts[i], sent.stopped)
 		}
 		countOutcomes(&ev, items)
-		p.logRefusals(t, sent, ev, items)
-		p.noteRefusals(ev, items)
+		l.logRefusals(t, sent, ev, items)
+		l.noteRefusals(ev, items)
 	}
 	countOutcomes(&ev, invalid)
 	items = append(items, invalid...)
-	p.report(ev, len(items), b.Finish(items))
+	l.report(ev, len(items), b.Finish(items))
 }
 
 // report logs a finished batch and hands it, ev, to the hooks: the one
 // reporting path of every claim mode. rows is how many rows it had.
-func (p *poller) report(ev BatchEvent, rows int, fr finishReport) {
+func (l *lane) report(ev BatchEvent, rows int, fr finishReport) {
 	ev.FinishDuration = fr.took
 	if fr.fenced > 0 {
 		ev.Fenced = fr.fenced
-		p.log.Warn(fr.fencedWhy, slog.Int("fenced", fr.fenced))
+		l.log.Warn(fr.fencedWhy, slog.Int("fenced", fr.fenced))
 	}
 	if fr.err != nil {
 		ev.FinishErr = fr.err
-		p.log.Error(fr.failedWhy, slog.Int("rows", rows), slog.Any("error", fr.err))
+		l.log.Error(fr.failedWhy, slog.Int("rows", rows), slog.Any("error", fr.err))
 	}
-	p.log.Debug("finished", slog.String("claim", string(p.s.claim)),
+	l.log.Debug("finished", slog.String("claim", string(l.s.claim)),
 		slog.Int("sent", ev.Sent), slog.Int("retried", ev.Retried), slog.Int("failed", ev.Failed), slog.Int("released", ev.Released),
 		slog.Int("fenced", ev.Fenced), slog.Duration("send_took", ev.SendDuration), slog.Duration("took", ev.FinishDuration))
-	for _, h := range p.deps.hooks {
+	for _, h := range l.deps.hooks {
 		h.OnBatch(ev)
 	}
 }
@@ -87,7 +87,7 @@ func (p *poller) report(ev BatchEvent, rows int, fr finishReport) {
 // (docs/concepts.md). On an ordered type the failed row parks its key, so
 // the rows of that key behind it in the batch (a key run) are released
 // unsent, without an attempt, exactly as when a sent row of a run fails.
-func (p *poller) splitInvalid(rows []*store.OutboxRow) ([]*store.OutboxRow, []store.OutboxFinishItem) {
+func (l *lane) splitInvalid(rows []*store.OutboxRow) ([]*store.OutboxRow, []store.OutboxFinishItem) {
 	var failed []store.OutboxFinishItem
 	var parked map[string]txbox.ID // key -> its first invalid row
 	for _, row := range rows {
@@ -105,8 +105,8 @@ func (p *poller) splitInvalid(rows []*store.OutboxRow) ([]*store.OutboxRow, []st
 			msg = strings.ToValidUTF8(msg[:maxErrorText], "")
 		}
 		failed = append(failed, store.OutboxFinishItem{ID: row.ID, LeaseToken: row.LeaseToken, Outcome: store.OutcomeFailed, Error: msg})
-		p.log.Warn("row cannot be turned into a message; dead-lettering it", slog.String("event_id", row.ID.String()), slog.String("reason", row.Invalid))
-		if p.s.ordering == OrderingKey && row.Key != "" {
+		l.log.Warn("row cannot be turned into a message; dead-lettering it", slog.String("event_id", row.ID.String()), slog.String("reason", row.Invalid))
+		if l.s.ordering == OrderingKey && row.Key != "" {
 			if parked == nil {
 				parked = map[string]txbox.ID{}
 			}
@@ -168,19 +168,19 @@ type sendResult struct {
 
 // sendBegins records a send that begins now, until the returned func is
 // called.
-func (p *poller) sendBegins() (ended func()) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.sending == nil {
-		p.sending = map[uint64]time.Time{}
+func (l *lane) sendBegins() (ended func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.sending == nil {
+		l.sending = map[uint64]time.Time{}
 	}
-	p.sends++
-	n := p.sends
-	p.sending[n] = time.Now()
+	l.sends++
+	n := l.sends
+	l.sending[n] = time.Now()
 	return func() {
-		p.mu.Lock()
-		delete(p.sending, n)
-		p.mu.Unlock()
+		l.mu.Lock()
+		delete(l.sending, n)
+		l.mu.Unlock()
 	}
 }
 
@@ -201,16 +201,16 @@ var errScopeEnded = errors.New("relay: not sent: the batch's source let go of it
 // claimed just before this process was paused, is not sent at all. The
 // send also ends when scope (nil: none) does; the batch then counts as
 // stopped, and an ordered batch sends none of its later waves.
-func (p *poller) sendWithinLease(bt *batchTrace, msgs []*sender.Message, claimStart time.Time, scope context.Context) sendResult {
-	deadline := claimStart.Add(p.s.leaseDuration - p.s.leaseDuration/10)
+func (l *lane) sendWithinLease(bt *batchTrace, msgs []*sender.Message, claimStart time.Time, scope context.Context) sendResult {
+	deadline := claimStart.Add(l.s.leaseDuration - l.s.leaseDuration/10)
 	if !time.Now().Before(deadline) {
-		p.log.Warn("lease ran out before the batch was sent; releasing it unsent", slog.Int("rows", len(msgs)))
+		l.log.Warn("lease ran out before the batch was sent; releasing it unsent", slog.Int("rows", len(msgs)))
 		return sendResult{results: sender.Results(errLeaseLost, len(msgs)), stopped: true}
 	}
 	if scope != nil && scope.Err() != nil {
 		return sendResult{results: sender.Results(errScopeEnded, len(msgs)), stopped: true}
 	}
-	base := p.deps.hard
+	base := l.deps.hard
 	if bt != nil {
 		base = bt.ctx // the batch span, for an instrumented sender
 	}
@@ -219,19 +219,19 @@ func (p *poller) sendWithinLease(bt *batchTrace, msgs []*sender.Message, claimSt
 	if scope != nil {
 		defer context.AfterFunc(scope, cancel)()
 	}
-	defer p.sendBegins()()
+	defer l.sendBegins()()
 	start := time.Now()
 	var err error
-	if p.s.ordering == OrderingKey {
-		err = p.sendOrdered(ctx, msgs) // in waves: relay/ordered.go
+	if l.s.ordering == OrderingKey {
+		err = l.sendOrdered(ctx, msgs) // in waves: relay/ordered.go
 	} else {
-		err = p.s.sender.Send(ctx, msgs)
+		err = l.s.sender.Send(ctx, msgs)
 	}
 	took := time.Since(start)
 	results := sender.Results(err, len(msgs))
-	stopped := p.deps.hard.Err() != nil || (scope != nil && scope.Err() != nil)
+	stopped := l.deps.hard.Err() != nil || (scope != nil && scope.Err() != nil)
 	if ctx.Err() != nil && !stopped {
-		p.cutAtLeaseEnd(results)
+		l.cutAtLeaseEnd(results)
 	}
 	return sendResult{results: results, start: start, took: took, stopped: stopped}
 }
@@ -243,7 +243,7 @@ func (p *poller) sendWithinLease(bt *batchTrace, msgs []*sender.Message, claimSt
 // hangs the destination is judged by the sender's own timeout, which must
 // be shorter than the lease; a batch that does not fit in its lease is
 // logged so the lease or batch size can be changed.
-func (p *poller) cutAtLeaseEnd(results []error) {
+func (l *lane) cutAtLeaseEnd(results []error) {
 	cut := 0
 	for i, res := range results {
 		if res != nil && txbox.Classify(res) == txbox.ClassTransient {
@@ -252,8 +252,8 @@ func (p *poller) cutAtLeaseEnd(results []error) {
 		}
 	}
 	if cut > 0 {
-		p.log.Warn("lease ran out while sending; releasing the unacknowledged rows without an attempt (raise lease or lower batch-size if this repeats)",
-			slog.Int("rows", cut), slog.Int("batch", len(results)), slog.Duration("lease", p.s.leaseDuration))
+		l.log.Warn("lease ran out while sending; releasing the unacknowledged rows without an attempt (raise lease or lower batch-size if this repeats)",
+			slog.Int("rows", cut), slog.Int("batch", len(results)), slog.Duration("lease", l.s.leaseDuration))
 	}
 }
 
@@ -267,10 +267,10 @@ func (p *poller) cutAtLeaseEnd(results []error) {
 // attempt. When nothing at all was answered within the whole lease, that
 // is the destination's to answer for (its circuit hears of it), not the
 // messages' (no attempt).
-func (p *poller) judgeSent(t ticket, msgs []*sender.Message, sent sendResult) []verdict {
+func (l *lane) judgeSent(t ticket, msgs []*sender.Message, sent sendResult) []verdict {
 	out := make([]verdict, len(msgs))
 	if sent.stopped {
-		p.circuit.abandon(t)
+		l.circuit.abandon(t)
 		return out
 	}
 	var ids []txbox.ID
@@ -287,13 +287,13 @@ func (p *poller) judgeSent(t ticket, msgs []*sender.Message, sent sendResult) []
 			for i, m := range msgs {
 				all[i] = m.ID
 			}
-			p.circuit.assess(t, sent.start, all, sent.results)
+			l.circuit.assess(t, sent.start, all, sent.results)
 			return out
 		}
-		p.circuit.abandon(t)
+		l.circuit.abandon(t)
 		return out
 	}
-	vs := p.circuit.assess(t, sent.start, ids, results)
+	vs := l.circuit.assess(t, sent.start, ids, results)
 	j := 0
 	for i, res := range sent.results {
 		if unjudged(res) {
@@ -307,7 +307,7 @@ func (p *poller) judgeSent(t ticket, msgs []*sender.Message, sent sendResult) []
 
 // outcome is the finish of one sent row whose send ended with res (nil:
 // acked), judged v; stopped is sendResult.stopped.
-func (p *poller) outcome(row *store.OutboxRow, res error, v verdict, stopped bool) store.OutboxFinishItem {
+func (l *lane) outcome(row *store.OutboxRow, res error, v verdict, stopped bool) store.OutboxFinishItem {
 	it := store.OutboxFinishItem{ID: row.ID, LeaseToken: row.LeaseToken}
 	switch {
 	case res == nil:
@@ -328,11 +328,11 @@ func (p *poller) outcome(row *store.OutboxRow, res error, v verdict, stopped boo
 		it.Error = errorText(res)
 	default: // rejected, or failing transiently while the destination accepts others
 		it.Error = errorText(res)
-		if row.Attempts+1 >= p.s.maxAttempts {
+		if row.Attempts+1 >= l.s.maxAttempts {
 			it.Outcome = store.OutcomeFailed
 		} else {
 			it.Outcome = store.OutcomeRetry
-			it.RetryAfter = p.s.backoff.policy().Delay(row.Attempts + 1)
+			it.RetryAfter = l.s.backoff.policy().Delay(row.Attempts + 1)
 		}
 	}
 	return it
@@ -357,10 +357,10 @@ func countOutcomes(ev *BatchEvent, items []store.OutboxFinishItem) {
 // logRefusals logs a failed probe and, at WARN with the event id and the
 // reason, the messages the destination refused; items are the sent rows'
 // outcomes, counted in ev.
-func (p *poller) logRefusals(t ticket, sent sendResult, ev BatchEvent, items []store.OutboxFinishItem) {
+func (l *lane) logRefusals(t ticket, sent sendResult, ev BatchEvent, items []store.OutboxFinishItem) {
 	n := len(items)
 	if t.probe && !sent.stopped && ev.Released == n {
-		p.log.Warn("probe batch failed; destination still unavailable", slog.Any("error", firstError(sent.results)))
+		l.log.Warn("probe batch failed; destination still unavailable", slog.Any("error", firstError(sent.results)))
 	}
 	if ev.Failed == 0 && ev.Retried == 0 {
 		return
@@ -380,10 +380,10 @@ func (p *poller) logRefusals(t ticket, sent sendResult, ev BatchEvent, items []s
 		if it.Outcome == store.OutcomeFailed {
 			msg = "message failed for good; moving to the dead-letter table"
 		}
-		p.log.Warn(msg, slog.String("event_id", it.ID.String()), slog.String("reason", it.Error))
+		l.log.Warn(msg, slog.String("event_id", it.ID.String()), slog.String("reason", it.Error))
 	}
 	if n := ev.Failed + ev.Retried; n > logged {
-		p.log.Warn("more messages rejected in this batch", slog.Int("not_logged", n-logged),
+		l.log.Warn("more messages rejected in this batch", slog.Int("not_logged", n-logged),
 			slog.Int("retried", ev.Retried), slog.Int("failed", ev.Failed))
 	}
 }
@@ -393,21 +393,21 @@ func (p *poller) logRefusals(t ticket, sent sendResult, ev BatchEvent, items []s
 // refusals; a batch with refused messages and none acknowledged starts or
 // continues one. A batch that was only released (an outage, a stop) says
 // nothing about refusals.
-func (p *poller) noteRefusals(ev BatchEvent, items []store.OutboxFinishItem) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+func (l *lane) noteRefusals(ev BatchEvent, items []store.OutboxFinishItem) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	switch {
 	case ev.Sent > 0:
-		p.rejectingSince, p.lastRejected, p.lastRejection = time.Time{}, time.Time{}, ""
+		l.rejectingSince, l.lastRejected, l.lastRejection = time.Time{}, time.Time{}, ""
 	case ev.Retried+ev.Failed > 0:
 		now := time.Now()
-		if p.rejectingSince.IsZero() {
-			p.rejectingSince = now
+		if l.rejectingSince.IsZero() {
+			l.rejectingSince = now
 		}
-		p.lastRejected = now
+		l.lastRejected = now
 		for _, it := range items {
 			if it.Error != "" {
-				p.lastRejection = it.Error
+				l.lastRejection = it.Error
 				break
 			}
 		}

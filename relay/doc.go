@@ -7,8 +7,12 @@
 // at once when a wake-up names it ([Relay.Wake]).
 //
 // Each poller claims a batch of due rows (one statement, SKIP LOCKED, a
-// lease), hands the batch to its [sender.Sender] outside any database
-// transaction, and records the outcome of every row with a fenced finish.
+// lease) and hands it to its type's lane, which sends it with the type's
+// [sender.Sender] outside any database transaction, judges the outcome
+// with the destination's circuit, and records the outcome of every row
+// with a fenced finish. In WAL mode the stream feeds the same lanes
+// (docs/concepts.md, "WAL mode"), and the pollers take what it sends back
+// to the table.
 // Several batches of one type may be in flight at once
 // ([EventSettings.InFlight]): the poller claims batch N+1 while batch N's
 // acknowledgements are still outstanding. While a type has a backlog (its

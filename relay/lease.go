@@ -255,7 +255,7 @@ func (p *poller) finishSplit(items []store.OutboxFinishItem, off int, err error)
 // finishOnce is one finish call, bounded by finishTimeout (by
 // finishTimeoutAfterDeadline once the relay is past its stop deadline).
 func (p *poller) finishOnce(items []store.OutboxFinishItem) (*store.OutboxFinishResult, error) {
-	ctx, cancel := p.finishContext()
+	ctx, cancel := p.lane.finishContext()
 	defer cancel()
 	return p.deps.store.OutboxFinish(ctx, &store.OutboxFinishParams{Items: items, DeleteAcked: p.s.retention == 0})
 }

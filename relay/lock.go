@@ -48,7 +48,7 @@ func (b *lockBatch) Rows() []*store.OutboxRow { return b.lb.Rows() }
 func (b *lockBatch) Finish(items []store.OutboxFinishItem) finishReport {
 	defer b.p.deps.locks.release()
 	start := time.Now()
-	ctx, cancel := b.p.finishContext()
+	ctx, cancel := b.p.lane.finishContext()
 	defer cancel()
 	fr := finishReport{
 		fencedWhy: "lock finish skipped rows that are not the batch's",

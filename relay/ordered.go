@@ -59,7 +59,7 @@ func keyRun(batchSize, inFlight int) int {
 // like sender.Sender.Send: nil when all were acked, a *sender.BatchError
 // when some rows were not sent (marked errUnsent), otherwise what
 // sender.Summarize makes of the outcomes.
-func (p *poller) sendOrdered(ctx context.Context, msgs []*sender.Message) error {
+func (l *lane) sendOrdered(ctx context.Context, msgs []*sender.Message) error {
 	errs := make([]error, len(msgs))
 	sent := make([]bool, len(msgs))
 	var keyless []int
@@ -94,7 +94,7 @@ func (p *poller) sendOrdered(ctx context.Context, msgs []*sender.Message) error 
 		for j, i := range wave {
 			batch[j] = msgs[i]
 		}
-		res := sender.Results(p.s.sender.Send(ctx, batch), len(batch))
+		res := sender.Results(l.s.sender.Send(ctx, batch), len(batch))
 		for j, i := range wave {
 			sent[i] = true
 			errs[i] = res[j]

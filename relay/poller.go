@@ -7,11 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/txbox/txbox/internal/backoff"
-	"github.com/txbox/txbox/internal/startstop"
-	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store"
 )
 
@@ -21,25 +17,13 @@ const probeBatchSize = 10
 
 // pollerDeps is what a poller takes from its relay: the relay hands each
 // of its pollers the same (Relay.pollerDeps), and a test can build one
-// without a relay.
+// without a relay. The lane's part (laneDeps) is what its lane takes.
 type pollerDeps struct {
+	laneDeps
 	// store claims and finishes the rows.
 	store pollerStore
-	// hooks receive the poller's PollEvents and BatchEvents.
-	hooks []Hook
-	// log is the relay's logger; the poller adds its type and sender.
-	log *slog.Logger
-	// circuits hold the breaker of every destination.
-	circuits *circuitSet
-	// run ends when Stop begins: no new claims. hard ends when Stop's
-	// context expires: sends in flight abort, finishes get a short
-	// bound.
-	run, hard context.Context
-	// life runs the poller's goroutines; Stop waits for them.
-	life *startstop.Lifetime
-	// tracer traces the deliveries; nil when tracing is off
-	// (relay/trace.go).
-	tracer trace.Tracer
+	// run ends when Stop begins: no new claims.
+	run context.Context
 	// locks bounds the lock-claimed batches of all pollers.
 	locks *claimBudget
 }
@@ -50,23 +34,20 @@ type pollerStore interface {
 	OutboxFinish(ctx context.Context, params *store.OutboxFinishParams) (*store.OutboxFinishResult, error)
 }
 
-// poller claims, sends and finishes the rows of one event type.
+// poller is the table source of one event type: it claims the type's rows
+// and hands each batch to the type's lane (relay/lane.go), which sends and
+// finishes it.
 type poller struct {
 	deps pollerDeps
+	lane *lane
 	s    *settings
-	// dest names the destination the type's route resolves to; circuit
-	// is the breaker of that destination and of the sender's connection.
-	dest    string
-	circuit *breaker
-	log     *slog.Logger
+	log  *slog.Logger
 	// claimBatch claims in the type's claim mode.
 	claimBatch claimFunc
 	wakeC      chan struct{}
 	// againC asks for a claim at once: an ordered batch finished
 	// (relay/ordered.go).
 	againC chan struct{}
-	// slots bounds the batches between claim and finish.
-	slots chan struct{}
 
 	// Group finish: see finishCoalesced.
 	fmu       sync.Mutex
@@ -77,18 +58,7 @@ type poller struct {
 	lastPoll time.Time
 	lastErr  string
 	delay    time.Duration
-	inFlight int
 	helpers  int
-	// rejectingSince is when the first batch of the current run of
-	// batches that had messages refused and none acknowledged ended; zero
-	// after a batch with an ack. lastRejected is when the last such batch
-	// ended, lastRejection a refused message's error.
-	rejectingSince, lastRejected time.Time
-	lastRejection                string
-	// sending holds when each send still waiting for its destination
-	// began, by a number of its own (health's SendingSince).
-	sending map[uint64]time.Time
-	sends   uint64
 	// claimErrs are the failed claims in a row: the wait after each
 	// (errorBackoff, or connLostBackoff after a lost connection).
 	claimErrs dbRetry
@@ -99,16 +69,14 @@ type poller struct {
 }
 
 func newPoller(deps pollerDeps, s *settings) *poller {
-	dest := sender.DestinationOf(s.sender, s.route)
+	l := newLane(deps.laneDeps, s)
 	p := &poller{
-		deps:    deps,
-		s:       s,
-		dest:    dest,
-		circuit: deps.circuits.breaker(s.senderName, dest),
-		log:     deps.log.With(slog.String("event_type", s.eventType), slog.String("sender", s.senderName)),
-		wakeC:   make(chan struct{}, 1),
-		againC:  make(chan struct{}, 1),
-		slots:   make(chan struct{}, s.inFlight),
+		deps:   deps,
+		lane:   l,
+		s:      s,
+		log:    l.log,
+		wakeC:  make(chan struct{}, 1),
+		againC: make(chan struct{}, 1),
 
 		claimErrs: newDBRetry(),
 		fenceCuts: backoff.Streak{Policy: fenceBackoff},
@@ -117,6 +85,9 @@ func newPoller(deps pollerDeps, s *settings) *poller {
 	if s.claim == ClaimLock {
 		// New checked that the store has a lock claim.
 		p.claimBatch = p.lockClaim(deps.store.(store.OutboxLocker))
+	}
+	if s.ordering == OrderingKey {
+		l.finished = p.batchDone
 	}
 	return p
 }
@@ -129,24 +100,11 @@ func (p *poller) wake() {
 }
 
 func (p *poller) health() TypeHealth {
+	th := p.lane.health()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return TypeHealth{
-		EventType: p.s.eventType, Sender: p.s.senderName, Destination: p.dest, LastPoll: p.lastPoll,
-		LastError: p.lastErr, Delay: p.delay, InFlight: p.inFlight, SendingSince: p.oldestSend(), Claim: p.s.claim,
-		RejectingSince: p.rejectingSince, LastRejected: p.lastRejected, LastRejection: p.lastRejection,
-	}
-}
-
-// oldestSend is when the oldest send in flight began. p.mu is held.
-func (p *poller) oldestSend() time.Time {
-	var oldest time.Time
-	for _, at := range p.sending {
-		if oldest.IsZero() || at.Before(oldest) {
-			oldest = at
-		}
-	}
-	return oldest
+	th.LastPoll, th.LastError, th.Delay = p.lastPoll, p.lastErr, p.delay
+	return th
 }
 
 // run is the poller's loop: wait, take an in-flight slot, ask the circuit,
@@ -172,11 +130,11 @@ func (p *poller) run() {
 		select {
 		case <-ctx.Done():
 			return
-		case p.slots <- struct{}{}:
+		case p.lane.slots <- struct{}{}:
 		}
-		t := p.circuit.allow()
+		t := p.lane.circuit.allow()
 		if !t.ok {
-			<-p.slots
+			<-p.lane.slots
 			if !p.waitCircuit(ctx, t, timer) {
 				return
 			}
@@ -190,8 +148,8 @@ func (p *poller) run() {
 		claimStart := time.Now()
 		b, took, err := p.claim(limit)
 		if err != nil {
-			<-p.slots
-			p.circuit.abandon(t)
+			<-p.lane.slots
+			p.lane.circuit.abandon(t)
 			if ctx.Err() != nil {
 				return
 			}
@@ -207,11 +165,11 @@ func (p *poller) run() {
 		p.mu.Unlock()
 		p.emitPoll(PollEvent{EventType: p.s.eventType, Claimed: n, Limit: limit, Full: n == limit, NextDelay: delay, Duration: took}, false)
 		if n == 0 {
-			<-p.slots
-			p.circuit.abandon(t)
+			<-p.lane.slots
+			p.lane.circuit.abandon(t)
 			continue
 		}
-		p.dispatch(b, t, claimStart)
+		p.lane.dispatch(b, t, claimStart)
 		if n == p.s.batchSize {
 			p.startHelper(ctx)
 		}
@@ -276,24 +234,6 @@ func claimed(b batch) int {
 	return len(b.Rows())
 }
 
-// dispatch delivers a claimed batch on its own goroutine; the caller holds
-// a slot, which the goroutine gives back after the finish.
-func (p *poller) dispatch(b batch, t ticket, claimStart time.Time) {
-	p.mu.Lock()
-	p.inFlight++
-	p.mu.Unlock()
-	p.deps.life.Go(func() {
-		p.deliver(b, t, claimStart)
-		p.mu.Lock()
-		p.inFlight--
-		p.mu.Unlock()
-		<-p.slots
-		if p.s.ordering == OrderingKey {
-			p.batchDone()
-		}
-	})
-}
-
 // startHelper starts one more claimer while the type has a backlog, up to
 // maxHelpers. A claim is a write statement whose latency, not the
 // database's capacity, bounds a single claimer: with one claimer a
@@ -322,20 +262,20 @@ func (p *poller) startHelper(ctx context.Context) {
 			select {
 			case <-ctx.Done():
 				return
-			case p.slots <- struct{}{}:
+			case p.lane.slots <- struct{}{}:
 			}
-			t := p.circuit.allow()
+			t := p.lane.circuit.allow()
 			if !t.ok || t.probe {
 				// Outages and probes are the main loop's business.
-				p.circuit.abandon(t)
-				<-p.slots
+				p.lane.circuit.abandon(t)
+				<-p.lane.slots
 				return
 			}
 			claimStart := time.Now()
 			b, took, err := p.claim(p.s.batchSize)
 			n := claimed(b)
 			if err != nil || n == 0 {
-				<-p.slots
+				<-p.lane.slots
 				if err != nil && ctx.Err() == nil {
 					p.emitPoll(PollEvent{EventType: p.s.eventType, Limit: p.s.batchSize, Duration: took, Err: err}, true)
 				}
@@ -343,7 +283,7 @@ func (p *poller) startHelper(ctx context.Context) {
 			}
 			full := n == p.s.batchSize
 			p.emitPoll(PollEvent{EventType: p.s.eventType, Claimed: n, Limit: p.s.batchSize, Full: full, Duration: took}, true)
-			p.dispatch(b, t, claimStart)
+			p.lane.dispatch(b, t, claimStart)
 			if !full {
 				return
 			}
@@ -358,7 +298,7 @@ func (p *poller) maxHelpers() int { return p.s.inFlight / 2 }
 // waitCircuit waits until the circuit may let a claim through. It returns
 // false when the relay stops.
 func (p *poller) waitCircuit(ctx context.Context, t ticket, timer *time.Timer) bool {
-	p.log.Debug("circuit not closed; waiting to claim", slog.String("destination", p.dest), slog.Duration("wait", t.wait))
+	p.log.Debug("circuit not closed; waiting to claim", slog.String("destination", p.lane.dest), slog.Duration("wait", t.wait))
 	timer.Reset(max(t.wait, time.Millisecond))
 	defer timer.Stop()
 	select {

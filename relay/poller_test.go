@@ -100,13 +100,15 @@ func TestPollerAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	deps := pollerDeps{
-		store:    d,
-		hooks:    []Hook{hook},
-		log:      slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		circuits: newCircuitSet([]string{"test"}, cfg.Circuit, time.Now, func(CircuitEvent) {}),
-		run:      life.Run(),
-		hard:     life.Hard(),
-		life:     &life,
+		laneDeps: laneDeps{
+			hooks:    []Hook{hook},
+			log:      slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+			circuits: newCircuitSet([]string{"test"}, cfg.Circuit, time.Now, func(CircuitEvent) {}),
+			hard:     life.Hard(),
+			life:     &life,
+		},
+		store: d,
+		run:   life.Run(),
 	}
 	p := newPoller(deps, s)
 	life.Go(p.run)

@@ -184,16 +184,20 @@ func (r *Relay) running() bool {
 	return began && !ending
 }
 
-// pollerDeps is what the relay's pollers take from it. Start has set the
+// laneDeps is what the relay's lanes take from it. Start has set the
 // contexts.
-func (r *Relay) pollerDeps() pollerDeps {
+func (r *Relay) laneDeps() laneDeps {
 	hooks := append(slices.Clip(r.cfg.Hooks), r.kicks)
-	d := pollerDeps{store: r.cfg.Store, hooks: hooks, log: r.log, circuits: r.circuits,
-		run: r.runCtx, hard: r.hardCtx, life: &r.life, locks: r.locks}
+	d := laneDeps{hooks: hooks, log: r.log, circuits: r.circuits, hard: r.hardCtx, life: &r.life}
 	if r.cfg.TracerProvider != nil {
 		d.tracer = r.cfg.TracerProvider.Tracer(tracerName)
 	}
 	return d
+}
+
+// pollerDeps is what the relay's pollers take from it.
+func (r *Relay) pollerDeps() pollerDeps {
+	return pollerDeps{laneDeps: r.laneDeps(), store: r.cfg.Store, run: r.runCtx, locks: r.locks}
 }
 
 // ensurePollers starts pollers for the types that have none yet.

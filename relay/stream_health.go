@@ -89,7 +89,7 @@ func (s *streamSource) laneHealth() []TypeHealth {
 	s.mu.Unlock()
 	out := make([]TypeHealth, 0, len(lanes))
 	for _, l := range lanes {
-		out = append(out, l.p.health())
+		out = append(out, l.lane.health())
 	}
 	return out
 }

@@ -89,7 +89,7 @@ func (l *streamLane) toTableLocked(key string, k *keyState) bool {
 	if k != nil && (len(k.held) > 0 || k.spilling > 0) {
 		return true
 	}
-	inTable, at, overflow := l.src.inTable(l.p.s.eventType, key)
+	inTable, at, overflow := l.src.inTable(l.lane.s.eventType, key)
 	return overflow || inTable || (k != nil && !k.durable.IsZero() && !k.durable.Before(at))
 }
 
@@ -288,7 +288,7 @@ func (l *streamLane) boundKeysLocked() {
 		return
 	}
 	l.src.mu.Lock()
-	l.src.table.overflow[l.p.s.eventType] = true
+	l.src.table.overflow[l.lane.s.eventType] = true
 	l.src.mu.Unlock()
 	for key, k := range l.keys {
 		if k.queued == 0 && k.sending == 0 && len(k.held) == 0 && k.spilling == 0 {

@@ -11,9 +11,9 @@ import (
 )
 
 // A lane holds one event type's events from the stream until they are
-// sent, and hands them in batches to the type's delivery (relay/deliver.go)
-// through a poller of its own: the same send, judge and report path as a
-// claimed batch, with the same circuit. Its batches (streamBatch) finish by
+// sent, and hands them in batches to the type's lane (relay/lane.go): the
+// same send, judge and report path as a claimed batch, with the same
+// circuit. Its batches (streamBatch) finish by
 // marking events done, and by sending the ones not acked to the outbox
 // table, where the table poller retries them with the usual backoff. On
 // an ordered type every move of a key's events goes through the key's one
@@ -27,7 +27,7 @@ const ClaimStream ClaimMode = "stream"
 // streamLane is one event type's queue of stream events.
 type streamLane struct {
 	src     *streamSource
-	p       *poller
+	lane    *lane
 	ordered bool
 
 	mu     sync.Mutex
@@ -66,7 +66,7 @@ func (s *streamSource) lane(eventType string) (*streamLane, error) {
 		// batch's key runs in waves).
 		set.inFlight = 1
 	}
-	l := &streamLane{src: s, p: newPoller(s.r.pollerDeps(), set), ordered: ordered, notify: make(chan struct{}, 1), keys: map[string]*keyState{}}
+	l := &streamLane{src: s, lane: newLane(s.r.laneDeps(), set), ordered: ordered, notify: make(chan struct{}, 1), keys: map[string]*keyState{}}
 	s.lanes[eventType] = l
 	s.r.life.Go(l.run)
 	return l, nil
@@ -225,7 +225,7 @@ func (l *streamLane) queued() int {
 // closes.
 func (l *streamLane) run() {
 	ctx := l.src.r.runCtx
-	p := l.p
+	d := l.lane
 	for {
 		select {
 		case <-ctx.Done():
@@ -236,25 +236,25 @@ func (l *streamLane) run() {
 			select {
 			case <-ctx.Done():
 				return
-			case p.slots <- struct{}{}:
+			case d.slots <- struct{}{}:
 			}
-			t := p.circuit.allow()
+			t := d.circuit.allow()
 			if !t.ok {
-				<-p.slots
+				<-d.slots
 				l.tableAll(time.Now().Add(t.wait))
 				continue
 			}
-			limit := p.s.batchSize
+			limit := d.s.batchSize
 			if t.probe {
 				limit = min(limit, probeBatchSize)
 			}
 			items := l.take(limit)
 			if len(items) == 0 {
-				p.circuit.abandon(t)
-				<-p.slots
+				d.circuit.abandon(t)
+				<-d.slots
 				continue
 			}
-			p.dispatch(newStreamBatch(l, items), t, time.Now())
+			d.dispatch(newStreamBatch(l, items), t, time.Now())
 		}
 	}
 }

@@ -28,8 +28,8 @@ type batchTrace struct {
 // continues the trace publish → relay → consumer. The batch span cannot
 // have every producer as its parent, so it links to them instead. It
 // returns nil when tracing is off (no Config.TracerProvider).
-func (p *poller) startTrace(msgs []*sender.Message) *batchTrace {
-	if p.deps.tracer == nil {
+func (l *lane) startTrace(msgs []*sender.Message) *batchTrace {
+	if l.deps.tracer == nil {
 		return nil
 	}
 	prop := propagation.TraceContext{}
@@ -43,11 +43,11 @@ func (p *poller) startTrace(msgs []*sender.Message) *batchTrace {
 	}
 	common := []otelattr.KeyValue{
 		otelattr.String("messaging.system", "txbox"),
-		otelattr.String("messaging.destination.name", p.dest),
-		otelattr.String("txbox.event_type", p.s.eventType),
-		otelattr.String("txbox.sender", p.s.senderName),
+		otelattr.String("messaging.destination.name", l.dest),
+		otelattr.String("txbox.event_type", l.s.eventType),
+		otelattr.String("txbox.sender", l.s.senderName),
 	}
-	ctx, batch := p.deps.tracer.Start(p.deps.hard, "txbox relay "+p.s.eventType,
+	ctx, batch := l.deps.tracer.Start(l.deps.hard, "txbox relay "+l.s.eventType,
 		trace.WithSpanKind(trace.SpanKindProducer), trace.WithLinks(links...),
 		trace.WithAttributes(append(common, otelattr.Int("messaging.batch.message_count", len(msgs)))...))
 	bt := &batchTrace{ctx: ctx, batch: batch, msgs: make([]trace.Span, len(msgs))}
@@ -56,7 +56,7 @@ func (p *poller) startTrace(msgs []*sender.Message) *batchTrace {
 		if producers[i].IsValid() {
 			parent = trace.ContextWithRemoteSpanContext(parent, producers[i])
 		}
-		_, span := p.deps.tracer.Start(parent, "send "+p.s.eventType, trace.WithSpanKind(trace.SpanKindProducer),
+		_, span := l.deps.tracer.Start(parent, "send "+l.s.eventType, trace.WithSpanKind(trace.SpanKindProducer),
 			trace.WithLinks(trace.Link{SpanContext: batch.SpanContext()}),
 			trace.WithAttributes(append(common, otelattr.String("messaging.message.id", m.ID.String()),
 				otelattr.Int("txbox.attempt", m.Attempt))...))
