@@ -16,6 +16,11 @@ import (
 type batch interface {
 	// Rows are the claimed rows, at least one.
 	Rows() []*store.OutboxRow
+	// Scope is the source's hold on the rows: the batch's sends end when
+	// it does, and whatever is unsent then stays so. A claimed batch's
+	// never ends (its lease bounds the send); a stream batch's ends with
+	// its session (relay/stream.go, lose).
+	Scope() context.Context
 	// Finish writes the outcomes, one per row (the rows that were not
 	// sent included), and gives back whatever the batch holds.
 	Finish(items []store.OutboxFinishItem) finishReport

@@ -298,8 +298,8 @@ func (g *breaker) abandon(t ticket) {
 // and the circuit is closed: the destination showed nothing new, and
 // other traffic will open it if it is down. A failure marked
 // sender.Disconnected opens the connection circuit instead.
-func (g *breaker) assess(t ticket, sent time.Time, ids []txbox.ID, results []error) []verdict {
-	tl := tallyResults(results)
+func (g *breaker) assess(t ticket, sent time.Time, ids []txbox.ID, results []error, classes []txbox.ErrorClass) []verdict {
+	tl := tallyResults(results, classes)
 	now := time.Now()
 	confirmed, allSuspects, allConfirmed := g.weigh(sent, ids, results, tl)
 	up := g.feed(t, tl, allSuspects, allConfirmed)
@@ -316,13 +316,14 @@ type tally struct {
 	firstTransient, firstDisconnected error
 }
 
-func tallyResults(results []error) tally {
+// tallyResults tallies results, each of class classes[i] (classify).
+func tallyResults(results []error, classes []txbox.ErrorClass) tally {
 	tl := tally{isTransient: make([]bool, len(results))}
 	for i, res := range results {
 		switch {
 		case res == nil:
 			tl.acked++
-		case txbox.Classify(res) != txbox.ClassTransient:
+		case classes[i] != txbox.ClassTransient:
 			// Rejected or permanent: the destination answered.
 			tl.answered++
 		default:

@@ -125,7 +125,7 @@ func TestGateJudge(t *testing.T) {
 		if !tk.ok {
 			t.Fatalf("breaker closed to claims: %+v", tk)
 		}
-		return g.assess(tk, time.Now(), ids, res)
+		return g.assess(tk, time.Now(), ids, res, classify(res))
 	}
 
 	// First failure, in a batch whose other message is acked: it could be
@@ -179,7 +179,7 @@ func TestGateOutageEdges(t *testing.T) {
 	m1, m2, m3 := txbox.NewID(), txbox.NewID(), txbox.NewID()
 	e503 := txbox.Transient(errors.New("503 service unavailable"))
 	tk := g.allow()
-	g.assess(tk, time.Now(), []txbox.ID{m1, m2, m3}, []error{e503, e503, e503})
+	g.assess(tk, time.Now(), []txbox.ID{m1, m2, m3}, []error{e503, e503, e503}, classify([]error{e503, e503, e503}))
 	if st, _ := g.dest.snapshot(); st != CircuitOpen {
 		t.Fatalf("circuit %v after the outage's first batch", st)
 	}
@@ -188,7 +188,7 @@ func TestGateOutageEdges(t *testing.T) {
 	if !probe.probe {
 		t.Fatalf("no probe after the cool-down: %+v", probe)
 	}
-	v := g.assess(probe, time.Now(), []txbox.ID{m1, m2, m3}, []error{e503, nil, nil})
+	v := g.assess(probe, time.Now(), []txbox.ID{m1, m2, m3}, []error{e503, nil, nil}, classify([]error{e503, nil, nil}))
 	if v[0].count {
 		t.Fatal("the straddling probe counted an attempt for a message refused before the destination came back")
 	}
@@ -207,7 +207,7 @@ func TestGateDisconnected(t *testing.T) {
 	m := txbox.NewID()
 	down := sender.Disconnected(txbox.Transient(errors.New("nats: not connected")))
 	tk := g.allow()
-	v := g.assess(tk, time.Now(), []txbox.ID{m}, []error{down})
+	v := g.assess(tk, time.Now(), []txbox.ID{m}, []error{down}, classify([]error{down}))
 	if v[0].count {
 		t.Fatal("a disconnection counted an attempt")
 	}

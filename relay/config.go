@@ -415,6 +415,11 @@ type settings struct {
 	claim         ClaimMode
 }
 
+// ordered reports whether the type is delivered in key order: the one
+// place that asks (the lane and each source decide from it once, when
+// they are made).
+func (s *settings) ordered() bool { return s.ordering == OrderingKey }
+
 // withDefaults returns a copy of c with every unset relay-wide field set.
 // Per-type settings are resolved by resolve.
 func (c Config) withDefaults() Config {

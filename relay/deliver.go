@@ -29,7 +29,7 @@ import (
 // keeps counting while the process is paused, as with SIGSTOP).
 func (l *lane) deliver(b batch, t ticket, claimStart time.Time) {
 	rows, invalid := l.splitInvalid(b.Rows())
-	if l.s.ordering == OrderingKey {
+	if l.s.ordered() {
 		inKeyOrder(rows) // relay/ordered.go
 	}
 	ev := BatchEvent{EventType: l.s.eventType, Sender: l.s.senderName, Destination: l.dest, Claim: l.s.claim}
@@ -39,17 +39,13 @@ func (l *lane) deliver(b batch, t ticket, claimStart time.Time) {
 	} else {
 		msgs := messages(rows, l.s.route)
 		bt := l.startTrace(msgs)
-		var scope context.Context
-		if sb, ok := b.(scopedBatch); ok {
-			scope = sb.sendContext()
-		}
-		sent := l.sendWithinLease(bt, msgs, claimStart, scope)
+		sent := l.sendWithinLease(bt, msgs, claimStart, b.Scope())
 		bt.end(sent)
 		ev.SendDuration = sent.took
 		verdicts := l.judgeSent(t, msgs, sent)
 		items = make([]store.OutboxFinishItem, len(rows))
 		for i, row := range rows {
-			items[i] = l.outcome(row, sent.results[i], verdicts[i], sent.stopped)
+			items[i] = l.outcome(row, sent.results[i], sent.classes[i], verdicts[i], sent.stopped)
 		}
 		countOutcomes(&ev, items)
 		l.logRefusals(t, sent, ev, items)
@@ -106,7 +102,7 @@ func (l *lane) splitInvalid(rows []*store.OutboxRow) ([]*store.OutboxRow, []stor
 		}
 		failed = append(failed, store.OutboxFinishItem{ID: row.ID, LeaseToken: row.LeaseToken, Outcome: store.OutcomeFailed, Error: msg})
 		l.log.Warn("row cannot be turned into a message; dead-lettering it", slog.String("event_id", row.ID.String()), slog.String("reason", row.Invalid))
-		if l.s.ordering == OrderingKey && row.Key != "" {
+		if l.s.ordered() && row.Key != "" {
 			if parked == nil {
 				parked = map[string]txbox.ID{}
 			}
@@ -154,8 +150,11 @@ func messages(rows []*store.OutboxRow, route sender.Route) []*sender.Message {
 
 // sendResult is what came of sending one batch.
 type sendResult struct {
-	// results has one entry per message, nil when it was acked.
+	// results has one entry per message, nil when it was acked; classes
+	// the class of each (txbox.Classify, asked once per message here and
+	// read by the circuit, the trace and the outcome).
 	results []error
+	classes []txbox.ErrorClass
 	// start is when Send began, took how long it ran; zero when the
 	// batch was not sent.
 	start time.Time
@@ -184,14 +183,8 @@ func (l *lane) sendBegins() (ended func()) {
 	}
 }
 
-// scopedBatch is a batch whose sends must end when its source says so:
-// a stream batch ends with its session's loss (relay/stream.go, lose).
-type scopedBatch interface {
-	sendContext() context.Context
-}
-
-// errScopeEnded marks the messages of a batch whose source ended its
-// sends (scopedBatch) before they were acknowledged.
+// errScopeEnded marks the messages of a batch whose source let go of it
+// (batch.Scope ended) before they were acknowledged.
 var errScopeEnded = errors.New("relay: not sent: the batch's source let go of it")
 
 // sendWithinLease sends msgs so that the send ends within the lease, with
@@ -199,16 +192,16 @@ var errScopeEnded = errors.New("relay: not sent: the batch's source let go of it
 // sending would only make duplicates and our finish would be fenced
 // anyway. A batch whose lease is already (nearly) over, such as one
 // claimed just before this process was paused, is not sent at all. The
-// send also ends when scope (nil: none) does; the batch then counts as
+// send also ends when scope (batch.Scope) does; the batch then counts as
 // stopped, and an ordered batch sends none of its later waves.
 func (l *lane) sendWithinLease(bt *batchTrace, msgs []*sender.Message, claimStart time.Time, scope context.Context) sendResult {
 	deadline := claimStart.Add(l.s.leaseDuration - l.s.leaseDuration/10)
 	if !time.Now().Before(deadline) {
 		l.log.Warn("lease ran out before the batch was sent; releasing it unsent", slog.Int("rows", len(msgs)))
-		return sendResult{results: sender.Results(errLeaseLost, len(msgs)), stopped: true}
+		return unsentResult(errLeaseLost, len(msgs))
 	}
-	if scope != nil && scope.Err() != nil {
-		return sendResult{results: sender.Results(errScopeEnded, len(msgs)), stopped: true}
+	if scope.Err() != nil {
+		return unsentResult(errScopeEnded, len(msgs))
 	}
 	base := l.deps.hard
 	if bt != nil {
@@ -216,24 +209,37 @@ func (l *lane) sendWithinLease(bt *batchTrace, msgs []*sender.Message, claimStar
 	}
 	ctx, cancel := context.WithDeadline(base, deadline)
 	defer cancel()
-	if scope != nil {
-		defer context.AfterFunc(scope, cancel)()
-	}
+	defer context.AfterFunc(scope, cancel)()
 	defer l.sendBegins()()
 	start := time.Now()
-	var err error
-	if l.s.ordering == OrderingKey {
-		err = l.sendOrdered(ctx, msgs) // in waves: relay/ordered.go
-	} else {
-		err = l.s.sender.Send(ctx, msgs)
-	}
+	err := l.send(ctx, msgs)
 	took := time.Since(start)
 	results := sender.Results(err, len(msgs))
-	stopped := l.deps.hard.Err() != nil || (scope != nil && scope.Err() != nil)
+	classes := classify(results)
+	stopped := l.deps.hard.Err() != nil || scope.Err() != nil
 	if ctx.Err() != nil && !stopped {
-		l.cutAtLeaseEnd(results)
+		l.cutAtLeaseEnd(results, classes)
 	}
-	return sendResult{results: results, start: start, took: took, stopped: stopped}
+	return sendResult{results: results, classes: classes, start: start, took: took, stopped: stopped}
+}
+
+// unsentResult is the result of a batch not sent at all, each message
+// marked err: it counts as stopped.
+func unsentResult(err error, n int) sendResult {
+	results := sender.Results(err, n)
+	return sendResult{results: results, classes: classify(results), stopped: true}
+}
+
+// classify classifies each result (txbox.Classify) once: an ack's class
+// is never read.
+func classify(results []error) []txbox.ErrorClass {
+	classes := make([]txbox.ErrorClass, len(results))
+	for i, res := range results {
+		if res != nil {
+			classes[i] = txbox.Classify(res)
+		}
+	}
+	return classes
 }
 
 // cutAtLeaseEnd marks the transient failures of a send that the lease's
@@ -243,10 +249,10 @@ func (l *lane) sendWithinLease(bt *batchTrace, msgs []*sender.Message, claimStar
 // hangs the destination is judged by the sender's own timeout, which must
 // be shorter than the lease; a batch that does not fit in its lease is
 // logged so the lease or batch size can be changed.
-func (l *lane) cutAtLeaseEnd(results []error) {
+func (l *lane) cutAtLeaseEnd(results []error, classes []txbox.ErrorClass) {
 	cut := 0
 	for i, res := range results {
-		if res != nil && txbox.Classify(res) == txbox.ClassTransient {
+		if res != nil && classes[i] == txbox.ClassTransient {
 			results[i] = errLeaseCut
 			cut++
 		}
@@ -275,10 +281,12 @@ func (l *lane) judgeSent(t ticket, msgs []*sender.Message, sent sendResult) []ve
 	}
 	var ids []txbox.ID
 	var results []error
+	var classes []txbox.ErrorClass
 	for i, m := range msgs {
 		if !unjudged(sent.results[i]) {
 			ids = append(ids, m.ID)
 			results = append(results, sent.results[i])
+			classes = append(classes, sent.classes[i])
 		}
 	}
 	if len(results) == 0 {
@@ -287,13 +295,13 @@ func (l *lane) judgeSent(t ticket, msgs []*sender.Message, sent sendResult) []ve
 			for i, m := range msgs {
 				all[i] = m.ID
 			}
-			l.circuit.assess(t, sent.start, all, sent.results)
+			l.circuit.assess(t, sent.start, all, sent.results, sent.classes)
 			return out
 		}
 		l.circuit.abandon(t)
 		return out
 	}
-	vs := l.circuit.assess(t, sent.start, ids, results)
+	vs := l.circuit.assess(t, sent.start, ids, results, classes)
 	j := 0
 	for i, res := range sent.results {
 		if unjudged(res) {
@@ -306,13 +314,13 @@ func (l *lane) judgeSent(t ticket, msgs []*sender.Message, sent sendResult) []ve
 }
 
 // outcome is the finish of one sent row whose send ended with res (nil:
-// acked), judged v; stopped is sendResult.stopped.
-func (l *lane) outcome(row *store.OutboxRow, res error, v verdict, stopped bool) store.OutboxFinishItem {
+// acked) of class c, judged v; stopped is sendResult.stopped.
+func (l *lane) outcome(row *store.OutboxRow, res error, c txbox.ErrorClass, v verdict, stopped bool) store.OutboxFinishItem {
 	it := store.OutboxFinishItem{ID: row.ID, LeaseToken: row.LeaseToken}
 	switch {
 	case res == nil:
 		it.Outcome = store.OutcomeAcked
-	case stopped || (txbox.Classify(res) == txbox.ClassTransient && !v.count):
+	case stopped || (c == txbox.ClassTransient && !v.count):
 		// The destination (or this relay) is unavailable: put the row
 		// back without counting an attempt.
 		it.Outcome = store.OutcomeReleased
@@ -323,7 +331,7 @@ func (l *lane) outcome(row *store.OutboxRow, res error, v verdict, stopped bool)
 			// them from being hammered.
 			it.RetryAfter = v.retryAfter
 		}
-	case txbox.Classify(res) == txbox.ClassPermanent:
+	case c == txbox.ClassPermanent:
 		it.Outcome = store.OutcomeFailed
 		it.Error = errorText(res)
 	default: // rejected, or failing transiently while the destination accepts others

@@ -49,6 +49,9 @@ type lane struct {
 	dest    string
 	circuit *breaker
 	log     *slog.Logger
+	// send sends one batch's messages: the sender's Send, or in waves on
+	// an ordered type (sendOrdered); chosen once, in newLane.
+	send func(ctx context.Context, msgs []*sender.Message) error
 	// slots bounds the batches between their taking and their finish:
 	// a source takes a slot before it takes a batch.
 	slots chan struct{}
@@ -72,14 +75,19 @@ type lane struct {
 
 func newLane(deps laneDeps, s *settings) *lane {
 	dest := sender.DestinationOf(s.sender, s.route)
-	return &lane{
+	l := &lane{
 		deps:    deps,
 		s:       s,
 		dest:    dest,
 		circuit: deps.circuits.breaker(s.senderName, dest),
 		log:     deps.log.With(slog.String("event_type", s.eventType), slog.String("sender", s.senderName)),
+		send:    s.sender.Send,
 		slots:   make(chan struct{}, s.inFlight),
 	}
+	if s.ordered() {
+		l.send = l.sendOrdered // in waves: relay/ordered.go
+	}
+	return l
 }
 
 // health is the lane's part of its type's health; the source adds its

@@ -30,6 +30,9 @@ func (p *poller) leaseClaim(ctx context.Context, params *store.OutboxClaimParams
 
 func (b *leaseBatch) Rows() []*store.OutboxRow { return b.rows }
 
+// Scope never ends: the lease bounds the send (sendWithinLease).
+func (b *leaseBatch) Scope() context.Context { return context.Background() }
+
 // Finish records the batch's outcomes in a group finish.
 func (b *leaseBatch) Finish(items []store.OutboxFinishItem) finishReport {
 	start := time.Now()

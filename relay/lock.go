@@ -34,6 +34,9 @@ func (p *poller) lockClaim(locker store.OutboxLocker) claimFunc {
 
 func (b *lockBatch) Rows() []*store.OutboxRow { return b.lb.Rows() }
 
+// Scope never ends: the lease bounds the send (sendWithinLease).
+func (b *lockBatch) Scope() context.Context { return context.Background() }
+
 // Finish ends the batch. A batch in which nothing was acked, retried or
 // failed (the destination was unavailable, or the relay is past its stop
 // deadline) is released: the transaction rolls back, the rows are as they

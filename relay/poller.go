@@ -86,7 +86,7 @@ func newPoller(deps pollerDeps, s *settings) *poller {
 		// New checked that the store has a lock claim.
 		p.claimBatch = p.lockClaim(deps.store.(store.OutboxLocker))
 	}
-	if s.ordering == OrderingKey {
+	if s.ordered() {
 		l.finished = p.batchDone
 	}
 	return p
@@ -111,7 +111,7 @@ func (p *poller) health() TypeHealth {
 // claim, hand the batch to a goroutine, choose the next delay.
 func (p *poller) run() {
 	ctx := p.deps.run
-	pace := pacing{strategy: newPollStrategy(p.s.polling), ordered: p.s.ordering == OrderingKey}
+	pace := pacing{strategy: newPollStrategy(p.s.polling), ordered: p.s.ordered()}
 	var delay time.Duration // no initial delay: poll at once
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -217,7 +217,7 @@ func (p *poller) claim(limit int) (b batch, took time.Duration, err error) {
 		Limit:         limit,
 		LeaseDuration: p.s.leaseDuration,
 	}
-	if p.s.ordering == OrderingKey {
+	if p.s.ordered() {
 		params.OrderedByKey, params.KeyRun = true, keyRun(p.s.batchSize, p.s.inFlight)
 		params.FenceOff = !p.s.orderingFence
 		defer func() { p.fenceCut(params.FenceCut, claimed(b)) }() // relay/ordered.go

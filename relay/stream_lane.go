@@ -59,7 +59,7 @@ func (s *streamSource) lane(eventType string) (*streamLane, error) {
 	if !set.batchSizeSet {
 		set.batchSize = s.cfg.BatchSize
 	}
-	ordered := set.ordering == OrderingKey
+	ordered := set.ordered()
 	if ordered {
 		// One batch at a time: a key's later event is sent only once its
 		// earlier ones are acked or spilled (relay/ordered.go sends a
@@ -300,12 +300,12 @@ func newStreamBatch(l *streamLane, items []*streamItem) *streamBatch {
 
 func (b *streamBatch) Rows() []*store.OutboxRow { return b.rows }
 
-// sendContext ends when the batch's session is lost: whatever is still
+// Scope ends when the batch's session is lost: whatever is still
 // unsent then stays so (an ordered batch stops between its waves), for
 // the relay that holds the stream now. It checks for a pause first: a
 // batch taken just before the process was stopped must not be sent when
 // it resumes, before the pause watch has ticked.
-func (b *streamBatch) sendContext() context.Context {
+func (b *streamBatch) Scope() context.Context {
 	ss := b.items[0].s
 	b.l.src.checkPause(ss)
 	return ss.lostCtx

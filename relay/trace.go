@@ -80,7 +80,7 @@ func (bt *batchTrace) end(sent sendResult) {
 		if err := sent.results[i]; err != nil {
 			failed++
 			span.RecordError(err)
-			span.SetStatus(codes.Error, txbox.Classify(err).String())
+			span.SetStatus(codes.Error, sent.classes[i].String())
 		}
 		span.End()
 	}
