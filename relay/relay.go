@@ -123,7 +123,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	r.startHeartbeat()
 	r.startWakeLooks()
 	if c.Stream.Enabled {
-		r.stream = newStreamSource(r, r.cfg.Store.(store.Streamer)) // validated by New
+		r.stream = newStreamSource(r.sourceEnv(), r.cfg.Stream.withDefaults(), r.cfg.Store.(store.Streamer)) // validated by New
 		r.stream.start()
 	}
 	if w, ok := r.cfg.Store.(store.Waker); ok {

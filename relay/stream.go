@@ -48,7 +48,7 @@ const maxConfirmIDs = 5_000
 // streamSource is the relay's stream: one session at a time, reopened
 // after each failure, or standing by while another relay holds it.
 type streamSource struct {
-	r        *Relay
+	env      sourceEnv
 	cfg      StreamConfig
 	streamer store.Streamer
 	log      *slog.Logger
@@ -58,6 +58,9 @@ type streamSource struct {
 	spillMu   sync.Mutex
 	spillq    []*spillReq
 	spillKick chan struct{}
+	// spillClosed is set when the writer ended (the stop deadline
+	// passed): later spills are settled unwritten (enqueueSpill).
+	spillClosed bool
 	// reloadEvery is how often the table's keys are read again
 	// (defaultTableKeysReload; shorter in tests).
 	reloadEvery time.Duration
@@ -102,11 +105,12 @@ type streamItem struct {
 	spill *spillJob
 }
 
-func newStreamSource(r *Relay, streamer store.Streamer) *streamSource {
-	cfg := r.cfg.Stream.withDefaults()
+// newStreamSource makes the WAL source of streamer; cfg has its
+// defaults (StreamConfig.withDefaults).
+func newStreamSource(env sourceEnv, cfg StreamConfig, streamer store.Streamer) *streamSource {
 	return &streamSource{
-		r: r, cfg: cfg, streamer: streamer,
-		log:         r.log.With(slog.String("source", "stream")),
+		env: env, cfg: cfg, streamer: streamer,
+		log:         env.log.With(slog.String("source", "stream")),
 		spillKick:   make(chan struct{}, 1),
 		reloadEvery: cmp.Or(cfg.tableKeysReload, defaultTableKeysReload),
 		window:      newHoldWindow(cfg.Window, cfg.WindowBytes),
@@ -120,14 +124,14 @@ func newStreamSource(r *Relay, streamer store.Streamer) *streamSource {
 func (s *streamSource) start() {
 	s.setState(StreamStarting, "")
 	for _, f := range []func(){s.runSessions, s.spillWriter, s.pauseWatch, s.statusPoll} {
-		s.r.life.Go(f)
+		s.env.life.Go(f)
 	}
 }
 
 // runSessions opens the stream, streams until the session fails, and
 // opens it again; while another relay holds it, it stands by.
 func (s *streamSource) runSessions() {
-	ctx := s.r.runCtx
+	ctx := s.env.run
 	errs := newDBRetry()
 	for ctx.Err() == nil {
 		st, err := s.streamer.OpenStream(ctx, &store.StreamOptions{StatusInterval: s.cfg.StatusInterval, Window: s.cfg.Window})
@@ -278,7 +282,7 @@ func (s *streamSource) stream(ctx context.Context, st store.Stream) error {
 	ss.work.Wait() // the batches in flight finish (or spill, or drop)
 	<-confirmDone
 	if !ss.lost() {
-		cctx, ccancel := context.WithTimeout(context.WithoutCancel(s.r.hardCtx), finishTimeout)
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(s.env.hard), finishTimeout)
 		if err := s.confirm(cctx, ss, true); err != nil {
 			s.log.Warn("final confirm failed; the unconfirmed transactions will be read again", slog.Any("error", err))
 		}
@@ -481,7 +485,7 @@ func (s *streamSource) pauseWatch() {
 	defer t.Stop()
 	for {
 		select {
-		case <-s.r.runCtx.Done():
+		case <-s.env.run.Done():
 			return
 		case <-t.C:
 			s.pauseTick()
@@ -558,7 +562,7 @@ func (s *streamSource) statusPoll() {
 		s.mu.Lock()
 		cur := s.cur
 		s.mu.Unlock()
-		ctx, cancel := context.WithTimeout(s.r.runCtx, 10*time.Second)
+		ctx, cancel := context.WithTimeout(s.env.run, 10*time.Second)
 		st, err := s.streamer.StreamStatus(ctx)
 		cancel()
 		s.mu.Lock()
@@ -578,7 +582,7 @@ func (s *streamSource) statusPoll() {
 			s.checkHolder(cur, st)
 		}
 		select {
-		case <-s.r.runCtx.Done():
+		case <-s.env.run.Done():
 			return
 		case <-t.C:
 		}

@@ -51,7 +51,7 @@ func (s *streamSource) lane(eventType string) (*streamLane, error) {
 	if l, ok := s.lanes[eventType]; ok {
 		return l, nil
 	}
-	set, err := s.r.cfg.settingsFor(eventType)
+	set, err := s.env.settingsFor(eventType)
 	if err != nil {
 		return nil, err
 	}
@@ -66,9 +66,9 @@ func (s *streamSource) lane(eventType string) (*streamLane, error) {
 		// batch's key runs in waves).
 		set.inFlight = 1
 	}
-	l := &streamLane{src: s, lane: newLane(s.r.laneDeps(), set), ordered: ordered, notify: make(chan struct{}, 1), keys: map[string]*keyState{}}
+	l := &streamLane{src: s, lane: s.env.newLane(set), ordered: ordered, notify: make(chan struct{}, 1), keys: map[string]*keyState{}}
 	s.lanes[eventType] = l
-	s.r.life.Go(l.run)
+	s.env.life.Go(l.run)
 	return l, nil
 }
 
@@ -224,7 +224,7 @@ func (l *streamLane) queued() int {
 // open, the queued events go to the table: the poller takes them once it
 // closes.
 func (l *streamLane) run() {
-	ctx := l.src.r.runCtx
+	ctx := l.src.env.run
 	d := l.lane
 	for {
 		select {

@@ -51,9 +51,22 @@ type spillReq struct {
 // enqueueSpill queues work for the spill writer. It never blocks: what
 // waits here is held in the window like any event between reading and
 // confirming, so the queue is bounded by it.
+//
+// Once the writer has ended (the stop deadline passed while batches were
+// still in flight, and a cancelled batch sends its events to the table
+// only now), nothing more is written: the events stay unconfirmed, and
+// the stream delivers them again. They are settled on a goroutine of
+// their own, since the caller may hold its lane's lock (spillSettled
+// takes it). Before, they waited for a writer that was gone, and the
+// stop waited for them for ever.
 func (s *streamSource) enqueueSpill(work []*spillJob) {
 	req := &spillReq{work: work}
 	s.spillMu.Lock()
+	if s.spillClosed {
+		s.spillMu.Unlock()
+		s.env.life.Go(func() { s.settleSpills(work) }) // a goroutine of the lifetime: End waits for it
+		return
+	}
 	s.spillq = append(s.spillq, req)
 	s.spillMu.Unlock()
 	select {
@@ -98,6 +111,19 @@ func (s *streamSource) takeSpills() []*spillReq {
 	return reqs
 }
 
+// takeSpillsOrClose takes queued requests as takeSpills does; when none
+// are queued it closes the queue (spillClosed) and returns nil.
+func (s *streamSource) takeSpillsOrClose() []*spillReq {
+	s.spillMu.Lock()
+	empty := len(s.spillq) == 0
+	s.spillClosed = empty
+	s.spillMu.Unlock()
+	if empty {
+		return nil
+	}
+	return s.takeSpills() // at least one: the writer is the only taker
+}
+
 // nextSpills waits for queued spills and takes them; nil once the relay
 // stops and no session holds events.
 func (s *streamSource) nextSpills(idle *<-chan struct{}) []*spillReq {
@@ -108,7 +134,7 @@ func (s *streamSource) nextSpills(idle *<-chan struct{}) []*spillReq {
 		select {
 		case <-s.spillKick:
 			continue
-		case <-s.r.runCtx.Done():
+		case <-s.env.run.Done():
 		}
 		// Stop began: keep writing while batches in flight finish.
 		if *idle == nil {
@@ -117,10 +143,7 @@ func (s *streamSource) nextSpills(idle *<-chan struct{}) []*spillReq {
 		select {
 		case <-s.spillKick:
 		case <-*idle:
-			if reqs := s.takeSpills(); len(reqs) > 0 {
-				return reqs
-			}
-			return nil
+			return s.takeSpillsOrClose()
 		}
 	}
 }
@@ -149,8 +172,15 @@ func (s *streamSource) writeSpills(reqs []*spillReq, errs *backoff.Streak) {
 	if failed {
 		// The mover takes FAILED rows to the dead-letter table, where an
 		// ordered key is parked: now, not at its next backed-off round.
-		sendKick(s.r.kicks.deadLetter, kickNow)
+		s.env.deadLettered()
 	}
+	s.settleSpills(jobs)
+}
+
+// settleSpills settles each job's event: done once its spill is written
+// (durable), dropped otherwise (unconfirmed: the stream delivers it
+// again).
+func (s *streamSource) settleSpills(jobs []*spillJob) {
 	for _, j := range jobs {
 		if j.it.l != nil {
 			j.it.l.spillSettled(j.it, j.written)
@@ -180,7 +210,7 @@ func (s *streamSource) writeGroup(jobs []*spillJob, errs *backoff.Streak) bool {
 		for i, j := range jobs {
 			items[i] = &j.item
 		}
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(s.r.hardCtx), finishTimeout)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(s.env.hard), finishTimeout)
 		err := s.streamer.StreamSpill(ctx, items)
 		cancel()
 		if err == nil {
@@ -203,7 +233,7 @@ func (s *streamSource) writeGroup(jobs []*spillJob, errs *backoff.Streak) bool {
 				continue
 			}
 		}
-		if s.r.hardCtx.Err() != nil {
+		if s.env.hard.Err() != nil {
 			// Past the stop deadline: leave the events unconfirmed, the
 			// stream delivers them again.
 			s.log.Error("spill failed at the stop deadline; the events stay unconfirmed", slog.Int("events", len(jobs)), slog.Any("error", err))
@@ -214,7 +244,7 @@ func (s *streamSource) writeGroup(jobs []*spillJob, errs *backoff.Streak) bool {
 		}
 		wait := errs.Next()
 		s.log.Warn("spill failed; retrying", slog.Int("events", len(jobs)), slog.Any("error", err), slog.Duration("retry_in", wait))
-		s.sleep(context.WithoutCancel(s.r.hardCtx), wait)
+		s.sleep(context.WithoutCancel(s.env.hard), wait)
 	}
 }
 
@@ -289,7 +319,7 @@ func (s *streamSource) idle() <-chan struct{} {
 		t := time.NewTicker(10 * time.Millisecond)
 		defer t.Stop()
 		for range t.C {
-			if n, _ := s.window.held(); n == 0 || s.r.hardCtx.Err() != nil {
+			if n, _ := s.window.held(); n == 0 || s.env.hard.Err() != nil {
 				close(c)
 				return
 			}

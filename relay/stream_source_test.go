@@ -1,0 +1,493 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/startstop"
+	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/sender"
+	"github.com/txbox/txbox/store"
+)
+
+// The WAL source's own tests: no database, no relay. The source runs on
+// its environment (sourceEnv) against fakeStreamer, an in-memory stream
+// that records what was confirmed and spilled, and a scripted sender.
+// Every test ends with the source's promise: each event read is acked,
+// spilled, or in a transaction not confirmed (the stream reads it again).
+// The database-backed tests of the same paths are relay/stream_test.go
+// and store/postgres's stream tests.
+
+// fakeStreamer is an in-memory store.Streamer.
+type fakeStreamer struct {
+	// txs are the transactions every session's Next returns, in turn;
+	// nextErr ends the current session's Next with an error (a lost
+	// connection).
+	txs     chan *store.StreamTx
+	nextErr chan error
+	// refuse says whether the database refuses an item: StreamSpill
+	// then fails with store.ErrDataRefused for any group holding one.
+	refuse func(it *store.StreamSpillItem) bool
+
+	mu        sync.Mutex
+	opens     int
+	confirmed uint64
+	// spilled are the written items, refusals the refused StreamSpill
+	// calls.
+	spilled   []store.StreamSpillItem
+	refusals  int
+	confirmID []txbox.ID
+}
+
+func newFakeStreamer() *fakeStreamer {
+	return &fakeStreamer{txs: make(chan *store.StreamTx, 100), nextErr: make(chan error, 1)}
+}
+
+func (f *fakeStreamer) OpenStream(context.Context, *store.StreamOptions) (store.Stream, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.opens++
+	return &fakeStream{f: f, pid: f.opens}, nil
+}
+
+func (f *fakeStreamer) StreamSpill(_ context.Context, items []*store.StreamSpillItem) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.refuse != nil && slices.ContainsFunc(items, f.refuse) {
+		f.refusals++
+		return fmt.Errorf("%w: invalid byte sequence", store.ErrDataRefused)
+	}
+	for _, it := range items {
+		f.spilled = append(f.spilled, *it)
+	}
+	return nil
+}
+
+func (f *fakeStreamer) StreamSpilledKeys(_ context.Context, after *store.StreamKey, limit int) ([]store.StreamKey, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var keys []store.StreamKey
+	for _, it := range f.spilled {
+		k := store.StreamKey{EventType: it.Event.Row.EventType, Key: it.Event.Row.Key}
+		if k.Key != "" && !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, func(a, b store.StreamKey) int {
+		return strings.Compare(a.EventType+"\x00"+a.Key, b.EventType+"\x00"+b.Key)
+	})
+	if after != nil {
+		keys = slices.DeleteFunc(keys, func(k store.StreamKey) bool {
+			return k.EventType+"\x00"+k.Key <= after.EventType+"\x00"+after.Key
+		})
+	}
+	return keys[:min(limit, len(keys))], nil
+}
+
+func (f *fakeStreamer) StreamStatus(context.Context) (*store.StreamStatus, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return &store.StreamStatus{Slot: "fake", Active: true, ActivePID: f.opens}, nil
+}
+
+func (f *fakeStreamer) StreamRecreate(context.Context, time.Duration) (*store.StreamLoss, error) {
+	return nil, nil
+}
+
+func (f *fakeStreamer) StreamSenderTimeout() time.Duration { return 10 * time.Second }
+
+// state returns what was confirmed and spilled so far.
+func (f *fakeStreamer) state() (confirmed uint64, spilled []store.StreamSpillItem, refusals int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.confirmed, slices.Clone(f.spilled), f.refusals
+}
+
+type fakeStream struct {
+	f   *fakeStreamer
+	pid int
+}
+
+func (s *fakeStream) Next(ctx context.Context) (*store.StreamTx, error) {
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case err := <-s.f.nextErr:
+		return nil, err
+	case tx := <-s.f.txs:
+		return tx, nil
+	}
+}
+
+func (s *fakeStream) Confirm(_ context.Context, end uint64, captured []txbox.ID) error {
+	s.f.mu.Lock()
+	defer s.f.mu.Unlock()
+	if end < s.f.confirmed {
+		return fmt.Errorf("confirm went back from %d to %d", s.f.confirmed, end)
+	}
+	s.f.confirmed = end
+	s.f.confirmID = append(s.f.confirmID, captured...)
+	return nil
+}
+
+func (s *fakeStream) Close(context.Context) error { return nil }
+func (s *fakeStream) ServerPID() int              { return s.pid }
+
+// scriptSender sends through its send func (nil: ack) and records the
+// acked ids and every call.
+type scriptSender struct {
+	send  func(ctx context.Context, msgs []*sender.Message) error
+	calls atomic.Int64
+	mu    sync.Mutex
+	acked map[txbox.ID]bool
+}
+
+func (s *scriptSender) Send(ctx context.Context, msgs []*sender.Message) error {
+	s.calls.Add(1)
+	var err error
+	if s.send != nil {
+		err = s.send(ctx, msgs)
+	}
+	res := sender.Results(err, len(msgs))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.acked == nil {
+		s.acked = map[txbox.ID]bool{}
+	}
+	for i, m := range msgs {
+		if res[i] == nil {
+			s.acked[m.ID] = true
+		}
+	}
+	return err
+}
+
+func (s *scriptSender) Close(context.Context) error { return nil }
+
+func (s *scriptSender) ackedIDs() map[txbox.ID]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.acked)
+}
+
+// walSource is one WAL source under test.
+type walSource struct {
+	src          *streamSource
+	life         *startstop.Lifetime
+	f            *fakeStreamer
+	snd          *scriptSender
+	deadLettered atomic.Int64
+	fed          []*store.StreamTx
+	stopped      bool
+}
+
+// startWALSource starts a WAL source on f with snd as the sender "test"
+// of every type; events configures types (nil: defaults).
+func startWALSource(t *testing.T, f *fakeStreamer, snd *scriptSender, events map[string]EventSettings) *walSource {
+	t.Helper()
+	cfg := Config{Senders: map[string]sender.Sender{"test": snd}, Events: events}.withDefaults()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	w := &walSource{life: &startstop.Lifetime{}, f: f, snd: snd}
+	if err := w.life.Begin(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ld := laneDeps{log: log, hard: w.life.Hard(), life: w.life,
+		circuits: newCircuitSet([]string{"test"}, cfg.Circuit, time.Now, func(CircuitEvent) {})}
+	env := sourceEnv{
+		life: w.life, run: w.life.Run(), hard: w.life.Hard(), log: log,
+		settingsFor:  cfg.settingsFor,
+		newLane:      func(s *settings) *lane { return newLane(ld, s) },
+		deadLettered: func() { w.deadLettered.Add(1) },
+	}
+	sc := StreamConfig{ConfirmInterval: 5 * time.Millisecond, StandbyInterval: 10 * time.Millisecond}.withDefaults()
+	w.src = newStreamSource(env, sc, f)
+	w.src.start()
+	t.Cleanup(func() {
+		if !w.stopped {
+			w.stop(t, 10*time.Second)
+		}
+		w.checkNothingLost(t)
+	})
+	return w
+}
+
+// stop stops the source, waiting at most d for its sends.
+func (w *walSource) stop(t *testing.T, d time.Duration) error {
+	t.Helper()
+	w.stopped = true
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return w.life.End(ctx, nil)
+}
+
+// feed hands the stream one transaction of events, at position end.
+func (w *walSource) feed(end uint64, evs ...*store.StreamEvent) *store.StreamTx {
+	tx := &store.StreamTx{End: end, Events: evs}
+	w.fed = append(w.fed, tx)
+	w.f.txs <- tx
+	return tx
+}
+
+// checkNothingLost: every event fed is acked, spilled, or in a
+// transaction past the confirmed position.
+func (w *walSource) checkNothingLost(t *testing.T) {
+	t.Helper()
+	confirmed, spilled, _ := w.f.state()
+	acked := w.snd.ackedIDs()
+	inTable := map[txbox.ID]bool{}
+	for _, it := range spilled {
+		inTable[it.Event.Row.ID] = true
+	}
+	for _, tx := range w.fed {
+		for _, ev := range tx.Events {
+			if tx.End <= confirmed && !acked[ev.Row.ID] && !inTable[ev.Row.ID] {
+				t.Errorf("event %s of the transaction at %d is lost: confirmed (up to %d), neither acked nor spilled", ev.Row.ID, tx.End, confirmed)
+			}
+		}
+	}
+}
+
+func streamEvent(eventType, key string) *store.StreamEvent {
+	return &store.StreamEvent{Row: store.OutboxRow{ID: txbox.NewID(), EventType: eventType, Key: key, Payload: []byte(`{}`), CreatedAt: time.Now()}}
+}
+
+func (f *fakeStreamer) waitConfirmed(t *testing.T, end uint64) {
+	t.Helper()
+	testenv.WaitFor(t, 10*time.Second, fmt.Sprintf("confirmed up to %d", end), func() bool {
+		c, _, _ := f.state()
+		return c >= end
+	})
+}
+
+// TestWALSourceConfirmsTheSettledPrefix: a transaction is confirmed only
+// when it and every one before it are settled; a slow event holds back
+// the confirm of the transactions after it, not their delivery.
+func TestWALSourceConfirmsTheSettledPrefix(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	snd := &scriptSender{send: func(ctx context.Context, msgs []*sender.Message) error {
+		if msgs[0].EventType == "slow" {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return txbox.Transient(ctx.Err())
+			}
+		}
+		return nil
+	}}
+	f := newFakeStreamer()
+	w := startWALSource(t, f, snd, nil)
+	first, slow, third := streamEvent("fast", ""), streamEvent("slow", ""), streamEvent("fast", "")
+	w.feed(100, first)
+	w.feed(200, slow)
+	w.feed(300, third)
+	testenv.WaitFor(t, 10*time.Second, "the fast events acked", func() bool {
+		a := snd.ackedIDs()
+		return a[first.Row.ID] && a[third.Row.ID]
+	})
+	f.waitConfirmed(t, 100)
+	time.Sleep(100 * time.Millisecond) // 20 confirm intervals
+	if c, _, _ := f.state(); c != 100 {
+		t.Fatalf("confirmed up to %d while the transaction at 200 is in flight, want 100", c)
+	}
+	close(release)
+	f.waitConfirmed(t, 300)
+	if _, spilled, _ := f.state(); len(spilled) != 0 {
+		t.Errorf("%d events spilled, want none: every send was acked", len(spilled))
+	}
+}
+
+// TestWALSourceUndecodableIsDeadLettered: an event the decoder could not
+// read is never sent: it is written FAILED, as bytes under the undecodable
+// type, the dead-letter mover is told, and the stream confirms past it.
+func TestWALSourceUndecodableIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	snd := &scriptSender{}
+	f := newFakeStreamer()
+	w := startWALSource(t, f, snd, nil)
+	bad := &store.StreamEvent{Row: store.OutboxRow{ID: txbox.NewID(), Payload: []byte("not a txbox message"), Invalid: "unknown encoding version 9"}}
+	good := streamEvent("orders", "")
+	w.feed(100, bad, good)
+	f.waitConfirmed(t, 100)
+	_, spilled, _ := f.state()
+	if len(spilled) != 1 {
+		t.Fatalf("%d events spilled, want the undecodable one", len(spilled))
+	}
+	it := spilled[0]
+	if it.Outcome != store.OutcomeFailed || it.Event.Row.EventType != store.UndecodableEventType || string(it.Event.Row.Payload) != "not a txbox message" {
+		t.Errorf("spilled %v as %q with payload %q, want FAILED under %s with its raw bytes", it.Outcome, it.Event.Row.EventType, it.Event.Row.Payload, store.UndecodableEventType)
+	}
+	if !strings.Contains(it.Error, "unknown encoding version 9") {
+		t.Errorf("its error %q does not say why it could not be decoded", it.Error)
+	}
+	if a := snd.ackedIDs(); a[bad.Row.ID] || !a[good.Row.ID] {
+		t.Errorf("acked %v: want the good event only", a)
+	}
+	if w.deadLettered.Load() == 0 {
+		t.Error("the dead-letter mover was not told of the FAILED row")
+	}
+}
+
+// TestWALSourceRefusedSpillIsSplit: a spill group the database refuses is
+// split until the refused event stands alone; that one is written in a
+// form the table accepts, the others as they were, and the stream goes on.
+func TestWALSourceRefusedSpillIsSplit(t *testing.T) {
+	t.Parallel()
+	snd := &scriptSender{send: func(_ context.Context, msgs []*sender.Message) error {
+		return txbox.Permanent(errors.New("HTTP 422: unknown order"))
+	}}
+	f := newFakeStreamer()
+	f.refuse = func(it *store.StreamSpillItem) bool {
+		return strings.ContainsRune(it.Event.Row.Headers["note"], 0)
+	}
+	w := startWALSource(t, f, snd, nil)
+	evs := make([]*store.StreamEvent, 10)
+	for i := range evs {
+		evs[i] = streamEvent("orders", "")
+	}
+	evs[6].Row.Headers = map[string]string{"note": "bad\x00byte"}
+	w.feed(100, evs...)
+	f.waitConfirmed(t, 100)
+	_, spilled, refusals := f.state()
+	if refusals == 0 {
+		t.Fatal("the database refused nothing: the test did not exercise the split")
+	}
+	if len(spilled) != len(evs) {
+		t.Fatalf("%d events spilled, want %d (each failed for good)", len(spilled), len(evs))
+	}
+	for _, it := range spilled {
+		if it.Outcome != store.OutcomeFailed {
+			t.Errorf("event %s spilled %v, want FAILED", it.Event.Row.ID, it.Outcome)
+		}
+		if it.Event.Row.ID != evs[6].Row.ID {
+			if strings.Contains(it.Error, "refused") {
+				t.Errorf("event %s was not refused but its error says %q", it.Event.Row.ID, it.Error)
+			}
+			continue
+		}
+		if got := it.Event.Row.Headers["note"]; got != "badbyte" || !strings.Contains(it.Error, "database refused") {
+			t.Errorf("the refused event was written with note %q and error %q, want it sanitized and saying why", got, it.Error)
+		}
+	}
+}
+
+// TestWALSourceSpillsWhileTheCircuitIsOpen: once a destination is down
+// its type's events go to the table without a send, and the stream
+// confirms them once they are written.
+func TestWALSourceSpillsWhileTheCircuitIsOpen(t *testing.T) {
+	t.Parallel()
+	snd := &scriptSender{send: func(context.Context, []*sender.Message) error {
+		return sender.Disconnected(txbox.Transient(errors.New("connection refused")))
+	}}
+	f := newFakeStreamer()
+	w := startWALSource(t, f, snd, nil)
+	w.feed(100, streamEvent("orders", ""))
+	f.waitConfirmed(t, 100)
+	calls := snd.calls.Load()
+	if calls != 1 {
+		t.Fatalf("%d sends for the first event, want 1", calls)
+	}
+	var evs []*store.StreamEvent
+	for range 5 {
+		evs = append(evs, streamEvent("orders", ""))
+	}
+	w.feed(200, evs...)
+	f.waitConfirmed(t, 200)
+	if got := snd.calls.Load(); got != calls {
+		t.Errorf("%d sends while the circuit was open, want none", got-calls)
+	}
+	_, spilled, _ := f.state()
+	if len(spilled) != 6 {
+		t.Fatalf("%d events spilled, want 6", len(spilled))
+	}
+	for _, it := range spilled {
+		if it.Outcome != store.OutcomeReleased || it.Attempts != 0 || !it.DueAt.After(time.Now().Add(-time.Minute)) {
+			t.Errorf("spilled %v with %d attempts due %v, want released, no attempt, due after the circuit's wait", it.Outcome, it.Attempts, it.DueAt)
+		}
+	}
+}
+
+// TestWALSourceLostSessionConfirmsNothingMore: when the stream breaks, the
+// session's send in flight is cancelled, nothing of it is confirmed or
+// spilled, and the next session delivers the transaction again.
+func TestWALSourceLostSessionConfirmsNothingMore(t *testing.T) {
+	t.Parallel()
+	var first atomic.Bool
+	first.Store(true)
+	sending := make(chan struct{})
+	var cancelled atomic.Bool
+	snd := &scriptSender{send: func(ctx context.Context, _ []*sender.Message) error {
+		if first.CompareAndSwap(true, false) {
+			close(sending)
+			<-ctx.Done()
+			cancelled.Store(true)
+			return txbox.Transient(ctx.Err())
+		}
+		return nil
+	}}
+	f := newFakeStreamer()
+	w := startWALSource(t, f, snd, nil)
+	ev := streamEvent("orders", "k")
+	w.feed(100, ev)
+	<-sending
+	f.nextErr <- errors.New("unexpected EOF")
+	testenv.WaitFor(t, 10*time.Second, "the send cancelled", cancelled.Load)
+	testenv.WaitFor(t, 10*time.Second, "a second session", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.opens >= 2
+	})
+	if c, spilled, _ := f.state(); c != 0 || len(spilled) != 0 {
+		t.Fatalf("after the loss: confirmed %d, %d spilled; want nothing of the lost session", c, len(spilled))
+	}
+	h := w.src.healthSnapshot()
+	if h.Losses != 1 || h.Dropped != 1 {
+		t.Errorf("health: %d losses, %d dropped; want 1 and 1", h.Losses, h.Dropped)
+	}
+	// The new session reads the transaction again.
+	w.feed(100, ev)
+	f.waitConfirmed(t, 100)
+	if !snd.ackedIDs()[ev.Row.ID] {
+		t.Error("the event was not delivered by the second session")
+	}
+}
+
+// TestWALSourceStopConfirmsOnlyWhatSettled: a stop whose deadline passes
+// with a send in flight cancels it; the event is then spilled or left
+// unconfirmed, never confirmed unsent.
+func TestWALSourceStopConfirmsOnlyWhatSettled(t *testing.T) {
+	t.Parallel()
+	sending := make(chan struct{})
+	var once sync.Once
+	snd := &scriptSender{send: func(ctx context.Context, msgs []*sender.Message) error {
+		if msgs[0].EventType == "stuck" {
+			once.Do(func() { close(sending) })
+			<-ctx.Done()
+			return txbox.Transient(ctx.Err())
+		}
+		return nil
+	}}
+	f := newFakeStreamer()
+	w := startWALSource(t, f, snd, nil)
+	w.feed(100, streamEvent("orders", ""))
+	f.waitConfirmed(t, 100)
+	w.feed(200, streamEvent("stuck", ""))
+	<-sending
+	start := time.Now()
+	w.stop(t, 300*time.Millisecond)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("stop took %v with a send stuck, want about its deadline", took)
+	}
+	// checkNothingLost (the cleanup) judges the confirm.
+}
