@@ -8,7 +8,7 @@ import (
 )
 
 // batch is one batch of rows as its source hands it to the type's lane
-// (relay/lane.go, relay/deliver.go): the rows to send, and the way their
+// (relay/lane.go): the rows to send, and the way their
 // outcomes are written. Each source has its own: the table source's claim
 // modes, chosen once when the poller is made (newPoller), leaseBatch
 // (relay/lease.go) and lockBatch (relay/lock.go); the WAL source's
@@ -42,16 +42,4 @@ type finishReport struct {
 	// err is the finish's error; failedWhy says what becomes of the rows.
 	err       error
 	failedWhy string
-}
-
-// finishContext bounds one finish statement: finishTimeout, or
-// finishTimeoutAfterDeadline once the relay is past its stop deadline. It
-// is not cancelled by the stop: a shutdown must not strand rows it could
-// still finish.
-func (l *lane) finishContext() (context.Context, context.CancelFunc) {
-	timeout := finishTimeout
-	if l.deps.hard.Err() != nil {
-		timeout = finishTimeoutAfterDeadline
-	}
-	return context.WithTimeout(context.WithoutCancel(l.deps.hard), timeout)
 }

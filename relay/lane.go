@@ -1,15 +1,22 @@
 package relay
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"log/slog"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/startstop"
 	"github.com/txbox/txbox/sender"
+	"github.com/txbox/txbox/store"
 )
 
 // A lane delivers the batches of one event type, whatever took them: the
@@ -131,4 +138,461 @@ func (l *lane) dispatch(b batch, t ticket, taken time.Time) {
 			l.finished()
 		}
 	})
+}
+
+// The delivery of one claimed batch, whatever claimed it (a batch:
+// relay/batch.go): split off the rows that cannot be messages, send the
+// rest within the lease, let the circuits judge the outcome, sort each row
+// into its finish outcome, finish the batch and report it.
+
+// deliver sends one claimed batch and finishes it, in steps: build the
+// messages, send them within the lease, let the circuits judge the
+// outcome, sort each row into its finish outcome, finish and report.
+// claimStart is when the claim statement was sent: the lease, taken on
+// the database clock during the statement, ends no earlier than
+// claimStart + lease duration on this process's monotonic clock (which
+// keeps counting while the process is paused, as with SIGSTOP).
+func (l *lane) deliver(b batch, t ticket, claimStart time.Time) {
+	rows, invalid := l.splitInvalid(b.Rows())
+	if l.s.ordered() {
+		inKeyOrder(rows) // relay/ordered.go
+	}
+	ev := BatchEvent{EventType: l.s.eventType, Sender: l.s.senderName, Destination: l.dest, Claim: l.s.claim}
+	var items []store.OutboxFinishItem
+	if len(rows) == 0 {
+		l.circuit.abandon(t)
+	} else {
+		msgs := messages(rows, l.s.route)
+		bt := l.startTrace(msgs)
+		sent := l.sendWithinLease(bt, msgs, claimStart, b.Scope())
+		bt.end(sent)
+		ev.SendDuration = sent.took
+		verdicts := l.judgeSent(t, msgs, sent)
+		items = make([]store.OutboxFinishItem, len(rows))
+		for i, row := range rows {
+			items[i] = l.outcome(row, sent.results[i], sent.classes[i], verdicts[i], sent.stopped)
+		}
+		countOutcomes(&ev, items)
+		l.logRefusals(t, sent, ev, items)
+		l.noteRefusals(ev, items)
+	}
+	countOutcomes(&ev, invalid)
+	items = append(items, invalid...)
+	l.report(ev, len(items), b.Finish(items))
+}
+
+// report logs a finished batch and hands it, ev, to the hooks: the one
+// reporting path of every claim mode. rows is how many rows it had.
+func (l *lane) report(ev BatchEvent, rows int, fr finishReport) {
+	ev.FinishDuration = fr.took
+	if fr.fenced > 0 {
+		ev.Fenced = fr.fenced
+		l.log.Warn(fr.fencedWhy, slog.Int("fenced", fr.fenced))
+	}
+	if fr.err != nil {
+		ev.FinishErr = fr.err
+		l.log.Error(fr.failedWhy, slog.Int("rows", rows), slog.Any("error", fr.err))
+	}
+	l.log.Debug("finished", slog.String("claim", string(l.s.claim)),
+		slog.Int("sent", ev.Sent), slog.Int("retried", ev.Retried), slog.Int("failed", ev.Failed), slog.Int("released", ev.Released),
+		slog.Int("fenced", ev.Fenced), slog.Duration("send_took", ev.SendDuration), slog.Duration("took", ev.FinishDuration))
+	for _, h := range l.deps.hooks {
+		h.OnBatch(ev)
+	}
+}
+
+// splitInvalid separates the rows a dialect could not turn into a message
+// (store.OutboxRow.Invalid) from the rest. They are never sent: each one
+// fails at once with its reason, as a permanent error would, so it goes to
+// the dead-letter table while the rest of its batch is delivered
+// (docs/concepts.md). On an ordered type the failed row parks its key, so
+// the rows of that key behind it in the batch (a key run) are released
+// unsent, without an attempt, exactly as when a sent row of a run fails.
+func (l *lane) splitInvalid(rows []*store.OutboxRow) ([]*store.OutboxRow, []store.OutboxFinishItem) {
+	var failed []store.OutboxFinishItem
+	var parked map[string]txbox.ID // key -> its first invalid row
+	for _, row := range rows {
+		if row.EventType == store.UndecodableEventType && row.Invalid == "" {
+			// Its payload is the raw bytes of a stream event that could
+			// not be decoded: never a message (docs/operations.md, "WAL
+			// mode").
+			row.Invalid = "an undecodable stream event (" + store.UndecodableEventType + ") is never sent; re-emit its payload once the relay can decode it"
+		}
+		if row.Invalid == "" {
+			continue
+		}
+		msg := "not sent: the row cannot be turned into a message: " + row.Invalid
+		if len(msg) > maxErrorText {
+			msg = strings.ToValidUTF8(msg[:maxErrorText], "")
+		}
+		failed = append(failed, store.OutboxFinishItem{ID: row.ID, LeaseToken: row.LeaseToken, Outcome: store.OutcomeFailed, Error: msg})
+		l.log.Warn("row cannot be turned into a message; dead-lettering it", slog.String("event_id", row.ID.String()), slog.String("reason", row.Invalid))
+		if l.s.ordered() && row.Key != "" {
+			if parked == nil {
+				parked = map[string]txbox.ID{}
+			}
+			if first, ok := parked[row.Key]; !ok || bytes.Compare(row.ID[:], first[:]) < 0 {
+				parked[row.Key] = row.ID
+			}
+		}
+	}
+	if failed == nil {
+		return rows, nil
+	}
+	valid := make([]*store.OutboxRow, 0, len(rows)-len(failed))
+	for _, row := range rows {
+		if row.Invalid != "" {
+			continue
+		}
+		if first, ok := parked[row.Key]; ok && bytes.Compare(row.ID[:], first[:]) > 0 {
+			failed = append(failed, store.OutboxFinishItem{ID: row.ID, LeaseToken: row.LeaseToken, Outcome: store.OutcomeReleased})
+			continue
+		}
+		valid = append(valid, row)
+	}
+	return valid, failed
+}
+
+// messages turns claimed rows into the messages to send, with the
+// headers every message carries (docs/concepts.md, "Headers").
+func messages(rows []*store.OutboxRow, route sender.Route) []*sender.Message {
+	msgs := make([]*sender.Message, len(rows))
+	block := make([]sender.Message, len(rows)) // one allocation, not one per message
+	for i, row := range rows {
+		h := make(map[string]string, len(row.Headers)+3)
+		maps.Copy(h, row.Headers)
+		h[txbox.HeaderEventID] = row.ID.String()
+		h[txbox.HeaderEventType] = row.EventType
+		h[txbox.HeaderCreatedAt] = row.CreatedAt.UTC().Format(time.RFC3339Nano)
+		block[i] = sender.Message{
+			ID: row.ID, EventType: row.EventType, Key: row.Key, Payload: row.Payload,
+			Headers: h, CreatedAt: row.CreatedAt, Attempt: row.Attempts + 1, Route: route,
+		}
+		msgs[i] = &block[i]
+	}
+	return msgs
+}
+
+// sendResult is what came of sending one batch.
+type sendResult struct {
+	// results has one entry per message, nil when it was acked; classes
+	// the class of each (txbox.Classify, asked once per message here and
+	// read by the circuit, the trace and the outcome).
+	results []error
+	classes []txbox.ErrorClass
+	// start is when Send began, took how long it ran; zero when the
+	// batch was not sent.
+	start time.Time
+	took  time.Duration
+	// stopped is true when the lease ran out before the send or the
+	// relay is past its stop deadline: the outcome says nothing about
+	// the destination, and every row that was not acked is released.
+	stopped bool
+}
+
+// sendBegins records a send that begins now, until the returned func is
+// called.
+func (l *lane) sendBegins() (ended func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.sending == nil {
+		l.sending = map[uint64]time.Time{}
+	}
+	l.sends++
+	n := l.sends
+	l.sending[n] = time.Now()
+	return func() {
+		l.mu.Lock()
+		delete(l.sending, n)
+		l.mu.Unlock()
+	}
+}
+
+// errScopeEnded marks the messages of a batch whose source let go of it
+// (batch.Scope ended) before they were acknowledged.
+var errScopeEnded = errors.New("relay: not sent: the batch's source let go of it")
+
+// sendWithinLease sends msgs so that the send ends within the lease, with
+// a margin for the finish: past it another relay may own the rows, so
+// sending would only make duplicates and our finish would be fenced
+// anyway. A batch whose lease is already (nearly) over, such as one
+// claimed just before this process was paused, is not sent at all. The
+// send also ends when scope (batch.Scope) does; the batch then counts as
+// stopped, and an ordered batch sends none of its later waves.
+func (l *lane) sendWithinLease(bt *batchTrace, msgs []*sender.Message, claimStart time.Time, scope context.Context) sendResult {
+	deadline := claimStart.Add(l.s.leaseDuration - l.s.leaseDuration/10)
+	if !time.Now().Before(deadline) {
+		l.log.Warn("lease ran out before the batch was sent; releasing it unsent", slog.Int("rows", len(msgs)))
+		return unsentResult(errLeaseLost, len(msgs))
+	}
+	if scope.Err() != nil {
+		return unsentResult(errScopeEnded, len(msgs))
+	}
+	base := l.deps.hard
+	if bt != nil {
+		base = bt.ctx // the batch span, for an instrumented sender
+	}
+	ctx, cancel := context.WithDeadline(base, deadline)
+	defer cancel()
+	defer context.AfterFunc(scope, cancel)()
+	defer l.sendBegins()()
+	start := time.Now()
+	err := l.send(ctx, msgs)
+	took := time.Since(start)
+	results := sender.Results(err, len(msgs))
+	classes := classify(results)
+	stopped := l.deps.hard.Err() != nil || scope.Err() != nil
+	if ctx.Err() != nil && !stopped {
+		l.cutAtLeaseEnd(results, classes)
+	}
+	return sendResult{results: results, classes: classes, start: start, took: took, stopped: stopped}
+}
+
+// unsentResult is the result of a batch not sent at all, each message
+// marked err: it counts as stopped.
+func unsentResult(err error, n int) sendResult {
+	results := sender.Results(err, n)
+	return sendResult{results: results, classes: classify(results), stopped: true}
+}
+
+// classify classifies each result (txbox.Classify) once: an ack's class
+// is never read.
+func classify(results []error) []txbox.ErrorClass {
+	classes := make([]txbox.ErrorClass, len(results))
+	for i, res := range results {
+		if res != nil {
+			classes[i] = txbox.Classify(res)
+		}
+	}
+	return classes
+}
+
+// cutAtLeaseEnd marks the transient failures of a send that the lease's
+// deadline cut short as errLeaseCut: the relay's own time budget ran out,
+// which says nothing about those messages, so they are released without
+// an attempt and left out of the circuits' judgement. A message that
+// hangs the destination is judged by the sender's own timeout, which must
+// be shorter than the lease; a batch that does not fit in its lease is
+// logged so the lease or batch size can be changed.
+func (l *lane) cutAtLeaseEnd(results []error, classes []txbox.ErrorClass) {
+	cut := 0
+	for i, res := range results {
+		if res != nil && classes[i] == txbox.ClassTransient {
+			results[i] = errLeaseCut
+			cut++
+		}
+	}
+	if cut > 0 {
+		l.log.Warn("lease ran out while sending; releasing the unacknowledged rows without an attempt (raise lease or lower batch-size if this repeats)",
+			slog.Int("rows", cut), slog.Int("batch", len(results)), slog.Duration("lease", l.s.leaseDuration))
+	}
+}
+
+// judgeSent lets the circuits judge a sent batch, and returns one verdict
+// per message: they say which transient failures are the message's own
+// fault (they count an attempt); see breaker.assess. A batch that was stopped
+// proves nothing and is not judged: its verdicts are all zero. Nor are the
+// messages whose outcome says nothing about the message or its
+// destination (unjudged: a row of an ordered batch left unsent, a send
+// cut short by the lease's end): each is released at once without an
+// attempt. When nothing at all was answered within the whole lease, that
+// is the destination's to answer for (its circuit hears of it), not the
+// messages' (no attempt).
+func (l *lane) judgeSent(t ticket, msgs []*sender.Message, sent sendResult) []verdict {
+	out := make([]verdict, len(msgs))
+	if sent.stopped {
+		l.circuit.abandon(t)
+		return out
+	}
+	var ids []txbox.ID
+	var results []error
+	var classes []txbox.ErrorClass
+	for i, m := range msgs {
+		if !unjudged(sent.results[i]) {
+			ids = append(ids, m.ID)
+			results = append(results, sent.results[i])
+			classes = append(classes, sent.classes[i])
+		}
+	}
+	if len(results) == 0 {
+		if slices.ContainsFunc(sent.results, func(res error) bool { return errors.Is(res, errLeaseCut) }) {
+			all := make([]txbox.ID, len(msgs))
+			for i, m := range msgs {
+				all[i] = m.ID
+			}
+			l.circuit.assess(t, sent.start, all, sent.results, sent.classes)
+			return out
+		}
+		l.circuit.abandon(t)
+		return out
+	}
+	vs := l.circuit.assess(t, sent.start, ids, results, classes)
+	j := 0
+	for i, res := range sent.results {
+		if unjudged(res) {
+			continue // verdict{}: released, due now, no attempt
+		}
+		out[i] = vs[j]
+		j++
+	}
+	return out
+}
+
+// outcome is the finish of one sent row whose send ended with res (nil:
+// acked) of class c, judged v; stopped is sendResult.stopped.
+func (l *lane) outcome(row *store.OutboxRow, res error, c txbox.ErrorClass, v verdict, stopped bool) store.OutboxFinishItem {
+	it := store.OutboxFinishItem{ID: row.ID, LeaseToken: row.LeaseToken}
+	switch {
+	case res == nil:
+		it.Outcome = store.OutcomeAcked
+	case stopped || (c == txbox.ClassTransient && !v.count):
+		// The destination (or this relay) is unavailable: put the row
+		// back without counting an attempt.
+		it.Outcome = store.OutcomeReleased
+		if !stopped {
+			// Wait before the row is due again. When the destination
+			// failed as a whole its circuit is open as well; when only
+			// some messages failed it is not, and this delay alone keeps
+			// them from being hammered.
+			it.RetryAfter = v.retryAfter
+		}
+	case c == txbox.ClassPermanent:
+		it.Outcome = store.OutcomeFailed
+		it.Error = errorText(res)
+	default: // rejected, or failing transiently while the destination accepts others
+		it.Error = errorText(res)
+		if row.Attempts+1 >= l.s.maxAttempts {
+			it.Outcome = store.OutcomeFailed
+		} else {
+			it.Outcome = store.OutcomeRetry
+			it.RetryAfter = l.s.backoff.policy().Delay(row.Attempts + 1)
+		}
+	}
+	return it
+}
+
+// countOutcomes adds the outcomes of items to ev.
+func countOutcomes(ev *BatchEvent, items []store.OutboxFinishItem) {
+	for _, it := range items {
+		switch it.Outcome {
+		case store.OutcomeAcked:
+			ev.Sent++
+		case store.OutcomeRetry:
+			ev.Retried++
+		case store.OutcomeFailed:
+			ev.Failed++
+		case store.OutcomeReleased:
+			ev.Released++
+		}
+	}
+}
+
+// logRefusals logs a failed probe and, at WARN with the event id and the
+// reason, the messages the destination refused; items are the sent rows'
+// outcomes, counted in ev.
+func (l *lane) logRefusals(t ticket, sent sendResult, ev BatchEvent, items []store.OutboxFinishItem) {
+	n := len(items)
+	if t.probe && !sent.stopped && ev.Released == n {
+		l.log.Warn("probe batch failed; destination still unavailable", slog.Any("error", firstError(sent.results)))
+	}
+	if ev.Failed == 0 && ev.Retried == 0 {
+		return
+	}
+	// One line per message, so an operator can grep an event id, up to
+	// a bound per batch: a poison flood must not turn into a log flood.
+	logged := 0
+	for _, it := range items {
+		if it.Outcome != store.OutcomeFailed && it.Outcome != store.OutcomeRetry {
+			continue
+		}
+		if logged == maxRefusalLines {
+			break
+		}
+		logged++
+		msg := "message rejected; will retry"
+		if it.Outcome == store.OutcomeFailed {
+			msg = "message failed for good; moving to the dead-letter table"
+		}
+		l.log.Warn(msg, slog.String("event_id", it.ID.String()), slog.String("reason", it.Error))
+	}
+	if n := ev.Failed + ev.Retried; n > logged {
+		l.log.Warn("more messages rejected in this batch", slog.Int("not_logged", n-logged),
+			slog.Int("retried", ev.Retried), slog.Int("failed", ev.Failed))
+	}
+}
+
+// noteRefusals records what the destination made of a finished batch,
+// for TypeHealth's rejection fields: an acknowledgement ends a run of
+// refusals; a batch with refused messages and none acknowledged starts or
+// continues one. A batch that was only released (an outage, a stop) says
+// nothing about refusals.
+func (l *lane) noteRefusals(ev BatchEvent, items []store.OutboxFinishItem) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case ev.Sent > 0:
+		l.rejectingSince, l.lastRejected, l.lastRejection = time.Time{}, time.Time{}, ""
+	case ev.Retried+ev.Failed > 0:
+		now := time.Now()
+		if l.rejectingSince.IsZero() {
+			l.rejectingSince = now
+		}
+		l.lastRejected = now
+		for _, it := range items {
+			if it.Error != "" {
+				l.lastRejection = it.Error
+				break
+			}
+		}
+	}
+}
+
+// maxRefusalLines bounds the per-message WARN lines of one batch.
+const maxRefusalLines = 10
+
+// errLeaseLost marks the rows of a batch whose lease ran out before it
+// was sent.
+var errLeaseLost = errors.New("relay: lease ran out before the send")
+
+// errLeaseCut marks a message whose send the lease's deadline cut short:
+// see cutAtLeaseEnd.
+var errLeaseCut = txbox.Transient(errors.New("relay: send cut short at the end of the lease"))
+
+// unjudged reports whether res is an outcome that says nothing about the
+// message or its destination (errUnsent, errLeaseCut): the row is released,
+// due at once, with no attempt counted.
+func unjudged(res error) bool {
+	return errors.Is(res, errUnsent) || errors.Is(res, errLeaseCut)
+}
+
+// maxErrorText bounds the last error stored per row.
+const maxErrorText = 2000
+
+func errorText(err error) string {
+	s := err.Error()
+	if len(s) > maxErrorText {
+		s = strings.ToValidUTF8(s[:maxErrorText], "")
+	}
+	return s
+}
+
+func firstError(errs []error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return errors.New("none")
+}
+
+// finishContext bounds one finish statement: finishTimeout, or
+// finishTimeoutAfterDeadline once the relay is past its stop deadline. It
+// is not cancelled by the stop: a shutdown must not strand rows it could
+// still finish.
+func (l *lane) finishContext() (context.Context, context.CancelFunc) {
+	timeout := finishTimeout
+	if l.deps.hard.Err() != nil {
+		timeout = finishTimeoutAfterDeadline
+	}
+	return context.WithTimeout(context.WithoutCancel(l.deps.hard), timeout)
 }

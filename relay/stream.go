@@ -18,7 +18,7 @@ import (
 // per relay reads committed transactions from the database's log
 // (store.Streamer), hands each event to the lane of its type
 // (relay/stream_lane.go), where it goes through the same send, judge and
-// report path as a claimed row (relay/deliver.go), and confirms a
+// report path as a claimed row (relay/lane.go), and confirms a
 // transaction once each of its events is acked, spilled into the outbox
 // table or dead-lettered. The table pollers keep running beside it: they
 // deliver what spilled, the rows that predate the stream, and events with
