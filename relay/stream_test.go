@@ -20,7 +20,7 @@ import (
 )
 
 // The stream source of WAL mode (relay/stream.go, stream_lane.go,
-// stream_keys.go, stream_spill.go) against the real PostgreSQL: a slot of
+// stream_spill.go) against the real PostgreSQL: a slot of
 // the test's own, events emitted by the driver, and faults injected at the
 // store seam (scriptedStreamer): a spill held or refused, the slot shown
 // as streamed by another process, the stream held by another relay.
