@@ -38,15 +38,15 @@ type CircuitConfig struct {
 }
 
 // Circuits (docs/concepts.md, "Outages versus poison"): every destination
-// (sender name + sender.DestinationOf of the type's route) has a breaker,
+// (sender name + sender.DestinationOf of the type's route) has a circuit,
 // shared by the pollers of every type routed to it, so one failing route
 // pauses only the types routed to it. Each sender also has a connection
-// breaker, opened only by failures the sender marks sender.Disconnected
+// circuit, opened only by failures the sender marks sender.Disconnected
 // (the broker itself is unreachable): it pauses every destination of the
 // sender at once, so no poller burns a send on a connection known to be
 // down.
 
-// circuit is one breaker: a destination's, or a sender's connection.
+// circuit is one circuit breaker: a destination's, or a sender's connection.
 //
 // closed: every claim may go ahead. A batch that failed as a whole with a
 // transient error opens it. open: no claims until the cool-down has
@@ -87,7 +87,7 @@ type ticket struct {
 	// it is kept small.
 	probe bool
 	// connProbe and destProbe say which circuit the probe is for (a
-	// breaker's ticket may probe both).
+	// circuit pair's ticket may probe both).
 	connProbe, destProbe bool
 	// wait is how long until asking again makes sense when !ok; changed
 	// is closed earlier if the state changes meanwhile.
@@ -206,12 +206,12 @@ func (c *circuit) closed() bool {
 // counts no attempt.
 const maxSuspects = 4096
 
-// breaker is what a poller asks before claiming: its sender's connection
+// circuitPair is what a source asks before taking a batch: its sender's connection
 // circuit and its destination's circuit. It also judges each transient
 // failure: an outage of the destination (no attempt counted) or a fault of
 // the one message (an attempt counted, so that a message the destination
 // always refuses with a 5xx ends in the dead-letter table).
-type breaker struct {
+type circuitPair struct {
 	conn *circuit
 	dest *circuit
 	// coolDown is the circuits' cool-down policy, which also paces the
@@ -252,7 +252,7 @@ type verdict struct {
 }
 
 // allow asks both circuits; a poller may claim only when both let it.
-func (g *breaker) allow() ticket {
+func (g *circuitPair) allow() ticket {
 	tc := g.conn.allow()
 	if !tc.ok {
 		return tc
@@ -267,7 +267,7 @@ func (g *breaker) allow() ticket {
 
 // abandon returns a ticket that claimed nothing or whose batch proved
 // nothing (a shutdown).
-func (g *breaker) abandon(t ticket) {
+func (g *circuitPair) abandon(t ticket) {
 	g.conn.abandon(t.connProbe)
 	g.dest.abandon(t.destProbe)
 }
@@ -298,7 +298,7 @@ func (g *breaker) abandon(t ticket) {
 // and the circuit is closed: the destination showed nothing new, and
 // other traffic will open it if it is down. A failure marked
 // sender.Disconnected opens the connection circuit instead.
-func (g *breaker) assess(t ticket, sent time.Time, ids []txbox.ID, results []error, classes []txbox.ErrorClass) []verdict {
+func (g *circuitPair) assess(t ticket, sent time.Time, ids []txbox.ID, results []error, classes []txbox.ErrorClass) []verdict {
 	tl := tallyResults(results, classes)
 	now := time.Now()
 	confirmed, allSuspects, allConfirmed := g.weigh(sent, ids, results, tl)
@@ -345,7 +345,7 @@ func tallyResults(results []error, classes []txbox.ErrorClass) tally {
 // since before the destination last acknowledged another batch), and
 // whether every one is a suspect or confirmed. It then records the
 // batch's acks as evidence for later batches.
-func (g *breaker) weigh(sent time.Time, ids []txbox.ID, results []error, tl tally) (confirmed []bool, allSuspects, allConfirmed bool) {
+func (g *circuitPair) weigh(sent time.Time, ids []txbox.ID, results []error, tl tally) (confirmed []bool, allSuspects, allConfirmed bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	confirmed = make([]bool, len(results))
@@ -374,7 +374,7 @@ func (g *breaker) weigh(sent time.Time, ids []txbox.ID, results []error, tl tall
 // feed records the batch in the connection and destination circuits and
 // reports whether both are closed now (and the batch was not cut off by
 // a disconnection).
-func (g *breaker) feed(t ticket, tl tally, allSuspects, allConfirmed bool) (up bool) {
+func (g *circuitPair) feed(t ticket, tl tally, allSuspects, allConfirmed bool) (up bool) {
 	if tl.firstDisconnected != nil {
 		g.conn.failure(t.connProbe, tl.firstDisconnected)
 	} else {
@@ -398,7 +398,7 @@ func (g *breaker) feed(t ticket, tl tally, allSuspects, allConfirmed bool) (up b
 
 // verdicts judges each transient failure, judged at now, and updates the
 // suspects: see assess.
-func (g *breaker) verdicts(ids []txbox.ID, results []error, tl tally, confirmed []bool, up bool, now time.Time) []verdict {
+func (g *circuitPair) verdicts(ids []txbox.ID, results []error, tl tally, confirmed []bool, up bool, now time.Time) []verdict {
 	out := make([]verdict, len(results))
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -438,7 +438,7 @@ func (g *breaker) verdicts(ids []txbox.ID, results []error, tl tally, confirmed 
 
 // makeRoomLocked forgets suspects, when there are maxSuspects, down to
 // three quarters of that. g.mu is held.
-func (g *breaker) makeRoomLocked() {
+func (g *circuitPair) makeRoomLocked() {
 	if len(g.suspects) < maxSuspects {
 		return
 	}
@@ -466,35 +466,36 @@ type circuitSet struct {
 	now    func() time.Time
 	notify func(CircuitEvent)
 
-	mu       sync.Mutex
-	conns    map[string]*circuit
-	breakers map[destKey]*breaker
+	mu    sync.Mutex
+	conns map[string]*circuit
+	pairs map[destKey]*circuitPair
 }
 
 type destKey struct{ sender, dest string }
 
 func newCircuitSet(senders []string, cfg CircuitConfig, now func() time.Time, notify func(CircuitEvent)) *circuitSet {
-	cs := &circuitSet{cfg: cfg, now: now, notify: notify, conns: map[string]*circuit{}, breakers: map[destKey]*breaker{}}
+	cs := &circuitSet{cfg: cfg, now: now, notify: notify, conns: map[string]*circuit{}, pairs: map[destKey]*circuitPair{}}
 	for _, name := range senders {
 		cs.conns[name] = newCircuit(name, "", true, cfg, now, notify)
 	}
 	return cs
 }
 
-// breaker returns the breaker of destination dest on sender senderName.
-func (cs *circuitSet) breaker(senderName, dest string) *breaker {
+// circuitPair returns the circuit pair of destination dest on sender
+// senderName.
+func (cs *circuitSet) circuitPair(senderName, dest string) *circuitPair {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	k := destKey{senderName, dest}
-	g := cs.breakers[k]
+	g := cs.pairs[k]
 	if g == nil {
-		g = &breaker{
+		g = &circuitPair{
 			coolDown: cs.cfg.policy(),
 			conn:     cs.conns[senderName],
 			dest:     newCircuit(senderName, dest, false, cs.cfg, cs.now, cs.notify),
 			suspects: map[txbox.ID]suspect{},
 		}
-		cs.breakers[k] = g
+		cs.pairs[k] = g
 	}
 	return g
 }
@@ -503,11 +504,11 @@ func (cs *circuitSet) breaker(senderName, dest string) *breaker {
 // then its destinations by name.
 func (cs *circuitSet) health() []CircuitHealth {
 	cs.mu.Lock()
-	all := make([]*circuit, 0, len(cs.conns)+len(cs.breakers))
+	all := make([]*circuit, 0, len(cs.conns)+len(cs.pairs))
 	for _, c := range cs.conns {
 		all = append(all, c)
 	}
-	for _, g := range cs.breakers {
+	for _, g := range cs.pairs {
 		all = append(all, g.dest)
 	}
 	cs.mu.Unlock()

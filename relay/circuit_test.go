@@ -106,10 +106,10 @@ func TestCircuitLifecycle(t *testing.T) {
 	}
 }
 
-func testBreaker() (*breaker, *circuitSet) {
+func testBreaker() (*circuitPair, *circuitSet) {
 	cfg := CircuitConfig{CoolDown: time.Second, MaxCoolDown: 4 * time.Second, Multiplier: 2}
 	cs := newCircuitSet([]string{"s"}, cfg, time.Now, func(CircuitEvent) {})
-	return cs.breaker("s", "url=http://x/hook"), cs
+	return cs.circuitPair("s", "url=http://x/hook"), cs
 }
 
 // TestGateJudge walks the rule of docs/concepts.md, "Outages versus
@@ -203,7 +203,7 @@ func TestGateOutageEdges(t *testing.T) {
 func TestGateDisconnected(t *testing.T) {
 	t.Parallel()
 	g, cs := testBreaker()
-	other := cs.breaker("s", "url=http://y/other")
+	other := cs.circuitPair("s", "url=http://y/other")
 	m := txbox.NewID()
 	down := sender.Disconnected(txbox.Transient(errors.New("nats: not connected")))
 	tk := g.allow()

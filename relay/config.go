@@ -394,7 +394,7 @@ type CleanupConfig struct {
 }
 
 // settings are the resolved settings of one event type: every field set.
-type settings struct {
+type typeSettings struct {
 	eventType  string
 	senderName string
 	sender     sender.Sender
@@ -404,7 +404,7 @@ type settings struct {
 	// or in Defaults), not taken from DefaultEventSettings: WAL mode's
 	// lanes use StreamConfig.BatchSize otherwise.
 	batchSizeSet  bool
-	polling       resolvedPolling
+	polling       polling
 	maxAttempts   int
 	backoff       resolvedBackoff
 	ordering      Ordering
@@ -418,7 +418,7 @@ type settings struct {
 // ordered reports whether the type is delivered in key order: the one
 // place that asks (the lane and each source decide from it once, when
 // they are made).
-func (s *settings) ordered() bool { return s.ordering == OrderingKey }
+func (s *typeSettings) ordered() bool { return s.ordering == OrderingKey }
 
 // withDefaults returns a copy of c with every unset relay-wide field set.
 // Per-type settings are resolved by resolve.
@@ -566,7 +566,7 @@ func (c *Config) validate() error {
 
 // settingsFor returns the resolved settings of eventType: its entry in
 // Events over Defaults over DefaultEventSettings.
-func (c *Config) settingsFor(eventType string) (*settings, error) {
+func (c *Config) settingsFor(eventType string) (*typeSettings, error) {
 	ev, ok := c.Events[eventType]
 	if !ok {
 		return c.resolve(eventType, "defaults", c.Defaults, EventSettings{})
@@ -578,10 +578,10 @@ func (c *Config) settingsFor(eventType string) (*settings, error) {
 // sender; Validate has checked the values. path prefixes error messages.
 // eventType expands the route template; it is empty when only validating
 // Defaults.
-func (c *Config) resolve(eventType, path string, own, parent EventSettings) (*settings, error) {
+func (c *Config) resolve(eventType, path string, own, parent EventSettings) (*typeSettings, error) {
 	set := own.Inherit(parent)
 	e := set.Inherit(DefaultEventSettings())
-	s := &settings{
+	s := &typeSettings{
 		eventType:     eventType,
 		senderName:    deref(e.Sender),
 		batchSize:     *e.BatchSize,

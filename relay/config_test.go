@@ -61,7 +61,7 @@ func TestSettingsInheritance(t *testing.T) {
 	if o.batchSize != 500 {
 		t.Errorf("orders batch size = %d, want inherited 500", o.batchSize)
 	}
-	wantPoll := resolvedPolling{Mode: PollingAdaptive, MinDelay: 100 * time.Millisecond, MaxDelay: 10 * time.Second, Multiplier: 1.5, Delay: DefaultPollingDelay}
+	wantPoll := polling{Mode: PollingAdaptive, MinDelay: 100 * time.Millisecond, MaxDelay: 10 * time.Second, Multiplier: 1.5, Delay: DefaultPollingDelay}
 	if o.polling != wantPoll {
 		t.Errorf("orders polling = %+v, want %+v", o.polling, wantPoll)
 	}

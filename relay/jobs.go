@@ -21,15 +21,16 @@ const maxRoundsPerTick = 100
 // that found nothing to do.
 const jobGrowth = 2
 
-// kick is how a background job is told that there may be work for it.
-type kick int
+// jobTrigger is how a background job is told that there may be work for
+// it.
+type jobTrigger int
 
 const (
-	// kickSoon shortens a backed-off wait to the job's shortest interval:
+	// triggerSoon shortens a backed-off wait to the job's shortest interval:
 	// rows were claimed, so leases exist that may expire.
-	kickSoon kick = iota
-	// kickNow runs the job at once: a finish failed rows for good.
-	kickNow
+	triggerSoon jobTrigger = iota
+	// triggerNow runs the job at once: a finish failed rows for good.
+	triggerNow
 )
 
 // jobSchedule is the adaptive interval of a background job: Interval after
@@ -83,12 +84,12 @@ func (s *jobSchedule) after(o roundOutcome) time.Duration {
 // runJob runs round at once, then again after sched's wait, until the
 // relay stops. round reports what it did: a busy round is followed by the
 // shortest interval, an idle one by a longer wait, a failed one by a
-// retry within a second or so. A kick on kicks (nil: none)
-// either runs round at once (kickNow) or shortens the wait to the
-// shortest interval when the job had backed off (kickSoon); a job that has
-// not backed off ignores kickSoon, so a stream of kicks cannot postpone its
+// retry within a second or so. A trigger on triggers (nil: none)
+// either runs round at once (triggerNow) or shortens the wait to the
+// shortest interval when the job had backed off (triggerSoon); a job that has
+// not backed off ignores triggerSoon, so a stream of triggers cannot postpone its
 // next round.
-func (r *Relay) runJob(sched *jobSchedule, kicks <-chan kick, round func(ctx context.Context) roundOutcome) {
+func (r *Relay) runJob(sched *jobSchedule, triggers <-chan jobTrigger, round func(ctx context.Context) roundOutcome) {
 	ctx := r.runCtx
 	timer := time.NewTimer(0) // the first round at start
 	defer timer.Stop()
@@ -98,8 +99,8 @@ func (r *Relay) runJob(sched *jobSchedule, kicks <-chan kick, round func(ctx con
 		case <-ctx.Done():
 			return
 		case <-timer.C:
-		case k := <-kicks:
-			if k == kickSoon {
+		case k := <-triggers:
+			if k == triggerSoon {
 				if soon := time.Now().Add(sched.grow.Initial); sched.idle > 0 && soon.Before(due) {
 					sched.idle = 0
 					due = soon
@@ -116,8 +117,8 @@ func (r *Relay) runJob(sched *jobSchedule, kicks <-chan kick, round func(ctx con
 
 // goJob starts a background job that reports each round to the log and
 // the hooks. A round returns how many rows it changed and its error.
-func (r *Relay) goJob(name string, sched *jobSchedule, kicks <-chan kick, round func(ctx context.Context) (int, error)) {
-	r.life.Go(func() { r.runJob(sched, kicks, r.reportRound(name, round)) })
+func (r *Relay) goJob(name string, sched *jobSchedule, triggers <-chan jobTrigger, round func(ctx context.Context) (int, error)) {
+	r.life.Go(func() { r.runJob(sched, triggers, r.reportRound(name, round)) })
 }
 
 // reportRound makes a job's round report itself to the log and the hooks.
@@ -146,20 +147,21 @@ func (r *Relay) reportRound(name string, round func(ctx context.Context) (int, e
 	}
 }
 
-// sendKick hands k to a job without blocking: a kick already pending
-// covers this one, except that kickNow replaces a pending kickSoon.
-func sendKick(ch chan kick, k kick) {
+// sendTrigger hands k to a job without blocking: a trigger already
+// pending covers this one, except that triggerNow replaces a pending
+// triggerSoon.
+func sendTrigger(ch chan jobTrigger, k jobTrigger) {
 	select {
 	case ch <- k:
 		return
 	default:
 	}
-	if k != kickNow {
+	if k != triggerNow {
 		return
 	}
 	select {
 	case old := <-ch:
-		if old == kickNow {
+		if old == triggerNow {
 			k = old
 		}
 	default:
@@ -170,23 +172,23 @@ func sendKick(ch chan kick, k kick) {
 	}
 }
 
-// jobKicks is the relay's own hook on its pollers: claims keep recovery at
+// jobTriggers is the relay's own hook on its pollers: claims keep recovery at
 // its shortest interval, and a batch that failed rows moves them to the
 // dead-letter table at once instead of waiting for the sweep.
-type jobKicks struct {
+type jobTriggers struct {
 	NopHook
-	recover, deadLetter chan kick
+	recover, deadLetter chan jobTrigger
 }
 
-func (k jobKicks) OnPoll(ev PollEvent) {
+func (k jobTriggers) OnPoll(ev PollEvent) {
 	if ev.Claimed > 0 {
-		sendKick(k.recover, kickSoon)
+		sendTrigger(k.recover, triggerSoon)
 	}
 }
 
-func (k jobKicks) OnBatch(ev BatchEvent) {
+func (k jobTriggers) OnBatch(ev BatchEvent) {
 	if ev.Failed > 0 {
-		sendKick(k.deadLetter, kickNow)
+		sendTrigger(k.deadLetter, triggerNow)
 	}
 }
 

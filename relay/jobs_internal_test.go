@@ -60,19 +60,19 @@ func TestJobScheduleBacksOffToItsCap(t *testing.T) {
 	}
 }
 
-func TestSendKickCoalesces(t *testing.T) {
+func TestSendTriggerCoalesces(t *testing.T) {
 	t.Parallel()
-	ch := make(chan kick, 1)
-	sendKick(ch, kickSoon)
-	sendKick(ch, kickSoon) // does not block
-	sendKick(ch, kickNow)  // replaces the pending kickSoon
-	sendKick(ch, kickSoon) // does not downgrade it
-	if k := <-ch; k != kickNow {
-		t.Fatalf("pending kick = %v, want kickNow", k)
+	ch := make(chan jobTrigger, 1)
+	sendTrigger(ch, triggerSoon)
+	sendTrigger(ch, triggerSoon) // does not block
+	sendTrigger(ch, triggerNow)  // replaces the pending triggerSoon
+	sendTrigger(ch, triggerSoon) // does not downgrade it
+	if k := <-ch; k != triggerNow {
+		t.Fatalf("pending trigger = %v, want triggerNow", k)
 	}
 	select {
 	case k := <-ch:
-		t.Fatalf("a second kick %v is pending; kicks should coalesce into one", k)
+		t.Fatalf("a second trigger %v is pending; triggers should coalesce into one", k)
 	default:
 	}
 }

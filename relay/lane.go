@@ -50,11 +50,12 @@ type laneDeps struct {
 // lane is the delivery of one event type's batches.
 type lane struct {
 	deps laneDeps
-	s    *settings
+	s    *typeSettings
 	// dest names the destination the type's route resolves to; circuit
-	// is the breaker of that destination and of the sender's connection.
+	// is the circuit pair of that destination and of the sender's
+	// connection.
 	dest    string
-	circuit *breaker
+	circuit *circuitPair
 	log     *slog.Logger
 	// send sends one batch's messages: the sender's Send, or in waves on
 	// an ordered type (sendOrdered); chosen once, in newLane.
@@ -80,13 +81,13 @@ type lane struct {
 	sends   uint64
 }
 
-func newLane(deps laneDeps, s *settings) *lane {
+func newLane(deps laneDeps, s *typeSettings) *lane {
 	dest := sender.DestinationOf(s.sender, s.route)
 	l := &lane{
 		deps:    deps,
 		s:       s,
 		dest:    dest,
-		circuit: deps.circuits.breaker(s.senderName, dest),
+		circuit: deps.circuits.circuitPair(s.senderName, dest),
 		log:     deps.log.With(slog.String("event_type", s.eventType), slog.String("sender", s.senderName)),
 		send:    s.sender.Send,
 		slots:   make(chan struct{}, s.inFlight),
@@ -390,7 +391,7 @@ func (l *lane) cutAtLeaseEnd(results []error, classes []txbox.ErrorClass) {
 
 // judgeSent lets the circuits judge a sent batch, and returns one verdict
 // per message: they say which transient failures are the message's own
-// fault (they count an attempt); see breaker.assess. A batch that was stopped
+// fault (they count an attempt); see circuitPair.assess. A batch that was stopped
 // proves nothing and is not judged: its verdicts are all zero. Nor are the
 // messages whose outcome says nothing about the message or its
 // destination (unjudged: a row of an ordered batch left unsent, a send

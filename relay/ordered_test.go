@@ -177,7 +177,7 @@ func TestOrderedRunStopsAtAFailure(t *testing.T) {
 			// 4 keys of 60 rows, batches of 40 in runs of 20: while key k1
 			// waits for its failed row, the other keys' batches are acked,
 			// which is what makes a transient failure count (see
-			// breaker.assess) and must never make a row that was not sent count.
+			// circuitPair.assess) and must never make a row that was not sent count.
 			ids := b.publish(t, "orders", 240, func(i int, ev *txbox.Event) { ev.Key = fmt.Sprint("k", i%4) })
 			keys := map[txbox.ID]string{}
 			for i, id := range ids {

@@ -48,9 +48,9 @@ type PollingSettings struct {
 	Delay *time.Duration `yaml:"delay"`
 }
 
-// resolvedPolling is PollingSettings with every field set, as a poller
+// polling is PollingSettings with every field set, as a poller
 // uses it.
-type resolvedPolling struct {
+type polling struct {
 	Mode               string
 	MinDelay, MaxDelay time.Duration
 	Multiplier         float64
@@ -71,8 +71,8 @@ func (p *PollingSettings) inherit(parent *PollingSettings) *PollingSettings {
 }
 
 // resolved returns the values of p, whose fields must all be set.
-func (p *PollingSettings) resolved() resolvedPolling {
-	return resolvedPolling{Mode: *p.Mode, MinDelay: *p.MinDelay, MaxDelay: *p.MaxDelay, Multiplier: *p.Multiplier, Delay: *p.Delay}
+func (p *PollingSettings) resolved() polling {
+	return polling{Mode: *p.Mode, MinDelay: *p.MinDelay, MaxDelay: *p.MaxDelay, Multiplier: *p.Multiplier, Delay: *p.Delay}
 }
 
 func defaultPollingSettings() *PollingSettings {
@@ -82,12 +82,12 @@ func defaultPollingSettings() *PollingSettings {
 	}
 }
 
-func defaultPolling() resolvedPolling { return defaultPollingSettings().resolved() }
+func defaultPolling() polling { return defaultPollingSettings().resolved() }
 
-// pollStrategy chooses the wait before the next claim of one event type
+// pollingDelays chooses the wait before the next claim of one event type
 // from the outcome of the last one. Implementations are pure and not safe
 // for concurrent use; each poller owns one.
-type pollStrategy interface {
+type pollingDelays interface {
 	// next returns the delay before the next claim after a claim that
 	// returned claimed rows out of limit.
 	next(claimed, limit int) time.Duration
@@ -95,8 +95,8 @@ type pollStrategy interface {
 	reset()
 }
 
-// newPollStrategy returns the strategy for resolved settings p.
-func newPollStrategy(p resolvedPolling) pollStrategy {
+// newPollingDelays returns the delays for resolved settings p.
+func newPollingDelays(p polling) pollingDelays {
 	if p.Mode == PollingFixed {
 		return &fixedPolling{delay: p.Delay}
 	}
@@ -145,7 +145,7 @@ func (f *fixedPolling) reset() {}
 // fields take the defaults), counting the immediate first poll. With the defaults it is
 // about 70, against 14,400 for a fixed 250ms poll.
 func IdlePollsPerHour(p PollingSettings) int {
-	s := newPollStrategy(p.inherit(defaultPollingSettings()).resolved())
+	s := newPollingDelays(p.inherit(defaultPollingSettings()).resolved())
 	var elapsed time.Duration
 	n := 1 // the first poll happens at Start
 	for {
@@ -164,24 +164,24 @@ func IdlePollsPerHour(p PollingSettings) int {
 // these polls pick it up without waiting for the adaptive delay.
 var wakeFollowUps = []time.Duration{2 * time.Millisecond, 10 * time.Millisecond, 50 * time.Millisecond}
 
-// pacing chooses the poller's wait between claims: the polling strategy,
+// pollingState chooses the poller's wait between claims: the delays,
 // and the follow-up polls after a wake-up.
-type pacing struct {
-	strategy pollStrategy
+type pollingState struct {
+	strategy pollingDelays
 	// ordered is true for a type delivered in key order.
 	ordered   bool
 	followUps []time.Duration
 }
 
 // woken starts over after a wake-up, with the follow-up polls.
-func (pc *pacing) woken() {
+func (pc *pollingState) woken() {
 	pc.strategy.reset()
 	pc.followUps = wakeFollowUps
 }
 
 // next returns the wait after a claim that returned claimed rows of
 // limit.
-func (pc *pacing) next(claimed, limit int) time.Duration {
+func (pc *pollingState) next(claimed, limit int) time.Duration {
 	delay := pc.strategy.next(claimed, limit)
 	if pc.ordered && claimed > 0 && claimed < limit {
 		// Limited by keys in flight, not idle: wait no longer than

@@ -7,7 +7,7 @@ import (
 
 func TestAdaptivePollingSequence(t *testing.T) {
 	t.Parallel()
-	s := newPollStrategy(defaultPolling())
+	s := newPollingDelays(defaultPolling())
 	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
 	steps := []struct {
 		claimed int
@@ -45,7 +45,7 @@ func TestAdaptivePollingSequence(t *testing.T) {
 
 func TestFixedPolling(t *testing.T) {
 	t.Parallel()
-	s := newPollStrategy(resolvedPolling{Mode: PollingFixed, Delay: 2 * time.Second})
+	s := newPollingDelays(polling{Mode: PollingFixed, Delay: 2 * time.Second})
 	for i, c := range []int{0, 5, 0} {
 		if got := s.next(c, 10); got != 2*time.Second {
 			t.Errorf("poll %d: %v, want 2s", i, got)

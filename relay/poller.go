@@ -40,7 +40,7 @@ type pollerStore interface {
 type poller struct {
 	deps pollerDeps
 	lane *lane
-	s    *settings
+	s    *typeSettings
 	log  *slog.Logger
 	// claimBatch claims in the type's claim mode.
 	claimBatch claimFunc
@@ -68,7 +68,7 @@ type poller struct {
 	fenceWait time.Duration
 }
 
-func newPoller(deps pollerDeps, s *settings) *poller {
+func newPoller(deps pollerDeps, s *typeSettings) *poller {
 	l := newLane(deps.laneDeps, s)
 	p := &poller{
 		deps:   deps,
@@ -111,7 +111,7 @@ func (p *poller) health() TypeHealth {
 // claim, hand the batch to a goroutine, choose the next delay.
 func (p *poller) run() {
 	ctx := p.deps.run
-	pace := pacing{strategy: newPollStrategy(p.s.polling), ordered: p.s.ordered()}
+	pace := pollingState{strategy: newPollingDelays(p.s.polling), ordered: p.s.ordered()}
 	var delay time.Duration // no initial delay: poll at once
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -178,7 +178,7 @@ func (p *poller) run() {
 
 // sleep waits delay, or less when the poller is woken or asked to claim
 // again. It returns false when the relay stops.
-func (p *poller) sleep(ctx context.Context, timer *time.Timer, delay time.Duration, pace *pacing) bool {
+func (p *poller) sleep(ctx context.Context, timer *time.Timer, delay time.Duration, pace *pollingState) bool {
 	timer.Reset(delay)
 	select {
 	case <-ctx.Done():

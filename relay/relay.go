@@ -56,12 +56,12 @@ type Relay struct {
 
 	jobsMu  sync.Mutex
 	jobErrs map[string]string
-	// kicks tell the background jobs what the pollers saw.
-	kicks jobKicks
+	// triggers tell the background jobs what the pollers saw.
+	triggers jobTriggers
 	// locks bounds the lock-claimed batches of all pollers (LockBudget).
 	locks *claimBudget
 	// looks start the pollers of the new types wake-ups name (wake.go).
-	looks *wakeLooks
+	looks *wakeDiscovery
 	// stream is WAL mode's source, nil in table mode.
 	stream *streamSource
 }
@@ -77,13 +77,13 @@ func New(cfg Config) (*Relay, error) {
 	}
 	cfg = cfg.withDefaults()
 	r := &Relay{
-		cfg:     cfg,
-		log:     cfg.Logger.With(slog.String("component", "txbox.relay"), slog.String("instance", cfg.InstanceID)),
-		pollers: make(map[string]*poller),
-		jobErrs: make(map[string]string),
-		kicks:   jobKicks{recover: make(chan kick, 1), deadLetter: make(chan kick, 1)},
-		locks:   newClaimBudget(cfg.lockBudget()),
-		looks:   newWakeLooks(),
+		cfg:      cfg,
+		log:      cfg.Logger.With(slog.String("component", "txbox.relay"), slog.String("instance", cfg.InstanceID)),
+		pollers:  make(map[string]*poller),
+		jobErrs:  make(map[string]string),
+		triggers: jobTriggers{recover: make(chan jobTrigger, 1), deadLetter: make(chan jobTrigger, 1)},
+		locks:    newClaimBudget(cfg.lockBudget()),
+		looks:    newWakeDiscovery(),
 	}
 	r.circuits = newCircuitSet(sortedKeys(cfg.Senders), cfg.Circuit, time.Now, r.onCircuit)
 	return r, nil
@@ -112,8 +112,8 @@ func (r *Relay) Start(ctx context.Context) error {
 	}
 	r.locks.warnIfShort(r.log)
 	c := &r.cfg
-	r.goJob(JobRecover, newJobSchedule(c.RecoverInterval, c.RecoverMaxInterval), r.kicks.recover, r.recoverRound)
-	r.goJob(JobDeadLetterMove, newJobSchedule(c.DeadLetterInterval, c.DeadLetterMaxInterval), r.kicks.deadLetter, r.deadLetterRound)
+	r.goJob(JobRecover, newJobSchedule(c.RecoverInterval, c.RecoverMaxInterval), r.triggers.recover, r.recoverRound)
+	r.goJob(JobDeadLetterMove, newJobSchedule(c.DeadLetterInterval, c.DeadLetterMaxInterval), r.triggers.deadLetter, r.deadLetterRound)
 	if c.DiscoverInterval > 0 {
 		r.goJob(JobDiscover, newJobSchedule(c.DiscoverInterval, c.DiscoverMaxInterval), nil, r.discoverRound)
 	}
@@ -121,7 +121,7 @@ func (r *Relay) Start(ctx context.Context) error {
 		r.life.Go(r.cleanupLoop)
 	}
 	r.startHeartbeat()
-	r.startWakeLooks()
+	r.startWakeDiscovery()
 	if c.Stream.Enabled {
 		r.stream = newStreamSource(r.sourceEnv(), r.cfg.Stream.withDefaults(), r.cfg.Store.(store.Streamer)) // validated by New
 		r.stream.start()
@@ -187,7 +187,7 @@ func (r *Relay) running() bool {
 // laneDeps is what the relay's lanes take from it. Start has set the
 // contexts.
 func (r *Relay) laneDeps() laneDeps {
-	hooks := append(slices.Clip(r.cfg.Hooks), r.kicks)
+	hooks := append(slices.Clip(r.cfg.Hooks), r.triggers)
 	d := laneDeps{hooks: hooks, log: r.log, circuits: r.circuits, hard: r.hardCtx, life: &r.life}
 	if r.cfg.TracerProvider != nil {
 		d.tracer = r.cfg.TracerProvider.Tracer(tracerName)

@@ -25,9 +25,9 @@ type sourceEnv struct {
 	log       *slog.Logger
 	// settingsFor resolves an event type's settings (Config.Events, then
 	// Defaults).
-	settingsFor func(eventType string) (*settings, error)
+	settingsFor func(eventType string) (*typeSettings, error)
 	// newLane makes the lane that delivers a type's batches.
-	newLane func(s *settings) *lane
+	newLane func(s *typeSettings) *lane
 	// deadLettered tells the dead-letter mover that failed rows were
 	// written: it moves them now, not at its next round.
 	deadLettered func()
@@ -39,7 +39,7 @@ func (r *Relay) sourceEnv() sourceEnv {
 	return sourceEnv{
 		life: &r.life, run: r.runCtx, hard: r.hardCtx, log: r.log,
 		settingsFor:  r.cfg.settingsFor,
-		newLane:      func(s *settings) *lane { return newLane(r.laneDeps(), s) },
-		deadLettered: func() { sendKick(r.kicks.deadLetter, kickNow) },
+		newLane:      func(s *typeSettings) *lane { return newLane(r.laneDeps(), s) },
+		deadLettered: func() { sendTrigger(r.triggers.deadLetter, triggerNow) },
 	}
 }

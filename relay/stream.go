@@ -54,10 +54,10 @@ type streamSource struct {
 	log      *slog.Logger
 
 	// spillq is the queue of the one spill writer (relay/stream_spill.go),
-	// spillKick its wake-up.
+	// spillWake its wake-up.
 	spillMu   sync.Mutex
 	spillq    []*spillReq
-	spillKick chan struct{}
+	spillWake chan struct{}
 	// spillClosed is set when the writer ended (the stop deadline
 	// passed): later spills are settled unwritten (enqueueSpill).
 	spillClosed bool
@@ -111,7 +111,7 @@ func newStreamSource(env sourceEnv, cfg StreamConfig, streamer store.Streamer) *
 	return &streamSource{
 		env: env, cfg: cfg, streamer: streamer,
 		log:         env.log.With(slog.String("source", "stream")),
-		spillKick:   make(chan struct{}, 1),
+		spillWake:   make(chan struct{}, 1),
 		reloadEvery: cmp.Or(cfg.tableKeysReload, defaultTableKeysReload),
 		window:      newHoldWindow(cfg.Window, cfg.WindowBytes),
 		lanes:       map[string]*streamLane{},

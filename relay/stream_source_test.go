@@ -207,7 +207,7 @@ func startWALSource(t *testing.T, f *fakeStreamer, snd *scriptSender, events map
 	env := sourceEnv{
 		life: w.life, run: w.life.Run(), hard: w.life.Hard(), log: log,
 		settingsFor:  cfg.settingsFor,
-		newLane:      func(s *settings) *lane { return newLane(ld, s) },
+		newLane:      func(s *typeSettings) *lane { return newLane(ld, s) },
 		deadLettered: func() { w.deadLettered.Add(1) },
 	}
 	sc := StreamConfig{ConfirmInterval: 5 * time.Millisecond, StandbyInterval: 10 * time.Millisecond}.withDefaults()

@@ -70,7 +70,7 @@ func (s *streamSource) enqueueSpill(work []*spillJob) {
 	s.spillq = append(s.spillq, req)
 	s.spillMu.Unlock()
 	select {
-	case s.spillKick <- struct{}{}:
+	case s.spillWake <- struct{}{}:
 	default:
 	}
 }
@@ -132,7 +132,7 @@ func (s *streamSource) nextSpills(idle *<-chan struct{}) []*spillReq {
 			return reqs
 		}
 		select {
-		case <-s.spillKick:
+		case <-s.spillWake:
 			continue
 		case <-s.env.run.Done():
 		}
@@ -141,7 +141,7 @@ func (s *streamSource) nextSpills(idle *<-chan struct{}) []*spillReq {
 			*idle = s.idle()
 		}
 		select {
-		case <-s.spillKick:
+		case <-s.spillWake:
 		case <-*idle:
 			return s.takeSpillsOrClose()
 		}

@@ -40,7 +40,7 @@ func (r *Relay) Wake(eventTypes ...string) {
 	}
 	if !began {
 		// No poller exists yet; the look loop starts with Start and
-		// finds this request waiting (its kick is buffered, the names
+		// finds this request waiting (its request is buffered, the names
 		// followed up as for any wake-up).
 		for _, t := range eventTypes {
 			if txbox.ValidateEventType(t) == nil {
@@ -108,32 +108,33 @@ func (r *Relay) listen(w store.Waker) {
 // names are not trusted. It asks for a wake-up look instead: one
 // OutboxPendingTypes query, whose types get pollers through the path
 // discovery uses (ensurePollers). Looks are coalesced (one pending at a
-// time, however many wake-ups ask) and spaced (wakeLookSpacing), so a
+// time, however many wake-ups ask) and spaced (wakeDiscoverySpacing), so a
 // flood of NOTIFYs naming garbage costs at most one cheap query per
 // spacing and starts no poller (docs/concepts.md, "Types nobody
 // configured").
 
-// wakeLookSpacing is the shortest time between two wake-up looks. It is
+// wakeDiscoverySpacing is the shortest time between two wake-up looks. It is
 // the longest a new type's first event waits for its look after another
 // look, well within the second a new type may take.
-const wakeLookSpacing = 250 * time.Millisecond
+const wakeDiscoverySpacing = 250 * time.Millisecond
 
-// wakeLookPatience is how long looks keep following up a named type that
+// wakeDiscoveryPatience is how long looks keep following up a named type that
 // no look found: an in-process publisher wakes the relay before its
 // commit (outbox.Config.OnPublish), when the row is not visible yet. The
-// follow-ups come wakeLookSpacing after the look, then twice as far apart
+// follow-ups come wakeDiscoverySpacing after the look, then twice as far apart
 // each time: 6 looks in all for a name no look finds, the last 7.75s
 // after the first.
-const wakeLookPatience = 10 * time.Second
+const wakeDiscoveryPatience = 10 * time.Second
 
 // maxWakeNames bounds the named types that looks follow up. A name beyond
 // it still gets its look, only no follow-up of its own.
 const maxWakeNames = 64
 
-// wakeLooks is the relay's queue of wake-up looks.
-type wakeLooks struct {
-	// kick holds one pending look: a wake-up asked for it.
-	kick chan struct{}
+// wakeDiscovery is the relay's queue of wake-up looks: discovery rounds
+// that a wake-up asked for.
+type wakeDiscovery struct {
+	// asked holds one pending look: a wake-up asked for it.
+	asked chan struct{}
 
 	mu sync.Mutex
 	// names are the types wake-ups named that no look found yet, with
@@ -149,7 +150,7 @@ type wakeLooks struct {
 // look starts the pollers of new pending types, as any look does, and
 // also wakes the pollers of the pending types that have one, whose
 // NOTIFY may be among the lost. Idle types are left to their polling.
-func (w *wakeLooks) wantAfterGap() {
+func (w *wakeDiscovery) wantAfterGap() {
 	w.mu.Lock()
 	w.gap = true
 	w.mu.Unlock()
@@ -157,7 +158,7 @@ func (w *wakeLooks) wantAfterGap() {
 }
 
 // takeGap reports whether a wantAfterGap is pending, and clears it.
-func (w *wakeLooks) takeGap() bool {
+func (w *wakeDiscovery) takeGap() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	g := w.gap
@@ -165,13 +166,13 @@ func (w *wakeLooks) takeGap() bool {
 	return g
 }
 
-func newWakeLooks() *wakeLooks {
-	return &wakeLooks{kick: make(chan struct{}, 1), names: make(map[string]time.Time)}
+func newWakeDiscovery() *wakeDiscovery {
+	return &wakeDiscovery{asked: make(chan struct{}, 1), names: make(map[string]time.Time)}
 }
 
 // want asks for a look. eventType, when not empty, names the type that
 // wake-up was for, which the looks follow up until it has a poller.
-func (w *wakeLooks) want(eventType string, now time.Time) {
+func (w *wakeDiscovery) want(eventType string, now time.Time) {
 	if eventType != "" {
 		w.mu.Lock()
 		if _, ok := w.names[eventType]; !ok && len(w.names) < maxWakeNames {
@@ -180,20 +181,20 @@ func (w *wakeLooks) want(eventType string, now time.Time) {
 		w.mu.Unlock()
 	}
 	select {
-	case w.kick <- struct{}{}:
+	case w.asked <- struct{}{}:
 	default:
 	}
 }
 
-// startWakeLooks starts the goroutine that runs the wake-up looks.
-func (r *Relay) startWakeLooks() {
-	r.life.Go(r.wakeLookLoop)
+// startWakeDiscovery starts the goroutine that runs the wake-up looks.
+func (r *Relay) startWakeDiscovery() {
+	r.life.Go(r.wakeDiscoveryLoop)
 }
 
-// wakeLookLoop runs a look for each kick, at most one per
-// wakeLookSpacing, and the follow-ups of the named types no look found,
+// wakeDiscoveryLoop runs a look for each wake-up, at most one per
+// wakeDiscoverySpacing, and the follow-ups of the named types no look found,
 // until the relay stops.
-func (r *Relay) wakeLookLoop() {
+func (r *Relay) wakeDiscoveryLoop() {
 	ctx := r.runCtx
 	spacing := time.NewTimer(time.Hour)
 	spacing.Stop()
@@ -201,38 +202,38 @@ func (r *Relay) wakeLookLoop() {
 	followUp.Stop()
 	defer spacing.Stop()
 	defer followUp.Stop()
-	next := wakeLookSpacing // how long after a look its next follow-up comes
+	next := wakeDiscoverySpacing // how long after a look its next follow-up comes
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-r.looks.kick:
+		case <-r.looks.asked:
 			// A new wake-up: follow up from the shortest wait again.
-			next = wakeLookSpacing
+			next = wakeDiscoverySpacing
 		case <-followUp.C:
 		}
 		followUp.Stop() // Go ≥ 1.23: no stale tick remains after Stop
-		r.wakeLook(ctx)
-		spacing.Reset(wakeLookSpacing)
+		r.discoverWoken(ctx)
+		spacing.Reset(wakeDiscoverySpacing)
 		select {
 		case <-ctx.Done():
 			return
 		case <-spacing.C:
 		}
 		// Names whose patience ends before the follow-up are dropped now.
-		wait := next - wakeLookSpacing
-		if r.settleWakeNames(time.Now().Add(wait)) {
+		wait := next - wakeDiscoverySpacing
+		if r.settleWokenTypes(time.Now().Add(wait)) {
 			followUp.Reset(wait)
-			next = min(2*next, wakeLookPatience)
+			next = min(2*next, wakeDiscoveryPatience)
 		}
 	}
 }
 
-// wakeLook looks for pending types once and starts the pollers that are
+// discoverWoken looks for pending types once and starts the pollers that are
 // missing, like a discovery round, which it reports as JobDiscoverWake.
 // A failure is logged but does not degrade the relay's health: no later
 // look may come to clear it, and discovery finds the types anyway.
-func (r *Relay) wakeLook(ctx context.Context) {
+func (r *Relay) discoverWoken(ctx context.Context) {
 	gap := r.looks.takeGap()
 	types, err := r.cfg.Store.OutboxPendingTypes(ctx)
 	if ctx.Err() != nil {
@@ -270,17 +271,17 @@ func (r *Relay) wakePollers(types []string) {
 	}
 }
 
-// settleWakeNames forgets the named types that have a poller now or were
-// named wakeLookPatience or longer before at, and reports whether some
+// settleWokenTypes forgets the named types that have a poller now or were
+// named wakeDiscoveryPatience or longer before at, and reports whether some
 // remain to follow up. It takes r.mu before the names' lock, as Wake does.
-func (r *Relay) settleWakeNames(at time.Time) bool {
+func (r *Relay) settleWokenTypes(at time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	w := r.looks
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for t, named := range w.names {
-		if _, polled := r.pollers[t]; polled || at.Sub(named) >= wakeLookPatience {
+		if _, polled := r.pollers[t]; polled || at.Sub(named) >= wakeDiscoveryPatience {
 			delete(w.names, t)
 		}
 	}

@@ -2,6 +2,6 @@ package relay
 
 // The wake-up looks' pacing (wake.go), for the tests of package relay_test.
 const (
-	WakeLookSpacing  = wakeLookSpacing
-	WakeLookPatience = wakeLookPatience
+	WakeLookSpacing  = wakeDiscoverySpacing
+	WakeLookPatience = wakeDiscoveryPatience
 )
