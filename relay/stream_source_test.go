@@ -196,6 +196,13 @@ type walSource struct {
 // of every type; events configures types (nil: defaults).
 func startWALSource(t *testing.T, f *fakeStreamer, snd *scriptSender, events map[string]EventSettings) *walSource {
 	t.Helper()
+	return startWALSourceWith(t, f, snd, events, StreamConfig{})
+}
+
+// startWALSourceWith is startWALSource with the stream settings sc (its
+// zero fields take the defaults, and a short confirm interval).
+func startWALSourceWith(t *testing.T, f *fakeStreamer, snd *scriptSender, events map[string]EventSettings, sc StreamConfig) *walSource {
+	t.Helper()
 	cfg := Config{Senders: map[string]sender.Sender{"test": snd}, Events: events}.withDefaults()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	w := &walSource{life: &startstop.Lifetime{}, f: f, snd: snd}
@@ -210,7 +217,8 @@ func startWALSource(t *testing.T, f *fakeStreamer, snd *scriptSender, events map
 		newLane:      func(s *typeSettings) *lane { return newLane(ld, s) },
 		deadLettered: func() { w.deadLettered.Add(1) },
 	}
-	sc := StreamConfig{ConfirmInterval: 5 * time.Millisecond, StandbyInterval: 10 * time.Millisecond}.withDefaults()
+	sc.ConfirmInterval, sc.StandbyInterval = 5*time.Millisecond, 10*time.Millisecond
+	sc = sc.withDefaults()
 	w.src = newStreamSource(env, sc, f)
 	w.src.start()
 	t.Cleanup(func() {
@@ -490,4 +498,93 @@ func TestWALSourceStopConfirmsOnlyWhatSettled(t *testing.T) {
 		t.Errorf("stop took %v with a send stuck, want about its deadline", took)
 	}
 	// checkNothingLost (the cleanup) judges the confirm.
+}
+
+// TestWALSourceKeyFollowsItsSpill: on an ordered type, once a key's event
+// goes to the table (its send was refused), the key's later events follow
+// it there, in stream order, and none of them is sent past it; other keys
+// are sent as usual.
+func TestWALSourceKeyFollowsItsSpill(t *testing.T) {
+	t.Parallel()
+	snd := &scriptSender{send: func(_ context.Context, msgs []*sender.Message) error {
+		errs := make([]error, len(msgs))
+		for i, m := range msgs {
+			if m.Key == "k1" {
+				errs[i] = txbox.Rejected(errors.New("HTTP 409: try later"))
+			}
+		}
+		return sender.Summarize(errs)
+	}}
+	f := newFakeStreamer()
+	w := startWALSource(t, f, snd, map[string]EventSettings{"orders": {Ordering: new(OrderingKey)}})
+	head := streamEvent("orders", "k1")
+	w.feed(100, head, streamEvent("orders", "k2"))
+	f.waitConfirmed(t, 100)
+	later := []*store.StreamEvent{streamEvent("orders", "k1"), streamEvent("orders", "k2"), streamEvent("orders", "k1")}
+	w.feed(200, later...)
+	f.waitConfirmed(t, 200)
+	_, spilled, _ := f.state()
+	want := []txbox.ID{head.Row.ID, later[0].Row.ID, later[2].Row.ID}
+	var got []txbox.ID
+	for _, it := range spilled {
+		got = append(got, it.Event.Row.ID)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("spilled %v, want k1's three events in stream order %v", got, want)
+	}
+	if spilled[0].Outcome != store.OutcomeRetry || spilled[0].Attempts != 1 {
+		t.Errorf("k1's head spilled %v with %d attempts, want a retry after 1 attempt", spilled[0].Outcome, spilled[0].Attempts)
+	}
+	for _, it := range spilled[1:] {
+		if it.Outcome != store.OutcomeReleased || it.Attempts != 0 {
+			t.Errorf("k1's later event spilled %v with %d attempts, want released unsent", it.Outcome, it.Attempts)
+		}
+	}
+	acked := snd.ackedIDs()
+	if !acked[later[1].Row.ID] {
+		t.Error("k2's second event was not sent: one key's spill held back another key")
+	}
+	if sends := snd.calls.Load(); sends > 2 {
+		// The first batch, and the second without k1's events.
+		t.Errorf("%d sends, want 2: k1's later events must not be sent", sends)
+	}
+}
+
+// TestWALSourceOverflowGoesToTheTable: a lane whose destination is slower
+// than the stream fills; after a short stall its events go to the table
+// instead of holding back the stream, and the stream confirms them.
+func TestWALSourceOverflowGoesToTheTable(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	snd := &scriptSender{send: func(ctx context.Context, _ []*sender.Message) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return txbox.Transient(ctx.Err())
+		}
+	}}
+	f := newFakeStreamer()
+	w := startWALSourceWith(t, f, snd, nil, StreamConfig{LaneQueue: 4, BatchSize: 2})
+	var evs []*store.StreamEvent
+	for range 40 {
+		evs = append(evs, streamEvent("orders", ""))
+	}
+	w.feed(100, evs...)
+	testenv.WaitFor(t, 10*time.Second, "the overflow spilled", func() bool {
+		_, spilled, _ := f.state()
+		return len(spilled) >= 20 // the rest: in flight (InFlight batches of 2) or queued (4)
+	})
+	close(release)
+	f.waitConfirmed(t, 100)
+	_, spilled, _ := f.state()
+	acked := snd.ackedIDs()
+	if len(acked)+len(spilled) != len(evs) {
+		t.Errorf("%d acked and %d spilled, want %d in all, each once", len(acked), len(spilled), len(evs))
+	}
+	for _, it := range spilled {
+		if acked[it.Event.Row.ID] {
+			t.Errorf("event %s was both sent and spilled", it.Event.Row.ID)
+		}
+	}
 }
