@@ -14,10 +14,10 @@ import (
 
 // The spill writer (docs/concepts.md, "WAL mode"): the one writer of the
 // stream's events into the outbox table. One FIFO keeps a key's spills in
-// the order its lane queued them, which is stream order (relay/
-// stream_lane.go, keyState); each spill transaction's rows take that transaction's
-// xid, and the ordered claim orders a key by it, so the table delivers a
-// key's spilled events in stream order.
+// the order its lane queued them, which is stream order (keyState,
+// relay/stream_lane.go); each spill transaction's rows take that
+// transaction's xid, and the ordered claim orders a key by it, so the
+// table delivers a key's spilled events in stream order.
 //
 // Nothing may pin the slot: a group of spills the database refuses is
 // split until the event at fault stands alone, which is then
