@@ -415,6 +415,15 @@ type typeSettings struct {
 	claim         ClaimMode
 }
 
+// storeSource is what s reports of its producers' events
+// (store.SourceReporter), "" when it does not say.
+func storeSource(s store.Driver) string {
+	if sr, ok := s.(store.SourceReporter); ok {
+		return sr.Source()
+	}
+	return ""
+}
+
 // ordered reports whether the type is delivered in key order: the one
 // place that asks (the lane and each source decide from it once, when
 // they are made).
@@ -542,6 +551,9 @@ func (c *Config) validate() error {
 		return errs[0]
 	}
 	if c.Stream.Enabled {
+		if storeSource(c.Store) == store.SourceTable {
+			return &ConfigError{Component: "relay", Field: "stream", Reason: "the store is in table mode (its producers write rows, which the pollers deliver); WAL mode is the store's setting (postgres.Config.Source = SourceWAL)"}
+		}
 		st, ok := c.Store.(store.Streamer)
 		if !ok {
 			return &ConfigError{Component: "relay", Field: "stream", Reason: "needs a store that can stream (PostgreSQL in WAL mode)"}

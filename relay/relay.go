@@ -72,6 +72,11 @@ type Relay struct {
 // store must be a store.Streamer, and Stream.PauseLimit (unset: half the
 // store's sender timeout) below its sender timeout.
 func New(cfg Config) (*Relay, error) {
+	if storeSource(cfg.Store) == store.SourceWAL {
+		// WAL mode is the store's switch: its producers' events are in the
+		// log, and a relay that did not stream would never deliver them.
+		cfg.Stream.Enabled = true
+	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}

@@ -8,6 +8,10 @@ import (
 // StreamConfig configures WAL mode's stream (Config.Stream).
 type StreamConfig struct {
 	// Enabled turns the stream on. The Store must be a store.Streamer.
+	// Defaults to true when the Store reports WAL mode
+	// (store.SourceReporter: postgres.Config.Source = SourceWAL), so WAL
+	// mode is the store's one switch; true with a store that reports
+	// table mode is refused by New.
 	Enabled bool
 	// Window bounds the events the stream holds between reading and
 	// confirming, across all types: the relay's memory for a backlog of

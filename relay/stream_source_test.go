@@ -588,3 +588,38 @@ func TestWALSourceOverflowGoesToTheTable(t *testing.T) {
 		}
 	}
 }
+
+// sourceIs reports a store's source (store.SourceReporter).
+type sourceIs string
+
+func (s sourceIs) Source() string { return string(s) }
+
+// TestWALModeIsTheStoresSwitch: a relay on a store that reports WAL mode
+// streams without being told, and one told to stream a store that
+// reports table mode is refused, naming the setting to change.
+func TestWALModeIsTheStoresSwitch(t *testing.T) {
+	t.Parallel()
+	senders := map[string]sender.Sender{"test": &scriptSender{}}
+	type reportingStore struct {
+		store.Driver
+		*fakeStreamer
+		sourceIs
+	}
+	r, err := New(Config{Store: reportingStore{fakeStreamer: newFakeStreamer(), sourceIs: store.SourceWAL}, Senders: senders})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.cfg.Stream.Enabled || r.cfg.Stream.PauseLimit == 0 {
+		t.Errorf("a relay on a WAL-mode store: stream %+v, want it on with its defaults", r.cfg.Stream)
+	}
+	table := reportingStore{fakeStreamer: newFakeStreamer(), sourceIs: store.SourceTable}
+	_, err = New(Config{Store: table, Senders: senders, Stream: StreamConfig{Enabled: true}})
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.Field != "stream" || !strings.Contains(ce.Reason, "postgres.Config.Source") {
+		t.Errorf("streaming a table-mode store: %v, want a ConfigError on stream naming postgres.Config.Source", err)
+	}
+	r, err = New(Config{Store: table, Senders: senders})
+	if err != nil || r.cfg.Stream.Enabled {
+		t.Errorf("a relay on a table-mode store: %v, stream on %v; want it to poll only", err, r != nil && r.cfg.Stream.Enabled)
+	}
+}

@@ -24,6 +24,25 @@ var ErrStreamBusy = errors.New("store: the stream is held by another relay")
 // must be recreated (docs/operations.md, "WAL mode").
 var ErrStreamLost = errors.New("store: the stream was invalidated by the database")
 
+// Sources of a store's events (SourceReporter).
+const (
+	// SourceTable: producers insert rows into the outbox table, which
+	// the relay claims.
+	SourceTable = "table"
+	// SourceWAL: producers emit their events into the database's log,
+	// which only a stream reads (WAL mode, docs/concepts.md): the relay
+	// must stream them.
+	SourceWAL = "wal"
+)
+
+// SourceReporter is a Driver that says where its producers' events go,
+// SourceTable or SourceWAL. WAL mode is then one switch, the store's: a
+// relay on a store that reports SourceWAL streams, and one asked to
+// stream a store that reports SourceTable is refused.
+type SourceReporter interface {
+	Source() string
+}
+
 // Streamer is a Driver that can stream committed events.
 type Streamer interface {
 	// OpenStream starts streaming at the position the driver persisted

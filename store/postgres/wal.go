@@ -12,12 +12,12 @@ import (
 const (
 	// SourceTable: producers insert rows into the outbox table and the
 	// relay claims them. The default.
-	SourceTable = "table"
+	SourceTable = store.SourceTable
 	// SourceWAL: producers emit each event as a transactional logical
 	// decoding message, and the relay streams them from a replication
 	// slot (docs/concepts.md, "WAL mode"). Needs PostgreSQL 15+ and
 	// wal_level = logical.
-	SourceWAL = "wal"
+	SourceWAL = store.SourceWAL
 )
 
 // Defaults of WALConfig.
