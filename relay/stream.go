@@ -544,12 +544,15 @@ func (s *streamSource) lose(ss *session, cause error) {
 		if errors.Is(cause, errPaused) {
 			s.health.Pauses++
 		}
+		// The state changes with the count, under the same lock: a
+		// health snapshot between the two once showed a lost session
+		// still streaming.
+		s.setStateLocked(StreamFailing, "lost the stream: "+cause.Error())
 		ss.lostFn(cause)
 	}
 	s.mu.Unlock()
 	ss.cancel(cause)
 	if first {
-		s.setState(StreamFailing, "lost the stream: "+cause.Error())
 		s.log.Warn("lost the stream; dropping the events it holds unsent and reopening", slog.Any("error", cause))
 	}
 }

@@ -60,6 +60,11 @@ type StreamHealth struct {
 func (s *streamSource) setState(st StreamState, lastErr string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.setStateLocked(st, lastErr)
+}
+
+// setStateLocked is setState with s.mu held.
+func (s *streamSource) setStateLocked(st StreamState, lastErr string) {
 	if s.health.State != st {
 		s.health.State, s.health.Since = st, time.Now()
 	}

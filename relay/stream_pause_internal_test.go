@@ -51,3 +51,41 @@ func TestPauseTickLosesBeforeReset(t *testing.T) {
 		}
 	}
 }
+
+// TestLoseSetsTheStateWithTheCount: a health snapshot never shows a lost
+// session still streaming. lose once counted the loss and set the state
+// under two separate locks, and a probe between them read "1 loss,
+// streaming" (TestStreamLostSessionSendsNothingMore failed so in make
+// test).
+func TestLoseSetsTheStateWithTheCount(t *testing.T) {
+	for i := range 2000 {
+		s := &streamSource{
+			log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+			window: newHoldWindow(10, 1<<20),
+		}
+		s.health.State = StreamStreaming
+		sctx, cancel := context.WithCancelCause(context.Background())
+		lctx, lose := context.WithCancelCause(context.Background())
+		ss := &session{ctx: sctx, cancel: cancel, lostCtx: lctx, lostFn: lose}
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		wg.Go(func() {
+			<-start
+			s.lose(ss, errTakenOver)
+		})
+		seen := 0
+		wg.Go(func() {
+			<-start
+			for range 200 {
+				if h := s.healthSnapshot(); h.Losses > 0 && h.State == StreamStreaming {
+					seen++
+				}
+			}
+		})
+		close(start)
+		wg.Wait()
+		if seen > 0 {
+			t.Fatalf("round %d: %d snapshots showed a lost session still streaming", i, seen)
+		}
+	}
+}
