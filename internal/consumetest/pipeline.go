@@ -288,8 +288,11 @@ const (
 	childSchemaEnv = "TXBOX_CONSUMETEST_SCHEMA"
 	childReady     = "consumetest-relay-ready"
 	// ChildLease is the relay lease in child processes: a killed child's
-	// claimed rows are delivered again this long after the kill.
-	ChildLease = 2 * time.Second
+	// claimed rows are delivered again this long after the kill. It bounds
+	// how long holdUntilHandled may hold a batch (the send ends at 90% of
+	// it): 2s was shorter than a loaded machine's consumer took to handle
+	// a batch's first event, and the kill tests then waited in vain.
+	ChildLease = 4 * time.Second
 )
 
 // RelayChild is the body of a child process started by
@@ -333,6 +336,10 @@ func RelayChild(t *testing.T, newSender func(getenv func(string) string) (sender
 // again, opened for certain however slow the consumer is (a fixed delay
 // lost that race on a loaded machine: every event was handled after its
 // row was finished, and WaitDeliveredNotFinished never saw one).
+// handledDwell is how long holdUntilHandled keeps a batch after one of
+// its events was handled.
+const handledDwell = 300 * time.Millisecond
+
 type holdUntilHandled struct {
 	sender.Sender
 	pool    *pgxpool.Pool
@@ -348,7 +355,19 @@ func (h holdUntilHandled) Send(ctx context.Context, msgs []*sender.Message) erro
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		var handled bool
-		if qerr := h.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+h.effects+" WHERE event_id = ANY($1))", ids).Scan(&handled); qerr != nil || handled {
+		if qerr := h.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+h.effects+" WHERE event_id = ANY($1))", ids).Scan(&handled); qerr != nil {
+			break
+		}
+		if handled {
+			// Hold on a little longer: the window in which the event is
+			// handled and its row still in process must outlast a poll
+			// of WaitDeliveredNotFinished on a loaded machine.
+			t := time.NewTimer(handledDwell)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
 			break
 		}
 		t := time.NewTimer(10 * time.Millisecond)
