@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/txbox/txbox"
@@ -66,6 +67,10 @@ type streamSource struct {
 	reloadEvery time.Duration
 	// seq numbers the events in the order the stream read them.
 	seq uint64
+	// confirmRounds counts the confirm loop's rounds, so a test can wait
+	// for rounds to pass instead of sleeping when it shows that a confirm
+	// did not move.
+	confirmRounds atomic.Uint64
 
 	// window bounds the events between reading and confirming.
 	window *holdWindow
@@ -435,6 +440,7 @@ func (s *streamSource) confirmLoop(ss *session) {
 			s.lose(ss, err)
 			return
 		}
+		s.confirmRounds.Add(1)
 		if time.Since(lastReload) > s.reloadEvery {
 			lastReload = time.Now()
 			if err := s.reloadTableKeys(ss.ctx); err != nil && ss.ctx.Err() == nil {
