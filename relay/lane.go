@@ -121,9 +121,45 @@ func (l *lane) oldestSend() time.Time {
 	return oldest
 }
 
+// acquire takes what a source needs before it takes a batch for this
+// lane: a slot of the in-flight bound, then the circuit's ticket. It
+// returns false when ctx ends first. A ticket that is not ok (a circuit is
+// open, or its probe is out) comes back with its slot already given back:
+// the source waits t.wait (or t.changed), or sends its events elsewhere.
+// An ok ticket holds a slot, which the source hands to dispatch with a
+// batch, or gives back with release when it took none.
+func (l *lane) acquire(ctx context.Context) (ticket, bool) {
+	select {
+	case <-ctx.Done():
+		return ticket{}, false
+	case l.slots <- struct{}{}:
+	}
+	t := l.circuit.allow()
+	if !t.ok {
+		<-l.slots
+	}
+	return t, true
+}
+
+// release gives back an ok ticket and its slot unused: the source took no
+// batch on them (nothing to take, or the take failed).
+func (l *lane) release(t ticket) {
+	l.circuit.abandon(t)
+	<-l.slots
+}
+
+// batchLimit is how many events a batch taken on t may hold: the batch
+// size, or fewer when t probes a half-open circuit.
+func (l *lane) batchLimit(t ticket) int {
+	if t.probe {
+		return min(l.s.batchSize, probeBatchSize)
+	}
+	return l.s.batchSize
+}
+
 // dispatch delivers a batch on its own goroutine; the caller holds a slot
-// and the circuit's ticket t, which the goroutine gives back after the
-// finish. taken is when the batch was taken: a claimed batch's lease
+// and the circuit's ticket t (acquire), which the goroutine gives back
+// after the finish. taken is when the batch was taken: a claimed batch's lease
 // counts from it (deliver).
 func (l *lane) dispatch(b batch, t ticket, taken time.Time) {
 	l.mu.Lock()

@@ -126,30 +126,22 @@ func (p *poller) run() {
 		if delay > 0 && !p.sleep(ctx, timer, delay, &pace) {
 			return
 		}
-		// Take a slot: at most inFlight batches between claim and finish.
-		select {
-		case <-ctx.Done():
+		t, ok := p.lane.acquire(ctx)
+		if !ok {
 			return
-		case p.lane.slots <- struct{}{}:
 		}
-		t := p.lane.circuit.allow()
 		if !t.ok {
-			<-p.lane.slots
 			if !p.waitCircuit(ctx, t, timer) {
 				return
 			}
 			delay = 0
 			continue
 		}
-		limit := p.s.batchSize
-		if t.probe {
-			limit = min(limit, probeBatchSize)
-		}
+		limit := p.lane.batchLimit(t)
 		claimStart := time.Now()
 		b, took, err := p.claim(limit)
 		if err != nil {
-			<-p.lane.slots
-			p.lane.circuit.abandon(t)
+			p.lane.release(t)
 			if ctx.Err() != nil {
 				return
 			}
@@ -165,8 +157,7 @@ func (p *poller) run() {
 		p.mu.Unlock()
 		p.emitPoll(PollEvent{EventType: p.s.eventType, Claimed: n, Limit: limit, Full: n == limit, NextDelay: delay, Duration: took}, false)
 		if n == 0 {
-			<-p.lane.slots
-			p.lane.circuit.abandon(t)
+			p.lane.release(t)
 			continue
 		}
 		p.lane.dispatch(b, t, claimStart)
@@ -259,23 +250,19 @@ func (p *poller) startHelper(ctx context.Context) {
 			p.mu.Unlock()
 		}()
 		for {
-			select {
-			case <-ctx.Done():
-				return
-			case p.lane.slots <- struct{}{}:
+			t, ok := p.lane.acquire(ctx)
+			if !ok || !t.ok {
+				return // outages are the main loop's business
 			}
-			t := p.lane.circuit.allow()
-			if !t.ok || t.probe {
-				// Outages and probes are the main loop's business.
-				p.lane.circuit.abandon(t)
-				<-p.lane.slots
+			if t.probe {
+				p.lane.release(t) // and so are probes
 				return
 			}
 			claimStart := time.Now()
 			b, took, err := p.claim(p.s.batchSize)
 			n := claimed(b)
 			if err != nil || n == 0 {
-				<-p.lane.slots
+				p.lane.release(t)
 				if err != nil && ctx.Err() == nil {
 					p.emitPoll(PollEvent{EventType: p.s.eventType, Limit: p.s.batchSize, Duration: took, Err: err}, true)
 				}

@@ -233,25 +233,17 @@ func (l *streamLane) run() {
 		case <-l.notify:
 		}
 		for l.queued() > 0 {
-			select {
-			case <-ctx.Done():
+			t, ok := d.acquire(ctx)
+			if !ok {
 				return
-			case d.slots <- struct{}{}:
 			}
-			t := d.circuit.allow()
 			if !t.ok {
-				<-d.slots
 				l.tableAll(time.Now().Add(t.wait))
 				continue
 			}
-			limit := d.s.batchSize
-			if t.probe {
-				limit = min(limit, probeBatchSize)
-			}
-			items := l.take(limit)
+			items := l.take(d.batchLimit(t))
 			if len(items) == 0 {
-				d.circuit.abandon(t)
-				<-d.slots
+				d.release(t)
 				continue
 			}
 			d.dispatch(newStreamBatch(l, items), t, time.Now())
