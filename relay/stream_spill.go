@@ -83,9 +83,8 @@ const maxSpillGroup = 500
 // goroutines are done with it: it stops after the hard stop.
 func (s *streamSource) spillWriter() {
 	errs := backoff.Streak{Policy: errorBackoff}
-	var idle <-chan struct{}
 	for {
-		reqs := s.nextSpills(&idle)
+		reqs := s.nextSpills()
 		if reqs == nil {
 			return
 		}
@@ -125,25 +124,34 @@ func (s *streamSource) takeSpillsOrClose() []*spillReq {
 }
 
 // nextSpills waits for queued spills and takes them; nil once the relay
-// stops and no session holds events.
-func (s *streamSource) nextSpills(idle *<-chan struct{}) []*spillReq {
-	for {
+// stops and nothing more can be spilled.
+func (s *streamSource) nextSpills() []*spillReq {
+	for s.env.run.Err() == nil {
 		if reqs := s.takeSpills(); len(reqs) > 0 {
 			return reqs
 		}
 		select {
 		case <-s.spillWake:
-			continue
 		case <-s.env.run.Done():
 		}
-		// Stop began: keep writing while batches in flight finish.
-		if *idle == nil {
-			*idle = s.idle()
+	}
+	// Stop began: keep writing while the batches in flight finish. When no
+	// session holds events, nothing more can be spilled; when the hard
+	// deadline has passed, the batches still in flight are cut short, and
+	// what they spill late is settled unwritten (enqueueSpill). Either way
+	// the queue closes once it is empty.
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if reqs := s.takeSpills(); len(reqs) > 0 {
+			return reqs
+		}
+		if n, _ := s.window.held(); n == 0 || s.env.hard.Err() != nil {
+			return s.takeSpillsOrClose()
 		}
 		select {
 		case <-s.spillWake:
-		case <-*idle:
-			return s.takeSpillsOrClose()
+		case <-t.C:
 		}
 	}
 }
@@ -309,21 +317,4 @@ func (s *streamSource) dropLost(jobs []*spillJob) []*spillJob {
 		s.log.Warn("the stream was lost; leaving its spills unwritten", slog.Int("events", gone))
 	}
 	return keep
-}
-
-// idle is closed once no session holds events: nothing more can be
-// spilled.
-func (s *streamSource) idle() <-chan struct{} {
-	c := make(chan struct{})
-	go func() {
-		t := time.NewTicker(10 * time.Millisecond)
-		defer t.Stop()
-		for range t.C {
-			if n, _ := s.window.held(); n == 0 || s.env.hard.Err() != nil {
-				close(c)
-				return
-			}
-		}
-	}()
-	return c
 }
