@@ -27,5 +27,6 @@
 //     transactions: Tx on a transactional client is ent.ErrTxStarted.
 //
 // This is a module of its own (examples/orm/go.mod), so that txbox
-// itself gains no ORM dependency; `make test` vets and tests it.
+// itself gains no ORM dependency; `make test` generates its ent client
+// (go generate ./ent), then vets and tests it.
 package orm
