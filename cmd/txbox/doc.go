@@ -1,6 +1,7 @@
 // Command txbox runs the txbox relay and its companions.
 //
 //	txbox migrate  [--config txbox.yaml]   create or upgrade txbox's tables
+//	txbox migrate get --dialect D --out DIR   write the migrations as files for goose / golang-migrate
 //	txbox relay    [--config txbox.yaml]   deliver outbox rows until SIGTERM/SIGINT
 //	txbox publish  --type T --payload P    insert one event from the shell
 //	txbox status                           backlog, lag, attempts, last error per event type; dead-letter counts

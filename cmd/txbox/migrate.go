@@ -21,7 +21,10 @@ type streamSetup interface {
 }
 
 func runMigrate(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "migrate", "migrate [--config txbox.yaml] [--dsn DSN] [--set key=value]... [--stream-timeout 1m] [--require-failover-safe] [--drop-stream]")
+	if len(args) > 0 && args[0] == "get" {
+		return runMigrateGet(ctx, e, args[1:])
+	}
+	fs := newFlagSet(e, "migrate", "migrate [--config txbox.yaml] [--dsn DSN] [--set key=value]... [--stream-timeout 1m] [--require-failover-safe] [--drop-stream]\n   or: txbox "+migrateGetUsage)
 	var cf configFlags
 	cf.register(fs, e)
 	streamTimeout := fs.Duration("stream-timeout", time.Minute, "WAL mode: how long creating or adopting the replication slot may wait for the transactions open in the cluster, "+

@@ -98,8 +98,9 @@
 // # Migrations
 //
 // Migrate applies the embedded, versioned migrations (migrations/*.sql,
-// rendered with the configured schema and prefix; the rendering with the
-// defaults is in sql/ for goose or golang-migrate users) while holding
+// rendered with the configured schema and prefix; [Migrations] returns the
+// same SQL with each step's revert for goose or golang-migrate users, and
+// `txbox migrate get` writes it as files) while holding
 // GET_LOCK on one connection, and records each in the schema_version
 // table. MySQL DDL commits implicitly, so each statement is CREATE ... IF
 // NOT EXISTS and a migration interrupted half way is simply run again.

@@ -154,12 +154,5 @@ func SQLTx(tx any) (*sql.Tx, error) {
 	if n, ok := tx.(nativer); ok {
 		tx = n.Native()
 	}
-	switch v := tx.(type) {
-	case nil:
-		return nil, txbox.ErrNoTransaction
-	case *sql.Tx:
-		return v, nil
-	default:
-		return nil, &txbox.UnsupportedTxError{Dialect: Dialect, Type: fmt.Sprintf("%T", tx)}
-	}
+	return sqlstore.SQLTx(Dialect, tx)
 }

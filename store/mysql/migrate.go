@@ -7,16 +7,15 @@ import (
 	"embed"
 	"encoding/hex"
 	"fmt"
-	"io/fs"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 
+	"github.com/txbox/txbox/internal/migfiles"
 	"github.com/txbox/txbox/store"
 )
 
-//go:embed migrations/*.sql
+//go:embed migrations/*.sql migrations/down/*.sql
 var migrationFS embed.FS
 
 // migration is one embedded, versioned schema change.
@@ -25,31 +24,20 @@ type migration struct {
 	version     int
 	description string
 	sql         string // template with {{table}} markers
+	down        string // its revert, a template too
 }
-
-var migrationName = regexp.MustCompile(`^(\d{4})_([a-z0-9_]+)\.sql$`)
 
 // migrations returns the embedded migrations in version order.
 func migrations() ([]migration, error) {
-	entries, err := fs.ReadDir(migrationFS, "migrations")
+	ms, err := migfiles.Read(migrationFS, "mysql")
 	if err != nil {
 		return nil, err
 	}
-	var ms []migration
-	for _, e := range entries {
-		m := migrationName.FindStringSubmatch(e.Name())
-		if m == nil {
-			return nil, fmt.Errorf("mysql: bad migration file name %q", e.Name())
-		}
-		v, _ := strconv.Atoi(m[1])
-		b, err := migrationFS.ReadFile("migrations/" + e.Name())
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{file: e.Name(), version: v, description: m[2], sql: string(b)})
+	out := make([]migration, len(ms))
+	for i, m := range ms {
+		out[i] = migration{file: fmt.Sprintf("%04d_%s.sql", m.Version, m.Name), version: m.Version, description: m.Name, sql: m.Up, down: m.Down}
 	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	return ms, nil
+	return out, nil
 }
 
 // statements splits rendered SQL into statements: comment lines are dropped
@@ -188,12 +176,27 @@ func (d *Driver) SchemaVersion(ctx context.Context) (int, error) {
 	return v, nil
 }
 
-// RenderMigrations returns the SQL of every embedded migration with the
-// table names cfg configures, in version order: the plain files to hand to
-// goose, golang-migrate or atlas instead of calling Migrate. The
-// schema_version table is Migrate's own bookkeeping and is not included.
-// sql/*.sql in this package holds the rendering with the defaults.
-func RenderMigrations(cfg Config) ([]string, error) {
+// Migration is one versioned schema change, rendered for the table names
+// a Config names.
+type Migration struct {
+	// Version numbers migrations from 1 with no gaps.
+	Version int
+	// Name is the file's name without the version and extension ("init").
+	Name string
+	// SQL is the rendered DDL, several statements, each ending with a
+	// semicolon at the end of a line.
+	SQL string
+	// Down reverts SQL's schema change, for tools that migrate down
+	// (golang-migrate's NNNN_name.down.sql); Migrate never runs it.
+	Down string
+}
+
+// Migrations returns every embedded migration and its revert with the
+// table names cfg configures, in version order: the plain files to hand
+// to goose, golang-migrate or atlas instead of calling Migrate (`txbox
+// migrate get` writes them). The schema_version table is Migrate's own
+// bookkeeping and is not included.
+func Migrations(cfg Config) ([]Migration, error) {
 	tables, err := store.NewTables(cfg.Schema, cfg.TablePrefix)
 	if err != nil {
 		return nil, fmt.Errorf("mysql: %w", err)
@@ -204,9 +207,38 @@ func RenderMigrations(cfg Config) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	out := make([]Migration, len(ms))
+	for i, m := range ms {
+		out[i] = Migration{Version: m.version, Name: m.description, SQL: d.render(m.sql), Down: d.render(m.down)}
+	}
+	return out, nil
+}
+
+// WriteMigrations writes Migrations(cfg) into dir as the files of `txbox
+// migrate get` (docs/operations.md, "Migrations with your own tool").
+func WriteMigrations(dir string, cfg Config) ([]string, error) {
+	ms, err := Migrations(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return migfiles.Write(dir, ms, Migration.file)
+}
+
+// file is m as migfiles writes it.
+func (m Migration) file() migfiles.Migration {
+	return migfiles.Migration{Version: m.Version, Name: m.Name, Up: m.SQL, Down: m.Down}
+}
+
+// RenderMigrations returns the SQL of every embedded migration with the
+// table names cfg configures, in version order: the SQL of Migrations.
+func RenderMigrations(cfg Config) ([]string, error) {
+	ms, err := Migrations(cfg)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]string, len(ms))
 	for i, m := range ms {
-		out[i] = d.render(m.sql)
+		out[i] = m.SQL
 	}
 	return out, nil
 }

@@ -9,10 +9,11 @@ import (
 	"testing"
 
 	"github.com/txbox/txbox/internal/storeharness"
+	"github.com/txbox/txbox/store/mysql"
 )
 
-// TestPlainSQLUpDown applies the published files the way golang-migrate
-// does, on a fresh database: every up in order, every down in reverse
+// TestPlainSQLUpDown applies the files `txbox migrate get` writes the way
+// golang-migrate does, on a fresh database: every up in order, every down in reverse
 // order, then every up again. Each up must have its down, and each pass
 // must leave the schema it promises: the headers check and the status-led
 // ordering index after the ups, none of it after the downs.
@@ -24,7 +25,11 @@ func TestPlainSQLUpDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	ups, err := filepath.Glob(filepath.Join("migrations", "plain", "*.up.sql"))
+	dir := t.TempDir()
+	if _, err := mysql.WriteMigrations(dir, mysql.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	ups, err := filepath.Glob(filepath.Join(dir, "*.up.sql"))
 	if err != nil || len(ups) < 4 {
 		t.Fatalf("up files: %v, %v", ups, err)
 	}

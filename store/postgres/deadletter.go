@@ -203,12 +203,5 @@ func (d *Driver) execIDs(ctx context.Context, op, query string, ids []txbox.ID) 
 // DeadLetterCleanup deletes up to Limit RESOLVED dead letters resolved
 // more than OlderThan ago.
 func (d *Driver) DeadLetterCleanup(ctx context.Context, params *store.CleanupParams) (int, error) {
-	if err := checkCleanup("dead-letter cleanup", params); err != nil {
-		return 0, err
-	}
-	tag, err := d.pool.Exec(ctx, d.q.dlCleanup, params.OlderThan.Microseconds(), params.Limit)
-	if err != nil {
-		return 0, d.translate("dead-letter cleanup", err)
-	}
-	return int(tag.RowsAffected()), nil
+	return d.cleanup(ctx, "dead-letter cleanup", d.q.dlCleanup, params)
 }

@@ -1,9 +1,10 @@
 // Package postgres is txbox's PostgreSQL store, built on jackc/pgx v5.
 //
 // [New] wraps a *pgxpool.Pool the caller owns. [Driver.Migrate] applies the
-// embedded, versioned migrations (the same SQL is published as plain files
-// under sql/ for goose, golang-migrate or atlas users) under a transaction
-// advisory lock, so instances starting together are safe.
+// embedded, versioned migrations under a transaction advisory lock, so
+// instances starting together are safe. [Migrations] returns the same SQL,
+// each step with its revert, for goose, golang-migrate or atlas users
+// (`txbox migrate get` writes it as files).
 //
 // Publishing joins the caller's transaction: [Driver.OutboxInsert] accepts a
 // pgx.Tx, a *sql.Tx (pgx's stdlib driver, lib/pq, ...) or any ORM

@@ -134,14 +134,7 @@ func (d *Driver) recordErr(err error) error {
 // InboxCleanup deletes up to Limit ids recorded more than OlderThan ago, on
 // the database clock, using the processed_at index. See store.Inbox.
 func (d *Driver) InboxCleanup(ctx context.Context, params *store.CleanupParams) (int, error) {
-	if err := checkCleanup("inbox cleanup", params); err != nil {
-		return 0, err
-	}
-	tag, err := d.pool.Exec(ctx, d.q.inboxCleanup, params.OlderThan.Microseconds(), params.Limit)
-	if err != nil {
-		return 0, d.translate("inbox cleanup", err)
-	}
-	return int(tag.RowsAffected()), nil
+	return d.cleanup(ctx, "inbox cleanup", d.q.inboxCleanup, params)
 }
 
 // PgxTx returns the pgx.Tx inside the tx an inbox handler receives from a

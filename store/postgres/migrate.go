@@ -4,19 +4,16 @@ import (
 	"context"
 	"embed"
 	"fmt"
-	"io/fs"
-	"path"
 	"regexp"
-	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txbox/txbox/internal/migfiles"
 	"github.com/txbox/txbox/store"
 )
 
-//go:embed migrations/*.sql
+//go:embed migrations/*.sql migrations/down/*.sql
 var migrationFS embed.FS
 
 // Migration is one versioned schema change, rendered for a schema and
@@ -28,6 +25,9 @@ type Migration struct {
 	Name string
 	// SQL is the rendered DDL, several statements separated by semicolons.
 	SQL string
+	// Down reverts SQL's schema change, for tools that migrate down
+	// (golang-migrate's NNNN_name.down.sql); Migrate never runs it.
+	Down string
 }
 
 var placeholder = regexp.MustCompile(`\{\{(table|index):([a-z0-9_]+)\}\}`)
@@ -48,24 +48,12 @@ func Migrations(schema, prefix string) ([]Migration, error) {
 }
 
 func renderMigrations(schema, prefix string) ([]Migration, error) {
-	files, err := fs.Glob(migrationFS, "migrations/*.sql")
+	ms, err := migfiles.Read(migrationFS, "postgres")
 	if err != nil {
 		return nil, err
 	}
-	sort.Strings(files)
-	var out []Migration
-	for i, f := range files {
-		base := strings.TrimSuffix(path.Base(f), ".sql")
-		num, name, ok := strings.Cut(base, "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v != i+1 {
-			return nil, fmt.Errorf("postgres: migration file %s is not numbered %04d_name.sql", f, i+1)
-		}
-		raw, err := migrationFS.ReadFile(f)
-		if err != nil {
-			return nil, err
-		}
-		sql := placeholder.ReplaceAllStringFunc(string(raw), func(m string) string {
+	render := func(sql string) string {
+		return placeholder.ReplaceAllStringFunc(sql, func(m string) string {
 			sub := placeholder.FindStringSubmatch(m)
 			ident := pgx.Identifier{prefix + sub[2]}
 			if sub[1] == "table" && schema != "" {
@@ -73,9 +61,27 @@ func renderMigrations(schema, prefix string) ([]Migration, error) {
 			}
 			return ident.Sanitize()
 		})
-		out = append(out, Migration{Version: v, Name: name, SQL: sql})
+	}
+	out := make([]Migration, len(ms))
+	for i, m := range ms {
+		out[i] = Migration{Version: m.Version, Name: m.Name, SQL: render(m.Up), Down: render(m.Down)}
 	}
 	return out, nil
+}
+
+// WriteMigrations writes Migrations(schema, prefix) into dir as the files of `txbox
+// migrate get` (docs/operations.md, "Migrations with your own tool").
+func WriteMigrations(dir, schema, prefix string) ([]string, error) {
+	ms, err := Migrations(schema, prefix)
+	if err != nil {
+		return nil, err
+	}
+	return migfiles.Write(dir, ms, Migration.file)
+}
+
+// file is m as migfiles writes it.
+func (m Migration) file() migfiles.Migration {
+	return migfiles.Migration{Version: m.Version, Name: m.Name, Up: m.SQL, Down: m.Down}
 }
 
 // Migrate applies the embedded migrations not yet recorded in the schema

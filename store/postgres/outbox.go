@@ -651,12 +651,19 @@ func (d *Driver) OutboxStats(ctx context.Context) ([]*store.OutboxTypeStats, err
 
 // OutboxCleanup deletes up to Limit PROCESSED rows older than the TTL.
 func (d *Driver) OutboxCleanup(ctx context.Context, params *store.CleanupParams) (int, error) {
-	if err := checkCleanup("outbox cleanup", params); err != nil {
+	return d.cleanup(ctx, "outbox cleanup", d.q.cleanup, params)
+}
+
+// cleanup runs one of the cleanup deletes, which take the age in
+// microseconds and the limit, after checking params; op names it in
+// errors. The outbox, the dead letters and the inbox share it.
+func (d *Driver) cleanup(ctx context.Context, op, query string, params *store.CleanupParams) (int, error) {
+	if err := checkCleanup(op, params); err != nil {
 		return 0, err
 	}
-	tag, err := d.pool.Exec(ctx, d.q.cleanup, params.OlderThan.Microseconds(), params.Limit)
+	tag, err := d.pool.Exec(ctx, query, params.OlderThan.Microseconds(), params.Limit)
 	if err != nil {
-		return 0, d.translate("outbox cleanup", err)
+		return 0, d.translate(op, err)
 	}
 	return int(tag.RowsAffected()), nil
 }

@@ -175,24 +175,23 @@ func TestSchemaVersionAndMigrationFiles(t *testing.T) {
 	if err != nil || len(migs) < 3 || v != len(migs) {
 		t.Fatalf("schema version = %d, %v, %d migrations; want the last migration, at least 3", v, err, len(migs))
 	}
-	// The plain files for goose / golang-migrate users are the rendered
-	// default; regenerate with TXBOX_UPDATE_SQL=1.
+	// `txbox migrate get` writes the rendered default for goose /
+	// golang-migrate users: every step with its revert, no placeholder
+	// left (TestPlainMigrationsUpDown applies them).
+	dir := writeMigrations(t, "")
 	for _, m := range migs {
-		path := filepath.Join("migrations", "plain", pad(m.Version)+"_"+m.Name+".up.sql")
-		if os.Getenv("TXBOX_UPDATE_SQL") != "" {
-			if err := os.WriteFile(path, []byte(m.SQL), 0o644); err != nil {
+		for _, f := range []struct{ suffix, want string }{{".up.sql", m.SQL}, {".down.sql", m.Down}} {
+			path := filepath.Join(dir, pad(m.Version)+"_"+m.Name+f.suffix)
+			got, err := os.ReadFile(path)
+			if err != nil {
 				t.Fatal(err)
 			}
-		}
-		got, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatalf("%v (run with TXBOX_UPDATE_SQL=1 to write it)", err)
-		}
-		if string(got) != m.SQL {
-			t.Fatalf("%s is stale: run TXBOX_UPDATE_SQL=1 go test -run TestSchemaVersionAndMigrationFiles ./store/postgres", path)
-		}
-		if strings.Contains(m.SQL, "{{") {
-			t.Fatalf("unrendered placeholder in migration %d", m.Version)
+			if string(got) != f.want || strings.TrimSpace(f.want) == "" {
+				t.Fatalf("%s is not migration %d's %s", path, m.Version, f.suffix)
+			}
+			if strings.Contains(f.want, "{{") || strings.Contains(f.want, "txbox:restore") {
+				t.Fatalf("unrendered placeholder in %s", path)
+			}
 		}
 	}
 	if _, err := postgres.Migrations(`x"; DROP TABLE t;--`, ""); !errors.Is(err, txbox.ErrInvalidIdentifier) {

@@ -221,13 +221,20 @@ func (d *Driver) finishQueries(q *queries) {
 	q.lockFinish = strings.NewReplacer("o.lease_token = i.token", "o.lease_token IS NULL AND o.status = 'PENDING'",
 		"now()", "clock_timestamp()").Replace(q.finish)
 
-	q.cleanup = d.render(`
-	DELETE FROM {{outbox}} WHERE id IN (
-		SELECT id FROM {{outbox}}
-		WHERE status = 'PROCESSED' AND processed_at < now() - $1::float8 * interval '1 microsecond'
-		ORDER BY processed_at
+	q.cleanup = d.render(cleanupSQL("{{outbox}}", "PROCESSED", "processed_at"))
+}
+
+// cleanupSQL deletes the $2 oldest rows of table in status whose time
+// column is more than $1 microseconds ago, oldest first; rows another
+// cleaner holds are skipped. The outbox and the dead letters share it.
+func cleanupSQL(table, status, column string) string {
+	return `
+	DELETE FROM ` + table + ` WHERE id IN (
+		SELECT id FROM ` + table + `
+		WHERE status = '` + status + `' AND ` + column + ` < now() - $1::float8 * interval '1 microsecond'
+		ORDER BY ` + column + `
 		LIMIT $2
-		FOR UPDATE SKIP LOCKED)`)
+		FOR UPDATE SKIP LOCKED)`
 }
 
 // statsQueries: pending-types discovery and per-type stats.
@@ -311,13 +318,7 @@ func (d *Driver) deadLetterQueries(q *queries) {
 	q.dlResolve = d.render(`UPDATE {{dead_letter}} SET status = 'RESOLVED', resolved_at = now()
 		WHERE id = ANY($1::uuid[]) AND status = 'UNRESOLVED'`)
 	q.dlDelete = d.render(`DELETE FROM {{dead_letter}} WHERE id = ANY($1::uuid[])`)
-	q.dlCleanup = d.render(`
-	DELETE FROM {{dead_letter}} WHERE id IN (
-		SELECT id FROM {{dead_letter}}
-		WHERE status = 'RESOLVED' AND resolved_at < now() - $1::float8 * interval '1 microsecond'
-		ORDER BY resolved_at
-		LIMIT $2
-		FOR UPDATE SKIP LOCKED)`)
+	q.dlCleanup = d.render(cleanupSQL("{{dead_letter}}", "RESOLVED", "resolved_at"))
 }
 
 // deadLetterListQueries are the dead-letter listings, count and preview.

@@ -473,15 +473,11 @@ func (d *Driver) createSlot(ctx context.Context, timeout time.Duration) error {
 		return translate("create stream: read the server version", err)
 	}
 	failover := version >= minFailoverServerVersion && !d.wal.DisableFailover
-	rconn, err := pgconn.ConnectConfig(ctx, d.replicationConfig(map[string]string{"application_name": d.wal.ApplicationName + "-migrate"}))
+	rconn, err := d.migrateReplication(ctx)
 	if err != nil {
-		return fmt.Errorf("postgres: create stream: replication connection: %w", err)
+		return err
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = rconn.Close(cctx)
-	}()
+	defer closeReplication(rconn)
 	res, err := createSlotBounded(ctx, rconn, d.wal.Slot, failover, timeout)
 	if err != nil {
 		return err

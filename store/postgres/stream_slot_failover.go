@@ -28,15 +28,11 @@ func (d *Driver) shapeSlotFailover(ctx context.Context, want bool, timeout time.
 	if cur == want {
 		return nil
 	}
-	rconn, err := pgconn.ConnectConfig(ctx, d.replicationConfig(map[string]string{"application_name": d.wal.ApplicationName + "-migrate"}))
+	rconn, err := d.migrateReplication(ctx)
 	if err != nil {
-		return fmt.Errorf("postgres: create stream: replication connection: %w", err)
+		return err
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = rconn.Close(cctx)
-	}()
+	defer closeReplication(rconn)
 	cmd := fmt.Sprintf("ALTER_REPLICATION_SLOT %s ( FAILOVER %t )", d.wal.Slot, want)
 	done := make(chan error, 1)
 	go func() {
@@ -199,3 +195,22 @@ func (d *Driver) nudgeStandbys(ctx context.Context, res *StreamSetup) (held bool
 // call pg_log_standby_snapshot().
 const noStandbySnapshotNote = "could not call pg_log_standby_snapshot() (permission denied: superuser only unless granted): " +
 	"a standby's copy of the slot becomes usable after the server's own next running-transactions record (up to about 30s)"
+
+// migrateReplication opens the replication connection that creating or
+// altering the slot runs on, named after the relay's application name
+// with "-migrate" so that pg_stat_replication tells it from the stream.
+func (d *Driver) migrateReplication(ctx context.Context) (*pgconn.PgConn, error) {
+	rconn, err := pgconn.ConnectConfig(ctx, d.replicationConfig(map[string]string{"application_name": d.wal.ApplicationName + "-migrate"}))
+	if err != nil {
+		return nil, fmt.Errorf("postgres: create stream: replication connection: %w", err)
+	}
+	return rconn, nil
+}
+
+// closeReplication closes rconn within 5 seconds, whatever the caller's
+// context: a cancelled create still closes its connection.
+func closeReplication(rconn *pgconn.PgConn) {
+	cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = rconn.Close(cctx)
+}

@@ -111,8 +111,8 @@ func TestSchemaInstallDropsTheReplacedKeyIndex(t *testing.T) {
 // TestUpgradeToVersion7EmitsDeferred: a database at version 6 upgrades to
 // 7, whose txbox_emit no longer inserts a future not-before into the
 // table; a row version 6 wrote that way (stream_pos 0) stays the
-// poller's. The published down file puts version 6's function back as it
-// was.
+// poller's. The down file `txbox migrate get` writes puts version 6's
+// function back as it was.
 func TestUpgradeToVersion7EmitsDeferred(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
@@ -184,7 +184,7 @@ func TestUpgradeToVersion7EmitsDeferred(t *testing.T) {
 		t.Fatalf("claim of version 6's deferred row: %v", ids(rows))
 	}
 
-	down, err := os.ReadFile(filepath.Join("migrations", "plain", "0007_emit_deferred.down.sql"))
+	down, err := os.ReadFile(filepath.Join(writeMigrations(t, ""), "0007_emit_deferred.down.sql"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,8 +8,9 @@
 // foreign keys off, a busy timeout and transactions that begin with BEGIN
 // IMMEDIATE; [Driver.DB] is the pool to run business transactions on.
 // [New] wraps a pool the caller opened with modernc.org/sqlite. Call
-// [Driver.Migrate] before use; [Migrations] returns the same SQL for goose,
-// golang-migrate or atlas.
+// [Driver.Migrate] before use; [Migrations] returns the same SQL, each step
+// with its revert, for goose, golang-migrate or atlas (`txbox migrate get`
+// writes it as files).
 //
 // # One writer
 //

@@ -158,12 +158,5 @@ func SQLTx(tx any) (*sql.Tx, error) {
 	if it, ok := tx.(store.InboxTx); ok {
 		tx = it.Native()
 	}
-	switch v := tx.(type) {
-	case nil:
-		return nil, txbox.ErrNoTransaction
-	case *sql.Tx:
-		return v, nil
-	default:
-		return nil, &txbox.UnsupportedTxError{Dialect: DialectName, Type: fmt.Sprintf("%T", tx)}
-	}
+	return sqlstore.SQLTx(DialectName, tx)
 }

@@ -6,16 +6,13 @@ import (
 	"database/sql/driver"
 	"embed"
 	"fmt"
-	"io/fs"
-	"path"
-	"sort"
-	"strconv"
 	"strings"
 
+	"github.com/txbox/txbox/internal/migfiles"
 	"github.com/txbox/txbox/store"
 )
 
-//go:embed migrations/*.sql
+//go:embed migrations/*.sql migrations/down/*.sql
 var migrationFiles embed.FS
 
 // Migration is one versioned step of the schema.
@@ -27,6 +24,9 @@ type Migration struct {
 	Name string
 	// SQL is the step's text with the table prefix filled in.
 	SQL string
+	// Down reverts SQL's schema change, for tools that migrate down
+	// (golang-migrate's NNNN_name.down.sql); Migrate never runs it.
+	Down string
 }
 
 // Migrations returns the embedded migrations with the table prefix filled
@@ -40,28 +40,35 @@ func Migrations(prefix string) ([]Migration, error) {
 	if prefix == "" {
 		prefix = store.DefaultTablePrefix
 	}
-	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
+	ms, err := migfiles.Read(migrationFiles, "sqlite")
 	if err != nil {
 		return nil, err
 	}
-	sort.Strings(names)
-	out := make([]Migration, 0, len(names))
-	for _, n := range names {
-		base := path.Base(n)
-		num, _, ok := strings.Cut(base, "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v < 1 {
-			return nil, fmt.Errorf("sqlite: migration %s: file name must start with a version number", base)
-		}
-		b, err := migrationFiles.ReadFile(n)
-		if err != nil {
-			return nil, err
-		}
-		// The prefix passed ValidateIdentifier ([A-Za-z_][A-Za-z0-9_]*),
-		// and only placeholders inside double-quoted names are replaced.
-		out = append(out, Migration{Version: v, Name: base, SQL: strings.ReplaceAll(string(b), `"{prefix}`, `"`+prefix)})
+	// The prefix passed ValidateIdentifier ([A-Za-z_][A-Za-z0-9_]*), and
+	// only placeholders inside double-quoted names are replaced.
+	render := strings.NewReplacer(`"{prefix}`, `"`+prefix).Replace
+	out := make([]Migration, len(ms))
+	for i, m := range ms {
+		out[i] = Migration{Version: m.Version, Name: fmt.Sprintf("%04d_%s.sql", m.Version, m.Name), SQL: render(m.Up), Down: render(m.Down)}
 	}
 	return out, nil
+}
+
+// WriteMigrations writes Migrations(prefix) into dir as the files of `txbox
+// migrate get` (docs/operations.md, "Migrations with your own tool").
+func WriteMigrations(dir, prefix string) ([]string, error) {
+	ms, err := Migrations(prefix)
+	if err != nil {
+		return nil, err
+	}
+	return migfiles.Write(dir, ms, Migration.file)
+}
+
+// file is m as migfiles writes it: Name is the embedded file's name,
+// 0001_initial.sql, and the file names are built from the name alone.
+func (m Migration) file() migfiles.Migration {
+	name := strings.TrimSuffix(strings.TrimPrefix(m.Name, fmt.Sprintf("%04d_", m.Version)), ".sql")
+	return migfiles.Migration{Version: m.Version, Name: name, Up: m.SQL, Down: m.Down}
 }
 
 // Migrate applies the embedded migrations that are not applied yet, each

@@ -219,12 +219,19 @@ WHERE id = ? AND lease_token = ? AND status = 'IN_PROCESS'`)
 	q.finishReleas = r.Replace(`UPDATE {outbox}
 SET status = 'PENDING', due_at = {now+}, lease_until = NULL, lease_token = NULL
 WHERE id = ? AND lease_token = ? AND status = 'IN_PROCESS'`)
-	q.cleanup = r.Replace(`DELETE FROM {outbox}
+	q.cleanup = r.Replace(cleanupSQL("{outbox}", "PROCESSED", "processed_at"))
+}
+
+// cleanupSQL deletes the ? oldest rows of table in status whose time
+// column is older than {now+}, oldest first. The outbox and the dead
+// letters share it.
+func cleanupSQL(table, status, column string) string {
+	return `DELETE FROM ` + table + `
 WHERE id IN (
-    SELECT id FROM {outbox}
-    WHERE status = 'PROCESSED' AND processed_at < {now+}
-    ORDER BY processed_at
-    LIMIT ?)`)
+    SELECT id FROM ` + table + `
+    WHERE status = '` + status + `' AND ` + column + ` < {now+}
+    ORDER BY ` + column + `
+    LIMIT ?)`
 }
 
 // statsQueries: pending-types discovery and per-type stats.
@@ -295,12 +302,7 @@ FROM {dead_letter} AS x WHERE id IN `)
 	q.deadLetterResolve = r.Replace(`UPDATE {dead_letter} SET status = 'RESOLVED', resolved_at = {now}
 WHERE status = 'UNRESOLVED' AND id IN `)
 	q.deadLetterDelete = r.Replace(`DELETE FROM {dead_letter} WHERE id IN `)
-	q.deadLetterCleanup = r.Replace(`DELETE FROM {dead_letter}
-WHERE id IN (
-    SELECT id FROM {dead_letter}
-    WHERE status = 'RESOLVED' AND resolved_at < {now+}
-    ORDER BY resolved_at
-    LIMIT ?)`)
+	q.deadLetterCleanup = r.Replace(cleanupSQL("{dead_letter}", "RESOLVED", "resolved_at"))
 }
 
 // leaseQueries: the lease table, for leases and for the write-lock grab of

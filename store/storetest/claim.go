@@ -148,53 +148,36 @@ func testClaimExclusivity(t *testing.T, e *env) {
 	var (
 		mu   sync.Mutex
 		seen = map[txbox.ID]int{}
-		wg   sync.WaitGroup
-		errs = make(chan error, claimers)
 	)
-	start := make(chan struct{})
-	for range claimers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			empty := 0
-			for empty < 3 {
-				rows, err := e.d.OutboxClaim(e.ctx, &store.OutboxClaimParams{EventType: "contended", Limit: 7, LeaseDuration: longLease})
-				if err != nil {
-					errs <- err
-					return
-				}
-				if len(rows) == 0 {
-					empty++
-					continue
-				}
-				mu.Lock()
-				for _, r := range rows {
-					seen[r.ID]++
-				}
-				mu.Unlock()
-				items := make([]store.OutboxFinishItem, len(rows))
-				for i, r := range rows {
-					items[i] = item(r, store.OutcomeAcked, 0, "")
-				}
-				res, err := e.d.OutboxFinish(e.ctx, &store.OutboxFinishParams{Items: items})
-				if err != nil {
-					errs <- err
-					return
-				}
-				if res.Finished != len(rows) {
-					errs <- fmt.Errorf("finish of an exclusive batch: finished %d of %d", res.Finished, len(rows))
-					return
-				}
+	together(t, claimers, func(int) error {
+		for empty := 0; empty < 3; {
+			rows, err := e.d.OutboxClaim(e.ctx, &store.OutboxClaimParams{EventType: "contended", Limit: 7, LeaseDuration: longLease})
+			if err != nil {
+				return err
 			}
-		}()
-	}
-	close(start)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+			if len(rows) == 0 {
+				empty++
+				continue
+			}
+			mu.Lock()
+			for _, r := range rows {
+				seen[r.ID]++
+			}
+			mu.Unlock()
+			items := make([]store.OutboxFinishItem, len(rows))
+			for i, r := range rows {
+				items[i] = item(r, store.OutcomeAcked, 0, "")
+			}
+			res, err := e.d.OutboxFinish(e.ctx, &store.OutboxFinishParams{Items: items})
+			if err != nil {
+				return err
+			}
+			if res.Finished != len(rows) {
+				return fmt.Errorf("finish of an exclusive batch: finished %d of %d", res.Finished, len(rows))
+			}
+		}
+		return nil
+	})
 	for id, n := range seen {
 		if n != 1 {
 			t.Fatalf("row %s claimed %d times", id, n)

@@ -327,38 +327,20 @@ func testDeadLetterMoveConcurrent(t *testing.T, e *env) {
 	e.publish(events("poison-many", total)...)
 	e.finishAll(e.claim("poison-many", total, longLease), store.OutcomeFailed, 0, "boom")
 	var (
-		wg    sync.WaitGroup
 		mu    sync.Mutex
 		moved int
-		errs  = make(chan error, movers)
 	)
-	start := make(chan struct{})
-	for range movers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			for {
-				n, err := e.d.DeadLetterMove(e.ctx, &store.DeadLetterMoveParams{Limit: 7})
-				if err != nil {
-					errs <- err
-					return
-				}
-				if n == 0 {
-					return
-				}
-				mu.Lock()
-				moved += n
-				mu.Unlock()
+	together(t, movers, func(int) error {
+		for {
+			n, err := e.d.DeadLetterMove(e.ctx, &store.DeadLetterMoveParams{Limit: 7})
+			if err != nil || n == 0 {
+				return err
 			}
-		}()
-	}
-	close(start)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+			mu.Lock()
+			moved += n
+			mu.Unlock()
+		}
+	})
 	// A mover that saw only locked rows may stop early; what is left is
 	// still FAILED, never lost or duplicated.
 	moved += e.moveAll()

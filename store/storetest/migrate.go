@@ -2,8 +2,8 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
 	"slices"
-	"sync"
 	"testing"
 
 	"github.com/txbox/txbox"
@@ -21,24 +21,12 @@ func testMigrateConcurrent(t *testing.T, e *env) {
 		}
 		drivers[i] = d
 	}
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	start := make(chan struct{})
-	for i, d := range drivers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			errs[i] = d.Migrate(e.ctx)
-		}()
-	}
-	close(start)
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("concurrent migrate %d: %v", i, err)
+	together(t, n, func(i int) error {
+		if err := drivers[i].Migrate(e.ctx); err != nil {
+			return fmt.Errorf("concurrent migrate %d: %w", i, err)
 		}
-	}
+		return nil
+	})
 	if sv, ok := drivers[0].(store.SchemaVersioner); ok {
 		v, err := sv.SchemaVersion(e.ctx)
 		if err != nil || v == 0 || v != sv.LatestSchemaVersion() {

@@ -119,25 +119,7 @@ func orderedConcurrent(t *testing.T, e *env, run int) {
 		e: e, run: run, total: len(evs), end: time.Now().Add(deadline),
 		inFlight: map[string]bool{}, order: map[string][]txbox.ID{},
 	}
-	var wg sync.WaitGroup
-	errs := make(chan error, claimers)
-	start := make(chan struct{})
-	for range claimers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			if err := c.claimLoop(); err != nil {
-				errs <- err
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	together(t, claimers, func(int) error { return c.claimLoop() })
 	for k, got := range c.order {
 		var want []txbox.ID
 		for _, ev := range evs {

@@ -1,0 +1,3 @@
+-- Reverts 0004_instance.up.sql. Drops the relay
+-- heartbeat table.
+DROP TABLE IF EXISTS {{instance}};

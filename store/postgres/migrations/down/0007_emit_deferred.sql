@@ -1,0 +1,6 @@
+-- Reverts 0007_emit_deferred.up.sql:
+-- txbox_emit as version 6 made it, which inserts an event with a future
+-- not_before into txbox_outbox with stream_pos = 0 instead of emitting it.
+-- Only plain-SQL producers change: the Go publisher of this build emits
+-- such events whatever the schema version.
+-- txbox:restore 0006_wal CREATE OR REPLACE FUNCTION {{table:emit}}(

@@ -1,0 +1,2 @@
+-- Reverts schema version 3.
+DROP TABLE IF EXISTS "{prefix}instance";
