@@ -430,11 +430,24 @@ func TestAdoptRefused(t *testing.T) {
 			// out once under make chaos.
 			slotCtx, cancel := context.WithTimeout(context.Background(), 2*slotCreateTimeout)
 			defer cancel()
+			// The streamed case's walsender decodes every change of the
+			// database, the parallel tests' too, with a publication that
+			// must exist in the catalog as of each change: a missing one
+			// ends the walsender at the first change (and the slot, idle
+			// again, was adopted: a flake). An empty publication made
+			// before the slot publishes nothing and keeps it streaming.
+			pub := d.WAL().Slot + "_none"
+			if tc.name == "streamed" {
+				if _, err := pool.Exec(ctxT(t), `CREATE PUBLICATION `+pub); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _, _ = pool.Exec(context.Background(), `DROP PUBLICATION IF EXISTS `+pub) })
+			}
 			if _, err := pool.Exec(slotCtx, tc.make, d.WAL().Slot); err != nil {
 				t.Fatal(err)
 			}
 			if tc.name == "streamed" {
-				testenv.PostgresWalsender(t, testenv.PostgresURL, d.WAL().Slot, "(proto_version '1', publication_names 'none')")
+				testenv.PostgresWalsender(t, testenv.PostgresURL, d.WAL().Slot, "(proto_version '1', publication_names '"+pub+"')")
 			}
 			_, err := d.CreateStreamWith(slotCtx, postgres.CreateStreamParams{Timeout: slotCreateTimeout})
 			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "pg_drop_replication_slot('"+d.WAL().Slot+"')") {
