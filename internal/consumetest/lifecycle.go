@@ -95,10 +95,10 @@ func RunLifecycle(t *testing.T, newSubject Lifecycle) {
 	t.Run("StopsByItself", func(t *testing.T) { t.Parallel(); stopsByItself(t, newSubject) })
 }
 
-// stopDrains: Stop waits for the handler in flight, which finishes and
-// commits; its message is settled once.
-func stopDrains(t *testing.T, newSubject Lifecycle) {
-	env := New(t, "life-drain")
+// inFlight starts a consumer whose handler holds (Hold), publishes one
+// message, and returns once its handler runs.
+func inFlight(t *testing.T, newSubject Lifecycle, consumer string) (*Env, *Hold, Subject, txbox.ID) {
+	env := New(t, consumer)
 	hold := NewHold(env.Handler, 1)
 	s := newSubject(t, env.Inbox, hold.Handler)
 	if err := s.Consumer.Start(context.Background()); err != nil {
@@ -107,6 +107,13 @@ func stopDrains(t *testing.T, newSubject Lifecycle) {
 	id := txbox.NewID()
 	s.Publish(id)
 	<-hold.Started
+	return env, hold, s, id
+}
+
+// stopDrains: Stop waits for the handler in flight, which finishes and
+// commits; its message is settled once.
+func stopDrains(t *testing.T, newSubject Lifecycle) {
+	env, hold, s, id := inFlight(t, newSubject, "life-drain")
 	stopped := make(chan error, 1)
 	go func() { stopped <- s.Consumer.Stop(context.Background()) }()
 	select {
@@ -128,16 +135,8 @@ func stopDrains(t *testing.T, newSubject Lifecycle) {
 // context is cancelled, its transaction rolls back, and Stop returns the
 // context's error once the handler returned.
 func stopCut(t *testing.T, newSubject Lifecycle) {
-	env := New(t, "life-cut")
-	hold := NewHold(env.Handler, 1)
+	env, hold, s, id := inFlight(t, newSubject, "life-cut")
 	t.Cleanup(hold.Release)
-	s := newSubject(t, env.Inbox, hold.Handler)
-	if err := s.Consumer.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	id := txbox.NewID()
-	s.Publish(id)
-	<-hold.Started
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	if err := s.Consumer.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
