@@ -1,12 +1,26 @@
 package consume
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/internal/backoff"
+)
+
+// Sentinel errors of the broker adapters' lifecycle (Start, Stop, Run).
+var (
+	// ErrAlreadyStarted is returned by Start, or Run, on a consumer
+	// that was started before.
+	ErrAlreadyStarted = errors.New("consume: already started")
+	// ErrNotStarted is returned by Stop before Start.
+	ErrNotStarted = errors.New("consume: not started")
+	// ErrStopped is returned by Start, or Run, once the consumer has
+	// stopped (by Stop, even before Start, or by itself): a consumer
+	// runs once; make a new one to run again.
+	ErrStopped = errors.New("consume: stopped")
 )
 
 // InvalidMessageError is returned for a message that cannot be handled at
@@ -45,8 +59,8 @@ func NewMessage(id, eventType, key string, payload []byte, headers map[string]st
 }
 
 // DefaultDrainTimeout is how long an adapter lets the handlers already
-// running finish after Run's context ended, before it cancels their
-// context: well inside the 30 s a supervisor such as Kubernetes waits
+// running finish once stopping began (Stop, or Run's context ended),
+// before it cancels their context: well inside the 30 s a supervisor such as Kubernetes waits
 // between SIGTERM and SIGKILL.
 const DefaultDrainTimeout = 20 * time.Second
 

@@ -19,7 +19,11 @@
 // the effect was already committed. Every adapter takes from its broker
 // about what its handlers can start, fills inbox.Message.Delivery with the
 // broker's delivery count, redelivery flag and position, and stops
-// gracefully: when Run's context ends it takes nothing new, lets running
+// gracefully: once stopping began it takes nothing new, lets running
 // handlers finish for up to DrainTimeout (DefaultDrainTimeout), then
-// cancels them. See docs/inbox.md.
+// cancels them. The broker adapters (kafka, nats, rabbitmq) have the
+// relay's lifecycle: Start, Stop(ctx) (which may cut the handlers sooner
+// when its context ends), Started and Stopped, and Err for what stopped
+// one by itself; their Run(ctx) is Start, then Stop when ctx ends. See
+// docs/inbox.md.
 package consume

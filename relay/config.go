@@ -164,6 +164,13 @@ type Config struct {
 	// Senders are the destinations by name. At least one is required. The
 	// relay does not close them.
 	Senders map[string]sender.Sender
+	// StartWithoutStore makes Start skip its check that the database
+	// answers, for a relay started before its database is up: it then
+	// starts at once, and its claims fail, logged and reported by
+	// Health, and are retried until the database answers. Defaults to
+	// false: Start returns an error matching ErrStoreUnreachable when the
+	// database does not answer (Relay.Start).
+	StartWithoutStore bool
 	// Defaults are inherited by every event type, listed or not. Its
 	// Route is a template: "{event_type}" is replaced by the type.
 	// Defaults.Sender may be left unset only when there is exactly one

@@ -24,6 +24,11 @@ var (
 	// ErrStopped is returned by Start after Stop (even a Stop before
 	// Start): a Relay runs once.
 	ErrStopped = errors.New("relay: stopped")
+	// ErrStoreUnreachable is returned by Start when the database did not
+	// answer its check (unreachable, a wrong DSN or password, txbox's
+	// schema missing) within Start's context. The error also wraps the
+	// driver's, which errors.Is and errors.As find.
+	ErrStoreUnreachable = errors.New("relay: store unreachable")
 )
 
 // finishTimeout bounds one finish statement. Finishes run without the
@@ -94,12 +99,38 @@ func New(cfg Config) (*Relay, error) {
 	return r, nil
 }
 
-// Start starts the pollers of the configured event types, discovery, the
-// wake-up listener (when the store implements store.Waker) and the
-// background jobs, and returns at once. The relay runs until Stop; ctx
-// only carries values (it is detached from cancellation so that a
-// request-scoped context cannot stop the relay by accident).
+// Start checks the store, then starts the pollers of the configured
+// event types, discovery, the wake-up listener (when the store implements
+// store.Waker) and the background jobs, and returns. The relay runs until
+// Stop.
+//
+// Start checks what it can reach. The database must answer one read of
+// the outbox table (the pending types discovery looks for) within ctx, or within 15 s when ctx has no earlier
+// deadline: otherwise Start returns an error matching ErrStoreUnreachable
+// and the driver's error, and the relay is not started (Start may be
+// called again), so a wrong DSN fails at once instead of a relay that
+// logs failed claims for ever. Config.StartWithoutStore skips that check,
+// for a relay started before its database is up: it then retries its
+// claims until the database answers. Senders that can check their
+// connection (sender.ConnectionChecker) are checked after Start returned,
+// and one that cannot be reached is logged as a warning, not an error: a
+// broker down at start must not stop the others' deliveries.
+//
+// ctx bounds the check and carries values; the running relay is detached
+// from its cancellation, so that a request-scoped context cannot stop the
+// relay by accident.
 func (r *Relay) Start(ctx context.Context) error {
+	switch began, ending := r.life.State(); {
+	case ending:
+		return ErrStopped
+	case began:
+		return ErrAlreadyStarted
+	}
+	// Before r.mu: Health takes it, and a probe must not wait for the
+	// database's answer.
+	if err := r.checkStore(ctx); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.life.Begin(context.WithoutCancel(ctx)); err != nil {
@@ -134,6 +165,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	if w, ok := r.cfg.Store.(store.Waker); ok {
 		r.life.Go(func() { r.listen(w) })
 	}
+	r.checkSenders()
 	r.log.Info("relay started", slog.Int("configured_types", len(r.cfg.Events)))
 	return nil
 }

@@ -27,13 +27,17 @@
 // Config.Concurrency partitions are handled at once (default 1). A record
 // whose handler fails is retried with backoff, holding back the records
 // after it in its partition (and the next poll), until it succeeds or
-// Run's context ends: Kafka has no per-record nack, and committing past a
+// the consumer stops: Kafka has no per-record nack, and committing past a
 // failed record would lose it. A handler error marked txbox.Permanent
 // skips the record instead (logged as an error). After a rebalance or a
 // crash, records are redelivered from the last commit; the inbox reports
-// them as duplicates. When Run's context ends, no further record starts,
-// the running handlers finish for up to Config.DrainTimeout, and what was
-// handled is committed.
+// them as duplicates.
+//
+// The consumer has the lifecycle of the relay: Start, Stop(ctx), Started
+// and Stopped (Run(ctx) is Start, then Stop when ctx ends). When it
+// stops, no further record starts, the running handlers finish for up to
+// Config.DrainTimeout or until Stop's context ends, and what was handled
+// is committed.
 //
 // The handler sees the topic, partition and offset in
 // inbox.Message.Delivery, and as Count the consumer's in-place attempt

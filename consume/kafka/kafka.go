@@ -51,7 +51,8 @@ type Config struct {
 	// to 1.
 	Concurrency int
 	// DrainTimeout is how long the handlers already running may finish
-	// after Run's context ended; then their context is cancelled. Defaults
+	// once stopping began (Stop, or Run's context ended); then their
+	// context is cancelled. Stop's context may cut them sooner. Defaults
 	// to consume.DefaultDrainTimeout.
 	DrainTimeout time.Duration
 	// Logger receives warnings (auto-commit on, invalid records, handler
@@ -68,12 +69,18 @@ const (
 	commitAuto                    // plain auto-commit: unsafe, warned about
 )
 
-// Consumer feeds the records of a consumer group to an inbox.
+// Consumer feeds the records of a consumer group to an inbox. Run it
+// with Start and Stop (the lifecycle of the relay and the inbox cleaner),
+// or with Run(ctx), which is both. It never fails by itself (Err is
+// always nil); it stops by itself when its client is closed.
 type Consumer struct {
 	cl     *kgo.Client
 	cfg    Config
 	mode   commitMode
 	logger *slog.Logger
+
+	// life is the consumer's start, loop and stop (Start, Stop, Run).
+	life drain.Life
 
 	mu  sync.Mutex
 	avg time.Duration // moving average of one record's handling time
@@ -130,7 +137,7 @@ func New(cl *kgo.Client, cfg Config) (*Consumer, error) {
 	default:
 		logger.Warn("kafka auto-commit is on: offsets are committed whether or not the handler finished, so a crash can lose messages; use kgo.DisableAutoCommit or kgo.AutoCommitMarks")
 	}
-	return &Consumer{cl: cl, cfg: cfg, mode: mode, logger: logger}, nil
+	return &Consumer{cl: cl, cfg: cfg, mode: mode, logger: logger, life: drain.Life{Timeout: cfg.DrainTimeout}}, nil
 }
 
 func optBool(cl *kgo.Client, opt any) bool {
@@ -138,16 +145,52 @@ func optBool(cl *kgo.Client, opt any) bool {
 	return v
 }
 
-// Run polls and handles records until ctx ends or the client is closed. It
-// returns nil then. When ctx ends it stops gracefully: it starts no new
-// record, lets the running handlers finish for up to DrainTimeout (then
-// cancels their context), and commits what was handled, so a restart does
-// not redo it. Fetch errors are logged and polling goes on. With
-// kgo.BlockRebalanceOnPoll, rebalances are allowed after each poll's
-// records are handled and committed, and when Run returns.
-func (c *Consumer) Run(ctx context.Context) error {
-	hctx, stop := drain.Context(ctx, c.cfg.DrainTimeout)
-	defer stop()
+// Start starts polling and handling records in the background and
+// returns at once. The consumer runs until Stop, or until the client is
+// closed (it then stops by itself: Stopped is closed and Err is nil,
+// since closing the client is the caller's own way to stop it). ctx only
+// carries values. Fetch errors are logged and polling goes on, so there
+// is no fatal error: Err is always nil. A second Start returns
+// consume.ErrAlreadyStarted, a Start after Stop consume.ErrStopped.
+func (c *Consumer) Start(ctx context.Context) error { return c.life.Start(ctx, c.prepare) }
+
+// Stop stops gracefully: it starts no new record, lets the running
+// handlers finish for up to DrainTimeout or until ctx ends, whichever
+// comes first (then cancels their context), commits what was handled, so
+// a restart does not redo it, and returns once every goroutine of the
+// consumer ended. It returns ctx's error when ctx ended first. A second
+// Stop waits for the first; Stop before Start returns
+// consume.ErrNotStarted. The client stays the caller's to close.
+func (c *Consumer) Stop(ctx context.Context) error { return c.life.Stop(ctx) }
+
+// Started is closed once Start succeeded.
+func (c *Consumer) Started() <-chan struct{} { return c.life.Started() }
+
+// Stopped is closed once the consumer stopped: by Stop, or by itself
+// when the client was closed.
+func (c *Consumer) Stopped() <-chan struct{} { return c.life.Stopped() }
+
+// Err returns the error that stopped the consumer by itself. The Kafka
+// consumer has none (fetch errors are retried), so it is always nil; it
+// is here for the same shape as the other adapters.
+func (c *Consumer) Err() error { return c.life.Err() }
+
+// Run is Start, then Stop once ctx ends or the client is closed. It
+// returns nil then. Its Stop has no deadline of its own: the running
+// handlers finish for up to DrainTimeout (then their context is
+// cancelled), and what was handled is committed, so a restart does not
+// redo it. A consumer runs once: after Run returned, Run and Start
+// return consume.ErrStopped. With kgo.BlockRebalanceOnPoll, rebalances
+// are allowed after each poll's records are handled and committed, and
+// when the consumer stops.
+func (c *Consumer) Run(ctx context.Context) error { return c.life.Run(ctx, c.prepare) }
+
+// prepare is Start's check: there is nothing to check or subscribe
+// before the first poll (the group is joined by polling).
+func (c *Consumer) prepare() (drain.Loop, error) { return c.loop, nil }
+
+// loop polls and handles records until run ends or the client is closed.
+func (c *Consumer) loop(ctx, hctx context.Context) error {
 	// A no-op without kgo.BlockRebalanceOnPoll.
 	defer c.cl.AllowRebalance()
 	for {

@@ -15,9 +15,13 @@
 // AckWait above ceil(PullMaxMessages / Concurrency) × the longest handler
 // time (docs/inbox.md, "Flow control").
 //
-// When Run's context ends the adapter drains: it pulls nothing new, lets
-// the running handlers finish for up to Config.DrainTimeout, and waits for
-// the server to confirm their acks before Run returns.
+// The consumer has the lifecycle of the relay: Start, Stop(ctx), Started
+// and Stopped (Run(ctx) is Start, then Stop when ctx ends). When it
+// stops it drains: it pulls nothing new, lets the running handlers finish
+// for up to Config.DrainTimeout or until Stop's context ends, and waits
+// for the server to confirm their acks before Stop returns. A fatal pull
+// error (the connection closed, the consumer deleted) stops it by itself:
+// Stopped is closed, and Err and Stop return the error.
 //
 // The handler sees the delivery count and the stream and consumer
 // sequences in inbox.Message.Delivery. The event id is read from the

@@ -71,18 +71,24 @@ type Config struct {
 	// to a third of the consumer's AckWait.
 	ProgressInterval time.Duration
 	// DrainTimeout is how long the handlers already running may finish
-	// after Run's context ended; then their context is cancelled. Defaults
+	// once stopping began (Stop, or Run's context ended); then their
+	// context is cancelled. Stop's context may cut them sooner. Defaults
 	// to consume.DefaultDrainTimeout.
 	DrainTimeout time.Duration
 	// Logger receives warnings. Payloads are never logged. Defaults to slog.Default().
 	Logger *slog.Logger
 }
 
-// Consumer feeds a JetStream consumer's messages to an inbox.
+// Consumer feeds a JetStream consumer's messages to an inbox. Run it
+// with Start and Stop (the lifecycle of the relay and the inbox cleaner),
+// or with Run(ctx), which is both. A fatal pull error stops it by itself:
+// Stopped is closed and Err says why.
 type Consumer struct {
 	cons   jetstream.Consumer
 	cfg    Config
 	logger *slog.Logger
+	// life is the consumer's start, loop and stop (Start, Stop, Run).
+	life drain.Life
 }
 
 // New returns a Consumer on cons. Missing or invalid fields are a
@@ -139,24 +145,68 @@ func New(cons jetstream.Consumer, cfg Config) (*Consumer, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Consumer{cons: cons, cfg: cfg, logger: logger.With("consumer", cfg.Inbox.Consumer())}, nil
+	return &Consumer{cons: cons, cfg: cfg, logger: logger.With("consumer", cfg.Inbox.Consumer()), life: drain.Life{Timeout: cfg.DrainTimeout}}, nil
 }
 
-// Run pulls messages and handles them with Concurrency workers (one: in
-// order) until ctx ends, then stops gracefully and returns nil: it pulls
-// nothing new, hands back (nak) the messages it holds whose handler did
-// not start, lets the running handlers finish for up to DrainTimeout
-// (then cancels their context), and acknowledges what they handled,
-// confirmed by the server, before it returns. Pull errors are logged and
-// pulling goes on, except when the connection is closed or the consumer
-// deleted: Run returns that error.
-func (c *Consumer) Run(ctx context.Context) error {
-	hctx, stop := drain.Context(ctx, c.cfg.DrainTimeout)
-	defer stop()
-	if c.cfg.PullMaxMessages > 0 || c.cfg.PullMaxBytes > 0 {
-		return c.runStream(ctx, hctx)
+// Start starts pulling messages and handling them with Concurrency
+// workers (one: in order) in the background and returns at once; ctx
+// only carries values. With PullMaxMessages or PullMaxBytes it first
+// subscribes (jetstream.Consumer.Messages) and returns that error
+// without starting. Pull errors are logged and pulling goes on, except
+// when the connection is closed or the consumer deleted: the consumer
+// then stops by itself, Stopped is closed, and Err and Stop return that
+// error. A second Start returns consume.ErrAlreadyStarted, a Start after
+// Stop consume.ErrStopped.
+func (c *Consumer) Start(ctx context.Context) error { return c.life.Start(ctx, c.prepare) }
+
+// Stop stops gracefully: it pulls nothing new, hands back (nak) the
+// messages it holds whose handler did not start, lets the running
+// handlers finish for up to DrainTimeout or until ctx ends, whichever
+// comes first (then cancels their context), and acknowledges what they
+// handled, confirmed by the server, before it returns. It returns once
+// every goroutine of the consumer ended: ctx's error when ctx ended
+// first, else the error that stopped the consumer by itself (Err), else
+// nil. A second Stop waits for the first; Stop before Start returns
+// consume.ErrNotStarted.
+func (c *Consumer) Stop(ctx context.Context) error { return c.life.Stop(ctx) }
+
+// Started is closed once Start succeeded.
+func (c *Consumer) Started() <-chan struct{} { return c.life.Started() }
+
+// Stopped is closed once the consumer stopped: by Stop, or by itself on
+// a fatal pull error (Err).
+func (c *Consumer) Stopped() <-chan struct{} { return c.life.Stopped() }
+
+// Err returns the fatal pull error that stopped the consumer by itself
+// (the connection closed, the consumer deleted; with PullMaxMessages or
+// PullMaxBytes, an error matching jetstream.ErrMsgIteratorClosed for
+// both), nil while it runs and after a Stop.
+func (c *Consumer) Err() error { return c.life.Err() }
+
+// Run is Start, then Stop once ctx ends or the consumer failed. It
+// returns Start's error, nil once ctx ended, and otherwise the fatal
+// pull error. Its Stop has no deadline of its own: the running handlers
+// finish for up to DrainTimeout (then their context is cancelled), and
+// what they handled is acknowledged before Run returns. A consumer runs
+// once: after Run returned, Run and Start return consume.ErrStopped.
+func (c *Consumer) Run(ctx context.Context) error { return c.life.Run(ctx, c.prepare) }
+
+// prepare is Start's check: in stream mode, the subscription.
+func (c *Consumer) prepare() (drain.Loop, error) {
+	if c.cfg.PullMaxMessages == 0 && c.cfg.PullMaxBytes == 0 {
+		return c.runOnDemand, nil
 	}
-	return c.runOnDemand(ctx, hctx)
+	opts := []jetstream.PullMessagesOpt{jetstream.PullExpiry(c.cfg.PullExpiry)}
+	if c.cfg.PullMaxMessages > 0 {
+		opts = append(opts, jetstream.PullMaxMessages(c.cfg.PullMaxMessages))
+	} else {
+		opts = append(opts, jetstream.PullMaxBytes(c.cfg.PullMaxBytes))
+	}
+	it, err := c.cons.Messages(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("consume/nats: messages: %w", err)
+	}
+	return func(ctx, hctx context.Context) error { return c.runStream(ctx, hctx, it) }, nil
 }
 
 // runOnDemand runs Concurrency workers that each pull one message when
@@ -217,37 +267,21 @@ func (c *Consumer) pullFailed(ctx context.Context, err error, failures *int) err
 	return nil
 }
 
-// runStream feeds the workers from the client's Messages iterator, whose
-// buffer PullMaxMessages or PullMaxBytes bounds. A message is taken from
+// runStream feeds the workers from it, the client's Messages iterator,
+// whose buffer PullMaxMessages or PullMaxBytes bounds. A message is taken from
 // the buffer only when a worker is free.
-func (c *Consumer) runStream(ctx, hctx context.Context) error {
-	opts := []jetstream.PullMessagesOpt{jetstream.PullExpiry(c.cfg.PullExpiry)}
-	if c.cfg.PullMaxMessages > 0 {
-		opts = append(opts, jetstream.PullMaxMessages(c.cfg.PullMaxMessages))
-	} else {
-		opts = append(opts, jetstream.PullMaxBytes(c.cfg.PullMaxBytes))
-	}
-	it, err := c.cons.Messages(opts...)
-	if err != nil {
-		return fmt.Errorf("consume/nats: messages: %w", err)
-	}
-	returned := make(chan struct{})
-	go func() {
-		select {
-		case <-ctx.Done():
-			// Stop pulling; Next hands out what is buffered, then
-			// reports the iterator closed.
-			it.Drain()
-		case <-returned:
-			it.Stop()
-		}
-	}()
-	free := make(chan struct{}, c.cfg.Concurrency)
+func (c *Consumer) runStream(ctx, hctx context.Context, it jetstream.MessagesContext) error {
+	// When ctx ends, stop pulling; Next hands out what is buffered, then
+	// reports the iterator closed.
+	stopDrain := context.AfterFunc(ctx, it.Drain)
 	var wg sync.WaitGroup
 	defer func() {
 		wg.Wait()
-		close(returned)
+		if stopDrain() {
+			it.Stop() // ended by itself: a fatal pull error
+		}
 	}()
+	free := make(chan struct{}, c.cfg.Concurrency)
 	failures := 0
 	for {
 		// Take a worker slot first, so that a message leaves the buffer
@@ -265,10 +299,16 @@ func (c *Consumer) runStream(ctx, hctx context.Context) error {
 			if held {
 				<-free
 			}
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
-				// Closed, or failing while stopping: what is still
-				// buffered is redelivered after AckWait.
+			if ctx.Err() != nil {
+				// Closed by the stop, or failing while stopping: what is
+				// still buffered is redelivered after AckWait.
 				return nil
+			}
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				// Closed under a running consumer: the connection was
+				// closed or the consumer deleted, which the iterator
+				// does not tell apart. Pulling again cannot succeed.
+				return fmt.Errorf("consume/nats: messages: %w", err)
 			}
 			if err := c.pullFailed(ctx, err, &failures); err != nil {
 				return err
@@ -337,8 +377,8 @@ func message(m jetstream.Msg) (inbox.Message, error) {
 	return msg, nil
 }
 
-// handle runs one message through the inbox and settles it. ctx is Run's
-// context (ended: stopping), hctx the handlers' drain context. buffered
+// handle runs one message through the inbox and settles it. ctx is the
+// run context (ended: stopping), hctx the handlers' drain context. buffered
 // says the message may have waited in the client's buffer.
 func (c *Consumer) handle(ctx, hctx context.Context, m jetstream.Msg, buffered bool) {
 	msg, err := message(m)
@@ -353,7 +393,7 @@ func (c *Consumer) handle(ctx, hctx context.Context, m jetstream.Msg, buffered b
 	switch {
 	case res.Acknowledge():
 		if ctx.Err() != nil {
-			// Stopping: the process may exit as soon as Run returns, so
+			// Stopping: the process may exit as soon as Stop returns, so
 			// wait for the server to confirm the ack.
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 			c.settle(ctx, "ack", m.DoubleAck(sctx))

@@ -10,9 +10,16 @@
 // The prefetch defaults to Config.Concurrency, so the broker hands this
 // consumer only what it handles at once: nothing waits in the client while
 // other consumers of the queue idle, and a crash requeues only the
-// deliveries in the handlers. When Run's context ends the adapter cancels
-// its broker consumer, requeues what it received but did not start, and
-// lets the running handlers finish for up to Config.DrainTimeout.
+// deliveries in the handlers.
+//
+// The consumer has the lifecycle of the relay: Start, Stop(ctx), Started
+// and Stopped (Run(ctx) is Start, then Stop when ctx ends). When it stops
+// it cancels its broker consumer, requeues what it received but did not
+// start, and lets the running handlers finish for up to
+// Config.DrainTimeout or until Stop's context ends. When the broker
+// closes the deliveries (channel or connection lost, queue deleted) it
+// stops by itself: Stopped is closed, and Err and Stop return
+// ErrDeliveriesClosed.
 //
 // The handler sees the redelivered flag, the delivery tag and, on quorum
 // queues, the delivery count in inbox.Message.Delivery. The event id is

@@ -22,8 +22,7 @@ import (
 // acked without running the handler again. It runs against the RabbitMQ
 // server on 127.0.0.1:5672 and an SQLite file.
 func Example() {
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
+	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "consume-rabbitmq-example")
 	defer os.RemoveAll(dir)
 	st, err := sqlite.Open(filepath.Join(dir, "shipping.db"), sqlite.Config{})
@@ -82,18 +81,24 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
+	// Start subscribes, then consumes in the background (Run(ctx) is
+	// Start, then Stop when ctx ends).
+	if err := c.Start(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
 
-	// Both deliveries acked: stop the consumer.
+	// Both deliveries acked: stop the consumer, giving a handler still
+	// in flight up to 10 s to finish.
 	testenv.Within(30*time.Second, 20*time.Millisecond, func() bool { return c.Stats().Acked >= 2 })
-	stop()
-	fmt.Println("run:", <-done, "acked:", c.Stats().Acked)
+	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	fmt.Println("stop:", c.Stop(stopCtx), "acked:", c.Stats().Acked)
 	var n int
 	_ = st.DB().QueryRow(`SELECT count(*) FROM shipments`).Scan(&n)
 	fmt.Println("shipments:", n)
 	// Output:
 	// shipping {"order":"order-42"}
-	// run: <nil> acked: 2
+	// stop: <nil> acked: 2
 	// shipments: 1
 }

@@ -19,9 +19,11 @@ import (
 	"github.com/txbox/txbox/inbox"
 )
 
-// ErrDeliveriesClosed is returned by Run when the broker closed the
-// deliveries channel (connection or channel lost, queue deleted). Open a
-// new channel and Run again; unacked messages are redelivered.
+// ErrDeliveriesClosed is the error that stops a consumer by itself when
+// the broker closed the deliveries channel (connection or channel lost,
+// queue deleted): Run, Stop and Err return it. Open a new channel, make a
+// new Consumer on it and start that one; unacked messages are
+// redelivered.
 var ErrDeliveriesClosed = errors.New("consume/rabbitmq: deliveries channel closed")
 
 // Config configures a Consumer.
@@ -32,8 +34,8 @@ type Config struct {
 	Handler inbox.Handler
 	// Queue to consume. Required.
 	Queue string
-	// ConsumerTag names the consumer on the broker; Run cancels it by
-	// this tag when it stops. Defaults to a unique "txbox-<consumer>-…".
+	// ConsumerTag names the consumer on the broker; Stop cancels it by
+	// this tag. Defaults to a unique "txbox-<consumer>-…".
 	ConsumerTag string
 	// Prefetch is the QoS prefetch count: unacked deliveries the broker
 	// sends ahead. Deliveries beyond Concurrency wait in the client while
@@ -49,14 +51,18 @@ type Config struct {
 	// consume.DefaultMinBackoff doubling up to consume.DefaultMaxBackoff.
 	Backoff consume.Backoff
 	// DrainTimeout is how long the handlers already running may finish
-	// after Run's context ended; then their context is cancelled. Defaults
+	// once stopping began (Stop, or Run's context ended); then their
+	// context is cancelled. Stop's context may cut them sooner. Defaults
 	// to consume.DefaultDrainTimeout.
 	DrainTimeout time.Duration
 	// Logger receives warnings. Payloads are never logged. Defaults to slog.Default().
 	Logger *slog.Logger
 }
 
-// Consumer feeds one queue's deliveries to an inbox.
+// Consumer feeds one queue's deliveries to an inbox. Run it with Start
+// and Stop (the lifecycle of the relay and the inbox cleaner), or with
+// Run(ctx), which is both. It stops by itself when the broker closes its
+// deliveries: Stopped is closed and Err returns ErrDeliveriesClosed.
 type Consumer struct {
 	ch     *amqp.Channel
 	cfg    Config
@@ -66,6 +72,9 @@ type Consumer struct {
 	failures map[txbox.ID]int
 
 	acked, nacked, rejected atomic.Int64
+
+	// life is the consumer's start, loop and stop (Start, Stop, Run).
+	life drain.Life
 }
 
 // Stats counts how deliveries were settled since New.
@@ -124,26 +133,66 @@ func New(ch *amqp.Channel, cfg Config) (*Consumer, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Consumer{ch: ch, cfg: cfg, logger: logger.With("consumer", cfg.Inbox.Consumer(), "queue", cfg.Queue), failures: map[txbox.ID]int{}}, nil
+	return &Consumer{ch: ch, cfg: cfg, logger: logger.With("consumer", cfg.Inbox.Consumer(), "queue", cfg.Queue), failures: map[txbox.ID]int{},
+		life: drain.Life{Timeout: cfg.DrainTimeout}}, nil
 }
 
-// Run consumes until ctx ends or the deliveries channel closes
-// (ErrDeliveriesClosed). Deliveries are handled by Concurrency workers;
-// with one, in order. When ctx ends Run stops gracefully and returns nil:
-// it cancels the broker consumer (nothing new is delivered), requeues at
-// once the deliveries it holds whose handler did not start, lets the
-// running handlers finish for up to DrainTimeout (then cancels their
-// context), and acks what they handled.
-func (c *Consumer) Run(ctx context.Context) error {
+// Start sets the channel's QoS and subscribes to the queue, returning
+// that error without starting, then consumes in the background with
+// Concurrency workers (one: in order) and returns at once; ctx only
+// carries values. When the broker closes the deliveries channel
+// (connection or channel lost, queue deleted) the consumer stops by
+// itself: Stopped is closed, and Err and Stop return ErrDeliveriesClosed.
+// A second Start returns consume.ErrAlreadyStarted, a Start after Stop
+// consume.ErrStopped.
+func (c *Consumer) Start(ctx context.Context) error { return c.life.Start(ctx, c.prepare) }
+
+// Stop stops gracefully: it cancels the broker consumer (nothing new is
+// delivered), requeues at once the deliveries it holds whose handler did
+// not start, lets the running handlers finish for up to DrainTimeout or
+// until ctx ends, whichever comes first (then cancels their context), and
+// acks what they handled. It returns once every goroutine of the
+// consumer ended: ctx's error when ctx ended first, else the error that
+// stopped the consumer by itself (Err), else nil. A second Stop waits
+// for the first; Stop before Start returns consume.ErrNotStarted. The
+// channel stays the caller's to close.
+func (c *Consumer) Stop(ctx context.Context) error { return c.life.Stop(ctx) }
+
+// Started is closed once Start succeeded.
+func (c *Consumer) Started() <-chan struct{} { return c.life.Started() }
+
+// Stopped is closed once the consumer stopped: by Stop, or by itself
+// when the deliveries channel closed (Err).
+func (c *Consumer) Stopped() <-chan struct{} { return c.life.Stopped() }
+
+// Err returns ErrDeliveriesClosed once the broker closed the deliveries
+// channel and the consumer stopped by itself; nil while it runs and
+// after a Stop.
+func (c *Consumer) Err() error { return c.life.Err() }
+
+// Run is Start, then Stop once ctx ends or the deliveries channel closes.
+// It returns Start's error, nil once ctx ended, and ErrDeliveriesClosed
+// when the channel closed first. Its Stop has no deadline of its own: the
+// running handlers finish for up to DrainTimeout (then their context is
+// cancelled), and what they handled is acked. A consumer runs once:
+// after Run returned, Run and Start return consume.ErrStopped.
+func (c *Consumer) Run(ctx context.Context) error { return c.life.Run(ctx, c.prepare) }
+
+// prepare is Start's check: the QoS and the subscription.
+func (c *Consumer) prepare() (drain.Loop, error) {
 	if err := c.ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
-		return fmt.Errorf("consume/rabbitmq: qos: %w", err)
+		return nil, fmt.Errorf("consume/rabbitmq: qos: %w", err)
 	}
 	deliveries, err := c.ch.Consume(c.cfg.Queue, c.cfg.ConsumerTag, false, false, false, false, nil)
 	if err != nil {
-		return fmt.Errorf("consume/rabbitmq: consume: %w", err)
+		return nil, fmt.Errorf("consume/rabbitmq: consume: %w", err)
 	}
-	hctx, stop := drain.Context(ctx, c.cfg.DrainTimeout)
-	defer stop()
+	return func(ctx, hctx context.Context) error { return c.consume(ctx, hctx, deliveries) }, nil
+}
+
+// consume hands deliveries to Concurrency workers until ctx ends or the
+// broker closes deliveries.
+func (c *Consumer) consume(ctx, hctx context.Context, deliveries <-chan amqp.Delivery) error {
 	// Cancelling the consumer makes amqp091 close deliveries once the
 	// deliveries already received are read.
 	cancelled := make(chan struct{})
@@ -171,9 +220,6 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if !stopCancel() {
 		<-cancelled
 	}
-	if ctx.Err() != nil {
-		return nil
-	}
 	return ErrDeliveriesClosed
 }
 
@@ -197,8 +243,8 @@ func (c *Consumer) delivery(d amqp.Delivery) inbox.Delivery {
 	return out
 }
 
-// handle runs one delivery through the inbox and settles it. ctx is Run's
-// context (ended: stopping), hctx the handlers' drain context, cancelled
+// handle runs one delivery through the inbox and settles it. ctx is the
+// run context (ended: stopping), hctx the handlers' drain context, cancelled
 // closed once the broker confirmed the consumer's cancel.
 func (c *Consumer) handle(ctx, hctx context.Context, d amqp.Delivery, cancelled <-chan struct{}) {
 	headers := make(map[string]string, len(d.Headers))

@@ -50,8 +50,13 @@ type Lifetime struct {
 	started, stopped chan struct{}
 }
 
-// Begin starts the lifetime. Run and Hard derive from base; a service
-// that must outlive its caller's request passes context.WithoutCancel.
+// Begin starts the lifetime. Run derives from base, Hard from base's
+// values only: base's cancellation ends Run (nothing new starts, as when
+// End begins) but cuts nothing short, which only End's context does. A
+// service that must outlive its caller's request passes
+// context.WithoutCancel; a service run for the life of a context (a
+// consumer's Run(ctx)) passes that context, so that its end stops the
+// service at once, as End would.
 func (l *Lifetime) Begin(base context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -63,7 +68,7 @@ func (l *Lifetime) Begin(base context.Context) error {
 	}
 	l.began = true
 	l.run, l.stopRun = context.WithCancel(base)
-	l.hard, l.stopAll = context.WithCancel(base)
+	l.hard, l.stopAll = context.WithCancel(context.WithoutCancel(base))
 	l.idle = make(chan struct{})
 	close(l.chans().started)
 	return nil
@@ -77,7 +82,8 @@ func (l *Lifetime) chans() *Lifetime {
 	return l
 }
 
-// Run is the context that ends when End begins. Only valid after Begin.
+// Run is the context that ends when End begins, or Begin's base ends.
+// Only valid after Begin.
 func (l *Lifetime) Run() context.Context {
 	l.mu.Lock()
 	defer l.mu.Unlock()

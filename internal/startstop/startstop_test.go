@@ -161,3 +161,27 @@ func TestLifetimeConcurrentEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLifetimeBaseEndsRunOnly: the end of Begin's base ends Run at once
+// (a consumer's Run(ctx) stops taking work when ctx ends) but not Hard:
+// only End's context cuts work short.
+func TestLifetimeBaseEndsRunOnly(t *testing.T) {
+	base, cancel := context.WithCancel(context.Background())
+	var l Lifetime
+	if err := l.Begin(base); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if l.Run().Err() == nil {
+		t.Fatal("Run outlived its base")
+	}
+	if l.Hard().Err() != nil {
+		t.Fatal("Hard ended with the base; only End's context may end it")
+	}
+	if err := l.End(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if l.Hard().Err() == nil {
+		t.Fatal("Hard outlived End")
+	}
+}

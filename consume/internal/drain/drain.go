@@ -1,7 +1,7 @@
 // Package drain gives the consumer adapters one shape of graceful stop
-// (docs/inbox.md, "Stopping"): when Run's context ends, take nothing new,
+// (docs/inbox.md, "Stopping"): once stopping begins, take nothing new,
 // let the handlers already running finish for up to a deadline, then
-// cancel them.
+// cancel them. Life is the adapters' lifecycle built on it.
 package drain
 
 import (
@@ -12,16 +12,17 @@ import (
 )
 
 // ErrDeadline is the cause of a handler context cancelled because the
-// drain deadline passed after Run's context ended.
+// drain deadline passed after stopping began.
 var ErrDeadline = errors.New("consume: drain deadline passed after stop")
 
-// Context returns the context handlers run with. It carries run's values
-// (trace, logger) but not its cancellation: when run ends, handlers that
-// are running keep going, and the returned context is cancelled timeout
-// later (with cause ErrDeadline). stop releases it; call it when Run
-// returns.
-func Context(run context.Context, timeout time.Duration) (ctx context.Context, stop func()) {
-	ctx, cancel := context.WithCancelCause(context.WithoutCancel(run))
+// Context returns the context handlers run with. It is a child of hard:
+// it carries hard's values (trace, logger) and ends when hard does (a
+// stop whose own context ended). It does not end with run: when run ends
+// (stopping began), handlers that are running keep going, and the
+// returned context is cancelled timeout later (with cause ErrDeadline).
+// stop releases it; call it once the handlers returned.
+func Context(run, hard context.Context, timeout time.Duration) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(hard)
 	var mu sync.Mutex
 	var timer *time.Timer
 	released := false

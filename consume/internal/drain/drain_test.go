@@ -14,7 +14,7 @@ type key struct{}
 func TestContextOutlivesRunUntilTheDeadline(t *testing.T) {
 	t.Parallel()
 	run, cancelRun := context.WithCancel(context.WithValue(context.Background(), key{}, "v"))
-	ctx, stop := drain.Context(run, 50*time.Millisecond)
+	ctx, stop := drain.Context(run, context.WithoutCancel(run), 50*time.Millisecond)
 	defer stop()
 	if ctx.Value(key{}) != "v" {
 		t.Error("run's values are lost")
@@ -37,7 +37,7 @@ func TestStopReleases(t *testing.T) {
 	t.Parallel()
 	run, cancelRun := context.WithCancel(context.Background())
 	defer cancelRun()
-	ctx, stop := drain.Context(run, time.Hour)
+	ctx, stop := drain.Context(run, context.WithoutCancel(run), time.Hour)
 	stop()
 	if ctx.Err() == nil {
 		t.Error("stop did not cancel the handler context")
@@ -46,4 +46,24 @@ func TestStopReleases(t *testing.T) {
 		t.Error("stop before run ended reports the deadline")
 	}
 	cancelRun() // no timer may start after stop
+}
+
+func TestHardEndsTheHandlers(t *testing.T) {
+	t.Parallel()
+	run, cancelRun := context.WithCancel(context.Background())
+	defer cancelRun()
+	hard, cancelHard := context.WithCancel(context.Background())
+	ctx, stop := drain.Context(run, hard, time.Hour)
+	defer stop()
+	cancelRun()
+	if ctx.Err() != nil {
+		t.Fatal("the handler context ended with run")
+	}
+	cancelHard()
+	if ctx.Err() == nil {
+		t.Fatal("the handler context outlived hard")
+	}
+	if errors.Is(context.Cause(ctx), drain.ErrDeadline) {
+		t.Error("a hard stop reports the drain deadline")
+	}
 }
