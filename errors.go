@@ -37,10 +37,10 @@ type ConfigError struct {
 	// Component is the package reporting it: "relay", "outbox", "inbox",
 	// "consume/kafka" and so on.
 	Component string
-	// Field names the setting: a key path in the YAML spelling of
-	// docs/configuration.md for the relay's settings
-	// ("events.orders.polling.max-delay"), a Go field name elsewhere
-	// ("PullExpiry").
+	// Field names the setting: the Go path of the field in the
+	// component's configuration, field names joined by dots and a map's
+	// key quoted in brackets (`Events["orders"].Polling.MaxDelay` for
+	// the relay, "PullExpiry" for a consumer).
 	Field string
 	// Reason says what is wrong, as a predicate of Field ("must be ≥ 1").
 	Reason string

@@ -58,9 +58,9 @@ const (
 
 // Config is a loaded txbox configuration: the YAML file with environment
 // and flag overrides applied. The relay's settings are relay's own types,
-// decoded through their yaml tags. Each field is the key its yaml tag
-// names; docs/configuration.md gives every key's default and meaning, in
-// tables generated from this code (config/internal/keydoc), so the
+// whose keys this package maps (keys.go); each field of this package's
+// types is the key its yaml tag names. docs/configuration.md gives every
+// key's default and meaning, in tables generated from this code (config/internal/keydoc), so the
 // defaults are written in one place: the Default* constants that Default
 // and the sender packages apply. After Load every pointer field of
 // Defaults is set; fields of Events entries stay nil where the type

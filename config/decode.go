@@ -12,7 +12,6 @@ import (
 
 	natsgo "github.com/nats-io/nats.go"
 
-	"github.com/txbox/txbox/internal/keypath"
 	"github.com/txbox/txbox/sender/kafka"
 	"github.com/txbox/txbox/sender/nats"
 	"github.com/txbox/txbox/sender/rabbitmq"
@@ -81,9 +80,19 @@ func (d *decoder) seen(path string, key *yaml.Node) {
 	}
 }
 
-// join appends key to path: keypath.Join, the spelling the relay's
-// validator uses too.
-func join(path, key string) string { return keypath.Join(path, key) }
+// join appends key to path with a dot. A key that itself contains a dot
+// or a bracket (an event type such as "order.created") is bracketed and
+// quoted, so the path stays unambiguous: events["order.created"].batch-size
+// (docs/configuration.md, "Strictness").
+func join(path, key string) string {
+	if strings.ContainsAny(key, ".[]") {
+		return path + "[" + strconv.Quote(key) + "]"
+	}
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
 
 func resolve(n *yaml.Node) *yaml.Node {
 	for i := 0; n != nil && n.Kind == yaml.AliasNode && i < 100; i++ {
@@ -108,8 +117,7 @@ func kindName(n *yaml.Node) string {
 	return "an unexpected node"
 }
 
-// fieldByKey returns the index path of the struct field whose yaml tag is
-// key.
+// fieldByKey returns the index path of the struct field whose key is key.
 func fieldByKey(t reflect.Type, key string) ([]int, bool) {
 	for _, f := range keyFields(t) {
 		if f.name == key {
@@ -119,37 +127,30 @@ func fieldByKey(t reflect.Type, key string) ([]int, bool) {
 	return nil, false
 }
 
-func yamlName(f reflect.StructField) string {
-	tag := f.Tag.Get("yaml")
-	if tag == "" || tag == "-" {
-		return ""
-	}
-	name, _, _ := strings.Cut(tag, ",")
-	return name
-}
-
-// keyField is a struct field that holds a key: its name and its index
-// path, which goes through the structs embedded inline (SenderFormat).
+// keyField is a struct field that holds a key: the key, the field's Go
+// name and its index path, which goes through the structs embedded inline
+// (SenderFormat).
 type keyField struct {
-	name  string
-	index []int
+	name   string
+	goName string
+	index  []int
 }
 
-// keyFields lists the keys of struct type t in field order, those of an
-// inline embedded struct in its place. Every walk over the keys of a
-// struct (decoding, listing, explaining) goes through it.
+// keyFields lists the keys of struct type t in field order (keyOf), those
+// of an inline embedded struct in its place. Every walk over the keys of
+// a struct (decoding, listing, explaining) goes through it.
 func keyFields(t reflect.Type) []keyField {
 	var out []keyField
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
 		if _, opts, _ := strings.Cut(f.Tag.Get("yaml"), ","); f.Anonymous && opts == "inline" {
 			for _, sub := range keyFields(f.Type) {
-				out = append(out, keyField{sub.name, append([]int{i}, sub.index...)})
+				out = append(out, keyField{sub.name, sub.goName, append([]int{i}, sub.index...)})
 			}
 			continue
 		}
-		if name := yamlName(f); name != "" {
-			out = append(out, keyField{name, []int{i}})
+		if name := keyOf(t, f); name != "" {
+			out = append(out, keyField{name, f.Name, []int{i}})
 		}
 	}
 	return out

@@ -226,7 +226,7 @@ func (c *Config) validate(d *decoder) {
 	}
 	c.validateClaim(d)
 	for _, e := range rc.Validate(fileBounds) {
-		d.fail(e.Field, nil, "%s", e.Reason)
+		d.fail(keyPath(e.Field), nil, "%s", e.Reason)
 	}
 	if c.Relay.ShutdownTimeout < 10*time.Millisecond {
 		d.fail("relay.shutdown-timeout", nil, "must be ≥ 10ms")

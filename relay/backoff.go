@@ -19,19 +19,19 @@ const (
 )
 
 // BackoffSettings configure the delay before retry n:
-// Delay × Multiplier^(n-1), capped by Max, then spread by ±Jitter; the yaml
-// tags name the keys of docs/configuration.md. A nil field is unset and
-// inherits (EventSettings.Inherit); a set zero (Jitter 0) wins.
+// Delay × Multiplier^(n-1), capped by Max, then spread by ±Jitter. A nil
+// field is unset and inherits (EventSettings.Inherit); a set zero (Jitter
+// 0) wins.
 type BackoffSettings struct {
 	// Delay before the first retry. Defaults to 10s.
-	Delay *time.Duration `yaml:"delay"`
+	Delay *time.Duration
 	// Multiplier per further retry; at least 1. Defaults to 3.0.
-	Multiplier *float64 `yaml:"multiplier"`
+	Multiplier *float64
 	// Max caps one delay; at least Delay. Defaults to 1h.
-	Max *time.Duration `yaml:"max"`
+	Max *time.Duration
 	// Jitter is the random spread as a fraction in [0, 1]: 0.2 means
 	// ±20%. Defaults to 0 (none).
-	Jitter *float64 `yaml:"jitter"`
+	Jitter *float64
 }
 
 // resolvedBackoff is BackoffSettings with every field set, as a poller

@@ -23,18 +23,17 @@ const (
 
 // CircuitConfig configures the circuit breakers: one per destination
 // and one per sender's connection (docs/concepts.md, "Outages versus
-// poison"). The yaml tags name the keys under relay.circuit in
-// docs/configuration.md. Zero fields take the defaults.
+// poison"). Zero fields take the defaults.
 type CircuitConfig struct {
 	// CoolDown is the first wait after the circuit opens before a probe
 	// batch is let through. Defaults to 1s.
-	CoolDown time.Duration `yaml:"cool-down"`
+	CoolDown time.Duration
 	// MaxCoolDown caps the cool-down. Defaults to 1m, or CoolDown when
 	// that is longer.
-	MaxCoolDown time.Duration `yaml:"max-cool-down"`
+	MaxCoolDown time.Duration
 	// Multiplier grows the cool-down after each failed probe; at least 1.
 	// Defaults to 2.
-	Multiplier float64 `yaml:"multiplier"`
+	Multiplier float64
 }
 
 // Circuits (docs/concepts.md, "Outages versus poison"): every destination

@@ -10,7 +10,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/internal/keypath"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store"
 )
@@ -152,16 +151,20 @@ const (
 var ErrInvalidConfig = txbox.ErrInvalidConfig
 
 // ConfigError is txbox.ConfigError with Component "relay": a configuration
-// problem at one key path, spelled as in the YAML file of
-// docs/configuration.md, for example
-// "relay: events.orders.polling.max-delay must be ≥ min-delay (1s < 5s)".
+// problem at one field of Config. Its Field is the Go path of that field
+// from Config: field names joined by dots, a map's key quoted in brackets,
+// such as Cleanup.Interval, Circuit.CoolDown, Defaults.Polling.MinDelay
+// or Events["order-created"].BatchSize; the error reads
+// `relay: Events["orders"].Polling.MaxDelay must be ≥ min-delay (1s < 5s)`.
+// The txbox command's loader (config) translates these paths into the
+// YAML key paths of docs/configuration.md.
 type ConfigError = txbox.ConfigError
 
 // Config configures a Relay. Only Store and Senders are required.
 type Config struct {
 	// Store is the database. Required.
 	Store store.Driver
-	// Senders are the destinations by name. At least one is required. The
+	// Senders are the destinations by name. Required: at least one. The
 	// relay does not close them.
 	Senders map[string]sender.Sender
 	// StartWithoutStore makes Start skip its check that the database
@@ -174,22 +177,22 @@ type Config struct {
 	// Defaults are inherited by every event type, listed or not. Its
 	// Route is a template: "{event_type}" is replaced by the type.
 	// Defaults.Sender may be left unset only when there is exactly one
-	// sender. Unset fields take DefaultEventSettings.
+	// sender. Defaults to DefaultEventSettings, field by field.
 	Defaults EventSettings
 	// Events overrides settings per event type (see
 	// EventSettings.Inherit). Types not listed here are discovered and run
-	// with Defaults.
+	// with Defaults. Defaults to none: every type runs with Defaults.
 	Events map[string]EventSettings
 	// DiscoverInterval is the shortest time between two looks for event
 	// types with pending rows that have no poller yet (the first look is
 	// at Start); it doubles up to DiscoverMaxInterval while a look finds
 	// nothing new. Defaults to 10s. Negative disables discovery. A wake-up
 	// naming a type without a poller does not wait for it, whatever its
-	// value (Relay.Wake). The YAML key of this and the next five fields is
-	// under relay: relay.discover-interval.
+	// value (Relay.Wake).
 	DiscoverInterval time.Duration
-	// DiscoverMaxInterval caps the discovery interval. Zero defaults to
-	// 5m, or DiscoverInterval when that is longer.
+	// DiscoverMaxInterval caps the discovery interval. Defaults to 5m
+	// (DefaultDiscoverMaxInterval), or DiscoverInterval when that is
+	// longer.
 	DiscoverMaxInterval time.Duration
 	// RecoverInterval is the shortest time between two sweeps that put
 	// rows whose lease expired back to PENDING: the interval while this
@@ -198,8 +201,8 @@ type Config struct {
 	// (docs/concepts.md, "Background jobs"). Defaults to 5s.
 	RecoverInterval time.Duration
 	// RecoverMaxInterval caps the recovery interval, and so bounds how
-	// long after its expiry a lease is recovered. Zero defaults to 2m, or
-	// RecoverInterval when that is longer.
+	// long after its expiry a lease is recovered. Defaults to 2m
+	// (DefaultRecoverMaxInterval), or RecoverInterval when that is longer.
 	RecoverMaxInterval time.Duration
 	// DeadLetterInterval is the shortest time between two sweeps that move
 	// FAILED rows to the dead-letter table. A batch that failed rows
@@ -211,20 +214,22 @@ type Config struct {
 	// in the heartbeat table (store.Instances), which the admin API lists
 	// (docs/operations.md, "Relay instances"); a heartbeat counts for
 	// three intervals. Defaults to [DefaultHeartbeatInterval]. Negative
-	// disables it. YAML key relay.heartbeat-interval.
+	// disables it.
 	HeartbeatInterval time.Duration
 	// DeadLetterMaxInterval caps the dead-letter sweep's interval.
-	// Zero defaults to 10m, or DeadLetterInterval when that is longer.
+	// Defaults to 10m (DefaultDeadLetterMaxInterval), or
+	// DeadLetterInterval when that is longer.
 	DeadLetterMaxInterval time.Duration
 	// MaintenanceBatchSize bounds the rows one recover or dead-letter move
-	// statement touches. Defaults to 1000. It has no YAML key; errors name
-	// it relay.maintenance-batch-size.
+	// statement touches. Defaults to 1000.
 	MaintenanceBatchSize int
 	// Cleanup configures deletion of processed rows and resolved dead
-	// letters.
+	// letters. Defaults to the defaults of each of its fields: on, every
+	// minute to every 30 minutes.
 	Cleanup CleanupConfig
 	// Circuit configures the circuit breakers (one per destination, and
-	// one per sender's connection).
+	// one per sender's connection). Defaults to the defaults of each of
+	// its fields: a 1s cool-down, doubling up to 1m.
 	Circuit CircuitConfig
 	// InstanceID names this relay in leases and logs. Defaults to
 	// hostname-pid-random.
@@ -233,23 +238,24 @@ type Config struct {
 	// Defaults to slog.Default().
 	Logger *slog.Logger
 	// Hooks observe the relay (metrics). They are called synchronously
-	// from the relay's goroutines and must return quickly.
+	// from the relay's goroutines and must return quickly. Defaults to
+	// none.
 	Hooks []Hook
 	// TracerProvider, when set, traces deliveries with OpenTelemetry
 	// (relay/trace.go): a span per batch linked to the producers' spans,
 	// and a span per message that continues its producer's trace and
 	// whose context replaces the message's traceparent, so the consumer
-	// continues the same trace. Nil (the default) traces nothing and
+	// continues the same trace. Defaults to nil, which traces nothing and
 	// leaves the producer's traceparent as it is.
 	TracerProvider trace.TracerProvider
 	// LockBudget bounds the lock-claimed batches (ClaimLock) of all types
 	// that hold a database connection at once; further lock claims wait
-	// for one to finish (docs/operations.md, "Connection pool"). Zero
-	// derives it from the store's pool: its size minus LockReserve, so
-	// that heartbeats, background jobs, health checks and lease-mode
-	// claims always find a connection; no bound when the store reports
-	// no pool size. Negative: no bound. It has no YAML key: the txbox
-	// command derives it from database.max-conns.
+	// for one to finish (docs/operations.md, "Connection pool"). Defaults
+	// to (zero is) a budget derived from the store's pool: its size minus
+	// LockReserve, so that heartbeats, background jobs, health checks and
+	// lease-mode claims always find a connection; no bound when the store
+	// reports no pool size. Negative: no bound. The txbox command derives
+	// it from database.max-conns.
 	LockBudget int
 
 	// Stream turns on WAL mode's stream (docs/concepts.md, "WAL mode"):
@@ -258,21 +264,22 @@ type Config struct {
 	// timeout (store.Streamer.StreamSenderTimeout, when the store knows
 	// it); unset, it defaults to half of that timeout (5s with
 	// PostgreSQL's default 10s), else to DefaultStreamPauseLimit
-	// (StreamConfig.WithDefaults).
+	// (StreamConfig.WithDefaults). Defaults to the defaults of each of
+	// its fields: on when the store reports WAL mode, off otherwise.
 	Stream StreamConfig
 }
 
 // EventSettings are the settings of one event type, and the model the
 // txbox command decodes from the defaults and events keys of its YAML file
-// (docs/configuration.md; the yaml tags name the keys). A nil field is
-// unset and inherits (see Inherit): an event type's settings inherit
+// (docs/configuration.md; the config package maps the fields to the keys).
+// A nil field is unset and inherits (see Inherit): an event type's settings inherit
 // Config.Defaults, which inherit DefaultEventSettings. A field that is set
 // wins even when it holds a zero value, so backoff.jitter: 0 turns off the
 // jitter Defaults turned on.
 type EventSettings struct {
 	// Sender names the entry of Config.Senders to use. Defaults to the
 	// only sender when there is exactly one.
-	Sender *string `yaml:"sender"`
+	Sender *string
 	// Route is where messages go. In Config.Defaults it is a template in
 	// which "{event_type}" is replaced by the type. An event type's Route
 	// replaces the inherited one as a whole; the YAML loader merges a
@@ -280,42 +287,42 @@ type EventSettings struct {
 	// (config.Config.Effective). Defaults to Defaults.Route expanded for
 	// the type; an empty route is passed to the sender as is (a sender may
 	// derive its own default).
-	Route *sender.Route `yaml:"route"`
+	Route *sender.Route
 	// BatchSize is how many rows one claim takes. Defaults to 200.
-	BatchSize *int `yaml:"batch-size"`
+	BatchSize *int
 	// Polling says how often to poll; its fields inherit one by one.
 	// Defaults to adaptive, 250ms, ×1.5, capped at 1m.
-	Polling *PollingSettings `yaml:"polling"`
+	Polling *PollingSettings
 	// MaxAttempts is the number of tries (the first one included) before a
 	// rejected message fails. Defaults to 4.
-	MaxAttempts *int `yaml:"max-attempts"`
+	MaxAttempts *int
 	// Backoff is the delay before each retry; its fields inherit one by
 	// one. Defaults to 10s ×3.0 (10s, 30s, 90s), capped at 1h, no jitter.
-	Backoff *BackoffSettings `yaml:"backoff"`
+	Backoff *BackoffSettings
 	// Ordering enables per-key ordered delivery. Defaults to none.
-	Ordering *Ordering `yaml:"ordering"`
+	Ordering *Ordering
 	// OrderingFence, with Ordering key, says whether claims wait for the
 	// visibility fence (OrderingFence); off only for producers that never
 	// overlap on a key. Defaults to on.
-	OrderingFence *OrderingFence `yaml:"ordering-fence"`
+	OrderingFence *OrderingFence
 	// Retention is how long processed rows are kept; 0 deletes a row as
 	// soon as it is acknowledged. Per type it only chooses between
 	// deleting on ack and keeping the row; the cleanup job deletes kept
 	// rows after Config.Cleanup.OutboxTTL (by default the longest
 	// retention configured). Defaults to 0 (DefaultRetention).
-	Retention *time.Duration `yaml:"retention"`
+	Retention *time.Duration
 	// LeaseDuration is the max-batch-processing-time: how long a claimed
-	// batch is exclusive before another relay may recover it. Its YAML
-	// key is lease. Defaults to 5m.
-	LeaseDuration *time.Duration `yaml:"lease"`
+	// batch is exclusive before another relay may recover it. Defaults to
+	// 5m.
+	LeaseDuration *time.Duration
 	// InFlight bounds the batches of this type between claim and finish
 	// at once. Defaults to 4.
-	InFlight *int `yaml:"in-flight"`
+	InFlight *int
 	// Claim chooses the claim mode: lease or lock (ClaimMode). With lock,
 	// LeaseDuration bounds the claim's transaction instead of a lease.
 	// Defaults to lock for senders that acknowledge quickly (brokers) on
 	// stores with a lock claim, else lease (DefaultClaim).
-	Claim *ClaimMode `yaml:"claim"`
+	Claim *ClaimMode
 }
 
 // DefaultEventSettings returns the settings every event type inherits
@@ -373,31 +380,30 @@ func pick[T any](own, parent *T) *T {
 }
 
 // CleanupConfig configures the cleanup job, which runs on one relay
-// instance at a time under a database lease. Its yaml tags name the keys
-// of the cleanup section of docs/configuration.md.
+// instance at a time under a database lease.
 type CleanupConfig struct {
-	// Disabled turns the cleanup job off on this instance.
-	Disabled bool `yaml:"disabled"`
+	// Disabled turns the cleanup job off on this instance. Defaults to
+	// false: the job runs.
+	Disabled bool
 	// Interval is the shortest time between cleanup rounds; it doubles up
 	// to MaxInterval while a round finds nothing to delete. Defaults to 1m.
-	Interval time.Duration `yaml:"interval"`
+	Interval time.Duration
 	// MaxInterval caps the interval. Defaults to
 	// [DefaultCleanupMaxInterval], or Interval when that is longer.
-	MaxInterval time.Duration `yaml:"max-interval"`
-	// OutboxTTL is how long PROCESSED rows are kept. The cleanup is not
-	// per type, so nil defaults to the longest retention of Defaults and
-	// every entry of Events (each unset one counting as
-	// [DefaultRetention]): no type
-	// loses its processed rows before its own retention.
-	OutboxTTL *time.Duration `yaml:"outbox-ttl"`
-	// DeadLetterTTL is how long RESOLVED dead letters are kept. Nil
-	// defaults to 7 days.
-	DeadLetterTTL *time.Duration `yaml:"dead-letter-ttl"`
+	MaxInterval time.Duration
+	// OutboxTTL is how long PROCESSED rows are kept. Defaults to the
+	// longest retention of Defaults and every entry of Events (each unset
+	// one counting as [DefaultRetention]): the cleanup is not per type,
+	// and no type loses its processed rows before its own retention.
+	OutboxTTL *time.Duration
+	// DeadLetterTTL is how long RESOLVED dead letters are kept. Defaults
+	// to 7 days (DefaultDeadLetterTTL).
+	DeadLetterTTL *time.Duration
 	// BatchSize bounds one delete statement. Defaults to 1000.
-	BatchSize int `yaml:"batch-size"`
+	BatchSize int
 	// LeaseTTL is how long one instance holds the cleanup lease. Defaults
-	// to 1m. It has no YAML key.
-	LeaseTTL time.Duration `yaml:"-"`
+	// to 1m (DefaultCleanupLeaseTTL).
+	LeaseTTL time.Duration
 }
 
 // settings are the resolved settings of one event type: every field set.
@@ -469,13 +475,13 @@ func (c StreamConfig) WithDefaults(senderTimeout time.Duration) StreamConfig {
 // WithDefaults returns c with every unset relay-wide setting set to the
 // value the relay uses (the Default* constants, and the caps derived from
 // their intervals), so a loader can show the effective values. keepZeros
-// leaves the zero settings that have a YAML key alone, as a loader that
-// filled its defaults in means them (Bounds.ZeroIsSet).
+// leaves alone the zero fields that Bounds.ZeroIsSet names, as a loader
+// that filled its defaults in means them.
 func (c Config) WithDefaults(keepZeros bool) Config { return c.withSettingDefaults(keepZeros) }
 
 // withSettingDefaults sets the unset relay-wide settings that Validate
-// checks; it has no side effects. keepZeros leaves the zero settings that
-// have a YAML key alone (Bounds.ZeroIsSet).
+// checks; it has no side effects. keepZeros leaves alone the zero fields
+// that Bounds.ZeroIsSet names.
 func (c Config) withSettingDefaults(keepZeros bool) Config {
 	cl, ci := &c.Cleanup, &c.Circuit
 	if !keepZeros {
@@ -544,14 +550,14 @@ func defaultInstanceID() string {
 // *ConfigError naming the key path.
 func (c *Config) validate() error {
 	if c.Store == nil {
-		return &ConfigError{Component: "relay", Field: "store", Reason: "is required"}
+		return &ConfigError{Component: "relay", Field: "Store", Reason: "is required"}
 	}
 	if len(c.Senders) == 0 {
-		return &ConfigError{Component: "relay", Field: "senders", Reason: "must name at least one sender"}
+		return &ConfigError{Component: "relay", Field: "Senders", Reason: "must name at least one sender"}
 	}
 	for _, name := range sortedKeys(c.Senders) {
 		if c.Senders[name] == nil {
-			return &ConfigError{Component: "relay", Field: keypath.Join("senders", name), Reason: "is nil"}
+			return &ConfigError{Component: "relay", Field: index("Senders", name), Reason: "is nil"}
 		}
 	}
 	if errs := c.Validate(Bounds{}); len(errs) > 0 {
@@ -559,11 +565,11 @@ func (c *Config) validate() error {
 	}
 	if c.Stream.Enabled {
 		if storeSource(c.Store) == store.SourceTable {
-			return &ConfigError{Component: "relay", Field: "stream", Reason: "the store is in table mode (its producers write rows, which the pollers deliver); WAL mode is the store's setting (postgres.Config.Source = SourceWAL)"}
+			return &ConfigError{Component: "relay", Field: "Stream", Reason: "the store is in table mode (its producers write rows, which the pollers deliver); WAL mode is the store's setting (postgres.Config.Source = SourceWAL)"}
 		}
 		st, ok := c.Store.(store.Streamer)
 		if !ok {
-			return &ConfigError{Component: "relay", Field: "stream", Reason: "needs a store that can stream (PostgreSQL in WAL mode)"}
+			return &ConfigError{Component: "relay", Field: "Stream", Reason: "needs a store that can stream (PostgreSQL in WAL mode)"}
 		}
 		if err := c.Stream.validate(); err != nil {
 			return err
@@ -572,11 +578,11 @@ func (c *Config) validate() error {
 			return err
 		}
 	}
-	if _, err := c.resolve("", "defaults", c.Defaults, EventSettings{}); err != nil {
+	if _, err := c.resolve("", "Defaults", c.Defaults, EventSettings{}); err != nil {
 		return err
 	}
 	for _, t := range sortedKeys(c.Events) {
-		if _, err := c.resolve(t, keypath.Join("events", t), c.Events[t], c.Defaults); err != nil {
+		if _, err := c.resolve(t, index("Events", t), c.Events[t], c.Defaults); err != nil {
 			return err
 		}
 	}
@@ -588,9 +594,9 @@ func (c *Config) validate() error {
 func (c *Config) settingsFor(eventType string) (*typeSettings, error) {
 	ev, ok := c.Events[eventType]
 	if !ok {
-		return c.resolve(eventType, "defaults", c.Defaults, EventSettings{})
+		return c.resolve(eventType, "Defaults", c.Defaults, EventSettings{})
 	}
-	return c.resolve(eventType, keypath.Join("events", eventType), ev, c.Defaults)
+	return c.resolve(eventType, index("Events", eventType), ev, c.Defaults)
 }
 
 // resolve merges own over parent over DefaultEventSettings and finds the
@@ -622,11 +628,11 @@ func (c *Config) resolve(eventType, path string, own, parent EventSettings) (*ty
 		}
 	}
 	if _, err := sender.ParseFormat(string(s.route.Format)); err != nil {
-		return nil, &ConfigError{Component: "relay", Field: keypath.Join(keypath.Join(path, "route"), "format"), Reason: err.Error()}
+		return nil, &ConfigError{Component: "relay", Field: field(path, "Route.Format"), Reason: err.Error()}
 	}
 	if s.senderName == "" {
 		if len(c.Senders) != 1 {
-			return nil, &ConfigError{Component: "relay", Field: keypath.Join(path, "sender"), Reason: fmt.Sprintf("is required when there are %d senders", len(c.Senders))}
+			return nil, &ConfigError{Component: "relay", Field: field(path, "Sender"), Reason: fmt.Sprintf("is required when there are %d senders", len(c.Senders))}
 		}
 		for name := range c.Senders {
 			s.senderName = name
@@ -634,7 +640,7 @@ func (c *Config) resolve(eventType, path string, own, parent EventSettings) (*ty
 	}
 	snd, ok := c.Senders[s.senderName]
 	if !ok {
-		return nil, &ConfigError{Component: "relay", Field: keypath.Join(path, "sender"), Reason: fmt.Sprintf("names unknown sender %q", s.senderName)}
+		return nil, &ConfigError{Component: "relay", Field: field(path, "Sender"), Reason: fmt.Sprintf("names unknown sender %q", s.senderName)}
 	}
 	s.sender = snd
 	_, canLock := c.Store.(store.OutboxLocker)
@@ -642,7 +648,7 @@ func (c *Config) resolve(eventType, path string, own, parent EventSettings) (*ty
 		s.claim = ClaimLock
 	}
 	if s.claim == ClaimLock && !canLock {
-		return nil, &ConfigError{Component: "relay", Field: keypath.Join(path, "claim"),
+		return nil, &ConfigError{Component: "relay", Field: field(path, "Claim"),
 			Reason: "lock needs a store with a lock claim (PostgreSQL, MySQL/MariaDB; SQLite has none): use lease"}
 	}
 	return s, nil

@@ -21,8 +21,8 @@ import (
 )
 
 // Validate reports every problem of a configuration at once, each with
-// the YAML key path of docs/configuration.md, without opening anything;
-// New runs the same checks and refuses to build the relay.
+// the Go path of its field (ConfigError), without opening anything; New
+// runs the same checks and refuses to build the relay.
 func ExampleConfig_Validate() {
 	cfg := relay.Config{
 		Defaults: relay.EventSettings{
@@ -39,9 +39,9 @@ func ExampleConfig_Validate() {
 	_, err := relay.New(cfg)
 	fmt.Println(errors.Is(err, txbox.ErrInvalidConfig))
 	// Output:
-	// relay: defaults.batch-size must be ≥ 1
-	// relay: defaults.polling.max-delay must be ≥ min-delay (1s < 5s)
-	// relay: events.order-created.max-attempts must be ≥ 1
+	// relay: Defaults.BatchSize must be ≥ 1
+	// relay: Defaults.Polling.MaxDelay must be ≥ min-delay (1s < 5s)
+	// relay: Events["order-created"].MaxAttempts must be ≥ 1
 	// true
 }
 
@@ -197,7 +197,7 @@ func ExampleRelay_Health() {
 	}
 	fmt.Println(r.Health().Running)
 	// Output:
-	// relay: senders must name at least one sender
+	// relay: Senders must name at least one sender
 	// false
 	// relay-1 true false
 	// order-created -> print

@@ -31,21 +31,20 @@ const (
 	PollingFixed = "fixed"
 )
 
-// PollingSettings configure how a poller waits between claims; the yaml
-// tags name the keys of docs/configuration.md. A nil field is unset and
-// inherits (EventSettings.Inherit).
+// PollingSettings configure how a poller waits between claims. A nil
+// field is unset and inherits (EventSettings.Inherit).
 type PollingSettings struct {
 	// Mode is "adaptive" or "fixed". Defaults to adaptive.
-	Mode *string `yaml:"mode"`
+	Mode *string
 	// MinDelay is the adaptive delay after a full batch. Defaults to 250ms.
-	MinDelay *time.Duration `yaml:"min-delay"`
+	MinDelay *time.Duration
 	// Multiplier stretches the adaptive delay after a partial or empty
 	// batch; at least 1. Defaults to 1.5.
-	Multiplier *float64 `yaml:"multiplier"`
+	Multiplier *float64
 	// MaxDelay caps the adaptive delay; at least MinDelay. Defaults to 1m.
-	MaxDelay *time.Duration `yaml:"max-delay"`
+	MaxDelay *time.Duration
 	// Delay is the fixed delay. Defaults to 250ms.
-	Delay *time.Duration `yaml:"delay"`
+	Delay *time.Duration
 }
 
 // polling is PollingSettings with every field set, as a poller

@@ -56,8 +56,8 @@ func TestStreamPauseLimitBelowSenderTimeout(t *testing.T) {
 			r, err := New(Config{Store: tc.store, Senders: senders, Stream: StreamConfig{Enabled: true, PauseLimit: tc.pauseLimit}})
 			if tc.want == 0 {
 				var ce *ConfigError
-				if !errors.As(err, &ce) || ce.Field != "stream.pause-limit" || !strings.HasPrefix(ce.Reason, tc.reason) {
-					t.Fatalf("New: %v; want a *ConfigError for stream.pause-limit, reason %q…", err, tc.reason)
+				if !errors.As(err, &ce) || ce.Field != "Stream.PauseLimit" || !strings.HasPrefix(ce.Reason, tc.reason) {
+					t.Fatalf("New: %v; want a *ConfigError for Stream.PauseLimit, reason %q…", err, tc.reason)
 				}
 				if !errors.Is(err, ErrInvalidConfig) {
 					t.Errorf("error %v does not match ErrInvalidConfig", err)

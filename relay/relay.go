@@ -73,7 +73,8 @@ type Relay struct {
 
 // New checks cfg and returns a Relay that is not running yet. Every
 // configuration problem is a *ConfigError (matching ErrInvalidConfig) that
-// names the YAML key path (docs/configuration.md). With Stream.Enabled the
+// names the Go path of the field, such as Defaults.Polling.MaxDelay
+// (ConfigError). With Stream.Enabled the
 // store must be a store.Streamer, and Stream.PauseLimit (unset: half the
 // store's sender timeout) below its sender timeout.
 func New(cfg Config) (*Relay, error) {

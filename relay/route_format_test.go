@@ -15,8 +15,8 @@ func TestRouteFormatIsChecked(t *testing.T) {
 		Events: map[string]EventSettings{"orders": {Route: &sender.Route{Subject: "o", Format: "cloudevent"}}}}
 	_, err := New(cfg)
 	var ce *ConfigError
-	if !errors.As(err, &ce) || ce.Field != "events.orders.route.format" {
-		t.Fatalf("New = %v, want a ConfigError for events.orders.route.format", err)
+	if !errors.As(err, &ce) || ce.Field != `Events["orders"].Route.Format` {
+		t.Fatalf("New = %v, want a ConfigError for Events[\"orders\"].Route.Format", err)
 	}
 	cfg.Events["orders"] = EventSettings{Route: &sender.Route{Subject: "o", Format: sender.FormatCloudEvents}}
 	if _, err := cfg.settingsFor("orders"); err != nil {

@@ -150,24 +150,24 @@ func (c StreamConfig) validate() error {
 		name string
 		bad  bool
 	}{
-		{"window", c.Window < 0},
-		{"window-bytes", c.WindowBytes < 0},
-		{"lane-queue", c.LaneQueue < 0},
-		{"batch-size", c.BatchSize < 0},
-		{"status-interval", c.StatusInterval < 0},
-		{"standby-interval", c.StandbyInterval < 0},
-		{"confirm-interval", c.ConfirmInterval < 0},
-		{"pause-limit", c.PauseLimit < 0},
-		{"status-poll", c.StatusPoll < 0},
+		{"Window", c.Window < 0},
+		{"WindowBytes", c.WindowBytes < 0},
+		{"LaneQueue", c.LaneQueue < 0},
+		{"BatchSize", c.BatchSize < 0},
+		{"StatusInterval", c.StatusInterval < 0},
+		{"StandbyInterval", c.StandbyInterval < 0},
+		{"ConfirmInterval", c.ConfirmInterval < 0},
+		{"PauseLimit", c.PauseLimit < 0},
+		{"StatusPoll", c.StatusPoll < 0},
 	} {
 		if f.bad {
-			return &ConfigError{Component: "relay", Field: "stream." + f.name, Reason: "must not be negative"}
+			return &ConfigError{Component: "relay", Field: "Stream." + f.name, Reason: "must not be negative"}
 		}
 	}
 	switch c.OnSlotLost {
 	case "", SlotLostRecreate, SlotLostStop:
 	default:
-		return &ConfigError{Component: "relay", Field: "stream.on-slot-lost", Reason: fmt.Sprintf("is %q, not %q or %q", c.OnSlotLost, SlotLostRecreate, SlotLostStop)}
+		return &ConfigError{Component: "relay", Field: "Stream.OnSlotLost", Reason: fmt.Sprintf("is %q, not %q or %q", c.OnSlotLost, SlotLostRecreate, SlotLostStop)}
 	}
 	return nil
 }

@@ -636,8 +636,8 @@ func TestWALModeIsTheStoresSwitch(t *testing.T) {
 	table := reportingStore{fakeStreamer: newFakeStreamer(), sourceIs: store.SourceTable}
 	_, err = New(Config{Store: table, Senders: senders, Stream: StreamConfig{Enabled: true}})
 	var ce *ConfigError
-	if !errors.As(err, &ce) || ce.Field != "stream" || !strings.Contains(ce.Reason, "postgres.Config.Source") {
-		t.Errorf("streaming a table-mode store: %v, want a ConfigError on stream naming postgres.Config.Source", err)
+	if !errors.As(err, &ce) || ce.Field != "Stream" || !strings.Contains(ce.Reason, "postgres.Config.Source") {
+		t.Errorf("streaming a table-mode store: %v, want a ConfigError on Stream naming postgres.Config.Source", err)
 	}
 	r, err = New(Config{Store: table, Senders: senders})
 	if err != nil || r.cfg.Stream.Enabled {

@@ -3,10 +3,10 @@ package relay
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/internal/keypath"
 )
 
 // Bounds narrow the ranges Validate accepts. The zero Bounds, which New
@@ -14,40 +14,45 @@ import (
 // catch values that are almost certainly typos (config.Load does, with the
 // ranges docs/configuration.md lists). A zero field adds no bound.
 type Bounds struct {
-	// MaxBatchSize, MaxAttempts and MaxInFlight cap batch-size,
-	// max-attempts and in-flight (each is at least 1 anyway).
+	// MaxBatchSize, MaxAttempts and MaxInFlight cap
+	// EventSettings.BatchSize, MaxAttempts and InFlight (each is at least
+	// 1 anyway).
 	MaxBatchSize, MaxAttempts, MaxInFlight int
-	// MaxCleanupBatchSize caps cleanup.batch-size.
+	// MaxCleanupBatchSize caps CleanupConfig.BatchSize.
 	MaxCleanupBatchSize int
-	// MinLease is the shortest lease; without it a lease must be > 0.
+	// MinLease is the shortest EventSettings.LeaseDuration; without it a
+	// lease must be > 0.
 	MinLease time.Duration
-	// MinPollDelay is the shortest polling.min-delay and polling.delay;
+	// MinPollDelay is the shortest PollingSettings.MinDelay and Delay;
 	// without it they must be ≥ 0 and > 0.
 	MinPollDelay time.Duration
-	// MinCleanupInterval is the shortest cleanup.interval; without it the
-	// interval must be > 0.
+	// MinCleanupInterval is the shortest CleanupConfig.Interval; without
+	// it the interval must be > 0.
 	MinCleanupInterval time.Duration
-	// MinInterval is the shortest relay.discover-interval,
-	// relay.recover-interval, relay.dead-letter-interval and
-	// relay.circuit.cool-down. Without it they must be > 0, except the
-	// discover interval, which a negative value disables.
+	// MinInterval is the shortest Config.DiscoverInterval,
+	// RecoverInterval, DeadLetterInterval and Circuit.CoolDown. Without it
+	// they must be > 0, except the discover interval, which a negative
+	// value disables.
 	MinInterval time.Duration
-	// ZeroIsSet checks a zero relay-wide setting that has a YAML key as it
-	// is, instead of giving it its default as New does: a loader that
-	// filled every default in before decoding (config.Load) knows that a
-	// zero left was set on purpose, such as cleanup.interval: 0s.
+	// ZeroIsSet checks a zero DiscoverInterval, RecoverInterval,
+	// DeadLetterInterval, HeartbeatInterval, Cleanup.Interval,
+	// Cleanup.MaxInterval, Cleanup.BatchSize or Circuit field as it is,
+	// instead of giving it its default as New does: a loader that filled
+	// every default in before decoding (config.Load) knows that a zero
+	// left was set on purpose, such as a file's cleanup interval of 0s.
 	ZeroIsSet bool
 }
 
 // Validate checks every setting of c, as New does, within b, and returns
-// each problem: relay-wide keys first, then defaults, then the event
+// each problem: relay-wide fields first, then Defaults, then the event
 // types in order. It leaves out what it cannot know without them: Store,
 // Senders (so whether each type finds its sender), Logger and Hooks. A
 // loader can therefore check a file before it opens anything.
 //
-// Each problem is a *ConfigError whose Field is the YAML key path of
-// docs/configuration.md. An event type is reported only for keys it sets
-// itself; a mistake it inherits is reported once, at defaults.
+// Each problem is a *ConfigError whose Field is the Go path of the field
+// in c (see ConfigError), such as Defaults.Polling.MaxDelay. An event type
+// is reported only for fields it sets itself; a mistake it inherits is
+// reported once, at Defaults.
 func (c Config) Validate(b Bounds) []*ConfigError {
 	// A derived outbox TTL is the longest retention: a negative one is
 	// reported at its retention key, not again here.
@@ -56,9 +61,9 @@ func (c Config) Validate(b Bounds) []*ConfigError {
 	v := &validator{b: b}
 	v.relayWide(&c, ownTTL)
 	builtin := DefaultEventSettings()
-	v.eventSettings("defaults", c.Defaults, c.Defaults.Inherit(builtin))
+	v.eventSettings("Defaults", c.Defaults, c.Defaults.Inherit(builtin))
 	for _, t := range sortedKeys(c.Events) {
-		p := keypath.Join("events", t)
+		p := index("Events", t)
 		if err := txbox.ValidateEventType(t); err != nil {
 			v.fail(p, "is not a valid event type: "+err.Error())
 			continue
@@ -68,6 +73,18 @@ func (c Config) Validate(b Bounds) []*ConfigError {
 	}
 	return v.errs
 }
+
+// field appends the field name to the Go path path (ConfigError.Field).
+func field(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+// index appends a map key to the Go path path, quoted in brackets, so that
+// any key, even one with a dot, reads back unambiguously.
+func index(path, key string) string { return path + "[" + strconv.Quote(key) + "]" }
 
 // validator collects the problems Validate finds.
 type validator struct {
@@ -81,34 +98,34 @@ func (v *validator) fail(path, reason string) {
 
 func (v *validator) relayWide(c *Config, ownTTL bool) {
 	if v.b.MinInterval > 0 {
-		v.duration("relay.discover-interval", c.DiscoverInterval, v.b.MinInterval, false)
+		v.duration("DiscoverInterval", c.DiscoverInterval, v.b.MinInterval, false)
 	}
-	v.duration("relay.recover-interval", c.RecoverInterval, v.b.MinInterval, false)
-	v.duration("relay.dead-letter-interval", c.DeadLetterInterval, v.b.MinInterval, false)
+	v.duration("RecoverInterval", c.RecoverInterval, v.b.MinInterval, false)
+	v.duration("DeadLetterInterval", c.DeadLetterInterval, v.b.MinInterval, false)
 	if c.HeartbeatInterval >= 0 {
 		// The heartbeat's TTL is three intervals, and stores take TTLs of
 		// a second or more.
-		v.duration("relay.heartbeat-interval", c.HeartbeatInterval, time.Second, false)
+		v.duration("HeartbeatInterval", c.HeartbeatInterval, time.Second, false)
 	}
 	if c.DiscoverInterval > 0 {
-		v.notBelow("relay.discover-max-interval", c.DiscoverMaxInterval, c.DiscoverInterval, "discover-interval")
+		v.notBelow("DiscoverMaxInterval", c.DiscoverMaxInterval, c.DiscoverInterval, "discover-interval")
 	}
-	v.notBelow("relay.recover-max-interval", c.RecoverMaxInterval, c.RecoverInterval, "recover-interval")
-	v.notBelow("relay.dead-letter-max-interval", c.DeadLetterMaxInterval, c.DeadLetterInterval, "dead-letter-interval")
-	v.count("relay.maintenance-batch-size", c.MaintenanceBatchSize, 0)
+	v.notBelow("RecoverMaxInterval", c.RecoverMaxInterval, c.RecoverInterval, "recover-interval")
+	v.notBelow("DeadLetterMaxInterval", c.DeadLetterMaxInterval, c.DeadLetterInterval, "dead-letter-interval")
+	v.count("MaintenanceBatchSize", c.MaintenanceBatchSize, 0)
 	cl := &c.Cleanup
-	v.duration("cleanup.interval", cl.Interval, v.b.MinCleanupInterval, false)
-	v.notBelow("cleanup.max-interval", cl.MaxInterval, cl.Interval, "interval")
-	v.count("cleanup.batch-size", cl.BatchSize, v.b.MaxCleanupBatchSize)
-	v.duration("cleanup.lease-ttl", cl.LeaseTTL, 0, false)
+	v.duration("Cleanup.Interval", cl.Interval, v.b.MinCleanupInterval, false)
+	v.notBelow("Cleanup.MaxInterval", cl.MaxInterval, cl.Interval, "interval")
+	v.count("Cleanup.BatchSize", cl.BatchSize, v.b.MaxCleanupBatchSize)
+	v.duration("Cleanup.LeaseTTL", cl.LeaseTTL, 0, false)
 	if ownTTL {
-		v.duration("cleanup.outbox-ttl", *cl.OutboxTTL, 0, true)
+		v.duration("Cleanup.OutboxTTL", *cl.OutboxTTL, 0, true)
 	}
-	v.duration("cleanup.dead-letter-ttl", *cl.DeadLetterTTL, 0, true)
+	v.duration("Cleanup.DeadLetterTTL", *cl.DeadLetterTTL, 0, true)
 	ci := &c.Circuit
-	v.duration("relay.circuit.cool-down", ci.CoolDown, v.b.MinInterval, false)
-	v.notBelow("relay.circuit.max-cool-down", ci.MaxCoolDown, ci.CoolDown, "cool-down")
-	v.multiplier("relay.circuit.multiplier", ci.Multiplier)
+	v.duration("Circuit.CoolDown", ci.CoolDown, v.b.MinInterval, false)
+	v.notBelow("Circuit.MaxCoolDown", ci.MaxCoolDown, ci.CoolDown, "cool-down")
+	v.multiplier("Circuit.Multiplier", ci.Multiplier)
 }
 
 // eventSettings checks eff, the settings of one layer (defaults or an
@@ -116,37 +133,37 @@ func (v *validator) relayWide(c *Config, ownTTL bool) {
 // layer itself) sets.
 func (v *validator) eventSettings(p string, own, eff EventSettings) {
 	if own.BatchSize != nil {
-		v.count(keypath.Join(p, "batch-size"), *eff.BatchSize, v.b.MaxBatchSize)
+		v.count(field(p, "BatchSize"), *eff.BatchSize, v.b.MaxBatchSize)
 	}
 	if own.MaxAttempts != nil {
-		v.count(keypath.Join(p, "max-attempts"), *eff.MaxAttempts, v.b.MaxAttempts)
+		v.count(field(p, "MaxAttempts"), *eff.MaxAttempts, v.b.MaxAttempts)
 	}
 	if own.InFlight != nil {
-		v.count(keypath.Join(p, "in-flight"), *eff.InFlight, v.b.MaxInFlight)
+		v.count(field(p, "InFlight"), *eff.InFlight, v.b.MaxInFlight)
 	}
 	if own.LeaseDuration != nil {
-		v.duration(keypath.Join(p, "lease"), *eff.LeaseDuration, v.b.MinLease, false)
+		v.duration(field(p, "LeaseDuration"), *eff.LeaseDuration, v.b.MinLease, false)
 	}
 	if own.Retention != nil {
-		v.duration(keypath.Join(p, "retention"), *eff.Retention, 0, true)
+		v.duration(field(p, "Retention"), *eff.Retention, 0, true)
 	}
 	if own.Ordering != nil {
 		if o := *eff.Ordering; o != OrderingNone && o != OrderingKey {
-			v.fail(keypath.Join(p, "ordering"), fmt.Sprintf("must be %s or %s, not %q", OrderingNone, OrderingKey, clip(string(o))))
+			v.fail(field(p, "Ordering"), fmt.Sprintf("must be %s or %s, not %q", OrderingNone, OrderingKey, clip(string(o))))
 		}
 	}
 	if own.OrderingFence != nil {
 		if f := *eff.OrderingFence; f != OrderingFenceOn && f != OrderingFenceOff {
-			v.fail(keypath.Join(p, "ordering-fence"), fmt.Sprintf("must be %s or %s, not %q", OrderingFenceOn, OrderingFenceOff, clip(string(f))))
+			v.fail(field(p, "OrderingFence"), fmt.Sprintf("must be %s or %s, not %q", OrderingFenceOn, OrderingFenceOff, clip(string(f))))
 		}
 	}
 	if own.Claim != nil {
 		if c := *eff.Claim; c != ClaimLease && c != ClaimLock {
-			v.fail(keypath.Join(p, "claim"), fmt.Sprintf("must be %s or %s, not %q", ClaimLease, ClaimLock, clip(string(c))))
+			v.fail(field(p, "Claim"), fmt.Sprintf("must be %s or %s, not %q", ClaimLease, ClaimLock, clip(string(c))))
 		}
 	}
-	v.polling(keypath.Join(p, "polling"), deref(own.Polling), *eff.Polling)
-	v.backoff(keypath.Join(p, "backoff"), deref(own.Backoff), *eff.Backoff)
+	v.polling(field(p, "Polling"), deref(own.Polling), *eff.Polling)
+	v.backoff(field(p, "Backoff"), deref(own.Backoff), *eff.Backoff)
 }
 
 // polling checks every polling key whatever the mode, so that switching
@@ -154,36 +171,36 @@ func (v *validator) eventSettings(p string, own, eff EventSettings) {
 func (v *validator) polling(p string, own, eff PollingSettings) {
 	if own.Mode != nil {
 		if m := *eff.Mode; m != PollingAdaptive && m != PollingFixed {
-			v.fail(keypath.Join(p, "mode"), fmt.Sprintf("must be %s or %s, not %q", PollingAdaptive, PollingFixed, clip(m)))
+			v.fail(field(p, "Mode"), fmt.Sprintf("must be %s or %s, not %q", PollingAdaptive, PollingFixed, clip(m)))
 		}
 	}
 	if own.MinDelay != nil {
-		v.duration(keypath.Join(p, "min-delay"), *eff.MinDelay, v.b.MinPollDelay, true)
+		v.duration(field(p, "MinDelay"), *eff.MinDelay, v.b.MinPollDelay, true)
 	}
 	if own.MaxDelay != nil || own.MinDelay != nil {
-		v.capped(keypath.Join(p, "max-delay"), *eff.MaxDelay, *eff.MinDelay, "min-delay", false)
+		v.capped(field(p, "MaxDelay"), *eff.MaxDelay, *eff.MinDelay, "min-delay", false)
 	}
 	if own.Multiplier != nil {
-		v.multiplier(keypath.Join(p, "multiplier"), *eff.Multiplier)
+		v.multiplier(field(p, "Multiplier"), *eff.Multiplier)
 	}
 	if own.Delay != nil {
-		v.duration(keypath.Join(p, "delay"), *eff.Delay, v.b.MinPollDelay, false)
+		v.duration(field(p, "Delay"), *eff.Delay, v.b.MinPollDelay, false)
 	}
 }
 
 func (v *validator) backoff(p string, own, eff BackoffSettings) {
 	if own.Delay != nil {
-		v.duration(keypath.Join(p, "delay"), *eff.Delay, 0, true)
+		v.duration(field(p, "Delay"), *eff.Delay, 0, true)
 	}
 	if own.Max != nil || own.Delay != nil {
-		v.capped(keypath.Join(p, "max"), *eff.Max, *eff.Delay, "delay", true)
+		v.capped(field(p, "Max"), *eff.Max, *eff.Delay, "delay", true)
 	}
 	if own.Multiplier != nil {
-		v.multiplier(keypath.Join(p, "multiplier"), *eff.Multiplier)
+		v.multiplier(field(p, "Multiplier"), *eff.Multiplier)
 	}
 	if own.Jitter != nil {
 		if j := *eff.Jitter; !(j >= 0 && j <= 1) {
-			v.fail(keypath.Join(p, "jitter"), "must be between 0 and 1")
+			v.fail(field(p, "Jitter"), "must be between 0 and 1")
 		}
 	}
 }
@@ -202,7 +219,7 @@ func checkPauseLimit(c StreamConfig, senderTimeout time.Duration) error {
 	if c.PauseLimit == 0 {
 		what += " (the default)"
 	}
-	return &ConfigError{Component: "relay", Field: "stream.pause-limit", Reason: fmt.Sprintf(
+	return &ConfigError{Component: "relay", Field: "Stream.PauseLimit", Reason: fmt.Sprintf(
 		"must be below the store's sender timeout (%s), not %s: a relay stopped for the sender timeout may have lost the stream to another relay, "+
 			"and must drop the events it holds before then", senderTimeout, what)}
 }

@@ -60,24 +60,23 @@ func (m *Message) MissingHeaders(set func(k, v string)) {
 
 // Route says where a message goes. Each sender reads the fields it
 // understands: Kafka a topic, NATS a subject, RabbitMQ an exchange and a
-// routing key, the webhook a URL, Redis a stream. The yaml tags name the
-// route keys of docs/configuration.md.
+// routing key, the webhook a URL, Redis a stream.
 type Route struct {
 	// Topic is the Kafka topic.
-	Topic string `yaml:"topic"`
+	Topic string
 	// Subject is the NATS subject.
-	Subject string `yaml:"subject"`
+	Subject string
 	// Exchange is the RabbitMQ exchange; empty is the default exchange.
-	Exchange string `yaml:"exchange"`
+	Exchange string
 	// RoutingKey is the RabbitMQ routing key.
-	RoutingKey string `yaml:"routing-key"`
+	RoutingKey string
 	// URL is the webhook URL.
-	URL string `yaml:"url"`
+	URL string
 	// Stream is the Redis stream.
-	Stream string `yaml:"stream"`
+	Stream string
 	// Format is the wire format of the messages of this route
 	// (docs/cloudevents.md). Empty takes the sender's.
-	Format Format `yaml:"format"`
+	Format Format
 }
 
 // HeaderKey carries [Message.Key] on destinations that have no native key

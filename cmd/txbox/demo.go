@@ -283,7 +283,7 @@ func openDemoRelay(ctx context.Context, e *env, cfg *config.Config, st *config.S
 	r, err = relay.New(cfg.RelayConfig(st, senders, log))
 	if err != nil {
 		closeSenders()
-		return nil, nil, nil, err
+		return nil, nil, nil, config.RelayError(err)
 	}
 	pub, err = outbox.NewPublisher(st, outbox.Config{OnPublish: func(types []string) { r.Wake(types...) }})
 	if err != nil {

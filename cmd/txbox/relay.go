@@ -113,7 +113,7 @@ func newRelay(cfg *config.Config, st *config.Store, senders map[string]sender.Se
 	}
 	r, err := relay.New(rc)
 	if err != nil && errors.Is(err, relay.ErrInvalidConfig) {
-		return nil, &usageError{err.Error()}
+		return nil, &usageError{config.RelayError(err).Error()}
 	}
 	return r, err
 }
