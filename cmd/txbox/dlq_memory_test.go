@@ -21,10 +21,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/outbox"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres"
 )
@@ -96,12 +98,35 @@ func TestDeadLetterAdminMemory(t *testing.T) {
 	}
 	t.Logf("seeded %d dead letters of %d bytes in %s", n, dlqMemoryPayload, time.Since(seedStart).Round(time.Millisecond))
 
-	// A webhook the relay must never call: the retried rows are of a type
-	// it does not poll (discovery looks at start, when there are none,
-	// and then not for a day), so they stay in the outbox to be counted.
+	// A webhook the relay must never call for the dead letters' type: the
+	// retried rows are of a type it does not poll (discovery looks at
+	// start, when none are in the outbox, and then not for a day), so they
+	// stay in the outbox to be counted. The look at start must come before
+	// the first retry, or it finds them: on a loaded machine it came late
+	// (the relay sent 200 requests). So one witness event waits in the
+	// outbox; the look at start finds it and sends it, and only then does
+	// the test retry anything.
 	var hooked atomic.Int64
-	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hooked.Add(1) }))
+	witnessed := make(chan struct{})
+	var witnessOnce sync.Once
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("txbox-event-type") == "witness" {
+			witnessOnce.Do(func() { close(witnessed) })
+			return
+		}
+		hooked.Add(1)
+	}))
 	defer hook.Close()
+	pub, err := outbox.NewPublisher(d, outbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := pub.PublishJSON(ctx, tx, "witness", "w", map[string]bool{"witness": true})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
 	const readTok, adminTok = "dlq-memory-read-token-0123456789", "dlq-memory-admin-token-0123456789"
 	cfgPath := filepath.Join(t.TempDir(), "txbox.yaml")
 	yml := fmt.Sprintf(`
@@ -133,6 +158,11 @@ admin: { enabled: true, listen: "127.0.0.1:0", read-token-env: TXBOX_TEST_READ_T
 		}
 	}()
 	addr := adminAddress(t, &relayErr)
+	select {
+	case <-witnessed:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the relay's look at start did not deliver the witness event in 2m; its log:\n%s", relayErr.String())
+	}
 	pid := relayCmd.Process.Pid
 	watch := watchRSS(pid, dlqMemoryWatchdog, func() { _ = relayCmd.Process.Kill() })
 	defer watch.stop()
