@@ -11,30 +11,19 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/store"
-	"github.com/txbox/txbox/store/storetest"
 )
 
 // countingStore counts the transactions an Inbox opens on the real store,
 // which shows whether a delivery reached the table or was answered by the
 // cache.
 type countingStore struct {
-	storetest.InboxStore
+	Store
 	begins atomic.Int64
 }
 
 func (c *countingStore) InboxBegin(ctx context.Context) (store.InboxTx, error) {
 	c.begins.Add(1)
-	return c.InboxStore.InboxBegin(ctx)
-}
-
-var errBoom = errors.New("inboxtest: handler failure")
-
-func freshIDs(n int) []txbox.ID {
-	out := make([]txbox.ID, n)
-	for i := range out {
-		out[i] = txbox.NewID()
-	}
-	return out
+	return c.Store.InboxBegin(ctx)
 }
 
 // NewCache returns a cache with the given TTL for one test, isolated from
@@ -48,9 +37,8 @@ type NewCache func(t *testing.T, ttl time.Duration) (c inbox.Cache, flush func()
 // consumer, a cache TTL above the inbox TTL is refused, and emptying the
 // cache in the middle of a run of redeliveries costs lookups, never a
 // second effect.
-func ExerciseCache(t *testing.T, h storetest.InboxHarness, newCache NewCache) {
-	ns, st := h.Setup(t)
-	e := &cacheEnv{h: h, ns: ns, st: st, newCache: newCache}
+func ExerciseCache(t *testing.T, h Harness, newCache NewCache) {
+	e := &cacheEnv{inboxEnv: newInboxEnv(t, h), newCache: newCache}
 	t.Run("HitSkipsTable", func(t *testing.T) { t.Parallel(); testHitSkipsTable(t, e) })
 	t.Run("MissGoesToTable", func(t *testing.T) { t.Parallel(); testMissGoesToTable(t, e) })
 	t.Run("NotWrittenOnFailure", func(t *testing.T) { t.Parallel(); testNotWrittenOnFailure(t, e) })
@@ -58,18 +46,17 @@ func ExerciseCache(t *testing.T, h storetest.InboxHarness, newCache NewCache) {
 	t.Run("FlushMidRun", func(t *testing.T) { t.Parallel(); testFlushMidRun(t, e) })
 }
 
-// cacheEnv is what the cache contract's subtests share: one namespace,
-// isolated from each other by consumer name.
+// cacheEnv is what the cache contract's subtests share: the store suite's
+// namespace and store (isolated from each other by consumer name) and the
+// cache under test.
 type cacheEnv struct {
-	h        storetest.InboxHarness
-	ns       string
-	st       storetest.InboxStore
+	*inboxEnv
 	newCache NewCache
 }
 
 func testHitSkipsTable(t *testing.T, e *cacheEnv) {
 	c, _ := e.newCache(t, time.Hour)
-	cs := &countingStore{InboxStore: e.st}
+	cs := &countingStore{Store: e.st}
 	const consumer = "cache-hit"
 	in, err := inbox.New(cs, inbox.Config{Consumer: consumer, Cache: c})
 	if err != nil {
@@ -80,14 +67,14 @@ func testHitSkipsTable(t *testing.T, e *cacheEnv) {
 	if hit, err := c.Contains(ctx, consumer, id); err != nil || hit {
 		t.Fatalf("fresh cache Contains = %v, %v", hit, err)
 	}
-	if r, err := in.Handle(ctx, inbox.Message{ID: id}, e.h.EffectHandler(e.ns, consumer)); err != nil || r != inbox.Processed {
+	if r, err := in.Handle(ctx, inbox.Message{ID: id}, e.handler(consumer)); err != nil || r != inbox.Processed {
 		t.Fatalf("Handle = %v, %v", r, err)
 	}
 	if hit, err := c.Contains(ctx, consumer, id); err != nil || !hit {
 		t.Fatalf("after commit Contains = %v, %v; want a hit", hit, err)
 	}
 	before := cs.begins.Load()
-	if r, err := in.Handle(ctx, inbox.Message{ID: id}, e.h.EffectHandler(e.ns, consumer)); err != nil || r != inbox.Duplicate {
+	if r, err := in.Handle(ctx, inbox.Message{ID: id}, e.handler(consumer)); err != nil || r != inbox.Duplicate {
 		t.Fatalf("redelivery = %v, %v; want duplicate", r, err)
 	}
 	if got := cs.begins.Load() - before; got != 0 {
@@ -101,7 +88,7 @@ func testHitSkipsTable(t *testing.T, e *cacheEnv) {
 
 func testMissGoesToTable(t *testing.T, e *cacheEnv) {
 	c, _ := e.newCache(t, time.Hour)
-	cs := &countingStore{InboxStore: e.st}
+	cs := &countingStore{Store: e.st}
 	const consumer = "cache-miss"
 	ctx := context.Background()
 	id := txbox.NewID()
@@ -111,14 +98,14 @@ func testMissGoesToTable(t *testing.T, e *cacheEnv) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r, err := plain.Handle(ctx, inbox.Message{ID: id}, e.h.EffectHandler(e.ns, consumer)); err != nil || r != inbox.Processed {
+	if r, err := plain.Handle(ctx, inbox.Message{ID: id}, e.handler(consumer)); err != nil || r != inbox.Processed {
 		t.Fatal(r, err)
 	}
 	in, err := inbox.New(cs, inbox.Config{Consumer: consumer, Cache: c})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r, err := in.Handle(ctx, inbox.Message{ID: id}, e.h.EffectHandler(e.ns, consumer)); err != nil || r != inbox.Duplicate {
+	if r, err := in.Handle(ctx, inbox.Message{ID: id}, e.handler(consumer)); err != nil || r != inbox.Duplicate {
 		t.Fatalf("miss = %v, %v; want duplicate from the table", r, err)
 	}
 	if got := cs.begins.Load(); got != 1 {
@@ -128,7 +115,7 @@ func testMissGoesToTable(t *testing.T, e *cacheEnv) {
 	if hit, _ := c.Contains(ctx, consumer, id); !hit {
 		t.Error("the table's duplicate was not written to the cache")
 	}
-	e.h.ExpectEffects(t, e.ns, consumer, map[txbox.ID]int{id: 1})
+	e.expectEffects(t, consumer, map[txbox.ID]int{id: 1})
 }
 
 func testNotWrittenOnFailure(t *testing.T, e *cacheEnv) {
@@ -147,7 +134,7 @@ func testNotWrittenOnFailure(t *testing.T, e *cacheEnv) {
 	if hit, err := c.Contains(ctx, consumer, id); err != nil || hit {
 		t.Errorf("after a failed handler Contains = %v, %v; want a miss", hit, err)
 	}
-	if r, err := in.Handle(ctx, inbox.Message{ID: id}, e.h.EffectHandler(e.ns, consumer)); err != nil || r != inbox.Processed {
+	if r, err := in.Handle(ctx, inbox.Message{ID: id}, e.handler(consumer)); err != nil || r != inbox.Processed {
 		t.Errorf("redelivery = %v, %v; want processed", r, err)
 	}
 }
@@ -175,7 +162,7 @@ func testFlushMidRun(t *testing.T, e *cacheEnv) {
 		t.Fatal(err)
 	}
 	const n, rounds, workers = 60, 4, 4
-	all := freshIDs(n)
+	all := newIDs(n)
 	var processed atomic.Int64
 	var done atomic.Int64
 	flushed := make(chan struct{})
@@ -188,7 +175,7 @@ func testFlushMidRun(t *testing.T, e *cacheEnv) {
 			for r := 0; r < rounds; r++ {
 				for i := range all {
 					id := all[(i+w*7)%n]
-					res, err := in.Handle(context.Background(), inbox.Message{ID: id}, e.h.EffectHandler(e.ns, consumer))
+					res, err := in.Handle(context.Background(), inbox.Message{ID: id}, e.handler(consumer))
 					if err != nil {
 						t.Errorf("Handle: %v", err)
 						return
@@ -209,12 +196,5 @@ func testFlushMidRun(t *testing.T, e *cacheEnv) {
 	default:
 		t.Fatal("the cache was never flushed mid-run")
 	}
-	if got := processed.Load(); got != n {
-		t.Errorf("processed = %d, want %d", got, n)
-	}
-	want := map[txbox.ID]int{}
-	for _, id := range all {
-		want[id] = 1
-	}
-	e.h.ExpectEffects(t, e.ns, consumer, want)
+	e.expectOnceEach(t, consumer, all, processed.Load())
 }

@@ -7,7 +7,6 @@ import (
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/inbox/inboxtest"
 	"github.com/txbox/txbox/internal/storeharness"
-	"github.com/txbox/txbox/store/storetest"
 )
 
 func lruCache(t *testing.T, ttl time.Duration) (inbox.Cache, func()) {
@@ -22,7 +21,7 @@ func lruCache(t *testing.T, ttl time.Duration) (inbox.Cache, func()) {
 // every dialect's store.
 func TestLRUCache(t *testing.T) {
 	t.Parallel()
-	for _, h := range []storetest.InboxHarness{storeharness.PostgresInbox(), storeharness.MySQLInbox(), storeharness.SQLiteInbox()} {
+	for _, h := range []inboxtest.Harness{storeharness.PostgresInbox(), storeharness.MySQLInbox(), storeharness.SQLiteInbox()} {
 		t.Run(h.Name, func(t *testing.T) {
 			t.Parallel()
 			inboxtest.ExerciseCache(t, h, lruCache)

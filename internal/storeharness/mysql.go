@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/inbox/inboxtest"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/mysql"
@@ -106,8 +107,8 @@ const mysqlInboxTable = "`" + store.DefaultTablePrefix + "inbox`"
 
 // MySQLInbox is the inbox suite's harness: a database per namespace (the
 // namespace is its DSN) and a pool of 18 per store.
-func MySQLInbox() storetest.InboxHarness {
-	return storetest.InboxHarness{
+func MySQLInbox() inboxtest.Harness {
+	return inboxtest.Harness{
 		Name: "mysql",
 		NewNamespace: func(t testing.TB) string {
 			_, dsn := MySQLDatabase(t)
@@ -120,7 +121,7 @@ func MySQLInbox() storetest.InboxHarness {
 			})
 			return dsn
 		},
-		Open: func(t testing.TB, ns string) storetest.InboxStore {
+		Open: func(t testing.TB, ns string) inboxtest.Store {
 			d, err := mysql.Open(ns, mysql.Config{})
 			if err != nil {
 				t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver of PostgresAdmin
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/inbox/inboxtest"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres"
@@ -117,13 +118,13 @@ func Postgres() storetest.Harness {
 
 // PostgresInbox is the inbox suite's harness: a schema per namespace and
 // a pool of 18 per store (the concurrency test holds 16 transactions).
-func PostgresInbox() storetest.InboxHarness {
+func PostgresInbox() inboxtest.Harness {
 	effect := func(ns string) string { return pgx.Identifier{ns, "inbox_effect"}.Sanitize() }
 	inboxTable := func(ns string) string { return pgx.Identifier{ns, store.DefaultTablePrefix + "inbox"}.Sanitize() }
-	return storetest.InboxHarness{
+	return inboxtest.Harness{
 		Name:         "postgres",
 		NewNamespace: func(t testing.TB) string { return PostgresSchema(t) },
-		Open: func(t testing.TB, ns string) storetest.InboxStore {
+		Open: func(t testing.TB, ns string) inboxtest.Store {
 			// 16 goroutines hold a transaction each in the concurrency test.
 			return postgresDriver(t, 18, ns)
 		},
@@ -153,9 +154,10 @@ func PostgresInbox() storetest.InboxHarness {
 }
 
 // Publisher is what PostgresPublish publishes through: an
-// *outbox.Publisher. The harness names only the method: it is of the
-// store layer and imports nothing from the layers above store (see the
-// layer test in layers_test.go at the module root).
+// *outbox.Publisher. The harness names only the method: it builds on the
+// store layer and on inbox/inboxtest's harness type alone, and imports
+// neither the outbox nor anything above it (see the layer test in
+// layers_test.go at the module root).
 type Publisher interface {
 	Publish(ctx context.Context, tx any, events ...txbox.Event) ([]txbox.ID, error)
 }

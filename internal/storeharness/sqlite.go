@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/inbox/inboxtest"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/sqlite"
@@ -96,8 +97,8 @@ const sqliteInboxTable = `"` + store.DefaultTablePrefix + `inbox"`
 
 // SQLiteInbox is the inbox suite's harness: a database file per namespace
 // (the namespace is its path).
-func SQLiteInbox() storetest.InboxHarness {
-	return storetest.InboxHarness{
+func SQLiteInbox() inboxtest.Harness {
+	return inboxtest.Harness{
 		Name: "sqlite",
 		NewNamespace: func(t testing.TB) string {
 			path := filepath.Join(t.TempDir(), testenv.UniqueName("inbox_")+".db")
@@ -108,7 +109,7 @@ func SQLiteInbox() storetest.InboxHarness {
 			})
 			return path
 		},
-		Open: func(t testing.TB, ns string) storetest.InboxStore {
+		Open: func(t testing.TB, ns string) inboxtest.Store {
 			d := sqliteOpen(t, ns)
 			t.Cleanup(func() { _ = d.Close() })
 			migrate(t, d, 30*time.Second)

@@ -6,6 +6,7 @@ import (
 
 	_ "github.com/go-sql-driver/mysql"
 
+	"github.com/txbox/txbox/inbox/inboxtest"
 	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/store"
@@ -53,11 +54,11 @@ func TestConformanceOnPlainPool(t *testing.T) {
 
 func TestInboxConformance(t *testing.T) {
 	t.Parallel()
-	storetest.ExerciseInbox(t, storeharness.MySQLInbox())
+	inboxtest.ExerciseStore(t, storeharness.MySQLInbox())
 }
 
 // TestInboxHelperProcess is the second process of TestInboxConformance's
 // concurrent-duplicates test; it does nothing in a normal run.
 func TestInboxHelperProcess(t *testing.T) {
-	storetest.InboxHelperProcess(t, storeharness.MySQLInbox())
+	inboxtest.HelperProcess(t, storeharness.MySQLInbox())
 }

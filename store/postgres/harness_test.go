@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"testing"
 
+	"github.com/txbox/txbox/inbox/inboxtest"
 	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/store/storetest"
 )
@@ -32,11 +33,11 @@ func TestLockConformance(t *testing.T) {
 
 func TestInboxConformance(t *testing.T) {
 	t.Parallel()
-	storetest.ExerciseInbox(t, storeharness.PostgresInbox())
+	inboxtest.ExerciseStore(t, storeharness.PostgresInbox())
 }
 
 // TestInboxHelperProcess is the second process of TestInboxConformance's
 // concurrent-duplicates test; it does nothing in a normal run.
 func TestInboxHelperProcess(t *testing.T) {
-	storetest.InboxHelperProcess(t, storeharness.PostgresInbox())
+	inboxtest.HelperProcess(t, storeharness.PostgresInbox())
 }

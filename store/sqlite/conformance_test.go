@@ -3,6 +3,7 @@ package sqlite_test
 import (
 	"testing"
 
+	"github.com/txbox/txbox/inbox/inboxtest"
 	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/store/storetest"
 )
@@ -14,11 +15,11 @@ func TestConformance(t *testing.T) {
 
 func TestInboxConformance(t *testing.T) {
 	t.Parallel()
-	storetest.ExerciseInbox(t, storeharness.SQLiteInbox())
+	inboxtest.ExerciseStore(t, storeharness.SQLiteInbox())
 }
 
 // TestInboxHelperProcess is the second process of TestInboxConformance's
 // concurrent-duplicates test; it does nothing in a normal run.
 func TestInboxHelperProcess(t *testing.T) {
-	storetest.InboxHelperProcess(t, storeharness.SQLiteInbox())
+	inboxtest.HelperProcess(t, storeharness.SQLiteInbox())
 }

@@ -5,7 +5,9 @@
 // their services, and moved under internal/; this package goes in the
 // next release. A dialect or a cache outside this module runs the public
 // suites (store/storetest, inbox/inboxtest) with a storetest.Harness or
-// storetest.InboxHarness of its own.
+// inboxtest.Harness of its own. Its *Inbox functions return an
+// inboxtest.Harness, the former storetest.InboxHarness, which moved with
+// the inbox suite (docs/upgrading.md).
 package storeharness
 
 import (
@@ -15,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/inbox/inboxtest"
 	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/store/mysql"
 	"github.com/txbox/txbox/store/postgres"
@@ -72,7 +75,7 @@ func MySQL() storetest.Harness { return storeharness.MySQL() }
 // MySQLInbox is the inbox suite's harness for MariaDB.
 //
 // Deprecated: internal, see the package comment.
-func MySQLInbox() storetest.InboxHarness { return storeharness.MySQLInbox() }
+func MySQLInbox() inboxtest.Harness { return storeharness.MySQLInbox() }
 
 // PostgresAdmin returns a shared handle on the local PostgreSQL.
 //
@@ -114,7 +117,7 @@ func Postgres() storetest.Harness { return storeharness.Postgres() }
 // PostgresInbox is the inbox suite's harness for PostgreSQL.
 //
 // Deprecated: internal, see the package comment.
-func PostgresInbox() storetest.InboxHarness { return storeharness.PostgresInbox() }
+func PostgresInbox() inboxtest.Harness { return storeharness.PostgresInbox() }
 
 // PostgresPublish publishes evs through pub in one committed transaction.
 //
@@ -150,4 +153,4 @@ func SQLiteDriver(t testing.TB) *sqlite.Driver {
 // SQLiteInbox is the inbox suite's harness for SQLite.
 //
 // Deprecated: internal, see the package comment.
-func SQLiteInbox() storetest.InboxHarness { return storeharness.SQLiteInbox() }
+func SQLiteInbox() inboxtest.Harness { return storeharness.SQLiteInbox() }

@@ -1,24 +1,18 @@
 // Package storetest is the conformance suite every store dialect runs, in
-// the spirit of River's riverdrivertest. Each dialect's tests call its two
+// the spirit of River's riverdrivertest. Each dialect's tests call its
 // entry points, [Exercise] (the outbox, dead letters, leases, migrations)
-// and [ExerciseInbox] (store.Inbox), with a harness that opens stores on
-// isolated namespaces of the real database (a dialect outside this module
-// writes its own [Harness]; txbox's three have theirs in
-// internal/storeharness):
+// and, for a dialect with a lock claim (store.OutboxLocker),
+// [ExerciseLock], with a harness that opens stores on isolated namespaces
+// of the real database (a dialect outside this module writes its own
+// [Harness]; txbox's three have theirs in internal/storeharness):
 //
 //	func TestConformance(t *testing.T) { storetest.Exercise(t, harness()) }
-//	func TestInboxConformance(t *testing.T) {
-//		storetest.ExerciseInbox(t, inboxHarness())
-//	}
-//	func TestInboxHelperProcess(t *testing.T) {
-//		storetest.InboxHelperProcess(t, inboxHarness())
-//	}
 //
-// The third is the entry point of the child process that ExerciseInbox
-// re-executes (the test binary itself) for its concurrent-duplicates test;
-// it returns at once in a normal run. The files follow the areas of the
-// seam: insert, claim, finish, dead letters, cleanup and leases,
-// migrations and identifiers, ordering (the outbox suite), and inbox.
+// The store.Inbox half of the seam has its suite in inbox/inboxtest
+// (inboxtest.ExerciseStore): it drives the store through the real
+// inbox.Inbox, which is built on this layer, so it lives in the inbox's.
+// The files follow the areas of the seam: insert, claim, finish, dead
+// letters, cleanup and leases, migrations and identifiers, ordering.
 //
 // Every outbox subtest runs in parallel in a fresh namespace and uses only
 // the store.Driver seam (plus Harness.OutboxLastError, to read back a
@@ -52,16 +46,6 @@
 //     place, a dead-lettered head parks its key until resolved or retried,
 //     and under 8 concurrent claimers no key ever has two rows in flight;
 //   - per-type stats and the pending-types discovery.
-//
-// The inbox suite drives the dialect's store.Inbox through the real
-// inbox.Inbox and inbox.Cleaner, the seam's only client, and checks each
-// outcome in the tables: duplicate suppression per consumer, rollback of
-// the id with the handler's effect on error and panic, at-most-once
-// non-transactional mode, batches, the caller's own transaction, hostile
-// consumer names, concurrent duplicates from 16 goroutines and a second OS
-// process, overlapping concurrent batches, TTL cleanup on both sides of
-// the boundary and the cleanup lease. (The cache contract, which is about
-// inbox.Cache implementations, is inbox/inboxtest.)
 //
 // Boundaries are checked on both sides without sleeping "long enough": the
 // early side is asserted only when the clock proves the boundary had not

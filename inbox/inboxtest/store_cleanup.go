@@ -1,4 +1,4 @@
-package storetest
+package inboxtest
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/txbox/txbox/store"
 )
 
-func testCleanupBoundary(t *testing.T, h InboxHarness) {
+func testCleanupBoundary(t *testing.T, h Harness) {
 	e := newInboxEnv(t, h)
 	ctx := context.Background()
 	const ttl = time.Hour
@@ -56,7 +56,7 @@ func testCleanupBoundary(t *testing.T, h InboxHarness) {
 	}
 }
 
-func testCleanerLease(t *testing.T, h InboxHarness) {
+func testCleanerLease(t *testing.T, h Harness) {
 	e := newInboxEnv(t, h)
 	ctx := context.Background()
 	const consumer = "cleaner"

@@ -1,4 +1,4 @@
-package storetest
+package inboxtest
 
 import (
 	"context"
@@ -12,15 +12,15 @@ import (
 	"github.com/txbox/txbox/store"
 )
 
-var errBoom = errors.New("storetest: handler failure")
+var errBoom = errors.New("inboxtest: handler failure")
 
 // inboxEnv is the shared state of one Inbox run: most subtests share a
 // namespace and isolate themselves by consumer name, because creating and
 // migrating a namespace is the expensive part.
 type inboxEnv struct {
-	h  InboxHarness
+	h  Harness
 	ns string
-	st InboxStore
+	st Store
 }
 
 func (e *inboxEnv) handler(consumer string) inbox.Handler {
@@ -41,6 +41,18 @@ func (e *inboxEnv) expectEffects(t testing.TB, consumer string, want map[txbox.I
 	e.h.ExpectEffects(t, e.ns, consumer, want)
 }
 
+// expectOnceEach fails t unless processed, the Processed results of all
+// the deliveries of ids to consumer, is one per id and each id has exactly
+// one effect row: the end state of every concurrent test, whatever the
+// interleaving.
+func (e *inboxEnv) expectOnceEach(t testing.TB, consumer string, ids []txbox.ID, processed int64) {
+	t.Helper()
+	if processed != int64(len(ids)) {
+		t.Errorf("processed = %d, want %d (one per id)", processed, len(ids))
+	}
+	e.expectEffects(t, consumer, onceEach(ids))
+}
+
 func newIDs(n int) []txbox.ID {
 	out := make([]txbox.ID, n)
 	for i := range out {
@@ -49,17 +61,26 @@ func newIDs(n int) []txbox.ID {
 	return out
 }
 
-func newInboxEnv(t *testing.T, h InboxHarness) *inboxEnv {
+// onceEach is the effects of ids when each has exactly one.
+func onceEach(ids []txbox.ID) map[txbox.ID]int {
+	want := make(map[txbox.ID]int, len(ids))
+	for _, id := range ids {
+		want[id] = 1
+	}
+	return want
+}
+
+func newInboxEnv(t *testing.T, h Harness) *inboxEnv {
 	t.Helper()
 	ns, st := h.Setup(t)
 	return &inboxEnv{h: h, ns: ns, st: st}
 }
 
-// ExerciseInbox runs the inbox suite against the dialect behind h: its store.Inbox
-// driven through the real inbox.Inbox and inbox.Cleaner. The calling
-// package must also define TestInboxHelperProcess calling
-// InboxHelperProcess with an equivalent harness.
-func ExerciseInbox(t *testing.T, h InboxHarness) {
+// ExerciseStore runs the store suite against the dialect behind h: its
+// store.Inbox driven through the real inbox.Inbox and inbox.Cleaner. The
+// calling package must also define TestInboxHelperProcess calling
+// HelperProcess with an equivalent harness.
+func ExerciseStore(t *testing.T, h Harness) {
 	e := newInboxEnv(t, h)
 	t.Run("ProcessedThenDuplicate", func(t *testing.T) { t.Parallel(); testProcessedThenDuplicate(t, e) })
 	t.Run("ConsumersAreIndependent", func(t *testing.T) { t.Parallel(); testConsumersIndependent(t, e) })
@@ -239,11 +260,7 @@ func testBatch(t *testing.T, e *inboxEnv) {
 	if fmt.Sprint(results) != fmt.Sprint(want) {
 		t.Errorf("results = %v, want %v", results, want)
 	}
-	wantEff := map[txbox.ID]int{}
-	for _, id := range all {
-		wantEff[id] = 1
-	}
-	e.expectEffects(t, "batch", wantEff)
+	e.expectEffects(t, "batch", onceEach(all))
 	// A batch of only duplicates does not call the handler.
 	results, err = in.HandleBatch(ctx, msgs[:3], func(context.Context, any, []inbox.Message) error {
 		t.Error("handler called for a batch of duplicates")

@@ -1,4 +1,4 @@
-package storetest
+package inboxtest
 
 import (
 	"bufio"
@@ -26,12 +26,12 @@ const (
 	concurrentIDs     = 25
 	localGoroutines   = 16
 	helperGoroutines  = 8
-	helperEnv         = "TXBOX_STORETEST_INBOX_HELPER"
-	helperNSEnv       = "TXBOX_STORETEST_INBOX_NS"
-	helperConsumerEnv = "TXBOX_STORETEST_INBOX_CONSUMER"
-	helperIDsEnv      = "TXBOX_STORETEST_INBOX_IDS"
-	readyLine         = "storetest-inbox-ready"
-	resultPrefix      = "storetest-inbox-result "
+	helperEnv         = "TXBOX_INBOXTEST_HELPER"
+	helperNSEnv       = "TXBOX_INBOXTEST_NS"
+	helperConsumerEnv = "TXBOX_INBOXTEST_CONSUMER"
+	helperIDsEnv      = "TXBOX_INBOXTEST_IDS"
+	readyLine         = "inboxtest-store-ready"
+	resultPrefix      = "inboxtest-store-result "
 )
 
 // deliverAll has g goroutines each deliver every id (in a rotated order, so
@@ -83,7 +83,7 @@ func startHelper(t *testing.T, e *inboxEnv, consumer string, all []txbox.ID) *he
 	for i, id := range all {
 		strIDs[i] = id.String()
 	}
-	p := testenv.StartTestProcess(t, "TestInboxHelperProcess", helperEnv+"=1", InboxHarnessEnv+"="+e.h.Name,
+	p := testenv.StartTestProcess(t, "TestInboxHelperProcess", helperEnv+"=1", HarnessEnv+"="+e.h.Name,
 		helperNSEnv+"="+e.ns, helperConsumerEnv+"="+consumer, helperIDsEnv+"="+strings.Join(strIDs, ","))
 	lines := make(chan string, 16)
 	go func() {
@@ -146,30 +146,23 @@ func testConcurrent(t *testing.T, e *inboxEnv) {
 	}
 	t.Logf("this process: %d processed, %d duplicate; helper process: %d processed, %d duplicate", lr.p, lr.d, cp, cd)
 
-	want := map[txbox.ID]int{}
-	for _, id := range all {
-		want[id] = 1
-	}
-	e.expectEffects(t, consumer, want)
-	if got := lr.p + cp; got != int64(len(all)) {
-		t.Errorf("processed results across both processes = %d, want %d (one per id)", got, len(all))
-	}
+	e.expectOnceEach(t, consumer, all, lr.p+cp)
 	total := int64(len(all) * (localGoroutines + helperGoroutines))
 	if got := lr.p + lr.d + cp + cd; got != total {
 		t.Errorf("results = %d, want %d", got, total)
 	}
 }
 
-// InboxHelperProcess is the child side of the concurrent-duplicates test: it
-// picks the harness named by InboxHarnessEnv. It returns at once unless the
+// HelperProcess is the child side of the concurrent-duplicates test: it
+// picks the harness named by HarnessEnv. It returns at once unless the
 // parent started this process.
-func InboxHelperProcess(t *testing.T, harnesses ...InboxHarness) {
+func HelperProcess(t *testing.T, harnesses ...Harness) {
 	if os.Getenv(helperEnv) != "1" {
 		return
 	}
-	i := slices.IndexFunc(harnesses, func(h InboxHarness) bool { return h.Name == os.Getenv(InboxHarnessEnv) })
+	i := slices.IndexFunc(harnesses, func(h Harness) bool { return h.Name == os.Getenv(HarnessEnv) })
 	if i < 0 {
-		t.Fatalf("helper: no harness named %q", os.Getenv(InboxHarnessEnv))
+		t.Fatalf("helper: no harness named %q", os.Getenv(HarnessEnv))
 	}
 	h := harnesses[i]
 	ns, consumer := os.Getenv(helperNSEnv), os.Getenv(helperConsumerEnv)
@@ -241,12 +234,5 @@ func testConcurrentBatches(t *testing.T, e *inboxEnv) {
 	}
 	close(start)
 	wg.Wait()
-	if got := processed.Load(); got != n {
-		t.Errorf("processed = %d, want %d", got, n)
-	}
-	want := map[txbox.ID]int{}
-	for _, id := range all {
-		want[id] = 1
-	}
-	e.expectEffects(t, consumer, want)
+	e.expectOnceEach(t, consumer, all, processed.Load())
 }
