@@ -29,18 +29,12 @@ var (
 // prometheus.Registerer.
 func New() *Metrics {
 	return &Metrics{
-		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "txbox_inbox_messages_total",
-			Help: "Messages handled by the inbox, by consumer and result (processed, duplicate, failed, lost).",
-		}, []string{"consumer", "result"}),
-		redelivered: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "txbox_inbox_redelivered_total",
-			Help: "Messages the broker delivered again (redelivery flag set or delivery count above 1), by consumer and result: work the broker and the database did twice.",
-		}, []string{"consumer", "result"}),
-		cache: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "txbox_inbox_cache_lookups_total",
-			Help: "Inbox cache lookups, by consumer and result (hit, miss, error).",
-		}, []string{"consumer", "result"}),
+		messages: byConsumerResult("txbox_inbox_messages_total",
+			"Messages handled by the inbox, by consumer and result (processed, duplicate, failed, lost)."),
+		redelivered: byConsumerResult("txbox_inbox_redelivered_total",
+			"Messages the broker delivered again (redelivery flag set or delivery count above 1), by consumer and result: work the broker and the database did twice."),
+		cache: byConsumerResult("txbox_inbox_cache_lookups_total",
+			"Inbox cache lookups, by consumer and result (hit, miss, error)."),
 		cleaned: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "txbox_inbox_cleanup_deleted_total",
 			Help: "Inbox ids deleted by cleanup after the inbox TTL.",
@@ -50,6 +44,12 @@ func New() *Metrics {
 			Help: "Inbox cleanup runs that failed.",
 		}),
 	}
+}
+
+// byConsumerResult is a counter labelled the way every per-message
+// counter of the inbox is: by consumer name and a fixed result value.
+func byConsumerResult(name, help string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"consumer", "result"})
 }
 
 // OnHandled implements inbox.Hook.

@@ -159,21 +159,25 @@ func (c Config) validate() error {
 		// The parse error may quote the URL, password included.
 		return fmt.Errorf("%w: url is not a valid amqp:// or amqps:// URI", ErrInvalidConfig)
 	}
-	switch {
-	case c.Channels < 0 || c.Channels > 1000:
+	if c.Channels < 0 || c.Channels > 1000 {
 		return fmt.Errorf("%w: channels must be in 1..1000, got %d", ErrInvalidConfig, c.Channels)
-	case c.DialTimeout < 0:
-		return fmt.Errorf("%w: dial-timeout must be > 0, got %s", ErrInvalidConfig, c.DialTimeout)
-	case c.ReconnectDelay < 0:
-		return fmt.Errorf("%w: reconnect-delay must be > 0, got %s", ErrInvalidConfig, c.ReconnectDelay)
-	case c.Heartbeat < 0:
-		return fmt.Errorf("%w: heartbeat must be > 0, got %s", ErrInvalidConfig, c.Heartbeat)
-	case c.ConfirmTimeout < 0:
-		return fmt.Errorf("%w: confirm-timeout must be > 0, got %s", ErrInvalidConfig, c.ConfirmTimeout)
-	case c.ExchangeCheckTTL < 0:
-		return fmt.Errorf("%w: exchange-check-ttl must be > 0, got %s", ErrInvalidConfig, c.ExchangeCheckTTL)
-	case c.MaxMessageBytes < 0:
-		return fmt.Errorf("%w: max-message-bytes must be > 0, got %d", ErrInvalidConfig, c.MaxMessageBytes)
+	}
+	// One row a setting that must not be negative: its key and value.
+	for _, f := range []struct {
+		key string
+		bad bool
+		got any
+	}{
+		{"dial-timeout", c.DialTimeout < 0, c.DialTimeout},
+		{"reconnect-delay", c.ReconnectDelay < 0, c.ReconnectDelay},
+		{"heartbeat", c.Heartbeat < 0, c.Heartbeat},
+		{"confirm-timeout", c.ConfirmTimeout < 0, c.ConfirmTimeout},
+		{"exchange-check-ttl", c.ExchangeCheckTTL < 0, c.ExchangeCheckTTL},
+		{"max-message-bytes", c.MaxMessageBytes < 0, c.MaxMessageBytes},
+	} {
+		if f.bad {
+			return fmt.Errorf("%w: %s must be > 0, got %v", ErrInvalidConfig, f.key, f.got)
+		}
 	}
 	switch t := c.ProvisionExchangeType; {
 	case t == "direct", t == "fanout", t == "topic", t == "headers", strings.HasPrefix(t, "x-") && len(t) > 2:

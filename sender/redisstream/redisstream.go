@@ -120,23 +120,25 @@ func (c Config) validate() error {
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		return fmt.Errorf("%w: addr %q is not host:port", ErrInvalidConfig, c.Addr)
 	}
-	switch {
-	case c.DB < 0:
-		return fmt.Errorf("%w: db must be ≥ 0, got %d", ErrInvalidConfig, c.DB)
-	case c.MaxLen < 0:
-		return fmt.Errorf("%w: max-len must be ≥ 0, got %d", ErrInvalidConfig, c.MaxLen)
-	case c.DialTimeout < 0:
-		return fmt.Errorf("%w: dial-timeout must be > 0, got %s", ErrInvalidConfig, c.DialTimeout)
-	case c.ReadTimeout < 0:
-		return fmt.Errorf("%w: read-timeout must be > 0, got %s", ErrInvalidConfig, c.ReadTimeout)
-	case c.WriteTimeout < 0:
-		return fmt.Errorf("%w: write-timeout must be > 0, got %s", ErrInvalidConfig, c.WriteTimeout)
-	case c.PoolSize < 0:
-		return fmt.Errorf("%w: pool-size must be > 0, got %d", ErrInvalidConfig, c.PoolSize)
-	case c.SendTimeout < 0:
-		return fmt.Errorf("%w: send-timeout must be > 0, got %s", ErrInvalidConfig, c.SendTimeout)
-	case c.MaxRetries < -1:
-		return fmt.Errorf("%w: max-retries must be ≥ -1, got %d", ErrInvalidConfig, c.MaxRetries)
+	// One row a numeric setting: its key, the bound it must keep (as
+	// the error says it), whether it breaks it, and its value.
+	for _, f := range []struct {
+		key, must string
+		bad       bool
+		got       any
+	}{
+		{"db", "≥ 0", c.DB < 0, c.DB},
+		{"max-len", "≥ 0", c.MaxLen < 0, c.MaxLen},
+		{"dial-timeout", "> 0", c.DialTimeout < 0, c.DialTimeout},
+		{"read-timeout", "> 0", c.ReadTimeout < 0, c.ReadTimeout},
+		{"write-timeout", "> 0", c.WriteTimeout < 0, c.WriteTimeout},
+		{"pool-size", "> 0", c.PoolSize < 0, c.PoolSize},
+		{"send-timeout", "> 0", c.SendTimeout < 0, c.SendTimeout},
+		{"max-retries", "≥ -1", c.MaxRetries < -1, c.MaxRetries},
+	} {
+		if f.bad {
+			return fmt.Errorf("%w: %s must be %s, got %v", ErrInvalidConfig, f.key, f.must, f.got)
+		}
 	}
 	return nil
 }

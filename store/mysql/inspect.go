@@ -46,31 +46,21 @@ func (d *Driver) inspectQueries(q *queries) {
 // OutboxInspect returns per-type details of the unfinished rows. See
 // store.Inspector.
 func (d *Driver) OutboxInspect(ctx context.Context) ([]*store.OutboxTypeDetail, error) {
-	rows, err := d.db.QueryContext(ctx, d.q.inspectGroups)
-	if err != nil {
-		return nil, wrap("inspect", err)
+	query := func(q string) (inspect.Rows, func(), error) {
+		rows, err := d.db.QueryContext(ctx, q)
+		return rows, func() { rows.Close() }, err
 	}
-	var acc inspect.Acc
-	err = acc.AddGroups(rows, func(g *inspect.Group) error {
+	out, err := inspect.Outbox(query, d.q.inspectGroups, d.q.inspectLastError, func(rows inspect.Rows, g *inspect.Group) error {
 		var age, next sql.NullInt64
 		err := rows.Scan(&g.EventType, &g.Status, &g.Due, &g.Attempts, &g.Count, &age, &next)
 		g.OldestAge = time.Duration(age.Int64) * time.Microsecond
 		g.NextDueIn = time.Duration(next.Int64) * time.Microsecond
 		return err
 	})
-	rows.Close()
 	if err != nil {
 		return nil, wrap("inspect", err)
 	}
-	rows, err = d.db.QueryContext(ctx, d.q.inspectLastError)
-	if err != nil {
-		return nil, wrap("inspect", err)
-	}
-	defer rows.Close()
-	if err := acc.AddLastErrors(rows); err != nil {
-		return nil, wrap("inspect", err)
-	}
-	return acc.Result(), nil
+	return out, nil
 }
 
 // DeadLetterParkedKeys lists the keys held back by unresolved dead

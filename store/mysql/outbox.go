@@ -71,19 +71,17 @@ func (d *Driver) OutboxInsert(ctx context.Context, tx any, params *store.OutboxI
 	if params == nil || len(params.Events) == 0 {
 		return nil
 	}
-	for i, ev := range params.Events {
-		if ev == nil {
-			return fmt.Errorf("%w: event %d is nil", ErrInvalidParams, i)
-		}
-		if ev.ID == (txbox.ID{}) {
-			return fmt.Errorf("%w: event %d has no id", ErrInvalidParams, i)
-		}
+	err = sqlstore.CheckInsertEvents(ErrInvalidParams, params.Events, func(i int, ev *txbox.Event) error {
 		if err := txbox.ValidateEventType(ev.Type); err != nil {
 			return err
 		}
 		if len(ev.Key) > MaxKeyLength {
 			return fmt.Errorf("%w: event %d: key of %d bytes exceeds %d", ErrInvalidParams, i, len(ev.Key), MaxKeyLength)
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	if limit := d.maxAllowedPacket(ctx, ex); limit > 0 {
 		for i, ev := range params.Events {

@@ -56,12 +56,14 @@ FROM {instance} ORDER BY seen_at DESC, instance_id`)
 // OutboxInspect returns per-type details of the unfinished rows. See
 // store.Inspector.
 func (d *Driver) OutboxInspect(ctx context.Context) ([]*store.OutboxTypeDetail, error) {
-	rows, err := d.query(ctx, "inspect", d.q.inspectGroups)
-	if err != nil {
+	if err := d.check(); err != nil {
 		return nil, err
 	}
-	var acc inspect.Acc
-	err = acc.AddGroups(rows, func(g *inspect.Group) error {
+	query := func(q string) (inspect.Rows, func(), error) {
+		rows, err := d.db.QueryContext(ctx, q)
+		return rows, func() { rows.Close() }, err
+	}
+	out, err := inspect.Outbox(query, d.q.inspectGroups, d.q.inspectLastError, func(rows inspect.Rows, g *inspect.Group) error {
 		var attempts sql.NullInt64
 		var age, next int64
 		err := rows.Scan(&g.EventType, &g.Status, &g.Due, &attempts, &g.Count, &age, &next)
@@ -69,19 +71,10 @@ func (d *Driver) OutboxInspect(ctx context.Context) ([]*store.OutboxTypeDetail, 
 		g.OldestAge, g.NextDueIn = time.Duration(age)*time.Millisecond, time.Duration(next)*time.Millisecond
 		return err
 	})
-	rows.Close()
 	if err != nil {
 		return nil, d.translate(fmt.Errorf("inspect: %w", err))
 	}
-	rows, err = d.db.QueryContext(ctx, d.q.inspectLastError)
-	if err != nil {
-		return nil, d.translate(fmt.Errorf("inspect: %w", err))
-	}
-	defer rows.Close()
-	if err := acc.AddLastErrors(rows); err != nil {
-		return nil, d.translate(fmt.Errorf("inspect: %w", err))
-	}
-	return acc.Result(), nil
+	return out, nil
 }
 
 // DeadLetterParkedKeys lists the keys held back by unresolved dead

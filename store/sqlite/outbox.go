@@ -89,13 +89,8 @@ func (d *Driver) OutboxInsert(ctx context.Context, tx any, params *store.OutboxI
 	if len(events) == 0 {
 		return nil
 	}
-	for i, e := range events {
-		if e == nil {
-			return fmt.Errorf("%w: event %d is nil", ErrInvalidParams, i)
-		}
-		if e.ID == (txbox.ID{}) {
-			return fmt.Errorf("%w: event %d has no id", ErrInvalidParams, i)
-		}
+	if err := sqlstore.CheckInsertEvents(ErrInvalidParams, events, nil); err != nil {
+		return err
 	}
 	sqlTx, _ := ex.(*sql.Tx)
 	for start := 0; start < len(events); start += maxInsertRows {

@@ -143,3 +143,34 @@ func (a *Acc) AddLastErrors(rows Rows) error {
 	}
 	return rows.Err()
 }
+
+// Query runs one of the inspection's statements and returns its rows
+// with the function that closes them (*sql.Rows and pgx.Rows close
+// differently). Its error is returned as it is.
+type Query func(sql string) (Rows, func(), error)
+
+// Outbox is every dialect's OutboxInspect: it runs the grouped count
+// groups, reading each row with scan, then the last-error query
+// lastErrors, and returns the details they fold into. The caller wraps
+// the error in its dialect's way.
+func Outbox(query Query, groups, lastErrors string, scan func(rows Rows, g *Group) error) ([]*store.OutboxTypeDetail, error) {
+	var acc Acc
+	rows, closeRows, err := query(groups)
+	if err != nil {
+		return nil, err
+	}
+	err = acc.AddGroups(rows, func(g *Group) error { return scan(rows, g) })
+	closeRows()
+	if err != nil {
+		return nil, err
+	}
+	rows, closeRows, err = query(lastErrors)
+	if err != nil {
+		return nil, err
+	}
+	defer closeRows()
+	if err := acc.AddLastErrors(rows); err != nil {
+		return nil, err
+	}
+	return acc.Result(), nil
+}
