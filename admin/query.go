@@ -38,7 +38,7 @@ type Filter struct {
 	Status string `json:"status,omitempty"`
 	// Key is the event key.
 	Key string `json:"key,omitempty"`
-	// Error matches a substring of the last error.
+	// Error matches a substring of the last error, ignoring case.
 	Error string `json:"error,omitempty"`
 	// FailedAfter (inclusive) and FailedBefore (exclusive) bound the
 	// failure time: RFC 3339 in any offset, compared in UTC, refused

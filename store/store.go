@@ -300,7 +300,8 @@ type DeadLetterFilter struct {
 	EventType string
 	Status    string
 	Key       string
-	// ErrorContains matches a substring of the last error.
+	// ErrorContains matches a substring of the last error, ignoring case
+	// on every dialect (as a search box does).
 	ErrorContains string
 	// FailedAfter and FailedBefore bound failed_at as a half-open
 	// interval, the same on every dialect: FailedAfter is inclusive

@@ -332,7 +332,7 @@ func (d *Driver) deadLetterListQueries(q *queries) {
 		($1 = '' OR event_type = $1)
 		AND ($2 = '' OR status = $2)
 		AND ($3 = '' OR event_key = $3)
-		AND ($4 = '' OR strpos(last_error, $4) > 0)
+		AND ($4 = '' OR strpos(lower(last_error), lower($4)) > 0)
 		AND ($5::timestamptz IS NULL OR failed_at >= $5)
 		AND ($6::timestamptz IS NULL OR failed_at < $6)
 		AND ($7::uuid[] IS NULL OR id = ANY($7))`
