@@ -167,13 +167,15 @@ func (d *Driver) DeadLetterGet(ctx context.Context, id txbox.ID) (*store.DeadLet
 }
 
 // DeadLetterRetry moves dead letters back to the outbox, same ids,
-// attempts 0, due now, in one statement.
+// attempts 0, due now, in one statement, which also sends one NOTIFY per
+// event type on NotifyChannel: a listening relay sends a retried event at
+// once instead of at its next poll, whichever process made the retry.
 func (d *Driver) DeadLetterRetry(ctx context.Context, ids []txbox.ID) (int, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	var n int64
-	if err := d.pool.QueryRow(ctx, d.q.dlRetry, pgUUIDs(ids)).Scan(&n); err != nil {
+	var n, types int64
+	if err := d.pool.QueryRow(ctx, d.q.dlRetry, pgUUIDs(ids), d.channel).Scan(&n, &types); err != nil {
 		return 0, d.translate("dead-letter retry", err)
 	}
 	return int(n), nil

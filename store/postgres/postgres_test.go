@@ -463,3 +463,78 @@ func TestInsertPathsAgree(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadLetterRetryWakes: a retry sends the listening relay a wake-up
+// for each retried type, so that `txbox dlq retry`, another process, is
+// delivered at once rather than at the relay's next poll.
+func TestDeadLetterRetryWakes(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	d := open(t)
+	wakes := make(chan string, 100)
+	lctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.OutboxListen(lctx, func(typ string) { wakes <- typ }) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	// Two dead letters of one type, one of another.
+	insert := func(ev *txbox.Event, notify bool) {
+		t.Helper()
+		tx, err := d.Pool().Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		if err := d.OutboxInsert(ctx, tx, &store.OutboxInsertParams{Events: []*txbox.Event{ev}, Notify: notify}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ids []txbox.ID
+	for _, typ := range []string{"retry-a", "retry-a", "retry-b"} {
+		ev := &txbox.Event{ID: txbox.NewID(), Type: typ}
+		insert(ev, false)
+		rows, err := d.OutboxClaim(ctx, &store.OutboxClaimParams{EventType: typ, Limit: 1, LeaseDuration: time.Minute})
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("claim %s: %d rows, %v", typ, len(rows), err)
+		}
+		item := store.OutboxFinishItem{ID: rows[0].ID, LeaseToken: rows[0].LeaseToken, Outcome: store.OutcomeFailed, Error: "no"}
+		if _, err := d.OutboxFinish(ctx, &store.OutboxFinishParams{Items: []store.OutboxFinishItem{item}}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, ev.ID)
+	}
+	if n, err := d.DeadLetterMove(ctx, &store.DeadLetterMoveParams{Limit: 10}); err != nil || n != 3 {
+		t.Fatalf("dead-letter move: %d, %v", n, err)
+	}
+	// The listener is in place once a notifying publish reaches it.
+	for ready := false; !ready; {
+		insert(&txbox.Event{ID: txbox.NewID(), Type: "retry-ping"}, true)
+		select {
+		case typ := <-wakes:
+			ready = typ == "retry-ping"
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+			t.Fatal("the listener never heard a publish")
+		}
+	}
+	for len(wakes) > 0 {
+		<-wakes
+	}
+
+	if n, err := d.DeadLetterRetry(ctx, ids); err != nil || n != 3 {
+		t.Fatalf("retry: %d, %v", n, err)
+	}
+	got := map[string]bool{}
+	for !got["retry-a"] || !got["retry-b"] {
+		select {
+		case typ := <-wakes:
+			got[typ] = true
+		case <-time.After(10 * time.Second):
+			t.Fatalf("wake-ups after the retry: %v, want retry-a and retry-b", got)
+		}
+	}
+}

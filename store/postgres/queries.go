@@ -312,9 +312,15 @@ func (d *Driver) deadLetterQueries(q *queries) {
 		-- out, so a retry never comes back through the stream as well.
 		INSERT INTO {{outbox}} (id, event_type, event_key, payload, headers, created_at, status, attempts, due_at, last_error, txid, stream_pos)
 		SELECT id, event_type, event_key, payload, headers, created_at, 'PENDING', 0, now(), last_error, txid, 0 FROM gone
-		RETURNING 1
+		RETURNING event_type
+	),
+	-- One wake-up per type, delivered on commit, as a notifying publish
+	-- sends: a relay that listens claims the retried rows at once, even
+	-- when the retry comes from another process (txbox dlq retry).
+	woke AS (
+		SELECT pg_notify($2, t.event_type) FROM (SELECT DISTINCT event_type FROM ins) t
 	)
-	SELECT count(*) FROM ins`)
+	SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM woke)`)
 	q.dlResolve = d.render(`UPDATE {{dead_letter}} SET status = 'RESOLVED', resolved_at = now()
 		WHERE id = ANY($1::uuid[]) AND status = 'UNRESOLVED'`)
 	q.dlDelete = d.render(`DELETE FROM {{dead_letter}} WHERE id = ANY($1::uuid[])`)
