@@ -233,8 +233,7 @@ func testDeadLetterAdmin(t *testing.T, e *env) {
 		{store.DeadLetterFilter{Key: "k1"}, []txbox.ID{b1, a1}},
 		{store.DeadLetterFilter{EventType: "dl-a", Key: "k1"}, []txbox.ID{a1}},
 		{store.DeadLetterFilter{ErrorContains: "timeout"}, []txbox.ID{b1, a1}},
-		// Case-insensitive on every dialect, as a search box is.
-		{store.DeadLetterFilter{ErrorContains: "TimeOut"}, []txbox.ID{b1, a1}},
+		{store.DeadLetterFilter{ErrorContains: "TimeOut"}, []txbox.ID{b1, a1}}, // any case, on every dialect
 		{store.DeadLetterFilter{ErrorContains: "SCHEMA Mismatch"}, []txbox.ID{a2}},
 		{store.DeadLetterFilter{ErrorContains: "%"}, nil},
 		{store.DeadLetterFilter{Status: store.DeadLetterUnresolved}, []txbox.ID{b1, a2, a1}},
