@@ -42,13 +42,23 @@ type Config struct {
 	// which an event type makes the process degraded. 0 turns the lag
 	// check off.
 	LagThreshold time.Duration
-	// Fence, with FenceThreshold, feeds the ordering fence check
+	// Horizon, with HorizonThreshold, feeds the commit horizon check
 	// (docs/concepts.md, "Ordering"); the PostgreSQL driver implements it
-	// (store.FenceInspector). Nil turns the check off.
+	// (store.HorizonInspector). Nil turns the check off.
+	Horizon store.HorizonInspector
+	// HorizonThreshold is how long a transaction may hold a transaction
+	// id, and with it the commit horizon of every ordered type, before
+	// the process is degraded, with the holder named. 0 turns the check
+	// off.
+	HorizonThreshold time.Duration
+	// Fence is the former name of Horizon, used when Horizon is nil.
+	//
+	// Deprecated: use Horizon.
 	Fence store.FenceInspector
-	// FenceThreshold is how long a transaction may hold a transaction id,
-	// and with it the ordering fence of every ordered type, before the
-	// process is degraded, with the holder named. 0 turns the check off.
+	// FenceThreshold is the former name of HorizonThreshold, used when
+	// HorizonThreshold is 0.
+	//
+	// Deprecated: use HorizonThreshold.
 	FenceThreshold time.Duration
 	// FailWhenDegraded makes /readyz answer 503 when degraded, not only
 	// when not ready.
@@ -82,7 +92,17 @@ const (
 	ReasonClaimFailing = "claim_failing"
 	ReasonJobFailing   = "job_failing"
 	ReasonLag          = "lag_over_threshold"
-	ReasonFenceHeld    = "ordering_fence_held"
+	// ReasonHorizonHeld: a transaction has held the commit horizon of the
+	// ordered types longer than HorizonThreshold; the reason's subject
+	// names it. Until this release the kind was "ordering_fence_held"
+	// (docs/upgrading.md).
+	ReasonHorizonHeld = "commit_horizon_held"
+	// ReasonFenceHeld is the former name of ReasonHorizonHeld. Its value
+	// changed with the name: /readyz reports "commit_horizon_held" where
+	// it reported "ordering_fence_held".
+	//
+	// Deprecated: use ReasonHorizonHeld.
+	ReasonFenceHeld = ReasonHorizonHeld
 	// ReasonSendsOutstanding: the lock claims have used up their budget
 	// and wait, while the batches holding it wait on their destination
 	// (docs/operations.md, "Connection pool"): the broker is slow, the
@@ -158,8 +178,14 @@ func New(cfg Config) (*Checker, error) {
 	if cfg.Store == nil {
 		return nil, fmt.Errorf("health: Config.Store is required")
 	}
-	if cfg.LagThreshold < 0 || cfg.FenceThreshold < 0 || cfg.CacheFor < 0 || cfg.Timeout < 0 {
-		return nil, fmt.Errorf("health: LagThreshold, FenceThreshold, CacheFor and Timeout must not be negative")
+	if cfg.Horizon == nil && cfg.Fence != nil {
+		cfg.Horizon = fenceInspector{cfg.Fence}
+	}
+	if cfg.HorizonThreshold == 0 {
+		cfg.HorizonThreshold = cfg.FenceThreshold
+	}
+	if cfg.LagThreshold < 0 || cfg.HorizonThreshold < 0 || cfg.CacheFor < 0 || cfg.Timeout < 0 {
+		return nil, fmt.Errorf("health: LagThreshold, HorizonThreshold, CacheFor and Timeout must not be negative")
 	}
 	if cfg.CacheFor == 0 {
 		cfg.CacheFor = DefaultCacheFor
@@ -180,7 +206,7 @@ func (c *Checker) Check(ctx context.Context) Report {
 	rep := Report{SchemaVersion: db.version, LatestSchemaVersion: db.latest, CheckedAt: at}
 	var fatal, degraded []Reason
 	for _, r := range db.reasons {
-		if r.Kind == ReasonLag || r.Kind == ReasonFenceHeld {
+		if r.Kind == ReasonLag || r.Kind == ReasonHorizonHeld {
 			degraded = append(degraded, r)
 		} else {
 			fatal = append(fatal, r)
@@ -355,8 +381,8 @@ func (c *Checker) database(ctx context.Context) (dbResult, time.Time) {
 	if err == nil && c.cfg.Stats != nil && c.cfg.LagThreshold > 0 {
 		res.reasons = append(res.reasons, c.lag(ctx)...)
 	}
-	if err == nil && c.cfg.Fence != nil && c.cfg.FenceThreshold > 0 {
-		res.reasons = append(res.reasons, c.fence(ctx)...)
+	if err == nil && c.cfg.Horizon != nil && c.cfg.HorizonThreshold > 0 {
+		res.reasons = append(res.reasons, c.horizon(ctx)...)
 	}
 	c.db, c.checked = res, time.Now()
 	return res, c.checked
@@ -378,19 +404,19 @@ func (c *Checker) lag(ctx context.Context) []Reason {
 	return out
 }
 
-// fence reports the transaction that holds the ordering fence, when it has
-// held it longer than the threshold.
-func (c *Checker) fence(ctx context.Context) []Reason {
-	h, err := c.cfg.Fence.OutboxFenceHolder(ctx)
+// horizon reports the transaction that holds the commit horizon, when it
+// has held it longer than the threshold.
+func (c *Checker) horizon(ctx context.Context) []Reason {
+	h, err := c.cfg.Horizon.OutboxHorizonHolder(ctx)
 	if err != nil {
-		return []Reason{{Kind: ReasonDatabase, Detail: "ordering fence: " + err.Error()}}
+		return []Reason{{Kind: ReasonDatabase, Detail: "commit horizon: " + err.Error()}}
 	}
-	if h == nil || h.Age <= c.cfg.FenceThreshold {
+	if h == nil || h.Age <= c.cfg.HorizonThreshold {
 		return nil
 	}
-	return []Reason{{Kind: ReasonFenceHeld, Subject: h.Name(),
+	return []Reason{{Kind: ReasonHorizonHeld, Subject: h.Name(),
 		Detail: fmt.Sprintf("has held transaction id %d for %s (threshold %s): events of ordered types published after it began wait until it ends",
-			h.XID, h.Age.Round(time.Millisecond), c.cfg.FenceThreshold)}}
+			h.XID, h.Age.Round(time.Millisecond), c.cfg.HorizonThreshold)}}
 }
 
 // LivezHandler answers 200 "ok" to GET and HEAD: the process is alive
@@ -446,4 +472,11 @@ func allowed(w http.ResponseWriter, r *http.Request) bool {
 	w.Header().Set("Allow", "GET, HEAD")
 	http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 	return false
+}
+
+// fenceInspector serves the deprecated Config.Fence as a HorizonInspector.
+type fenceInspector struct{ store.FenceInspector }
+
+func (f fenceInspector) OutboxHorizonHolder(ctx context.Context) (*store.HorizonHolder, error) {
+	return f.OutboxFenceHolder(ctx)
 }

@@ -237,9 +237,9 @@ func newPublisher(t *testing.T, d *postgres.Driver) *outbox.Publisher {
 	return pub
 }
 
-// TestDegradedByAnXidHoldingTransaction is the fence pin: a transaction
-// that holds a transaction id (a read-only snapshot holds none and does
-// not pin the ordering fence) makes /readyz degraded past the threshold,
+// TestDegradedByAnXidHoldingTransaction is the commit horizon pin: a
+// transaction that holds a transaction id (a read-only snapshot holds none
+// and does not pin the commit horizon) makes /readyz degraded past the threshold,
 // named by its pid, application and xid, and the reason goes once it
 // ends.
 func TestDegradedByAnXidHoldingTransaction(t *testing.T) {
@@ -266,14 +266,14 @@ func TestDegradedByAnXidHoldingTransaction(t *testing.T) {
 	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid(), pg_current_xact_id()::text`).Scan(&pid, &xid); err != nil {
 		t.Fatal(err)
 	}
-	c := newChecker(t, health.Config{Store: d, Fence: d, FenceThreshold: 50 * time.Millisecond, CacheFor: time.Millisecond})
+	c := newChecker(t, health.Config{Store: d, Horizon: d, HorizonThreshold: 50 * time.Millisecond, CacheFor: time.Millisecond})
 	// The oldest holder of the cluster is named: on a shared server
 	// another test's transaction may be older for a while.
 	subject := fmt.Sprintf("pid %d (", pid)
 	testenv.WaitFor(t, 2*time.Minute, "degraded by the pinning transaction", func() bool {
 		code, rep, _ := get(t, c.Handler(), http.MethodGet, "/readyz")
 		for _, r := range rep.Reasons {
-			if r.Kind == health.ReasonFenceHeld && strings.HasPrefix(r.Subject, subject) {
+			if r.Kind == health.ReasonHorizonHeld && strings.HasPrefix(r.Subject, subject) {
 				if !strings.Contains(r.Subject, "application "+app) || !strings.Contains(r.Detail, "transaction id "+xid+" ") {
 					t.Fatalf("reason %+v does not name application %s and xid %s", r, app, xid)
 				}
@@ -288,7 +288,7 @@ func TestDegradedByAnXidHoldingTransaction(t *testing.T) {
 	testenv.WaitFor(t, 2*time.Minute, "the reason gone with the transaction", func() bool {
 		_, rep, _ := get(t, c.Handler(), http.MethodGet, "/readyz")
 		for _, r := range rep.Reasons {
-			if r.Kind == health.ReasonFenceHeld && strings.HasPrefix(r.Subject, subject) {
+			if r.Kind == health.ReasonHorizonHeld && strings.HasPrefix(r.Subject, subject) {
 				return false
 			}
 		}

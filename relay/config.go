@@ -35,8 +35,12 @@ const (
 	DefaultInFlight = 4
 	// DefaultOrdering delivers without per-key ordering.
 	DefaultOrdering = OrderingNone
-	// DefaultOrderingFence keeps the fence on for ordered types.
-	DefaultOrderingFence = OrderingFenceOn
+	// DefaultCommitHorizon keeps the commit horizon on for ordered types.
+	DefaultCommitHorizon = CommitHorizonOn
+	// DefaultOrderingFence is the former name of DefaultCommitHorizon.
+	//
+	// Deprecated: use DefaultCommitHorizon.
+	DefaultOrderingFence = DefaultCommitHorizon
 	// DefaultClaim is the claim of event types that set none and are not
 	// routed to a broker: the lease claim, which every store has and
 	// which suits slow destinations. Types routed to a sender that
@@ -107,22 +111,38 @@ const (
 	OrderingKey Ordering = "key"
 )
 
-// OrderingFence says whether an ordered type's claim waits for the
-// visibility fence (docs/concepts.md, "Ordering"): on PostgreSQL, a key's
+// CommitHorizon says whether an ordered type's claim waits for the
+// commit horizon (docs/concepts.md, "Ordering"): on PostgreSQL, a key's
 // head is claimed only once every transaction that could still commit an
-// earlier row of its key has ended.
-type OrderingFence string
+// earlier row of its key has ended, that is once the row is below the
+// horizon, where every transaction has settled.
+type CommitHorizon string
 
-// Ordering fences.
+// OrderingFence is the former name of CommitHorizon: "fence" now names
+// only the lease token that fences a finish.
+//
+// Deprecated: use CommitHorizon.
+type OrderingFence = CommitHorizon
+
+// Commit horizons.
 const (
-	// OrderingFenceOn claims a key's head only behind the fence.
-	OrderingFenceOn OrderingFence = "on"
-	// OrderingFenceOff claims a key's head as soon as no earlier row of
+	// CommitHorizonOn claims a key's head only below the commit horizon.
+	CommitHorizonOn CommitHorizon = "on"
+	// CommitHorizonOff claims a key's head as soon as no earlier row of
 	// its key is visible: only for producers that never overlap on a key
 	// (one producer per key, each waiting for its commit before the next
-	// publish), which then save the fence's wait behind unrelated long
+	// publish), which then save the horizon's wait behind unrelated long
 	// transactions.
-	OrderingFenceOff OrderingFence = "off"
+	CommitHorizonOff CommitHorizon = "off"
+
+	// OrderingFenceOn is the former name of CommitHorizonOn.
+	//
+	// Deprecated: use CommitHorizonOn.
+	OrderingFenceOn = CommitHorizonOn
+	// OrderingFenceOff is the former name of CommitHorizonOff.
+	//
+	// Deprecated: use CommitHorizonOff.
+	OrderingFenceOff = CommitHorizonOff
 )
 
 // ClaimMode says how a relay claims the rows of one event type
@@ -301,10 +321,16 @@ type EventSettings struct {
 	Backoff *BackoffSettings
 	// Ordering enables per-key ordered delivery. Defaults to none.
 	Ordering *Ordering
-	// OrderingFence, with Ordering key, says whether claims wait for the
-	// visibility fence (OrderingFence); off only for producers that never
-	// overlap on a key. Defaults to on.
-	OrderingFence *OrderingFence
+	// CommitHorizon, with Ordering key, says whether claims wait for the
+	// commit horizon (CommitHorizon); off only for producers that never
+	// overlap on a key. Defaults to on (DefaultCommitHorizon).
+	CommitHorizon *CommitHorizon
+	// OrderingFence is the former name of CommitHorizon, honoured when
+	// CommitHorizon is nil; setting both to different values is an
+	// error. Defaults to nil (CommitHorizon decides).
+	//
+	// Deprecated: use CommitHorizon.
+	OrderingFence *CommitHorizon
 	// Retention is how long processed rows are kept; 0 deletes a row as
 	// soon as it is acknowledged. Per type it only chooses between
 	// deleting on ack and keeping the row; the cleanup job deletes kept
@@ -339,7 +365,7 @@ func DefaultEventSettings() EventSettings {
 			Max: new(DefaultBackoffMax), Jitter: new(0.0),
 		},
 		Ordering:      new(DefaultOrdering),
-		OrderingFence: new(DefaultOrderingFence),
+		CommitHorizon: new(DefaultCommitHorizon),
 		Retention:     new(DefaultRetention),
 		LeaseDuration: new(DefaultLeaseDuration),
 		InFlight:      new(DefaultInFlight),
@@ -359,12 +385,23 @@ func (s EventSettings) Inherit(parent EventSettings) EventSettings {
 		MaxAttempts:   pick(s.MaxAttempts, parent.MaxAttempts),
 		Backoff:       s.Backoff.inherit(parent.Backoff),
 		Ordering:      pick(s.Ordering, parent.Ordering),
-		OrderingFence: pick(s.OrderingFence, parent.OrderingFence),
+		CommitHorizon: pick(s.commitHorizon(), parent.commitHorizon()),
 		Retention:     pick(s.Retention, parent.Retention),
 		LeaseDuration: pick(s.LeaseDuration, parent.LeaseDuration),
 		InFlight:      pick(s.InFlight, parent.InFlight),
 		Claim:         pick(s.Claim, parent.Claim),
 	}
+}
+
+// commitHorizon is CommitHorizon, or the deprecated OrderingFence when
+// only that is set. Inherit folds the one into the other, so settings
+// that went through it (every resolved and validated one) have
+// CommitHorizon alone.
+func (s EventSettings) commitHorizon() *CommitHorizon {
+	if s.CommitHorizon == nil {
+		return s.OrderingFence
+	}
+	return s.CommitHorizon
 }
 
 // pick returns a copy of own when it is set, else a copy of parent, else
@@ -421,7 +458,7 @@ type typeSettings struct {
 	maxAttempts   int
 	backoff       resolvedBackoff
 	ordering      Ordering
-	orderingFence bool
+	commitHorizon bool
 	retention     time.Duration
 	leaseDuration time.Duration
 	inFlight      int
@@ -615,7 +652,7 @@ func (c *Config) resolve(eventType, path string, own, parent EventSettings) (*ty
 		maxAttempts:   *e.MaxAttempts,
 		backoff:       e.Backoff.resolved(),
 		ordering:      *e.Ordering,
-		orderingFence: *e.OrderingFence != OrderingFenceOff,
+		commitHorizon: *e.CommitHorizon != CommitHorizonOff,
 		retention:     *e.Retention,
 		leaseDuration: *e.LeaseDuration,
 		inFlight:      *e.InFlight,

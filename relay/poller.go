@@ -62,10 +62,10 @@ type poller struct {
 	// claimErrs are the failed claims in a row: the wait after each
 	// (errorBackoff, or connLostBackoff after a lost connection).
 	claimErrs dbRetry
-	// fenceCuts are the claims in a row that the ordering fence cut: the
-	// wait after each (fenceBackoff, relay/ordered.go).
-	fenceCuts backoff.Streak
-	fenceWait time.Duration
+	// horizonCuts are the claims in a row that the commit horizon cut: the
+	// wait after each (horizonBackoff, relay/ordered.go).
+	horizonCuts backoff.Streak
+	horizonWait time.Duration
 }
 
 func newPoller(deps pollerDeps, s *typeSettings) *poller {
@@ -78,8 +78,8 @@ func newPoller(deps pollerDeps, s *typeSettings) *poller {
 		wakeC:  make(chan struct{}, 1),
 		againC: make(chan struct{}, 1),
 
-		claimErrs: newDBRetry(),
-		fenceCuts: backoff.Streak{Policy: fenceBackoff},
+		claimErrs:   newDBRetry(),
+		horizonCuts: backoff.Streak{Policy: horizonBackoff},
 	}
 	p.claimBatch = p.leaseClaim
 	if s.claim == ClaimLock {
@@ -151,7 +151,7 @@ func (p *poller) run() {
 		}
 		p.claimSucceeded()
 		n := claimed(b)
-		delay = p.fenceDelay(pace.next(n, limit)) // relay/ordered.go
+		delay = p.horizonDelay(pace.next(n, limit)) // relay/ordered.go
 		p.mu.Lock()
 		p.delay = delay
 		p.mu.Unlock()
@@ -210,8 +210,8 @@ func (p *poller) claim(limit int) (b batch, took time.Duration, err error) {
 	}
 	if p.s.ordered() {
 		params.OrderedByKey, params.KeyRun = true, keyRun(p.s.batchSize, p.s.inFlight)
-		params.FenceOff = !p.s.orderingFence
-		defer func() { p.fenceCut(params.FenceCut, claimed(b)) }() // relay/ordered.go
+		params.HorizonOff = !p.s.commitHorizon
+		defer func() { p.horizonCut(params.HorizonCut, claimed(b)) }() // relay/ordered.go
 	}
 	b, err = p.claimBatch(ctx, params)
 	return b, time.Since(start), err

@@ -152,9 +152,12 @@ func (v *validator) eventSettings(p string, own, eff EventSettings) {
 			v.fail(field(p, "Ordering"), fmt.Sprintf("must be %s or %s, not %q", OrderingNone, OrderingKey, clip(string(o))))
 		}
 	}
-	if own.OrderingFence != nil {
-		if f := *eff.OrderingFence; f != OrderingFenceOn && f != OrderingFenceOff {
-			v.fail(field(p, "OrderingFence"), fmt.Sprintf("must be %s or %s, not %q", OrderingFenceOn, OrderingFenceOff, clip(string(f))))
+	if own.CommitHorizon != nil && own.OrderingFence != nil && *own.CommitHorizon != *own.OrderingFence {
+		v.fail(field(p, "OrderingFence"), fmt.Sprintf("is the deprecated name of CommitHorizon, which is set to %q: set only CommitHorizon", clip(string(*own.CommitHorizon))))
+	}
+	if own.commitHorizon() != nil {
+		if f := *eff.CommitHorizon; f != CommitHorizonOn && f != CommitHorizonOff {
+			v.fail(field(p, "CommitHorizon"), fmt.Sprintf("must be %s or %s, not %q", CommitHorizonOn, CommitHorizonOff, clip(string(f))))
 		}
 	}
 	if own.Claim != nil {

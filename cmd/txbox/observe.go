@@ -100,8 +100,8 @@ func (o *observability) serve(r *relay.Relay) error {
 		if in, ok := o.st.Driver.(store.Inspector); ok {
 			hc.Stats = in
 		}
-		if fi, ok := o.st.Driver.(store.FenceInspector); ok && o.cfg.HasFencedOrdering() {
-			hc.Fence, hc.FenceThreshold = fi, o.cfg.Health.FenceThreshold
+		if fi, ok := o.st.Driver.(store.HorizonInspector); ok && o.cfg.HasCommitHorizon() {
+			hc.Horizon, hc.HorizonThreshold = fi, o.cfg.HealthHorizonThreshold()
 		}
 		c, err := health.New(hc)
 		if err != nil {
