@@ -14,21 +14,21 @@ import (
 	"github.com/txbox/txbox/store"
 )
 
-// Recorder is a relay.Hook that counts, per event type, the messages the
+// Recorder is a txbox.RelayHook that counts, per event type, the messages the
 // relay sent, retried and failed, for the dashboard's throughput. Add it
 // to relay.Config.Hooks and to Config.Recorder. The zero Recorder is
 // ready to use.
 type Recorder struct {
-	relay.NopHook
+	txbox.NopRelayHook
 	m sync.Map // event type -> *counters
 }
 
-var _ relay.Hook = (*Recorder)(nil)
+var _ txbox.RelayHook = (*Recorder)(nil)
 
 type counters struct{ sent, retried, failed atomic.Int64 }
 
 // OnBatch counts the batch's outcomes.
-func (rc *Recorder) OnBatch(ev relay.BatchEvent) {
+func (rc *Recorder) OnBatch(ev txbox.BatchEvent) {
 	v, _ := rc.m.LoadOrStore(ev.EventType, &counters{})
 	c := v.(*counters)
 	c.sent.Add(int64(ev.Sent))
@@ -263,15 +263,15 @@ func (h *Handler) typeViews(details []*store.OutboxTypeDetail, health *relay.Hea
 			}
 		}
 		for _, th := range health.Types {
-			if th.Claim == relay.ClaimStream {
+			if th.Claim == txbox.ClaimStream {
 				continue // a WAL-mode lane: the stream's view says how it goes
 			}
 			v := get(th.EventType)
 			state := circuit[[2]string{th.Sender, th.Destination}]
 			if state == "" {
-				state = relay.CircuitClosed.String()
+				state = txbox.CircuitClosed.String()
 			}
-			if cs := connOpen[th.Sender]; cs != "" && cs != relay.CircuitClosed.String() {
+			if cs := connOpen[th.Sender]; cs != "" && cs != txbox.CircuitClosed.String() {
 				state = cs
 			}
 			v.Polling = &PollingView{DelaySeconds: seconds(th.Delay), InFlight: th.InFlight, Sender: th.Sender,

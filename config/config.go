@@ -48,7 +48,7 @@ const (
 )
 
 // Accepted values of enumerated keys. The polling modes and orderings are
-// relay's (relay.PollingAdaptive, relay.OrderingKey, ...).
+// relay's (relay.PollingAdaptive, txbox.OrderingKey, ...).
 const (
 	DialectPostgres = "postgres"
 	DialectMySQL    = "mysql"

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox"
 )
 
 // TestCommitHorizonKey: commit-horizon decodes per type (off is the string
@@ -23,10 +23,10 @@ events:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f := c.Effective("a").CommitHorizon; f == nil || *f != relay.CommitHorizonOff {
+	if f := c.Effective("a").CommitHorizon; f == nil || *f != txbox.CommitHorizonOff {
 		t.Errorf("a: commit-horizon = %v, want off", f)
 	}
-	if f := c.Effective("b").CommitHorizon; f == nil || *f != relay.CommitHorizonOn {
+	if f := c.Effective("b").CommitHorizon; f == nil || *f != txbox.CommitHorizonOn {
 		t.Errorf("b: commit-horizon = %v, want the default on", f)
 	}
 	if !c.HasCommitHorizon() {
@@ -78,10 +78,10 @@ health: { fence-threshold: 5s }
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f := c.Effective("a").CommitHorizon; f == nil || *f != relay.CommitHorizonOn {
+	if f := c.Effective("a").CommitHorizon; f == nil || *f != txbox.CommitHorizonOn {
 		t.Errorf("a: commit-horizon = %v, want on from ordering-fence", f)
 	}
-	if f := c.Effective("b").CommitHorizon; f == nil || *f != relay.CommitHorizonOff {
+	if f := c.Effective("b").CommitHorizon; f == nil || *f != txbox.CommitHorizonOff {
 		t.Errorf("b: commit-horizon = %v, want off from defaults.ordering-fence", f)
 	}
 	if c.Health.HorizonThreshold != 5*time.Second {
@@ -101,7 +101,7 @@ health: { fence-threshold: 5s }
 	if c.Health.HorizonThreshold != 0 {
 		t.Errorf("TXBOX_HEALTH_FENCE_THRESHOLD=0s: horizon-threshold = %s, want 0", c.Health.HorizonThreshold)
 	}
-	if f := c.Effective("a").CommitHorizon; f == nil || *f != relay.CommitHorizonOff {
+	if f := c.Effective("a").CommitHorizon; f == nil || *f != txbox.CommitHorizonOff {
 		t.Errorf("TXBOX_EVENTS_A_ORDERING_FENCE=off: commit-horizon = %v, want off", f)
 	}
 
@@ -110,7 +110,7 @@ health: { fence-threshold: 5s }
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f := c.Effective("new").CommitHorizon; f == nil || *f != relay.CommitHorizonOff {
+	if f := c.Effective("new").CommitHorizon; f == nil || *f != txbox.CommitHorizonOff {
 		t.Errorf("--set events.new.ordering-fence=off: commit-horizon = %v, want off", f)
 	}
 

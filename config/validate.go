@@ -95,8 +95,8 @@ func Default() *Config {
 // "Ordering").
 func (c *Config) HasCommitHorizon() bool {
 	behind := func(e relay.EventSettings) bool {
-		return e.Ordering != nil && *e.Ordering == relay.OrderingKey &&
-			(e.CommitHorizon == nil || *e.CommitHorizon != relay.CommitHorizonOff)
+		return e.Ordering != nil && *e.Ordering == txbox.OrderingKey &&
+			(e.CommitHorizon == nil || *e.CommitHorizon != txbox.CommitHorizonOff)
 	}
 	if behind(c.effective(nil)) {
 		return true
@@ -186,9 +186,9 @@ var quickAckTypes = map[string]bool{"nats": true, "kafka": true, "rabbitmq": tru
 // defaultClaim is the claim the relay chooses for a type that sets none
 // (relay.DefaultClaim): lock for a broker sender on a database with a
 // lock claim, lease otherwise. senderName empty means the only sender.
-func (c *Config) defaultClaim(senderName string) relay.ClaimMode {
+func (c *Config) defaultClaim(senderName string) txbox.ClaimMode {
 	if c.Database.Dialect == DialectSQLite {
-		return relay.ClaimLease
+		return txbox.ClaimLease
 	}
 	if senderName == "" && len(c.Senders) == 1 {
 		for name := range c.Senders {
@@ -196,7 +196,7 @@ func (c *Config) defaultClaim(senderName string) relay.ClaimMode {
 		}
 	}
 	if s := c.Senders[senderName]; s != nil && quickAckTypes[s.Type] {
-		return relay.ClaimLock
+		return txbox.ClaimLock
 	}
 	return relay.DefaultClaim
 }
@@ -294,7 +294,7 @@ func (c *Config) validateClaim(d *decoder) {
 		return
 	}
 	check := func(p string, ev *relay.EventSettings) {
-		if ev != nil && ev.Claim != nil && *ev.Claim == relay.ClaimLock {
+		if ev != nil && ev.Claim != nil && *ev.Claim == txbox.ClaimLock {
 			d.fail(join(p, "claim"), nil, "lock is not available on sqlite (one writer at a time): use lease")
 		}
 	}

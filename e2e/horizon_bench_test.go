@@ -23,9 +23,9 @@ import (
 // it in the same relay, in which claim.
 type horizonScenario struct {
 	name         string
-	orderedClaim relay.ClaimMode
+	orderedClaim txbox.ClaimMode
 	others       int
-	othersClaim  relay.ClaimMode
+	othersClaim  txbox.ClaimMode
 	// horizonOff runs the ordered type with commit-horizon: off, the
 	// control that shows what the other types' load costs without the
 	// horizon.
@@ -80,19 +80,19 @@ func BenchmarkOrderedHorizonLatency(b *testing.B) {
 		}
 	}
 	scenarios := []horizonScenario{
-		{name: "alone-lock", orderedClaim: relay.ClaimLock},
-		{name: "alone-lease", orderedClaim: relay.ClaimLease},
+		{name: "alone-lock", orderedClaim: txbox.ClaimLock},
+		{name: "alone-lease", orderedClaim: txbox.ClaimLease},
 	}
 	// Each horizon-off control runs right after its horizon-on pair, so that
 	// the two see the same load on the machine.
 	for _, n := range []int{1, 4, 10} {
 		scenarios = append(scenarios,
-			horizonScenario{name: fmt.Sprintf("next-to-%d-lock", n), orderedClaim: relay.ClaimLock, others: n, othersClaim: relay.ClaimLock},
-			horizonScenario{name: fmt.Sprintf("horizon-off-next-to-%d-lock", n), orderedClaim: relay.ClaimLock, others: n, othersClaim: relay.ClaimLock, horizonOff: true},
-			horizonScenario{name: fmt.Sprintf("next-to-%d-lease", n), orderedClaim: relay.ClaimLock, others: n, othersClaim: relay.ClaimLease})
+			horizonScenario{name: fmt.Sprintf("next-to-%d-lock", n), orderedClaim: txbox.ClaimLock, others: n, othersClaim: txbox.ClaimLock},
+			horizonScenario{name: fmt.Sprintf("horizon-off-next-to-%d-lock", n), orderedClaim: txbox.ClaimLock, others: n, othersClaim: txbox.ClaimLock, horizonOff: true},
+			horizonScenario{name: fmt.Sprintf("next-to-%d-lease", n), orderedClaim: txbox.ClaimLock, others: n, othersClaim: txbox.ClaimLease})
 	}
 	scenarios = append(scenarios, horizonScenario{name: "lease-next-to-10-lock",
-		orderedClaim: relay.ClaimLease, others: 10, othersClaim: relay.ClaimLock})
+		orderedClaim: txbox.ClaimLease, others: 10, othersClaim: txbox.ClaimLock})
 	p50, p99 := map[string][]float64{}, map[string][]float64{}
 	r50, r99 := map[string][]float64{}, map[string][]float64{}
 	on50, on99 := map[string][]float64{}, map[string][]float64{}
@@ -162,11 +162,11 @@ func measureHorizon(b *testing.B, sc horizonScenario, backlog int) horizonLatenc
 	cfg.Cleanup.Disabled = true
 	cfg.DiscoverInterval = -1
 	cfg.Defaults.Polling = nil // the defaults, woken by NOTIFY
-	horizon := relay.CommitHorizonOn
+	horizon := txbox.CommitHorizonOn
 	if sc.horizonOff {
-		horizon = relay.CommitHorizonOff
+		horizon = txbox.CommitHorizonOff
 	}
-	cfg.Events = map[string]relay.EventSettings{"ordered": {Ordering: new(relay.OrderingKey), CommitHorizon: &horizon, Claim: new(sc.orderedClaim)}}
+	cfg.Events = map[string]relay.EventSettings{"ordered": {Ordering: new(txbox.OrderingKey), CommitHorizon: &horizon, Claim: new(sc.orderedClaim)}}
 	for t := range sc.others {
 		cfg.Events[fmt.Sprintf("bulk%02d", t)] = relay.EventSettings{Claim: new(sc.othersClaim)}
 	}

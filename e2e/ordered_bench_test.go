@@ -45,9 +45,9 @@ func BenchmarkOrderedDrain(b *testing.B) {
 	for range b.N {
 		var ratios, offRatios, horizonRatios, ordered, unordered []float64
 		for range rounds {
-			u := drainKeyed(b, n, keys, relay.OrderingNone, relay.CommitHorizonOn)
-			o := drainKeyed(b, n, keys, relay.OrderingKey, relay.CommitHorizonOn)
-			off := drainKeyed(b, n, keys, relay.OrderingKey, relay.CommitHorizonOff)
+			u := drainKeyed(b, n, keys, txbox.OrderingNone, txbox.CommitHorizonOn)
+			o := drainKeyed(b, n, keys, txbox.OrderingKey, txbox.CommitHorizonOn)
+			off := drainKeyed(b, n, keys, txbox.OrderingKey, txbox.CommitHorizonOff)
 			unordered, ordered = append(unordered, u), append(ordered, o)
 			ratios, offRatios, horizonRatios = append(ratios, o/u), append(offRatios, off/u), append(horizonRatios, o/off)
 			b.Logf("round: unordered %.0f events/s, ordered %.0f events/s (ratio %.3f), ordered with the horizon off %.0f events/s (ratio %.3f); horizon on / off %.3f (%d events, %d keys)",
@@ -65,7 +65,7 @@ func BenchmarkOrderedDrain(b *testing.B) {
 // keys (key i%keys, in id order) and drains it with one relay of default
 // settings and the given ordering and commit horizon, returning events/s.
 // For an ordered drain it also checks per-key order in the stream.
-func drainKeyed(b *testing.B, n, keys int, ordering relay.Ordering, horizon relay.CommitHorizon) float64 {
+func drainKeyed(b *testing.B, n, keys int, ordering txbox.Ordering, horizon txbox.CommitHorizon) float64 {
 	b.Helper()
 	ctx := context.Background()
 	ns := postgresKind.newNamespace(b)
@@ -96,7 +96,7 @@ func drainKeyed(b *testing.B, n, keys int, ordering relay.Ordering, horizon rela
 	cfg.Cleanup.Disabled = true
 	cfg.DiscoverInterval = -1
 	timing := &timingHook{}
-	cfg.Hooks = []relay.Hook{timing}
+	cfg.Hooks = []txbox.RelayHook{timing}
 	r, err := relay.New(cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -112,7 +112,7 @@ func drainKeyed(b *testing.B, n, keys int, ordering relay.Ordering, horizon rela
 	if err := r.Stop(ctx); err != nil {
 		b.Fatal(err)
 	}
-	if ordering == relay.OrderingKey {
+	if ordering == txbox.OrderingKey {
 		last := map[string]txbox.ID{}
 		for _, m := range st.readAll(b) {
 			k := keyOf[m.id]
@@ -153,8 +153,8 @@ func BenchmarkOrderedDrainDialects(b *testing.B) {
 			for range b.N {
 				var ratios, ordered, unordered []float64
 				for range rounds {
-					u := drainKind(b, kind, n, 50, relay.OrderingNone)
-					o := drainKind(b, kind, n, 50, relay.OrderingKey)
+					u := drainKind(b, kind, n, 50, txbox.OrderingNone)
+					o := drainKind(b, kind, n, 50, txbox.OrderingKey)
 					unordered, ordered = append(unordered, u), append(ordered, o)
 					ratios = append(ratios, o/u)
 					b.Logf("%s pair: unordered %.0f events/s, ordered %.0f events/s, ratio %.3f (%d events, 50 keys)", kind.name, u, o, o/u, n)
@@ -169,7 +169,7 @@ func BenchmarkOrderedDrainDialects(b *testing.B) {
 
 // drainKind drains a fresh backlog of n events over keys keys on kind
 // with one relay of default settings and a sender that acks at once.
-func drainKind(b *testing.B, kind storeKind, n, keys int, ordering relay.Ordering) float64 {
+func drainKind(b *testing.B, kind storeKind, n, keys int, ordering txbox.Ordering) float64 {
 	b.Helper()
 	ctx := context.Background()
 	ns := kind.newNamespace(b)

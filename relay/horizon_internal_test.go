@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/sender"
 )
@@ -49,10 +50,10 @@ func TestHorizonBacksOffOnlyWhenNothingWasTaken(t *testing.T) {
 // only when both agree, else Validate names the deprecated field.
 func TestDeprecatedOrderingFenceTurnsTheHorizonOff(t *testing.T) {
 	t.Parallel()
-	off, on := CommitHorizonOff, CommitHorizonOn
+	off, on := txbox.CommitHorizonOff, txbox.CommitHorizonOn
 	c := &Config{
 		Senders:  map[string]sender.Sender{"s": nil},
-		Defaults: EventSettings{Ordering: new(OrderingKey), OrderingFence: &off},
+		Defaults: EventSettings{Ordering: new(txbox.OrderingKey), OrderingFence: &off},
 		Events: map[string]EventSettings{
 			"own":       {OrderingFence: &on},
 			"new-wins":  {CommitHorizon: &on},

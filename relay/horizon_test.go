@@ -86,12 +86,12 @@ func (r *receiver) snapshot() []horizonPayload {
 
 // typePolls counts the claims of one type.
 type typePolls struct {
-	relay.NopHook
+	txbox.NopRelayHook
 	typ string
 	n   atomic.Int64
 }
 
-func (c *typePolls) OnPoll(ev relay.PollEvent) {
+func (c *typePolls) OnPoll(ev txbox.PollEvent) {
 	if ev.EventType == c.typ && ev.Err == nil {
 		c.n.Add(1)
 	}
@@ -120,16 +120,16 @@ func newHorizonEnv(t *testing.T, h storetest.Harness) *horizonEnv {
 }
 
 // start runs the relay, with claim as the type's claim mode.
-func (e *horizonEnv) start(t *testing.T, claim relay.ClaimMode) {
+func (e *horizonEnv) start(t *testing.T, claim txbox.ClaimMode) {
 	t.Helper()
 	hook, err := webhook.New(webhook.Config{Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := fastConfig(e.d, map[string]sender.Sender{"hook": hook})
-	cfg.Hooks = []relay.Hook{e.polls}
+	cfg.Hooks = []txbox.RelayHook{e.polls}
 	cfg.Events = map[string]relay.EventSettings{e.typ: {
-		Ordering: new(relay.OrderingKey),
+		Ordering: new(txbox.OrderingKey),
 		Claim:    new(claim),
 		Route:    &sender.Route{URL: e.rcv.srv.URL},
 	}}
@@ -157,16 +157,16 @@ func (e *horizonEnv) insert(t testing.TB, tx storetest.Tx, evs ...*txbox.Event) 
 func horizonDialects() []struct {
 	name  string
 	h     func() storetest.Harness
-	claim relay.ClaimMode
+	claim txbox.ClaimMode
 } {
 	return []struct {
 		name  string
 		h     func() storetest.Harness
-		claim relay.ClaimMode
+		claim txbox.ClaimMode
 	}{
-		{"postgres/lease", storeharness.Postgres, relay.ClaimLease},
-		{"postgres/lock", storeharness.Postgres, relay.ClaimLock},
-		{"sqlite/lease", storeharness.SQLite, relay.ClaimLease},
+		{"postgres/lease", storeharness.Postgres, txbox.ClaimLease},
+		{"postgres/lock", storeharness.Postgres, txbox.ClaimLock},
+		{"sqlite/lease", storeharness.SQLite, txbox.ClaimLease},
 	}
 }
 
@@ -263,7 +263,7 @@ func overlapSerialWriter(t *testing.T, e *horizonEnv) {
 // increasing transaction id order, and every event.
 func TestOrderedOverlapLoad(t *testing.T) {
 	t.Parallel()
-	for _, claim := range []relay.ClaimMode{relay.ClaimLease, relay.ClaimLock} {
+	for _, claim := range []txbox.ClaimMode{txbox.ClaimLease, txbox.ClaimLock} {
 		t.Run(string(claim), func(t *testing.T) {
 			t.Parallel()
 			e := newHorizonEnv(t, storeharness.Postgres())
@@ -347,7 +347,7 @@ func TestOrderedWaitsBehindAnXidHolder(t *testing.T) {
 		}
 		hold = d
 	}
-	for _, claim := range []relay.ClaimMode{relay.ClaimLease, relay.ClaimLock} {
+	for _, claim := range []txbox.ClaimMode{txbox.ClaimLease, txbox.ClaimLock} {
 		t.Run(string(claim), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/store"
 )
@@ -82,7 +83,7 @@ func newPoller(deps pollerDeps, s *typeSettings) *poller {
 		horizonCuts: backoff.Streak{Policy: horizonBackoff},
 	}
 	p.claimBatch = p.leaseClaim
-	if s.claim == ClaimLock {
+	if s.claim == txbox.ClaimLock {
 		// New checked that the store has a lock claim.
 		p.claimBatch = p.lockClaim(deps.store.(store.OutboxLocker))
 	}
@@ -146,7 +147,7 @@ func (p *poller) run() {
 				return
 			}
 			delay = p.claimFailed(err)
-			p.emitPoll(PollEvent{EventType: p.s.eventType, Limit: limit, NextDelay: delay, Duration: took, Err: err}, false)
+			p.emitPoll(txbox.PollEvent{EventType: p.s.eventType, Limit: limit, NextDelay: delay, Duration: took, Err: err}, false)
 			continue
 		}
 		p.claimSucceeded()
@@ -155,7 +156,7 @@ func (p *poller) run() {
 		p.mu.Lock()
 		p.delay = delay
 		p.mu.Unlock()
-		p.emitPoll(PollEvent{EventType: p.s.eventType, Claimed: n, Limit: limit, Full: n == limit, NextDelay: delay, Duration: took}, false)
+		p.emitPoll(txbox.PollEvent{EventType: p.s.eventType, Claimed: n, Limit: limit, Full: n == limit, NextDelay: delay, Duration: took}, false)
 		if n == 0 {
 			p.lane.release(t)
 			continue
@@ -264,12 +265,12 @@ func (p *poller) startHelper(ctx context.Context) {
 			if err != nil || n == 0 {
 				p.lane.release(t)
 				if err != nil && ctx.Err() == nil {
-					p.emitPoll(PollEvent{EventType: p.s.eventType, Limit: p.s.batchSize, Duration: took, Err: err}, true)
+					p.emitPoll(txbox.PollEvent{EventType: p.s.eventType, Limit: p.s.batchSize, Duration: took, Err: err}, true)
 				}
 				return
 			}
 			full := n == p.s.batchSize
-			p.emitPoll(PollEvent{EventType: p.s.eventType, Claimed: n, Limit: p.s.batchSize, Full: full, Duration: took}, true)
+			p.emitPoll(txbox.PollEvent{EventType: p.s.eventType, Claimed: n, Limit: p.s.batchSize, Full: full, Duration: took}, true)
 			p.lane.dispatch(b, t, claimStart)
 			if !full {
 				return
@@ -324,7 +325,7 @@ func (p *poller) claimSucceeded() {
 // (counts and durations only, never payloads). helper is true for the
 // claims of a helper (startHelper), which claims again at once while its
 // batches are full and never waits NextDelay.
-func (p *poller) emitPoll(ev PollEvent, helper bool) {
+func (p *poller) emitPoll(ev txbox.PollEvent, helper bool) {
 	if p.log.Enabled(context.Background(), slog.LevelDebug) {
 		attrs := []slog.Attr{slog.Int("limit", ev.Limit), slog.Int("claimed", ev.Claimed), slog.Duration("took", ev.Duration)}
 		if helper {
