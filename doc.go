@@ -11,4 +11,9 @@
 // This package holds the types every other package shares: events and their
 // ids, event-type validation, the header names added on delivery, and the
 // error classification senders use to tell an outage from a bad message.
+// It also holds the relay's vocabulary, so that a program that configures
+// or observes a relay needs no other import for it: the per-type settings'
+// values ([Ordering], [CommitHorizon], [ClaimMode]), the hook interface
+// [RelayHook] and its events, and the health report /readyz answers
+// ([HealthReport]).
 package txbox

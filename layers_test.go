@@ -17,7 +17,10 @@ const modulePath = "github.com/txbox/txbox"
 // the layer of the longest prefix of its path listed here ("" is the root
 // package, core types).
 //
-//  0. leaves: the root package (Event, IDs, errors) and internal/*
+//  0. leaves: the root package (core types: Event, IDs, errors and the
+//     relay's vocabulary: ordering, claim modes, hook events, health
+//     reports; docs/architecture.md, "Where the public types live") and
+//     internal/*
 //  1. the seams and their implementations: store/*, sender/*, and the
 //     internal support built on them (internal/timing, the benchmarks'
 //     sender probe)

@@ -143,7 +143,7 @@ func TestDashboardInChromium(t *testing.T) {
 			DeadLetterInterval: 50 * time.Millisecond,
 			HeartbeatInterval:  time.Second,
 			InstanceID:         "e2e-relay",
-			Hooks:              []relay.Hook{rec},
+			Hooks:              []txbox.RelayHook{rec},
 			Logger:             c.Logger,
 		})
 		c.Relay, c.Recorder = r, rec

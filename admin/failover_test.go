@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/admin"
 	"github.com/txbox/txbox/health"
 	"github.com/txbox/txbox/internal/pgcluster"
@@ -89,9 +90,9 @@ func TestFailoverShown(t *testing.T) {
 		}
 		return ov.Stream.Slot.Failover
 	}
-	failoverReason := func() *health.Reason {
+	failoverReason := func() *txbox.HealthReason {
 		for _, rs := range ready.Check(ctx).Reasons {
-			if rs.Kind == health.ReasonFailoverUnsafe {
+			if rs.Kind == txbox.ReasonFailoverUnsafe {
 				return &rs
 			}
 		}
@@ -113,7 +114,7 @@ func TestFailoverShown(t *testing.T) {
 	if rs == nil || rs.Subject != "txbox_slot" || !strings.Contains(rs.Detail, "synchronized_standby_slots is not set") {
 		t.Fatalf("/readyz reason: %+v", rs)
 	}
-	if rep := ready.Check(ctx); rep.Status != health.StatusDegraded || !rep.Ready {
+	if rep := ready.Check(ctx); rep.Status != txbox.HealthDegraded || !rep.Ready {
 		t.Errorf("/readyz: %+v", rep)
 	}
 

@@ -14,21 +14,21 @@ import (
 	"github.com/txbox/txbox/store"
 )
 
-// Recorder is a relay.Hook that counts, per event type, the messages the
+// Recorder is a txbox.RelayHook that counts, per event type, the messages the
 // relay sent, retried and failed, for the dashboard's throughput. Add it
 // to relay.Config.Hooks and to Config.Recorder. The zero Recorder is
 // ready to use.
 type Recorder struct {
-	relay.NopHook
+	txbox.NopRelayHook
 	m sync.Map // event type -> *counters
 }
 
-var _ relay.Hook = (*Recorder)(nil)
+var _ txbox.RelayHook = (*Recorder)(nil)
 
 type counters struct{ sent, retried, failed atomic.Int64 }
 
 // OnBatch counts the batch's outcomes.
-func (rc *Recorder) OnBatch(ev relay.BatchEvent) {
+func (rc *Recorder) OnBatch(ev txbox.BatchEvent) {
 	v, _ := rc.m.LoadOrStore(ev.EventType, &counters{})
 	c := v.(*counters)
 	c.sent.Add(int64(ev.Sent))
@@ -164,11 +164,16 @@ type Overview struct {
 	Instances   []InstanceView   `json:"instances"`
 	DeadLetters map[string]int64 `json:"dead_letters"`
 	ParkedKeys  int              `json:"parked_keys"`
-	// FenceHolder is the oldest transaction of the database cluster that
-	// holds a transaction id, which holds back the ordering fence of every
+	// HorizonHolder is the oldest transaction of the database cluster that
+	// holds a transaction id, which holds back the commit horizon of every
 	// ordered type (docs/concepts.md, "Ordering"); absent when none does
-	// or the store has no fence (store.FenceInspector).
-	FenceHolder *FenceHolderView `json:"fence_holder,omitempty"`
+	// or the store has no commit horizon (store.HorizonInspector).
+	HorizonHolder *HorizonHolderView `json:"horizon_holder,omitempty"`
+	// FenceHolder is HorizonHolder under its former name, kept in the
+	// JSON as fence_holder for one release (docs/upgrading.md).
+	//
+	// Deprecated: use HorizonHolder (JSON horizon_holder).
+	FenceHolder *HorizonHolderView `json:"fence_holder,omitempty"`
 	// Stream is WAL mode's stream of the in-process relay and its slot;
 	// absent in table mode (docs/concepts.md, "WAL mode").
 	Stream *StreamView `json:"stream,omitempty"`
@@ -207,14 +212,19 @@ func streamView(st *relay.StreamHealth) *StreamView {
 	return v
 }
 
-// FenceHolderView is the transaction that holds the ordering fence back.
-type FenceHolderView struct {
-	store.FenceHolder
-	// Name says who it is, for people (store.FenceHolder.Name).
+// HorizonHolderView is the transaction that holds the commit horizon back.
+type HorizonHolderView struct {
+	store.HorizonHolder
+	// Name says who it is, for people (store.HorizonHolder.Name).
 	Name string `json:"name"`
 	// AgeSeconds is how long it has been open.
 	AgeSeconds float64 `json:"age_seconds"`
 }
+
+// FenceHolderView is the former name of HorizonHolderView.
+//
+// Deprecated: use HorizonHolderView.
+type FenceHolderView = HorizonHolderView
 
 // RelayView is the in-process relay's state.
 type RelayView struct {
@@ -253,15 +263,15 @@ func (h *Handler) typeViews(details []*store.OutboxTypeDetail, health *relay.Hea
 			}
 		}
 		for _, th := range health.Types {
-			if th.Claim == relay.ClaimStream {
+			if th.Claim == txbox.ClaimStream {
 				continue // a WAL-mode lane: the stream's view says how it goes
 			}
 			v := get(th.EventType)
 			state := circuit[[2]string{th.Sender, th.Destination}]
 			if state == "" {
-				state = relay.CircuitClosed.String()
+				state = txbox.CircuitClosed.String()
 			}
-			if cs := connOpen[th.Sender]; cs != "" && cs != relay.CircuitClosed.String() {
+			if cs := connOpen[th.Sender]; cs != "" && cs != txbox.CircuitClosed.String() {
 				state = cs
 			}
 			v.Polling = &PollingView{DelaySeconds: seconds(th.Delay), InFlight: th.InFlight, Sender: th.Sender,
@@ -382,14 +392,15 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ov.ParkedKeys = len(parked)
-	if fi, ok := h.cfg.Store.(store.FenceInspector); ok {
-		fh, err := fi.OutboxFenceHolder(ctx)
+	if fi, ok := h.cfg.Store.(store.HorizonInspector); ok {
+		fh, err := fi.OutboxHorizonHolder(ctx)
 		if err != nil {
 			h.writeError(w, r, err)
 			return
 		}
 		if fh != nil {
-			ov.FenceHolder = &FenceHolderView{FenceHolder: *fh, Name: fh.Name(), AgeSeconds: seconds(fh.Age)}
+			ov.HorizonHolder = &HorizonHolderView{HorizonHolder: *fh, Name: fh.Name(), AgeSeconds: seconds(fh.Age)}
+			ov.FenceHolder = ov.HorizonHolder
 		}
 	}
 	writeJSON(w, http.StatusOK, ov)

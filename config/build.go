@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/sender/kafka"
@@ -696,7 +697,7 @@ func (c *Config) OpenSender(name string, getenv func(string) string, logger *slo
 func (c *Config) LockConns() int {
 	n := 0
 	add := func(eff relay.EventSettings) {
-		if eff.Claim != nil && *eff.Claim == relay.ClaimLock {
+		if eff.Claim != nil && *eff.Claim == txbox.ClaimLock {
 			n += deref(eff.InFlight)
 		}
 	}

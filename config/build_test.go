@@ -292,15 +292,15 @@ events:
 		}
 	}()
 	for name, s := range senders {
-		want := relay.ClaimLease
+		want := txbox.ClaimLease
 		if sender.AcksQuickly(s) {
-			want = relay.ClaimLock
+			want = txbox.ClaimLock
 		}
 		if got := *c.Effective("a." + name).Claim; got != want {
 			t.Errorf("%s: config's default claim %q, the sender implies %q", name, got, want)
 		}
 	}
-	if got := *c.Effective("a.kept").Claim; got != relay.ClaimLease {
+	if got := *c.Effective("a.kept").Claim; got != txbox.ClaimLease {
 		t.Errorf("a type that sets claim: lease got %q", got)
 	}
 	if n := c.LockConns(); n != 4*5+4 {
@@ -310,12 +310,12 @@ events:
 
 // cleanupHook counts the rows the outbox cleanup deleted.
 type cleanupHook struct {
-	relay.NopHook
+	txbox.NopRelayHook
 	deleted chan int
 }
 
-func (h cleanupHook) OnMaintenance(ev relay.MaintenanceEvent) {
-	if ev.Job == relay.JobOutboxCleanup && ev.Err == nil && ev.Count > 0 {
+func (h cleanupHook) OnMaintenance(ev txbox.MaintenanceEvent) {
+	if ev.Job == txbox.JobOutboxCleanup && ev.Err == nil && ev.Count > 0 {
 		h.deleted <- ev.Count
 	}
 }
@@ -363,7 +363,7 @@ relay: { discover-interval: 1h }
 	}
 	hook := cleanupHook{deleted: make(chan int, 16)}
 	rc := c.RelayConfig(st, senders, log)
-	rc.Hooks = []relay.Hook{hook}
+	rc.Hooks = []txbox.RelayHook{hook}
 	r, err := relay.New(rc)
 	if err != nil {
 		t.Fatal(err)

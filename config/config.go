@@ -27,8 +27,13 @@ const (
 	DefaultLogFormat = "text"
 	// DefaultMetricsPath is metrics.path.
 	DefaultMetricsPath = "/metrics"
-	// DefaultHealthFenceThreshold is health.fence-threshold.
-	DefaultHealthFenceThreshold = time.Minute
+	// DefaultHealthHorizonThreshold is health.horizon-threshold.
+	DefaultHealthHorizonThreshold = time.Minute
+	// DefaultHealthFenceThreshold is the former name of
+	// DefaultHealthHorizonThreshold.
+	//
+	// Deprecated: use DefaultHealthHorizonThreshold.
+	DefaultHealthFenceThreshold = DefaultHealthHorizonThreshold
 	// DefaultMetricsStatsInterval is metrics.stats-interval.
 	DefaultMetricsStatsInterval = 5 * time.Second
 	// DefaultSenderTimeout is senders.<name>.timeout of a redis sender,
@@ -43,7 +48,7 @@ const (
 )
 
 // Accepted values of enumerated keys. The polling modes and orderings are
-// relay's (relay.PollingAdaptive, relay.OrderingKey, ...).
+// relay's (relay.PollingAdaptive, txbox.OrderingKey, ...).
 const (
 	DialectPostgres = "postgres"
 	DialectMySQL    = "mysql"
@@ -437,8 +442,18 @@ type Health struct {
 	Listen string `yaml:"listen"`
 	// LagThreshold is the key health.lag-threshold.
 	LagThreshold time.Duration `yaml:"lag-threshold"`
-	// FenceThreshold is the key health.fence-threshold.
-	FenceThreshold time.Duration `yaml:"fence-threshold"`
+	// HorizonThreshold is the key health.horizon-threshold (the
+	// deprecated key health.fence-threshold is its alias for one
+	// release, docs/upgrading.md).
+	HorizonThreshold time.Duration `yaml:"horizon-threshold"`
+	// FenceThreshold is the former name of HorizonThreshold, for programs
+	// that set it in Go (a file's health.fence-threshold decodes into
+	// HorizonThreshold). When non-zero it wins over HorizonThreshold,
+	// which a loaded configuration always has set; set HorizonThreshold
+	// to 0 to turn the check off.
+	//
+	// Deprecated: use HorizonThreshold.
+	FenceThreshold time.Duration `yaml:"-"`
 	// FailWhenDegraded is the key health.fail-when-degraded.
 	FailWhenDegraded bool `yaml:"fail-when-degraded"`
 	// RejectThreshold is how long the destination of a type may refuse

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	natsgo "github.com/nats-io/nats.go"
 
+	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/sender/kafka"
 	"github.com/txbox/txbox/sender/nats"
 	"github.com/txbox/txbox/sender/rabbitmq"
@@ -39,9 +41,16 @@ type decoder struct {
 	lines map[string]int
 	errs  []*Error
 	nodes int
+	// renamed maps the key path of a renamed key to the deprecated path
+	// the file used for it (renamedKeys), so that errors found after
+	// decoding name the key the user wrote.
+	renamed map[string]string
 }
 
 func (d *decoder) fail(path string, n *yaml.Node, format string, args ...any) {
+	if old, ok := d.renamed[path]; ok {
+		path = old
+	}
 	e := &Error{Path: path, Msg: fmt.Sprintf(format, args...)}
 	if src, ok := d.sources[path]; ok {
 		e.Source = src
@@ -242,17 +251,41 @@ func (d *decoder) decodeStruct(path string, n *yaml.Node, v reflect.Value) {
 		return
 	}
 	for _, p := range pairs {
-		i, ok := fieldByKey(v.Type(), p[0].Value)
-		if msg := literalSecret(p[0].Value, keysOf(v.Type())); !ok && msg != "" {
-			d.fail(join(path, p[0].Value), p[0], "%s", msg)
+		key := p[0].Value
+		if renamed, ok := renamedKeys[v.Type()][key]; ok {
+			if slices.ContainsFunc(pairs, func(q [2]*yaml.Node) bool { return q[0].Value == renamed }) {
+				d.fail(join(path, key), p[0], "is the deprecated name of %s, which is also set: keep only %s", join(path, renamed), join(path, renamed))
+				continue
+			}
+			if d.renamed == nil {
+				d.renamed = map[string]string{}
+			}
+			d.renamed[join(path, renamed)] = join(path, key)
+			key = renamed
+		}
+		i, ok := fieldByKey(v.Type(), key)
+		if msg := literalSecret(key, keysOf(v.Type())); !ok && msg != "" {
+			d.fail(join(path, key), p[0], "%s", msg)
 			continue
 		}
 		if !ok {
-			d.fail(join(path, p[0].Value), p[0], "unknown key (valid keys: %s)", strings.Join(keysOf(v.Type()), ", "))
+			d.fail(join(path, key), p[0], "unknown key (valid keys: %s)", strings.Join(keysOf(v.Type()), ", "))
 			continue
 		}
 		d.decode(join(path, p[0].Value), p[1], v.FieldByIndex(i))
 	}
+}
+
+// renamedKeys are the keys a release renamed, for each struct type that
+// holds them: the old key to the new one. A file, an environment variable
+// or a --set flag may still use the old key for one release
+// (docs/upgrading.md, "Deprecated in this release"); it decodes into the
+// new key's field, and setting both in one mapping is an error naming
+// both. The old keys are not listed by config print nor documented in
+// docs/configuration.md's tables.
+var renamedKeys = map[reflect.Type]map[string]string{
+	reflect.TypeFor[relay.EventSettings](): {"ordering-fence": "commit-horizon"},
+	reflect.TypeFor[Health]():              {"fence-threshold": "horizon-threshold"},
 }
 
 func keysOf(t reflect.Type) []string {

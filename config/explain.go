@@ -201,4 +201,11 @@ func (c *Config) recordOrigins(d *decoder) {
 	for p, s := range d.sources {
 		c.origins[p] = s
 	}
+	// A renamed key the file spelled the old way (renamedKeys) shows
+	// under its new path, saying so.
+	for p, old := range d.renamed {
+		if o, ok := c.origins[old]; ok {
+			c.origins[p] = o + " (deprecated key " + old + ")"
+		}
+	}
 }

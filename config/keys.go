@@ -25,7 +25,10 @@ var keys = map[reflect.Type]map[string]string{
 		"MaxAttempts":   "max-attempts",
 		"Backoff":       "backoff",
 		"Ordering":      "ordering",
-		"OrderingFence": "ordering-fence",
+		"CommitHorizon": "commit-horizon",
+		// The deprecated Go field has no key of its own: a file's
+		// ordering-fence is an alias of commit-horizon (renamedKeys).
+		"OrderingFence": "-",
 		"Retention":     "retention",
 		"LeaseDuration": "lease",
 		"InFlight":      "in-flight",

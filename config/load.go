@@ -191,6 +191,13 @@ func leaves(root *yaml.Node) []leaf {
 			for _, f := range keyFields(t) {
 				walk(t.FieldByIndex(f.index).Type, appendSeg(segs, f.name), child(n, f.name))
 			}
+			// A renamed key's old name still takes a value (an
+			// environment variable or --set may name it).
+			for old, renamed := range renamedKeys[t] {
+				if i, ok := fieldByKey(t, renamed); ok {
+					walk(t.FieldByIndex(i).Type, appendSeg(segs, old), child(n, old))
+				}
+			}
 		case t.Kind() == reflect.Map:
 			n = resolve(n)
 			if n == nil || n.Kind != yaml.MappingNode {
@@ -401,5 +408,10 @@ func collect(t reflect.Type, segs []string, out *[][]string) {
 	}
 	for _, f := range keyFields(t) {
 		collect(t.FieldByIndex(f.index).Type, appendSeg(segs, f.name), out)
+	}
+	for old, renamed := range renamedKeys[t] {
+		if i, ok := fieldByKey(t, renamed); ok {
+			collect(t.FieldByIndex(i).Type, appendSeg(segs, old), out)
+		}
 	}
 }

@@ -54,7 +54,7 @@ func TestLoadFull(t *testing.T) {
 		t.Errorf("order-created = batch %d subject %q sender %q max-delay %s", *oc.BatchSize, oc.Route.Subject, *oc.Sender, *oc.Polling.MaxDelay)
 	}
 	os := c.Effective("order.shipped")
-	if *os.Sender != "hooks" || *os.Polling.MaxDelay != 5*time.Second || *os.Polling.MinDelay != 250*time.Millisecond || *os.Ordering != relay.OrderingKey || *os.BatchSize != 200 {
+	if *os.Sender != "hooks" || *os.Polling.MaxDelay != 5*time.Second || *os.Polling.MinDelay != 250*time.Millisecond || *os.Ordering != txbox.OrderingKey || *os.BatchSize != 200 {
 		t.Errorf("order.shipped inherits wrongly: %+v", os)
 	}
 	un := c.Effective("never-listed")
@@ -252,10 +252,10 @@ func TestLoadClaimMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := *c.Effective("orders").Claim; got != relay.ClaimLock {
+	if got := *c.Effective("orders").Claim; got != txbox.ClaimLock {
 		t.Errorf("orders claim = %q, want lock (defaults)", got)
 	}
-	if got := *c.Effective("hooks").Claim; got != relay.ClaimLease {
+	if got := *c.Effective("hooks").Claim; got != txbox.ClaimLease {
 		t.Errorf("hooks claim = %q, want lease (its override)", got)
 	}
 	// One discovered type in lock mode (defaults) with 4 batches in

@@ -85,28 +85,43 @@ func Default() *Config {
 		Log:     Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
 		Metrics: Metrics{Path: DefaultMetricsPath, StatsInterval: DefaultMetricsStatsInterval},
 		Admin:   Admin{Listen: DefaultAdminListen},
-		Health:  Health{FenceThreshold: DefaultHealthFenceThreshold},
+		Health:  Health{HorizonThreshold: DefaultHealthHorizonThreshold},
 	}
 }
 
-// HasFencedOrdering reports whether the defaults or a configured event
-// type has ordering: key with its ordering fence on: the types whose
+// HasCommitHorizon reports whether the defaults or a configured event
+// type has ordering: key with its commit horizon on: the types whose
 // delivery a long transaction of the database delays (docs/concepts.md,
 // "Ordering").
-func (c *Config) HasFencedOrdering() bool {
-	fenced := func(e relay.EventSettings) bool {
-		return e.Ordering != nil && *e.Ordering == relay.OrderingKey &&
-			(e.OrderingFence == nil || *e.OrderingFence != relay.OrderingFenceOff)
+func (c *Config) HasCommitHorizon() bool {
+	behind := func(e relay.EventSettings) bool {
+		return e.Ordering != nil && *e.Ordering == txbox.OrderingKey &&
+			(e.CommitHorizon == nil || *e.CommitHorizon != txbox.CommitHorizonOff)
 	}
-	if fenced(c.effective(nil)) {
+	if behind(c.effective(nil)) {
 		return true
 	}
 	for _, ev := range c.Events {
-		if fenced(c.effective(ev)) {
+		if behind(c.effective(ev)) {
 			return true
 		}
 	}
 	return false
+}
+
+// HasFencedOrdering is the former name of HasCommitHorizon.
+//
+// Deprecated: use HasCommitHorizon.
+func (c *Config) HasFencedOrdering() bool { return c.HasCommitHorizon() }
+
+// HealthHorizonThreshold is health.horizon-threshold as the health check
+// uses it: Health.HorizonThreshold, or the deprecated
+// Health.FenceThreshold when a program set that.
+func (c *Config) HealthHorizonThreshold() time.Duration {
+	if c.Health.FenceThreshold != 0 {
+		return c.Health.FenceThreshold
+	}
+	return c.Health.HorizonThreshold
 }
 
 // EventTypes returns the event types the configuration lists, sorted.
@@ -171,9 +186,9 @@ var quickAckTypes = map[string]bool{"nats": true, "kafka": true, "rabbitmq": tru
 // defaultClaim is the claim the relay chooses for a type that sets none
 // (relay.DefaultClaim): lock for a broker sender on a database with a
 // lock claim, lease otherwise. senderName empty means the only sender.
-func (c *Config) defaultClaim(senderName string) relay.ClaimMode {
+func (c *Config) defaultClaim(senderName string) txbox.ClaimMode {
 	if c.Database.Dialect == DialectSQLite {
-		return relay.ClaimLease
+		return txbox.ClaimLease
 	}
 	if senderName == "" && len(c.Senders) == 1 {
 		for name := range c.Senders {
@@ -181,7 +196,7 @@ func (c *Config) defaultClaim(senderName string) relay.ClaimMode {
 		}
 	}
 	if s := c.Senders[senderName]; s != nil && quickAckTypes[s.Type] {
-		return relay.ClaimLock
+		return txbox.ClaimLock
 	}
 	return relay.DefaultClaim
 }
@@ -247,8 +262,8 @@ func (c *Config) validateListeners(d *decoder) {
 	case p == "/livez" || p == "/readyz":
 		d.fail("metrics.path", nil, "%s is the health probe's path", p)
 	}
-	if c.Health.FenceThreshold < 0 {
-		d.fail("health.fence-threshold", nil, "must not be negative (0 turns the check off)")
+	if c.Health.HorizonThreshold < 0 || c.Health.FenceThreshold < 0 {
+		d.fail("health.horizon-threshold", nil, "must not be negative (0 turns the check off)")
 	}
 	if c.Metrics.StatsInterval < time.Second {
 		d.fail("metrics.stats-interval", nil, "must be ≥ 1s: each round counts the backlog")
@@ -279,7 +294,7 @@ func (c *Config) validateClaim(d *decoder) {
 		return
 	}
 	check := func(p string, ev *relay.EventSettings) {
-		if ev != nil && ev.Claim != nil && *ev.Claim == relay.ClaimLock {
+		if ev != nil && ev.Claim != nil && *ev.Claim == txbox.ClaimLock {
 			d.fail(join(p, "claim"), nil, "lock is not available on sqlite (one writer at a time): use lease")
 		}
 	}

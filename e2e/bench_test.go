@@ -207,7 +207,7 @@ func drainWithRelay(b *testing.B, n int, v relayVariant) float64 {
 		cfg.Defaults.BatchSize = &v.batch
 		cfg.Defaults.InFlight = &v.inFlight
 		cfg.Cleanup.Disabled = true
-		cfg.Hooks = []relay.Hook{timing}
+		cfg.Hooks = []txbox.RelayHook{timing}
 		cfg.DiscoverInterval = -1
 		r, err := relay.New(cfg)
 		if err != nil {
@@ -251,21 +251,21 @@ func drainWithRelay(b *testing.B, n int, v relayVariant) float64 {
 // timingHook adds up where a drain's time goes: claim statements, sends,
 // and whole batches (send + finish, measured from the send's start).
 type timingHook struct {
-	relay.NopHook
+	txbox.NopRelayHook
 	mu                  sync.Mutex
 	claims, batches     int
 	claimTime, sendTime time.Duration
 	finishTime          time.Duration
 }
 
-func (h *timingHook) OnPoll(ev relay.PollEvent) {
+func (h *timingHook) OnPoll(ev txbox.PollEvent) {
 	h.mu.Lock()
 	h.claims++
 	h.claimTime += ev.Duration
 	h.mu.Unlock()
 }
 
-func (h *timingHook) OnBatch(ev relay.BatchEvent) {
+func (h *timingHook) OnBatch(ev txbox.BatchEvent) {
 	h.mu.Lock()
 	h.batches++
 	h.sendTime += ev.SendDuration

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/relay/relaytest"
@@ -20,17 +21,17 @@ import (
 
 // errorHook counts the database errors the relay reported.
 type errorHook struct {
-	relay.NopHook
+	txbox.NopRelayHook
 	claimErrs, finishErrs atomic.Int64
 }
 
-func (h *errorHook) OnPoll(ev relay.PollEvent) {
+func (h *errorHook) OnPoll(ev txbox.PollEvent) {
 	if ev.Err != nil {
 		h.claimErrs.Add(1)
 	}
 }
 
-func (h *errorHook) OnBatch(ev relay.BatchEvent) {
+func (h *errorHook) OnBatch(ev txbox.BatchEvent) {
 	if ev.FinishErr != nil {
 		h.finishErrs.Add(1)
 	}
@@ -72,7 +73,7 @@ func TestDatabaseConnectionsKilled(t *testing.T) {
 	cfg.Defaults.BatchSize = new(50)
 	cfg.Defaults.InFlight = new(2)
 	cfg.Defaults.LeaseDuration = new(2 * time.Second)
-	cfg.Hooks = []relay.Hook{errs}
+	cfg.Hooks = []txbox.RelayHook{errs}
 	cfg.Logger = logs.Logger()
 	cfg.Cleanup.Interval, cfg.Cleanup.MaxInterval = 100*time.Millisecond, 200*time.Millisecond
 	r := relaytest.Start(t, cfg)
@@ -250,7 +251,7 @@ func TestChaosSIGSTOPStaleRelay(t *testing.T) {
 			stale := startChild(t, kind, ns, st.prefix, 0, lease, envDelay+"=300ms")
 			testenv.WaitFor(t, 60*time.Second, "deliveries under way", func() bool { return st.count(t) >= uint64(kind.events(1000)) })
 			stopMidBatch(t, stale, func() int {
-				if kind.claim == relay.ClaimLock {
+				if kind.claim == txbox.ClaimLock {
 					return openClaimTransactions(t, d, ns)
 				}
 				_, inProcess := outboxCounts(t, d)
@@ -268,7 +269,7 @@ func TestChaosSIGSTOPStaleRelay(t *testing.T) {
 			// resumes the relay and checks the rest.
 			testenv.Within(90*time.Second, 50*time.Millisecond, func() bool { return st.count(t) >= uint64(o.expected()) })
 			if left := uint64(o.expected()) - min(st.count(t), uint64(o.expected())); left > 0 {
-				if kind.name == "postgres" || kind.claim == relay.ClaimLock {
+				if kind.name == "postgres" || kind.claim == txbox.ClaimLock {
 					// With the lock claim the session's bound (the lease)
 					// ends the paused relay's transactions on both dialects.
 					t.Errorf("%d events not delivered while the stale relay was paused: a one-statement claim, or a bounded lock claim, holds no lock across a pause", left)
@@ -293,11 +294,11 @@ func TestChaosSIGSTOPStaleRelay(t *testing.T) {
 				t.Fatalf("stale relay stats %q: %v", b, err)
 			}
 			switch {
-			case kind.claim == relay.ClaimLock && finishErrs == 0:
+			case kind.claim == txbox.ClaimLock && finishErrs == 0:
 				// The database ended its transactions during the pause:
 				// every batch it had in flight fails to commit.
 				t.Error("no finish of the stale relay failed after resuming: SIGSTOP did not land mid-batch, the bound was not exercised")
-			case kind.claim != relay.ClaimLock && fenced == 0:
+			case kind.claim != txbox.ClaimLock && fenced == 0:
 				t.Error("the stale relay finished no batch after resuming: SIGSTOP did not land mid-batch, the fence was not exercised")
 			}
 			stats, err := d.OutboxStats(context.Background())

@@ -319,7 +319,7 @@ func networkCutTable(t *testing.T, kind storeKind) {
 	// lease). The lease claim holds none across a send.
 	openTx := proxiedTx(t, d, proxy)
 	t.Logf("A's sessions with a transaction open at the cut: %d", len(openTx))
-	if kind.claim == relay.ClaimLock {
+	if kind.claim == txbox.ClaimLock {
 		if len(openTx) == 0 {
 			t.Fatalf("A has no claim transaction open at the cut: the cut did not land mid-batch\n%s", diag())
 		}
@@ -341,7 +341,7 @@ func networkCutTable(t *testing.T, kind storeKind) {
 	// while they were locked: B finds them at its next full scan, within
 	// ClaimRescanInterval.
 	pickup := lease + 5*time.Second
-	if kind.claim == relay.ClaimLock {
+	if kind.claim == txbox.ClaimLock {
 		pickup += postgres.DefaultClaimRescanInterval
 	}
 	waitFor(t, pickup+15*time.Second, "B to finish the rows A had claimed at the cut", func() bool {
@@ -372,11 +372,11 @@ func networkCutTable(t *testing.T, kind storeKind) {
 	stats, fenced, finishErrs := childStats(t, a)
 	t.Logf("A: %s; %d sends (%d events) began while cut off", stats, cutSends, cutEvents)
 	switch {
-	case kind.claim == relay.ClaimLock && finishErrs == 0:
+	case kind.claim == txbox.ClaimLock && finishErrs == 0:
 		// The server ended A's claim transactions during the cut: every
 		// batch A had in flight fails to commit once the link returns.
 		t.Error("no finish of A failed after the link returned: its claim transaction outlived the cut, or no batch was in flight")
-	case kind.claim != relay.ClaimLock && fenced == 0:
+	case kind.claim != txbox.ClaimLock && fenced == 0:
 		// A's send was under way at the cut; its finish waited in the
 		// proxy and ran after B had finished the rows.
 		t.Error("A's late finish was not fenced: it had a batch in flight at the cut, and B finished those rows first")

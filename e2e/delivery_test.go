@@ -354,11 +354,11 @@ func TestOutage503(t *testing.T) {
 		circuits := &circuitHook{}
 		cfg := webhookConfig(t, d, h.URL, func(s sender.Sender) sender.Sender { rec.Sender = s; return rec })
 		cfg.Defaults.MaxAttempts = new(2)
-		cfg.Hooks = []relay.Hook{circuits}
+		cfg.Hooks = []txbox.RelayHook{circuits}
 		r := relaytest.Start(t, cfg)
 		testenv.WaitFor(t, 10*time.Second, "three failed probes", func() bool { return circuits.opened() >= 4 })
 		for _, st := range destCircuits(r.Health()) {
-			if st.State == relay.CircuitClosed || !strings.Contains(st.LastError, "503") {
+			if st.State == txbox.CircuitClosed || !strings.Contains(st.LastError, "503") {
 				t.Errorf("circuit during the outage = %+v", st)
 			}
 		}
@@ -381,7 +381,7 @@ func TestOutage503(t *testing.T) {
 			t.Errorf("oracle: %v", rep)
 		}
 		for _, st := range r.Health().Circuits {
-			if st.State != relay.CircuitClosed {
+			if st.State != txbox.CircuitClosed {
 				t.Errorf("circuit after recovery = %+v", st)
 			}
 		}
@@ -401,7 +401,7 @@ func TestNATSUnavailable(t *testing.T) {
 		circuits := &circuitHook{}
 		cfg := relayConfig(d, rec, st.prefix, 0)
 		cfg.Defaults.MaxAttempts = new(2)
-		cfg.Hooks = []relay.Hook{circuits}
+		cfg.Hooks = []txbox.RelayHook{circuits}
 		r := relaytest.Start(t, cfg)
 		o := newOracle()
 		publishN(t, kind, d, "orders", 100, o)
@@ -445,7 +445,7 @@ func TestStaleRelayFinishIsFenced(t *testing.T) {
 		var stale []*store.OutboxRow
 		var staleLock store.LockedBatch
 		var err error
-		if kind.claim == relay.ClaimLock {
+		if kind.claim == txbox.ClaimLock {
 			if staleLock, err = d.(store.OutboxLocker).OutboxLock(context.Background(), claim); staleLock != nil {
 				stale = staleLock.Rows()
 			}
@@ -516,12 +516,12 @@ func destCircuits(h relay.Health) []relay.CircuitHealth {
 
 // circuitHook counts circuit openings.
 type circuitHook struct {
-	relay.NopHook
+	txbox.NopRelayHook
 	n atomic.Int64
 }
 
-func (c *circuitHook) OnCircuit(ev relay.CircuitEvent) {
-	if ev.State == relay.CircuitOpen {
+func (c *circuitHook) OnCircuit(ev txbox.CircuitEvent) {
+	if ev.State == txbox.CircuitOpen {
 		c.n.Add(1)
 	}
 }
@@ -541,7 +541,7 @@ func TestUnroutableNATSSubject(t *testing.T) {
 	cfg := relayConfig(d, newNATSSender(t, testenv.NATSURL), testenv.UniqueName("nostream_"), 0)
 	cfg.Defaults.MaxAttempts = new(2)
 	cfg.Defaults.Backoff = &relay.BackoffSettings{Delay: new(50 * time.Millisecond), Multiplier: new(1.0), Max: new(time.Second)}
-	cfg.Hooks = []relay.Hook{circuits}
+	cfg.Hooks = []txbox.RelayHook{circuits}
 	relaytest.Start(t, cfg)
 	testenv.WaitFor(t, 30*time.Second, "unroutable events dead-lettered", func() bool {
 		n, err := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{})

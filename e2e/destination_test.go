@@ -78,37 +78,37 @@ func (s *pathServer) requests(id txbox.ID) int {
 
 // destHook records every circuit event.
 type destHook struct {
-	relay.NopHook
+	txbox.NopRelayHook
 	mu     sync.Mutex
-	events []relay.CircuitEvent
+	events []txbox.CircuitEvent
 }
 
-func (h *destHook) OnCircuit(ev relay.CircuitEvent) {
+func (h *destHook) OnCircuit(ev txbox.CircuitEvent) {
 	h.mu.Lock()
 	h.events = append(h.events, ev)
 	h.mu.Unlock()
 }
 
 // opened counts the openings of the circuits for which match is true.
-func (h *destHook) opened(match func(relay.CircuitEvent) bool) int {
+func (h *destHook) opened(match func(txbox.CircuitEvent) bool) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	n := 0
 	for _, ev := range h.events {
-		if ev.State == relay.CircuitOpen && match(ev) {
+		if ev.State == txbox.CircuitOpen && match(ev) {
 			n++
 		}
 	}
 	return n
 }
 
-func anyCircuit(relay.CircuitEvent) bool { return true }
+func anyCircuit(txbox.CircuitEvent) bool { return true }
 
-func destinationIs(suffix string) func(relay.CircuitEvent) bool {
-	return func(ev relay.CircuitEvent) bool { return !ev.Connection && strings.HasSuffix(ev.Destination, suffix) }
+func destinationIs(suffix string) func(txbox.CircuitEvent) bool {
+	return func(ev txbox.CircuitEvent) bool { return !ev.Connection && strings.HasSuffix(ev.Destination, suffix) }
 }
 
-func isConnection(ev relay.CircuitEvent) bool { return ev.Connection }
+func isConnection(ev txbox.CircuitEvent) bool { return ev.Connection }
 
 func containsIDs(have, want []txbox.ID) bool {
 	set := make(map[txbox.ID]bool, len(have))
@@ -157,7 +157,7 @@ func TestOneFailingRouteLeavesOthersFlowing(t *testing.T) {
 		// A cool-down far longer than the test: with one circuit per
 		// sender, b would wait for it.
 		cfg.Circuit = relay.CircuitConfig{CoolDown: 30 * time.Second, MaxCoolDown: 30 * time.Second}
-		cfg.Hooks = []relay.Hook{hook}
+		cfg.Hooks = []txbox.RelayHook{hook}
 		r := relaytest.Start(t, cfg)
 
 		o := newOracle()
@@ -170,14 +170,14 @@ func TestOneFailingRouteLeavesOthersFlowing(t *testing.T) {
 		})
 
 		h := r.Health()
-		if c := circuitOf(t, h, "/a"); c.State != relay.CircuitOpen || !strings.Contains(c.LastError, "503") {
+		if c := circuitOf(t, h, "/a"); c.State != txbox.CircuitOpen || !strings.Contains(c.LastError, "503") {
 			t.Errorf("a's circuit = %+v, want open with the 503", c)
 		}
-		if c := circuitOf(t, h, "/b"); c.State != relay.CircuitClosed {
+		if c := circuitOf(t, h, "/b"); c.State != txbox.CircuitClosed {
 			t.Errorf("b's circuit = %+v, want closed", c)
 		}
 		for _, c := range h.Circuits {
-			if c.Connection && c.State != relay.CircuitClosed {
+			if c.Connection && c.State != txbox.CircuitClosed {
 				t.Errorf("connection circuit %+v: a 503 is the destination's, not the connection's", c)
 			}
 		}
@@ -280,7 +280,7 @@ func newPoisonWebhook(t *testing.T, kind storeKind) *poisonWebhook {
 	w.cfg = webhookConfig(t, w.d, w.srv.URL, func(s sender.Sender) sender.Sender { w.rec.Sender = s; return w.rec })
 	w.cfg.Defaults.MaxAttempts = new(poisonMaxAttempts)
 	w.cfg.Defaults.Backoff = &relay.BackoffSettings{Delay: new(100 * time.Millisecond), Multiplier: new(2.0), Max: new(time.Second)}
-	w.cfg.Hooks = []relay.Hook{w.hook}
+	w.cfg.Hooks = []txbox.RelayHook{w.hook}
 	return w
 }
 
@@ -370,7 +370,7 @@ func TestLonePoisonWaitsForEvidence(t *testing.T) {
 				t.Errorf("the lone poison was sent as attempt %d without evidence that the destination is up", m)
 			}
 			noDeadLetters(t, d, "without other traffic")
-			if c := circuitOf(t, r.Health(), "/hook"); c.State == relay.CircuitClosed {
+			if c := circuitOf(t, r.Health(), "/hook"); c.State == txbox.CircuitClosed {
 				t.Errorf("circuit %+v closed while its only traffic fails", c)
 			}
 
@@ -381,7 +381,7 @@ func TestLonePoisonWaitsForEvidence(t *testing.T) {
 			if rep := o.report(); !rep.clean() {
 				t.Errorf("oracle (type b): %v", rep)
 			}
-			if c := circuitOf(t, r.Health(), "/hook"); c.State != relay.CircuitClosed {
+			if c := circuitOf(t, r.Health(), "/hook"); c.State != txbox.CircuitClosed {
 				t.Errorf("circuit after the poison left = %+v", c)
 			}
 		})
@@ -407,7 +407,7 @@ func TestBrokerDownPausesAllRoutes(t *testing.T) {
 	cfg := relayConfig(d, counting, st.prefix, 0)
 	cfg.Defaults.MaxAttempts = new(2)
 	cfg.Events = map[string]relay.EventSettings{"a": {}, "b": {}}
-	cfg.Hooks = []relay.Hook{hook}
+	cfg.Hooks = []txbox.RelayHook{hook}
 	r := relaytest.Start(t, cfg)
 	o := newOracle()
 	publishN(t, kind, d, "a", 50, o)
@@ -428,7 +428,7 @@ func TestBrokerDownPausesAllRoutes(t *testing.T) {
 	}
 	outageRecovered(t, r, d, rec, func() { proxy.Up(t) })
 	for _, c := range r.Health().Circuits {
-		if c.State != relay.CircuitClosed {
+		if c.State != txbox.CircuitClosed {
 			t.Errorf("circuit after recovery: %+v", c)
 		}
 	}

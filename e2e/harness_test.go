@@ -13,7 +13,6 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
-	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/postgres"
 )
@@ -44,7 +43,7 @@ type storeKind struct {
 	// follows the sender (lock for NATS on PostgreSQL and MySQL), so the
 	// plain kinds name lease to keep it covered. The lock kinds
 	// (lockKinds) are a dialect run in ClaimLock.
-	claim relay.ClaimMode
+	claim txbox.ClaimMode
 }
 
 // lockKinds are the dialects with a lock claim, run in ClaimLock: the
@@ -55,7 +54,7 @@ var lockKinds = []storeKind{lockKind(postgresKind)}
 // lockKind returns k run in ClaimLock, named k.name + "-lock".
 func lockKind(k storeKind) storeKind {
 	k.name += "-lock"
-	k.claim = relay.ClaimLock
+	k.claim = txbox.ClaimLock
 	return k
 }
 
@@ -79,7 +78,7 @@ func withLockKindsInChaos() []storeKind {
 
 // claimOf holds the claim mode of the drivers openStore opened for a lock
 // kind, for relayConfig.
-var claimOf sync.Map // store.Driver -> relay.ClaimMode
+var claimOf sync.Map // store.Driver -> txbox.ClaimMode
 
 // events returns n scaled for this dialect.
 func (k storeKind) events(n int) int {
@@ -105,7 +104,7 @@ func storeKindByName(name string) (storeKind, error) {
 
 var postgresKind = storeKind{
 	name:  "postgres",
-	claim: relay.ClaimLease,
+	claim: txbox.ClaimLease,
 	newNamespace: func(t testing.TB) string {
 		t.Helper()
 		testenv.RequireTCP(t, "PostgreSQL", testenv.PostgresAddr)

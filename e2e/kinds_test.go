@@ -9,7 +9,6 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
-	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/store"
 	"github.com/txbox/txbox/store/mysql"
 	"github.com/txbox/txbox/store/postgres"
@@ -44,7 +43,7 @@ func sqlTxPublish(db func(store.Driver) *sql.DB) func(context.Context, store.Dri
 // fresh database (no password on the test server, so nothing secret).
 var mysqlKind = storeKind{
 	name:  "mysql",
-	claim: relay.ClaimLease,
+	claim: txbox.ClaimLease,
 	newNamespace: func(t testing.TB) string {
 		t.Helper()
 		_, dsn := testenv.MySQLDatabase(t, mysql.OpenDB, "")
@@ -77,7 +76,7 @@ func openMySQL(dsn string, conns int) (store.Driver, func(), error) {
 // child relay processes open the same file.
 var sqliteKind = storeKind{
 	name:  "sqlite",
-	claim: relay.ClaimLease,
+	claim: txbox.ClaimLease,
 	newNamespace: func(t testing.TB) string {
 		t.Helper()
 		path := filepath.Join(t.TempDir(), "e2e.db")

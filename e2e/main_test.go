@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/sender"
@@ -74,9 +75,9 @@ func quietLogger() *slog.Logger {
 //
 // A driver openStore opened for a lock kind gets that kind's claim mode.
 func relayConfig(d store.Driver, s sender.Sender, subjectPrefix string, retention time.Duration) relay.Config {
-	var claim *relay.ClaimMode
+	var claim *txbox.ClaimMode
 	if c, ok := claimOf.Load(d); ok {
-		claim = new(c.(relay.ClaimMode))
+		claim = new(c.(txbox.ClaimMode))
 	}
 	var stream relay.StreamConfig
 	if pd, ok := d.(*postgres.Driver); ok && pd.Source() == postgres.SourceWAL {
@@ -158,7 +159,7 @@ func childRelay() int {
 		cfg.Defaults.Claim = &kind.claim
 	}
 	if v := os.Getenv(envOrdering); v != "" {
-		o := relay.Ordering(v)
+		o := txbox.Ordering(v)
 		cfg.Defaults.Ordering = &o
 	}
 	if v := os.Getenv(envBatch); v != "" {
@@ -277,7 +278,7 @@ func (p *pauseCounter) Send(ctx context.Context, msgs []*sender.Message) error {
 // finishes that failed (with the lock claim: a transaction the database
 // ended, so nothing of it committed).
 type fenceCounter struct {
-	relay.NopHook
+	txbox.NopRelayHook
 	n, errs atomic.Int64
 	// streamAfter counts the events of WAL mode's stream batches whose
 	// send began after the process was stopped: a relay resumed from a
@@ -291,12 +292,12 @@ type fenceCounter struct {
 	streamUnsent atomic.Int64
 }
 
-func (f *fenceCounter) OnBatch(ev relay.BatchEvent) {
+func (f *fenceCounter) OnBatch(ev txbox.BatchEvent) {
 	f.n.Add(int64(ev.Fenced))
 	if ev.FinishErr != nil {
 		f.errs.Add(1)
 	}
-	if ev.Claim != relay.ClaimStream || f.paused == nil || !f.paused.resumed.Load() {
+	if ev.Claim != txbox.ClaimStream || f.paused == nil || !f.paused.resumed.Load() {
 		return
 	}
 	// A batch whose session was lost by then sends nothing (SendDuration

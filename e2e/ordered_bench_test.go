@@ -20,7 +20,7 @@ import (
 // draining a backlog from PostgreSQL to NATS JetStream against the same
 // type unordered, with default relay settings, both in the same run: each
 // round drains a fresh unordered backlog, then a fresh ordered one of the
-// same size, then another ordered one with ordering-fence: off, and the
+// same size, then another ordered one with commit-horizon: off, and the
 // ratios are computed per round (the medians over TXBOX_BENCH_ROUNDS
 // rounds are reported). Target (docs/benchmarks.md): ordered ≥ 50% of
 // unordered. Figures in docs/benchmarks/relay.md:
@@ -43,29 +43,29 @@ func BenchmarkOrderedDrain(b *testing.B) {
 		}
 	}
 	for range b.N {
-		var ratios, offRatios, fenceRatios, ordered, unordered []float64
+		var ratios, offRatios, horizonRatios, ordered, unordered []float64
 		for range rounds {
-			u := drainKeyed(b, n, keys, relay.OrderingNone, relay.OrderingFenceOn)
-			o := drainKeyed(b, n, keys, relay.OrderingKey, relay.OrderingFenceOn)
-			off := drainKeyed(b, n, keys, relay.OrderingKey, relay.OrderingFenceOff)
+			u := drainKeyed(b, n, keys, txbox.OrderingNone, txbox.CommitHorizonOn)
+			o := drainKeyed(b, n, keys, txbox.OrderingKey, txbox.CommitHorizonOn)
+			off := drainKeyed(b, n, keys, txbox.OrderingKey, txbox.CommitHorizonOff)
 			unordered, ordered = append(unordered, u), append(ordered, o)
-			ratios, offRatios, fenceRatios = append(ratios, o/u), append(offRatios, off/u), append(fenceRatios, o/off)
-			b.Logf("round: unordered %.0f events/s, ordered %.0f events/s (ratio %.3f), ordered with the fence off %.0f events/s (ratio %.3f); fence on / off %.3f (%d events, %d keys)",
+			ratios, offRatios, horizonRatios = append(ratios, o/u), append(offRatios, off/u), append(horizonRatios, o/off)
+			b.Logf("round: unordered %.0f events/s, ordered %.0f events/s (ratio %.3f), ordered with the horizon off %.0f events/s (ratio %.3f); horizon on / off %.3f (%d events, %d keys)",
 				u, o, o/u, off, off/u, o/off, n, keys)
 		}
 		b.ReportMetric(median(ordered), "ordered-events/s")
 		b.ReportMetric(median(unordered), "unordered-events/s")
 		b.ReportMetric(median(ratios), "ratio-ordered-to-unordered")
-		b.ReportMetric(median(offRatios), "ratio-fence-off-to-unordered")
-		b.ReportMetric(median(fenceRatios), "ratio-fence-on-to-off")
+		b.ReportMetric(median(offRatios), "ratio-horizon-off-to-unordered")
+		b.ReportMetric(median(horizonRatios), "ratio-horizon-on-to-off")
 	}
 }
 
 // drainKeyed fills a fresh backlog of n events of type orders over keys
 // keys (key i%keys, in id order) and drains it with one relay of default
-// settings and the given ordering and ordering fence, returning events/s.
+// settings and the given ordering and commit horizon, returning events/s.
 // For an ordered drain it also checks per-key order in the stream.
-func drainKeyed(b *testing.B, n, keys int, ordering relay.Ordering, fence relay.OrderingFence) float64 {
+func drainKeyed(b *testing.B, n, keys int, ordering txbox.Ordering, horizon txbox.CommitHorizon) float64 {
 	b.Helper()
 	ctx := context.Background()
 	ns := postgresKind.newNamespace(b)
@@ -92,11 +92,11 @@ func drainKeyed(b *testing.B, n, keys int, ordering relay.Ordering, fence relay.
 	rd := openStore(b, postgresKind, ns, 2*relay.DefaultInFlight+4)
 	cfg := relayConfig(rd, newBenchSender(b), st.prefix, 0)
 	cfg.Defaults.Ordering = &ordering
-	cfg.Defaults.OrderingFence = &fence
+	cfg.Defaults.CommitHorizon = &horizon
 	cfg.Cleanup.Disabled = true
 	cfg.DiscoverInterval = -1
 	timing := &timingHook{}
-	cfg.Hooks = []relay.Hook{timing}
+	cfg.Hooks = []txbox.RelayHook{timing}
 	r, err := relay.New(cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -112,7 +112,7 @@ func drainKeyed(b *testing.B, n, keys int, ordering relay.Ordering, fence relay.
 	if err := r.Stop(ctx); err != nil {
 		b.Fatal(err)
 	}
-	if ordering == relay.OrderingKey {
+	if ordering == txbox.OrderingKey {
 		last := map[string]txbox.ID{}
 		for _, m := range st.readAll(b) {
 			k := keyOf[m.id]
@@ -125,7 +125,7 @@ func drainKeyed(b *testing.B, n, keys int, ordering relay.Ordering, fence relay.
 	if got := st.count(b); got != uint64(n) {
 		b.Fatalf("stream holds %d messages, want %d", got, n)
 	}
-	b.Logf("%s (fence %s): %d events in %v; %s", ordering, fence, n, el.Round(time.Millisecond), timing)
+	b.Logf("%s (horizon %s): %d events in %v; %s", ordering, horizon, n, el.Round(time.Millisecond), timing)
 	return float64(n) / el.Seconds()
 }
 
@@ -153,8 +153,8 @@ func BenchmarkOrderedDrainDialects(b *testing.B) {
 			for range b.N {
 				var ratios, ordered, unordered []float64
 				for range rounds {
-					u := drainKind(b, kind, n, 50, relay.OrderingNone)
-					o := drainKind(b, kind, n, 50, relay.OrderingKey)
+					u := drainKind(b, kind, n, 50, txbox.OrderingNone)
+					o := drainKind(b, kind, n, 50, txbox.OrderingKey)
 					unordered, ordered = append(unordered, u), append(ordered, o)
 					ratios = append(ratios, o/u)
 					b.Logf("%s pair: unordered %.0f events/s, ordered %.0f events/s, ratio %.3f (%d events, 50 keys)", kind.name, u, o, o/u, n)
@@ -169,7 +169,7 @@ func BenchmarkOrderedDrainDialects(b *testing.B) {
 
 // drainKind drains a fresh backlog of n events over keys keys on kind
 // with one relay of default settings and a sender that acks at once.
-func drainKind(b *testing.B, kind storeKind, n, keys int, ordering relay.Ordering) float64 {
+func drainKind(b *testing.B, kind storeKind, n, keys int, ordering txbox.Ordering) float64 {
 	b.Helper()
 	ctx := context.Background()
 	ns := kind.newNamespace(b)

@@ -54,7 +54,7 @@ func TestOrderedByKey(t *testing.T) {
 		}
 		snd := &rejectingSender{Sender: newNATSSender(t, testenv.NATSURL), once: rejectOnce}
 		cfg := relayConfig(d, snd, st.prefix, 0)
-		cfg.Defaults.Ordering = new(relay.OrderingKey)
+		cfg.Defaults.Ordering = new(txbox.OrderingKey)
 		cfg.Defaults.BatchSize = new(50)
 		cfg.Defaults.Backoff = &relay.BackoffSettings{Delay: new(50 * time.Millisecond), Multiplier: new(1.0), Max: new(time.Second)}
 		relaytest.Start(t, cfg)

@@ -295,7 +295,7 @@ func runOutage(t *testing.T, b *outageBroker, kind storeKind) {
 	cfg.Defaults.Route = &b.route
 	cfg.Defaults.MaxAttempts = new(2)
 	cfg.Events = map[string]relay.EventSettings{"orders": {}, "other": {}}
-	cfg.Hooks = []relay.Hook{circuits}
+	cfg.Hooks = []txbox.RelayHook{circuits}
 	r := relaytest.Start(t, cfg)
 
 	o := newOracle()
@@ -472,7 +472,7 @@ func BenchmarkDrainSenders(b *testing.B) {
 				cfg.Cleanup.Disabled = true
 				cfg.DiscoverInterval = -1
 				timing := &timingHook{}
-				cfg.Hooks = []relay.Hook{timing}
+				cfg.Hooks = []txbox.RelayHook{timing}
 				r, err := relay.New(cfg)
 				if err != nil {
 					b.Fatal(err)
@@ -599,7 +599,7 @@ func TestUnroutableDeadLettered(t *testing.T) {
 			cfg.Defaults.Route = &b.route
 			cfg.Defaults.MaxAttempts = new(3)
 			cfg.Events = map[string]relay.EventSettings{"orders": {}, "lost": {Route: &poison}}
-			cfg.Hooks = []relay.Hook{circuits}
+			cfg.Hooks = []txbox.RelayHook{circuits}
 			relaytest.Start(t, cfg)
 
 			o := newOracle()

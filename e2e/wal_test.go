@@ -35,7 +35,7 @@ const walSenderTimeout = 4 * time.Second
 // walKind is PostgreSQL in WAL mode: publishers emit, relays stream.
 var walKind = storeKind{
 	name:  "postgres-wal",
-	claim: relay.ClaimLease,
+	claim: txbox.ClaimLease,
 	newNamespace: func(t testing.TB) string {
 		t.Helper()
 		ns := postgresKind.newNamespace(t)
@@ -252,7 +252,7 @@ func TestWALCommitOrder(t *testing.T) {
 	d := openStore(t, kind, ns, 4)
 	nc := newNATSSender(t, testenv.NATSURL)
 	cfg := relayConfig(openStore(t, kind, ns, 6), nc, st.prefix, 0)
-	cfg.Defaults.Ordering = new(relay.OrderingKey)
+	cfg.Defaults.Ordering = new(txbox.OrderingKey)
 	relaytest.Start(t, cfg)
 
 	pool := d.(*postgres.Driver).Pool()
@@ -365,7 +365,7 @@ func TestWALSpillAndReturn(t *testing.T) {
 	fs := &flakySender{Sender: nc, down: map[string]bool{"ordered": true, "plain": true}, perm: map[txbox.ID]bool{}, sends: map[txbox.ID]int{}}
 	rd := openStore(t, kind, ns, 6)
 	cfg := relayConfig(rd, fs, st.prefix, 0)
-	cfg.Events = map[string]relay.EventSettings{"ordered": {Ordering: new(relay.OrderingKey)}, "plain": {}, "flowing": {}}
+	cfg.Events = map[string]relay.EventSettings{"ordered": {Ordering: new(txbox.OrderingKey)}, "plain": {}, "flowing": {}}
 	cfg.Defaults.MaxAttempts = new(1000)
 	r := relaytest.Start(t, cfg)
 

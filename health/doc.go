@@ -3,7 +3,7 @@
 //
 //	GET /livez   200 while the process can answer at all
 //	GET /readyz  200 when the database is reachable and its schema is
-//	             current, 503 otherwise; the body is a JSON Report that
+//	             current, 503 otherwise; the body is a JSON txbox.HealthReport that
 //	             says "ok" or "degraded" with reasons (a circuit open, a
 //	             claim or a background job failing, lag over a threshold)
 //

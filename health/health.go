@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/store"
 )
@@ -42,13 +43,23 @@ type Config struct {
 	// which an event type makes the process degraded. 0 turns the lag
 	// check off.
 	LagThreshold time.Duration
-	// Fence, with FenceThreshold, feeds the ordering fence check
+	// Horizon, with HorizonThreshold, feeds the commit horizon check
 	// (docs/concepts.md, "Ordering"); the PostgreSQL driver implements it
-	// (store.FenceInspector). Nil turns the check off.
+	// (store.HorizonInspector). Nil turns the check off.
+	Horizon store.HorizonInspector
+	// HorizonThreshold is how long a transaction may hold a transaction
+	// id, and with it the commit horizon of every ordered type, before
+	// the process is degraded, with the holder named. 0 turns the check
+	// off.
+	HorizonThreshold time.Duration
+	// Fence is the former name of Horizon, used when Horizon is nil.
+	//
+	// Deprecated: use Horizon.
 	Fence store.FenceInspector
-	// FenceThreshold is how long a transaction may hold a transaction id,
-	// and with it the ordering fence of every ordered type, before the
-	// process is degraded, with the holder named. 0 turns the check off.
+	// FenceThreshold is the former name of HorizonThreshold, used when
+	// HorizonThreshold is 0.
+	//
+	// Deprecated: use HorizonThreshold.
 	FenceThreshold time.Duration
 	// FailWhenDegraded makes /readyz answer 503 when degraded, not only
 	// when not ready.
@@ -61,82 +72,98 @@ type Config struct {
 	// RejectThreshold is how long the destination of a type may refuse
 	// its messages (rejected or failed for good, not an outage) while it
 	// acknowledges none before the type makes the process degraded
-	// (ReasonRejecting). Defaults to DefaultRejectThreshold; negative
+	// (txbox.ReasonRejecting). Defaults to DefaultRejectThreshold; negative
 	// turns the check off.
 	RejectThreshold time.Duration
 }
 
-// Statuses of a Report.
+// Statuses of a Report, now in package txbox.
 const (
-	StatusOK          = "ok"
-	StatusDegraded    = "degraded"
-	StatusUnavailable = "unavailable"
+	// StatusOK is txbox.HealthOK.
+	//
+	// Deprecated: use txbox.HealthOK.
+	StatusOK = txbox.HealthOK
+	// StatusDegraded is txbox.HealthDegraded.
+	//
+	// Deprecated: use txbox.HealthDegraded.
+	StatusDegraded = txbox.HealthDegraded
+	// StatusUnavailable is txbox.HealthUnavailable.
+	//
+	// Deprecated: use txbox.HealthUnavailable.
+	StatusUnavailable = txbox.HealthUnavailable
 )
 
-// Reason kinds.
+// Reason kinds, now in package txbox.
 const (
-	ReasonDatabase     = "database_error"
-	ReasonMigrations   = "migrations_not_current"
-	ReasonRelayStopped = "relay_not_running"
-	ReasonCircuitOpen  = "circuit_open"
-	ReasonClaimFailing = "claim_failing"
-	ReasonJobFailing   = "job_failing"
-	ReasonLag          = "lag_over_threshold"
-	ReasonFenceHeld    = "ordering_fence_held"
-	// ReasonSendsOutstanding: the lock claims have used up their budget
-	// and wait, while the batches holding it wait on their destination
-	// (docs/operations.md, "Connection pool"): the broker is slow, the
-	// database is not.
-	ReasonSendsOutstanding = "sends_outstanding"
-	// ReasonRejecting: a type's destination has refused its messages for
-	// longer than RejectThreshold and acknowledged none (no stream bound
-	// to a subject, a missing exchange, a webhook answering 404).
-	ReasonRejecting = "destination_rejecting"
-	// ReasonStream: WAL mode's stream cannot be opened or read, or the
-	// slot pins more WAL than database.wal.lag-threshold, or PostgreSQL
-	// invalidated it (docs/operations.md, "WAL mode").
-	ReasonStream = "stream_unhealthy"
-	// ReasonStreamEventsLost: the database lost WAL mode's slot (a
-	// failover to a standby without it, an invalidation) and a new one
-	// was made within relay.SlotLossAlert: the events emitted after the
-	// last confirm were not delivered (docs/operations.md, "Failover").
-	ReasonStreamEventsLost = "stream_events_lost"
-	// ReasonFailoverUnsafe: the primary has standbys and WAL mode's slot
-	// would not survive the promotion of one, or would lose events in it
-	// (store.FailoverUnsafe; docs/operations.md, "Failover"). A verdict
-	// of unknown (the standbys could not be read) is not a reason: txbox
-	// status and the admin API show it.
-	ReasonFailoverUnsafe = "slot_not_failover_safe"
+	// ReasonDatabase is txbox.ReasonDatabase.
+	//
+	// Deprecated: use txbox.ReasonDatabase.
+	ReasonDatabase = txbox.ReasonDatabase
+	// ReasonMigrations is txbox.ReasonMigrations.
+	//
+	// Deprecated: use txbox.ReasonMigrations.
+	ReasonMigrations = txbox.ReasonMigrations
+	// ReasonRelayStopped is txbox.ReasonRelayStopped.
+	//
+	// Deprecated: use txbox.ReasonRelayStopped.
+	ReasonRelayStopped = txbox.ReasonRelayStopped
+	// ReasonCircuitOpen is txbox.ReasonCircuitOpen.
+	//
+	// Deprecated: use txbox.ReasonCircuitOpen.
+	ReasonCircuitOpen = txbox.ReasonCircuitOpen
+	// ReasonClaimFailing is txbox.ReasonClaimFailing.
+	//
+	// Deprecated: use txbox.ReasonClaimFailing.
+	ReasonClaimFailing = txbox.ReasonClaimFailing
+	// ReasonJobFailing is txbox.ReasonJobFailing.
+	//
+	// Deprecated: use txbox.ReasonJobFailing.
+	ReasonJobFailing = txbox.ReasonJobFailing
+	// ReasonLag is txbox.ReasonLag.
+	//
+	// Deprecated: use txbox.ReasonLag.
+	ReasonLag = txbox.ReasonLag
+	// ReasonHorizonHeld is txbox.ReasonHorizonHeld.
+	//
+	// Deprecated: use txbox.ReasonHorizonHeld.
+	ReasonHorizonHeld = txbox.ReasonHorizonHeld
+	// ReasonSendsOutstanding is txbox.ReasonSendsOutstanding.
+	//
+	// Deprecated: use txbox.ReasonSendsOutstanding.
+	ReasonSendsOutstanding = txbox.ReasonSendsOutstanding
+	// ReasonRejecting is txbox.ReasonRejecting.
+	//
+	// Deprecated: use txbox.ReasonRejecting.
+	ReasonRejecting = txbox.ReasonRejecting
+	// ReasonStream is txbox.ReasonStream.
+	//
+	// Deprecated: use txbox.ReasonStream.
+	ReasonStream = txbox.ReasonStream
+	// ReasonStreamEventsLost is txbox.ReasonStreamEventsLost.
+	//
+	// Deprecated: use txbox.ReasonStreamEventsLost.
+	ReasonStreamEventsLost = txbox.ReasonStreamEventsLost
+	// ReasonFailoverUnsafe is txbox.ReasonFailoverUnsafe.
+	//
+	// Deprecated: use txbox.ReasonFailoverUnsafe.
+	ReasonFailoverUnsafe = txbox.ReasonFailoverUnsafe
+	// ReasonFenceHeld is the former name of txbox.ReasonHorizonHeld. Its
+	// value changed with the name: /readyz reports "commit_horizon_held"
+	// where it reported "ordering_fence_held".
+	//
+	// Deprecated: use txbox.ReasonHorizonHeld.
+	ReasonFenceHeld = txbox.ReasonHorizonHeld
 )
 
-// Report is what /readyz answers.
-type Report struct {
-	// Status is StatusOK, StatusDegraded or StatusUnavailable.
-	Status string `json:"status"`
-	// Ready is false when Status is StatusUnavailable.
-	Ready bool `json:"ready"`
-	// SchemaVersion is the database's applied migration version and
-	// LatestSchemaVersion this build's; they differ when migrations are
-	// not current.
-	SchemaVersion       int `json:"schema_version"`
-	LatestSchemaVersion int `json:"latest_schema_version"`
-	// Reasons say why the process is degraded or not ready, sorted by
-	// kind then subject.
-	Reasons []Reason `json:"reasons,omitempty"`
-	// CheckedAt is when the database was last checked.
-	CheckedAt time.Time `json:"checked_at"`
-}
+// Report is txbox.HealthReport: what /readyz answers.
+//
+// Deprecated: use txbox.HealthReport.
+type Report = txbox.HealthReport
 
-// Reason is one thing wrong.
-type Reason struct {
-	// Kind is one of the Reason* constants.
-	Kind string `json:"kind"`
-	// Subject names what it is about: an event type, "sender" or
-	// "sender destination", a job; empty for the database.
-	Subject string `json:"subject,omitempty"`
-	// Detail is a human-readable explanation (the error text).
-	Detail string `json:"detail,omitempty"`
-}
+// Reason is txbox.HealthReason: one thing wrong.
+//
+// Deprecated: use txbox.HealthReason.
+type Reason = txbox.HealthReason
 
 // Checker answers the probes. It is safe for concurrent use.
 type Checker struct {
@@ -150,7 +177,7 @@ type Checker struct {
 // dbResult is the cached outcome of the database checks.
 type dbResult struct {
 	version, latest int
-	reasons         []Reason
+	reasons         []txbox.HealthReason
 }
 
 // New checks cfg and returns a Checker.
@@ -158,8 +185,14 @@ func New(cfg Config) (*Checker, error) {
 	if cfg.Store == nil {
 		return nil, fmt.Errorf("health: Config.Store is required")
 	}
-	if cfg.LagThreshold < 0 || cfg.FenceThreshold < 0 || cfg.CacheFor < 0 || cfg.Timeout < 0 {
-		return nil, fmt.Errorf("health: LagThreshold, FenceThreshold, CacheFor and Timeout must not be negative")
+	if cfg.Horizon == nil && cfg.Fence != nil {
+		cfg.Horizon = fenceInspector{cfg.Fence}
+	}
+	if cfg.HorizonThreshold == 0 {
+		cfg.HorizonThreshold = cfg.FenceThreshold
+	}
+	if cfg.LagThreshold < 0 || cfg.HorizonThreshold < 0 || cfg.CacheFor < 0 || cfg.Timeout < 0 {
+		return nil, fmt.Errorf("health: LagThreshold, HorizonThreshold, CacheFor and Timeout must not be negative")
 	}
 	if cfg.CacheFor == 0 {
 		cfg.CacheFor = DefaultCacheFor
@@ -175,12 +208,12 @@ func New(cfg Config) (*Checker, error) {
 
 // Check returns the current report: the database checks (cached for
 // CacheFor) and the relay's state (always fresh, it costs no query).
-func (c *Checker) Check(ctx context.Context) Report {
+func (c *Checker) Check(ctx context.Context) txbox.HealthReport {
 	db, at := c.database(ctx)
-	rep := Report{SchemaVersion: db.version, LatestSchemaVersion: db.latest, CheckedAt: at}
-	var fatal, degraded []Reason
+	rep := txbox.HealthReport{SchemaVersion: db.version, LatestSchemaVersion: db.latest, CheckedAt: at}
+	var fatal, degraded []txbox.HealthReason
 	for _, r := range db.reasons {
-		if r.Kind == ReasonLag || r.Kind == ReasonFenceHeld {
+		if r.Kind == txbox.ReasonLag || r.Kind == txbox.ReasonHorizonHeld {
 			degraded = append(degraded, r)
 		} else {
 			fatal = append(fatal, r)
@@ -189,18 +222,18 @@ func (c *Checker) Check(ctx context.Context) Report {
 	if c.cfg.Relay != nil {
 		h := c.cfg.Relay.Health()
 		if !h.Running {
-			fatal = append(fatal, Reason{Kind: ReasonRelayStopped, Subject: h.InstanceID, Detail: "the relay is not started or is stopping"})
+			fatal = append(fatal, txbox.HealthReason{Kind: txbox.ReasonRelayStopped, Subject: h.InstanceID, Detail: "the relay is not started or is stopping"})
 		}
 		degraded = append(degraded, relayReasons(h)...)
 		degraded = append(degraded, rejecting(h, c.cfg.RejectThreshold, time.Now())...)
 	}
 	switch {
 	case len(fatal) > 0:
-		rep.Status = StatusUnavailable
+		rep.Status = txbox.HealthUnavailable
 	case len(degraded) > 0:
-		rep.Status, rep.Ready = StatusDegraded, true
+		rep.Status, rep.Ready = txbox.HealthDegraded, true
 	default:
-		rep.Status, rep.Ready = StatusOK, true
+		rep.Status, rep.Ready = txbox.HealthOK, true
 	}
 	rep.Reasons = append(fatal, degraded...)
 	sort.SliceStable(rep.Reasons, func(i, j int) bool {
@@ -214,25 +247,25 @@ func (c *Checker) Check(ctx context.Context) Report {
 }
 
 // relayReasons turns a relay's health into degraded reasons.
-func relayReasons(h relay.Health) []Reason {
-	var out []Reason
+func relayReasons(h relay.Health) []txbox.HealthReason {
+	var out []txbox.HealthReason
 	for _, ch := range h.Circuits {
-		if ch.State == relay.CircuitClosed {
+		if ch.State == txbox.CircuitClosed {
 			continue
 		}
 		subject := ch.Sender
 		if !ch.Connection {
 			subject += " " + ch.Destination
 		}
-		out = append(out, Reason{Kind: ReasonCircuitOpen, Subject: subject, Detail: ch.State.String() + ": " + ch.LastError})
+		out = append(out, txbox.HealthReason{Kind: txbox.ReasonCircuitOpen, Subject: subject, Detail: ch.State.String() + ": " + ch.LastError})
 	}
 	for _, th := range h.Types {
 		if th.LastError != "" {
-			out = append(out, Reason{Kind: ReasonClaimFailing, Subject: th.EventType, Detail: th.LastError})
+			out = append(out, txbox.HealthReason{Kind: txbox.ReasonClaimFailing, Subject: th.EventType, Detail: th.LastError})
 		}
 	}
 	for job, msg := range h.JobErrors {
-		out = append(out, Reason{Kind: ReasonJobFailing, Subject: job, Detail: msg})
+		out = append(out, txbox.HealthReason{Kind: txbox.ReasonJobFailing, Subject: job, Detail: msg})
 	}
 	if r, ok := sendsOutstanding(h, time.Now()); ok {
 		out = append(out, r)
@@ -243,36 +276,36 @@ func relayReasons(h relay.Health) []Reason {
 // streamReasons are the stream's reasons: failing to stream, a slot
 // past its lag threshold or lost. A standby is healthy: another relay
 // streams.
-func streamReasons(st *relay.StreamHealth) []Reason {
+func streamReasons(st *relay.StreamHealth) []txbox.HealthReason {
 	if st == nil {
 		return nil
 	}
-	var out []Reason
+	var out []txbox.HealthReason
 	switch st.State {
 	case relay.StreamFailing:
-		out = append(out, Reason{Kind: ReasonStream, Subject: "stream", Detail: "cannot stream: " + st.LastError})
+		out = append(out, txbox.HealthReason{Kind: txbox.ReasonStream, Subject: "stream", Detail: "cannot stream: " + st.LastError})
 	case relay.StreamStarting:
-		out = append(out, Reason{Kind: ReasonStream, Subject: "stream", Detail: "not streaming yet"})
+		out = append(out, txbox.HealthReason{Kind: txbox.ReasonStream, Subject: "stream", Detail: "not streaming yet"})
 	}
 	if sl := st.Slot; sl != nil {
 		if st.Lagging {
-			out = append(out, Reason{Kind: ReasonStream, Subject: sl.Slot,
+			out = append(out, txbox.HealthReason{Kind: txbox.ReasonStream, Subject: sl.Slot,
 				Detail: fmt.Sprintf("the slot pins %d bytes of WAL to restart_lsn and %d to confirmed_flush_lsn, past the lag threshold", sl.RestartLag, sl.FlushLag)})
 		}
 		if sl.WALStatus == "lost" || sl.WALStatus == "unreserved" {
-			out = append(out, Reason{Kind: ReasonStream, Subject: sl.Slot,
+			out = append(out, txbox.HealthReason{Kind: txbox.ReasonStream, Subject: sl.Slot,
 				Detail: "the slot's wal_status is " + sl.WALStatus + ": PostgreSQL has removed or will remove WAL the slot needs; see docs/operations.md, WAL mode"})
 		}
 		if sl.Failover.Verdict == store.FailoverUnsafe {
-			out = append(out, Reason{Kind: ReasonFailoverUnsafe, Subject: sl.Slot,
+			out = append(out, txbox.HealthReason{Kind: txbox.ReasonFailoverUnsafe, Subject: sl.Slot,
 				Detail: "the primary has standbys and the slot is not failover-safe: " + strings.Join(sl.Failover.Problems, "; ") + "; see docs/operations.md, Failover"})
 		}
 	}
 	if st.SlotErr != "" {
-		out = append(out, Reason{Kind: ReasonStream, Subject: "slot", Detail: "cannot read the slot's health: " + st.SlotErr})
+		out = append(out, txbox.HealthReason{Kind: txbox.ReasonStream, Subject: "slot", Detail: "cannot read the slot's health: " + st.SlotErr})
 	}
 	if l := st.LastLoss; l != nil && time.Since(l.At) < relay.SlotLossAlert {
-		out = append(out, Reason{Kind: ReasonStreamEventsLost, Subject: l.Slot,
+		out = append(out, txbox.HealthReason{Kind: txbox.ReasonStreamEventsLost, Subject: l.Slot,
 			Detail: fmt.Sprintf("the slot was lost (%s) and recreated %s ago: events emitted between LSN %X/%X and %X/%X (last confirmed %s) were not delivered; see docs/operations.md, Failover",
 				l.Reason, time.Since(l.At).Round(time.Second), l.From>>32, uint32(l.From), l.To>>32, uint32(l.To), l.LastConfirm.Format(time.RFC3339))})
 	}
@@ -283,16 +316,16 @@ func streamReasons(st *relay.StreamHealth) []Reason {
 // messages, acknowledging none, for longer than threshold, and refused one
 // within the last threshold: a type that went idle after its last refusal
 // (its poison rows dead-lettered) is no longer reported.
-func rejecting(h relay.Health, threshold time.Duration, now time.Time) []Reason {
+func rejecting(h relay.Health, threshold time.Duration, now time.Time) []txbox.HealthReason {
 	if threshold < 0 {
 		return nil
 	}
-	var out []Reason
+	var out []txbox.HealthReason
 	for _, th := range h.Types {
 		if th.RejectingSince.IsZero() || now.Sub(th.RejectingSince) < threshold || now.Sub(th.LastRejected) > threshold {
 			continue
 		}
-		out = append(out, Reason{Kind: ReasonRejecting, Subject: th.EventType,
+		out = append(out, txbox.HealthReason{Kind: txbox.ReasonRejecting, Subject: th.EventType,
 			Detail: fmt.Sprintf("%s %s has refused every message for %s, none acknowledged; last error: %s",
 				th.Sender, th.Destination, now.Sub(th.RejectingSince).Round(time.Second), th.LastRejection)})
 	}
@@ -301,21 +334,21 @@ func rejecting(h relay.Health, threshold time.Duration, now time.Time) []Reason 
 
 // SlowSendAfter is how long the oldest send of a lock-mode type must have
 // waited for its destination, while lock claims wait for their budget,
-// before /readyz reports ReasonSendsOutstanding: a budget that is merely
+// before /readyz reports txbox.ReasonSendsOutstanding: a budget that is merely
 // busy with quick sends is not a problem.
 const SlowSendAfter = time.Second
 
 // sendsOutstanding reports lock claims that wait for their budget because
 // the batches holding it wait on their destination: the cause is the
 // broker, not the database.
-func sendsOutstanding(h relay.Health, now time.Time) (Reason, bool) {
+func sendsOutstanding(h relay.Health, now time.Time) (txbox.HealthReason, bool) {
 	lc := h.LockClaims
 	if lc.Waiting == 0 {
-		return Reason{}, false
+		return txbox.HealthReason{}, false
 	}
 	var slowest *relay.TypeHealth
 	for i, th := range h.Types {
-		if th.Claim != relay.ClaimLock || th.SendingSince.IsZero() {
+		if th.Claim != txbox.ClaimLock || th.SendingSince.IsZero() {
 			continue
 		}
 		if slowest == nil || th.SendingSince.Before(slowest.SendingSince) {
@@ -323,9 +356,9 @@ func sendsOutstanding(h relay.Health, now time.Time) (Reason, bool) {
 		}
 	}
 	if slowest == nil || now.Sub(slowest.SendingSince) < SlowSendAfter {
-		return Reason{}, false
+		return txbox.HealthReason{}, false
 	}
-	return Reason{Kind: ReasonSendsOutstanding, Subject: slowest.Sender + " " + slowest.Destination,
+	return txbox.HealthReason{Kind: txbox.ReasonSendsOutstanding, Subject: slowest.Sender + " " + slowest.Destination,
 		Detail: fmt.Sprintf("the destination is slow to acknowledge: a send of %s has waited %s; the lock claims' budget is used up (%d of %d batches hold a connection, %d claims wait)",
 			slowest.EventType, now.Sub(slowest.SendingSince).Round(time.Millisecond), lc.Held, lc.Budget, lc.Waiting)}, true
 }
@@ -344,10 +377,10 @@ func (c *Checker) database(ctx context.Context) (dbResult, time.Time) {
 	v, err := c.cfg.Store.SchemaVersion(ctx)
 	switch {
 	case err != nil:
-		res.reasons = append(res.reasons, Reason{Kind: ReasonDatabase, Detail: err.Error()})
+		res.reasons = append(res.reasons, txbox.HealthReason{Kind: txbox.ReasonDatabase, Detail: err.Error()})
 	case v != res.latest:
 		res.version = v
-		res.reasons = append(res.reasons, Reason{Kind: ReasonMigrations,
+		res.reasons = append(res.reasons, txbox.HealthReason{Kind: txbox.ReasonMigrations,
 			Detail: fmt.Sprintf("schema version %d, this build needs %d: run txbox migrate", v, res.latest)})
 	default:
 		res.version = v
@@ -355,42 +388,42 @@ func (c *Checker) database(ctx context.Context) (dbResult, time.Time) {
 	if err == nil && c.cfg.Stats != nil && c.cfg.LagThreshold > 0 {
 		res.reasons = append(res.reasons, c.lag(ctx)...)
 	}
-	if err == nil && c.cfg.Fence != nil && c.cfg.FenceThreshold > 0 {
-		res.reasons = append(res.reasons, c.fence(ctx)...)
+	if err == nil && c.cfg.Horizon != nil && c.cfg.HorizonThreshold > 0 {
+		res.reasons = append(res.reasons, c.horizon(ctx)...)
 	}
 	c.db, c.checked = res, time.Now()
 	return res, c.checked
 }
 
 // lag reports the types whose lag is over the threshold.
-func (c *Checker) lag(ctx context.Context) []Reason {
+func (c *Checker) lag(ctx context.Context) []txbox.HealthReason {
 	stats, err := c.cfg.Stats.OutboxInspect(ctx)
 	if err != nil {
-		return []Reason{{Kind: ReasonDatabase, Detail: "outbox inspect: " + err.Error()}}
+		return []txbox.HealthReason{{Kind: txbox.ReasonDatabase, Detail: "outbox inspect: " + err.Error()}}
 	}
-	var out []Reason
+	var out []txbox.HealthReason
 	for _, s := range stats {
 		if s.OldestDueAge > c.cfg.LagThreshold {
-			out = append(out, Reason{Kind: ReasonLag, Subject: s.EventType,
+			out = append(out, txbox.HealthReason{Kind: txbox.ReasonLag, Subject: s.EventType,
 				Detail: fmt.Sprintf("oldest due event is %s old, threshold %s", s.OldestDueAge.Round(time.Millisecond), c.cfg.LagThreshold)})
 		}
 	}
 	return out
 }
 
-// fence reports the transaction that holds the ordering fence, when it has
-// held it longer than the threshold.
-func (c *Checker) fence(ctx context.Context) []Reason {
-	h, err := c.cfg.Fence.OutboxFenceHolder(ctx)
+// horizon reports the transaction that holds the commit horizon, when it
+// has held it longer than the threshold.
+func (c *Checker) horizon(ctx context.Context) []txbox.HealthReason {
+	h, err := c.cfg.Horizon.OutboxHorizonHolder(ctx)
 	if err != nil {
-		return []Reason{{Kind: ReasonDatabase, Detail: "ordering fence: " + err.Error()}}
+		return []txbox.HealthReason{{Kind: txbox.ReasonDatabase, Detail: "commit horizon: " + err.Error()}}
 	}
-	if h == nil || h.Age <= c.cfg.FenceThreshold {
+	if h == nil || h.Age <= c.cfg.HorizonThreshold {
 		return nil
 	}
-	return []Reason{{Kind: ReasonFenceHeld, Subject: h.Name(),
+	return []txbox.HealthReason{{Kind: txbox.ReasonHorizonHeld, Subject: h.Name(),
 		Detail: fmt.Sprintf("has held transaction id %d for %s (threshold %s): events of ordered types published after it began wait until it ends",
-			h.XID, h.Age.Round(time.Millisecond), c.cfg.FenceThreshold)}}
+			h.XID, h.Age.Round(time.Millisecond), c.cfg.HorizonThreshold)}}
 }
 
 // LivezHandler answers 200 "ok" to GET and HEAD: the process is alive
@@ -407,7 +440,7 @@ func (c *Checker) LivezHandler() http.Handler {
 	})
 }
 
-// ReadyzHandler answers GET and HEAD with the Report as JSON: 200 when
+// ReadyzHandler answers GET and HEAD with the txbox.HealthReport as JSON: 200 when
 // ready (also when degraded, unless Config.FailWhenDegraded), 503 when
 // not.
 func (c *Checker) ReadyzHandler() http.Handler {
@@ -417,7 +450,7 @@ func (c *Checker) ReadyzHandler() http.Handler {
 		}
 		rep := c.Check(r.Context())
 		code := http.StatusOK
-		if !rep.Ready || c.cfg.FailWhenDegraded && rep.Status == StatusDegraded {
+		if !rep.Ready || c.cfg.FailWhenDegraded && rep.Status == txbox.HealthDegraded {
 			code = http.StatusServiceUnavailable
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -446,4 +479,11 @@ func allowed(w http.ResponseWriter, r *http.Request) bool {
 	w.Header().Set("Allow", "GET, HEAD")
 	http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 	return false
+}
+
+// fenceInspector serves the deprecated Config.Fence as a HorizonInspector.
+type fenceInspector struct{ store.FenceInspector }
+
+func (f fenceInspector) OutboxHorizonHolder(ctx context.Context) (*store.HorizonHolder, error) {
+	return f.OutboxFenceHolder(ctx)
 }

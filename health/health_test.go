@@ -26,11 +26,11 @@ import (
 )
 
 // get requests path from h and decodes the report.
-func get(t *testing.T, h http.Handler, method, path string) (int, health.Report, string) {
+func get(t *testing.T, h http.Handler, method, path string) (int, txbox.HealthReport, string) {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(method, path, nil))
-	var rep health.Report
+	var rep txbox.HealthReport
 	body := rec.Body.String()
 	if path == "/readyz" && method == http.MethodGet && rec.Code != http.StatusMethodNotAllowed {
 		if err := json.Unmarshal(rec.Body.Bytes(), &rep); err != nil {
@@ -49,7 +49,7 @@ func newChecker(t *testing.T, cfg health.Config) *health.Checker {
 	return c
 }
 
-func hasReason(rep health.Report, kind, subject string) bool {
+func hasReason(rep txbox.HealthReport, kind, subject string) bool {
 	for _, r := range rep.Reasons {
 		if r.Kind == kind && strings.Contains(r.Subject, subject) {
 			return true
@@ -95,7 +95,7 @@ func TestReadyWithARunningRelayThenDegradedByAnOpenCircuit(t *testing.T) {
 		t.Errorf("livez = %d %q", code, body)
 	}
 	code, rep, body := get(t, h, http.MethodGet, "/readyz")
-	if code != http.StatusOK || rep.Status != health.StatusOK || !rep.Ready || len(rep.Reasons) != 0 {
+	if code != http.StatusOK || rep.Status != txbox.HealthOK || !rep.Ready || len(rep.Reasons) != 0 {
 		t.Fatalf("readyz of a migrated database and a running relay = %d %s", code, body)
 	}
 	if rep.SchemaVersion == 0 || rep.SchemaVersion != rep.LatestSchemaVersion {
@@ -106,16 +106,16 @@ func TestReadyWithARunningRelayThenDegradedByAnOpenCircuit(t *testing.T) {
 	storeharness.PostgresPublish(t, d, newPublisher(t, d), txbox.Event{Type: "order", Payload: []byte(`{}`)})
 	testenv.WaitFor(t, 20*time.Second, "readyz degraded by the open circuit", func() bool {
 		code, rep, _ := get(t, h, http.MethodGet, "/readyz")
-		return code == http.StatusOK && rep.Status == health.StatusDegraded && hasReason(rep, health.ReasonCircuitOpen, "bus")
+		return code == http.StatusOK && rep.Status == txbox.HealthDegraded && hasReason(rep, txbox.ReasonCircuitOpen, "bus")
 	})
 	strict := newChecker(t, health.Config{Store: d, Relay: r, FailWhenDegraded: true})
-	if code, rep, _ := get(t, strict.Handler(), http.MethodGet, "/readyz"); code != http.StatusServiceUnavailable || rep.Status != health.StatusDegraded {
+	if code, rep, _ := get(t, strict.Handler(), http.MethodGet, "/readyz"); code != http.StatusServiceUnavailable || rep.Status != txbox.HealthDegraded {
 		t.Errorf("FailWhenDegraded readyz = %d %s, want 503 degraded", code, rep.Status)
 	}
 	snd.down.Store(false)
 	testenv.WaitFor(t, 20*time.Second, "readyz ok again once the circuit closed", func() bool {
 		_, rep, _ := get(t, h, http.MethodGet, "/readyz")
-		return rep.Status == health.StatusOK
+		return rep.Status == txbox.HealthOK
 	})
 
 	stop, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -123,7 +123,7 @@ func TestReadyWithARunningRelayThenDegradedByAnOpenCircuit(t *testing.T) {
 	if err := r.Stop(stop); err != nil {
 		t.Fatal(err)
 	}
-	if code, rep, _ := get(t, h, http.MethodGet, "/readyz"); code != http.StatusServiceUnavailable || !hasReason(rep, health.ReasonRelayStopped, "") {
+	if code, rep, _ := get(t, h, http.MethodGet, "/readyz"); code != http.StatusServiceUnavailable || !hasReason(rep, txbox.ReasonRelayStopped, "") {
 		t.Errorf("readyz of a stopped relay = %d %+v, want 503 relay_not_running", code, rep)
 	}
 }
@@ -137,10 +137,10 @@ func TestNotReadyWhenNotMigrated(t *testing.T) {
 	}
 	c := newChecker(t, health.Config{Store: d, CacheFor: time.Millisecond})
 	code, rep, body := get(t, c.Handler(), http.MethodGet, "/readyz")
-	if code != http.StatusServiceUnavailable || rep.Ready || rep.Status != health.StatusUnavailable || len(rep.Reasons) != 1 {
+	if code != http.StatusServiceUnavailable || rep.Ready || rep.Status != txbox.HealthUnavailable || len(rep.Reasons) != 1 {
 		t.Fatalf("readyz of an empty schema = %d %s, want 503 with one reason", code, body)
 	}
-	if k := rep.Reasons[0].Kind; k != health.ReasonDatabase && k != health.ReasonMigrations {
+	if k := rep.Reasons[0].Kind; k != txbox.ReasonDatabase && k != txbox.ReasonMigrations {
 		t.Errorf("reason %q", k)
 	}
 	if err := d.Migrate(context.Background()); err != nil {
@@ -162,7 +162,7 @@ func TestNotReadyWhenTheDatabaseIsUnreachable(t *testing.T) {
 	d.Pool().Close()
 	testenv.WaitFor(t, 10*time.Second, "503 once the pool is closed", func() bool {
 		code, rep, _ := get(t, c.Handler(), http.MethodGet, "/readyz")
-		return code == http.StatusServiceUnavailable && hasReason(rep, health.ReasonDatabase, "")
+		return code == http.StatusServiceUnavailable && hasReason(rep, txbox.ReasonDatabase, "")
 	})
 	// Liveness does not depend on the database.
 	if code, _, _ := get(t, c.Handler(), http.MethodGet, "/livez"); code != http.StatusOK {
@@ -178,9 +178,9 @@ func TestDegradedByLagButNotByScheduledEvents(t *testing.T) {
 	c := newChecker(t, health.Config{Store: d, Stats: d, LagThreshold: 100 * time.Millisecond, CacheFor: time.Millisecond})
 	testenv.WaitFor(t, 10*time.Second, "degraded by the lag of stuck", func() bool {
 		code, rep, _ := get(t, c.Handler(), http.MethodGet, "/readyz")
-		return code == http.StatusOK && rep.Status == health.StatusDegraded && hasReason(rep, health.ReasonLag, "stuck")
+		return code == http.StatusOK && rep.Status == txbox.HealthDegraded && hasReason(rep, txbox.ReasonLag, "stuck")
 	})
-	if _, rep, _ := get(t, c.Handler(), http.MethodGet, "/readyz"); hasReason(rep, health.ReasonLag, "later") {
+	if _, rep, _ := get(t, c.Handler(), http.MethodGet, "/readyz"); hasReason(rep, txbox.ReasonLag, "later") {
 		t.Errorf("a scheduled event counted as lag: %+v", rep.Reasons)
 	}
 }
@@ -237,9 +237,9 @@ func newPublisher(t *testing.T, d *postgres.Driver) *outbox.Publisher {
 	return pub
 }
 
-// TestDegradedByAnXidHoldingTransaction is the fence pin: a transaction
-// that holds a transaction id (a read-only snapshot holds none and does
-// not pin the ordering fence) makes /readyz degraded past the threshold,
+// TestDegradedByAnXidHoldingTransaction is the commit horizon pin: a
+// transaction that holds a transaction id (a read-only snapshot holds none
+// and does not pin the commit horizon) makes /readyz degraded past the threshold,
 // named by its pid, application and xid, and the reason goes once it
 // ends.
 func TestDegradedByAnXidHoldingTransaction(t *testing.T) {
@@ -266,18 +266,18 @@ func TestDegradedByAnXidHoldingTransaction(t *testing.T) {
 	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid(), pg_current_xact_id()::text`).Scan(&pid, &xid); err != nil {
 		t.Fatal(err)
 	}
-	c := newChecker(t, health.Config{Store: d, Fence: d, FenceThreshold: 50 * time.Millisecond, CacheFor: time.Millisecond})
+	c := newChecker(t, health.Config{Store: d, Horizon: d, HorizonThreshold: 50 * time.Millisecond, CacheFor: time.Millisecond})
 	// The oldest holder of the cluster is named: on a shared server
 	// another test's transaction may be older for a while.
 	subject := fmt.Sprintf("pid %d (", pid)
 	testenv.WaitFor(t, 2*time.Minute, "degraded by the pinning transaction", func() bool {
 		code, rep, _ := get(t, c.Handler(), http.MethodGet, "/readyz")
 		for _, r := range rep.Reasons {
-			if r.Kind == health.ReasonFenceHeld && strings.HasPrefix(r.Subject, subject) {
+			if r.Kind == txbox.ReasonHorizonHeld && strings.HasPrefix(r.Subject, subject) {
 				if !strings.Contains(r.Subject, "application "+app) || !strings.Contains(r.Detail, "transaction id "+xid+" ") {
 					t.Fatalf("reason %+v does not name application %s and xid %s", r, app, xid)
 				}
-				return code == http.StatusOK && rep.Status == health.StatusDegraded
+				return code == http.StatusOK && rep.Status == txbox.HealthDegraded
 			}
 		}
 		return false
@@ -288,7 +288,7 @@ func TestDegradedByAnXidHoldingTransaction(t *testing.T) {
 	testenv.WaitFor(t, 2*time.Minute, "the reason gone with the transaction", func() bool {
 		_, rep, _ := get(t, c.Handler(), http.MethodGet, "/readyz")
 		for _, r := range rep.Reasons {
-			if r.Kind == health.ReasonFenceHeld && strings.HasPrefix(r.Subject, subject) {
+			if r.Kind == txbox.ReasonHorizonHeld && strings.HasPrefix(r.Subject, subject) {
 				return false
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/store"
 )
@@ -35,7 +36,7 @@ func TestRejectingThresholds(t *testing.T) {
 			t.Errorf("%s: %d reasons %+v, want %d", c.name, len(got), got, c.wantReasons)
 		}
 		for _, r := range got {
-			if r.Kind != ReasonRejecting || r.Subject != "orders" || r.Detail != "bus orders.created has refused every message for 2m0s, none acknowledged; last error: no stream" {
+			if r.Kind != txbox.ReasonRejecting || r.Subject != "orders" || r.Detail != "bus orders.created has refused every message for 2m0s, none acknowledged; last error: no stream" {
 				t.Errorf("%s: reason %+v", c.name, r)
 			}
 		}
@@ -52,9 +53,9 @@ func TestFailoverReason(t *testing.T) {
 	} {
 		h := relay.Health{Stream: &relay.StreamHealth{State: relay.StreamStreaming, Slot: &store.StreamStatus{Slot: "txbox_slot", WALStatus: "reserved",
 			Failover: store.StreamFailover{Verdict: verdict, Problems: []string{"synchronized_standby_slots is not set on the primary", "hot_standby_feedback is off"}}}}}
-		var got *Reason
+		var got *txbox.HealthReason
 		for _, r := range relayReasons(h) {
-			if r.Kind == ReasonFailoverUnsafe {
+			if r.Kind == txbox.ReasonFailoverUnsafe {
 				got = &r
 			}
 		}

@@ -11,7 +11,7 @@ import (
 // the goroutines that call Handle, HandleBatch, HandleInTx and
 // Cleaner.RunOnce, possibly concurrently: they must be safe for concurrent
 // use and return quickly. Embed NopHook to implement only some methods and
-// stay compatible when methods are added. It has the shape of relay.Hook:
+// stay compatible when methods are added. It has the shape of txbox.RelayHook:
 // one method per kind of event, each taking an event struct.
 type Hook interface {
 	// OnHandled is called once per message that Handle, HandleInTx or

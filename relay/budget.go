@@ -36,7 +36,7 @@ func (c *Config) lockBudget() int {
 }
 
 // claimBudget bounds the lock-claimed batches of all types that hold a
-// database connection at once (ClaimLock: from the claim until the
+// database connection at once (txbox.ClaimLock: from the claim until the
 // finish commits). Without it a slow destination lets the lock claims take
 // every connection of the pool, each waiting idle in its transaction for
 // an acknowledgement, and everything else (heartbeats, recovery, health

@@ -59,10 +59,10 @@ type circuit struct {
 	connection bool
 	now        func() time.Time
 	// notify is called, outside the lock, with every state change.
-	notify func(CircuitEvent)
+	notify func(txbox.CircuitEvent)
 
 	mu    sync.Mutex
-	state CircuitState
+	state txbox.CircuitState
 	// opens counts the openings since the circuit last closed (the first,
 	// then one per failed probe); the n-th lasts Delay(n) of the
 	// cool-down policy.
@@ -74,7 +74,7 @@ type circuit struct {
 	lastErr  error
 }
 
-func newCircuit(senderName, dest string, connection bool, cfg CircuitConfig, now func() time.Time, notify func(CircuitEvent)) *circuit {
+func newCircuit(senderName, dest string, connection bool, cfg CircuitConfig, now func() time.Time, notify func(txbox.CircuitEvent)) *circuit {
 	return &circuit{sender: senderName, dest: dest, connection: connection, now: now, notify: notify,
 		opens: backoff.Streak{Policy: cfg.policy()}, coolDown: cfg.CoolDown, changed: make(chan struct{})}
 }
@@ -98,17 +98,17 @@ type ticket struct {
 func (c *circuit) allow() ticket {
 	c.mu.Lock()
 	switch c.state {
-	case CircuitClosed:
+	case txbox.CircuitClosed:
 		c.mu.Unlock()
 		return ticket{ok: true}
-	case CircuitOpen:
+	case txbox.CircuitOpen:
 		if now := c.now(); now.Before(c.until) {
 			t := ticket{wait: c.until.Sub(now), changed: c.changed}
 			c.mu.Unlock()
 			return t
 		}
 		c.probing = true
-		ev := c.setLocked(CircuitHalfOpen)
+		ev := c.setLocked(txbox.CircuitHalfOpen)
 		c.mu.Unlock()
 		c.notify(ev)
 		return ticket{ok: true, probe: true}
@@ -131,7 +131,7 @@ func (c *circuit) abandon(probe bool) {
 		return
 	}
 	c.mu.Lock()
-	if c.state == CircuitHalfOpen && c.probing {
+	if c.state == txbox.CircuitHalfOpen && c.probing {
 		c.probing = false
 		close(c.changed)
 		c.changed = make(chan struct{})
@@ -144,7 +144,7 @@ func (c *circuit) abandon(probe bool) {
 // little about the destination now.
 func (c *circuit) success(probe bool) {
 	c.mu.Lock()
-	if !probe || c.state != CircuitHalfOpen {
+	if !probe || c.state != txbox.CircuitHalfOpen {
 		c.mu.Unlock()
 		return
 	}
@@ -152,7 +152,7 @@ func (c *circuit) success(probe bool) {
 	c.opens.Reset()
 	c.coolDown = c.opens.Policy.Initial
 	c.lastErr = nil
-	ev := c.setLocked(CircuitClosed)
+	ev := c.setLocked(txbox.CircuitClosed)
 	c.mu.Unlock()
 	c.notify(ev)
 }
@@ -161,10 +161,10 @@ func (c *circuit) success(probe bool) {
 func (c *circuit) failure(probe bool, err error) {
 	c.mu.Lock()
 	switch {
-	case c.state == CircuitClosed:
+	case c.state == txbox.CircuitClosed:
 		c.opens.Reset()
 		c.coolDown = c.opens.Next()
-	case c.state == CircuitHalfOpen && probe:
+	case c.state == txbox.CircuitHalfOpen && probe:
 		c.probing = false
 		c.coolDown = c.opens.Next()
 	default:
@@ -175,21 +175,21 @@ func (c *circuit) failure(probe bool, err error) {
 	}
 	c.until = c.now().Add(c.coolDown)
 	c.lastErr = err
-	ev := c.setLocked(CircuitOpen)
+	ev := c.setLocked(txbox.CircuitOpen)
 	ev.Err = err
 	c.mu.Unlock()
 	c.notify(ev)
 }
 
-func (c *circuit) setLocked(s CircuitState) CircuitEvent {
+func (c *circuit) setLocked(s txbox.CircuitState) txbox.CircuitEvent {
 	c.state = s
 	close(c.changed)
 	c.changed = make(chan struct{})
-	return CircuitEvent{Sender: c.sender, Destination: c.dest, Connection: c.connection, State: s, CoolDown: c.coolDown}
+	return txbox.CircuitEvent{Sender: c.sender, Destination: c.dest, Connection: c.connection, State: s, CoolDown: c.coolDown}
 }
 
 // snapshot returns the state and the error that last opened the circuit.
-func (c *circuit) snapshot() (CircuitState, error) {
+func (c *circuit) snapshot() (txbox.CircuitState, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.state, c.lastErr
@@ -197,7 +197,7 @@ func (c *circuit) snapshot() (CircuitState, error) {
 
 func (c *circuit) closed() bool {
 	st, _ := c.snapshot()
-	return st == CircuitClosed
+	return st == txbox.CircuitClosed
 }
 
 // maxSuspects bounds the messages one destination remembers as having
@@ -463,7 +463,7 @@ func (c CircuitConfig) policy() backoff.Policy {
 type circuitSet struct {
 	cfg    CircuitConfig
 	now    func() time.Time
-	notify func(CircuitEvent)
+	notify func(txbox.CircuitEvent)
 
 	mu    sync.Mutex
 	conns map[string]*circuit
@@ -472,7 +472,7 @@ type circuitSet struct {
 
 type destKey struct{ sender, dest string }
 
-func newCircuitSet(senders []string, cfg CircuitConfig, now func() time.Time, notify func(CircuitEvent)) *circuitSet {
+func newCircuitSet(senders []string, cfg CircuitConfig, now func() time.Time, notify func(txbox.CircuitEvent)) *circuitSet {
 	cs := &circuitSet{cfg: cfg, now: now, notify: notify, conns: map[string]*circuit{}, pairs: map[destKey]*circuitPair{}}
 	for _, name := range senders {
 		cs.conns[name] = newCircuit(name, "", true, cfg, now, notify)

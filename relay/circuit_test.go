@@ -25,9 +25,9 @@ func (c *fakeClock) add(d time.Duration) {
 func TestCircuitLifecycle(t *testing.T) {
 	t.Parallel()
 	clk := &fakeClock{t: time.Unix(1e9, 0)}
-	var events []CircuitEvent
+	var events []txbox.CircuitEvent
 	c := newCircuit("nats", "", true, CircuitConfig{CoolDown: time.Second, MaxCoolDown: 3 * time.Second, Multiplier: 2}, clk.now,
-		func(ev CircuitEvent) { events = append(events, ev) })
+		func(ev txbox.CircuitEvent) { events = append(events, ev) })
 	down := errors.New("connection refused")
 
 	t1 := c.allow()
@@ -36,14 +36,14 @@ func TestCircuitLifecycle(t *testing.T) {
 	}
 	t2 := c.allow()
 	c.failure(t1.probe, down)
-	if st, err := c.snapshot(); st != CircuitOpen || err != down {
+	if st, err := c.snapshot(); st != txbox.CircuitOpen || err != down {
 		t.Fatalf("after failure: %v %v", st, err)
 	}
 	// A second in-flight batch failing does not extend the cool-down.
 	c.failure(t2.probe, down)
 	// A straggler succeeding while open does not close it.
 	c.success(t2.probe)
-	if st, _ := c.snapshot(); st != CircuitOpen {
+	if st, _ := c.snapshot(); st != txbox.CircuitOpen {
 		t.Fatalf("straggler success closed the circuit")
 	}
 	blocked := c.allow()
@@ -83,7 +83,7 @@ func TestCircuitLifecycle(t *testing.T) {
 		t.Fatalf("after abandoned probe: %+v", probe)
 	}
 	c.success(probe.probe)
-	if st, err := c.snapshot(); st != CircuitClosed || err != nil {
+	if st, err := c.snapshot(); st != txbox.CircuitClosed || err != nil {
 		t.Fatalf("after successful probe: %v %v", st, err)
 	}
 	// The cool-down is reset after closing.
@@ -91,11 +91,11 @@ func TestCircuitLifecycle(t *testing.T) {
 	if tk := c.allow(); tk.wait != time.Second {
 		t.Fatalf("cool-down after reopening = %v, want 1s", tk.wait)
 	}
-	var states []CircuitState
+	var states []txbox.CircuitState
 	for _, ev := range events {
 		states = append(states, ev.State)
 	}
-	want := []CircuitState{CircuitOpen, CircuitHalfOpen, CircuitOpen, CircuitHalfOpen, CircuitOpen, CircuitHalfOpen, CircuitClosed, CircuitOpen}
+	want := []txbox.CircuitState{txbox.CircuitOpen, txbox.CircuitHalfOpen, txbox.CircuitOpen, txbox.CircuitHalfOpen, txbox.CircuitOpen, txbox.CircuitHalfOpen, txbox.CircuitClosed, txbox.CircuitOpen}
 	if len(states) != len(want) {
 		t.Fatalf("events %v, want %v", states, want)
 	}
@@ -108,7 +108,7 @@ func TestCircuitLifecycle(t *testing.T) {
 
 func testBreaker() (*circuitPair, *circuitSet) {
 	cfg := CircuitConfig{CoolDown: time.Second, MaxCoolDown: 4 * time.Second, Multiplier: 2}
-	cs := newCircuitSet([]string{"s"}, cfg, time.Now, func(CircuitEvent) {})
+	cs := newCircuitSet([]string{"s"}, cfg, time.Now, func(txbox.CircuitEvent) {})
 	return cs.circuitPair("s", "url=http://x/hook"), cs
 }
 
@@ -140,7 +140,7 @@ func TestGateJudge(t *testing.T) {
 	if v[0].count || v[0].retryAfter != 2*time.Second {
 		t.Fatalf("failure without evidence: %+v, want released after 2s", v[0])
 	}
-	if st, _ := g.dest.snapshot(); st != CircuitClosed {
+	if st, _ := g.dest.snapshot(); st != txbox.CircuitClosed {
 		t.Fatalf("a known suspect failing alone opened the circuit: %v", st)
 	}
 	// Another batch is acked; then the message fails alone: it counts,
@@ -150,7 +150,7 @@ func TestGateJudge(t *testing.T) {
 	if !v[0].count {
 		t.Fatalf("failure after the destination acked another batch: %+v, want counted", v[0])
 	}
-	if st, _ := g.dest.snapshot(); st != CircuitClosed {
+	if st, _ := g.dest.snapshot(); st != txbox.CircuitClosed {
 		t.Fatalf("circuit %v after a poison failure", st)
 	}
 	// The count needs new evidence each time.
@@ -163,7 +163,7 @@ func TestGateJudge(t *testing.T) {
 	if v = send([]txbox.ID{c}, []error{e500}); v[0].count {
 		t.Fatal("whole-batch failure of a new message counted")
 	}
-	if st, _ := g.dest.snapshot(); st != CircuitOpen {
+	if st, _ := g.dest.snapshot(); st != txbox.CircuitOpen {
 		t.Fatalf("circuit %v after a whole-batch failure of a new message, want open", st)
 	}
 }
@@ -180,7 +180,7 @@ func TestGateOutageEdges(t *testing.T) {
 	e503 := txbox.Transient(errors.New("503 service unavailable"))
 	tk := g.allow()
 	g.assess(tk, time.Now(), []txbox.ID{m1, m2, m3}, []error{e503, e503, e503}, classify([]error{e503, e503, e503}))
-	if st, _ := g.dest.snapshot(); st != CircuitOpen {
+	if st, _ := g.dest.snapshot(); st != txbox.CircuitOpen {
 		t.Fatalf("circuit %v after the outage's first batch", st)
 	}
 	clk.add(time.Second)
@@ -192,7 +192,7 @@ func TestGateOutageEdges(t *testing.T) {
 	if v[0].count {
 		t.Fatal("the straddling probe counted an attempt for a message refused before the destination came back")
 	}
-	if st, _ := g.dest.snapshot(); st != CircuitClosed {
+	if st, _ := g.dest.snapshot(); st != txbox.CircuitClosed {
 		t.Fatalf("circuit %v after a probe with acks", st)
 	}
 }
@@ -211,10 +211,10 @@ func TestGateDisconnected(t *testing.T) {
 	if v[0].count {
 		t.Fatal("a disconnection counted an attempt")
 	}
-	if st, _ := g.conn.snapshot(); st != CircuitOpen {
+	if st, _ := g.conn.snapshot(); st != txbox.CircuitOpen {
 		t.Fatalf("connection circuit %v, want open", st)
 	}
-	if st, _ := g.dest.snapshot(); st != CircuitClosed {
+	if st, _ := g.dest.snapshot(); st != txbox.CircuitClosed {
 		t.Fatalf("destination circuit %v: a disconnection is not the destination's", st)
 	}
 	if tk := other.allow(); tk.ok {
@@ -223,11 +223,11 @@ func TestGateDisconnected(t *testing.T) {
 	if len(g.suspects) != 0 {
 		t.Fatalf("a disconnection made suspects: %v", g.suspects)
 	}
-	var events []CircuitEvent
+	var events []txbox.CircuitEvent
 	for _, c := range cs.health() {
-		events = append(events, CircuitEvent{Sender: c.Sender, Destination: c.Destination, Connection: c.Connection, State: c.State})
+		events = append(events, txbox.CircuitEvent{Sender: c.Sender, Destination: c.Destination, Connection: c.Connection, State: c.State})
 	}
-	if len(events) != 3 || !events[0].Connection || events[0].State != CircuitOpen || events[1].Destination != "url=http://x/hook" {
+	if len(events) != 3 || !events[0].Connection || events[0].State != txbox.CircuitOpen || events[1].Destination != "url=http://x/hook" {
 		t.Fatalf("health = %+v, want the connection circuit first, then destinations by name", events)
 	}
 }

@@ -34,16 +34,20 @@ const (
 	// and finish at once.
 	DefaultInFlight = 4
 	// DefaultOrdering delivers without per-key ordering.
-	DefaultOrdering = OrderingNone
-	// DefaultOrderingFence keeps the fence on for ordered types.
-	DefaultOrderingFence = OrderingFenceOn
+	DefaultOrdering = txbox.OrderingNone
+	// DefaultCommitHorizon keeps the commit horizon on for ordered types.
+	DefaultCommitHorizon = txbox.CommitHorizonOn
+	// DefaultOrderingFence is the former name of DefaultCommitHorizon.
+	//
+	// Deprecated: use DefaultCommitHorizon.
+	DefaultOrderingFence = DefaultCommitHorizon
 	// DefaultClaim is the claim of event types that set none and are not
 	// routed to a broker: the lease claim, which every store has and
 	// which suits slow destinations. Types routed to a sender that
 	// acknowledges quickly ([sender.QuickAcker]: NATS, Kafka, RabbitMQ,
-	// Redis) get ClaimLock instead when the store has a lock claim
-	// (PostgreSQL, MySQL/MariaDB); see ClaimMode.
-	DefaultClaim = ClaimLease
+	// Redis) get txbox.ClaimLock instead when the store has a lock claim
+	// (PostgreSQL, MySQL/MariaDB); see txbox.ClaimMode.
+	DefaultClaim = txbox.ClaimLease
 )
 
 // Defaults of the relay-wide settings.
@@ -94,56 +98,72 @@ const (
 	DefaultErrorMaxBackoff = 10 * time.Second
 )
 
-// Ordering says whether events of one type are delivered in order per key.
-type Ordering string
+// Ordering is txbox.Ordering: whether events of one type are delivered in
+// order per key.
+//
+// Deprecated: use txbox.Ordering.
+type Ordering = txbox.Ordering
 
-// Orderings.
+// Orderings, now in package txbox.
 const (
-	// OrderingNone delivers rows in parallel, roughly in due-time order.
-	OrderingNone Ordering = "none"
-	// OrderingKey delivers events with the same key in their producers'
-	// order: transaction order on PostgreSQL, insert order on SQLite, id
-	// order on MySQL/MariaDB (docs/concepts.md, "Ordering").
-	OrderingKey Ordering = "key"
+	// OrderingNone is txbox.OrderingNone.
+	//
+	// Deprecated: use txbox.OrderingNone.
+	OrderingNone = txbox.OrderingNone
+	// OrderingKey is txbox.OrderingKey.
+	//
+	// Deprecated: use txbox.OrderingKey.
+	OrderingKey = txbox.OrderingKey
 )
 
-// OrderingFence says whether an ordered type's claim waits for the
-// visibility fence (docs/concepts.md, "Ordering"): on PostgreSQL, a key's
-// head is claimed only once every transaction that could still commit an
-// earlier row of its key has ended.
-type OrderingFence string
+// CommitHorizon is txbox.CommitHorizon: whether an ordered type's claim
+// waits for the commit horizon.
+//
+// Deprecated: use txbox.CommitHorizon.
+type CommitHorizon = txbox.CommitHorizon
 
-// Ordering fences.
+// OrderingFence is the former name of txbox.CommitHorizon: "fence" now
+// names only the lease token that fences a finish.
+//
+// Deprecated: use txbox.CommitHorizon.
+type OrderingFence = txbox.CommitHorizon
+
+// Commit horizons, now in package txbox.
 const (
-	// OrderingFenceOn claims a key's head only behind the fence.
-	OrderingFenceOn OrderingFence = "on"
-	// OrderingFenceOff claims a key's head as soon as no earlier row of
-	// its key is visible: only for producers that never overlap on a key
-	// (one producer per key, each waiting for its commit before the next
-	// publish), which then save the fence's wait behind unrelated long
-	// transactions.
-	OrderingFenceOff OrderingFence = "off"
+	// CommitHorizonOn is txbox.CommitHorizonOn.
+	//
+	// Deprecated: use txbox.CommitHorizonOn.
+	CommitHorizonOn = txbox.CommitHorizonOn
+	// CommitHorizonOff is txbox.CommitHorizonOff.
+	//
+	// Deprecated: use txbox.CommitHorizonOff.
+	CommitHorizonOff = txbox.CommitHorizonOff
+	// OrderingFenceOn is the former name of txbox.CommitHorizonOn.
+	//
+	// Deprecated: use txbox.CommitHorizonOn.
+	OrderingFenceOn = txbox.CommitHorizonOn
+	// OrderingFenceOff is the former name of txbox.CommitHorizonOff.
+	//
+	// Deprecated: use txbox.CommitHorizonOff.
+	OrderingFenceOff = txbox.CommitHorizonOff
 )
 
-// ClaimMode says how a relay claims the rows of one event type
-// (docs/concepts.md, "Claim modes").
-type ClaimMode string
+// ClaimMode is txbox.ClaimMode: how a relay claims the rows of one event
+// type.
+//
+// Deprecated: use txbox.ClaimMode.
+type ClaimMode = txbox.ClaimMode
 
-// Claim modes.
+// Claim modes, now in package txbox.
 const (
-	// ClaimLease marks claimed rows IN_PROCESS with a lease and finishes
-	// them in a second write; a crashed relay's rows wait out their
-	// lease. Every store has it.
-	ClaimLease ClaimMode = "lease"
-	// ClaimLock locks the claimed rows in a transaction held open while
-	// they are sent, and writes each row once, at the finish, in that
-	// transaction (store.OutboxLocker). A crashed relay's rows are
-	// claimable at once. It holds one database connection per batch in
-	// flight for as long as the send takes (at most the lease), so it
-	// suits fast destinations (brokers), not slow webhooks. PostgreSQL and
-	// MySQL/MariaDB have it; asking for it on SQLite is a configuration
-	// error.
-	ClaimLock ClaimMode = "lock"
+	// ClaimLease is txbox.ClaimLease.
+	//
+	// Deprecated: use txbox.ClaimLease.
+	ClaimLease = txbox.ClaimLease
+	// ClaimLock is txbox.ClaimLock.
+	//
+	// Deprecated: use txbox.ClaimLock.
+	ClaimLock = txbox.ClaimLock
 )
 
 // ErrInvalidConfig is txbox.ErrInvalidConfig: every configuration error New
@@ -240,7 +260,7 @@ type Config struct {
 	// Hooks observe the relay (metrics). They are called synchronously
 	// from the relay's goroutines and must return quickly. Defaults to
 	// none.
-	Hooks []Hook
+	Hooks []txbox.RelayHook
 	// TracerProvider, when set, traces deliveries with OpenTelemetry
 	// (relay/trace.go): a span per batch linked to the producers' spans,
 	// and a span per message that continues its producer's trace and
@@ -248,7 +268,7 @@ type Config struct {
 	// continues the same trace. Defaults to nil, which traces nothing and
 	// leaves the producer's traceparent as it is.
 	TracerProvider trace.TracerProvider
-	// LockBudget bounds the lock-claimed batches (ClaimLock) of all types
+	// LockBudget bounds the lock-claimed batches (txbox.ClaimLock) of all types
 	// that hold a database connection at once; further lock claims wait
 	// for one to finish (docs/operations.md, "Connection pool"). Defaults
 	// to (zero is) a budget derived from the store's pool: its size minus
@@ -300,11 +320,17 @@ type EventSettings struct {
 	// one. Defaults to 10s ×3.0 (10s, 30s, 90s), capped at 1h, no jitter.
 	Backoff *BackoffSettings
 	// Ordering enables per-key ordered delivery. Defaults to none.
-	Ordering *Ordering
-	// OrderingFence, with Ordering key, says whether claims wait for the
-	// visibility fence (OrderingFence); off only for producers that never
-	// overlap on a key. Defaults to on.
-	OrderingFence *OrderingFence
+	Ordering *txbox.Ordering
+	// CommitHorizon, with Ordering key, says whether claims wait for the
+	// commit horizon (CommitHorizon); off only for producers that never
+	// overlap on a key. Defaults to on (DefaultCommitHorizon).
+	CommitHorizon *txbox.CommitHorizon
+	// OrderingFence is the former name of CommitHorizon, honoured when
+	// CommitHorizon is nil; setting both to different values is an
+	// error. Defaults to nil (CommitHorizon decides).
+	//
+	// Deprecated: use CommitHorizon.
+	OrderingFence *txbox.CommitHorizon
 	// Retention is how long processed rows are kept; 0 deletes a row as
 	// soon as it is acknowledged. Per type it only chooses between
 	// deleting on ack and keeping the row; the cleanup job deletes kept
@@ -318,11 +344,11 @@ type EventSettings struct {
 	// InFlight bounds the batches of this type between claim and finish
 	// at once. Defaults to 4.
 	InFlight *int
-	// Claim chooses the claim mode: lease or lock (ClaimMode). With lock,
+	// Claim chooses the claim mode: lease or lock (txbox.ClaimMode). With lock,
 	// LeaseDuration bounds the claim's transaction instead of a lease.
 	// Defaults to lock for senders that acknowledge quickly (brokers) on
 	// stores with a lock claim, else lease (DefaultClaim).
-	Claim *ClaimMode
+	Claim *txbox.ClaimMode
 }
 
 // DefaultEventSettings returns the settings every event type inherits
@@ -339,7 +365,7 @@ func DefaultEventSettings() EventSettings {
 			Max: new(DefaultBackoffMax), Jitter: new(0.0),
 		},
 		Ordering:      new(DefaultOrdering),
-		OrderingFence: new(DefaultOrderingFence),
+		CommitHorizon: new(DefaultCommitHorizon),
 		Retention:     new(DefaultRetention),
 		LeaseDuration: new(DefaultLeaseDuration),
 		InFlight:      new(DefaultInFlight),
@@ -359,12 +385,23 @@ func (s EventSettings) Inherit(parent EventSettings) EventSettings {
 		MaxAttempts:   pick(s.MaxAttempts, parent.MaxAttempts),
 		Backoff:       s.Backoff.inherit(parent.Backoff),
 		Ordering:      pick(s.Ordering, parent.Ordering),
-		OrderingFence: pick(s.OrderingFence, parent.OrderingFence),
+		CommitHorizon: pick(s.commitHorizon(), parent.commitHorizon()),
 		Retention:     pick(s.Retention, parent.Retention),
 		LeaseDuration: pick(s.LeaseDuration, parent.LeaseDuration),
 		InFlight:      pick(s.InFlight, parent.InFlight),
 		Claim:         pick(s.Claim, parent.Claim),
 	}
+}
+
+// commitHorizon is CommitHorizon, or the deprecated OrderingFence when
+// only that is set. Inherit folds the one into the other, so settings
+// that went through it (every resolved and validated one) have
+// CommitHorizon alone.
+func (s EventSettings) commitHorizon() *txbox.CommitHorizon {
+	if s.CommitHorizon == nil {
+		return s.OrderingFence
+	}
+	return s.CommitHorizon
 }
 
 // pick returns a copy of own when it is set, else a copy of parent, else
@@ -420,12 +457,12 @@ type typeSettings struct {
 	polling       polling
 	maxAttempts   int
 	backoff       resolvedBackoff
-	ordering      Ordering
-	orderingFence bool
+	ordering      txbox.Ordering
+	commitHorizon bool
 	retention     time.Duration
 	leaseDuration time.Duration
 	inFlight      int
-	claim         ClaimMode
+	claim         txbox.ClaimMode
 }
 
 // storeSource is what s reports of its producers' events
@@ -440,7 +477,7 @@ func storeSource(s store.Driver) string {
 // ordered reports whether the type is delivered in key order: the one
 // place that asks (the lane and each source decide from it once, when
 // they are made).
-func (s *typeSettings) ordered() bool { return s.ordering == OrderingKey }
+func (s *typeSettings) ordered() bool { return s.ordering == txbox.OrderingKey }
 
 // withDefaults returns a copy of c with every unset relay-wide field set.
 // Per-type settings are resolved by resolve.
@@ -615,7 +652,7 @@ func (c *Config) resolve(eventType, path string, own, parent EventSettings) (*ty
 		maxAttempts:   *e.MaxAttempts,
 		backoff:       e.Backoff.resolved(),
 		ordering:      *e.Ordering,
-		orderingFence: *e.OrderingFence != OrderingFenceOff,
+		commitHorizon: *e.CommitHorizon != txbox.CommitHorizonOff,
 		retention:     *e.Retention,
 		leaseDuration: *e.LeaseDuration,
 		inFlight:      *e.InFlight,
@@ -645,9 +682,9 @@ func (c *Config) resolve(eventType, path string, own, parent EventSettings) (*ty
 	s.sender = snd
 	_, canLock := c.Store.(store.OutboxLocker)
 	if set.Claim == nil && canLock && sender.AcksQuickly(snd) {
-		s.claim = ClaimLock
+		s.claim = txbox.ClaimLock
 	}
-	if s.claim == ClaimLock && !canLock {
+	if s.claim == txbox.ClaimLock && !canLock {
 		return nil, &ConfigError{Component: "relay", Field: field(path, "Claim"),
 			Reason: "lock needs a store with a lock claim (PostgreSQL, MySQL/MariaDB; SQLite has none): use lease"}
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store"
 )
@@ -44,7 +45,7 @@ func TestSettingsInheritance(t *testing.T) {
 				Polling:   &PollingSettings{MinDelay: new(100 * time.Millisecond)},
 				Backoff:   &BackoffSettings{Multiplier: new(2.0)},
 				Retention: ptr(time.Duration(0)),
-				Ordering:  ptr(OrderingKey),
+				Ordering:  ptr(txbox.OrderingKey),
 			},
 		},
 	}.withDefaults()
@@ -69,14 +70,14 @@ func TestSettingsInheritance(t *testing.T) {
 	if o.backoff != wantBackoff {
 		t.Errorf("orders backoff = %+v, want %+v", o.backoff, wantBackoff)
 	}
-	if o.retention != 0 || o.ordering != OrderingKey || o.maxAttempts != DefaultMaxAttempts || o.leaseDuration != DefaultLeaseDuration || o.inFlight != DefaultInFlight {
+	if o.retention != 0 || o.ordering != txbox.OrderingKey || o.maxAttempts != DefaultMaxAttempts || o.leaseDuration != DefaultLeaseDuration || o.inFlight != DefaultInFlight {
 		t.Errorf("orders = %+v", o)
 	}
 	u, err := cfg.settingsFor("unlisted")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u.senderName != "nats" || u.route.Subject != "events.unlisted" || u.retention != DefaultRetention || u.ordering != OrderingNone {
+	if u.senderName != "nats" || u.route.Subject != "events.unlisted" || u.retention != DefaultRetention || u.ordering != txbox.OrderingNone {
 		t.Errorf("unlisted = %+v", u)
 	}
 	if *cfg.Cleanup.OutboxTTL != DefaultRetention || *cfg.Cleanup.DeadLetterTTL != DefaultDeadLetterTTL {
@@ -125,7 +126,7 @@ func TestDefaultsMatchSpec(t *testing.T) {
 	if s.batchSize != 200 || s.polling.MinDelay != 250*time.Millisecond || s.polling.Multiplier != 1.5 ||
 		s.polling.MaxDelay != time.Minute || s.polling.Mode != "adaptive" || s.maxAttempts != 4 ||
 		s.backoff.Delay != 10*time.Second || s.backoff.Multiplier != 3 || s.leaseDuration != 5*time.Minute ||
-		s.retention != 0 || s.claim != ClaimLease {
+		s.retention != 0 || s.claim != txbox.ClaimLease {
 		t.Errorf("defaults = %+v", s)
 	}
 	if cfg.InstanceID == "" || cfg.Logger == nil {
@@ -188,9 +189,9 @@ func TestConfigErrorsNameThePath(t *testing.T) {
 			"relay: DiscoverMaxInterval must be ≥ discover-interval"},
 		{"circuit", Config{Store: fakeDriver{}, Senders: one, Circuit: CircuitConfig{Multiplier: 0.5}},
 			"relay: Circuit.Multiplier must be ≥ 1"},
-		{"claim", Config{Store: fakeDriver{}, Senders: one, Defaults: EventSettings{Claim: ptr(ClaimMode("grab"))}},
+		{"claim", Config{Store: fakeDriver{}, Senders: one, Defaults: EventSettings{Claim: ptr(txbox.ClaimMode("grab"))}},
 			`relay: Defaults.Claim must be lease or lock, not "grab"`},
-		{"lock claim without a locker", Config{Store: fakeDriver{}, Senders: one, Events: map[string]EventSettings{"o": {Claim: ptr(ClaimLock)}}},
+		{"lock claim without a locker", Config{Store: fakeDriver{}, Senders: one, Events: map[string]EventSettings{"o": {Claim: ptr(txbox.ClaimLock)}}},
 			`relay: Events["o"].Claim lock needs a store with a lock claim (PostgreSQL, MySQL/MariaDB; SQLite has none)`},
 		{"dead letter ttl", Config{Store: fakeDriver{}, Senders: one, Cleanup: CleanupConfig{DeadLetterTTL: ptr(-time.Hour)}},
 			"relay: Cleanup.DeadLetterTTL must be ≥ 0"},
@@ -283,13 +284,13 @@ func TestDefaultClaimFollowsTheSender(t *testing.T) {
 		name  string
 		store store.Driver
 		own   EventSettings
-		want  ClaimMode
+		want  txbox.ClaimMode
 	}{
-		{"broker on a locking store", lockingDriver{}, EventSettings{Sender: new("broker")}, ClaimLock},
-		{"webhook on a locking store", lockingDriver{}, EventSettings{Sender: new("hook")}, ClaimLease},
-		{"broker on a store without a lock claim", fakeDriver{}, EventSettings{Sender: new("broker")}, ClaimLease},
-		{"lease set for a broker", lockingDriver{}, EventSettings{Sender: new("broker"), Claim: new(ClaimLease)}, ClaimLease},
-		{"lock set for a webhook", lockingDriver{}, EventSettings{Sender: new("hook"), Claim: new(ClaimLock)}, ClaimLock},
+		{"broker on a locking store", lockingDriver{}, EventSettings{Sender: new("broker")}, txbox.ClaimLock},
+		{"webhook on a locking store", lockingDriver{}, EventSettings{Sender: new("hook")}, txbox.ClaimLease},
+		{"broker on a store without a lock claim", fakeDriver{}, EventSettings{Sender: new("broker")}, txbox.ClaimLease},
+		{"lease set for a broker", lockingDriver{}, EventSettings{Sender: new("broker"), Claim: new(txbox.ClaimLease)}, txbox.ClaimLease},
+		{"lock set for a webhook", lockingDriver{}, EventSettings{Sender: new("hook"), Claim: new(txbox.ClaimLock)}, txbox.ClaimLock},
 	} {
 		cfg := Config{Store: tc.store, Senders: senders, Events: map[string]EventSettings{"x": tc.own}}.withDefaults()
 		s, err := cfg.settingsFor("x")

@@ -25,7 +25,7 @@
 // unsent instead of producing duplicates.
 //
 // That is the lease claim, the default. A type with
-// [EventSettings.Claim] set to [ClaimLock], on a store that implements
+// [EventSettings.Claim] set to [txbox.ClaimLock], on a store that implements
 // [store.OutboxLocker] (PostgreSQL, MySQL/MariaDB), claims by locking the
 // rows in a transaction held open while the batch is sent, and writes each
 // row once, when that transaction's finish commits: a batch that is all
@@ -72,7 +72,7 @@
 // a few quick follow-up polls (2, 10, 50ms).
 //
 // The relay imports no broker client, database driver or metrics library;
-// metrics plug in through [Hook] (relay/relayprom exports them to
+// metrics plug in through [txbox.RelayHook] (relay/relayprom exports them to
 // Prometheus), probes read [Relay.Health] (package health), and
 // Config.TracerProvider traces deliveries with the OpenTelemetry API only
 // (docs/concepts.md, "Tracing").

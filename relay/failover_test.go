@@ -38,7 +38,7 @@ import (
 // the measure).
 func TestFailoverTableMode(t *testing.T) {
 	t.Parallel()
-	for _, claim := range []relay.ClaimMode{relay.ClaimLease, relay.ClaimLock} {
+	for _, claim := range []txbox.ClaimMode{txbox.ClaimLease, txbox.ClaimLock} {
 		t.Run(string(claim), func(t *testing.T) {
 			rig := newFailoverRig(t, failoverSetup{version: pgcluster.V17, synchronous: true})
 			rig.run(t, string(claim), tableFailoverConfig(claim), failoverRun{})
@@ -49,7 +49,7 @@ func TestFailoverTableMode(t *testing.T) {
 // tableFailoverConfig is a table-mode relay with short recoveries: a batch
 // sent before the kill whose finish was lost is recovered after its lease
 // (a lock claim's rows are free once the session died).
-func tableFailoverConfig(claim relay.ClaimMode) relay.Config {
+func tableFailoverConfig(claim txbox.ClaimMode) relay.Config {
 	return relay.Config{
 		Defaults:        relay.EventSettings{Claim: &claim, LeaseDuration: new(3 * time.Second)},
 		RecoverInterval: 500 * time.Millisecond,
@@ -119,7 +119,7 @@ func TestFailoverWALSlotLost(t *testing.T) {
 func TestFailoverAsyncStandby(t *testing.T) {
 	t.Parallel()
 	rig := newFailoverRig(t, failoverSetup{version: pgcluster.V17})
-	rig.run(t, "async", tableFailoverConfig(relay.ClaimLease), failoverRun{})
+	rig.run(t, "async", tableFailoverConfig(txbox.ClaimLease), failoverRun{})
 }
 
 // failoverSetup is the pair a failoverRig runs on.

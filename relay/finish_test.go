@@ -52,7 +52,7 @@ func TestFinishDegradesAroundPoisonedItem(t *testing.T) {
 		c.Store = poisoned
 		c.Defaults.BatchSize = &batch
 		c.Defaults.LeaseDuration = new(time.Second)
-		c.Hooks = []relay.Hook{hook}
+		c.Hooks = []txbox.RelayHook{hook}
 	})
 	testenv.WaitFor(t, 20*time.Second, "the 19 other rows processed", func() bool {
 		return b.count(t, "outbox", "status = 'PROCESSED'") == len(ids)-1

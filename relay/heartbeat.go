@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
 )
 
@@ -22,9 +23,10 @@ const DefaultHeartbeatInterval = 2 * time.Minute
 // late or failed beat does not make a live instance look dead.
 const heartbeatTTLFactor = 3
 
-// JobHeartbeat names the heartbeat in MaintenanceEvent.Job and
-// Health.JobErrors.
-const JobHeartbeat = "heartbeat"
+// JobHeartbeat is txbox.JobHeartbeat.
+//
+// Deprecated: use txbox.JobHeartbeat.
+const JobHeartbeat = txbox.JobHeartbeat
 
 // startHeartbeat runs the heartbeat job when the store keeps heartbeat
 // rows (store.Instances) and the interval is positive. r.mu is held.
@@ -36,7 +38,7 @@ func (r *Relay) startHeartbeat() {
 	host, _ := os.Hostname()
 	info := fmt.Sprintf("host=%s pid=%d go=%s", host, os.Getpid(), runtime.Version())
 	params := &store.InstanceHeartbeatParams{ID: r.cfg.InstanceID, TTL: heartbeatTTLFactor * r.cfg.HeartbeatInterval, Info: info}
-	r.goJob(JobHeartbeat, newJobSchedule(r.cfg.HeartbeatInterval, r.cfg.HeartbeatInterval), nil, func(ctx context.Context) (int, error) {
+	r.goJob(txbox.JobHeartbeat, newJobSchedule(r.cfg.HeartbeatInterval, r.cfg.HeartbeatInterval), nil, func(ctx context.Context) (int, error) {
 		// A count of 0 keeps the job out of the "changed rows" log line.
 		return 0, hb.InstanceHeartbeat(ctx, params)
 	})

@@ -32,7 +32,7 @@ type bundle struct {
 	sender *testSender
 	// claim is the claim mode start gives every type (eachClaim); empty:
 	// the default.
-	claim relay.ClaimMode
+	claim txbox.ClaimMode
 }
 
 // eachClaim runs fn once per claim mode, each in a parallel subtest with
@@ -40,7 +40,7 @@ type bundle struct {
 // hold in both.
 func eachClaim(t *testing.T, fn func(t *testing.T, b *bundle)) {
 	t.Helper()
-	for _, c := range []relay.ClaimMode{relay.ClaimLease, relay.ClaimLock} {
+	for _, c := range []txbox.ClaimMode{txbox.ClaimLease, txbox.ClaimLock} {
 		t.Run(string(c), func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)

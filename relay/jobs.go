@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/store"
 )
@@ -135,7 +136,7 @@ func (r *Relay) reportRound(name string, round func(ctx context.Context) (int, e
 			r.log.Info("background job changed rows", slog.String("job", name), slog.Int("rows", n))
 		}
 		for _, h := range r.cfg.Hooks {
-			h.OnMaintenance(MaintenanceEvent{Job: name, Count: n, Err: err})
+			h.OnMaintenance(txbox.MaintenanceEvent{Job: name, Count: n, Err: err})
 		}
 		switch {
 		case err != nil:
@@ -176,17 +177,17 @@ func sendTrigger(ch chan jobTrigger, k jobTrigger) {
 // its shortest interval, and a batch that failed rows moves them to the
 // dead-letter table at once instead of waiting for the sweep.
 type jobTriggers struct {
-	NopHook
+	txbox.NopRelayHook
 	recover, deadLetter chan jobTrigger
 }
 
-func (k jobTriggers) OnPoll(ev PollEvent) {
+func (k jobTriggers) OnPoll(ev txbox.PollEvent) {
 	if ev.Claimed > 0 {
 		sendTrigger(k.recover, triggerSoon)
 	}
 }
 
-func (k jobTriggers) OnBatch(ev BatchEvent) {
+func (k jobTriggers) OnBatch(ev txbox.BatchEvent) {
 	if ev.Failed > 0 {
 		sendTrigger(k.deadLetter, triggerNow)
 	}
@@ -244,7 +245,7 @@ func (r *Relay) cleanupRound(ctx context.Context) roundOutcome {
 	held, err := r.cfg.Store.LeaseAcquire(ctx, &store.LeaseParams{Name: cleanupLeaseName, Holder: r.cfg.InstanceID, TTL: cfg.LeaseTTL})
 	if err != nil {
 		if ctx.Err() == nil {
-			r.setJobErr(JobOutboxCleanup, err)
+			r.setJobErr(txbox.JobOutboxCleanup, err)
 			r.log.Warn("cleanup lease failed", slog.Any("error", err))
 		}
 		return roundFailed
@@ -258,8 +259,8 @@ func (r *Relay) cleanupRound(ctx context.Context) roundOutcome {
 		ttl  time.Duration
 		call func(context.Context, *store.CleanupParams) (int, error)
 	}{
-		{JobOutboxCleanup, *cfg.OutboxTTL, r.cfg.Store.OutboxCleanup},
-		{JobDeadLetterCleanup, *cfg.DeadLetterTTL, r.cfg.Store.DeadLetterCleanup},
+		{txbox.JobOutboxCleanup, *cfg.OutboxTTL, r.cfg.Store.OutboxCleanup},
+		{txbox.JobDeadLetterCleanup, *cfg.DeadLetterTTL, r.cfg.Store.DeadLetterCleanup},
 	} {
 		n, err := batched(ctx, cfg.BatchSize, func() (int, error) {
 			return job.call(ctx, &store.CleanupParams{OlderThan: job.ttl, Limit: cfg.BatchSize})
@@ -276,7 +277,7 @@ func (r *Relay) cleanupRound(ctx context.Context) roundOutcome {
 			r.log.Info("cleanup deleted rows", slog.String("job", job.name), slog.Int("rows", n))
 		}
 		for _, h := range r.cfg.Hooks {
-			h.OnMaintenance(MaintenanceEvent{Job: job.name, Count: n, Err: err})
+			h.OnMaintenance(txbox.MaintenanceEvent{Job: job.name, Count: n, Err: err})
 		}
 	}
 	switch {

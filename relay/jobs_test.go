@@ -17,14 +17,14 @@ import (
 // roundTimes records when each round of one background job ended and what
 // it changed.
 type roundTimes struct {
-	relay.NopHook
+	txbox.NopRelayHook
 	job    string
 	mu     sync.Mutex
 	at     []time.Time
 	counts []int
 }
 
-func (h *roundTimes) OnMaintenance(ev relay.MaintenanceEvent) {
+func (h *roundTimes) OnMaintenance(ev txbox.MaintenanceEvent) {
 	if ev.Job != h.job {
 		return
 	}
@@ -48,7 +48,7 @@ func (h *roundTimes) snapshot() ([]time.Time, []int) {
 func TestRecoveryBacksOffAndStillRecoversExpiredLease(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	hook := &roundTimes{job: relay.JobRecover}
+	hook := &roundTimes{job: txbox.JobRecover}
 	const interval, maxInterval = 20 * time.Millisecond, 400 * time.Millisecond
 	b.start(t, func(c *relay.Config) {
 		c.RecoverInterval, c.RecoverMaxInterval = interval, maxInterval
@@ -106,7 +106,7 @@ func TestFailedRowMovedWithoutWaitingForTheSweep(t *testing.T) {
 	b.sender.setBehave(func(context.Context, []*sender.Message) error {
 		return txbox.Permanent(errors.New("refused"))
 	})
-	hook := &roundTimes{job: relay.JobDeadLetterMove}
+	hook := &roundTimes{job: txbox.JobDeadLetterMove}
 	b.start(t, func(c *relay.Config) {
 		c.DeadLetterInterval, c.DeadLetterMaxInterval = time.Hour, time.Hour
 		c.Hooks = append(c.Hooks, hook)

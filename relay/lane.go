@@ -32,7 +32,7 @@ import (
 // can build one without a relay.
 type laneDeps struct {
 	// hooks receive the lane's BatchEvents.
-	hooks []Hook
+	hooks []txbox.RelayHook
 	// log is the relay's logger; the lane adds its type and sender.
 	log *slog.Logger
 	// circuits hold the circuit of every destination.
@@ -194,7 +194,7 @@ func (l *lane) deliver(b batch, t ticket, claimStart time.Time) {
 	if l.s.ordered() {
 		inKeyOrder(rows) // relay/ordered.go
 	}
-	ev := BatchEvent{EventType: l.s.eventType, Sender: l.s.senderName, Destination: l.dest, Claim: l.s.claim}
+	ev := txbox.BatchEvent{EventType: l.s.eventType, Sender: l.s.senderName, Destination: l.dest, Claim: l.s.claim}
 	var items []store.OutboxFinishItem
 	if len(rows) == 0 {
 		l.circuit.abandon(t)
@@ -220,7 +220,7 @@ func (l *lane) deliver(b batch, t ticket, claimStart time.Time) {
 
 // report logs a finished batch and hands it, ev, to the hooks: the one
 // reporting path of every claim mode. rows is how many rows it had.
-func (l *lane) report(ev BatchEvent, rows int, fr finishReport) {
+func (l *lane) report(ev txbox.BatchEvent, rows int, fr finishReport) {
 	ev.FinishDuration = fr.took
 	if fr.fenced > 0 {
 		ev.Fenced = fr.fenced
@@ -509,7 +509,7 @@ func (l *lane) outcome(row *store.OutboxRow, res error, c txbox.ErrorClass, v ve
 }
 
 // countOutcomes adds the outcomes of items to ev.
-func countOutcomes(ev *BatchEvent, items []store.OutboxFinishItem) {
+func countOutcomes(ev *txbox.BatchEvent, items []store.OutboxFinishItem) {
 	for _, it := range items {
 		switch it.Outcome {
 		case store.OutcomeAcked:
@@ -527,7 +527,7 @@ func countOutcomes(ev *BatchEvent, items []store.OutboxFinishItem) {
 // logRefusals logs a failed probe and, at WARN with the event id and the
 // reason, the messages the destination refused; items are the sent rows'
 // outcomes, counted in ev.
-func (l *lane) logRefusals(t ticket, sent sendResult, ev BatchEvent, items []store.OutboxFinishItem) {
+func (l *lane) logRefusals(t ticket, sent sendResult, ev txbox.BatchEvent, items []store.OutboxFinishItem) {
 	n := len(items)
 	if t.probe && !sent.stopped && ev.Released == n {
 		l.log.Warn("probe batch failed; destination still unavailable", slog.Any("error", firstError(sent.results)))
@@ -563,7 +563,7 @@ func (l *lane) logRefusals(t ticket, sent sendResult, ev BatchEvent, items []sto
 // refusals; a batch with refused messages and none acknowledged starts or
 // continues one. A batch that was only released (an outage, a stop) says
 // nothing about refusals.
-func (l *lane) noteRefusals(ev BatchEvent, items []store.OutboxFinishItem) {
+func (l *lane) noteRefusals(ev txbox.BatchEvent, items []store.OutboxFinishItem) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {

@@ -10,7 +10,7 @@ import (
 	"github.com/txbox/txbox/store"
 )
 
-// leaseBatch is a batch of the lease claim (ClaimLease): its rows are
+// leaseBatch is a batch of the lease claim (txbox.ClaimLease): its rows are
 // IN_PROCESS under a lease token, and their finish is a second write,
 // folded with the finishes of the type's other batches (finishCoalesced)
 // and degrading when a value is refused (finishDegrading).

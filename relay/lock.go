@@ -7,7 +7,7 @@ import (
 	"github.com/txbox/txbox/store"
 )
 
-// lockBatch is a batch of the lock claim (ClaimLock): its rows are locked
+// lockBatch is a batch of the lock claim (txbox.ClaimLock): its rows are locked
 // in a transaction held open while they are sent, on a connection taken
 // from the lock claims' budget (claimBudget).
 type lockBatch struct {

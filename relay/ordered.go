@@ -162,7 +162,7 @@ func inKeyOrder(rows []*store.OutboxRow) {
 // that returned fewer rows than its limit was limited by keys in flight,
 // not by an empty backlog.
 func (p *poller) batchDone() {
-	if p.fenceHeld() {
+	if p.horizonHeld() {
 		return
 	}
 	select {
@@ -171,50 +171,50 @@ func (p *poller) batchDone() {
 	}
 }
 
-// fenceBackoff is the wait after claims in a row that found nothing to
-// take but rows the ordering fence held back (store.OutboxClaimParams.
-// FenceCut): rows of a key were due but a transaction older than them was
-// still in progress, and the fence moves only when it ends. Claiming again
+// horizonBackoff is the wait after claims in a row that found nothing to
+// take but rows the commit horizon held back (store.OutboxClaimParams.
+// HorizonCut): rows of a key were due but a transaction older than them was
+// still in progress, and the horizon moves only when it ends. Claiming again
 // at once would cost a claim per batch for nothing; waiting longer would
 // delay the key past that transaction's end. 5ms doubling up to 200ms:
 // behind a long transaction a poller claims five times a second, and
 // delivers within 200ms of its end.
-var fenceBackoff = backoff.Policy{Initial: 5 * time.Millisecond, Multiplier: 2, Max: 200 * time.Millisecond}
+var horizonBackoff = backoff.Policy{Initial: 5 * time.Millisecond, Multiplier: 2, Max: 200 * time.Millisecond}
 
-// fenceCut records how many keys the fence cut in the claim that just
+// horizonCut records how many keys the horizon cut in the claim that just
 // returned, and how many rows that claim took. Only a claim that took
-// nothing while the fence cut keys backs off: under live traffic nearly
-// every claim finds the newest rows of some keys behind the fence, for
+// nothing while the horizon cut keys backs off: under live traffic nearly
+// every claim finds the newest rows of some keys behind the horizon, for
 // the milliseconds their producers' transactions take, and a claim that
 // took rows shows the keys are moving. Backing off after those would cap
 // a steady ordered stream at a claim per 200ms.
-func (p *poller) fenceCut(keys, took int) {
+func (p *poller) horizonCut(keys, took int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if keys == 0 || took > 0 {
-		p.fenceCuts.Reset()
-		p.fenceWait = 0
+		p.horizonCuts.Reset()
+		p.horizonWait = 0
 		return
 	}
-	p.fenceWait = p.fenceCuts.Next()
+	p.horizonWait = p.horizonCuts.Next()
 }
 
-// fenceHeld reports whether the last claim found nothing but rows the
-// fence held back.
-func (p *poller) fenceHeld() bool {
+// horizonHeld reports whether the last claim found nothing but rows the
+// horizon held back.
+func (p *poller) horizonHeld() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.fenceWait > 0
+	return p.horizonWait > 0
 }
 
-// fenceDelay is the wait after a claim: the fence back-off when the claim
-// found nothing but rows the fence held back, else delay (the polling
+// horizonDelay is the wait after a claim: the horizon back-off when the claim
+// found nothing but rows the horizon held back, else delay (the polling
 // strategy's).
-func (p *poller) fenceDelay(delay time.Duration) time.Duration {
+func (p *poller) horizonDelay(delay time.Duration) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.fenceWait > 0 {
-		return p.fenceWait
+	if p.horizonWait > 0 {
+		return p.horizonWait
 	}
 	return delay
 }

@@ -107,11 +107,11 @@ func TestOrderedBacklogDrainsAtOnce(t *testing.T) {
 	b.start(t, func(c *relay.Config) {
 		c.Senders = map[string]sender.Sender{"test": snd}
 		c.Events = map[string]relay.EventSettings{"orders": {}}
-		c.Defaults.Ordering = new(relay.OrderingKey)
+		c.Defaults.Ordering = new(txbox.OrderingKey)
 		c.Defaults.BatchSize = new(100)
 		c.Defaults.Polling = &relay.PollingSettings{MinDelay: new(50 * time.Millisecond), MaxDelay: new(10 * time.Minute)}
 		c.DiscoverInterval = -1
-		c.Hooks = []relay.Hook{polls}
+		c.Hooks = []txbox.RelayHook{polls}
 	})
 	testenv.WaitFor(t, 60*time.Second, "the ordered backlog delivered", func() bool { return snd.done() == len(keys) })
 	for _, v := range snd.violations() {
@@ -125,12 +125,12 @@ func TestOrderedBacklogDrainsAtOnce(t *testing.T) {
 
 // pollRecorder keeps the polls' outcomes.
 type pollRecorder struct {
-	relay.NopHook
+	txbox.NopRelayHook
 	mu    sync.Mutex
-	polls []relay.PollEvent
+	polls []txbox.PollEvent
 }
 
-func (p *pollRecorder) OnPoll(ev relay.PollEvent) {
+func (p *pollRecorder) OnPoll(ev txbox.PollEvent) {
 	p.mu.Lock()
 	p.polls = append(p.polls, ev)
 	p.mu.Unlock()
@@ -150,10 +150,10 @@ func (p *pollRecorder) maxDelay() time.Duration {
 	return d
 }
 
-func (p *pollRecorder) snapshot() []relay.PollEvent {
+func (p *pollRecorder) snapshot() []txbox.PollEvent {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return append([]relay.PollEvent(nil), p.polls...)
+	return append([]txbox.PollEvent(nil), p.polls...)
 }
 
 // TestOrderedRunStopsAtAFailure: a key's rows of one batch go in waves;
@@ -201,7 +201,7 @@ func TestOrderedRunStopsAtAFailure(t *testing.T) {
 			b.start(t, func(cfg *relay.Config) {
 				cfg.Senders = map[string]sender.Sender{"test": &attemptSender{Sender: snd, mu: &amu, attempts: attempts}}
 				cfg.Events = map[string]relay.EventSettings{"orders": {}}
-				cfg.Defaults.Ordering = new(relay.OrderingKey)
+				cfg.Defaults.Ordering = new(txbox.OrderingKey)
 				cfg.Defaults.BatchSize = new(40)
 				cfg.Defaults.InFlight = new(1) // runs of 20: rows of k1 behind the poison are in its batch
 			})
@@ -253,10 +253,10 @@ func TestOrderedIdleBacksOff(t *testing.T) {
 	polls := &pollRecorder{}
 	b.start(t, func(c *relay.Config) {
 		c.Events = map[string]relay.EventSettings{"orders": {}}
-		c.Defaults.Ordering = new(relay.OrderingKey)
+		c.Defaults.Ordering = new(txbox.OrderingKey)
 		c.Defaults.Polling = &relay.PollingSettings{MinDelay: new(5 * time.Millisecond), MaxDelay: new(80 * time.Millisecond), Multiplier: new(2.0)}
 		c.DiscoverInterval = -1
-		c.Hooks = []relay.Hook{polls}
+		c.Hooks = []txbox.RelayHook{polls}
 	})
 	testenv.WaitFor(t, 10*time.Second, "the idle delay reached max-delay", func() bool {
 		evs := polls.snapshot()

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/internal/backoff"
 	"github.com/txbox/txbox/store"
 )
@@ -62,10 +63,10 @@ type poller struct {
 	// claimErrs are the failed claims in a row: the wait after each
 	// (errorBackoff, or connLostBackoff after a lost connection).
 	claimErrs dbRetry
-	// fenceCuts are the claims in a row that the ordering fence cut: the
-	// wait after each (fenceBackoff, relay/ordered.go).
-	fenceCuts backoff.Streak
-	fenceWait time.Duration
+	// horizonCuts are the claims in a row that the commit horizon cut: the
+	// wait after each (horizonBackoff, relay/ordered.go).
+	horizonCuts backoff.Streak
+	horizonWait time.Duration
 }
 
 func newPoller(deps pollerDeps, s *typeSettings) *poller {
@@ -78,11 +79,11 @@ func newPoller(deps pollerDeps, s *typeSettings) *poller {
 		wakeC:  make(chan struct{}, 1),
 		againC: make(chan struct{}, 1),
 
-		claimErrs: newDBRetry(),
-		fenceCuts: backoff.Streak{Policy: fenceBackoff},
+		claimErrs:   newDBRetry(),
+		horizonCuts: backoff.Streak{Policy: horizonBackoff},
 	}
 	p.claimBatch = p.leaseClaim
-	if s.claim == ClaimLock {
+	if s.claim == txbox.ClaimLock {
 		// New checked that the store has a lock claim.
 		p.claimBatch = p.lockClaim(deps.store.(store.OutboxLocker))
 	}
@@ -146,16 +147,16 @@ func (p *poller) run() {
 				return
 			}
 			delay = p.claimFailed(err)
-			p.emitPoll(PollEvent{EventType: p.s.eventType, Limit: limit, NextDelay: delay, Duration: took, Err: err}, false)
+			p.emitPoll(txbox.PollEvent{EventType: p.s.eventType, Limit: limit, NextDelay: delay, Duration: took, Err: err}, false)
 			continue
 		}
 		p.claimSucceeded()
 		n := claimed(b)
-		delay = p.fenceDelay(pace.next(n, limit)) // relay/ordered.go
+		delay = p.horizonDelay(pace.next(n, limit)) // relay/ordered.go
 		p.mu.Lock()
 		p.delay = delay
 		p.mu.Unlock()
-		p.emitPoll(PollEvent{EventType: p.s.eventType, Claimed: n, Limit: limit, Full: n == limit, NextDelay: delay, Duration: took}, false)
+		p.emitPoll(txbox.PollEvent{EventType: p.s.eventType, Claimed: n, Limit: limit, Full: n == limit, NextDelay: delay, Duration: took}, false)
 		if n == 0 {
 			p.lane.release(t)
 			continue
@@ -210,8 +211,8 @@ func (p *poller) claim(limit int) (b batch, took time.Duration, err error) {
 	}
 	if p.s.ordered() {
 		params.OrderedByKey, params.KeyRun = true, keyRun(p.s.batchSize, p.s.inFlight)
-		params.FenceOff = !p.s.orderingFence
-		defer func() { p.fenceCut(params.FenceCut, claimed(b)) }() // relay/ordered.go
+		params.HorizonOff = !p.s.commitHorizon
+		defer func() { p.horizonCut(params.HorizonCut, claimed(b)) }() // relay/ordered.go
 	}
 	b, err = p.claimBatch(ctx, params)
 	return b, time.Since(start), err
@@ -264,12 +265,12 @@ func (p *poller) startHelper(ctx context.Context) {
 			if err != nil || n == 0 {
 				p.lane.release(t)
 				if err != nil && ctx.Err() == nil {
-					p.emitPoll(PollEvent{EventType: p.s.eventType, Limit: p.s.batchSize, Duration: took, Err: err}, true)
+					p.emitPoll(txbox.PollEvent{EventType: p.s.eventType, Limit: p.s.batchSize, Duration: took, Err: err}, true)
 				}
 				return
 			}
 			full := n == p.s.batchSize
-			p.emitPoll(PollEvent{EventType: p.s.eventType, Claimed: n, Limit: p.s.batchSize, Full: full, Duration: took}, true)
+			p.emitPoll(txbox.PollEvent{EventType: p.s.eventType, Claimed: n, Limit: p.s.batchSize, Full: full, Duration: took}, true)
 			p.lane.dispatch(b, t, claimStart)
 			if !full {
 				return
@@ -324,7 +325,7 @@ func (p *poller) claimSucceeded() {
 // (counts and durations only, never payloads). helper is true for the
 // claims of a helper (startHelper), which claims again at once while its
 // batches are full and never waits NextDelay.
-func (p *poller) emitPoll(ev PollEvent, helper bool) {
+func (p *poller) emitPoll(ev txbox.PollEvent, helper bool) {
 	if p.log.Enabled(context.Background(), slog.LevelDebug) {
 		attrs := []slog.Attr{slog.Int("limit", ev.Limit), slog.Int("claimed", ev.Claimed), slog.Duration("took", ev.Duration)}
 		if helper {

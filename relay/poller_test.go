@@ -32,11 +32,11 @@ func (s *ackSender) Close(context.Context) error { return nil }
 
 // sentHook counts the messages the batches it sees acked.
 type sentHook struct {
-	NopHook
+	txbox.NopRelayHook
 	sent atomic.Int64
 }
 
-func (h *sentHook) OnBatch(ev BatchEvent) { h.sent.Add(int64(ev.Sent)) }
+func (h *sentHook) OnBatch(ev txbox.BatchEvent) { h.sent.Add(int64(ev.Sent)) }
 
 // logRecords parses JSON log lines.
 func logRecords(t *testing.T, logs string) []map[string]any {
@@ -101,9 +101,9 @@ func TestPollerAlone(t *testing.T) {
 	}
 	deps := pollerDeps{
 		laneDeps: laneDeps{
-			hooks:    []Hook{hook},
+			hooks:    []txbox.RelayHook{hook},
 			log:      slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-			circuits: newCircuitSet([]string{"test"}, cfg.Circuit, time.Now, func(CircuitEvent) {}),
+			circuits: newCircuitSet([]string{"test"}, cfg.Circuit, time.Now, func(txbox.CircuitEvent) {}),
 			hard:     life.Hard(),
 			life:     &life,
 		},

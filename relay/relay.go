@@ -149,10 +149,10 @@ func (r *Relay) Start(ctx context.Context) error {
 	}
 	r.locks.warnIfShort(r.log)
 	c := &r.cfg
-	r.goJob(JobRecover, newJobSchedule(c.RecoverInterval, c.RecoverMaxInterval), r.triggers.recover, r.recoverRound)
-	r.goJob(JobDeadLetterMove, newJobSchedule(c.DeadLetterInterval, c.DeadLetterMaxInterval), r.triggers.deadLetter, r.deadLetterRound)
+	r.goJob(txbox.JobRecover, newJobSchedule(c.RecoverInterval, c.RecoverMaxInterval), r.triggers.recover, r.recoverRound)
+	r.goJob(txbox.JobDeadLetterMove, newJobSchedule(c.DeadLetterInterval, c.DeadLetterMaxInterval), r.triggers.deadLetter, r.deadLetterRound)
 	if c.DiscoverInterval > 0 {
-		r.goJob(JobDiscover, newJobSchedule(c.DiscoverInterval, c.DiscoverMaxInterval), nil, r.discoverRound)
+		r.goJob(txbox.JobDiscover, newJobSchedule(c.DiscoverInterval, c.DiscoverMaxInterval), nil, r.discoverRound)
 	}
 	if !r.cfg.Cleanup.Disabled {
 		r.life.Go(r.cleanupLoop)
@@ -209,7 +209,7 @@ func (r *Relay) startPollerLocked(t string) error {
 	}
 	p := newPoller(r.pollerDeps(), s)
 	r.pollers[t] = p
-	if s.claim == ClaimLock {
+	if s.claim == txbox.ClaimLock {
 		r.locks.added(s.inFlight)
 	}
 	r.life.Go(p.run)
@@ -265,7 +265,7 @@ func (r *Relay) ensurePollers(types []string) int {
 	return n
 }
 
-func (r *Relay) onCircuit(ev CircuitEvent) {
+func (r *Relay) onCircuit(ev txbox.CircuitEvent) {
 	attrs := []any{slog.String("sender", ev.Sender), slog.String("state", ev.State.String())}
 	if ev.Connection {
 		attrs = append(attrs, slog.Bool("connection", true))
@@ -273,10 +273,10 @@ func (r *Relay) onCircuit(ev CircuitEvent) {
 		attrs = append(attrs, slog.String("destination", ev.Destination))
 	}
 	switch {
-	case ev.State == CircuitOpen && ev.Connection:
+	case ev.State == txbox.CircuitOpen && ev.Connection:
 		attrs = append(attrs, slog.Duration("cool_down", ev.CoolDown), slog.Any("error", ev.Err))
 		r.log.Warn("circuit opened: sender disconnected, pausing every destination of the sender", attrs...)
-	case ev.State == CircuitOpen:
+	case ev.State == txbox.CircuitOpen:
 		attrs = append(attrs, slog.Duration("cool_down", ev.CoolDown), slog.Any("error", ev.Err))
 		r.log.Warn("circuit opened: destination unavailable, pausing the types routed to it", attrs...)
 	default:
@@ -324,7 +324,7 @@ type CircuitHealth struct {
 	// pauses every destination of the sender while it is not closed.
 	Connection bool
 	// State is the circuit's state.
-	State CircuitState
+	State txbox.CircuitState
 	// LastError is the failure that last opened the circuit, empty once
 	// it closed again.
 	LastError string
@@ -351,7 +351,7 @@ type TypeHealth struct {
 	// its destination began; zero when none is.
 	SendingSince time.Time
 	// Claim is the type's claim mode.
-	Claim ClaimMode
+	Claim txbox.ClaimMode
 	// RejectingSince is when the destination began refusing the type's
 	// messages (rejected or failed, not an outage) without acknowledging
 	// any since; zero while it acknowledges. LastRejected is when it last
@@ -372,7 +372,7 @@ func (r *Relay) Health() Health {
 	r.mu.Unlock()
 	h.Circuits = r.circuits.health()
 	for _, ch := range h.Circuits {
-		if ch.State != CircuitClosed {
+		if ch.State != txbox.CircuitClosed {
 			h.Degraded = true
 		}
 	}

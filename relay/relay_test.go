@@ -34,7 +34,7 @@ func TestDeliversConfiguredAndDiscoveredTypes(t *testing.T) {
 		c.Events = map[string]relay.EventSettings{
 			"orders": {BatchSize: new(100), Route: &sender.Route{Subject: "orders-subject"}},
 		}
-		c.Hooks = []relay.Hook{hook, pollCounter{&polls}}
+		c.Hooks = []txbox.RelayHook{hook, pollCounter{&polls}}
 	})
 	all := append(append([]txbox.ID{}, orders...), unlisted...)
 	testenv.WaitFor(t, 20*time.Second, "every event delivered", func() bool { return containsAll(b.sender.ids(), all) })
@@ -194,13 +194,13 @@ func TestOutageOpensCircuitWithoutBurningAttempts(t *testing.T) {
 		r := b.start(t, func(c *relay.Config) {
 			c.Defaults.MaxAttempts = new(2)
 			c.Events = map[string]relay.EventSettings{"a": {}, "b": {}}
-			c.Hooks = []relay.Hook{hook}
+			c.Hooks = []txbox.RelayHook{hook}
 		})
 		idsA := b.publish(t, "a", 300, nil)
 		idsB := b.publish(t, "b", 300, nil)
-		testenv.WaitFor(t, 10*time.Second, "circuit open", func() bool { return destCircuit(t, r.Health(), "test", "").State == relay.CircuitOpen })
+		testenv.WaitFor(t, 10*time.Second, "circuit open", func() bool { return destCircuit(t, r.Health(), "test", "").State == txbox.CircuitOpen })
 		// Let several cool-downs and probes pass while the destination is down.
-		testenv.WaitFor(t, 10*time.Second, "three failed probes", func() bool { return hook.count(relay.CircuitOpen) >= 4 })
+		testenv.WaitFor(t, 10*time.Second, "three failed probes", func() bool { return hook.count(txbox.CircuitOpen) >= 4 })
 		if h := r.Health(); !h.Degraded || !strings.Contains(destCircuit(t, h, "test", "").LastError, "connection refused") {
 			t.Errorf("health during the outage = %+v", h)
 		}
@@ -215,15 +215,15 @@ func TestOutageOpensCircuitWithoutBurningAttempts(t *testing.T) {
 		b.sender.mu.Lock()
 		sendsDuringOutage := b.sender.sends
 		b.sender.mu.Unlock()
-		opens := hook.count(relay.CircuitOpen)
+		opens := hook.count(txbox.CircuitOpen)
 		if sendsDuringOutage > 2*(opens+1)*relay.DefaultInFlight {
 			t.Errorf("%d sends for %d circuit openings: pollers did not pause", sendsDuringOutage, opens)
 		}
 		down.Store(false)
 		all := append(idsA, idsB...)
 		testenv.WaitFor(t, 20*time.Second, "backlog drained after the outage", func() bool { return containsAll(b.sender.ids(), all) })
-		testenv.WaitFor(t, 10*time.Second, "circuit closed", func() bool { return destCircuit(t, r.Health(), "test", "").State == relay.CircuitClosed })
-		if hook.count(relay.CircuitHalfOpen) == 0 || hook.count(relay.CircuitClosed) == 0 {
+		testenv.WaitFor(t, 10*time.Second, "circuit closed", func() bool { return destCircuit(t, r.Health(), "test", "").State == txbox.CircuitClosed })
+		if hook.count(txbox.CircuitHalfOpen) == 0 || hook.count(txbox.CircuitClosed) == 0 {
 			t.Errorf("circuit events: %v", hook.circuitStates())
 		}
 		for _, id := range all[:5] {
@@ -501,14 +501,14 @@ func TestCleanupDeletesProcessedRows(t *testing.T) {
 	b.start(t, func(c *relay.Config) {
 		c.Defaults.Retention = new(time.Millisecond) // keep, then clean up
 		c.Cleanup.OutboxTTL = new(time.Millisecond)
-		c.Hooks = []relay.Hook{hook}
+		c.Hooks = []txbox.RelayHook{hook}
 	})
 	testenv.WaitFor(t, 10*time.Second, "delivered", func() bool { return containsAll(b.sender.ids(), ids) })
 	testenv.WaitFor(t, 10*time.Second, "processed rows cleaned up", func() bool { return b.count(t, "outbox", "true") == 0 })
 	// The hook reports after the delete committed, so the rows can be gone
 	// a moment before the count arrives.
 	testenv.WaitFor(t, 10*time.Second, "cleanup hook counted every deletion", func() bool {
-		return hook.maintenance(relay.JobOutboxCleanup) >= len(ids)
+		return hook.maintenance(txbox.JobOutboxCleanup) >= len(ids)
 	})
 }
 
@@ -522,14 +522,14 @@ func TestCleanupDeletesResolvedDeadLetters(t *testing.T) {
 	hook := &recordingHook{}
 	b.start(t, func(c *relay.Config) {
 		c.Cleanup.DeadLetterTTL = new(time.Millisecond)
-		c.Hooks = []relay.Hook{hook}
+		c.Hooks = []txbox.RelayHook{hook}
 	})
 	testenv.WaitFor(t, 10*time.Second, "dead-lettered", func() bool { return b.count(t, "dead_letter", "true") == 3 })
 	// Unresolved dead letters are kept whatever their age: let two more
 	// cleanup rounds pass (they are older than the 1ms TTL by then).
-	start := hook.rounds(relay.JobDeadLetterCleanup)
-	testenv.WaitFor(t, 10*time.Second, "two cleanup rounds", func() bool { return hook.rounds(relay.JobDeadLetterCleanup) >= start+2 })
-	if hook.maintenance(relay.JobDeadLetterCleanup) != 0 || b.count(t, "dead_letter", "true") != 3 {
+	start := hook.rounds(txbox.JobDeadLetterCleanup)
+	testenv.WaitFor(t, 10*time.Second, "two cleanup rounds", func() bool { return hook.rounds(txbox.JobDeadLetterCleanup) >= start+2 })
+	if hook.maintenance(txbox.JobDeadLetterCleanup) != 0 || b.count(t, "dead_letter", "true") != 3 {
 		t.Fatal("cleanup deleted unresolved dead letters")
 	}
 	if n, err := b.store.DeadLetterResolve(context.Background(), ids[:2]); err != nil || n != 2 {
@@ -539,8 +539,8 @@ func TestCleanupDeletesResolvedDeadLetters(t *testing.T) {
 	if b.count(t, "dead_letter", "id = $1", ids[2]) != 1 {
 		t.Error("the unresolved dead letter was deleted")
 	}
-	if hook.maintenance(relay.JobDeadLetterMove) != 3 {
-		t.Errorf("dead-letter move hook counted %d, want 3", hook.maintenance(relay.JobDeadLetterMove))
+	if hook.maintenance(txbox.JobDeadLetterMove) != 3 {
+		t.Errorf("dead-letter move hook counted %d, want 3", hook.maintenance(txbox.JobDeadLetterMove))
 	}
 }
 
@@ -624,27 +624,27 @@ func connCircuit(t *testing.T, h relay.Health, snd string) relay.CircuitHealth {
 
 // recordingHook counts what the relay reports.
 type recordingHook struct {
-	relay.NopHook
+	txbox.NopRelayHook
 	mu       sync.Mutex
-	batches  []relay.BatchEvent
-	circuits []relay.CircuitState
+	batches  []txbox.BatchEvent
+	circuits []txbox.CircuitState
 	maint    map[string]int
 	nrounds  map[string]int
 }
 
-func (h *recordingHook) OnBatch(ev relay.BatchEvent) {
+func (h *recordingHook) OnBatch(ev txbox.BatchEvent) {
 	h.mu.Lock()
 	h.batches = append(h.batches, ev)
 	h.mu.Unlock()
 }
 
-func (h *recordingHook) OnCircuit(ev relay.CircuitEvent) {
+func (h *recordingHook) OnCircuit(ev txbox.CircuitEvent) {
 	h.mu.Lock()
 	h.circuits = append(h.circuits, ev.State)
 	h.mu.Unlock()
 }
 
-func (h *recordingHook) OnMaintenance(ev relay.MaintenanceEvent) {
+func (h *recordingHook) OnMaintenance(ev txbox.MaintenanceEvent) {
 	h.mu.Lock()
 	if h.maint == nil {
 		h.maint = map[string]int{}
@@ -673,7 +673,7 @@ func (h *recordingHook) sent() int {
 	return n
 }
 
-func (h *recordingHook) count(s relay.CircuitState) int {
+func (h *recordingHook) count(s txbox.CircuitState) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	n := 0
@@ -685,10 +685,10 @@ func (h *recordingHook) count(s relay.CircuitState) int {
 	return n
 }
 
-func (h *recordingHook) circuitStates() []relay.CircuitState {
+func (h *recordingHook) circuitStates() []txbox.CircuitState {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return append([]relay.CircuitState(nil), h.circuits...)
+	return append([]txbox.CircuitState(nil), h.circuits...)
 }
 
 func (h *recordingHook) maintenance(job string) int {
@@ -699,10 +699,10 @@ func (h *recordingHook) maintenance(job string) int {
 
 type pollCounter struct{ n *atomic.Int64 }
 
-func (p pollCounter) OnPoll(relay.PollEvent)               { p.n.Add(1) }
-func (p pollCounter) OnBatch(relay.BatchEvent)             {}
-func (p pollCounter) OnCircuit(relay.CircuitEvent)         {}
-func (p pollCounter) OnMaintenance(relay.MaintenanceEvent) {}
+func (p pollCounter) OnPoll(txbox.PollEvent)               { p.n.Add(1) }
+func (p pollCounter) OnBatch(txbox.BatchEvent)             {}
+func (p pollCounter) OnCircuit(txbox.CircuitEvent)         {}
+func (p pollCounter) OnMaintenance(txbox.MaintenanceEvent) {}
 
 // flakyFinishStore injects failures into the real store's OutboxFinish.
 type flakyFinishStore struct {
@@ -741,7 +741,7 @@ func TestFinishRetriedThenRecovered(t *testing.T) {
 	b.start(t, func(c *relay.Config) {
 		c.Store = flaky
 		c.Defaults.LeaseDuration = new(time.Second)
-		c.Hooks = []relay.Hook{hook}
+		c.Hooks = []txbox.RelayHook{hook}
 	})
 	testenv.WaitFor(t, 10*time.Second, "processed after two failed finishes", func() bool {
 		return b.count(t, "outbox", "status = 'PROCESSED'") == len(ids)

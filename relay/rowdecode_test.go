@@ -237,7 +237,7 @@ func TestInvalidRowParksItsKey(t *testing.T) {
 
 			rec := newTestSender()
 			cfg := fastConfig(pd.store, map[string]sender.Sender{"test": rec})
-			ordered := relay.OrderingKey
+			ordered := txbox.OrderingKey
 			cfg.Events = map[string]relay.EventSettings{typ: {Ordering: &ordered}}
 			r := relaytest.Start(t, cfg)
 			ctx := context.Background()

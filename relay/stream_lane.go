@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
 )
 
@@ -19,10 +20,11 @@ import (
 // an ordered type every move of a key's events goes through the key's one
 // state (keyState, below).
 
-// ClaimStream is the claim mode a WAL-mode lane shows in Health.Types:
-// its events come from the stream, not from a claim. It is never a
-// configuration value.
-const ClaimStream ClaimMode = "stream"
+// ClaimStream is txbox.ClaimStream: the claim mode a WAL-mode lane shows
+// in Health.Types.
+//
+// Deprecated: use txbox.ClaimStream.
+const ClaimStream = txbox.ClaimStream
 
 // streamLane is one event type's queue of stream events.
 type streamLane struct {
@@ -55,7 +57,7 @@ func (s *streamSource) lane(eventType string) (*streamLane, error) {
 	if err != nil {
 		return nil, err
 	}
-	set.claim = ClaimStream
+	set.claim = txbox.ClaimStream
 	if !set.batchSizeSet {
 		set.batchSize = s.cfg.BatchSize
 	}

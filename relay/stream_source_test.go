@@ -219,7 +219,7 @@ func startWALSourceWith(t *testing.T, f *fakeStreamer, snd *scriptSender, events
 		t.Fatal(err)
 	}
 	ld := laneDeps{log: log, hard: w.life.Hard(), life: w.life,
-		circuits: newCircuitSet([]string{"test"}, cfg.Circuit, time.Now, func(CircuitEvent) {})}
+		circuits: newCircuitSet([]string{"test"}, cfg.Circuit, time.Now, func(txbox.CircuitEvent) {})}
 	env := sourceEnv{
 		life: w.life, run: w.life.Run(), hard: w.life.Hard(), log: log,
 		settingsFor:  cfg.settingsFor,
@@ -530,7 +530,7 @@ func TestWALSourceKeyFollowsItsSpill(t *testing.T) {
 		return sender.Summarize(errs)
 	}}
 	f := newFakeStreamer()
-	w := startWALSource(t, f, snd, map[string]EventSettings{"orders": {Ordering: new(OrderingKey)}})
+	w := startWALSource(t, f, snd, map[string]EventSettings{"orders": {Ordering: new(txbox.OrderingKey)}})
 	head := streamEvent("orders", "k1")
 	w.feed(100, head, streamEvent("orders", "k2"))
 	f.waitConfirmed(t, 100)

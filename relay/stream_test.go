@@ -211,7 +211,7 @@ func TestStreamPoisonMessageIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	b := setupWAL(t)
 	b.startWAL(t, func(c *relay.Config) {
-		c.Events = map[string]relay.EventSettings{"acct": {Ordering: new(relay.OrderingKey)}}
+		c.Events = map[string]relay.EventSettings{"acct": {Ordering: new(txbox.OrderingKey)}}
 	})
 	ctx := context.Background()
 	raw := []byte("not a txbox message")
@@ -333,7 +333,7 @@ func TestStreamReloadKeepsAKeyWhoseSpillIsPending(t *testing.T) {
 		return next()
 	}
 	b.startWAL(t, func(c *relay.Config) {
-		c.Events = map[string]relay.EventSettings{"acct": {Ordering: new(relay.OrderingKey)}}
+		c.Events = map[string]relay.EventSettings{"acct": {Ordering: new(txbox.OrderingKey)}}
 		relay.SetTableKeysReload(&c.Stream, 50*time.Millisecond)
 	})
 	b.emitOne(t, "acct", "k", func(ev *txbox.Event) { ev.ID = first })
@@ -384,7 +384,7 @@ func TestStreamOverflowKeepsKeyOrder(t *testing.T) {
 		return nil
 	})
 	r := b.startWAL(t, func(c *relay.Config) {
-		c.Events = map[string]relay.EventSettings{"acct": {Ordering: new(relay.OrderingKey)}}
+		c.Events = map[string]relay.EventSettings{"acct": {Ordering: new(txbox.OrderingKey)}}
 		c.Stream.LaneQueue = 4
 	})
 	var ids []txbox.ID
@@ -419,7 +419,7 @@ func TestStreamDeferredHeadHoldsItsKey(t *testing.T) {
 	t.Parallel()
 	b := setupWAL(t)
 	b.startWAL(t, func(c *relay.Config) {
-		c.Events = map[string]relay.EventSettings{"acct": {Ordering: new(relay.OrderingKey)}}
+		c.Events = map[string]relay.EventSettings{"acct": {Ordering: new(txbox.OrderingKey)}}
 	})
 	notBefore := time.Now().Add(1500 * time.Millisecond)
 	ids := []txbox.ID{
@@ -463,7 +463,7 @@ func TestStreamFailedEventGoesBeforeALaterDeferredOne(t *testing.T) {
 		return nil
 	})
 	r.Store(b.startWAL(t, func(c *relay.Config) {
-		c.Events = map[string]relay.EventSettings{"acct": {Ordering: new(relay.OrderingKey)}}
+		c.Events = map[string]relay.EventSettings{"acct": {Ordering: new(txbox.OrderingKey)}}
 	}))
 	ids := []txbox.ID{b.emitOne(t, "acct", "k", func(ev *txbox.Event) { ev.ID = a })}
 	testenv.WaitFor(t, 20*time.Second, "A in flight", sending.Load)
@@ -574,7 +574,7 @@ func TestStreamLostSessionStopsOrderedWaves(t *testing.T) {
 		}
 	})
 	r := b.startWAL(t, func(c *relay.Config) {
-		c.Events = map[string]relay.EventSettings{"acct": {Ordering: new(relay.OrderingKey)}}
+		c.Events = map[string]relay.EventSettings{"acct": {Ordering: new(txbox.OrderingKey)}}
 	})
 	ids := b.publish(t, "acct", 200, func(_ int, ev *txbox.Event) { ev.Key = "k" })
 	testenv.WaitFor(t, 20*time.Second, "ten waves sent", func() bool { return b.sender.sendCount() >= 10 })

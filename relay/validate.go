@@ -148,18 +148,21 @@ func (v *validator) eventSettings(p string, own, eff EventSettings) {
 		v.duration(field(p, "Retention"), *eff.Retention, 0, true)
 	}
 	if own.Ordering != nil {
-		if o := *eff.Ordering; o != OrderingNone && o != OrderingKey {
-			v.fail(field(p, "Ordering"), fmt.Sprintf("must be %s or %s, not %q", OrderingNone, OrderingKey, clip(string(o))))
+		if o := *eff.Ordering; o != txbox.OrderingNone && o != txbox.OrderingKey {
+			v.fail(field(p, "Ordering"), fmt.Sprintf("must be %s or %s, not %q", txbox.OrderingNone, txbox.OrderingKey, clip(string(o))))
 		}
 	}
-	if own.OrderingFence != nil {
-		if f := *eff.OrderingFence; f != OrderingFenceOn && f != OrderingFenceOff {
-			v.fail(field(p, "OrderingFence"), fmt.Sprintf("must be %s or %s, not %q", OrderingFenceOn, OrderingFenceOff, clip(string(f))))
+	if own.CommitHorizon != nil && own.OrderingFence != nil && *own.CommitHorizon != *own.OrderingFence {
+		v.fail(field(p, "OrderingFence"), fmt.Sprintf("is the deprecated name of CommitHorizon, which is set to %q: set only CommitHorizon", clip(string(*own.CommitHorizon))))
+	}
+	if own.commitHorizon() != nil {
+		if f := *eff.CommitHorizon; f != txbox.CommitHorizonOn && f != txbox.CommitHorizonOff {
+			v.fail(field(p, "CommitHorizon"), fmt.Sprintf("must be %s or %s, not %q", txbox.CommitHorizonOn, txbox.CommitHorizonOff, clip(string(f))))
 		}
 	}
 	if own.Claim != nil {
-		if c := *eff.Claim; c != ClaimLease && c != ClaimLock {
-			v.fail(field(p, "Claim"), fmt.Sprintf("must be %s or %s, not %q", ClaimLease, ClaimLock, clip(string(c))))
+		if c := *eff.Claim; c != txbox.ClaimLease && c != txbox.ClaimLock {
+			v.fail(field(p, "Claim"), fmt.Sprintf("must be %s or %s, not %q", txbox.ClaimLease, txbox.ClaimLock, clip(string(c))))
 		}
 	}
 	v.polling(field(p, "Polling"), deref(own.Polling), *eff.Polling)

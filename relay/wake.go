@@ -230,7 +230,7 @@ func (r *Relay) wakeDiscoveryLoop() {
 }
 
 // discoverWoken looks for pending types once and starts the pollers that are
-// missing, like a discovery round, which it reports as JobDiscoverWake.
+// missing, like a discovery round, which it reports as txbox.JobDiscoverWake.
 // A failure is logged but does not degrade the relay's health: no later
 // look may come to clear it, and discovery finds the types anyway.
 func (r *Relay) discoverWoken(ctx context.Context) {
@@ -256,7 +256,7 @@ func (r *Relay) discoverWoken(ctx context.Context) {
 		r.log.Warn("wake-up look for new event types failed; the next look or discovery will find them", slog.Any("error", err))
 	}
 	for _, h := range r.cfg.Hooks {
-		h.OnMaintenance(MaintenanceEvent{Job: JobDiscoverWake, Count: n, Err: err})
+		h.OnMaintenance(txbox.MaintenanceEvent{Job: txbox.JobDiscoverWake, Count: n, Err: err})
 	}
 }
 

@@ -33,15 +33,15 @@ func startBackedOff(t *testing.T, st store.Driver, snd *testSender) (*relay.Rela
 	hook := &recordingHook{}
 	cfg := fastConfig(st, map[string]sender.Sender{"test": snd})
 	cfg.Events = map[string]relay.EventSettings{"orders": {}}
-	cfg.Hooks = []relay.Hook{hook}
+	cfg.Hooks = []txbox.RelayHook{hook}
 	cfg.DiscoverInterval = time.Minute
 	cfg.DiscoverMaxInterval = time.Minute
 	r := relaytest.Start(t, cfg)
 	// A failed round is retried within a second: wait for one that
 	// succeeded, after which the next is a minute away.
 	testenv.WaitFor(t, 20*time.Second, "discovery's first successful round", func() bool {
-		_, failed := r.Health().JobErrors[relay.JobDiscover]
-		return hook.rounds(relay.JobDiscover) > 0 && !failed
+		_, failed := r.Health().JobErrors[txbox.JobDiscover]
+		return hook.rounds(txbox.JobDiscover) > 0 && !failed
 	})
 	return r, hook
 }
@@ -113,7 +113,7 @@ func TestWakeStartsNewTypeWhileDiscoveryBacksOff(t *testing.T) {
 			}
 			r, hook := startBackedOff(t, d, b.sender)
 			waitListening(t, b, d)
-			rounds := hook.rounds(relay.JobDiscover)
+			rounds := hook.rounds(txbox.JobDiscover)
 
 			id := txbox.NewID()
 			if via == "publisher" {
@@ -136,7 +136,7 @@ func TestWakeStartsNewTypeWhileDiscoveryBacksOff(t *testing.T) {
 			// cannot fail the test, and far below discovery's minute.
 			testenv.WaitFor(t, 10*time.Second, "the new type's first event delivered", func() bool { return len(b.sender.deliveries(id)) > 0 })
 			t.Logf("first event of a new type delivered %v after its commit", b.sender.deliveries(id)[0].at.Sub(committed))
-			if got := hook.rounds(relay.JobDiscover); got != rounds {
+			if got := hook.rounds(txbox.JobDiscover); got != rounds {
 				t.Errorf("%d discovery rounds ran before the delivery, want none (the wake-up delivers it)", got-rounds)
 			}
 			if !hasPoller(r, "brand.new") {
@@ -158,7 +158,7 @@ func TestWakeFloodStartsNoPollerWithoutRows(t *testing.T) {
 	d := &countingDriver{Driver: b.store}
 	r, hook := startBackedOff(t, d, b.sender)
 	waitListening(t, b, b.store)
-	looks, rounds := d.looks.Load(), hook.rounds(relay.JobDiscover)
+	looks, rounds := d.looks.Load(), hook.rounds(txbox.JobDiscover)
 
 	const flood = 2000
 	start := time.Now()
@@ -198,7 +198,7 @@ func TestWakeFloodStartsNoPollerWithoutRows(t *testing.T) {
 	if len(h.Types) != 2 || !hasPoller(r, "orders") || !hasPoller(r, "real.new") {
 		t.Errorf("%d pollers after the flood, want orders and real.new only", len(h.Types))
 	}
-	if got := hook.rounds(relay.JobDiscover); got != rounds {
+	if got := hook.rounds(txbox.JobDiscover); got != rounds {
 		t.Errorf("%d discovery rounds during the flood, want none", got-rounds)
 	}
 }
@@ -219,7 +219,7 @@ func TestWakeFollowsAnUnfoundNameUpThenStops(t *testing.T) {
 	// are counted, from the first.
 	testenv.WaitFor(t, 20*time.Second, "the listener's look once it listens, and its spacing", func() bool {
 		at := d.since(0)
-		return hook.rounds(relay.JobDiscoverWake) > 0 && len(at) > 0 && time.Since(at[len(at)-1]) > 2*relay.WakeLookSpacing
+		return hook.rounds(txbox.JobDiscoverWake) > 0 && len(at) > 0 && time.Since(at[len(at)-1]) > 2*relay.WakeLookSpacing
 	})
 	before := d.looks.Load()
 	woken := time.Now()
@@ -277,7 +277,7 @@ func TestInProcessWakeStartsNewType(t *testing.T) {
 			}
 			snd := newTestSender()
 			r, hook := startBackedOff(t, d, snd)
-			rounds := hook.rounds(relay.JobDiscover)
+			rounds := hook.rounds(txbox.JobDiscover)
 
 			pub, err := outbox.NewPublisher(d, outbox.Config{DisableNotify: true, OnPublish: func(types []string) { r.Wake(types...) }})
 			if err != nil {
@@ -290,7 +290,7 @@ func TestInProcessWakeStartsNewType(t *testing.T) {
 			}
 			// Hold the commit until the wake-up's first look has run: it
 			// cannot see the row, so only a follow-up can start the poller.
-			testenv.WaitFor(t, 10*time.Second, "the wake-up's look before the commit", func() bool { return hook.rounds(relay.JobDiscoverWake) > 0 })
+			testenv.WaitFor(t, 10*time.Second, "the wake-up's look before the commit", func() bool { return hook.rounds(txbox.JobDiscoverWake) > 0 })
 			if hasPoller(r, "brand.new") {
 				t.Fatal("a poller for brand.new before its row was committed")
 			}
@@ -300,7 +300,7 @@ func TestInProcessWakeStartsNewType(t *testing.T) {
 			committed := time.Now()
 			testenv.WaitFor(t, 10*time.Second, "the new type's first event delivered", func() bool { return len(snd.deliveries(id)) > 0 })
 			t.Logf("first event of a new type delivered %v after its commit", snd.deliveries(id)[0].at.Sub(committed))
-			if got := hook.rounds(relay.JobDiscover); got != rounds {
+			if got := hook.rounds(txbox.JobDiscover); got != rounds {
 				t.Errorf("%d discovery rounds ran before the delivery, want none (the wake-up delivers it)", got-rounds)
 			}
 		})

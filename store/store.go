@@ -145,7 +145,7 @@ type OutboxClaimParams struct {
 	// and key earlier in the key's order ((Seq, ID), see OutboxRow.Seq) is
 	// PENDING, IN_PROCESS or FAILED, and no unresolved dead letter has
 	// that type and key; on PostgreSQL also only once the row is behind
-	// the visibility fence (FenceOff; docs/concepts.md, "Ordering").
+	// the commit horizon (HorizonOff; docs/concepts.md, "Ordering").
 	OrderedByKey bool
 	// KeyRun, with OrderedByKey, is the most rows of one key the claim may
 	// take: the key's claimable head and the rows right behind it in key
@@ -158,19 +158,29 @@ type OutboxClaimParams struct {
 	// (due_at, id) order as always, so a run is in key order (see
 	// OutboxRow.Seq) only within its key.
 	KeyRun int
-	// FenceOff, with OrderedByKey, turns the visibility fence off
-	// (ordering-fence: off, docs/concepts.md, "Ordering"): a key's head
+	// HorizonOff, with OrderedByKey, turns the commit horizon off
+	// (commit-horizon: off, docs/concepts.md, "Ordering"): a key's head
 	// is taken as soon as this snapshot sees no earlier row of its key,
 	// even when a transaction still in progress may commit one. Only for
-	// producers that never overlap on a key. Dialects without a fence
+	// producers that never overlap on a key. Dialects without a horizon
 	// ignore it.
-	FenceOff bool
-	// FenceCut is set by the claim, not by the caller: how many keys had
-	// a due head (or a run) that the visibility fence held back because a
+	HorizonOff bool
+	// HorizonCut is set by the claim, not by the caller: how many keys had
+	// a due head (or a run) that the commit horizon held back because a
 	// transaction older than it was still in progress. A caller that sees
 	// it non-zero should wait briefly before claiming the type again,
-	// rather than at once: the fence moves only when that transaction
+	// rather than at once: the horizon moves only when that transaction
 	// ends.
+	HorizonCut int
+	// FenceOff is the former name of HorizonOff; the in-tree drivers
+	// turn the horizon off when either is set.
+	//
+	// Deprecated: use HorizonOff.
+	FenceOff bool
+	// FenceCut is the former name of HorizonCut; the in-tree drivers set
+	// both.
+	//
+	// Deprecated: use HorizonCut.
 	FenceCut int
 }
 

@@ -150,10 +150,10 @@ function render(ov) {
 
   // The oldest xid-holding transaction: events of ordered types published
   // after it began wait until it ends (docs/concepts.md, "Ordering").
-  const fh = ov.fence_holder;
-  const fence = $("#fence-holder");
-  fence.textContent = fh ? "held by " + fh.name + ", transaction id " + fh.xid + ", open " + fmtDur(fh.age_seconds) : "not held";
-  fence.className = fh && fh.age_seconds >= 60 ? "err" : "";
+  const fh = ov.horizon_holder;
+  const horizon = $("#horizon-holder");
+  horizon.textContent = fh ? "held by " + fh.name + ", transaction id " + fh.xid + ", open " + fmtDur(fh.age_seconds) : "not held";
+  horizon.className = fh && fh.age_seconds >= 60 ? "err" : "";
 
   // WAL mode: the stream and its slot (docs/operations.md, "WAL mode").
   const sv = ov.stream;

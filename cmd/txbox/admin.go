@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/admin"
 	"github.com/txbox/txbox/config"
 	"github.com/txbox/txbox/relay"
@@ -43,7 +44,7 @@ func startAdmin(e *env, cfg *config.Config, st *config.Store, r *relay.Relay, re
 		ReadToken: read, AdminToken: adminTok, AllowedHosts: hosts, Logger: log,
 		Ordered: func(t string) bool {
 			o := cfg.Effective(t).Ordering
-			return o != nil && *o == relay.OrderingKey
+			return o != nil && *o == txbox.OrderingKey
 		},
 	})
 	if err != nil {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/config"
-	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/store"
 )
 
@@ -333,7 +332,7 @@ func (a *dlqArgs) parked(ctx context.Context, e *env, cfg *config.Config, st *co
 	}
 	out := []parkedKey{}
 	for _, k := range keys {
-		if deref(cfg.Effective(k.EventType).Ordering) != relay.OrderingKey || a.filter.Key != "" && k.Key != a.filter.Key {
+		if deref(cfg.Effective(k.EventType).Ordering) != txbox.OrderingKey || a.filter.Key != "" && k.Key != a.filter.Key {
 			continue
 		}
 		out = append(out, parkedKey{EventType: k.EventType, Key: k.Key, DeadLetters: k.DeadLetters, Waiting: k.Waiting,

@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/health"
 	"github.com/txbox/txbox/internal/testenv"
 	"github.com/txbox/txbox/relay"
 )
@@ -185,11 +184,11 @@ log: { level: info }
 			if err == nil {
 				for _, r := range rep.Reasons {
 					switch r.Kind {
-					case health.ReasonDatabase:
+					case txbox.ReasonDatabase:
 						mu.Lock()
 						dbErrors = append(dbErrors, r.Detail)
 						mu.Unlock()
-					case health.ReasonSendsOutstanding:
+					case txbox.ReasonSendsOutstanding:
 						slowNamed.Store(true)
 					}
 				}
@@ -241,7 +240,7 @@ log: { level: info }
 	stopProbes()
 	probes.Wait()
 	if !slowNamed.Load() {
-		t.Errorf("/readyz never named the slow sends (%s) while lock claims waited on NATS", health.ReasonSendsOutstanding)
+		t.Errorf("/readyz never named the slow sends (%s) while lock claims waited on NATS", txbox.ReasonSendsOutstanding)
 	}
 	mu.Lock()
 	t.Logf("heartbeats seen during the slow phase: %v", beats)
@@ -281,8 +280,8 @@ func idleInTransaction(t *testing.T, ctx context.Context, pool *pgxpool.Pool, sc
 	return n
 }
 
-func getReadyz(ctx context.Context, url string) (health.Report, error) {
-	var rep health.Report
+func getReadyz(ctx context.Context, url string) (txbox.HealthReport, error) {
+	var rep txbox.HealthReport
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return rep, err

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/config"
 	"github.com/txbox/txbox/health"
 	"github.com/txbox/txbox/relay"
@@ -78,11 +79,11 @@ func listenObservability(cfg *config.Config, st *config.Store, log *slog.Logger)
 }
 
 // hooks returns the relay hooks: the metrics, when served.
-func (o *observability) hooks() []relay.Hook {
+func (o *observability) hooks() []txbox.RelayHook {
 	if o.metrics == nil {
 		return nil
 	}
-	return []relay.Hook{o.metrics}
+	return []txbox.RelayHook{o.metrics}
 }
 
 // serve mounts the probes of r and starts serving.
@@ -100,8 +101,8 @@ func (o *observability) serve(r *relay.Relay) error {
 		if in, ok := o.st.Driver.(store.Inspector); ok {
 			hc.Stats = in
 		}
-		if fi, ok := o.st.Driver.(store.FenceInspector); ok && o.cfg.HasFencedOrdering() {
-			hc.Fence, hc.FenceThreshold = fi, o.cfg.Health.FenceThreshold
+		if fi, ok := o.st.Driver.(store.HorizonInspector); ok && o.cfg.HasCommitHorizon() {
+			hc.Horizon, hc.HorizonThreshold = fi, o.cfg.HealthHorizonThreshold()
 		}
 		c, err := health.New(hc)
 		if err != nil {

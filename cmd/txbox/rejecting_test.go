@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
-	"github.com/txbox/txbox/health"
 	"github.com/txbox/txbox/internal/testenv"
 )
 
@@ -57,15 +56,15 @@ health: { listen: "127.0.0.1:0", reject-threshold: 1s }
 			}
 		}
 	}
-	reasons := func() map[string]health.Reason {
+	reasons := func() map[string]txbox.HealthReason {
 		rep, err := getReadyz(ctx, readyz)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := map[string]health.Reason{}
+		out := map[string]txbox.HealthReason{}
 		for _, r := range rep.Reasons {
-			if r.Kind == health.ReasonRejecting {
-				if rep.Status != health.StatusDegraded {
+			if r.Kind == txbox.ReasonRejecting {
+				if rep.Status != txbox.HealthDegraded {
 					t.Errorf("status %q with a rejecting destination, want degraded", rep.Status)
 				}
 				out[r.Subject] = r
@@ -73,7 +72,7 @@ health: { listen: "127.0.0.1:0", reject-threshold: 1s }
 		}
 		return out
 	}
-	var got map[string]health.Reason
+	var got map[string]txbox.HealthReason
 	testenv.WaitFor(t, 60*time.Second, "/readyz reports both rejecting destinations", func() bool {
 		got = reasons()
 		return len(got) == 2

@@ -26,6 +26,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/outbox"
 	"github.com/txbox/txbox/relay"
 	"github.com/txbox/txbox/sender"
@@ -89,12 +90,12 @@ func run(dsn, natsURL, subject string, timeout time.Duration) error {
 		return err
 	}
 	defer nc.Close(ctx)
-	outcome := &firstOutcome{eventType: "order-created", done: make(chan relay.BatchEvent, 1)}
+	outcome := &firstOutcome{eventType: "order-created", done: make(chan txbox.BatchEvent, 1)}
 	r, err := relay.New(relay.Config{
 		Store:    store,
 		Senders:  map[string]sender.Sender{"main": nc},
 		Defaults: relay.EventSettings{Route: &sender.Route{Subject: subject}},
-		Hooks:    []relay.Hook{outcome},
+		Hooks:    []txbox.RelayHook{outcome},
 	})
 	if err != nil {
 		return err

@@ -4,17 +4,17 @@ import (
 	"errors"
 	"sync"
 
-	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox"
 )
 
-// firstOutcome is a relay.Hook that reports the first batch of eventType
+// firstOutcome is a txbox.RelayHook that reports the first batch of eventType
 // the destination answered for, acked or refused, and remembers the last
 // error that opened a circuit: a destination or connection that does not
 // answer at all produces no batch outcome, only a circuit that opens.
 type firstOutcome struct {
-	relay.NopHook
+	txbox.NopRelayHook
 	eventType string
-	done      chan relay.BatchEvent
+	done      chan txbox.BatchEvent
 
 	mu      sync.Mutex
 	circuit error
@@ -22,7 +22,7 @@ type firstOutcome struct {
 
 // OnBatch passes on the first batch that was acked, retried or failed;
 // released batches (an outage, no attempt counted) are waited out.
-func (o *firstOutcome) OnBatch(e relay.BatchEvent) {
+func (o *firstOutcome) OnBatch(e txbox.BatchEvent) {
 	if e.EventType != o.eventType || e.Sent+e.Retried+e.Failed == 0 {
 		return
 	}
@@ -33,8 +33,8 @@ func (o *firstOutcome) OnBatch(e relay.BatchEvent) {
 }
 
 // OnCircuit keeps the error of the last circuit that opened.
-func (o *firstOutcome) OnCircuit(e relay.CircuitEvent) {
-	if e.State != relay.CircuitOpen || e.Err == nil {
+func (o *firstOutcome) OnCircuit(e txbox.CircuitEvent) {
+	if e.State != txbox.CircuitOpen || e.Err == nil {
 		return
 	}
 	o.mu.Lock()

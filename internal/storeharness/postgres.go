@@ -98,7 +98,7 @@ func Postgres() storetest.Harness {
 			t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
 			return pgxTx{tx}
 		},
-		WaitFence: func(t *testing.T, d store.Driver) { PostgresWaitFence(t, d.(*postgres.Driver).Pool()) },
+		WaitHorizon: func(t *testing.T, d store.Driver) { PostgresWaitHorizon(t, d.(*postgres.Driver).Pool()) },
 		OutboxLastError: func(t *testing.T, d store.Driver, id txbox.ID) string {
 			pd := d.(*postgres.Driver)
 			tb := pd.Tables()
@@ -180,19 +180,19 @@ func PostgresPublish(t testing.TB, d *postgres.Driver, pub Publisher, evs ...txb
 	}
 }
 
-// PostgresWaitFence waits until every transaction that had an xid when it
-// was called has ended, so that the rows they inserted are behind the
-// ordered claim's visibility fence (docs/concepts.md, "Ordering"). The
-// fence is cluster-wide: any test holding a write transaction open holds
+// PostgresWaitHorizon waits until every transaction that had an xid when it
+// was called has ended, so that the rows they inserted are below the
+// ordered claim's commit horizon (docs/concepts.md, "Ordering"). The
+// horizon is cluster-wide: any test holding a write transaction open holds
 // it back, hence the generous deadline.
-func PostgresWaitFence(t testing.TB, pool *pgxpool.Pool) {
+func PostgresWaitHorizon(t testing.TB, pool *pgxpool.Pool) {
 	t.Helper()
 	ctx := context.Background()
 	var xmax uint64
 	if err := pool.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).Scan(&xmax); err != nil {
 		t.Fatalf("read the snapshot: %v", err)
 	}
-	testenv.WaitFor(t, 2*time.Minute, "the ordering fence to pass the committed rows", func() bool {
+	testenv.WaitFor(t, 2*time.Minute, "the commit horizon to pass the committed rows", func() bool {
 		var xmin uint64
 		if err := pool.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint`).Scan(&xmin); err != nil {
 			t.Fatalf("read the snapshot: %v", err)

@@ -1,5 +1,5 @@
 // Package relayprom exports a relay's and a publisher's activity as
-// Prometheus metrics: it implements relay.Hook and outbox.Hook, and a
+// Prometheus metrics: it implements txbox.RelayHook and outbox.Hook, and a
 // collector of the outbox backlog fed by a cached store stats query, so
 // packages relay and outbox themselves do not depend on the Prometheus
 // client. Inbox metrics are in inbox/inboxprom.
@@ -7,7 +7,7 @@
 //	m := relayprom.New(relayprom.Options{Stats: st}) // st: a dialect driver
 //	prometheus.MustRegister(m)
 //	pub, _ := outbox.NewPublisher(st, outbox.Config{Hook: m})
-//	r, _ := relay.New(relay.Config{Store: st, Hooks: []relay.Hook{m}, ...})
+//	r, _ := relay.New(relay.Config{Store: st, Hooks: []txbox.RelayHook{m}, ...})
 //	http.Handle("/metrics", promhttp.Handler())
 //
 // Labels are event types, sender and destination names and fixed result

@@ -5,8 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/outbox"
-	"github.com/txbox/txbox/relay"
 )
 
 // Defaults of Options.
@@ -54,11 +54,11 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Metrics is a prometheus.Collector fed by relays (as their relay.Hook),
+// Metrics is a prometheus.Collector fed by relays (as their txbox.RelayHook),
 // publishers (as their outbox.Hook) and, for the backlog, the store. One
 // Metrics may serve several relays and publishers of one process.
 type Metrics struct {
-	relay.NopHook
+	txbox.NopRelayHook
 
 	types, dests *boundedSet
 	stats        *statsCollector
@@ -81,7 +81,7 @@ type Metrics struct {
 }
 
 var (
-	_ relay.Hook           = (*Metrics)(nil)
+	_ txbox.RelayHook      = (*Metrics)(nil)
 	_ outbox.Hook          = (*Metrics)(nil)
 	_ prometheus.Collector = (*Metrics)(nil)
 )
@@ -147,8 +147,8 @@ func (m *Metrics) OnPublish(e outbox.PublishEvent) {
 	}
 }
 
-// OnPoll implements relay.Hook.
-func (m *Metrics) OnPoll(e relay.PollEvent) {
+// OnPoll implements txbox.RelayHook.
+func (m *Metrics) OnPoll(e txbox.PollEvent) {
 	t := m.types.label(e.EventType)
 	m.claim.WithLabelValues(t).Observe(e.Duration.Seconds())
 	res := "partial"
@@ -168,8 +168,8 @@ func (m *Metrics) OnPoll(e relay.PollEvent) {
 	}
 }
 
-// OnBatch implements relay.Hook.
-func (m *Metrics) OnBatch(e relay.BatchEvent) {
+// OnBatch implements txbox.RelayHook.
+func (m *Metrics) OnBatch(e txbox.BatchEvent) {
 	t := m.types.label(e.EventType)
 	for _, r := range [...]struct {
 		result string
@@ -191,20 +191,20 @@ func (m *Metrics) OnBatch(e relay.BatchEvent) {
 	}
 }
 
-// OnCircuit implements relay.Hook.
-func (m *Metrics) OnCircuit(e relay.CircuitEvent) {
+// OnCircuit implements txbox.RelayHook.
+func (m *Metrics) OnCircuit(e txbox.CircuitEvent) {
 	kind, dest := "destination", m.dests.label(destination(e.Destination))
 	if e.Connection {
 		kind, dest = "connection", ""
 	}
 	m.circuit.WithLabelValues(e.Sender, dest, kind).Set(float64(e.State))
-	if e.State == relay.CircuitOpen {
+	if e.State == txbox.CircuitOpen {
 		m.circuitOpened.WithLabelValues(e.Sender, dest, kind).Inc()
 	}
 }
 
-// OnMaintenance implements relay.Hook.
-func (m *Metrics) OnMaintenance(e relay.MaintenanceEvent) {
+// OnMaintenance implements txbox.RelayHook.
+func (m *Metrics) OnMaintenance(e txbox.MaintenanceEvent) {
 	m.jobRows.WithLabelValues(e.Job).Add(float64(e.Count))
 	if e.Err != nil {
 		m.jobErrors.WithLabelValues(e.Job).Inc()

@@ -112,7 +112,7 @@ func TestMetricsThroughARelay(t *testing.T) {
 		Events:             map[string]relay.EventSettings{"order.created": {}},
 		DeadLetterInterval: 50 * time.Millisecond,
 		Circuit:            relay.CircuitConfig{CoolDown: 50 * time.Millisecond, MaxCoolDown: 200 * time.Millisecond},
-		Hooks:              []relay.Hook{m},
+		Hooks:              []txbox.RelayHook{m},
 		Logger:             slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	const sent = `txbox_relay_messages_total{event_type=order.created,result=sent}`
@@ -156,12 +156,12 @@ func TestMetricsThroughARelay(t *testing.T) {
 	const circuit = `txbox_relay_circuit_state{circuit=destination,destination=topic=events.order.created,sender=bus}`
 	testenv.WaitFor(t, 20*time.Second, "circuit open and the row due", func() bool {
 		s := series(t, reg)
-		return s[circuit] == float64(relay.CircuitOpen) && s[`txbox_outbox_backlog{event_type=order.created,state=due}`] == 1
+		return s[circuit] == float64(txbox.CircuitOpen) && s[`txbox_outbox_backlog{event_type=order.created,state=due}`] == 1
 	})
 	snd.down.Store(false)
 	testenv.WaitFor(t, 20*time.Second, "circuit closed and the row sent", func() bool {
 		s := series(t, reg)
-		return s[circuit] == float64(relay.CircuitClosed) && s[sent] == 6
+		return s[circuit] == float64(txbox.CircuitClosed) && s[sent] == 6
 	})
 	for key := range series(t, reg) {
 		if strings.Contains(key, "k0") || strings.Contains(key, "poison") {
@@ -276,10 +276,10 @@ func TestLabelCardinalityIsBounded(t *testing.T) {
 	for i := range 1000 {
 		typ := fmt.Sprint("t.", i)
 		m.OnPublish(outbox.PublishEvent{Counts: map[string]int{typ: 1}})
-		m.OnPoll(relay.PollEvent{EventType: typ, Claimed: 1, Limit: 10, NextDelay: time.Millisecond})
-		m.OnBatch(relay.BatchEvent{EventType: typ, Sender: "s", Destination: fmt.Sprint("url=https://u:secret@h/", i, "?token=x"),
+		m.OnPoll(txbox.PollEvent{EventType: typ, Claimed: 1, Limit: 10, NextDelay: time.Millisecond})
+		m.OnBatch(txbox.BatchEvent{EventType: typ, Sender: "s", Destination: fmt.Sprint("url=https://u:secret@h/", i, "?token=x"),
 			Sent: 1, SendDuration: time.Millisecond})
-		m.OnCircuit(relay.CircuitEvent{Sender: "s", Destination: fmt.Sprint("q", i), State: relay.CircuitOpen})
+		m.OnCircuit(txbox.CircuitEvent{Sender: "s", Destination: fmt.Sprint("q", i), State: txbox.CircuitOpen})
 	}
 	s := series(t, reg)
 	perName := map[string]map[string]bool{}

@@ -87,7 +87,7 @@ func twoRelays(t *testing.T, retention time.Duration) {
 	quiet := slog.New(slog.DiscardHandler)
 	batch, inFlight := 50, 2
 	fast := &relay.PollingSettings{Mode: new(relay.PollingFixed), Delay: new(20 * time.Millisecond)}
-	ordered := relay.OrderingKey
+	ordered := txbox.OrderingKey
 	var relays []*relay.Relay
 	for i, d := range drivers {
 		r, err := relay.New(relay.Config{

@@ -140,13 +140,13 @@ func TestOrderedClaimPlanIsOBatch(t *testing.T) {
 	if _, err := pool.Exec(ctx, fill, pgx.QueryExecModeSimpleProtocol); err != nil {
 		t.Fatal(err)
 	}
-	// The rows pass the ordering fence once every transaction of the
+	// The rows pass the commit horizon once every transaction of the
 	// cluster older than them has ended.
 	var filled string
 	if err := pool.QueryRow(ctx, `SELECT txid::text FROM `+ob+` ORDER BY txid DESC LIMIT 1`).Scan(&filled); err != nil { // no max(xid8) before PostgreSQL 16
 		t.Fatal(err)
 	}
-	testenv.WaitFor(t, 2*time.Minute, "the ordering fence to pass the rows", func() bool {
+	testenv.WaitFor(t, 2*time.Minute, "the commit horizon to pass the rows", func() bool {
 		var past bool
 		err := pool.QueryRow(ctx, `SELECT $1::xid8 < pg_snapshot_xmin(pg_current_snapshot())`, filled).Scan(&past)
 		return err == nil && past

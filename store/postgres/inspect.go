@@ -61,14 +61,14 @@ func (d *Driver) inspectQueries(q *queries) {
 	SELECT instance_id, info, started_at, seen_at, EXTRACT(EPOCH FROM now() - seen_at)::float8, expires_at <= now()
 	FROM {{instance}} ORDER BY seen_at DESC, instance_id`)
 	q.instanceRemove = d.render(`DELETE FROM {{instance}} WHERE instance_id = $1`)
-	// The oldest xid-holding transaction of the cluster (store.FenceInspector):
+	// The oldest xid-holding transaction of the cluster (store.HorizonInspector):
 	// sessions from pg_stat_activity (backend_xid is the top-level xid,
 	// 32 bits: age() orders them), prepared transactions from
 	// pg_prepared_xacts. The full xid8 is rebuilt from the snapshot's
 	// xmax (the next xid, with its epoch): a transaction still in progress
 	// is less than 2^31 xids older. Nothing here assigns this session an
-	// xid, which would hold the fence itself.
-	q.fenceHolder = `
+	// xid, which would hold the horizon itself.
+	q.horizonHolder = `
 	SELECT h.pid, h.gid, h.db, h.usr, h.app, h.state,
 		n.next - ((n.next % 4294967296) - h.xid32 + 4294967296) % 4294967296,
 		COALESCE(EXTRACT(EPOCH FROM now() - h.since), 0)::float8
@@ -88,25 +88,35 @@ func (d *Driver) inspectQueries(q *queries) {
 	LIMIT 1`
 }
 
-var _ store.FenceInspector = (*Driver)(nil)
+var (
+	_ store.HorizonInspector = (*Driver)(nil)
+	_ store.FenceInspector   = (*Driver)(nil)
+)
 
-// OutboxFenceHolder returns the oldest transaction of the cluster that
-// holds a transaction id. See store.FenceInspector.
-func (d *Driver) OutboxFenceHolder(ctx context.Context) (*store.FenceHolder, error) {
+// OutboxHorizonHolder returns the oldest transaction of the cluster that
+// holds a transaction id. See store.HorizonInspector.
+func (d *Driver) OutboxHorizonHolder(ctx context.Context) (*store.HorizonHolder, error) {
 	var (
-		h   store.FenceHolder
+		h   store.HorizonHolder
 		xid int64
 		age float64
 	)
-	err := d.pool.QueryRow(ctx, d.q.fenceHolder).Scan(&h.PID, &h.Prepared, &h.Database, &h.User, &h.Application, &h.State, &xid, &age)
+	err := d.pool.QueryRow(ctx, d.q.horizonHolder).Scan(&h.PID, &h.Prepared, &h.Database, &h.User, &h.Application, &h.State, &xid, &age)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, d.translate("fence holder", err)
+		return nil, d.translate("horizon holder", err)
 	}
 	h.XID, h.Age = uint64(xid), time.Duration(age*float64(time.Second)).Round(time.Millisecond)
 	return &h, nil
+}
+
+// OutboxFenceHolder is the former name of OutboxHorizonHolder.
+//
+// Deprecated: use OutboxHorizonHolder.
+func (d *Driver) OutboxFenceHolder(ctx context.Context) (*store.HorizonHolder, error) {
+	return d.OutboxHorizonHolder(ctx)
 }
 
 // OutboxInspect returns per-type details of the unfinished rows. See

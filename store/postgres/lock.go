@@ -38,7 +38,7 @@ func (d *Driver) OutboxLock(ctx context.Context, params *store.OutboxClaimParams
 	c.token = txbox.ID{}
 	c.query = d.q.lockClaim
 	if c.ord != nil {
-		c.query = d.claimOrdered(max(params.KeyRun, 1), true, c.fence)
+		c.query = d.claimOrdered(max(params.KeyRun, 1), true, c.horizon)
 	}
 	conn, err := d.pool.Acquire(ctx)
 	if err != nil {

@@ -303,10 +303,10 @@ type claimCall struct {
 	cur       *claimCursor
 	ord       *orderedCursor
 	catchUp   bool
-	// fence is the ordered claim's visibility fence; params receives
-	// how many keys it cut (store.OutboxClaimParams.FenceCut).
-	fence  bool
-	params *store.OutboxClaimParams
+	// horizon is the ordered claim's commit horizon; params receives
+	// how many keys it cut (store.OutboxClaimParams.HorizonCut).
+	horizon bool
+	params  *store.OutboxClaimParams
 }
 
 // maxKeyRun bounds OutboxClaimParams.KeyRun: a longer run would only be
@@ -337,9 +337,9 @@ func (d *Driver) prepareClaim(params *store.OutboxClaimParams) (*claimCall, erro
 		// passed while its key was blocked becomes the head later, below
 		// any cursor. The ordered claim walks keys instead.
 		run := max(params.KeyRun, 1)
-		c.fence = !params.FenceOff
+		c.horizon = !params.HorizonOff && !params.FenceOff // FenceOff: the former name, honoured for one release
 		c.params = params
-		c.query = d.claimOrdered(run, false, c.fence)
+		c.query = d.claimOrdered(run, false, c.horizon)
 		c.ord = d.orderedCursor(params.EventType)
 		key, hasKey, due, id := c.ord.start(time.Now(), d.rescan)
 		var after pgtype.Text
@@ -495,7 +495,8 @@ func (c *claimCall) scanOrdered(rows pgx.Rows) ([]*store.OutboxRow, error) {
 	}
 	c.ord.claimed(time.Now(), mKey.String, mKey.Valid, mCount, c.limit, lastDue, mID, c.d.rescan)
 	if c.params != nil {
-		c.params.FenceCut = int(mCut)
+		c.params.HorizonCut = int(mCut)
+		c.params.FenceCut = c.params.HorizonCut // the former name, set for one release
 	}
 	sortClaimed(out, func(x claimed) (time.Time, txbox.ID) { return x.due, x.row.ID })
 	res := make([]*store.OutboxRow, len(out))

@@ -35,7 +35,7 @@ type queries struct {
 	leaseAcquire, leaseRelease string
 
 	inspectGroups, inspectLastError, parkedKeys string
-	fenceHolder                                 string
+	horizonHolder                               string
 	instanceBeat, instanceList, instanceRemove  string
 
 	inboxRecordNative, inboxRecordText, inboxCleanup string
@@ -391,13 +391,13 @@ func (d *Driver) schemaQueries(q *queries) {
 }
 
 // claimOrdered returns the ordered claim statement for runs of up to run
-// rows per key, the lock claim's when lock is set, with the visibility
-// fence when fence is set, rendering each once (a relay uses one per event
+// rows per key, the lock claim's when lock is set, with the commit
+// horizon when horizon is set, rendering each once (a relay uses one per event
 // type).
-func (d *Driver) claimOrdered(run int, lock, fence bool) string {
+func (d *Driver) claimOrdered(run int, lock, horizon bool) string {
 	d.orderedSQLMu.Lock()
 	defer d.orderedSQLMu.Unlock()
-	k := orderedKey{run, lock, fence}
+	k := orderedKey{run, lock, horizon}
 	if q, ok := d.orderedSQL[k]; ok {
 		return q
 	}
@@ -408,14 +408,14 @@ func (d *Driver) claimOrdered(run int, lock, fence bool) string {
 	if lock {
 		text, upd = lockArgs(claimOrderedSQL), orderedLockUpd
 	}
-	fenceSQL := "true"
-	if fence {
-		fenceSQL = orderFence
+	horizonSQL := "true"
+	if horizon {
+		horizonSQL = orderHorizon
 	}
 	// In WAL mode a row the stream owns (ownedSQL) is neither taken nor
-	// cut by the fence: like a head in flight, it holds its key's later
+	// cut by the horizon: like a head in flight, it holds its key's later
 	// rows back until the stream spills it (or confirms and deletes it).
-	q := d.render(strings.NewReplacer("{{upd}}", upd, "{{run-1}}", strconv.Itoa(run-1), "{{fence}}", fenceSQL,
+	q := d.render(strings.NewReplacer("{{upd}}", upd, "{{run-1}}", strconv.Itoa(run-1), "{{horizon}}", horizonSQL,
 		"{{owned-o}}", d.ownedSQL("o"), "{{owned-e}}", d.ownedSQL("e")).Replace(text))
 	d.orderedSQL[k] = q
 	return q
@@ -423,17 +423,17 @@ func (d *Driver) claimOrdered(run int, lock, fence bool) string {
 
 // orderedKey names one rendering of the ordered claim.
 type orderedKey struct {
-	run         int
-	lock, fence bool
+	run           int
+	lock, horizon bool
 }
 
-// orderFence is the visibility fence of the ordered claim
+// orderHorizon is the commit horizon of the ordered claim
 // (docs/concepts.md, "Ordering"): a row may be taken only when the
 // transaction that inserted it is older than every transaction still in
 // progress, so no transaction that could yet commit an earlier row of its
-// key, in (txid, id) order, is left. The fence CTE reads the statement's
+// key, in (txid, id) order, is left. The horizon CTE reads the statement's
 // snapshot once.
-const orderFence = `e.txid < (SELECT xmin FROM fence)`
+const orderHorizon = `e.txid < (SELECT xmin FROM horizon)`
 
 // orderedUpd is the last step of the ordered lease claim: the kept rows
 // become IN_PROCESS under the lease.
@@ -465,7 +465,7 @@ const orderedLockUpd = `upd AS (
 //   - walk: a loose index scan over key_order_idx (event_type, event_key,
 //     txid, id), which holds only PENDING, IN_PROCESS and FAILED rows; a
 //     key's order is (txid, id), its producers' transaction order, and a
-//     row passes the visibility fence ({{fence}}, orderFence) only when
+//     row is below the commit horizon ({{horizon}}, orderHorizon) only when
 //     its txid is below the statement snapshot's xmin. Each step jumps
 //     to the first entry of the next key after the previous one (starting
 //     after the key cursor $5 and wrapping around once, so every key gets
@@ -478,9 +478,9 @@ const orderedLockUpd = `upd AS (
 //     every row of the key; an equality on the type would make the scan
 //     start at the type's first entry instead of at the row comparison. The
 //     run is the longest prefix whose rows are all PENDING, due and past
-//     the fence; a head IN_PROCESS or FAILED, not due yet, or held by the
-//     fence yields nothing, and an unresolved dead letter of the key parks
-//     it. A run that ends at a row the fence held counts as cut. The walk
+//     the horizon; a head IN_PROCESS or FAILED, not due yet, or held by the
+//     horizon yields nothing, and an unresolved dead letter of the key parks
+//     it. A run that ends at a row the horizon held counts as cut. The walk
 //     stops when it has $2 rows in all or after $7 keys.
 //   - locked: the candidates, re-checked and locked FOR UPDATE SKIP
 //     LOCKED, found by ctid (a TID scan, one page each, where a primary key
@@ -491,10 +491,10 @@ const orderedLockUpd = `upd AS (
 //
 // The last row of the result is a marker (first column true) carrying the
 // cursor positions: the last key walked, the keyless window's size and
-// last (due_at, id), and the number of keys the fence cut.
+// last (due_at, id), and the number of keys the horizon cut.
 const claimOrderedSQL = `
 	WITH RECURSIVE
-	fence AS MATERIALIZED (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin),
+	horizon AS MATERIALIZED (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin),
 	keyless AS MATERIALIZED (
 		SELECT o.id, o.ctid AS tid, o.event_key, o.due_at FROM {{outbox}} o
 		WHERE o.status = 'PENDING' AND o.event_type = $1 AND o.due_at <= now()
@@ -509,16 +509,16 @@ const claimOrderedSQL = `
 		FROM walk w
 		LEFT JOIN LATERAL (
 			SELECT e.event_key AS key, e.txid, e.id, e.ctid AS tid,
-				e.status = 'PENDING' AND e.due_at <= now() AND {{fence}}{{owned-e}} AS ok,
-				e.status = 'PENDING' AND e.due_at <= now() AND NOT {{fence}}{{owned-e}} AS cut
+				e.status = 'PENDING' AND e.due_at <= now() AND {{horizon}}{{owned-e}} AS ok,
+				e.status = 'PENDING' AND e.due_at <= now() AND NOT {{horizon}}{{owned-e}} AS cut
 			FROM {{outbox}} e
 			WHERE e.event_type = $1 AND e.event_key > w.key
 			  AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED')
 			ORDER BY e.event_key, e.txid, e.id LIMIT 1) a ON true
 		LEFT JOIN LATERAL (
 			SELECT e.event_key AS key, e.txid, e.id, e.ctid AS tid,
-				e.status = 'PENDING' AND e.due_at <= now() AND {{fence}}{{owned-e}} AS ok,
-				e.status = 'PENDING' AND e.due_at <= now() AND NOT {{fence}}{{owned-e}} AS cut
+				e.status = 'PENDING' AND e.due_at <= now() AND {{horizon}}{{owned-e}} AS ok,
+				e.status = 'PENDING' AND e.due_at <= now() AND NOT {{horizon}}{{owned-e}} AS cut
 			FROM {{outbox}} e
 			WHERE a.key IS NULL AND NOT w.wrapped AND e.event_type = $1
 			  AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED')
@@ -538,8 +538,8 @@ const claimOrderedSQL = `
 				  UNION ALL
 					SELECT r.txid, r.id, r.tid, r.ok, r.cut FROM (
 						SELECT e.event_type, e.event_key, e.txid, e.id, e.ctid AS tid,
-							e.status = 'PENDING' AND e.due_at <= now() AND {{fence}}{{owned-e}} AS ok,
-							e.status = 'PENDING' AND e.due_at <= now() AND NOT {{fence}}{{owned-e}} AS cut
+							e.status = 'PENDING' AND e.due_at <= now() AND {{horizon}}{{owned-e}} AS ok,
+							e.status = 'PENDING' AND e.due_at <= now() AND NOT {{horizon}}{{owned-e}} AS cut
 						FROM {{outbox}} e
 						WHERE nk.ok AND (e.event_type, e.event_key, e.txid, e.id) > ($1, nk.key, nk.txid, nk.head)
 						  AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED')

@@ -24,8 +24,8 @@ func TestClaimShareOnlyInWALMode(t *testing.T) {
 		m := map[string]string{"claim": d.q.claim, "lock claim": d.q.lockClaim}
 		for _, run := range []int{1, 4} {
 			for _, lock := range []bool{false, true} {
-				for _, fence := range []bool{false, true} {
-					m[fmt.Sprintf("ordered run %d lock %v fence %v", run, lock, fence)] = d.claimOrdered(run, lock, fence)
+				for _, horizon := range []bool{false, true} {
+					m[fmt.Sprintf("ordered run %d lock %v horizon %v", run, lock, horizon)] = d.claimOrdered(run, lock, horizon)
 				}
 			}
 		}

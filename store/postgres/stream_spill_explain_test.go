@@ -52,7 +52,7 @@ func TestSpillPlans(t *testing.T) {
 	if err := d.pool.QueryRow(ctx, `SELECT txid::text FROM `+ob+` ORDER BY txid DESC LIMIT 1`).Scan(&filled); err != nil { // no max(xid8) before PostgreSQL 16
 		t.Fatal(err)
 	}
-	testenv.WaitFor(t, 2*time.Minute, "the ordering fence to pass the rows", func() bool {
+	testenv.WaitFor(t, 2*time.Minute, "the commit horizon to pass the rows", func() bool {
 		var past bool
 		err := d.pool.QueryRow(ctx, `SELECT $1::xid8 < pg_snapshot_xmin(pg_current_snapshot())`, filled).Scan(&past)
 		return err == nil && past

@@ -220,7 +220,7 @@ func TestWALOrderedSpill(t *testing.T) {
 	e.capture(t, typ, "other", 2)
 	e.capture(t, typ, "", 1)
 	c1 := e.capture(t, typ, "k", 1)[0]
-	storeharness.PostgresWaitFence(t, e.pool)
+	storeharness.PostgresWaitHorizon(t, e.pool)
 
 	rows, err := e.d.OutboxClaim(ctx, claimParams(typ, true))
 	if err != nil || !sameIDs(ids(rows), pre) {
@@ -247,7 +247,7 @@ func TestWALOrderedSpill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	storeharness.PostgresWaitFence(t, e.pool)
+	storeharness.PostgresWaitHorizon(t, e.pool)
 	var got []txbox.ID
 	for range want {
 		p := claimParams(typ, true)
@@ -270,7 +270,7 @@ func TestWALOrderedSpill(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	storeharness.PostgresWaitFence(t, e.pool)
+	storeharness.PostgresWaitHorizon(t, e.pool)
 	p := claimParams(typ, true)
 	p.KeyRun = 10
 	rows, err = e.d.OutboxClaim(ctx, p)
@@ -297,7 +297,7 @@ func TestWALOrderedSpill(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	storeharness.PostgresWaitFence(t, e.pool)
+	storeharness.PostgresWaitHorizon(t, e.pool)
 	got = nil
 	for range 2 {
 		p := claimParams(typ, true)
@@ -345,7 +345,7 @@ func TestWALFailedSpillParks(t *testing.T) {
 	if dlTxid != txid || lastErr != "down" || attempts != 2 {
 		t.Fatalf("dead letter: txid %s (row's %s), error %q, attempts %d", dlTxid, txid, lastErr, attempts)
 	}
-	storeharness.PostgresWaitFence(t, e.pool)
+	storeharness.PostgresWaitHorizon(t, e.pool)
 	if rows, err := e.d.OutboxClaim(ctx, claimParams(typ, true)); err != nil || len(rows) != 0 {
 		t.Fatalf("ordered claim of a parked key: %v, %v; want none", ids(rows), err)
 	}

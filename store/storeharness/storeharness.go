@@ -127,13 +127,21 @@ func PostgresPublish(t testing.TB, d *postgres.Driver, pub Publisher, evs ...txb
 	storeharness.PostgresPublish(t, d, pub, evs...)
 }
 
-// PostgresWaitFence waits until the rows inserted so far are behind the
-// ordered claim's visibility fence.
+// PostgresWaitHorizon waits until the rows inserted so far are below the
+// ordered claim's commit horizon.
 //
 // Deprecated: internal, see the package comment.
+func PostgresWaitHorizon(t testing.TB, pool *pgxpool.Pool) {
+	t.Helper()
+	storeharness.PostgresWaitHorizon(t, pool)
+}
+
+// PostgresWaitFence is the former name of PostgresWaitHorizon.
+//
+// Deprecated: internal, see the package comment; use PostgresWaitHorizon.
 func PostgresWaitFence(t testing.TB, pool *pgxpool.Pool) {
 	t.Helper()
-	storeharness.PostgresWaitFence(t, pool)
+	storeharness.PostgresWaitHorizon(t, pool)
 }
 
 // SQLite is the outbox suite's harness for SQLite.

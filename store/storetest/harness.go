@@ -30,10 +30,15 @@ type Harness struct {
 	// does not read back, which the suite checks after finishes and
 	// dead-letter retries.
 	OutboxLastError func(t *testing.T, d store.Driver, id txbox.ID) string
-	// WaitFence, when the dialect has a visibility fence for ordered
+	// WaitHorizon, when the dialect has a commit horizon for ordered
 	// claims (PostgreSQL), waits until every transaction committed so far
-	// is behind it, so an ordered claim right after sees its rows. Nil
+	// is below it, so an ordered claim right after sees its rows. Nil
 	// for dialects without one.
+	WaitHorizon func(t *testing.T, d store.Driver)
+	// WaitFence is the former name of WaitHorizon, used when WaitHorizon
+	// is nil.
+	//
+	// Deprecated: use WaitHorizon.
 	WaitFence func(t *testing.T, d store.Driver)
 	// SerialWriter is true for dialects with one writer at a time
 	// (SQLite): the suite still claims concurrently and checks exclusivity.

@@ -137,9 +137,13 @@ func (e *env) publish(evs ...*txbox.Event) {
 	if err := tx.Commit(); err != nil {
 		e.t.Fatalf("commit: %v", err)
 	}
-	// Keyed rows are claimed in order, behind the dialect's fence.
-	if e.h.WaitFence != nil && slices.ContainsFunc(evs, func(ev *txbox.Event) bool { return ev.Key != "" }) {
-		e.h.WaitFence(e.t, e.d)
+	// Keyed rows are claimed in order, below the dialect's horizon.
+	wait := e.h.WaitHorizon
+	if wait == nil {
+		wait = e.h.WaitFence
+	}
+	if wait != nil && slices.ContainsFunc(evs, func(ev *txbox.Event) bool { return ev.Key != "" }) {
+		wait(e.t, e.d)
 	}
 }
 

@@ -124,7 +124,7 @@ var tables = []table{
 		{keys: []string{"backoff.max"}, meaning: "cap, ≥ `delay`"},
 		{keys: []string{"backoff.jitter"}, meaning: "random spread, fraction 0..1"},
 		{keys: []string{"ordering"}, meaning: "`key`: events with the same key are delivered in their producers' order (transaction order on PostgreSQL, insert order on SQLite, id order between non-overlapping transactions on MySQL/MariaDB); a claim takes up to `batch-size / (2 × in-flight)` rows per key, sent in waves (see [concepts.md](concepts.md#ordering))"},
-		{keys: []string{"ordering-fence"}, meaning: "with `ordering: key` on PostgreSQL: `on` claims a key's head only once every transaction that could still commit an earlier row of the key has ended; `off` only for producers that never overlap on a key (see [concepts.md](concepts.md#the-fences-price-postgresql)); ignored by the other dialects"},
+		{keys: []string{"commit-horizon"}, meaning: "with `ordering: key` on PostgreSQL: `on` claims a key's head only once every transaction that could still commit an earlier row of the key has ended; `off` only for producers that never overlap on a key (see [concepts.md](concepts.md#the-commit-horizons-price-postgresql)); ignored by the other dialects. Formerly `ordering-fence`, still accepted for one release ([upgrading.md](upgrading.md))"},
 		{keys: []string{"retention"}, meaning: "`0` deletes a row as soon as it is acknowledged (one write per event); any other value keeps it `PROCESSED` until cleanup (after `cleanup.outbox-ttl`), which makes the acknowledgement a second write and costs about half the drain rate ([benchmarks.md](benchmarks.md#claim-modes))"},
 		{keys: []string{"lease"}, meaning: "how long a claimed batch is exclusive (max batch processing time), ≥ 1s"},
 		{keys: []string{"in-flight"}, meaning: "batches of one type between claim and finish at once, 1..64"},
@@ -164,7 +164,7 @@ var tables = []table{
 	{name: "health", prefix: "health", rows: []row{
 		{keys: []string{"listen"}, def: "(off)", meaning: "`host:port` to serve the probes on, e.g. `0.0.0.0:8081`"},
 		{keys: []string{"lag-threshold"}, def: "%v (off)", meaning: "`/readyz` reports `degraded` when an event type's oldest due event is older (scheduled events are not lag)"},
-		{keys: []string{"fence-threshold"}, meaning: "PostgreSQL, when a configured type has `ordering: key` with its fence on: `/readyz` reports `degraded` (`ordering_fence_held`), naming the transaction, when a transaction of the cluster has held a transaction id longer; `0` turns it off"},
+		{keys: []string{"horizon-threshold"}, meaning: "PostgreSQL, when a configured type has `ordering: key` with its commit horizon on: `/readyz` reports `degraded` (`commit_horizon_held`), naming the transaction, when a transaction of the cluster has held a transaction id longer; `0` turns it off. Formerly `fence-threshold`, still accepted for one release ([upgrading.md](upgrading.md))"},
 		{keys: []string{"reject-threshold"}, meaning: "`/readyz` reports `degraded` (`destination_rejecting`) when a type's destination has refused its messages (no stream bound, exchange missing, webhook 404) for longer, acknowledging none; negative turns it off"},
 		{keys: []string{"fail-when-degraded"}, meaning: "`/readyz` answers 503 when degraded, not only when not ready"},
 	}},

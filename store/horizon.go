@@ -7,22 +7,40 @@ import (
 	"time"
 )
 
-// FenceInspector is implemented by drivers whose ordered claim has a
-// visibility fence (PostgreSQL; docs/concepts.md, "Ordering"). The fence
-// is the oldest transaction of the whole cluster that holds a transaction
-// id, in any database, prepared transactions included: no row of an
-// ordered type inserted after it began can be claimed until it ends. The
-// admin API, its dashboard and /readyz name it.
-type FenceInspector interface {
-	// OutboxFenceHolder returns the oldest transaction that holds a
+// HorizonInspector is implemented by drivers whose ordered claim has a
+// commit horizon (PostgreSQL; docs/concepts.md, "Ordering"). The oldest
+// transaction of the whole cluster that holds a transaction id, in any
+// database, prepared transactions included, holds the horizon: no row of
+// an ordered type inserted after it began can be claimed until it ends.
+// The admin API, its dashboard and /readyz name it.
+type HorizonInspector interface {
+	// OutboxHorizonHolder returns the oldest transaction that holds a
 	// transaction id, other than the caller's own session, or nil when
 	// none does. It is one query over the server's activity views;
 	// callers cache it for a few seconds.
-	OutboxFenceHolder(ctx context.Context) (*FenceHolder, error)
+	OutboxHorizonHolder(ctx context.Context) (*HorizonHolder, error)
 }
 
-// FenceHolder is the transaction that holds the ordering fence back.
-type FenceHolder struct {
+// FenceInspector is the former name of HorizonInspector, with the former
+// name of its method. The in-tree drivers implement both; a caller that
+// has moved asserts HorizonInspector.
+//
+// Deprecated: use HorizonInspector.
+type FenceInspector interface {
+	// OutboxFenceHolder is the former name of
+	// HorizonInspector.OutboxHorizonHolder.
+	//
+	// Deprecated: use HorizonInspector.OutboxHorizonHolder.
+	OutboxFenceHolder(ctx context.Context) (*HorizonHolder, error)
+}
+
+// FenceHolder is the former name of HorizonHolder.
+//
+// Deprecated: use HorizonHolder.
+type FenceHolder = HorizonHolder
+
+// HorizonHolder is the transaction that holds the commit horizon back.
+type HorizonHolder struct {
 	// PID is the server process of the session, 0 for a prepared
 	// transaction.
 	PID int `json:"pid,omitempty"`
@@ -50,7 +68,7 @@ type FenceHolder struct {
 // Name names the holder for people: "pid 4242 (user app, database shop,
 // application psql, idle in transaction)", or "prepared transaction
 // \"gid\" (user app, database shop)".
-func (h *FenceHolder) Name() string {
+func (h *HorizonHolder) Name() string {
 	name := fmt.Sprintf("pid %d", h.PID)
 	if h.Prepared != "" {
 		name = fmt.Sprintf("prepared transaction %q", h.Prepared)

@@ -10,11 +10,13 @@ import (
 	"github.com/txbox/txbox/store/postgres"
 )
 
-// TestOverviewNamesTheFenceHolder: the overview names the oldest
+// TestOverviewNamesTheHorizonHolder: the overview names the oldest
 // transaction that holds a transaction id (here one that read
-// pg_current_xact_id() and stays open), which holds back the ordering
-// fence; SQLite, which has no such fence, names none.
-func TestOverviewNamesTheFenceHolder(t *testing.T) {
+// pg_current_xact_id() and stays open), which holds back the commit
+// horizon, as horizon_holder and, for one release, as the deprecated
+// fence_holder too (docs/upgrading.md); SQLite, which has no such horizon,
+// names none.
+func TestOverviewNamesTheHorizonHolder(t *testing.T) {
 	t.Parallel()
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
@@ -46,10 +48,13 @@ func TestOverviewNamesTheFenceHolder(t *testing.T) {
 		testenv.WaitFor(t, 2*time.Minute, "the pinning transaction named", func() bool {
 			ov = admin.Overview{}
 			b.getJSON("/api/v1/overview", &ov)
-			return ov.FenceHolder != nil && ov.FenceHolder.PID == pid
+			return ov.HorizonHolder != nil && ov.HorizonHolder.PID == pid
 		})
-		if fh := ov.FenceHolder; fh.XID != xid || fh.Application != app || fh.Name == "" || fh.State == "" {
-			t.Fatalf("fence holder %+v, want xid %d, application %s", fh, xid, app)
+		if fh := ov.HorizonHolder; fh.XID != xid || fh.Application != app || fh.Name == "" || fh.State == "" {
+			t.Fatalf("horizon holder %+v, want xid %d, application %s", fh, xid, app)
+		}
+		if old := ov.FenceHolder; old == nil || *old != *ov.HorizonHolder {
+			t.Fatalf("fence_holder %+v, want the horizon holder %+v under its former name", old, ov.HorizonHolder)
 		}
 	})
 	t.Run("sqlite", func(t *testing.T) {
@@ -57,8 +62,8 @@ func TestOverviewNamesTheFenceHolder(t *testing.T) {
 		b := setup(t, storeharness.SQLite(), nil)
 		var ov admin.Overview
 		b.getJSON("/api/v1/overview", &ov)
-		if ov.FenceHolder != nil {
-			t.Fatalf("fence holder %+v on SQLite", ov.FenceHolder)
+		if ov.HorizonHolder != nil || ov.FenceHolder != nil {
+			t.Fatalf("horizon holder %+v (fence_holder %+v) on SQLite", ov.HorizonHolder, ov.FenceHolder)
 		}
 	})
 }

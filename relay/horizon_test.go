@@ -30,7 +30,7 @@ import (
 	"github.com/txbox/txbox/store/storetest"
 )
 
-// The ordering fence (docs/concepts.md, "Ordering"): a key's events reach
+// The commit horizon (docs/concepts.md, "Ordering"): a key's events reach
 // the destination in their producers' transaction order, also when the
 // transactions overlap, with the real relay and a webhook receiver.
 
@@ -39,10 +39,10 @@ import (
 type receiver struct {
 	srv *httptest.Server
 	mu  sync.Mutex
-	got []fencePayload
+	got []horizonPayload
 }
 
-type fencePayload struct {
+type horizonPayload struct {
 	Key  string `json:"key"`
 	Name string `json:"name"`
 }
@@ -51,7 +51,7 @@ func newReceiver(t *testing.T) *receiver {
 	r := &receiver{}
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, err := io.ReadAll(req.Body)
-		var p fencePayload
+		var p horizonPayload
 		if err == nil {
 			err = json.Unmarshal(body, &p)
 		}
@@ -78,7 +78,7 @@ func (r *receiver) names() []string {
 	return out
 }
 
-func (r *receiver) snapshot() []fencePayload {
+func (r *receiver) snapshot() []horizonPayload {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.got)
@@ -86,20 +86,20 @@ func (r *receiver) snapshot() []fencePayload {
 
 // typePolls counts the claims of one type.
 type typePolls struct {
-	relay.NopHook
+	txbox.NopRelayHook
 	typ string
 	n   atomic.Int64
 }
 
-func (c *typePolls) OnPoll(ev relay.PollEvent) {
+func (c *typePolls) OnPoll(ev txbox.PollEvent) {
 	if ev.EventType == c.typ && ev.Err == nil {
 		c.n.Add(1)
 	}
 }
 
-// fenceEnv is one dialect's store and a relay delivering one ordered type
+// horizonEnv is one dialect's store and a relay delivering one ordered type
 // to a webhook receiver.
-type fenceEnv struct {
+type horizonEnv struct {
 	h     storetest.Harness
 	d     store.Driver
 	rcv   *receiver
@@ -107,7 +107,7 @@ type fenceEnv struct {
 	typ   string
 }
 
-func newFenceEnv(t *testing.T, h storetest.Harness) *fenceEnv {
+func newHorizonEnv(t *testing.T, h storetest.Harness) *horizonEnv {
 	t.Helper()
 	d, err := h.Open(t, h.NewNamespace(t), "")
 	if err != nil {
@@ -116,32 +116,32 @@ func newFenceEnv(t *testing.T, h storetest.Harness) *fenceEnv {
 	if err := d.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	return &fenceEnv{h: h, d: d, rcv: newReceiver(t), typ: "fence.repro", polls: &typePolls{typ: "fence.repro"}}
+	return &horizonEnv{h: h, d: d, rcv: newReceiver(t), typ: "horizon.repro", polls: &typePolls{typ: "horizon.repro"}}
 }
 
 // start runs the relay, with claim as the type's claim mode.
-func (e *fenceEnv) start(t *testing.T, claim relay.ClaimMode) {
+func (e *horizonEnv) start(t *testing.T, claim txbox.ClaimMode) {
 	t.Helper()
 	hook, err := webhook.New(webhook.Config{Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := fastConfig(e.d, map[string]sender.Sender{"hook": hook})
-	cfg.Hooks = []relay.Hook{e.polls}
+	cfg.Hooks = []txbox.RelayHook{e.polls}
 	cfg.Events = map[string]relay.EventSettings{e.typ: {
-		Ordering: new(relay.OrderingKey),
+		Ordering: new(txbox.OrderingKey),
 		Claim:    new(claim),
 		Route:    &sender.Route{URL: e.rcv.srv.URL},
 	}}
 	relaytest.Start(t, cfg)
 }
 
-func (e *fenceEnv) event(id txbox.ID, key, name string) *txbox.Event {
+func (e *horizonEnv) event(id txbox.ID, key, name string) *txbox.Event {
 	return &txbox.Event{ID: id, Type: e.typ, Key: key, Payload: fmt.Appendf(nil, `{"key":%q,"name":%q}`, key, name)}
 }
 
 // insert inserts evs in tx.
-func (e *fenceEnv) insert(t testing.TB, tx storetest.Tx, evs ...*txbox.Event) {
+func (e *horizonEnv) insert(t testing.TB, tx storetest.Tx, evs ...*txbox.Event) {
 	t.Helper()
 	if err := e.d.OutboxInsert(context.Background(), tx.Native(), &store.OutboxInsertParams{Events: evs, Notify: true}); err != nil {
 		_ = tx.Rollback()
@@ -149,24 +149,24 @@ func (e *fenceEnv) insert(t testing.TB, tx storetest.Tx, evs ...*txbox.Event) {
 	}
 }
 
-// fenceDialects are the dialects with a fence: PostgreSQL (its
+// horizonDialects are the dialects that keep transaction order: PostgreSQL (its
 // transaction ids) in both claim modes, and SQLite (the rowid the INSERT
 // assigns) with the lease claim, its only one. MySQL/MariaDB orders a key
 // by id only between transactions that do not overlap (docs/concepts.md,
 // "Ordering").
-func fenceDialects() []struct {
+func horizonDialects() []struct {
 	name  string
 	h     func() storetest.Harness
-	claim relay.ClaimMode
+	claim txbox.ClaimMode
 } {
 	return []struct {
 		name  string
 		h     func() storetest.Harness
-		claim relay.ClaimMode
+		claim txbox.ClaimMode
 	}{
-		{"postgres/lease", storeharness.Postgres, relay.ClaimLease},
-		{"postgres/lock", storeharness.Postgres, relay.ClaimLock},
-		{"sqlite/lease", storeharness.SQLite, relay.ClaimLease},
+		{"postgres/lease", storeharness.Postgres, txbox.ClaimLease},
+		{"postgres/lock", storeharness.Postgres, txbox.ClaimLock},
+		{"sqlite/lease", storeharness.SQLite, txbox.ClaimLease},
 	}
 }
 
@@ -179,11 +179,11 @@ func fenceDialects() []struct {
 // receiver must get A (the first insert) before B.
 func TestOrderedOverlappingTransactions(t *testing.T) {
 	t.Parallel()
-	for _, tc := range fenceDialects() {
+	for _, tc := range horizonDialects() {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			h := tc.h()
-			e := newFenceEnv(t, h)
+			e := newHorizonEnv(t, h)
 			if h.SerialWriter {
 				// No claim can run while A holds the write lock; the relay
 				// starts once both committed, when id order would put B
@@ -202,7 +202,7 @@ func TestOrderedOverlappingTransactions(t *testing.T) {
 	}
 }
 
-func overlapConcurrentWriters(t *testing.T, e *fenceEnv) {
+func overlapConcurrentWriters(t *testing.T, e *horizonEnv) {
 	idA, idB := txbox.NewID(), txbox.NewID() // A's id is the smaller
 	a := e.h.Begin(t, e.d)
 	e.insert(t, a, e.event(idA, "k1", "A"))
@@ -224,7 +224,7 @@ func overlapConcurrentWriters(t *testing.T, e *fenceEnv) {
 	}
 }
 
-func overlapSerialWriter(t *testing.T, e *fenceEnv) {
+func overlapSerialWriter(t *testing.T, e *horizonEnv) {
 	idB, idA := txbox.NewID(), txbox.NewID() // B's id is the smaller
 	a := e.h.Begin(t, e.d)
 	e.insert(t, a, e.event(idA, "k1", "A")) // A holds the write lock
@@ -263,10 +263,10 @@ func overlapSerialWriter(t *testing.T, e *fenceEnv) {
 // increasing transaction id order, and every event.
 func TestOrderedOverlapLoad(t *testing.T) {
 	t.Parallel()
-	for _, claim := range []relay.ClaimMode{relay.ClaimLease, relay.ClaimLock} {
+	for _, claim := range []txbox.ClaimMode{txbox.ClaimLease, txbox.ClaimLock} {
 		t.Run(string(claim), func(t *testing.T) {
 			t.Parallel()
-			e := newFenceEnv(t, storeharness.Postgres())
+			e := newHorizonEnv(t, storeharness.Postgres())
 			e.start(t, claim)
 			pool := e.d.(*postgres.Driver).Pool()
 			const producers, perProducer, keys = 12, 25, 4
@@ -308,7 +308,7 @@ func TestOrderedOverlapLoad(t *testing.T) {
 }
 
 // publishOverlapping is one producer transaction of TestOrderedOverlapLoad.
-func publishOverlapping(e *fenceEnv, pool *pgxpool.Pool, rng *rand.Rand, key string) error {
+func publishOverlapping(e *horizonEnv, pool *pgxpool.Pool, rng *rand.Rand, key string) error {
 	ctx := context.Background()
 	id := txbox.NewID()
 	time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond) // workload: let later ids overtake this one
@@ -328,30 +328,30 @@ func publishOverlapping(e *fenceEnv, pool *pgxpool.Pool, rng *rand.Rand, key str
 	return tx.Commit(ctx)
 }
 
-// TestOrderedWaitsBehindAnXidHolder is the fence pin on delivery: a
+// TestOrderedWaitsBehindAnXidHolder is the horizon pin on delivery: a
 // transaction that holds a transaction id (it read pg_current_xact_id()
 // and stays open; a read-only snapshot would hold none) keeps every
 // ordered event published after it began from being delivered, in both
 // claim modes, and the events go once it ends. It logs the delay from
-// its commit to the delivery: the fence's wait (the claim's fence
-// back-off) on top of the relay's usual pick-up. TXBOX_FENCE_HOLD holds
+// its commit to the delivery: the horizon's wait (the claim's horizon
+// back-off) on top of the relay's usual pick-up. TXBOX_HORIZON_HOLD holds
 // the transaction that much longer (docs/concepts.md, "Ordering", has
 // the delay behind a 60 s transaction).
 func TestOrderedWaitsBehindAnXidHolder(t *testing.T) {
 	t.Parallel()
 	hold := time.Duration(0)
-	if v := os.Getenv("TXBOX_FENCE_HOLD"); v != "" {
+	if v := os.Getenv("TXBOX_HORIZON_HOLD"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
-			t.Fatalf("TXBOX_FENCE_HOLD=%q: %v", v, err)
+			t.Fatalf("TXBOX_HORIZON_HOLD=%q: %v", v, err)
 		}
 		hold = d
 	}
-	for _, claim := range []relay.ClaimMode{relay.ClaimLease, relay.ClaimLock} {
+	for _, claim := range []txbox.ClaimMode{txbox.ClaimLease, txbox.ClaimLock} {
 		t.Run(string(claim), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			e := newFenceEnv(t, storeharness.Postgres())
+			e := newHorizonEnv(t, storeharness.Postgres())
 			e.start(t, claim)
 			pool := e.d.(*postgres.Driver).Pool()
 			pin, err := pool.Begin(ctx)

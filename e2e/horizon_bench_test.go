@@ -18,55 +18,55 @@ import (
 	"github.com/txbox/txbox/store/postgres"
 )
 
-// fenceScenario is one arrangement of BenchmarkOrderedFenceLatency: the
+// horizonScenario is one arrangement of BenchmarkOrderedHorizonLatency: the
 // ordered type's claim, and how many other types drain a backlog next to
 // it in the same relay, in which claim.
-type fenceScenario struct {
+type horizonScenario struct {
 	name         string
-	orderedClaim relay.ClaimMode
+	orderedClaim txbox.ClaimMode
 	others       int
-	othersClaim  relay.ClaimMode
-	// fenceOff runs the ordered type with ordering-fence: off, the
+	othersClaim  txbox.ClaimMode
+	// horizonOff runs the ordered type with commit-horizon: off, the
 	// control that shows what the other types' load costs without the
-	// fence.
-	fenceOff bool
+	// horizon.
+	horizonOff bool
 }
 
-// fenceLatency is what one scenario measured of the ordered type, from
+// horizonLatency is what one scenario measured of the ordered type, from
 // the publisher sending COMMIT to the JetStream ack.
-type fenceLatency struct {
+type horizonLatency struct {
 	p50, p99 time.Duration
 	samples  int
 	// bulkRate is the other types' drain rate in events/s (0 alone).
 	bulkRate float64
 }
 
-// BenchmarkOrderedFenceLatency measures what the ordering fence costs an
-// ordered type (ordering: key, fence on, 20 keys, one event per
+// BenchmarkOrderedHorizonLatency measures what the commit horizon costs an
+// ordered type (ordering: key, horizon on, 20 keys, one event per
 // transaction at 200 events/s, PostgreSQL → NATS JetStream) when other
 // types of the same relay drain a backlog next to it: alone, next to 1, 4
 // and 10 types in the lock claim, the same in the lease claim, and the
 // ordered type itself in the lock and the lease claim; as a control, the
-// ordered type with ordering-fence: off next to 1, 4 and 10 lock-claimed
-// types, which separates the fence's wait from the load the other types
+// ordered type with commit-horizon: off next to 1, 4 and 10 lock-claimed
+// types, which separates the horizon's wait from the load the other types
 // put on the machine. Every lock-claimed batch holds a transaction id for
-// its whole send, and with it the fence.
+// its whole send, and with it the horizon.
 // It reports the commit-to-ack latency p50/p99 of each scenario, its
 // ratio to the ordered type alone in the lock claim (the default for a
-// broker) of the same round, and, on each control, the ratio of the fence
-// on to off next to the same types (fence-on-to-off: what the fence
+// broker) of the same round, and, on each control, the ratio of the horizon
+// on to off next to the same types (horizon-on-to-off: what the horizon
 // costs, under the same load); medians over TXBOX_BENCH_ROUNDS rounds.
 // Only events committed while the backlog still drained are counted.
-// Results in docs/benchmarks.md, "The ordering fence and lock claims":
+// Results in docs/benchmarks.md, "The commit horizon and lock claims":
 //
-//	TXBOX_BENCH_ROUNDS=2 go test -run '^$' -bench OrderedFenceLatency -benchtime 1x -timeout 60m ./e2e
+//	TXBOX_BENCH_ROUNDS=2 go test -run '^$' -bench OrderedHorizonLatency -benchtime 1x -timeout 60m ./e2e
 //
 // Any transaction of the cluster that holds a transaction id holds the
-// fence, so run it on a cluster of its own (TXBOX_TEST_POSTGRES_URL) when
+// horizon, so run it on a cluster of its own (TXBOX_TEST_POSTGRES_URL) when
 // other work shares the server.
 // TXBOX_BENCH_EVENTS is the backlog of each scenario, split over its other
 // types (default 200,000).
-func BenchmarkOrderedFenceLatency(b *testing.B) {
+func BenchmarkOrderedHorizonLatency(b *testing.B) {
 	testenv.RequireTCP(b, "PostgreSQL", testenv.PostgresAddr)
 	testenv.RequireTCP(b, "NATS", "127.0.0.1:4222")
 	backlog, rounds := 200_000, 1
@@ -79,31 +79,31 @@ func BenchmarkOrderedFenceLatency(b *testing.B) {
 			*dst = x
 		}
 	}
-	scenarios := []fenceScenario{
-		{name: "alone-lock", orderedClaim: relay.ClaimLock},
-		{name: "alone-lease", orderedClaim: relay.ClaimLease},
+	scenarios := []horizonScenario{
+		{name: "alone-lock", orderedClaim: txbox.ClaimLock},
+		{name: "alone-lease", orderedClaim: txbox.ClaimLease},
 	}
-	// Each fence-off control runs right after its fence-on pair, so that
+	// Each horizon-off control runs right after its horizon-on pair, so that
 	// the two see the same load on the machine.
 	for _, n := range []int{1, 4, 10} {
 		scenarios = append(scenarios,
-			fenceScenario{name: fmt.Sprintf("next-to-%d-lock", n), orderedClaim: relay.ClaimLock, others: n, othersClaim: relay.ClaimLock},
-			fenceScenario{name: fmt.Sprintf("fence-off-next-to-%d-lock", n), orderedClaim: relay.ClaimLock, others: n, othersClaim: relay.ClaimLock, fenceOff: true},
-			fenceScenario{name: fmt.Sprintf("next-to-%d-lease", n), orderedClaim: relay.ClaimLock, others: n, othersClaim: relay.ClaimLease})
+			horizonScenario{name: fmt.Sprintf("next-to-%d-lock", n), orderedClaim: txbox.ClaimLock, others: n, othersClaim: txbox.ClaimLock},
+			horizonScenario{name: fmt.Sprintf("horizon-off-next-to-%d-lock", n), orderedClaim: txbox.ClaimLock, others: n, othersClaim: txbox.ClaimLock, horizonOff: true},
+			horizonScenario{name: fmt.Sprintf("next-to-%d-lease", n), orderedClaim: txbox.ClaimLock, others: n, othersClaim: txbox.ClaimLease})
 	}
-	scenarios = append(scenarios, fenceScenario{name: "lease-next-to-10-lock",
-		orderedClaim: relay.ClaimLease, others: 10, othersClaim: relay.ClaimLock})
+	scenarios = append(scenarios, horizonScenario{name: "lease-next-to-10-lock",
+		orderedClaim: txbox.ClaimLease, others: 10, othersClaim: txbox.ClaimLock})
 	p50, p99 := map[string][]float64{}, map[string][]float64{}
 	r50, r99 := map[string][]float64{}, map[string][]float64{}
 	on50, on99 := map[string][]float64{}, map[string][]float64{}
 	for round := range rounds {
-		var base fenceLatency
-		got := map[string]fenceLatency{}
+		var base horizonLatency
+		got := map[string]horizonLatency{}
 		for i, sc := range scenarios {
 			// A sub-benchmark each, so that its pools close before the
 			// next scenario opens its own.
 			b.Run(fmt.Sprintf("round-%d/%s", round+1, sc.name), func(b *testing.B) {
-				l := measureFence(b, sc, backlog)
+				l := measureHorizon(b, sc, backlog)
 				if i == 0 {
 					base = l
 				}
@@ -118,11 +118,11 @@ func BenchmarkOrderedFenceLatency(b *testing.B) {
 				b.ReportMetric(ms(l.p99)/ms(base.p99), "p99-ratio")
 				b.ReportMetric(float64(l.samples), "samples")
 				b.ReportMetric(l.bulkRate, "others-events/s")
-				if on, ok := got[strings.TrimPrefix(sc.name, "fence-off-")]; ok && sc.fenceOff {
+				if on, ok := got[strings.TrimPrefix(sc.name, "horizon-off-")]; ok && sc.horizonOff {
 					on50[sc.name] = append(on50[sc.name], ms(on.p50)/ms(l.p50))
 					on99[sc.name] = append(on99[sc.name], ms(on.p99)/ms(l.p99))
-					b.ReportMetric(ms(on.p50)/ms(l.p50), "fence-on-to-off-p50")
-					b.ReportMetric(ms(on.p99)/ms(l.p99), "fence-on-to-off-p99")
+					b.ReportMetric(ms(on.p50)/ms(l.p50), "horizon-on-to-off-p50")
+					b.ReportMetric(ms(on.p99)/ms(l.p99), "horizon-on-to-off-p99")
 				}
 			})
 		}
@@ -136,8 +136,8 @@ func BenchmarkOrderedFenceLatency(b *testing.B) {
 			b.Logf("median of %d rounds: %-26s p50 %7.2f ms  p99 %7.2f ms  (×%.2f / ×%.2f of alone-lock)",
 				len(p50[sc.name]), sc.name, median(p50[sc.name]), median(p99[sc.name]), median(r50[sc.name]), median(r99[sc.name]))
 			if len(on50[sc.name]) > 0 {
-				b.Logf("median of %d rounds: fence on / off next to the same types, p50 ×%.2f, p99 ×%.2f (%s)",
-					len(on50[sc.name]), median(on50[sc.name]), median(on99[sc.name]), strings.TrimPrefix(sc.name, "fence-off-"))
+				b.Logf("median of %d rounds: horizon on / off next to the same types, p50 ×%.2f, p99 ×%.2f (%s)",
+					len(on50[sc.name]), median(on50[sc.name]), median(on99[sc.name]), strings.TrimPrefix(sc.name, "horizon-off-"))
 			}
 		}
 	})
@@ -145,11 +145,11 @@ func BenchmarkOrderedFenceLatency(b *testing.B) {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// measureFence runs one scenario in a fresh schema and stream: it fills
+// measureHorizon runs one scenario in a fresh schema and stream: it fills
 // the other types' backlog, starts one relay, waits for the backlog to
 // start draining, then publishes the ordered type at 200 events/s until
 // the backlog is gone (at most 20 s; at least 1 s alone).
-func measureFence(b *testing.B, sc fenceScenario, backlog int) fenceLatency {
+func measureHorizon(b *testing.B, sc horizonScenario, backlog int) horizonLatency {
 	b.Helper()
 	ctx := context.Background()
 	ns := postgresKind.newNamespace(b)
@@ -162,11 +162,11 @@ func measureFence(b *testing.B, sc fenceScenario, backlog int) fenceLatency {
 	cfg.Cleanup.Disabled = true
 	cfg.DiscoverInterval = -1
 	cfg.Defaults.Polling = nil // the defaults, woken by NOTIFY
-	fence := relay.OrderingFenceOn
-	if sc.fenceOff {
-		fence = relay.OrderingFenceOff
+	horizon := txbox.CommitHorizonOn
+	if sc.horizonOff {
+		horizon = txbox.CommitHorizonOff
 	}
-	cfg.Events = map[string]relay.EventSettings{"ordered": {Ordering: new(relay.OrderingKey), OrderingFence: &fence, Claim: new(sc.orderedClaim)}}
+	cfg.Events = map[string]relay.EventSettings{"ordered": {Ordering: new(txbox.OrderingKey), CommitHorizon: &horizon, Claim: new(sc.orderedClaim)}}
 	for t := range sc.others {
 		cfg.Events[fmt.Sprintf("bulk%02d", t)] = relay.EventSettings{Claim: new(sc.othersClaim)}
 	}
@@ -230,7 +230,7 @@ func measureFence(b *testing.B, sc fenceScenario, backlog int) fenceLatency {
 		b.Fatalf("%s: only %d events were committed while the backlog drained; raise TXBOX_BENCH_EVENTS", sc.name, len(lat))
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	l := fenceLatency{p50: lat[len(lat)/2], p99: lat[int(0.99*float64(len(lat)-1))], samples: len(lat)}
+	l := horizonLatency{p50: lat[len(lat)/2], p99: lat[int(0.99*float64(len(lat)-1))], samples: len(lat)}
 	if sc.others > 0 {
 		l.bulkRate = float64(len(bulk)) / bulkEnd.Sub(start).Seconds()
 	}
