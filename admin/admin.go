@@ -65,6 +65,14 @@ type Config struct {
 	// key: only those types' keys are listed as parked. Nil lists the
 	// keys of every type.
 	Ordered func(eventType string) bool
+	// NoCommitHorizon leaves the commit horizon out of the overview: set
+	// it when no event type waits for the horizon (none has Ordering key
+	// with the horizon on), as txbox relay does from its configuration.
+	// The holder is the cluster's oldest transaction, of any database, so
+	// without an ordered type reporting it would only alarm. Defaults to
+	// false: the horizon is reported whenever the store has one
+	// (store.HorizonInspector).
+	NoCommitHorizon bool
 	// Logger receives the audit lines and request failures; tokens and
 	// payloads are never logged. Defaults to slog.Default().
 	Logger *slog.Logger

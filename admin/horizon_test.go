@@ -56,14 +56,26 @@ func TestOverviewNamesTheHorizonHolder(t *testing.T) {
 		if old := ov.FenceHolder; old == nil || *old != *ov.HorizonHolder {
 			t.Fatalf("fence_holder %+v, want the horizon holder %+v under its former name", old, ov.HorizonHolder)
 		}
+		if !ov.HorizonWatched {
+			t.Fatal("horizon_watched = false with a horizon holder reported")
+		}
+		// Without an ordered type (NoCommitHorizon, as txbox relay sets
+		// it), the same held horizon is not reported, and the overview
+		// says it did not look, so the dashboard cannot say "not held".
+		quiet := setup(t, storeharness.Postgres(), func(c *admin.Config) { c.NoCommitHorizon = true })
+		ov = admin.Overview{}
+		quiet.getJSON("/api/v1/overview", &ov)
+		if ov.HorizonHolder != nil || ov.FenceHolder != nil || ov.HorizonWatched {
+			t.Fatalf("NoCommitHorizon: holder %+v, watched %v; want none, false", ov.HorizonHolder, ov.HorizonWatched)
+		}
 	})
 	t.Run("sqlite", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, storeharness.SQLite(), nil)
 		var ov admin.Overview
 		b.getJSON("/api/v1/overview", &ov)
-		if ov.HorizonHolder != nil || ov.FenceHolder != nil {
-			t.Fatalf("horizon holder %+v (fence_holder %+v) on SQLite", ov.HorizonHolder, ov.FenceHolder)
+		if ov.HorizonHolder != nil || ov.FenceHolder != nil || ov.HorizonWatched {
+			t.Fatalf("horizon holder %+v (fence_holder %+v, watched %v) on SQLite", ov.HorizonHolder, ov.FenceHolder, ov.HorizonWatched)
 		}
 	})
 }

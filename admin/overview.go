@@ -174,6 +174,11 @@ type Overview struct {
 	//
 	// Deprecated: use HorizonHolder (JSON horizon_holder).
 	FenceHolder *HorizonHolderView `json:"fence_holder,omitempty"`
+	// HorizonWatched is true when the overview looked for a horizon
+	// holder: the store has a commit horizon and Config.NoCommitHorizon
+	// is not set. False: no event type waits for the horizon, and the
+	// dashboard says so instead of "not held".
+	HorizonWatched bool `json:"horizon_watched"`
 	// Stream is WAL mode's stream of the in-process relay and its slot;
 	// absent in table mode (docs/concepts.md, "WAL mode").
 	Stream *StreamView `json:"stream,omitempty"`
@@ -392,7 +397,8 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ov.ParkedKeys = len(parked)
-	if fi, ok := h.cfg.Store.(store.HorizonInspector); ok {
+	if fi, ok := h.cfg.Store.(store.HorizonInspector); ok && !h.cfg.NoCommitHorizon {
+		ov.HorizonWatched = true
 		fh, err := fi.OutboxHorizonHolder(ctx)
 		if err != nil {
 			h.writeError(w, r, err)

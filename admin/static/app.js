@@ -152,7 +152,8 @@ function render(ov) {
   // after it began wait until it ends (docs/concepts.md, "Ordering").
   const fh = ov.horizon_holder;
   const horizon = $("#horizon-holder");
-  horizon.textContent = fh ? "held by " + fh.name + ", transaction id " + fh.xid + ", open " + fmtDur(fh.age_seconds) : "not held";
+  horizon.textContent = !ov.horizon_watched ? "not watched: no event type waits for it (ordering: key)"
+    : fh ? "held by " + fh.name + ", transaction id " + fh.xid + ", open " + fmtDur(fh.age_seconds) : "not held";
   horizon.className = fh && fh.age_seconds >= 60 ? "err" : "";
 
   // WAL mode: the stream and its slot (docs/operations.md, "WAL mode").

@@ -46,6 +46,7 @@ func startAdmin(e *env, cfg *config.Config, st *config.Store, r *relay.Relay, re
 			o := cfg.Effective(t).Ordering
 			return o != nil && *o == txbox.OrderingKey
 		},
+		NoCommitHorizon: !cfg.HasCommitHorizon(),
 	})
 	if err != nil {
 		return nil, err
