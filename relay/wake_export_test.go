@@ -1,6 +1,6 @@
 package relay
 
-// The wake-up looks' pacing (wake.go), for the tests of package relay_test.
+// The wake-up looks' spacing (wake.go), for the tests of package relay_test.
 const (
 	WakeLookSpacing  = wakeDiscoverySpacing
 	WakeLookPatience = wakeDiscoveryPatience
