@@ -14,7 +14,11 @@ import (
 // message and a message the relay could not even build never share a
 // failure group, whatever their texts. Each names one relay outcome that
 // ends in the dead-letter table (docs/operations.md, "Dead letters";
-// docs/concepts.md, "Outages versus poison"):
+// docs/concepts.md, "Outages versus poison"). The relay does not record
+// the class yet: today a permanent failure and an unsendable row fail at
+// once, and poison and exhausted attempts share one path (a counted
+// failure at max-attempts), told apart only by txbox.Classify of the last
+// error (transient or not).
 const (
 	// FailurePermanent: the sender marked the failure permanent
 	// (txbox.Classify returns txbox.ClassPermanent: a message over the
