@@ -258,7 +258,7 @@ func (l *lane) splitInvalid(rows []*store.OutboxRow) ([]*store.OutboxRow, []stor
 		if row.Invalid == "" {
 			continue
 		}
-		msg := "not sent: the row cannot be turned into a message: " + row.Invalid
+		msg := store.NotSentPrefix + "the row cannot be turned into a message: " + row.Invalid
 		if len(msg) > maxErrorText {
 			msg = strings.ToValidUTF8(msg[:maxErrorText], "")
 		}

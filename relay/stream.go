@@ -367,7 +367,7 @@ func (s *streamSource) route(it *streamItem) {
 	l := it.l
 	switch {
 	case ev.Row.Invalid != "":
-		why := "not sent: the event cannot be turned into a message: " + ev.Row.Invalid
+		why := store.NotSentPrefix + "the event cannot be turned into a message: " + ev.Row.Invalid
 		s.log.Warn("stream event cannot be turned into a message; dead-lettering it", slog.String("event_id", ev.Row.ID.String()),
 			slog.String("event_type", ev.Row.EventType), slog.String("reason", ev.Row.Invalid))
 		if l == nil {

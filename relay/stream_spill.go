@@ -265,7 +265,7 @@ func (s *streamSource) writeGroup(jobs []*spillJob, errs *backoff.Streak) bool {
 func (j *spillJob) deadLetterForm(refusal error) {
 	ev := *j.it.ev
 	row := &ev.Row
-	why := "not sent: the database refused the event as it was (" + errorText(refusal) + ")"
+	why := store.NotSentPrefix + "the database refused the event as it was (" + errorText(refusal) + ")"
 	if j.item.Error != "" {
 		why += "; before that: " + j.item.Error
 	}
@@ -280,7 +280,7 @@ func (j *spillJob) deadLetterForm(refusal error) {
 		}
 		row.Headers = h
 	} else {
-		why = "not sent: the database refused even the event's sanitized form; kept as bytes (" + errorText(refusal) + ")"
+		why = store.NotSentPrefix + "the database refused even the event's sanitized form; kept as bytes (" + errorText(refusal) + ")"
 		row.EventType, row.Key, row.Headers = store.UndecodableEventType, "", nil
 	}
 	if len(why) > maxErrorText {

@@ -70,6 +70,9 @@ func (f *DeadLetterFilter) Validate() error {
 	default:
 		return &FilterError{"Status", fmt.Sprintf("%q must be %s or %s", f.Status, DeadLetterUnresolved, DeadLetterResolved)}
 	}
+	if f.Group != "" && !ValidFingerprintKey(f.Group) {
+		return &FilterError{"Group", "not a fingerprint key (16 lower-case hex digits)"}
+	}
 	if len(f.IDs) > MaxFilterIDs {
 		return &FilterError{"IDs", fmt.Sprintf("%d ids, at most %d", len(f.IDs), MaxFilterIDs)}
 	}

@@ -107,6 +107,15 @@ type DeadLetters interface {
 	DeadLetterResolve(ctx context.Context, ids []txbox.ID) (int, error)
 	// DeadLetterDelete deletes the given dead letters at once.
 	DeadLetterDelete(ctx context.Context, ids []txbox.ID) (int, error)
+	// DeadLetterFingerprint fingerprints up to Limit dead letters that
+	// have no fingerprint yet (new ones, and those stored before
+	// fingerprints were), with params.Print, and returns how many it
+	// wrote. Concurrent callers skip each other's rows.
+	DeadLetterFingerprint(ctx context.Context, params *DeadLetterFingerprintParams) (int, error)
+	// DeadLetterGroups lists the failure groups of the fingerprinted dead
+	// letters, largest first (count desc, fingerprint desc), each with
+	// its newest dead letter as its sample.
+	DeadLetterGroups(ctx context.Context, params *DeadLetterGroupsParams) ([]*DeadLetterGroup, error)
 	// DeadLetterCleanup deletes up to Limit RESOLVED dead letters resolved
 	// more than OlderThan ago.
 	DeadLetterCleanup(ctx context.Context, params *CleanupParams) (int, error)
@@ -327,6 +336,10 @@ type DeadLetterFilter struct {
 	// IDs, when not empty, keeps only these dead letters; at most
 	// MaxFilterIDs.
 	IDs []txbox.ID
+	// Group, when set, keeps only the dead letters of this failure group
+	// (a Fingerprint.Key, DeadLetterGroup.Fingerprint). A dead letter not
+	// fingerprinted yet (DeadLetterFingerprint) belongs to no group.
+	Group string
 }
 
 // DeadLetterListParams are the parameters of DeadLetters.DeadLetterList.

@@ -156,10 +156,11 @@ func (d *Driver) Migrate(ctx context.Context) error {
 // what it adds exists: a migration interrupted after its ALTER TABLE ...
 // ADD CONSTRAINT and before its version was recorded is run again, and
 // neither MySQL 8 nor MariaDB has ADD CONSTRAINT IF NOT EXISTS for checks
-// in a form both accept.
+// in a form both accept. The same holds for ADD COLUMN (MySQL 8 has no IF
+// NOT EXISTS there), whose statements add all their columns or none.
 func alreadyApplied(err error) bool {
 	switch mysqlErrno(err) {
-	case errDupCheckMySQL, errDupCheckMariaDB:
+	case errDupCheckMySQL, errDupCheckMariaDB, errDupColumn:
 		return true
 	}
 	return false

@@ -361,6 +361,9 @@ const (
 	// on MySQL 8, ER_DUP_CONSTRAINT_NAME on MariaDB.
 	errDupCheckMySQL   = 3822
 	errDupCheckMariaDB = 1826
+	// ER_DUP_FIELDNAME: a column of that name exists (an ADD COLUMN run
+	// again).
+	errDupColumn = 1060
 )
 
 func mysqlErrno(err error) uint16 {

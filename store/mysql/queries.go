@@ -1,6 +1,10 @@
 package mysql
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/txbox/txbox/store/internal/sqlstore"
+)
 
 // queries holds every statement of the driver, rendered once in New with
 // the validated, quoted table names ({{outbox}}, {{dead_letter}},
@@ -13,6 +17,8 @@ import "strings"
 // the ordered claim (keyRuns) and the dead-letter filters
 // (deadLetterWhere).
 type queries struct {
+	// Failure groups (groups.go).
+	groups sqlstore.GroupSQL
 	// Outbox: publish, claim, finish, recovery, discovery, stats, cleanup.
 	insert, insertRow, insertRowNotBefore string
 	claim, claimUpdate                    string
@@ -74,6 +80,7 @@ func (d *Driver) buildQueries() queries {
 	d.outboxQueries(&q)
 	d.orderedQueries(&q)
 	d.deadLetterQueries(&q)
+	d.groupQueries(&q)
 	d.inspectQueries(&q)
 	d.leaseQueries(&q)
 	d.inboxQueries(&q)

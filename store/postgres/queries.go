@@ -29,6 +29,8 @@ type queries struct {
 	lockClaim, lockFinish, lockDLMove string
 
 	dlMove, dlList, dlListIDs, dlCount, dlGet string
+	// Failure groups (groups.go).
+	dlUnprinted, dlPrint, dlGroups, dlGroupSample string
 	dlRetry, dlResolve, dlDelete              string
 	dlCleanup                                 string
 
@@ -284,7 +286,9 @@ func (d *Driver) deadLetterQueries(q *queries) {
 			event_type = EXCLUDED.event_type, event_key = EXCLUDED.event_key, payload = EXCLUDED.payload,
 			headers = EXCLUDED.headers, attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error,
 			created_at = EXCLUDED.created_at, failed_at = EXCLUDED.failed_at, status = 'UNRESOLVED', resolved_at = NULL,
-			txid = EXCLUDED.txid
+			txid = EXCLUDED.txid,
+			-- A new failure: fingerprinted again (DeadLetterFingerprint).
+			fingerprint = NULL, failure_class = NULL, failure_message = NULL, destination = NULL
 		RETURNING 1
 	)
 	SELECT count(*) FROM ins`)
@@ -341,15 +345,35 @@ func (d *Driver) deadLetterListQueries(q *queries) {
 		AND ($4 = '' OR strpos(lower(last_error), lower($4)) > 0)
 		AND ($5::timestamptz IS NULL OR failed_at >= $5)
 		AND ($6::timestamptz IS NULL OR failed_at < $6)
-		AND ($7::uuid[] IS NULL OR id = ANY($7))`
+		AND ($7::uuid[] IS NULL OR id = ANY($7))
+		AND ($8 = '' OR fingerprint = $8)`
 	const dlPage = `
-		AND ($8::timestamptz IS NULL OR (failed_at, id) < ($8, $9::uuid))
+		AND ($9::timestamptz IS NULL OR (failed_at, id) < ($9, $10::uuid))
 		ORDER BY failed_at DESC, id DESC
-		LIMIT $10`
+		LIMIT $11`
 	q.dlList = d.render(`SELECT ` + dlCols + ` FROM {{dead_letter}} WHERE ` + dlFilter + dlPage)
 	q.dlListIDs = d.render(`SELECT id, failed_at, status FROM {{dead_letter}} WHERE ` + dlFilter + dlPage)
 	q.dlCount = d.render(`SELECT count(*) FROM {{dead_letter}} WHERE ` + dlFilter)
 	q.dlGet = d.render(`SELECT ` + dlCols + `, payload FROM {{dead_letter}} WHERE id = $1`)
+
+	// Fingerprinting: the rows not fingerprinted yet, locked so that two
+	// relays skip each other's; then their fingerprints in one UPDATE.
+	q.dlUnprinted = d.render(`SELECT id, event_type, attempts, COALESCE(last_error, '') FROM {{dead_letter}}
+		WHERE fingerprint IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`)
+	q.dlPrint = d.render(`UPDATE {{dead_letter}} x SET fingerprint = u.f, failure_class = u.c, failure_message = u.m, destination = u.d
+		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[]) AS u(id, f, c, m, d)
+		WHERE x.id = u.id AND x.fingerprint IS NULL`)
+	// The groups, largest first, counted from dead_letter_group_idx
+	// alone; then each group's newest dead letter.
+	q.dlGroups = d.render(`SELECT fingerprint, count(*), min(failed_at), max(failed_at) FROM {{dead_letter}}
+		WHERE fingerprint IS NOT NULL AND ($1 = '' OR status = $1)
+		GROUP BY fingerprint
+		HAVING $2::bigint IS NULL OR (count(*), fingerprint) < ($2, $3::text)
+		ORDER BY count(*) DESC, fingerprint DESC
+		LIMIT $4`)
+	q.dlGroupSample = d.render(`SELECT id, event_type, COALESCE(destination, ''), COALESCE(failure_class, ''), COALESCE(failure_message, ''), COALESCE(last_error, '')
+		FROM {{dead_letter}} WHERE fingerprint = $1 AND ($2 = '' OR status = $2)
+		ORDER BY failed_at DESC, id DESC LIMIT 1`)
 }
 
 func (d *Driver) leaseQueries(q *queries) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/internal/sqlstore"
 )
 
 // All SQL of the package lives here, written against placeholder table
@@ -44,6 +45,8 @@ func parseTime(s string) (time.Time, error) {
 
 // queries holds every statement with the table names filled in.
 type queries struct {
+	// Failure groups (groups.go).
+	groups sqlstore.GroupSQL
 	// Operators' views and relay heartbeats (inspect.go).
 	inspectGroups, inspectLastError, parkedKeys                string
 	instanceForget, instanceBeat, instanceList, instanceRemove string
@@ -133,6 +136,7 @@ func buildQueries(t store.Tables) queries {
 	)
 	var q queries
 	publishQueries(&q, r)
+	groupQueries(&q, r)
 	claimQueries(&q, r)
 	finishQueries(&q, r)
 	statsQueries(&q, r)
@@ -280,7 +284,8 @@ ON CONFLICT (id) DO UPDATE SET
     event_type = excluded.event_type, event_key = excluded.event_key, payload = excluded.payload,
     headers = excluded.headers, attempts = excluded.attempts, last_error = excluded.last_error,
     created_at = excluded.created_at, failed_at = excluded.failed_at, status = 'UNRESOLVED', resolved_at = NULL,
-    seq = excluded.seq
+    seq = excluded.seq,
+    fingerprint = NULL, failure_class = NULL, failure_message = NULL, destination = NULL
 RETURNING id`)
 	q.deadLetterMoveDelete = r.Replace(`DELETE FROM {outbox} WHERE status = 'FAILED' AND id IN `)
 	q.deadLetterSelect = r.Replace(`SELECT ` + dlCols + ` FROM {dead_letter}`)

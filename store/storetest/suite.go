@@ -56,6 +56,7 @@ func Exercise(t *testing.T, h Harness) {
 		{"DeadLetterCursor", testDeadLetterCursor},
 		{"DeadLetterListReadsSizesNotPayloads", testDeadLetterListSizes},
 		{"DeadLetterWalkHandsOverOnce", testDeadLetterWalkOnce},
+		{"DeadLetterGroups", testDeadLetterGroups},
 		{"OutboxCleanupTTL", testOutboxCleanup},
 		{"DeadLetterCleanupTTL", testDeadLetterCleanup},
 		{"CleanupLease", testLease},

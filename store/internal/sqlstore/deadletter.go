@@ -70,6 +70,9 @@ func (q DeadLetterSQL) Where(f *store.DeadLetterFilter, after *store.DeadLetterC
 	if !f.FailedBefore.IsZero() {
 		add("failed_at < ?", q.Time(store.FilterBound(f.FailedBefore, q.Precision)))
 	}
+	if f.Group != "" {
+		add("fingerprint = ?", f.Group)
+	}
 	if len(f.IDs) > 0 {
 		conds = append(conds, q.InIDs(len(f.IDs)))
 		for _, id := range f.IDs {
