@@ -215,6 +215,11 @@ const (
 	JobOutboxCleanup     = "outbox_cleanup"
 	JobDeadLetterCleanup = "dead_letter_cleanup"
 	JobDiscover          = "discover"
+	// JobDeadLetterFingerprint fingerprints the dead letters that have no
+	// fingerprint yet, the key of their failure group (docs/operations.md,
+	// "Failure groups"): those the mover or a lock claim's finish just
+	// moved, and those stored before fingerprints were.
+	JobDeadLetterFingerprint = "dead_letter_fingerprint"
 	// JobDiscoverWake is the look for pending types that a wake-up naming
 	// a type without a poller asks for (Relay.Wake): a discovery round
 	// outside discovery's schedule.

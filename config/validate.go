@@ -503,3 +503,23 @@ func checkEnvName(d *decoder, path, v string) {
 		d.fail(path, nil, "%q is not an environment variable name", clip(v))
 	}
 }
+
+// Fingerprinter returns the function that fingerprints dead letters for
+// c's event types (relay.NewFingerprinter): the one a relay built from c
+// uses, for processes that fingerprint without running a relay (txbox
+// dlq groups).
+func (c *Config) Fingerprinter() store.Fingerprinter {
+	return relay.NewFingerprinter(func(eventType string) (relay.TypeFailureSettings, bool) {
+		eff := c.Effective(eventType)
+		name := *eff.Sender
+		if name == "" {
+			if len(c.Senders) != 1 {
+				return relay.TypeFailureSettings{}, false
+			}
+			for n := range c.Senders {
+				name = n
+			}
+		}
+		return relay.TypeFailureSettings{Sender: name, Route: eff.Route.Expand(eventType), MaxAttempts: *eff.MaxAttempts}, true
+	})
+}

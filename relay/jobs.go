@@ -178,7 +178,7 @@ func sendTrigger(ch chan jobTrigger, k jobTrigger) {
 // dead-letter table at once instead of waiting for the sweep.
 type jobTriggers struct {
 	txbox.NopRelayHook
-	recover, deadLetter chan jobTrigger
+	recover, deadLetter, fingerprint chan jobTrigger
 }
 
 func (k jobTriggers) OnPoll(ev txbox.PollEvent) {
@@ -190,6 +190,7 @@ func (k jobTriggers) OnPoll(ev txbox.PollEvent) {
 func (k jobTriggers) OnBatch(ev txbox.BatchEvent) {
 	if ev.Failed > 0 {
 		sendTrigger(k.deadLetter, triggerNow)
+		sendTrigger(k.fingerprint, triggerSoon)
 	}
 }
 
@@ -216,8 +217,23 @@ func (r *Relay) recoverRound(ctx context.Context) (int, error) {
 
 func (r *Relay) deadLetterRound(ctx context.Context) (int, error) {
 	limit := r.cfg.MaintenanceBatchSize
-	return batched(ctx, limit, func() (int, error) {
+	n, err := batched(ctx, limit, func() (int, error) {
 		return r.cfg.Store.DeadLetterMove(ctx, &store.DeadLetterMoveParams{Limit: limit})
+	})
+	if n > 0 {
+		sendTrigger(r.triggers.fingerprint, triggerNow)
+	}
+	return n, err
+}
+
+// fingerprintRound fingerprints the dead letters that have none, a
+// maintenance batch at a time. It runs after every mover round that moved
+// rows, and on the mover's schedule, so the rows a lock claim's finish
+// moves itself are fingerprinted too.
+func (r *Relay) fingerprintRound(ctx context.Context) (int, error) {
+	limit := r.cfg.MaintenanceBatchSize
+	return batched(ctx, limit, func() (int, error) {
+		return r.cfg.Store.DeadLetterFingerprint(ctx, &store.DeadLetterFingerprintParams{Limit: limit, Print: r.fingerprint})
 	})
 }
 

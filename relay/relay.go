@@ -47,6 +47,8 @@ type Relay struct {
 	cfg      Config
 	log      *slog.Logger
 	circuits *circuitSet
+	// fingerprint fingerprints dead letters (Config.Fingerprinter).
+	fingerprint store.Fingerprinter
 
 	// life is the relay's start, goroutines and stop
 	// (internal/startstop).
@@ -92,10 +94,11 @@ func New(cfg Config) (*Relay, error) {
 		log:      cfg.Logger.With(slog.String("component", "txbox.relay"), slog.String("instance", cfg.InstanceID)),
 		pollers:  make(map[string]*poller),
 		jobErrs:  make(map[string]string),
-		triggers: jobTriggers{recover: make(chan jobTrigger, 1), deadLetter: make(chan jobTrigger, 1)},
+		triggers: jobTriggers{recover: make(chan jobTrigger, 1), deadLetter: make(chan jobTrigger, 1), fingerprint: make(chan jobTrigger, 1)},
 		locks:    newClaimBudget(cfg.lockBudget()),
 		looks:    newWakeDiscovery(),
 	}
+	r.fingerprint = cfg.Fingerprinter()
 	r.circuits = newCircuitSet(sortedKeys(cfg.Senders), cfg.Circuit, time.Now, r.onCircuit)
 	return r, nil
 }
@@ -151,6 +154,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	c := &r.cfg
 	r.goJob(txbox.JobRecover, newJobSchedule(c.RecoverInterval, c.RecoverMaxInterval), r.triggers.recover, r.recoverRound)
 	r.goJob(txbox.JobDeadLetterMove, newJobSchedule(c.DeadLetterInterval, c.DeadLetterMaxInterval), r.triggers.deadLetter, r.deadLetterRound)
+	r.goJob(txbox.JobDeadLetterFingerprint, newJobSchedule(c.DeadLetterInterval, c.DeadLetterMaxInterval), r.triggers.fingerprint, r.fingerprintRound)
 	if c.DiscoverInterval > 0 {
 		r.goJob(txbox.JobDiscover, newJobSchedule(c.DiscoverInterval, c.DiscoverMaxInterval), nil, r.discoverRound)
 	}

@@ -31,8 +31,8 @@ type queries struct {
 	dlMove, dlList, dlListIDs, dlCount, dlGet string
 	// Failure groups (groups.go).
 	dlUnprinted, dlPrint, dlGroups, dlGroupSample string
-	dlRetry, dlResolve, dlDelete              string
-	dlCleanup                                 string
+	dlRetry, dlResolve, dlDelete                  string
+	dlCleanup                                     string
 
 	leaseAcquire, leaseRelease string
 

@@ -21,10 +21,14 @@ func groupQueries(q *queries, r *strings.Replacer) {
 WHERE fingerprint IS NULL LIMIT ?`),
 		Print: r.Replace(`UPDATE {dead_letter} SET fingerprint = ?, failure_class = ?, failure_message = ?, destination = ?
 WHERE id = ? AND fingerprint IS NULL`),
-		Groups:   groups,
-		Sample:   sample,
-		ScanID:   func(id *txbox.ID) any { return textScan(func(s string) (err error) { *id, err = txbox.ParseID(s); return err }) },
-		ScanTime: func(t *time.Time) any { return textScan(func(s string) (err error) { *t, err = parseTime(s); return err }) },
+		Groups: groups,
+		Sample: sample,
+		ScanID: func(id *txbox.ID) any {
+			return textScan(func(s string) (err error) { *id, err = txbox.ParseID(s); return err })
+		},
+		ScanTime: func(t *time.Time) any {
+			return textScan(func(s string) (err error) { *t, err = parseTime(s); return err })
+		},
 	}
 }
 
