@@ -73,6 +73,13 @@ type Config struct {
 	// false: the horizon is reported whenever the store has one
 	// (store.HorizonInspector).
 	NoCommitHorizon bool
+	// Fingerprinter fingerprints the dead letters a groups listing finds
+	// without a fingerprint (those stored before fingerprints were, or
+	// not reached yet by the relay's dead_letter_fingerprint job). Set it
+	// to the relay's (relay.Relay.Fingerprinter), as txbox relay does, so
+	// that both group a dead letter alike. Defaults to
+	// store.BasicFingerprinter, which knows no destination.
+	Fingerprinter store.Fingerprinter
 	// Logger receives the audit lines and request failures; tokens and
 	// payloads are never logged. Defaults to slog.Default().
 	Logger *slog.Logger
@@ -152,6 +159,9 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.PreviewBytes <= 0 {
 		cfg.PreviewBytes = DefaultPreviewBytes
 	}
+	if cfg.Fingerprinter == nil {
+		cfg.Fingerprinter = store.BasicFingerprinter
+	}
 	h := &Handler{
 		cfg:    cfg,
 		log:    cfg.Logger.With(slog.String("component", "txbox.admin")),
@@ -187,6 +197,7 @@ func (h *Handler) routesInit() {
 	h.handle("GET /api/v1/parked-keys", AccessRead, false, http.HandlerFunc(h.parkedKeys))
 	h.handle("GET /api/v1/dead-letters", AccessRead, false, http.HandlerFunc(h.deadLetterList))
 	h.handle("GET /api/v1/dead-letters/count", AccessRead, false, http.HandlerFunc(h.deadLetterCount))
+	h.handle("GET /api/v1/dead-letters/groups", AccessRead, false, http.HandlerFunc(h.deadLetterGroups))
 	h.handle("GET /api/v1/dead-letters/{id}", AccessRead, false, http.HandlerFunc(h.deadLetterGet))
 	h.handle("GET /api/v1/dead-letters/{id}/payload", AccessRead, false, http.HandlerFunc(h.deadLetterPayload))
 	for _, a := range actions {

@@ -251,7 +251,21 @@ type BulkRequest struct {
 	// Cursor, with Filter or All, continues an action that stopped at
 	// MaxBulk where it stopped: the NextCursor of its result.
 	Cursor string `json:"cursor,omitempty"`
+	// Rate, when above 0, throttles the action to this many dead letters
+	// per second (at most MaxRate), so that a large retry does not flood
+	// the destination that just recovered. One request then acts on at
+	// most ThrottledRequestSeconds × Rate dead letters (and MaxBulk) and
+	// returns NextCursor to go on: the result of each request is the
+	// action's progress.
+	Rate float64 `json:"rate,omitempty"`
 }
+
+// MaxRate is the largest Rate a bulk action accepts; ThrottledRequestSeconds
+// bounds how long one throttled request runs.
+const (
+	MaxRate                 = 100_000
+	ThrottledRequestSeconds = 20
+)
 
 // BulkResult reports a bulk or single action.
 type BulkResult struct {
@@ -301,6 +315,8 @@ type selection struct {
 	filter store.DeadLetterFilter
 	after  *store.DeadLetterCursor
 	single bool
+	// rate is BulkRequest.Rate; 0 runs unthrottled.
+	rate float64
 }
 
 func (h *Handler) bulk(a action) http.HandlerFunc {
@@ -336,7 +352,10 @@ func (h *Handler) bulk(a action) http.HandlerFunc {
 			errs.add("ids", fmt.Sprintf("at most %d ids", MaxBulk))
 		case req.Cursor != "" && res.Selector == "ids":
 			errs.add("cursor", "only with filter or all")
+		case req.Rate < 0 || req.Rate > MaxRate || req.Rate != req.Rate:
+			errs.add("rate", fmt.Sprintf("must be from 0 (no limit) to %d dead letters per second", MaxRate))
 		}
+		sel.rate = req.Rate
 		if req.Cursor != "" {
 			c, err := decodeCursor(req.Cursor)
 			if err != nil {
@@ -393,7 +412,17 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request, a action, res Bulk
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
 	}
+	limit, pageSize, pace := MaxBulk, 0, pacer{rate: sel.rate, start: time.Now()}
+	if sel.rate > 0 && !res.DryRun {
+		pageSize = max(1, min(store.DeadLetterPageSize, int(sel.rate)))
+		limit = max(pageSize, min(MaxBulk, int(sel.rate*ThrottledRequestSeconds)))
+	}
 	visit := func(page []store.DeadLetterEntry) error {
+		if !res.DryRun {
+			if err := pace.wait(ctx, res.Matched); err != nil {
+				return err
+			}
+		}
 		res.Matched += len(page)
 		ids := make([]txbox.ID, len(page))
 		for i, e := range page {
@@ -417,7 +446,7 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request, a action, res Bulk
 		err = walkIDs(ctx, h.cfg.Store, sel.ids, visit)
 	} else {
 		var next *store.DeadLetterCursor
-		next, err = store.DeadLetterWalk(ctx, h.cfg.Store, &store.DeadLetterWalkParams{Filter: sel.filter, After: sel.after, Limit: MaxBulk}, visit)
+		next, err = store.DeadLetterWalk(ctx, h.cfg.Store, &store.DeadLetterWalkParams{Filter: sel.filter, After: sel.after, Limit: limit, PageSize: pageSize}, visit)
 		if next != nil {
 			res.More, res.NextCursor = true, encodeCursor(*next)
 		}
@@ -438,6 +467,31 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request, a action, res Bulk
 	}
 	h.audit(r, res, sel.filter, nil)
 	writeJSON(w, http.StatusOK, res)
+}
+
+// pacer spaces a throttled action's pages: before acting on a page it
+// waits until done dead letters at rate per second are due.
+type pacer struct {
+	rate  float64
+	start time.Time
+}
+
+func (p pacer) wait(ctx context.Context, done int) error {
+	if p.rate <= 0 || done == 0 {
+		return nil
+	}
+	d := time.Until(p.start.Add(time.Duration(float64(done) / p.rate * float64(time.Second))))
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // walkIDs walks the dead letters among ids (duplicates and unknown ids
@@ -463,7 +517,7 @@ func (h *Handler) audit(r *http.Request, res BulkResult, f store.DeadLetterFilte
 	}
 	if res.Selector == "filter" {
 		var fa []any
-		for _, kv := range [][2]string{{"type", f.EventType}, {"status", f.Status}, {"key", clipParam(f.Key)}, {"error", clipParam(f.ErrorContains)}} {
+		for _, kv := range [][2]string{{"type", f.EventType}, {"status", f.Status}, {"key", clipParam(f.Key)}, {"error", clipParam(f.ErrorContains)}, {"group", f.Group}} {
 			if kv[1] != "" {
 				fa = append(fa, slog.String(kv[0], kv[1]))
 			}

@@ -45,6 +45,9 @@ type Filter struct {
 	// unless from store.MinFilterTime to store.MaxFilterTime once in UTC.
 	FailedAfter  string `json:"failed_after,omitempty"`
 	FailedBefore string `json:"failed_before,omitempty"`
+	// Group is a failure group's fingerprint (DeadLetterGroup.Fingerprint,
+	// GET /api/v1/dead-letters/groups).
+	Group string `json:"group,omitempty"`
 }
 
 // empty reports whether f selects everything.
@@ -74,6 +77,13 @@ func (f Filter) toStore(prefix string, errs *paramErrors) store.DeadLetterFilter
 	out.ErrorContains = text(prefix+"error", f.Error, errs)
 	out.FailedAfter = timeParam(prefix+"failed_after", f.FailedAfter, errs)
 	out.FailedBefore = timeParam(prefix+"failed_before", f.FailedBefore, errs)
+	if f.Group != "" {
+		if store.ValidFingerprintKey(f.Group) {
+			out.Group = f.Group
+		} else {
+			errs.add(prefix+"group", "not a failure group's fingerprint (16 lower-case hex digits)")
+		}
+	}
 	if !out.FailedAfter.IsZero() && !out.FailedBefore.IsZero() && !out.FailedBefore.After(out.FailedAfter) {
 		errs.add(prefix+"failed_before", "must be after failed_after")
 	}
@@ -125,12 +135,12 @@ type listQuery struct {
 // so a typo (?stauts=) does not silently list everything.
 var listParams = map[string]bool{
 	"type": true, "status": true, "key": true, "error": true,
-	"failed_after": true, "failed_before": true, "limit": true, "cursor": true,
+	"failed_after": true, "failed_before": true, "limit": true, "cursor": true, "group": true,
 }
 
 // countParams are the listing's filter parameters.
 var countParams = map[string]bool{
-	"type": true, "status": true, "key": true, "error": true, "failed_after": true, "failed_before": true,
+	"type": true, "status": true, "key": true, "error": true, "failed_after": true, "failed_before": true, "group": true,
 }
 
 // parseListQuery parses the query string of a dead-letter listing (or,
@@ -147,7 +157,7 @@ func parseListQuery(q url.Values, allowed map[string]bool) (listQuery, error) {
 	}
 	f := Filter{
 		Type: q.Get("type"), Status: q.Get("status"), Key: q.Get("key"), Error: q.Get("error"),
-		FailedAfter: q.Get("failed_after"), FailedBefore: q.Get("failed_before"),
+		FailedAfter: q.Get("failed_after"), FailedBefore: q.Get("failed_before"), Group: q.Get("group"),
 	}
 	out := listQuery{filter: f.toStore("", &errs), limit: DefaultPageSize}
 	if v := q.Get("limit"); v != "" {
