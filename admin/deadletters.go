@@ -412,17 +412,12 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request, a action, res Bulk
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
 	}
-	limit, pageSize, pace := MaxBulk, 0, pacer{rate: sel.rate, start: time.Now()}
+	limit, rate := MaxBulk, 0.0
 	if sel.rate > 0 && !res.DryRun {
-		pageSize = max(1, min(store.DeadLetterPageSize, int(sel.rate)))
-		limit = max(pageSize, min(MaxBulk, int(sel.rate*ThrottledRequestSeconds)))
+		rate = sel.rate
+		limit = max(1, min(MaxBulk, int(sel.rate*ThrottledRequestSeconds)))
 	}
 	visit := func(page []store.DeadLetterEntry) error {
-		if !res.DryRun {
-			if err := pace.wait(ctx, res.Matched); err != nil {
-				return err
-			}
-		}
 		res.Matched += len(page)
 		ids := make([]txbox.ID, len(page))
 		for i, e := range page {
@@ -446,7 +441,7 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request, a action, res Bulk
 		err = walkIDs(ctx, h.cfg.Store, sel.ids, visit)
 	} else {
 		var next *store.DeadLetterCursor
-		next, err = store.DeadLetterWalk(ctx, h.cfg.Store, &store.DeadLetterWalkParams{Filter: sel.filter, After: sel.after, Limit: limit, PageSize: pageSize}, visit)
+		next, err = store.DeadLetterWalk(ctx, h.cfg.Store, &store.DeadLetterWalkParams{Filter: sel.filter, After: sel.after, Limit: limit, Rate: rate}, visit)
 		if next != nil {
 			res.More, res.NextCursor = true, encodeCursor(*next)
 		}
@@ -467,31 +462,6 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request, a action, res Bulk
 	}
 	h.audit(r, res, sel.filter, nil)
 	writeJSON(w, http.StatusOK, res)
-}
-
-// pacer spaces a throttled action's pages: before acting on a page it
-// waits until done dead letters at rate per second are due.
-type pacer struct {
-	rate  float64
-	start time.Time
-}
-
-func (p pacer) wait(ctx context.Context, done int) error {
-	if p.rate <= 0 || done == 0 {
-		return nil
-	}
-	d := time.Until(p.start.Add(time.Duration(float64(done) / p.rate * float64(time.Second))))
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // walkIDs walks the dead letters among ids (duplicates and unknown ids

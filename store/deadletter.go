@@ -129,8 +129,14 @@ type DeadLetterWalkParams struct {
 	// end.
 	Limit int
 	// PageSize is how many dead letters one call of fn gets at most.
-	// Defaults to DeadLetterPageSize.
+	// Defaults to DeadLetterPageSize, or with Rate to a second's worth
+	// (at most DeadLetterPageSize).
 	PageSize int
+	// Rate, when above 0, paces the walk: the page after n dead letters
+	// is handed to fn no sooner than n/Rate seconds after the walk began,
+	// so an action on the pages (a retry) runs at Rate dead letters per
+	// second at most. It waits on ctx.
+	Rate float64
 }
 
 // DeadLetterWalk hands fn the dead letters matching the filter, newest
@@ -153,14 +159,18 @@ type DeadLetterWalkParams struct {
 // It returns the position to continue from when it stopped at Limit with
 // more dead letters matching, nil when it reached the end.
 func DeadLetterWalk(ctx context.Context, s DeadLetters, p *DeadLetterWalkParams, fn func(page []DeadLetterEntry) error) (*DeadLetterCursor, error) {
-	if p == nil || p.Limit < 0 || p.PageSize < 0 {
-		return nil, fmt.Errorf("%w: dead-letter walk needs a Limit and PageSize of 0 or more", ErrInvalidParams)
+	if p == nil || p.Limit < 0 || p.PageSize < 0 || !(p.Rate >= 0) {
+		return nil, fmt.Errorf("%w: dead-letter walk needs a Limit, PageSize and Rate of 0 or more", ErrInvalidParams)
 	}
 	size := p.PageSize
-	if size == 0 {
+	switch {
+	case size > 0:
+	case p.Rate > 0:
+		size = max(1, min(DeadLetterPageSize, int(p.Rate)))
+	default:
 		size = DeadLetterPageSize
 	}
-	after, seen := p.After, 0
+	after, seen, start := p.After, 0, time.Now()
 	for {
 		n := size
 		if p.Limit > 0 {
@@ -179,6 +189,9 @@ func DeadLetterWalk(ctx context.Context, s DeadLetters, p *DeadLetterWalkParams,
 			return nil, err
 		}
 		if len(page) > 0 {
+			if err := pace(ctx, p.Rate, start, seen); err != nil {
+				return nil, err
+			}
 			if err := fn(page); err != nil {
 				return nil, err
 			}
@@ -188,5 +201,25 @@ func DeadLetterWalk(ctx context.Context, s DeadLetters, p *DeadLetterWalkParams,
 		if len(page) < n {
 			return nil, nil
 		}
+	}
+}
+
+// pace waits until done dead letters at rate per second (0: no limit) are
+// due since start.
+func pace(ctx context.Context, rate float64, start time.Time, done int) error {
+	if rate <= 0 || done == 0 {
+		return nil
+	}
+	d := time.Until(start.Add(time.Duration(float64(done) / rate * float64(time.Second))))
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }

@@ -17,9 +17,12 @@ import (
 	"github.com/txbox/txbox/store"
 )
 
-const dlqUsage = `dlq <list|show|parked|retry|resolve|delete> [flags] [ID...]
+const dlqUsage = `dlq <list|groups|show|parked|retry|resolve|delete> [flags] [ID...]
 
   list                 list dead letters, newest failure first
+  groups               list the failure groups, largest first: dead letters
+                       that failed at the same destination, for the same
+                       reason (docs/operations.md, "Failure groups")
   show ID              print one dead letter with its headers and payload
                        (payloads over 4 KiB are cut short unless --full)
   parked               list the keys of ordered types that dead letters hold
@@ -29,10 +32,12 @@ const dlqUsage = `dlq <list|show|parked|retry|resolve|delete> [flags] [ID...]
   delete ID...         delete dead letters now
 
 Filters (list, and retry/resolve/delete with --all): --type, --key,
---status, --error-contains, --since, --failed-after, --failed-before;
-parked takes --type and --key.
+--status, --error-contains, --since, --failed-after, --failed-before,
+--group (a fingerprint that groups prints); parked takes --type and --key;
+groups takes --status and --limit.
 retry, resolve and delete take ids or --all with filters, and --dry-run to
-print what would change; --all with no filter also needs --yes. --json
+print what would change; --all with no filter also needs --yes; --rate N
+acts on N dead letters per second at most, printing its progress. --json
 prints JSON instead of a table.`
 
 // dlqPreview is how much of a payload `dlq show` prints without --full.
@@ -76,6 +81,8 @@ func runDLQ(ctx context.Context, e *env, args []string) error {
 		return printDeadLetter(e, dl, a.asJSON, a.full)
 	case "parked":
 		return a.parked(ctx, e, cfg, st)
+	case "groups":
+		return a.groups(ctx, e, cfg, st)
 	}
 	return a.change(ctx, e, st)
 }
@@ -92,15 +99,21 @@ type dlqArgs struct {
 	// filtered is set when a filter narrows the default (every
 	// unresolved dead letter).
 	filtered bool
+	// rate throttles a change to this many dead letters per second; 0
+	// does not.
+	rate float64
+	// total is how many dead letters --all matched when it started: the
+	// denominator of the progress --rate prints.
+	total int64
 }
 
 // parseDLQ parses the flags and ids of dlq sub and checks they fit
 // together.
 func parseDLQ(e *env, sub string, args []string) (*dlqArgs, error) {
 	switch sub {
-	case "list", "show", "parked", "retry", "resolve", "delete":
+	case "list", "groups", "show", "parked", "retry", "resolve", "delete":
 	default:
-		return nil, usagef("unknown dlq subcommand %q (list, show, parked, retry, resolve, delete)", sub)
+		return nil, usagef("unknown dlq subcommand %q (list, groups, show, parked, retry, resolve, delete)", sub)
 	}
 	a := &dlqArgs{sub: sub}
 	fs := newFlagSet(e, "dlq "+sub, dlqUsage)
@@ -113,6 +126,7 @@ func parseDLQ(e *env, sub string, args []string) (*dlqArgs, error) {
 		since    = fs.Duration("since", 0, "only dead letters that failed within this `duration`")
 		after    = fs.String("failed-after", "", "only dead letters that failed at or after this `time` (RFC 3339)")
 		before   = fs.String("failed-before", "", "only dead letters that failed before this `time` (RFC 3339)")
+		group    = fs.String("group", "", "only the dead letters of this failure group (a `fingerprint` from dlq groups)")
 		mutating = sub == "retry" || sub == "resolve" || sub == "delete"
 	)
 	fs.IntVar(&a.limit, "limit", 50, "list, parked: at most this many")
@@ -121,11 +135,18 @@ func parseDLQ(e *env, sub string, args []string) (*dlqArgs, error) {
 	fs.BoolVar(&a.all, "all", false, "retry/resolve/delete: every dead letter matching the filters instead of ids")
 	fs.BoolVar(&a.dryRun, "dry-run", false, "retry/resolve/delete: print what would change, change nothing")
 	fs.BoolVar(&a.yes, "yes", false, "retry/resolve/delete: confirm --all without any filter")
+	fs.Float64Var(&a.rate, "rate", 0, "retry/resolve/delete: at most this many dead letters per `second` (0: no limit)")
 	positional, err := parseInterspersed(fs, args)
 	if err != nil {
 		return nil, err
 	}
-	a.filter = store.DeadLetterFilter{EventType: *typ, Key: *key, ErrorContains: *errText}
+	a.filter = store.DeadLetterFilter{EventType: *typ, Key: *key, ErrorContains: *errText, Group: *group}
+	if *group != "" && !store.ValidFingerprintKey(*group) {
+		return nil, usagef("--group must be a fingerprint as dlq groups prints it (16 lower-case hex digits), not %q", *group)
+	}
+	if a.rate < 0 || a.rate != a.rate {
+		return nil, usagef("--rate must be ≥ 0")
+	}
 	switch *status {
 	case "unresolved":
 		a.filter.Status = store.DeadLetterUnresolved
@@ -141,7 +162,7 @@ func parseDLQ(e *env, sub string, args []string) (*dlqArgs, error) {
 	if err := parseFailedTimes(&a.filter, *since, *after, *before); err != nil {
 		return nil, err
 	}
-	a.filtered = *typ != "" || *key != "" || *errText != "" || *status == "resolved" ||
+	a.filtered = *typ != "" || *key != "" || *errText != "" || *group != "" || *status == "resolved" ||
 		!a.filter.FailedAfter.IsZero() || !a.filter.FailedBefore.IsZero()
 	for _, p := range positional {
 		id, err := txbox.ParseID(p)
@@ -157,6 +178,8 @@ func parseDLQ(e *env, sub string, args []string) (*dlqArgs, error) {
 		return nil, usagef("show takes exactly one id")
 	case sub == "parked" && len(a.ids) > 0:
 		return nil, usagef("parked takes no ids")
+	case sub == "groups" && (len(a.ids) > 0 || a.filtered && *status != "resolved"):
+		return nil, usagef("groups takes --status and --limit only")
 	case sub == "parked" && (*errText != "" || *status != "unresolved" || !a.filter.FailedAfter.IsZero() || !a.filter.FailedBefore.IsZero()):
 		return nil, usagef("parked takes --type and --key only: a key is parked by every unresolved dead letter it has")
 	case mutating && a.all == (len(a.ids) > 0):
@@ -241,6 +264,9 @@ func (a *dlqArgs) change(ctx context.Context, e *env, st *config.Store) error {
 		if err != nil {
 			return fmt.Errorf("%s: %d of %d done: %w", a.sub, changed, len(ids), err)
 		}
+		if a.rate > 0 {
+			fmt.Fprintf(e.stderr, "txbox dlq %s: %d of %d done\n", a.sub, changed, a.total)
+		}
 		return nil
 	}
 	if !a.all {
@@ -258,7 +284,8 @@ func (a *dlqArgs) change(ctx context.Context, e *env, st *config.Store) error {
 	if n > dlqMaxBulk {
 		return usagef("%d dead letters match, more than %d; narrow the filters", n, dlqMaxBulk)
 	}
-	next, err := store.DeadLetterWalk(ctx, st, &store.DeadLetterWalkParams{Filter: a.filter, Limit: dlqMaxBulk},
+	a.total = n
+	next, err := store.DeadLetterWalk(ctx, st, &store.DeadLetterWalkParams{Filter: a.filter, Limit: dlqMaxBulk, Rate: a.walkRate()},
 		func(page []store.DeadLetterEntry) error {
 			pageIDs := make([]txbox.ID, len(page))
 			for i, en := range page {
@@ -273,6 +300,15 @@ func (a *dlqArgs) change(ctx context.Context, e *env, st *config.Store) error {
 		fmt.Fprintf(e.stderr, "txbox dlq %s: more dead letters arrived than one run takes (%d); run it again\n", a.sub, dlqMaxBulk)
 	}
 	return a.report(e, ids, changed)
+}
+
+// walkRate is the pace of a change's walk: --rate, except for a dry run,
+// which changes nothing.
+func (a *dlqArgs) walkRate() float64 {
+	if a.dryRun {
+		return 0
+	}
+	return a.rate
 }
 
 // report prints what a change did (changed of ids), or with --dry-run
