@@ -38,6 +38,14 @@ type receiver struct {
 
 func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
+	if bytes.Contains(body, []byte("hostile")) && !rc.accept.Load() {
+		// A problem body whose text is markup: the dashboard must show
+		// it as text (the failure group's title).
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		_, _ = w.Write([]byte(`{"title":"<img src=x onerror=alert(1)>","detail":"order <script>alert(2)</script> unknown"}`))
+		return
+	}
 	if bytes.Contains(body, []byte("poison")) && !rc.accept.Load() {
 		w.WriteHeader(http.StatusUnprocessableEntity)
 		return
@@ -68,6 +76,14 @@ type e2eResult struct {
 	// its class, with FAILOVER_WANT.
 	Failover      string `json:"failover"`
 	FailoverClass string `json:"failoverClass"`
+	// GroupMessage, GroupMarkup, GroupConfirm and GroupResult are the
+	// failure group of GROUP_TYPE: its title as text, the elements its
+	// row holds (markup in the error text must not make any), the
+	// confirmation of its retry and the progress line after it.
+	GroupMessage string `json:"groupMessage"`
+	GroupMarkup  int    `json:"groupMarkup"`
+	GroupConfirm string `json:"groupConfirm"`
+	GroupResult  string `json:"groupResult"`
 }
 
 // requireBrowser finds node, the npm package and Chromium, which
@@ -153,10 +169,18 @@ func TestDashboardInChromium(t *testing.T) {
 	defer cancel()
 
 	poison := &txbox.Event{ID: txbox.NewID(), Type: "orders", Key: "cust-7", Payload: []byte(`{"order":7,"note":"poison <b>not bold</b>"}`)}
-	b.publish(poison)
-	testenv.WaitFor(t, time.Minute, "the poison event dead-lettered", func() bool {
-		_, err := b.store.DeadLetterGet(ctx, poison.ID)
-		return err == nil
+	hostile := []*txbox.Event{
+		{ID: txbox.NewID(), Type: "refunds", Payload: []byte(`{"refund":1,"note":"hostile"}`)},
+		{ID: txbox.NewID(), Type: "refunds", Payload: []byte(`{"refund":2,"note":"hostile"}`)},
+	}
+	b.publish(append([]*txbox.Event{poison}, hostile...)...)
+	testenv.WaitFor(t, time.Minute, "the poison and hostile events dead-lettered and fingerprinted", func() bool {
+		n, err := b.store.DeadLetterCount(ctx, &store.DeadLetterFilter{})
+		if err != nil || n != 3 {
+			return false
+		}
+		gs, err := b.store.DeadLetterGroups(ctx, &store.DeadLetterGroupsParams{Limit: 10})
+		return err == nil && len(gs) == 2
 	})
 	// Events keep flowing while the browser watches.
 	flow, stopFlow := context.WithCancel(ctx)
@@ -205,7 +229,7 @@ func TestDashboardInChromium(t *testing.T) {
 		}
 	}
 	res, stderr, err = runDashboard(t, ctx, node, "ADMIN_URL="+url, "ADMIN_TOKEN="+adminToken,
-		"DEAD_LETTER_ID="+poison.ID.String(), "EVENT_TYPE=orders", "SHOT_DIR="+shots)
+		"DEAD_LETTER_ID="+poison.ID.String(), "EVENT_TYPE=orders", "SHOT_DIR="+shots, "GROUP_TYPE=refunds")
 	if err != nil {
 		t.Fatalf("dashboard script: %v\n%s\nresult %+v", err, stderr, res)
 	}
@@ -216,6 +240,17 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Fatalf("preview %q, confirmation %q", res.Preview, res.ConfirmText)
 	}
 	testenv.WaitFor(t, time.Minute, "the retried dead letter delivered", func() bool { return rc.delivered(poison.ID) })
+	// The failure group: its title is the receiver's markup as text, and
+	// its retry from the page delivers exactly its two dead letters.
+	if !strings.Contains(res.GroupMessage, "<img src=x onerror=alert(<n>)>") || !strings.Contains(res.GroupMessage, "<script>alert(<n>)</script>") || res.GroupMarkup != 0 {
+		t.Errorf("group title %q with %d elements inside, want the markup as text", res.GroupMessage, res.GroupMarkup)
+	}
+	if !strings.Contains(res.GroupConfirm, "retry the 2 dead letters of the group") || !strings.Contains(res.GroupResult, "retry: 2 of 2 changed.") {
+		t.Errorf("group retry: confirmation %q, result %q", res.GroupConfirm, res.GroupResult)
+	}
+	for _, ev := range hostile {
+		testenv.WaitFor(t, time.Minute, "the retried group delivered", func() bool { return rc.delivered(ev.ID) })
+	}
 	if _, err := b.store.DeadLetterGet(ctx, poison.ID); err == nil {
 		t.Fatal("the retried event is still in the dead-letter table")
 	}

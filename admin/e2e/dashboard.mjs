@@ -4,7 +4,8 @@
 //  1. load the page and sign in with ADMIN_TOKEN;
 //  2. watch the sent counter of EVENT_TYPE move while events flow;
 //  3. retry dead letter DEAD_LETTER_ID through the browser, confirming
-//     the dialog, and see the API report it changed.
+//     the dialog, and see the API report it changed;
+//  4. with GROUP_TYPE, read that type's failure group and retry it.
 //
 // It prints one JSON line with what it saw and exits 0, or exits 1 with
 // the reason on stderr. Without a valid token it cannot get past the login
@@ -25,6 +26,9 @@ const timeout = Number(env("STEP_TIMEOUT_MS", "60000"));
 // FAILOVER_WANT, when set, replaces steps 2 and 3: wait until the WAL
 // stream's failover line contains it, and report the line and its class.
 const failoverWant = env("FAILOVER_WANT", "");
+// GROUP_TYPE, when set: find the failure group of that event type, read
+// its title, and retry the group through the page.
+const groupType = env("GROUP_TYPE", "");
 
 const profile = mkdtempSync(join(tmpdir(), "txbox-e2e-chromium-"));
 // A fresh profile directory (Chromium's --user-data-dir, which
@@ -91,6 +95,19 @@ try {
     await page.click("#confirm-ok");
     await page.locator("#dl-message", { hasText: "retry: 1 of 1 changed" }).waitFor();
     out.message = await page.locator("#dl-message").textContent();
+  }
+  if (groupType) {
+    const row = page.locator("#groups tr[data-group]", { hasText: groupType });
+    await row.waitFor();
+    out.groupMessage = await row.locator("td.err").textContent();
+    out.groupMarkup = await row.locator("td.err *").count();
+    if (shots) await page.locator("#groups").screenshot({ path: join(shots, "dashboard-groups.png") });
+    await row.locator(".retry-group-btn").click();
+    await page.locator("#confirm[open]").waitFor();
+    out.groupConfirm = await page.locator("#confirm-text").textContent();
+    await page.click("#confirm-ok");
+    await page.locator("#groups-message", { hasText: "retry: 2 of 2 changed." }).waitFor();
+    out.groupResult = await page.locator("#groups-message").textContent();
   }
   out.pageErrors = errors;
   if (errors.length) throw new Error("errors in the page: " + errors.join("; "));

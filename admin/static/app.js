@@ -276,6 +276,44 @@ async function showPreview(id, full) {
   }
 }
 
+// Failure groups (docs/operations.md, "Failure groups").
+
+async function loadGroups() {
+  try {
+    const page = await api("api/v1/dead-letters/groups?limit=50");
+    $("#groups-incomplete").hidden = page.complete;
+    fill($("#groups tbody"), page.groups.map(g => el("tr", { "data-group": g.fingerprint },
+      el("td", { class: "num" }, fmtNum(g.count)),
+      el("td", {}, fmtTime(g.last_failed_at)),
+      el("td", {}, g.event_types.join(", ")),
+      el("td", {}, g.class),
+      el("td", {}, g.destinations.join(", ")),
+      el("td", { class: "err", title: g.sample.error }, g.message),
+      el("td", {}, el("pre", { class: "sample" }, g.sample.payload.preview || "")),
+      el("td", {},
+        el("button", { type: "button", class: "show-group-btn", onclick: () => showGroup(g.fingerprint) }, "Show"), " ",
+        el("button", { type: "button", class: "retry-group-btn", onclick: () => actGroup("retry", g) }, "Retry"), " ",
+        el("button", { type: "button", class: "resolve-group-btn", onclick: () => actGroup("resolve", g) }, "Resolve"), " ",
+        el("button", { type: "button", class: "delete-group-btn danger", onclick: () => actGroup("delete", g) }, "Delete")))));
+  } catch (e) {
+    $("#groups-message").textContent = "Cannot list failure groups: " + e.message;
+  }
+}
+
+function showGroup(fingerprint) {
+  const form = $("#dl-filter");
+  form.elements.group.value = fingerprint;
+  state.filter = filterFromForm();
+  loadDeadLetters(false);
+}
+
+function actGroup(action, g) {
+  const rate = Number($("#group-rate").value) || 0;
+  const sel = { filter: { group: g.fingerprint } };
+  if (rate > 0) sel.rate = rate;
+  return act(action, sel, action + " the " + fmtNum(g.count) + " dead letters of the group \u201c" + g.message + "\u201d?", $("#groups-message"));
+}
+
 function confirmDialog(text) {
   return new Promise(resolve => {
     const d = $("#confirm");
@@ -286,17 +324,29 @@ function confirmDialog(text) {
   });
 }
 
-async function act(action, selector, question) {
+// act runs a dry run, asks, then the action; a filter or all that
+// matches more than one request takes (or a throttled one) is continued
+// from next_cursor until done, with the progress in msg.
+async function act(action, selector, question, msg) {
+  msg = msg || $("#dl-message");
+  const post = body => api("api/v1/dead-letters/" + action, { method: "POST", headers: { "Content-Type": "application/json", "Accept": "application/json" }, body: JSON.stringify(body) });
   try {
-    const dry = await api("api/v1/dead-letters/" + action, { method: "POST", headers: { "Content-Type": "application/json", "Accept": "application/json" }, body: JSON.stringify(Object.assign({ dry_run: true }, selector)) });
-    if (dry.matched === 0) { $("#dl-message").textContent = "Nothing matches."; return; }
-    const ok = await confirmDialog(question + " (" + dry.changed + " of " + dry.matched + " selected dead letters would change" + (dry.more ? "; more match than one action takes" : "") + ")");
-    if (!ok) { $("#dl-message").textContent = "Cancelled."; return; }
-    const res = await api("api/v1/dead-letters/" + action, { method: "POST", headers: { "Content-Type": "application/json", "Accept": "application/json" }, body: JSON.stringify(selector) });
-    $("#dl-message").textContent = action + ": " + res.changed + " of " + res.matched + " changed" + (res.more ? "; more match, repeat" : "") + ".";
+    const dry = await post(Object.assign({}, selector, { dry_run: true }));
+    if (dry.matched === 0) { msg.textContent = "Nothing matches."; return; }
+    const ok = await confirmDialog(question + " (" + dry.changed + " of " + dry.matched + " selected dead letters would change" + (dry.more ? "; more match than one request takes" : "") + ")");
+    if (!ok) { msg.textContent = "Cancelled."; return; }
+    let changed = 0, matched = 0, body = selector;
+    for (;;) {
+      const res = await post(body);
+      changed += res.changed; matched += res.matched;
+      msg.textContent = action + ": " + fmtNum(changed) + " of " + fmtNum(matched) + " changed" + (res.more ? ", going on…" : ".");
+      if (!res.more || !res.next_cursor) break;
+      body = Object.assign({}, selector, { cursor: res.next_cursor });
+    }
     await loadDeadLetters(false);
+    await loadGroups();
   } catch (e) {
-    $("#dl-message").textContent = action + " failed: " + e.message;
+    msg.textContent = action + " failed: " + e.message;
   }
 }
 
@@ -310,6 +360,8 @@ document.addEventListener("DOMContentLoaded", () => {
     });
   }
   $("#dl-more").addEventListener("click", () => loadDeadLetters(true));
+  $("#groups-refresh").addEventListener("click", () => loadGroups());
+  loadGroups();
   $("#preview-full").addEventListener("click", () => showPreview(state.preview, true));
   state.filter = filterFromForm();
   loadDeadLetters(false);
