@@ -56,11 +56,13 @@ chaos: services
 pg-matrix:
 	./scripts/pg-matrix.sh
 
-# The dead-letter admin's memory bar at full size: a real relay with 2,000
-# dead letters of 1 MiB and 4 clients, peak RSS under 150 MiB
-# (docs/operations.md, "Bulk actions"). The default suite runs it with 200.
+# The dead-letter admin's memory bars at full size: a real relay with 2,000
+# dead letters of 1 MiB and 4 clients, and with 500,000 dead letters in 20
+# failure groups, peak RSS under 150 MiB (docs/operations.md, "Bulk
+# actions", "Failure groups"). The default suite runs them with 200 and
+# 20,000.
 dlq-memory: services
-	TXBOX_CHAOS=1 $(GO) test -count=1 -timeout 20m -run '^TestDeadLetterAdminMemory$$' -v ./cmd/txbox
+	TXBOX_CHAOS=1 $(GO) test -count=1 -timeout 40m -run '^(TestDeadLetterAdminMemory|TestDeadLetterGroupsMemory)$$' -v ./cmd/txbox
 
 bench: services
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...

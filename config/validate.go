@@ -505,21 +505,14 @@ func checkEnvName(d *decoder, path, v string) {
 }
 
 // Fingerprinter returns the function that fingerprints dead letters for
-// c's event types (relay.NewFingerprinter): the one a relay built from c
-// uses, for processes that fingerprint without running a relay (txbox
-// dlq groups).
+// c's event types: relay.Config.Fingerprinter of the relay configuration
+// RelayConfig builds, so that processes that fingerprint without running
+// a relay (txbox dlq groups, the admin API) group a dead letter as the
+// relay does. It opens no sender: a fingerprint needs their names only.
 func (c *Config) Fingerprinter() store.Fingerprinter {
-	return relay.NewFingerprinter(func(eventType string) (relay.TypeFailureSettings, bool) {
-		eff := c.Effective(eventType)
-		name := *eff.Sender
-		if name == "" {
-			if len(c.Senders) != 1 {
-				return relay.TypeFailureSettings{}, false
-			}
-			for n := range c.Senders {
-				name = n
-			}
-		}
-		return relay.TypeFailureSettings{Sender: name, Route: eff.Route.Expand(eventType), MaxAttempts: *eff.MaxAttempts}, true
-	})
+	names := make(map[string]sender.Sender, len(c.Senders))
+	for n := range c.Senders {
+		names[n] = nil
+	}
+	return c.RelayConfig(nil, names, nil).Fingerprinter()
 }

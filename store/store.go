@@ -110,7 +110,8 @@ type DeadLetters interface {
 	// DeadLetterFingerprint fingerprints up to Limit dead letters that
 	// have no fingerprint yet (new ones, and those stored before
 	// fingerprints were), with params.Print, and returns how many it
-	// wrote. Concurrent callers skip each other's rows.
+	// wrote. A row a concurrent caller is fingerprinting is waited for
+	// and then skipped, so fewer than Limit means none was left.
 	DeadLetterFingerprint(ctx context.Context, params *DeadLetterFingerprintParams) (int, error)
 	// DeadLetterGroups lists the failure groups of the fingerprinted dead
 	// letters, largest first (count desc, fingerprint desc), each with

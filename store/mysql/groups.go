@@ -16,10 +16,11 @@ func (d *Driver) groupQueries(q *queries) {
 	groups, sample := sqlstore.GroupStatements(d.qDeadLetter)
 	q.groups = sqlstore.GroupSQL{
 		// Through txbox_group, whose first column is the fingerprint:
-		// the unprinted rows are its NULL range. SKIP LOCKED: two relays
-		// share the work instead of waiting for each other.
+		// the unprinted rows are its NULL range, locked in its order. A
+		// row another caller holds is waited for, and skipped once it has
+		// a fingerprint, so fewer than the limit means none was left.
 		Unprinted: d.render("SELECT id, event_type, attempts, COALESCE(last_error, '') FROM {{dead_letter}} FORCE INDEX (txbox_group)" +
-			" WHERE fingerprint IS NULL LIMIT ? FOR UPDATE SKIP LOCKED"),
+			" WHERE fingerprint IS NULL ORDER BY fingerprint, status, failed_at, id LIMIT ? FOR UPDATE"),
 		Print: d.render("UPDATE {{dead_letter}} SET fingerprint = ?, failure_class = ?, failure_message = ?, destination = ?" +
 			" WHERE id = ? AND fingerprint IS NULL"),
 		Groups:   groups,
@@ -30,7 +31,7 @@ func (d *Driver) groupQueries(q *queries) {
 }
 
 // DeadLetterFingerprint fingerprints up to Limit dead letters that have
-// none, in one transaction; concurrent callers skip each other's rows.
+// none, in one transaction; a concurrent caller's rows are waited for.
 func (d *Driver) DeadLetterFingerprint(ctx context.Context, params *store.DeadLetterFingerprintParams) (int, error) {
 	if params == nil || params.Limit < 1 {
 		return 0, fmt.Errorf("%w: dead-letter fingerprint needs Limit >= 1", ErrInvalidParams)

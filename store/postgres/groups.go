@@ -11,11 +11,12 @@ import (
 )
 
 // DeadLetterFingerprint fingerprints up to Limit dead letters that have
-// none, in one transaction: it locks them (SKIP LOCKED, so concurrent
-// callers share the work), computes each fingerprint with params.Print
-// and writes them in one UPDATE. A dead letter retried or deleted
-// meanwhile is locked out of both; one fingerprinted meanwhile keeps its
-// fingerprint.
+// none, in one transaction: it locks them, computes each fingerprint with
+// params.Print and writes them in one UPDATE. A row another caller holds
+// is waited for, then skipped when that caller fingerprinted it: so fewer
+// than Limit means none was left (the groups listing's "complete"), which
+// SKIP LOCKED could not say. Both lock in id order and never deadlock. A
+// dead letter retried or deleted meanwhile is locked out.
 func (d *Driver) DeadLetterFingerprint(ctx context.Context, params *store.DeadLetterFingerprintParams) (int, error) {
 	if params == nil || params.Limit < 1 {
 		return 0, errBadParams("dead-letter fingerprint", "limit must be at least 1")

@@ -356,10 +356,11 @@ func (d *Driver) deadLetterListQueries(q *queries) {
 	q.dlCount = d.render(`SELECT count(*) FROM {{dead_letter}} WHERE ` + dlFilter)
 	q.dlGet = d.render(`SELECT ` + dlCols + `, payload FROM {{dead_letter}} WHERE id = $1`)
 
-	// Fingerprinting: the rows not fingerprinted yet, locked so that two
-	// relays skip each other's; then their fingerprints in one UPDATE.
+	// Fingerprinting: the rows not fingerprinted yet, locked in id order
+	// (a row another caller holds is waited for, and skipped once it has
+	// a fingerprint); then their fingerprints in one UPDATE.
 	q.dlUnprinted = d.render(`SELECT id, event_type, attempts, COALESCE(last_error, '') FROM {{dead_letter}}
-		WHERE fingerprint IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`)
+		WHERE fingerprint IS NULL ORDER BY id LIMIT $1 FOR UPDATE`)
 	q.dlPrint = d.render(`UPDATE {{dead_letter}} x SET fingerprint = u.f, failure_class = u.c, failure_message = u.m, destination = u.d
 		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[]) AS u(id, f, c, m, d)
 		WHERE x.id = u.id AND x.fingerprint IS NULL`)

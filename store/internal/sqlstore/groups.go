@@ -15,7 +15,8 @@ import (
 type GroupSQL struct {
 	// Unprinted reads id, event_type, attempts and last_error (never
 	// NULL) of at most ? dead letters with no fingerprint, locking them
-	// where the dialect can (SKIP LOCKED).
+	// where the dialect can (FOR UPDATE, in index order, not SKIP
+	// LOCKED: fewer than the limit must mean none was left).
 	Unprinted string
 	// Print sets fingerprint, failure_class, failure_message and
 	// destination (four placeholders) of the dead letter id = ? when it
