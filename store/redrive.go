@@ -37,7 +37,7 @@ const RedrivePageSize = 500
 
 // RedriveSampleIDs is how many ids OutboxRedriveResult.Sample holds at
 // most.
-const RedriveSampleIDs = 10
+const RedriveSampleIDs = 100
 
 // OutboxRedriveParams are the parameters of OutboxRedriver.OutboxRedrive.
 type OutboxRedriveParams struct {

@@ -47,6 +47,7 @@ func startAdmin(e *env, cfg *config.Config, st *config.Store, r *relay.Relay, re
 			return o != nil && *o == txbox.OrderingKey
 		},
 		NoCommitHorizon: !cfg.HasCommitHorizon(),
+		Retention:       typeRetention(cfg),
 	})
 	if err != nil {
 		return nil, err
