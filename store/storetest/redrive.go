@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,6 +29,7 @@ func ExerciseRedrive(t *testing.T, h Harness) {
 		{"RedriveResetsAttemptsAndError", testRedriveResets},
 		{"RedriveOrderedKeyGoesFirst", testRedriveOrdered},
 		{"RedriveBadParams", testRedriveBadParams},
+		{"RedriveConcurrentChangesEachRowOnce", testRedriveConcurrent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -304,3 +306,39 @@ func testRedriveBadParams(t *testing.T, e *env, r store.OutboxRedriver) {
 }
 
 func compareIDs(a, b txbox.ID) int { return bytes.Compare(a[:], b[:]) }
+
+// testRedriveConcurrent: four redrives of the same rows at once change
+// each row once between them: a row that is no longer PROCESSED when a
+// redrive reaches it is matched, not changed.
+func testRedriveConcurrent(t *testing.T, e *env, r store.OutboxRedriver) {
+	evs := events("race", 20)
+	e.deliver(r, evs...)
+	var wg sync.WaitGroup
+	changed := make([]int, 4)
+	errs := make([]error, 4)
+	for i := range changed {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := r.OutboxRedrive(e.ctx, &store.OutboxRedriveParams{EventType: "race", Limit: 100})
+			if err == nil {
+				changed[i] = res.Changed
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for i := range changed {
+		if errs[i] != nil {
+			t.Fatalf("redrive %d: %v", i, errs[i])
+		}
+		total += changed[i]
+	}
+	if total != len(evs) {
+		t.Fatalf("concurrent redrives changed %v, %d in all, want %d", changed, total, len(evs))
+	}
+	if rows := e.claim("race", 100, longLease); len(rows) != len(evs) {
+		t.Fatalf("claimed %d redriven rows, want %d", len(rows), len(evs))
+	}
+}
