@@ -56,6 +56,7 @@ func TestConformanceOnPlainPool(t *testing.T) {
 		return d, nil
 	}
 	storetest.Exercise(t, h)
+	storetest.ExerciseRedrive(t, h)
 }
 
 func TestInboxConformance(t *testing.T) {
