@@ -3,15 +3,23 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/outbox"
 	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/postgres"
 	"github.com/txbox/txbox/store/sqlite"
 )
 
@@ -152,4 +160,111 @@ func TestRedriveCommand(t *testing.T) {
 			t.Errorf("redrive %v: %d %q, want exit 2 with %q", c.args, code, errOut, c.want)
 		}
 	}
+}
+
+// TestRedriveCommandWakesTheRelay: on PostgreSQL, `txbox redrive` from
+// another command wakes a running `txbox relay` (NOTIFY) that polls only
+// once a minute: the kept events of the window go to the webhook again,
+// with the same ids, within seconds. A dry run before sends nothing.
+func TestRedriveCommandWakesTheRelay(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pool, schema := postgresSchema(t, ctx, "redrive_")
+	var mu sync.Mutex
+	got := map[string]int{}
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		got[r.Header.Get("Txbox-Event-Id")]++
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer hook.Close()
+	deliveries := func(ids []txbox.ID, want int) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range ids {
+			if got[id.String()] != want {
+				return false
+			}
+		}
+		return true
+	}
+	yml := fmt.Sprintf(`
+database: { dialect: postgres, dsn: %q, schema: %s }
+senders:
+  hooks: { type: webhook, url: "%s/in" }
+defaults:
+  sender: hooks
+  polling: { min-delay: 1m, max-delay: 1m }
+events:
+  kept: { retention: 1h }
+relay: { shutdown-timeout: 20s }
+health: { listen: "127.0.0.1:0" }
+`, testenv.PostgresURL, schema, hook.URL)
+	rel := startInProcessRelay(t, ctx, yml)
+	cfgPath := filepath.Join(t.TempDir(), "txbox.yaml")
+	if err := os.WriteFile(cfgPath, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d, err := postgres.New(pool, postgres.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := outbox.NewPublisher(d, outbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func(n int) []txbox.ID {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		var ids []txbox.ID
+		for range n {
+			id, err := pub.Publish(ctx, tx, txbox.Event{Type: "kept", Payload: []byte(`{}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id...)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	// The relay polls once a minute: the publishes' NOTIFY wakes it (one
+	// sent before it listens is made up for when it starts listening).
+	old := publish(2)
+	testenv.WaitFor(t, 20*time.Second, "the first events delivered", func() bool { return deliveries(old, 1) })
+	time.Sleep(10 * time.Millisecond)
+	cut := time.Now().UTC()
+	time.Sleep(10 * time.Millisecond)
+	recent := publish(3)
+	testenv.WaitFor(t, 20*time.Second, "the recent events delivered", func() bool { return deliveries(recent, 1) })
+	var processed int
+	testenv.WaitFor(t, 20*time.Second, "the recent events kept", func() bool {
+		err := pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s.txbox_outbox WHERE status = 'PROCESSED'`, schema)).Scan(&processed)
+		return err == nil && processed == 5
+	})
+
+	after := cut.Format(time.RFC3339Nano)
+	code, out, errOut := runInProcess(t, nil, "redrive", "--config", cfgPath, "--type", "kept", "--processed-after", after, "--dry-run", "--json")
+	var res redriveResult
+	if code != exitOK || json.Unmarshal([]byte(out), &res) != nil || res.Matched != 3 || res.Changed != 0 {
+		t.Fatalf("dry run: %d %q %q", code, out, errOut)
+	}
+	start := time.Now()
+	code, out, errOut = runInProcess(t, nil, "redrive", "--config", cfgPath, "--type", "kept", "--processed-after", after)
+	if code != exitOK || !strings.Contains(out, "redriven 3 of 3") {
+		t.Fatalf("redrive: %d %q %q", code, out, errOut)
+	}
+	testenv.WaitFor(t, 20*time.Second, "the redriven events delivered again", func() bool { return deliveries(recent, 2) })
+	t.Logf("redriven events delivered again %v after the command started", time.Since(start))
+	if !deliveries(old, 1) {
+		t.Errorf("events outside the window were sent again: %v", got)
+	}
+	rel.stop(t)
 }
