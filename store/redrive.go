@@ -25,6 +25,12 @@ type OutboxRedriver interface {
 	// changed (cleaned up, or redriven by someone else meanwhile) is
 	// counted in Matched but not in Changed. Only the page's ids are held
 	// in memory, never a payload.
+	//
+	// On an ordered type a redriven row keeps its place in its key's
+	// order (its id, and its Seq where the dialect has one): it is claimed
+	// before the key's rows still pending, and after the key's newer rows
+	// that were delivered already, which the receiver has therefore seen
+	// before it.
 	OutboxRedrive(ctx context.Context, params *OutboxRedriveParams) (*OutboxRedriveResult, error)
 }
 
