@@ -80,6 +80,15 @@ type Config struct {
 	// that both group a dead letter alike. Defaults to
 	// store.BasicFingerprinter, which knows no destination.
 	Fingerprinter store.Fingerprinter
+	// Retention, when set, returns an event type's retention (how long
+	// the relay keeps its delivered rows, the type's effective retention
+	// setting) and whether the relay's configuration knows the type.
+	// POST /api/v1/redrive refuses a type it does not know, and one whose
+	// retention is 0 (its rows are deleted on delivery: nothing is kept
+	// to send again), with a 422 naming "type". Nil accepts every valid
+	// type name and leaves it to the store to find the kept rows, for a
+	// handler mounted where the relay's configuration is not known.
+	Retention func(eventType string) (retention time.Duration, known bool)
 	// Logger receives the audit lines and request failures; tokens and
 	// payloads are never logged. Defaults to slog.Default().
 	Logger *slog.Logger
@@ -204,6 +213,7 @@ func (h *Handler) routesInit() {
 		h.handle("POST /api/v1/dead-letters/"+a.name, AccessAdmin, false, h.bulk(a))
 		h.handle("POST /api/v1/dead-letters/{id}/"+a.name, AccessAdmin, false, h.single(a))
 	}
+	h.handle("POST /api/v1/redrive", AccessAdmin, false, http.HandlerFunc(h.redrive))
 }
 
 func (h *Handler) handle(pattern string, access Access, login bool, hd http.Handler) {

@@ -48,6 +48,7 @@ func startAdmin(e *env, cfg *config.Config, st *config.Store, r *relay.Relay, re
 		},
 		NoCommitHorizon: !cfg.HasCommitHorizon(),
 		Fingerprinter:   cfg.Fingerprinter(),
+		Retention:       typeRetention(cfg),
 	})
 	if err != nil {
 		return nil, err

@@ -62,6 +62,7 @@ var commands = []command{
 	{"publish", "insert one event in a transaction, from the shell", runPublish},
 	{"status", "print the backlog, lag, attempts and last error per event type, and the dead-letter count", runStatus},
 	{"dlq", "list, show, retry, resolve or delete dead letters; list parked keys", runDLQ},
+	{"redrive", "send kept (PROCESSED) events of a type with a retention again", runRedrive},
 	{"demo", "run the whole pipeline on SQLite and an in-process NATS", runDemo},
 	{"bench", "measure the relay against the naive loop and watermill (docs/benchmarks/bench-command.md)", runBench},
 	{"config", "check the configuration (and with --connect its destinations) or print it with sources", runConfig},

@@ -19,6 +19,12 @@ func TestConformance(t *testing.T) {
 	storetest.Exercise(t, storeharness.MySQL())
 }
 
+// TestRedriveConformance runs the redrive suite (store.OutboxRedriver).
+func TestRedriveConformance(t *testing.T) {
+	t.Parallel()
+	storetest.ExerciseRedrive(t, storeharness.MySQL())
+}
+
 // TestLockConformance runs the lock claim suite (store.OutboxLocker).
 func TestLockConformance(t *testing.T) {
 	t.Parallel()
@@ -50,6 +56,7 @@ func TestConformanceOnPlainPool(t *testing.T) {
 		return d, nil
 	}
 	storetest.Exercise(t, h)
+	storetest.ExerciseRedrive(t, h)
 }
 
 func TestInboxConformance(t *testing.T) {

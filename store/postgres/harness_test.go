@@ -25,6 +25,12 @@ func TestConformance(t *testing.T) {
 	storetest.Exercise(t, storeharness.Postgres())
 }
 
+// TestRedriveConformance runs the redrive suite (store.OutboxRedriver).
+func TestRedriveConformance(t *testing.T) {
+	t.Parallel()
+	storetest.ExerciseRedrive(t, storeharness.Postgres())
+}
+
 // TestLockConformance runs the lock claim suite (store.OutboxLocker).
 func TestLockConformance(t *testing.T) {
 	t.Parallel()

@@ -13,6 +13,12 @@ func TestConformance(t *testing.T) {
 	storetest.Exercise(t, storeharness.SQLite())
 }
 
+// TestRedriveConformance runs the redrive suite (store.OutboxRedriver).
+func TestRedriveConformance(t *testing.T) {
+	t.Parallel()
+	storetest.ExerciseRedrive(t, storeharness.SQLite())
+}
+
 func TestInboxConformance(t *testing.T) {
 	t.Parallel()
 	inboxtest.ExerciseStore(t, storeharness.SQLiteInbox())

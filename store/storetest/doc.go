@@ -2,7 +2,8 @@
 // the spirit of River's riverdrivertest. Each dialect's tests call its
 // entry points, [Exercise] (the outbox, dead letters, leases, migrations)
 // and, for a dialect with a lock claim (store.OutboxLocker),
-// [ExerciseLock], with a harness that opens stores on isolated namespaces
+// [ExerciseLock], and [ExerciseRedrive] (store.OutboxRedriver, the redrive
+// of kept events), with a harness that opens stores on isolated namespaces
 // of the real database (a dialect outside this module writes its own
 // [Harness]; txbox's three have theirs in internal/storeharness):
 //
