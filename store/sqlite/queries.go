@@ -91,6 +91,8 @@ type queries struct {
 	deadLetterDelete     string // + id list
 	deadLetterCleanup    string
 
+	audit auditQueries
+
 	leaseAcquire string
 	leaseRelease string
 
@@ -141,6 +143,7 @@ func buildQueries(t store.Tables) queries {
 	leaseQueries(&q, r)
 	inboxQueries(&q, r)
 	schemaQueries(&q, r)
+	auditSQL(&q, t.Audit)
 	q.insertOne = q.insertPrefix + q.insertRow
 	q.insertOneNoDue = q.insertPrefixNoDue + q.insertRowNoDue
 	return q

@@ -59,6 +59,8 @@ func Exercise(t *testing.T, h Harness) {
 		{"OutboxCleanupTTL", testOutboxCleanup},
 		{"DeadLetterCleanupTTL", testDeadLetterCleanup},
 		{"CleanupLease", testLease},
+		{"AuditLog", testAudit},
+		{"AuditCleanupTTL", testAuditCleanup},
 		{"MigrateConcurrently", testMigrateConcurrent},
 		{"HostileIdentifiers", testHostileIdentifiers},
 		{"OrderedByKey", testOrderedByKey},
