@@ -17,7 +17,7 @@ import (
 	"github.com/txbox/txbox/store"
 )
 
-const dlqUsage = `dlq <list|show|parked|retry|resolve|delete> [flags] [ID...]
+const dlqUsage = `dlq <list|show|parked|retry|resolve|delete|audit> [flags] [ID...]
 
   list                 list dead letters, newest failure first
   show ID              print one dead letter with its headers and payload
@@ -27,13 +27,17 @@ const dlqUsage = `dlq <list|show|parked|retry|resolve|delete> [flags] [ID...]
   retry ID...          move dead letters back to the outbox (same id, attempts 0, due now)
   resolve ID...        mark dead letters resolved (kept until cleanup.dead-letter-ttl)
   delete ID...         delete dead letters now
+  audit                list the audit trail, newest first: who retried, resolved
+                       or deleted what (--limit, --action, --json)
 
 Filters (list, and retry/resolve/delete with --all): --type, --key,
 --status, --error-contains, --since, --failed-after, --failed-before;
 parked takes --type and --key.
 retry, resolve and delete take ids or --all with filters, and --dry-run to
-print what would change; --all with no filter also needs --yes. --json
-prints JSON instead of a table.`
+print what would change; --all with no filter also needs --yes. Each
+retry, resolve and delete, dry runs included, writes an entry to the audit
+trail as cli:<OS user> (kept for cleanup.audit-ttl). --json prints JSON
+instead of a table.`
 
 // dlqPreview is how much of a payload `dlq show` prints without --full.
 const dlqPreview = 4 << 10
@@ -50,6 +54,9 @@ func runDLQ(ctx context.Context, e *env, args []string) error {
 			return usagef("a dlq subcommand is required")
 		}
 		return nil
+	}
+	if args[0] == "audit" {
+		return runDLQAudit(ctx, e, args[1:])
 	}
 	a, err := parseDLQ(e, args[0], args[1:])
 	if err != nil {
@@ -77,7 +84,9 @@ func runDLQ(ctx context.Context, e *env, args []string) error {
 	case "parked":
 		return a.parked(ctx, e, cfg, st)
 	}
-	return a.change(ctx, e, st)
+	err = a.change(ctx, e, st)
+	a.auditChange(ctx, e, st, err)
+	return err
 }
 
 // dlqArgs is a parsed dlq command line.
@@ -92,6 +101,8 @@ type dlqArgs struct {
 	// filtered is set when a filter narrows the default (every
 	// unresolved dead letter).
 	filtered bool
+	// matched and changed are what change did, for its audit entry.
+	matched, changed int
 }
 
 // parseDLQ parses the flags and ids of dlq sub and checks they fit
@@ -100,7 +111,7 @@ func parseDLQ(e *env, sub string, args []string) (*dlqArgs, error) {
 	switch sub {
 	case "list", "show", "parked", "retry", "resolve", "delete":
 	default:
-		return nil, usagef("unknown dlq subcommand %q (list, show, parked, retry, resolve, delete)", sub)
+		return nil, usagef("unknown dlq subcommand %q (list, show, parked, retry, resolve, delete, audit)", sub)
 	}
 	a := &dlqArgs{sub: sub}
 	fs := newFlagSet(e, "dlq "+sub, dlqUsage)
@@ -231,6 +242,7 @@ func (a *dlqArgs) change(ctx context.Context, e *env, st *config.Store) error {
 	}[a.sub]
 	var ids []txbox.ID
 	changed := 0
+	defer func() { a.matched, a.changed = len(ids), changed }()
 	act := func(page []txbox.ID) error {
 		ids = append(ids, page...)
 		if a.dryRun {
