@@ -60,6 +60,7 @@ func Exercise(t *testing.T, h Harness) {
 		{"DeadLetterCleanupTTL", testDeadLetterCleanup},
 		{"CleanupLease", testLease},
 		{"AuditLog", testAudit},
+		{"AuditClipsTextsRefusesBadParams", testAuditClip},
 		{"AuditCleanupTTL", testAuditCleanup},
 		{"MigrateConcurrently", testMigrateConcurrent},
 		{"HostileIdentifiers", testHostileIdentifiers},
