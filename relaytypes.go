@@ -227,6 +227,10 @@ const (
 	// JobHeartbeat is the relay's heartbeat row (docs/operations.md,
 	// "Relay instances"), also named in the relay's Health.JobErrors.
 	JobHeartbeat = "heartbeat"
+	// JobAuditCleanup deletes entries of the audit trail older than
+	// cleanup.audit-ttl (store.AuditLog), in the same round and under
+	// the same lease as the outbox and dead-letter cleanups.
+	JobAuditCleanup = "audit_cleanup"
 )
 
 // MaintenanceEvent describes one round of a background job.

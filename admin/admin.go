@@ -209,6 +209,7 @@ func (h *Handler) routesInit() {
 	h.handle("GET /api/v1/dead-letters/groups", AccessRead, false, http.HandlerFunc(h.deadLetterGroups))
 	h.handle("GET /api/v1/dead-letters/{id}", AccessRead, false, http.HandlerFunc(h.deadLetterGet))
 	h.handle("GET /api/v1/dead-letters/{id}/payload", AccessRead, false, http.HandlerFunc(h.deadLetterPayload))
+	h.handle("GET /api/v1/audit", AccessRead, false, http.HandlerFunc(h.auditList))
 	for _, a := range actions {
 		h.handle("POST /api/v1/dead-letters/"+a.name, AccessAdmin, false, h.bulk(a))
 		h.handle("POST /api/v1/dead-letters/{id}/"+a.name, AccessAdmin, false, h.single(a))

@@ -478,8 +478,10 @@ func walkIDs(ctx context.Context, s store.DeadLetters, ids []txbox.ID, visit fun
 }
 
 // audit writes one line per mutation (and per dry run): who (the token's
-// name, never the token), what, how many.
+// name, never the token), what, how many; and the same as an entry of the
+// audit trail (appendAudit, audit.go).
 func (h *Handler) audit(r *http.Request, res BulkResult, f store.DeadLetterFilter, err error) {
+	h.appendAudit(r, res, f, err)
 	attrs := []any{
 		slog.String("who", who(r)), slog.String("action", res.Action), slog.Bool("dry_run", res.DryRun),
 		slog.String("selector", res.Selector), slog.Int("matched", res.Matched), slog.Int("changed", res.Changed),

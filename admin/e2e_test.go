@@ -84,6 +84,13 @@ type e2eResult struct {
 	GroupMarkup  int    `json:"groupMarkup"`
 	GroupConfirm string `json:"groupConfirm"`
 	GroupResult  string `json:"groupResult"`
+	// AuditRow is the cells of the retry's audit row; AuditWho and
+	// AuditFilter the cells of the hostile entry, AuditElements the
+	// elements the audit table holds that a hostile text would make.
+	AuditRow      string `json:"auditRow"`
+	AuditWho      string `json:"auditWho"`
+	AuditFilter   string `json:"auditFilter"`
+	AuditElements int    `json:"auditElements"`
 }
 
 // requireBrowser finds node, the npm package and Chromium, which
@@ -220,6 +227,14 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Fatalf("page without a session: status %d, want 401 (stderr %s)", res.FirstStatus, stderr)
 	}
 
+	// An entry of the audit trail with hostile texts, as a CLI user name
+	// and a filter may be: the audit view must show them as text.
+	hostileWho := `cli:<img src=x onerror=alert(1)>`
+	hostileFilter := `{"error":"<script>alert(2)</script><b>x</b>"}`
+	if err := b.store.AuditAppend(ctx, &store.AuditEntry{Who: hostileWho, Action: "resolve", Selector: store.AuditSelectorFilter, Filter: hostileFilter, Matched: 1}); err != nil {
+		t.Fatal(err)
+	}
+
 	rc.accept.Store(true)
 	shots := t.TempDir()
 	if os.Getenv("TXBOX_UPDATE_SCREENSHOTS") != "" {
@@ -229,7 +244,7 @@ func TestDashboardInChromium(t *testing.T) {
 		}
 	}
 	res, stderr, err = runDashboard(t, ctx, node, "ADMIN_URL="+url, "ADMIN_TOKEN="+adminToken,
-		"DEAD_LETTER_ID="+poison.ID.String(), "EVENT_TYPE=orders", "SHOT_DIR="+shots, "GROUP_TYPE=refunds")
+		"DEAD_LETTER_ID="+poison.ID.String(), "EVENT_TYPE=orders", "SHOT_DIR="+shots, "GROUP_TYPE=refunds", "AUDIT_HOSTILE="+hostileWho)
 	if err != nil {
 		t.Fatalf("dashboard script: %v\n%s\nresult %+v", err, stderr, res)
 	}
@@ -238,6 +253,13 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	if !strings.Contains(res.Preview, "poison <b>not bold</b>") || !strings.Contains(res.ConfirmText, poison.ID.String()) {
 		t.Fatalf("preview %q, confirmation %q", res.Preview, res.ConfirmText)
+	}
+	if !strings.Contains(res.AuditRow, "admin-token | retry |  | ids |") || !strings.Contains(res.AuditRow, poison.ID.String()) ||
+		!strings.HasSuffix(res.AuditRow, "| 1 | 1 | ") {
+		t.Errorf("the retry's audit row: %q", res.AuditRow)
+	}
+	if res.AuditWho != hostileWho || res.AuditFilter != hostileFilter || res.AuditElements != 0 {
+		t.Errorf("hostile audit entry: who %q, filter %q, %d elements made of them", res.AuditWho, res.AuditFilter, res.AuditElements)
 	}
 	testenv.WaitFor(t, time.Minute, "the retried dead letter delivered", func() bool { return rc.delivered(poison.ID) })
 	// The failure group: its title is the receiver's markup as text, and
@@ -254,7 +276,7 @@ func TestDashboardInChromium(t *testing.T) {
 	if _, err := b.store.DeadLetterGet(ctx, poison.ID); err == nil {
 		t.Fatal("the retried event is still in the dead-letter table")
 	}
-	for _, f := range []string{"dashboard.png", "dashboard-dead-letter.png", "dashboard-confirm.png"} {
+	for _, f := range []string{"dashboard.png", "dashboard-dead-letter.png", "dashboard-confirm.png", "dashboard-audit.png"} {
 		if st, err := os.Stat(filepath.Join(shots, f)); err != nil || st.Size() < 1000 {
 			t.Errorf("screenshot %s: %v", f, err)
 		}

@@ -541,6 +541,7 @@ func (c *Config) RelayConfig(st store.Driver, senders map[string]sender.Sender, 
 	// retention of the types, so none loses processed rows before its own.
 	rc.Cleanup.OutboxTTL = pick(c.Cleanup.OutboxTTL)
 	rc.Cleanup.DeadLetterTTL = pick(c.Cleanup.DeadLetterTTL)
+	rc.Cleanup.AuditTTL = pick(c.Cleanup.AuditTTL)
 	return rc
 }
 

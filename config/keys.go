@@ -53,6 +53,7 @@ var keys = map[reflect.Type]map[string]string{
 		"MaxInterval":   "max-interval",
 		"OutboxTTL":     "outbox-ttl",
 		"DeadLetterTTL": "dead-letter-ttl",
+		"AuditTTL":      "audit-ttl",
 		"BatchSize":     "batch-size",
 		// The cleanup lease is the relay's own business.
 		"LeaseTTL": "-",

@@ -69,6 +69,7 @@ func Default() *Config {
 			MaxInterval:   relay.DefaultCleanupMaxInterval,
 			BatchSize:     relay.DefaultMaintenanceBatchSize,
 			DeadLetterTTL: new(relay.DefaultDeadLetterTTL),
+			AuditTTL:      new(relay.DefaultAuditTTL),
 		},
 		Relay: RelaySettings{
 			DiscoverInterval:   relay.DefaultDiscoverInterval,

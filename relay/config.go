@@ -88,6 +88,9 @@ const (
 	DefaultCleanupMaxInterval = 30 * time.Minute
 	// DefaultDeadLetterTTL keeps resolved dead letters for a week.
 	DefaultDeadLetterTTL = 7 * 24 * time.Hour
+	// DefaultAuditTTL keeps the audit trail of operators' dead-letter
+	// actions for 90 days.
+	DefaultAuditTTL = 90 * 24 * time.Hour
 	// DefaultCleanupLeaseTTL is how long one instance holds the cleanup
 	// lease.
 	DefaultCleanupLeaseTTL = time.Minute
@@ -436,6 +439,9 @@ type CleanupConfig struct {
 	// DeadLetterTTL is how long RESOLVED dead letters are kept. Defaults
 	// to 7 days (DefaultDeadLetterTTL).
 	DeadLetterTTL *time.Duration
+	// AuditTTL is how long entries of the audit trail (store.AuditLog)
+	// are kept. Defaults to 90 days (DefaultAuditTTL).
+	AuditTTL *time.Duration
 	// BatchSize bounds one delete statement. Defaults to 1000.
 	BatchSize int
 	// LeaseTTL is how long one instance holds the cleanup lease. Defaults
@@ -546,6 +552,9 @@ func (c Config) withSettingDefaults(keepZeros bool) Config {
 	}
 	if cl.DeadLetterTTL == nil {
 		cl.DeadLetterTTL = new(DefaultDeadLetterTTL)
+	}
+	if cl.AuditTTL == nil {
+		cl.AuditTTL = new(DefaultAuditTTL)
 	}
 	return c
 }

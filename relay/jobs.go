@@ -254,7 +254,8 @@ func (r *Relay) cleanupLoop() {
 	r.runJob(newJobSchedule(cfg.Interval, cfg.MaxInterval), nil, r.cleanupRound)
 }
 
-// cleanupRound runs both cleanups if the lease is ours: busy when it
+// cleanupRound runs the cleanups (outbox, dead letters, audit trail) if
+// the lease is ours: busy when it
 // deleted rows, failed when the lease or a cleanup failed.
 func (r *Relay) cleanupRound(ctx context.Context) roundOutcome {
 	cfg := r.cfg.Cleanup
@@ -277,6 +278,7 @@ func (r *Relay) cleanupRound(ctx context.Context) roundOutcome {
 	}{
 		{txbox.JobOutboxCleanup, *cfg.OutboxTTL, r.cfg.Store.OutboxCleanup},
 		{txbox.JobDeadLetterCleanup, *cfg.DeadLetterTTL, r.cfg.Store.DeadLetterCleanup},
+		{txbox.JobAuditCleanup, *cfg.AuditTTL, r.cfg.Store.AuditCleanup},
 	} {
 		n, err := batched(ctx, cfg.BatchSize, func() (int, error) {
 			return job.call(ctx, &store.CleanupParams{OlderThan: job.ttl, Limit: cfg.BatchSize})

@@ -122,6 +122,7 @@ func (v *validator) relayWide(c *Config, ownTTL bool) {
 		v.duration("Cleanup.OutboxTTL", *cl.OutboxTTL, 0, true)
 	}
 	v.duration("Cleanup.DeadLetterTTL", *cl.DeadLetterTTL, 0, true)
+	v.duration("Cleanup.AuditTTL", *cl.AuditTTL, 0, true)
 	ci := &c.Circuit
 	v.duration("Circuit.CoolDown", ci.CoolDown, v.b.MinInterval, false)
 	v.notBelow("Circuit.MaxCoolDown", ci.MaxCoolDown, ci.CoolDown, "cool-down")

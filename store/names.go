@@ -28,7 +28,9 @@ type Tables struct {
 	Inbox      string
 	Lease      string
 	// Instance holds the relay heartbeats (store.Instances).
-	Instance      string
+	Instance string
+	// Audit holds the audit trail of operators' actions (store.AuditLog).
+	Audit         string
 	SchemaVersion string
 }
 
@@ -53,6 +55,7 @@ func NewTables(schema, prefix string) (Tables, error) {
 		Inbox:         prefix + "inbox",
 		Lease:         prefix + "lease",
 		Instance:      prefix + "instance",
+		Audit:         prefix + "audit",
 		SchemaVersion: prefix + "schema_version",
 	}, nil
 }

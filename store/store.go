@@ -23,6 +23,7 @@ type Driver interface {
 	Outbox
 	DeadLetters
 	Leases
+	AuditLog
 	// Dialect names the SQL dialect: "postgres", "mysql" or "sqlite".
 	Dialect() string
 	// Migrate applies the embedded migrations that are not yet applied,

@@ -6,6 +6,9 @@
 //  3. retry dead letter DEAD_LETTER_ID through the browser, confirming
 //     the dialog, and see the API report it changed;
 //  4. with GROUP_TYPE, read that type's failure group and retry it.
+//  4. with AUDIT_HOSTILE, find that retry in the audit view, and the
+//     entry whose who is AUDIT_HOSTILE shown as text (no element made of
+//     it).
 //
 // It prints one JSON line with what it saw and exits 0, or exits 1 with
 // the reason on stderr. Without a valid token it cannot get past the login
@@ -29,6 +32,7 @@ const failoverWant = env("FAILOVER_WANT", "");
 // GROUP_TYPE, when set: find the failure group of that event type, read
 // its title, and retry the group through the page.
 const groupType = env("GROUP_TYPE", "");
+const auditHostile = env("AUDIT_HOSTILE", "");
 
 const profile = mkdtempSync(join(tmpdir(), "txbox-e2e-chromium-"));
 // A fresh profile directory (Chromium's --user-data-dir, which
@@ -49,6 +53,8 @@ try {
   const errors = [];
   page.on("pageerror", e => errors.push(String(e)));
   page.on("console", m => { if (m.type() === "error") errors.push(m.text()); });
+  // A hostile text that became markup could run alert(): count it.
+  page.on("dialog", d => { errors.push("a script opened a dialog: " + d.message()); d.dismiss().catch(() => {}); });
 
   const first = await page.goto(url);
   out.firstStatus = first.status();
@@ -108,6 +114,19 @@ try {
     await page.click("#confirm-ok");
     await page.locator("#groups-message", { hasText: "retry: 2 of 2 changed." }).waitFor();
     out.groupResult = await page.locator("#groups-message").textContent();
+  }
+  if (deadLetter && auditHostile) {
+    // The retry just made: its row in the audit view (not the dry run
+    // before it).
+    const row = page.locator(`#audit tr[data-action="retry"][data-dry-run="false"]`, { hasText: "admin-token" }).first();
+    await row.waitFor();
+    out.auditRow = (await row.locator("td").allTextContents()).join(" | ");
+    const hostile = page.locator("#audit td.who", { hasText: auditHostile }).first();
+    await hostile.waitFor();
+    out.auditWho = await hostile.textContent();
+    out.auditFilter = await hostile.locator("xpath=..").locator("td.filter").textContent();
+    out.auditElements = await page.locator("#audit img, #audit script, #audit b").count();
+    if (shots) await page.locator("#audit").screenshot({ path: join(shots, "dashboard-audit.png") });
   }
   out.pageErrors = errors;
   if (errors.length) throw new Error("errors in the page: " + errors.join("; "));

@@ -9,7 +9,7 @@ const HISTORY = 90;
 const COLORS = ["#3b6fd8", "#d8553b", "#2f9e5b", "#9b4fd1", "#c79a1a", "#1a9bb0", "#b03a7a", "#6b7a2f"];
 const SVG_NS = "http://www.w3.org/2000/svg";
 
-const state = { history: {}, last: null, colors: {}, cursor: "", filter: null, preview: null };
+const state = { history: {}, last: null, colors: {}, cursor: "", filter: null, preview: null, audit: { cursor: "", action: "", paged: false } };
 
 function $(sel) { return document.querySelector(sel); }
 
@@ -345,8 +345,34 @@ async function act(action, selector, question, msg) {
     }
     await loadDeadLetters(false);
     await loadGroups();
+    if (!state.audit.paged) await loadAudit(false);
   } catch (e) {
     msg.textContent = action + " failed: " + e.message;
+  }
+}
+
+// The audit trail: who did what to the dead letters, newest first. Who,
+// filter and error are whatever the database holds (a CLI user name, an
+// operator's filter text): text, like everything else.
+async function loadAudit(append) {
+  state.audit.paged = append;
+  const params = new URLSearchParams({ limit: "50" });
+  if (state.audit.action) params.set("action", state.audit.action);
+  if (append && state.audit.cursor) params.set("cursor", state.audit.cursor);
+  try {
+    const page = await api("api/v1/audit?" + params.toString());
+    const rows = page.entries.map(a => el("tr", { "data-id": String(a.id), "data-action": a.action, "data-dry-run": String(a.dry_run) },
+      el("td", {}, fmtTime(a.at)), el("td", { class: "who" }, a.who), el("td", { class: "action" }, a.action),
+      el("td", {}, a.dry_run ? "dry run" : ""), el("td", {}, a.selector), el("td", { class: "filter" }, a.filter),
+      el("td", { class: "num matched" }, fmtNum(a.matched)), el("td", { class: "num changed" }, fmtNum(a.changed)),
+      el("td", { class: "err" }, a.error || "")));
+    const tbody = $("#audit tbody");
+    if (append) for (const r of rows) tbody.append(r); else fill(tbody, rows);
+    state.audit.cursor = page.next_cursor || "";
+    $("#audit-more").hidden = !state.audit.cursor;
+    $("#audit-message").textContent = "";
+  } catch (e) {
+    $("#audit-message").textContent = "Cannot list the audit trail: " + e.message;
   }
 }
 
@@ -363,9 +389,16 @@ document.addEventListener("DOMContentLoaded", () => {
   $("#groups-refresh").addEventListener("click", () => loadGroups());
   loadGroups();
   $("#preview-full").addEventListener("click", () => showPreview(state.preview, true));
+  $("#audit-filter").addEventListener("submit", ev => {
+    ev.preventDefault();
+    state.audit.action = new FormData($("#audit-filter")).get("action").trim();
+    loadAudit(false);
+  });
+  $("#audit-more").addEventListener("click", () => loadAudit(true));
   state.filter = filterFromForm();
   loadDeadLetters(false);
+  loadAudit(false);
   // Refresh the first page while nobody is paging through older ones.
-  setInterval(() => { if (!state.paged) loadDeadLetters(false); }, 5000);
+  setInterval(() => { if (!state.paged) loadDeadLetters(false); if (!state.audit.paged) loadAudit(false); }, 5000);
   poll();
 });

@@ -452,7 +452,7 @@ func demoDropTables(ctx context.Context, st *config.Store, prefix, orders string
 	if err != nil {
 		return
 	}
-	all := []string{orders, tables.Outbox, tables.DeadLetter, tables.Inbox, tables.Lease, tables.Instance, tables.SchemaVersion}
+	all := []string{orders, tables.Outbox, tables.DeadLetter, tables.Inbox, tables.Lease, tables.Instance, tables.Audit, tables.SchemaVersion}
 	if st.Dialect() == "postgres" {
 		// PostgreSQL's schema has the WAL mode tables (version 6) too.
 		all = append(all, prefix+"wal_state", prefix+"wal_guard")

@@ -17,7 +17,7 @@ import (
 	"github.com/txbox/txbox/store"
 )
 
-const dlqUsage = `dlq <list|groups|show|parked|retry|resolve|delete> [flags] [ID...]
+const dlqUsage = `dlq <list|groups|show|parked|retry|resolve|delete|audit> [flags] [ID...]
 
   list                 list dead letters, newest failure first
   groups               list the failure groups, largest first: dead letters
@@ -30,6 +30,8 @@ const dlqUsage = `dlq <list|groups|show|parked|retry|resolve|delete> [flags] [ID
   retry ID...          move dead letters back to the outbox (same id, attempts 0, due now)
   resolve ID...        mark dead letters resolved (kept until cleanup.dead-letter-ttl)
   delete ID...         delete dead letters now
+  audit                list the audit trail, newest first: who retried, resolved
+                       or deleted what (--limit, --action, --json)
 
 Filters (list, and retry/resolve/delete with --all): --type, --key,
 --status, --error-contains, --since, --failed-after, --failed-before,
@@ -37,8 +39,10 @@ Filters (list, and retry/resolve/delete with --all): --type, --key,
 groups takes --status and --limit.
 retry, resolve and delete take ids or --all with filters, and --dry-run to
 print what would change; --all with no filter also needs --yes; --rate N
-acts on N dead letters per second at most, printing its progress. --json
-prints JSON instead of a table.`
+acts on N dead letters per second at most, printing its progress. Each
+retry, resolve and delete, dry runs included, writes an entry to the audit
+trail as cli:<OS user> (kept for cleanup.audit-ttl). --json prints JSON
+instead of a table.`
 
 // dlqPreview is how much of a payload `dlq show` prints without --full.
 const dlqPreview = 4 << 10
@@ -55,6 +59,9 @@ func runDLQ(ctx context.Context, e *env, args []string) error {
 			return usagef("a dlq subcommand is required")
 		}
 		return nil
+	}
+	if args[0] == "audit" {
+		return runDLQAudit(ctx, e, args[1:])
 	}
 	a, err := parseDLQ(e, args[0], args[1:])
 	if err != nil {
@@ -84,7 +91,9 @@ func runDLQ(ctx context.Context, e *env, args []string) error {
 	case "groups":
 		return a.groups(ctx, e, cfg, st)
 	}
-	return a.change(ctx, e, st)
+	err = a.change(ctx, e, st)
+	a.auditChange(ctx, e, st, err)
+	return err
 }
 
 // dlqArgs is a parsed dlq command line.
@@ -105,6 +114,8 @@ type dlqArgs struct {
 	// total is how many dead letters --all matched when it started: the
 	// denominator of the progress --rate prints.
 	total int64
+	// matched and changed are what change did, for its audit entry.
+	matched, changed int
 }
 
 // parseDLQ parses the flags and ids of dlq sub and checks they fit
@@ -113,7 +124,7 @@ func parseDLQ(e *env, sub string, args []string) (*dlqArgs, error) {
 	switch sub {
 	case "list", "groups", "show", "parked", "retry", "resolve", "delete":
 	default:
-		return nil, usagef("unknown dlq subcommand %q (list, groups, show, parked, retry, resolve, delete)", sub)
+		return nil, usagef("unknown dlq subcommand %q (list, groups, show, parked, retry, resolve, delete, audit)", sub)
 	}
 	a := &dlqArgs{sub: sub}
 	fs := newFlagSet(e, "dlq "+sub, dlqUsage)
@@ -254,6 +265,7 @@ func (a *dlqArgs) change(ctx context.Context, e *env, st *config.Store) error {
 	}[a.sub]
 	var ids []txbox.ID
 	changed := 0
+	defer func() { a.matched, a.changed = len(ids), changed }()
 	act := func(page []txbox.ID) error {
 		ids = append(ids, page...)
 		if a.dryRun {

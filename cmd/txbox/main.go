@@ -61,7 +61,7 @@ var commands = []command{
 	{"relay", "deliver outbox rows until SIGTERM or SIGINT", runRelay},
 	{"publish", "insert one event in a transaction, from the shell", runPublish},
 	{"status", "print the backlog, lag, attempts and last error per event type, and the dead-letter count", runStatus},
-	{"dlq", "list, show, retry, resolve or delete dead letters; list parked keys", runDLQ},
+	{"dlq", "list, show, retry, resolve or delete dead letters; list parked keys and the audit trail", runDLQ},
 	{"redrive", "send kept (PROCESSED) events of a type with a retention again", runRedrive},
 	{"demo", "run the whole pipeline on SQLite and an in-process NATS", runDemo},
 	{"bench", "measure the relay against the naive loop and watermill (docs/benchmarks/bench-command.md)", runBench},

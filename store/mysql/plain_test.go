@@ -49,7 +49,7 @@ func TestPlainSQLUpDown(t *testing.T) {
 		for _, f := range ups {
 			apply(f)
 		}
-		want := []string{"txbox_dead_letter", "txbox_inbox", "txbox_instance", "txbox_lease", "txbox_outbox"}
+		want := []string{"txbox_audit", "txbox_dead_letter", "txbox_inbox", "txbox_instance", "txbox_lease", "txbox_outbox"}
 		if got := storeharness.MySQL().Tables(t, name); !slices.Equal(got, want) {
 			t.Fatalf("after up: tables %v, want %v", got, want)
 		}

@@ -45,6 +45,9 @@ type queries struct {
 	inspectGroups, inspectLastError, parkedKeys                string
 	instanceForget, instanceBeat, instanceList, instanceRemove string
 
+	// The audit trail (audit.go).
+	audit auditQueries
+
 	// Leases.
 	leaseUpdate, leaseInsert, leaseHeld, leaseRelease string
 
@@ -81,6 +84,7 @@ func (d *Driver) buildQueries() queries {
 	d.orderedQueries(&q)
 	d.deadLetterQueries(&q)
 	d.groupQueries(&q)
+	d.auditSQL(&q)
 	d.inspectQueries(&q)
 	d.leaseQueries(&q)
 	d.inboxQueries(&q)
@@ -221,6 +225,7 @@ func (d *Driver) render(sqlText string) string {
 		"{{lease}}", d.qLease,
 		"{{schema_version}}", d.qSchemaVersion,
 		"{{instance}}", d.qInstance,
+		"{{audit}}", d.qualify(d.tables.Audit),
 		// Constraint names are unique per database on MySQL 8, so they
 		// carry the table prefix. The longest, with a 40-character
 		// prefix, is 58 characters, within the 64 allowed.

@@ -56,7 +56,7 @@ func TestPlainMigrationsUpDown(t *testing.T) {
 		for _, m := range migs {
 			apply(file(m, ".up.sql"))
 		}
-		want := "txbox_dead_letter,txbox_emit,txbox_inbox,txbox_instance,txbox_lease,txbox_outbox,txbox_outbox_notify,txbox_uuidv7,txbox_wal_check,txbox_wal_guard,txbox_wal_state"
+		want := "txbox_audit,txbox_dead_letter,txbox_emit,txbox_inbox,txbox_instance,txbox_lease,txbox_outbox,txbox_outbox_notify,txbox_uuidv7,txbox_wal_check,txbox_wal_guard,txbox_wal_state"
 		if got := schemaObjects(ctx, t, pool, schema); got != want {
 			t.Fatalf("after every up: %s, want %s", got, want)
 		}

@@ -34,6 +34,8 @@ type queries struct {
 	dlRetry, dlResolve, dlDelete                  string
 	dlCleanup                                     string
 
+	audit auditQueries
+
 	leaseAcquire, leaseRelease string
 
 	inspectGroups, inspectLastError, parkedKeys string
@@ -99,6 +101,7 @@ func buildQueries(d *Driver) queries {
 	d.finishQueries(&q)
 	d.statsQueries(&q)
 	d.deadLetterQueries(&q)
+	d.auditSQL(&q)
 	d.inspectQueries(&q)
 	d.leaseQueries(&q)
 	d.inboxQueries(&q)

@@ -70,6 +70,18 @@ func TestPublishedSQL(t *testing.T) {
 	if _, err := db.Exec(`INSERT INTO txbox_outbox (event_type, payload, headers) VALUES ('t', 'p', '[1]')`); err == nil {
 		t.Fatal("0002_checks.up.sql: headers [1] accepted")
 	}
+	// The audit trail's table comes and goes with its own files.
+	apply("0006_audit.up.sql")
+	if got := tableNames(t, db); !slices.Contains(got, "txbox_audit") {
+		t.Fatalf("after 0006_audit.up.sql: %v", got)
+	}
+	if _, err := db.Exec(`INSERT INTO txbox_audit (who, action) VALUES ('cli:ops', 'retry')`); err != nil {
+		t.Fatalf("audit row: %v", err)
+	}
+	apply("0006_audit.down.sql")
+	if got := tableNames(t, db); !slices.Equal(got, want) {
+		t.Fatalf("after 0006_audit.down.sql: %v, want %v", got, want)
+	}
 	apply("0003_instance.down.sql")
 	apply("0002_checks.down.sql")
 	if _, err := db.Exec(`INSERT INTO txbox_outbox (event_type, payload, headers) VALUES ('t', 'p', '[1]')`); err != nil {

@@ -94,6 +94,8 @@ type queries struct {
 	deadLetterDelete     string // + id list
 	deadLetterCleanup    string
 
+	audit auditQueries
+
 	leaseAcquire string
 	leaseRelease string
 
@@ -145,6 +147,7 @@ func buildQueries(t store.Tables) queries {
 	leaseQueries(&q, r)
 	inboxQueries(&q, r)
 	schemaQueries(&q, r)
+	auditSQL(&q, t.Audit)
 	q.insertOne = q.insertPrefix + q.insertRow
 	q.insertOneNoDue = q.insertPrefixNoDue + q.insertRowNoDue
 	return q

@@ -136,6 +136,7 @@ var tables = []table{
 		{keys: []string{"max-interval"}, def: "%v (or `interval` if longer)", meaning: "the interval doubles up to this while nothing is deleted: a row past its TTL waits at most this much longer"},
 		{keys: []string{"outbox-ttl"}, def: "longest `retention`", meaning: "`PROCESSED` rows older than this are deleted. Cleanup is not per type, so unset it is the longest `retention` of `defaults` and every listed type (0 when none sets one): no type loses its processed rows before its own retention"},
 		{keys: []string{"dead-letter-ttl"}, meaning: "`RESOLVED` dead letters older than this are deleted"},
+		{keys: []string{"audit-ttl"}, meaning: "entries of the audit trail (operators' dead-letter actions, [operations.md](operations.md#audit-trail)) older than this are deleted"},
 		{keys: []string{"batch-size"}, meaning: "rows per delete statement"},
 	}},
 	{name: "relay", prefix: "relay", rows: []row{
