@@ -63,6 +63,9 @@ func TestDeliversConfiguredAndDiscoveredTypes(t *testing.T) {
 	if polls.Load() == 0 {
 		t.Error("OnPoll hook never called")
 	}
+	// A batch's hook runs after its finish committed: the outbox can be
+	// empty before the last OnBatch ran.
+	testenv.WaitFor(t, 10*time.Second, "OnBatch counting every event", func() bool { return hook.sent() >= len(all) })
 	if sent := hook.sent(); sent != len(all) {
 		t.Errorf("OnBatch counted %d sent, want %d", sent, len(all))
 	}
