@@ -434,6 +434,9 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request, a action, res Bulk
 		}
 		n, err := a.apply(h.cfg.Store, ctx, ids)
 		res.Changed += n
+		if a.name == "retry" && n > 0 {
+			h.wakeRetried(sel.filter.EventType)
+		}
 		return err
 	}
 	var err error
@@ -462,6 +465,24 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request, a action, res Bulk
 	}
 	h.audit(r, res, sel.filter, nil)
 	writeJSON(w, http.StatusOK, res)
+}
+
+// wakeRetried wakes a relay running in the handler's process for the
+// retried dead letters' type (every poller, with a discovery look, when
+// the action did not name one): on MySQL and SQLite, which have no
+// NOTIFY, its poller would otherwise wait for its next poll (up to
+// polling.max-delay). On PostgreSQL the retry's NOTIFY wakes it too; the
+// second wake-up costs one claim.
+func (h *Handler) wakeRetried(eventType string) {
+	wk, ok := h.cfg.Relay.(waker)
+	if !ok {
+		return
+	}
+	if eventType != "" {
+		wk.Wake(eventType)
+		return
+	}
+	wk.Wake()
 }
 
 // walkIDs walks the dead letters among ids (duplicates and unknown ids

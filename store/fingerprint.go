@@ -268,8 +268,10 @@ func (n *normalizer) number(i int) (int, string) {
 }
 
 // reasonPhrase reports whether s starts with a space and a capitalised
-// word of letters only, ended by the end, a space or ",;)": the reason
-// phrase after a status code ("422 Unprocessable Entity"). A word that
+// word of letters only, ended by the end, a space, one of ",;)" or a ":"
+// at the end or before a space: the reason phrase after a status code
+// ("422 Unprocessable Entity", and "409 Conflict: …" as the webhook
+// sender writes a status with a detail; not "100 A::0", an IPv6 address). A word that
 // normalising could change (A0000000, Foo.example.com:80) does not count:
 // a normalised text must normalise to itself.
 func reasonPhrase(s string) bool {
@@ -280,7 +282,13 @@ func reasonPhrase(s string) bool {
 	for k < len(s) && (s[k] >= 'a' && s[k] <= 'z' || s[k] >= 'A' && s[k] <= 'Z') {
 		k++
 	}
-	return k == len(s) || strings.IndexByte(" ,;)", s[k]) >= 0
+	switch {
+	case k == len(s) || strings.IndexByte(" ,;)", s[k]) >= 0:
+		return true
+	case s[k] == ':':
+		return k+1 == len(s) || s[k+1] == ' '
+	}
+	return false
 }
 
 // quoted reads a quote character at i. A quoted value (no white space in

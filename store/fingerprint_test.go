@@ -32,6 +32,12 @@ var realErrors = []struct {
 		"webhook: POST http://127.0.0.1:33319/problem: 422 Unprocessable Entity: Unprocessable Entity: order 1234 unknown",
 		"webhook: POST http://127.0.0.1:44973/problem: 422 Unprocessable Entity: Unprocessable Entity: order 98 unknown",
 		"webhook: POST http://<addr>/problem: 422 Unprocessable Entity: Unprocessable Entity: order <n> unknown"},
+	// sender/webhook, 409 with a problem body: a one-word reason phrase
+	// followed by the detail (TestFailureGroupsEndToEnd's receiver).
+	{"webhook 409 problem",
+		"webhook: POST http://127.0.0.1:38189/events: 409 Conflict: refused: conflict: item 32 at 2026-12-07T04:59:32.457656173Z",
+		"webhook: POST http://127.0.0.1:43431/events: 409 Conflict: refused: conflict: item 7 at 2026-12-07T05:01:02.9548Z",
+		"webhook: POST http://<addr>/events: 409 Conflict: refused: conflict: item <n> at <time>"},
 	// sender/webhook, 422 with a plain application/json body
 	// {"error":"order 1234 unknown"}: the sender keeps only problem
 	// bodies, so the text ends at the status.
