@@ -159,15 +159,22 @@ func decodeAuditCursor(s string) (int64, error) {
 // run): who is the token's name. The action is done: a failed write is
 // logged at WARN and never changes the response.
 func (h *Handler) appendAudit(r *http.Request, res BulkResult, f store.DeadLetterFilter, actionErr error) {
-	e := &store.AuditEntry{
-		Who: who(r), Action: res.Action, Selector: res.Selector, DryRun: res.DryRun,
-		Matched: int64(res.Matched), Changed: int64(res.Changed),
-	}
+	selector, filter := res.Selector, ""
 	switch res.Selector {
 	case "ids":
-		e.Filter = auditIDs(res.IDs, res.Matched)
+		filter = auditIDs(res.IDs, res.Matched)
 	default:
-		e.Selector, e.Filter = store.AuditSelectorOf(res.Selector, &f), store.AuditFilterJSON(&f)
+		selector, filter = store.AuditSelectorOf(res.Selector, &f), store.AuditFilterJSON(&f)
+	}
+	h.appendAuditEntry(r, res, selector, filter, actionErr)
+}
+
+// appendAuditEntry writes the entry of res, which chose its rows by
+// selector, described by filter (a JSON text).
+func (h *Handler) appendAuditEntry(r *http.Request, res BulkResult, selector, filter string, actionErr error) {
+	e := &store.AuditEntry{
+		Who: who(r), Action: res.Action, Selector: selector, Filter: filter, DryRun: res.DryRun,
+		Matched: int64(res.Matched), Changed: int64(res.Changed),
 	}
 	if actionErr != nil {
 		e.Error = actionErr.Error()

@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"net/http"
 	"time"
@@ -176,11 +177,7 @@ func (h *Handler) walkRedrive(r *http.Request, rd store.OutboxRedriver, p *store
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), RedriveBudget+time.Minute)
 		defer cancel()
 	}
-	size := store.RedrivePageSize
-	if rate > 0 {
-		// A page is at most a second's worth, so the throttle is even.
-		size = int(min(float64(size), max(1, math.Floor(rate))))
-	}
+	size := store.RatePage(rate, store.RedrivePageSize)
 	start := time.Now()
 	var oldest, newest time.Time
 	full := false
@@ -219,10 +216,9 @@ func (h *Handler) walkRedrive(r *http.Request, rd store.OutboxRedriver, p *store
 		if !full {
 			break
 		}
-		if rate > 0 && !p.DryRun {
+		if !p.DryRun {
 			// Sleep until the events changed so far are due at rate.
-			due := start.Add(time.Duration(float64(res.Matched) / rate * float64(time.Second)))
-			if err := sleepUntil(r.Context(), due, start.Add(RedriveBudget)); err != nil {
+			if err := store.Pace(r.Context(), rate, start, res.Matched, start.Add(RedriveBudget)); err != nil {
 				break
 			}
 		}
@@ -247,26 +243,6 @@ func (h *Handler) walkRedrive(r *http.Request, rd store.OutboxRedriver, p *store
 	return nil
 }
 
-// sleepUntil sleeps until due, but not past limit, and returns early with
-// ctx's error when the client hangs up.
-func sleepUntil(ctx context.Context, due, limit time.Time) error {
-	d := time.Until(due)
-	if d <= 0 {
-		return nil
-	}
-	if lim := time.Until(limit); lim < d {
-		d = max(lim, 0)
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 // auditRedrive records the redrive through the audit of the dead-letter
 // actions, as action "redrive". The selection is carried in a
 // DeadLetterFilter: type, key and ids as they are; FailedAfter and
@@ -277,8 +253,20 @@ func (h *Handler) auditRedrive(r *http.Request, p *store.OutboxRedriveParams, re
 		return // as for the dead-letter actions: a failed dry run changed nothing
 	}
 	// Always "filter": the type is one, whether or not ids narrow it.
-	h.audit(r, BulkResult{
+	br := BulkResult{
 		Action: res.Action, DryRun: res.DryRun, Selector: "filter", Matched: res.Matched, Changed: res.Changed,
 		More: res.More, NextCursor: res.NextCursor, IDs: res.IDs,
-	}, store.DeadLetterFilter{EventType: p.EventType, Key: p.Key, FailedAfter: p.ProcessedAfter, FailedBefore: p.ProcessedBefore, IDs: p.IDs}, err)
+	}
+	filter := store.AuditRedriveJSON(p)
+	h.appendAuditEntry(r, br, store.AuditSelectorFilter, filter, err)
+	attrs := []any{
+		slog.String("who", who(r)), slog.String("action", br.Action), slog.Bool("dry_run", br.DryRun),
+		slog.Int("matched", br.Matched), slog.Int("changed", br.Changed), slog.String("filter", filter),
+		slog.String("remote_addr", r.RemoteAddr),
+	}
+	if err != nil {
+		h.log.Warn("admin audit: redrive failed", append(attrs, slog.Any("error", err))...)
+		return
+	}
+	h.log.Info("admin audit: redrive", attrs...)
 }

@@ -143,8 +143,13 @@ func TestRedriveAPI(t *testing.T) {
 				t.Fatalf("redrive after a cursor: %+v, want %v", res, first[1:])
 			}
 			logs := b.logs.String()
-			if !strings.Contains(logs, "action=redrive") || !strings.Contains(logs, "filter.type=kept") || !strings.Contains(logs, "changed=4") {
+			if !strings.Contains(logs, "action=redrive") || !strings.Contains(logs, `\"type\":\"kept\"`) || !strings.Contains(logs, "changed=4") {
 				t.Fatalf("no audit line for the redrive:\n%s", logs)
+			}
+			entries, err := b.store.AuditList(b.ctx, &store.AuditListParams{Action: "redrive", Limit: 1})
+			if err != nil || len(entries) != 1 || entries[0].Who != "admin-token" || entries[0].Changed != 2 ||
+				!strings.Contains(entries[0].Filter, `"type":"kept"`) || !strings.Contains(entries[0].Filter, `"processed_before":`) {
+				t.Fatalf("audit entry of the last redrive: %+v, %v", entries, err)
 			}
 
 			// Nothing kept: a type with retention and no rows matches 0.

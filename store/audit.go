@@ -185,6 +185,30 @@ type auditFilter struct {
 	Group        string     `json:"group,omitempty"`
 }
 
+// AuditRedriveJSON renders the selection of a redrive as the Filter of
+// its AuditEntry: type, key, processed_after, processed_before (the
+// admin API's names) and the number of ids.
+func AuditRedriveJSON(p *OutboxRedriveParams) string {
+	a := struct {
+		Type            string     `json:"type"`
+		Key             string     `json:"key,omitempty"`
+		ProcessedAfter  *time.Time `json:"processed_after,omitempty"`
+		ProcessedBefore *time.Time `json:"processed_before,omitempty"`
+		IDs             int        `json:"ids,omitempty"`
+	}{Type: p.EventType, Key: p.Key, IDs: len(p.IDs)}
+	if t := p.ProcessedAfter.UTC(); !p.ProcessedAfter.IsZero() {
+		a.ProcessedAfter = &t
+	}
+	if t := p.ProcessedBefore.UTC(); !p.ProcessedBefore.IsZero() {
+		a.ProcessedBefore = &t
+	}
+	b, err := json.Marshal(a)
+	if err != nil {
+		return "{}"
+	}
+	return string(b)
+}
+
 // AuditSelectorOf is the Selector of an action on the dead letters that
 // f selects (selector is AuditSelectorFilter or AuditSelectorAll):
 // AuditSelectorGroup when f names a failure group.

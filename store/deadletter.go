@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/txbox/txbox"
@@ -163,12 +164,8 @@ func DeadLetterWalk(ctx context.Context, s DeadLetters, p *DeadLetterWalkParams,
 		return nil, fmt.Errorf("%w: dead-letter walk needs a Limit, PageSize and Rate of 0 or more", ErrInvalidParams)
 	}
 	size := p.PageSize
-	switch {
-	case size > 0:
-	case p.Rate > 0:
-		size = max(1, min(DeadLetterPageSize, int(p.Rate)))
-	default:
-		size = DeadLetterPageSize
+	if size == 0 {
+		size = RatePage(p.Rate, DeadLetterPageSize)
 	}
 	after, seen, start := p.After, 0, time.Now()
 	for {
@@ -189,7 +186,7 @@ func DeadLetterWalk(ctx context.Context, s DeadLetters, p *DeadLetterWalkParams,
 			return nil, err
 		}
 		if len(page) > 0 {
-			if err := pace(ctx, p.Rate, start, seen); err != nil {
+			if err := Pace(ctx, p.Rate, start, seen, time.Time{}); err != nil {
 				return nil, err
 			}
 			if err := fn(page); err != nil {
@@ -204,13 +201,29 @@ func DeadLetterWalk(ctx context.Context, s DeadLetters, p *DeadLetterWalkParams,
 	}
 }
 
-// pace waits until done dead letters at rate per second (0: no limit) are
-// due since start.
-func pace(ctx context.Context, rate float64, start time.Time, done int) error {
+// RatePage is the page size of a walk paced at rate items per second
+// (0: not paced, max): a second's worth, at least 1 and at most max, so
+// that the pace is even.
+func RatePage(rate float64, max int) int {
+	if rate <= 0 {
+		return max
+	}
+	return int(min(float64(max), math.Max(1, math.Floor(rate))))
+}
+
+// Pace waits until done items at rate per second (0: no limit) are due
+// since start, but not past limit (zero: no limit), and returns ctx's
+// error when ctx ends first. A walk that acts on pages (a retry, a
+// redrive) calls it before each page to keep to the rate.
+func Pace(ctx context.Context, rate float64, start time.Time, done int, limit time.Time) error {
 	if rate <= 0 || done == 0 {
 		return nil
 	}
-	d := time.Until(start.Add(time.Duration(float64(done) / rate * float64(time.Second))))
+	due := start.Add(time.Duration(float64(done) / rate * float64(time.Second)))
+	if !limit.IsZero() && limit.Before(due) {
+		due = limit
+	}
+	d := time.Until(due)
 	if d <= 0 {
 		return nil
 	}

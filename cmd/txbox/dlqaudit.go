@@ -69,13 +69,21 @@ func (a *dlqArgs) auditChange(ctx context.Context, e *env, st *config.Store, cha
 	default:
 		en.Selector, en.Filter = store.AuditSelectorAll, store.AuditFilterJSON(&a.filter)
 	}
-	if changeErr != nil {
-		en.Error = config.Scrub(changeErr, e.secrets).Error()
+	appendCLIAudit(ctx, e, st, "txbox dlq "+a.sub, en, changeErr)
+}
+
+// appendCLIAudit writes en, the entry of a CLI action that ran (its Err
+// from actionErr), after the action and detached from ctx: an interrupted
+// action is recorded with what it did. An entry that cannot be written is
+// a warning on stderr, named by command, never the command's failure.
+func appendCLIAudit(ctx context.Context, e *env, st *config.Store, command string, en *store.AuditEntry, actionErr error) {
+	if actionErr != nil {
+		en.Error = config.Scrub(actionErr, e.secrets).Error()
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dlqAuditTimeout)
 	defer cancel()
 	if err := st.AuditAppend(actx, en); err != nil {
-		fmt.Fprintf(e.stderr, "txbox dlq %s: warning: the audit entry was not written: %s\n", a.sub, config.Scrub(err, e.secrets))
+		fmt.Fprintf(e.stderr, "%s: warning: the audit entry was not written: %s\n", command, config.Scrub(err, e.secrets))
 	}
 }
 

@@ -4,10 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"math"
-	"os"
-	"os/user"
 	"strings"
 	"time"
 
@@ -182,10 +179,10 @@ func runRedrive(ctx context.Context, e *env, args []string) error {
 	t := a.params.ProcessedBefore
 	res.ProcessedBefore = &t
 	err = a.walk(ctx, e, rd, &res)
-	recordCLIAction(cfg.NewLogger(e.stderr), cliAction{
-		Action: "redrive", DryRun: a.dryRun, Matched: res.Matched, Changed: res.Changed, Err: err,
-		Filter: redriveFilter(&a.params),
-	})
+	appendCLIAudit(ctx, e, st, "txbox redrive", &store.AuditEntry{
+		Who: cliWho(e), Action: "redrive", Selector: store.AuditSelectorFilter, Filter: store.AuditRedriveJSON(&a.params),
+		DryRun: a.dryRun, Matched: int64(res.Matched), Changed: int64(res.Changed),
+	}, err)
 	if err != nil {
 		return fmt.Errorf("%d matched, %d changed before: %w", res.Matched, res.Changed, err)
 	}
@@ -195,13 +192,8 @@ func runRedrive(ctx context.Context, e *env, args []string) error {
 // walk redrives page after page until a page is short, printing progress
 // to stderr and sleeping between pages to keep to --rate.
 func (a *redriveArgs) walk(ctx context.Context, e *env, rd store.OutboxRedriver, res *redriveResult) error {
-	size := store.RedrivePageSize
-	if a.rate > 0 {
-		// A page is at most a second's worth, so the throttle is even.
-		size = int(min(float64(size), max(1, math.Floor(a.rate))))
-	}
 	p := a.params
-	p.Limit = size
+	p.Limit = store.RatePage(a.rate, store.RedrivePageSize)
 	start := time.Now()
 	for {
 		page, err := rd.OutboxRedrive(ctx, &p)
@@ -229,14 +221,9 @@ func (a *redriveArgs) walk(ctx context.Context, e *env, rd store.OutboxRedriver,
 		if page.Matched < p.Limit {
 			return nil
 		}
-		if a.rate > 0 && !a.dryRun {
-			due := start.Add(time.Duration(float64(res.Matched) / a.rate * float64(time.Second)))
-			if d := time.Until(due); d > 0 {
-				select {
-				case <-ctx.Done():
-					return ctx.Err()
-				case <-time.After(d):
-				}
+		if !a.dryRun {
+			if err := store.Pace(ctx, a.rate, start, res.Matched, time.Time{}); err != nil {
+				return err
 			}
 		}
 	}
@@ -258,60 +245,4 @@ func (a *redriveArgs) report(e *env, res *redriveResult) error {
 	}
 	fmt.Fprintf(e.stdout, "redriven %d of %d kept events of %s\n", res.Changed, res.Matched, res.Type)
 	return nil
-}
-
-// redriveFilter is the selection of a redrive as audit fields.
-func redriveFilter(p *store.OutboxRedriveParams) map[string]string {
-	f := map[string]string{"type": p.EventType}
-	if p.Key != "" {
-		f["key"] = p.Key
-	}
-	if !p.ProcessedAfter.IsZero() {
-		f["processed_after"] = p.ProcessedAfter.UTC().Format(time.RFC3339Nano)
-	}
-	if !p.ProcessedBefore.IsZero() {
-		f["processed_before"] = p.ProcessedBefore.UTC().Format(time.RFC3339Nano)
-	}
-	if len(p.IDs) > 0 {
-		f["ids"] = fmt.Sprint(len(p.IDs))
-	}
-	return f
-}
-
-// cliAction is one mutating CLI action (or its dry run), as the audit
-// trail records it.
-type cliAction struct {
-	// Action is the command's verb: "redrive".
-	Action string
-	DryRun bool
-	// Filter is the selection, field by field.
-	Filter           map[string]string
-	Matched, Changed int
-	// Err is the error the action ended with, nil when it completed.
-	Err error
-}
-
-// recordCLIAction records a mutating CLI action for the audit trail, who
-// being "cli" with the OS user. For now it writes one log line at INFO
-// (WARN when the action failed) to log; it is the one place to make it
-// write the audit table once there is one.
-func recordCLIAction(log *slog.Logger, a cliAction) {
-	who := "cli"
-	if u, err := user.Current(); err == nil && u.Username != "" {
-		who += ":" + u.Username
-	} else if name := os.Getenv("USER"); name != "" {
-		who += ":" + name
-	}
-	attrs := []any{slog.String("who", who), slog.String("action", a.Action), slog.Bool("dry_run", a.DryRun),
-		slog.Int("matched", a.Matched), slog.Int("changed", a.Changed)}
-	var fa []any
-	for _, k := range sortedKeys(a.Filter) {
-		fa = append(fa, slog.String(k, a.Filter[k]))
-	}
-	attrs = append(attrs, slog.Group("filter", fa...))
-	if a.Err != nil {
-		log.Warn("cli audit: "+a.Action+" failed", append(attrs, slog.Any("error", a.Err))...)
-		return
-	}
-	log.Info("cli audit: "+a.Action, attrs...)
 }

@@ -118,8 +118,12 @@ func TestRedriveCommand(t *testing.T) {
 	if res.Matched != 3 || res.Changed != 0 || !res.DryRun || !slices.Equal(res.IDs, ids) {
 		t.Fatalf("dry run: %+v, want ids %v", res, ids)
 	}
-	if !strings.Contains(errOut, "page 1: 3 matched") || !strings.Contains(errOut, `cli audit: redrive`) {
+	if !strings.Contains(errOut, "page 1: 3 matched") {
 		t.Fatalf("dry run stderr: %q", errOut)
+	}
+	code, out, _ = runInProcess(t, nil, "dlq", "audit", "--config", cfg, "--action", "redrive", "--json")
+	if code != exitOK || !strings.Contains(out, `"who":"cli:`) || !strings.Contains(out, `"dry_run":true`) || !strings.Contains(out, `\"type\":\"kept\"`) {
+		t.Fatalf("the dry run's audit entry: %d %q", code, out)
 	}
 	if got := pendingIDs(t, db, "kept"); len(got) != 0 {
 		t.Fatalf("a dry run re-pended %v", got)
@@ -135,8 +139,9 @@ func TestRedriveCommand(t *testing.T) {
 	if got := pendingIDs(t, db, "kept"); !slices.Equal(got, ids) {
 		t.Fatalf("pending after the redrive: %v, want %v", got, ids)
 	}
-	if !strings.Contains(errOut, "changed=3") || !strings.Contains(errOut, "who=cli") {
-		t.Fatalf("no audit line: %q", errOut)
+	if code, out, _ := runInProcess(t, nil, "dlq", "audit", "--config", cfg, "--action", "redrive", "--limit", "1", "--json"); code != exitOK ||
+		!strings.Contains(out, `"changed":3`) || !strings.Contains(out, `"dry_run":false`) || !strings.Contains(out, `"who":"cli:`) {
+		t.Fatalf("no audit entry for the redrive: %d %q", code, out)
 	}
 	// Pending now, not kept: nothing more to redrive.
 	if code, out, _ := redrive("--type", "kept", "--since", "1h", "--json"); code != exitOK || !strings.Contains(out, `"matched":0`) {
