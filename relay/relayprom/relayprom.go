@@ -131,7 +131,7 @@ func New(opts Options) *Metrics {
 	m.circuitOpened = counter("txbox_relay_circuit_opened_total",
 		"Times a circuit opened, by sender, destination and circuit.", "sender", "destination", "circuit")
 	m.jobRows = counter("txbox_relay_job_rows_total",
-		"Rows changed by background jobs (recover, dead_letter_move, outbox_cleanup, dead_letter_cleanup, audit_cleanup; types found by discover and by the discover_wake looks that wake-ups ask for), by job.", "job")
+		"Rows changed by background jobs (recover, dead_letter_move, dead_letter_fingerprint, outbox_cleanup, dead_letter_cleanup, audit_cleanup; types found by discover and by the discover_wake looks that wake-ups ask for), by job.", "job")
 	m.jobErrors = counter("txbox_relay_job_errors_total", "Background job rounds that failed, by job.", "job")
 	return m
 }
