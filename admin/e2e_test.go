@@ -84,6 +84,7 @@ type e2eResult struct {
 	GroupMarkup  int    `json:"groupMarkup"`
 	GroupConfirm string `json:"groupConfirm"`
 	GroupResult  string `json:"groupResult"`
+	GroupAudit   string `json:"groupAudit"`
 	// AuditRow is the cells of the retry's audit row; AuditWho and
 	// AuditFilter the cells of the hostile entry, AuditElements the
 	// elements the audit table holds that a hostile text would make.
@@ -269,6 +270,9 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	if !strings.Contains(res.GroupConfirm, "retry the 2 dead letters of the group") || !strings.Contains(res.GroupResult, "retry: 2 of 2 changed.") {
 		t.Errorf("group retry: confirmation %q, result %q", res.GroupConfirm, res.GroupResult)
+	}
+	if !strings.Contains(res.GroupAudit, `| group | {"group":"`) || !strings.Contains(res.GroupAudit, "| 2 | 2 |") {
+		t.Errorf("the group retry's audit row: %q", res.GroupAudit)
 	}
 	for _, ev := range hostile {
 		testenv.WaitFor(t, time.Minute, "the retried group delivered", func() bool { return rc.delivered(ev.ID) })

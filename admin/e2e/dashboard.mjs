@@ -102,19 +102,6 @@ try {
     await page.locator("#dl-message", { hasText: "retry: 1 of 1 changed" }).waitFor();
     out.message = await page.locator("#dl-message").textContent();
   }
-  if (groupType) {
-    const row = page.locator("#groups tr[data-group]", { hasText: groupType });
-    await row.waitFor();
-    out.groupMessage = await row.locator("td.err").textContent();
-    out.groupMarkup = await row.locator("td.err *").count();
-    if (shots) await page.locator("#groups").screenshot({ path: join(shots, "dashboard-groups.png") });
-    await row.locator(".retry-group-btn").click();
-    await page.locator("#confirm[open]").waitFor();
-    out.groupConfirm = await page.locator("#confirm-text").textContent();
-    await page.click("#confirm-ok");
-    await page.locator("#groups-message", { hasText: "retry: 2 of 2 changed." }).waitFor();
-    out.groupResult = await page.locator("#groups-message").textContent();
-  }
   if (deadLetter && auditHostile) {
     // The retry just made: its row in the audit view (not the dry run
     // before it).
@@ -127,6 +114,23 @@ try {
     out.auditFilter = await hostile.locator("xpath=..").locator("td.filter").textContent();
     out.auditElements = await page.locator("#audit img, #audit script, #audit b").count();
     if (shots) await page.locator("#audit").screenshot({ path: join(shots, "dashboard-audit.png") });
+  }
+  if (groupType) {
+    const row = page.locator("#groups tr[data-group]", { hasText: groupType });
+    await row.waitFor();
+    out.groupMessage = await row.locator("td.err").textContent();
+    out.groupMarkup = await row.locator("td.err *").count();
+    if (shots) await page.locator("#groups").screenshot({ path: join(shots, "dashboard-groups.png") });
+    await row.locator(".retry-group-btn").click();
+    await page.locator("#confirm[open]").waitFor();
+    out.groupConfirm = await page.locator("#confirm-text").textContent();
+    await page.click("#confirm-ok");
+    await page.locator("#groups-message", { hasText: "retry: 2 of 2 changed." }).waitFor();
+    out.groupResult = await page.locator("#groups-message").textContent();
+    // The group's retry in the audit view.
+    const audited = page.locator(`#audit tr[data-action="retry"][data-dry-run="false"]`, { hasText: "group" }).first();
+    await audited.waitFor();
+    out.groupAudit = (await audited.locator("td").allTextContents()).join(" | ");
   }
   out.pageErrors = errors;
   if (errors.length) throw new Error("errors in the page: " + errors.join("; "));

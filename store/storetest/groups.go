@@ -16,7 +16,45 @@ import (
 // fails again is fingerprinted again.
 func testDeadLetterGroups(t *testing.T, e *env) {
 	const typ = "grouped"
-	var unknown, down, unsendable []txbox.ID
+	unknown, down, unsendable := e.groupedDeadLetters(typ)
+	gs := e.groups(store.DeadLetterGroupsParams{Limit: 10})
+	if len(gs) != 3 {
+		t.Fatalf("%d groups, want 3: %+v", len(gs), gs)
+	}
+	checkGroups(t, e, typ, gs, [][]txbox.ID{unknown, down, unsendable})
+	checkGroupPages(t, e, gs)
+
+	// Counted per status.
+	if _, err := e.d.DeadLetterResolve(e.ctx, unknown[:1]); err != nil {
+		t.Fatal(err)
+	}
+	unres := e.groups(store.DeadLetterGroupsParams{Status: store.DeadLetterUnresolved, Limit: 10})
+	res := e.groups(store.DeadLetterGroupsParams{Status: store.DeadLetterResolved, Limit: 10})
+	if len(unres) != 3 || unres[0].Count != 2 || len(res) != 1 || res[0].Count != 1 || res[0].SampleID != unknown[0] {
+		t.Errorf("by status: unresolved %+v, resolved %+v", unres, res)
+	}
+
+	// Retried and failed again: a new failure, fingerprinted again.
+	if n, err := e.d.DeadLetterRetry(e.ctx, down[:1]); err != nil || n != 1 {
+		t.Fatalf("retry: %d, %v", n, err)
+	}
+	rows := e.claim(typ, 1, longLease)
+	e.finishAll(rows, store.OutcomeFailed, 0, "HTTP 410 Gone")
+	if n := e.moveAll(); n != 1 {
+		t.Fatalf("moved %d, want 1", n)
+	}
+	if n, err := e.d.DeadLetterFingerprint(e.ctx, &store.DeadLetterFingerprintParams{Limit: 100}); err != nil || n != 1 {
+		t.Fatalf("fingerprint after a new failure: %d, %v; want 1", n, err)
+	}
+	checkGroupBadParams(t, e)
+}
+
+// groupedDeadLetters makes dead letters of three causes, checks that none
+// is in a group before it is fingerprinted, and fingerprints them, a
+// batch at a time.
+func (e *env) groupedDeadLetters(typ string) (unknown, down, unsendable []txbox.ID) {
+	t := e.t
+	t.Helper()
 	for _, n := range []string{"1234", "98", "7"} {
 		unknown = append(unknown, e.deadLetter(typ, "", "HTTP 422 Unprocessable Entity: order "+n+" unknown"))
 	}
@@ -42,18 +80,20 @@ func testDeadLetterGroups(t *testing.T, e *env) {
 	if n, err := e.d.DeadLetterFingerprint(e.ctx, &store.DeadLetterFingerprintParams{Limit: 100, Print: print}); err != nil || n != 0 {
 		t.Fatalf("fingerprint again: %d, %v; want 0 (each dead letter once)", n, err)
 	}
+	return unknown, down, unsendable
+}
 
-	gs := e.groups(store.DeadLetterGroupsParams{Limit: 10})
-	if len(gs) != 3 {
-		t.Fatalf("%d groups, want 3: %+v", len(gs), gs)
-	}
+// checkGroups checks the three groups of groupedDeadLetters, largest
+// first, and that the group filter walks exactly each one's dead letters.
+func checkGroups(t *testing.T, e *env, typ string, gs []*store.DeadLetterGroup, ids [][]txbox.ID) {
+	t.Helper()
 	want := []struct {
 		ids          []txbox.ID
 		class, title string
 	}{
-		{unknown, store.FailurePermanent, "HTTP 422 Unprocessable Entity: order <n> unknown"},
-		{down, store.FailurePermanent, "dial tcp <addr>: connection refused"},
-		{unsendable, store.FailureUndecodable, store.NotSentPrefix + "the row cannot be turned into a message: headers"},
+		{ids[0], store.FailurePermanent, "HTTP 422 Unprocessable Entity: order <n> unknown"},
+		{ids[1], store.FailurePermanent, "dial tcp <addr>: connection refused"},
+		{ids[2], store.FailureUndecodable, store.NotSentPrefix + "the row cannot be turned into a message: headers"},
 	}
 	for i, w := range want {
 		g := gs[i]
@@ -81,8 +121,12 @@ func testDeadLetterGroups(t *testing.T, e *env) {
 			t.Errorf("group %d filter walked %v, want %v", i, got, w.ids)
 		}
 	}
+}
 
-	// A page of one at a time, from the cursor, lists the same groups.
+// checkGroupPages: pages of one group, from the cursor, list the same
+// groups as one page.
+func checkGroupPages(t *testing.T, e *env, gs []*store.DeadLetterGroup) {
+	t.Helper()
 	var paged []string
 	var after *store.DeadLetterGroupCursor
 	for range 5 {
@@ -96,31 +140,11 @@ func testDeadLetterGroups(t *testing.T, e *env) {
 	if !slices.Equal(paged, []string{gs[0].Fingerprint, gs[1].Fingerprint, gs[2].Fingerprint}) {
 		t.Errorf("paged groups %v, want %v", paged, []string{gs[0].Fingerprint, gs[1].Fingerprint, gs[2].Fingerprint})
 	}
+}
 
-	// Counted per status.
-	if _, err := e.d.DeadLetterResolve(e.ctx, unknown[:1]); err != nil {
-		t.Fatal(err)
-	}
-	unres := e.groups(store.DeadLetterGroupsParams{Status: store.DeadLetterUnresolved, Limit: 10})
-	res := e.groups(store.DeadLetterGroupsParams{Status: store.DeadLetterResolved, Limit: 10})
-	if len(unres) != 3 || unres[0].Count != 2 || len(res) != 1 || res[0].Count != 1 || res[0].SampleID != unknown[0] {
-		t.Errorf("by status: unresolved %+v, resolved %+v", unres, res)
-	}
-
-	// Retried and failed again: a new failure, fingerprinted again.
-	if n, err := e.d.DeadLetterRetry(e.ctx, down[:1]); err != nil || n != 1 {
-		t.Fatalf("retry: %d, %v", n, err)
-	}
-	rows := e.claim(typ, 1, longLease)
-	e.finishAll(rows, store.OutcomeFailed, 0, "HTTP 410 Gone")
-	if n := e.moveAll(); n != 1 {
-		t.Fatalf("moved %d, want 1", n)
-	}
-	if n, err := e.d.DeadLetterFingerprint(e.ctx, &store.DeadLetterFingerprintParams{Limit: 100}); err != nil || n != 1 {
-		t.Fatalf("fingerprint after a new failure: %d, %v; want 1", n, err)
-	}
-
-	// Bad parameters are refused, never run.
+// checkGroupBadParams: bad parameters are refused, never run.
+func checkGroupBadParams(t *testing.T, e *env) {
+	t.Helper()
 	for name, p := range map[string]store.DeadLetterGroupsParams{
 		"limit 0":         {},
 		"limit too large": {Limit: store.MaxGroupsPage + 1},
