@@ -133,45 +133,20 @@ func TestDeadLetterAdminMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	const readTok, adminTok = "dlq-memory-read-token-0123456789", "dlq-memory-admin-token-0123456789"
-	cfgPath := filepath.Join(t.TempDir(), "txbox.yaml")
-	yml := fmt.Sprintf(`
+	m := startMemoryRelay(t, ctx, bin, fmt.Sprintf(`
 database: { dialect: postgres, dsn: %q, schema: %s }
 senders:
   hook: { type: webhook, url: %q }
 relay: { discover-interval: 24h, discover-max-interval: 24h, heartbeat-interval: 1s }
 defaults: { batch-size: 1, in-flight: 1 }
-admin: { enabled: true, listen: "127.0.0.1:0", read-token-env: TXBOX_TEST_READ_TOKEN, admin-token-env: TXBOX_TEST_ADMIN_TOKEN }
-`, testenv.PostgresURL, schema, hook.URL)
-	if err := os.WriteFile(cfgPath, []byte(yml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	relayCmd := exec.CommandContext(ctx, bin, "relay", "--config", cfgPath)
-	relayCmd.Env = append(os.Environ(), "TXBOX_TEST_READ_TOKEN="+readTok, "TXBOX_TEST_ADMIN_TOKEN="+adminTok)
-	var relayErr testenv.LogBuffer
-	relayCmd.Stdout, relayCmd.Stderr = io.Discard, &relayErr
-	if err := relayCmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = relayCmd.Wait(); close(exited) }()
-	defer func() {
-		_ = relayCmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = relayCmd.Process.Kill()
-			<-exited
-		}
-	}()
-	addr := adminAddress(t, &relayErr)
+`, testenv.PostgresURL, schema, hook.URL), readTok, adminTok)
+	defer m.stop()
 	select {
 	case <-witnessed:
 	case <-time.After(2 * time.Minute):
-		t.Fatalf("the relay's look at start did not deliver the witness event in 2m; its log:\n%s", relayErr.String())
+		t.Fatalf("the relay's look at start did not deliver the witness event in 2m; its log:\n%s", m.log.String())
 	}
-	pid := relayCmd.Process.Pid
-	watch := watchRSS(pid, dlqMemoryWatchdog, func() { _ = relayCmd.Process.Kill() })
-	defer watch.stop()
+	addr, pid := m.addr, m.pid
 
 	api := &dlqClient{ctx: ctx, base: "http://" + addr}
 	testenv.WaitFor(t, 30*time.Second, "the admin API", func() bool {
@@ -182,27 +157,7 @@ admin: { enabled: true, listen: "127.0.0.1:0", read-token-env: TXBOX_TEST_READ_T
 	peaks := []string{}
 	step := func(name string, each func(c int) error) {
 		t.Helper()
-		errs := make([]error, dlqMemoryClients)
-		var wg sync.WaitGroup
-		for c := range dlqMemoryClients {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[c] = each(c)
-			}()
-		}
-		wg.Wait()
-		if over := watch.over(); over != 0 {
-			t.Fatalf("%s: the relay's RSS passed %s (%s): killed\nrelay log: %.2000s", name, mib(dlqMemoryWatchdog), mib(over), relayErr.String())
-		}
-		for _, err := range errs {
-			if err != nil {
-				t.Fatalf("%s: %v\nrelay log: %.2000s", name, err, relayErr.String())
-			}
-		}
-		peak := procStatus(t, pid, "VmHWM")
-		peaks = append(peaks, name+" "+mib(peak))
-		t.Logf("after %s: relay VmHWM %s", name, mib(peak))
+		peaks = append(peaks, name+" "+mib(m.step(t, name, each)))
 	}
 	countWhere := func(table, where string) int {
 		t.Helper()
@@ -324,6 +279,81 @@ admin: { enabled: true, listen: "127.0.0.1:0", read-token-env: TXBOX_TEST_READ_T
 	if peak >= dlqMemoryPeakLimit {
 		t.Fatalf("relay peak RSS %s, want < %s", mib(peak), mib(dlqMemoryPeakLimit))
 	}
+}
+
+// memoryRelay is a `txbox relay` process whose RSS is watched: past
+// dlqMemoryWatchdog it is killed, so that a regression fails the test
+// instead of exhausting the machine.
+type memoryRelay struct {
+	cmd    *exec.Cmd
+	pid    int
+	addr   string // the admin API's
+	log    *testenv.LogBuffer
+	watch  *rssWatch
+	exited chan struct{}
+}
+
+// startMemoryRelay runs bin relay on yml, with the admin API on a free
+// loopback port and the two tokens, and waits for the API's address.
+// Defer stop.
+func startMemoryRelay(t *testing.T, ctx context.Context, bin, yml, readTok, adminTok string) *memoryRelay {
+	t.Helper()
+	cfgPath := filepath.Join(t.TempDir(), "txbox.yaml")
+	yml += `admin: { enabled: true, listen: "127.0.0.1:0", read-token-env: TXBOX_TEST_READ_TOKEN, admin-token-env: TXBOX_TEST_ADMIN_TOKEN }` + "\n"
+	if err := os.WriteFile(cfgPath, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := &memoryRelay{cmd: exec.CommandContext(ctx, bin, "relay", "--config", cfgPath), log: &testenv.LogBuffer{}, exited: make(chan struct{})}
+	m.cmd.Env = append(os.Environ(), "TXBOX_TEST_READ_TOKEN="+readTok, "TXBOX_TEST_ADMIN_TOKEN="+adminTok)
+	m.cmd.Stdout, m.cmd.Stderr = io.Discard, m.log
+	if err := m.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = m.cmd.Wait(); close(m.exited) }()
+	m.pid = m.cmd.Process.Pid
+	m.watch = watchRSS(m.pid, dlqMemoryWatchdog, func() { _ = m.cmd.Process.Kill() })
+	m.addr = adminAddress(t, m.log)
+	return m
+}
+
+// stop ends the relay with SIGTERM (SIGKILL after 30s) and its watch.
+func (m *memoryRelay) stop() {
+	m.watch.stop()
+	_ = m.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-m.exited:
+	case <-time.After(30 * time.Second):
+		_ = m.cmd.Process.Kill()
+		<-m.exited
+	}
+}
+
+// step runs each from dlqMemoryClients clients at once, fails t on an
+// error or a relay the watch killed, and returns the relay's peak RSS
+// (VmHWM) after it.
+func (m *memoryRelay) step(t *testing.T, name string, each func(c int) error) int64 {
+	t.Helper()
+	errs := make([]error, dlqMemoryClients)
+	var wg sync.WaitGroup
+	for c := range dlqMemoryClients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[c] = each(c)
+		}()
+	}
+	wg.Wait()
+	if over := m.watch.over(); over != 0 {
+		t.Fatalf("%s: the relay's RSS passed %s (%s): killed\nrelay log: %.2000s", name, mib(dlqMemoryWatchdog), mib(over), m.log.String())
+	}
+	for _, err := range errs {
+		if err != nil {
+			t.Fatalf("%s: %v\nrelay log: %.2000s", name, err, m.log.String())
+		}
+	}
+	peak := procStatus(t, m.pid, "VmHWM")
+	t.Logf("after %s: relay VmHWM %s", name, mib(peak))
+	return peak
 }
 
 // buildTxbox builds the txbox command without the race detector (which

@@ -3,17 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -103,41 +99,15 @@ func TestDeadLetterGroupsMemory(t *testing.T) {
 	}))
 	defer hook.Close()
 	const readTok, adminTok = "dlq-groups-read-token-0123456789", "dlq-groups-admin-token-0123456789"
-	cfgPath := filepath.Join(t.TempDir(), "txbox.yaml")
-	yml := fmt.Sprintf(`
+	m := startMemoryRelay(t, ctx, bin, fmt.Sprintf(`
 database: { dialect: postgres, dsn: %q, schema: %s }
 senders:
   hook: { type: webhook, url: %q }
 relay: { discover-interval: 24h, discover-max-interval: 24h, heartbeat-interval: 1s }
 defaults: { batch-size: 100, in-flight: 4 }
-admin: { enabled: true, listen: "127.0.0.1:0", read-token-env: TXBOX_TEST_READ_TOKEN, admin-token-env: TXBOX_TEST_ADMIN_TOKEN }
-`, testenv.PostgresURL, schema, hook.URL)
-	if err := os.WriteFile(cfgPath, []byte(yml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	relayCmd := exec.CommandContext(ctx, bin, "relay", "--config", cfgPath)
-	relayCmd.Env = append(os.Environ(), "TXBOX_TEST_READ_TOKEN="+readTok, "TXBOX_TEST_ADMIN_TOKEN="+adminTok)
-	var relayErr testenv.LogBuffer
-	relayCmd.Stdout, relayCmd.Stderr = io.Discard, &relayErr
-	if err := relayCmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = relayCmd.Wait(); close(exited) }()
-	defer func() {
-		_ = relayCmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = relayCmd.Process.Kill()
-			<-exited
-		}
-	}()
-	addr := adminAddress(t, &relayErr)
-	pid := relayCmd.Process.Pid
-	watch := watchRSS(pid, dlqMemoryWatchdog, func() { _ = relayCmd.Process.Kill() })
-	defer watch.stop()
-	api := &dlqClient{ctx: ctx, base: "http://" + addr}
+`, testenv.PostgresURL, schema, hook.URL), readTok, adminTok)
+	defer m.stop()
+	api := &dlqClient{ctx: ctx, base: "http://" + m.addr}
 
 	type group struct {
 		Fingerprint string
@@ -156,25 +126,7 @@ admin: { enabled: true, listen: "127.0.0.1:0", read-token-env: TXBOX_TEST_READ_T
 	var finalOnce sync.Once
 	run := func(name string, each func() error) {
 		t.Helper()
-		errs := make([]error, dlqMemoryClients)
-		var wg sync.WaitGroup
-		for c := range dlqMemoryClients {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[c] = each()
-			}()
-		}
-		wg.Wait()
-		if over := watch.over(); over != 0 {
-			t.Fatalf("%s: the relay's RSS passed %s (%s): killed\nrelay log: %.2000s", name, mib(dlqMemoryWatchdog), mib(over), relayErr.String())
-		}
-		for _, err := range errs {
-			if err != nil {
-				t.Fatalf("%s: %v\nrelay log: %.2000s", name, err, relayErr.String())
-			}
-		}
-		t.Logf("after %s: relay VmHWM %s", name, mib(procStatus(t, pid, "VmHWM")))
+		m.step(t, name, func(int) error { return each() })
 	}
 	run("list the groups until fingerprinted", func() error {
 		for {
@@ -276,7 +228,7 @@ admin: { enabled: true, listen: "127.0.0.1:0", read-token-env: TXBOX_TEST_READ_T
 	if left != n-largest {
 		t.Fatalf("%d dead letters left, want %d", left, n-largest)
 	}
-	peak := procStatus(t, pid, "VmHWM")
+	peak := procStatus(t, m.pid, "VmHWM")
 	t.Logf("%d dead letters in %d groups, %d clients: first retried event sent %s after the retry began; all %d sent in %s; relay peak RSS (VmHWM) %s",
 		n, dlqGroupCount, dlqMemoryClients, time.Duration(firstAt.Load()-retried.UnixNano()).Round(time.Millisecond), largest, time.Since(retried).Round(time.Millisecond), mib(peak))
 	if peak >= dlqMemoryPeakLimit {
