@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"strconv"
 	"time"
 
 	"github.com/txbox/txbox/store"
@@ -89,23 +88,8 @@ func (h *Handler) auditList(w http.ResponseWriter, r *http.Request) {
 // 400s naming the parameter, as the dead-letter listing's.
 func parseAuditQuery(q url.Values) (store.AuditListParams, error) {
 	var errs paramErrors
-	for k, vs := range q {
-		switch {
-		case !auditParams[k]:
-			errs.add(clipParam(k), "unknown parameter")
-		case len(vs) > maxParamValues:
-			errs.add(k, "given more than once")
-		}
-	}
-	out := store.AuditListParams{Limit: DefaultPageSize}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxPageSize {
-			errs.add("limit", fmt.Sprintf("must be an integer from 1 to %d", MaxPageSize))
-		} else {
-			out.Limit = n
-		}
-	}
+	checkParams(q, auditParams, &errs)
+	out := store.AuditListParams{Limit: limitParam(q, DefaultPageSize, MaxPageSize, &errs)}
 	if v := q.Get("cursor"); v != "" {
 		id, err := decodeAuditCursor(v)
 		if err != nil {

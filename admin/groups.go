@@ -5,9 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -77,15 +75,8 @@ var groupsParams = map[string]bool{"status": true, "limit": true, "cursor": true
 func (h *Handler) deadLetterGroups(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	var errs paramErrors
-	for k, vs := range q {
-		switch {
-		case !groupsParams[k]:
-			errs.add(clipParam(k), "unknown parameter")
-		case len(vs) > maxParamValues:
-			errs.add(k, "given more than once")
-		}
-	}
-	params := store.DeadLetterGroupsParams{Status: store.DeadLetterUnresolved, Limit: DefaultGroupsPageSize}
+	checkParams(q, groupsParams, &errs)
+	params := store.DeadLetterGroupsParams{Status: store.DeadLetterUnresolved, Limit: limitParam(q, DefaultGroupsPageSize, MaxGroupsPageSize, &errs)}
 	switch strings.ToLower(q.Get("status")) {
 	case "", "unresolved":
 	case "resolved":
@@ -94,14 +85,6 @@ func (h *Handler) deadLetterGroups(w http.ResponseWriter, r *http.Request) {
 		params.Status = ""
 	default:
 		errs.add("status", "must be unresolved, resolved or all")
-	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxGroupsPageSize {
-			errs.add("limit", fmt.Sprintf("must be an integer from 1 to %d", MaxGroupsPageSize))
-		} else {
-			params.Limit = n
-		}
 	}
 	if v := q.Get("cursor"); v != "" {
 		c, err := decodeGroupCursor(v)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"sort"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -454,30 +453,18 @@ func (h *Handler) parked(ctx context.Context, typ string, limit int) ([]ParkedKe
 	return out, nil
 }
 
+// parkedParams are the parameters of the parked keys' listing.
+var parkedParams = map[string]bool{"type": true, "limit": true}
+
 func (h *Handler) parkedKeys(w http.ResponseWriter, r *http.Request) {
 	var errs paramErrors
 	q := r.URL.Query()
-	limit := 100
-	for k, vs := range q {
-		switch {
-		case k != "type" && k != "limit":
-			errs.add(clipParam(k), "unknown parameter")
-		case len(vs) > 1:
-			errs.add(k, "given more than once")
-		}
-	}
+	checkParams(q, parkedParams, &errs)
 	typ := q.Get("type")
 	if typ != "" && txbox.ValidateEventType(typ) != nil {
 		errs.add("type", "not a valid event type")
 	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxParked {
-			errs.add("limit", "must be an integer from 1 to "+strconv.Itoa(maxParked))
-		} else {
-			limit = n
-		}
-	}
+	limit := limitParam(q, 100, maxParked, &errs)
 	if len(errs) > 0 {
 		h.writeError(w, r, errs)
 		return

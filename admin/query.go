@@ -147,27 +147,12 @@ var countParams = map[string]bool{
 // with allowed = countParams, of a count).
 func parseListQuery(q url.Values, allowed map[string]bool) (listQuery, error) {
 	var errs paramErrors
-	for k, vs := range q {
-		switch {
-		case !allowed[k]:
-			errs.add(clipParam(k), "unknown parameter")
-		case len(vs) > maxParamValues:
-			errs.add(k, "given more than once")
-		}
-	}
+	checkParams(q, allowed, &errs)
 	f := Filter{
 		Type: q.Get("type"), Status: q.Get("status"), Key: q.Get("key"), Error: q.Get("error"),
 		FailedAfter: q.Get("failed_after"), FailedBefore: q.Get("failed_before"), Group: q.Get("group"),
 	}
-	out := listQuery{filter: f.toStore("", &errs), limit: DefaultPageSize}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxPageSize {
-			errs.add("limit", fmt.Sprintf("must be an integer from 1 to %d", MaxPageSize))
-		} else {
-			out.limit = n
-		}
-	}
+	out := listQuery{filter: f.toStore("", &errs), limit: limitParam(q, DefaultPageSize, MaxPageSize, &errs)}
 	if v := q.Get("cursor"); v != "" {
 		c, err := decodeCursor(v)
 		if err != nil {
@@ -180,6 +165,35 @@ func parseListQuery(q url.Values, allowed map[string]bool) (listQuery, error) {
 		return listQuery{}, err
 	}
 	return out, nil
+}
+
+// checkParams refuses the parameters of q that allowed does not name (a
+// typo such as ?stauts= must not list everything) and any given more
+// than once (not "the last one wins").
+func checkParams(q url.Values, allowed map[string]bool, errs *paramErrors) {
+	for k, vs := range q {
+		switch {
+		case !allowed[k]:
+			errs.add(clipParam(k), "unknown parameter")
+		case len(vs) > maxParamValues:
+			errs.add(k, "given more than once")
+		}
+	}
+}
+
+// limitParam is the limit parameter of q: def when it is absent, refused
+// unless an integer from 1 to max.
+func limitParam(q url.Values, def, max int, errs *paramErrors) int {
+	v := q.Get("limit")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > max {
+		errs.add("limit", fmt.Sprintf("must be an integer from 1 to %d", max))
+		return def
+	}
+	return n
 }
 
 // clipParam shortens a hostile parameter name before it is echoed.
