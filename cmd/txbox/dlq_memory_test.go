@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -69,20 +70,7 @@ func TestDeadLetterAdminMemory(t *testing.T) {
 	defer cancel()
 
 	bin := buildTxbox(t, ctx)
-	db := storeharness.PostgresAdmin(t)
-	schema := testenv.PostgresSchema(t, db)
-	pool, err := pgxpool.New(ctx, testenv.PostgresURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	d, err := postgres.New(pool, postgres.Config{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	db, schema, pool, d := memoryTestDatabase(t, ctx)
 	// 1 MiB each: md5 text repeated, which TOAST compresses (the table
 	// stays small) but which is 1 MiB on the wire to whoever selects it.
 	seed := func() {
@@ -279,6 +267,28 @@ defaults: { batch-size: 1, in-flight: 1 }
 	if peak >= dlqMemoryPeakLimit {
 		t.Fatalf("relay peak RSS %s, want < %s", mib(peak), mib(dlqMemoryPeakLimit))
 	}
+}
+
+// memoryTestDatabase is a migrated schema of the test's own on
+// PostgreSQL: an admin connection, the schema's name, a pool and the
+// driver on it (closed when t ends).
+func memoryTestDatabase(t *testing.T, ctx context.Context) (*sql.DB, string, *pgxpool.Pool, *postgres.Driver) {
+	t.Helper()
+	db := storeharness.PostgresAdmin(t)
+	schema := testenv.PostgresSchema(t, db)
+	pool, err := pgxpool.New(ctx, testenv.PostgresURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	d, err := postgres.New(pool, postgres.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return db, schema, pool, d
 }
 
 // memoryRelay is a `txbox relay` process whose RSS is watched: past

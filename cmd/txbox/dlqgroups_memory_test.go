@@ -13,11 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/internal/testenv"
-	"github.com/txbox/txbox/store/postgres"
 )
 
 // dlqGroupCount is how many failure groups TestDeadLetterGroupsMemory
@@ -53,20 +50,7 @@ func TestDeadLetterGroupsMemory(t *testing.T) {
 	defer cancel()
 
 	bin := buildTxbox(t, ctx)
-	db := storeharness.PostgresAdmin(t)
-	schema := testenv.PostgresSchema(t, db)
-	pool, err := pgxpool.New(ctx, testenv.PostgresURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	d, err := postgres.New(pool, postgres.Config{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	db, schema, _, _ := memoryTestDatabase(t, ctx)
 	// Group 0 (every tenth row) is the largest; each cause is a word, and
 	// the numbers in the texts differ row by row, as real ones do.
 	seedStart := time.Now()
