@@ -244,8 +244,16 @@ health: { listen: "127.0.0.1:0" }
 	// sent before it listens is made up for when it starts listening).
 	old := publish(2)
 	testenv.WaitFor(t, 20*time.Second, "the first events delivered", func() bool { return deliveries(old, 1) })
-	time.Sleep(10 * time.Millisecond)
-	cut := time.Now().UTC()
+	// The cut comes after the first events' finish committed (their
+	// processed_at), on the database's clock: the webhook sees an event
+	// before the relay's finish stamps it, by a lot on a loaded machine.
+	var cut time.Time
+	testenv.WaitFor(t, 20*time.Second, "the first events kept", func() bool {
+		var kept int
+		err := pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*), clock_timestamp() FROM %s.txbox_outbox WHERE status = 'PROCESSED'`, schema)).Scan(&kept, &cut)
+		return err == nil && kept == 2
+	})
+	cut = cut.UTC()
 	time.Sleep(10 * time.Millisecond)
 	recent := publish(3)
 	testenv.WaitFor(t, 20*time.Second, "the recent events delivered", func() bool { return deliveries(recent, 1) })
