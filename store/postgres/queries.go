@@ -305,9 +305,17 @@ func (d *Driver) deadLetterQueries(q *queries) {
 	// An id already back in the outbox (published again), or whose
 	// headers are not a JSON object (the outbox's CHECK would refuse it),
 	// stays dead-lettered instead of failing the whole statement.
+	//
+	// Every statement that changes dead letters by id locks them first in
+	// id order (dlLocked): concurrent retries, resolves, deletes and
+	// fingerprints of overlapping pages (4 clients retrying one group)
+	// then wait for each other in one order and never deadlock. Without
+	// it the lock order is the plan's, which changes with the number of
+	// ids (an index scan in id order, a bitmap scan in heap order).
 	q.dlRetry = d.render(`
-	WITH gone AS (
-		DELETE FROM {{dead_letter}} x WHERE x.id = ANY($1::uuid[])
+	WITH ` + dlLocked + `,
+	gone AS (
+		DELETE FROM {{dead_letter}} x USING locked l WHERE x.id = l.id
 		  AND jsonb_typeof(x.headers) = 'object'
 		  AND NOT EXISTS (SELECT 1 FROM {{outbox}} o WHERE o.id = x.id)
 		RETURNING x.id, x.event_type, x.event_key, x.payload, x.headers, x.created_at, x.last_error, x.txid
@@ -328,11 +336,19 @@ func (d *Driver) deadLetterQueries(q *queries) {
 		SELECT pg_notify($2, t.event_type) FROM (SELECT DISTINCT event_type FROM ins) t
 	)
 	SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM woke)`)
-	q.dlResolve = d.render(`UPDATE {{dead_letter}} SET status = 'RESOLVED', resolved_at = now()
-		WHERE id = ANY($1::uuid[]) AND status = 'UNRESOLVED'`)
-	q.dlDelete = d.render(`DELETE FROM {{dead_letter}} WHERE id = ANY($1::uuid[])`)
+	q.dlResolve = d.render(`WITH ` + dlLocked + `
+		UPDATE {{dead_letter}} x SET status = 'RESOLVED', resolved_at = now()
+		FROM locked l WHERE x.id = l.id AND x.status = 'UNRESOLVED'`)
+	q.dlDelete = d.render(`WITH ` + dlLocked + `
+		DELETE FROM {{dead_letter}} x USING locked l WHERE x.id = l.id`)
 	q.dlCleanup = d.render(cleanupSQL("{{dead_letter}}", "RESOLVED", "resolved_at"))
 }
+
+// dlLocked is the CTE "locked": the dead letters among the ids $1, locked
+// in id order.
+const dlLocked = `locked AS (
+		SELECT id FROM {{dead_letter}} WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE
+	)`
 
 // deadLetterListQueries are the dead-letter listings, count and preview.
 func (d *Driver) deadLetterListQueries(q *queries) {

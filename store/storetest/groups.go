@@ -1,9 +1,15 @@
 package storetest
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"slices"
+	"sync/atomic"
 	"testing"
+
+	"github.com/google/uuid"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
@@ -190,4 +196,56 @@ func sameIDs(a, b []txbox.ID) bool {
 	slices.SortFunc(a, cmp)
 	slices.SortFunc(b, cmp)
 	return slices.Equal(a, b)
+}
+
+// testDeadLetterActionsConcurrent: clients resolving, then retrying,
+// overlapping pages of the same dead letters at once, each page in its
+// own order and of its own size, never deadlock and never change a dead
+// letter twice: what they changed adds up to the dead letters there were.
+// The ids are random (version 4), so their order is not the table's: a
+// statement that locked in its plan's order (an index scan in id order,
+// a bitmap or sequential scan in heap order, chosen by the number of ids)
+// could take two rows in one order while another took them in the other.
+func testDeadLetterActionsConcurrent(t *testing.T, e *env) {
+	const total, clients = 200, 4
+	evs := events("concurrent-actions", total)
+	ids := make([]txbox.ID, total)
+	for i, ev := range evs {
+		ev.ID = txbox.ID(uuid.New())
+		ids[i] = ev.ID
+	}
+	e.publish(evs...)
+	e.finishAll(e.claim("concurrent-actions", total, longLease), store.OutcomeFailed, 0, "boom")
+	if n := e.moveAll(); n != total {
+		t.Fatalf("moved %d, want %d", n, total)
+	}
+	for _, action := range []struct {
+		name string
+		fn   func(context.Context, []txbox.ID) (int, error)
+	}{{"resolve", e.d.DeadLetterResolve}, {"retry", e.d.DeadLetterRetry}} {
+		var changed atomic.Int64
+		together(t, clients, func(c int) error {
+			rng := rand.New(rand.NewPCG(uint64(c), 7))
+			for round := range 6 {
+				page := slices.Clone(ids)
+				rng.Shuffle(len(page), func(i, j int) { page[i], page[j] = page[j], page[i] })
+				page = page[:1+rng.IntN(total)]
+				if round == 5 {
+					page = slices.Clone(ids) // the last round leaves none behind
+				}
+				n, err := action.fn(e.ctx, page)
+				if err != nil {
+					return fmt.Errorf("%s of %d ids: %w", action.name, len(page), err)
+				}
+				changed.Add(int64(n))
+			}
+			return nil
+		})
+		if got := changed.Load(); got != total {
+			t.Fatalf("%s: the clients changed %d in all, want %d", action.name, got, total)
+		}
+	}
+	if n, err := e.d.DeadLetterCount(e.ctx, nil); err != nil || n != 0 {
+		t.Fatalf("%d dead letters left after the retries (%v)", n, err)
+	}
 }

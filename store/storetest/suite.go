@@ -57,6 +57,7 @@ func Exercise(t *testing.T, h Harness) {
 		{"DeadLetterListReadsSizesNotPayloads", testDeadLetterListSizes},
 		{"DeadLetterWalkHandsOverOnce", testDeadLetterWalkOnce},
 		{"DeadLetterGroups", testDeadLetterGroups},
+		{"DeadLetterActionsConcurrent", testDeadLetterActionsConcurrent},
 		{"OutboxCleanupTTL", testOutboxCleanup},
 		{"DeadLetterCleanupTTL", testDeadLetterCleanup},
 		{"CleanupLease", testLease},
