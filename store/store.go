@@ -147,6 +147,14 @@ type OutboxInsertParams struct {
 type OutboxClaimParams struct {
 	// EventType is the one type to claim.
 	EventType string
+	// Route is the one fan-out route to claim (OutboxRow.Route): only
+	// rows whose route equals it are taken, "" for a type with one route.
+	// With OrderedByKey and a Route, a row of the same type and key that
+	// has route "" (not expanded yet) and is earlier in key order also
+	// holds the key back, and an unresolved dead letter of the same type
+	// and key parks it when its route is Route or "" (a dead letter from
+	// before the type had routes: retried, it is expanded to every route).
+	Route string
 	// Limit is the batch size, at least 1.
 	Limit int
 	// LeaseDuration is how long the claim is exclusive. After it the row
@@ -211,12 +219,30 @@ type OutboxRow struct {
 	// SQLite (docs/concepts.md, "Ordering"); 0 where the dialect orders a
 	// key by id alone (MySQL/MariaDB) and for rows older than the column.
 	Seq uint64
+	// Route names the fan-out route this row delivers to
+	// (docs/concepts.md, "Fan-out"): "" for an event type with one route,
+	// and for a fan-out event not expanded yet (OutboxExpand).
+	Route string
+	// EventID is the id of the event this row delivers when it is not the
+	// row's own ID: set on the rows that OutboxExpand added for the second
+	// and further routes of an event, zero otherwise. Every route's row of
+	// one event shows the consumers the same id (Event).
+	EventID txbox.ID
 	// Invalid is non-empty when the row could not be turned into a
 	// message, for example a headers value written by a plain-SQL
 	// producer that is not a JSON object. It says why. The relay does not
 	// send such a row: it fails it at once with this reason, so it goes to
 	// the dead-letter table and the rest of its batch is delivered.
 	Invalid string
+}
+
+// Event is the id of the event the row delivers: EventID when set, else
+// ID. It is the id the consumers see, the same on every route.
+func (r *OutboxRow) Event() txbox.ID {
+	if r.EventID != (txbox.ID{}) {
+		return r.EventID
+	}
+	return r.ID
 }
 
 // Outcome is what happened to one claimed row.
@@ -300,6 +326,11 @@ type DeadLetter struct {
 	ID        txbox.ID
 	EventType string
 	Key       string
+	// Route and EventID are the outbox row's (OutboxRow.Route,
+	// OutboxRow.EventID): a dead letter belongs to one route of its
+	// event, and a retry sends it to that route only.
+	Route   string
+	EventID txbox.ID
 	// Payload is nil in listings (DeadLetterList); DeadLetterGet reads it.
 	Payload []byte
 	// PayloadSize is the payload's size in bytes, read by every call.

@@ -1,0 +1,89 @@
+package store
+
+import (
+	"context"
+
+	"github.com/txbox/txbox"
+)
+
+// MaxRoutes is the most fan-out routes one event type may have: a route's
+// row id is its event's id with the last byte changed by the route's
+// index (RouteRowID), so the index fits in a byte.
+const MaxRoutes = 16
+
+// RouteRowID is the id of the row that delivers event id to the route at
+// index i of its type's routes (docs/concepts.md, "Fan-out"). Index 0 is
+// the event's own row, so RouteRowID(id, 0) == id. The id differs from
+// the event's only in its last byte (XORed with i), so the rows of one
+// route keep the order of their events' ids: two ids that differ in their
+// first 15 bytes compare the same way after the change, which is what
+// per-key order by id needs on every dialect. Ids that txbox and the
+// schema's defaults make (UUIDv7) differ there with certainty; a producer
+// that writes its own ids, dense in the last byte, can make a route's id
+// collide with another event's id, and OutboxExpand then fails that event
+// (ErrRouteIDTaken) instead of losing either.
+func RouteRowID(id txbox.ID, i int) txbox.ID {
+	id[15] ^= byte(i)
+	return id
+}
+
+// ErrRouteIDTaken is the last error of an event that OutboxExpand could
+// not expand because the id of one of its route rows (RouteRowID) is
+// already another row's. The event's row fails (it goes to the dead
+// letters) with this text, prefixed with NotSentPrefix.
+const ErrRouteIDTaken = "fan-out: the id of a route's row is taken by another row; give events ids that differ before their last byte (docs/concepts.md, \"Fan-out\")"
+
+// Expander is implemented by the dialects that support fan-out routes
+// (all three in-tree ones).
+type Expander interface {
+	// OutboxExpand turns up to Limit PENDING rows of EventType whose route
+	// is "" into one row per route, in one transaction, and returns how
+	// many events it expanded:
+	//   - the row itself gets Routes[0];
+	//   - for every further route i, a new PENDING row with id
+	//     RouteRowID(row.ID, i), event_id = row.ID, route = Routes[i], and
+	//     the type, key, payload, headers, due_at, created_at and key
+	//     order (txid on PostgreSQL) of the row; attempts 0, no last
+	//     error.
+	// Rows are taken whatever their due time, in key order (id on MySQL,
+	// rowid on SQLite, (due_at, id) on PostgreSQL, whose copies keep
+	// their txid), skipping rows another expander has locked. A row one of
+	// whose route ids is already taken is not expanded: it becomes FAILED
+	// with last error NotSentPrefix + ErrRouteIDTaken, and attempts +1.
+	OutboxExpand(ctx context.Context, params *OutboxExpandParams) (int, error)
+	// OutboxPendingRoutes lists the (type, route) pairs of PENDING rows
+	// whose route is not "", so the relay can notice routes that left the
+	// configuration (OutboxDropRoute). Cheap on a large backlog (a loose
+	// index scan on PostgreSQL, an index walk elsewhere).
+	OutboxPendingRoutes(ctx context.Context) ([]TypeRoute, error)
+	// OutboxDropRoute makes up to Limit PENDING rows of EventType and
+	// Route FAILED with last error Reason (attempts unchanged), so they go
+	// to the dead letters rather than vanish, and returns how many. Route
+	// must not be "".
+	OutboxDropRoute(ctx context.Context, params *OutboxDropRouteParams) (int, error)
+}
+
+// OutboxExpandParams are the parameters of Expander.OutboxExpand.
+type OutboxExpandParams struct {
+	EventType string
+	// Routes are the type's route names, at least 2 and at most
+	// MaxRoutes, each non-empty and distinct. Their order is their index
+	// in RouteRowID: adding a route at the end keeps the others' ids.
+	Routes []string
+	Limit  int
+}
+
+// TypeRoute is one (event type, route) pair with pending rows.
+type TypeRoute struct {
+	EventType string
+	Route     string
+	Pending   int64
+}
+
+// OutboxDropRouteParams are the parameters of Expander.OutboxDropRoute.
+type OutboxDropRouteParams struct {
+	EventType string
+	Route     string
+	Reason    string
+	Limit     int
+}
