@@ -108,6 +108,9 @@ var _ RelayHook = NopRelayHook{}
 type PollEvent struct {
 	// EventType is the type claimed.
 	EventType string
+	// Route is the fan-out route claimed (docs/concepts.md, "Fan-out"),
+	// empty for a type with one route.
+	Route string
 	// Claimed is the number of rows claimed.
 	Claimed int
 	// Limit is the batch size asked for; Claimed == Limit is a full batch.
@@ -126,6 +129,9 @@ type PollEvent struct {
 type BatchEvent struct {
 	// EventType is the batch's event type.
 	EventType string
+	// Route is the fan-out route the batch went to (docs/concepts.md,
+	// "Fan-out"), empty for a type with one route.
+	Route string
 	// Sender names the sender the batch went to.
 	Sender string
 	// Destination names the destination on that sender the type's route
@@ -231,6 +237,13 @@ const (
 	// cleanup.audit-ttl (store.AuditLog), in the same round and under
 	// the same lease as the outbox and dead-letter cleanups.
 	JobAuditCleanup = "audit_cleanup"
+	// JobExpand turns the new events of a fanned-out type into one row
+	// per route (docs/concepts.md, "Fan-out"); Count is the events
+	// expanded.
+	JobExpand = "expand"
+	// JobDropRoutes dead-letters the pending deliveries of routes that
+	// left the configuration; it runs with discovery.
+	JobDropRoutes = "drop_routes"
 )
 
 // MaintenanceEvent describes one round of a background job.

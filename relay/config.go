@@ -352,6 +352,14 @@ type EventSettings struct {
 	// Defaults to lock for senders that acknowledge quickly (brokers) on
 	// stores with a lock claim, else lease (DefaultClaim).
 	Claim *txbox.ClaimMode
+	// Routes, with two or more entries, fan the type out
+	// (docs/concepts.md, "Fan-out"): every route gets every event, with
+	// its own deliveries, retries, circuit and dead letters. Each route
+	// inherits the type's other settings and may set its own sender,
+	// destination and per-destination settings. One entry is the type's
+	// single route, as Sender and Route would be. Only in Events, and
+	// not beside Route. Defaults to none: the type has one route.
+	Routes []RouteSettings
 }
 
 // DefaultEventSettings returns the settings every event type inherits
@@ -393,6 +401,7 @@ func (s EventSettings) Inherit(parent EventSettings) EventSettings {
 		LeaseDuration: pick(s.LeaseDuration, parent.LeaseDuration),
 		InFlight:      pick(s.InFlight, parent.InFlight),
 		Claim:         pick(s.Claim, parent.Claim),
+		Routes:        cloneRoutes(s.Routes),
 	}
 }
 
@@ -451,7 +460,10 @@ type CleanupConfig struct {
 
 // settings are the resolved settings of one event type: every field set.
 type typeSettings struct {
-	eventType  string
+	eventType string
+	// routeName is the fan-out route these settings deliver to, "" for a
+	// type with one route (store.OutboxRow.Route).
+	routeName  string
 	senderName string
 	sender     sender.Sender
 	route      sender.Route
@@ -627,8 +639,11 @@ func (c *Config) validate() error {
 	if _, err := c.resolve("", "Defaults", c.Defaults, EventSettings{}); err != nil {
 		return err
 	}
+	if err := c.validateRoutes(); err != nil {
+		return err
+	}
 	for _, t := range sortedKeys(c.Events) {
-		if _, err := c.resolve(t, index("Events", t), c.Events[t], c.Defaults); err != nil {
+		if _, err := c.resolve(t, index("Events", t), singleRoute(c.Events[t]), c.Defaults); err != nil {
 			return err
 		}
 	}
@@ -642,7 +657,7 @@ func (c *Config) settingsFor(eventType string) (*typeSettings, error) {
 	if !ok {
 		return c.resolve(eventType, "Defaults", c.Defaults, EventSettings{})
 	}
-	return c.resolve(eventType, index("Events", eventType), ev, c.Defaults)
+	return c.resolve(eventType, index("Events", eventType), singleRoute(ev), c.Defaults)
 }
 
 // resolve merges own over parent over DefaultEventSettings and finds the

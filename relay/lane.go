@@ -88,7 +88,7 @@ func newLane(deps laneDeps, s *typeSettings) *lane {
 		s:       s,
 		dest:    dest,
 		circuit: deps.circuits.circuitPair(s.senderName, dest),
-		log:     deps.log.With(slog.String("event_type", s.eventType), slog.String("sender", s.senderName)),
+		log:     laneLogger(deps.log, s),
 		send:    s.sender.Send,
 		slots:   make(chan struct{}, s.inFlight),
 	}
@@ -98,13 +98,22 @@ func newLane(deps laneDeps, s *typeSettings) *lane {
 	return l
 }
 
+// laneLogger names the lane's type, route (when it has one) and sender in
+// its log lines.
+func laneLogger(log *slog.Logger, s *typeSettings) *slog.Logger {
+	if s.routeName != "" {
+		return log.With(slog.String("event_type", s.eventType), slog.String("route", s.routeName), slog.String("sender", s.senderName))
+	}
+	return log.With(slog.String("event_type", s.eventType), slog.String("sender", s.senderName))
+}
+
 // health is the lane's part of its type's health; the source adds its
 // own (a poller its last poll and delay).
 func (l *lane) health() TypeHealth {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return TypeHealth{
-		EventType: l.s.eventType, Sender: l.s.senderName, Destination: l.dest, Claim: l.s.claim,
+		EventType: l.s.eventType, Route: l.s.routeName, Sender: l.s.senderName, Destination: l.dest, Claim: l.s.claim,
 		InFlight: l.inFlight, SendingSince: l.oldestSend(),
 		RejectingSince: l.rejectingSince, LastRejected: l.lastRejected, LastRejection: l.lastRejection,
 	}
@@ -194,7 +203,7 @@ func (l *lane) deliver(b batch, t ticket, claimStart time.Time) {
 	if l.s.ordered() {
 		inKeyOrder(rows) // relay/ordered.go
 	}
-	ev := txbox.BatchEvent{EventType: l.s.eventType, Sender: l.s.senderName, Destination: l.dest, Claim: l.s.claim}
+	ev := txbox.BatchEvent{EventType: l.s.eventType, Route: l.s.routeName, Sender: l.s.senderName, Destination: l.dest, Claim: l.s.claim}
 	var items []store.OutboxFinishItem
 	if len(rows) == 0 {
 		l.circuit.abandon(t)
@@ -298,11 +307,11 @@ func messages(rows []*store.OutboxRow, route sender.Route) []*sender.Message {
 	for i, row := range rows {
 		h := make(map[string]string, len(row.Headers)+3)
 		maps.Copy(h, row.Headers)
-		h[txbox.HeaderEventID] = row.ID.String()
+		h[txbox.HeaderEventID] = row.Event().String()
 		h[txbox.HeaderEventType] = row.EventType
 		h[txbox.HeaderCreatedAt] = row.CreatedAt.UTC().Format(time.RFC3339Nano)
 		block[i] = sender.Message{
-			ID: row.ID, EventType: row.EventType, Key: row.Key, Payload: row.Payload,
+			ID: row.Event(), DeliveryID: row.ID, EventType: row.EventType, Key: row.Key, Payload: row.Payload,
 			Headers: h, CreatedAt: row.CreatedAt, Attempt: row.Attempts + 1, Route: route,
 		}
 		msgs[i] = &block[i]

@@ -147,7 +147,7 @@ func (p *poller) run() {
 				return
 			}
 			delay = p.claimFailed(err)
-			p.emitPoll(txbox.PollEvent{EventType: p.s.eventType, Limit: limit, NextDelay: delay, Duration: took, Err: err}, false)
+			p.emitPoll(txbox.PollEvent{EventType: p.s.eventType, Route: p.s.routeName, Limit: limit, NextDelay: delay, Duration: took, Err: err}, false)
 			continue
 		}
 		p.claimSucceeded()
@@ -156,7 +156,7 @@ func (p *poller) run() {
 		p.mu.Lock()
 		p.delay = delay
 		p.mu.Unlock()
-		p.emitPoll(txbox.PollEvent{EventType: p.s.eventType, Claimed: n, Limit: limit, Full: n == limit, NextDelay: delay, Duration: took}, false)
+		p.emitPoll(txbox.PollEvent{EventType: p.s.eventType, Route: p.s.routeName, Claimed: n, Limit: limit, Full: n == limit, NextDelay: delay, Duration: took}, false)
 		if n == 0 {
 			p.lane.release(t)
 			continue
@@ -206,6 +206,7 @@ func (p *poller) claim(limit int) (b batch, took time.Duration, err error) {
 	start := time.Now()
 	params := &store.OutboxClaimParams{
 		EventType:     p.s.eventType,
+		Route:         p.s.routeName,
 		Limit:         limit,
 		LeaseDuration: p.s.leaseDuration,
 	}
@@ -265,12 +266,12 @@ func (p *poller) startHelper(ctx context.Context) {
 			if err != nil || n == 0 {
 				p.lane.release(t)
 				if err != nil && ctx.Err() == nil {
-					p.emitPoll(txbox.PollEvent{EventType: p.s.eventType, Limit: p.s.batchSize, Duration: took, Err: err}, true)
+					p.emitPoll(txbox.PollEvent{EventType: p.s.eventType, Route: p.s.routeName, Limit: p.s.batchSize, Duration: took, Err: err}, true)
 				}
 				return
 			}
 			full := n == p.s.batchSize
-			p.emitPoll(txbox.PollEvent{EventType: p.s.eventType, Claimed: n, Limit: p.s.batchSize, Full: full, Duration: took}, true)
+			p.emitPoll(txbox.PollEvent{EventType: p.s.eventType, Route: p.s.routeName, Claimed: n, Limit: p.s.batchSize, Full: full, Duration: took}, true)
 			p.lane.dispatch(b, t, claimStart)
 			if !full {
 				return

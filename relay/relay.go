@@ -52,9 +52,11 @@ type Relay struct {
 
 	// life is the relay's start, goroutines and stop
 	// (internal/startstop).
-	life    startstop.Lifetime
-	mu      sync.Mutex
-	pollers map[string]*poller
+	life startstop.Lifetime
+	mu   sync.Mutex
+	// pollers are the table sources by event type: a *poller, or a
+	// *fanout for a type with routes.
+	pollers map[string]typeSource
 	// runCtx ends when Stop begins: no new claims. hardCtx ends when
 	// Stop's context expires: in-flight sends abort. Both are life's,
 	// set by Start.
@@ -92,7 +94,7 @@ func New(cfg Config) (*Relay, error) {
 	r := &Relay{
 		cfg:      cfg,
 		log:      cfg.Logger.With(slog.String("component", "txbox.relay"), slog.String("instance", cfg.InstanceID)),
-		pollers:  make(map[string]*poller),
+		pollers:  make(map[string]typeSource),
 		jobErrs:  make(map[string]string),
 		triggers: jobTriggers{recover: make(chan jobTrigger, 1), deadLetter: make(chan jobTrigger, 1), fingerprint: make(chan jobTrigger, 1)},
 		locks:    newClaimBudget(cfg.lockBudget()),
@@ -158,6 +160,17 @@ func (r *Relay) Start(ctx context.Context) error {
 	if c.DiscoverInterval > 0 {
 		r.goJob(txbox.JobDiscover, newJobSchedule(c.DiscoverInterval, c.DiscoverMaxInterval), nil, r.discoverRound)
 	}
+	if _, ok := c.Store.(store.Expander); ok {
+		// Routes that left the configuration (docs/concepts.md,
+		// "Fan-out"): looked for on discovery's schedule, even when
+		// discovery is off, since no type needs to fan out now for a
+		// removed route's rows to wait.
+		every, most := c.DiscoverInterval, c.DiscoverMaxInterval
+		if every <= 0 {
+			every, most = DefaultDiscoverInterval, DefaultDiscoverMaxInterval
+		}
+		r.goJob(txbox.JobDropRoutes, newJobSchedule(every, most), nil, r.dropRoutesRound)
+	}
 	if !r.cfg.Cleanup.Disabled {
 		r.life.Go(r.cleanupLoop)
 	}
@@ -206,6 +219,9 @@ func (r *Relay) Stopped() <-chan struct{} { return r.life.Stopped() }
 func (r *Relay) startPollerLocked(t string) error {
 	if _, ok := r.pollers[t]; ok {
 		return nil
+	}
+	if fansOut(r.cfg.Events[t]) {
+		return r.startFanoutLocked(t)
 	}
 	s, err := r.cfg.settingsFor(t)
 	if err != nil {
@@ -338,6 +354,10 @@ type CircuitHealth struct {
 type TypeHealth struct {
 	// EventType is the poller's type.
 	EventType string
+	// Route is the fan-out route the poller delivers (docs/concepts.md,
+	// "Fan-out"); empty for a type with one route. A fanned-out type has
+	// one TypeHealth per route, in the routes' order.
+	Route string
 	// Sender names the sender the type is routed to.
 	Sender string
 	// Destination names the destination on that sender the type's route
@@ -368,7 +388,7 @@ type TypeHealth struct {
 func (r *Relay) Health() Health {
 	r.mu.Lock()
 	h := Health{InstanceID: r.cfg.InstanceID, Running: r.running(), JobErrors: map[string]string{}, LockClaims: r.locks.health()}
-	pollers := make([]*poller, 0, len(r.pollers))
+	pollers := make([]typeSource, 0, len(r.pollers))
 	for _, p := range r.pollers {
 		pollers = append(pollers, p)
 	}
@@ -381,13 +401,14 @@ func (r *Relay) Health() Health {
 		}
 	}
 	for _, p := range pollers {
-		th := p.health()
-		if th.LastError != "" {
-			h.Degraded = true
+		for _, th := range p.healths() {
+			if th.LastError != "" {
+				h.Degraded = true
+			}
+			h.Types = append(h.Types, th)
 		}
-		h.Types = append(h.Types, th)
 	}
-	sort.Slice(h.Types, func(i, j int) bool { return h.Types[i].EventType < h.Types[j].EventType })
+	sort.SliceStable(h.Types, func(i, j int) bool { return h.Types[i].EventType < h.Types[j].EventType })
 	r.jobsMu.Lock()
 	for k, v := range r.jobErrs {
 		h.JobErrors[k] = v

@@ -24,7 +24,15 @@ type Sender interface {
 
 // Message is one event on its way to a destination.
 type Message struct {
-	ID        txbox.ID
+	ID txbox.ID
+	// DeliveryID identifies this delivery of the event to this route: ID
+	// for an event type with one route, a route's own row id when the
+	// type fans out (docs/concepts.md, "Fan-out"). A destination's native
+	// deduplication id (Nats-Msg-Id) is it, so two routes of one event to
+	// one JetStream stream are not taken for copies of each other, while
+	// the txbox-id header, which consumers and inboxes deduplicate by,
+	// is ID on every route. Zero means ID.
+	DeliveryID txbox.ID
 	EventType string
 	// Key is the partition key; empty when the event has none.
 	Key     string
@@ -38,6 +46,14 @@ type Message struct {
 	// Route is where this message goes, resolved from the event type's
 	// settings.
 	Route Route
+}
+
+// Delivery returns DeliveryID, or ID when it is zero.
+func (m *Message) Delivery() txbox.ID {
+	if m.DeliveryID != (txbox.ID{}) {
+		return m.DeliveryID
+	}
+	return m.ID
 }
 
 // MissingHeaders calls set for each identity header that m.Headers lacks

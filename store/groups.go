@@ -57,6 +57,9 @@ func FailureClassOf(lastError string, attempts, maxAttempts int) string {
 type FingerprintInput struct {
 	ID        txbox.ID
 	EventType string
+	// Route is the dead letter's route (DeadLetter.Route), "" for a type
+	// with one route.
+	Route     string
 	Attempts  int
 	LastError string
 }

@@ -117,10 +117,10 @@ func buildMsg(m *sender.Message) (*natsgo.Msg, int, error) {
 			size += len(k) + len(v) + 4 // ": " and CRLF
 		}
 	}
-	id := m.ID.String()
-	set(HeaderMsgID, id)
+	id, dedup := m.ID.String(), m.Delivery().String()
+	set(HeaderMsgID, dedup)
 	set(txbox.HeaderEventID, id)
-	size += len(HeaderMsgID) + len(txbox.HeaderEventID) + 2*(len(id)+4)
+	size += len(HeaderMsgID) + len(txbox.HeaderEventID) + len(id) + len(dedup) + 8
 	if m.Key != "" {
 		if err := checkHeader(sender.HeaderKey, m.Key); err != nil {
 			return nil, 0, err
