@@ -152,7 +152,7 @@ func keyFields(t reflect.Type) []keyField {
 	var out []keyField
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
-		if _, opts, _ := strings.Cut(f.Tag.Get("yaml"), ","); f.Anonymous && opts == "inline" {
+		if _, opts, _ := strings.Cut(f.Tag.Get("yaml"), ","); f.Anonymous && (opts == "inline" || keys[t][f.Name] == inlineKey) {
 			for _, sub := range keyFields(f.Type) {
 				out = append(out, keyField{sub.name, sub.goName, append([]int{i}, sub.index...)})
 			}

@@ -33,6 +33,19 @@ var keys = map[reflect.Type]map[string]string{
 		"LeaseDuration": "lease",
 		"InFlight":      "in-flight",
 		"Claim":         "claim",
+		"Routes":        "routes",
+	},
+	// A route's destination fields (the inline sender.Route) are keys of
+	// the entry itself: { sender: kafka, topic: orders }.
+	reflect.TypeFor[relay.RouteSettings](): {
+		"Name":        "name",
+		"Sender":      "sender",
+		"Route":       inlineKey,
+		"BatchSize":   "batch-size",
+		"MaxAttempts": "max-attempts",
+		"Backoff":     "backoff",
+		"Ordering":    "ordering",
+		"InFlight":    "in-flight",
 	},
 	reflect.TypeFor[relay.PollingSettings](): {
 		"Mode":       "mode",
@@ -73,6 +86,11 @@ var keys = map[reflect.Type]map[string]string{
 		"Format":     "format",
 	},
 }
+
+// inlineKey, as the key of an embedded field in keys, puts the keys of
+// the embedded struct in its place, as a yaml ",inline" tag does for this
+// package's own types.
+const inlineKey = ",inline"
 
 // keyOf returns the key of field f of a struct, "" when it has none: from
 // keys for the types listed there, else from its yaml tag.
@@ -123,6 +141,18 @@ func keyPath(goPath string) string {
 		t   reflect.Type
 	)
 	for rest := goPath; rest != ""; {
+		if rest[0] == '[' && t != nil && t.Kind() == reflect.Slice {
+			// A list item, as the decoder names it: routes[1].
+			end := strings.IndexByte(rest, ']')
+			if end < 0 {
+				return goPath
+			}
+			if _, err := strconv.Atoi(rest[1:end]); err != nil {
+				return goPath
+			}
+			out, t, rest = out+rest[:end+1], elemType(t.Elem()), rest[end+1:]
+			continue
+		}
 		if rest[0] == '[' {
 			q, err := strconv.QuotedPrefix(rest[1:])
 			if err != nil || t == nil || t.Kind() != reflect.Map || !strings.HasPrefix(rest[1+len(q):], "]") {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"maps"
 	"net"
 	"slices"
@@ -239,6 +240,7 @@ func (c *Config) validate(d *decoder) {
 			c.Events[t] = &relay.EventSettings{}
 		}
 		c.validateDestination(d, p, c.Events[t])
+		c.validateRoutes(d, p, c.Events[t])
 	}
 	c.validateClaim(d)
 	for _, e := range rc.Validate(fileBounds) {
@@ -478,6 +480,81 @@ func (c *Config) validateDestination(d *decoder, p string, own *relay.EventSetti
 		} else if !isHTTPURL(u) {
 			d.fail(join(rp, "url"), nil, "must be an http:// or https:// URL")
 		}
+	}
+}
+
+// routeFields are the route keys each sender type reads; format is every
+// sender's.
+var routeFields = map[string][]string{
+	SenderNATS:     {"subject"},
+	SenderKafka:    {"topic"},
+	SenderRabbitMQ: {"exchange", "routing-key"},
+	SenderRedis:    {"stream"},
+	SenderWebhook:  {"url"},
+}
+
+// validateRoutes checks the routes of a fanned-out type (docs/concepts.md,
+// "Fan-out"): each names a sender that exists, gives it somewhere to send,
+// sets no route key its sender does not read, and no two routes share a
+// name or a destination.
+func (c *Config) validateRoutes(d *decoder, p string, own *relay.EventSettings) {
+	if len(own.Routes) == 0 {
+		return
+	}
+	typSender := *c.effective(own).Sender
+	names := map[string]int{}
+	dests := map[string]int{}
+	for i := range own.Routes {
+		r := &own.Routes[i]
+		rp := fmt.Sprintf("%s.routes[%d]", p, i)
+		name := deref(r.Sender)
+		if name == "" {
+			name = typSender
+		}
+		sc := c.Senders[name]
+		switch {
+		case name == "":
+			d.fail(join(rp, "sender"), nil, "required: more than one sender is configured (have %s)", strings.Join(c.SenderNames(), ", "))
+			continue
+		case sc == nil:
+			d.fail(join(rp, "sender"), nil, "no sender named %q (have %s)", clip(name), strings.Join(c.SenderNames(), ", "))
+			continue
+		}
+		route := r.Route
+		if sc.Type == SenderWebhook && route.URL == "" && sc.Webhook != nil {
+			route.URL = sc.Webhook.URL
+		}
+		set := map[string]string{"topic": r.Topic, "subject": r.Subject, "exchange": r.Exchange, "routing-key": r.RoutingKey, "url": r.URL, "stream": r.Stream}
+		for _, k := range []string{"topic", "subject", "exchange", "routing-key", "url", "stream"} {
+			if set[k] != "" && !slices.Contains(routeFields[sc.Type], k) {
+				d.fail(join(rp, k), nil, "the %s sender %q has no %s: its route keys are %s", sc.Type, name, k, strings.Join(routeFields[sc.Type], ", "))
+			}
+		}
+		if route.Format != "" {
+			checkFormat(d, join(rp, "format"), string(route.Format), sc.Type)
+		}
+		fields := routeFields[sc.Type]
+		missing := true
+		for _, k := range fields {
+			if k == "url" && route.URL != "" || k != "url" && set[k] != "" {
+				missing = false
+			}
+		}
+		if missing {
+			d.fail(join(rp, fields[len(fields)-1]), nil, "required for %s sender %q", sc.Type, name)
+		} else if sc.Type == SenderWebhook && !isHTTPURL(route.URL) {
+			d.fail(join(rp, "url"), nil, "must be an http:// or https:// URL")
+		}
+		rn := r.RouteName(typSender)
+		if j, dup := names[rn]; dup {
+			d.fail(join(rp, "name"), nil, "route name %q is also routes[%d]'s: give each route of one sender a name", clip(rn), j)
+		}
+		names[rn] = i
+		dest := name + " " + sender.DestinationOf(nil, route.Expand(strings.TrimPrefix(p, "events.")))
+		if j, dup := dests[dest]; dup {
+			d.fail(rp, nil, "goes to the same destination as routes[%d] (%s): every route of a type needs a destination of its own", j, dest)
+		}
+		dests[dest] = i
 	}
 }
 

@@ -36,7 +36,7 @@ type RouteSettings struct {
 	// Route is where the route's messages go: its own fields, with
 	// "{event_type}" replaced by the type; nothing is inherited from
 	// Defaults.Route.
-	sender.Route `yaml:",inline"`
+	sender.Route
 	// BatchSize, MaxAttempts, Backoff, Ordering and InFlight are the
 	// per-destination settings of EventSettings, for this route.
 	BatchSize   *int
@@ -137,21 +137,9 @@ func (c *Config) routesFor(eventType, path string, ev EventSettings) ([]*typeSet
 // validateRoutes checks what Validate cannot: the routes' senders and
 // names, and that fan-out and WAL mode are not asked for together.
 func (c *Config) validateRoutes() error {
-	if len(c.Defaults.Routes) > 0 {
-		return &ConfigError{Component: "relay", Field: "Defaults.Routes", Reason: "routes are set per event type (Events), not in Defaults"}
-	}
 	for _, t := range sortedKeys(c.Events) {
 		ev := c.Events[t]
 		p := index("Events", t)
-		if len(ev.Routes) == 0 {
-			continue
-		}
-		if ev.Route != nil {
-			return &ConfigError{Component: "relay", Field: field(p, "Routes"), Reason: "is set beside Route: a type has one route (Route) or several (Routes), not both"}
-		}
-		if len(ev.Routes) > store.MaxRoutes {
-			return &ConfigError{Component: "relay", Field: field(p, "Routes"), Reason: fmt.Sprintf("has %d routes; at most %d", len(ev.Routes), store.MaxRoutes)}
-		}
 		if !fansOut(ev) {
 			continue
 		}

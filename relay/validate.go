@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/store"
 )
 
 // Bounds narrow the ranges Validate accepts. The zero Bounds, which New
@@ -62,6 +63,9 @@ func (c Config) Validate(b Bounds) []*ConfigError {
 	v.relayWide(&c, ownTTL)
 	builtin := DefaultEventSettings()
 	v.eventSettings("Defaults", c.Defaults, c.Defaults.Inherit(builtin))
+	if len(c.Defaults.Routes) > 0 {
+		v.fail("Defaults.Routes", "routes are set per event type (events), not in defaults")
+	}
 	for _, t := range sortedKeys(c.Events) {
 		p := index("Events", t)
 		if err := txbox.ValidateEventType(t); err != nil {
@@ -70,6 +74,7 @@ func (c Config) Validate(b Bounds) []*ConfigError {
 		}
 		own := c.Events[t]
 		v.eventSettings(p, own, own.Inherit(c.Defaults).Inherit(builtin))
+		v.routes(p, own, c.Defaults.Inherit(builtin))
 	}
 	return v.errs
 }
@@ -168,6 +173,30 @@ func (v *validator) eventSettings(p string, own, eff EventSettings) {
 	}
 	v.polling(field(p, "Polling"), deref(own.Polling), *eff.Polling)
 	v.backoff(field(p, "Backoff"), deref(own.Backoff), *eff.Backoff)
+}
+
+// routes checks the shape of a type's Routes and each route's own
+// settings; the senders and destinations are checked where the senders
+// are known (New; the config package for a file).
+func (v *validator) routes(p string, own, parent EventSettings) {
+	if len(own.Routes) == 0 {
+		return
+	}
+	if own.Route != nil {
+		v.fail(field(p, "Routes"), "is set beside Route: a type has one route (route) or several (routes), not both")
+	}
+	if len(own.Routes) > store.MaxRoutes {
+		v.fail(field(p, "Routes"), fmt.Sprintf("has %d routes; at most %d", len(own.Routes), store.MaxRoutes))
+	}
+	for i := range own.Routes {
+		r := &own.Routes[i]
+		rp := fmt.Sprintf("%s.Routes[%d]", p, i)
+		if r.Name != "" && !routeNamePattern.MatchString(r.Name) {
+			v.fail(field(rp, "Name"), fmt.Sprintf("%q is not a valid route name: 1 to 64 of A-Z a-z 0-9 . _ -", clip(r.Name)))
+		}
+		mine := EventSettings{BatchSize: r.BatchSize, MaxAttempts: r.MaxAttempts, Backoff: r.Backoff, Ordering: r.Ordering, InFlight: r.InFlight}
+		v.eventSettings(rp, mine, r.eventSettings(own).Inherit(parent))
+	}
 }
 
 // polling checks every polling key whatever the mode, so that switching
