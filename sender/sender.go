@@ -33,7 +33,7 @@ type Message struct {
 	// the txbox-id header, which consumers and inboxes deduplicate by,
 	// is ID on every route. Zero means ID.
 	DeliveryID txbox.ID
-	EventType string
+	EventType  string
 	// Key is the partition key; empty when the event has none.
 	Key     string
 	Payload []byte

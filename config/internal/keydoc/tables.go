@@ -129,6 +129,7 @@ var tables = []table{
 		{keys: []string{"lease"}, meaning: "how long a claimed batch is exclusive (max batch processing time), ≥ 1s"},
 		{keys: []string{"in-flight"}, meaning: "batches of one type between claim and finish at once, 1..64"},
 		{keys: []string{"claim"}, def: "by sender: `lock` for the broker senders (`nats`, `kafka`, `rabbitmq`, `redis`) on postgres and mysql, `lease` for `webhook` and on sqlite", meaning: "`lease` or `lock` (PostgreSQL, MySQL/MariaDB; an error on sqlite): how rows are claimed, see [concepts.md](concepts.md#claim-modes). With `lock` the type's `lease` bounds the claim's transaction, and each batch in flight holds a database connection. `txbox config check` shows each type's claim"},
+		{keys: []string{"routes"}, def: "none: the type has one route", meaning: "only under `events.<type>`, not beside `route`: a list of 2 to 16 routes, each `{ name, sender, <route keys>, batch-size, max-attempts, backoff, ordering, in-flight }`, to fan the type out: every route gets every event, with the same event id, its own retries, circuit and dead letters ([concepts.md](concepts.md#fan-out)). `name` defaults to the sender's name; the route keys (`topic`, `subject`, `exchange`, `routing-key`, `url`, `stream`, `format`) are the entry's own, with `{event_type}` replaced, and must be ones the route's sender reads"},
 	}},
 	{name: "cleanup", prefix: "cleanup", rows: []row{
 		{keys: []string{"disabled"}, meaning: "turn cleanup off on this instance"},
