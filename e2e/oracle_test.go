@@ -113,3 +113,19 @@ func (o *oracle) report() report {
 	sort.Slice(r.Lost, func(i, j int) bool { return r.Lost[i].String() < r.Lost[j].String() })
 	return r
 }
+
+// copy returns an oracle with o's committed and rolled-back ids and no
+// arrivals: one oracle per destination of a fanned-out type, each judged
+// against the same publishes.
+func (o *oracle) copy() *oracle {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	c := newOracle()
+	for id := range o.committed {
+		c.committed[id] = true
+	}
+	for id := range o.rolledBack {
+		c.rolledBack[id] = true
+	}
+	return c
+}

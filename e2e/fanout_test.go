@@ -1,0 +1,178 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/relay/relaytest"
+	"github.com/txbox/txbox/sender"
+	"github.com/txbox/txbox/sender/webhook"
+	"github.com/txbox/txbox/store"
+)
+
+// lateWebhook is a webhook receiver on a port where nothing listens until
+// start: until then a connection to it is refused, as a destination that
+// is down. It records the txbox-id and Idempotency-Key of each request.
+type lateWebhook struct {
+	addr string
+	srv  *http.Server
+
+	mu   sync.Mutex
+	ids  []txbox.ID
+	keys map[txbox.ID]string
+}
+
+func newLateWebhook(t *testing.T) *lateWebhook {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &lateWebhook{addr: l.Addr().String(), keys: map[txbox.ID]string{}}
+	_ = l.Close()
+	w.srv = &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		id, err := txbox.ParseID(r.Header.Get(txbox.HeaderEventID))
+		if err == nil {
+			w.mu.Lock()
+			w.ids = append(w.ids, id)
+			w.keys[id] = r.Header.Get(webhook.HeaderIdempotencyKey)
+			w.mu.Unlock()
+		}
+		rw.WriteHeader(http.StatusOK)
+	})}
+	t.Cleanup(func() { _ = w.srv.Close() })
+	return w
+}
+
+func (w *lateWebhook) url() string { return "http://" + w.addr + "/hook" }
+
+func (w *lateWebhook) start(t *testing.T) {
+	t.Helper()
+	l, err := net.Listen("tcp", w.addr)
+	if err != nil {
+		t.Fatalf("listen on the webhook's port again: %v", err)
+	}
+	go func() { _ = w.srv.Serve(l) }()
+}
+
+func (w *lateWebhook) received() []txbox.ID {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]txbox.ID(nil), w.ids...)
+}
+
+// checkKeyOrder reports the ids that arrived after a later id of the same
+// key: per-key order holds per destination when it returns 0.
+func checkKeyOrder(t *testing.T, where string, ids []txbox.ID, keyOf map[txbox.ID]string) {
+	t.Helper()
+	last := map[string]txbox.ID{}
+	bad := 0
+	for _, id := range ids {
+		k := keyOf[id]
+		if prev, ok := last[k]; ok && bytes.Compare(prev[:], id[:]) > 0 {
+			if bad++; bad <= 3 {
+				t.Errorf("%s: key %s: %v arrived after %v, which has a larger id", where, k, id, prev)
+			}
+			continue
+		}
+		last[k] = id
+	}
+	if bad > 0 {
+		t.Errorf("%s: %d per-key order violations", where, bad)
+	}
+}
+
+// TestFanoutOneDestinationDown (scenario 32): an event type with two
+// routes, NATS and a webhook whose port is closed. NATS receives every
+// event while the webhook is down; once it is up it receives every event
+// too; both get the same ids, the webhook the event id as its
+// Idempotency-Key, and per-key order holds on each.
+func TestFanoutOneDestinationDown(t *testing.T) {
+	t.Parallel()
+	eachKind(t, withLockKinds(), func(t *testing.T, kind storeKind, d store.Driver) {
+		st := newStream(t)
+		hook := newLateWebhook(t)
+		wh, err := webhook.New(webhook.Config{Timeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = wh.Close(context.Background()) })
+		cfg := relayConfig(d, newNATSSender(t, testenv.NATSURL), st.prefix, 0)
+		cfg.Senders["partner"] = wh
+		cfg.Events = map[string]relay.EventSettings{"orders": {
+			Ordering: new(txbox.OrderingKey),
+			Routes: []relay.RouteSettings{
+				{Sender: new("nats"), Route: sender.Route{Subject: st.prefix + ".{event_type}"}},
+				{Name: "partner", Sender: new("partner"), Route: sender.Route{URL: hook.url()}, MaxAttempts: new(20)},
+			},
+		}}
+		cfg.Circuit = relay.CircuitConfig{CoolDown: 100 * time.Millisecond, MaxCoolDown: 300 * time.Millisecond}
+		relaytest.Start(t, cfg)
+
+		o := newOracle()
+		keyOf := map[txbox.ID]string{}
+		const txs, perTx = 10, 30
+		for range txs {
+			evs := make([]*txbox.Event, perTx)
+			for i := range evs {
+				evs[i] = &txbox.Event{ID: txbox.NewID(), Type: "orders", Key: fmt.Sprintf("k%d", i%7), Payload: []byte("{}")}
+				keyOf[evs[i].ID] = evs[i].Key
+			}
+			if err := kind.publish(context.Background(), d, evs, true); err != nil {
+				t.Fatal(err)
+			}
+			for _, ev := range evs {
+				o.committedIDs(ev.ID)
+			}
+		}
+		testenv.WaitFor(t, 60*time.Second, "NATS has every event while the webhook is down", func() bool { return st.count(t) >= uint64(o.expected()) })
+		if n := len(hook.received()); n != 0 {
+			t.Fatalf("the webhook received %d events while its port was closed", n)
+		}
+		if n, _ := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{}); n != 0 {
+			t.Errorf("%d dead letters while the webhook was down: an outage must not burn attempts", n)
+		}
+		hook.start(t)
+		testenv.WaitFor(t, 60*time.Second, "the webhook has every event after it came back", func() bool {
+			seen := map[txbox.ID]bool{}
+			for _, id := range hook.received() {
+				seen[id] = true
+			}
+			return len(seen) >= o.expected()
+		})
+		testenv.WaitFor(t, 20*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
+
+		var natsIDs []txbox.ID
+		for _, m := range st.readAll(t) {
+			natsIDs = append(natsIDs, m.id)
+		}
+		natsOracle, hookOracle := o.copy(), o.copy()
+		natsOracle.receivedIDs(natsIDs...)
+		hookOracle.receivedIDs(hook.received()...)
+		if rep := natsOracle.report(); !rep.clean() {
+			t.Errorf("oracle (nats): %v", rep)
+		}
+		if rep := hookOracle.report(); !rep.clean() {
+			t.Errorf("oracle (webhook): %v", rep)
+		}
+		hook.mu.Lock()
+		for id, k := range hook.keys {
+			if k != id.String() {
+				t.Errorf("webhook: event %s came with Idempotency-Key %q, want the event id", id, k)
+				break
+			}
+		}
+		hook.mu.Unlock()
+		checkKeyOrder(t, "nats", natsIDs, keyOf)
+		checkKeyOrder(t, "webhook", hook.received(), keyOf)
+	})
+}
