@@ -51,6 +51,10 @@ const (
 	// stream's health to every 50ms (healthLog). Both empty = none.
 	envSendLog   = "TXBOX_E2E_SEND_LOG"
 	envHealthLog = "TXBOX_E2E_HEALTH_LOG"
+	// envFanout, "webhook-url kafka-addr kafka-topic", fans "orders" out
+	// to three routes: the NATS subject, the webhook and the Kafka topic
+	// (fanoutRoutes).
+	envFanout = "TXBOX_E2E_FANOUT"
 )
 
 // TestMain runs the tests, or, when the test binary was re-executed as a
@@ -168,6 +172,11 @@ func childRelay() int {
 			return fail(err)
 		}
 		cfg.Defaults.BatchSize = &n
+	}
+	if v := os.Getenv(envFanout); v != "" {
+		if err := fanoutRoutes(&cfg, v); err != nil {
+			return fail(err)
+		}
 	}
 	fenced := &fenceCounter{paused: paused}
 	cfg.Hooks = append(cfg.Hooks, fenced)
