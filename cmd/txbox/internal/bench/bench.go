@@ -36,6 +36,7 @@ var scenarios = map[string]scenarioFunc{
 	ScenarioRelays:    (*runner).scenarioRelays,
 	ScenarioWatermill: (*runner).scenarioWatermill,
 	ScenarioWAL:       (*runner).scenarioWAL,
+	ScenarioFanout:    (*runner).scenarioFanout,
 }
 
 // runner holds what the scenarios share.
@@ -142,6 +143,8 @@ func (o *Options) plannedSteps() int {
 			n += 2 * o.Rounds * 2
 		case ScenarioRelays:
 			n += len(o.Relays) * o.Rounds * 2
+		case ScenarioFanout:
+			n += 2 * o.Rounds * 2
 		case ScenarioWatermill:
 			n += 1 + o.Rounds*7 // watermill 1, relay, tuned and naive 2 each
 		case ScenarioWAL:

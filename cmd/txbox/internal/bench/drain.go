@@ -57,11 +57,19 @@ type drainSpec struct {
 	wal bool
 	// walSettings are database.wal keys of a WAL mode variant.
 	walSettings string
+	// routes > 1 fans the bench type out to that many routes
+	// (docs/concepts.md, "Fan-out"): NATS subjects of the target's one
+	// stream, so the destination holds n × routes messages.
+	routes int
 	// brokerOnly runs the naive loop without a database (its rows made
 	// in memory): its client and batches alone, what the loop would reach
 	// if claiming cost nothing. Needs naive.
 	brokerOnly bool
 }
+
+// messages is how many messages the drain delivers: a message per event
+// and route.
+func (sp drainSpec) messages() int { return sp.n * max(sp.routes, 1) }
 
 func (sp drainSpec) dialect() string {
 	if sp.db == "" {
@@ -114,7 +122,7 @@ func (r *runner) drain(ctx context.Context, sp drainSpec, round int) (Measuremen
 		}
 		children = append(children, c)
 	}
-	err = r.waitDelivered(ctx, tgt, int64(sp.n), children)
+	err = r.waitDelivered(ctx, tgt, int64(sp.messages()), children)
 	if err == nil {
 		// The drain ends when the table is settled too: the last
 		// batches' DELETE or finish lands after the broker's ack.
@@ -158,12 +166,14 @@ func (r *runner) measured(ctx context.Context, sp drainSpec, src source, tgt tar
 			run.Extra["max_rss_mib"] = max(run.Extra["max_rss_mib"], float64(ru.Maxrss)/1024)
 		}
 	}
+	n := sp.messages()
+	run.Events = n
 	run.Seconds = el.Seconds()
-	run.Rate = float64(sp.n) / el.Seconds()
+	run.Rate = float64(n) / el.Seconds()
 	run.CPUSeconds = cpu
-	run.CPUPerEventMicros = cpu / float64(sp.n) * 1e6
-	if got, err := tgt.count(ctx); err == nil && got > int64(sp.n) {
-		run.Extra["duplicates"] = float64(got - int64(sp.n))
+	run.CPUPerEventMicros = cpu / float64(n) * 1e6
+	if got, err := tgt.count(ctx); err == nil && got > int64(n) {
+		run.Extra["duplicates"] = float64(got - int64(n))
 	}
 	return nil
 }
@@ -217,7 +227,11 @@ func (r *runner) prepareDrain(ctx context.Context, sp drainSpec, src source, tgt
 		}
 		return [][]string{append(append([]string{"bench", NaiveChild}, flags...), tgt.naiveArgs()...)}, naiveReady, nil, nil
 	}
-	cfg, err := r.writeConfig(uniqueName("relay_"), relayYAML(src.databaseYAML(), tgt, sp.settings))
+	yaml := relayYAML(src.databaseYAML(), tgt, sp.settings)
+	if sp.routes > 1 {
+		yaml = fanoutYAML(yaml, tgt, sp.routes)
+	}
+	cfg, err := r.writeConfig(uniqueName("relay_"), yaml)
 	if err != nil {
 		return nil, "", nil, err
 	}
@@ -551,4 +565,43 @@ func (r *runner) scenarioRelays(ctx context.Context, s *Scenario) error {
 	}
 	r.addCPUNote(s, vs...)
 	return nil
+}
+
+// scenarioFanout drains one backlog to one NATS subject, then the same
+// size of backlog fanned out to three subjects of the same stream
+// (docs/concepts.md, "Fan-out"): the rows are claimed once per route but
+// expanded from one published row, so fan-out should deliver far more
+// messages per second than one route (SPEC: ≥ 2×), at far less than three
+// relays' cost.
+func (r *runner) scenarioFanout(ctx context.Context, s *Scenario) error {
+	s.Title = "fan-out: one route vs three routes"
+	s.Measures = "A preloaded backlog (plain-SQL COPY) drained by one `txbox relay` child with default settings to one NATS subject, " +
+		"and the same size of backlog with the type fanned out to three subjects of one JetStream stream (`routes:`), " +
+		"which the relay expands into one row per route. Rate = messages delivered / time from the child's start until the stream holds every message; " +
+		"ratio = fan-out messages/s ÷ one route's."
+	s.Conditions = map[string]string{"backlog": strconv.Itoa(r.o.Backlog), "rounds": strconv.Itoa(r.o.Rounds),
+		"sender": "nats", "database": dialectPostgres, "order": "one route, three routes; reversed every other round"}
+	one := drainSpec{variant: "one route", sender: "nats", n: r.o.Backlog, relays: 1}
+	three := drainSpec{variant: "three routes", sender: "nats", n: r.o.Backlog, relays: 1, routes: 3}
+	if err := r.pairedDrains(ctx, s, []drainSpec{one, three}); err != nil {
+		return err
+	}
+	s.addRatio("three routes / one route (messages/s)", three.variant, one.variant, s.rates(three.variant), s.rates(one.variant), true, "", nil)
+	r.addCPUNote(s, one.variant, three.variant)
+	return nil
+}
+
+// fanoutYAML rewrites a relay configuration's bench type into a fan-out
+// to routes subjects of the target's stream.
+func fanoutYAML(yaml string, tgt target, routes int) string {
+	nt, ok := tgt.(*natsTarget)
+	if !ok {
+		return yaml
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "  %s:\n    routes:\n", benchType)
+	for i := range routes {
+		fmt.Fprintf(&b, "      - { name: r%d, sender: main, subject: %q }\n", i, fmt.Sprintf("%s.r%d.%s", nt.subj, i, benchType))
+	}
+	return strings.Replace(yaml, fmt.Sprintf("  %s: { sender: main }\n", benchType), b.String(), 1)
 }

@@ -30,11 +30,12 @@ const (
 	ScenarioRelays    = "relays"
 	ScenarioWatermill = "watermill"
 	ScenarioWAL       = "wal"
+	ScenarioFanout    = "fanout"
 )
 
 // AllScenarios lists every scenario in running order.
 var AllScenarios = []string{ScenarioPublish, ScenarioDrain, ScenarioPickup, ScenarioIdle, ScenarioInbox,
-	ScenarioXmin, ScenarioScaling, ScenarioRelays, ScenarioWatermill, ScenarioWAL}
+	ScenarioXmin, ScenarioScaling, ScenarioRelays, ScenarioWatermill, ScenarioWAL, ScenarioFanout}
 
 // defaultScenarios are the ones a bare `txbox bench` runs: the main
 // comparisons of docs/benchmarks.md "Targets" that finish in minutes. The
