@@ -302,7 +302,7 @@ func (d *Driver) keyRuns(ctx context.Context, tx *sql.Tx, typ, route string, key
 		args = append(args, i, typ, route, k, run, i, typ, route, k, typ, k, route)
 		if route != "" {
 			q.WriteString(d.q.keyRunUnexpanded)
-			args = append(args, i, typ, k)
+			args = append(args, i, typ, k, i, typ, k)
 		}
 	}
 	rows, err := tx.QueryContext(ctx, q.String(), args...)

@@ -160,8 +160,13 @@ func (d *Driver) orderedQueries(q *queries) {
 		" UNION ALL (SELECT ?, 1, (SELECT MIN(b.id) FROM {{outbox}}" +
 		" b FORCE INDEX (txbox_order) WHERE b.event_type = ? AND b.route = ? AND b.status IN ('IN_PROCESS', 'FAILED') AND b.event_key = ?), EXISTS (SELECT 1 FROM " +
 		"{{dead_letter}} x FORCE INDEX (txbox_parked) WHERE x.event_type = ? AND x.event_key = ? AND x.status = 'UNRESOLVED' AND x.route IN (?, '')))")
+	// Two parts: a MIN under an equality on every column before id is
+	// one index seek, where a MIN over an IN list of statuses reads every
+	// entry of the key, and an unexpanded key may have many PENDING ones.
 	q.keyRunUnexpanded = d.render(" UNION ALL (SELECT ?, 2, (SELECT MIN(u.id) FROM {{outbox}}" +
-		" u FORCE INDEX (txbox_order) WHERE u.event_type = ? AND u.route = '' AND u.status IN ('PENDING', 'IN_PROCESS', 'FAILED') AND u.event_key = ?), FALSE)")
+		" u FORCE INDEX (txbox_order) WHERE u.event_type = ? AND u.route = '' AND u.status = 'PENDING' AND u.event_key = ?), FALSE)" +
+		" UNION ALL (SELECT ?, 2, (SELECT MIN(u.id) FROM {{outbox}}" +
+		" u FORCE INDEX (txbox_order) WHERE u.event_type = ? AND u.route = '' AND u.status IN ('IN_PROCESS', 'FAILED') AND u.event_key = ?), FALSE)")
 	q.orderedLock = d.render("SELECT id, event_key, payload, headers, attempts, created_at, due_at, route, event_id FROM {{outbox}}" +
 		" WHERE id IN ({{ids}}) AND status = 'PENDING' AND due_at <= UTC_TIMESTAMP(6) ORDER BY id FOR UPDATE SKIP LOCKED")
 }
