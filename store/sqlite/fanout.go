@@ -15,16 +15,23 @@ var _ store.Expander = (*Driver)(nil)
 // fanoutQueries are the statements of the expander (store.Expander).
 type fanoutQueries struct {
 	expandSelect, expandTaken, expandFail, expandCopy, expandFirst string
+	expandUnreadable                                               string
 	pendingRoutes, dropRoute                                       string
 }
 
 func buildFanoutQueries(r *strings.Replacer) fanoutQueries {
 	return fanoutQueries{
-		// The type's unexpanded rows in rowid order, their key order.
-		expandSelect: r.Replace(`SELECT id FROM {outbox}
+		// The type's unexpanded rows in rowid order, their key order, and
+		// whether the outbox triggers would accept a copy (rows written
+		// before schema version 2 may not pass them).
+		expandSelect: r.Replace(`SELECT id, coalesce(` + readableRow + `, 0) FROM {outbox}
 WHERE status = 'PENDING' AND event_type = ? AND route = ''
 ORDER BY rowid
 LIMIT ?`),
+		// By the raw id text, which may not be canonical.
+		expandUnreadable: r.Replace(`UPDATE {outbox}
+SET status = 'FAILED', attempts = attempts + 1, last_error = ?, processed_at = {now}, lease_until = NULL, lease_token = NULL
+WHERE status = 'PENDING' AND route = '' AND id = ?`),
 		expandTaken: r.Replace(`SELECT id FROM {outbox} WHERE id IN (SELECT value FROM json_each(?))`),
 		// As a finish fails a row for good: the dead-letter mover takes it.
 		expandFail: r.Replace(`UPDATE {outbox}
@@ -102,18 +109,9 @@ func (d *Driver) OutboxExpand(ctx context.Context, params *store.OutboxExpandPar
 }
 
 func (d *Driver) expandIn(ctx context.Context, tx *sql.Tx, typ string, routes []string, limit int) (int, error) {
-	raw, err := queryStrings(ctx, d, tx, d.q.fanout.expandSelect, typ, limit)
-	if err != nil || len(raw) == 0 {
+	ids, err := d.expandable(ctx, tx, typ, limit)
+	if err != nil || len(ids) == 0 {
 		return 0, err
-	}
-	// A row whose id is not canonical is left to the claim, which fails
-	// it with the reason; it cannot be expanded (its route ids would not
-	// be its own).
-	var ids []txbox.ID
-	for _, s := range raw {
-		if id, err := txbox.ParseID(s); err == nil && id.String() == s {
-			ids = append(ids, id)
-		}
 	}
 	var all []string
 	for _, id := range ids {
@@ -169,6 +167,53 @@ func (d *Driver) expandIn(ctx context.Context, tx *sql.Tx, typ string, routes []
 		return 0, err
 	}
 	return len(ok), nil
+}
+
+// expandable reads up to limit rows to expand, in rowid order, and returns
+// the ids of those that can be. A row that cannot (written by plain SQL
+// before schema version 2: an id that is not canonical, or headers or a
+// created_at the outbox triggers would refuse in its copies) fails with
+// the reason, as the claim fails it, so it neither wedges the expansion
+// of its type nor is lost.
+func (d *Driver) expandable(ctx context.Context, tx *sql.Tx, typ string, limit int) ([]txbox.ID, error) {
+	rows, err := d.txQuery(ctx, tx, d.q.fanout.expandSelect, typ, limit)
+	if err != nil {
+		return nil, err
+	}
+	type unreadable struct{ raw, reason string }
+	var (
+		ids []txbox.ID
+		bad []unreadable
+	)
+	for rows.Next() {
+		var raw string
+		var readable bool
+		if err := rows.Scan(&raw, &readable); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		id, perr := txbox.ParseID(raw)
+		switch {
+		case perr != nil || id.String() != raw:
+			bad = append(bad, unreadable{raw, fmt.Sprintf("id %q is not a canonical lower-case UUID", store.SanitizeText(raw))})
+		case !readable:
+			bad = append(bad, unreadable{raw, "fan-out: the row's headers are not a JSON object or its created_at is not a UTC 'YYYY-MM-DD HH:MM:SS' time"})
+		default:
+			ids = append(ids, id)
+		}
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for _, b := range bad {
+		if _, err := d.txExec(ctx, tx, d.q.fanout.expandUnreadable, store.NotSentPrefix+b.reason, b.raw); err != nil {
+			return nil, err
+		}
+	}
+	return ids, nil
 }
 
 // queryStrings runs a query of one text column in tx.
