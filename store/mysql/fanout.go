@@ -14,11 +14,14 @@ var _ store.Expander = (*Driver)(nil)
 
 // fanoutQueries renders the statements of the expander (store.Expander).
 func (d *Driver) fanoutQueries(q *queries) {
-	// Like the claim: through the claim index in (due_at, id) order, FOR
-	// UPDATE SKIP LOCKED, so concurrent expanders take disjoint rows and
-	// none waits.
-	q.expandLock = d.render("SELECT o.id FROM {{outbox}} o FORCE INDEX (txbox_claim)" +
-		" WHERE o.status = 'PENDING' AND o.event_type = ? AND o.route = '' ORDER BY o.due_at, o.id LIMIT ? FOR UPDATE SKIP LOCKED")
+	// As the dead-letter mover (docs/schema/mysql.md, "Lock order"): the
+	// candidates are read without locks through the claim index, then
+	// locked through the primary key in id order, skipping rows another
+	// expander holds, so the expander never waits for a lock.
+	q.expandCandidates = d.render("SELECT id FROM {{outbox}} FORCE INDEX (txbox_claim)" +
+		" WHERE status = 'PENDING' AND event_type = ? AND route = '' ORDER BY due_at, id LIMIT ?")
+	q.expandLock = d.render("SELECT id FROM {{outbox}} FORCE INDEX (PRIMARY)" +
+		" WHERE id IN ({{ids}}) AND status = 'PENDING' AND event_type = ? AND route = '' ORDER BY id FOR UPDATE SKIP LOCKED")
 	q.expandTaken = d.render("SELECT id FROM {{outbox}} WHERE id IN ({{ids}})")
 	// The event's own row: it takes the first route. The rows are this
 	// transaction's already; by primary key only.
@@ -61,13 +64,15 @@ func checkRoutes(routes []string) error {
 
 // OutboxExpand turns up to Limit PENDING rows of the type with route ""
 // into one row per route (store.Expander), in one READ COMMITTED
-// transaction: the rows are locked through the claim index in (due_at, id)
-// order, skipping those another expander holds (as the claim does; the
-// order of expansion does not matter to per-key order, because an event
-// not expanded yet holds its key on every route); the event's own row
-// takes Routes[0] and one INSERT ... SELECT adds the further routes' rows.
-// An event one of whose route ids is taken fails with
-// store.ErrRouteIDTaken.
+// transaction: up to Limit candidates are read without locks in (due_at,
+// id) order through the claim index (no index has them in id order
+// without a sort of every unexpanded row), then locked through the
+// primary key in id order, skipping those another expander holds. The
+// order of expansion does not change a route's key order, which is by id
+// (RouteRowID keeps it), and an event not expanded yet holds its key on
+// every route meanwhile. The event's own row takes Routes[0] and one
+// INSERT ... SELECT adds the further routes' rows. An event one of whose
+// route ids is taken fails with store.ErrRouteIDTaken.
 func (d *Driver) OutboxExpand(ctx context.Context, params *store.OutboxExpandParams) (int, error) {
 	if params == nil || params.Limit < 1 {
 		return 0, fmt.Errorf("%w: expand needs Limit >= 1", ErrInvalidParams)
@@ -92,7 +97,12 @@ func (d *Driver) OutboxExpand(ctx context.Context, params *store.OutboxExpandPar
 }
 
 func (d *Driver) expandIn(ctx context.Context, tx *sql.Tx, typ string, routes []string, limit int) (int, error) {
-	ids, err := queryIDs(ctx, tx, d.q.expandLock, typ, limit)
+	cand, err := queryIDs(ctx, tx, d.q.expandCandidates, typ, limit)
+	if err != nil || len(cand) == 0 {
+		return 0, err
+	}
+	cand = store.SortedIDs(cand)
+	ids, err := queryIDs(ctx, tx, inIDs(d.q.expandLock, len(cand)), append(idArgs(nil, cand), typ)...)
 	if err != nil || len(ids) == 0 {
 		return 0, err
 	}

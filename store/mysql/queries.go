@@ -35,9 +35,10 @@ type queries struct {
 	orderedLock                        string
 
 	// Fan-out (fanout.go).
-	expandLock, expandTaken, expandFirst, expandFail string
-	expandInsert, expandCopy, pendingRoutes          string
-	dropRouteSelect, dropRouteWrite                  string
+	expandCandidates, expandLock, expandTaken string
+	expandFirst, expandFail                   string
+	expandInsert, expandCopy, pendingRoutes   string
+	dropRouteSelect, dropRouteWrite           string
 
 	// Dead letters.
 	dlMoveCandidates, dlMoveLock, dlMoveExisting, dlMoveInsert  string
