@@ -101,7 +101,7 @@ func scanDeadLetter(sc interface{ Scan(...any) error }, withPayload bool) (*stor
 	var key, headers []byte
 	var lastErr sql.NullString
 	dest := []any{idScan{&dl.ID}, &dl.EventType, &key, &dl.PayloadSize, &headers, &dl.Attempts, &lastErr,
-		nullTime{&dl.CreatedAt}, nullTime{&dl.FailedAt}, &dl.Status, nullTime{&dl.ResolvedAt}}
+		nullTime{&dl.CreatedAt}, nullTime{&dl.FailedAt}, &dl.Status, nullTime{&dl.ResolvedAt}, &dl.Route, idScan{&dl.EventID}}
 	if withPayload {
 		dest = append(dest, &dl.Payload)
 	}

@@ -31,6 +31,13 @@ func TestLockConformance(t *testing.T) {
 	storetest.ExerciseLock(t, storeharness.MySQL())
 }
 
+// TestFanoutConformance runs the fan-out suite (store.Expander, route
+// claims).
+func TestFanoutConformance(t *testing.T) {
+	t.Parallel()
+	storetest.ExerciseFanout(t, storeharness.MySQL())
+}
+
 // TestConformanceOnPlainPool runs the suite again through New on a plain
 // go-sql-driver pool left at the server's REPEATABLE READ default, without
 // interpolateParams: the path where the driver sets READ COMMITTED per

@@ -59,11 +59,11 @@ func (d *Driver) claimOrderedIn(ctx context.Context, tx *sql.Tx, params *store.O
 		sweepDue = sweepStart
 	}
 	limit, run := params.Limit, max(params.KeyRun, 1)
-	kw, err := d.keylessWindow(ctx, tx, params.EventType, sweepDue, sweepID, limit)
+	kw, err := d.keylessWindow(ctx, tx, params.EventType, params.Route, sweepDue, sweepID, limit)
 	if err != nil {
 		return nil, err
 	}
-	w := keyWalk{typ: params.EventType, after: after, hasAfter: hasAfter, limit: limit, run: run, total: len(kw.ids)}
+	w := keyWalk{typ: params.EventType, route: params.Route, after: after, hasAfter: hasAfter, limit: limit, run: run, total: len(kw.ids)}
 	if err := d.walkKeys(ctx, tx, &w); err != nil {
 		return nil, err
 	}
@@ -89,9 +89,9 @@ type keyless struct {
 
 // keylessWindow reads the type's oldest due PENDING rows after the keyless
 // sweep cursor (sweepDue, sweepID), at most limit, through txbox_claim.
-func (d *Driver) keylessWindow(ctx context.Context, tx *sql.Tx, typ, sweepDue, sweepID string, limit int) (keyless, error) {
+func (d *Driver) keylessWindow(ctx context.Context, tx *sql.Tx, typ, route, sweepDue, sweepID string, limit int) (keyless, error) {
 	var kw keyless
-	rows, err := tx.QueryContext(ctx, d.q.orderedWindow, typ, sweepDue, sweepDue, sweepID, limit)
+	rows, err := tx.QueryContext(ctx, d.q.orderedWindow, typ, route, sweepDue, sweepDue, sweepID, limit)
 	if err != nil {
 		return kw, err
 	}
@@ -123,7 +123,7 @@ type keyRun struct {
 // keyWalk is the state of one claim's key walk: where it starts (the key
 // cursor), its bounds, and what it found.
 type keyWalk struct {
-	typ        string
+	typ, route string
 	after      string
 	hasAfter   bool
 	limit, run int
@@ -140,7 +140,7 @@ func (d *Driver) walkKeys(ctx context.Context, tx *sql.Tx, w *keyWalk) error {
 	pos, posSet, wrapped := w.after, w.hasAfter, false
 	w.last, w.lastSet = w.after, w.hasAfter
 	for steps := 0; w.total < w.limit && steps < maxWalk(w.limit); {
-		keys, err := d.pendingKeys(ctx, tx, w.typ, pos, posSet, keyChunk(w.limit-w.total, w.run))
+		keys, err := d.pendingKeys(ctx, tx, w.typ, w.route, pos, posSet, keyChunk(w.limit-w.total, w.run))
 		if err != nil {
 			return err
 		}
@@ -159,7 +159,7 @@ func (d *Driver) walkKeys(ctx context.Context, tx *sql.Tx, w *keyWalk) error {
 			pos, posSet, wrapped = "", false, true
 			continue
 		}
-		found, err := d.keyRuns(ctx, tx, w.typ, keys, w.run)
+		found, err := d.keyRuns(ctx, tx, w.typ, w.route, keys, w.run)
 		if err != nil {
 			return err
 		}
@@ -242,7 +242,7 @@ func (d *Driver) lockRows(ctx context.Context, tx *sql.Tx, typ string, token txb
 		r := &store.OutboxRow{EventType: typ, LeaseToken: token}
 		var key, headers []byte
 		var dueAt time.Time
-		if err := rows.Scan(idScan{&r.ID}, &key, &r.Payload, &headers, &r.Attempts, nullTime{&r.CreatedAt}, nullTime{&dueAt}); err != nil {
+		if err := rows.Scan(idScan{&r.ID}, &key, &r.Payload, &headers, &r.Attempts, nullTime{&r.CreatedAt}, nullTime{&dueAt}, &r.Route, idScan{&r.EventID}); err != nil {
 			rows.Close()
 			return nil, nil, err
 		}
@@ -256,11 +256,11 @@ func (d *Driver) lockRows(ctx context.Context, tx *sql.Tx, typ string, token txb
 	return locked, due, rows.Err()
 }
 
-// pendingKeys returns up to n keys of typ with PENDING rows after after
-// (from the first key when posSet is false), in key order: a loose index
-// scan of txbox_order (event_type, status, event_key, id).
-func (d *Driver) pendingKeys(ctx context.Context, tx *sql.Tx, typ, after string, posSet bool, n int) ([][]byte, error) {
-	q, args := d.q.pendingKeysFirst, []any{typ}
+// pendingKeys returns up to n keys of typ with PENDING rows of route after
+// after (from the first key when posSet is false), in key order: a loose
+// index scan of txbox_order (event_type, route, status, event_key, id).
+func (d *Driver) pendingKeys(ctx context.Context, tx *sql.Tx, typ, route, after string, posSet bool, n int) ([][]byte, error) {
+	q, args := d.q.pendingKeysFirst, []any{typ, route}
 	if posSet {
 		q = d.q.pendingKeysAfter
 		args = append(args, []byte(after))
@@ -274,10 +274,10 @@ func (d *Driver) pendingKeys(ctx context.Context, tx *sql.Tx, typ, after string,
 	var out [][]byte
 	for rows.Next() {
 		var (
-			k          []byte
-			typ2, stat string
+			k               []byte
+			typ2, rt2, stat string
 		)
-		if err := rows.Scan(&typ2, &stat, &k); err != nil {
+		if err := rows.Scan(&typ2, &rt2, &stat, &k); err != nil {
 			return nil, err
 		}
 		out = append(out, k)
@@ -286,10 +286,12 @@ func (d *Driver) pendingKeys(ctx context.Context, tx *sql.Tx, typ, after string,
 }
 
 // keyRuns reads, in one statement, each key's claimable run of at most run
-// rows: its PENDING rows in id order from the first, while each is due and
-// has a smaller id than every IN_PROCESS or FAILED row of the key; none
-// when an unresolved dead letter parks the key.
-func (d *Driver) keyRuns(ctx context.Context, tx *sql.Tx, typ string, keys [][]byte, run int) (map[string][]string, error) {
+// rows of route: its PENDING rows in id order from the first, while each is
+// due and has a smaller id than every IN_PROCESS or FAILED row of the key
+// and route (and, for a route other than "", every row of the key with
+// route "" not done: an event not expanded yet); none when an unresolved
+// dead letter of the route or of route "" parks the key.
+func (d *Driver) keyRuns(ctx context.Context, tx *sql.Tx, typ, route string, keys [][]byte, run int) (map[string][]string, error) {
 	var q strings.Builder
 	var args []any
 	for i, k := range keys {
@@ -297,7 +299,11 @@ func (d *Driver) keyRuns(ctx context.Context, tx *sql.Tx, typ string, keys [][]b
 			q.WriteString(" UNION ALL ")
 		}
 		q.WriteString(d.q.keyRun)
-		args = append(args, i, typ, k, run, i, typ, k, typ, k)
+		args = append(args, i, typ, route, k, run, i, typ, route, k, typ, k, route)
+		if route != "" {
+			q.WriteString(d.q.keyRunUnexpanded)
+			args = append(args, i, typ, k, i, typ, k)
+		}
 	}
 	rows, err := tx.QueryContext(ctx, q.String(), args...)
 	if err != nil {
@@ -327,8 +333,13 @@ func (d *Driver) keyRuns(ctx context.Context, tx *sql.Tx, typ string, keys [][]b
 		if kind == 0 {
 			s.pending = append(s.pending, id.String)
 			s.due = append(s.due, flag)
-		} else {
-			s.blocker, s.parked = id.String, flag
+			continue
+		}
+		// kind 1 (the route's own) or 2 (route ""): the key is held
+		// from the smaller of their ids.
+		s.parked = s.parked || (kind == 1 && flag)
+		if id.Valid && (s.blocker == "" || id.String < s.blocker) {
+			s.blocker = id.String
 		}
 	}
 	if err := rows.Err(); err != nil {

@@ -219,7 +219,7 @@ func (d *Driver) claimIn(ctx context.Context, tx *sql.Tx, params *store.OutboxCl
 	if params.OrderedByKey {
 		return d.claimOrderedIn(ctx, tx, params, token, lock)
 	}
-	rows, err := tx.QueryContext(ctx, d.q.claim, params.EventType, params.Limit)
+	rows, err := tx.QueryContext(ctx, d.q.claim, params.EventType, params.Route, params.Limit)
 	if err != nil {
 		return nil, err
 	}
@@ -228,7 +228,7 @@ func (d *Driver) claimIn(ctx context.Context, tx *sql.Tx, params *store.OutboxCl
 	for rows.Next() {
 		r := &store.OutboxRow{EventType: params.EventType, LeaseToken: token}
 		var key, headers []byte
-		if err := rows.Scan(idScan{&r.ID}, &key, &r.Payload, &headers, &r.Attempts, nullTime{&r.CreatedAt}); err != nil {
+		if err := rows.Scan(idScan{&r.ID}, &key, &r.Payload, &headers, &r.Attempts, nullTime{&r.CreatedAt}, &r.Route, idScan{&r.EventID}); err != nil {
 			return nil, err
 		}
 		claimedRow(r, key, headers)

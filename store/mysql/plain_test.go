@@ -56,7 +56,7 @@ func TestPlainSQLUpDown(t *testing.T) {
 		if _, err := db.Exec("INSERT INTO txbox_outbox (event_type, payload, headers) VALUES ('t', 'p', '[1]')"); err == nil {
 			t.Fatal("after up: headers [1] accepted")
 		}
-		if got := plainOrderIndex(t, db); got != "event_type,status,event_key,id" {
+		if got := plainOrderIndex(t, db); got != "event_type,route,status,event_key,id" {
 			t.Fatalf("after up: txbox_order on %s", got)
 		}
 	}

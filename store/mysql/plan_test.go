@@ -129,6 +129,26 @@ func TestClaimReadsOBatch(t *testing.T) {
 			t.Fatalf("ordered claim: %d rows, %v", len(rows), err)
 		}
 	})
+	// Fan-out (schema version 7): the expansion of a batch, and the claims
+	// of a route, on a type whose other pending rows are not expanded yet
+	// (they hold their keys on every route).
+	measure("expand", 20*batch, func() {
+		n, err := d.OutboxExpand(ctx, &store.OutboxExpandParams{EventType: "type-4", Routes: []string{"a", "b"}, Limit: batch})
+		if err != nil || n != batch {
+			t.Fatalf("expand: %d, %v", n, err)
+		}
+	})
+	measure("route claim", 5*batch, func() {
+		rows, err := d.OutboxClaim(ctx, &store.OutboxClaimParams{EventType: "type-4", Route: "b", Limit: batch, LeaseDuration: time.Minute})
+		if err != nil || len(rows) != batch {
+			t.Fatalf("route claim: %d rows, %v", len(rows), err)
+		}
+	})
+	measure("ordered route claim", 20*batch, func() {
+		if _, err := d.OutboxClaim(ctx, &store.OutboxClaimParams{EventType: "type-4", Route: "a", Limit: batch, LeaseDuration: time.Minute, OrderedByKey: true}); err != nil {
+			t.Fatalf("ordered route claim: %v", err)
+		}
+	})
 	measure("pending types", 50, func() {
 		types, err := d.OutboxPendingTypes(ctx)
 		if err != nil || len(types) != 5 {

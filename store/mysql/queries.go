@@ -31,8 +31,14 @@ type queries struct {
 	// one key's run, and the lock of the chosen rows.
 	orderedWindow                      string
 	pendingKeysFirst, pendingKeysAfter string
-	keyRun                             string
+	keyRun, keyRunUnexpanded           string
 	orderedLock                        string
+
+	// Fan-out (fanout.go).
+	expandCandidates, expandLock, expandTaken string
+	expandFirst, expandFail                   string
+	expandInsert, expandCopy, pendingRoutes   string
+	dropRouteSelect, dropRouteWrite           string
 
 	// Dead letters.
 	dlMoveCandidates, dlMoveLock, dlMoveExisting, dlMoveInsert  string
@@ -82,6 +88,7 @@ func (d *Driver) buildQueries() queries {
 	var q queries
 	d.outboxQueries(&q)
 	d.orderedQueries(&q)
+	d.fanoutQueries(&q)
 	d.deadLetterQueries(&q)
 	d.groupQueries(&q)
 	d.auditSQL(&q)
@@ -109,8 +116,8 @@ func (d *Driver) outboxQueries(q *queries) {
 	q.insert = d.render("INSERT INTO {{outbox}} (id, event_type, event_key, payload, headers, due_at) VALUES ")
 	q.insertRow = "(?, ?, ?, ?, ?, UTC_TIMESTAMP(6))"
 	q.insertRowNotBefore = "(?, ?, ?, ?, ?, GREATEST(CAST(? AS DATETIME(6)), UTC_TIMESTAMP(6)))"
-	q.claim = d.render("SELECT o.id, o.event_key, o.payload, o.headers, o.attempts, o.created_at FROM {{outbox}}" +
-		" o FORCE INDEX (txbox_claim) WHERE o.status = 'PENDING' AND o.event_type = ? AND o.due_at <= UTC_TIMESTAMP(6)" +
+	q.claim = d.render("SELECT o.id, o.event_key, o.payload, o.headers, o.attempts, o.created_at, o.route, o.event_id FROM {{outbox}}" +
+		" o FORCE INDEX (txbox_claim) WHERE o.status = 'PENDING' AND o.event_type = ? AND o.route = ? AND o.due_at <= UTC_TIMESTAMP(6)" +
 		" ORDER BY o.due_at, o.id LIMIT ? FOR UPDATE SKIP LOCKED")
 	// By primary key only, in key order (docs/schema/mysql.md, "Lock order"): the
 	// claim's transaction already holds the rows' locks.
@@ -133,38 +140,49 @@ func (d *Driver) outboxQueries(q *queries) {
 
 func (d *Driver) orderedQueries(q *queries) {
 	q.orderedWindow = d.render("SELECT id, due_at, event_key IS NULL FROM {{outbox}}" +
-		" FORCE INDEX (txbox_claim) WHERE status = 'PENDING' AND event_type = ? AND due_at <= UTC_TIMESTAMP(6)" +
+		" FORCE INDEX (txbox_claim) WHERE status = 'PENDING' AND event_type = ? AND route = ? AND due_at <= UTC_TIMESTAMP(6)" +
 		" AND (due_at > ? OR (due_at = ? AND id > ?)) ORDER BY due_at, id LIMIT ?")
 	// DISTINCT over the index's leading columns is what MariaDB and MySQL
 	// run as a loose index scan ("Using index for group-by"): one seek per
 	// key, where DISTINCT event_key alone reads every PENDING entry.
-	const keys = "SELECT DISTINCT event_type, status, event_key FROM {{outbox}} FORCE INDEX (txbox_order) WHERE event_type = ? AND status = 'PENDING' AND event_key IS NOT NULL"
-	const keysOrder = " ORDER BY event_type, status, event_key LIMIT ?"
+	const keys = "SELECT DISTINCT event_type, route, status, event_key FROM {{outbox}} FORCE INDEX (txbox_order) WHERE event_type = ? AND route = ? AND status = 'PENDING' AND event_key IS NOT NULL"
+	const keysOrder = " ORDER BY event_type, route, status, event_key LIMIT ?"
 	q.pendingKeysFirst = d.render(keys + keysOrder)
 	q.pendingKeysAfter = d.render(keys + " AND event_key > ?" + keysOrder)
-	// One key's part of keyRuns' UNION ALL. kind 0: a PENDING row (flag:
-	// due); kind 1: the smallest id of an IN_PROCESS or FAILED row (flag:
-	// parked).
+	// One key's part of keyRuns' UNION ALL, for the claimed route. kind 0:
+	// a PENDING row (flag: due); kind 1: the smallest id of an IN_PROCESS
+	// or FAILED row (flag: parked by an unresolved dead letter of the
+	// route or of route ''). keyRunUnexpanded adds, for a route other than
+	// '', kind 2: the smallest id of the key's rows with route '' not
+	// done, PENDING ones included: an event not expanded yet holds the
+	// key of every route (docs/concepts.md, "Fan-out").
 	q.keyRun = d.render("(SELECT ? AS k, 0 AS kind, o.id, o.due_at <= UTC_TIMESTAMP(6) AS flag FROM {{outbox}}" +
-		" o FORCE INDEX (txbox_order) WHERE o.event_type = ? AND o.status = 'PENDING' AND o.event_key = ? ORDER BY o.id LIMIT ?)" +
+		" o FORCE INDEX (txbox_order) WHERE o.event_type = ? AND o.route = ? AND o.status = 'PENDING' AND o.event_key = ? ORDER BY o.id LIMIT ?)" +
 		" UNION ALL (SELECT ?, 1, (SELECT MIN(b.id) FROM {{outbox}}" +
-		" b FORCE INDEX (txbox_order) WHERE b.event_type = ? AND b.status IN ('IN_PROCESS', 'FAILED') AND b.event_key = ?), EXISTS (SELECT 1 FROM " +
-		"{{dead_letter}} x WHERE x.event_type = ? AND x.event_key = ? AND x.status = 'UNRESOLVED'))")
-	q.orderedLock = d.render("SELECT id, event_key, payload, headers, attempts, created_at, due_at FROM {{outbox}}" +
+		" b FORCE INDEX (txbox_order) WHERE b.event_type = ? AND b.route = ? AND b.status IN ('IN_PROCESS', 'FAILED') AND b.event_key = ?), EXISTS (SELECT 1 FROM " +
+		"{{dead_letter}} x FORCE INDEX (txbox_parked) WHERE x.event_type = ? AND x.event_key = ? AND x.status = 'UNRESOLVED' AND x.route IN (?, '')))")
+	// Two parts: a MIN under an equality on every column before id is
+	// one index seek, where a MIN over an IN list of statuses reads every
+	// entry of the key, and an unexpanded key may have many PENDING ones.
+	q.keyRunUnexpanded = d.render(" UNION ALL (SELECT ?, 2, (SELECT MIN(u.id) FROM {{outbox}}" +
+		" u FORCE INDEX (txbox_order) WHERE u.event_type = ? AND u.route = '' AND u.status = 'PENDING' AND u.event_key = ?), FALSE)" +
+		" UNION ALL (SELECT ?, 2, (SELECT MIN(u.id) FROM {{outbox}}" +
+		" u FORCE INDEX (txbox_order) WHERE u.event_type = ? AND u.route = '' AND u.status IN ('IN_PROCESS', 'FAILED') AND u.event_key = ?), FALSE)")
+	q.orderedLock = d.render("SELECT id, event_key, payload, headers, attempts, created_at, due_at, route, event_id FROM {{outbox}}" +
 		" WHERE id IN ({{ids}}) AND status = 'PENDING' AND due_at <= UTC_TIMESTAMP(6) ORDER BY id FOR UPDATE SKIP LOCKED")
 }
 
 // deadLetterColumns are the columns scanDeadLetter reads: the payload's
 // size, not the payload, which DeadLetterGet alone reads (after them).
-const deadLetterColumns = "id, event_type, event_key, OCTET_LENGTH(payload), headers, attempts, last_error, created_at, failed_at, status, resolved_at"
+const deadLetterColumns = "id, event_type, event_key, OCTET_LENGTH(payload), headers, attempts, last_error, created_at, failed_at, status, resolved_at, route, event_id"
 
 func (d *Driver) deadLetterQueries(q *queries) {
 	q.dlMoveCandidates = d.render("SELECT id FROM {{outbox}} FORCE INDEX (txbox_claim) WHERE status = 'FAILED' LIMIT ?")
 	q.dlMoveLock = d.render("SELECT id FROM {{outbox}} FORCE INDEX (PRIMARY) WHERE status = 'FAILED' AND id IN ({{ids}}) ORDER BY id FOR UPDATE SKIP LOCKED")
 	q.dlMoveExisting = d.render("SELECT id FROM {{dead_letter}} WHERE id IN ({{ids}})")
 	q.dlMoveInsert = d.render("INSERT INTO {{dead_letter}}" +
-		" (id, event_type, event_key, payload, headers, attempts, last_error, created_at, failed_at, status, resolved_at)" +
-		" SELECT id, event_type, event_key, payload, headers, attempts, last_error, created_at, COALESCE(processed_at, UTC_TIMESTAMP(6)), 'UNRESOLVED', NULL FROM " +
+		" (id, event_type, event_key, payload, headers, attempts, last_error, created_at, failed_at, status, resolved_at, route, event_id)" +
+		" SELECT id, event_type, event_key, payload, headers, attempts, last_error, created_at, COALESCE(processed_at, UTC_TIMESTAMP(6)), 'UNRESOLVED', NULL, route, event_id FROM " +
 		"{{outbox}} WHERE id IN ({{ids}})")
 	q.outboxDeleteOne = d.render("DELETE FROM {{outbox}} WHERE id = ?")
 	q.dlDeleteOne = d.render("DELETE FROM {{dead_letter}} WHERE id = ?")
@@ -177,8 +195,8 @@ func (d *Driver) deadLetterQueries(q *queries) {
 	q.dlRetryLock = d.render("SELECT id FROM {{dead_letter}} WHERE id IN ({{ids}}) AND JSON_TYPE(headers) = 'OBJECT' FOR UPDATE")
 	q.dlRetryPresent = d.render("SELECT id FROM {{outbox}} WHERE id IN ({{ids}})")
 	q.dlRetryInsert = d.render("INSERT INTO {{outbox}}" +
-		" (id, event_type, event_key, payload, headers, status, attempts, due_at, last_error, created_at)" +
-		" SELECT id, event_type, event_key, payload, headers, 'PENDING', 0, UTC_TIMESTAMP(6), last_error, created_at FROM " +
+		" (id, event_type, event_key, payload, headers, status, attempts, due_at, last_error, created_at, route, event_id)" +
+		" SELECT id, event_type, event_key, payload, headers, 'PENDING', 0, UTC_TIMESTAMP(6), last_error, created_at, route, event_id FROM " +
 		"{{dead_letter}} WHERE id IN ({{ids}})")
 	q.dlResolve = updateByID(d.qDeadLetter) + " SET status = 'RESOLVED', resolved_at = UTC_TIMESTAMP(6) WHERE status = 'UNRESOLVED' AND id IN ({{ids}})"
 	q.dlDelete = deleteByID(d.qDeadLetter) + " WHERE id IN ({{ids}})"

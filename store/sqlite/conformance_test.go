@@ -19,6 +19,13 @@ func TestRedriveConformance(t *testing.T) {
 	storetest.ExerciseRedrive(t, storeharness.SQLite())
 }
 
+// TestFanoutConformance runs the fan-out suite (store.Expander, route
+// claims).
+func TestFanoutConformance(t *testing.T) {
+	t.Parallel()
+	storetest.ExerciseFanout(t, storeharness.SQLite())
+}
+
 func TestInboxConformance(t *testing.T) {
 	t.Parallel()
 	inboxtest.ExerciseStore(t, storeharness.SQLiteInbox())

@@ -165,11 +165,12 @@ func scanDeadLetter(s scanner, withPayload bool) (*store.DeadLetter, error) {
 	var (
 		id, typ, headers, created, failed, status string
 		key, lastErr, resolved                    sql.NullString
+		route, eventID                            string
 		payload                                   []byte
 		attempts, size                            any
 		dl                                        store.DeadLetter
 	)
-	dest := []any{&id, &typ, &key, &size, &headers, &attempts, &lastErr, &created, &failed, &status, &resolved}
+	dest := []any{&id, &typ, &key, &size, &headers, &attempts, &lastErr, &created, &failed, &status, &resolved, &route, &eventID}
 	if withPayload {
 		dest = append(dest, &payload)
 	}
@@ -178,6 +179,10 @@ func scanDeadLetter(s scanner, withPayload bool) (*store.DeadLetter, error) {
 	}
 	dl.ID, _ = txbox.ParseID(id)
 	dl.EventType, dl.Key, dl.LastError, dl.Status = typ, key.String, lastErr.String, status
+	dl.Route = route
+	if eventID != "" {
+		dl.EventID, _ = txbox.ParseID(eventID)
+	}
 	if withPayload {
 		dl.Payload = payload
 		if dl.Payload == nil {

@@ -32,6 +32,7 @@ const maxKeyRun = 10_000
 //     The walk stops at limit rows or after maxWalk keys.
 type orderedClaim struct {
 	typ   string
+	route string
 	limit int
 	run   int
 	lease string
@@ -47,7 +48,7 @@ func (o *orderedClaim) pick(ctx context.Context, d *Driver, tx *sql.Tx) ([]strin
 	after, _, sweepDue, sweepID := o.cur.Start(time.Now())
 	var ids []string
 	// Keyless rows.
-	rows, err := d.txQuery(ctx, tx, d.q.orderedWindow, o.typ, sweepDue, sweepID, o.limit)
+	rows, err := d.txQuery(ctx, tx, d.q.orderedWindow, o.typ, sweepDue, sweepID, o.limit, o.route)
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +99,7 @@ func (o *orderedClaim) pick(ctx context.Context, d *Driver, tx *sql.Tx) ([]strin
 // key reads the first key after after and the claimable prefix of its
 // first n rows. It returns "" when there is no such key.
 func (o *orderedClaim) key(ctx context.Context, d *Driver, tx *sql.Tx, after string, n int) (string, []string, error) {
-	rows, err := d.txQuery(ctx, tx, d.q.orderedKey, o.typ, after, n)
+	rows, err := d.txQuery(ctx, tx, d.q.orderedKey, o.typ, after, n, o.route)
 	if err != nil {
 		return "", nil, err
 	}

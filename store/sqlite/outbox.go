@@ -236,9 +236,9 @@ func (d *Driver) planClaim(params *store.OutboxClaimParams) (*claimRun, error) {
 		return nil, fmt.Errorf("%w: claim KeyRun must be between 0 and %d, got %d", ErrInvalidParams, maxKeyRun, params.KeyRun)
 	}
 	c := &claimRun{q: d.q.claim, token: txbox.NewID()}
-	c.args = []any{modifier(params.LeaseDuration), c.token.String(), params.EventType, params.Limit}
+	c.args = []any{modifier(params.LeaseDuration), c.token.String(), params.EventType, params.Route, params.Limit}
 	if params.OrderedByKey {
-		c.ord = &orderedClaim{typ: params.EventType, limit: params.Limit, run: max(params.KeyRun, 1),
+		c.ord = &orderedClaim{typ: params.EventType, route: params.Route, limit: params.Limit, run: max(params.KeyRun, 1),
 			lease: modifier(params.LeaseDuration), cur: d.orderedCursor(params.EventType)}
 	}
 	return c, nil
@@ -276,12 +276,13 @@ func (c *claimRun) run(ctx context.Context, d *Driver, tx *sql.Tx) error {
 	for rows.Next() {
 		var (
 			id, typ, headers, created, due string
-			key                            sql.NullString
+			key, eventID                   sql.NullString
+			route                          string
 			payload                        []byte
 			attempts                       any
 			rowid                          int64
 		)
-		if err := rows.Scan(&id, &typ, &key, &payload, &headers, &attempts, &created, &due, &rowid); err != nil {
+		if err := rows.Scan(&id, &typ, &key, &payload, &headers, &attempts, &created, &due, &rowid, &route, &eventID); err != nil {
 			return err
 		}
 		r := &store.OutboxRow{
@@ -290,6 +291,11 @@ func (c *claimRun) run(ctx context.Context, d *Driver, tx *sql.Tx) error {
 			Payload:    payload,
 			LeaseToken: c.token,
 			Seq:        uint64(rowid), // a key's order (migration 4)
+			Route:      route,
+		}
+		if eventID.String != "" {
+			// Written by OutboxExpand, from an id it parsed.
+			r.EventID, _ = txbox.ParseID(eventID.String)
 		}
 		parsed, err := txbox.ParseID(id)
 		if err != nil || parsed.String() != id {

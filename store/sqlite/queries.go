@@ -96,6 +96,9 @@ type queries struct {
 
 	audit auditQueries
 
+	// Fan-out (fanout.go).
+	fanout fanoutQueries
+
 	leaseAcquire string
 	leaseRelease string
 
@@ -148,6 +151,7 @@ func buildQueries(t store.Tables) queries {
 	inboxQueries(&q, r)
 	schemaQueries(&q, r)
 	auditSQL(&q, t.Audit)
+	q.fanout = buildFanoutQueries(r)
 	q.insertOne = q.insertPrefix + q.insertRow
 	q.insertOneNoDue = q.insertPrefixNoDue + q.insertRowNoDue
 	return q
@@ -164,41 +168,52 @@ func publishQueries(q *queries, r *strings.Replacer) {
 	q.insertRowNoDue = `(?, ?, ?, ?, ?)`
 }
 
+// claimedColumns are the columns a claim returns (claimRun.run).
+const claimedColumns = `id, event_type, event_key, payload, headers, attempts, created_at, due_at, rowid, route, event_id`
+
 // claimQueries: the claim, the ordered claim (ordered.go) and the recovery
 // of expired leases.
 func claimQueries(q *queries, r *strings.Replacer) {
 	const claimBase = `UPDATE {outbox} SET status = 'IN_PROCESS', lease_until = {now+}, lease_token = ?
 WHERE id IN (
     SELECT id FROM {outbox} AS o
-    WHERE o.status = 'PENDING' AND o.event_type = ? AND o.due_at <= {now}%s
+    WHERE o.status = 'PENDING' AND o.event_type = ? AND o.route = ? AND o.due_at <= {now}%s
     ORDER BY o.due_at, o.id
     LIMIT ?)
-RETURNING id, event_type, event_key, payload, headers, attempts, created_at, due_at, rowid`
+RETURNING ` + claimedColumns
 	q.claim = r.Replace(fmt.Sprintf(claimBase, ""))
 	// The type's oldest due PENDING rows after the keyless sweep's
 	// (due_at, id), through the claim index.
 	q.orderedWindow = r.Replace(`SELECT id, due_at, coalesce(event_key, '') FROM {outbox}
-WHERE status = 'PENDING' AND event_type = ?1 AND due_at <= {now} AND (due_at, id) > (?2, ?3)
+WHERE status = 'PENDING' AND event_type = ?1 AND route = ?5 AND due_at <= {now} AND (due_at, id) > (?2, ?3)
 ORDER BY due_at, id
 LIMIT ?4`)
 	// The first key after ?2 in the key index, and its first ?3
 	// entries in rowid order, the writers' order (migration 4): each is
 	// claimable while PENDING and due;
 	// parked when an unresolved dead letter has the key. The empty
-	// key is no key (unordered), so walks start after ''.
+	// key is no key (unordered), so walks start after ''. The rows are
+	// the route's (?4); the park check takes the dead letters of the
+	// route and of route ''. For a route other than '', a row of the key
+	// with route '' not done (an event not expanded yet, PENDING ones
+	// included) holds the key wherever its rowid is: the further routes'
+	// rows of an event are inserted at the end when it is expanded, so
+	// its rowid says nothing of their place (docs/schema/sqlite.md).
 	q.orderedKey = r.Replace(`SELECT o.event_key, o.id, o.status = 'PENDING' AND o.due_at <= {now},
     EXISTS (SELECT 1 FROM {dead_letter} AS x
-            WHERE x.event_type = ?1 AND x.event_key = o.event_key AND x.status = 'UNRESOLVED')
+            WHERE x.event_type = ?1 AND x.event_key = o.event_key AND x.status = 'UNRESOLVED' AND x.route IN (?4, ''))
+    OR (?4 <> '' AND EXISTS (SELECT 1 FROM {outbox} AS u
+            WHERE u.event_type = ?1 AND u.route = '' AND u.event_key = o.event_key AND u.status IN ('PENDING', 'IN_PROCESS', 'FAILED')))
 FROM {outbox} AS o
-WHERE o.event_type = ?1 AND o.status IN ('PENDING', 'IN_PROCESS', 'FAILED')
+WHERE o.event_type = ?1 AND o.route = ?4 AND o.status IN ('PENDING', 'IN_PROCESS', 'FAILED')
   AND o.event_key = (
     SELECT min(event_key) FROM {outbox}
-    WHERE event_type = ?1 AND event_key > ?2 AND status IN ('PENDING', 'IN_PROCESS', 'FAILED'))
+    WHERE event_type = ?1 AND route = ?4 AND event_key > ?2 AND status IN ('PENDING', 'IN_PROCESS', 'FAILED'))
 ORDER BY o.rowid
 LIMIT ?3`)
 	q.claimIDs = r.Replace(`UPDATE {outbox} SET status = 'IN_PROCESS', lease_until = {now+}, lease_token = ?
 WHERE status = 'PENDING' AND id IN (SELECT value FROM json_each(?))
-RETURNING id, event_type, event_key, payload, headers, attempts, created_at, due_at, rowid`)
+RETURNING ` + claimedColumns)
 	q.recover = r.Replace(`UPDATE {outbox}
 SET status = 'PENDING', due_at = {now}, lease_until = NULL, lease_token = NULL
 WHERE id IN (
@@ -273,13 +288,13 @@ func deadLetterQueries(q *queries, r *strings.Replacer) {
 	// BLOB column reads the record header only. A TEXT payload (written by
 	// plain SQL) is measured in bytes, not characters. DeadLetterGet alone
 	// reads the payload, after these columns.
-	const dlCols = `id, event_type, event_key, iif(typeof(payload) = 'blob', length(payload), length(CAST(payload AS BLOB))), headers, attempts, last_error, created_at, failed_at, status, resolved_at`
+	const dlCols = `id, event_type, event_key, iif(typeof(payload) = 'blob', length(payload), length(CAST(payload AS BLOB))), headers, attempts, last_error, created_at, failed_at, status, resolved_at, route, coalesce(event_id, '')`
 	// WHERE true: SQLite's parser needs it between INSERT ... SELECT
 	// and an upsert clause. failed_at is when the row failed (its
 	// processed_at, set by finishFailed); rows failed before that was
 	// recorded get the move time.
-	q.deadLetterMove = r.Replace(`INSERT INTO {dead_letter} (id, event_type, event_key, payload, headers, attempts, last_error, created_at, failed_at, status, seq)
-SELECT id, event_type, event_key, payload, headers, attempts, last_error, created_at, coalesce(processed_at, {now}), 'UNRESOLVED', rowid
+	q.deadLetterMove = r.Replace(`INSERT INTO {dead_letter} (id, event_type, event_key, payload, headers, attempts, last_error, created_at, failed_at, status, seq, route, event_id)
+SELECT id, event_type, event_key, payload, headers, attempts, last_error, created_at, coalesce(processed_at, {now}), 'UNRESOLVED', rowid, route, event_id
 FROM {outbox} WHERE status = 'FAILED' AND true
 ORDER BY id
 LIMIT ?
@@ -287,7 +302,7 @@ ON CONFLICT (id) DO UPDATE SET
     event_type = excluded.event_type, event_key = excluded.event_key, payload = excluded.payload,
     headers = excluded.headers, attempts = excluded.attempts, last_error = excluded.last_error,
     created_at = excluded.created_at, failed_at = excluded.failed_at, status = 'UNRESOLVED', resolved_at = NULL,
-    seq = excluded.seq,
+    seq = excluded.seq, route = excluded.route, event_id = excluded.event_id,
     fingerprint = NULL, failure_class = NULL, failure_message = NULL, destination = NULL
 RETURNING id`)
 	q.deadLetterMoveDelete = r.Replace(`DELETE FROM {outbox} WHERE status = 'FAILED' AND id IN `)
@@ -300,11 +315,11 @@ RETURNING id`)
 	// statement assigns can take it), free, and no other dead letter had
 	// it too (SQLite reuses the rowid of a deleted last row); otherwise a
 	// new one (NULL), at the end of its key.
-	q.deadLetterRetry = r.Replace(`INSERT INTO {outbox} (rowid, id, event_type, event_key, payload, headers, status, attempts, due_at, last_error, created_at)
+	q.deadLetterRetry = r.Replace(`INSERT INTO {outbox} (rowid, id, event_type, event_key, payload, headers, status, attempts, due_at, last_error, created_at, route, event_id)
 SELECT CASE WHEN x.seq < (SELECT max(rowid) FROM {outbox})
         AND NOT EXISTS (SELECT 1 FROM {outbox} AS o WHERE o.rowid = x.seq)
         AND NOT EXISTS (SELECT 1 FROM {dead_letter} AS y WHERE y.seq = x.seq AND y.id <> x.id) THEN x.seq END,
-    id, event_type, event_key, payload, headers, 'PENDING', 0, {now}, last_error, created_at
+    id, event_type, event_key, payload, headers, 'PENDING', 0, {now}, last_error, created_at, route, event_id
 FROM {dead_letter} AS x WHERE id IN `)
 	q.deadLetterRetryDel = r.Replace(`DELETE FROM {dead_letter} WHERE id IN `)
 	q.deadLetterResolve = r.Replace(`UPDATE {dead_letter} SET status = 'RESOLVED', resolved_at = {now}

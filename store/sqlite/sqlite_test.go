@@ -1049,18 +1049,22 @@ func TestClaimUsesIndex(t *testing.T) {
 		}
 		return out
 	}
-	if p := plan(b.d.q.claim, "+1.000 seconds", "tok", "t", 10); !contains(p, "txbox_outbox_claim") || contains(p, "SCAN o\n") || contains(p, "USE TEMP B-TREE") {
+	if p := plan(b.d.q.claim, "+1.000 seconds", "tok", "t", "", 10); !contains(p, "txbox_outbox_claim") || contains(p, "SCAN o\n") || contains(p, "USE TEMP B-TREE") {
 		t.Errorf("claim plan does not walk the claim index in order:\n%s", p)
 	}
 	// The ordered claim: the keyless window walks the claim index in
 	// order; a key step is a seek in the key index for the next key and a
 	// range of its entries in id order, plus a probe of the parked keys.
-	if p := plan(b.d.q.orderedWindow, "t", "", "", 10); !contains(p, "txbox_outbox_claim") || contains(p, "USE TEMP B-TREE") {
+	if p := plan(b.d.q.orderedWindow, "t", "", "", 10, ""); !contains(p, "txbox_outbox_claim") || contains(p, "USE TEMP B-TREE") {
 		t.Errorf("ordered window plan does not walk the claim index in order:\n%s", p)
 	}
-	if p := plan(b.d.q.orderedKey, "t", "", 4); !contains(p, "txbox_outbox_key") || !contains(p, "txbox_dead_letter_key") ||
-		contains(p, "SCAN o\n") || contains(p, "USE TEMP B-TREE") || contains(p, "SCAN txbox_outbox\n") {
-		t.Errorf("ordered key step does not seek the key indexes:\n%s", p)
+	// Route "" and a fan-out route (schema version 7), whose step also
+	// probes the key's rows with route "".
+	for _, route := range []string{"", "kafka"} {
+		if p := plan(b.d.q.orderedKey, "t", "", 4, route); !contains(p, "txbox_outbox_key") || !contains(p, "txbox_dead_letter_key") ||
+			contains(p, "SCAN o\n") || contains(p, "SCAN u\n") || contains(p, "USE TEMP B-TREE") || contains(p, "SCAN txbox_outbox\n") {
+			t.Errorf("ordered key step (route %q) does not seek the key indexes:\n%s", route, p)
+		}
 	}
 	if p := plan(b.d.q.pendingTypes); contains(p, "SCAN txbox_outbox\n") {
 		t.Errorf("pending types scans the table:\n%s", p)

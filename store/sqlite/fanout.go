@@ -1,0 +1,281 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/store"
+)
+
+var _ store.Expander = (*Driver)(nil)
+
+// fanoutQueries are the statements of the expander (store.Expander).
+type fanoutQueries struct {
+	expandSelect, expandTaken, expandFail, expandCopy, expandFirst string
+	expandUnreadable                                               string
+	pendingRoutes, dropRoute                                       string
+}
+
+func buildFanoutQueries(r *strings.Replacer) fanoutQueries {
+	return fanoutQueries{
+		// The type's unexpanded rows in rowid order, their key order, and
+		// whether the outbox triggers would accept a copy (rows written
+		// before schema version 2 may not pass them).
+		expandSelect: r.Replace(`SELECT id, coalesce(` + readableRow + `, 0) FROM {outbox}
+WHERE status = 'PENDING' AND event_type = ? AND route = ''
+ORDER BY rowid
+LIMIT ?`),
+		// By the raw id text, which may not be canonical.
+		expandUnreadable: r.Replace(`UPDATE {outbox}
+SET status = 'FAILED', attempts = attempts + 1, last_error = ?, processed_at = {now}, lease_until = NULL, lease_token = NULL
+WHERE status = 'PENDING' AND route = '' AND id = ?`),
+		expandTaken: r.Replace(`SELECT id FROM {outbox} WHERE id IN (SELECT value FROM json_each(?))`),
+		// As a finish fails a row for good: the dead-letter mover takes it.
+		expandFail: r.Replace(`UPDATE {outbox}
+SET status = 'FAILED', attempts = attempts + 1, last_error = ?, processed_at = {now}, lease_until = NULL, lease_token = NULL
+WHERE status = 'PENDING' AND route = '' AND id IN (SELECT value FROM json_each(?))`),
+		// One further route's row of one event: a new rowid, after every
+		// row there is, so the copies keep the order they are inserted in.
+		expandCopy: r.Replace(`INSERT INTO {outbox} (id, event_id, route, event_type, event_key, payload, headers, status, attempts, due_at, created_at)
+SELECT ?, id, ?, event_type, event_key, payload, headers, 'PENDING', 0, due_at, created_at
+FROM {outbox} WHERE id = ?`),
+		expandFirst: r.Replace(`UPDATE {outbox} SET route = ?
+WHERE status = 'PENDING' AND route = '' AND id IN (SELECT value FROM json_each(?))`),
+		// Read from the claim index alone (partial on PENDING, route in
+		// it): a covering scan.
+		pendingRoutes: r.Replace(`SELECT event_type, route, count(*) FROM {outbox}
+WHERE status = 'PENDING' AND route <> ''
+GROUP BY event_type, route`),
+		dropRoute: r.Replace(`UPDATE {outbox}
+SET status = 'FAILED', last_error = ?, processed_at = {now}, lease_until = NULL, lease_token = NULL
+WHERE id IN (
+    SELECT id FROM {outbox}
+    WHERE status = 'PENDING' AND event_type = ? AND route = ?
+    ORDER BY rowid
+    LIMIT ?)`),
+	}
+}
+
+// maxExpand bounds OutboxExpandParams.Limit: one call is one write
+// transaction, which holds the database's one write lock.
+const maxExpand = 1000
+
+// checkRoutes validates an expansion's routes.
+func checkRoutes(routes []string) error {
+	if len(routes) < 2 || len(routes) > store.MaxRoutes {
+		return fmt.Errorf("%w: expand needs 2 to %d routes, got %d", ErrInvalidParams, store.MaxRoutes, len(routes))
+	}
+	seen := map[string]bool{}
+	for _, r := range routes {
+		if r == "" || seen[r] {
+			return fmt.Errorf("%w: expand routes must be non-empty and distinct, got %q", ErrInvalidParams, routes)
+		}
+		seen[r] = true
+	}
+	return nil
+}
+
+// OutboxExpand turns up to Limit PENDING rows of the type with route ""
+// into one row per route (store.Expander), in one write transaction (the
+// database's write lock, so no other expander runs meanwhile). The rows
+// are taken in rowid order, their key order; the event's own row takes
+// Routes[0] and keeps its rowid, and the further routes' rows are
+// inserted event by event in that order, so every route's rows of a key
+// keep the events' order. An event one of whose route ids is taken fails
+// with store.ErrRouteIDTaken.
+func (d *Driver) OutboxExpand(ctx context.Context, params *store.OutboxExpandParams) (int, error) {
+	if params == nil || params.Limit < 1 {
+		return 0, fmt.Errorf("%w: expand needs Limit >= 1", ErrInvalidParams)
+	}
+	if err := txbox.ValidateEventType(params.EventType); err != nil {
+		return 0, err
+	}
+	if err := checkRoutes(params.Routes); err != nil {
+		return 0, err
+	}
+	var expanded int
+	err := d.write(ctx, func(tx *sql.Tx) error {
+		var err error
+		expanded, err = d.expandIn(ctx, tx, params.EventType, params.Routes, min(params.Limit, maxExpand))
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("outbox expand: %w", err)
+	}
+	return expanded, nil
+}
+
+func (d *Driver) expandIn(ctx context.Context, tx *sql.Tx, typ string, routes []string, limit int) (int, error) {
+	ids, err := d.expandable(ctx, tx, typ, limit)
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	var all []string
+	for _, id := range ids {
+		for i := 1; i < len(routes); i++ {
+			all = append(all, store.RouteRowID(id, i).String())
+		}
+	}
+	takenIDs, err := queryStrings(ctx, d, tx, d.q.fanout.expandTaken, idsJSON(all))
+	if err != nil {
+		return 0, err
+	}
+	taken := make(map[string]bool, len(takenIDs)+len(all))
+	for _, id := range takenIDs {
+		taken[id] = true
+	}
+	var ok []txbox.ID
+	var failed []string
+	for _, id := range ids {
+		bad := false
+		for i := 1; i < len(routes); i++ {
+			if taken[store.RouteRowID(id, i).String()] {
+				bad = true
+			}
+		}
+		if bad {
+			failed = append(failed, id.String())
+			continue
+		}
+		for i := 1; i < len(routes); i++ {
+			taken[store.RouteRowID(id, i).String()] = true
+		}
+		ok = append(ok, id)
+	}
+	if len(failed) > 0 {
+		if _, err := d.txExec(ctx, tx, d.q.fanout.expandFail, store.NotSentPrefix+store.ErrRouteIDTaken, idsJSON(failed)); err != nil {
+			return 0, err
+		}
+	}
+	if len(ok) == 0 {
+		return 0, nil
+	}
+	// The copies first, in the events' rowid order (ok keeps it).
+	okIDs := make([]string, len(ok))
+	for j, id := range ok {
+		okIDs[j] = id.String()
+		for i := 1; i < len(routes); i++ {
+			if _, err := d.txExec(ctx, tx, d.q.fanout.expandCopy, store.RouteRowID(id, i).String(), routes[i], okIDs[j]); err != nil {
+				return 0, err
+			}
+		}
+	}
+	if _, err := d.txExec(ctx, tx, d.q.fanout.expandFirst, routes[0], idsJSON(okIDs)); err != nil {
+		return 0, err
+	}
+	return len(ok), nil
+}
+
+// expandable reads up to limit rows to expand, in rowid order, and returns
+// the ids of those that can be. A row that cannot (written by plain SQL
+// before schema version 2: an id that is not canonical, or headers or a
+// created_at the outbox triggers would refuse in its copies) fails with
+// the reason, as the claim fails it, so it neither wedges the expansion
+// of its type nor is lost.
+func (d *Driver) expandable(ctx context.Context, tx *sql.Tx, typ string, limit int) ([]txbox.ID, error) {
+	rows, err := d.txQuery(ctx, tx, d.q.fanout.expandSelect, typ, limit)
+	if err != nil {
+		return nil, err
+	}
+	type unreadable struct{ raw, reason string }
+	var (
+		ids []txbox.ID
+		bad []unreadable
+	)
+	for rows.Next() {
+		var raw string
+		var readable bool
+		if err := rows.Scan(&raw, &readable); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		id, perr := txbox.ParseID(raw)
+		switch {
+		case perr != nil || id.String() != raw:
+			bad = append(bad, unreadable{raw, fmt.Sprintf("id %q is not a canonical lower-case UUID", store.SanitizeText(raw))})
+		case !readable:
+			bad = append(bad, unreadable{raw, "fan-out: the row's headers are not a JSON object or its created_at is not a UTC 'YYYY-MM-DD HH:MM:SS' time"})
+		default:
+			ids = append(ids, id)
+		}
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for _, b := range bad {
+		if _, err := d.txExec(ctx, tx, d.q.fanout.expandUnreadable, store.NotSentPrefix+b.reason, b.raw); err != nil {
+			return nil, err
+		}
+	}
+	return ids, nil
+}
+
+// queryStrings runs a query of one text column in tx.
+func queryStrings(ctx context.Context, d *Driver, tx *sql.Tx, q string, args ...any) ([]string, error) {
+	rows, err := d.txQuery(ctx, tx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// OutboxPendingRoutes lists the (type, route) pairs of PENDING rows with a
+// route, and how many rows each has (store.Expander).
+func (d *Driver) OutboxPendingRoutes(ctx context.Context) ([]store.TypeRoute, error) {
+	if err := d.check(); err != nil {
+		return nil, err
+	}
+	rows, err := d.db.QueryContext(ctx, d.q.fanout.pendingRoutes)
+	if err != nil {
+		return nil, d.translate(fmt.Errorf("outbox pending routes: %w", err))
+	}
+	defer rows.Close()
+	var out []store.TypeRoute
+	for rows.Next() {
+		var tr store.TypeRoute
+		if err := rows.Scan(&tr.EventType, &tr.Route, &tr.Pending); err != nil {
+			return nil, fmt.Errorf("outbox pending routes: %w", err)
+		}
+		out = append(out, tr)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, d.translate(fmt.Errorf("outbox pending routes: %w", err))
+	}
+	return out, nil
+}
+
+// OutboxDropRoute fails up to Limit PENDING rows of the type and route
+// with the reason, attempts unchanged (store.Expander), in rowid order.
+func (d *Driver) OutboxDropRoute(ctx context.Context, params *store.OutboxDropRouteParams) (int, error) {
+	if params == nil || params.Limit < 1 || params.Route == "" || params.EventType == "" {
+		return 0, fmt.Errorf("%w: drop route needs an event type, a route and Limit >= 1", ErrInvalidParams)
+	}
+	var n int64
+	err := d.write(ctx, func(tx *sql.Tx) error {
+		res, err := d.txExec(ctx, tx, d.q.fanout.dropRoute, store.SanitizeText(params.Reason), params.EventType, params.Route, params.Limit)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("outbox drop route: %w", err)
+	}
+	return int(n), nil
+}
