@@ -19,7 +19,7 @@ func (d *Driver) groupQueries(q *queries) {
 		// the unprinted rows are its NULL range, locked in its order. A
 		// row another caller holds is waited for, and skipped once it has
 		// a fingerprint, so fewer than the limit means none was left.
-		Unprinted: d.render("SELECT id, event_type, attempts, COALESCE(last_error, '') FROM {{dead_letter}} FORCE INDEX (txbox_group)" +
+		Unprinted: d.render("SELECT id, event_type, route, attempts, COALESCE(last_error, '') FROM {{dead_letter}} FORCE INDEX (txbox_group)" +
 			" WHERE fingerprint IS NULL ORDER BY fingerprint, status, failed_at, id LIMIT ? FOR UPDATE"),
 		Print: d.render("UPDATE {{dead_letter}} SET fingerprint = ?, failure_class = ?, failure_message = ?, destination = ?" +
 			" WHERE id = ? AND fingerprint IS NULL"),

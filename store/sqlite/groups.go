@@ -17,7 +17,7 @@ import (
 func groupQueries(q *queries, r *strings.Replacer) {
 	groups, sample := sqlstore.GroupStatements(r.Replace("{dead_letter}"))
 	q.groups = sqlstore.GroupSQL{
-		Unprinted: r.Replace(`SELECT id, event_type, attempts, coalesce(last_error, '') FROM {dead_letter}
+		Unprinted: r.Replace(`SELECT id, event_type, route, attempts, coalesce(last_error, '') FROM {dead_letter}
 WHERE fingerprint IS NULL LIMIT ?`),
 		Print: r.Replace(`UPDATE {dead_letter} SET fingerprint = ?, failure_class = ?, failure_message = ?, destination = ?
 WHERE id = ? AND fingerprint IS NULL`),

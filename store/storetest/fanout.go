@@ -185,13 +185,20 @@ func testExpandOldDeadLetter(t *testing.T, e *env, x store.Expander) {
 	if n := e.expand(x, "fan", threeRoutes, 10); n != 1 {
 		t.Fatalf("expanded %d, want the retried event", n)
 	}
+	// A retried dead letter takes its place in its key again, except on
+	// SQLite, whose key order is the rowid: a retry is inserted anew and
+	// goes behind the rows it parked (docs/concepts.md, "Ordering").
+	first, second := old, e1.ID
+	if e.d.Dialect() == "sqlite" {
+		first, second = e1.ID, old
+	}
 	rows := e.claimRoute("fan", "kafka", 10, true)
-	if len(rows) != 1 || rows[0].Event() != old {
-		t.Fatalf("kafka's head after expansion: %+v, want the retried event %s", rows, old)
+	if len(rows) != 1 || rows[0].Event() != first {
+		t.Fatalf("kafka's head after expansion: %+v, want %s", rows, first)
 	}
 	e.finishAll(rows, store.OutcomeAcked, 0, "")
-	if rows := e.claimRoute("fan", "kafka", 10, true); len(rows) != 1 || rows[0].Event() != e1.ID {
-		t.Fatalf("kafka's next: %+v, want %s", rows, e1.ID)
+	if rows := e.claimRoute("fan", "kafka", 10, true); len(rows) != 1 || rows[0].Event() != second {
+		t.Fatalf("kafka's next: %+v, want %s", rows, second)
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 // GroupSQL holds a dialect's statements for the failure groups of dead
 // letters; its methods run them the same way for every dialect.
 type GroupSQL struct {
-	// Unprinted reads id, event_type, attempts and last_error (never
+	// Unprinted reads id, event_type, route, attempts and last_error (never
 	// NULL) of at most ? dead letters with no fingerprint, locking them
 	// where the dialect can (FOR UPDATE, in index order, not SKIP
 	// LOCKED: fewer than the limit must mean none was left).
@@ -46,7 +46,7 @@ func (q GroupSQL) Fingerprint(ctx context.Context, tx *sql.Tx, params *store.Dea
 	}
 	ins, err := Collect(rows, []store.FingerprintInput(nil), func(r *sql.Rows) (store.FingerprintInput, error) {
 		var in store.FingerprintInput
-		err := r.Scan(q.ScanID(&in.ID), &in.EventType, &in.Attempts, &in.LastError)
+		err := r.Scan(q.ScanID(&in.ID), &in.EventType, &in.Route, &in.Attempts, &in.LastError)
 		return in, err
 	})
 	if err != nil || len(ins) == 0 {
