@@ -1,0 +1,139 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/internal/testenv"
+	"github.com/txbox/txbox/relay"
+	"github.com/txbox/txbox/sender"
+	"github.com/txbox/txbox/store"
+)
+
+// routeHook records the routes of the batches the relay reports.
+type routeHook struct {
+	txbox.NopRelayHook
+	ch chan txbox.BatchEvent
+}
+
+func (h *routeHook) OnBatch(ev txbox.BatchEvent) {
+	select {
+	case h.ch <- ev:
+	default:
+	}
+}
+
+// TestFanoutDeadLetterPerRoute: a type fanned out to two routes; route b
+// refuses one event for good. That event is a dead letter of route b
+// only, with its event id; route a got every event; retrying the dead
+// letter sends it to b again and not to a. Hook events and health name
+// the routes.
+func TestFanoutDeadLetterPerRoute(t *testing.T) {
+	t.Parallel()
+	eachClaim(t, func(t *testing.T, b *bundle) {
+		other := newTestSender()
+		ids := b.publish(t, "orders", 20, nil)
+		poison := ids[7]
+		var refuse atomic.Bool
+		refuse.Store(true)
+		other.setBehave(func(_ context.Context, msgs []*sender.Message) error {
+			errs := make([]error, len(msgs))
+			for i, m := range msgs {
+				if m.ID == poison && refuse.Load() {
+					errs[i] = errors.New("422 unprocessable: unknown order")
+				}
+			}
+			return &sender.BatchError{Errs: errs}
+		})
+		hook := &routeHook{ch: make(chan txbox.BatchEvent, 100)}
+		r := b.start(t, func(c *relay.Config) {
+			c.Senders["b"] = other
+			c.Hooks = append(c.Hooks, hook)
+			c.Events = map[string]relay.EventSettings{"orders": {Routes: []relay.RouteSettings{
+				{Name: "a", Sender: new("test")},
+				{Name: "b", Sender: new("b"), MaxAttempts: new(2)},
+			}}}
+		})
+		testenv.WaitFor(t, 20*time.Second, "the poison dead-lettered on route b", func() bool {
+			return b.count(t, "dead_letter", "event_id = $1 AND route = 'b'", poison) == 1
+		})
+		testenv.WaitFor(t, 20*time.Second, "route a has every event", func() bool { return containsAll(b.sender.ids(), ids) })
+		if n := b.count(t, "dead_letter", "true"); n != 1 {
+			t.Fatalf("%d dead letters, want the one of route b", n)
+		}
+		dls, err := b.store.DeadLetterList(context.Background(), &store.DeadLetterListParams{Limit: 10})
+		if err != nil || len(dls) != 1 {
+			t.Fatalf("dead letters: %v, %v", dls, err)
+		}
+		dl := dls[0]
+		if dl.Route != "b" || dl.EventID != poison || dl.ID == poison {
+			t.Fatalf("dead letter %+v: want route b, event %s, its own row id", dl, poison)
+		}
+		for _, id := range other.ids() {
+			if !slices.Contains(ids, id) {
+				t.Fatalf("route b got message id %s, not an event id", id)
+			}
+		}
+		sentA := len(b.sender.deliveries(poison))
+		refuse.Store(false)
+		if n, err := b.store.DeadLetterRetry(context.Background(), []txbox.ID{dl.ID}); err != nil || n != 1 {
+			t.Fatalf("retry: %d, %v", n, err)
+		}
+		r.Wake("orders")
+		testenv.WaitFor(t, 20*time.Second, "the retried event acknowledged by b", func() bool {
+			for _, d := range other.deliveries(poison) {
+				if d.msg.Attempt == 1 && d.msg.DeliveryID == dl.ID {
+					return true
+				}
+			}
+			return false
+		})
+		if n := len(b.sender.deliveries(poison)); n != sentA {
+			t.Errorf("the retry of b's dead letter reached route a too (%d deliveries, was %d)", n, sentA)
+		}
+		routes := map[string]bool{}
+		for len(hook.ch) > 0 {
+			routes[(<-hook.ch).Route] = true
+		}
+		if !routes["a"] || !routes["b"] || routes[""] {
+			t.Errorf("batch events named routes %v, want a and b", routes)
+		}
+		var healthRoutes []string
+		for _, th := range r.Health().Types {
+			if th.EventType == "orders" {
+				healthRoutes = append(healthRoutes, th.Route)
+			}
+		}
+		if !slices.Equal(healthRoutes, []string{"a", "b"}) {
+			t.Errorf("health of orders names routes %v, want [a b]", healthRoutes)
+		}
+	})
+}
+
+// TestFanoutRemovedRouteDeadLettered: rows of a route that left the
+// configuration go to the dead letters with a reason naming the route;
+// the remaining routes deliver.
+func TestFanoutRemovedRouteDeadLettered(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.publish(t, "orders", 5, nil)
+	if _, err := b.store.OutboxExpand(context.Background(), &store.OutboxExpandParams{EventType: "orders", Routes: []string{"a", "gone"}, Limit: 10}); err != nil {
+		t.Fatal(err)
+	}
+	b.start(t, func(c *relay.Config) {
+		c.Senders["b"] = newTestSender()
+		c.Events = map[string]relay.EventSettings{"orders": {Routes: []relay.RouteSettings{
+			{Name: "a", Sender: new("test")},
+			{Name: "b", Sender: new("b")},
+		}}}
+	})
+	testenv.WaitFor(t, 20*time.Second, "the removed route's rows dead-lettered", func() bool {
+		return b.count(t, "dead_letter", "route = 'gone' AND last_error LIKE '%route \"gone\"%removed%'") == len(ids)
+	})
+	testenv.WaitFor(t, 20*time.Second, "route a delivered", func() bool { return containsAll(b.sender.ids(), ids) })
+}
