@@ -648,6 +648,21 @@ func (c *Config) relaySettings(s relay.EventSettings) relay.EventSettings {
 			s.Route.URL = sc.Webhook.URL
 		}
 	}
+	if len(s.Routes) > 0 {
+		// Effective merged defaults.route into Route; a type with routes
+		// has its destinations there, not in a route of its own.
+		s.Route = nil
+	}
+	for i := range s.Routes {
+		r := &s.Routes[i]
+		name := deref(r.Sender)
+		if name == "" {
+			name = deref(s.Sender)
+		}
+		if sc := c.Senders[name]; r.URL == "" && sc != nil && sc.Webhook != nil {
+			r.URL = sc.Webhook.URL
+		}
+	}
 	return s
 }
 

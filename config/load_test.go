@@ -154,6 +154,17 @@ func TestLoadRejects(t *testing.T) {
 		{"wal batch-size negative", "database: { dialect: postgres, dsn: x, source: wal, wal: { batch-size: -1 } }", "database.wal.batch-size: must be ≥ 0"},
 		{"wal batch-size too large", "database: { dialect: postgres, dsn: x, source: wal, wal: { batch-size: 20000 } }", "database.wal.batch-size: must be at most 10000, not 20000"},
 		{"wal on sqlite", "database: { dsn: x.db, source: wal }", "database.source: wal is only supported by postgres"},
+		{"routes beside route", "senders: { n: { type: nats } }\nevents: { a: { route: { subject: x }, routes: [{ subject: y }, { name: z, subject: z }] } }", "events.a.routes: is set beside Route"},
+		{"route of an unknown sender", "senders: { n: { type: nats } }\nevents: { a: { routes: [{ subject: y }, { sender: nope, subject: z }] } }", `events.a.routes[1].sender: no sender named "nope"`},
+		{"route key the sender does not read", "senders: { n: { type: nats } }\nevents: { a: { routes: [{ subject: y }, { name: h, subject: z, url: 'http://x' }] } }", `events.a.routes[1].url: the nats sender "n" has no url`},
+		{"two routes one destination", "senders: { n: { type: nats } }\nevents: { a: { routes: [{ subject: y }, { name: two, subject: y }] } }", "events.a.routes[1]: goes to the same destination as routes[0]"},
+		{"two routes one name", "senders: { n: { type: nats } }\nevents: { a: { routes: [{ subject: y }, { subject: z }] } }", `events.a.routes[1].name: route name "n" is also routes[0]'s`},
+		{"route without its destination", "senders: { n: { type: nats } }\nevents: { a: { routes: [{ subject: y }, { name: b }] } }", `events.a.routes[1].subject: required for nats sender "n"`},
+		{"bad route name", "senders: { n: { type: nats } }\nevents: { a: { routes: [{ subject: y }, { name: 'a b', subject: z }] } }", `events.a.routes[1].name: "a b" is not a valid route name`},
+		{"route setting out of range", "senders: { n: { type: nats } }\nevents: { a: { routes: [{ subject: y }, { name: b, subject: z, max-attempts: 0 }] } }", "events.a.routes[1].max-attempts: must be between 1 and 1000"},
+		{"unknown route key", "senders: { n: { type: nats } }\nevents: { a: { routes: [{ subject: y, topik: z }] } }", "events.a.routes[0].topik: unknown key"},
+		{"routes in defaults", "senders: { n: { type: nats } }\ndefaults: { routes: [{ subject: y }] }", "defaults.routes: routes are set per event type"},
+		{"routes in WAL mode", "database: { dialect: postgres, dsn: x, source: wal }\nsenders: { n: { type: nats } }\nevents: { a: { routes: [{ subject: y }, { name: b, subject: z }] } }", "events.a.routes: fan-out routes are not supported in WAL mode yet"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
