@@ -38,6 +38,7 @@ func fanoutRoutes(cfg *relay.Config, spec string) error {
 		return err
 	}
 	cfg.Senders["partner"], cfg.Senders["kafka"] = wh, ks
+	cfg.Defaults.Sender = new("nats")
 	cfg.Events["orders"] = relay.EventSettings{Routes: []relay.RouteSettings{
 		{Sender: new("nats"), Route: sender.Route{Subject: cfg.Defaults.Route.Subject}},
 		{Sender: new("partner"), Route: sender.Route{URL: f[0]}},

@@ -108,6 +108,7 @@ func TestFanoutOneDestinationDown(t *testing.T) {
 		t.Cleanup(func() { _ = wh.Close(context.Background()) })
 		cfg := relayConfig(d, newNATSSender(t, testenv.NATSURL), st.prefix, 0)
 		cfg.Senders["partner"] = wh
+		cfg.Defaults.Sender = new("nats")
 		cfg.Events = map[string]relay.EventSettings{"orders": {
 			Ordering: new(txbox.OrderingKey),
 			Routes: []relay.RouteSettings{
