@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -415,8 +417,12 @@ func oneLine(s string, n int) string {
 }
 
 type dlqJSON struct {
-	ID        string            `json:"id"`
-	EventType string            `json:"event_type"`
+	ID        string `json:"id"`
+	EventType string `json:"event_type"`
+	// Route and EventID are set for a dead letter of a fanned-out type's
+	// route (docs/concepts.md, "Fan-out").
+	Route     string            `json:"route,omitempty"`
+	EventID   string            `json:"event_id,omitempty"`
 	Key       string            `json:"key,omitempty"`
 	Status    string            `json:"status"`
 	Attempts  int               `json:"attempts"`
@@ -436,7 +442,10 @@ type dlqJSON struct {
 
 func toJSON(dl *store.DeadLetter, withBody, full bool) dlqJSON {
 	j := dlqJSON{ID: dl.ID.String(), EventType: dl.EventType, Key: dl.Key, Status: dl.Status, Attempts: dl.Attempts,
-		LastError: dl.LastError, CreatedAt: dl.CreatedAt, FailedAt: dl.FailedAt}
+		LastError: dl.LastError, CreatedAt: dl.CreatedAt, FailedAt: dl.FailedAt, Route: dl.Route}
+	if dl.EventID != (txbox.ID{}) {
+		j.EventID = dl.EventID.String()
+	}
 	if withBody {
 		j.Headers = dl.Headers
 		size := len(dl.Payload)
@@ -465,9 +474,18 @@ func printDeadLetters(e *env, dls []*store.DeadLetter, asJSON bool) error {
 		return json.NewEncoder(e.stdout).Encode(out)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tTYPE\tKEY\tATTEMPTS\tFAILED AT\tSTATUS\tLAST ERROR")
+	routes := slices.ContainsFunc(dls, func(dl *store.DeadLetter) bool { return dl.Route != "" })
+	if routes {
+		fmt.Fprintln(tw, "ID\tTYPE\tROUTE\tKEY\tATTEMPTS\tFAILED AT\tSTATUS\tLAST ERROR")
+	} else {
+		fmt.Fprintln(tw, "ID\tTYPE\tKEY\tATTEMPTS\tFAILED AT\tSTATUS\tLAST ERROR")
+	}
 	for _, dl := range dls {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", dl.ID, dl.EventType, dl.Key, dl.Attempts, dl.FailedAt.UTC().Format(time.RFC3339), dl.Status, oneLine(dl.LastError, 80))
+		typ := dl.EventType
+		if routes {
+			typ += "\t" + cmp.Or(dl.Route, "-")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", dl.ID, typ, dl.Key, dl.Attempts, dl.FailedAt.UTC().Format(time.RFC3339), dl.Status, oneLine(dl.LastError, 80))
 	}
 	return tw.Flush()
 }
@@ -479,8 +497,12 @@ func printDeadLetter(e *env, dl *store.DeadLetter, asJSON, full bool) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(j)
 	}
-	fmt.Fprintf(e.stdout, "id:         %s\ntype:       %s\nkey:        %s\nstatus:     %s\nattempts:   %d\ncreated at: %s\nfailed at:  %s\nlast error: %s\nheaders:\n",
-		j.ID, j.EventType, j.Key, j.Status, j.Attempts, j.CreatedAt.UTC().Format(time.RFC3339Nano), j.FailedAt.UTC().Format(time.RFC3339Nano), j.LastError)
+	fmt.Fprintf(e.stdout, "id:         %s\ntype:       %s\n", j.ID, j.EventType)
+	if j.Route != "" {
+		fmt.Fprintf(e.stdout, "route:      %s\nevent id:   %s\n", j.Route, cmp.Or(j.EventID, j.ID))
+	}
+	fmt.Fprintf(e.stdout, "key:        %s\nstatus:     %s\nattempts:   %d\ncreated at: %s\nfailed at:  %s\nlast error: %s\nheaders:\n",
+		j.Key, j.Status, j.Attempts, j.CreatedAt.UTC().Format(time.RFC3339Nano), j.FailedAt.UTC().Format(time.RFC3339Nano), j.LastError)
 	for _, k := range sortedKeys(dl.Headers) {
 		fmt.Fprintf(e.stdout, "  %s: %s\n", k, dl.Headers[k])
 	}
