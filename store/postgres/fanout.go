@@ -24,9 +24,10 @@ type fanoutQueries struct {
 
 // maxRouteCount bounds the count of one (type, route) pair of
 // OutboxPendingRoutes: the count reads the claim index, one entry per
-// row, and a removed route's backlog may be large; the relay only needs
-// to know that there are rows to drop.
-const maxRouteCount = 1_000_000
+// row, and a removed route's backlog may be large, while the relay only
+// needs to know that there are rows to drop (it drops them in bounded
+// batches until none is left).
+const maxRouteCount = 10_000
 
 func buildFanoutQueries(d *Driver) fanoutQueries {
 	var q fanoutQueries
@@ -86,7 +87,8 @@ func buildFanoutQueries(d *Driver) fanoutQueries {
 	// one probe per distinct pair, route "" ones included (they are
 	// stepped over, not filtered inside the probe, which would walk a
 	// large route-less backlog entry by entry), then a bounded count of
-	// each routed pair from the same index.
+	// each routed pair from the same index (in its order, so that the
+	// planner reads the index rather than the table for a low bound).
 	q.pendingRoutes = d.render(`
 	WITH RECURSIVE t(event_type, route) AS (
 		(SELECT o.event_type, o.route FROM {{outbox}} o WHERE o.status = 'PENDING' ORDER BY o.event_type, o.route LIMIT 1)
@@ -98,7 +100,7 @@ func buildFanoutQueries(d *Driver) fanoutQueries {
 	)
 	SELECT t.event_type, t.route, (SELECT count(*) FROM (
 		SELECT 1 FROM {{outbox}} o WHERE o.status = 'PENDING' AND o.event_type = t.event_type AND o.route = t.route
-		LIMIT $1) n)
+		ORDER BY o.due_at, o.id LIMIT $1) n)
 	FROM t WHERE t.route <> ''`)
 
 	// FAILED with the reason, as a finish fails a row (processed_at is

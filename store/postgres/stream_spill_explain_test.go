@@ -76,13 +76,13 @@ func TestSpillPlans(t *testing.T) {
 		// read (one heap fetch each) to find that none is the poller's.
 		{"spilled keys, past the stream's rows", d.spill.keys, []any{"spill", "key-999", limit},
 			[]string{d.prefix + "outbox_key_order_idx"}, 0, -1},
-		{"claim", d.q.claim, []any{"spill", 100, int64(time.Minute / time.Microsecond), txbox.NewID(), full, pgtype.UUID{Valid: true}, int64(0)},
+		{"claim", d.q.claim, []any{"spill", 100, int64(time.Minute / time.Microsecond), txbox.NewID(), full, pgtype.UUID{Valid: true}, int64(0), ""},
 			[]string{d.prefix + "outbox_claim_idx"}, 100, 40 * 100},
-		{"ordered claim", d.claimOrdered(1, false, true), orderedArgs("spill", 100, 1, pgtype.Text{}, full),
+		{"ordered claim", d.claimOrdered(1, false, true), orderedArgs("spill", 100, 1, pgtype.Text{}, full, ""),
 			[]string{d.prefix + "outbox_key_order_idx"}, 101, 40 * 100},
 		// The stream's rows: nothing to claim, and the claim still reads
 		// no table.
-		{"claim of the stream's rows", d.q.claim, []any{"zstream", 100, int64(time.Minute / time.Microsecond), txbox.NewID(), full, pgtype.UUID{Valid: true}, int64(0)},
+		{"claim of the stream's rows", d.q.claim, []any{"zstream", 100, int64(time.Minute / time.Microsecond), txbox.NewID(), full, pgtype.UUID{Valid: true}, int64(0), ""},
 			[]string{d.prefix + "outbox_claim_idx"}, 0, -1},
 	}
 	for _, c := range cases {
