@@ -111,17 +111,32 @@ func buildSpillQueries(d *Driver) spillQueries {
 	return q
 }
 
-// spilledKeysQuery: two loose index scans, one over the outbox's key
-// order index and one over the dead letters' park index, each stepping
-// from one (type, key) pair to the next after the keyset cursor ($1, $2)
-// with one index probe per pair and stopping after $3 pairs; their union,
-// in order, is the page. An outbox pair counts only for a row the poller
-// owns (ownedSQL): a captured row the stream still holds is not a spill.
+// spilledKeysQuery: two loose index scans, one over the outbox's route
+// key index and one over the dead letters' park index, each stepping
+// from one index entry to the next after the keyset cursor ($1, $2) with
+// one index probe per step; their union, in (type, key) order, is the
+// page of $3 pairs. An outbox pair counts only for a row the poller owns
+// (ownedSQL): a captured row the stream still holds is not a spill.
+//
+// The dead letters' index is (event_type, event_key, route): a pair is
+// one probe. The outbox's is (event_type, route, event_key, ...), where
+// a type's keys are split by fan-out route, so its walk goes route by
+// route (a segment): in the cursor's type it starts each segment after
+// the cursor's key (a step that lands on a key at or below it is a skip,
+// which moves to the cursor's key in that segment), takes at most $3
+// keys of a segment before it jumps to the next one, and stops on
+// reaching a new type once the types it finished hold $3 pairs for
+// certain: acc counts, for each finished type, the keys of its longest
+// segment, cmax those of the current type, a lower bound of the distinct
+// pairs. Every pair of the page is then among the pairs walked: a pair
+// is within the first $3 keys of each segment that holds it. A walk is at
+// most (segments of a type) x $3 steps; with one route per type it is
+// the former walk.
 func (d *Driver) spilledKeysQuery(q *spillQueries) {
-	const outboxNext = `SELECT e.event_type, e.event_key FROM {{outbox}} e
-		WHERE (e.event_type, e.event_key) > (%s)
+	const outboxNext = `SELECT e.event_type, e.route, e.event_key FROM {{outbox}} e
+		WHERE %s
 		  AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED')%s
-		ORDER BY e.event_type, e.event_key LIMIT 1`
+		ORDER BY e.event_type, e.route, e.event_key LIMIT 1`
 	const deadNext = `SELECT x.event_type, x.event_key FROM {{dead_letter}} x
 		WHERE (x.event_type, x.event_key) > (%s)
 		  AND x.event_key IS NOT NULL AND x.status = 'UNRESOLVED'
@@ -129,11 +144,22 @@ func (d *Driver) spilledKeysQuery(q *spillQueries) {
 	owned := d.ownedSQL("e")
 	q.keys = d.render(`
 	WITH RECURSIVE
-	ob(t, k, n) AS (
-		(SELECT s.event_type, s.event_key, 1 FROM (` + fmt.Sprintf(outboxNext, `$1::text, $2::text`, owned) + `) s)
+	ob(t, r, k, n, acc, cmax, out) AS (
+		SELECT $1::text, ''::text, $2::text, 0, 0, 0, false
 	  UNION ALL
-		SELECT s.event_type, s.event_key, ob.n + 1 FROM ob CROSS JOIN LATERAL (` + fmt.Sprintf(outboxNext, `ob.t, ob.k`, owned) + `) s
-		WHERE ob.n < $3
+		SELECT c.t, c.r, CASE WHEN s.skip THEN $2::text ELSE c.k END,
+			CASE WHEN s.skip THEN 0 WHEN s.seg THEN 1 ELSE ob.n + 1 END,
+			CASE WHEN s.typ THEN ob.acc + ob.cmax ELSE ob.acc END,
+			CASE WHEN s.skip THEN ob.cmax WHEN s.typ THEN 1 ELSE GREATEST(ob.cmax, CASE WHEN s.seg THEN 1 ELSE ob.n + 1 END) END,
+			NOT s.skip
+		FROM ob
+		LEFT JOIN LATERAL (` + fmt.Sprintf(outboxNext, `ob.n < $3 AND (e.event_type, e.route, e.event_key) > (ob.t, ob.r, ob.k)`, owned) + `) a ON true
+		LEFT JOIN LATERAL (` + fmt.Sprintf(outboxNext, `ob.n >= $3 AND (e.event_type, e.route) > (ob.t, ob.r)`, owned) + `) b ON true
+		CROSS JOIN LATERAL (SELECT COALESCE(a.event_type, b.event_type) AS t, COALESCE(a.route, b.route) AS r,
+			COALESCE(a.event_key, b.event_key) AS k OFFSET 0) c
+		CROSS JOIN LATERAL (SELECT c.t = $1::text AND c.k <= $2::text AS skip, c.t <> ob.t AS typ,
+			c.t <> ob.t OR c.r <> ob.r AS seg OFFSET 0) s
+		WHERE c.t IS NOT NULL AND NOT (s.typ AND ob.acc + ob.cmax >= $3)
 	),
 	dl(t, k, n) AS (
 		(SELECT s.event_type, s.event_key, 1 FROM (` + fmt.Sprintf(deadNext, `$1::text, $2::text`) + `) s)
@@ -141,7 +167,7 @@ func (d *Driver) spilledKeysQuery(q *spillQueries) {
 		SELECT s.event_type, s.event_key, dl.n + 1 FROM dl CROSS JOIN LATERAL (` + fmt.Sprintf(deadNext, `dl.t, dl.k`) + `) s
 		WHERE dl.n < $3
 	)
-	SELECT t, k FROM (SELECT t, k FROM ob UNION SELECT t, k FROM dl) u
+	SELECT t, k FROM (SELECT t, k FROM ob WHERE out UNION SELECT t, k FROM dl) u
 	ORDER BY t, k LIMIT $3`)
 }
 
