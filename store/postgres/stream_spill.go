@@ -129,9 +129,12 @@ func buildSpillQueries(d *Driver) spillQueries {
 // certain: acc counts, for each finished type, the keys of its longest
 // segment, cmax those of the current type, a lower bound of the distinct
 // pairs. Every pair of the page is then among the pairs walked: a pair
-// is within the first $3 keys of each segment that holds it. A walk is at
-// most (segments of a type) x $3 steps; with one route per type it is
-// the former walk.
+// is within the first $3 keys of each segment that holds it. Once the
+// bound is reached the probes stay within the current type (an equality
+// on the type ends the index scan there), so the walk never reads on
+// past the page, through rows the stream owns say, to find where the
+// next type starts. A walk is at most (segments of a type) x $3 steps;
+// with one route per type it is the former walk.
 func (d *Driver) spilledKeysQuery(q *spillQueries) {
 	const outboxNext = `SELECT e.event_type, e.route, e.event_key FROM {{outbox}} e
 		WHERE %s
@@ -153,10 +156,17 @@ func (d *Driver) spilledKeysQuery(q *spillQueries) {
 			CASE WHEN s.skip THEN ob.cmax WHEN s.typ THEN 1 ELSE GREATEST(ob.cmax, CASE WHEN s.seg THEN 1 ELSE ob.n + 1 END) END,
 			NOT s.skip
 		FROM ob
-		LEFT JOIN LATERAL (` + fmt.Sprintf(outboxNext, `ob.n < $3 AND (e.event_type, e.route, e.event_key) > (ob.t, ob.r, ob.k)`, owned) + `) a ON true
-		LEFT JOIN LATERAL (` + fmt.Sprintf(outboxNext, `ob.n >= $3 AND (e.event_type, e.route) > (ob.t, ob.r)`, owned) + `) b ON true
-		CROSS JOIN LATERAL (SELECT COALESCE(a.event_type, b.event_type) AS t, COALESCE(a.route, b.route) AS r,
-			COALESCE(a.event_key, b.event_key) AS k OFFSET 0) c
+		LEFT JOIN LATERAL (` + fmt.Sprintf(outboxNext, `ob.n < $3 AND ob.acc + ob.cmax < $3
+			AND (e.event_type, e.route, e.event_key) > (ob.t, ob.r, ob.k)`, owned) + `) a ON true
+		LEFT JOIN LATERAL (` + fmt.Sprintf(outboxNext, `ob.n < $3 AND ob.acc + ob.cmax >= $3
+			AND e.event_type = ob.t AND (e.event_type, e.route, e.event_key) > (ob.t, ob.r, ob.k)`, owned) + `) a2 ON true
+		LEFT JOIN LATERAL (` + fmt.Sprintf(outboxNext, `ob.n >= $3 AND ob.acc + ob.cmax < $3
+			AND (e.event_type, e.route) > (ob.t, ob.r)`, owned) + `) b ON true
+		LEFT JOIN LATERAL (` + fmt.Sprintf(outboxNext, `ob.n >= $3 AND ob.acc + ob.cmax >= $3
+			AND e.event_type = ob.t AND (e.event_type, e.route) > (ob.t, ob.r)`, owned) + `) b2 ON true
+		CROSS JOIN LATERAL (SELECT COALESCE(a.event_type, a2.event_type, b.event_type, b2.event_type) AS t,
+			COALESCE(a.route, a2.route, b.route, b2.route) AS r,
+			COALESCE(a.event_key, a2.event_key, b.event_key, b2.event_key) AS k OFFSET 0) c
 		CROSS JOIN LATERAL (SELECT c.t = $1::text AND c.k <= $2::text AS skip, c.t <> ob.t AS typ,
 			c.t <> ob.t OR c.r <> ob.r AS seg OFFSET 0) s
 		WHERE c.t IS NOT NULL AND NOT (s.typ AND ob.acc + ob.cmax >= $3)
