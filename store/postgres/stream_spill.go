@@ -68,19 +68,20 @@ func (d *Driver) ownedSQL(a string) string {
 
 func buildSpillQueries(d *Driver) spillQueries {
 	var q spillQueries
-	// An emitted event becomes a new row. The same id already in the
+	// An emitted event becomes a new row, with the route and event id of
+	// its row (a stream event has none: "" and NULL). The same id already in the
 	// table (a spill repeated after a failure) is left alone: the broker
 	// sees one dedup id. txid is the column default, this transaction's
 	// own xid (see StreamSpill). A FAILED row's processed_at is when it
 	// failed, which the dead-letter mover copies into failed_at.
 	q.insert = d.render(`
-	INSERT INTO {{outbox}} (id, event_type, event_key, payload, headers, status, attempts, due_at, last_error, created_at, processed_at, stream_pos)
+	INSERT INTO {{outbox}} (id, event_type, event_key, payload, headers, status, attempts, due_at, last_error, created_at, processed_at, stream_pos, route, event_id)
 	SELECT u.id, u.event_type, NULLIF(u.event_key, ''), u.payload, u.headers::jsonb, u.status, u.attempts,
 		COALESCE(u.due_at, now()), NULLIF(u.last_error, ''), COALESCE(u.created_at, now()),
-		CASE WHEN u.status = 'FAILED' THEN now() END, u.stream_pos
+		CASE WHEN u.status = 'FAILED' THEN now() END, u.stream_pos, u.route, u.event_id
 	FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::text[], $6::text[], $7::int[],
-		$8::timestamptz[], $9::text[], $10::timestamptz[], $11::bigint[])
-		AS u(id, event_type, event_key, payload, headers, status, attempts, due_at, last_error, created_at, stream_pos)
+		$8::timestamptz[], $9::text[], $10::timestamptz[], $11::bigint[], $12::text[], $13::uuid[])
+		AS u(id, event_type, event_key, payload, headers, status, attempts, due_at, last_error, created_at, stream_pos, route, event_id)
 	ON CONFLICT (id) DO NOTHING`)
 	// A captured row spills in place: the publication publishes inserts
 	// only, so the update never comes back. Only a row still the
@@ -229,6 +230,8 @@ type spillRow struct {
 	createdAt      pgtype.Timestamptz
 	pos            int64
 	captured       bool
+	route          string
+	eventID        pgtype.UUID
 }
 
 // spillRows validates items and returns them in stream order, each id
@@ -242,7 +245,10 @@ func spillRows(items []*store.StreamSpillItem) ([]spillRow, error) {
 		}
 		ev := it.Event
 		r := spillRow{id: ev.Row.ID, eventType: ev.Row.EventType, key: ev.Row.Key, payload: ev.Row.Payload,
-			lastError: store.SanitizeText(it.Error), captured: ev.Captured}
+			lastError: store.SanitizeText(it.Error), captured: ev.Captured, route: store.SanitizeText(ev.Row.Route)}
+		if ev.Row.EventID != (txbox.ID{}) {
+			r.eventID = pgUUID(ev.Row.EventID)
+		}
 		switch it.Outcome {
 		case store.OutcomeRetry, store.OutcomeReleased:
 			r.status = store.StatusPending
@@ -354,7 +360,7 @@ func (d *Driver) spillTx(ctx context.Context, rows []spillRow) error {
 		b.Queue(`SET LOCAL synchronous_commit = on`)
 		if len(ins.ids) > 0 {
 			b.Queue(d.spill.insert, ins.ids, ins.types, ins.keys, ins.payloads, ins.headers, ins.status,
-				ins.attempts, ins.due, ins.errs, ins.created, ins.pos)
+				ins.attempts, ins.due, ins.errs, ins.created, ins.pos, ins.routes, ins.eventIDs)
 		}
 		if len(capIDs) > 0 {
 			b.Queue(d.spill.update, capIDs, capPos, capStatus, capAttempts, capDue, capErr)
@@ -372,6 +378,8 @@ type spillArrays struct {
 	attempts                           []int32
 	due, created                       []pgtype.Timestamptz
 	pos                                []int64
+	routes                             []string
+	eventIDs                           []pgtype.UUID
 }
 
 func (a *spillArrays) add(r *spillRow) {
@@ -386,6 +394,8 @@ func (a *spillArrays) add(r *spillRow) {
 	a.errs = append(a.errs, r.lastError)
 	a.created = append(a.created, r.createdAt)
 	a.pos = append(a.pos, r.pos)
+	a.routes = append(a.routes, r.route)
+	a.eventIDs = append(a.eventIDs, r.eventID)
 }
 
 // StreamSpilledKeys lists the (type, key) pairs with rows the poller
