@@ -502,15 +502,21 @@ const orderedLockUpd = `upd AS (
 // claimOrderedSQL is the ordered-by-key claim (docs/schema/postgres.md, "Ordered
 // claim"). It reads O(batch) index entries however many rows wait behind
 // one key, instead of walking the claim index in due order past every
-// row of a blocked key:
+// row of a blocked key. It takes rows of one fan-out route $10 ("" for a
+// type without routes; docs/schema/postgres.md, "Fan-out routes"): the
+// walk is over the route's range of the key index, and for a route other
+// than "" a key's earliest route-"" row (an event not expanded yet, which
+// will have a row on this route in the same place of the key's order)
+// ends the run before it (un, hd), and a dead letter of route "" parks
+// the key as well as one of the route:
 //
 //   - keyless: a window of the type's oldest due PENDING rows after the
 //     keyless sweep cursor ($8, $9), LIMIT $2. Rows without a key are
 //     unordered; the window finds them without an index of their own, and
 //     the sweep (moved by the driver, see orderedCursor) keeps a window
 //     filled with blocked keyed rows from hiding the keyless rows behind it.
-//   - walk: a loose index scan over key_order_idx (event_type, event_key,
-//     txid, id), which holds only PENDING, IN_PROCESS and FAILED rows; a
+//   - walk: a loose index scan over route_key_idx (event_type, route,
+//     event_key, txid, id), which holds only PENDING, IN_PROCESS and FAILED rows; a
 //     key's order is (txid, id), its producers' transaction order, and a
 //     row is below the commit horizon ({{horizon}}, orderHorizon) only when
 //     its txid is below the statement snapshot's xmin. Each step jumps
