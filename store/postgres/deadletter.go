@@ -124,7 +124,7 @@ func scanDeadLetter(row pgx.Row, withPayload bool) (*store.DeadLetter, error) {
 	var resolved pgtype.Timestamptz
 	var headers []byte
 	dest := []any{uuidDest{&dl.ID}, &dl.EventType, &dl.Key, &dl.PayloadSize, &headers, &dl.Attempts,
-		&dl.LastError, &dl.CreatedAt, &dl.FailedAt, &dl.Status, &resolved}
+		&dl.LastError, &dl.CreatedAt, &dl.FailedAt, &dl.Status, &resolved, &dl.Route, uuidDest{&dl.EventID}}
 	if withPayload {
 		dest = append(dest, &dl.Payload)
 	}

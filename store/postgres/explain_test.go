@@ -37,10 +37,13 @@ func TestClaimPlanIsOBatch(t *testing.T) {
 	pool := d.Pool()
 	ob := d.table(d.tables.Outbox)
 	// Five types, one of them keyed (1,000 keys), a processed history, and
-	// some rows of other states, generated server-side.
+	// some rows of other states, generated server-side. type-1 and type-4
+	// are fan-out types: every row of theirs has three routes, and a few
+	// of them wait unexpanded (route '').
 	fill := fmt.Sprintf(`
-		INSERT INTO %[1]s (event_type, event_key, payload)
-		SELECT 'type-' || (g %% 5), CASE WHEN g %% 5 = 4 THEN 'key-' || (g %% 1000) END, '\x00'::bytea
+		INSERT INTO %[1]s (event_type, event_key, payload, route)
+		SELECT 'type-' || (g %% 5), CASE WHEN g %% 5 = 4 THEN 'key-' || (g %% 1000) END, '\x00'::bytea,
+			CASE WHEN g %% 5 IN (1, 4) AND g %% 97 <> 0 THEN (ARRAY['kafka', 'hook', 'nats'])[1 + (g / 5) %% 3] ELSE '' END
 		FROM generate_series(1, %[2]d) g;
 		INSERT INTO %[1]s (event_type, payload, status, processed_at)
 		SELECT 'type-' || (g %% 5), '\x00'::bytea, 'PROCESSED', now()
@@ -58,10 +61,19 @@ func TestClaimPlanIsOBatch(t *testing.T) {
 		args  []any
 		index string
 	}{
-		{"claim", d.q.claim, []any{"type-2", limit, int64(time.Minute / time.Microsecond), txbox.NewID(), full, uuid.UUID{}, int64(0)}, d.prefix + "outbox_claim_idx"},
-		{"claim after a cursor", d.q.claim, []any{"type-2", limit, int64(time.Minute / time.Microsecond), txbox.NewID(), time.Now().Add(-time.Hour), uuid.UUID{}, int64(time.Second / time.Microsecond)}, d.prefix + "outbox_claim_idx"},
-		{"claim ordered by key", d.claimOrdered(1, false, true), orderedArgs("type-4", limit, 1, pgtype.Text{}, full), d.prefix + "outbox_key_order_idx"},
-		{"pending types", d.q.pendingTypes, nil, d.prefix + "outbox_claim_idx"},
+		{"claim", d.q.claim, []any{"type-2", limit, int64(time.Minute / time.Microsecond), txbox.NewID(), full, uuid.UUID{}, int64(0), ""}, d.prefix + "outbox_route_claim_idx"},
+		{"claim after a cursor", d.q.claim, []any{"type-2", limit, int64(time.Minute / time.Microsecond), txbox.NewID(), time.Now().Add(-time.Hour), uuid.UUID{}, int64(time.Second / time.Microsecond), ""}, d.prefix + "outbox_route_claim_idx"},
+		{"claim of a route", d.q.claim, []any{"type-1", limit, int64(time.Minute / time.Microsecond), txbox.NewID(), full, uuid.UUID{}, int64(0), "hook"}, d.prefix + "outbox_route_claim_idx"},
+		{"lock claim of a route", d.q.lockClaim, []any{"type-1", limit, full, uuid.UUID{}, int64(0), "hook"}, d.prefix + "outbox_route_claim_idx"},
+		{"claim ordered by key", d.claimOrdered(1, false, true), orderedArgs("type-4", limit, 1, pgtype.Text{}, full, ""), d.prefix + "outbox_route_key_idx"},
+		{"claim of a route ordered by key", d.claimOrdered(1, false, true), orderedArgs("type-4", limit, 1, pgtype.Text{}, full, "nats"), d.prefix + "outbox_route_key_idx"},
+		{"claim of a route ordered by key, runs of 4", d.claimOrdered(4, false, true), orderedArgs("type-4", limit, 4, pgtype.Text{}, full, "kafka"), d.prefix + "outbox_route_key_idx"},
+		{"pending types", d.q.pendingTypes, nil, d.prefix + "outbox_route_claim_idx"},
+		// Each pair's count reads up to its bound ($1) index entries:
+		// bounded here by 50 so that the six pairs stay within a batch.
+		{"pending routes", d.fanout.pendingRoutes, []any{50}, d.prefix + "outbox_route_claim_idx"},
+		{"expand", d.fanout.expand, []any{"type-1", []string{"kafka", "hook", "nats"}, limit, "taken"}, d.prefix + "outbox_route_claim_idx"},
+		{"drop a route", d.fanout.dropRoute, []any{"type-4", "hook", "gone", limit}, d.prefix + "outbox_route_claim_idx"},
 	}
 	for _, c := range cases {
 		plan, text := explain(ctx, t, pool, c.query, c.args)
@@ -107,9 +119,10 @@ func TestClaimPlanIsOBatch(t *testing.T) {
 }
 
 // orderedArgs are the parameters of the ordered claim (claimOrderedSQL)
-// starting after key cursor after, with the keyless sweep from lower.
-func orderedArgs(typ string, limit, run int, after pgtype.Text, lower pgtype.Timestamptz) []any {
-	return []any{typ, limit, int64(time.Minute / time.Microsecond), txbox.NewID(), after, run, maxWalk(limit), lower, uuid.UUID{}}
+// of route starting after key cursor after, with the keyless sweep from
+// lower.
+func orderedArgs(typ string, limit, run int, after pgtype.Text, lower pgtype.Timestamptz, route string) []any {
+	return []any{typ, limit, int64(time.Minute / time.Microsecond), txbox.NewID(), after, run, maxWalk(limit), lower, uuid.UUID{}, route}
 }
 
 // TestOrderedClaimPlanIsOBatch proves with EXPLAIN (ANALYZE, BUFFERS) that
@@ -160,10 +173,10 @@ func TestOrderedClaimPlanIsOBatch(t *testing.T) {
 		maxScanned float64 // rows any one scan node may produce
 	}{
 		// 50 heads; the hot key costs one probe.
-		{"50k rows behind one hot key", orderedArgs("hot", 200, 1, pgtype.Text{}, full), 200, 50, 1000},
+		{"50k rows behind one hot key", orderedArgs("hot", 200, 1, pgtype.Text{}, full, ""), 200, 50, 1000},
 		// Runs of 4: 50 keys x 4 rows = a full batch.
-		{"50 keys x 2,000 rows, runs of 4", orderedArgs("many", 200, 4, pgtype.Text{}, full), 200, 200, 1000},
-		{"50 keys x 2,000 rows, after a key cursor", orderedArgs("many", 200, 4, pgtype.Text{String: "key-25", Valid: true}, full), 200, 200, 1000},
+		{"50 keys x 2,000 rows, runs of 4", orderedArgs("many", 200, 4, pgtype.Text{}, full, ""), 200, 200, 1000},
+		{"50 keys x 2,000 rows, after a key cursor", orderedArgs("many", 200, 4, pgtype.Text{String: "key-25", Valid: true}, full, ""), 200, 200, 1000},
 	}
 	for _, c := range cases {
 		plan, text := explain(ctx, t, pool, d.claimOrdered(c.args[5].(int), false, true), c.args)
@@ -176,7 +189,7 @@ func TestOrderedClaimPlanIsOBatch(t *testing.T) {
 			keyIdx  bool
 		)
 		walk(plan, func(n map[string]any) {
-			if n["Index Name"] == d.prefix+"outbox_key_order_idx" {
+			if n["Index Name"] == d.prefix+"outbox_route_key_idx" {
 				keyIdx = true
 			}
 			if n["Node Type"] == "Seq Scan" {

@@ -37,6 +37,13 @@ func TestLockConformance(t *testing.T) {
 	storetest.ExerciseLock(t, storeharness.Postgres())
 }
 
+// TestFanoutConformance runs the fan-out suite (store.Expander, claims by
+// route).
+func TestFanoutConformance(t *testing.T) {
+	t.Parallel()
+	storetest.ExerciseFanout(t, storeharness.Postgres())
+}
+
 func TestInboxConformance(t *testing.T) {
 	t.Parallel()
 	inboxtest.ExerciseStore(t, storeharness.PostgresInbox())

@@ -34,10 +34,27 @@ func (d *Driver) inspectQueries(q *queries) {
 	SELECT DISTINCT ON (event_type) event_type, last_error FROM {{outbox}}
 	WHERE status IN ('PENDING', 'IN_PROCESS', 'FAILED') AND attempts > 0 AND last_error IS NOT NULL
 	ORDER BY event_type, due_at DESC, id DESC`)
+	// A key's waiting rows are counted route by route (the key index is
+	// (event_type, route, event_key, ...)): a loose index scan finds the
+	// type's routes, one probe each, and each route's count reads only
+	// that key's entries.
 	q.parkedKeys = d.render(`
 	SELECT x.event_type, x.event_key, x.id, x.failed_at, COALESCE(x.last_error, ''), x.n,
-		(SELECT count(*) FROM {{outbox}} o
-		 WHERE o.event_type = x.event_type AND o.event_key = x.event_key AND o.status = 'PENDING')
+		(WITH RECURSIVE r(route) AS (
+			(SELECT e.route FROM {{outbox}} e
+			 WHERE e.event_type = x.event_type AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED')
+			 ORDER BY e.route LIMIT 1)
+		  UNION ALL
+			SELECT (SELECT e.route FROM {{outbox}} e
+			 WHERE e.event_type = x.event_type AND e.route > r.route
+			   AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED')
+			 ORDER BY e.route LIMIT 1)
+			FROM r WHERE r.route IS NOT NULL
+		)
+		SELECT COALESCE(sum((SELECT count(*) FROM {{outbox}} o
+			WHERE o.event_type = x.event_type AND o.route = r.route AND o.event_key = x.event_key
+			  AND o.event_key IS NOT NULL AND o.status = 'PENDING')), 0)::bigint
+		FROM r WHERE r.route IS NOT NULL)
 	FROM (
 		SELECT DISTINCT ON (event_type, event_key) event_type, event_key, id, failed_at, last_error,
 			count(*) OVER (PARTITION BY event_type, event_key) AS n

@@ -326,6 +326,9 @@ func (d *Driver) prepareClaim(params *store.OutboxClaimParams) (*claimCall, erro
 	if params.LeaseDuration <= 0 {
 		return nil, errBadParams("claim", "lease duration %s must be positive", params.LeaseDuration)
 	}
+	if !validRoute(params.Route) {
+		return nil, errBadParams("claim", "route %q is not valid text", params.Route)
+	}
 	if params.KeyRun < 0 || params.KeyRun > maxKeyRun {
 		return nil, errBadParams("claim", "key run %d must be between 0 and %d", params.KeyRun, maxKeyRun)
 	}
@@ -340,7 +343,7 @@ func (d *Driver) prepareClaim(params *store.OutboxClaimParams) (*claimCall, erro
 		c.horizon = !params.HorizonOff && !params.FenceOff // FenceOff: the former name, honoured for one release
 		c.params = params
 		c.query = d.claimOrdered(run, false, c.horizon)
-		c.ord = d.orderedCursor(params.EventType)
+		c.ord = d.orderedCursor(routeCursorKey(params.EventType, params.Route))
 		key, hasKey, due, id := c.ord.start(time.Now(), d.rescan)
 		var after pgtype.Text
 		if hasKey {
@@ -350,18 +353,28 @@ func (d *Driver) prepareClaim(params *store.OutboxClaimParams) (*claimCall, erro
 			lowerDue, lowerID = pgtype.Timestamptz{Time: due, Valid: true}, id
 		}
 		c.args = []any{params.EventType, params.Limit, params.LeaseDuration.Microseconds(), pgUUID(c.token),
-			after, run, maxWalk(params.Limit), lowerDue, pgUUID(lowerID)}
+			after, run, maxWalk(params.Limit), lowerDue, pgUUID(lowerID), params.Route}
 		return c, nil
 	}
-	c.cur = d.cursor(params.EventType)
+	c.cur = d.cursor(routeCursorKey(params.EventType, params.Route))
 	due, id, bounded, catchUp := c.cur.lowerBound(time.Now(), d.lookback)
 	if bounded {
 		lowerDue, lowerID = pgtype.Timestamptz{Time: due, Valid: true}, id
 	}
 	c.catchUp = catchUp
 	c.args = []any{params.EventType, params.Limit, params.LeaseDuration.Microseconds(), pgUUID(c.token),
-		lowerDue, pgUUID(lowerID), max(d.lookback, 0).Microseconds()}
+		lowerDue, pgUUID(lowerID), max(d.lookback, 0).Microseconds(), params.Route}
 	return c, nil
+}
+
+// routeCursorKey names the claim cursor of one type and route: each route
+// of a fan-out type is claimed on its own, so it moves its own cursor. A
+// type's route "" keeps the type's name; NUL is in no type or route.
+func routeCursorKey(eventType, route string) string {
+	if route == "" {
+		return eventType
+	}
+	return eventType + "\x00" + route
 }
 
 // maxWalk bounds the keys one ordered claim visits: every claimable key
@@ -396,7 +409,7 @@ func (c *claimCall) scan(rows pgx.Rows) ([]*store.OutboxRow, error) {
 		// event_type = $1): the column is skipped, not copied per row.
 		r.LeaseToken, r.EventType = c.token, c.eventType
 		var due time.Time
-		if err := rows.Scan(uuidDest{&r.ID}, nil, &r.Key, &r.Payload, &headers, &r.Attempts, &r.CreatedAt, &due); err != nil {
+		if err := rows.Scan(uuidDest{&r.ID}, nil, &r.Key, &r.Payload, &headers, &r.Attempts, &r.CreatedAt, &due, &r.Route, uuidDest{&r.EventID}); err != nil {
 			return nil, c.d.translate("claim", err)
 		}
 		// The claim has committed: a row that cannot be turned into a
@@ -467,7 +480,7 @@ func (c *claimCall) scanOrdered(rows pgx.Rows) ([]*store.OutboxRow, error) {
 			headers  []byte
 			seq      int64
 		)
-		if err := rows.Scan(&isMarker, uuidDest{&r.ID}, &r.EventType, &key, &r.Payload, &headers, &r.Attempts, &r.CreatedAt, &due, &seq); err != nil {
+		if err := rows.Scan(&isMarker, uuidDest{&r.ID}, &r.EventType, &key, &r.Payload, &headers, &r.Attempts, &r.CreatedAt, &due, &seq, &r.Route, uuidDest{&r.EventID}); err != nil {
 			return nil, c.d.translate("claim", err)
 		}
 		if isMarker {

@@ -96,6 +96,8 @@ type Driver struct {
 	q       queries
 	// spill holds the statements of WAL mode's spill (stream_spill.go).
 	spill spillQueries
+	// fanout holds the statements of fan-out routes (fanout.go).
+	fanout fanoutQueries
 	// copyTable is the outbox table for COPY, which takes an identifier
 	// rather than SQL text.
 	copyTable pgx.Identifier
@@ -174,6 +176,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Driver, error) {
 	}
 	d.q = buildQueries(d)
 	d.spill = buildSpillQueries(d)
+	d.fanout = buildFanoutQueries(d)
 	d.copyTable = pgx.Identifier{tables.Outbox}
 	if tables.Schema != "" {
 		d.copyTable = pgx.Identifier{tables.Schema, tables.Outbox}

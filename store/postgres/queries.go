@@ -125,18 +125,18 @@ func (d *Driver) publishQueries(q *queries) {
 }
 
 // claimWhere selects the claim's candidates: due PENDING rows of type $1
-// after the cursor ($5, $6) lowered by the lookback ($7 µs).
-const claimWhere = `o.status = 'PENDING' AND o.event_type = $1 AND o.due_at <= now()
+// and route $8 after the cursor ($5, $6) lowered by the lookback ($7 µs).
+const claimWhere = `o.status = 'PENDING' AND o.event_type = $1 AND o.route = $8 AND o.due_at <= now()
 		  AND (o.due_at, o.id) > (
 			LEAST($5::timestamptz, now() - $7::float8 * interval '1 microsecond'),
 			CASE WHEN $5::timestamptz < now() - $7::float8 * interval '1 microsecond'
 			     THEN $6::uuid ELSE '00000000-0000-0000-0000-000000000000'::uuid END)`
 
 // lockArgs renumbers a claim statement's parameters for the lock claim,
-// which drops the lease duration ($3) and token ($4): $5..$9 become
-// $3..$7.
+// which drops the lease duration ($3) and token ($4): $5..$10 become
+// $3..$8.
 func lockArgs(s string) string {
-	return strings.NewReplacer("$5", "$3", "$6", "$4", "$7", "$5", "$8", "$6", "$9", "$7").Replace(s)
+	return strings.NewReplacer("$5", "$3", "$6", "$4", "$7", "$5", "$8", "$6", "$9", "$7", "$10", "$8").Replace(s)
 }
 
 // claimQueries: the claim and the recovery of expired leases.
@@ -153,11 +153,11 @@ func (d *Driver) claimQueries(q *queries) {
 	SET status = 'IN_PROCESS', lease_until = now() + $3::float8 * interval '1 microsecond', lease_token = $4
 	FROM picked
 	WHERE u.id = picked.id
-	RETURNING u.id, u.event_type, COALESCE(u.event_key, ''), u.payload, u.headers, u.attempts, u.created_at, u.due_at`)
+	RETURNING u.id, u.event_type, COALESCE(u.event_key, ''), u.payload, u.headers, u.attempts, u.created_at, u.due_at, u.route, u.event_id`)
 	// The lock claim (lock.go) selects the same rows and only locks them;
 	// it has no lease arguments, so $5.. become $3...
 	q.lockClaim = d.render(lockArgs(`
-	SELECT o.id, o.event_type, COALESCE(o.event_key, ''), o.payload, o.headers, o.attempts, o.created_at, o.due_at
+	SELECT o.id, o.event_type, COALESCE(o.event_key, ''), o.payload, o.headers, o.attempts, o.created_at, o.due_at, o.route, o.event_id
 	FROM {{outbox}} o
 	WHERE ` + claimWhere + d.ownedSQL("o") + `
 	ORDER BY o.due_at, o.id
@@ -280,16 +280,16 @@ func (d *Driver) deadLetterQueries(q *queries) {
 	),
 	gone AS (
 		DELETE FROM {{outbox}} o USING f WHERE o.id = f.id
-		RETURNING o.id, o.event_type, o.event_key, o.payload, o.headers, o.attempts, o.last_error, o.created_at, o.processed_at, o.txid
+		RETURNING o.id, o.event_type, o.event_key, o.payload, o.headers, o.attempts, o.last_error, o.created_at, o.processed_at, o.txid, o.route, o.event_id
 	),
 	ins AS (
-		INSERT INTO {{dead_letter}} AS x (id, event_type, event_key, payload, headers, attempts, last_error, created_at, failed_at, txid)
-		SELECT id, event_type, event_key, payload, headers, attempts, last_error, created_at, COALESCE(processed_at, now()), txid FROM gone
+		INSERT INTO {{dead_letter}} AS x (id, event_type, event_key, payload, headers, attempts, last_error, created_at, failed_at, txid, route, event_id)
+		SELECT id, event_type, event_key, payload, headers, attempts, last_error, created_at, COALESCE(processed_at, now()), txid, route, event_id FROM gone
 		ON CONFLICT (id) DO UPDATE SET
 			event_type = EXCLUDED.event_type, event_key = EXCLUDED.event_key, payload = EXCLUDED.payload,
 			headers = EXCLUDED.headers, attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error,
 			created_at = EXCLUDED.created_at, failed_at = EXCLUDED.failed_at, status = 'UNRESOLVED', resolved_at = NULL,
-			txid = EXCLUDED.txid,
+			txid = EXCLUDED.txid, route = EXCLUDED.route, event_id = EXCLUDED.event_id,
 			-- A new failure: fingerprinted again (DeadLetterFingerprint).
 			fingerprint = NULL, failure_class = NULL, failure_message = NULL, destination = NULL
 		RETURNING 1
@@ -318,15 +318,18 @@ func (d *Driver) deadLetterQueries(q *queries) {
 		DELETE FROM {{dead_letter}} x USING locked l WHERE x.id = l.id
 		  AND jsonb_typeof(x.headers) = 'object'
 		  AND NOT EXISTS (SELECT 1 FROM {{outbox}} o WHERE o.id = x.id)
-		RETURNING x.id, x.event_type, x.event_key, x.payload, x.headers, x.created_at, x.last_error, x.txid
+		RETURNING x.id, x.event_type, x.event_key, x.payload, x.headers, x.created_at, x.last_error, x.txid, x.route, x.event_id
 	),
 	ins AS (
 		-- The row keeps its producer's txid: back in its key's order where
 		-- it was, ahead of the rows its dead letter parked. stream_pos 0
 		-- makes it the poller's in WAL mode: the publication leaves it
 		-- out, so a retry never comes back through the stream as well.
-		INSERT INTO {{outbox}} (id, event_type, event_key, payload, headers, created_at, status, attempts, due_at, last_error, txid, stream_pos)
-		SELECT id, event_type, event_key, payload, headers, created_at, 'PENDING', 0, now(), last_error, txid, 0 FROM gone
+		-- It keeps its route and event id: a retry resends to the route
+		-- that failed, and a route-less dead letter of a fan-out type is
+		-- expanded to every route (OutboxExpand).
+		INSERT INTO {{outbox}} (id, event_type, event_key, payload, headers, created_at, status, attempts, due_at, last_error, txid, stream_pos, route, event_id)
+		SELECT id, event_type, event_key, payload, headers, created_at, 'PENDING', 0, now(), last_error, txid, 0, route, event_id FROM gone
 		RETURNING event_type
 	),
 	-- One wake-up per type, delivered on commit, as a notifying publish
@@ -356,7 +359,7 @@ func (d *Driver) deadLetterListQueries(q *queries) {
 	// of a TOASTed value reads its header only, so a page of large dead
 	// letters costs what a page of small ones does. The payload itself is
 	// read by dlGet alone, one row at a time.
-	const dlCols = `id, event_type, COALESCE(event_key, ''), octet_length(payload), headers, attempts, COALESCE(last_error, ''), created_at, failed_at, status, resolved_at`
+	const dlCols = `id, event_type, COALESCE(event_key, ''), octet_length(payload), headers, attempts, COALESCE(last_error, ''), created_at, failed_at, status, resolved_at, route, event_id`
 	const dlFilter = `
 		($1 = '' OR event_type = $1)
 		AND ($2 = '' OR status = $2)
@@ -486,28 +489,34 @@ const orderedUpd = `upd AS (
 		SET status = 'IN_PROCESS', lease_until = now() + $3::float8 * interval '1 microsecond', lease_token = $4
 		FROM keep
 		WHERE u.ctid = keep.tid
-		RETURNING u.id, u.event_type, COALESCE(u.event_key, '') AS event_key, u.payload, u.headers, u.attempts, u.created_at, u.due_at, u.txid
+		RETURNING u.id, u.event_type, COALESCE(u.event_key, '') AS event_key, u.payload, u.headers, u.attempts, u.created_at, u.due_at, u.txid, u.route, u.event_id
 	)`
 
 // orderedLockUpd is the last step of the ordered lock claim (lock.go):
 // the kept rows are only read; the statement's FOR UPDATE holds them.
 const orderedLockUpd = `upd AS (
-		SELECT u.id, u.event_type, COALESCE(u.event_key, '') AS event_key, u.payload, u.headers, u.attempts, u.created_at, u.due_at, u.txid
+		SELECT u.id, u.event_type, COALESCE(u.event_key, '') AS event_key, u.payload, u.headers, u.attempts, u.created_at, u.due_at, u.txid, u.route, u.event_id
 		FROM {{outbox}} u JOIN keep ON u.ctid = keep.tid
 	)`
 
 // claimOrderedSQL is the ordered-by-key claim (docs/schema/postgres.md, "Ordered
 // claim"). It reads O(batch) index entries however many rows wait behind
 // one key, instead of walking the claim index in due order past every
-// row of a blocked key:
+// row of a blocked key. It takes rows of one fan-out route $10 ("" for a
+// type without routes; docs/schema/postgres.md, "Fan-out routes"): the
+// walk is over the route's range of the key index, and for a route other
+// than "" a key's earliest route-"" row (an event not expanded yet, which
+// will have a row on this route in the same place of the key's order)
+// ends the run before it (un, hd), and a dead letter of route "" parks
+// the key as well as one of the route:
 //
 //   - keyless: a window of the type's oldest due PENDING rows after the
 //     keyless sweep cursor ($8, $9), LIMIT $2. Rows without a key are
 //     unordered; the window finds them without an index of their own, and
 //     the sweep (moved by the driver, see orderedCursor) keeps a window
 //     filled with blocked keyed rows from hiding the keyless rows behind it.
-//   - walk: a loose index scan over key_order_idx (event_type, event_key,
-//     txid, id), which holds only PENDING, IN_PROCESS and FAILED rows; a
+//   - walk: a loose index scan over route_key_idx (event_type, route,
+//     event_key, txid, id), which holds only PENDING, IN_PROCESS and FAILED rows; a
 //     key's order is (txid, id), its producers' transaction order, and a
 //     row is below the commit horizon ({{horizon}}, orderHorizon) only when
 //     its txid is below the statement snapshot's xmin. Each step jumps
@@ -541,7 +550,7 @@ const claimOrderedSQL = `
 	horizon AS MATERIALIZED (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin),
 	keyless AS MATERIALIZED (
 		SELECT o.id, o.ctid AS tid, o.event_key, o.due_at FROM {{outbox}} o
-		WHERE o.status = 'PENDING' AND o.event_type = $1 AND o.due_at <= now()
+		WHERE o.status = 'PENDING' AND o.event_type = $1 AND o.route = $10 AND o.due_at <= now()
 		  AND (o.due_at, o.id) > ($8::timestamptz, $9::uuid){{owned-o}}
 		ORDER BY o.due_at, o.id
 		LIMIT $2
@@ -556,7 +565,7 @@ const claimOrderedSQL = `
 				e.status = 'PENDING' AND e.due_at <= now() AND {{horizon}}{{owned-e}} AS ok,
 				e.status = 'PENDING' AND e.due_at <= now() AND NOT {{horizon}}{{owned-e}} AS cut
 			FROM {{outbox}} e
-			WHERE e.event_type = $1 AND e.event_key > w.key
+			WHERE e.event_type = $1 AND e.route = $10 AND e.event_key > w.key
 			  AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED')
 			ORDER BY e.event_key, e.txid, e.id LIMIT 1) a ON true
 		LEFT JOIN LATERAL (
@@ -564,12 +573,21 @@ const claimOrderedSQL = `
 				e.status = 'PENDING' AND e.due_at <= now() AND {{horizon}}{{owned-e}} AS ok,
 				e.status = 'PENDING' AND e.due_at <= now() AND NOT {{horizon}}{{owned-e}} AS cut
 			FROM {{outbox}} e
-			WHERE a.key IS NULL AND NOT w.wrapped AND e.event_type = $1
+			WHERE a.key IS NULL AND NOT w.wrapped AND e.event_type = $1 AND e.route = $10
 			  AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED')
 			ORDER BY e.event_key, e.txid, e.id LIMIT 1) f ON true
 		CROSS JOIN LATERAL (SELECT COALESCE(a.key, f.key) AS key, COALESCE(a.txid, f.txid) AS txid,
 			COALESCE(a.id, f.id) AS head, COALESCE(a.tid, f.tid) AS tid, COALESCE(a.ok, f.ok) AS ok,
 			COALESCE(a.cut, f.cut) AS cut, w.wrapped OR a.key IS NULL AS wrapped OFFSET 0) nk
+		LEFT JOIN LATERAL (
+			SELECT u.txid, u.id FROM (
+				SELECT e.event_type, e.route, e.event_key, e.txid, e.id FROM {{outbox}} e
+				WHERE $10::text <> '' AND (e.event_type, e.route, e.event_key) >= ($1, '', nk.key)
+				  AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED')
+				ORDER BY e.event_type, e.route, e.event_key, e.txid, e.id
+				LIMIT 1) u
+			WHERE u.event_type = $1 AND u.route = '' AND u.event_key = nk.key) un ON true
+		CROSS JOIN LATERAL (SELECT nk.ok AND (un.id IS NULL OR (nk.txid, nk.head) < (un.txid, un.id)) AS ok OFFSET 0) hd
 		CROSS JOIN LATERAL (SELECT COALESCE(array_agg(c.id ORDER BY c.rn) FILTER (WHERE c.ok), '{}') AS ids,
 			COALESCE(array_agg(c.tid ORDER BY c.rn) FILTER (WHERE c.ok), '{}') AS tids,
 			COALESCE(bool_or(c.cut AND c.first_not_ok), false) AS cut FROM (
@@ -578,21 +596,21 @@ const claimOrderedSQL = `
 					NOT i.ok AND bool_and(i.ok) OVER (ORDER BY i.txid, i.id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) IS NOT FALSE AS first_not_ok,
 					row_number() OVER (ORDER BY i.txid, i.id ROWS UNBOUNDED PRECEDING) AS rn
 				FROM (
-					SELECT nk.txid, nk.head AS id, nk.tid, nk.ok, nk.cut
+					SELECT nk.txid, nk.head AS id, nk.tid, hd.ok, nk.cut
 				  UNION ALL
-					SELECT r.txid, r.id, r.tid, r.ok, r.cut FROM (
-						SELECT e.event_type, e.event_key, e.txid, e.id, e.ctid AS tid,
+					SELECT r.txid, r.id, r.tid, r.ok AND (un.id IS NULL OR (r.txid, r.id) < (un.txid, un.id)), r.cut FROM (
+						SELECT e.event_type, e.route, e.event_key, e.txid, e.id, e.ctid AS tid,
 							e.status = 'PENDING' AND e.due_at <= now() AND {{horizon}}{{owned-e}} AS ok,
 							e.status = 'PENDING' AND e.due_at <= now() AND NOT {{horizon}}{{owned-e}} AS cut
 						FROM {{outbox}} e
-						WHERE nk.ok AND (e.event_type, e.event_key, e.txid, e.id) > ($1, nk.key, nk.txid, nk.head)
+						WHERE hd.ok AND (e.event_type, e.route, e.event_key, e.txid, e.id) > ($1, $10, nk.key, nk.txid, nk.head)
 						  AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED')
-						ORDER BY e.event_type, e.event_key, e.txid, e.id
+						ORDER BY e.event_type, e.route, e.event_key, e.txid, e.id
 						LIMIT {{run-1}}) r
-					WHERE r.event_type = $1 AND r.event_key = nk.key) i) c
+					WHERE r.event_type = $1 AND r.route = $10 AND r.event_key = nk.key) i) c
 			WHERE c.rn <= LEAST($6::int, $2::int - w.total) AND NOT EXISTS (
 				SELECT 1 FROM {{dead_letter}} x
-				WHERE x.event_type = $1 AND x.event_key = nk.key
+				WHERE x.event_type = $1 AND x.event_key = nk.key AND x.route IN ($10, '')
 				  AND x.event_key IS NOT NULL AND x.status = 'UNRESOLVED')
 			OFFSET 0) run
 		WHERE w.total < $2 AND w.steps < $7 AND nk.key IS NOT NULL
@@ -618,11 +636,11 @@ const claimOrderedSQL = `
 				  AND NOT EXISTS (SELECT 1 FROM locked m WHERE m.id = p.id)))
 	),
 {{upd}}
-	SELECT false, id, event_type, event_key, payload, headers, attempts, created_at, due_at, txid::text::bigint FROM upd
+	SELECT false, id, event_type, event_key, payload, headers, attempts, created_at, due_at, txid::text::bigint, route, event_id FROM upd
 	UNION ALL
 	SELECT true,
 		(SELECT id FROM keyless ORDER BY due_at DESC, id DESC LIMIT 1), '',
 		(SELECT key FROM walk ORDER BY steps DESC LIMIT 1), ''::bytea, '{}'::jsonb,
 		(SELECT count(*)::int FROM keyless), now(),
 		(SELECT max(due_at) FROM keyless),
-		(SELECT count(*)::int FROM walk WHERE cut)`
+		(SELECT count(*)::int FROM walk WHERE cut), '', NULL::uuid`

@@ -68,19 +68,20 @@ func (d *Driver) ownedSQL(a string) string {
 
 func buildSpillQueries(d *Driver) spillQueries {
 	var q spillQueries
-	// An emitted event becomes a new row. The same id already in the
+	// An emitted event becomes a new row, with the route and event id of
+	// its row (a stream event has none: "" and NULL). The same id already in the
 	// table (a spill repeated after a failure) is left alone: the broker
 	// sees one dedup id. txid is the column default, this transaction's
 	// own xid (see StreamSpill). A FAILED row's processed_at is when it
 	// failed, which the dead-letter mover copies into failed_at.
 	q.insert = d.render(`
-	INSERT INTO {{outbox}} (id, event_type, event_key, payload, headers, status, attempts, due_at, last_error, created_at, processed_at, stream_pos)
+	INSERT INTO {{outbox}} (id, event_type, event_key, payload, headers, status, attempts, due_at, last_error, created_at, processed_at, stream_pos, route, event_id)
 	SELECT u.id, u.event_type, NULLIF(u.event_key, ''), u.payload, u.headers::jsonb, u.status, u.attempts,
 		COALESCE(u.due_at, now()), NULLIF(u.last_error, ''), COALESCE(u.created_at, now()),
-		CASE WHEN u.status = 'FAILED' THEN now() END, u.stream_pos
+		CASE WHEN u.status = 'FAILED' THEN now() END, u.stream_pos, u.route, u.event_id
 	FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::text[], $6::text[], $7::int[],
-		$8::timestamptz[], $9::text[], $10::timestamptz[], $11::bigint[])
-		AS u(id, event_type, event_key, payload, headers, status, attempts, due_at, last_error, created_at, stream_pos)
+		$8::timestamptz[], $9::text[], $10::timestamptz[], $11::bigint[], $12::text[], $13::uuid[])
+		AS u(id, event_type, event_key, payload, headers, status, attempts, due_at, last_error, created_at, stream_pos, route, event_id)
 	ON CONFLICT (id) DO NOTHING`)
 	// A captured row spills in place: the publication publishes inserts
 	// only, so the update never comes back. Only a row still the
@@ -111,17 +112,35 @@ func buildSpillQueries(d *Driver) spillQueries {
 	return q
 }
 
-// spilledKeysQuery: two loose index scans, one over the outbox's key
-// order index and one over the dead letters' park index, each stepping
-// from one (type, key) pair to the next after the keyset cursor ($1, $2)
-// with one index probe per pair and stopping after $3 pairs; their union,
-// in order, is the page. An outbox pair counts only for a row the poller
-// owns (ownedSQL): a captured row the stream still holds is not a spill.
+// spilledKeysQuery: two loose index scans, one over the outbox's route
+// key index and one over the dead letters' park index, each stepping
+// from one index entry to the next after the keyset cursor ($1, $2) with
+// one index probe per step; their union, in (type, key) order, is the
+// page of $3 pairs. An outbox pair counts only for a row the poller owns
+// (ownedSQL): a captured row the stream still holds is not a spill.
+//
+// The dead letters' index is (event_type, event_key, route): a pair is
+// one probe. The outbox's is (event_type, route, event_key, ...), where
+// a type's keys are split by fan-out route, so its walk goes route by
+// route (a segment): in the cursor's type it starts each segment after
+// the cursor's key (a step that lands on a key at or below it is a skip,
+// which moves to the cursor's key in that segment), takes at most $3
+// keys of a segment before it jumps to the next one, and stops on
+// reaching a new type once the types it finished hold $3 pairs for
+// certain: acc counts, for each finished type, the keys of its longest
+// segment, cmax those of the current type, a lower bound of the distinct
+// pairs. Every pair of the page is then among the pairs walked: a pair
+// is within the first $3 keys of each segment that holds it. Once the
+// bound is reached the probes stay within the current type (an equality
+// on the type ends the index scan there), so the walk never reads on
+// past the page, through rows the stream owns say, to find where the
+// next type starts. A walk is at most (segments of a type) x $3 steps;
+// with one route per type it is the former walk.
 func (d *Driver) spilledKeysQuery(q *spillQueries) {
-	const outboxNext = `SELECT e.event_type, e.event_key FROM {{outbox}} e
-		WHERE (e.event_type, e.event_key) > (%s)
+	const outboxNext = `SELECT e.event_type, e.route, e.event_key FROM {{outbox}} e
+		WHERE %s
 		  AND e.event_key IS NOT NULL AND e.status IN ('PENDING', 'IN_PROCESS', 'FAILED')%s
-		ORDER BY e.event_type, e.event_key LIMIT 1`
+		ORDER BY e.event_type, e.route, e.event_key LIMIT 1`
 	const deadNext = `SELECT x.event_type, x.event_key FROM {{dead_letter}} x
 		WHERE (x.event_type, x.event_key) > (%s)
 		  AND x.event_key IS NOT NULL AND x.status = 'UNRESOLVED'
@@ -129,11 +148,29 @@ func (d *Driver) spilledKeysQuery(q *spillQueries) {
 	owned := d.ownedSQL("e")
 	q.keys = d.render(`
 	WITH RECURSIVE
-	ob(t, k, n) AS (
-		(SELECT s.event_type, s.event_key, 1 FROM (` + fmt.Sprintf(outboxNext, `$1::text, $2::text`, owned) + `) s)
+	ob(t, r, k, n, acc, cmax, out) AS (
+		SELECT $1::text, ''::text, $2::text, 0, 0, 0, false
 	  UNION ALL
-		SELECT s.event_type, s.event_key, ob.n + 1 FROM ob CROSS JOIN LATERAL (` + fmt.Sprintf(outboxNext, `ob.t, ob.k`, owned) + `) s
-		WHERE ob.n < $3
+		SELECT c.t, c.r, CASE WHEN s.skip THEN $2::text ELSE c.k END,
+			CASE WHEN s.skip THEN 0 WHEN s.seg THEN 1 ELSE ob.n + 1 END,
+			CASE WHEN s.typ THEN ob.acc + ob.cmax ELSE ob.acc END,
+			CASE WHEN s.skip THEN ob.cmax WHEN s.typ THEN 1 ELSE GREATEST(ob.cmax, CASE WHEN s.seg THEN 1 ELSE ob.n + 1 END) END,
+			NOT s.skip
+		FROM ob
+		LEFT JOIN LATERAL (` + fmt.Sprintf(outboxNext, `ob.n < $3 AND ob.acc + ob.cmax < $3
+			AND (e.event_type, e.route, e.event_key) > (ob.t, ob.r, ob.k)`, owned) + `) a ON true
+		LEFT JOIN LATERAL (` + fmt.Sprintf(outboxNext, `ob.n < $3 AND ob.acc + ob.cmax >= $3
+			AND e.event_type = ob.t AND (e.event_type, e.route, e.event_key) > (ob.t, ob.r, ob.k)`, owned) + `) a2 ON true
+		LEFT JOIN LATERAL (` + fmt.Sprintf(outboxNext, `ob.n >= $3 AND ob.acc + ob.cmax < $3
+			AND (e.event_type, e.route) > (ob.t, ob.r)`, owned) + `) b ON true
+		LEFT JOIN LATERAL (` + fmt.Sprintf(outboxNext, `ob.n >= $3 AND ob.acc + ob.cmax >= $3
+			AND e.event_type = ob.t AND (e.event_type, e.route) > (ob.t, ob.r)`, owned) + `) b2 ON true
+		CROSS JOIN LATERAL (SELECT COALESCE(a.event_type, a2.event_type, b.event_type, b2.event_type) AS t,
+			COALESCE(a.route, a2.route, b.route, b2.route) AS r,
+			COALESCE(a.event_key, a2.event_key, b.event_key, b2.event_key) AS k OFFSET 0) c
+		CROSS JOIN LATERAL (SELECT c.t = $1::text AND c.k <= $2::text AS skip, c.t <> ob.t AS typ,
+			c.t <> ob.t OR c.r <> ob.r AS seg OFFSET 0) s
+		WHERE c.t IS NOT NULL AND NOT (s.typ AND ob.acc + ob.cmax >= $3)
 	),
 	dl(t, k, n) AS (
 		(SELECT s.event_type, s.event_key, 1 FROM (` + fmt.Sprintf(deadNext, `$1::text, $2::text`) + `) s)
@@ -141,7 +178,7 @@ func (d *Driver) spilledKeysQuery(q *spillQueries) {
 		SELECT s.event_type, s.event_key, dl.n + 1 FROM dl CROSS JOIN LATERAL (` + fmt.Sprintf(deadNext, `dl.t, dl.k`) + `) s
 		WHERE dl.n < $3
 	)
-	SELECT t, k FROM (SELECT t, k FROM ob UNION SELECT t, k FROM dl) u
+	SELECT t, k FROM (SELECT t, k FROM ob WHERE out UNION SELECT t, k FROM dl) u
 	ORDER BY t, k LIMIT $3`)
 }
 
@@ -193,6 +230,8 @@ type spillRow struct {
 	createdAt      pgtype.Timestamptz
 	pos            int64
 	captured       bool
+	route          string
+	eventID        pgtype.UUID
 }
 
 // spillRows validates items and returns them in stream order, each id
@@ -206,7 +245,10 @@ func spillRows(items []*store.StreamSpillItem) ([]spillRow, error) {
 		}
 		ev := it.Event
 		r := spillRow{id: ev.Row.ID, eventType: ev.Row.EventType, key: ev.Row.Key, payload: ev.Row.Payload,
-			lastError: store.SanitizeText(it.Error), captured: ev.Captured}
+			lastError: store.SanitizeText(it.Error), captured: ev.Captured, route: store.SanitizeText(ev.Row.Route)}
+		if ev.Row.EventID != (txbox.ID{}) {
+			r.eventID = pgUUID(ev.Row.EventID)
+		}
 		switch it.Outcome {
 		case store.OutcomeRetry, store.OutcomeReleased:
 			r.status = store.StatusPending
@@ -318,7 +360,7 @@ func (d *Driver) spillTx(ctx context.Context, rows []spillRow) error {
 		b.Queue(`SET LOCAL synchronous_commit = on`)
 		if len(ins.ids) > 0 {
 			b.Queue(d.spill.insert, ins.ids, ins.types, ins.keys, ins.payloads, ins.headers, ins.status,
-				ins.attempts, ins.due, ins.errs, ins.created, ins.pos)
+				ins.attempts, ins.due, ins.errs, ins.created, ins.pos, ins.routes, ins.eventIDs)
 		}
 		if len(capIDs) > 0 {
 			b.Queue(d.spill.update, capIDs, capPos, capStatus, capAttempts, capDue, capErr)
@@ -336,6 +378,8 @@ type spillArrays struct {
 	attempts                           []int32
 	due, created                       []pgtype.Timestamptz
 	pos                                []int64
+	routes                             []string
+	eventIDs                           []pgtype.UUID
 }
 
 func (a *spillArrays) add(r *spillRow) {
@@ -350,6 +394,8 @@ func (a *spillArrays) add(r *spillRow) {
 	a.errs = append(a.errs, r.lastError)
 	a.created = append(a.created, r.createdAt)
 	a.pos = append(a.pos, r.pos)
+	a.routes = append(a.routes, r.route)
+	a.eventIDs = append(a.eventIDs, r.eventID)
 }
 
 // StreamSpilledKeys lists the (type, key) pairs with rows the poller

@@ -493,6 +493,50 @@ func TestStreamSpilledKeys(t *testing.T) {
 	}
 }
 
+// TestStreamSpilledKeysRoutes: the rows of a fan-out type are split by
+// route in the outbox's key index; the pages still list each (type, key)
+// once, in order, whatever routes hold it, and skip none: the cursor's
+// type is walked route by route from the cursor's key.
+func TestStreamSpilledKeysRoutes(t *testing.T) {
+	t.Parallel()
+	e := newSpillEnv(t)
+	ctx := ctxT(t)
+	for _, r := range []struct{ typ, route, key string }{
+		{"c.t", "", "k5"}, {"c.t", "hook", "k1"}, {"c.t", "hook", "k3"}, {"c.t", "hook", "k6"},
+		{"c.t", "kafka", "k2"}, {"c.t", "kafka", "k3"}, {"c.t", "kafka", "k4"}, {"c.t", "nats", "k0"},
+		{"d.t", "kafka", "k1"}, {"d.t", "nats", "k0"},
+	} {
+		e.exec(t, `INSERT INTO `+e.table("outbox")+` (id, event_type, event_key, route, payload, stream_pos) VALUES ($1, $2, $3, $4, '\x00', 0)`,
+			txbox.NewID(), r.typ, r.key, r.route)
+	}
+	var want []store.StreamKey
+	for _, k := range []string{"k0", "k1", "k2", "k3", "k4", "k5", "k6"} {
+		want = append(want, store.StreamKey{EventType: "c.t", Key: k})
+	}
+	want = append(want, store.StreamKey{EventType: "d.t", Key: "k0"}, store.StreamKey{EventType: "d.t", Key: "k1"})
+	for _, limit := range []int{1, 2, 3, 100} {
+		var got []store.StreamKey
+		var after *store.StreamKey
+		for range 20 {
+			page, err := e.d.StreamSpilledKeys(ctx, after, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page) > limit {
+				t.Fatalf("page of %d, limit %d", len(page), limit)
+			}
+			got = append(got, page...)
+			if len(page) < limit {
+				break
+			}
+			after = &page[len(page)-1]
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("limit %d: spilled keys %v, want %v", limit, got, want)
+		}
+	}
+}
+
 // TestStreamStatus reads a real slot's health, in a database of its own
 // (dropped with its slot when the test ends): idle, then streamed by a
 // walsender; and the last confirm's time from the stream state. A missing

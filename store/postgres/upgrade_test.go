@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -95,16 +96,101 @@ func TestUpgradeToVersion2DeadLettersBadHeaders(t *testing.T) {
 
 // TestSchemaInstallDropsTheReplacedKeyIndex: version 5 replaced the key
 // index, but dropped the old one by its bare name, which missed it in a
-// configured schema; version 6 drops it by its qualified name.
+// configured schema; version 6 drops it by its qualified name. Version 11
+// replaces the claim, key and park indexes, dropping the old ones by
+// their qualified names.
 func TestSchemaInstallDropsTheReplacedKeyIndex(t *testing.T) {
 	d := storeharness.PostgresDriver(t)
-	var gone bool
-	q := fmt.Sprintf("SELECT to_regclass('%s.txbox_outbox_key_idx') IS NULL AND to_regclass('%s.txbox_outbox_key_order_idx') IS NOT NULL", d.Tables().Schema, d.Tables().Schema)
-	if err := d.Pool().QueryRow(context.Background(), q).Scan(&gone); err != nil {
+	s := d.Tables().Schema
+	for name, want := range map[string]bool{
+		"txbox_outbox_key_idx": false, "txbox_outbox_key_order_idx": false, "txbox_outbox_claim_idx": false, "txbox_dead_letter_park_idx": false,
+		"txbox_outbox_route_key_idx": true, "txbox_outbox_route_claim_idx": true, "txbox_dead_letter_route_park_idx": true,
+	} {
+		var exists bool
+		if err := d.Pool().QueryRow(context.Background(), fmt.Sprintf("SELECT to_regclass('%s.%s') IS NOT NULL", s, name)).Scan(&exists); err != nil {
+			t.Fatal(err)
+		}
+		if exists != want {
+			t.Errorf("index %s exists = %v after migrating to the latest version, want %v", name, exists, want)
+		}
+	}
+}
+
+// TestUpgradeToVersion11KeepsRows: a database at version 10 with a
+// pending keyed row, a parking dead letter and a processed row upgrades to
+// 11; the rows get route "" and behave as before (the dead letter parks
+// its key, retried it goes first), and running version 11's file again
+// changes nothing.
+func TestUpgradeToVersion11KeepsRows(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	pool := newPool(t, 4)
+	schema := newSchema(t)
+	migs, err := postgres.Migrations(schema, "")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if !gone {
-		t.Error("the version 1 key index is still in the schema after migrating to the latest version")
+	if len(migs) < 11 || migs[10].Name != "fanout" {
+		t.Fatalf("migration 11 is %+v", migs[min(10, len(migs)-1)])
+	}
+	sv := pgx.Identifier{schema, "txbox_schema_version"}.Sanitize()
+	if _, err := pool.Exec(ctx, `CREATE TABLE `+sv+` (version integer NOT NULL PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range migs[:10] {
+		if _, err := pool.Exec(ctx, m.SQL, pgx.QueryExecModeSimpleProtocol); err != nil {
+			t.Fatalf("version %d: %v", m.Version, err)
+		}
+		if _, err := pool.Exec(ctx, `INSERT INTO `+sv+` (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	outbox := pgx.Identifier{schema, "txbox_outbox"}.Sanitize()
+	dead := pgx.Identifier{schema, "txbox_dead_letter"}.Sanitize()
+	parked, waiting, done := txbox.NewID(), txbox.NewID(), txbox.NewID()
+	if _, err := pool.Exec(ctx, `INSERT INTO `+dead+` (id, event_type, event_key, payload, created_at) VALUES ($1, 'up', 'k', 'p', now())`, parked); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO `+outbox+` (id, event_type, event_key, payload) VALUES ($1, 'up', 'k', 'p')`, waiting); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO `+outbox+` (id, event_type, payload, status, processed_at) VALUES ($1, 'up', 'p', 'PROCESSED', now())`, done); err != nil {
+		t.Fatal(err)
+	}
+	d, err := postgres.New(pool, postgres.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := d.SchemaVersion(ctx); err != nil || v != len(migs) {
+		t.Fatalf("schema version = %d, %v; want %d", v, err, len(migs))
+	}
+	// Again, by hand: IF NOT EXISTS / IF EXISTS make it a no-op.
+	if _, err := pool.Exec(ctx, migs[10].SQL, pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatalf("version 11 run twice: %v", err)
+	}
+	var routes int
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+outbox+` WHERE route <> '' OR event_id IS NOT NULL) + (SELECT count(*) FROM `+dead+` WHERE route <> '' OR event_id IS NOT NULL)`).Scan(&routes); err != nil || routes != 0 {
+		t.Fatalf("rows with a route after the upgrade: %d, %v", routes, err)
+	}
+	claim := func() []*store.OutboxRow {
+		t.Helper()
+		rows, err := d.OutboxClaim(ctx, &store.OutboxClaimParams{EventType: "up", Limit: 10, LeaseDuration: time.Minute, OrderedByKey: true, HorizonOff: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rows
+	}
+	if rows := claim(); len(rows) != 0 {
+		t.Fatalf("the old dead letter must park its key: claimed %v", ids(rows))
+	}
+	if n, err := d.DeadLetterRetry(ctx, []txbox.ID{parked}); err != nil || n != 1 {
+		t.Fatalf("retry: %d, %v", n, err)
+	}
+	if rows := claim(); len(rows) != 1 || rows[0].ID != parked || rows[0].Route != "" || rows[0].EventID != (txbox.ID{}) {
+		t.Fatalf("after the retry: %+v, want the retried row first", rows)
 	}
 }
 
