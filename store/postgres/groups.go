@@ -30,7 +30,7 @@ func (d *Driver) DeadLetterFingerprint(ctx context.Context, params *store.DeadLe
 		}
 		ins, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.FingerprintInput, error) {
 			var in store.FingerprintInput
-			err := row.Scan(uuidDest{&in.ID}, &in.EventType, &in.Attempts, &in.LastError)
+			err := row.Scan(uuidDest{&in.ID}, &in.EventType, &in.Route, &in.Attempts, &in.LastError)
 			return in, err
 		})
 		if err != nil || len(ins) == 0 {

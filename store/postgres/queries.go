@@ -381,7 +381,7 @@ func (d *Driver) deadLetterListQueries(q *queries) {
 	// Fingerprinting: the rows not fingerprinted yet, locked in id order
 	// (a row another caller holds is waited for, and skipped once it has
 	// a fingerprint); then their fingerprints in one UPDATE.
-	q.dlUnprinted = d.render(`SELECT id, event_type, attempts, COALESCE(last_error, '') FROM {{dead_letter}}
+	q.dlUnprinted = d.render(`SELECT id, event_type, route, attempts, COALESCE(last_error, '') FROM {{dead_letter}}
 		WHERE fingerprint IS NULL ORDER BY id LIMIT $1 FOR UPDATE`)
 	q.dlPrint = d.render(`UPDATE {{dead_letter}} x SET fingerprint = u.f, failure_class = u.c, failure_message = u.m, destination = u.d
 		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[]) AS u(id, f, c, m, d)
