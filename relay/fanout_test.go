@@ -53,6 +53,7 @@ func TestFanoutDeadLetterPerRoute(t *testing.T) {
 		hook := &routeHook{ch: make(chan txbox.BatchEvent, 100)}
 		r := b.start(t, func(c *relay.Config) {
 			c.Senders["b"] = other
+			c.Defaults.Sender = new("test")
 			c.Hooks = append(c.Hooks, hook)
 			c.Events = map[string]relay.EventSettings{"orders": {Routes: []relay.RouteSettings{
 				{Name: "a", Sender: new("test")},
@@ -127,6 +128,7 @@ func TestFanoutRemovedRouteDeadLettered(t *testing.T) {
 	}
 	b.start(t, func(c *relay.Config) {
 		c.Senders["b"] = newTestSender()
+		c.Defaults.Sender = new("test")
 		c.Events = map[string]relay.EventSettings{"orders": {Routes: []relay.RouteSettings{
 			{Name: "a", Sender: new("test")},
 			{Name: "b", Sender: new("b")},
