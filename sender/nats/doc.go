@@ -9,7 +9,9 @@
 // route's other fields (Stream included: the relay's default route fills
 // it in for Redis Streams) are ignored. Headers:
 //
-//   - Nats-Msg-Id is the event id, so JetStream drops a resent copy within
+//   - Nats-Msg-Id is the event id (for a route of a fanned-out type, the
+//     route's delivery id, [sender.Message.Delivery], so two routes to one
+//     stream are not taken for copies), so JetStream drops a resent copy within
 //     the stream's duplicate window (2 minutes by default): the relay's
 //     retries after an unknown outcome do not reach consumers twice. A
 //     resend later than the window (after a long outage) is stored again;

@@ -278,6 +278,36 @@ func TestHeadersKeepTheirCase(t *testing.T) {
 	}
 }
 
+// TestRoutesOfOneEventAreNotDuplicates: two routes of one fanned-out
+// event (docs/concepts.md, "Fan-out") to two subjects of one stream carry
+// the same event id and different delivery ids; JetStream keeps both,
+// since Nats-Msg-Id is the delivery id, and both carry txbox-id.
+func TestRoutesOfOneEventAreNotDuplicates(t *testing.T) {
+	t.Parallel()
+	st := newStream(t)
+	s := openSender(t, natsAddr(t), txnats.Config{})
+	msgs := sendertest.NewMessages(2, sender.Route{Subject: st.subject()})
+	msgs[1].ID = msgs[0].ID
+	msgs[1].DeliveryID = txbox.NewID()
+	for i, err := range send(t, s, msgs) {
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	got := st.received(t)
+	if len(got) != 2 {
+		t.Fatalf("the stream kept %d of the two routes' messages", len(got))
+	}
+	if got[0].ID != msgs[0].ID.String() || got[1].ID != msgs[1].DeliveryID.String() {
+		t.Errorf("%s = %q, %q; want the event id, then the second route's delivery id", txnats.HeaderMsgID, got[0].ID, got[1].ID)
+	}
+	for _, m := range got {
+		if m.Headers[txbox.HeaderEventID] != msgs[0].ID.String() {
+			t.Errorf("txbox-id = %q, want the event id %s on both", m.Headers[txbox.HeaderEventID], msgs[0].ID)
+		}
+	}
+}
+
 // TestConnectionLogsHideCredentials drives a connection through a drop and
 // a reconnect with a password in the URL, and checks the logs report both
 // without the password.
