@@ -21,7 +21,7 @@ import (
 
 // lateWebhook is a webhook receiver on a port where nothing listens until
 // start: until then a connection to it is refused, as a destination that
-// is down. It records the txbox-id and Idempotency-Key of each request.
+// is down. It records the txbox-event-id and Idempotency-Key of each request.
 type lateWebhook struct {
 	addr string
 	srv  *http.Server

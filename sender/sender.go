@@ -30,7 +30,7 @@ type Message struct {
 	// type fans out (docs/concepts.md, "Fan-out"). A destination's native
 	// deduplication id (Nats-Msg-Id) is it, so two routes of one event to
 	// one JetStream stream are not taken for copies of each other, while
-	// the txbox-id header, which consumers and inboxes deduplicate by,
+	// the txbox-event-id header, which consumers and inboxes deduplicate by,
 	// is ID on every route. Zero means ID.
 	DeliveryID txbox.ID
 	EventType  string

@@ -281,7 +281,7 @@ func TestHeadersKeepTheirCase(t *testing.T) {
 // TestRoutesOfOneEventAreNotDuplicates: two routes of one fanned-out
 // event (docs/concepts.md, "Fan-out") to two subjects of one stream carry
 // the same event id and different delivery ids; JetStream keeps both,
-// since Nats-Msg-Id is the delivery id, and both carry txbox-id.
+// since Nats-Msg-Id is the delivery id, and both carry txbox-event-id.
 func TestRoutesOfOneEventAreNotDuplicates(t *testing.T) {
 	t.Parallel()
 	st := newStream(t)
@@ -303,7 +303,7 @@ func TestRoutesOfOneEventAreNotDuplicates(t *testing.T) {
 	}
 	for _, m := range got {
 		if m.Headers[txbox.HeaderEventID] != msgs[0].ID.String() {
-			t.Errorf("txbox-id = %q, want the event id %s on both", m.Headers[txbox.HeaderEventID], msgs[0].ID)
+			t.Errorf("txbox-event-id = %q, want the event id %s on both", m.Headers[txbox.HeaderEventID], msgs[0].ID)
 		}
 	}
 }
