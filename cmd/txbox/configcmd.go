@@ -122,6 +122,11 @@ func runConfigCheck(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		c.warnings = append(c.warnings, streamWarnings...)
+		routeWarnings, err := checkRemovedRoutes(ctx, cfg, st, *timeout)
+		if err != nil {
+			return err
+		}
+		c.warnings = append(c.warnings, routeWarnings...)
 		if types, err = withDatabaseTypes(ctx, cfg, st, types); err != nil {
 			return err
 		}
