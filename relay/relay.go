@@ -162,14 +162,11 @@ func (r *Relay) Start(ctx context.Context) error {
 	}
 	if _, ok := c.Store.(store.Expander); ok {
 		// Routes that left the configuration (docs/concepts.md,
-		// "Fan-out"): looked for on discovery's schedule, even when
-		// discovery is off, since no type needs to fan out now for a
-		// removed route's rows to wait.
-		every, most := c.DiscoverInterval, c.DiscoverMaxInterval
-		if every <= 0 {
-			every, most = DefaultDiscoverInterval, DefaultDiscoverMaxInterval
-		}
-		r.goJob(txbox.JobDropRoutes, newJobSchedule(every, most), nil, r.dropRoutesRound)
+		// "Fan-out"): looked for on the dead-letter sweep's schedule
+		// (at start, then backing off to dead-letter-max-interval), whether
+		// or not a type fans out now: a removed route's rows wait either
+		// way.
+		r.goJob(txbox.JobDropRoutes, newJobSchedule(c.DeadLetterInterval, c.DeadLetterMaxInterval), nil, r.dropRoutesRound)
 	}
 	if !r.cfg.Cleanup.Disabled {
 		r.life.Go(r.cleanupLoop)
