@@ -117,16 +117,11 @@ func runConfigCheck(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		defer st.Close()
-		streamWarnings, err := checkStream(ctx, cfg, st, e, *timeout)
+		dbWarnings, err := databaseWarnings(ctx, cfg, st, e, *timeout)
 		if err != nil {
 			return err
 		}
-		c.warnings = append(c.warnings, streamWarnings...)
-		routeWarnings, err := checkRemovedRoutes(ctx, cfg, st, *timeout)
-		if err != nil {
-			return err
-		}
-		c.warnings = append(c.warnings, routeWarnings...)
+		c.warnings = append(c.warnings, dbWarnings...)
 		if types, err = withDatabaseTypes(ctx, cfg, st, types); err != nil {
 			return err
 		}

@@ -10,6 +10,17 @@ import (
 	"github.com/txbox/txbox/store"
 )
 
+// databaseWarnings are the --connect checks of the database's contents:
+// WAL mode's slot (checkStream) and removed routes' rows.
+func databaseWarnings(ctx context.Context, cfg *config.Config, st *config.Store, e *env, timeout time.Duration) ([]string, error) {
+	stream, err := checkStream(ctx, cfg, st, e, timeout)
+	if err != nil {
+		return nil, err
+	}
+	routes, err := checkRemovedRoutes(ctx, cfg, st, timeout)
+	return append(stream, routes...), err
+}
+
 // checkRemovedRoutes warns, with --connect, about the pending deliveries
 // of fan-out routes the configuration no longer has (docs/concepts.md,
 // "Fan-out"): a relay started with it dead-letters them.

@@ -29,8 +29,8 @@ type fanoutQueries struct {
 // batches until none is left).
 const maxRouteCount = 10_000
 
-func buildFanoutQueries(d *Driver) fanoutQueries {
-	var q fanoutQueries
+// expandQuery is OutboxExpand's statement.
+func expandQuery(d *Driver) string {
 	// One statement is one transaction. The rows are taken from the claim
 	// index (event_type, route '', due_at, id), whatever their due time,
 	// and locked; another expander skips them. Route i > 0 gets the id
@@ -44,7 +44,7 @@ func buildFanoutQueries(d *Driver) fanoutQueries {
 	// transaction inserts with a route id meanwhile fails the insert,
 	// and the whole statement with it: the next call sees the row and
 	// fails that event instead.
-	q.expand = d.render(`
+	return d.render(`
 	WITH picked AS MATERIALIZED (
 		SELECT o.id FROM {{outbox}} o
 		WHERE o.status = 'PENDING' AND o.event_type = $1 AND o.route = ''` + d.ownedSQL("o") + `
@@ -82,6 +82,11 @@ func buildFanoutQueries(d *Driver) fanoutQueries {
 		RETURNING 1
 	)
 	SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM failed), (SELECT count(*) FROM ins)`)
+}
+
+func buildFanoutQueries(d *Driver) fanoutQueries {
+	var q fanoutQueries
+	q.expand = expandQuery(d)
 
 	// A loose index scan over the claim index (event_type, route, ...):
 	// one probe per distinct pair, route "" ones included (they are

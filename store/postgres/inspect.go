@@ -64,20 +64,7 @@ func (d *Driver) inspectQueries(q *queries) {
 	) x
 	ORDER BY x.event_type, x.event_key
 	LIMIT $2`)
-	// One statement: forget long-expired rows of other instances, then
-	// upsert this one's.
-	q.instanceBeat = d.render(`
-	WITH forgotten AS (
-		DELETE FROM {{instance}}
-		WHERE expires_at < now() - $4::float8 * interval '1 microsecond' AND instance_id <> $1
-	)
-	INSERT INTO {{instance}} (instance_id, info, started_at, seen_at, expires_at)
-	VALUES ($1, $2, now(), now(), now() + $3::float8 * interval '1 microsecond')
-	ON CONFLICT (instance_id) DO UPDATE SET info = EXCLUDED.info, seen_at = now(), expires_at = EXCLUDED.expires_at`)
-	q.instanceList = d.render(`
-	SELECT instance_id, info, started_at, seen_at, EXTRACT(EPOCH FROM now() - seen_at)::float8, expires_at <= now()
-	FROM {{instance}} ORDER BY seen_at DESC, instance_id`)
-	q.instanceRemove = d.render(`DELETE FROM {{instance}} WHERE instance_id = $1`)
+	d.instanceQueries(q)
 	// The oldest xid-holding transaction of the cluster (store.HorizonInspector):
 	// sessions from pg_stat_activity (backend_xid is the top-level xid,
 	// 32 bits: age() orders them), prepared transactions from
@@ -103,6 +90,24 @@ func (d *Driver) inspectQueries(q *queries) {
 	) h
 	ORDER BY h.xid_age DESC
 	LIMIT 1`
+}
+
+// instanceQueries are the relay heartbeats' (store.Instances).
+func (d *Driver) instanceQueries(q *queries) {
+	// One statement: forget long-expired rows of other instances, then
+	// upsert this one's.
+	q.instanceBeat = d.render(`
+	WITH forgotten AS (
+		DELETE FROM {{instance}}
+		WHERE expires_at < now() - $4::float8 * interval '1 microsecond' AND instance_id <> $1
+	)
+	INSERT INTO {{instance}} (instance_id, info, started_at, seen_at, expires_at)
+	VALUES ($1, $2, now(), now(), now() + $3::float8 * interval '1 microsecond')
+	ON CONFLICT (instance_id) DO UPDATE SET info = EXCLUDED.info, seen_at = now(), expires_at = EXCLUDED.expires_at`)
+	q.instanceList = d.render(`
+	SELECT instance_id, info, started_at, seen_at, EXTRACT(EPOCH FROM now() - seen_at)::float8, expires_at <= now()
+	FROM {{instance}} ORDER BY seen_at DESC, instance_id`)
+	q.instanceRemove = d.render(`DELETE FROM {{instance}} WHERE instance_id = $1`)
 }
 
 var (
