@@ -1,0 +1,78 @@
+package config
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/txbox/txbox"
+)
+
+// fanoutYAML fans order-created out to three senders; refund-created has
+// a routes list of one entry, its single route.
+const fanoutYAML = `
+database: { dialect: postgres, dsn: "postgres://u@h/db" }
+defaults: { sender: nats, route: { subject: "ev.{event_type}" }, max-attempts: 5 }
+senders:
+  kafka: { type: kafka, brokers: ["127.0.0.1:1"] }
+  partner: { type: webhook }
+  nats: { type: nats, url: "nats://127.0.0.1:4222" }
+events:
+  order-created:
+    batch-size: 50
+    routes:
+      - { sender: kafka, topic: orders }
+      - { sender: partner, url: "https://partner.example/hook?token=s3cret", max-attempts: 10 }
+      - { sender: nats, subject: "wh.{event_type}", ordering: key, name: wh }
+  refund-created:
+    routes:
+      - { sender: kafka, topic: refunds, batch-size: 7 }
+`
+
+func TestRoutesResolveEachRoute(t *testing.T) {
+	c, err := Load(Source{YAML: []byte(fanoutYAML)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.Routes("order-created")
+	want := []RouteView{
+		{Name: "kafka", Sender: "kafka", Destination: "topic=orders", Claim: txbox.ClaimLock, BatchSize: 50, MaxAttempts: 5, Ordering: txbox.OrderingNone, InFlight: 4},
+		{Name: "partner", Sender: "partner", Claim: txbox.ClaimLease, BatchSize: 50, MaxAttempts: 10, Ordering: txbox.OrderingNone, InFlight: 4},
+		{Name: "wh", Sender: "nats", Destination: "subject=wh.order-created", Claim: txbox.ClaimLock, BatchSize: 50, MaxAttempts: 5, Ordering: txbox.OrderingKey, InFlight: 4},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d routes, want %d: %+v", len(got), len(want), got)
+	}
+	for i := range want {
+		g := got[i]
+		g.Route = want[i].Route
+		if i == 1 {
+			// The webhook URL is redacted in Destination, whole in Route.
+			if got[i].Route.URL != "https://partner.example/hook?token=s3cret" || g.Destination == "" || strings.Contains(g.Destination, "s3cret") {
+				t.Errorf("route 1: destination %q, url %q", g.Destination, got[i].Route.URL)
+			}
+			g.Destination = ""
+		}
+		if g != want[i] {
+			t.Errorf("route %d:\n got %+v\nwant %+v", i, g, want[i])
+		}
+	}
+	for _, typ := range []string{"refund-created", "not-listed"} {
+		if r := c.Routes(typ); r != nil {
+			t.Errorf("Routes(%q) = %+v, want nil (no fan-out)", typ, r)
+		}
+	}
+	// A one-entry list is the type's single route, in Effective as in
+	// the relay: its sender, its destination alone, its settings.
+	eff := c.Effective("refund-created")
+	if *eff.Sender != "kafka" || eff.Route.Topic != "refunds" || eff.Route.Subject != "" || *eff.BatchSize != 7 ||
+		*eff.MaxAttempts != 5 || *eff.Claim != txbox.ClaimLock || eff.Routes != nil {
+		t.Errorf("Effective(refund-created) = sender %q route %+v batch %d attempts %d claim %s routes %v",
+			*eff.Sender, *eff.Route, *eff.BatchSize, *eff.MaxAttempts, *eff.Claim, eff.Routes)
+	}
+	// The relay chooses each route's claim for its sender: the file
+	// sets none, so RelayConfig leaves it unset for the fanned-out type.
+	rc := c.RelayConfig(nil, nil, nil)
+	if cl := rc.Events["order-created"].Claim; cl != nil {
+		t.Errorf("RelayConfig: order-created claim %s, want unset", *cl)
+	}
+}
