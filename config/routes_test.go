@@ -76,3 +76,39 @@ func TestRoutesResolveEachRoute(t *testing.T) {
 		t.Errorf("RelayConfig: order-created claim %s, want unset", *cl)
 	}
 }
+
+// TestSettingsShowEachRoute: config print's settings of a fanned-out type
+// are the type's keys (without the route no route reads) and each route's
+// name and keys, with the route's effective values and their sources.
+func TestSettingsShowEachRoute(t *testing.T) {
+	c, err := Load(Source{Name: "f.yaml", YAML: []byte(fanoutYAML)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Setting{}
+	for _, s := range c.Settings() {
+		got[s.Path] = s
+	}
+	for path, want := range map[string][2]string{
+		"events.order-created.routes[0].name":         {"kafka", "default (the route's sender)"},
+		"events.order-created.routes[0].topic":        {"orders", "file f.yaml:"},
+		"events.order-created.routes[0].batch-size":   {"50", "inherited from events.order-created.batch-size (file f.yaml:"},
+		"events.order-created.routes[1].max-attempts": {"10", "file f.yaml:"},
+		"events.order-created.routes[1].claim":        {"lease", "default (by the route's sender)"},
+		"events.order-created.routes[2].name":         {"wh", "file f.yaml:"},
+		"events.order-created.routes[2].subject":      {"wh.{event_type}", "file f.yaml:"},
+		"events.order-created.routes[2].ordering":     {"key", "file f.yaml:"},
+		"events.refund-created.route.topic":           {"refunds", "file f.yaml:"},
+		"events.refund-created.batch-size":            {"7", "file f.yaml:"},
+	} {
+		s, ok := got[path]
+		if !ok || s.Value != want[0] || !strings.HasPrefix(s.Source, want[1]) {
+			t.Errorf("%s = %q from %q (present %v), want %q from %q…", path, s.Value, s.Source, ok, want[0], want[1])
+		}
+	}
+	for _, absent := range []string{"events.order-created.route.subject", "events.order-created.routes", "events.order-created.routes[0].subject"} {
+		if s, ok := got[absent]; ok {
+			t.Errorf("%s shown: %+v", absent, s)
+		}
+	}
+}
