@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -415,9 +416,13 @@ func oneLine(s string, n int) string {
 }
 
 type dlqJSON struct {
-	ID        string            `json:"id"`
-	EventType string            `json:"event_type"`
-	Key       string            `json:"key,omitempty"`
+	ID        string `json:"id"`
+	EventType string `json:"event_type"`
+	Key       string `json:"key,omitempty"`
+	// Route and EventID are a fan-out route's (admin's DeadLetter):
+	// absent for a type with one route.
+	Route     string            `json:"route,omitempty"`
+	EventID   string            `json:"event_id,omitempty"`
 	Status    string            `json:"status"`
 	Attempts  int               `json:"attempts"`
 	LastError string            `json:"last_error"`
@@ -436,7 +441,10 @@ type dlqJSON struct {
 
 func toJSON(dl *store.DeadLetter, withBody, full bool) dlqJSON {
 	j := dlqJSON{ID: dl.ID.String(), EventType: dl.EventType, Key: dl.Key, Status: dl.Status, Attempts: dl.Attempts,
-		LastError: dl.LastError, CreatedAt: dl.CreatedAt, FailedAt: dl.FailedAt}
+		LastError: dl.LastError, CreatedAt: dl.CreatedAt, FailedAt: dl.FailedAt, Route: dl.Route}
+	if dl.EventID != (txbox.ID{}) {
+		j.EventID = dl.EventID.String()
+	}
 	if withBody {
 		j.Headers = dl.Headers
 		size := len(dl.Payload)
@@ -465,9 +473,20 @@ func printDeadLetters(e *env, dls []*store.DeadLetter, asJSON bool) error {
 		return json.NewEncoder(e.stdout).Encode(out)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tTYPE\tKEY\tATTEMPTS\tFAILED AT\tSTATUS\tLAST ERROR")
+	// A ROUTE column when a dead letter of the page is a fan-out
+	// route's.
+	routed := slices.ContainsFunc(dls, func(dl *store.DeadLetter) bool { return dl.Route != "" })
+	if routed {
+		fmt.Fprintln(tw, "ID\tTYPE\tROUTE\tKEY\tATTEMPTS\tFAILED AT\tSTATUS\tLAST ERROR")
+	} else {
+		fmt.Fprintln(tw, "ID\tTYPE\tKEY\tATTEMPTS\tFAILED AT\tSTATUS\tLAST ERROR")
+	}
 	for _, dl := range dls {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", dl.ID, dl.EventType, dl.Key, dl.Attempts, dl.FailedAt.UTC().Format(time.RFC3339), dl.Status, oneLine(dl.LastError, 80))
+		typ := dl.EventType
+		if routed {
+			typ += "\t" + dl.Route
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", dl.ID, typ, dl.Key, dl.Attempts, dl.FailedAt.UTC().Format(time.RFC3339), dl.Status, oneLine(dl.LastError, 80))
 	}
 	return tw.Flush()
 }
@@ -479,8 +498,15 @@ func printDeadLetter(e *env, dl *store.DeadLetter, asJSON, full bool) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(j)
 	}
-	fmt.Fprintf(e.stdout, "id:         %s\ntype:       %s\nkey:        %s\nstatus:     %s\nattempts:   %d\ncreated at: %s\nfailed at:  %s\nlast error: %s\nheaders:\n",
+	fmt.Fprintf(e.stdout, "id:         %s\ntype:       %s\nkey:        %s\nstatus:     %s\nattempts:   %d\ncreated at: %s\nfailed at:  %s\nlast error: %s\n",
 		j.ID, j.EventType, j.Key, j.Status, j.Attempts, j.CreatedAt.UTC().Format(time.RFC3339Nano), j.FailedAt.UTC().Format(time.RFC3339Nano), j.LastError)
+	if j.Route != "" {
+		fmt.Fprintf(e.stdout, "route:      %s\n", j.Route)
+	}
+	if j.EventID != "" {
+		fmt.Fprintf(e.stdout, "event id:   %s\n", j.EventID)
+	}
+	fmt.Fprintln(e.stdout, "headers:")
 	for _, k := range sortedKeys(dl.Headers) {
 		fmt.Fprintf(e.stdout, "  %s: %s\n", k, dl.Headers[k])
 	}
