@@ -499,7 +499,11 @@ func (ds *destinations) addRoute(label, sn string, r sender.Route, template bool
 }
 
 // printEventTypes prints each type's effective settings and returns the
-// destinations they name.
+// destinations they name. A fanned-out type (config.Config.Routes) has a
+// row of its own, with only the settings its routes share (lease,
+// retention), then a row "type → route" per route with the route's
+// sender, destination and settings, each route's destination listed as
+// any type's.
 //
 // In WAL mode a type's events come from the stream, in batches of
 // database.wal.batch-size unless the type has a batch-size of its own;
