@@ -630,7 +630,17 @@ func (c *Config) effectiveWAL() WAL {
 // relay.DefaultBatchSize and WAL mode's stream batches
 // database.wal.batch-size.
 func (c *Config) batchSizeSet(t string) bool {
-	return c.Defaults.BatchSize != nil || (c.Events[t] != nil && c.Events[t].BatchSize != nil)
+	ev := c.Events[t]
+	switch {
+	case c.Defaults.BatchSize != nil:
+		return true
+	case ev == nil:
+		return false
+	case len(ev.Routes) == 1 && ev.Routes[0].BatchSize != nil:
+		// A one-entry routes list is the type's route (Effective).
+		return true
+	}
+	return ev.BatchSize != nil
 }
 
 // StreamBatchSize is the most events of one batch of WAL mode's stream for

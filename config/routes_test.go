@@ -1,6 +1,7 @@
 package config
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -72,6 +73,9 @@ func TestRoutesResolveEachRoute(t *testing.T) {
 	// The relay chooses each route's claim for its sender: the file
 	// sets none, so RelayConfig leaves it unset for the fanned-out type.
 	rc := c.RelayConfig(nil, nil, nil)
+	if r := rc.Events["refund-created"]; r.BatchSize == nil || *r.BatchSize != 7 || r.Routes != nil || r.Route.Topic != "refunds" {
+		t.Errorf("RelayConfig: refund-created = %+v, want its single route's batch size 7 and topic", r)
+	}
 	if cl := rc.Events["order-created"].Claim; cl != nil {
 		t.Errorf("RelayConfig: order-created claim %s, want unset", *cl)
 	}
@@ -110,5 +114,18 @@ func TestSettingsShowEachRoute(t *testing.T) {
 		if s, ok := got[absent]; ok {
 			t.Errorf("%s shown: %+v", absent, s)
 		}
+	}
+}
+
+// TestSecretsOfRoutes: a fan-out route's webhook URL token is scrubbed
+// from the logs as a type's route's is.
+func TestSecretsOfRoutes(t *testing.T) {
+	y := strings.Replace(fanoutYAML, "token=s3cret", "token=route-secret-77", 1)
+	c, err := Load(Source{YAML: []byte(y)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(c.Secrets(func(string) string { return "" }), "route-secret-77") {
+		t.Errorf("the route's URL token is not among the secrets: %q", c.Secrets(func(string) string { return "" }))
 	}
 }
