@@ -135,12 +135,7 @@ func runConfigCheck(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	dests := printEventTypes(w, cfg, types)
-	for _, t := range types {
-		if cfg.Routes(t) != nil {
-			c.notes = append(c.notes, fanoutNote)
-			break
-		}
-	}
+	c.notes = append(c.notes, fanoutNotes(cfg, types)...)
 	warnings, err := c.destinations(ctx, w, dests)
 	if err != nil {
 		return err
@@ -563,6 +558,16 @@ func routeLabel(t, route string) string { return t + " → " + route }
 const fanoutNote = "fan-out: each route of a type (rows \"type → route\") gets every event, with its own deliveries, retries and dead letters. " +
 	"Removing a route, or renaming it, leaves its pending rows without a destination: the relay dead-letters them " +
 	"(last error \"route ... was removed from the configuration\"), where they can be deleted or redriven (docs/concepts.md, \"Fan-out\")"
+
+// fanoutNotes is fanoutNote when one of types fans out, else nothing.
+func fanoutNotes(cfg *config.Config, types []string) []string {
+	for _, t := range types {
+		if cfg.Routes(t) != nil {
+			return []string{fanoutNote}
+		}
+	}
+	return nil
+}
 
 // destinationName names the route field the sender type uses.
 func destinationName(typ string, r sender.Route) (kind, name string) {
