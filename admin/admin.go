@@ -89,6 +89,12 @@ type Config struct {
 	// type name and leaves it to the store to find the kept rows, for a
 	// handler mounted where the relay's configuration is not known.
 	Retention func(eventType string) (retention time.Duration, known bool)
+	// Routes, when set, returns the routes of a fanned-out event type
+	// (docs/concepts.md, "Fan-out") with their settings, nil for a type
+	// with one route; the overview shows them, with each route's poller
+	// when the relay runs in this process (its health names the routes
+	// in any case). txbox relay sets it from its configuration.
+	Routes func(eventType string) []RouteView
 	// Logger receives the audit lines and request failures; tokens and
 	// payloads are never logged. Defaults to slog.Default().
 	Logger *slog.Logger

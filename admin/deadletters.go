@@ -19,9 +19,16 @@ import (
 
 // DeadLetter is a dead letter as the API shows it.
 type DeadLetter struct {
-	ID         string            `json:"id"`
-	EventType  string            `json:"event_type"`
-	Key        string            `json:"key,omitempty"`
+	ID        string `json:"id"`
+	EventType string `json:"event_type"`
+	Key       string `json:"key,omitempty"`
+	// Route is the fan-out route the dead letter failed on
+	// (docs/concepts.md, "Fan-out"); absent for a type with one route.
+	// EventID is the event's id when it is not ID: on the dead letters
+	// of an event's second and further routes (store.OutboxRow.EventID);
+	// absent otherwise, ID being the event's.
+	Route      string            `json:"route,omitempty"`
+	EventID    string            `json:"event_id,omitempty"`
 	Status     string            `json:"status"`
 	Attempts   int               `json:"attempts"`
 	LastError  string            `json:"last_error"`
@@ -102,9 +109,12 @@ func payloadView(dl *store.DeadLetter, preview int) Payload {
 
 func view(dl *store.DeadLetter, preview int) DeadLetter {
 	out := DeadLetter{
-		ID: dl.ID.String(), EventType: dl.EventType, Key: dl.Key, Status: strings.ToLower(dl.Status),
+		ID: dl.ID.String(), EventType: dl.EventType, Key: dl.Key, Route: dl.Route, Status: strings.ToLower(dl.Status),
 		Attempts: dl.Attempts, LastError: dl.LastError, CreatedAt: dl.CreatedAt.UTC(), FailedAt: dl.FailedAt.UTC(),
 		Headers: dl.Headers, Payload: payloadView(dl, preview),
+	}
+	if dl.EventID != (txbox.ID{}) {
+		out.EventID = dl.EventID.String()
 	}
 	if !dl.ResolvedAt.IsZero() {
 		t := dl.ResolvedAt.UTC()

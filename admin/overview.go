@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -114,12 +115,37 @@ type TypeView struct {
 	NextDueInSeconds float64                      `json:"next_due_in_seconds"`
 	Attempts         [store.AttemptsBuckets]int64 `json:"attempts"`
 	LastError        string                       `json:"last_error,omitempty"`
-	// The relay's view, when it runs in this process.
+	// The relay's view, when it runs in this process; absent for a
+	// fanned-out type, whose routes each have theirs.
 	Polling *PollingView `json:"polling,omitempty"`
+	// Routes are the routes of a fanned-out type (docs/concepts.md,
+	// "Fan-out"), in their configured order: from Config.Routes, and
+	// from the in-process relay's health. The type's counts above are
+	// its rows of every route; absent for a type with one route.
+	Routes []RouteView `json:"routes,omitempty"`
 	// Totals since the relay started, when a Recorder is configured.
 	SentTotal    *int64 `json:"sent_total,omitempty"`
 	RetriedTotal *int64 `json:"retried_total,omitempty"`
 	FailedTotal  *int64 `json:"failed_total,omitempty"`
+}
+
+// RouteView is one route of a fanned-out event type: its settings, as the
+// configuration resolves them (Config.Routes), and its poller's state.
+type RouteView struct {
+	// Name is the route's name, the route of its rows and dead letters.
+	Name        string `json:"name"`
+	Sender      string `json:"sender,omitempty"`
+	Destination string `json:"destination,omitempty"`
+	// Claim, BatchSize, MaxAttempts and Ordering are the route's
+	// effective settings; absent when only the relay's health names the
+	// route (Config.Routes unset or not knowing it).
+	Claim       string `json:"claim,omitempty"`
+	BatchSize   int    `json:"batch_size,omitempty"`
+	MaxAttempts int    `json:"max_attempts,omitempty"`
+	Ordering    string `json:"ordering,omitempty"`
+	// Polling is the route's poller, when the relay runs in this
+	// process.
+	Polling *PollingView `json:"polling,omitempty"`
 }
 
 // PollingView is a poller's state.
@@ -278,8 +304,19 @@ func (h *Handler) typeViews(details []*store.OutboxTypeDetail, health *relay.Hea
 			if cs := connOpen[th.Sender]; cs != "" && cs != txbox.CircuitClosed.String() {
 				state = cs
 			}
-			v.Polling = &PollingView{DelaySeconds: seconds(th.Delay), InFlight: th.InFlight, Sender: th.Sender,
+			p := &PollingView{DelaySeconds: seconds(th.Delay), InFlight: th.InFlight, Sender: th.Sender,
 				Destination: th.Destination, Circuit: state, LastPoll: th.LastPoll, PollError: th.LastError}
+			if th.Route == "" {
+				v.Polling = p
+				continue
+			}
+			h.configRoutes(v)
+			i := slices.IndexFunc(v.Routes, func(r RouteView) bool { return r.Name == th.Route })
+			if i < 0 {
+				v.Routes = append(v.Routes, RouteView{Name: th.Route, Sender: th.Sender, Destination: th.Destination})
+				i = len(v.Routes) - 1
+			}
+			v.Routes[i].Polling = p
 		}
 	}
 	for _, t := range h.cfg.Recorder.types() {
@@ -287,6 +324,7 @@ func (h *Handler) typeViews(details []*store.OutboxTypeDetail, health *relay.Hea
 	}
 	out := make([]TypeView, 0, len(byType))
 	for t, v := range byType {
+		h.configRoutes(v)
 		if s, r, f, ok := h.cfg.Recorder.get(t); ok {
 			v.SentTotal, v.RetriedTotal, v.FailedTotal = &s, &r, &f
 		} else if h.cfg.Recorder != nil {
@@ -297,6 +335,14 @@ func (h *Handler) typeViews(details []*store.OutboxTypeDetail, health *relay.Hea
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].EventType < out[j].EventType })
 	return out
+}
+
+// configRoutes sets v's routes from Config.Routes, once.
+func (h *Handler) configRoutes(v *TypeView) {
+	if v.Routes != nil || h.cfg.Routes == nil {
+		return
+	}
+	v.Routes = slices.Clone(h.cfg.Routes(v.EventType))
 }
 
 func (h *Handler) health() *relay.Health {

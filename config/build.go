@@ -469,7 +469,8 @@ const ProvisionTimeout = 30 * time.Second
 // whether its provision key is on. With an explicit list
 // (provision-subjects, provision-topics, provision-exchanges) the routes
 // are that list. Otherwise they are the routes of the event types listed
-// under events that use the sender, expanded for each type, plus the
+// under events that use the sender (each such route of a fanned-out type),
+// expanded for each type, plus the
 // defaults route as a template when the sender is the default one (it
 // serves the types the file does not list; NATS binds "x.{event_type}" as
 // "x.>", the others skip templates).
@@ -500,6 +501,15 @@ func (c *Config) ProvisionRoutes(name string) ([]sender.Route, bool) {
 	}
 	var routes []sender.Route
 	for _, t := range c.EventTypes() {
+		if fan := c.Routes(t); fan != nil {
+			// A fanned-out type: each route that uses the sender.
+			for _, r := range fan {
+				if r.Sender == name {
+					routes = append(routes, r.Route)
+				}
+			}
+			continue
+		}
 		eff := c.Effective(t)
 		if *eff.Sender == name {
 			routes = append(routes, eff.Route.Expand(t))
@@ -534,6 +544,12 @@ func (c *Config) RelayConfig(st store.Driver, senders map[string]sender.Sender, 
 			// are database.wal.batch-size (claims take the relay's
 			// default, as Effective says).
 			s.BatchSize = nil
+		}
+		if len(s.Routes) > 1 && c.Events[t].Claim == nil && c.Defaults.Claim == nil {
+			// Unset, so that the relay chooses each route's claim
+			// for the route's sender (Routes shows the same), not
+			// the type's sender's for all of them.
+			s.Claim = nil
 		}
 		rc.Events[t] = s
 	}
@@ -614,7 +630,17 @@ func (c *Config) effectiveWAL() WAL {
 // relay.DefaultBatchSize and WAL mode's stream batches
 // database.wal.batch-size.
 func (c *Config) batchSizeSet(t string) bool {
-	return c.Defaults.BatchSize != nil || (c.Events[t] != nil && c.Events[t].BatchSize != nil)
+	ev := c.Events[t]
+	switch {
+	case c.Defaults.BatchSize != nil:
+		return true
+	case ev == nil:
+		return false
+	case len(ev.Routes) == 1 && ev.Routes[0].BatchSize != nil:
+		// A one-entry routes list is the type's route (Effective).
+		return true
+	}
+	return ev.BatchSize != nil
 }
 
 // StreamBatchSize is the most events of one batch of WAL mode's stream for

@@ -86,13 +86,92 @@ func (c *Config) Settings() []Setting {
 	c.explainDerived(out)
 	for _, t := range c.EventTypes() {
 		p := join("events", t)
-		walk(p, reflect.ValueOf(c.Effective(t)), func(key string) string {
+		single := c.Events[t] != nil && len(c.Events[t].Routes) == 1
+		typeSource := func(key string) string {
 			if s, ok := c.origins[key]; ok {
 				return s
 			}
+			if single {
+				// A routes list of one entry is the type's route
+				// (Effective): its keys are routes[0]'s, the
+				// destination's inline.
+				rest := strings.TrimPrefix(strings.TrimPrefix(key, p), ".route")
+				if s, ok := c.origins[p+".routes[0]"+rest]; ok {
+					return s
+				}
+			}
 			d := "defaults" + strings.TrimPrefix(key, p)
 			return fmt.Sprintf("inherited from %s (%s)", d, sourceOf(d))
-		})
+		}
+		eff := c.Effective(t)
+		if len(eff.Routes) < 2 {
+			walk(p, reflect.ValueOf(eff), typeSource)
+			continue
+		}
+		out = append(out, c.routeSettings(t, p, eff, typeSource)...)
+	}
+	return out
+}
+
+// routeKeys are the keys a route of a fanned-out type sets for itself
+// (relay.RouteSettings); its other settings are the type's.
+var routeKeys = map[string]bool{"sender": true, "route": true, "batch-size": true, "max-attempts": true, "backoff": true,
+	"ordering": true, "in-flight": true, "claim": true}
+
+// routeSettings are the settings of fanned-out type t (path p, effective
+// settings eff): the type's own keys but its route, which no route reads,
+// then each route's name and keys, as Routes resolves them, under
+// p.routes[i].
+func (c *Config) routeSettings(t, p string, eff relay.EventSettings, typeSource func(string) string) []Setting {
+	var out []Setting
+	routes := eff.Routes
+	eff.Routes, eff.Route = nil, nil
+	var typ []Setting
+	settingsOf(p, reflect.ValueOf(eff), typeSource, &typ)
+	for _, s := range typ {
+		if s.Path != join(p, "route") && s.Path != join(p, "routes") {
+			out = append(out, s)
+		}
+	}
+	views := c.Routes(t)
+	own := c.Events[t]
+	for i := range routes {
+		rp := fmt.Sprintf("%s.routes[%d]", p, i)
+		src := func(key string) string {
+			if s, ok := c.origins[key]; ok {
+				return s
+			}
+			rest := strings.TrimPrefix(key, rp)
+			if rest == ".claim" && own.Claim == nil && c.Defaults.Claim == nil {
+				return SourceDefault + " (by the route's sender)"
+			}
+			return fmt.Sprintf("inherited from %s (%s)", p+rest, typeSource(p+rest))
+		}
+		nameSrc, ok := c.origins[join(rp, "name")]
+		if !ok {
+			nameSrc = SourceDefault + " (the route's sender)"
+		}
+		out = append(out, Setting{Path: join(rp, "name"), Value: views[i].Name, Source: nameSrc})
+		re := c.routeEffective(own, &own.Routes[i])
+		re.Routes = nil
+		var all []Setting
+		settingsOf(rp, reflect.ValueOf(re), src, &all)
+		for _, s := range all {
+			key, _, _ := strings.Cut(strings.TrimPrefix(s.Path, rp+"."), ".")
+			if !routeKeys[key] {
+				continue
+			}
+			if key == "route" {
+				// The destination keys are the route entry's own,
+				// inline (routes[i].topic): only those it sets.
+				if s.Value == `""` {
+					continue
+				}
+				s.Path = rp + strings.TrimPrefix(s.Path, join(rp, "route"))
+				s.Source = c.origins[s.Path]
+			}
+			out = append(out, s)
+		}
 	}
 	return out
 }

@@ -268,6 +268,11 @@ func (c *Config) Secrets(getenv func(string) string) []string {
 	routes := []*sender.Route{c.Defaults.Route}
 	for _, t := range c.EventTypes() {
 		routes = append(routes, c.Events[t].Route)
+		// Each fan-out route's URL too: a partner's webhook may take
+		// its token in the query.
+		for i := range c.Events[t].Routes {
+			routes = append(routes, &c.Events[t].Routes[i].Route)
+		}
 	}
 	for _, r := range routes {
 		if r != nil {

@@ -144,13 +144,20 @@ func sortedKeys[V any](m map[string]V) []string {
 // except that the route inherits key by key, as docs/configuration.md
 // says. Every pointer in the result is set (Sender may point to ""), and
 // the result shares no memory with c. Types not listed in Events get
-// Defaults.
+// Defaults. A routes list of one entry is the type's single route: its
+// keys are folded in (the route's own over the type's, its destination
+// its own keys alone, as the relay takes them) and Routes is nil; with two
+// or more, Routes holds them as the file does (see Routes for each one's
+// effective settings).
 func (c *Config) Effective(eventType string) relay.EventSettings {
 	return c.effective(c.Events[eventType])
 }
 
 // effective returns own (nil: no entry) over Defaults, as Effective does.
 func (c *Config) effective(ev *relay.EventSettings) relay.EventSettings {
+	if ev != nil && len(ev.Routes) == 1 {
+		return c.routeEffective(ev, &ev.Routes[0])
+	}
 	own := deref(ev)
 	eff := own.Inherit(c.Defaults).Inherit(relay.DefaultEventSettings())
 	route := deref(c.Defaults.Route)

@@ -126,7 +126,7 @@ function render(ov) {
   if (ov.relay) { rs.textContent = ov.relay.running ? (ov.relay.degraded ? "degraded" : "running") : "stopped"; rs.className = "badge " + (ov.relay.running ? (ov.relay.degraded ? "warn" : "ok") : "bad"); }
   else { rs.textContent = "no relay in this process"; rs.className = "badge"; }
 
-  fill($("#types tbody"), ov.types.map(t => el("tr", { "data-type": t.event_type },
+  fill($("#types tbody"), ov.types.flatMap(t => [el("tr", { "data-type": t.event_type },
     el("td", {}, t.event_type),
     el("td", { class: "num due" }, fmtNum(t.due)),
     el("td", { class: "num scheduled" }, fmtNum(t.scheduled)),
@@ -139,7 +139,7 @@ function render(ov) {
     el("td", {}, t.polling ? t.polling.sender + (t.polling.destination ? " → " + t.polling.destination : "") : "–"),
     el("td", { class: "circuit state-" + (t.polling ? t.polling.circuit : "") }, t.polling ? t.polling.circuit : "–"),
     el("td", {}, attemptsBars(t.attempts)),
-    el("td", { class: "err" }, t.last_error || (t.polling && t.polling.poll_error) || ""))));
+    el("td", { class: "err" }, t.last_error || (t.polling && t.polling.poll_error) || ""))].concat(routeRows(t))));
 
   fill($("#circuits tbody"), ov.circuits.map(c => el("tr", {},
     el("td", {}, c.sender), el("td", {}, c.connection ? "(connection)" : c.destination),
@@ -230,6 +230,24 @@ function filterFromForm() {
   return f;
 }
 
+// routeRows are a fanned-out type's routes, one row each under the
+// type's: the type's counts are its rows of every route, each route has
+// its own destination, poller and circuit.
+function routeRows(t) {
+  return (t.routes || []).map(r => {
+    const p = r.polling;
+    const settings = r.claim ? " (" + r.claim + ", max attempts " + r.max_attempts + (r.ordering === "key" ? ", ordered by key" : "") + ")" : "";
+    return el("tr", { class: "route", "data-route-of": t.event_type, "data-route": r.name },
+      el("td", { title: "route of " + t.event_type + settings }, "↳ " + r.name),
+      el("td", { colSpan: 7 }, settings ? "route" + settings : "route"),
+      el("td", { class: "num delay" }, p ? fmtDur(p.delay_seconds) : "–"),
+      el("td", {}, (r.sender || (p && p.sender) || "") + (r.destination ? " → " + r.destination : "")),
+      el("td", { class: "circuit state-" + (p ? p.circuit : "") }, p ? p.circuit : "–"),
+      el("td", {}, ""),
+      el("td", { class: "err" }, (p && p.poll_error) || ""));
+  });
+}
+
 async function loadDeadLetters(append) {
   state.paged = append;
   const params = new URLSearchParams(state.filter || {});
@@ -238,7 +256,7 @@ async function loadDeadLetters(append) {
   try {
     const page = await api("api/v1/dead-letters?" + params.toString());
     const rows = page.items.map(d => el("tr", { "data-id": d.id },
-      el("td", {}, fmtTime(d.failed_at)), el("td", {}, d.event_type), el("td", {}, d.key || ""),
+      el("td", {}, fmtTime(d.failed_at)), el("td", {}, d.event_type), el("td", {}, d.route || ""), el("td", {}, d.key || ""),
       el("td", { class: "num" }, d.attempts), el("td", {}, d.status), el("td", { class: "num" }, fmtNum(d.payload.size) + " B"),
       el("td", { class: "err" }, d.last_error),
       el("td", {},
@@ -264,7 +282,7 @@ async function showPreview(id, full) {
     const meta = $("#preview-meta");
     while (meta.firstChild) meta.firstChild.remove();
     const add = (k, v) => { meta.append(el("dt", {}, k), el("dd", {}, v)); };
-    add("type", d.event_type); add("key", d.key || "–"); add("status", d.status); add("attempts", d.attempts);
+    add("type", d.event_type); if (d.route) add("route", d.route); if (d.event_id) add("event id", d.event_id); add("key", d.key || "–"); add("status", d.status); add("attempts", d.attempts);
     add("failed at", fmtTime(d.failed_at)); add("last error", d.last_error);
     add("payload", fmtNum(d.payload.size) + " bytes, " + d.payload.content_type + (d.payload.encoding === "base64" ? " (binary, shown as base64)" : "") + (d.payload.truncated ? ", preview truncated" : ""));
     for (const [k, v] of Object.entries(d.headers || {})) add("header " + k, v);

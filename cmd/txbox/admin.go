@@ -49,6 +49,7 @@ func startAdmin(e *env, cfg *config.Config, st *config.Store, r *relay.Relay, re
 		NoCommitHorizon: !cfg.HasCommitHorizon(),
 		Fingerprinter:   cfg.Fingerprinter(),
 		Retention:       typeRetention(cfg),
+		Routes:          adminRoutes(cfg),
 	})
 	if err != nil {
 		return nil, err
@@ -76,4 +77,17 @@ func startAdmin(e *env, cfg *config.Config, st *config.Store, r *relay.Relay, re
 		_ = srv.Shutdown(ctx)
 		<-done
 	}, nil
+}
+
+// adminRoutes returns the routes of each fanned-out type as the admin
+// overview shows them (config.Config.Routes).
+func adminRoutes(cfg *config.Config) func(string) []admin.RouteView {
+	return func(t string) []admin.RouteView {
+		var out []admin.RouteView
+		for _, r := range cfg.Routes(t) {
+			out = append(out, admin.RouteView{Name: r.Name, Sender: r.Sender, Destination: r.Destination,
+				Claim: string(r.Claim), BatchSize: r.BatchSize, MaxAttempts: r.MaxAttempts, Ordering: string(r.Ordering)})
+		}
+		return out
+	}
 }

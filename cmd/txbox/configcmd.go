@@ -135,6 +135,7 @@ func runConfigCheck(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	dests := printEventTypes(w, cfg, types)
+	c.notes = append(c.notes, fanoutNotes(cfg, types)...)
 	warnings, err := c.destinations(ctx, w, dests)
 	if err != nil {
 		return err
@@ -456,17 +457,28 @@ type destinations struct {
 // is the defaults route for unlisted types) and returns its label.
 func (ds *destinations) add(t string, s relay.EventSettings, template bool) string {
 	sn := deref(s.Sender)
-	sc := ds.cfg.Senders[sn]
-	if sc == nil || s.Route == nil {
+	if ds.cfg.Senders[sn] == nil || s.Route == nil {
 		return "(no sender)"
 	}
 	r := *s.Route
 	if !template {
 		r = r.Expand(t)
 	}
+	return ds.addRoute(t, sn, r, template)
+}
+
+// addRoute records that label (a type, or "type → route") goes to route r
+// of sender sn, r already expanded unless it is the defaults template,
+// and returns the destination's label.
+func (ds *destinations) addRoute(label, sn string, r sender.Route, template bool) string {
+	sc := ds.cfg.Senders[sn]
+	if sc == nil {
+		return "(no sender)"
+	}
 	if sc.Webhook != nil && r.URL == "" {
 		r.URL = sc.Webhook.URL
 	}
+	t := label
 	kind, dn := destinationName(sc.Type, r)
 	for _, d := range ds.list {
 		if d.sender == sn && d.name == dn {
@@ -482,7 +494,11 @@ func (ds *destinations) add(t string, s relay.EventSettings, template bool) stri
 }
 
 // printEventTypes prints each type's effective settings and returns the
-// destinations they name.
+// destinations they name. A fanned-out type (config.Config.Routes) has a
+// row of its own, with only the settings its routes share (lease,
+// retention), then a row "type → route" per route with the route's
+// sender, destination and settings, each route's destination listed as
+// any type's.
 //
 // In WAL mode a type's events come from the stream, in batches of
 // database.wal.batch-size unless the type has a batch-size of its own;
@@ -508,7 +524,22 @@ func printEventTypes(w io.Writer, cfg *config.Config, types []string) []*destina
 			deref(s.MaxAttempts), deref(s.LeaseDuration), deref(s.Ordering), deref(s.Retention))
 	}
 	for _, t := range types {
-		row(t, t, cfg.Effective(t), false)
+		routes := cfg.Routes(t)
+		if routes == nil {
+			row(t, t, cfg.Effective(t), false)
+			continue
+		}
+		// A fanned-out type: one row per route, each with the
+		// route's own effective settings; the type's row names its
+		// routes. Lease and retention are the type's.
+		eff := cfg.Effective(t)
+		fmt.Fprintf(w, "%s\t(fan-out: %d routes)\t\t\t\t\t%s\t\t%s\n", t, len(routes), deref(eff.LeaseDuration), deref(eff.Retention))
+		for _, r := range routes {
+			label := routeLabel(t, r.Name)
+			dest := ds.addRoute(label, r.Sender, r.Route, false)
+			fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", label, r.Sender, dest, r.Claim, r.BatchSize,
+				r.MaxAttempts, deref(eff.LeaseDuration), r.Ordering, deref(eff.Retention))
+		}
 	}
 	row("(other types)", "", cfg.Effective(""), true)
 	if wal {
@@ -516,6 +547,26 @@ func printEventTypes(w io.Writer, cfg *config.Config, types []string) []*destina
 			"rows in the outbox table: spills, rows from before the slot, events due later)")
 	}
 	return ds.list
+}
+
+// routeLabel names route of fanned-out type t in the tables.
+func routeLabel(t, route string) string { return t + " → " + route }
+
+// fanoutNote is config check's note for a configuration that fans a type
+// out: what happens to the rows of a route that leaves it, which the
+// check cannot see (it would need the store).
+const fanoutNote = "fan-out: each route of a type (rows \"type → route\") gets every event, with its own deliveries, retries and dead letters. " +
+	"Removing a route, or renaming it, leaves its pending rows without a destination: the relay dead-letters them " +
+	"(last error \"route ... was removed from the configuration\"), where they can be deleted or redriven (docs/concepts.md, \"Fan-out\")"
+
+// fanoutNotes is fanoutNote when one of types fans out, else nothing.
+func fanoutNotes(cfg *config.Config, types []string) []string {
+	for _, t := range types {
+		if cfg.Routes(t) != nil {
+			return []string{fanoutNote}
+		}
+	}
+	return nil
 }
 
 // destinationName names the route field the sender type uses.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -419,11 +418,11 @@ func oneLine(s string, n int) string {
 type dlqJSON struct {
 	ID        string `json:"id"`
 	EventType string `json:"event_type"`
-	// Route and EventID are set for a dead letter of a fanned-out type's
-	// route (docs/concepts.md, "Fan-out").
+	Key       string `json:"key,omitempty"`
+	// Route and EventID are a fan-out route's (admin's DeadLetter):
+	// absent for a type with one route.
 	Route     string            `json:"route,omitempty"`
 	EventID   string            `json:"event_id,omitempty"`
-	Key       string            `json:"key,omitempty"`
 	Status    string            `json:"status"`
 	Attempts  int               `json:"attempts"`
 	LastError string            `json:"last_error"`
@@ -474,16 +473,18 @@ func printDeadLetters(e *env, dls []*store.DeadLetter, asJSON bool) error {
 		return json.NewEncoder(e.stdout).Encode(out)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	routes := slices.ContainsFunc(dls, func(dl *store.DeadLetter) bool { return dl.Route != "" })
-	if routes {
+	// A ROUTE column when a dead letter of the page is a fan-out
+	// route's.
+	routed := slices.ContainsFunc(dls, func(dl *store.DeadLetter) bool { return dl.Route != "" })
+	if routed {
 		fmt.Fprintln(tw, "ID\tTYPE\tROUTE\tKEY\tATTEMPTS\tFAILED AT\tSTATUS\tLAST ERROR")
 	} else {
 		fmt.Fprintln(tw, "ID\tTYPE\tKEY\tATTEMPTS\tFAILED AT\tSTATUS\tLAST ERROR")
 	}
 	for _, dl := range dls {
 		typ := dl.EventType
-		if routes {
-			typ += "\t" + cmp.Or(dl.Route, "-")
+		if routed {
+			typ += "\t" + dl.Route
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", dl.ID, typ, dl.Key, dl.Attempts, dl.FailedAt.UTC().Format(time.RFC3339), dl.Status, oneLine(dl.LastError, 80))
 	}
@@ -497,12 +498,15 @@ func printDeadLetter(e *env, dl *store.DeadLetter, asJSON, full bool) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(j)
 	}
-	fmt.Fprintf(e.stdout, "id:         %s\ntype:       %s\n", j.ID, j.EventType)
+	fmt.Fprintf(e.stdout, "id:         %s\ntype:       %s\nkey:        %s\nstatus:     %s\nattempts:   %d\ncreated at: %s\nfailed at:  %s\nlast error: %s\n",
+		j.ID, j.EventType, j.Key, j.Status, j.Attempts, j.CreatedAt.UTC().Format(time.RFC3339Nano), j.FailedAt.UTC().Format(time.RFC3339Nano), j.LastError)
 	if j.Route != "" {
-		fmt.Fprintf(e.stdout, "route:      %s\nevent id:   %s\n", j.Route, cmp.Or(j.EventID, j.ID))
+		fmt.Fprintf(e.stdout, "route:      %s\n", j.Route)
 	}
-	fmt.Fprintf(e.stdout, "key:        %s\nstatus:     %s\nattempts:   %d\ncreated at: %s\nfailed at:  %s\nlast error: %s\nheaders:\n",
-		j.Key, j.Status, j.Attempts, j.CreatedAt.UTC().Format(time.RFC3339Nano), j.FailedAt.UTC().Format(time.RFC3339Nano), j.LastError)
+	if j.EventID != "" {
+		fmt.Fprintf(e.stdout, "event id:   %s\n", j.EventID)
+	}
+	fmt.Fprintln(e.stdout, "headers:")
 	for _, k := range sortedKeys(dl.Headers) {
 		fmt.Fprintf(e.stdout, "  %s: %s\n", k, dl.Headers[k])
 	}

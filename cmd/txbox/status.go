@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/txbox/txbox/config"
 	"github.com/txbox/txbox/store"
 )
 
@@ -19,7 +21,7 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	st, err := cf.openStore(ctx, e)
+	cfg, st, err := cf.openStoreConfig(ctx, e)
 	if err != nil {
 		return err
 	}
@@ -41,8 +43,9 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("count dead letters: %w", err)
 	}
 	slot, slotErr := streamStatus(ctx, st.Driver)
+	routes, routesErr := statusRoutes(ctx, cfg, st.Driver)
 	if *asJSON {
-		return printStatusJSON(e, types, unresolved, resolved, slot, slotErr)
+		return printStatusJSON(e, types, unresolved, resolved, slot, slotErr, routes, routesErr)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "EVENT TYPE\tDUE\tSCHEDULED\tIN PROCESS\tFAILED\tLAG\tNEXT DUE IN\tATTEMPTS\tLAST ERROR")
@@ -55,6 +58,9 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 			s.OldestDueAge.Round(time.Millisecond), next, attemptsText(s.Attempts), oneLine(s.LastError, 60))
 	}
 	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if err := printStatusRoutes(e, routes, routesErr); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "dead letters: %d unresolved, %d resolved\n", unresolved, resolved)
@@ -158,9 +164,15 @@ type statusType struct {
 	LastError string  `json:"last_error,omitempty"`
 }
 
-func printStatusJSON(e *env, types []*store.OutboxTypeDetail, unresolved, resolved int64, slot *store.StreamStatus, slotErr error) error {
+func printStatusJSON(e *env, types []*store.OutboxTypeDetail, unresolved, resolved int64, slot *store.StreamStatus, slotErr error,
+	routes []statusRoute, routesErr error) error {
 	out := struct {
-		Types       []statusType `json:"types"`
+		Types []statusType `json:"types"`
+		// Routes are the routes of the fanned-out types, and those with
+		// pending rows that the configuration no longer has; absent
+		// when there are none.
+		Routes      []statusRoute `json:"routes,omitempty"`
+		RoutesError string        `json:"routes_error,omitempty"`
 		DeadLetters struct {
 			Unresolved int64 `json:"unresolved"`
 			Resolved   int64 `json:"resolved"`
@@ -168,7 +180,10 @@ func printStatusJSON(e *env, types []*store.OutboxTypeDetail, unresolved, resolv
 		// Slot is WAL mode's replication slot; absent in table mode.
 		Slot      *store.StreamStatus `json:"wal_slot,omitempty"`
 		SlotError string              `json:"wal_slot_error,omitempty"`
-	}{Types: []statusType{}, Slot: slot}
+	}{Types: []statusType{}, Slot: slot, Routes: routes}
+	if routesErr != nil {
+		out.RoutesError = routesErr.Error()
+	}
 	if slotErr != nil {
 		out.SlotError = slotErr.Error()
 	}
@@ -186,4 +201,81 @@ func printStatusJSON(e *env, types []*store.OutboxTypeDetail, unresolved, resolv
 	enc := json.NewEncoder(e.stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
+}
+
+// statusRoute is one route of a fanned-out type in `txbox status`: as the
+// configuration resolves it (config.Config.Routes), with its pending rows
+// when the store can count them.
+type statusRoute struct {
+	EventType string `json:"event_type"`
+	config.RouteView
+	// Pending counts the route's PENDING rows (expanded events not yet
+	// delivered to it); absent when the store cannot count them.
+	Pending *int64 `json:"pending,omitempty"`
+	// Removed marks a route with pending rows that the configuration no
+	// longer has: the relay dead-letters those rows.
+	Removed bool `json:"removed,omitempty"`
+}
+
+// statusRoutes lists the configured routes of every fanned-out type, with
+// each route's pending rows when the store can tell (store.Expander), and
+// the routes with pending rows the configuration no longer has. The error
+// is the store's, the routes still listed.
+func statusRoutes(ctx context.Context, cfg *config.Config, d store.Driver) ([]statusRoute, error) {
+	var out []statusRoute
+	for _, t := range cfg.EventTypes() {
+		for _, r := range cfg.Routes(t) {
+			out = append(out, statusRoute{EventType: t, RouteView: r})
+		}
+	}
+	x, ok := d.(store.Expander)
+	if !ok {
+		return out, nil
+	}
+	pending, err := x.OutboxPendingRoutes(ctx)
+	if err != nil {
+		return out, fmt.Errorf("pending rows per route: %w", err)
+	}
+	for i := range out {
+		var n int64
+		out[i].Pending = &n
+	}
+	for _, tr := range pending {
+		i := slices.IndexFunc(out, func(r statusRoute) bool { return r.EventType == tr.EventType && r.Name == tr.Route })
+		if i < 0 {
+			out = append(out, statusRoute{EventType: tr.EventType, RouteView: config.RouteView{Name: tr.Route}, Removed: true})
+			i = len(out) - 1
+		}
+		n := tr.Pending
+		out[i].Pending = &n
+	}
+	return out, nil
+}
+
+// printStatusRoutes prints the routes table of `txbox status`, when a
+// type fans out.
+func printStatusRoutes(e *env, routes []statusRoute, storeErr error) error {
+	if len(routes) == 0 && storeErr == nil {
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nEVENT TYPE\tROUTE\tSENDER\tDESTINATION\tCLAIM\tMAX ATTEMPTS\tPENDING")
+	for _, r := range routes {
+		pending := "-"
+		if r.Pending != nil {
+			pending = fmt.Sprint(*r.Pending)
+		}
+		if r.Removed {
+			fmt.Fprintf(tw, "%s\t%s\t(removed from the configuration: the relay dead-letters its pending rows)\t\t\t\t%s\n", r.EventType, r.Name, pending)
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", r.EventType, r.Name, r.Sender, r.Destination, r.Claim, r.MaxAttempts, pending)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if storeErr != nil {
+		fmt.Fprintf(e.stdout, "routes: %v\n", storeErr)
+	}
+	return nil
 }

@@ -31,7 +31,9 @@ type Options struct {
 	// a scrape. Defaults to DefaultStatsTimeout.
 	StatsTimeout time.Duration
 	// MaxTypes bounds the event_type label values; later types are
-	// reported as "_other". Defaults to DefaultMaxTypes.
+	// reported as "_other". It bounds the (event_type, route) pairs of
+	// fanned-out types (the route label) as well: later routes are
+	// reported as route "_other". Defaults to DefaultMaxTypes.
 	MaxTypes int
 	// MaxDestinations bounds the destination label values, as MaxTypes.
 	// Defaults to DefaultMaxDestinations.
@@ -61,8 +63,11 @@ type Metrics struct {
 	txbox.NopRelayHook
 
 	types, dests *boundedSet
-	stats        *statsCollector
-	stream       *streamCollector
+	// routes admits (event type, route) pairs: route names come from
+	// the configuration, but each type may have its own.
+	routes *boundedSet
+	stats  *statsCollector
+	stream *streamCollector
 
 	published     *prometheus.CounterVec
 	publishErrors prometheus.Counter
@@ -94,7 +99,8 @@ var latencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25
 // prometheus.Registerer.
 func New(opts Options) *Metrics {
 	opts = opts.withDefaults()
-	m := &Metrics{types: newBoundedSet(opts.MaxTypes), dests: newBoundedSet(opts.MaxDestinations), stream: newStreamCollector()}
+	m := &Metrics{types: newBoundedSet(opts.MaxTypes), dests: newBoundedSet(opts.MaxDestinations), routes: newBoundedSet(opts.MaxTypes),
+		stream: newStreamCollector()}
 	if opts.Stats != nil {
 		m.stats = newStatsCollector(opts, m.types)
 	}
@@ -112,19 +118,19 @@ func New(opts Options) *Metrics {
 	m.publishErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "txbox_outbox_publish_errors_total",
 		Help: "Publish calls whose insert failed."})
 	m.messages = counter("txbox_relay_messages_total",
-		"Messages the relay finished, by event type and result (sent, retried, dead_lettered, released, fenced).", "event_type", "result")
+		"Messages the relay finished, by event type, fan-out route and result (sent, retried, dead_lettered, released, fenced).", "event_type", "route", "result")
 	m.failed = counter("txbox_relay_failed_total",
-		"Messages whose send failed, by event type: the sum of the retried, dead_lettered and released results.", "event_type")
+		"Messages whose send failed, by event type and fan-out route: the sum of the retried, dead_lettered and released results.", "event_type", "route")
 	m.finishErrors = counter("txbox_relay_finish_errors_total",
-		"Batches whose finish failed (their rows are recovered after the lease), by event type.", "event_type")
+		"Batches whose finish failed (their rows are recovered after the lease), by event type and fan-out route.", "event_type", "route")
 	m.send = histogram("txbox_relay_send_duration_seconds",
 		"How long sending one batch took, by sender and destination.", "sender", "destination")
-	m.claim = histogram("txbox_relay_claim_duration_seconds", "How long one claim statement took, by event type.", "event_type")
+	m.claim = histogram("txbox_relay_claim_duration_seconds", "How long one claim statement took, by event type and fan-out route.", "event_type", "route")
 	m.finish = histogram("txbox_relay_finish_duration_seconds",
-		"How long recording one batch's outcome took, by event type.", "event_type")
+		"How long recording one batch's outcome took, by event type and fan-out route.", "event_type", "route")
 	m.polls = counter("txbox_relay_polls_total",
-		"Claims, by event type and result (full, partial, empty, error).", "event_type", "result")
-	m.delay = gauge("txbox_relay_poll_delay_seconds", "The current polling delay, by event type.", "event_type")
+		"Claims, by event type, fan-out route and result (full, partial, empty, error).", "event_type", "route", "result")
+	m.delay = gauge("txbox_relay_poll_delay_seconds", "The current polling delay, by event type and fan-out route.", "event_type", "route")
 	m.circuit = gauge("txbox_relay_circuit_state",
 		"Circuit state: 0 closed, 1 open, 2 half-open; by sender, destination and circuit (destination or connection).",
 		"sender", "destination", "circuit")
@@ -150,7 +156,8 @@ func (m *Metrics) OnPublish(e outbox.PublishEvent) {
 // OnPoll implements txbox.RelayHook.
 func (m *Metrics) OnPoll(e txbox.PollEvent) {
 	t := m.types.label(e.EventType)
-	m.claim.WithLabelValues(t).Observe(e.Duration.Seconds())
+	rt := m.route(t, e.Route)
+	m.claim.WithLabelValues(t, rt).Observe(e.Duration.Seconds())
 	res := "partial"
 	switch {
 	case e.Err != nil:
@@ -160,35 +167,54 @@ func (m *Metrics) OnPoll(e txbox.PollEvent) {
 	case e.Full:
 		res = "full"
 	}
-	m.polls.WithLabelValues(t, res).Inc()
+	m.polls.WithLabelValues(t, rt, res).Inc()
 	// Helper claims of a busy type report no delay: they claim again at
 	// once, and the type's main loop keeps reporting its own.
 	if e.NextDelay > 0 || res == "full" {
-		m.delay.WithLabelValues(t).Set(e.NextDelay.Seconds())
+		m.delay.WithLabelValues(t, rt).Set(e.NextDelay.Seconds())
 	}
 }
 
 // OnBatch implements txbox.RelayHook.
 func (m *Metrics) OnBatch(e txbox.BatchEvent) {
 	t := m.types.label(e.EventType)
+	rt := m.route(t, e.Route)
 	for _, r := range [...]struct {
 		result string
 		n      int
 	}{{"sent", e.Sent}, {"retried", e.Retried}, {"dead_lettered", e.Failed}, {"released", e.Released}, {"fenced", e.Fenced}} {
 		if r.n > 0 {
-			m.messages.WithLabelValues(t, r.result).Add(float64(r.n))
+			m.messages.WithLabelValues(t, rt, r.result).Add(float64(r.n))
 		}
 	}
 	if n := e.Retried + e.Failed + e.Released; n > 0 {
-		m.failed.WithLabelValues(t).Add(float64(n))
+		m.failed.WithLabelValues(t, rt).Add(float64(n))
 	}
 	if e.SendDuration > 0 {
 		m.send.WithLabelValues(e.Sender, m.dests.label(destination(e.Destination))).Observe(e.SendDuration.Seconds())
 	}
-	m.finish.WithLabelValues(t).Observe(e.FinishDuration.Seconds())
+	m.finish.WithLabelValues(t, rt).Observe(e.FinishDuration.Seconds())
 	if e.FinishErr != nil {
-		m.finishErrors.WithLabelValues(t).Inc()
+		m.finishErrors.WithLabelValues(t, rt).Inc()
 	}
+}
+
+// route is the route label of route of the type labelled t: "" for a
+// type with one route; for a fanned-out type its name, while the
+// (type, route) pairs seen stay within MaxTypes, else "_other", as is
+// every route of a type reported as "_other" (its routes would multiply
+// the series the type bound saved).
+func (m *Metrics) route(t, route string) string {
+	switch {
+	case route == "":
+		return ""
+	case t == other:
+		return other
+	}
+	if m.routes.label(t+"\x00"+route) == other {
+		return other
+	}
+	return route
 }
 
 // OnCircuit implements txbox.RelayHook.

@@ -115,19 +115,19 @@ func TestMetricsThroughARelay(t *testing.T) {
 		Hooks:              []txbox.RelayHook{m},
 		Logger:             slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
-	const sent = `txbox_relay_messages_total{event_type=order.created,result=sent}`
-	const dead = `txbox_relay_messages_total{event_type=order.created,result=dead_lettered}`
+	const sent = `txbox_relay_messages_total{event_type=order.created,result=sent,route=}`
+	const dead = `txbox_relay_messages_total{event_type=order.created,result=dead_lettered,route=}`
 	// The empty poll after the batch can come after the dead-letter move
 	// (the first claim took all six rows): wait for it too.
 	testenv.WaitFor(t, 20*time.Second, "5 sent, 1 dead-lettered and an empty poll", func() bool {
 		s := series(t, reg)
 		return s[sent] == 5 && s[dead] == 1 && s[`txbox_relay_job_rows_total{job=dead_letter_move}`] == 1 &&
-			s[`txbox_relay_polls_total{event_type=order.created,result=empty}`] > 0
+			s[`txbox_relay_polls_total{event_type=order.created,result=empty,route=}`] > 0
 	})
 	s := series(t, reg)
 	for key, want := range map[string]float64{
 		`txbox_outbox_published_total{event_type=order.created}`:                               6,
-		`txbox_relay_failed_total{event_type=order.created}`:                                   1,
+		`txbox_relay_failed_total{event_type=order.created,route=}`:                            1,
 		`txbox_relay_send_duration_seconds{destination=topic=events.order.created,sender=bus}`: 1,
 		`txbox_outbox_backlog{event_type=order.created,state=due}`:                             0,
 		`txbox_outbox_backlog{event_type=order.created,state=failed}`:                          0,
@@ -140,12 +140,12 @@ func TestMetricsThroughARelay(t *testing.T) {
 			t.Errorf("%s observed %v batches, want at least %v", key, s[key], want)
 		}
 	}
-	if s[`txbox_relay_polls_total{event_type=order.created,result=empty}`] == 0 ||
-		s[`txbox_relay_claim_duration_seconds{event_type=order.created}`] == 0 ||
-		s[`txbox_relay_finish_duration_seconds{event_type=order.created}`] == 0 {
+	if s[`txbox_relay_polls_total{event_type=order.created,result=empty,route=}`] == 0 ||
+		s[`txbox_relay_claim_duration_seconds{event_type=order.created,route=}`] == 0 ||
+		s[`txbox_relay_finish_duration_seconds{event_type=order.created,route=}`] == 0 {
 		t.Errorf("no empty polls, claims or finishes recorded: %v", s)
 	}
-	if got := s[`txbox_relay_poll_delay_seconds{event_type=order.created}`]; got <= 0 || got > 0.1 {
+	if got := s[`txbox_relay_poll_delay_seconds{event_type=order.created,route=}`]; got <= 0 || got > 0.1 {
 		t.Errorf("poll delay gauge %v, want within the configured (0, 100ms]", got)
 	}
 
@@ -318,5 +318,55 @@ func TestLabelCardinalityIsBounded(t *testing.T) {
 	}
 	if _, ok := s[`txbox_relay_send_duration_seconds{destination=url=https://h/0,sender=s}`]; !ok {
 		t.Errorf("destination label not cleaned of credentials and query: %v", perName["txbox_relay_send_duration_seconds"])
+	}
+}
+
+// TestRouteLabel: the per-type delivery metrics carry the fan-out route
+// (empty for a type with one route), so each route of a fanned-out type
+// has its own series; the (type, route) pairs are bounded by MaxTypes,
+// and the routes of a type reported as _other are _other too.
+func TestRouteLabel(t *testing.T) {
+	t.Parallel()
+	m := relayprom.New(relayprom.Options{MaxTypes: 3})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	feed := func(typ, route string) {
+		m.OnPoll(txbox.PollEvent{EventType: typ, Route: route, Claimed: 1, Limit: 10, NextDelay: time.Second})
+		m.OnBatch(txbox.BatchEvent{EventType: typ, Route: route, Sender: "s", Destination: "d", Sent: 2, Failed: 1})
+	}
+	// Types single, fan and t.0 take the 3 type places; (fan, kafka),
+	// (fan, partner) and (fan, late) the 3 route places.
+	feed("single", "")
+	feed("fan", "kafka")
+	feed("fan", "partner")
+	feed("fan", "partner")
+	feed("fan", "late")
+	feed("fan", "later") // the 4th pair: beyond MaxTypes
+	for i := range 5 {
+		feed(fmt.Sprint("t.", i), "r") // types beyond MaxTypes: _other, their routes too
+	}
+	s := series(t, reg)
+	for key, want := range map[string]float64{
+		`txbox_relay_messages_total{event_type=single,result=sent,route=}`:           2,
+		`txbox_relay_messages_total{event_type=fan,result=sent,route=kafka}`:         2,
+		`txbox_relay_messages_total{event_type=fan,result=sent,route=partner}`:       4,
+		`txbox_relay_messages_total{event_type=fan,result=dead_lettered,route=late}`: 1,
+		`txbox_relay_messages_total{event_type=t.0,result=sent,route=_other}`:        2,
+		`txbox_relay_messages_total{event_type=fan,result=sent,route=_other}`:        2,
+		`txbox_relay_messages_total{event_type=_other,result=sent,route=_other}`:     8,
+		`txbox_relay_failed_total{event_type=fan,route=partner}`:                     2,
+		`txbox_relay_polls_total{event_type=fan,result=partial,route=kafka}`:         1,
+		`txbox_relay_poll_delay_seconds{event_type=fan,route=partner}`:               1,
+		`txbox_relay_claim_duration_seconds{event_type=fan,route=kafka}`:             1,
+		`txbox_relay_finish_duration_seconds{event_type=single,route=}`:              1,
+	} {
+		if got, ok := s[key]; got != want || !ok {
+			t.Errorf("%s = %v (present %v), want %v", key, got, ok, want)
+		}
+	}
+	for key := range s {
+		if strings.Contains(key, "route=later") || strings.Contains(key, "route=r}") || strings.Contains(key, "route=r,") {
+			t.Errorf("a route beyond the bound has its own series: %s", key)
+		}
 	}
 }
