@@ -730,8 +730,8 @@ func (c *Config) OpenSender(name string, getenv func(string) string, logger *slo
 
 // LockConns is the smallest pool that lets every batch of the lock claim
 // (claim: lock) be in flight at once, each holding its connection until
-// its finish commits: the in-flight batches of every configured type in
-// lock mode, those of one discovered type when defaults use it, plus 4
+// its finish commits: the in-flight batches of every configured type (of
+// every route of a fanned-out type) in lock mode, those of one discovered type when defaults use it, plus 4
 // for everything else (claims of lease types, background jobs, the
 // wake-up listener). 0 when no type uses the lock claim. Store uses it
 // as the PostgreSQL pool size when database.max-conns is not set and the
@@ -745,6 +745,16 @@ func (c *Config) LockConns() int {
 	}
 	add(c.Effective(""))
 	for _, t := range c.EventTypes() {
+		if routes := c.Routes(t); routes != nil {
+			// A fanned-out type: each route has its own claim and
+			// in-flight batches (docs/concepts.md, "Fan-out").
+			for _, r := range routes {
+				if r.Claim == txbox.ClaimLock {
+					n += r.InFlight
+				}
+			}
+			continue
+		}
 		add(c.Effective(t))
 	}
 	if n == 0 {

@@ -95,3 +95,31 @@ events:
 		}
 	}
 }
+
+// TestLockConnsCountsEveryRoute: the pool the lock claim needs counts the
+// in-flight batches of each lock-claimed route of a fanned-out type.
+func TestLockConnsCountsEveryRoute(t *testing.T) {
+	t.Parallel()
+	yml := `
+database: { dialect: postgres, dsn: "postgres://x@127.0.0.1:1/db" }
+senders:
+  n: { type: nats }
+  w: { type: webhook, url: "http://127.0.0.1:1/w" }
+defaults: { sender: n, route: { subject: "x.{event_type}" } }
+events:
+  orders:
+    routes:
+      - { subject: a, in-flight: 3 }
+      - { name: b, subject: b, in-flight: 5 }
+      - { sender: w }
+`
+	c, err := Load(Source{YAML: []byte(yml)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two NATS routes in lock mode (3 + 5), the webhook route in lease
+	// mode, one discovered type with the defaults (4), and the reserve.
+	if got, want := c.LockConns(), 3+5+relay.DefaultInFlight+relay.LockReserve; got != want {
+		t.Fatalf("LockConns = %d, want %d", got, want)
+	}
+}
