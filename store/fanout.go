@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/txbox/txbox"
 )
@@ -71,6 +72,30 @@ type OutboxExpandParams struct {
 	// in RouteRowID: adding a route at the end keeps the others' ids.
 	Routes []string
 	Limit  int
+}
+
+// Validate checks the parameters every dialect's OutboxExpand needs: a
+// valid event type, Limit at least 1, and 2 to MaxRoutes routes, each
+// non-empty and distinct. Its errors match ErrInvalidParams (or, for the
+// type, txbox.ErrInvalidEventType's).
+func (p *OutboxExpandParams) Validate() error {
+	if p == nil || p.Limit < 1 {
+		return fmt.Errorf("%w: expand needs Limit >= 1", ErrInvalidParams)
+	}
+	if err := txbox.ValidateEventType(p.EventType); err != nil {
+		return err
+	}
+	if len(p.Routes) < 2 || len(p.Routes) > MaxRoutes {
+		return fmt.Errorf("%w: expand needs 2 to %d routes, got %d", ErrInvalidParams, MaxRoutes, len(p.Routes))
+	}
+	seen := map[string]bool{}
+	for _, r := range p.Routes {
+		if r == "" || seen[r] {
+			return fmt.Errorf("%w: expand routes must be non-empty and distinct, got %q", ErrInvalidParams, p.Routes)
+		}
+		seen[r] = true
+	}
+	return nil
 }
 
 // TypeRoute is one (event type, route) pair with pending rows.

@@ -47,20 +47,6 @@ func (d *Driver) fanoutQueries(q *queries) {
 // one INSERT of 3 placeholders each, at most MaxRoutes-1 per event.
 const maxExpand = 1000
 
-// checkRoutes validates an expansion's routes.
-func checkRoutes(routes []string) error {
-	if len(routes) < 2 || len(routes) > store.MaxRoutes {
-		return fmt.Errorf("%w: expand needs 2 to %d routes, got %d", ErrInvalidParams, store.MaxRoutes, len(routes))
-	}
-	seen := map[string]bool{}
-	for _, r := range routes {
-		if r == "" || seen[r] {
-			return fmt.Errorf("%w: expand routes must be non-empty and distinct, got %q", ErrInvalidParams, routes)
-		}
-		seen[r] = true
-	}
-	return nil
-}
 
 // OutboxExpand turns up to Limit PENDING rows of the type with route ""
 // into one row per route (store.Expander), in one READ COMMITTED
@@ -74,14 +60,8 @@ func checkRoutes(routes []string) error {
 // INSERT ... SELECT adds the further routes' rows. An event one of whose
 // route ids is taken fails with store.ErrRouteIDTaken.
 func (d *Driver) OutboxExpand(ctx context.Context, params *store.OutboxExpandParams) (int, error) {
-	if params == nil || params.Limit < 1 {
-		return 0, fmt.Errorf("%w: expand needs Limit >= 1", ErrInvalidParams)
-	}
-	if err := txbox.ValidateEventType(params.EventType); err != nil {
-		return 0, err
-	}
-	if err := checkRoutes(params.Routes); err != nil {
-		return 0, err
+	if err := params.Validate(); err != nil {
+		return 0, fmt.Errorf("mysql: %w", err)
 	}
 	limit := min(params.Limit, maxExpand)
 	var expanded int

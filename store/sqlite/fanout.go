@@ -63,20 +63,6 @@ WHERE id IN (
 // transaction, which holds the database's one write lock.
 const maxExpand = 1000
 
-// checkRoutes validates an expansion's routes.
-func checkRoutes(routes []string) error {
-	if len(routes) < 2 || len(routes) > store.MaxRoutes {
-		return fmt.Errorf("%w: expand needs 2 to %d routes, got %d", ErrInvalidParams, store.MaxRoutes, len(routes))
-	}
-	seen := map[string]bool{}
-	for _, r := range routes {
-		if r == "" || seen[r] {
-			return fmt.Errorf("%w: expand routes must be non-empty and distinct, got %q", ErrInvalidParams, routes)
-		}
-		seen[r] = true
-	}
-	return nil
-}
 
 // OutboxExpand turns up to Limit PENDING rows of the type with route ""
 // into one row per route (store.Expander), in one write transaction (the
@@ -87,14 +73,8 @@ func checkRoutes(routes []string) error {
 // keep the events' order. An event one of whose route ids is taken fails
 // with store.ErrRouteIDTaken.
 func (d *Driver) OutboxExpand(ctx context.Context, params *store.OutboxExpandParams) (int, error) {
-	if params == nil || params.Limit < 1 {
-		return 0, fmt.Errorf("%w: expand needs Limit >= 1", ErrInvalidParams)
-	}
-	if err := txbox.ValidateEventType(params.EventType); err != nil {
-		return 0, err
-	}
-	if err := checkRoutes(params.Routes); err != nil {
-		return 0, err
+	if err := params.Validate(); err != nil {
+		return 0, fmt.Errorf("sqlite: %w", err)
 	}
 	var expanded int
 	err := d.write(ctx, func(tx *sql.Tx) error {
