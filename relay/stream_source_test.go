@@ -223,6 +223,7 @@ func startWALSourceWith(t *testing.T, f *fakeStreamer, snd *scriptSender, events
 	env := sourceEnv{
 		life: w.life, run: w.life.Run(), hard: w.life.Hard(), log: log,
 		settingsFor:  cfg.settingsFor,
+		routesFor:    cfg.streamRoutes,
 		newLane:      func(s *typeSettings) *lane { return newLane(ld, s) },
 		deadLettered: func() { w.deadLettered.Add(1) },
 	}
