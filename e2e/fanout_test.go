@@ -177,3 +177,111 @@ func TestFanoutOneDestinationDown(t *testing.T) {
 		checkKeyOrder(t, "webhook", hook.received(), keyOf)
 	})
 }
+
+// TestWALFanoutOneDestinationDown is TestFanoutOneDestinationDown in WAL
+// mode (docs/concepts.md, "Fan-out" and "WAL mode"): the stream hands
+// each event to both routes' lanes; NATS receives every event from the
+// stream while the webhook's port is closed, the webhook's copies spill
+// into the table as its route's rows, and its poller delivers them once
+// it is up. Rows a plain-SQL producer inserts (captured) reach both
+// routes too. Same ids on both, per-key order on both, no dead letter,
+// and the outbox table ends empty (no copy left, no captured row
+// expanded again).
+func TestWALFanoutOneDestinationDown(t *testing.T) {
+	t.Parallel()
+	eachKind(t, []storeKind{walKind}, func(t *testing.T, kind storeKind, d store.Driver) {
+		st := newStream(t)
+		hook := newLateWebhook(t)
+		wh, err := webhook.New(webhook.Config{Timeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = wh.Close(context.Background()) })
+		cfg := relayConfig(d, newNATSSender(t, testenv.NATSURL), st.prefix, 0)
+		cfg.Senders["partner"] = wh
+		cfg.Defaults.Sender = new("nats")
+		cfg.Events = map[string]relay.EventSettings{"orders": {
+			Ordering: new(txbox.OrderingKey),
+			Routes: []relay.RouteSettings{
+				{Sender: new("nats"), Route: sender.Route{Subject: st.prefix + ".{event_type}"}},
+				{Name: "partner", Sender: new("partner"), Route: sender.Route{URL: hook.url()}, MaxAttempts: new(20)},
+			},
+		}}
+		cfg.Circuit = relay.CircuitConfig{CoolDown: 100 * time.Millisecond, MaxCoolDown: 300 * time.Millisecond}
+		r := relaytest.Start(t, cfg)
+		testenv.WaitFor(t, 30*time.Second, "the relay streams", func() bool {
+			h := r.Health()
+			return h.Stream != nil && h.Stream.State == relay.StreamStreaming
+		})
+
+		o := newOracle()
+		keyOf := map[txbox.ID]string{}
+		const txs, perTx = 10, 30
+		for range txs {
+			evs := make([]*txbox.Event, perTx)
+			for i := range evs {
+				evs[i] = &txbox.Event{ID: txbox.NewID(), Type: "orders", Key: fmt.Sprintf("k%d", i%7), Payload: []byte("{}")}
+				keyOf[evs[i].ID] = evs[i].Key
+			}
+			if err := kind.publish(context.Background(), d, evs, true); err != nil {
+				t.Fatal(err)
+			}
+			for _, ev := range evs {
+				o.committedIDs(ev.ID)
+			}
+		}
+		insertPlainSQL(t, d, "orders", 40, o)
+		testenv.WaitFor(t, 60*time.Second, "NATS has every event while the webhook is down", func() bool { return st.count(t) >= uint64(o.expected()) })
+		if n := len(hook.received()); n != 0 {
+			t.Fatalf("the webhook received %d events while its port was closed", n)
+		}
+		if n, _ := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{}); n != 0 {
+			t.Errorf("%d dead letters while the webhook was down: an outage must not burn attempts", n)
+		}
+		hook.start(t)
+		testenv.WaitFor(t, 60*time.Second, "the webhook has every event after it came back", func() bool {
+			seen := map[txbox.ID]bool{}
+			for _, id := range hook.received() {
+				seen[id] = true
+			}
+			return len(seen) >= o.expected()
+		})
+		testenv.WaitFor(t, 30*time.Second, "the outbox table empty", func() bool { return outboxRows(t, d) == 0 })
+		if n, _ := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{}); n != 0 {
+			t.Errorf("%d dead letters, want none", n)
+		}
+
+		var natsIDs []txbox.ID
+		for _, m := range st.readAll(t) {
+			natsIDs = append(natsIDs, m.id)
+		}
+		natsOracle, hookOracle := o.copy(), o.copy()
+		natsOracle.receivedIDs(natsIDs...)
+		hookOracle.receivedIDs(hook.received()...)
+		if rep := natsOracle.report(); !rep.clean() {
+			t.Errorf("oracle (nats): %v", rep)
+		}
+		if rep := hookOracle.report(); !rep.clean() {
+			t.Errorf("oracle (webhook): %v", rep)
+		}
+		hook.mu.Lock()
+		for id, k := range hook.keys {
+			if k != id.String() {
+				t.Errorf("webhook: event %s came with Idempotency-Key %q, want the event id", id, k)
+				break
+			}
+		}
+		hook.mu.Unlock()
+		keyed := func(ids []txbox.ID) []txbox.ID {
+			var out []txbox.ID
+			for _, id := range ids {
+				if _, ok := keyOf[id]; ok {
+					out = append(out, id)
+				}
+			}
+			return out
+		}
+		checkKeyOrder(t, "nats", keyed(natsIDs), keyOf)
+		checkKeyOrder(t, "webhook", keyed(hook.received()), keyOf)
+	})
+}
