@@ -17,6 +17,7 @@ import (
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/sender/webhook"
 	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/postgres"
 )
 
 // lateWebhook is a webhook receiver on a port where nothing listens until
@@ -186,9 +187,21 @@ func TestFanoutOneDestinationDown(t *testing.T) {
 // it is up. Rows a plain-SQL producer inserts (captured) reach both
 // routes too. Same ids on both, per-key order on both, no dead letter,
 // and the outbox table ends empty (no copy left, no captured row
-// expanded again).
+// expanded again). While the webhook is down the table holds exactly one
+// row per event, the webhook route's. It runs with the webhook as the
+// second route and as the first, whose copy of a captured row is the
+// row itself, spilled in place.
 func TestWALFanoutOneDestinationDown(t *testing.T) {
 	t.Parallel()
+	for _, webhookFirst := range []bool{false, true} {
+		t.Run(map[bool]string{false: "webhook-second", true: "webhook-first"}[webhookFirst], func(t *testing.T) {
+			t.Parallel()
+			walFanoutOneDestinationDown(t, webhookFirst)
+		})
+	}
+}
+
+func walFanoutOneDestinationDown(t *testing.T, webhookFirst bool) {
 	eachKind(t, []storeKind{walKind}, func(t *testing.T, kind storeKind, d store.Driver) {
 		st := newStream(t)
 		hook := newLateWebhook(t)
@@ -197,16 +210,18 @@ func TestWALFanoutOneDestinationDown(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = wh.Close(context.Background()) })
-		cfg := relayConfig(d, newNATSSender(t, testenv.NATSURL), st.prefix, 0)
+		nc := newAckCounter(newNATSSender(t, testenv.NATSURL))
+		cfg := relayConfig(d, nc, st.prefix, 0)
 		cfg.Senders["partner"] = wh
 		cfg.Defaults.Sender = new("nats")
-		cfg.Events = map[string]relay.EventSettings{"orders": {
-			Ordering: new(txbox.OrderingKey),
-			Routes: []relay.RouteSettings{
-				{Sender: new("nats"), Route: sender.Route{Subject: st.prefix + ".{event_type}"}},
-				{Name: "partner", Sender: new("partner"), Route: sender.Route{URL: hook.url()}, MaxAttempts: new(20)},
-			},
-		}}
+		routes := []relay.RouteSettings{
+			{Sender: new("nats"), Route: sender.Route{Subject: st.prefix + ".{event_type}"}},
+			{Name: "partner", Sender: new("partner"), Route: sender.Route{URL: hook.url()}, MaxAttempts: new(20)},
+		}
+		if webhookFirst {
+			routes[0], routes[1] = routes[1], routes[0]
+		}
+		cfg.Events = map[string]relay.EventSettings{"orders": {Ordering: new(txbox.OrderingKey), Routes: routes}}
 		cfg.Circuit = relay.CircuitConfig{CoolDown: 100 * time.Millisecond, MaxCoolDown: 300 * time.Millisecond}
 		r := relaytest.Start(t, cfg)
 		testenv.WaitFor(t, 30*time.Second, "the relay streams", func() bool {
@@ -232,6 +247,10 @@ func TestWALFanoutOneDestinationDown(t *testing.T) {
 		}
 		insertPlainSQL(t, d, "orders", 40, o)
 		testenv.WaitFor(t, 60*time.Second, "NATS has every event while the webhook is down", func() bool { return st.count(t) >= uint64(o.expected()) })
+		testenv.WaitFor(t, 30*time.Second, "one row per event in the table, the webhook route's", func() bool {
+			byRoute := outboxRoutes(t, d)
+			return len(byRoute) == 1 && byRoute["partner"] == o.expected()
+		})
 		if n := len(hook.received()); n != 0 {
 			t.Fatalf("the webhook received %d events while its port was closed", n)
 		}
@@ -281,7 +300,43 @@ func TestWALFanoutOneDestinationDown(t *testing.T) {
 			}
 			return out
 		}
+		// Sent to NATS once each: a captured row is not expanded again
+		// after its spill (NATS would drop a second copy by its
+		// Nats-Msg-Id, so the sender's count tells).
+		nc.mu.Lock()
+		for id, n := range nc.acked {
+			if n != 1 {
+				t.Errorf("event %s was sent to NATS %d times, want once", id, n)
+			}
+		}
+		nc.mu.Unlock()
 		checkKeyOrder(t, "nats", keyed(natsIDs), keyOf)
 		checkKeyOrder(t, "webhook", keyed(hook.received()), keyOf)
 	})
+}
+
+// outboxRoutes counts the outbox table's rows by route.
+func outboxRoutes(t testing.TB, d store.Driver) map[string]int {
+	t.Helper()
+	pd := d.(*postgres.Driver)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rows, err := pd.Pool().Query(ctx, fmt.Sprintf("SELECT route, count(*) FROM %s.%s GROUP BY route", pd.Tables().Schema, pd.Tables().Outbox))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var r string
+		var n int
+		if err := rows.Scan(&r, &n); err != nil {
+			t.Fatal(err)
+		}
+		out[r] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
