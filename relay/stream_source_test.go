@@ -803,3 +803,57 @@ func TestWALSourceFanoutOneRouteDown(t *testing.T) {
 		t.Errorf("the window holds %d events after the confirm, want 0", held)
 	}
 }
+
+// TestWALSourceFanoutDeferredAndInvalid: an event of a fanned-out type
+// with a future not-before, and one that cannot be a message, go to the
+// table once per route, each copy as its route's row (released until
+// its time, or failed for the dead letters); an undecodable event, whose
+// type is unknown, goes there once.
+func TestWALSourceFanoutDeferredAndInvalid(t *testing.T) {
+	t.Parallel()
+	snd := &scriptSender{}
+	f := newFakeStreamer()
+	w := startWALSource(t, f, snd, fanoutEvents())
+	later := streamEvent("orders", "k")
+	later.NotBefore = time.Now().Add(time.Hour)
+	bad := streamEvent("orders", "k")
+	bad.Row.Invalid = "headers are not valid"
+	poison := streamEvent("orders", "")
+	poison.Row.EventType, poison.Row.Invalid = "", "cannot decode"
+	w.feed(100, later, bad, poison)
+	f.waitConfirmed(t, 100)
+	if n := snd.calls.Load(); n != 0 {
+		t.Errorf("%d sends, want none", n)
+	}
+	_, spilled, _ := f.state()
+	type copyOf struct {
+		event txbox.ID
+		route string
+	}
+	got := map[copyOf]store.StreamSpillItem{}
+	for _, it := range spilled {
+		got[copyOf{it.Event.Row.Event(), it.Event.Row.Route}] = it
+	}
+	if len(spilled) != 5 {
+		t.Errorf("%d spills, want 5 (two copies of two events, and the undecodable one)", len(spilled))
+	}
+	for i, r := range []string{"a", "b"} {
+		for _, want := range []struct {
+			ev *store.StreamEvent
+			o  store.Outcome
+		}{{later, store.OutcomeReleased}, {bad, store.OutcomeFailed}} {
+			it, ok := got[copyOf{want.ev.Row.ID, r}]
+			switch {
+			case !ok:
+				t.Errorf("no spill of event %s for route %s", want.ev.Row.ID, r)
+			case it.Outcome != want.o || it.Event.Row.ID != store.RouteRowID(want.ev.Row.ID, i):
+				t.Errorf("route %s's copy of %s spilled as %v with id %s, want %v with id %s", r, want.ev.Row.ID, it.Outcome, it.Event.Row.ID, want.o, store.RouteRowID(want.ev.Row.ID, i))
+			case want.o == store.OutcomeReleased && !it.DueAt.Equal(later.NotBefore):
+				t.Errorf("route %s's copy of the deferred event due %v, want %v", r, it.DueAt, later.NotBefore)
+			}
+		}
+	}
+	if it, ok := got[copyOf{poison.Row.ID, ""}]; !ok || it.Event.Row.EventType != store.UndecodableEventType || it.Outcome != store.OutcomeFailed {
+		t.Errorf("the undecodable event spilled as %+v (found %v), want once, failed, under %s", it, ok, store.UndecodableEventType)
+	}
+}
