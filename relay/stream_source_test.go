@@ -767,7 +767,9 @@ func TestWALSourceFanoutOneRouteDown(t *testing.T) {
 	for _, ev := range evs {
 		want = append(want, [2]txbox.ID{ev.Row.ID, ev.Row.ID})
 	}
-	byPair := func(x, y [2]txbox.ID) int { return strings.Compare(x[0].String()+x[1].String(), y[0].String()+y[1].String()) }
+	byPair := func(x, y [2]txbox.ID) int {
+		return strings.Compare(x[0].String()+x[1].String(), y[0].String()+y[1].String())
+	}
 	got := rs.of("a")
 	slices.SortFunc(got, byPair)
 	slices.SortFunc(want, byPair)
