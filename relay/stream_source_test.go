@@ -863,3 +863,48 @@ func TestWALSourceFanoutDeferredAndInvalid(t *testing.T) {
 		t.Errorf("the undecodable event spilled as %+v (found %v), want once, failed, under %s", it, ok, store.UndecodableEventType)
 	}
 }
+
+// TestWALSourceFanoutKeyInTableOnAnyRoute: the keys with rows in the
+// table are per type and key, not per route (docs/concepts.md, "WAL
+// mode", Ordering): once route b's spill of key k is in the table, route
+// a's later events of k go to the table too, as route a's rows, behind
+// route a's earlier ones. Stricter than needed, never a reorder.
+func TestWALSourceFanoutKeyInTableOnAnyRoute(t *testing.T) {
+	t.Parallel()
+	var rs routeSends
+	snd := &scriptSender{send: func(_ context.Context, msgs []*sender.Message) error {
+		rs.add(msgs)
+		if msgs[0].Route.Subject == "b" {
+			return txbox.Transient(errors.New("503 service unavailable"))
+		}
+		return nil
+	}}
+	events := fanoutEvents()
+	ev := events["orders"]
+	ev.Ordering = new(txbox.OrderingKey)
+	events["orders"] = ev
+	f := newFakeStreamer()
+	w := startWALSourceWith(t, f, snd, events, StreamConfig{tableKeysReload: 10 * time.Millisecond})
+	first := streamEvent("orders", "k")
+	w.feed(100, first)
+	f.waitConfirmed(t, 100)
+	// A reload that began after route b's spill was durable.
+	at := time.Now()
+	testenv.WaitFor(t, 10*time.Second, "a reload of the table's keys", func() bool { return w.src.tableKeysAt().After(at) })
+	second := streamEvent("orders", "k")
+	w.feed(200, second)
+	f.waitConfirmed(t, 200)
+	if got := rs.of("a"); len(got) != 1 || got[0][0] != first.Row.ID {
+		t.Errorf("route a sent %v, want only the first event: the key has rows in the table", got)
+	}
+	_, spilled, _ := f.state()
+	var routeA []txbox.ID
+	for _, it := range spilled {
+		if it.Event.Row.Route == "a" {
+			routeA = append(routeA, it.Event.Row.ID)
+		}
+	}
+	if !slices.Equal(routeA, []txbox.ID{second.Row.ID}) {
+		t.Errorf("route a's spills %v, want the second event's copy %s only", routeA, second.Row.ID)
+	}
+}
