@@ -164,7 +164,6 @@ func TestLoadRejects(t *testing.T) {
 		{"route setting out of range", "senders: { n: { type: nats } }\nevents: { a: { routes: [{ subject: y }, { name: b, subject: z, max-attempts: 0 }] } }", "events.a.routes[1].max-attempts: must be between 1 and 1000"},
 		{"unknown route key", "senders: { n: { type: nats } }\nevents: { a: { routes: [{ subject: y, topik: z }] } }", "events.a.routes[0].topik: unknown key"},
 		{"routes in defaults", "senders: { n: { type: nats } }\ndefaults: { routes: [{ subject: y }] }", "defaults.routes: routes are set per event type"},
-		{"routes in WAL mode", "database: { dialect: postgres, dsn: x, source: wal }\nsenders: { n: { type: nats } }\nevents: { a: { routes: [{ subject: y }, { name: b, subject: z }] } }", "events.a.routes: fan-out routes are not supported in WAL mode yet"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -283,5 +282,25 @@ func TestLoadClaimMode(t *testing.T) {
 	}
 	if got := d.LockConns(); got != 0 {
 		t.Errorf("LockConns without the lock claim = %d, want 0", got)
+	}
+}
+
+// TestLoadFanoutInWALMode: fan-out routes are accepted with
+// database.source: wal (docs/concepts.md, "Fan-out"), and the relay's
+// configuration streams and keeps the type's routes in their order.
+func TestLoadFanoutInWALMode(t *testing.T) {
+	t.Parallel()
+	c, err := Load(Source{Name: "txbox.yaml", YAML: []byte("database: { dialect: postgres, dsn: x, source: wal }\n" +
+		"senders: { n: { type: nats } }\nevents: { a: { routes: [{ subject: y }, { name: b, subject: z }] } }")})
+	if err != nil {
+		t.Fatalf("Load refused fan-out in WAL mode: %v", err)
+	}
+	rc := c.RelayConfig(nil, nil, nil)
+	if !rc.Stream.Enabled {
+		t.Error("the relay's configuration does not stream")
+	}
+	routes := rc.Events["a"].Routes
+	if len(routes) != 2 || routes[0].Subject != "y" || routes[1].Name != "b" || routes[1].Subject != "z" {
+		t.Errorf("routes of a = %+v, want [subject y, b: subject z]", routes)
 	}
 }

@@ -508,9 +508,6 @@ func (c *Config) validateRoutes(d *decoder, p string, own *relay.EventSettings) 
 	if len(own.Routes) == 0 {
 		return
 	}
-	if len(own.Routes) > 1 && c.Database.Source == store.SourceWAL {
-		d.fail(join(p, "routes"), nil, "fan-out routes are not supported in WAL mode yet (database.source: wal): fan out in table mode (docs/concepts.md, \"Fan-out\")")
-	}
 	typSender := *c.effective(own).Sender
 	names := map[string]int{}
 	dests := map[string]int{}

@@ -135,16 +135,13 @@ func (c *Config) routesFor(eventType, path string, ev EventSettings) ([]*typeSet
 }
 
 // validateRoutes checks what Validate cannot: the routes' senders and
-// names, and that fan-out and WAL mode are not asked for together.
+// names, and that the store can expand events.
 func (c *Config) validateRoutes() error {
 	for _, t := range sortedKeys(c.Events) {
 		ev := c.Events[t]
 		p := index("Events", t)
 		if !fansOut(ev) {
 			continue
-		}
-		if c.Stream.Enabled {
-			return &ConfigError{Component: "relay", Field: field(p, "Routes"), Reason: "fan-out routes are not supported in WAL mode yet: use table mode, or one route per type (docs/concepts.md, \"Fan-out\")"}
 		}
 		if _, ok := c.Store.(store.Expander); !ok {
 			return &ConfigError{Component: "relay", Field: field(p, "Routes"), Reason: "fan-out routes need a store that can expand events (store.Expander)"}
@@ -365,6 +362,17 @@ func (c *Config) routeSettings(eventType, route string) (*typeSettings, error) {
 		}
 	}
 	return nil, nil
+}
+
+// streamRoutes are the resolved routes of a fanned-out type, in their
+// order, and nil for any other type: the WAL source hands each of the
+// type's events to every route's lane (relay/stream.go, fanOut).
+func (c *Config) streamRoutes(eventType string) ([]*typeSettings, error) {
+	ev, ok := c.Events[eventType]
+	if !ok || !fansOut(ev) {
+		return nil, nil
+	}
+	return c.routesFor(eventType, index("Events", eventType), ev)
 }
 
 // configuredRoutes are the route names of a fanned-out type, nil for any

@@ -26,6 +26,9 @@ type sourceEnv struct {
 	// settingsFor resolves an event type's settings (Config.Events, then
 	// Defaults).
 	settingsFor func(eventType string) (*typeSettings, error)
+	// routesFor resolves the routes of a fanned-out type, in their
+	// order; nil for a type with one route.
+	routesFor func(eventType string) ([]*typeSettings, error)
 	// newLane makes the lane that delivers a type's batches.
 	newLane func(s *typeSettings) *lane
 	// deadLettered tells the dead-letter mover that failed rows were
@@ -39,6 +42,7 @@ func (r *Relay) sourceEnv() sourceEnv {
 	return sourceEnv{
 		life: &r.life, run: r.runCtx, hard: r.hardCtx, log: r.log,
 		settingsFor:  r.cfg.settingsFor,
+		routesFor:    r.cfg.streamRoutes,
 		newLane:      func(s *typeSettings) *lane { return newLane(r.laneDeps(), s) },
 		deadLettered: func() { sendTrigger(r.triggers.deadLetter, triggerNow) },
 	}

@@ -75,8 +75,11 @@ type streamSource struct {
 	// window bounds the events between reading and confirming.
 	window *holdWindow
 
-	mu     sync.Mutex
-	lanes  map[string]*streamLane
+	mu    sync.Mutex
+	lanes map[laneKey]*streamLane
+	// fan caches each type's fan-out route names (nil: the type has one
+	// route), read by fanOut.
+	fan    map[string][]string
 	health StreamHealth
 	// table is what the last reload found of the ordered types' keys
 	// with rows in the table (relay/stream_lane.go, tableKeys).
@@ -119,7 +122,8 @@ func newStreamSource(env sourceEnv, cfg StreamConfig, streamer store.Streamer) *
 		spillWake:   make(chan struct{}, 1),
 		reloadEvery: cmp.Or(cfg.tableKeysReload, defaultTableKeysReload),
 		window:      newHoldWindow(cfg.Window, cfg.WindowBytes),
-		lanes:       map[string]*streamLane{},
+		lanes:       map[laneKey]*streamLane{},
+		fan:         map[string][]string{},
 		table:       tableKeys{keys: map[store.StreamKey]struct{}{}, overflow: map[string]bool{}},
 		lastTick:    time.Now(),
 	}
@@ -325,19 +329,87 @@ func (s *streamSource) read(ss *session) error {
 		if len(tx.Events) == 0 {
 			continue
 		}
-		t := &streamTx{end: tx.End, pending: len(tx.Events)}
+		// A fanned-out type's event is one item per route (fanOut): the
+		// transaction is pending until each of them is done, and each
+		// holds its place in the window, taken as it is handed out (all
+		// at once could exceed a window smaller than the routes).
+		copies := make([][]*store.StreamEvent, len(tx.Events))
+		t := &streamTx{end: tx.End}
+		for i, ev := range tx.Events {
+			copies[i] = s.fanOut(ev)
+			t.pending += len(copies[i])
+		}
 		s.mu.Lock()
 		s.txs = append(s.txs, t)
 		s.mu.Unlock()
-		for _, ev := range tx.Events {
-			if err := s.window.acquire(ss.ctx, eventSize(ev)); err != nil {
-				return err
+		for _, evs := range copies {
+			for _, ev := range evs {
+				if err := s.window.acquire(ss.ctx, eventSize(ev)); err != nil {
+					return err
+				}
+				ss.work.Add(1)
+				s.seq++
+				s.route(&streamItem{ev: ev, tx: t, s: ss, seq: s.seq})
 			}
-			ss.work.Add(1)
-			s.seq++
-			s.route(&streamItem{ev: ev, tx: t, s: ss, seq: s.seq})
 		}
 	}
+}
+
+// fanOut is ev as the lanes take it: ev itself for a type with one
+// route, else one copy per route of the type, in the routes' order, as
+// the table's expander would make them (store.Expander): the copy for
+// route i has the route's name, the id store.RouteRowID(id, i), and for
+// i > 0 the event id as EventID. So each route's message carries the
+// event id as its id and the copy's id as its delivery id, and a copy
+// that spills becomes the route's row, which the route's poller
+// delivers. A captured row is the first route's copy only: it spills in
+// place, and Confirm deletes it once that copy is acked; the other
+// routes' copies are new rows. An event that names a route already (a
+// captured row a producer routed itself) goes to that route's lane only.
+func (s *streamSource) fanOut(ev *store.StreamEvent) []*store.StreamEvent {
+	one := []*store.StreamEvent{ev}
+	if ev.Row.Route != "" || txbox.ValidateEventType(ev.Row.EventType) != nil {
+		return one
+	}
+	routes := s.routeNames(ev.Row.EventType)
+	if len(routes) < 2 {
+		return one
+	}
+	id := ev.Row.ID
+	out := make([]*store.StreamEvent, len(routes))
+	for i, r := range routes {
+		c := *ev
+		c.Row.Route = r
+		if i > 0 {
+			c.Row.ID, c.Row.EventID, c.Captured = store.RouteRowID(id, i), id, false
+		}
+		out[i] = &c
+	}
+	return out
+}
+
+// routeNames are the fan-out route names of eventType, nil when it has
+// one route or its routes cannot be resolved (its events then go to the
+// table with route "", where the expander makes the route rows).
+func (s *streamSource) routeNames(eventType string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if names, ok := s.fan[eventType]; ok {
+		return names
+	}
+	var names []string
+	if s.env.routesFor != nil {
+		routes, err := s.env.routesFor(eventType)
+		if err != nil {
+			s.log.Warn("cannot resolve the fan-out routes of the event type; its events go to the table", slog.String("event_type", eventType), slog.Any("error", err))
+			names = []string{}
+		}
+		for _, r := range routes {
+			names = append(names, r.routeName)
+		}
+	}
+	s.fan[eventType] = names
+	return names
 }
 
 // route hands one event to its type's lane, or sends it to the table: an
@@ -358,9 +430,9 @@ func (s *streamSource) route(it *streamItem) {
 		ev.Row.EventType, ev.Row.Key = store.UndecodableEventType, ""
 	}
 	if ev.Row.EventType != store.UndecodableEventType {
-		l, err := s.lane(ev.Row.EventType)
+		l, err := s.lane(ev.Row.EventType, ev.Row.Route)
 		if err != nil {
-			s.log.Warn("no lane for the event type; spilled for the poller", slog.String("event_type", ev.Row.EventType), slog.Any("error", err))
+			s.log.Warn("no lane for the event type; spilled for the poller", slog.String("event_type", ev.Row.EventType), slog.String("route", ev.Row.Route), slog.Any("error", err))
 		}
 		it.l = l
 	}

@@ -3,6 +3,7 @@ package relay
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -11,7 +12,7 @@ import (
 	"github.com/txbox/txbox/store"
 )
 
-// A lane holds one event type's events from the stream until they are
+// A lane holds one event type's (or fan-out route's) events from the stream until they are
 // sent, and hands them in batches to the type's lane (relay/lane.go): the
 // same send, judge and report path as a claimed batch, with the same
 // circuit. Its batches (streamBatch) finish by
@@ -26,7 +27,8 @@ import (
 // Deprecated: use txbox.ClaimStream.
 const ClaimStream = txbox.ClaimStream
 
-// streamLane is one event type's queue of stream events.
+// streamLane is one event type's queue of stream events, or one fan-out
+// route's.
 type streamLane struct {
 	src     *streamSource
 	lane    *lane
@@ -45,15 +47,24 @@ type streamLane struct {
 	keys map[string]*keyState
 }
 
-// lane returns the lane of eventType, making it (and its worker) on the
-// type's first event.
-func (s *streamSource) lane(eventType string) (*streamLane, error) {
+// laneKey names a lane: an event type, and the fan-out route of a type
+// that fans out ("" for any other type). Each route of a fanned-out type
+// has a lane of its own, as in table mode (docs/concepts.md, "Fan-out"):
+// a route that is down, slow or rejecting holds back only itself.
+type laneKey struct {
+	eventType, route string
+}
+
+// lane returns the lane of eventType's route ("" for a type with one
+// route), making it (and its worker) on its first event.
+func (s *streamSource) lane(eventType, route string) (*streamLane, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if l, ok := s.lanes[eventType]; ok {
+	lk := laneKey{eventType, route}
+	if l, ok := s.lanes[lk]; ok {
 		return l, nil
 	}
-	set, err := s.env.settingsFor(eventType)
+	set, err := s.laneSettings(eventType, route)
 	if err != nil {
 		return nil, err
 	}
@@ -69,9 +80,36 @@ func (s *streamSource) lane(eventType string) (*streamLane, error) {
 		set.inFlight = 1
 	}
 	l := &streamLane{src: s, lane: s.env.newLane(set), ordered: ordered, notify: make(chan struct{}, 1), keys: map[string]*keyState{}}
-	s.lanes[eventType] = l
+	s.lanes[lk] = l
 	s.env.life.Go(l.run)
 	return l, nil
+}
+
+// laneSettings resolves the settings of a lane: the type's own for a
+// type with one route, else those of its route (an error for a route
+// the type does not have, or for route "" of a type that fans out: such
+// an event goes to the table, where the expander and the route pollers
+// take it).
+func (s *streamSource) laneSettings(eventType, route string) (*typeSettings, error) {
+	var routes []*typeSettings
+	if s.env.routesFor != nil {
+		var err error
+		if routes, err = s.env.routesFor(eventType); err != nil {
+			return nil, err
+		}
+	}
+	if len(routes) == 0 {
+		if route != "" {
+			return nil, fmt.Errorf("relay: event type %s does not fan out, and has no route %q", eventType, route)
+		}
+		return s.env.settingsFor(eventType)
+	}
+	for _, r := range routes {
+		if r.routeName == route {
+			return r, nil
+		}
+	}
+	return nil, fmt.Errorf("relay: event type %s has no route %q", eventType, route)
 }
 
 // laneList is every lane; s.mu is held.

@@ -223,6 +223,7 @@ func startWALSourceWith(t *testing.T, f *fakeStreamer, snd *scriptSender, events
 	env := sourceEnv{
 		life: w.life, run: w.life.Run(), hard: w.life.Hard(), log: log,
 		settingsFor:  cfg.settingsFor,
+		routesFor:    cfg.streamRoutes,
 		newLane:      func(s *typeSettings) *lane { return newLane(ld, s) },
 		deadLettered: func() { w.deadLettered.Add(1) },
 	}
@@ -642,5 +643,268 @@ func TestWALModeIsTheStoresSwitch(t *testing.T) {
 	r, err = New(Config{Store: table, Senders: senders})
 	if err != nil || r.cfg.Stream.Enabled {
 		t.Errorf("a relay on a table-mode store: %v, stream on %v; want it to poll only", err, r != nil && r.cfg.Stream.Enabled)
+	}
+}
+
+// fanoutEvents is a type "orders" fanned out to the routes "a" and "b"
+// (NATS-like subjects of the one test sender).
+func fanoutEvents() map[string]EventSettings {
+	return map[string]EventSettings{"orders": {Routes: []RouteSettings{
+		{Name: "a", Route: sender.Route{Subject: "a"}},
+		{Name: "b", Route: sender.Route{Subject: "b"}},
+	}}}
+}
+
+// routeSends records, per route subject, the (event id, delivery id) of
+// every message handed to the sender.
+type routeSends struct {
+	mu   sync.Mutex
+	sent map[string][][2]txbox.ID
+}
+
+func (r *routeSends) add(msgs []*sender.Message) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sent == nil {
+		r.sent = map[string][][2]txbox.ID{}
+	}
+	for _, m := range msgs {
+		r.sent[m.Route.Subject] = append(r.sent[m.Route.Subject], [2]txbox.ID{m.ID, m.Delivery()})
+	}
+}
+
+func (r *routeSends) of(route string) [][2]txbox.ID {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.sent[route])
+}
+
+// TestWALSourceFanoutReachesEveryRoute: one event of a type with two
+// routes reaches both routes' lanes, with the same event id and the
+// routes' own delivery ids (store.RouteRowID), and its transaction is
+// confirmed only once both routes acked it.
+func TestWALSourceFanoutReachesEveryRoute(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var rs routeSends
+	snd := &scriptSender{send: func(ctx context.Context, msgs []*sender.Message) error {
+		rs.add(msgs)
+		if msgs[0].Route.Subject == "b" {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return txbox.Transient(ctx.Err())
+			}
+		}
+		return nil
+	}}
+	f := newFakeStreamer()
+	w := startWALSource(t, f, snd, fanoutEvents())
+	ev := streamEvent("orders", "k1")
+	w.feed(100, ev)
+	testenv.WaitFor(t, 10*time.Second, "both routes sent the event", func() bool {
+		return len(rs.of("a")) == 1 && len(rs.of("b")) == 1
+	})
+	from := w.src.confirmRounds.Load()
+	testenv.WaitFor(t, 10*time.Second, "three confirm rounds", func() bool {
+		return w.src.confirmRounds.Load() >= from+3
+	})
+	if c, _, _ := f.state(); c != 0 {
+		t.Fatalf("confirmed up to %d while route b has not acked, want nothing confirmed", c)
+	}
+	close(release)
+	f.waitConfirmed(t, 100)
+	id := ev.Row.ID
+	if got, want := rs.of("a"), [][2]txbox.ID{{id, id}}; !slices.Equal(got, want) {
+		t.Errorf("route a got (event id, delivery id) %v, want %v", got, want)
+	}
+	if got, want := rs.of("b"), [][2]txbox.ID{{id, store.RouteRowID(id, 1)}}; !slices.Equal(got, want) {
+		t.Errorf("route b got (event id, delivery id) %v, want %v", got, want)
+	}
+	if _, spilled, _ := f.state(); len(spilled) != 0 {
+		t.Errorf("%d copies spilled, want none: every send was acked", len(spilled))
+	}
+	if held, _ := w.src.window.held(); held != 0 {
+		t.Errorf("the window holds %d events after the confirm, want 0", held)
+	}
+	// One lane per route, each showing its route in the health.
+	var routes []string
+	for _, th := range w.src.laneHealth() {
+		routes = append(routes, th.EventType+"/"+th.Route)
+	}
+	slices.Sort(routes)
+	if want := []string{"orders/a", "orders/b"}; !slices.Equal(routes, want) {
+		t.Errorf("lanes %v, want %v", routes, want)
+	}
+}
+
+// TestWALSourceFanoutOneRouteDown: with route b's destination failing,
+// route a acks every event, route b's copies are spilled as route b's
+// rows (its route, its row id, the event id), and the transactions are
+// confirmed once both are done.
+func TestWALSourceFanoutOneRouteDown(t *testing.T) {
+	t.Parallel()
+	var rs routeSends
+	snd := &scriptSender{send: func(_ context.Context, msgs []*sender.Message) error {
+		rs.add(msgs)
+		if msgs[0].Route.Subject == "b" {
+			return txbox.Transient(errors.New("503 service unavailable"))
+		}
+		return nil
+	}}
+	f := newFakeStreamer()
+	w := startWALSource(t, f, snd, fanoutEvents())
+	var evs []*store.StreamEvent
+	for i := range 8 {
+		evs = append(evs, streamEvent("orders", fmt.Sprintf("k%d", i%2)))
+	}
+	// A captured row among them: its first route's copy is the row.
+	evs[5].Captured = true
+	w.feed(100, evs[:5]...)
+	w.feed(200, evs[5:]...)
+	f.waitConfirmed(t, 200)
+	var want [][2]txbox.ID
+	for _, ev := range evs {
+		want = append(want, [2]txbox.ID{ev.Row.ID, ev.Row.ID})
+	}
+	byPair := func(x, y [2]txbox.ID) int {
+		return strings.Compare(x[0].String()+x[1].String(), y[0].String()+y[1].String())
+	}
+	got := rs.of("a")
+	slices.SortFunc(got, byPair)
+	slices.SortFunc(want, byPair)
+	if !slices.Equal(got, want) {
+		t.Errorf("route a got (event id, delivery id) %v,\nwant each event once: %v", got, want)
+	}
+	_, spilled, _ := f.state()
+	byID := map[txbox.ID]store.StreamSpillItem{}
+	for _, it := range spilled {
+		byID[it.Event.Row.ID] = it
+	}
+	if len(spilled) != len(evs) {
+		t.Errorf("%d copies spilled, want %d (route b's)", len(spilled), len(evs))
+	}
+	for _, ev := range evs {
+		rid := store.RouteRowID(ev.Row.ID, 1)
+		it, ok := byID[rid]
+		switch {
+		case !ok:
+			t.Errorf("route b's copy %s of event %s was not spilled", rid, ev.Row.ID)
+		case it.Event.Row.Route != "b" || it.Event.Row.EventID != ev.Row.ID || it.Event.Captured:
+			t.Errorf("route b's copy of %s spilled with route %q event id %s captured %v, want route b, event id %s, not captured",
+				ev.Row.ID, it.Event.Row.Route, it.Event.Row.EventID, it.Event.Captured, ev.Row.ID)
+		case it.Outcome == store.OutcomeAcked:
+			t.Errorf("route b's copy of %s spilled as acked", ev.Row.ID)
+		}
+	}
+	// The captured row's copy for route a was acked: Confirm deletes the
+	// row, and only it (route b's copy is a row of its own).
+	f.mu.Lock()
+	ids := slices.Clone(f.confirmID)
+	f.mu.Unlock()
+	if !slices.Equal(ids, []txbox.ID{evs[5].Row.ID}) {
+		t.Errorf("confirm deleted the captured ids %v, want only %s", ids, evs[5].Row.ID)
+	}
+	if held, _ := w.src.window.held(); held != 0 {
+		t.Errorf("the window holds %d events after the confirm, want 0", held)
+	}
+}
+
+// TestWALSourceFanoutDeferredAndInvalid: an event of a fanned-out type
+// with a future not-before, and one that cannot be a message, go to the
+// table once per route, each copy as its route's row (released until
+// its time, or failed for the dead letters); an undecodable event, whose
+// type is unknown, goes there once.
+func TestWALSourceFanoutDeferredAndInvalid(t *testing.T) {
+	t.Parallel()
+	snd := &scriptSender{}
+	f := newFakeStreamer()
+	w := startWALSource(t, f, snd, fanoutEvents())
+	later := streamEvent("orders", "k")
+	later.NotBefore = time.Now().Add(time.Hour)
+	bad := streamEvent("orders", "k")
+	bad.Row.Invalid = "headers are not valid"
+	poison := streamEvent("orders", "")
+	poison.Row.EventType, poison.Row.Invalid = "", "cannot decode"
+	w.feed(100, later, bad, poison)
+	f.waitConfirmed(t, 100)
+	if n := snd.calls.Load(); n != 0 {
+		t.Errorf("%d sends, want none", n)
+	}
+	_, spilled, _ := f.state()
+	type copyOf struct {
+		event txbox.ID
+		route string
+	}
+	got := map[copyOf]store.StreamSpillItem{}
+	for _, it := range spilled {
+		got[copyOf{it.Event.Row.Event(), it.Event.Row.Route}] = it
+	}
+	if len(spilled) != 5 {
+		t.Errorf("%d spills, want 5 (two copies of two events, and the undecodable one)", len(spilled))
+	}
+	for i, r := range []string{"a", "b"} {
+		for _, want := range []struct {
+			ev *store.StreamEvent
+			o  store.Outcome
+		}{{later, store.OutcomeReleased}, {bad, store.OutcomeFailed}} {
+			it, ok := got[copyOf{want.ev.Row.ID, r}]
+			switch {
+			case !ok:
+				t.Errorf("no spill of event %s for route %s", want.ev.Row.ID, r)
+			case it.Outcome != want.o || it.Event.Row.ID != store.RouteRowID(want.ev.Row.ID, i):
+				t.Errorf("route %s's copy of %s spilled as %v with id %s, want %v with id %s", r, want.ev.Row.ID, it.Outcome, it.Event.Row.ID, want.o, store.RouteRowID(want.ev.Row.ID, i))
+			case want.o == store.OutcomeReleased && !it.DueAt.Equal(later.NotBefore):
+				t.Errorf("route %s's copy of the deferred event due %v, want %v", r, it.DueAt, later.NotBefore)
+			}
+		}
+	}
+	if it, ok := got[copyOf{poison.Row.ID, ""}]; !ok || it.Event.Row.EventType != store.UndecodableEventType || it.Outcome != store.OutcomeFailed {
+		t.Errorf("the undecodable event spilled as %+v (found %v), want once, failed, under %s", it, ok, store.UndecodableEventType)
+	}
+}
+
+// TestWALSourceFanoutKeyInTableOnAnyRoute: the keys with rows in the
+// table are per type and key, not per route (docs/concepts.md, "WAL
+// mode", Ordering): once route b's spill of key k is in the table, route
+// a's later events of k go to the table too, as route a's rows, behind
+// route a's earlier ones. Stricter than needed, never a reorder.
+func TestWALSourceFanoutKeyInTableOnAnyRoute(t *testing.T) {
+	t.Parallel()
+	var rs routeSends
+	snd := &scriptSender{send: func(_ context.Context, msgs []*sender.Message) error {
+		rs.add(msgs)
+		if msgs[0].Route.Subject == "b" {
+			return txbox.Transient(errors.New("503 service unavailable"))
+		}
+		return nil
+	}}
+	events := fanoutEvents()
+	ev := events["orders"]
+	ev.Ordering = new(txbox.OrderingKey)
+	events["orders"] = ev
+	f := newFakeStreamer()
+	w := startWALSourceWith(t, f, snd, events, StreamConfig{tableKeysReload: 10 * time.Millisecond})
+	first := streamEvent("orders", "k")
+	w.feed(100, first)
+	f.waitConfirmed(t, 100)
+	// A reload that began after route b's spill was durable.
+	at := time.Now()
+	testenv.WaitFor(t, 10*time.Second, "a reload of the table's keys", func() bool { return w.src.tableKeysAt().After(at) })
+	second := streamEvent("orders", "k")
+	w.feed(200, second)
+	f.waitConfirmed(t, 200)
+	if got := rs.of("a"); len(got) != 1 || got[0][0] != first.Row.ID {
+		t.Errorf("route a sent %v, want only the first event: the key has rows in the table", got)
+	}
+	_, spilled, _ := f.state()
+	var routeA []txbox.ID
+	for _, it := range spilled {
+		if it.Event.Row.Route == "a" {
+			routeA = append(routeA, it.Event.Row.ID)
+		}
+	}
+	if !slices.Equal(routeA, []txbox.ID{second.Row.ID}) {
+		t.Errorf("route a's spills %v, want the second event's copy %s only", routeA, second.Row.ID)
 	}
 }

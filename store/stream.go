@@ -55,7 +55,9 @@ type Streamer interface {
 	// rows for the dead-letter mover; it commits durably
 	// (synchronous_commit on) before it returns. An event whose id is
 	// already in the table is left alone (the same id: the broker sees
-	// the same dedup id); a captured row is updated in place.
+	// the same dedup id); a captured row is updated in place. Either way
+	// the row gets the event's Row.Route (and an emitted one its
+	// Row.EventID): a fanned-out type's copy becomes its route's row.
 	StreamSpill(ctx context.Context, items []*StreamSpillItem) error
 	// StreamSpilledKeys lists the (type, key) pairs that have rows in the
 	// outbox table not yet finished (PENDING, IN_PROCESS or FAILED) or an

@@ -89,14 +89,18 @@ func buildSpillQueries(d *Driver) spillQueries {
 	// never rewrites a row the poller may have claimed since. txid
 	// becomes this transaction's xid like an emitted spill's: a key's
 	// spills, captured or emitted, are then in stream order in the
-	// ordered claim's (txid, id) order.
+	// ordered claim's (txid, id) order. The route is the item's: a
+	// fanned-out type's captured row is its first route's copy (the
+	// others are inserted), so it becomes that route's row, which the
+	// expander (it takes route '' only) leaves alone.
 	q.update = d.render(`
 	UPDATE {{outbox}} o SET
 		stream_pos = u.stream_pos, txid = pg_current_xact_id(), status = u.status, attempts = u.attempts,
 		due_at = COALESCE(u.due_at, now()), last_error = NULLIF(u.last_error, ''),
-		processed_at = CASE WHEN u.status = 'FAILED' THEN now() END, lease_until = NULL, lease_token = NULL
-	FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::int[], $5::timestamptz[], $6::text[])
-		AS u(id, stream_pos, status, attempts, due_at, last_error)
+		processed_at = CASE WHEN u.status = 'FAILED' THEN now() END, lease_until = NULL, lease_token = NULL,
+		route = u.route
+	FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::int[], $5::timestamptz[], $6::text[], $7::text[])
+		AS u(id, stream_pos, status, attempts, due_at, last_error, route)
 	WHERE o.id = u.id AND o.stream_pos IS NULL AND o.status = 'PENDING'`)
 	d.spilledKeysQuery(&q)
 	q.status = `
@@ -308,17 +312,20 @@ func spillRows(items []*store.StreamSpillItem) ([]spillRow, error) {
 
 // spillGroups cuts rows (in stream order) into the transactions of
 // StreamSpill: a new one starts where a key's id does not rise over the
-// last one of that key in the current transaction. Rows without a key
+// last one of that key and route in the current transaction. Rows without a key
 // have no order and never start one.
 func spillGroups(rows []spillRow) [][]spillRow {
 	var groups [][]spillRow
 	start := 0
-	last := map[store.StreamKey]uuid.UUID{}
+	// A key's order is per fan-out route: the copies of one event for
+	// two routes need no transaction of their own.
+	type routeKey struct{ eventType, key, route string }
+	last := map[routeKey]uuid.UUID{}
 	for i, r := range rows {
 		if r.key == "" {
 			continue
 		}
-		k := store.StreamKey{EventType: r.eventType, Key: r.key}
+		k := routeKey{r.eventType, r.key, r.route}
 		if prev, ok := last[k]; ok && strings.Compare(string(r.id[:]), string(prev[:])) <= 0 {
 			groups = append(groups, rows[start:i])
 			start = i
@@ -341,6 +348,7 @@ func (d *Driver) spillTx(ctx context.Context, rows []spillRow) error {
 		capStatus, capErr []string
 		capAttempts       []int32
 		capDue            []pgtype.Timestamptz
+		capRoutes         []string
 	)
 	for i := range rows {
 		r := &rows[i]
@@ -351,6 +359,7 @@ func (d *Driver) spillTx(ctx context.Context, rows []spillRow) error {
 			capAttempts = append(capAttempts, r.attempts)
 			capDue = append(capDue, r.dueAt)
 			capErr = append(capErr, r.lastError)
+			capRoutes = append(capRoutes, r.route)
 			continue
 		}
 		ins.add(r)
@@ -363,7 +372,7 @@ func (d *Driver) spillTx(ctx context.Context, rows []spillRow) error {
 				ins.attempts, ins.due, ins.errs, ins.created, ins.pos, ins.routes, ins.eventIDs)
 		}
 		if len(capIDs) > 0 {
-			b.Queue(d.spill.update, capIDs, capPos, capStatus, capAttempts, capDue, capErr)
+			b.Queue(d.spill.update, capIDs, capPos, capStatus, capAttempts, capDue, capErr, capRoutes)
 		}
 		return tx.SendBatch(ctx, b).Close()
 	})

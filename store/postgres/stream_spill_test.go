@@ -752,3 +752,43 @@ func longRandomKey(t *testing.T, n int) string {
 	}
 	return hex.EncodeToString(b)[:n]
 }
+
+// TestWALSpillFanoutCopies: a fanned-out type's copies spill as their
+// routes' rows (docs/concepts.md, "Fan-out", WAL mode): a captured row,
+// the first route's copy, in place with its route; another route's copy
+// as a new row with its route and event id. The expander leaves both
+// alone, and each route's claim takes its own.
+func TestWALSpillFanoutCopies(t *testing.T) {
+	t.Parallel()
+	e := newSpillEnv(t)
+	ctx := ctxT(t)
+	const typ = "fan.t"
+	e.takeSnapshot(t)
+	c := e.capture(t, typ, "k", 1)[0]
+	first := captured(c, typ, "k", 10, store.OutcomeReleased)
+	first.Event.Row.Route = "a"
+	second := &store.StreamSpillItem{Outcome: store.OutcomeReleased, Event: &store.StreamEvent{Pos: 10, Row: store.OutboxRow{
+		ID: store.RouteRowID(c, 1), EventID: c, Route: "b", EventType: typ, Key: "k", Payload: []byte{1}}}}
+	if err := e.d.StreamSpill(ctx, []*store.StreamSpillItem{first, second}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.d.OutboxExpand(ctx, &store.OutboxExpandParams{EventType: typ, Routes: []string{"a", "b"}, Limit: 10}); err != nil || n != 0 {
+		t.Fatalf("expand after the spill: %d, %v; want nothing to expand", n, err)
+	}
+	for _, want := range []struct {
+		route   string
+		id, eid txbox.ID
+	}{{"a", c, txbox.ID{}}, {"b", store.RouteRowID(c, 1), c}} {
+		// Ordered, with the horizon off: a parallel test's open
+		// transaction must not hold the spill's rows back.
+		p := claimParams(typ, true)
+		p.Route, p.HorizonOff = want.route, true
+		rows, err := e.d.OutboxClaim(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) != 1 || rows[0].ID != want.id || rows[0].EventID != want.eid || rows[0].Route != want.route || rows[0].Event() != c {
+			t.Fatalf("route %s claimed %+v, want the one row %s (event %s)", want.route, rows, want.id, c)
+		}
+	}
+}
