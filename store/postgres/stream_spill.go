@@ -74,15 +74,41 @@ func buildSpillQueries(d *Driver) spillQueries {
 	// sees one dedup id. txid is the column default, this transaction's
 	// own xid (see StreamSpill). A FAILED row's processed_at is when it
 	// failed, which the dead-letter mover copies into failed_at.
+	//
+	// A fan-out route's copy (event_id set) whose id (store.RouteRowID)
+	// is another event's or another route's row, which a producer writing
+	// dense ids of its own can cause, is not dropped by the conflict: it
+	// is inserted under a fresh random id instead (docs/concepts.md,
+	// "Fan-out"; its txid, this spill's, keeps its place in its key),
+	// so the route still gets the event, under another delivery id. The
+	// check reads the rows that were there before this statement by
+	// primary key, and only for the copies the first insert skipped; a
+	// spill repeated after such a fallback inserts the copy again, a
+	// duplicate delivery, never a lost one.
 	q.insert = d.render(`
+	WITH u AS MATERIALIZED (
+		SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::text[], $6::text[], $7::int[],
+			$8::timestamptz[], $9::text[], $10::timestamptz[], $11::bigint[], $12::text[], $13::uuid[])
+			AS u(id, event_type, event_key, payload, headers, status, attempts, due_at, last_error, created_at, stream_pos, route, event_id)
+	),
+	ins AS (
+		INSERT INTO {{outbox}} (id, event_type, event_key, payload, headers, status, attempts, due_at, last_error, created_at, processed_at, stream_pos, route, event_id)
+		SELECT u.id, u.event_type, NULLIF(u.event_key, ''), u.payload, u.headers::jsonb, u.status, u.attempts,
+			COALESCE(u.due_at, now()), NULLIF(u.last_error, ''), COALESCE(u.created_at, now()),
+			CASE WHEN u.status = 'FAILED' THEN now() END, u.stream_pos, u.route, u.event_id
+		FROM u
+		ON CONFLICT (id) DO NOTHING
+		RETURNING id
+	)
 	INSERT INTO {{outbox}} (id, event_type, event_key, payload, headers, status, attempts, due_at, last_error, created_at, processed_at, stream_pos, route, event_id)
-	SELECT u.id, u.event_type, NULLIF(u.event_key, ''), u.payload, u.headers::jsonb, u.status, u.attempts,
+	SELECT gen_random_uuid(), u.event_type, NULLIF(u.event_key, ''), u.payload, u.headers::jsonb, u.status, u.attempts,
 		COALESCE(u.due_at, now()), NULLIF(u.last_error, ''), COALESCE(u.created_at, now()),
 		CASE WHEN u.status = 'FAILED' THEN now() END, u.stream_pos, u.route, u.event_id
-	FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::text[], $6::text[], $7::int[],
-		$8::timestamptz[], $9::text[], $10::timestamptz[], $11::bigint[], $12::text[], $13::uuid[])
-		AS u(id, event_type, event_key, payload, headers, status, attempts, due_at, last_error, created_at, stream_pos, route, event_id)
-	ON CONFLICT (id) DO NOTHING`)
+	FROM u
+	WHERE u.event_id IS NOT NULL
+	  AND NOT EXISTS (SELECT 1 FROM ins WHERE ins.id = u.id)
+	  AND EXISTS (SELECT 1 FROM {{outbox}} o WHERE o.id = u.id
+	              AND (o.event_id IS DISTINCT FROM u.event_id OR o.route <> u.route))`)
 	// A captured row spills in place: the publication publishes inserts
 	// only, so the update never comes back. Only a row still the
 	// stream's (stream_pos NULL, PENDING) is touched, so a repeated spill

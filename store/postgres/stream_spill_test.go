@@ -792,3 +792,45 @@ func TestWALSpillFanoutCopies(t *testing.T) {
 		}
 	}
 }
+
+// TestWALSpillFanoutCopyIDTaken: a route's copy whose id is another
+// event's row (a producer's dense ids) is spilled under a fresh id, with
+// its route and event id, rather than dropped by the insert's conflict;
+// a repeated spill of a copy that is in the table changes nothing.
+func TestWALSpillFanoutCopyIDTaken(t *testing.T) {
+	t.Parallel()
+	e := newSpillEnv(t)
+	ctx := ctxT(t)
+	const typ = "fan.taken"
+	ev := txbox.NewID()
+	other := &store.StreamSpillItem{Outcome: store.OutcomeReleased, Event: &store.StreamEvent{Pos: 5, Row: store.OutboxRow{
+		ID: store.RouteRowID(ev, 1), EventType: "other.t", Payload: []byte{2}}}}
+	copyB := &store.StreamSpillItem{Outcome: store.OutcomeReleased, Event: &store.StreamEvent{Pos: 6, Row: store.OutboxRow{
+		ID: store.RouteRowID(ev, 1), EventID: ev, Route: "b", EventType: typ, Key: "k", Payload: []byte{1}}}}
+	for range 2 {
+		if err := e.d.StreamSpill(ctx, []*store.StreamSpillItem{other}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.d.StreamSpill(ctx, []*store.StreamSpillItem{copyB}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := claimParams(typ, false)
+	p.Route = "b"
+	rows, err := e.d.OutboxClaim(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 {
+		t.Fatalf("route b claimed %d rows, want the copy twice (spilled twice under fresh ids)", len(rows))
+	}
+	for _, r := range rows {
+		if r.ID == copyB.Event.Row.ID || r.EventID != ev || r.Route != "b" || r.Event() != ev {
+			t.Fatalf("route b row %+v: want a fresh id for event %s", r, ev)
+		}
+	}
+	o := claimParams("other.t", false)
+	if got, err := e.d.OutboxClaim(ctx, o); err != nil || len(got) != 1 || got[0].ID != other.Event.Row.ID {
+		t.Fatalf("the other event's row: %+v, %v", got, err)
+	}
+}
