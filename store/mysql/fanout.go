@@ -47,7 +47,6 @@ func (d *Driver) fanoutQueries(q *queries) {
 // one INSERT of 3 placeholders each, at most MaxRoutes-1 per event.
 const maxExpand = 1000
 
-
 // OutboxExpand turns up to Limit PENDING rows of the type with route ""
 // into one row per route (store.Expander), in one READ COMMITTED
 // transaction: up to Limit candidates are read without locks in (due_at,

@@ -63,7 +63,6 @@ WHERE id IN (
 // transaction, which holds the database's one write lock.
 const maxExpand = 1000
 
-
 // OutboxExpand turns up to Limit PENDING rows of the type with route ""
 // into one row per route (store.Expander), in one write transaction (the
 // database's write lock, so no other expander runs meanwhile). The rows
