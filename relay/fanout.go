@@ -89,6 +89,11 @@ func cloneRoutes(rs []RouteSettings) []RouteSettings {
 // and named in metrics labels and URLs.
 var routeNamePattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 
+// maxExpandBatch bounds the events one expansion takes: the most the
+// MySQL and SQLite expanders take in one call, so that a full round is
+// recognised as full and followed by another at once.
+const maxExpandBatch = 1000
+
 // fansOut reports whether the type's settings fan it out.
 func fansOut(ev EventSettings) bool { return len(ev.Routes) > 1 }
 
@@ -185,7 +190,6 @@ type fanout struct {
 
 	mu      sync.Mutex
 	lastErr string
-	last    time.Time
 }
 
 func (f *fanout) wake() {
@@ -237,7 +241,6 @@ func (f *fanout) run(ctx context.Context) {
 		}
 		n, err := f.expander.OutboxExpand(ctx, &store.OutboxExpandParams{EventType: f.eventType, Routes: f.routes, Limit: f.limit})
 		f.mu.Lock()
-		f.last = time.Now()
 		if err != nil {
 			f.lastErr = err.Error()
 		} else {
@@ -285,7 +288,9 @@ func (r *Relay) startFanoutLocked(t string) error {
 		return err
 	}
 	f := &fanout{
-		eventType: t, expander: r.cfg.Store.(store.Expander), polling: typ.polling, limit: typ.batchSize,
+		// One expansion is one transaction; the dialects cap it at
+		// maxExpandBatch events.
+		eventType: t, expander: r.cfg.Store.(store.Expander), polling: typ.polling, limit: min(typ.batchSize, maxExpandBatch),
 		log:   r.log.With(slog.String("event_type", t)),
 		hooks: r.cfg.Hooks, wakeC: make(chan struct{}, 1),
 	}
