@@ -83,7 +83,7 @@ health: { listen: "localhost:0" }
 	}
 	testenv.WaitFor(t, 30*time.Second, "the sent message in /metrics", func() bool {
 		code, body := httpGet(t, "http://"+metricsAddr+"/metrics")
-		return code == http.StatusOK && strings.Contains(body, `txbox_relay_messages_total{event_type="user.signed-up",result="sent"} 1`)
+		return code == http.StatusOK && strings.Contains(body, `txbox_relay_messages_total{event_type="user.signed-up",result="sent",route=""} 1`)
 	})
 	_, body := httpGet(t, "http://"+metricsAddr+"/metrics")
 	for _, want := range []string{"txbox_outbox_stats_queries_total", "go_goroutines", "txbox_relay_send_duration_seconds_bucket"} {
