@@ -29,22 +29,26 @@ ensure() { # name port start-command...
 ensure postgresql 5432 'pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start'
 # WAL mode (docs/concepts.md) streams a logical replication slot: the
 # cluster needs wal_level = logical, room for the tests' slots and
-# walsenders, and replication connections from loopback. Set them once and
-# restart PostgreSQL once; later runs find them set and restart nothing.
+# walsenders, and replication connections from loopback. The parallel
+# tests (relays with a lock claim per route of a fanned-out type, each
+# batch in flight holding a connection) need more than the default 100
+# connections. Set them once and restart PostgreSQL once; later runs find
+# them set and restart nothing.
 pg_logical() {
   command -v psql >/dev/null 2>&1 || return 0
-  local level
+  local level conns
   level=$(psql -h 127.0.0.1 -U postgres -d postgres -Atc 'show wal_level' 2>/dev/null) || return 0
+  conns=$(psql -h 127.0.0.1 -U postgres -d postgres -Atc 'show max_connections' 2>/dev/null) || conns=0
   local ver conf hba
   ver=$(ls /etc/postgresql 2>/dev/null | sort -V | tail -1)
   [ -n "$ver" ] || return 0
   conf=/etc/postgresql/$ver/main/conf.d/95-txbox-wal.conf
   hba=/etc/postgresql/$ver/main/pg_hba.conf
   local restart=0
-  if [ "$level" != logical ] || [ ! -f "$conf" ]; then
+  if [ "$level" != logical ] || [ ! -f "$conf" ] || [ "${conns:-0}" -lt 300 ]; then
     mkdir -p "$(dirname "$conf")"
-    printf '%s\n' "# written by txbox scripts/services.sh: WAL mode tests" \
-      "wal_level = logical" "max_replication_slots = 64" "max_wal_senders = 64" > "$conf"
+    printf '%s\n' "# written by txbox scripts/services.sh: WAL mode tests, parallel tests' connections" \
+      "wal_level = logical" "max_replication_slots = 64" "max_wal_senders = 64" "max_connections = 300" > "$conf"
     restart=1
   fi
   if [ -f "$hba" ] && ! grep -Eq '^host[[:space:]]+replication[[:space:]]+all[[:space:]]+127\.0\.0\.1/32' "$hba"; then
@@ -52,11 +56,13 @@ pg_logical() {
     [ $restart = 1 ] || psql -h 127.0.0.1 -U postgres -d postgres -Atc 'select pg_reload_conf()' >/dev/null 2>&1
   fi
   if [ $restart = 1 ]; then
-    echo "services: setting wal_level = logical; restarting PostgreSQL once" >&2
+    echo "services: setting wal_level = logical and max_connections = 300; restarting PostgreSQL once" >&2
     pg_ctlcluster --skip-systemctl-redirect "$ver" main restart >/dev/null 2>&1 || true
     wait_port 127.0.0.1 5432 60 || missing+=("postgresql (restart for wal_level)")
     level=$(psql -h 127.0.0.1 -U postgres -d postgres -Atc 'show wal_level' 2>/dev/null)
     [ "$level" = logical ] || missing+=("postgresql wal_level=logical (is $level)")
+    conns=$(psql -h 127.0.0.1 -U postgres -d postgres -Atc 'show max_connections' 2>/dev/null)
+    [ "${conns:-0}" -ge 300 ] || missing+=("postgresql max_connections >= 300 (is $conns)")
   fi
 }
 pg_logical
