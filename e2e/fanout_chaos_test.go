@@ -150,11 +150,17 @@ func TestChaosFanout(t *testing.T) {
 			if err := children[1].cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(5 * time.Second) // past the 3s lease: its batches are recovered by the others
+			// Resumed only once its 3s lease has expired and the others
+			// have delivered meanwhile: its batches are then recovered by
+			// them, and its own late finishes are fenced.
+			stopped, before := time.Now(), st.count(t)
+			testenv.WaitFor(t, 60*time.Second, "the others deliver past the stopped relay's lease", func() bool {
+				return time.Since(stopped) > 4*time.Second && (st.count(t) > before || st.count(t) >= uint64(o.expected()))
+			})
 			if err := children[1].cmd.Process.Signal(syscall.SIGCONT); err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("SIGSTOPped relay 1 for 5s")
+			t.Logf("SIGSTOPped relay 1 for %s", time.Since(stopped).Round(time.Millisecond))
 			<-done
 			want := o.expected()
 			testenv.WaitFor(t, 5*time.Minute, "every destination has every event", func() bool {
