@@ -52,6 +52,23 @@ type Expander interface {
 	// whose route ids is already taken is not expanded: it becomes FAILED
 	// with last error NotSentPrefix + ErrRouteIDTaken, and attempts +1.
 	OutboxExpand(ctx context.Context, params *OutboxExpandParams) (int, error)
+	// OutboxSplit is the relay's shared claim's way out (docs/concepts.md,
+	// "Fan-out"): after a row of route "" was sent to every route and some
+	// routes did not acknowledge it, the relay releases the row and splits
+	// it so that only those routes get a row. For each of Rows that is
+	// still PENDING with route "" and type EventType (any other is skipped:
+	// another relay took it, and will send it to every route again), in
+	// one transaction:
+	//   - for every route i >= 1 whose bit in Done is clear, a copy as
+	//     OutboxExpand makes it (id RouteRowID(row.ID, i), event_id =
+	//     row.ID, attempts 0, the row's due_at);
+	//   - the row itself gets Routes[0] when bit 0 is clear, and is
+	//     deleted when it is set (that route acknowledged it).
+	// A row whose Done has every route's bit set is deleted. An event one
+	// of whose needed route ids is taken fails as in OutboxExpand (and is
+	// not deleted). Rows another transaction holds are skipped, not
+	// waited for. It returns how many rows were split.
+	OutboxSplit(ctx context.Context, params *OutboxSplitParams) (int, error)
 	// OutboxPendingRoutes lists the (type, route) pairs of PENDING rows
 	// whose route is not "", so the relay can notice routes that left the
 	// configuration (OutboxDropRoute). Cheap on a large backlog (a loose
@@ -94,6 +111,55 @@ func (p *OutboxExpandParams) Validate() error {
 			return fmt.Errorf("%w: expand routes must be non-empty and distinct, got %q", ErrInvalidParams, p.Routes)
 		}
 		seen[r] = true
+	}
+	return nil
+}
+
+// OutboxSplitParams are the parameters of Expander.OutboxSplit.
+type OutboxSplitParams struct {
+	EventType string
+	// Routes are the type's route names, as in OutboxExpandParams.
+	Routes []string
+	// Rows are the rows to split, at most MaxSplitRows, each id once.
+	Rows []SplitRow
+}
+
+// SplitRow is one row of OutboxSplitParams.
+type SplitRow struct {
+	ID txbox.ID
+	// Done has bit i set when route i needs no row: its destination
+	// acknowledged the event.
+	Done uint32
+}
+
+// MaxSplitRows bounds OutboxSplitParams.Rows: a relay splits at most one
+// batch at a time.
+const MaxSplitRows = 1000
+
+// Validate checks the parameters every dialect's OutboxSplit needs: a
+// valid event type, the routes as OutboxExpandParams.Validate wants
+// them, 1 to MaxSplitRows rows with distinct ids and no bit of Done
+// beyond the routes. Its errors match ErrInvalidParams (or, for the type,
+// txbox.ErrInvalidEventType's).
+func (p *OutboxSplitParams) Validate() error {
+	if p == nil {
+		return fmt.Errorf("%w: split params are nil", ErrInvalidParams)
+	}
+	if err := (&OutboxExpandParams{EventType: p.EventType, Routes: p.Routes, Limit: 1}).Validate(); err != nil {
+		return err
+	}
+	if len(p.Rows) < 1 || len(p.Rows) > MaxSplitRows {
+		return fmt.Errorf("%w: split needs 1 to %d rows, got %d", ErrInvalidParams, MaxSplitRows, len(p.Rows))
+	}
+	seen := make(map[txbox.ID]bool, len(p.Rows))
+	for _, r := range p.Rows {
+		if seen[r.ID] {
+			return fmt.Errorf("%w: split row %s appears twice", ErrInvalidParams, r.ID)
+		}
+		seen[r.ID] = true
+		if r.Done>>uint(len(p.Routes)) != 0 {
+			return fmt.Errorf("%w: split row %s: done bits %b beyond the %d routes", ErrInvalidParams, r.ID, r.Done, len(p.Routes))
+		}
 	}
 	return nil
 }
