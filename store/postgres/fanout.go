@@ -7,6 +7,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
 )
@@ -19,8 +21,12 @@ var _ store.Expander = (*Driver)(nil)
 
 // fanoutQueries are the statements of this file, rendered once in New.
 type fanoutQueries struct {
-	expand, pendingRoutes, dropRoute string
+	expand, split, pendingRoutes, dropRoute string
 }
+
+// routeIDSQL is store.RouteRowID in SQL: the id p.id with its last byte
+// XORed with the 0-based route index (r.i is WITH ORDINALITY's, 1-based).
+const routeIDSQL = `encode(set_byte(uuid_send(p.id), 15, get_byte(uuid_send(p.id), 15) # (r.i - 1)::int), 'hex')::uuid`
 
 // maxRouteCount bounds the count of one (type, route) pair of
 // OutboxPendingRoutes: the count reads the claim index, one entry per
@@ -53,8 +59,7 @@ func expandQuery(d *Driver) string {
 		FOR UPDATE SKIP LOCKED
 	),
 	copies AS MATERIALIZED (
-		SELECT p.id AS event_id, r.route,
-			encode(set_byte(uuid_send(p.id), 15, get_byte(uuid_send(p.id), 15) # (r.i - 1)::int), 'hex')::uuid AS id
+		SELECT p.id AS event_id, r.route, ` + routeIDSQL + ` AS id
 		FROM picked p CROSS JOIN unnest($2::text[]) WITH ORDINALITY AS r(route, i)
 		WHERE r.i > 1
 	),
@@ -84,9 +89,60 @@ func expandQuery(d *Driver) string {
 	SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM failed), (SELECT count(*) FROM ins)`)
 }
 
+// splitQuery is OutboxSplit's statement: expandQuery's, for the given
+// rows only and the routes their done mask ($5, bit i for route i)
+// leaves; the row itself takes the first route when route 0 is not
+// done, and is deleted when it is.
+func splitQuery(d *Driver) string {
+	return d.render(`
+	WITH picked AS MATERIALIZED (
+		SELECT o.id, w.done FROM {{outbox}} o
+		JOIN unnest($4::uuid[], $5::int[]) AS w(id, done) ON w.id = o.id
+		WHERE o.status = 'PENDING' AND o.event_type = $1 AND o.route = ''` + d.ownedSQL("o") + `
+		ORDER BY o.id
+		FOR UPDATE OF o SKIP LOCKED
+	),
+	copies AS MATERIALIZED (
+		SELECT p.id AS event_id, r.route, ` + routeIDSQL + ` AS id
+		FROM picked p CROSS JOIN unnest($2::text[]) WITH ORDINALITY AS r(route, i)
+		WHERE r.i > 1 AND (p.done >> (r.i - 1)::int) & 1 = 0
+	),
+	taken AS MATERIALIZED (
+		SELECT c.event_id FROM copies c WHERE EXISTS (SELECT 1 FROM {{outbox}} o WHERE o.id = c.id)
+		UNION
+		SELECT c.event_id FROM copies c WHERE EXISTS (SELECT 1 FROM copies c2 WHERE c2.id = c.id AND c2.event_id <> c.event_id)
+	),
+	failed AS (
+		UPDATE {{outbox}} o
+		SET status = 'FAILED', attempts = o.attempts + 1, last_error = $3, processed_at = now()
+		FROM taken t WHERE o.id = t.event_id
+		RETURNING o.id
+	),
+	moved AS (
+		UPDATE {{outbox}} o SET route = ($2::text[])[1]
+		FROM picked p
+		WHERE o.id = p.id AND p.done & 1 = 0 AND NOT EXISTS (SELECT 1 FROM taken t WHERE t.event_id = p.id)
+		RETURNING o.id, o.event_type, o.event_key, o.payload, o.headers, o.due_at, o.created_at, o.txid
+	),
+	gone AS (
+		DELETE FROM {{outbox}} o USING picked p
+		WHERE o.id = p.id AND p.done & 1 = 1 AND NOT EXISTS (SELECT 1 FROM taken t WHERE t.event_id = p.id)
+		RETURNING o.id, o.event_type, o.event_key, o.payload, o.headers, o.due_at, o.created_at, o.txid
+	),
+	src AS (SELECT * FROM moved UNION ALL SELECT * FROM gone),
+	ins AS (
+		INSERT INTO {{outbox}} (id, event_id, route, event_type, event_key, payload, headers, status, attempts, due_at, created_at, txid, stream_pos)
+		SELECT c.id, c.event_id, c.route, m.event_type, m.event_key, m.payload, m.headers, 'PENDING', 0, m.due_at, m.created_at, m.txid, 0
+		FROM src m JOIN copies c ON c.event_id = m.id
+		RETURNING 1
+	)
+	SELECT (SELECT count(*) FROM src), (SELECT count(*) FROM ins)`)
+}
+
 func buildFanoutQueries(d *Driver) fanoutQueries {
 	var q fanoutQueries
 	q.expand = expandQuery(d)
+	q.split = splitQuery(d)
 
 	// A loose index scan over the claim index (event_type, route, ...):
 	// one probe per distinct pair, route "" ones included (they are
@@ -166,6 +222,31 @@ func (d *Driver) OutboxExpand(ctx context.Context, params *store.OutboxExpandPar
 		return 0, fmt.Errorf("postgres: expand: %d events expanded into %d route rows, want %d", moved, inserted, moved*int64(len(params.Routes)-1))
 	}
 	return int(moved), nil
+}
+
+// OutboxSplit gives the not-done routes of the given route-less PENDING
+// rows their rows, in one statement. See store.Expander.
+func (d *Driver) OutboxSplit(ctx context.Context, params *store.OutboxSplitParams) (int, error) {
+	if err := params.Validate(); err != nil {
+		return 0, fmt.Errorf("postgres: split: %w", err)
+	}
+	for i, r := range params.Routes {
+		if !validRoute(r) {
+			return 0, errBadParams("split", "route %d (%q) must be text", i, r)
+		}
+	}
+	ids := make([]pgtype.UUID, len(params.Rows))
+	done := make([]int32, len(params.Rows))
+	for i, r := range params.Rows {
+		ids[i], done[i] = pgUUID(r.ID), int32(r.Done)
+	}
+	var split, inserted int64
+	err := d.pool.QueryRow(ctx, d.fanout.split, params.EventType, params.Routes,
+		store.NotSentPrefix+store.ErrRouteIDTaken, ids, done).Scan(&split, &inserted)
+	if err != nil {
+		return 0, d.translate("split", err)
+	}
+	return int(split), nil
 }
 
 // OutboxPendingRoutes lists the (type, route) pairs of PENDING rows with
