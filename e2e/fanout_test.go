@@ -100,83 +100,108 @@ func checkKeyOrder(t *testing.T, where string, ids []txbox.ID, keyOf map[txbox.I
 func TestFanoutOneDestinationDown(t *testing.T) {
 	t.Parallel()
 	eachKind(t, withLockKinds(), func(t *testing.T, kind storeKind, d store.Driver) {
-		st := newStream(t)
-		hook := newLateWebhook(t)
-		wh, err := webhook.New(webhook.Config{Timeout: 2 * time.Second})
-		if err != nil {
+		fanoutOneDestinationDown(t, kind, d, true)
+	})
+}
+
+// TestFanoutSharedClaimOneDestinationDown is TestFanoutOneDestinationDown
+// for a type with no ordered route, which takes the shared claim
+// (docs/concepts.md, "Fan-out"): each event's one row is sent to both
+// routes; while the webhook is down its circuit opens and each event gets
+// a row for the webhook route only, which its poller delivers once the
+// port opens. Every event reaches both, with the same ids.
+func TestFanoutSharedClaimOneDestinationDown(t *testing.T) {
+	t.Parallel()
+	eachKind(t, withLockKinds(), func(t *testing.T, kind storeKind, d store.Driver) {
+		fanoutOneDestinationDown(t, kind, d, false)
+	})
+}
+
+// fanoutOneDestinationDown is the body of TestFanoutOneDestinationDown,
+// with the type delivered in key order or not.
+func fanoutOneDestinationDown(t *testing.T, kind storeKind, d store.Driver, ordered bool) {
+	st := newStream(t)
+	hook := newLateWebhook(t)
+	wh, err := webhook.New(webhook.Config{Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = wh.Close(context.Background()) })
+	cfg := relayConfig(d, newNATSSender(t, testenv.NATSURL), st.prefix, 0)
+	cfg.Senders["partner"] = wh
+	cfg.Defaults.Sender = new("nats")
+	ordering := txbox.OrderingNone
+	if ordered {
+		ordering = txbox.OrderingKey
+	}
+	cfg.Events = map[string]relay.EventSettings{"orders": {
+		Ordering: &ordering,
+		Routes: []relay.RouteSettings{
+			{Sender: new("nats"), Route: sender.Route{Subject: st.prefix + ".{event_type}"}},
+			{Name: "partner", Sender: new("partner"), Route: sender.Route{URL: hook.url()}, MaxAttempts: new(20)},
+		},
+	}}
+	cfg.Circuit = relay.CircuitConfig{CoolDown: 100 * time.Millisecond, MaxCoolDown: 300 * time.Millisecond}
+	relaytest.Start(t, cfg)
+
+	o := newOracle()
+	keyOf := map[txbox.ID]string{}
+	const txs, perTx = 10, 30
+	for range txs {
+		evs := make([]*txbox.Event, perTx)
+		for i := range evs {
+			evs[i] = &txbox.Event{ID: txbox.NewID(), Type: "orders", Key: fmt.Sprintf("k%d", i%7), Payload: []byte("{}")}
+			keyOf[evs[i].ID] = evs[i].Key
+		}
+		if err := kind.publish(context.Background(), d, evs, true); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = wh.Close(context.Background()) })
-		cfg := relayConfig(d, newNATSSender(t, testenv.NATSURL), st.prefix, 0)
-		cfg.Senders["partner"] = wh
-		cfg.Defaults.Sender = new("nats")
-		cfg.Events = map[string]relay.EventSettings{"orders": {
-			Ordering: new(txbox.OrderingKey),
-			Routes: []relay.RouteSettings{
-				{Sender: new("nats"), Route: sender.Route{Subject: st.prefix + ".{event_type}"}},
-				{Name: "partner", Sender: new("partner"), Route: sender.Route{URL: hook.url()}, MaxAttempts: new(20)},
-			},
-		}}
-		cfg.Circuit = relay.CircuitConfig{CoolDown: 100 * time.Millisecond, MaxCoolDown: 300 * time.Millisecond}
-		relaytest.Start(t, cfg)
+		for _, ev := range evs {
+			o.committedIDs(ev.ID)
+		}
+	}
+	testenv.WaitFor(t, 60*time.Second, "NATS has every event while the webhook is down", func() bool { return st.count(t) >= uint64(o.expected()) })
+	if n := len(hook.received()); n != 0 {
+		t.Fatalf("the webhook received %d events while its port was closed", n)
+	}
+	if n, _ := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{}); n != 0 {
+		t.Errorf("%d dead letters while the webhook was down: an outage must not burn attempts", n)
+	}
+	hook.start(t)
+	testenv.WaitFor(t, 60*time.Second, "the webhook has every event after it came back", func() bool {
+		seen := map[txbox.ID]bool{}
+		for _, id := range hook.received() {
+			seen[id] = true
+		}
+		return len(seen) >= o.expected()
+	})
+	testenv.WaitFor(t, 20*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
 
-		o := newOracle()
-		keyOf := map[txbox.ID]string{}
-		const txs, perTx = 10, 30
-		for range txs {
-			evs := make([]*txbox.Event, perTx)
-			for i := range evs {
-				evs[i] = &txbox.Event{ID: txbox.NewID(), Type: "orders", Key: fmt.Sprintf("k%d", i%7), Payload: []byte("{}")}
-				keyOf[evs[i].ID] = evs[i].Key
-			}
-			if err := kind.publish(context.Background(), d, evs, true); err != nil {
-				t.Fatal(err)
-			}
-			for _, ev := range evs {
-				o.committedIDs(ev.ID)
-			}
+	var natsIDs []txbox.ID
+	for _, m := range st.readAll(t) {
+		natsIDs = append(natsIDs, m.id)
+	}
+	natsOracle, hookOracle := o.copy(), o.copy()
+	natsOracle.receivedIDs(natsIDs...)
+	hookOracle.receivedIDs(hook.received()...)
+	if rep := natsOracle.report(); !rep.clean() {
+		t.Errorf("oracle (nats): %v", rep)
+	}
+	if rep := hookOracle.report(); !rep.clean() {
+		t.Errorf("oracle (webhook): %v", rep)
+	}
+	hook.mu.Lock()
+	for id, k := range hook.keys {
+		if k != id.String() {
+			t.Errorf("webhook: event %s came with Idempotency-Key %q, want the event id", id, k)
+			break
 		}
-		testenv.WaitFor(t, 60*time.Second, "NATS has every event while the webhook is down", func() bool { return st.count(t) >= uint64(o.expected()) })
-		if n := len(hook.received()); n != 0 {
-			t.Fatalf("the webhook received %d events while its port was closed", n)
-		}
-		if n, _ := d.DeadLetterCount(context.Background(), &store.DeadLetterFilter{}); n != 0 {
-			t.Errorf("%d dead letters while the webhook was down: an outage must not burn attempts", n)
-		}
-		hook.start(t)
-		testenv.WaitFor(t, 60*time.Second, "the webhook has every event after it came back", func() bool {
-			seen := map[txbox.ID]bool{}
-			for _, id := range hook.received() {
-				seen[id] = true
-			}
-			return len(seen) >= o.expected()
-		})
-		testenv.WaitFor(t, 20*time.Second, "outbox settled", func() bool { return outboxSettled(t, d) })
-
-		var natsIDs []txbox.ID
-		for _, m := range st.readAll(t) {
-			natsIDs = append(natsIDs, m.id)
-		}
-		natsOracle, hookOracle := o.copy(), o.copy()
-		natsOracle.receivedIDs(natsIDs...)
-		hookOracle.receivedIDs(hook.received()...)
-		if rep := natsOracle.report(); !rep.clean() {
-			t.Errorf("oracle (nats): %v", rep)
-		}
-		if rep := hookOracle.report(); !rep.clean() {
-			t.Errorf("oracle (webhook): %v", rep)
-		}
-		hook.mu.Lock()
-		for id, k := range hook.keys {
-			if k != id.String() {
-				t.Errorf("webhook: event %s came with Idempotency-Key %q, want the event id", id, k)
-				break
-			}
-		}
-		hook.mu.Unlock()
+	}
+	hook.mu.Unlock()
+	if ordered {
 		checkKeyOrder(t, "nats", natsIDs, keyOf)
 		checkKeyOrder(t, "webhook", hook.received(), keyOf)
-	})
+	}
 }
 
 // TestWALFanoutOneDestinationDown is TestFanoutOneDestinationDown in WAL

@@ -499,6 +499,19 @@ func (cs *circuitSet) circuitPair(senderName, dest string) *circuitPair {
 	return g
 }
 
+// unjudged returns a circuit pair of its own that no batch is judged by,
+// so it stays closed: the shared claim of a fanned-out type asks it (its
+// routes' circuits judge their sends, relay/fanout_shared.go). It is in
+// no list of circuits.
+func (cs *circuitSet) unjudged() *circuitPair {
+	return &circuitPair{
+		coolDown: cs.cfg.policy(),
+		conn:     newCircuit("", "", true, cs.cfg, cs.now, func(txbox.CircuitEvent) {}),
+		dest:     newCircuit("", "", false, cs.cfg, cs.now, func(txbox.CircuitEvent) {}),
+		suspects: map[txbox.ID]suspect{},
+	}
+}
+
 // health lists every circuit: per sender, its connection circuit first,
 // then its destinations by name.
 func (cs *circuitSet) health() []CircuitHealth {

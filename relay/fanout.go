@@ -182,6 +182,10 @@ type fanout struct {
 	routes    []string
 	expander  store.Expander
 	pollers   []*poller
+	// shared, when set, is the shared claim's poller (relay/
+	// fanout_shared.go); the expander then does not run.
+	shared    *poller
+	sharedFan *sharedFan
 	polling   polling
 	limit     int
 	log       *slog.Logger
@@ -200,17 +204,26 @@ func (f *fanout) wake() {
 	for _, p := range f.pollers {
 		p.wake()
 	}
+	if f.shared != nil {
+		f.shared.wake()
+	}
 }
 
 func (f *fanout) healths() []TypeHealth {
 	f.mu.Lock()
 	lastErr := f.lastErr
 	f.mu.Unlock()
+	if lastErr != "" {
+		lastErr = "expanding the type's events: " + lastErr
+	}
+	if f.shared != nil {
+		lastErr = f.sharedError()
+	}
 	out := make([]TypeHealth, 0, len(f.pollers))
 	for _, p := range f.pollers {
 		th := p.health()
 		if th.LastError == "" && lastErr != "" {
-			th.LastError = "expanding the type's events: " + lastErr
+			th.LastError = lastErr
 		}
 		out = append(out, th)
 	}
@@ -304,9 +317,45 @@ func (r *Relay) startFanoutLocked(t string) error {
 		r.life.Go(p.run)
 	}
 	r.pollers[t] = f
+	if sharedEligible(routes, r.cfg.Stream.Enabled) {
+		r.startSharedLocked(f, sharedSettings(typ, routes))
+		return nil
+	}
 	ctx := r.runCtx
 	r.life.Go(func() { f.run(ctx) })
 	return nil
+}
+
+// startSharedLocked starts the shared claim of the fanned-out type f
+// (relay/fanout_shared.go), with settings s, in place of its expander.
+// r.mu is held.
+func (r *Relay) startSharedLocked(f *fanout, s *typeSettings) {
+	sf := &sharedFan{
+		eventType: f.eventType, routeNames: f.routes, routes: f.pollers, splitter: f.expander,
+		hooks: f.hooks, log: f.log, detachedUntil: make([]time.Time, len(f.pollers)),
+	}
+	p := newPoller(r.pollerDeps(), s)
+	p.lane.circuit = r.circuits.unjudged()
+	p.lane.deliverFn = func(b batch, t ticket, taken time.Time) { sf.deliver(p.lane, b, t, taken) }
+	f.shared, f.sharedFan = p, sf
+	if s.claim == txbox.ClaimLock {
+		r.locks.added(s.inFlight)
+	}
+	r.life.Go(p.run)
+}
+
+// sharedError is the shared claim's last claim or split error, for the
+// routes' health.
+func (f *fanout) sharedError() string {
+	if e := f.shared.health().LastError; e != "" {
+		return "claiming the type's events: " + e
+	}
+	f.sharedFan.mu.Lock()
+	defer f.sharedFan.mu.Unlock()
+	if f.sharedFan.lastErr != "" {
+		return "splitting the type's events: " + f.sharedFan.lastErr
+	}
+	return ""
 }
 
 // dropRoutesRound fails the pending rows of routes that left the

@@ -66,6 +66,10 @@ type lane struct {
 	// finished, when set, runs after each batch's finish: the table
 	// source's ordered claim asks to claim again at once (batchDone).
 	finished func()
+	// deliverFn, when set, delivers each batch instead of deliver: the
+	// shared claim of a fanned-out type sends to every route
+	// (relay/fanout_shared.go).
+	deliverFn func(b batch, t ticket, taken time.Time)
 
 	mu       sync.Mutex
 	inFlight int
@@ -174,8 +178,12 @@ func (l *lane) dispatch(b batch, t ticket, taken time.Time) {
 	l.mu.Lock()
 	l.inFlight++
 	l.mu.Unlock()
+	deliver := l.deliver
+	if l.deliverFn != nil {
+		deliver = l.deliverFn
+	}
 	l.deps.life.Go(func() {
-		l.deliver(b, t, taken)
+		deliver(b, t, taken)
 		l.mu.Lock()
 		l.inFlight--
 		l.mu.Unlock()
