@@ -8,6 +8,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/internal/sqlstore"
 )
 
 var _ store.Expander = (*Driver)(nil)
@@ -45,6 +46,7 @@ func (d *Driver) fanoutQueries(q *queries) {
 
 // maxExpand bounds OutboxExpandParams.Limit: the copies of one call are
 // one INSERT of 3 placeholders each, at most MaxRoutes-1 per event.
+// store.MaxSplitRows bounds an OutboxSplit's rows alike.
 const maxExpand = 1000
 
 // OutboxExpand turns up to Limit PENDING rows of the type with route ""
@@ -85,40 +87,59 @@ func (d *Driver) expandIn(ctx context.Context, tx *sql.Tx, typ string, routes []
 	if err != nil || len(ids) == 0 {
 		return 0, err
 	}
-	// The route ids: taken when another row has one already, or when
-	// two events of the batch (ids dense in the last byte) would share
-	// one; the later event then fails.
-	var all []txbox.ID
-	for _, id := range ids {
-		for i := 1; i < len(routes); i++ {
-			all = append(all, store.RouteRowID(id, i))
-		}
+	return d.fanOutIn(ctx, tx, sqlstore.ExpandAll(ids, len(routes)), routes)
+}
+
+// OutboxSplit splits the given PENDING rows of route "" that a shared
+// claim sent to every route (store.Expander): in one READ COMMITTED
+// transaction, the rows are locked through the primary key in id order
+// as the expander locks them, skipping those another transaction holds
+// and those no longer PENDING of the type with route "". Each gets a copy
+// for every route that did not acknowledge it, then takes Routes[0] or,
+// when route 0 acknowledged it, is deleted (one DELETE per id, as
+// deleteEach explains). A row one of whose needed route ids is taken
+// fails with store.ErrRouteIDTaken and is kept.
+func (d *Driver) OutboxSplit(ctx context.Context, params *store.OutboxSplitParams) (int, error) {
+	if err := params.Validate(); err != nil {
+		return 0, fmt.Errorf("mysql: %w", err)
 	}
-	takenIDs, err := queryIDs(ctx, tx, inIDs(d.q.expandTaken, len(all)), idArgs(nil, all)...)
+	ids := make([]txbox.ID, len(params.Rows))
+	for j, r := range params.Rows {
+		ids[j] = r.ID
+	}
+	ids = store.SortedIDs(ids)
+	var split int
+	err := d.inTx(ctx, func(tx *sql.Tx) error {
+		split = 0
+		locked, err := queryIDs(ctx, tx, inIDs(d.q.expandLock, len(ids)), append(idArgs(nil, ids), params.EventType)...)
+		if err != nil || len(locked) == 0 {
+			return err
+		}
+		split, err = d.fanOutIn(ctx, tx, sqlstore.SplitPlan(locked, params.Rows, len(params.Routes)), params.Routes)
+		return err
+	})
 	if err != nil {
-		return 0, err
+		return 0, wrap("split", err)
 	}
-	taken := make(map[txbox.ID]bool, len(takenIDs)+len(all))
-	for _, id := range takenIDs {
-		taken[id] = true
+	return split, nil
+}
+
+// fanOutIn makes the route rows of rows, PENDING rows of route "" that tx
+// has locked, in id order, and returns how many it fanned out. A route id
+// is taken when another row has it already, or when two rows of the call
+// (ids dense in the last byte) would share one; the later row then fails.
+func (d *Driver) fanOutIn(ctx context.Context, tx *sql.Tx, rows []sqlstore.FanOut, routes []string) (int, error) {
+	taken := map[txbox.ID]bool{}
+	if all := sqlstore.CopyIDs(rows); len(all) > 0 {
+		takenIDs, err := queryIDs(ctx, tx, inIDs(d.q.expandTaken, len(all)), idArgs(nil, all)...)
+		if err != nil {
+			return 0, err
+		}
+		for _, id := range takenIDs {
+			taken[id] = true
+		}
 	}
-	var ok, failed []txbox.ID
-	for _, id := range ids {
-		bad := false
-		for i := 1; i < len(routes); i++ {
-			if taken[store.RouteRowID(id, i)] {
-				bad = true
-			}
-		}
-		if bad {
-			failed = append(failed, id)
-			continue
-		}
-		for i := 1; i < len(routes); i++ {
-			taken[store.RouteRowID(id, i)] = true
-		}
-		ok = append(ok, id)
-	}
+	ok, failed := sqlstore.Partition(rows, taken)
 	if len(failed) > 0 {
 		failed = store.SortedIDs(failed)
 		args := append([]any{store.NotSentPrefix + store.ErrRouteIDTaken}, idArgs(nil, failed)...)
@@ -126,32 +147,45 @@ func (d *Driver) expandIn(ctx context.Context, tx *sql.Tx, typ string, routes []
 			return 0, err
 		}
 	}
-	if len(ok) == 0 {
-		return 0, nil
-	}
-	ok = store.SortedIDs(ok)
-	// The copies first, while the events' rows still have route "" (the
-	// SELECTs read them by id alone).
-	var q strings.Builder
-	q.WriteString(d.q.expandInsert)
-	args := make([]any, 0, 3*len(ok)*(len(routes)-1))
-	for j, id := range ok {
-		for i := 1; i < len(routes); i++ {
-			if j > 0 || i > 1 {
-				q.WriteString(" UNION ALL ")
-			}
-			q.WriteString(d.q.expandCopy)
-			args = append(args, store.RouteRowID(id, i).String(), routes[i], id.String())
-		}
-	}
-	if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
+	// The copies first, while the rows still have route "" (the SELECTs
+	// read them by id alone).
+	if err := d.insertCopies(ctx, tx, ok, routes); err != nil {
 		return 0, err
 	}
-	args = append([]any{routes[0]}, idArgs(nil, ok)...)
-	if _, err := tx.ExecContext(ctx, inIDs(d.q.expandFirst, len(ok)), args...); err != nil {
+	keep, drop := sqlstore.Kept(ok)
+	if len(keep) > 0 {
+		args := append([]any{routes[0]}, idArgs(nil, keep)...)
+		if _, err := tx.ExecContext(ctx, inIDs(d.q.expandFirst, len(keep)), args...); err != nil {
+			return 0, err
+		}
+	}
+	if err := deleteEach(ctx, tx, d.q.outboxDeleteOne, drop); err != nil {
 		return 0, err
 	}
 	return len(ok), nil
+}
+
+// insertCopies adds the copies of rows with one INSERT ... SELECT ...
+// UNION ALL ..., one SELECT of the row per copy.
+func (d *Driver) insertCopies(ctx context.Context, tx *sql.Tx, rows []sqlstore.FanOut, routes []string) error {
+	var q strings.Builder
+	var args []any
+	for _, f := range rows {
+		for _, i := range f.Copies {
+			if len(args) == 0 {
+				q.WriteString(d.q.expandInsert)
+			} else {
+				q.WriteString(" UNION ALL ")
+			}
+			q.WriteString(d.q.expandCopy)
+			args = append(args, store.RouteRowID(f.ID, i).String(), routes[i], f.ID.String())
+		}
+	}
+	if len(args) == 0 {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, q.String(), args...)
+	return err
 }
 
 // OutboxPendingRoutes lists the (type, route) pairs of PENDING rows with a

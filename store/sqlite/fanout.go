@@ -8,6 +8,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
+	"github.com/txbox/txbox/store/internal/sqlstore"
 )
 
 var _ store.Expander = (*Driver)(nil)
@@ -15,7 +16,7 @@ var _ store.Expander = (*Driver)(nil)
 // fanoutQueries are the statements of the expander (store.Expander).
 type fanoutQueries struct {
 	expandSelect, expandTaken, expandFail, expandCopy, expandFirst string
-	expandUnreadable                                               string
+	expandUnreadable, splitSelect, splitDelete                     string
 	pendingRoutes, dropRoute                                       string
 }
 
@@ -28,6 +29,13 @@ func buildFanoutQueries(r *strings.Replacer) fanoutQueries {
 WHERE status = 'PENDING' AND event_type = ? AND route = ''
 ORDER BY rowid
 LIMIT ?`),
+		// The split's rows, as expandSelect reads them, by their ids.
+		splitSelect: r.Replace(`SELECT id, coalesce(` + readableRow + `, 0) FROM {outbox}
+WHERE status = 'PENDING' AND event_type = ? AND route = '' AND id IN (SELECT value FROM json_each(?))
+ORDER BY rowid`),
+		// A split row that every route acknowledged, or route 0.
+		splitDelete: r.Replace(`DELETE FROM {outbox}
+WHERE status = 'PENDING' AND route = '' AND id IN (SELECT value FROM json_each(?))`),
 		// By the raw id text, which may not be canonical.
 		expandUnreadable: r.Replace(`UPDATE {outbox}
 SET status = 'FAILED', attempts = attempts + 1, last_error = ?, processed_at = {now}, lease_until = NULL, lease_token = NULL
@@ -88,74 +96,109 @@ func (d *Driver) OutboxExpand(ctx context.Context, params *store.OutboxExpandPar
 }
 
 func (d *Driver) expandIn(ctx context.Context, tx *sql.Tx, typ string, routes []string, limit int) (int, error) {
-	ids, err := d.expandable(ctx, tx, typ, limit)
+	ids, err := d.expandable(ctx, tx, d.q.fanout.expandSelect, typ, limit)
 	if err != nil || len(ids) == 0 {
 		return 0, err
 	}
-	var all []string
-	for _, id := range ids {
-		for i := 1; i < len(routes); i++ {
-			all = append(all, store.RouteRowID(id, i).String())
+	return d.fanOutIn(ctx, tx, sqlstore.ExpandAll(ids, len(routes)), routes)
+}
+
+// OutboxSplit splits the given PENDING rows of route "" that a shared
+// claim sent to every route (store.Expander), in one write transaction
+// (no other transaction holds a row meanwhile; a row claimed again is no
+// longer PENDING and is skipped). The rows are taken in rowid order, as
+// OutboxExpand takes them, and unreadable ones fail as there. Each gets a
+// copy for every route that did not acknowledge it, then takes Routes[0]
+// (keeping its rowid) or, when route 0 acknowledged it, is deleted. A row
+// one of whose needed route ids is taken fails with
+// store.ErrRouteIDTaken and is kept.
+func (d *Driver) OutboxSplit(ctx context.Context, params *store.OutboxSplitParams) (int, error) {
+	if err := params.Validate(); err != nil {
+		return 0, fmt.Errorf("sqlite: %w", err)
+	}
+	want := make([]string, len(params.Rows))
+	for j, r := range params.Rows {
+		want[j] = r.ID.String()
+	}
+	var split int
+	err := d.write(ctx, func(tx *sql.Tx) error {
+		ids, err := d.expandable(ctx, tx, d.q.fanout.splitSelect, params.EventType, idsJSON(want))
+		if err != nil || len(ids) == 0 {
+			return err
 		}
-	}
-	takenIDs, err := queryStrings(ctx, d, tx, d.q.fanout.expandTaken, idsJSON(all))
+		split, err = d.fanOutIn(ctx, tx, sqlstore.SplitPlan(ids, params.Rows, len(params.Routes)), params.Routes)
+		return err
+	})
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("outbox split: %w", err)
 	}
-	taken := make(map[string]bool, len(takenIDs)+len(all))
-	for _, id := range takenIDs {
-		taken[id] = true
-	}
-	var ok []txbox.ID
-	var failed []string
-	for _, id := range ids {
-		bad := false
-		for i := 1; i < len(routes); i++ {
-			if taken[store.RouteRowID(id, i).String()] {
-				bad = true
+	return split, nil
+}
+
+// fanOutIn makes the route rows of rows, PENDING rows of route "" in
+// rowid order, and returns how many it fanned out. A route id is taken
+// when another row has it already, or when two rows of the call (ids
+// dense in the last byte) would share one; the later row then fails.
+func (d *Driver) fanOutIn(ctx context.Context, tx *sql.Tx, rows []sqlstore.FanOut, routes []string) (int, error) {
+	taken := map[txbox.ID]bool{}
+	if all := sqlstore.CopyIDs(rows); len(all) > 0 {
+		takenIDs, err := queryStrings(ctx, d, tx, d.q.fanout.expandTaken, idsJSON(idStrings(all)))
+		if err != nil {
+			return 0, err
+		}
+		for _, s := range takenIDs {
+			if id, err := txbox.ParseID(s); err == nil {
+				taken[id] = true
 			}
 		}
-		if bad {
-			failed = append(failed, id.String())
-			continue
-		}
-		for i := 1; i < len(routes); i++ {
-			taken[store.RouteRowID(id, i).String()] = true
-		}
-		ok = append(ok, id)
 	}
+	ok, failed := sqlstore.Partition(rows, taken)
 	if len(failed) > 0 {
-		if _, err := d.txExec(ctx, tx, d.q.fanout.expandFail, store.NotSentPrefix+store.ErrRouteIDTaken, idsJSON(failed)); err != nil {
+		if _, err := d.txExec(ctx, tx, d.q.fanout.expandFail, store.NotSentPrefix+store.ErrRouteIDTaken, idsJSON(idStrings(failed))); err != nil {
 			return 0, err
 		}
 	}
-	if len(ok) == 0 {
-		return 0, nil
-	}
-	// The copies first, in the events' rowid order (ok keeps it).
-	okIDs := make([]string, len(ok))
-	for j, id := range ok {
-		okIDs[j] = id.String()
-		for i := 1; i < len(routes); i++ {
-			if _, err := d.txExec(ctx, tx, d.q.fanout.expandCopy, store.RouteRowID(id, i).String(), routes[i], okIDs[j]); err != nil {
+	// The copies first, in the rows' rowid order (ok keeps it), while
+	// the rows still have route "".
+	for _, f := range ok {
+		for _, i := range f.Copies {
+			if _, err := d.txExec(ctx, tx, d.q.fanout.expandCopy, store.RouteRowID(f.ID, i).String(), routes[i], f.ID.String()); err != nil {
 				return 0, err
 			}
 		}
 	}
-	if _, err := d.txExec(ctx, tx, d.q.fanout.expandFirst, routes[0], idsJSON(okIDs)); err != nil {
-		return 0, err
+	keep, drop := sqlstore.Kept(ok)
+	if len(keep) > 0 {
+		if _, err := d.txExec(ctx, tx, d.q.fanout.expandFirst, routes[0], idsJSON(idStrings(keep))); err != nil {
+			return 0, err
+		}
+	}
+	if len(drop) > 0 {
+		if _, err := d.txExec(ctx, tx, d.q.fanout.splitDelete, idsJSON(idStrings(drop))); err != nil {
+			return 0, err
+		}
 	}
 	return len(ok), nil
 }
 
-// expandable reads up to limit rows to expand, in rowid order, and returns
-// the ids of those that can be. A row that cannot (written by plain SQL
-// before schema version 2: an id that is not canonical, or headers or a
-// created_at the outbox triggers would refuse in its copies) fails with
-// the reason, as the claim fails it, so it neither wedges the expansion
-// of its type nor is lost.
-func (d *Driver) expandable(ctx context.Context, tx *sql.Tx, typ string, limit int) ([]txbox.ID, error) {
-	rows, err := d.txQuery(ctx, tx, d.q.fanout.expandSelect, typ, limit)
+// idStrings returns the text form of ids.
+func idStrings(ids []txbox.ID) []string {
+	out := make([]string, len(ids))
+	for j, id := range ids {
+		out[j] = id.String()
+	}
+	return out
+}
+
+// expandable reads the rows to expand or split (query, whose columns are
+// expandSelect's), in rowid order, and returns the ids of those that can
+// be. A row that cannot (written by plain SQL before schema version 2: an
+// id that is not canonical, or headers or a created_at the outbox
+// triggers would refuse in its copies) fails with the reason, as the
+// claim fails it, so it neither wedges the expansion of its type nor is
+// lost.
+func (d *Driver) expandable(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]txbox.ID, error) {
+	rows, err := d.txQuery(ctx, tx, query, args...)
 	if err != nil {
 		return nil, err
 	}

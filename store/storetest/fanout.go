@@ -27,6 +27,10 @@ func ExerciseFanout(t *testing.T, h Harness) {
 		{"ExpandConcurrent", testExpandConcurrent},
 		{"DropRoute", testDropRoute},
 		{"ExpandLockClaim", testExpandLock},
+		{"SplitOnlyUnackedRoutes", testSplitUnacked},
+		{"SplitSkipsTakenRows", testSplitSkips},
+		{"SplitRouteIDTaken", testSplitIDTaken},
+		{"SplitBadParams", testSplitBadParams},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
