@@ -275,7 +275,7 @@ func (f *sharedFan) split(l *lane, splits []store.SplitRow) {
 			need |= ^s.Done
 		}
 		ctx, cancel := l.finishContext()
-		n, err := f.splitter.OutboxSplit(ctx, &store.OutboxSplitParams{EventType: f.eventType, Routes: f.routeNames, Rows: chunk})
+		n, err := f.splitter.OutboxSplit(ctx, &store.OutboxSplitParams{EventType: f.eventType, Routes: f.routeNames, Rows: chunk, Retain: l.s.retention > 0})
 		cancel()
 		total += n
 		if err != nil && firstErr == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -138,4 +139,91 @@ func TestFanoutRemovedRouteDeadLettered(t *testing.T) {
 		return b.count(t, "dead_letter", "route = 'gone' AND last_error LIKE '%route \"gone\"%removed%'") == len(ids)
 	})
 	testenv.WaitFor(t, 20*time.Second, "route a delivered", func() bool { return containsAll(b.sender.ids(), ids) })
+}
+
+// sharedPolls counts the rows claims of route "" took: the shared claim's
+// (docs/concepts.md, "Fan-out").
+type sharedPolls struct {
+	txbox.NopRelayHook
+	claimed atomic.Int64
+}
+
+func (h *sharedPolls) OnPoll(ev txbox.PollEvent) {
+	if ev.Route == "" {
+		h.claimed.Add(int64(ev.Claimed))
+	}
+}
+
+// TestFanoutSharedClaimSplitsOnlyUnacked: a type with three unordered
+// routes takes the shared claim: its events' rows are claimed once (by
+// route ""), sent to every route with the route's delivery id. Route b
+// refuses five events once; those get a row for route b only, which b's
+// poller delivers. Routes a and c get every event exactly once, b every
+// event, and the outbox ends empty.
+func TestFanoutSharedClaimSplitsOnlyUnacked(t *testing.T) {
+	t.Parallel()
+	eachClaim(t, func(t *testing.T, b *bundle) {
+		sb, sc := newTestSender(), newTestSender()
+		ids := b.publish(t, "orders", 60, nil)
+		refuse := map[txbox.ID]bool{}
+		for _, id := range ids[10:15] {
+			refuse[id] = true
+		}
+		var refused atomic.Int64
+		var mu sync.Mutex
+		sb.setBehave(func(_ context.Context, msgs []*sender.Message) error {
+			errs := make([]error, len(msgs))
+			mu.Lock()
+			defer mu.Unlock()
+			for i, m := range msgs {
+				if refuse[m.ID] {
+					delete(refuse, m.ID)
+					refused.Add(1)
+					errs[i] = errors.New("409 conflict: try later")
+				}
+			}
+			return &sender.BatchError{Errs: errs}
+		})
+		polls := &sharedPolls{}
+		b.start(t, func(c *relay.Config) {
+			c.Senders["b"], c.Senders["c"] = sb, sc
+			c.Defaults.Sender = new("test")
+			c.Hooks = append(c.Hooks, polls)
+			c.Events = map[string]relay.EventSettings{"orders": {Routes: []relay.RouteSettings{
+				{Name: "a", Sender: new("test")},
+				{Name: "b", Sender: new("b"), Backoff: &relay.BackoffSettings{Delay: new(10 * time.Millisecond), Max: new(50 * time.Millisecond)}},
+				{Name: "c", Sender: new("c")},
+			}}}
+		})
+		testenv.WaitFor(t, 30*time.Second, "every route has every event", func() bool {
+			return containsAll(b.sender.ids(), ids) && containsAll(sb.ids(), ids) && containsAll(sc.ids(), ids)
+		})
+		testenv.WaitFor(t, 20*time.Second, "every row processed", func() bool { return b.count(t, "outbox", "status <> 'PROCESSED'") == 0 })
+		if refused.Load() != 5 {
+			t.Fatalf("route b refused %d events, want 5", refused.Load())
+		}
+		if n := polls.claimed.Load(); n < int64(len(ids)) {
+			t.Errorf("the shared claim (route \"\") took %d rows, want all %d events", n, len(ids))
+		}
+		for i, s := range []*testSender{b.sender, sb, sc} {
+			for _, id := range ids {
+				ds := s.deliveries(id)
+				want := 1
+				if i == 1 && slices.Contains(ids[10:15], id) {
+					want = 2
+				}
+				if len(ds) != want {
+					t.Fatalf("route %d got event %s %d times, want %d", i, id, len(ds), want)
+				}
+				for _, d := range ds {
+					if d.msg.DeliveryID != store.RouteRowID(id, i) {
+						t.Fatalf("route %d got event %s with delivery id %s, want %s", i, id, d.msg.DeliveryID, store.RouteRowID(id, i))
+					}
+				}
+			}
+		}
+		if n := b.count(t, "dead_letter", "true"); n != 0 {
+			t.Errorf("%d dead letters, want none", n)
+		}
+	})
 }

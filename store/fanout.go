@@ -63,7 +63,8 @@ type Expander interface {
 	//     OutboxExpand makes it (id RouteRowID(row.ID, i), event_id =
 	//     row.ID, attempts 0, the row's due_at);
 	//   - the row itself gets Routes[0] when bit 0 is clear, and is
-	//     deleted when it is set (that route acknowledged it).
+	//     deleted when it is set (that route acknowledged it), or with
+	//     Retain made route 0's PROCESSED row.
 	// A row whose Done has every route's bit set is deleted. An event one
 	// of whose needed route ids is taken fails as in OutboxExpand (and is
 	// not deleted). Rows another transaction holds are skipped, not
@@ -122,6 +123,11 @@ type OutboxSplitParams struct {
 	Routes []string
 	// Rows are the rows to split, at most MaxSplitRows, each id once.
 	Rows []SplitRow
+	// Retain is set when the type keeps its delivered rows (a retention,
+	// OutboxFinishParams.DeleteAcked false): a row whose route 0 is done
+	// is then kept as that route's row, PROCESSED as a finish leaves an
+	// acked row, rather than deleted.
+	Retain bool
 }
 
 // SplitRow is one row of OutboxSplitParams.

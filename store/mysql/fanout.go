@@ -27,6 +27,10 @@ func (d *Driver) fanoutQueries(q *queries) {
 	// The event's own row: it takes the first route. The rows are this
 	// transaction's already; by primary key only.
 	q.expandFirst = updateByID(d.qOutbox) + " SET route = ? WHERE id IN ({{ids}}) AND status = 'PENDING' AND route = ''"
+	// A split row route 0 acknowledged, on a type that keeps delivered
+	// rows: route 0's row, PROCESSED as a finish leaves it.
+	q.splitRetain = updateByID(d.qOutbox) + " SET route = ?, status = 'PROCESSED', processed_at = UTC_TIMESTAMP(6)," +
+		" lease_until = NULL, lease_token = NULL WHERE id IN ({{ids}}) AND status = 'PENDING' AND route = ''"
 	// An event whose route id is taken fails, as a finish fails a row
 	// for good: the dead-letter mover takes it.
 	q.expandFail = updateByID(d.qOutbox) + " SET status = 'FAILED', attempts = attempts + 1, last_error = ?," +
@@ -87,7 +91,7 @@ func (d *Driver) expandIn(ctx context.Context, tx *sql.Tx, typ string, routes []
 	if err != nil || len(ids) == 0 {
 		return 0, err
 	}
-	return d.fanOutIn(ctx, tx, sqlstore.ExpandAll(ids, len(routes)), routes)
+	return d.fanOutIn(ctx, tx, sqlstore.ExpandAll(ids, len(routes)), routes, false)
 }
 
 // OutboxSplit splits the given PENDING rows of route "" that a shared
@@ -115,7 +119,7 @@ func (d *Driver) OutboxSplit(ctx context.Context, params *store.OutboxSplitParam
 		if err != nil || len(locked) == 0 {
 			return err
 		}
-		split, err = d.fanOutIn(ctx, tx, sqlstore.SplitPlan(locked, params.Rows, len(params.Routes)), params.Routes)
+		split, err = d.fanOutIn(ctx, tx, sqlstore.SplitPlan(locked, params.Rows, len(params.Routes)), params.Routes, params.Retain)
 		return err
 	})
 	if err != nil {
@@ -128,7 +132,7 @@ func (d *Driver) OutboxSplit(ctx context.Context, params *store.OutboxSplitParam
 // has locked, in id order, and returns how many it fanned out. A route id
 // is taken when another row has it already, or when two rows of the call
 // (ids dense in the last byte) would share one; the later row then fails.
-func (d *Driver) fanOutIn(ctx context.Context, tx *sql.Tx, rows []sqlstore.FanOut, routes []string) (int, error) {
+func (d *Driver) fanOutIn(ctx context.Context, tx *sql.Tx, rows []sqlstore.FanOut, routes []string, retain bool) (int, error) {
 	taken := map[txbox.ID]bool{}
 	if all := sqlstore.CopyIDs(rows); len(all) > 0 {
 		takenIDs, err := queryIDs(ctx, tx, inIDs(d.q.expandTaken, len(all)), idArgs(nil, all)...)
@@ -158,6 +162,11 @@ func (d *Driver) fanOutIn(ctx context.Context, tx *sql.Tx, rows []sqlstore.FanOu
 		if _, err := tx.ExecContext(ctx, inIDs(d.q.expandFirst, len(keep)), args...); err != nil {
 			return 0, err
 		}
+	}
+	if retain && len(drop) > 0 {
+		args := append([]any{routes[0]}, idArgs(nil, drop)...)
+		_, err := tx.ExecContext(ctx, inIDs(d.q.splitRetain, len(drop)), args...)
+		return len(ok), err
 	}
 	if err := deleteEach(ctx, tx, d.q.outboxDeleteOne, drop); err != nil {
 		return 0, err

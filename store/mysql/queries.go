@@ -36,7 +36,7 @@ type queries struct {
 
 	// Fan-out (fanout.go).
 	expandCandidates, expandLock, expandTaken string
-	expandFirst, expandFail                   string
+	expandFirst, expandFail, splitRetain      string
 	expandInsert, expandCopy, pendingRoutes   string
 	dropRouteSelect, dropRouteWrite           string
 

@@ -92,7 +92,8 @@ func expandQuery(d *Driver) string {
 // splitQuery is OutboxSplit's statement: expandQuery's, for the given
 // rows only and the routes their done mask ($5, bit i for route i)
 // leaves; the row itself takes the first route when route 0 is not
-// done, and is deleted when it is.
+// done, and is deleted when it is (or, with $6, retention, kept as that
+// route's PROCESSED row).
 func splitQuery(d *Driver) string {
 	return d.render(`
 	WITH picked AS MATERIALIZED (
@@ -126,10 +127,16 @@ func splitQuery(d *Driver) string {
 	),
 	gone AS (
 		DELETE FROM {{outbox}} o USING picked p
-		WHERE o.id = p.id AND p.done & 1 = 1 AND NOT EXISTS (SELECT 1 FROM taken t WHERE t.event_id = p.id)
+		WHERE NOT $6::bool AND o.id = p.id AND p.done & 1 = 1 AND NOT EXISTS (SELECT 1 FROM taken t WHERE t.event_id = p.id)
 		RETURNING o.id, o.event_type, o.event_key, o.payload, o.headers, o.due_at, o.created_at, o.txid
 	),
-	src AS (SELECT * FROM moved UNION ALL SELECT * FROM gone),
+	kept AS (
+		UPDATE {{outbox}} o SET route = ($2::text[])[1], status = 'PROCESSED', processed_at = now(), lease_until = NULL, lease_token = NULL
+		FROM picked p
+		WHERE $6::bool AND o.id = p.id AND p.done & 1 = 1 AND NOT EXISTS (SELECT 1 FROM taken t WHERE t.event_id = p.id)
+		RETURNING o.id, o.event_type, o.event_key, o.payload, o.headers, o.due_at, o.created_at, o.txid
+	),
+	src AS (SELECT * FROM moved UNION ALL SELECT * FROM gone UNION ALL SELECT * FROM kept),
 	ins AS (
 		INSERT INTO {{outbox}} (id, event_id, route, event_type, event_key, payload, headers, status, attempts, due_at, created_at, txid, stream_pos)
 		SELECT c.id, c.event_id, c.route, m.event_type, m.event_key, m.payload, m.headers, 'PENDING', 0, m.due_at, m.created_at, m.txid, 0
@@ -242,7 +249,7 @@ func (d *Driver) OutboxSplit(ctx context.Context, params *store.OutboxSplitParam
 	}
 	var split, inserted int64
 	err := d.pool.QueryRow(ctx, d.fanout.split, params.EventType, params.Routes,
-		store.NotSentPrefix+store.ErrRouteIDTaken, ids, done).Scan(&split, &inserted)
+		store.NotSentPrefix+store.ErrRouteIDTaken, ids, done, params.Retain).Scan(&split, &inserted)
 	if err != nil {
 		return 0, d.translate("split", err)
 	}

@@ -16,7 +16,7 @@ var _ store.Expander = (*Driver)(nil)
 // fanoutQueries are the statements of the expander (store.Expander).
 type fanoutQueries struct {
 	expandSelect, expandTaken, expandFail, expandCopy, expandFirst string
-	expandUnreadable, splitSelect, splitDelete                     string
+	expandUnreadable, splitSelect, splitDelete, splitRetain        string
 	pendingRoutes, dropRoute                                       string
 }
 
@@ -35,6 +35,10 @@ WHERE status = 'PENDING' AND event_type = ? AND route = '' AND id IN (SELECT val
 ORDER BY rowid`),
 		// A split row that every route acknowledged, or route 0.
 		splitDelete: r.Replace(`DELETE FROM {outbox}
+WHERE status = 'PENDING' AND route = '' AND id IN (SELECT value FROM json_each(?))`),
+		// A split row route 0 acknowledged, on a type that keeps
+		// delivered rows: route 0's row, PROCESSED as a finish leaves it.
+		splitRetain: r.Replace(`UPDATE {outbox} SET route = ?, status = 'PROCESSED', processed_at = {now}, lease_until = NULL, lease_token = NULL
 WHERE status = 'PENDING' AND route = '' AND id IN (SELECT value FROM json_each(?))`),
 		// By the raw id text, which may not be canonical.
 		expandUnreadable: r.Replace(`UPDATE {outbox}
@@ -100,7 +104,7 @@ func (d *Driver) expandIn(ctx context.Context, tx *sql.Tx, typ string, routes []
 	if err != nil || len(ids) == 0 {
 		return 0, err
 	}
-	return d.fanOutIn(ctx, tx, sqlstore.ExpandAll(ids, len(routes)), routes)
+	return d.fanOutIn(ctx, tx, sqlstore.ExpandAll(ids, len(routes)), routes, false)
 }
 
 // OutboxSplit splits the given PENDING rows of route "" that a shared
@@ -126,7 +130,7 @@ func (d *Driver) OutboxSplit(ctx context.Context, params *store.OutboxSplitParam
 		if err != nil || len(ids) == 0 {
 			return err
 		}
-		split, err = d.fanOutIn(ctx, tx, sqlstore.SplitPlan(ids, params.Rows, len(params.Routes)), params.Routes)
+		split, err = d.fanOutIn(ctx, tx, sqlstore.SplitPlan(ids, params.Rows, len(params.Routes)), params.Routes, params.Retain)
 		return err
 	})
 	if err != nil {
@@ -139,7 +143,7 @@ func (d *Driver) OutboxSplit(ctx context.Context, params *store.OutboxSplitParam
 // rowid order, and returns how many it fanned out. A route id is taken
 // when another row has it already, or when two rows of the call (ids
 // dense in the last byte) would share one; the later row then fails.
-func (d *Driver) fanOutIn(ctx context.Context, tx *sql.Tx, rows []sqlstore.FanOut, routes []string) (int, error) {
+func (d *Driver) fanOutIn(ctx context.Context, tx *sql.Tx, rows []sqlstore.FanOut, routes []string, retain bool) (int, error) {
 	taken := map[txbox.ID]bool{}
 	if all := sqlstore.CopyIDs(rows); len(all) > 0 {
 		takenIDs, err := queryStrings(ctx, d, tx, d.q.fanout.expandTaken, idsJSON(idStrings(all)))
@@ -173,7 +177,12 @@ func (d *Driver) fanOutIn(ctx context.Context, tx *sql.Tx, rows []sqlstore.FanOu
 			return 0, err
 		}
 	}
-	if len(drop) > 0 {
+	switch {
+	case retain && len(drop) > 0:
+		if _, err := d.txExec(ctx, tx, d.q.fanout.splitRetain, routes[0], idsJSON(idStrings(drop))); err != nil {
+			return 0, err
+		}
+	case len(drop) > 0:
 		if _, err := d.txExec(ctx, tx, d.q.fanout.splitDelete, idsJSON(idStrings(drop))); err != nil {
 			return 0, err
 		}

@@ -31,6 +31,7 @@ func ExerciseFanout(t *testing.T, h Harness) {
 		{"SplitSkipsTakenRows", testSplitSkips},
 		{"SplitRouteIDTaken", testSplitIDTaken},
 		{"SplitBadParams", testSplitBadParams},
+		{"SplitRetain", testSplitRetain},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/store"
@@ -190,5 +191,31 @@ func testSplitBadParams(t *testing.T, e *env, x store.Expander) {
 	}
 	if rows := e.claimRoute("fan", "", 10, false); len(rows) != 1 || rows[0].ID != ev.ID {
 		t.Fatalf("the row after refused splits: %v, want it unchanged", ids(rows))
+	}
+}
+
+// testSplitRetain: with Retain (a type that keeps delivered rows) a row
+// whose route 0 acknowledged it stays, PROCESSED, as route 0's row, where
+// cleanup finds it, rather than being deleted.
+func testSplitRetain(t *testing.T, e *env, x store.Expander) {
+	evs := events("fan", 2)
+	e.publish(evs...)
+	e.claimReleased("fan", evs...)
+	n, err := x.OutboxSplit(e.ctx, &store.OutboxSplitParams{EventType: "fan", Routes: threeRoutes, Retain: true,
+		Rows: []store.SplitRow{{ID: evs[0].ID, Done: 0b001}, {ID: evs[1].ID, Done: 0b111}}})
+	if err != nil || n != 2 {
+		t.Fatalf("split: %d, %v; want 2", n, err)
+	}
+	if s := e.stats("fan"); s.Pending != 2 || s.InProcess != 0 || s.Failed != 0 {
+		t.Fatalf("stats %+v, want 2 pending: the first event's hook and nats rows", s)
+	}
+	byID := map[txbox.ID]*txbox.Event{evs[0].ID: evs[0], evs[1].ID: evs[1]}
+	if got := e.routeIDs("fan", 1, byID); !slices.Equal(got, []txbox.ID{store.RouteRowID(evs[0].ID, 1)}) {
+		t.Fatalf("route hook rows %v, want the first event's", got)
+	}
+	time.Sleep(20 * time.Millisecond) // past the processed_at of either, on a millisecond clock
+	cleaned, err := e.d.OutboxCleanup(e.ctx, &store.CleanupParams{OlderThan: 0, Limit: 100})
+	if err != nil || cleaned != 2 {
+		t.Fatalf("cleanup of processed rows: %d, %v; want the 2 retained rows", cleaned, err)
 	}
 }
