@@ -728,10 +728,33 @@ func (c *Config) OpenSender(name string, getenv func(string) string, logger *slo
 	return s, Scrub(err, c.Secrets(getenv))
 }
 
+// fanoutLockConns is LockConns's part for the fanned-out type t: each
+// route has its own claim and in-flight batches, and the shared claim
+// (docs/concepts.md, "Fan-out": no route in key order, table mode) claims
+// by lock, with the type's in-flight bound, when every route does.
+func (c *Config) fanoutLockConns(t string, routes []RouteView) int {
+	n := 0
+	shared := c.Database.Source != SourceWAL
+	for _, r := range routes {
+		if r.Claim == txbox.ClaimLock {
+			n += r.InFlight
+		} else {
+			shared = false
+		}
+		if r.Ordering == txbox.OrderingKey {
+			shared = false
+		}
+	}
+	if shared {
+		n += deref(c.Effective(t).InFlight)
+	}
+	return n
+}
+
 // LockConns is the smallest pool that lets every batch of the lock claim
 // (claim: lock) be in flight at once, each holding its connection until
 // its finish commits: the in-flight batches of every configured type (of
-// every route of a fanned-out type) in lock mode, those of one discovered type when defaults use it, plus 4
+// every route of a fanned-out type, and its shared claim) in lock mode, those of one discovered type when defaults use it, plus 4
 // for everything else (claims of lease types, background jobs, the
 // wake-up listener). 0 when no type uses the lock claim. Store uses it
 // as the PostgreSQL pool size when database.max-conns is not set and the
@@ -746,13 +769,7 @@ func (c *Config) LockConns() int {
 	add(c.Effective(""))
 	for _, t := range c.EventTypes() {
 		if routes := c.Routes(t); routes != nil {
-			// A fanned-out type: each route has its own claim and
-			// in-flight batches (docs/concepts.md, "Fan-out").
-			for _, r := range routes {
-				if r.Claim == txbox.ClaimLock {
-					n += r.InFlight
-				}
-			}
+			n += c.fanoutLockConns(t, routes)
 			continue
 		}
 		add(c.Effective(t))

@@ -112,14 +112,27 @@ events:
       - { subject: a, in-flight: 3 }
       - { name: b, subject: b, in-flight: 5 }
       - { sender: w }
+  lines:
+    in-flight: 6
+    routes:
+      - { subject: l1, in-flight: 2 }
+      - { name: l2, subject: l2, in-flight: 2 }
+  keyed:
+    in-flight: 7
+    routes:
+      - { subject: k1, in-flight: 1, ordering: key }
+      - { name: k2, subject: k2, in-flight: 1 }
 `
 	c, err := Load(Source{YAML: []byte(yml)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Two NATS routes in lock mode (3 + 5), the webhook route in lease
-	// mode, one discovered type with the defaults (4), and the reserve.
-	if got, want := c.LockConns(), 3+5+relay.DefaultInFlight+relay.LockReserve; got != want {
+	// orders: two NATS routes in lock mode (3 + 5), the webhook route in
+	// lease mode, so its shared claim is by lease; lines: two routes in
+	// lock mode (2 + 2) and the shared claim by lock with the type's
+	// bound (6); keyed: two routes (1 + 1), no shared claim (a route is
+	// ordered); one discovered type with the defaults (4); the reserve.
+	if got, want := c.LockConns(), 3+5+2+2+6+1+1+relay.DefaultInFlight+relay.LockReserve; got != want {
 		t.Fatalf("LockConns = %d, want %d", got, want)
 	}
 }

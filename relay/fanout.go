@@ -15,10 +15,14 @@ import (
 )
 
 // Fan-out (docs/concepts.md, "Fan-out"): an event type with routes is
-// published as one row, as any other; the type's expander turns each such
-// row into one row per route (store.Expander), and each route has a poller
-// and a lane of its own, as a type with one route has. A route that is
-// down, slow or rejecting holds back only its own rows.
+// published as one row, as any other. A type with no route in key order
+// takes the shared claim (relay/fanout_shared.go): the row is claimed
+// once and sent to every route, and only the routes that did not
+// acknowledge it get rows of their own. Otherwise the type's expander
+// turns each such row into one row per route (store.Expander). Each route
+// has a poller and a lane of its own for its rows, as a type with one
+// route has. A route that is down, slow or rejecting holds back only its
+// own rows.
 
 // RouteSettings is one route of a fanned-out event type
 // (EventSettings.Routes): where it goes, and the per-destination settings
@@ -38,7 +42,11 @@ type RouteSettings struct {
 	// Defaults.Route.
 	sender.Route
 	// BatchSize, MaxAttempts, Backoff, Ordering and InFlight are the
-	// per-destination settings of EventSettings, for this route.
+	// per-destination settings of EventSettings, for this route's own
+	// rows. The shared claim (a type with no route in key order) sends
+	// its batches, of the type's batch size and in-flight bound, to
+	// every route; a route whose Ordering is key makes the type deliver
+	// by rows per route instead (docs/concepts.md, "Fan-out").
 	BatchSize   *int
 	MaxAttempts *int
 	Backoff     *BackoffSettings
