@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/store"
 )
 
@@ -146,11 +147,17 @@ func (f *sharedFan) sendAll(rows []*store.OutboxRow, claimStart time.Time, scope
 		detached[i] = now.Before(until)
 	}
 	f.mu.Unlock()
+	// The routes' messages share one headers map per event unless
+	// tracing, which writes each message's traceparent, is on.
+	var base []*sender.Message
+	if f.routes[0].lane.deps.tracer == nil {
+		base = messages(rows, sender.Route{})
+	}
 	for i, p := range f.routes {
 		if detached[i] {
 			continue
 		}
-		wg.Go(func() { sends[i] = sendRoute(p.lane, i, rows, claimStart, scope) })
+		wg.Go(func() { sends[i] = sendRoute(p.lane, i, rows, base, claimStart, scope) })
 	}
 	wg.Wait()
 	f.cutSlow(sends)
@@ -160,7 +167,7 @@ func (f *sharedFan) sendAll(rows []*store.OutboxRow, claimStart time.Time, scope
 // sendRoute sends a shared batch's rows to the route at index i, whose
 // lane is rl, as its own batch would be sent: its circuit asked, its
 // messages with the route's delivery ids, its trace, its judgement.
-func sendRoute(rl *lane, i int, rows []*store.OutboxRow, claimStart time.Time, scope context.Context) routeSend {
+func sendRoute(rl *lane, i int, rows []*store.OutboxRow, base []*sender.Message, claimStart time.Time, scope context.Context) routeSend {
 	rt := rl.circuit.allow()
 	if !rt.ok {
 		return routeSend{}
@@ -171,10 +178,7 @@ func sendRoute(rl *lane, i int, rows []*store.OutboxRow, claimStart time.Time, s
 		rl.circuit.abandon(rt)
 		return routeSend{}
 	}
-	msgs := messages(rows, rl.s.route)
-	for j, m := range msgs {
-		m.DeliveryID = store.RouteRowID(rows[j].ID, i)
-	}
+	msgs := routeMessages(base, rows, rl.s.route, i)
 	bt := rl.startTrace(msgs)
 	sent := rl.sendWithinLease(bt, msgs, claimStart, scope)
 	bt.end(sent)
@@ -188,6 +192,27 @@ func sendRoute(rl *lane, i int, rows []*store.OutboxRow, claimStart time.Time, s
 	rl.logRefusals(rt, sent, ev, items)
 	rl.noteRefusals(ev, items)
 	return routeSend{attached: true, items: items, ev: ev, took: sent.took, stopped: sent.stopped}
+}
+
+// routeMessages are the messages of rows for the route at index i, with
+// the route's destination and delivery ids: copies of base that share its
+// headers (senders only read them), or, when base is nil, built anew.
+func routeMessages(base []*sender.Message, rows []*store.OutboxRow, route sender.Route, i int) []*sender.Message {
+	if base == nil {
+		msgs := messages(rows, route)
+		for j, m := range msgs {
+			m.DeliveryID = store.RouteRowID(rows[j].ID, i)
+		}
+		return msgs
+	}
+	block := make([]sender.Message, len(base)) // one allocation, as in messages
+	msgs := make([]*sender.Message, len(base))
+	for j, m := range base {
+		block[j] = *m
+		block[j].Route, block[j].DeliveryID = route, store.RouteRowID(rows[j].ID, i)
+		msgs[j] = &block[j]
+	}
+	return msgs
 }
 
 // cutSlow cuts off from the shared claim, for fanDetachFor, each route

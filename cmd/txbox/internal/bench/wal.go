@@ -99,14 +99,21 @@ func (s *pgSource) streamLeft(ctx context.Context) (int64, error) {
 // flushed at exit); it waits a second for the server's statistics to
 // settle.
 func (s *pgSource) spilledRows(ctx context.Context) (int64, error) {
+	ins, _, err := s.rowWrites(ctx)
+	return ins, err
+}
+
+// rowWrites counts the rows ever inserted into the outbox table, and the
+// rows ever updated or deleted in it, read as spilledRows reads them.
+func (s *pgSource) rowWrites(ctx context.Context) (inserted, changed int64, err error) {
 	select {
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return 0, 0, ctx.Err()
 	case <-time.After(1100 * time.Millisecond):
 	}
-	var n int64
-	err := s.db.pool.QueryRow(ctx, `SELECT coalesce(sum(n_tup_ins), 0) FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'txbox_outbox'`, s.schema).Scan(&n)
-	return n, err
+	err = s.db.pool.QueryRow(ctx, `SELECT coalesce(sum(n_tup_ins), 0), coalesce(sum(n_tup_upd + n_tup_del), 0)
+		FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'txbox_outbox'`, s.schema).Scan(&inserted, &changed)
+	return inserted, changed, err
 }
 
 // dropSlot drops the source's slot (txbox migrate created it) before the
