@@ -227,3 +227,57 @@ func TestFanoutSharedClaimSplitsOnlyUnacked(t *testing.T) {
 		}
 	})
 }
+
+// TestFanoutSharedClaimCutsOffASlowRoute: in the shared claim, a route
+// whose send takes far longer than the others' (over a second, and four
+// times the fastest) is cut off from it for a while: the type's later
+// events get rows of their own for that route, which its poller sends in
+// batches of the route's own size, while the other route goes on from
+// the shared claim. Every event reaches both routes.
+func TestFanoutSharedClaimCutsOffASlowRoute(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	slow := newTestSender()
+	var calls atomic.Int64
+	var small atomic.Int64
+	slow.setBehave(func(ctx context.Context, msgs []*sender.Message) error {
+		if calls.Add(1) == 1 {
+			select {
+			case <-time.After(1500 * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if len(msgs) <= 3 {
+			small.Add(1)
+		}
+		return nil
+	})
+	first := b.publish(t, "orders", 10, nil)
+	b.start(t, func(c *relay.Config) {
+		c.Senders["slow"] = slow
+		c.Defaults.Sender = new("test")
+		c.Events = map[string]relay.EventSettings{"orders": {BatchSize: new(10), Routes: []relay.RouteSettings{
+			{Name: "a", Sender: new("test")},
+			{Name: "s", Sender: new("slow"), BatchSize: new(3)},
+		}}}
+	})
+	testenv.WaitFor(t, 20*time.Second, "the first batch finished on both routes", func() bool {
+		return containsAll(b.sender.ids(), first) && containsAll(slow.ids(), first) && b.count(t, "outbox", "status <> 'PROCESSED'") == 0
+	})
+	if small.Load() != 0 {
+		t.Fatalf("route s got %d batches of its own rows before it was slow", small.Load())
+	}
+	later := b.publish(t, "orders", 30, nil)
+	testenv.WaitFor(t, 20*time.Second, "the later events on both routes", func() bool {
+		return containsAll(b.sender.ids(), later) && containsAll(slow.ids(), later)
+	})
+	if small.Load() == 0 {
+		t.Errorf("route s got no batch of its own rows (batch size 3): it was not cut off from the shared claim")
+	}
+	for _, id := range append(first, later...) {
+		if n := len(b.sender.deliveries(id)); n != 1 {
+			t.Fatalf("route a got event %s %d times, want once", id, n)
+		}
+	}
+}
