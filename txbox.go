@@ -1,6 +1,7 @@
 package txbox
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -34,7 +35,35 @@ const (
 	HeaderCreatedAt   = "txbox-created-at"
 	HeaderTraceParent = "traceparent"
 	HeaderTraceState  = "tracestate"
+	// HeaderTenant names the tenant whose outbox an event came from, on
+	// the messages of a relay that serves tenants (docs/multi-tenant.md);
+	// absent otherwise.
+	HeaderTenant = "txbox-tenant"
 )
+
+// MaxTenantNameLength is the longest tenant name: a tenant's name may be
+// its schema's name, which PostgreSQL bounds at 63 bytes.
+const MaxTenantNameLength = 63
+
+// ValidateTenantName checks a tenant's name: 1 to MaxTenantNameLength of
+// a-z, 0-9 and _, starting with a letter, so that it serves as a schema
+// name, a metric label value, a log attribute and a header value as it
+// is. Its error wraps ErrInvalidTenantName.
+func ValidateTenantName(name string) error {
+	if len(name) == 0 || len(name) > MaxTenantNameLength {
+		return fmt.Errorf("%w: %q must be 1 to %d characters", ErrInvalidTenantName, name, MaxTenantNameLength)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || i > 0 && (c >= '0' && c <= '9' || c == '_')) {
+			return fmt.Errorf("%w: %q: a letter a-z first, then a-z, 0-9 or _", ErrInvalidTenantName, name)
+		}
+	}
+	return nil
+}
+
+// ErrInvalidTenantName is wrapped by ValidateTenantName's errors.
+var ErrInvalidTenantName = errors.New("txbox: invalid tenant name")
 
 // DefaultMaxPayloadSize is the payload size limit enforced at publish time
 // when none is configured: 1 MiB.

@@ -257,6 +257,13 @@ type Config struct {
 	// InstanceID names this relay in leases and logs. Defaults to
 	// hostname-pid-random.
 	InstanceID string
+	// Tenant names the tenant whose tables Store holds, for a relay that
+	// is one of a process's tenants (docs/multi-tenant.md): every message
+	// carries it in the txbox-tenant header (txbox.HeaderTenant), so a
+	// consumer can route it to that tenant's inbox, and every log line
+	// carries it. Empty for a relay without tenants. A name as
+	// txbox.ValidateTenantName takes it.
+	Tenant string
 	// Logger receives the relay's logs. Payloads are never logged.
 	// Defaults to slog.Default().
 	Logger *slog.Logger
@@ -607,6 +614,11 @@ func defaultInstanceID() string {
 // that each event type finds its sender. It returns the first problem, a
 // *ConfigError naming the key path.
 func (c *Config) validate() error {
+	if c.Tenant != "" {
+		if err := txbox.ValidateTenantName(c.Tenant); err != nil {
+			return &ConfigError{Component: "relay", Field: "Tenant", Reason: err.Error()}
+		}
+	}
 	if c.Store == nil {
 		return &ConfigError{Component: "relay", Field: "Store", Reason: "is required"}
 	}

@@ -151,7 +151,7 @@ func (f *sharedFan) sendAll(rows []*store.OutboxRow, claimStart time.Time, scope
 	// tracing, which writes each message's traceparent, is on.
 	var base []*sender.Message
 	if f.routes[0].lane.deps.tracer == nil {
-		base = messages(rows, sender.Route{})
+		base = messages(rows, sender.Route{}, f.routes[0].lane.deps.tenant)
 	}
 	for i, p := range f.routes {
 		if detached[i] {
@@ -178,7 +178,7 @@ func sendRoute(rl *lane, i int, rows []*store.OutboxRow, base []*sender.Message,
 		rl.circuit.abandon(rt)
 		return routeSend{}
 	}
-	msgs := routeMessages(base, rows, rl.s.route, i)
+	msgs := routeMessages(base, rows, rl.s.route, i, rl.deps.tenant)
 	bt := rl.startTrace(msgs)
 	sent := rl.sendWithinLease(bt, msgs, claimStart, scope)
 	bt.end(sent)
@@ -197,9 +197,9 @@ func sendRoute(rl *lane, i int, rows []*store.OutboxRow, base []*sender.Message,
 // routeMessages are the messages of rows for the route at index i, with
 // the route's destination and delivery ids: copies of base that share its
 // headers (senders only read them), or, when base is nil, built anew.
-func routeMessages(base []*sender.Message, rows []*store.OutboxRow, route sender.Route, i int) []*sender.Message {
+func routeMessages(base []*sender.Message, rows []*store.OutboxRow, route sender.Route, i int, tenant string) []*sender.Message {
 	if base == nil {
-		msgs := messages(rows, route)
+		msgs := messages(rows, route, tenant)
 		for j, m := range msgs {
 			m.DeliveryID = store.RouteRowID(rows[j].ID, i)
 		}

@@ -45,6 +45,8 @@ type laneDeps struct {
 	// tracer traces the deliveries; nil when tracing is off
 	// (relay/trace.go).
 	tracer trace.Tracer
+	// tenant is Config.Tenant: each message's txbox-tenant header.
+	tenant string
 }
 
 // lane is the delivery of one event type's batches.
@@ -216,7 +218,7 @@ func (l *lane) deliver(b batch, t ticket, claimStart time.Time) {
 	if len(rows) == 0 {
 		l.circuit.abandon(t)
 	} else {
-		msgs := messages(rows, l.s.route)
+		msgs := messages(rows, l.s.route, l.deps.tenant)
 		bt := l.startTrace(msgs)
 		sent := l.sendWithinLease(bt, msgs, claimStart, b.Scope())
 		bt.end(sent)
@@ -308,13 +310,17 @@ func (l *lane) splitInvalid(rows []*store.OutboxRow) ([]*store.OutboxRow, []stor
 }
 
 // messages turns claimed rows into the messages to send, with the
-// headers every message carries (docs/concepts.md, "Headers").
-func messages(rows []*store.OutboxRow, route sender.Route) []*sender.Message {
+// headers every message carries (docs/concepts.md, "Headers"), and the
+// tenant's when tenant is set.
+func messages(rows []*store.OutboxRow, route sender.Route, tenant string) []*sender.Message {
 	msgs := make([]*sender.Message, len(rows))
 	block := make([]sender.Message, len(rows)) // one allocation, not one per message
 	for i, row := range rows {
-		h := make(map[string]string, len(row.Headers)+3)
+		h := make(map[string]string, len(row.Headers)+4)
 		maps.Copy(h, row.Headers)
+		if tenant != "" {
+			h[txbox.HeaderTenant] = tenant
+		}
 		h[txbox.HeaderEventID] = row.Event().String()
 		h[txbox.HeaderEventType] = row.EventType
 		h[txbox.HeaderCreatedAt] = row.CreatedAt.UTC().Format(time.RFC3339Nano)

@@ -91,9 +91,13 @@ func New(cfg Config) (*Relay, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	log := cfg.Logger.With(slog.String("component", "txbox.relay"), slog.String("instance", cfg.InstanceID))
+	if cfg.Tenant != "" {
+		log = log.With(slog.String("tenant", cfg.Tenant))
+	}
 	r := &Relay{
 		cfg:      cfg,
-		log:      cfg.Logger.With(slog.String("component", "txbox.relay"), slog.String("instance", cfg.InstanceID)),
+		log:      log,
 		pollers:  make(map[string]typeSource),
 		jobErrs:  make(map[string]string),
 		triggers: jobTriggers{recover: make(chan jobTrigger, 1), deadLetter: make(chan jobTrigger, 1), fingerprint: make(chan jobTrigger, 1)},
@@ -243,7 +247,7 @@ func (r *Relay) running() bool {
 // contexts.
 func (r *Relay) laneDeps() laneDeps {
 	hooks := append(slices.Clip(r.cfg.Hooks), r.triggers)
-	d := laneDeps{hooks: hooks, log: r.log, circuits: r.circuits, hard: r.hardCtx, life: &r.life}
+	d := laneDeps{hooks: hooks, log: r.log, circuits: r.circuits, hard: r.hardCtx, life: &r.life, tenant: r.cfg.Tenant}
 	if r.cfg.TracerProvider != nil {
 		d.tracer = r.cfg.TracerProvider.Tracer(tracerName)
 	}
