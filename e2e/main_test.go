@@ -252,13 +252,17 @@ type pauseCounter struct {
 	sender.Sender
 	resumed atomic.Bool
 	sent    atomic.Int64
-	// stoppedAt is halfway through the last pause (UnixNano), between
-	// the last tick before a late one and the late one: a batch that
-	// began after it began after the resume, since nothing runs while the
-	// process is stopped. Counting from the last tick before the stop
-	// would count a batch begun in the tick (20 ms) before the stop.
-	stoppedAt atomic.Int64
+	// resumedAt is the late tick of the last pause (UnixNano), which
+	// the ticker fires at once on the resume (fenceCounter.OnBatch).
+	resumedAt atomic.Int64
 }
+
+// resumeSlack is how long before the pause watch's late tick the process
+// may have resumed: that tick is due at once on the resume, so it runs
+// within a few milliseconds of it. It is below the first relay's sender
+// delay (100 ms, TestWALChaosTakeover), the shortest send of a batch
+// that fenceCounter.OnBatch could take for one begun after the resume.
+const resumeSlack = 50 * time.Millisecond
 
 // watch notices the resume: a tick 20 ms apart that comes over a second
 // late.
@@ -269,7 +273,7 @@ func (p *pauseCounter) watch() {
 	for range t.C {
 		now := time.Now()
 		if gap := now.Sub(last); gap > time.Second {
-			p.stoppedAt.Store(last.Add(gap / 2).UnixNano())
+			p.resumedAt.Store(now.UnixNano())
 			p.resumed.Store(true)
 		}
 		last = now
@@ -312,8 +316,19 @@ func (f *fenceCounter) OnBatch(ev txbox.BatchEvent) {
 	// A batch whose session was lost by then sends nothing (SendDuration
 	// is zero): its events are released to the relay that holds the
 	// stream, which is what the guarantee asks.
+	//
+	// began is when the send began, or later: the steps between the
+	// send's end and the finish's start, and after the finish, count in
+	// neither duration. A pause that lands there moves began past the
+	// pause by its whole length, for a batch whose send had ended before
+	// the stop: began then comes before the resume by at least its
+	// send's length (over resumeSlack). A send begun after the resume has
+	// began after it, so no earlier than resumeSlack before the late tick.
+	// Counting from halfway through the pause, as this once did, counted
+	// such a batch, sent before the stop and finished after it, as begun
+	// after the pause.
 	began := time.Now().Add(-ev.FinishDuration - ev.SendDuration)
-	if began.UnixNano() <= f.paused.stoppedAt.Load() {
+	if began.UnixNano() <= f.paused.resumedAt.Load()-resumeSlack.Nanoseconds() {
 		return
 	}
 	n := int64(ev.Sent + ev.Retried + ev.Failed + ev.Released)

@@ -379,15 +379,17 @@ var errScopeEnded = errors.New("relay: not sent: the batch's source let go of it
 // claimed just before this process was paused, is not sent at all. The
 // send also ends when scope (batch.Scope) does; the batch then counts as
 // stopped, and an ordered batch sends none of its later waves.
+//
+// Both checks come last before the send, after its start is taken: a
+// process stopped (SIGSTOP) before that instant is found paused by them
+// (the lease is over, or a stream batch's scope ends: its Err runs the
+// pause check, streamBatch.Scope), so no send whose start follows a pause
+// goes out. Checked earlier, a stop between the checks and the send let
+// the resumed relay send a batch of a stream it no longer held. A stop
+// after the checks lands in a send already begun, as in any batch in
+// flight: its context ends when the pause watch or the lease notices.
 func (l *lane) sendWithinLease(bt *batchTrace, msgs []*sender.Message, claimStart time.Time, scope context.Context) sendResult {
 	deadline := claimStart.Add(l.s.leaseDuration - l.s.leaseDuration/10)
-	if !time.Now().Before(deadline) {
-		l.log.Warn("lease ran out before the batch was sent; releasing it unsent", slog.Int("rows", len(msgs)))
-		return unsentResult(errLeaseLost, len(msgs))
-	}
-	if scope.Err() != nil {
-		return unsentResult(errScopeEnded, len(msgs))
-	}
 	base := l.deps.hard
 	if bt != nil {
 		base = bt.ctx // the batch span, for an instrumented sender
@@ -395,8 +397,15 @@ func (l *lane) sendWithinLease(bt *batchTrace, msgs []*sender.Message, claimStar
 	ctx, cancel := context.WithDeadline(base, deadline)
 	defer cancel()
 	defer context.AfterFunc(scope, cancel)()
-	defer l.sendBegins()()
 	start := time.Now()
+	if !start.Before(deadline) {
+		l.log.Warn("lease ran out before the batch was sent; releasing it unsent", slog.Int("rows", len(msgs)))
+		return unsentResult(errLeaseLost, len(msgs))
+	}
+	if scope.Err() != nil {
+		return unsentResult(errScopeEnded, len(msgs))
+	}
+	defer l.sendBegins()()
 	err := l.send(ctx, msgs)
 	took := time.Since(start)
 	results := sender.Results(err, len(msgs))

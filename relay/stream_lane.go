@@ -334,13 +334,31 @@ func (b *streamBatch) Rows() []*store.OutboxRow { return b.rows }
 
 // Scope ends when the batch's session is lost: whatever is still
 // unsent then stays so (an ordered batch stops between its waves), for
-// the relay that holds the stream now. It checks for a pause first: a
-// batch taken just before the process was stopped must not be sent when
-// it resumes, before the pause watch has ticked.
+// the relay that holds the stream now. Its Err checks for a pause first
+// (pauseScope): a batch taken before the process was stopped must not be
+// sent when it resumes, before the pause watch has ticked.
 func (b *streamBatch) Scope() context.Context {
 	ss := b.items[0].s
-	b.l.src.checkPause(ss)
-	return ss.lostCtx
+	return pauseScope{Context: ss.lostCtx, src: b.l.src, ss: ss}
+}
+
+// pauseScope is a stream batch's scope: its session's lostCtx, whose Err
+// runs the pause check (streamSource.checkPause) before it answers. The
+// lane asks Err right before the send (lane.sendWithinLease), so a pause
+// anywhere between the batch's taking and that instant ends the scope
+// there, whether or not the pause watch has ticked since the resume. One
+// check per send, none per message.
+type pauseScope struct {
+	context.Context
+	src *streamSource
+	ss  *session
+}
+
+// Err loses the session if the process was paused past PauseLimit, then
+// reports whether the session is lost.
+func (p pauseScope) Err() error {
+	p.src.checkPause(p.ss)
+	return p.Context.Err()
 }
 
 // settled is one event of a finished batch and its outcome.
