@@ -53,6 +53,15 @@ const (
 	// of unknown (the standbys could not be read) is not a reason: txbox
 	// status and the admin API show it.
 	ReasonFailoverUnsafe = "slot_not_failover_safe"
+	// ReasonTenantFailing: a tenant of a relay that serves tenants
+	// (docs/multi-tenant.md) could not be opened or started (its
+	// database is down, refuses connections, or is not migrated); the
+	// other tenants go on, and it is tried again. The reason's Tenant
+	// names it.
+	ReasonTenantFailing = "tenant_failing"
+	// ReasonTenantsList: the tenants could not be listed again
+	// (tenants-query failed); the tenants run as last listed.
+	ReasonTenantsList = "tenants_list_failing"
 )
 
 // HealthReport is what /readyz answers (package health's Checker).
@@ -82,4 +91,7 @@ type HealthReason struct {
 	Subject string `json:"subject,omitempty"`
 	// Detail is a human-readable explanation (the error text).
 	Detail string `json:"detail,omitempty"`
+	// Tenant names the tenant the reason is about, on a relay that
+	// serves tenants; empty otherwise.
+	Tenant string `json:"tenant,omitempty"`
 }

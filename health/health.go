@@ -444,13 +444,19 @@ func (c *Checker) LivezHandler() http.Handler {
 // ready (also when degraded, unless Config.FailWhenDegraded), 503 when
 // not.
 func (c *Checker) ReadyzHandler() http.Handler {
+	return readyzHandler(c.Check, c.cfg.FailWhenDegraded)
+}
+
+// readyzHandler answers GET and HEAD with check's report: 200 when ready
+// (also when degraded, unless failWhenDegraded), 503 when not.
+func readyzHandler(check func(context.Context) txbox.HealthReport, failWhenDegraded bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !allowed(w, r) {
 			return
 		}
-		rep := c.Check(r.Context())
+		rep := check(r.Context())
 		code := http.StatusOK
-		if !rep.Ready || c.cfg.FailWhenDegraded && rep.Status == txbox.HealthDegraded {
+		if !rep.Ready || failWhenDegraded && rep.Status == txbox.HealthDegraded {
 			code = http.StatusServiceUnavailable
 		}
 		w.Header().Set("Content-Type", "application/json")
