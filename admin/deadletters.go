@@ -520,7 +520,7 @@ func (h *Handler) audit(r *http.Request, res BulkResult, f store.DeadLetterFilte
 	}
 	if res.Selector == "filter" {
 		var fa []any
-		for _, kv := range [][2]string{{"type", f.EventType}, {"status", f.Status}, {"key", clipParam(f.Key)}, {"error", clipParam(f.ErrorContains)}, {"group", f.Group}} {
+		for _, kv := range [][2]string{{"type", f.EventType}, {"status", f.Status}, {"key", clipParam(f.Key)}, {"error", clipParam(f.ErrorContains)}, {"group", f.Group}, {"route", f.Route}} {
 			if kv[1] != "" {
 				fa = append(fa, slog.String(kv[0], kv[1]))
 			}

@@ -48,6 +48,10 @@ type Filter struct {
 	// Group is a failure group's fingerprint (DeadLetterGroup.Fingerprint,
 	// GET /api/v1/dead-letters/groups).
 	Group string `json:"group,omitempty"`
+	// Route is a fan-out route's name (DeadLetterView.Route): only the
+	// dead letters of that route. Empty matches every route; a type with
+	// one route needs none.
+	Route string `json:"route,omitempty"`
 }
 
 // empty reports whether f selects everything.
@@ -82,6 +86,13 @@ func (f Filter) toStore(prefix string, errs *paramErrors) store.DeadLetterFilter
 			out.Group = f.Group
 		} else {
 			errs.add(prefix+"group", "not a failure group's fingerprint (16 lower-case hex digits)")
+		}
+	}
+	if f.Route != "" {
+		if store.ValidRouteName(f.Route) {
+			out.Route = f.Route
+		} else {
+			errs.add(prefix+"route", "not a route name: 1 to 64 characters of A-Z a-z 0-9 . _ -")
 		}
 	}
 	if !out.FailedAfter.IsZero() && !out.FailedBefore.IsZero() && !out.FailedBefore.After(out.FailedAfter) {
@@ -135,12 +146,13 @@ type listQuery struct {
 // so a typo (?stauts=) does not silently list everything.
 var listParams = map[string]bool{
 	"type": true, "status": true, "key": true, "error": true,
-	"failed_after": true, "failed_before": true, "limit": true, "cursor": true, "group": true,
+	"failed_after": true, "failed_before": true, "limit": true, "cursor": true, "group": true, "route": true,
 }
 
 // countParams are the listing's filter parameters.
 var countParams = map[string]bool{
 	"type": true, "status": true, "key": true, "error": true, "failed_after": true, "failed_before": true, "group": true,
+	"route": true,
 }
 
 // parseListQuery parses the query string of a dead-letter listing (or,
@@ -151,6 +163,7 @@ func parseListQuery(q url.Values, allowed map[string]bool) (listQuery, error) {
 	f := Filter{
 		Type: q.Get("type"), Status: q.Get("status"), Key: q.Get("key"), Error: q.Get("error"),
 		FailedAfter: q.Get("failed_after"), FailedBefore: q.Get("failed_before"), Group: q.Get("group"),
+		Route: q.Get("route"),
 	}
 	out := listQuery{filter: f.toStore("", &errs), limit: limitParam(q, DefaultPageSize, MaxPageSize, &errs)}
 	if v := q.Get("cursor"); v != "" {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"slices"
 	"sync"
 	"time"
@@ -93,10 +92,6 @@ func cloneRoutes(rs []RouteSettings) []RouteSettings {
 	return out
 }
 
-// routeNamePattern is what a route name may be: it is stored in a column
-// and named in metrics labels and URLs.
-var routeNamePattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
-
 // maxExpandBatch bounds the events one expansion takes: the most the
 // MySQL and SQLite expanders take in one call, so that a full round is
 // recognised as full and followed by another at once.
@@ -130,7 +125,7 @@ func (c *Config) routesFor(eventType, path string, ev EventSettings) ([]*typeSet
 		if r.Name == "" && r.Sender == nil {
 			s.routeName = s.senderName
 		}
-		if !routeNamePattern.MatchString(s.routeName) {
+		if !store.ValidRouteName(s.routeName) {
 			return nil, &ConfigError{Component: "relay", Field: field(rp, "Name"), Reason: fmt.Sprintf("%q is not a valid route name: 1 to 64 of A-Z a-z 0-9 . _ -", s.routeName)}
 		}
 		if j, dup := names[s.routeName]; dup {

@@ -191,7 +191,7 @@ func (v *validator) routes(p string, own, parent EventSettings) {
 	for i := range own.Routes {
 		r := &own.Routes[i]
 		rp := fmt.Sprintf("%s.Routes[%d]", p, i)
-		if r.Name != "" && !routeNamePattern.MatchString(r.Name) {
+		if r.Name != "" && !store.ValidRouteName(r.Name) {
 			v.fail(field(rp, "Name"), fmt.Sprintf("%q is not a valid route name: 1 to 64 of A-Z a-z 0-9 . _ -", clip(r.Name)))
 		}
 		mine := EventSettings{BatchSize: r.BatchSize, MaxAttempts: r.MaxAttempts, Backoff: r.Backoff, Ordering: r.Ordering, InFlight: r.InFlight}

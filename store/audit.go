@@ -183,6 +183,7 @@ type auditFilter struct {
 	FailedBefore *time.Time `json:"failed_before,omitempty"`
 	IDs          int        `json:"ids,omitempty"`
 	Group        string     `json:"group,omitempty"`
+	Route        string     `json:"route,omitempty"`
 }
 
 // AuditRedriveJSON renders the selection of a redrive as the Filter of
@@ -221,14 +222,14 @@ func AuditSelectorOf(selector string, f *DeadLetterFilter) string {
 
 // AuditFilterJSON renders f as the Filter of an AuditEntry: a JSON object
 // with the admin API's field names (type, status, key, error,
-// failed_after, failed_before, group; status in lower case), and the number of
-// ids when it names some. The admin API and `txbox dlq` both use it, so
+// failed_after, failed_before, group, route; status in lower case), and
+// the number of ids when it names some. The admin API and `txbox dlq` both use it, so
 // the trail reads the same whoever acted.
 func AuditFilterJSON(f *DeadLetterFilter) string {
 	if f == nil {
 		return "{}"
 	}
-	a := auditFilter{Type: f.EventType, Key: f.Key, Error: f.ErrorContains, IDs: len(f.IDs), Group: f.Group}
+	a := auditFilter{Type: f.EventType, Key: f.Key, Error: f.ErrorContains, IDs: len(f.IDs), Group: f.Group, Route: f.Route}
 	switch f.Status {
 	case DeadLetterUnresolved:
 		a.Status = "unresolved"

@@ -59,9 +59,9 @@ func (e *FilterError) Error() string { return "dead-letter filter " + e.Field + 
 // Is makes a FilterError match ErrInvalidParams.
 func (e *FilterError) Is(target error) bool { return target == ErrInvalidParams }
 
-// Validate checks f before a dialect renders it: a known status, at most
-// MaxFilterIDs ids, and time bounds that CheckFilterTime accepts. It
-// returns a *FilterError.
+// Validate checks f before a dialect renders it: a known status, a
+// valid group and route, at most MaxFilterIDs ids, and time bounds that
+// CheckFilterTime accepts. It returns a *FilterError.
 func (f *DeadLetterFilter) Validate() error {
 	if f == nil {
 		return nil
@@ -73,6 +73,9 @@ func (f *DeadLetterFilter) Validate() error {
 	}
 	if f.Group != "" && !ValidFingerprintKey(f.Group) {
 		return &FilterError{"Group", "not a fingerprint key (16 lower-case hex digits)"}
+	}
+	if f.Route != "" && !ValidRouteName(f.Route) {
+		return &FilterError{"Route", "not a route name (1 to 64 of A-Z a-z 0-9 . _ -)"}
 	}
 	if len(f.IDs) > MaxFilterIDs {
 		return &FilterError{"IDs", fmt.Sprintf("%d ids, at most %d", len(f.IDs), MaxFilterIDs)}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"regexp"
 
 	"github.com/txbox/txbox"
 )
@@ -11,6 +12,14 @@ import (
 // row id is its event's id with the last byte changed by the route's
 // index (RouteRowID), so the index fits in a byte.
 const MaxRoutes = 16
+
+// routeNamePattern is what a route name may be: it is stored in a column
+// and named in metrics labels, URLs and filters.
+var routeNamePattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+// ValidRouteName reports whether name is a valid fan-out route name: 1
+// to 64 of A-Z a-z 0-9 . _ -.
+func ValidRouteName(name string) bool { return routeNamePattern.MatchString(name) }
 
 // RouteRowID is the id of the row that delivers event id to the route at
 // index i of its type's routes (docs/concepts.md, "Fan-out"). Index 0 is

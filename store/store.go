@@ -373,6 +373,11 @@ type DeadLetterFilter struct {
 	// (a Fingerprint.Key, DeadLetterGroup.Fingerprint). A dead letter not
 	// fingerprinted yet (DeadLetterFingerprint) belongs to no group.
 	Group string
+	// Route, when set, keeps only the dead letters of this fan-out route
+	// (DeadLetter.Route, a route name: ValidRouteName). Empty selects
+	// every route, and the dead letters of types with one route, whose
+	// route is empty; those need no route filter to be told apart.
+	Route string
 }
 
 // DeadLetterListParams are the parameters of DeadLetters.DeadLetterList.

@@ -35,9 +35,10 @@ const dlqUsage = `dlq <list|groups|show|parked|retry|resolve|delete|audit> [flag
                        or deleted what (--limit, --action, --json)
 
 Filters (list, and retry/resolve/delete with --all): --type, --key,
---status, --error-contains, --since, --failed-after, --failed-before,
---group (a fingerprint that groups prints); parked takes --type and --key;
-groups takes --status and --limit.
+--route (one route of a fanned-out type), --status, --error-contains,
+--since, --failed-after, --failed-before, --group (a fingerprint that
+groups prints); parked takes --type and --key; groups takes --status and
+--limit.
 retry, resolve and delete take ids or --all with filters, and --dry-run to
 print what would change; --all with no filter also needs --yes; --rate N
 acts on N dead letters per second at most, printing its progress. Each
@@ -130,17 +131,8 @@ func parseDLQ(e *env, sub string, args []string) (*dlqArgs, error) {
 	a := &dlqArgs{sub: sub}
 	fs := newFlagSet(e, "dlq "+sub, dlqUsage)
 	a.cf.register(fs, e)
-	var (
-		typ      = fs.String("type", "", "only this event `type`")
-		status   = fs.String("status", "unresolved", "unresolved, resolved or all")
-		key      = fs.String("key", "", "only this event `key`")
-		errText  = fs.String("error-contains", "", "only dead letters whose last error contains `text`")
-		since    = fs.Duration("since", 0, "only dead letters that failed within this `duration`")
-		after    = fs.String("failed-after", "", "only dead letters that failed at or after this `time` (RFC 3339)")
-		before   = fs.String("failed-before", "", "only dead letters that failed before this `time` (RFC 3339)")
-		group    = fs.String("group", "", "only the dead letters of this failure group (a `fingerprint` from dlq groups)")
-		mutating = sub == "retry" || sub == "resolve" || sub == "delete"
-	)
+	ff := registerDLQFilter(fs)
+	mutating := sub == "retry" || sub == "resolve" || sub == "delete"
 	fs.IntVar(&a.limit, "limit", 50, "list, parked: at most this many")
 	fs.BoolVar(&a.asJSON, "json", false, "print JSON instead of a table")
 	fs.BoolVar(&a.full, "full", false, "show: print the whole payload, however large")
@@ -152,30 +144,16 @@ func parseDLQ(e *env, sub string, args []string) (*dlqArgs, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.filter = store.DeadLetterFilter{EventType: *typ, Key: *key, ErrorContains: *errText, Group: *group}
-	if *group != "" && !store.ValidFingerprintKey(*group) {
-		return nil, usagef("--group must be a fingerprint as dlq groups prints it (16 lower-case hex digits), not %q", *group)
-	}
 	if a.rate < 0 || a.rate != a.rate {
 		return nil, usagef("--rate must be ≥ 0")
 	}
-	switch *status {
-	case "unresolved":
-		a.filter.Status = store.DeadLetterUnresolved
-	case "resolved":
-		a.filter.Status = store.DeadLetterResolved
-	case "all":
-	default:
-		return nil, usagef("--status must be unresolved, resolved or all, not %q", *status)
-	}
-	if *since < 0 || a.limit < 1 {
+	if a.limit < 1 {
 		return nil, usagef("--since must be ≥ 0 and --limit ≥ 1")
 	}
-	if err := parseFailedTimes(&a.filter, *since, *after, *before); err != nil {
+	if a.filter, err = ff.build(); err != nil {
 		return nil, err
 	}
-	a.filtered = *typ != "" || *key != "" || *errText != "" || *group != "" || *status == "resolved" ||
-		!a.filter.FailedAfter.IsZero() || !a.filter.FailedBefore.IsZero()
+	a.filtered = ff.filtered(&a.filter)
 	for _, p := range positional {
 		id, err := txbox.ParseID(p)
 		if err != nil {
@@ -190,9 +168,9 @@ func parseDLQ(e *env, sub string, args []string) (*dlqArgs, error) {
 		return nil, usagef("show takes exactly one id")
 	case sub == "parked" && len(a.ids) > 0:
 		return nil, usagef("parked takes no ids")
-	case sub == "groups" && (len(a.ids) > 0 || a.filtered && *status != "resolved"):
+	case sub == "groups" && (len(a.ids) > 0 || a.filtered && *ff.status != "resolved"):
 		return nil, usagef("groups takes --status and --limit only")
-	case sub == "parked" && (*errText != "" || *status != "unresolved" || !a.filter.FailedAfter.IsZero() || !a.filter.FailedBefore.IsZero()):
+	case sub == "parked" && (*ff.errText != "" || *ff.route != "" || *ff.status != "unresolved" || !a.filter.FailedAfter.IsZero() || !a.filter.FailedBefore.IsZero()):
 		return nil, usagef("parked takes --type and --key only: a key is parked by every unresolved dead letter it has")
 	case mutating && a.all == (len(a.ids) > 0):
 		return nil, usagef("give ids or --all (with filters), not both and not neither")
@@ -200,6 +178,59 @@ func parseDLQ(e *env, sub string, args []string) (*dlqArgs, error) {
 		return nil, usagef("%s --all without a filter changes every unresolved dead letter: add filters, --dry-run to see them, or --yes", sub)
 	}
 	return a, nil
+}
+
+// dlqFilterFlags are the filter flags of dlq list, parked, groups and the
+// changes with --all.
+type dlqFilterFlags struct {
+	typ, status, key, route, errText, after, before, group *string
+	since                                                  *time.Duration
+}
+
+// registerDLQFilter registers the filter flags on fs.
+func registerDLQFilter(fs *flag.FlagSet) *dlqFilterFlags {
+	return &dlqFilterFlags{
+		typ:     fs.String("type", "", "only this event `type`"),
+		status:  fs.String("status", "unresolved", "unresolved, resolved or all"),
+		key:     fs.String("key", "", "only this event `key`"),
+		route:   fs.String("route", "", "only the dead letters of this fan-out route (its `name`); none: every route"),
+		errText: fs.String("error-contains", "", "only dead letters whose last error contains `text`"),
+		since:   fs.Duration("since", 0, "only dead letters that failed within this `duration`"),
+		after:   fs.String("failed-after", "", "only dead letters that failed at or after this `time` (RFC 3339)"),
+		before:  fs.String("failed-before", "", "only dead letters that failed before this `time` (RFC 3339)"),
+		group:   fs.String("group", "", "only the dead letters of this failure group (a `fingerprint` from dlq groups)"),
+	}
+}
+
+// build checks the filter flags and returns the filter they give.
+func (ff *dlqFilterFlags) build() (store.DeadLetterFilter, error) {
+	f := store.DeadLetterFilter{EventType: *ff.typ, Key: *ff.key, Route: *ff.route, ErrorContains: *ff.errText, Group: *ff.group}
+	if *ff.group != "" && !store.ValidFingerprintKey(*ff.group) {
+		return f, usagef("--group must be a fingerprint as dlq groups prints it (16 lower-case hex digits), not %q", *ff.group)
+	}
+	if *ff.route != "" && !store.ValidRouteName(*ff.route) {
+		return f, usagef("--route must be a route name (1 to 64 of A-Z a-z 0-9 . _ -), not %q", *ff.route)
+	}
+	switch *ff.status {
+	case "unresolved":
+		f.Status = store.DeadLetterUnresolved
+	case "resolved":
+		f.Status = store.DeadLetterResolved
+	case "all":
+	default:
+		return f, usagef("--status must be unresolved, resolved or all, not %q", *ff.status)
+	}
+	if *ff.since < 0 {
+		return f, usagef("--since must be ≥ 0 and --limit ≥ 1")
+	}
+	return f, parseFailedTimes(&f, *ff.since, *ff.after, *ff.before)
+}
+
+// filtered reports whether the flags narrow the default filter (every
+// unresolved dead letter) that f, their build, is.
+func (ff *dlqFilterFlags) filtered(f *store.DeadLetterFilter) bool {
+	return *ff.typ != "" || *ff.key != "" || *ff.route != "" || *ff.errText != "" || *ff.group != "" ||
+		*ff.status == "resolved" || !f.FailedAfter.IsZero() || !f.FailedBefore.IsZero()
 }
 
 // parseFailedTimes sets f's failure-time bounds from --since,

@@ -31,7 +31,7 @@ func nullTime(t time.Time) pgtype.Timestamptz {
 	return pgtype.Timestamptz{Time: t, Valid: !t.IsZero()}
 }
 
-// filterArgs are the arguments $1..$8 of the filter. Time bounds are
+// filterArgs are the arguments $1..$9 of the filter. Time bounds are
 // rounded up to timestamptz's microseconds (store.FilterBound); no ids is
 // NULL, not an empty array.
 func filterArgs(f *store.DeadLetterFilter) []any {
@@ -48,7 +48,7 @@ func filterArgs(f *store.DeadLetterFilter) []any {
 		}
 		return nullTime(store.FilterBound(t, time.Microsecond))
 	}
-	return []any{f.EventType, f.Status, f.Key, f.ErrorContains, bound(f.FailedAfter), bound(f.FailedBefore), ids, f.Group}
+	return []any{f.EventType, f.Status, f.Key, f.ErrorContains, bound(f.FailedAfter), bound(f.FailedBefore), ids, f.Group, f.Route}
 }
 
 func checkFilter(op string, f *store.DeadLetterFilter) error {
@@ -58,8 +58,8 @@ func checkFilter(op string, f *store.DeadLetterFilter) error {
 	return nil
 }
 
-// pageArgs are the filter's arguments, the cursor's ($9, $10) and the
-// limit ($11) of a listing.
+// pageArgs are the filter's arguments, the cursor's ($10, $11) and the
+// limit ($12) of a listing.
 func pageArgs(op string, params *store.DeadLetterListParams) ([]any, error) {
 	if params == nil || params.Limit < 1 {
 		return nil, errBadParams(op, "limit must be at least 1")

@@ -368,11 +368,12 @@ func (d *Driver) deadLetterListQueries(q *queries) {
 		AND ($5::timestamptz IS NULL OR failed_at >= $5)
 		AND ($6::timestamptz IS NULL OR failed_at < $6)
 		AND ($7::uuid[] IS NULL OR id = ANY($7))
-		AND ($8 = '' OR fingerprint = $8)`
+		AND ($8 = '' OR fingerprint = $8)
+		AND ($9 = '' OR route = $9)`
 	const dlPage = `
-		AND ($9::timestamptz IS NULL OR (failed_at, id) < ($9, $10::uuid))
+		AND ($10::timestamptz IS NULL OR (failed_at, id) < ($10, $11::uuid))
 		ORDER BY failed_at DESC, id DESC
-		LIMIT $11`
+		LIMIT $12`
 	q.dlList = d.render(`SELECT ` + dlCols + ` FROM {{dead_letter}} WHERE ` + dlFilter + dlPage)
 	q.dlListIDs = d.render(`SELECT id, failed_at, status FROM {{dead_letter}} WHERE ` + dlFilter + dlPage)
 	q.dlCount = d.render(`SELECT count(*) FROM {{dead_letter}} WHERE ` + dlFilter)

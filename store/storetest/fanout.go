@@ -32,6 +32,7 @@ func ExerciseFanout(t *testing.T, h Harness) {
 		{"SplitRouteIDTaken", testSplitIDTaken},
 		{"SplitBadParams", testSplitBadParams},
 		{"SplitRetain", testSplitRetain},
+		{"DeadLetterFilterRoute", testDeadLetterFilterRoute},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -73,6 +73,12 @@ func (q DeadLetterSQL) Where(f *store.DeadLetterFilter, after *store.DeadLetterC
 	if f.Group != "" {
 		add("fingerprint = ?", f.Group)
 	}
+	if f.Route != "" {
+		// The column compares bytes (utf8mb4_bin on MySQL, BINARY on
+		// SQLite), as PostgreSQL's text does: route names are
+		// case-sensitive everywhere.
+		add("route = ?", f.Route)
+	}
 	if len(f.IDs) > 0 {
 		conds = append(conds, q.InIDs(len(f.IDs)))
 		for _, id := range f.IDs {
