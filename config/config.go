@@ -45,6 +45,10 @@ const (
 	// the RabbitMQ exchange and the webhook URL: one destination per event
 	// type.
 	DefaultDefaultSenderRoute = "{event_type}"
+	// DefaultTenantsInterval is tenants-interval: how often the relay
+	// re-reads the tenants. A new tenant waits up to this long to be
+	// served, and each round runs tenants-query once.
+	DefaultTenantsInterval = 30 * time.Second
 )
 
 // Accepted values of enumerated keys. The polling modes and orderings are
@@ -98,6 +102,18 @@ type Config struct {
 	// Tracing exports the relay's spans over OTLP. Off unless enabled or
 	// an OTEL_EXPORTER_OTLP endpoint is set.
 	Tracing Tracing `yaml:"tracing"`
+	// Tenants are the tenants one relay process serves, each with its
+	// own outbox, dead-letter and inbox tables in a database or a schema
+	// of its own (docs/multi-tenant.md). Empty: the relay serves the one
+	// database of Database.
+	Tenants []Tenant `yaml:"tenants"`
+	// TenantsQuery is a SQL query run against database.dsn whose rows
+	// are further tenants (ResolveTenants), so that tenants can be added
+	// without editing the file.
+	TenantsQuery string `yaml:"tenants-query"`
+	// TenantsInterval is how often the tenants (the list and the rows of
+	// TenantsQuery) are re-read. Defaults to DefaultTenantsInterval.
+	TenantsInterval time.Duration `yaml:"tenants-interval"`
 
 	// origins maps the key paths Load saw to where their values came
 	// from (Settings); nil for a Config built in Go.
@@ -106,6 +122,9 @@ type Config struct {
 	// scrub the secrets that variables hold; nil for a Config built in
 	// Go.
 	getenv func(string) string
+	// tenant is the name of the tenant ForTenant derived this
+	// configuration for; "" for the file's own.
+	tenant string
 }
 
 // RelaySettings are the relay-wide settings under the relay key; they

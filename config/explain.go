@@ -70,6 +70,10 @@ func (c *Config) Settings() []Setting {
 		switch f.name {
 		case "senders", "events":
 			continue
+		case "tenants":
+			if c.tenantSettings(sourceOf, &out) {
+				continue
+			}
 		}
 		walk(f.name, cv.FieldByIndex(f.index), sourceOf)
 	}

@@ -246,6 +246,13 @@ func (c *Config) Secrets(getenv func(string) string) []string {
 	if c.Database.DSNEnv != "" && getenv != nil {
 		s.dsn(DSN(getenv(c.Database.DSNEnv)))
 	}
+	// Each tenant's database, as the process opens them all.
+	for _, t := range c.Tenants {
+		s.dsn(t.DSN)
+		if t.DSNEnv != "" && getenv != nil {
+			s.dsn(DSN(getenv(t.DSNEnv)))
+		}
+	}
 	for _, snd := range c.Senders {
 		switch {
 		case snd.NATS != nil:

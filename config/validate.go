@@ -88,6 +88,8 @@ func Default() *Config {
 		Metrics: Metrics{Path: DefaultMetricsPath, StatsInterval: DefaultMetricsStatsInterval},
 		Admin:   Admin{Listen: DefaultAdminListen},
 		Health:  Health{HorizonThreshold: DefaultHealthHorizonThreshold},
+		// Only read when tenants are configured (HasTenants).
+		TenantsInterval: DefaultTenantsInterval,
 	}
 }
 
@@ -260,6 +262,7 @@ func (c *Config) validate(d *decoder) {
 	c.validateListeners(d)
 	c.validateAdmin(d)
 	c.validateTracing(d)
+	c.validateTenants(d)
 }
 
 // validateListeners checks metrics and health.

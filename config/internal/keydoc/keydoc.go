@@ -153,7 +153,11 @@ func tableNamed(name string) (table, bool) {
 func join(prefix string, r row) []string {
 	out := make([]string, len(r.keys))
 	for i, k := range r.keys {
-		out[i] = prefix + "." + k
+		out[i] = k
+		if prefix != "" {
+			// A table of top-level keys (tenants) has no prefix.
+			out[i] = prefix + "." + k
+		}
 	}
 	return out
 }

@@ -40,6 +40,11 @@ var tables = []table{
 		{keys: []string{"wal.lag-threshold"}, def: "%v (1 GiB)", meaning: "bytes of WAL the slot may pin (to `restart_lsn` or `confirmed_flush_lsn`) before `/readyz` says degraded"},
 		{keys: []string{"wal.on-slot-lost"}, meaning: "what a relay does when the database lost the slot (a failover to a standby without it, an invalidation): `recreate` makes a new one at once, so rows in the outbox table are delivered and new emits work, and logs at ERROR the LSN range of the emits that cannot be recovered (`/readyz` reports `stream_events_lost` for an hour); `stop` keeps the stream failing until `txbox migrate` recreates it"},
 	}},
+	{name: "tenants", rows: []row{
+		{keys: []string{"tenants"}, def: "none: the relay serves `database` alone", meaning: "the tenants one relay process serves ([multi-tenant.md](multi-tenant.md)), a list of `{ name, dsn, dsn-env, schema, max-conns, events }`: `name` matches `^[a-z][a-z0-9_]{0,62}$`; the tenant's tables are in a database of its own (`dsn` or `dsn-env`, of `database.dialect`) or in `schema` of `database.dsn` (not on sqlite); `max-conns` defaults to an even share of `database.max-conns`; `events` override the file's `events` for the tenant, key by key. A route's `{tenant}` is replaced by the name. Not with `database.source: wal` yet"},
+		{keys: []string{"tenants-query"}, def: "none", meaning: "a query run against `database.dsn` whose rows are further tenants: columns `name` (required), `schema`, `dsn`, `dsn-env` (or `dsn_env`), `max-conns` (or `max_conns`); any other column is an error"},
+		{keys: []string{"tenants-interval"}, meaning: "how often the tenants (the list and the rows of `tenants-query`) are re-read, ≥ 1s; only read with tenants"},
+	}},
 	{name: "senders", groups: []group{
 		{typ: "nats", rows: append([]row{
 			{keys: []string{"url"}, meaning: "server URL(s), comma-separated (secret-redacted)"},
