@@ -319,6 +319,8 @@ func mergeEvent(own, base *relay.EventSettings) *relay.EventSettings {
 	switch {
 	case o.Routes != nil:
 		m.Routes = slices.Clone(o.Routes)
+		// The tenant's fan-out replaces the file's single route.
+		m.Route = o.Route
 	case o.Route == nil:
 		m.Routes = slices.Clone(b.Routes)
 	}

@@ -277,3 +277,100 @@ INSERT INTO tenants VALUES ('b', 'b.db', NULL, 2), ('a', NULL, 'A_DB', NULL)`); 
 		t.Error("a writing tenants-query ran")
 	}
 }
+
+// TestTenantEventsRoutes: a tenant's routes list replaces the file's
+// single route, a tenant's route the file's routes list, and an entry
+// that sets neither keeps the file's list.
+func TestTenantEventsRoutes(t *testing.T) {
+	t.Parallel()
+	c, err := Load(Source{Name: "f.yaml", YAML: []byte(pgTenants + `
+events:
+  single: { route: { subject: one } }
+  fan: { routes: [{ subject: a }, { name: b, subject: b }] }
+tenants:
+  - name: acme
+    schema: acme
+    events:
+      single: { routes: [{ subject: x }, { name: y, subject: y }] }
+      fan: { route: { subject: z } }
+  - { name: globex, schema: globex, events: { fan: { batch-size: 10 } } }
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acme, err := c.ForTenant(c.Tenants[0], 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := acme.Events["single"]; ev.Route != nil || len(ev.Routes) != 2 {
+		t.Errorf("acme's single: route %+v routes %+v", ev.Route, ev.Routes)
+	}
+	if ev := acme.Events["fan"]; ev.Route == nil || ev.Route.Subject != "z" || len(ev.Routes) != 0 {
+		t.Errorf("acme's fan: route %+v routes %+v", ev.Route, ev.Routes)
+	}
+	globex, err := c.ForTenant(c.Tenants[1], 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := globex.Events["fan"]; len(ev.Routes) != 2 || *ev.BatchSize != 10 {
+		t.Errorf("globex's fan: %+v", ev)
+	}
+}
+
+// TestTenantsOverrides: tenants-query and tenants-interval take an
+// environment variable and --set like any key.
+func TestTenantsOverrides(t *testing.T) {
+	t.Parallel()
+	c, err := Load(Source{Name: "f.yaml", YAML: []byte(pgTenants),
+		Env: []string{"TXBOX_TENANTS_QUERY=SELECT name, schema FROM t"}, Set: []string{"tenants-interval=2m"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.TenantsQuery != "SELECT name, schema FROM t" || c.TenantsInterval != 2*time.Minute || !c.HasTenants() {
+		t.Fatalf("query %q interval %v", c.TenantsQuery, c.TenantsInterval)
+	}
+}
+
+// TestResolveTenantsMySQL: tenants-query runs against MySQL/MariaDB too.
+func TestResolveTenantsMySQL(t *testing.T) {
+	t.Parallel()
+	_, dsn := testenv.MySQLDatabase(t, func(dsn string) (*sql.DB, error) { return sql.Open("mysql", dsn) }, "")
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, q := range []string{"CREATE TABLE tenants (name VARCHAR(64), `schema` VARCHAR(64), max_conns INT)",
+		"INSERT INTO tenants VALUES ('m2', 'db2', 5), ('m1', 'db1', NULL)"} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := Load(Source{Name: "f.yaml", YAML: fmt.Appendf(nil, "database: { dialect: mysql, dsn: %q }\ntenants-query: 'SELECT * FROM tenants'\n", dsn)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.ResolveTenants(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Name != "m1" || got[0].Schema != "db1" || got[1].MaxConns != 5 {
+		t.Fatalf("tenants: %+v", got)
+	}
+}
+
+// TestResolveTenantsHidesPassword: a tenants-query that cannot connect
+// names the server, never the password of database.dsn.
+func TestResolveTenantsHidesPassword(t *testing.T) {
+	t.Parallel()
+	const canary = "Canary-PW-77z"
+	c, err := Load(Source{Name: "f.yaml", YAML: []byte("database: { dialect: postgres, dsn: 'postgres://u:" + canary +
+		"@127.0.0.1:1/db?connect_timeout=2' }\ntenants-query: SELECT name FROM t\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.ResolveTenants(context.Background())
+	if err == nil || strings.Contains(err.Error(), canary) || !strings.Contains(err.Error(), "tenants-query") {
+		t.Fatalf("error %v", err)
+	}
+}

@@ -112,21 +112,14 @@ func runConfigCheck(ctx context.Context, e *env, args []string) error {
 		opened: map[string]sender.Sender{}, refused: map[string]string{}}
 	defer c.close(ctx)
 	if *connect {
-		st, err := checkDatabase(ctx, cfg, e, stderr, log, *timeout)
-		if err != nil {
-			return err
-		}
-		defer st.Close()
-		dbWarnings, err := databaseWarnings(ctx, cfg, st, e, *timeout)
-		if err != nil {
-			return err
-		}
-		c.warnings = append(c.warnings, dbWarnings...)
-		if types, err = withDatabaseTypes(ctx, cfg, st, types); err != nil {
+		if types, err = c.connectDatabase(ctx, types); err != nil {
 			return err
 		}
 	}
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	if err := c.tenants(ctx, w); err != nil {
+		return err
+	}
 	fmt.Fprintln(w, "\nSENDER\tTYPE\tSTATUS")
 	for _, n := range cfg.SenderNames() {
 		fmt.Fprintf(w, "%s\t%s\t%s\n", n, cfg.Senders[n].Type, c.sender(ctx, n))
@@ -177,6 +170,9 @@ func (c *checker) summary(warnings int) error {
 	if c.unreachable > 0 {
 		problems = append(problems, fmt.Sprintf("%d destination(s) not reachable", c.unreachable))
 	}
+	if c.tenantsFailed > 0 {
+		problems = append(problems, fmt.Sprintf("%d tenant(s) failed their database check (the reason is in their STATUS)", c.tenantsFailed))
+	}
 	if len(problems) > 0 {
 		return errors.New(strings.Join(problems, "; "))
 	}
@@ -224,6 +220,9 @@ type checker struct {
 	provisions map[string]*provisionCheck
 	// notes are printed after the tables, not counted as warnings.
 	notes []string
+	// tenantsFailed counts the tenants whose database could not be
+	// opened or lacks the tenant's schema (--connect).
+	tenantsFailed int
 }
 
 // provisionCheck is the outcome of a sender's CheckProvision.

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"text/tabwriter"
+
+	"github.com/txbox/txbox/config"
+)
+
+// connectDatabase runs the --connect checks of database.dsn: it connects,
+// checks WAL mode and the routes removed from the file, and returns types
+// with those that have rows in the outbox. With tenants, database.dsn
+// need hold no outbox of its own (each tenant's database is checked by
+// tenants): only the connection is checked.
+func (c *checker) connectDatabase(ctx context.Context, types []string) ([]string, error) {
+	st, err := checkDatabase(ctx, c.cfg, c.e, c.stderr, c.log, c.timeout)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	if c.cfg.HasTenants() {
+		return types, nil
+	}
+	dbWarnings, err := databaseWarnings(ctx, c.cfg, st, c.e, c.timeout)
+	if err != nil {
+		return nil, err
+	}
+	c.warnings = append(c.warnings, dbWarnings...)
+	return withDatabaseTypes(ctx, c.cfg, st, types)
+}
+
+// tenants prints the TENANT table of a configuration with tenants: each
+// tenant, where its tables are and its pool size. Without --connect these
+// are the tenants list's, and tenants-query is said not to have run; with
+// it, the tenants are resolved (the query run) and each tenant's database
+// is opened and pinged, and its schema looked up, counting the failures.
+func (c *checker) tenants(ctx context.Context, w *tabwriter.Writer) error {
+	cfg := c.cfg
+	if !cfg.HasTenants() {
+		return nil
+	}
+	list := cfg.Tenants
+	if c.connect {
+		var err error
+		c.progress("tenants: resolving (timeout %s)", c.timeout)
+		rctx, cancel := context.WithTimeout(ctx, c.timeout)
+		list, err = cfg.ResolveTenants(rctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("tenants: %w", config.Scrub(err, c.e.secrets))
+		}
+	}
+	fmt.Fprintln(w, "\nTENANT\tTABLES\tMAX-CONNS\tSTATUS")
+	for _, t := range list {
+		status := "not checked (use --connect)"
+		tc, err := cfg.ForTenant(t, len(list))
+		switch {
+		case err != nil:
+			status = "ERROR: " + err.Error()
+			c.tenantsFailed++
+		case c.connect:
+			status = c.tenant(ctx, tc, t)
+		}
+		conns := "driver default"
+		if tc != nil && tc.Database.MaxConns > 0 {
+			conns = strconv.Itoa(tc.Database.MaxConns)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", t.Name, t.Where(), conns, status)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if !c.connect && cfg.TenantsQuery != "" {
+		fmt.Fprintln(c.e.stdout, "not verified: tenants-query (run with --connect); the pool shares above are over the tenants list alone")
+	}
+	return nil
+}
+
+// tenant opens and pings the database of tenant t (its configuration tc)
+// and checks that its schema exists, and returns its status.
+func (c *checker) tenant(ctx context.Context, tc *config.Config, t config.Tenant) string {
+	// The schema is the tenant's, or database.schema that a tenant with
+	// a database of its own keeps.
+	key := "database.schema"
+	if t.Schema != "" {
+		key = c.tenantKey(t) + ".schema"
+	}
+	err := c.run(ctx, "tenant "+t.Name, func(ctx context.Context) error {
+		st, err := tc.OpenStore(ctx, c.e.getenv, c.log)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		if err := st.Ping(ctx); err != nil {
+			return err
+		}
+		return schemaExists(ctx, tc, st, key)
+	})
+	if err != nil {
+		c.tenantsFailed++
+		return "ERROR: " + err.Error()
+	}
+	return "ok: connected"
+}
+
+// tenantKey names tenant t in errors: tenants[i] for an entry of the
+// list, else the tenants-query row's name.
+func (c *checker) tenantKey(t config.Tenant) string {
+	for i, s := range c.cfg.Tenants {
+		if s.Name == t.Name {
+			return fmt.Sprintf("tenants[%d]", i)
+		}
+	}
+	return fmt.Sprintf("tenants-query tenant %q", t.Name)
+}
+
+// schemaExists checks that the schema of a tenant's configuration tc
+// exists in its database (on MySQL, the database of that name): a
+// schema tenant's schema is made by `txbox migrate`, and a relay started
+// before it would fail each poll. key is the schema's key path.
+func schemaExists(ctx context.Context, tc *config.Config, st *config.Store, key string) error {
+	schema := tc.Database.Schema
+	if schema == "" {
+		return nil
+	}
+	var n int
+	var err error
+	switch {
+	case st.Pool != nil:
+		err = st.Pool.QueryRow(ctx, "SELECT count(*) FROM pg_namespace WHERE nspname = $1", schema).Scan(&n)
+	case tc.Database.Dialect == config.DialectMySQL && st.DB != nil:
+		err = st.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = ?", schema).Scan(&n)
+	default:
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%s: look up schema %q: %w", key, schema, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%s: schema %q does not exist (run txbox migrate)", key, schema)
+	}
+	return nil
+}
