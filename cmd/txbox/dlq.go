@@ -131,6 +131,7 @@ func parseDLQ(e *env, sub string, args []string) (*dlqArgs, error) {
 	a := &dlqArgs{sub: sub}
 	fs := newFlagSet(e, "dlq "+sub, dlqUsage)
 	a.cf.register(fs, e)
+	a.cf.registerTenant(fs, false)
 	ff := registerDLQFilter(fs)
 	mutating := sub == "retry" || sub == "resolve" || sub == "delete"
 	fs.IntVar(&a.limit, "limit", 50, "list, parked: at most this many")

@@ -101,6 +101,7 @@ func runDLQAudit(ctx context.Context, e *env, args []string) error {
 	var a dlqAuditArgs
 	fs := newFlagSet(e, "dlq audit", dlqUsage)
 	a.cf.register(fs, e)
+	a.cf.registerTenant(fs, false)
 	fs.IntVar(&a.limit, "limit", 50, fmt.Sprintf("audit: at most this many entries, 1 to %d", store.MaxAuditPageSize))
 	fs.StringVar(&a.action, "action", "", "audit: only entries of this `action` (retry, resolve, delete, ...)")
 	fs.BoolVar(&a.asJSON, "json", false, "print JSON instead of a table")

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	yaml "go.yaml.in/yaml/v3"
 
@@ -42,6 +43,17 @@ type env struct {
 	// secrets are removed from every error printed: the passwords of the
 	// loaded configuration and of --dsn.
 	secrets []string
+}
+
+// addSecrets adds to e.secrets those of secrets it does not hold yet: a
+// relay serving tenants loads its configuration again every
+// tenants-interval (tenantRelays.list), and the list must not grow.
+func (e *env) addSecrets(secrets ...string) {
+	for _, s := range secrets {
+		if !slices.Contains(e.secrets, s) {
+			e.secrets = append(e.secrets, s)
+		}
+	}
 }
 
 // usageError is a mistake in the command line: exit code 2.
@@ -185,6 +197,21 @@ type configFlags struct {
 	dbNamed bool
 	// file is the configuration file load read, "" when none was found.
 	file string
+	// tenant is --tenant, when the command registered it
+	// (registerTenant): load then returns that tenant's configuration.
+	tenant string
+	// tenantFlag is set by registerTenant; allTenants when the command
+	// works on every tenant without --tenant (migrate).
+	tenantFlag, allTenants bool
+}
+
+// registerTenant adds --tenant: the command works on one tenant of a
+// configuration with tenants (docs/multi-tenant.md). Without it such a
+// configuration is refused, unless all is set: the command then works on
+// every tenant itself (cf.tenants).
+func (cf *configFlags) registerTenant(fs *flag.FlagSet, all bool) {
+	cf.tenantFlag, cf.allTenants = true, all
+	fs.StringVar(&cf.tenant, "tenant", "", "the `name` of the tenant to work on, when the configuration has tenants (docs/multi-tenant.md)")
 }
 
 func (cf *configFlags) register(fs *flag.FlagSet, e *env) {
@@ -228,18 +255,49 @@ func (cf *configFlags) load(e *env) (*config.Config, error) {
 	}
 	if cf.dsn != "" {
 		src.Set = append(src.Set, "database.dsn="+cf.dsn)
-		e.secrets = append(e.secrets, config.DSN(cf.dsn).Secrets()...)
+		e.addSecrets(config.DSN(cf.dsn).Secrets()...)
 	}
 	for _, kv := range cf.set {
 		_, v, _ := strings.Cut(kv, "=")
-		e.secrets = append(e.secrets, config.DSN(v).Secrets()...)
+		e.addSecrets(config.DSN(v).Secrets()...)
 	}
 	cfg, err := config.Load(src)
 	if err != nil {
 		return nil, err
 	}
-	e.secrets = append(e.secrets, cfg.Secrets(e.getenv)...)
-	return cfg, nil
+	e.addSecrets(cfg.Secrets(e.getenv)...)
+	return cf.forTenant(cfg)
+}
+
+// forTenant returns cfg for the tenant named by --tenant, cfg itself when
+// the command did not ask for tenants, or works on them all. A
+// configuration with tenants and no --tenant is refused: its database.dsn
+// is not any tenant's outbox.
+func (cf *configFlags) forTenant(cfg *config.Config) (*config.Config, error) {
+	if !cf.tenantFlag {
+		return cfg, nil
+	}
+	if cf.tenant == "" {
+		if cfg.HasTenants() && !cf.allTenants {
+			return nil, usagef("the configuration has tenants: name one with --tenant NAME (docs/multi-tenant.md)")
+		}
+		return cfg, nil
+	}
+	if !cfg.HasTenants() {
+		return nil, usagef("--tenant %s: the configuration has no tenants", cf.tenant)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	all, err := cfg.ResolveTenants(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range all {
+		if t.Name == cf.tenant {
+			return cfg.ForTenant(t, len(all))
+		}
+	}
+	return nil, usagef("--tenant %s: no such tenant (the configuration lists %d)", cf.tenant, len(all))
 }
 
 // fileNamesDatabase reports whether a configuration file sets

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -27,6 +28,7 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "migrate", "migrate [--config txbox.yaml] [--dsn DSN] [--set key=value]... [--stream-timeout 1m] [--require-failover-safe] [--drop-stream]\n   or: txbox "+migrateGetUsage)
 	var cf configFlags
 	cf.register(fs, e)
+	cf.registerTenant(fs, true)
 	streamTimeout := fs.Duration("stream-timeout", time.Minute, "WAL mode: how long creating or adopting the replication slot may wait for the transactions open in the cluster, "+
 		"and how long migrate waits for the standbys' copies of a failover slot")
 	requireSafe := fs.Bool("require-failover-safe", false, "WAL mode: fail unless the slot is shown to survive a failover (PostgreSQL 17+, every standby with a synced, persistent copy); "+
@@ -43,6 +45,9 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 	// asked (a file, the environment or a flag names the database).
 	if err := cf.requireNamed("`txbox migrate --dialect sqlite` creates " + config.DefaultSQLitePath); err != nil {
 		return err
+	}
+	if cfg.HasTenants() && cf.tenant == "" {
+		return migrateTenants(ctx, e, cfg)
 	}
 	st, err := cfg.OpenStore(ctx, e.getenv, cfg.NewLogger(e.stderr))
 	if err != nil {
@@ -117,4 +122,50 @@ func failoverText(f store.StreamFailover) string {
 		return "no standby: " + f.Note
 	}
 	return strings.ToUpper(f.Verdict) + ": " + f.Note
+}
+
+// migrateTenants migrates every tenant of cfg (docs/multi-tenant.md), one
+// after the other: a tenant that fails is reported and the others are
+// migrated still; the command fails when any did.
+func migrateTenants(ctx context.Context, e *env, cfg *config.Config) error {
+	all, err := cfg.ResolveTenants(ctx)
+	if err != nil {
+		return err
+	}
+	log := cfg.NewLogger(e.stderr)
+	var failed []string
+	for _, t := range all {
+		if err := migrateTenant(ctx, e, cfg, t, len(all), log); err != nil {
+			fmt.Fprintf(e.stderr, "tenant %s: %v\n", t.Name, err)
+			failed = append(failed, t.Name)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("migrate: %d of %d tenants failed: %s", len(failed), len(all), strings.Join(failed, ", "))
+	}
+	return nil
+}
+
+// migrateTenant migrates one tenant's tables.
+func migrateTenant(ctx context.Context, e *env, cfg *config.Config, t config.Tenant, count int, log *slog.Logger) error {
+	tcfg, err := cfg.ForTenant(t, count)
+	if err != nil {
+		return err
+	}
+	st, err := tcfg.OpenStore(ctx, e.getenv, log.With("tenant", t.Name))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := st.Migrate(ctx); err != nil {
+		return err
+	}
+	v := ""
+	if sv, ok := st.Driver.(store.SchemaVersioner); ok {
+		if n, err := sv.SchemaVersion(ctx); err == nil {
+			v = fmt.Sprintf(", schema version %d", n)
+		}
+	}
+	fmt.Fprintf(e.stdout, "migrated tenant %s: %s%s\n", t.Name, st.Dialect(), v)
+	return nil
 }

@@ -29,6 +29,10 @@ type observability struct {
 	st      *config.Store
 	log     *slog.Logger
 	metrics *relayprom.Metrics
+	// reg is the metrics registry, when metrics are served: a relay
+	// serving tenants registers each tenant's metrics in it, labelled
+	// with the tenant (tenantRelay).
+	reg *prometheus.Registry
 	// muxes maps each address to its handler; listeners are opened
 	// before the relay starts, so a taken port fails the command at once.
 	muxes   map[string]*http.ServeMux
@@ -62,13 +66,13 @@ func listenObservability(cfg *config.Config, st *config.Store, log *slog.Logger)
 		o.lns[addr], o.muxes[addr] = ln, http.NewServeMux()
 	}
 	if cfg.Metrics.Listen != "" || cfg.Admin.Enabled {
-		opts := relayprom.Options{StatsInterval: cfg.Metrics.StatsInterval}
-		if in, ok := st.Driver.(store.Inspector); ok {
-			opts.Stats = in
-		}
-		o.metrics = relayprom.New(opts)
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(o.metrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		o.reg = reg
+		if st != nil { // nil: tenants, each with metrics of its own
+			o.metrics = relayprom.New(metricsOptions(cfg, st))
+			reg.MustRegister(o.metrics)
+		}
 		mh := promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)})
 		o.onAdmin[cfg.Metrics.Path] = mh
 		if cfg.Metrics.Listen != "" {
@@ -76,6 +80,15 @@ func listenObservability(cfg *config.Config, st *config.Store, log *slog.Logger)
 		}
 	}
 	return o, nil
+}
+
+// metricsOptions are the relay metrics' options for the store st.
+func metricsOptions(cfg *config.Config, st *config.Store) relayprom.Options {
+	opts := relayprom.Options{StatsInterval: cfg.Metrics.StatsInterval}
+	if in, ok := st.Driver.(store.Inspector); ok {
+		opts.Stats = in
+	}
+	return opts
 }
 
 // hooks returns the relay hooks: the metrics, when served.
@@ -91,29 +104,46 @@ func (o *observability) serve(r *relay.Relay) error {
 	if o.metrics != nil {
 		o.metrics.WatchRelay(r)
 	}
-	if addr := o.cfg.Health.Listen; addr != "" || o.cfg.Admin.Enabled {
-		sv, ok := o.st.Driver.(store.SchemaVersioner)
-		if !ok {
-			return fmt.Errorf("health: the %s store cannot report its schema version", o.st.Dialect())
-		}
-		hc := health.Config{Store: sv, Relay: r, LagThreshold: o.cfg.Health.LagThreshold, FailWhenDegraded: o.cfg.Health.FailWhenDegraded,
-			RejectThreshold: o.cfg.Health.RejectThreshold}
-		if in, ok := o.st.Driver.(store.Inspector); ok {
-			hc.Stats = in
-		}
-		if fi, ok := o.st.Driver.(store.HorizonInspector); ok && o.cfg.HasCommitHorizon() {
-			hc.Horizon, hc.HorizonThreshold = fi, o.cfg.HealthHorizonThreshold()
-		}
-		c, err := health.New(hc)
+	if o.cfg.Health.Listen != "" || o.cfg.Admin.Enabled {
+		c, err := newChecker(o.cfg, o.st, r)
 		if err != nil {
 			return err
 		}
-		o.onAdmin["/livez"], o.onAdmin["/readyz"] = c.LivezHandler(), c.ReadyzHandler()
-		if addr != "" {
-			o.muxes[addr].Handle("/livez", c.LivezHandler())
-			o.muxes[addr].Handle("/readyz", c.ReadyzHandler())
-		}
+		o.mountProbes(c.LivezHandler(), c.ReadyzHandler())
 	}
+	o.startServers()
+	return nil
+}
+
+// newChecker makes the probes' checker of relay r over store st.
+func newChecker(cfg *config.Config, st *config.Store, r *relay.Relay) (*health.Checker, error) {
+	sv, ok := st.Driver.(store.SchemaVersioner)
+	if !ok {
+		return nil, fmt.Errorf("health: the %s store cannot report its schema version", st.Dialect())
+	}
+	hc := health.Config{Store: sv, Relay: r, LagThreshold: cfg.Health.LagThreshold, FailWhenDegraded: cfg.Health.FailWhenDegraded,
+		RejectThreshold: cfg.Health.RejectThreshold}
+	if in, ok := st.Driver.(store.Inspector); ok {
+		hc.Stats = in
+	}
+	if fi, ok := st.Driver.(store.HorizonInspector); ok && cfg.HasCommitHorizon() {
+		hc.Horizon, hc.HorizonThreshold = fi, cfg.HealthHorizonThreshold()
+	}
+	return health.New(hc)
+}
+
+// mountProbes serves livez and readyz on health.listen and for the admin
+// server.
+func (o *observability) mountProbes(livez, readyz http.Handler) {
+	o.onAdmin["/livez"], o.onAdmin["/readyz"] = livez, readyz
+	if addr := o.cfg.Health.Listen; addr != "" {
+		o.muxes[addr].Handle("/livez", livez)
+		o.muxes[addr].Handle("/readyz", readyz)
+	}
+}
+
+// startServers serves every listener.
+func (o *observability) startServers() {
 	for addr, ln := range o.lns {
 		srv := &http.Server{Handler: o.muxes[addr], ReadHeaderTimeout: readHeaderTimeout,
 			ErrorLog: slog.NewLogLogger(o.log.Handler(), slog.LevelWarn)}
@@ -132,7 +162,6 @@ func (o *observability) serve(r *relay.Relay) error {
 			}
 		}()
 	}
-	return nil
 }
 
 // close stops the servers, after the relay stopped: until then /readyz

@@ -41,6 +41,7 @@ func runPublish(ctx context.Context, e *env, args []string) error {
 func parsePublish(e *env, cf *configFlags, args []string) (txbox.Event, error) {
 	fs := newFlagSet(e, "publish", "publish --type TYPE (--payload TEXT | --payload-file FILE|-) [--key K] [--header k=v]... [--not-before TIME|DURATION]")
 	cf.register(fs, e)
+	cf.registerTenant(fs, false)
 	typ := fs.String("type", "", "event `type`, such as order-created (required)")
 	key := fs.String("key", "", "partition / ordering `key`")
 	payload := fs.String("payload", "", "payload `text` (required unless --payload-file; --payload '' publishes an empty payload)")

@@ -52,6 +52,7 @@ func parseRedrive(e *env, args []string) (*redriveArgs, error) {
 	a := &redriveArgs{}
 	fs := newFlagSet(e, "redrive", redriveUsage)
 	a.cf.register(fs, e)
+	a.cf.registerTenant(fs, false)
 	var (
 		typ    = fs.String("type", "", "the event `type` (required)")
 		key    = fs.String("key", "", "only this event `key`")

@@ -62,6 +62,9 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer stopTracing(ctx)
+	if cfg.HasTenants() {
+		return runTenantRelays(ctx, e, &cf, cfg, log, tp, *migrate)
+	}
 	st, err := openRelayStore(ctx, cfg, e, log, *migrate)
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "status", "status [--config txbox.yaml] [--json]")
 	var cf configFlags
 	cf.register(fs, e)
+	cf.registerTenant(fs, false)
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	if err := parse(fs, args); err != nil {
 		return err
