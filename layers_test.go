@@ -28,8 +28,9 @@ const modulePath = "github.com/txbox/txbox"
 //     inbox/inboxtest, the inbox suite every dialect runs), and
 //     internal/storeharness, the dialects' test set-up, which fills in
 //     inboxtest's harness (and store/storeharness, its deprecated alias)
-//  3. delivery: relay/*, consume/*, and internal/consumetest, the
-//     consumers' test support, which runs the outbox and the relay too
+//  3. delivery: relay/*, consume/*, tenants (which runs one delivery
+//     unit per tenant), and internal/consumetest, the consumers' test
+//     support, which runs the outbox and the relay too
 //  4. what watches a relay: health, admin
 //  5. the daemon's configuration: config
 //  6. programs: cmd/*, examples/*, bench/*, e2e
@@ -45,6 +46,7 @@ var packageLayers = map[string]int{
 	"store/storeharness":    2,
 	"relay":                 3,
 	"consume":               3,
+	"tenants":               3,
 	"internal/consumetest":  3,
 	"health":                4,
 	"admin":                 4,

@@ -44,14 +44,7 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(cfg.Senders) == 0 {
-		if cf.file == "" {
-			return usagef("no configuration file found (%s), and no --set senders.NAME.type=… names a sender; "+
-				"give one with --config FILE or TXBOX_CONFIG=FILE, with a sender under senders (docs/configuration.md, docs/quickstart.md)", lookedAt())
-		}
-		return usagef("the configuration file %s names no sender: add one under senders (see docs/configuration.md)", cf.file)
-	}
-	if err := cf.requireNamed(""); err != nil {
+	if err := checkRelayConfig(&cf, cfg); err != nil {
 		return err
 	}
 	log := cfg.NewLogger(e.stderr)
@@ -100,6 +93,19 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	<-ctx.Done()
 	defer stopAdmin()
 	return stopRelay(ctx, e, r, cfg.Relay.ShutdownTimeout, log)
+}
+
+// checkRelayConfig refuses a configuration the relay cannot run: no
+// sender, or no database named.
+func checkRelayConfig(cf *configFlags, cfg *config.Config) error {
+	if len(cfg.Senders) == 0 {
+		if cf.file == "" {
+			return usagef("no configuration file found (%s), and no --set senders.NAME.type=… names a sender; "+
+				"give one with --config FILE or TXBOX_CONFIG=FILE, with a sender under senders (docs/configuration.md, docs/quickstart.md)", lookedAt())
+		}
+		return usagef("the configuration file %s names no sender: add one under senders (see docs/configuration.md)", cf.file)
+	}
+	return cf.requireNamed("")
 }
 
 // newRelay makes the relay of cfg, with the observability hooks, the
