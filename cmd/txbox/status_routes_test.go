@@ -81,6 +81,10 @@ func (p *pendingRoutes) OutboxExpand(context.Context, *store.OutboxExpandParams)
 	return 0, nil
 }
 
+func (p *pendingRoutes) OutboxSplit(context.Context, *store.OutboxSplitParams) (int, error) {
+	return 0, nil
+}
+
 func (p *pendingRoutes) OutboxPendingRoutes(context.Context) ([]store.TypeRoute, error) {
 	return p.pending, nil
 }
