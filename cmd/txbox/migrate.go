@@ -25,7 +25,7 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 	if len(args) > 0 && args[0] == "get" {
 		return runMigrateGet(ctx, e, args[1:])
 	}
-	fs := newFlagSet(e, "migrate", "migrate [--config txbox.yaml] [--dsn DSN] [--set key=value]... [--stream-timeout 1m] [--require-failover-safe] [--drop-stream]\n   or: txbox "+migrateGetUsage)
+	fs := newFlagSet(e, "migrate", "migrate [--config txbox.yaml] [--dsn DSN] [--set key=value]... [--tenant NAME] [--stream-timeout 1m] [--require-failover-safe] [--drop-stream]\n   or: txbox "+migrateGetUsage)
 	var cf configFlags
 	cf.register(fs, e)
 	cf.registerTenant(fs, true)

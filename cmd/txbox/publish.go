@@ -39,7 +39,7 @@ func runPublish(ctx context.Context, e *env, args []string) error {
 // parsePublish parses the publish command line (the configuration flags
 // into cf) into the event to publish.
 func parsePublish(e *env, cf *configFlags, args []string) (txbox.Event, error) {
-	fs := newFlagSet(e, "publish", "publish --type TYPE (--payload TEXT | --payload-file FILE|-) [--key K] [--header k=v]... [--not-before TIME|DURATION]")
+	fs := newFlagSet(e, "publish", "publish [--tenant NAME] --type TYPE (--payload TEXT | --payload-file FILE|-) [--key K] [--header k=v]... [--not-before TIME|DURATION]")
 	cf.register(fs, e)
 	cf.registerTenant(fs, false)
 	typ := fs.String("type", "", "event `type`, such as order-created (required)")

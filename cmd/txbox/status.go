@@ -14,7 +14,7 @@ import (
 )
 
 func runStatus(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "status", "status [--config txbox.yaml] [--json]")
+	fs := newFlagSet(e, "status", "status [--config txbox.yaml] [--tenant NAME] [--json]")
 	var cf configFlags
 	cf.register(fs, e)
 	cf.registerTenant(fs, false)

@@ -281,3 +281,41 @@ func grepLines(s, sub string) string {
 	}
 	return out.String()
 }
+
+// TestTenantFlag: on a configuration with tenants the commands that work
+// on one outbox need --tenant, which must name a tenant; on one without
+// tenants --tenant is refused.
+func TestTenantFlag(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	with := filepath.Join(dir, "tenants.yaml")
+	yml := fmt.Sprintf("database: { dialect: sqlite, dsn: %q }\nsenders: { hooks: { type: webhook, url: \"http://127.0.0.1:1/in\" } }\n"+
+		"tenants:\n  - { name: acme, dsn: %q }\n", filepath.Join(dir, "base.db"), filepath.Join(dir, "acme.db"))
+	without := filepath.Join(dir, "plain.yaml")
+	plain := fmt.Sprintf("database: { dialect: sqlite, dsn: %q }\nsenders: { hooks: { type: webhook, url: \"http://127.0.0.1:1/in\" } }\n", filepath.Join(dir, "base.db"))
+	for path, body := range map[string]string{with: yml, without: plain} {
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, out, errOut := runInProcess(t, nil, "migrate", "--config", with); code != exitOK || !strings.Contains(out, "migrated tenant acme") {
+		t.Fatalf("migrate: %d %s %s", code, out, errOut)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"status", "--config", with}, exitUsage, "name one with --tenant"},
+		{[]string{"dlq", "list", "--config", with}, exitUsage, "name one with --tenant"},
+		{[]string{"status", "--config", with, "--tenant", "globex"}, exitUsage, "--tenant globex: no such tenant"},
+		{[]string{"status", "--config", without, "--tenant", "acme"}, exitUsage, "the configuration has no tenants"},
+		{[]string{"publish", "--config", with, "--tenant", "acme", "--type", "orders", "--payload", "{}"}, exitOK, ""},
+		{[]string{"status", "--config", with, "--tenant", "acme"}, exitOK, ""},
+	} {
+		code, out, errOut := runInProcess(t, nil, tc.args...)
+		if code != tc.code || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: code %d, stderr %q (stdout %q); want %d and %q", tc.args, code, errOut, out, tc.code, tc.want)
+		}
+	}
+}
