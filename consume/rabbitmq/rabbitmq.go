@@ -55,7 +55,8 @@ type Config struct {
 	// deliveries of the queue are handled out of order. Defaults to 1.
 	Concurrency int
 	// Backoff delays the nack of a failed delivery, growing with the
-	// failures of the same event id seen by this consumer. Defaults to
+	// failures of the same event id (of the same tenant, with Tenants) seen
+	// by this consumer. Defaults to
 	// consume.DefaultMinBackoff doubling up to consume.DefaultMaxBackoff.
 	Backoff consume.Backoff
 	// DrainTimeout is how long the handlers already running may finish
@@ -78,7 +79,7 @@ type Consumer struct {
 	logger *slog.Logger
 
 	mu       sync.Mutex
-	failures map[txbox.ID]int
+	failures map[failureKey]int
 
 	acked, nacked, rejected atomic.Int64
 
@@ -145,7 +146,7 @@ func New(ch *amqp.Channel, cfg Config) (*Consumer, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Consumer{ch: ch, cfg: cfg, target: target, logger: logger.With("consumer", target.Name(), "queue", cfg.Queue), failures: map[txbox.ID]int{},
+	return &Consumer{ch: ch, cfg: cfg, target: target, logger: logger.With("consumer", target.Name(), "queue", cfg.Queue), failures: map[failureKey]int{},
 		life: drain.Life{Timeout: cfg.DrainTimeout}}, nil
 }
 
@@ -295,17 +296,17 @@ func (c *Consumer) handle(ctx, hctx context.Context, d amqp.Delivery, cancelled 
 	}
 	switch {
 	case res.Acknowledge():
-		c.succeeded(msg.ID)
+		c.succeeded(msg)
 		c.settle(ctx, "ack", d.Ack(false), &c.acked)
 	case txbox.Classify(err) == txbox.ClassPermanent:
 		// The handler says no redelivery can succeed (txbox.Permanent):
 		// reject it to the queue's dead-letter exchange, if any, rather
 		// than requeue it forever.
 		c.logger.ErrorContext(ctx, "rabbitmq delivery rejected by the handler", "event_id", msg.ID, "error", err)
-		c.succeeded(msg.ID)
+		c.succeeded(msg)
 		c.settle(ctx, "reject", d.Reject(false), &c.rejected)
 	default:
-		n := c.failed(msg.ID)
+		n := c.failed(msg)
 		delay := c.cfg.Backoff.Delay(n)
 		c.logger.WarnContext(ctx, "rabbitmq delivery failed; requeueing", "event_id", msg.ID, "failures", n, "requeue_in", delay, "error", err)
 		t := time.NewTimer(delay)
@@ -328,7 +329,15 @@ func (c *Consumer) settle(ctx context.Context, op string, err error, counter *at
 	}
 }
 
-func (c *Consumer) failed(id txbox.ID) int {
+// failureKey counts the failures of one event of one tenant: with
+// Config.Tenants the same id under two tenants is two events.
+type failureKey struct {
+	tenant string
+	id     txbox.ID
+}
+
+func (c *Consumer) failed(msg inbox.Message) int {
+	id := failureKey{msg.Tenant(), msg.ID}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.failures) >= maxTrackedFailures {
@@ -338,7 +347,8 @@ func (c *Consumer) failed(id txbox.ID) int {
 	return c.failures[id]
 }
 
-func (c *Consumer) succeeded(id txbox.ID) {
+func (c *Consumer) succeeded(msg inbox.Message) {
+	id := failureKey{msg.Tenant(), msg.ID}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.failures, id)
