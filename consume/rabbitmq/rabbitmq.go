@@ -55,9 +55,9 @@ type Config struct {
 	// deliveries of the queue are handled out of order. Defaults to 1.
 	Concurrency int
 	// Backoff delays the nack of a failed delivery, growing with the
-	// failures of the same event id (of the same tenant, with Tenants) seen
-	// by this consumer. Defaults to
-	// consume.DefaultMinBackoff doubling up to consume.DefaultMaxBackoff.
+	// failures of the same event id (of the same tenant, with Tenants)
+	// seen by this consumer. Defaults to consume.DefaultMinBackoff
+	// doubling up to consume.DefaultMaxBackoff.
 	Backoff consume.Backoff
 	// DrainTimeout is how long the handlers already running may finish
 	// once stopping began (Stop, or Run's context ended); then their
