@@ -25,14 +25,22 @@ var (
 
 // InvalidMessageError is returned for a message that cannot be handled at
 // all, whatever the number of attempts: it carries no event id, or a
-// malformed one. Adapters do not redeliver such messages (a redelivery
-// would fail the same way); they log them and, where the broker has one,
-// reject them to its dead-letter mechanism.
+// malformed one, or (an adapter given Config.Tenants) it names a tenant
+// that has no inbox. Adapters do not redeliver such messages (a
+// redelivery would fail the same way); they log them and, where the
+// broker has one, reject them to its dead-letter mechanism.
 type InvalidMessageError struct {
 	Reason string
+	// Err is the cause, when there is one: an *inbox.UnknownTenantError
+	// for a message of an unknown tenant.
+	Err error
 }
 
 func (e *InvalidMessageError) Error() string { return "consume: invalid message: " + e.Reason }
+
+// Unwrap returns Err, so errors.Is(err, inbox.ErrUnknownTenant) sees
+// through it.
+func (e *InvalidMessageError) Unwrap() error { return e.Err }
 
 // ConfigError is txbox.ConfigError: the adapters' constructors return it,
 // with Component "consume/<adapter>", for a missing or invalid setting.

@@ -24,6 +24,8 @@
 // cancels them. The broker adapters (kafka, nats, rabbitmq) have the
 // relay's lifecycle: Start, Stop(ctx) (which may cut the handlers sooner
 // when its context ends), Started and Stopped, and Err for what stopped
-// one by itself; their Run(ctx) is Start, then Stop when ctx ends. See
-// docs/inbox.md.
+// one by itself; their Run(ctx) is Start, then Stop when ctx ends. Each
+// adapter's Config takes either one Inbox or Tenants, an inbox.Tenants
+// that routes each message to its tenant's inbox by the txbox-tenant
+// header (docs/multi-tenant.md, "Consumers"). See docs/inbox.md.
 package consume

@@ -39,5 +39,12 @@
 // (Message.Delivery: count, redelivery flag, position), one per cache
 // lookup and one per cleaner run.
 //
-// Broker adapters that feed an Inbox live in the consume/ packages.
+// Tenants holds one Inbox per tenant (each on that tenant's database or
+// schema) and routes a message to its tenant's inbox by the txbox-tenant
+// header a relay serving tenants sets; a message of a tenant without an
+// inbox is refused (ErrUnknownTenant), never handled in another tenant's
+// tables. See docs/multi-tenant.md, "Consumers".
+//
+// Broker adapters that feed an Inbox, or Tenants, live in the consume/
+// packages.
 package inbox

@@ -14,6 +14,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consume"
 	"github.com/txbox/txbox/consume/internal/drain"
+	"github.com/txbox/txbox/consume/internal/route"
 	"github.com/txbox/txbox/inbox"
 )
 
@@ -27,8 +28,15 @@ const (
 
 // Config configures a Consumer.
 type Config struct {
-	// Inbox deduplicates and runs Handler. Required.
+	// Inbox deduplicates and runs Handler. Exactly one of Inbox and
+	// Tenants is required.
 	Inbox *inbox.Inbox
+	// Tenants, in place of Inbox, routes each message to its tenant's
+	// inbox by its txbox-tenant header (docs/multi-tenant.md,
+	// "Consumers"); a message of a tenant without an inbox is an invalid
+	// message (consume.InvalidMessageError wrapping
+	// inbox.ErrUnknownTenant), settled as one without an event id.
+	Tenants *inbox.Tenants
 	// Handler processes each new message. Required.
 	Handler inbox.Handler
 	// Backoff spaces the retries of a failing record. Defaults to
@@ -76,6 +84,7 @@ const (
 type Consumer struct {
 	cl     *kgo.Client
 	cfg    Config
+	target route.Target
 	mode   commitMode
 	logger *slog.Logger
 
@@ -92,8 +101,12 @@ func New(cl *kgo.Client, cfg Config) (*Consumer, error) {
 	if cl == nil {
 		return nil, &consume.ConfigError{Component: "consume/kafka", Field: "client", Reason: "is nil"}
 	}
-	if cfg.Inbox == nil || cfg.Handler == nil {
-		return nil, &consume.ConfigError{Component: "consume/kafka", Field: "Inbox, Handler", Reason: "are required"}
+	if cfg.Handler == nil {
+		return nil, &consume.ConfigError{Component: "consume/kafka", Field: "Handler", Reason: "is required"}
+	}
+	target, err := route.New("consume/kafka", cfg.Inbox, cfg.Tenants)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.MaxPollRecords < 0 {
 		return nil, &consume.ConfigError{Component: "consume/kafka", Field: "MaxPollRecords", Reason: fmt.Sprintf("must not be negative, got %d", cfg.MaxPollRecords)}
@@ -113,7 +126,6 @@ func New(cl *kgo.Client, cfg Config) (*Consumer, error) {
 	if cfg.BatchDuration == 0 {
 		cfg.BatchDuration = DefaultBatchDuration
 	}
-	var err error
 	if cfg.Backoff, err = cfg.Backoff.Normalize(); err != nil {
 		return nil, err
 	}
@@ -124,7 +136,7 @@ func New(cl *kgo.Client, cfg Config) (*Consumer, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	logger = logger.With("consumer", cfg.Inbox.Consumer())
+	logger = logger.With("consumer", target.Name())
 	if g, _ := cl.OptValue(kgo.ConsumerGroup).(string); g == "" {
 		return nil, &consume.ConfigError{Component: "consume/kafka", Field: "client", Reason: "has no consumer group (kgo.ConsumerGroup)"}
 	}
@@ -137,7 +149,7 @@ func New(cl *kgo.Client, cfg Config) (*Consumer, error) {
 	default:
 		logger.Warn("kafka auto-commit is on: offsets are committed whether or not the handler finished, so a crash can lose messages; use kgo.DisableAutoCommit or kgo.AutoCommitMarks")
 	}
-	return &Consumer{cl: cl, cfg: cfg, mode: mode, logger: logger, life: drain.Life{Timeout: cfg.DrainTimeout}}, nil
+	return &Consumer{cl: cl, cfg: cfg, target: target, mode: mode, logger: logger, life: drain.Life{Timeout: cfg.DrainTimeout}}, nil
 }
 
 func optBool(cl *kgo.Client, opt any) bool {
@@ -295,6 +307,10 @@ func (c *Consumer) handle(ctx, hctx context.Context, r *kgo.Record) bool {
 	}
 	get := func(name string) string { return headers[name] }
 	msg, err := consume.NewMessageFromHeaders(get, consume.PrefixKafka, "", string(r.Key), r.Value, headers)
+	var in *inbox.Inbox
+	if err == nil {
+		in, err = c.target.Inbox(msg)
+	}
 	if err != nil {
 		// Retrying cannot give it an id; holding the partition forever
 		// would stop every later record. Skip it, loudly.
@@ -311,7 +327,7 @@ func (c *Consumer) handle(ctx, hctx context.Context, r *kgo.Record) bool {
 		// Kafka keeps no delivery count: Count is this adapter's attempt.
 		msg.Delivery = inbox.Delivery{Broker: "kafka", Source: r.Topic, Count: attempt, Partition: r.Partition, Offset: r.Offset}
 		start := time.Now()
-		res, err := c.cfg.Inbox.Handle(hctx, msg, c.cfg.Handler)
+		res, err := in.Handle(hctx, msg, c.cfg.Handler)
 		c.observe(time.Since(start))
 		if res.Acknowledge() {
 			return true

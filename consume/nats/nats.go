@@ -14,6 +14,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consume"
 	"github.com/txbox/txbox/consume/internal/drain"
+	"github.com/txbox/txbox/consume/internal/route"
 	"github.com/txbox/txbox/inbox"
 )
 
@@ -36,8 +37,15 @@ const (
 
 // Config configures a Consumer.
 type Config struct {
-	// Inbox deduplicates and runs Handler. Required.
+	// Inbox deduplicates and runs Handler. Exactly one of Inbox and
+	// Tenants is required.
 	Inbox *inbox.Inbox
+	// Tenants, in place of Inbox, routes each message to its tenant's
+	// inbox by its txbox-tenant header (docs/multi-tenant.md,
+	// "Consumers"); a message of a tenant without an inbox is an invalid
+	// message (consume.InvalidMessageError wrapping
+	// inbox.ErrUnknownTenant), settled as one without an event id.
+	Tenants *inbox.Tenants
 	// Handler processes each new message. Required.
 	Handler inbox.Handler
 	// Backoff is the nak delay of a failed message by its delivery count.
@@ -86,6 +94,7 @@ type Config struct {
 type Consumer struct {
 	cons   jetstream.Consumer
 	cfg    Config
+	target route.Target
 	logger *slog.Logger
 	// life is the consumer's start, loop and stop (Start, Stop, Run).
 	life drain.Life
@@ -97,10 +106,13 @@ func New(cons jetstream.Consumer, cfg Config) (*Consumer, error) {
 	if cons == nil {
 		return nil, &consume.ConfigError{Component: "consume/nats", Field: "consumer", Reason: "is nil"}
 	}
-	if cfg.Inbox == nil || cfg.Handler == nil {
-		return nil, &consume.ConfigError{Component: "consume/nats", Field: "Inbox, Handler", Reason: "are required"}
+	if cfg.Handler == nil {
+		return nil, &consume.ConfigError{Component: "consume/nats", Field: "Handler", Reason: "is required"}
 	}
-	var err error
+	target, err := route.New("consume/nats", cfg.Inbox, cfg.Tenants)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Backoff, err = cfg.Backoff.Normalize(); err != nil {
 		return nil, err
 	}
@@ -145,7 +157,7 @@ func New(cons jetstream.Consumer, cfg Config) (*Consumer, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Consumer{cons: cons, cfg: cfg, logger: logger.With("consumer", cfg.Inbox.Consumer()), life: drain.Life{Timeout: cfg.DrainTimeout}}, nil
+	return &Consumer{cons: cons, cfg: cfg, target: target, logger: logger.With("consumer", target.Name()), life: drain.Life{Timeout: cfg.DrainTimeout}}, nil
 }
 
 // Start starts pulling messages and handling them with Concurrency
@@ -382,13 +394,17 @@ func message(m jetstream.Msg) (inbox.Message, error) {
 // says the message may have waited in the client's buffer.
 func (c *Consumer) handle(ctx, hctx context.Context, m jetstream.Msg, buffered bool) {
 	msg, err := message(m)
+	var in *inbox.Inbox
+	if err == nil {
+		in, err = c.target.Inbox(msg)
+	}
 	if err != nil {
 		c.logger.ErrorContext(ctx, "nats message terminated", "subject", m.Subject(), "error", err)
 		c.settle(ctx, "term", m.Term())
 		return
 	}
 	stopProgress := c.keepAlive(m, buffered)
-	res, err := c.cfg.Inbox.Handle(hctx, msg, c.cfg.Handler)
+	res, err := in.Handle(hctx, msg, c.cfg.Handler)
 	stopProgress()
 	switch {
 	case res.Acknowledge():

@@ -16,6 +16,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consume"
 	"github.com/txbox/txbox/consume/internal/drain"
+	"github.com/txbox/txbox/consume/internal/route"
 	"github.com/txbox/txbox/inbox"
 )
 
@@ -28,8 +29,15 @@ var ErrDeliveriesClosed = errors.New("consume/rabbitmq: deliveries channel close
 
 // Config configures a Consumer.
 type Config struct {
-	// Inbox deduplicates and runs Handler. Required.
+	// Inbox deduplicates and runs Handler. Exactly one of Inbox and
+	// Tenants is required.
 	Inbox *inbox.Inbox
+	// Tenants, in place of Inbox, routes each message to its tenant's
+	// inbox by its txbox-tenant header (docs/multi-tenant.md,
+	// "Consumers"); a message of a tenant without an inbox is an invalid
+	// message (consume.InvalidMessageError wrapping
+	// inbox.ErrUnknownTenant), settled as one without an event id.
+	Tenants *inbox.Tenants
 	// Handler processes each new message. Required.
 	Handler inbox.Handler
 	// Queue to consume. Required.
@@ -47,8 +55,9 @@ type Config struct {
 	// deliveries of the queue are handled out of order. Defaults to 1.
 	Concurrency int
 	// Backoff delays the nack of a failed delivery, growing with the
-	// failures of the same event id seen by this consumer. Defaults to
-	// consume.DefaultMinBackoff doubling up to consume.DefaultMaxBackoff.
+	// failures of the same event id (of the same tenant, with Tenants)
+	// seen by this consumer. Defaults to consume.DefaultMinBackoff
+	// doubling up to consume.DefaultMaxBackoff.
 	Backoff consume.Backoff
 	// DrainTimeout is how long the handlers already running may finish
 	// once stopping began (Stop, or Run's context ended); then their
@@ -66,10 +75,11 @@ type Config struct {
 type Consumer struct {
 	ch     *amqp.Channel
 	cfg    Config
+	target route.Target
 	logger *slog.Logger
 
 	mu       sync.Mutex
-	failures map[txbox.ID]int
+	failures map[failureKey]int
 
 	acked, nacked, rejected atomic.Int64
 
@@ -102,8 +112,12 @@ func New(ch *amqp.Channel, cfg Config) (*Consumer, error) {
 	if ch == nil {
 		return nil, &consume.ConfigError{Component: "consume/rabbitmq", Field: "channel", Reason: "is nil"}
 	}
-	if cfg.Inbox == nil || cfg.Handler == nil || cfg.Queue == "" {
-		return nil, &consume.ConfigError{Component: "consume/rabbitmq", Field: "Inbox, Handler, Queue", Reason: "are required"}
+	if cfg.Handler == nil || cfg.Queue == "" {
+		return nil, &consume.ConfigError{Component: "consume/rabbitmq", Field: "Handler, Queue", Reason: "are required"}
+	}
+	target, err := route.New("consume/rabbitmq", cfg.Inbox, cfg.Tenants)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Prefetch < 0 {
 		return nil, &consume.ConfigError{Component: "consume/rabbitmq", Field: "Prefetch", Reason: fmt.Sprintf("must not be negative, got %d", cfg.Prefetch)}
@@ -117,7 +131,6 @@ func New(ch *amqp.Channel, cfg Config) (*Consumer, error) {
 	if cfg.Prefetch == 0 {
 		cfg.Prefetch = cfg.Concurrency
 	}
-	var err error
 	if cfg.Backoff, err = cfg.Backoff.Normalize(); err != nil {
 		return nil, err
 	}
@@ -127,13 +140,13 @@ func New(ch *amqp.Channel, cfg Config) (*Consumer, error) {
 	if cfg.ConsumerTag == "" {
 		b := make([]byte, 6)
 		_, _ = rand.Read(b)
-		cfg.ConsumerTag = "txbox-" + cfg.Inbox.Consumer() + "-" + hex.EncodeToString(b)
+		cfg.ConsumerTag = "txbox-" + target.Name() + "-" + hex.EncodeToString(b)
 	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Consumer{ch: ch, cfg: cfg, logger: logger.With("consumer", cfg.Inbox.Consumer(), "queue", cfg.Queue), failures: map[txbox.ID]int{},
+	return &Consumer{ch: ch, cfg: cfg, target: target, logger: logger.With("consumer", target.Name(), "queue", cfg.Queue), failures: map[failureKey]int{},
 		life: drain.Life{Timeout: cfg.DrainTimeout}}, nil
 }
 
@@ -263,13 +276,17 @@ func (c *Consumer) handle(ctx, hctx context.Context, d amqp.Delivery, cancelled 
 	// default): the key travels in the txbox-key header or the
 	// cloudEvents:subject attribute.
 	msg, err := consume.NewMessageFromHeaders(get, consume.PrefixAMQP, d.MessageId, "", d.Body, headers)
+	var in *inbox.Inbox
+	if err == nil {
+		in, err = c.target.Inbox(msg)
+	}
 	if err != nil {
 		c.logger.ErrorContext(ctx, "rabbitmq delivery rejected", "delivery_tag", d.DeliveryTag, "error", err)
 		c.settle(ctx, "reject", d.Reject(false), &c.rejected)
 		return
 	}
 	msg.Delivery = c.delivery(d)
-	res, err := c.cfg.Inbox.Handle(hctx, msg, c.cfg.Handler)
+	res, err := in.Handle(hctx, msg, c.cfg.Handler)
 	if ctx.Err() != nil {
 		// Stopping: settle only after the broker confirmed the cancel.
 		// An ack or nack frees a prefetch slot, and before the cancel the
@@ -279,17 +296,17 @@ func (c *Consumer) handle(ctx, hctx context.Context, d amqp.Delivery, cancelled 
 	}
 	switch {
 	case res.Acknowledge():
-		c.succeeded(msg.ID)
+		c.succeeded(msg)
 		c.settle(ctx, "ack", d.Ack(false), &c.acked)
 	case txbox.Classify(err) == txbox.ClassPermanent:
 		// The handler says no redelivery can succeed (txbox.Permanent):
 		// reject it to the queue's dead-letter exchange, if any, rather
 		// than requeue it forever.
 		c.logger.ErrorContext(ctx, "rabbitmq delivery rejected by the handler", "event_id", msg.ID, "error", err)
-		c.succeeded(msg.ID)
+		c.succeeded(msg)
 		c.settle(ctx, "reject", d.Reject(false), &c.rejected)
 	default:
-		n := c.failed(msg.ID)
+		n := c.failed(msg)
 		delay := c.cfg.Backoff.Delay(n)
 		c.logger.WarnContext(ctx, "rabbitmq delivery failed; requeueing", "event_id", msg.ID, "failures", n, "requeue_in", delay, "error", err)
 		t := time.NewTimer(delay)
@@ -312,7 +329,15 @@ func (c *Consumer) settle(ctx context.Context, op string, err error, counter *at
 	}
 }
 
-func (c *Consumer) failed(id txbox.ID) int {
+// failureKey counts the failures of one event of one tenant: with
+// Config.Tenants the same id under two tenants is two events.
+type failureKey struct {
+	tenant string
+	id     txbox.ID
+}
+
+func (c *Consumer) failed(msg inbox.Message) int {
+	id := failureKey{msg.Tenant(), msg.ID}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.failures) >= maxTrackedFailures {
@@ -322,7 +347,8 @@ func (c *Consumer) failed(id txbox.ID) int {
 	return c.failures[id]
 }
 
-func (c *Consumer) succeeded(id txbox.ID) {
+func (c *Consumer) succeeded(msg inbox.Message) {
+	id := failureKey{msg.Tenant(), msg.ID}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.failures, id)

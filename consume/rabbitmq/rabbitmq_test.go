@@ -11,6 +11,7 @@ import (
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consume"
 	"github.com/txbox/txbox/consume/rabbitmq"
+	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/internal/consumetest"
 	"github.com/txbox/txbox/internal/testenv"
 )
@@ -166,6 +167,7 @@ func TestConfigErrors(t *testing.T) {
 	env := consumetest.New(t, "rabbit-cfg")
 	for _, cfg := range []rabbitmq.Config{
 		{Handler: env.Handler, Queue: "q"},
+		{Inbox: env.Inbox, Tenants: &inbox.Tenants{}, Handler: env.Handler, Queue: "q"},
 		{Inbox: env.Inbox, Queue: "q"},
 		{Inbox: env.Inbox, Handler: env.Handler},
 		{Inbox: env.Inbox, Handler: env.Handler, Queue: "q", Prefetch: -1},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/txbox/txbox"
 	"github.com/txbox/txbox/consume"
+	"github.com/txbox/txbox/consume/internal/route"
 	"github.com/txbox/txbox/inbox"
 	"github.com/txbox/txbox/sender"
 	"github.com/txbox/txbox/sender/webhook"
@@ -20,8 +21,15 @@ import (
 
 // Config configures a Handler.
 type Config struct {
-	// Inbox deduplicates and runs Handler. Required.
+	// Inbox deduplicates and runs Handler. Exactly one of Inbox and
+	// Tenants is required.
 	Inbox *inbox.Inbox
+	// Tenants, in place of Inbox, routes each message to its tenant's
+	// inbox by its txbox-tenant header (docs/multi-tenant.md,
+	// "Consumers"); a message of a tenant without an inbox is an invalid
+	// message (consume.InvalidMessageError wrapping
+	// inbox.ErrUnknownTenant), answered 400 with ProblemTenant.
+	Tenants *inbox.Tenants
 	// Handler processes each new event. Required.
 	Handler inbox.Handler
 	// Secret, when not empty, requires every request to carry a valid
@@ -45,6 +53,7 @@ type Config struct {
 // Handler is the http.Handler. It is safe for concurrent use.
 type Handler struct {
 	cfg    Config
+	target route.Target
 	logger *slog.Logger
 }
 
@@ -53,8 +62,12 @@ var _ http.Handler = (*Handler)(nil)
 // New returns a Handler. Missing or invalid fields are an error naming
 // them.
 func New(cfg Config) (*Handler, error) {
-	if cfg.Inbox == nil || cfg.Handler == nil {
-		return nil, &consume.ConfigError{Component: "consume/webhook", Field: "Inbox, Handler", Reason: "are required"}
+	if cfg.Handler == nil {
+		return nil, &consume.ConfigError{Component: "consume/webhook", Field: "Handler", Reason: "is required"}
+	}
+	target, err := route.New("consume/webhook", cfg.Inbox, cfg.Tenants)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Tolerance < 0 || cfg.MaxBodyBytes < 0 {
 		return nil, &consume.ConfigError{Component: "consume/webhook", Field: "Tolerance, MaxBodyBytes", Reason: "must not be negative"}
@@ -72,7 +85,7 @@ func New(cfg Config) (*Handler, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Handler{cfg: cfg, logger: logger.With("consumer", cfg.Inbox.Consumer())}, nil
+	return &Handler{cfg: cfg, target: target, logger: logger.With("consumer", target.Name())}, nil
 }
 
 // Problem is the RFC 9457 problem-details body of an error response.
@@ -89,8 +102,12 @@ const (
 	ProblemTooLarge  = "/problems/body-too-large"
 	ProblemSignature = "/problems/bad-signature"
 	ProblemEventID   = "/problems/bad-event-id"
-	ProblemHandler   = "/problems/handler-failed"
-	ProblemRejected  = "/problems/event-rejected"
+	// ProblemTenant: Config.Tenants has no inbox for the request's
+	// txbox-tenant header (or it has none and there is no Default).
+	// Answered 400.
+	ProblemTenant   = "/problems/unknown-tenant"
+	ProblemHandler  = "/problems/handler-failed"
+	ProblemRejected = "/problems/event-rejected"
 	// ProblemUnavailable: the consumer cannot process anything right now
 	// (its inbox store is down, or the handler said its own dependencies
 	// are, with txbox.Transient). Answered 503.
@@ -161,7 +178,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	msg.Delivery = inbox.Delivery{Broker: "webhook"}
-	res, err := h.cfg.Inbox.Handle(r.Context(), msg, h.cfg.Handler)
+	in, err := h.target.Inbox(msg)
+	if err != nil {
+		h.logger.ErrorContext(r.Context(), "webhook delivery refused: unknown tenant", "event_id", msg.ID, "error", err)
+		writeProblem(w, Problem{Type: ProblemTenant, Title: "unknown tenant", Status: http.StatusBadRequest, Detail: err.Error()})
+		return
+	}
+	res, err := in.Handle(r.Context(), msg, h.cfg.Handler)
 	if err != nil && !res.Acknowledge() {
 		h.fail(w, r, msg.ID, err)
 		return

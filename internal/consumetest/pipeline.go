@@ -263,7 +263,17 @@ func relayConfig(d *postgres.Driver, s sender.Sender, route sender.Route, lease 
 // expire after lease and they are delivered again).
 func (p *Pipeline) StartRelay(t testing.TB, s sender.Sender, route sender.Route, lease time.Duration) (stop func(timeout time.Duration)) {
 	t.Helper()
-	r, err := relay.New(relayConfig(p.Store, s, route, lease))
+	return p.StartTenantRelay(t, "", s, route, lease)
+}
+
+// StartTenantRelay is StartRelay for a relay that serves the pipeline's
+// schema as tenant (relay.Config.Tenant): its messages carry the
+// txbox-tenant header. An empty tenant is StartRelay.
+func (p *Pipeline) StartTenantRelay(t testing.TB, tenant string, s sender.Sender, route sender.Route, lease time.Duration) (stop func(timeout time.Duration)) {
+	t.Helper()
+	cfg := relayConfig(p.Store, s, route, lease)
+	cfg.Tenant = tenant
+	r, err := relay.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
