@@ -536,6 +536,7 @@ func (c *Config) RelayConfig(st store.Driver, senders map[string]sender.Sender, 
 	}
 	rc := c.relayConfig()
 	rc.Store, rc.Senders, rc.Logger = st, senders, logger
+	rc.Tenant = c.tenant // a tenant's configuration (ForTenant): its messages name it
 	rc.Defaults = c.relaySettings(c.Defaults.Inherit(relay.EventSettings{}))
 	for t := range rc.Events {
 		s := c.relaySettings(c.Effective(t))

@@ -102,6 +102,9 @@ func TestRelayFieldsHaveKeyPaths(t *testing.T) {
 		// pings before it starts anyway); only a program that starts its
 		// relay before its database sets it.
 		"StartWithoutStore": "StartWithoutStore",
+		// No key of its own: a tenant's name (tenants[].name), set by
+		// RelayConfig on a tenant's configuration (ForTenant).
+		"Tenant": "Tenant",
 	}
 	rt := reflect.TypeFor[relay.Config]()
 	for i := 0; i < rt.NumField(); i++ {

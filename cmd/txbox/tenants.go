@@ -185,7 +185,7 @@ func (tr *tenantRelays) open(ctx context.Context, spec tenants.Spec) (tenants.Un
 	}
 	u := &tenantUnit{name: spec.Name, st: st, unregister: func() {}}
 	rc := cfg.RelayConfig(st, tr.senders, tr.log)
-	rc.Tenant = spec.Name
+
 	if tr.tp != nil {
 		rc.TracerProvider = tr.tp
 	}
