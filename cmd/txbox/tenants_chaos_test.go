@@ -37,12 +37,12 @@ type tenantOracle struct {
 
 // tenantReport is a tenant oracle's verdict.
 type tenantReport struct {
-	committed, lost, unexpected, rolledBackArrived, duplicated, extra int
+	committed, rolledBack, lost, unexpected, rolledBackArrived, duplicated, extra int
 }
 
 func (r tenantReport) String() string {
-	return fmt.Sprintf("committed %d: lost %d, unexpected %d (rolled back %d), duplicated %d (extra arrivals %d)",
-		r.committed, r.lost, r.unexpected, r.rolledBackArrived, r.duplicated, r.extra)
+	return fmt.Sprintf("committed %d, rolled back %d: lost %d, unexpected %d (rolled back %d), duplicated %d (extra arrivals %d)",
+		r.committed, r.rolledBack, r.lost, r.unexpected, r.rolledBackArrived, r.duplicated, r.extra)
 }
 
 func newTenantOracle(name string) *tenantOracle {
@@ -95,7 +95,7 @@ func (o *tenantOracle) missing(ids []string) int {
 func (o *tenantOracle) report() tenantReport {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	r := tenantReport{committed: len(o.committed)}
+	r := tenantReport{committed: len(o.committed), rolledBack: len(o.rolledBack)}
 	for id := range o.committed {
 		if n := o.received[id]; n == 0 {
 			r.lost++
@@ -253,16 +253,18 @@ func (s *chaosTenantsSetup) openClaims(t *testing.T, r *chaosRelay) int {
 	return n
 }
 
-// staleLeases counts, in the lease-claim tenants, the rows claimed
-// before the last 2s and still unfinished (run a second after a SIGSTOP,
-// these are the stopped relay's: the others finish in milliseconds).
-func (s *chaosTenantsSetup) staleLeases(t *testing.T, ctx context.Context, stores map[string]*config.Store) int {
+// staleLeases counts, in the lease-claim tenants, the rows still
+// claimed whose lease ends within the next left: run at a time d after a
+// SIGSTOP, with left the lease minus d, these are the rows claimed before
+// the stop and unfinished, the stopped relay's (the others finish theirs
+// in milliseconds).
+func (s *chaosTenantsSetup) staleLeases(t *testing.T, ctx context.Context, stores map[string]*config.Store, left time.Duration) int {
 	t.Helper()
 	n := 0
 	for tn, schema := range s.leased {
 		var c int
 		if err := stores[tn].Pool.QueryRow(ctx, `SELECT count(*) FROM `+schema+`.txbox_outbox
-			WHERE status = 'IN_PROCESS' AND lease_until < now() + interval '1 second'`).Scan(&c); err != nil {
+			WHERE status = 'IN_PROCESS' AND lease_until < now() + make_interval(secs => $1)`, left.Seconds()).Scan(&c); err != nil {
 			t.Fatal(err)
 		}
 		n += c
@@ -270,9 +272,10 @@ func (s *chaosTenantsSetup) staleLeases(t *testing.T, ctx context.Context, store
 	return n
 }
 
-// stopMidBatch stops r with SIGSTOP while it holds a claim; a stop that
-// landed between batches is undone and tried again.
-func (s *chaosTenantsSetup) stopMidBatch(t *testing.T, r *chaosRelay) {
+// stopMidBatch stops r with SIGSTOP while it holds a lock claim and,
+// if 20 tries manage it, lease-claimed rows too; a stop that landed
+// between batches is undone and tried again.
+func (s *chaosTenantsSetup) stopMidBatch(t *testing.T, ctx context.Context, r *chaosRelay, stores map[string]*config.Store) {
 	t.Helper()
 	for try := 1; ; try++ {
 		testenv.WaitForEvery(t, 30*time.Second, time.Millisecond, "relay "+r.app+" with a claim open", func() bool { return s.openClaims(t, r) > 0 })
@@ -280,12 +283,13 @@ func (s *chaosTenantsSetup) stopMidBatch(t *testing.T, r *chaosRelay) {
 			t.Fatal(err)
 		}
 		time.Sleep(200 * time.Millisecond)
-		if n := s.openClaims(t, r); n > 0 {
-			t.Logf("SIGSTOPped %s with %d claim transactions open (try %d)", r.app, n, try)
+		locks, leases := s.openClaims(t, r), s.staleLeases(t, ctx, stores, 2800*time.Millisecond)
+		if locks > 0 && (leases > 0 || try > 20) {
+			t.Logf("SIGSTOPped %s holding %d lock claims and about %d lease-claimed rows (try %d)", r.app, locks, leases, try)
 			return
 		}
-		if try == 10 {
-			t.Fatal("10 stops all landed between batches")
+		if try == 40 {
+			t.Fatal("40 stops all landed between batches")
 		}
 		if err := r.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 			t.Fatal(err)
@@ -480,7 +484,6 @@ func TestChaosTenants(t *testing.T) {
 // it is stopped, every event committed before the stop must arrive (its
 // claims taken over once its 3s lease ran out), and then it is SIGCONTed.
 func chaosTenantsFaults(t *testing.T, s *chaosTenantsSetup, ctx context.Context, relays []*chaosRelay, oracles map[string]*tenantOracle, stores map[string]*config.Store) {
-	t.Helper()
 	time.Sleep(4 * time.Second) // deliveries under way on every relay
 	testenv.WaitForEvery(t, 30*time.Second, time.Millisecond, "relay "+relays[0].app+" with a claim open", func() bool { return s.openClaims(t, relays[0]) > 0 })
 	if err := relays[0].cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -490,14 +493,12 @@ func chaosTenantsFaults(t *testing.T, s *chaosTenantsSetup, ctx context.Context,
 	t.Logf("SIGKILLed %s holding a claim", relays[0].app)
 	relays[0] = s.startRelay(t, ctx, 4)
 	time.Sleep(3 * time.Second)
-	s.stopMidBatch(t, relays[1])
+	s.stopMidBatch(t, ctx, relays[1], stores)
 	stopped := time.Now()
 	before := map[string][]string{}
 	for tn, o := range oracles {
 		before[tn] = o.snapshot()
 	}
-	time.Sleep(time.Second)
-	t.Logf("1s after the SIGSTOP, %d rows of the lease-claim tenants claimed before it are unfinished", s.staleLeases(t, ctx, stores))
 	testenv.WaitForEvery(t, 30*time.Second, 50*time.Millisecond, "the events committed before the SIGSTOP, delivered by the other relays", func() bool {
 		for tn, o := range oracles {
 			if o.missing(before[tn]) > 0 {
@@ -520,7 +521,6 @@ func chaosTenantsFaults(t *testing.T, s *chaosTenantsSetup, ctx context.Context,
 // left pending or claimed.
 func chaosTenantsVerdict(t *testing.T, ctx context.Context, stream jetstream.Stream, s *chaosTenantsSetup, oracles map[string]*tenantOracle,
 	stores map[string]*config.Store, total func() int, misrouted func() []string) {
-	t.Helper()
 	info, err := stream.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -546,6 +546,8 @@ func chaosTenantsVerdict(t *testing.T, ctx context.Context, stream jetstream.Str
 			}
 		}
 		sum.committed += r.committed
+		sum.rolledBack += r.rolledBack
+		sum.rolledBackArrived += r.rolledBackArrived
 		sum.duplicated += r.duplicated
 		sum.extra += r.extra
 		sum.lost += r.lost
