@@ -261,8 +261,8 @@ type Config struct {
 	// is one of a process's tenants (docs/multi-tenant.md): every message
 	// carries it in the txbox-tenant header (txbox.HeaderTenant), so a
 	// consumer can route it to that tenant's inbox, and every log line
-	// carries it. Empty for a relay without tenants. A name as
-	// txbox.ValidateTenantName takes it.
+	// carries it. A name as txbox.ValidateTenantName takes it. Defaults
+	// to none: a relay without tenants sends no txbox-tenant header.
 	Tenant string
 	// Logger receives the relay's logs. Payloads are never logged.
 	// Defaults to slog.Default().

@@ -113,6 +113,11 @@ func (f *sharedFan) deliver(l *lane, b batch, t ticket, claimStart time.Time) {
 		items, splits = f.combine(rows, sends)
 	}
 	items = append(items, invalid...)
+	if kd, ok := b.(interface{ keepReleasedDue() }); ok && len(splits) > 0 {
+		// A lock batch must not roll back the rows it is about to
+		// split: see lockBatch.writeReleased.
+		kd.keepReleasedDue()
+	}
 	fr := b.Finish(items)
 	first := true
 	for i, s := range sends {

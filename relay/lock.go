@@ -13,7 +13,17 @@ import (
 type lockBatch struct {
 	p  *poller
 	lb store.LockedBatch
+	// writeReleased makes Finish write released rows (their due time)
+	// rather than roll back a batch that only released rows: the shared
+	// claim splits those rows next (relay/fanout_shared.go), and a
+	// rollback would leave them due at once, for another claim to take
+	// and send to every route again before the split.
+	writeReleased bool
 }
+
+// keepReleasedDue asks Finish to write the released rows' due time
+// (writeReleased).
+func (b *lockBatch) keepReleasedDue() { b.writeReleased = true }
 
 // lockClaim returns the claimFunc of the lock claim on locker. The batch
 // holds its connection until its finish, which gives the budget back; a
@@ -57,7 +67,7 @@ func (b *lockBatch) Finish(items []store.OutboxFinishItem) finishReport {
 		fencedWhy: "lock finish skipped rows that are not the batch's",
 		failedWhy: "lock finish failed; the transaction did not commit and the rows will be delivered again",
 	}
-	if onlyReleased(items) {
+	if onlyReleased(items) && !b.writeReleased {
 		fr.err = b.release(ctx)
 	} else {
 		var res *store.OutboxFinishResult
