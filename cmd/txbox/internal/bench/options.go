@@ -31,11 +31,12 @@ const (
 	ScenarioWatermill = "watermill"
 	ScenarioWAL       = "wal"
 	ScenarioFanout    = "fanout"
+	ScenarioTenants   = "tenants"
 )
 
 // AllScenarios lists every scenario in running order.
 var AllScenarios = []string{ScenarioPublish, ScenarioDrain, ScenarioPickup, ScenarioIdle, ScenarioInbox,
-	ScenarioXmin, ScenarioScaling, ScenarioRelays, ScenarioWatermill, ScenarioWAL, ScenarioFanout}
+	ScenarioXmin, ScenarioScaling, ScenarioRelays, ScenarioWatermill, ScenarioWAL, ScenarioFanout, ScenarioTenants}
 
 // defaultScenarios are the ones a bare `txbox bench` runs: the main
 // comparisons of docs/benchmarks.md "Targets" that finish in minutes. The
