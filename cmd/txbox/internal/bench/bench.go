@@ -144,8 +144,10 @@ func (o *Options) plannedSteps() int {
 			n += 2 * o.Rounds * 2
 		case ScenarioRelays:
 			n += len(o.Relays) * o.Rounds * 2
-		case ScenarioFanout, ScenarioTenants:
+		case ScenarioFanout:
 			n += 2 * o.Rounds * 2
+		case ScenarioTenants: // three variants, load and drain each
+			n += 3 * o.Rounds * 2
 		case ScenarioWatermill:
 			n += 1 + o.Rounds*7 // watermill 1, relay, tuned and naive 2 each
 		case ScenarioWAL:

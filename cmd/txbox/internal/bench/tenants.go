@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +26,10 @@ const (
 	// tenantsMaxConns is database.max-conns, the process's budget: split
 	// evenly, each of ten tenants gets 4 connections, a single tenant 40.
 	tenantsMaxConns = 40
+	// tenantsWideConns is the diagnostic variant's budget: 8 connections
+	// a tenant, what the lock claim asks for with the default in-flight
+	// (4 batches + relay.LockReserve), where 4 leave it one batch.
+	tenantsWideConns = 80
 	// tenantsP99 is the target of the other tenants' pickup p99, in ms.
 	tenantsP99 = 250
 	// tenantsMinPublish is the least time the publishing tenants publish
@@ -40,66 +45,95 @@ func (r *runner) scenarioTenants(ctx context.Context, s *Scenario) error {
 		"the first with the same backlog, the nine others each getting 50 events/s (one per transaction, the Go publisher, from this process) " +
 		"for as long as the first tenant's drain lasts. Drain rate = backlog / time from the child's start until the stream holds every " +
 		"message of the first tenant and its outbox is settled. Pickup = a message's arrival at a NATS subscriber of this process minus the " +
-		"moment its producer sent COMMIT (after one warm-up event per tenant)."
+		"moment its producer sent COMMIT (after one warm-up event per tenant). Diagnostic variant: the same ten tenants with " +
+		"`database.max-conns: 80`, 8 connections a tenant, what the default lock claim asks for (in-flight 4 + 4 in reserve), " +
+		"where the 4 of a 40 budget leave it one batch in flight."
 	s.Conditions = map[string]string{"backlog": strconv.Itoa(r.o.Backlog), "rounds": strconv.Itoa(r.o.Rounds),
 		"tenants":            fmt.Sprintf("1 (baseline), %d (variant), schema tenants in one PostgreSQL database", tenantsMany),
 		"publishing tenants": fmt.Sprintf("%d × %d events/s during the drain (at least %s)", tenantsMany-1, tenantsRate, tenantsMinPublish),
-		"database.max-conns": fmt.Sprintf("%d (1 tenant: %d connections; %d tenants: %d each)", tenantsMaxConns, tenantsMaxConns, tenantsMany, tenantsMaxConns/tenantsMany),
-		"sender":             "nats", "order": "1 tenant, 10 tenants; reversed every other round"}
-	one, many := "1 tenant: drain", fmt.Sprintf("%d tenants: tenant 1's drain", tenantsMany)
-	var all []float64
-	var p99s []float64
-	for round := 1; round <= r.o.Rounds; round++ {
-		order := []int{1, tenantsMany}
-		if round%2 == 0 {
-			order = []int{tenantsMany, 1}
-		}
-		for _, n := range order {
-			variant := map[bool]string{true: one, false: many}[n == 1]
-			run, pick, err := r.tenantsDrain(ctx, variant, n, round)
-			if err != nil {
-				return fmt.Errorf("%s round %d: %w", variant, round, err)
-			}
-			s.Runs = append(s.Runs, run)
-			if n > 1 {
-				l := percentiles(fmt.Sprintf("round %d: tenants 2–%d, commit → arrival at NATS", round, tenantsMany), pick)
-				s.Latencies = append(s.Latencies, l)
-				p99s = append(p99s, l.P99)
-				all = append(all, pick...)
-			}
-		}
+		"database.max-conns": fmt.Sprintf("%d (1 tenant: %d connections; %d tenants: %d each); diagnostic variant %d (%d each)",
+			tenantsMaxConns, tenantsMaxConns, tenantsMany, tenantsMaxConns/tenantsMany, tenantsWideConns, tenantsWideConns/tenantsMany),
+		"sender": "nats", "order": "1 tenant, 10 tenants, 10 tenants with the wider budget; reversed every other round"}
+	one := tenantsVariant{"1 tenant: drain", 1, tenantsMaxConns}
+	many := tenantsVariant{fmt.Sprintf("%d tenants: tenant 1's drain", tenantsMany), tenantsMany, tenantsMaxConns}
+	wide := tenantsVariant{fmt.Sprintf("%d tenants, max-conns %d: tenant 1's drain", tenantsMany, tenantsWideConns), tenantsMany, tenantsWideConns}
+	all, p99s, err := r.tenantsRounds(ctx, s, []tenantsVariant{one, many, wide})
+	if err != nil {
+		return err
 	}
-	s.addRatio("tenant 1's drain: 10 tenants / 1 tenant", many, one, s.rates(many), s.rates(one), true,
+	s.addRatio("tenant 1's drain: 10 tenants / 1 tenant", many.name, one.name, s.rates(many.name), s.rates(one.name), true,
 		"≥ 0.9", func(x float64) bool { return x >= 0.9 })
+	s.addRatio(fmt.Sprintf("tenant 1's drain: 10 tenants with max-conns %d / 1 tenant", tenantsWideConns), wide.name, one.name,
+		s.rates(wide.name), s.rates(one.name), true, "", nil)
 	base := make([]float64, len(p99s))
 	for i := range base {
 		base[i] = tenantsP99
 	}
-	s.addRatio(fmt.Sprintf("tenants 2–%d: pickup p99 / %d ms", tenantsMany, tenantsP99), many, fmt.Sprintf("target %d ms", tenantsP99),
+	s.addRatio(fmt.Sprintf("tenants 2–%d: pickup p99 / %d ms", tenantsMany, tenantsP99), many.name, fmt.Sprintf("target %d ms", tenantsP99),
 		p99s, base, false, fmt.Sprintf("≤ 1 (p99 ≤ %d ms)", tenantsP99), func(x float64) bool { return x <= 1 })
 	if r.o.Rounds > 1 {
 		s.Latencies = append(s.Latencies, percentiles(fmt.Sprintf("all rounds: tenants 2–%d, commit → arrival at NATS", tenantsMany), all))
 	}
-	r.addCPUNote(s, one, many)
+	r.addCPUNote(s, one.name, many.name, wide.name)
 	s.Notes = append(s.Notes, fmt.Sprintf("the %d-tenant child's CPU also covers the publishing tenants' events; "+
 		"the producers, the subscriber and PostgreSQL and NATS share the machine's cores with it", tenantsMany))
 	return nil
 }
 
+// tenantsVariant is one child's setup: how many tenants it serves and
+// its database.max-conns.
+type tenantsVariant struct {
+	name     string
+	n        int
+	maxConns int
+}
+
+// tenantsRounds runs the variants once per round, reversing the order
+// every other round, and returns the pickups of the publishing tenants
+// beside the first variant with more than one tenant (all rounds) and
+// their p99 per round.
+func (r *runner) tenantsRounds(ctx context.Context, s *Scenario, vs []tenantsVariant) ([]float64, []float64, error) {
+	var all, p99s []float64
+	for round := 1; round <= r.o.Rounds; round++ {
+		order := slices.Clone(vs)
+		if round%2 == 0 {
+			slices.Reverse(order)
+		}
+		for _, v := range order {
+			run, pick, err := r.tenantsDrain(ctx, v, round)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s round %d: %w", v.name, round, err)
+			}
+			s.Runs = append(s.Runs, run)
+			if v.n == 1 {
+				continue
+			}
+			l := percentiles(fmt.Sprintf("round %d: %s — tenants 2–%d, commit → arrival at NATS", round, v.name, v.n), pick)
+			s.Latencies = append(s.Latencies, l)
+			if v.maxConns == tenantsMaxConns {
+				p99s = append(p99s, l.P99)
+				all = append(all, pick...)
+			}
+		}
+	}
+	return all, p99s, nil
+}
+
 // tenantsRun is one run's state: its schemas, its destination, the
 // configuration of its child.
 type tenantsRun struct {
-	schemas []string
-	names   []string
-	tgt     *natsTarget
-	cfg     string
+	schemas  []string
+	names    []string
+	tgt      *natsTarget
+	cfg      string
+	maxConns int
 }
 
 // tenantsYAML is the child's configuration: the budget, one NATS sender,
 // every tenant's events to <stream>.<tenant>.orders.
 func (r *runner) tenantsYAML(tr *tenantsRun) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "database:\n  dialect: postgres\n  dsn: %q\n  max-conns: %d\n", r.db.dsn, tenantsMaxConns)
+	fmt.Fprintf(&b, "database:\n  dialect: postgres\n  dsn: %q\n  max-conns: %d\n", r.db.dsn, tr.maxConns)
 	fmt.Fprintf(&b, "senders:\n  main:\n%s\n", indent(tr.tgt.senderYAML(), "    "))
 	fmt.Fprintf(&b, "defaults:\n  route: { subject: %q }\n", tr.tgt.subj+".{tenant}.{event_type}")
 	fmt.Fprintf(&b, "events:\n  %s: { sender: main }\ntenants:\n", benchType)
@@ -111,12 +145,13 @@ func (r *runner) tenantsYAML(tr *tenantsRun) string {
 
 // prepareTenants creates the destination, migrates n schema tenants
 // with `txbox migrate` and loads the first one's backlog.
-func (r *runner) prepareTenants(ctx context.Context, variant string, n int) (*tenantsRun, error) {
+func (r *runner) prepareTenants(ctx context.Context, v tenantsVariant) (*tenantsRun, error) {
+	variant, n := v.name, v.n
 	tgt, err := r.br.newTarget(ctx, "nats")
 	if err != nil {
 		return nil, err
 	}
-	tr := &tenantsRun{tgt: tgt.(*natsTarget)}
+	tr := &tenantsRun{tgt: tgt.(*natsTarget), maxConns: v.maxConns}
 	base := uniqueName("bench_")
 	for i := 1; i <= n; i++ {
 		tr.names = append(tr.names, fmt.Sprintf("t%02d", i))
@@ -159,9 +194,10 @@ func (tr *tenantsRun) delivered(ctx context.Context, i int) (int64, error) {
 // tenantsDrain runs one child serving n tenants until the first tenant's
 // backlog is delivered, the others (if any) publishing meanwhile, and
 // returns the drain's measurement and the others' pickups in ms.
-func (r *runner) tenantsDrain(ctx context.Context, variant string, n, round int) (Measurement, []float64, error) {
+func (r *runner) tenantsDrain(ctx context.Context, v tenantsVariant, round int) (Measurement, []float64, error) {
+	variant, n := v.name, v.n
 	run := Measurement{Variant: variant, Round: round, Events: r.o.Backlog, Extra: map[string]float64{}}
-	tr, err := r.prepareTenants(ctx, variant, n)
+	tr, err := r.prepareTenants(ctx, v)
 	if tr != nil {
 		defer tr.close(r.db)
 	}
