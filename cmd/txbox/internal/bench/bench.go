@@ -146,8 +146,8 @@ func (o *Options) plannedSteps() int {
 			n += len(o.Relays) * o.Rounds * 2
 		case ScenarioFanout:
 			n += 2 * o.Rounds * 2
-		case ScenarioTenants: // three variants, load and drain each
-			n += 3 * o.Rounds * 2
+		case ScenarioTenants: // four variants, load and drain each
+			n += 4 * o.Rounds * 2
 		case ScenarioWatermill:
 			n += 1 + o.Rounds*7 // watermill 1, relay, tuned and naive 2 each
 		case ScenarioWAL:
