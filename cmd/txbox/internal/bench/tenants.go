@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -246,6 +247,10 @@ func (r *runner) tenantsDrain(ctx context.Context, v tenantsVariant, round int) 
 	run.Seconds, run.Rate = el.Seconds(), float64(r.o.Backlog)/el.Seconds()
 	run.CPUSeconds, run.CPUPerEventMicros = cpu, cpu/float64(r.o.Backlog)*1e6
 	run.Extra["other_tenants_events"] = float64(len(pick))
+	if n > 1 && !v.idle {
+		rate, dropped := pubs.offered()
+		run.Extra["events_per_s_per_other_tenant"], run.Extra["ticks_dropped"] = rate, float64(dropped)
+	}
 	r.p.note("  %-28s %8d events in %6.2fs = %8.0f/s; %d pickups of the other tenants", variant, r.o.Backlog, run.Seconds, run.Rate, len(pick))
 	return run, pick, nil
 }
@@ -289,8 +294,10 @@ func (r *runner) waitTenantDrained(ctx context.Context, tr *tenantsRun, c *child
 // each with its own store (the Go publisher, as pickup's producers), and
 // one NATS subscriber noting when each of their messages arrives.
 type tenantProducers struct {
-	stores   []*config.Store
-	ones     []func(record bool) error
+	stores []*config.Store
+	// ones are each tenant's tenantsWorkers producers, commits their
+	// commit times (one map per producer).
+	ones     [][]func(record bool) error
 	commits  []map[txbox.ID]time.Time
 	subs     []*nats.Subscription
 	mu       sync.Mutex
@@ -300,14 +307,24 @@ type tenantProducers struct {
 	stop     chan struct{}
 	wg       sync.WaitGroup
 	errs     []error
+	// started is when each tenant's paced publishing began, stopped when
+	// it was told to stop; dropped counts the ticks no worker was free
+	// for (the offered rate not reached).
+	started []time.Time
+	stopped time.Time
+	dropped atomic.Int64
 }
 
-// startTenantProducers opens a store and a producer per publishing
-// tenant and subscribes to their subjects.
+// tenantsWorkers is how many transactions each publishing tenant may
+// have open at once: the ticks keep their pace while a commit is slow.
+const tenantsWorkers = 4
+
+// startTenantProducers opens a store and tenantsWorkers producers per
+// publishing tenant and subscribes to their subjects.
 func (r *runner) startTenantProducers(ctx context.Context, tr *tenantsRun) (*tenantProducers, error) {
 	tp := &tenantProducers{arrivals: map[txbox.ID]time.Time{}, perSubj: map[string]int{}, tr: tr, stop: make(chan struct{})}
 	for i := 1; i < len(tr.schemas); i++ {
-		yaml := relayYAML(pgDatabase(r.db.dsn, tr.schemas[i])+"\nmax-conns: 2", tr.tgt, "")
+		yaml := relayYAML(pgDatabase(r.db.dsn, tr.schemas[i])+fmt.Sprintf("\nmax-conns: %d", tenantsWorkers), tr.tgt, "")
 		cfg, err := config.Load(config.Source{Name: "bench-tenants-producer.yaml", YAML: []byte(yaml)})
 		if err != nil {
 			return tp, err
@@ -317,11 +334,15 @@ func (r *runner) startTenantProducers(ctx context.Context, tr *tenantsRun) (*ten
 			return tp, err
 		}
 		tp.stores = append(tp.stores, st)
-		one, committed, err := pickupProducer(ctx, st, tr.schemas[i], false, false)
-		if err != nil {
-			return tp, err
+		var ones []func(bool) error
+		for range tenantsWorkers {
+			one, committed, err := pickupProducer(ctx, st, tr.schemas[i], false, false)
+			if err != nil {
+				return tp, err
+			}
+			ones, tp.commits = append(ones, one), append(tp.commits, committed)
 		}
-		tp.ones, tp.commits = append(tp.ones, one), append(tp.commits, committed)
+		tp.ones = append(tp.ones, ones)
 		sub, err := r.br.nc.Subscribe(tr.subject(i), tp.arrived)
 		if err != nil {
 			return tp, err
@@ -329,6 +350,7 @@ func (r *runner) startTenantProducers(ctx context.Context, tr *tenantsRun) (*ten
 		_ = sub.SetPendingLimits(-1, -1)
 		tp.subs = append(tp.subs, sub)
 	}
+	tp.started = make([]time.Time, len(tp.ones))
 	if len(tp.subs) > 0 {
 		return tp, r.br.nc.Flush()
 	}
@@ -356,29 +378,55 @@ func (tp *tenantProducers) arrivedOn(subj string) int {
 // run starts a goroutine per publishing tenant: one warm-up event, once
 // it arrived events at tenantsRate a second until finish.
 func (tp *tenantProducers) run(ctx context.Context) {
-	for i, one := range tp.ones {
+	for i, ones := range tp.ones {
 		tp.wg.Add(1)
 		go func() {
 			defer tp.wg.Done()
-			if err := tp.publish(ctx, i, one); err != nil {
-				tp.mu.Lock()
-				tp.errs = append(tp.errs, fmt.Errorf("tenant %s: %w", tp.tr.names[i+1], err))
-				tp.mu.Unlock()
+			if err := tp.publish(ctx, i, ones); err != nil {
+				tp.fail(fmt.Errorf("tenant %s: %w", tp.tr.names[i+1], err))
 			}
 		}()
 	}
 }
 
-func (tp *tenantProducers) publish(ctx context.Context, i int, one func(bool) error) error {
-	if err := one(false); err != nil {
+func (tp *tenantProducers) fail(err error) {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	tp.errs = append(tp.errs, err)
+}
+
+// publish is tenant i's paced publishing: a ticker hands ticks to the
+// tenant's workers, each committing one event per tick; a tick no worker
+// is free for is dropped and counted.
+func (tp *tenantProducers) publish(ctx context.Context, i int, ones []func(bool) error) error {
+	if err := ones[0](false); err != nil {
 		return err
 	}
 	subj := tp.tr.subject(i + 1)
 	if err := waitUntil(ctx, 90*time.Second, func() bool { return tp.arrivedOn(subj) >= 1 }); err != nil {
 		return fmt.Errorf("warm-up event not delivered: %w", err)
 	}
+	ticks := make(chan struct{})
+	var workers sync.WaitGroup
+	for _, one := range ones {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			for range ticks {
+				if err := one(true); err != nil {
+					tp.fail(fmt.Errorf("tenant %s: %w", tp.tr.names[i+1], err))
+					return
+				}
+			}
+		}()
+	}
+	defer workers.Wait()
+	defer close(ticks)
 	tick := time.NewTicker(time.Second / tenantsRate)
 	defer tick.Stop()
+	tp.mu.Lock()
+	tp.started[i] = time.Now()
+	tp.mu.Unlock()
 	for {
 		select {
 		case <-ctx.Done():
@@ -387,10 +435,30 @@ func (tp *tenantProducers) publish(ctx context.Context, i int, one func(bool) er
 			return nil
 		case <-tick.C:
 		}
-		if err := one(true); err != nil {
-			return err
+		select {
+		case ticks <- struct{}{}:
+		default:
+			tp.dropped.Add(1)
 		}
 	}
+}
+
+// offered returns the events per second each publishing tenant
+// committed (the mean over the tenants) and the ticks dropped.
+func (tp *tenantProducers) offered() (float64, int64) {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	var sum float64
+	for i := range tp.ones {
+		n := 0
+		for _, c := range tp.commits[i*tenantsWorkers : (i+1)*tenantsWorkers] {
+			n += len(c)
+		}
+		if d := tp.stopped.Sub(tp.started[i]).Seconds(); d > 0 {
+			sum += float64(n) / d
+		}
+	}
+	return sum / float64(max(len(tp.ones), 1)), tp.dropped.Load()
 }
 
 // finish stops the producers (not before notBefore), waits for every
@@ -400,6 +468,9 @@ func (tp *tenantProducers) finish(ctx context.Context, notBefore time.Time) ([]f
 		return nil, nil
 	}
 	time.Sleep(time.Until(notBefore))
+	tp.mu.Lock()
+	tp.stopped = time.Now()
+	tp.mu.Unlock()
 	close(tp.stop)
 	tp.wg.Wait()
 	if len(tp.errs) > 0 {
