@@ -37,6 +37,7 @@ var scenarios = map[string]scenarioFunc{
 	ScenarioWatermill: (*runner).scenarioWatermill,
 	ScenarioWAL:       (*runner).scenarioWAL,
 	ScenarioFanout:    (*runner).scenarioFanout,
+	ScenarioTenants:   (*runner).scenarioTenants,
 }
 
 // runner holds what the scenarios share.
@@ -145,6 +146,8 @@ func (o *Options) plannedSteps() int {
 			n += len(o.Relays) * o.Rounds * 2
 		case ScenarioFanout:
 			n += 2 * o.Rounds * 2
+		case ScenarioTenants: // four variants, load and drain each
+			n += 4 * o.Rounds * 2
 		case ScenarioWatermill:
 			n += 1 + o.Rounds*7 // watermill 1, relay, tuned and naive 2 each
 		case ScenarioWAL:

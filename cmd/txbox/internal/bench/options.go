@@ -31,11 +31,12 @@ const (
 	ScenarioWatermill = "watermill"
 	ScenarioWAL       = "wal"
 	ScenarioFanout    = "fanout"
+	ScenarioTenants   = "tenants"
 )
 
 // AllScenarios lists every scenario in running order.
 var AllScenarios = []string{ScenarioPublish, ScenarioDrain, ScenarioPickup, ScenarioIdle, ScenarioInbox,
-	ScenarioXmin, ScenarioScaling, ScenarioRelays, ScenarioWatermill, ScenarioWAL, ScenarioFanout}
+	ScenarioXmin, ScenarioScaling, ScenarioRelays, ScenarioWatermill, ScenarioWAL, ScenarioFanout, ScenarioTenants}
 
 // defaultScenarios are the ones a bare `txbox bench` runs: the main
 // comparisons of docs/benchmarks.md "Targets" that finish in minutes. The
@@ -143,7 +144,7 @@ func Parse(args []string, w io.Writer) (*Options, error) {
 	dialects := fs.String("dialects", "postgres", "`databases` of the drain scenario, comma-separated, or all: "+strings.Join(AllDialects, ", ")+
 		" (the other scenarios run on PostgreSQL)")
 	fs.BoolVar(&o.Quick, "quick", false, "tiny sizes and windows so every scenario takes seconds (tests; the figures mean nothing)")
-	fs.IntVar(&o.Backlog, "backlog", 200_000, "backlog `rows` of the drain and relays scenarios")
+	fs.IntVar(&o.Backlog, "backlog", 200_000, "backlog `rows` of the drain, relays, fanout and tenants scenarios")
 	fs.IntVar(&o.Rounds, "rounds", 2, "paired `rounds` of each drain comparison (the median ratio is reported)")
 	fs.IntVar(&o.ScalingSmall, "scaling-small", 10_000, "small backlog `rows` of the scaling scenario")
 	fs.IntVar(&o.ScalingLarge, "scaling-large", 1_000_000, "large backlog `rows` of the scaling scenario")
