@@ -80,4 +80,22 @@ tenants-query: "SELECT name, schema FROM %s.tenants"
 	if strings.Contains(out, "not verified: tenants-query") {
 		t.Errorf("--connect says the query was not run:\n%s", out)
 	}
+
+	// A share below what the lock claims need is warned of.
+	lp := t.TempDir() + "/lock.yaml"
+	ly := fmt.Sprintf(`
+database: { dialect: postgres, dsn: %q, max-conns: 8 }
+senders: { n: { type: nats } }
+defaults: { route: { subject: "x.{event_type}" } }
+tenants:
+  - { name: a, schema: a1 }
+  - { name: b, schema: b1, max-conns: 4 }
+`, testenv.PostgresURL)
+	if err := os.WriteFile(lp, []byte(ly), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = runInProcess(t, nil, "config", "check", "--config", lp)
+	if code != exitOK || lineOf(out, "warning: tenant a: a pool of 4 connections is below the") == "" || lineOf(out, "warning: tenant b:") == "" {
+		t.Fatalf("check of a lock-claim config with small shares: code %d\n%s\n%s", code, out, errOut)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/txbox/txbox/config"
+	"github.com/txbox/txbox/relay"
 )
 
 // connectDatabase runs the --connect checks of database.dsn: it connects,
@@ -53,6 +54,7 @@ func (c *checker) tenants(ctx context.Context, w *tabwriter.Writer) error {
 		}
 	}
 	fmt.Fprintln(w, "\nTENANT\tTABLES\tMAX-CONNS\tSTATUS")
+	var warnings []string
 	for _, t := range list {
 		status := "not checked (use --connect)"
 		tc, err := cfg.ForTenant(t, len(list))
@@ -68,9 +70,15 @@ func (c *checker) tenants(ctx context.Context, w *tabwriter.Writer) error {
 			conns = strconv.Itoa(tc.Database.MaxConns)
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", t.Name, t.Where(), conns, status)
+		if warn := tenantPoolWarning(t.Name, tc); warn != "" {
+			warnings = append(warnings, warn)
+		}
 	}
 	if err := w.Flush(); err != nil {
 		return err
+	}
+	for _, warn := range warnings {
+		fmt.Fprintln(c.e.stdout, warn)
 	}
 	if !c.connect && cfg.TenantsQuery != "" {
 		fmt.Fprintln(c.e.stdout, "not verified: tenants-query (run with --connect); the pool shares above are over the tenants list alone")
@@ -142,4 +150,22 @@ func schemaExists(ctx context.Context, tc *config.Config, st *config.Store, key 
 		return fmt.Errorf("%s: schema %q does not exist (run txbox migrate)", key, schema)
 	}
 	return nil
+}
+
+// tenantPoolWarning warns when the pool of a tenant (configuration tc) is
+// smaller than its lock claims need to have every batch in flight
+// (Config.LockConns: their in-flight bounds and the connections kept for
+// everything else): its drain then runs with fewer batches in flight,
+// down to one (docs/multi-tenant.md, "Fairness").
+func tenantPoolWarning(name string, tc *config.Config) string {
+	if tc == nil || tc.Database.MaxConns <= 0 {
+		return ""
+	}
+	need := tc.LockConns()
+	if need <= tc.Database.MaxConns {
+		return ""
+	}
+	return fmt.Sprintf("warning: tenant %s: a pool of %d connections is below the %d its lock claims need to have every batch in flight "+
+		"(their in-flight bounds + %d for everything else): raise database.max-conns or give the tenant max-conns (docs/multi-tenant.md)",
+		name, tc.Database.MaxConns, need, relay.LockReserve)
 }
