@@ -35,6 +35,24 @@ const routeIDSQL = `encode(set_byte(uuid_send(p.id), 15, get_byte(uuid_send(p.id
 // batches until none is left).
 const maxRouteCount = 10_000
 
+// takenSQL are the CTEs expandQuery and splitQuery share: the events one
+// of whose copies' ids is already a row's, or another copy's of the
+// statement (taken), and their failure (failed), with the last error the
+// parameter errParam names.
+func takenSQL(errParam string) string {
+	return `	taken AS MATERIALIZED (
+		SELECT c.event_id FROM copies c WHERE EXISTS (SELECT 1 FROM {{outbox}} o WHERE o.id = c.id)
+		UNION
+		SELECT c.event_id FROM copies c WHERE EXISTS (SELECT 1 FROM copies c2 WHERE c2.id = c.id AND c2.event_id <> c.event_id)
+	),
+	failed AS (
+		UPDATE {{outbox}} o
+		SET status = 'FAILED', attempts = o.attempts + 1, last_error = ` + errParam + `, processed_at = now()
+		FROM taken t WHERE o.id = t.event_id
+		RETURNING o.id
+	),`
+}
+
 // expandQuery is OutboxExpand's statement.
 func expandQuery(d *Driver) string {
 	// One statement is one transaction. The rows are taken from the claim
@@ -63,17 +81,7 @@ func expandQuery(d *Driver) string {
 		FROM picked p CROSS JOIN unnest($2::text[]) WITH ORDINALITY AS r(route, i)
 		WHERE r.i > 1
 	),
-	taken AS MATERIALIZED (
-		SELECT c.event_id FROM copies c WHERE EXISTS (SELECT 1 FROM {{outbox}} o WHERE o.id = c.id)
-		UNION
-		SELECT c.event_id FROM copies c WHERE EXISTS (SELECT 1 FROM copies c2 WHERE c2.id = c.id AND c2.event_id <> c.event_id)
-	),
-	failed AS (
-		UPDATE {{outbox}} o
-		SET status = 'FAILED', attempts = o.attempts + 1, last_error = $4, processed_at = now()
-		FROM taken t WHERE o.id = t.event_id
-		RETURNING o.id
-	),
+` + takenSQL("$4") + `
 	moved AS (
 		UPDATE {{outbox}} o SET route = ($2::text[])[1]
 		FROM picked p
@@ -108,17 +116,7 @@ func splitQuery(d *Driver) string {
 		FROM picked p CROSS JOIN unnest($2::text[]) WITH ORDINALITY AS r(route, i)
 		WHERE r.i > 1 AND (p.done >> (r.i - 1)::int) & 1 = 0
 	),
-	taken AS MATERIALIZED (
-		SELECT c.event_id FROM copies c WHERE EXISTS (SELECT 1 FROM {{outbox}} o WHERE o.id = c.id)
-		UNION
-		SELECT c.event_id FROM copies c WHERE EXISTS (SELECT 1 FROM copies c2 WHERE c2.id = c.id AND c2.event_id <> c.event_id)
-	),
-	failed AS (
-		UPDATE {{outbox}} o
-		SET status = 'FAILED', attempts = o.attempts + 1, last_error = $3, processed_at = now()
-		FROM taken t WHERE o.id = t.event_id
-		RETURNING o.id
-	),
+` + takenSQL("$3") + `
 	moved AS (
 		UPDATE {{outbox}} o SET route = ($2::text[])[1]
 		FROM picked p
