@@ -238,8 +238,10 @@ const (
 	// the same lease as the outbox and dead-letter cleanups.
 	JobAuditCleanup = "audit_cleanup"
 	// JobExpand turns the new events of a fanned-out type into one row
-	// per route (docs/concepts.md, "Fan-out"); Count is the events
-	// expanded.
+	// per route, or, for a type on the shared claim, gives the routes
+	// that did not acknowledge a batch's events rows of their own
+	// (docs/concepts.md, "Fan-out"); Count is the events expanded or
+	// split.
 	JobExpand = "expand"
 	// JobDropRoutes dead-letters the pending deliveries of routes that
 	// left the configuration; it runs with discovery.
