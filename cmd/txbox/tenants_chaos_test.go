@@ -79,6 +79,13 @@ func (o *tenantOracle) snapshot() []string {
 	return ids
 }
 
+// arrived counts the distinct ids that arrived.
+func (o *tenantOracle) arrived() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.received)
+}
+
 // missing counts the ids of ids that have not arrived.
 func (o *tenantOracle) missing(ids []string) int {
 	o.mu.Lock()
@@ -272,6 +279,24 @@ func (s *chaosTenantsSetup) staleLeases(t *testing.T, ctx context.Context, store
 	return n
 }
 
+// liveLeases counts, in the lease-claim tenants, the rows still claimed
+// under a lease that has not run out and ends within the next left: with
+// left the time until a stop plus the lease, the rows the stopped relay
+// holds.
+func (s *chaosTenantsSetup) liveLeases(t *testing.T, ctx context.Context, stores map[string]*config.Store, left time.Duration) int {
+	t.Helper()
+	n := 0
+	for tn, schema := range s.leased {
+		var c int
+		if err := stores[tn].Pool.QueryRow(ctx, `SELECT count(*) FROM `+schema+`.txbox_outbox
+			WHERE status = 'IN_PROCESS' AND lease_until > now() AND lease_until < now() + make_interval(secs => $1)`, max(left, 0).Seconds()).Scan(&c); err != nil {
+			t.Fatal(err)
+		}
+		n += c
+	}
+	return n
+}
+
 // stopMidBatch stops r with SIGSTOP while it holds a lock claim and,
 // if 20 tries manage it, lease-claimed rows too; a stop that landed
 // between batches is undone and tried again.
@@ -282,8 +307,14 @@ func (s *chaosTenantsSetup) stopMidBatch(t *testing.T, ctx context.Context, r *c
 		if err := r.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(200 * time.Millisecond)
-		locks, leases := s.openClaims(t, r), s.staleLeases(t, ctx, stores, 2800*time.Millisecond)
+		stoppedAt := time.Now()
+		var locks, leases int
+		// Polled for a short while: the other relays finish the batches
+		// they had in flight in milliseconds, the stopped one's stay.
+		testenv.Within(200*time.Millisecond, 10*time.Millisecond, func() bool {
+			locks, leases = s.openClaims(t, r), s.staleLeases(t, ctx, stores, 3*time.Second-time.Since(stoppedAt)-200*time.Millisecond)
+			return locks > 0 && leases > 0
+		})
 		if locks > 0 && (leases > 0 || try > 20) {
 			t.Logf("SIGSTOPped %s holding %d lock claims and about %d lease-claimed rows (try %d)", r.app, locks, leases, try)
 			return
@@ -484,7 +515,14 @@ func TestChaosTenants(t *testing.T) {
 // it is stopped, every event committed before the stop must arrive (its
 // claims taken over once its 3s lease ran out), and then it is SIGCONTed.
 func chaosTenantsFaults(t *testing.T, s *chaosTenantsSetup, ctx context.Context, relays []*chaosRelay, oracles map[string]*tenantOracle, stores map[string]*config.Store) {
-	time.Sleep(4 * time.Second) // deliveries under way on every relay
+	testenv.WaitForEvery(t, 30*time.Second, 50*time.Millisecond, "deliveries under way in every tenant", func() bool {
+		for _, o := range oracles {
+			if o.arrived() < 200 {
+				return false
+			}
+		}
+		return true
+	})
 	testenv.WaitForEvery(t, 30*time.Second, time.Millisecond, "relay "+relays[0].app+" with a claim open", func() bool { return s.openClaims(t, relays[0]) > 0 })
 	if err := relays[0].cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -492,7 +530,7 @@ func chaosTenantsFaults(t *testing.T, s *chaosTenantsSetup, ctx context.Context,
 	<-relays[0].exited
 	t.Logf("SIGKILLed %s holding a claim", relays[0].app)
 	relays[0] = s.startRelay(t, ctx, 4)
-	time.Sleep(3 * time.Second)
+	testenv.WaitForEvery(t, 30*time.Second, time.Millisecond, "the replacement "+relays[0].app+" claiming", func() bool { return s.openClaims(t, relays[0]) > 0 })
 	s.stopMidBatch(t, ctx, relays[1], stores)
 	stopped := time.Now()
 	before := map[string][]string{}
@@ -508,12 +546,18 @@ func chaosTenantsFaults(t *testing.T, s *chaosTenantsSetup, ctx context.Context,
 		return true
 	})
 	t.Logf("every event committed before the SIGSTOP arrived %s after it", time.Since(stopped).Round(100*time.Millisecond))
-	time.Sleep(max(0, 5*time.Second-time.Since(stopped))) // past the lease, whatever the takeover took
+	// Stopped until every lease it held ran out, whatever the takeover
+	// took: no row claimed before the stop is still under a live lease.
+	testenv.WaitForEvery(t, 30*time.Second, 50*time.Millisecond, "the stopped relay's leases run out", func() bool {
+		return s.liveLeases(t, ctx, stores, 3*time.Second-time.Since(stopped)+200*time.Millisecond) == 0
+	})
 	if err := relays[1].cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("SIGCONTed %s after %s", relays[1].app, time.Since(stopped).Round(100*time.Millisecond))
-	time.Sleep(3 * time.Second) // it resumes, its late finishes fenced, while publishing goes on
+	// It resumes (its late finishes fenced) and claims again while
+	// publishing goes on.
+	testenv.WaitForEvery(t, 30*time.Second, time.Millisecond, "the resumed "+relays[1].app+" claiming again", func() bool { return s.openClaims(t, relays[1]) > 0 })
 }
 
 // chaosTenantsVerdict reads what is left on the stream and judges each
