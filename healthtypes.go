@@ -62,6 +62,10 @@ const (
 	// ReasonTenantsList: the tenants could not be listed again
 	// (tenants-query failed); the tenants run as last listed.
 	ReasonTenantsList = "tenants_list_failing"
+	// ReasonTenantsWatch: the watch of the parked tenants of a database
+	// (docs/multi-tenant.md, "Idle tenants") lost its connection or its
+	// sweep failed; their wake-ups wait until it is back.
+	ReasonTenantsWatch = "tenants_watch_failing"
 )
 
 // HealthReport is what /readyz answers (package health's Checker).

@@ -49,6 +49,12 @@ const (
 	// re-reads the tenants. A new tenant waits up to this long to be
 	// served, and each round runs tenants-query once.
 	DefaultTenantsInterval = 30 * time.Second
+	// DefaultTenantsParkAfter is tenants-park-after: how long a PostgreSQL
+	// tenant's relay has had nothing to do before it is parked.
+	DefaultTenantsParkAfter = time.Minute
+	// DefaultTenantsSweepInterval is tenants-sweep-interval: how often the
+	// parked tenants of a database are swept.
+	DefaultTenantsSweepInterval = 30 * time.Second
 )
 
 // Accepted values of enumerated keys. The polling modes and orderings are
@@ -114,6 +120,19 @@ type Config struct {
 	// TenantsInterval is how often the tenants (the list and the rows of
 	// TenantsQuery) are re-read. Defaults to DefaultTenantsInterval.
 	TenantsInterval time.Duration `yaml:"tenants-interval"`
+	// TenantsParkAfter is how long a PostgreSQL tenant's relay has had
+	// nothing to do (no row claimed, no batch, no maintenance work)
+	// before it is parked: stopped, its connections closed, its tables
+	// watched with the other parked tenants of its database from one
+	// connection (docs/multi-tenant.md, "Idle tenants"). A new tenant
+	// starts parked. 0 never parks. Defaults to DefaultTenantsParkAfter.
+	TenantsParkAfter time.Duration `yaml:"tenants-park-after"`
+	// TenantsSweepInterval is how often the parked tenants of a database
+	// are swept in one statement for rows due within the interval,
+	// leases running out, FAILED rows and rows past their cleanup TTL,
+	// which wake their tenant; a wake-up notification wakes it at once.
+	// Defaults to DefaultTenantsSweepInterval.
+	TenantsSweepInterval time.Duration `yaml:"tenants-sweep-interval"`
 
 	// origins maps the key paths Load saw to where their values came
 	// from (Settings); nil for a Config built in Go.

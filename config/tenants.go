@@ -166,6 +166,12 @@ func (c *Config) validateTenants(d *decoder) {
 	if c.TenantsInterval < time.Second {
 		d.fail("tenants-interval", nil, "must be ≥ 1s: each round re-reads the tenants and runs tenants-query")
 	}
+	if c.TenantsParkAfter < 0 || (c.TenantsParkAfter > 0 && c.TenantsParkAfter < time.Second) {
+		d.fail("tenants-park-after", nil, "must be 0 (never park) or ≥ 1s, not %s", c.TenantsParkAfter)
+	}
+	if c.TenantsSweepInterval < time.Second {
+		d.fail("tenants-sweep-interval", nil, "must be ≥ 1s: each sweep is a statement on every database with parked tenants")
+	}
 	if len(c.Tenants) > MaxTenants {
 		d.fail("tenants", nil, "%d tenants, more than the %d one process serves", len(c.Tenants), MaxTenants)
 	}

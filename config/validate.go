@@ -89,7 +89,9 @@ func Default() *Config {
 		Admin:   Admin{Listen: DefaultAdminListen},
 		Health:  Health{HorizonThreshold: DefaultHealthHorizonThreshold},
 		// Only read when tenants are configured (HasTenants).
-		TenantsInterval: DefaultTenantsInterval,
+		TenantsInterval:      DefaultTenantsInterval,
+		TenantsParkAfter:     DefaultTenantsParkAfter,
+		TenantsSweepInterval: DefaultTenantsSweepInterval,
 	}
 }
 

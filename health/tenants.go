@@ -20,6 +20,10 @@ type TenantState struct {
 	// Down says why a tenant that is not running is not (its last
 	// failure), or that it is starting.
 	Down string
+	// Parked is a tenant whose relay was stopped for having nothing to do
+	// and whose tables are watched (docs/multi-tenant.md, "Idle
+	// tenants"): it is well, and serves as a running one does.
+	Parked bool
 }
 
 // TenantsConfig configures a TenantsChecker.
@@ -29,6 +33,10 @@ type TenantsConfig struct {
 	// ListErr returns the last failure to list the tenants, "" when the
 	// last list succeeded. Optional.
 	ListErr func() string
+	// WatchErr returns the trouble of the watch of parked tenants ("" when
+	// none): their wake-ups and sweeps do not run, which degrades.
+	// Optional.
+	WatchErr func() string
 	// FailWhenDegraded makes /readyz answer 503 when degraded, as
 	// Config.FailWhenDegraded.
 	FailWhenDegraded bool
@@ -45,7 +53,13 @@ type TenantsChecker struct {
 }
 
 // NewTenants returns a TenantsChecker.
-func NewTenants(cfg TenantsConfig) *TenantsChecker { return &TenantsChecker{cfg: cfg} }
+// A nil Tenants lists none.
+func NewTenants(cfg TenantsConfig) *TenantsChecker {
+	if cfg.Tenants == nil {
+		cfg.Tenants = func() []TenantState { return nil }
+	}
+	return &TenantsChecker{cfg: cfg}
+}
 
 // Check returns the combined report. SchemaVersion is the lowest of the
 // running tenants', LatestSchemaVersion this build's.
@@ -55,6 +69,10 @@ func (c *TenantsChecker) Check(ctx context.Context) txbox.HealthReport {
 	running := 0
 	tenants := c.cfg.Tenants()
 	for _, t := range tenants {
+		if t.Parked {
+			running++
+			continue
+		}
 		if t.Checker == nil {
 			reasons = append(reasons, txbox.HealthReason{Kind: txbox.ReasonTenantFailing, Tenant: t.Name, Detail: t.Down})
 			continue
@@ -73,6 +91,11 @@ func (c *TenantsChecker) Check(ctx context.Context) txbox.HealthReport {
 	if c.cfg.ListErr != nil {
 		if e := c.cfg.ListErr(); e != "" {
 			reasons = append(reasons, txbox.HealthReason{Kind: txbox.ReasonTenantsList, Detail: e})
+		}
+	}
+	if c.cfg.WatchErr != nil {
+		if e := c.cfg.WatchErr(); e != "" {
+			reasons = append(reasons, txbox.HealthReason{Kind: txbox.ReasonTenantsWatch, Detail: e})
 		}
 	}
 	switch {

@@ -32,6 +32,36 @@ type Unit interface {
 	Stop(ctx context.Context) error
 }
 
+// Idler is a Unit that knows since when it has had nothing to do: the
+// Supervisor parks it after Config.ParkAfter.
+type Idler interface {
+	// IdleSince is the end of the unit's last work (its start when it
+	// has done none).
+	IdleSince() time.Time
+}
+
+// Parker watches parked tenants (docs/multi-tenant.md, "Idle tenants"):
+// the Supervisor stops the unit of a tenant that has been idle for
+// Config.ParkAfter, and the Parker calls Supervisor.Wake when the
+// tenant has work again.
+type Parker interface {
+	// Watch starts watching a tenant about to be parked: once it returns
+	// nil, the tenant's work (a wake-up, rows a sweep finds) calls
+	// Supervisor.Wake. An error keeps the tenant running: it cannot be
+	// parked now (ErrNotParkable: ever).
+	Watch(ctx context.Context, spec Spec) error
+	// Unwatch stops watching a tenant that was woken or went.
+	Unwatch(ctx context.Context, spec Spec)
+	// SweepSoon asks for a look at the parked tenant's tables soon: its
+	// unit has just stopped, and rows may have come meanwhile.
+	SweepSoon(spec Spec)
+}
+
+// ErrNotParkable is the error of Parker.Watch for a tenant that is never
+// parked (its database cannot be watched: a dialect without a sweep, WAL
+// mode); the Supervisor stops asking.
+var ErrNotParkable = errors.New("tenants: this tenant cannot be parked")
+
 // Config configures a Supervisor.
 type Config struct {
 	// List returns the tenants to serve now. Required.
@@ -53,6 +83,12 @@ type Config struct {
 	Parallel int
 	// Logger receives the supervisor's logs. Defaults to slog.Default().
 	Logger *slog.Logger
+	// Parker parks idle tenants; nil runs every tenant all the time.
+	Parker Parker
+	// ParkAfter is how long a running tenant's unit (an Idler) has been
+	// idle before it is parked, and a new tenant starts parked. Zero
+	// never parks. It needs Parker.
+	ParkAfter time.Duration
 }
 
 // State is where a tenant stands.
@@ -67,6 +103,9 @@ const (
 	// StateFailing: its unit failed to open or start; it is retried at
 	// Status.NextTry.
 	StateFailing State = "failing"
+	// StateParked: it had nothing to do, its unit is stopped and the
+	// Parker watches it (docs/multi-tenant.md, "Idle tenants").
+	StateParked State = "parked"
 )
 
 // Status is one tenant's state.
@@ -91,6 +130,8 @@ type tenant struct {
 	spec   Spec
 	unit   Unit // nil unless running
 	status Status
+	// noPark is set when the Parker said ErrNotParkable.
+	noPark bool
 }
 
 // Supervisor runs one Unit per tenant. Its methods are safe for
@@ -103,8 +144,12 @@ type Supervisor struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// woken signals wakes; wakes holds the names Wake asked for.
+	woken chan struct{}
+
 	mu      sync.Mutex
 	tenants map[string]*tenant
+	wakes   map[string]bool
 	listErr string
 	started bool
 	stopped bool
@@ -131,7 +176,8 @@ func New(cfg Config) (*Supervisor, error) {
 		cfg.Logger = slog.Default()
 	}
 	return &Supervisor{cfg: cfg, log: cfg.Logger.With(slog.String("component", "txbox.tenants")),
-		reload: make(chan struct{}, 1), done: make(chan struct{}), tenants: map[string]*tenant{}}, nil
+		reload: make(chan struct{}, 1), done: make(chan struct{}), tenants: map[string]*tenant{},
+		woken: make(chan struct{}, 1), wakes: map[string]bool{}}, nil
 }
 
 // Start lists the tenants and makes one attempt to start each; it returns
@@ -167,6 +213,24 @@ func (s *Supervisor) Reload() {
 	select {
 	case s.reload <- struct{}{}:
 	default:
+	}
+}
+
+// Wake starts a parked tenant (the Parker calls it when the tenant has
+// work); it does not wait, and does nothing for a tenant that is not
+// parked.
+func (s *Supervisor) Wake(name string) {
+	s.mu.Lock()
+	t, ok := s.tenants[name]
+	if ok && t.status.State == StateParked {
+		s.wakes[name] = true
+	}
+	s.mu.Unlock()
+	if ok {
+		select {
+		case s.woken <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -272,6 +336,12 @@ func (s *Supervisor) loop(ctx context.Context) {
 	defer tick.Stop()
 	retry := time.NewTimer(time.Hour)
 	defer retry.Stop()
+	var parkCheck <-chan time.Time
+	if s.parking() {
+		pt := time.NewTicker(max(min(s.cfg.ParkAfter/4, 5*time.Second), 10*time.Millisecond))
+		defer pt.Stop()
+		parkCheck = pt.C
+	}
 	for {
 		s.armRetry(retry)
 		select {
@@ -281,6 +351,12 @@ func (s *Supervisor) loop(ctx context.Context) {
 		case <-s.reload:
 		case <-retry.C:
 			s.retryDue(ctx)
+			continue
+		case <-s.woken:
+			s.wakeDue(ctx)
+			continue
+		case <-parkCheck:
+			s.parkIdle(ctx)
 			continue
 		}
 		specs, err := s.list(ctx)
@@ -320,7 +396,92 @@ func (s *Supervisor) apply(ctx context.Context, specs []Spec) {
 	}
 	s.mu.Unlock()
 	s.each(gone, func(t *tenant) { s.stopTenant(ctx, t) })
-	s.each(start, func(t *tenant) { s.startTenant(ctx, t) })
+	s.each(start, func(t *tenant) {
+		if !s.park(ctx, t) {
+			s.startTenant(ctx, t)
+		}
+	})
+}
+
+// parking says whether idle tenants are parked.
+func (s *Supervisor) parking() bool { return s.cfg.Parker != nil && s.cfg.ParkAfter > 0 }
+
+// parkIdle parks the running tenants whose units have been idle for
+// ParkAfter.
+func (s *Supervisor) parkIdle(ctx context.Context) {
+	cutoff := time.Now().Add(-s.cfg.ParkAfter)
+	var idle []*tenant
+	s.mu.Lock()
+	for _, t := range s.tenants {
+		if t.unit == nil || t.noPark || t.status.State != StateRunning {
+			continue
+		}
+		if id, ok := t.unit.(Idler); ok && id.IdleSince().Before(cutoff) {
+			idle = append(idle, t)
+		}
+	}
+	s.mu.Unlock()
+	s.each(idle, func(t *tenant) { s.park(ctx, t) })
+}
+
+// park has the Parker watch t, stops t's unit if it runs, and leaves t
+// parked; it reports false, t as it was, when parking is off or the
+// Parker cannot watch t. A new tenant (no unit) starts parked this way:
+// the sweep SweepSoon asks for starts it if it has work.
+func (s *Supervisor) park(ctx context.Context, t *tenant) bool {
+	if !s.parking() || t.noPark {
+		return false
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err := s.cfg.Parker.Watch(wctx, t.spec)
+	cancel()
+	if err != nil {
+		if errors.Is(err, ErrNotParkable) {
+			s.mu.Lock()
+			t.noPark = true
+			s.mu.Unlock()
+		} else {
+			s.log.Warn("tenant could not be parked; it runs on", slog.String("tenant", t.spec.Name), slog.Any("error", err))
+		}
+		return false
+	}
+	s.mu.Lock()
+	u := t.unit
+	t.unit = nil
+	t.status = Status{Name: t.spec.Name, State: StateParked, Since: time.Now()}
+	s.mu.Unlock()
+	if u != nil {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StopTimeout)
+		if err := u.Stop(stopCtx); err != nil {
+			s.log.Warn("parked tenant stopped with an error", slog.String("tenant", t.spec.Name), slog.Any("error", err))
+		}
+		cancel()
+		s.log.Info("tenant parked: idle", slog.String("tenant", t.spec.Name), slog.Duration("idle_for", s.cfg.ParkAfter))
+	} else {
+		s.log.Info("tenant added, parked until it has work", slog.String("tenant", t.spec.Name))
+	}
+	s.cfg.Parker.SweepSoon(t.spec)
+	return true
+}
+
+// wakeDue starts the parked tenants that Wake asked for.
+func (s *Supervisor) wakeDue(ctx context.Context) {
+	now := time.Now()
+	var due []*tenant
+	s.mu.Lock()
+	for name := range s.wakes {
+		if t := s.tenants[name]; t != nil && t.status.State == StateParked {
+			t.status = Status{Name: name, State: StateStarting, Since: now}
+			due = append(due, t)
+		}
+	}
+	clear(s.wakes)
+	s.mu.Unlock()
+	s.each(due, func(t *tenant) {
+		s.cfg.Parker.Unwatch(ctx, t.spec)
+		s.log.Debug("waking a parked tenant", slog.String("tenant", t.spec.Name))
+		s.startTenant(ctx, t)
+	})
 }
 
 // each runs fn on every tenant of ts, Config.Parallel at a time.
@@ -369,6 +530,10 @@ func (s *Supervisor) startTenant(ctx context.Context, t *tenant) {
 
 // stopTenant stops a tenant that went or changed, within StopTimeout.
 func (s *Supervisor) stopTenant(ctx context.Context, t *tenant) {
+	if t.status.State == StateParked {
+		s.cfg.Parker.Unwatch(ctx, t.spec)
+		s.log.Info("tenant stopped", slog.String("tenant", t.spec.Name), slog.Bool("parked", true))
+	}
 	if t.unit == nil {
 		return
 	}

@@ -186,3 +186,104 @@ func TestSupervisorRejectsABadList(t *testing.T) {
 		_ = s.Stop(context.Background())
 	}
 }
+
+// idleUnit is a fakeUnit that reports itself idle since it started.
+type idleUnit struct {
+	fakeUnit
+	since time.Time
+}
+
+func (u *idleUnit) IdleSince() time.Time { return u.since }
+
+// fakeParker records what it watches; "mysql" tenants are not parkable.
+type fakeParker struct {
+	mu      sync.Mutex
+	watched map[string]bool
+	sweeps  atomic.Int32
+}
+
+func (p *fakeParker) Watch(_ context.Context, sp tenants.Spec) error {
+	if strings.HasPrefix(sp.Name, "mysql") {
+		return tenants.ErrNotParkable
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.watched[sp.Name] = true
+	return nil
+}
+
+func (p *fakeParker) Unwatch(_ context.Context, sp tenants.Spec) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.watched, sp.Name)
+}
+
+func (p *fakeParker) SweepSoon(tenants.Spec) { p.sweeps.Add(1) }
+
+func (p *fakeParker) isWatched(name string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.watched[name]
+}
+
+// TestSupervisorParksIdleTenants: a new tenant starts parked and watched
+// (a sweep asked for), a Wake starts it and ends the watch, an idle unit
+// is parked again after ParkAfter, a tenant the Parker cannot watch runs
+// all the time, and a parked tenant that goes is unwatched.
+func TestSupervisorParksIdleTenants(t *testing.T) {
+	t.Parallel()
+	var units sync.Map
+	open := func(_ context.Context, sp tenants.Spec) (tenants.Unit, error) {
+		u := &idleUnit{fakeUnit: fakeUnit{name: sp.Name}, since: time.Now()}
+		units.Store(sp.Name, u)
+		return u, nil
+	}
+	w := &world{}
+	w.set(tenants.Spec{Name: "a"}, tenants.Spec{Name: "mysql1"})
+	p := &fakeParker{watched: map[string]bool{}}
+	sup, err := tenants.New(tenants.Config{List: w.list, Open: open, Interval: time.Hour, Parker: p, ParkAfter: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sup.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sup.Stop(context.Background()) }()
+	state := func(name string) tenants.State {
+		st, _ := sup.Status()
+		for _, s := range st {
+			if s.Name == name {
+				return s.State
+			}
+		}
+		return ""
+	}
+	if s := state("a"); s != tenants.StateParked || !p.isWatched("a") || p.sweeps.Load() == 0 {
+		t.Fatalf("new tenant a: state %s, watched %v, sweeps %d; want parked, watched, a sweep", s, p.isWatched("a"), p.sweeps.Load())
+	}
+	if _, ok := units.Load("a"); ok {
+		t.Fatal("a parked tenant's unit was opened")
+	}
+	if s := state("mysql1"); s != tenants.StateRunning {
+		t.Fatalf("a tenant the parker cannot watch is %s, want running", s)
+	}
+	sup.Wake("a")
+	testenv.WaitFor(t, 5*time.Second, "a woken", func() bool { return state("a") == tenants.StateRunning })
+	if p.isWatched("a") {
+		t.Fatal("a woken tenant is still watched")
+	}
+	u, _ := units.Load("a")
+	testenv.WaitFor(t, 5*time.Second, "a parked again", func() bool { return state("a") == tenants.StateParked })
+	if !u.(*idleUnit).stopped.Load() || !p.isWatched("a") {
+		t.Fatal("a parked tenant's unit was not stopped, or the tenant not watched")
+	}
+	if s := state("mysql1"); s != tenants.StateRunning {
+		t.Fatalf("a tenant the parker cannot watch was %s after ParkAfter, want running", s)
+	}
+	w.set(tenants.Spec{Name: "mysql1"})
+	sup.Reload()
+	testenv.WaitFor(t, 5*time.Second, "a gone", func() bool { return state("a") == "" })
+	if p.isWatched("a") {
+		t.Fatal("a parked tenant that went is still watched")
+	}
+}

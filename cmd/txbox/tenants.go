@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -45,6 +46,21 @@ type tenantRelays struct {
 	// listed are the tenants and their configuration as last listed, by
 	// name: Open takes its tenant's from here.
 	listed map[string]*config.Config
+	// migrated are the tenants this process migrated (--migrate): a
+	// tenant that wakes from parked is not migrated again.
+	migrated map[string]bool
+}
+
+func (tr *tenantRelays) wasMigrated(name string) bool {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.migrated[name]
+}
+
+func (tr *tenantRelays) markMigrated(name string) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.migrated[name] = true
 }
 
 // tenantUnit is one tenant's relay (tenants.Unit).
@@ -55,7 +71,12 @@ type tenantUnit struct {
 	checker *health.Checker
 	// unregister removes the tenant's metrics from the registry.
 	unregister func()
+	// work tells when the relay last had work (tenants.Idler).
+	work *activity
 }
+
+// IdleSince is when the tenant's relay last had work (tenants.Idler).
+func (u *tenantUnit) IdleSince() time.Time { return u.work.since() }
 
 func (u *tenantUnit) Start(ctx context.Context) error { return u.r.Start(context.WithoutCancel(ctx)) }
 
@@ -86,17 +107,34 @@ func runTenantRelays(ctx context.Context, e *env, cf *configFlags, cfg *config.C
 		return err
 	}
 	defer obs.close(context.WithoutCancel(ctx))
-	tr := &tenantRelays{e: e, cf: cf, log: log, tp: tp, senders: senders, obs: obs, migrate: migrate, listed: map[string]*config.Config{}}
-	sup, err := tenants.New(tenants.Config{List: tr.list, Open: tr.open, Interval: cfg.TenantsInterval, Logger: log,
-		StopTimeout: cfg.Relay.ShutdownTimeout})
+	tr := &tenantRelays{e: e, cf: cf, log: log, tp: tp, senders: senders, obs: obs, migrate: migrate,
+		listed: map[string]*config.Config{}, migrated: map[string]bool{}}
+	tcfg := tenants.Config{List: tr.list, Open: tr.open, Interval: cfg.TenantsInterval, Logger: log,
+		StopTimeout: cfg.Relay.ShutdownTimeout}
+	var parker *tenantParker
+	if cfg.TenantsParkAfter > 0 {
+		pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		parker = newTenantParker(pctx, tr, cfg.TenantsSweepInterval)
+		defer parker.wait()
+		defer cancel()
+		tcfg.Parker, tcfg.ParkAfter = parker, cfg.TenantsParkAfter
+	}
+	sup, err := tenants.New(tcfg)
 	if err != nil {
 		return err
+	}
+	if parker != nil {
+		parker.wake = sup.Wake
 	}
 	if err := sup.Start(ctx); err != nil {
 		return err
 	}
-	hc := health.NewTenants(health.TenantsConfig{Tenants: func() []health.TenantState { return tenantStates(sup) },
-		ListErr: func() string { _, e := sup.Status(); return e }, FailWhenDegraded: cfg.Health.FailWhenDegraded})
+	hcfg := health.TenantsConfig{Tenants: func() []health.TenantState { return tenantStates(sup) },
+		ListErr: func() string { _, e := sup.Status(); return e }, FailWhenDegraded: cfg.Health.FailWhenDegraded}
+	if parker != nil {
+		hcfg.WatchErr = parker.watchErr
+	}
+	hc := health.NewTenants(hcfg)
 	obs.mountProbes(hc.LivezHandler(), hc.ReadyzHandler())
 	obs.startServers()
 	hup := make(chan os.Signal, 1)
@@ -127,7 +165,7 @@ func tenantStates(sup *tenants.Supervisor) []health.TenantState {
 	st, _ := sup.Status()
 	out := make([]health.TenantState, 0, len(st))
 	for _, s := range st {
-		ts := health.TenantState{Name: s.Name, Down: string(s.State)}
+		ts := health.TenantState{Name: s.Name, Down: string(s.State), Parked: s.State == tenants.StateParked}
 		if s.Err != "" {
 			ts.Down = s.Err
 		}
@@ -179,12 +217,16 @@ func (tr *tenantRelays) open(ctx context.Context, spec tenants.Spec) (tenants.Un
 		return nil, fmt.Errorf("tenant %s is not listed", spec.Name)
 	}
 	log := tr.log.With("tenant", spec.Name)
-	st, err := openRelayStore(ctx, cfg, tr.e, log, tr.migrate)
+	st, err := openRelayStore(ctx, cfg, tr.e, log, tr.migrate && !tr.wasMigrated(spec.Name))
 	if err != nil {
 		return nil, err
 	}
-	u := &tenantUnit{name: spec.Name, st: st, unregister: func() {}}
+	if tr.migrate {
+		tr.markMigrated(spec.Name)
+	}
+	u := &tenantUnit{name: spec.Name, st: st, unregister: func() {}, work: newActivity()}
 	rc := cfg.RelayConfig(st, tr.senders, tr.log)
+	rc.Hooks = append(rc.Hooks, u.work)
 
 	if tr.tp != nil {
 		rc.TracerProvider = tr.tp

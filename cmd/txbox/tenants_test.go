@@ -202,7 +202,8 @@ func TestRelayServesTenantsPostgres(t *testing.T) {
 	}
 	if !testenv.Within(30*time.Second, 50*time.Millisecond, func() bool {
 		log := stderr.String()
-		return strings.Contains(grepLines(log, `msg="tenant started"`), "tenant=s21\n") && strings.Contains(grepLines(log, `msg="tenant stopped"`), "tenant=s12\n")
+		started := grepLines(log, `msg="tenant started"`) + grepLines(log, `msg="tenant added, parked until it has work"`)
+		return strings.Contains(started, "tenant=s21\n") && strings.Contains(grepLines(log, `msg="tenant stopped"`), "tenant=s12")
 	}) {
 		t.Fatalf("s21 not started or s12 not stopped:\n%s", grepLines(stderr.String(), "tenant"))
 	}
