@@ -62,7 +62,7 @@ func (c *Config) checkTenantWAL(t Tenant) []tenantProblem {
 	for _, n := range []struct{ key, name string }{{"slot", c.TenantSlot(t)}, {"publication", c.tenantPublication(t)}} {
 		if n.name != "" && !validSlotName(n.name) {
 			out = append(out, tenantProblem{"name", fmt.Sprintf("the tenant's WAL %s %q (%d bytes) is not 1 to 63 lower-case letters, digits and underscores: "+
-				"shorten the name, or database.wal.%s (with {tenant} where the name goes)", n.key, clip(n.name), len(n.name), n.key)})
+				"shorten the name, or set a shorter database.wal.%s (with {tenant} where the name goes)", n.key, n.name, len(n.name), n.key)})
 		}
 	}
 	return out
