@@ -65,13 +65,19 @@ tenants-interval: 1s
 	if err := os.WriteFile(cfgPath, []byte(yml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	code, out, errOut := runInProcess(t, nil, "migrate", "--config", cfgPath)
+	// Before migrate, each tenant's slot is missing: the check names it.
+	code, out, errOut := runInProcess(t, nil, "config", "check", "--config", cfgPath, "--connect")
+	if code != exitFailure || !strings.Contains(errOut, "3 tenant(s) failed") || lineOf(out, "d1", slotPrefix+"d1", "ERROR: source wal: ", slotPrefix+"d1") == "" {
+		t.Fatalf("config check --connect before migrate: %d\n%s\n%s", code, out, errOut)
+	}
+	code, out, errOut = runInProcess(t, nil, "migrate", "--config", cfgPath)
 	if code != exitOK || strings.Count(out, "migrated tenant ") != 3 || !strings.Contains(out, "tenant d2: WAL mode: slot "+slotPrefix+"d2\n") ||
 		strings.Count(out, "WAL mode: the publication and the replication slot are in place") != 3 {
 		t.Fatalf("migrate: %d\n%s\n%s", code, out, errOut)
 	}
 	code, out, errOut = runInProcess(t, nil, "config", "check", "--config", cfgPath, "--connect")
-	if code != exitOK || strings.Count(out, "ok: connected; wal_level logical, the slot present") != 3 || !strings.Contains(out, slotPrefix+"d3") {
+	if code != exitOK || strings.Count(out, "ok: connected; wal_level logical, the slot present") != 3 ||
+		lineOf(out, "d3", "database ", slotPrefix+"d3", "ok: connected") == "" {
 		t.Fatalf("config check --connect: %d\n%s\n%s", code, out, errOut)
 	}
 
