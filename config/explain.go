@@ -62,6 +62,11 @@ func (c *Config) Settings() []Setting {
 	// defaults show before a switch to wal (and docs/configuration.md
 	// lists them).
 	eff.Database.WAL = c.effectiveWAL()
+	if c.HasTenants() && c.Database.Source == SourceWAL {
+		// Each tenant streams its own slot (TenantSlot): the name's
+		// pattern, the tenant's name as {tenant}.
+		eff.Database.WAL.Slot = c.TenantSlot(Tenant{Name: TenantPlaceholder})
+	}
 	if eff.Defaults.BatchSize == nil {
 		eff.Defaults.BatchSize = new(relay.DefaultBatchSize)
 	}

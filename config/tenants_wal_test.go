@@ -44,6 +44,16 @@ func TestTenantSlots(t *testing.T) {
 			if w := tcfg.effectiveWAL(); w.Slot != tc.slot || w.Publication != tc.pub {
 				t.Errorf("the tenant's slot %q and publication %q, want %q and %q", w.Slot, w.Publication, tc.slot, tc.pub)
 			}
+			// config print shows the pattern, the name as {tenant}.
+			shown := ""
+			for _, st := range c.Settings() {
+				if st.Path == "database.wal.slot" {
+					shown = st.Value
+				}
+			}
+			if want := strings.ReplaceAll(tc.slot, "acme", TenantPlaceholder); shown != want && !strings.Contains(tc.tenant, "schema") {
+				t.Errorf("Settings' database.wal.slot %q, want %q", shown, want)
+			}
 		})
 	}
 	c, err := Load(Source{Name: "f.yaml", YAML: []byte(pgTenants + "tenants: [{ name: acme, dsn-env: ACME }]\n")})
