@@ -24,7 +24,8 @@ import (
 // streamed to the webhook with its tenant's txbox-tenant header. A tenant
 // removed at run time stops streaming and its slot stays, inactive,
 // keeping what is emitted meanwhile; added again, it resumes from the
-// slot and delivers those events.
+// slot and delivers those events. A tenant added before its slot exists
+// has its stream retried until `txbox migrate --tenant` creates it.
 func TestRelayServesTenantsWAL(t *testing.T) {
 	t.Parallel()
 	admin := storeharness.PostgresAdmin(t)
@@ -32,7 +33,7 @@ func TestRelayServesTenantsWAL(t *testing.T) {
 	uniq := testenv.UniqueName("")
 	dbs := map[string]string{} // tenant → its database
 	dsns := map[string]string{}
-	for _, tn := range []string{"d1", "d2", "d3"} {
+	for _, tn := range []string{"d1", "d2", "d3", "d4"} {
 		db := fmt.Sprintf("txw_%s_%s", uniq, tn)
 		if _, err := admin.Exec("CREATE DATABASE " + db); err != nil {
 			t.Fatal(err)
@@ -81,7 +82,7 @@ tenants-interval: 1s
 		t.Fatalf("config check --connect: %d\n%s\n%s", code, out, errOut)
 	}
 
-	stderr, _, stop := startRelay(t, "--config", cfgPath)
+	stderr, _, stop := startRelay(t, "--config", cfgPath, "--migrate")
 	want := map[string]string{}
 	for _, tn := range []string{"d1", "d2", "d3"} {
 		publishTo(t, cfgPath, tn, 3, want)
@@ -128,6 +129,25 @@ tenants-interval: 1s
 	}
 	testenv.WaitFor(t, 20*time.Second, "d3's events emitted while it was away", func() bool { ok, _ := hook.has(held); return ok })
 	if _, wrong := hook.has(held); wrong != "" {
+		t.Fatal(wrong)
+	}
+
+	// d4 is added before its slot exists: relay --migrate makes its
+	// tables, not its slot, so its stream fails and is retried; once
+	// `txbox migrate --tenant d4` made the slot, it streams and delivers.
+	if _, err := admin.Exec(fmt.Sprintf(`INSERT INTO %s.tenants VALUES ('d4', $1)`, base), dsns["d4"]); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "d4's stream failing for its missing slot", func() bool {
+		return lineOf(stderr.String(), "cannot open the stream; retrying", "tenant=d4", "the slot "+slotPrefix+"d4 does not exist: run txbox migrate") != ""
+	})
+	if code, out, errOut := runInProcess(t, nil, "migrate", "--config", cfgPath, "--tenant", "d4"); code != exitOK || !strings.Contains(out, "replication slot are in place") {
+		t.Fatalf("migrate --tenant d4: %d\n%s\n%s", code, out, errOut)
+	}
+	late := map[string]string{}
+	publishTo(t, cfgPath, "d4", 2, late)
+	testenv.WaitFor(t, 20*time.Second, "d4's events once its slot exists", func() bool { ok, _ := hook.has(late); return ok })
+	if _, wrong := hook.has(late); wrong != "" {
 		t.Fatal(wrong)
 	}
 	if code := stop(); code != exitOK {
