@@ -59,6 +59,7 @@ senders: { hooks: { type: webhook, url: %q } }
 defaults: { polling: { min-delay: 5ms, max-delay: 200ms } }
 events: { orders: {} }
 relay: { shutdown-timeout: 10s }
+metrics: { listen: "127.0.0.1:0" }
 tenants-query: "SELECT name, dsn FROM %s.tenants"
 tenants-interval: 1s
 `, testenv.PostgresURL, slotPrefix, hook.srv.URL+"/in", base)
@@ -91,6 +92,16 @@ tenants-interval: 1s
 	if _, wrong := hook.has(want); wrong != "" {
 		t.Fatal(wrong)
 	}
+	var metricsAddr string
+	testenv.WaitFor(t, 10*time.Second, "the metrics listener", func() bool {
+		metricsAddr = servingAddr(stderr.String(), "/metrics")
+		return metricsAddr != ""
+	})
+	testenv.WaitFor(t, 10*time.Second, "each tenant's stream streaming in /metrics", func() bool {
+		_, body := httpGet(t, "http://"+metricsAddr+"/metrics")
+		return strings.Contains(body, `txbox_stream_state{state="streaming",tenant="d1"} 1`) &&
+			strings.Contains(body, `txbox_stream_state{state="streaming",tenant="d2"} 1`) && strings.Contains(body, `txbox_stream_state{state="streaming",tenant="d3"} 1`)
+	})
 	wantSlots := map[string]string{slotPrefix + "d1": dbs["d1"], slotPrefix + "d2": dbs["d2"], slotPrefix + "d3": dbs["d3"]}
 	testenv.WaitFor(t, 10*time.Second, "a streamed slot in each tenant's database", func() bool {
 		return maps.Equal(slots(t, admin, slotPrefix, true), wantSlots)
