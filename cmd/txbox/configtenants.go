@@ -33,10 +33,11 @@ func (c *checker) connectDatabase(ctx context.Context, types []string) ([]string
 }
 
 // tenants prints the TENANT table of a configuration with tenants: each
-// tenant, where its tables are, its pool size and in WAL mode its slot. Without --connect these
-// are the tenants list's, and tenants-query is said not to have run; with
-// it, the tenants are resolved (the query run) and each tenant's database
-// is opened and pinged, and its schema looked up, counting the failures.
+// tenant, where its tables are, its pool size and in WAL mode its slot.
+// Without --connect these are the tenants list's, and tenants-query is
+// said not to have run; with it, the tenants are resolved (the query run)
+// and each tenant's database is opened and pinged, and its schema looked
+// up (and in WAL mode its stream checked), counting the failures.
 func (c *checker) tenants(ctx context.Context, w *tabwriter.Writer) error {
 	cfg := c.cfg
 	if !cfg.HasTenants() {

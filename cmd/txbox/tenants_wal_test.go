@@ -67,6 +67,9 @@ tenants-interval: 1s
 	if err := os.WriteFile(cfgPath, []byte(yml), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	if code, _, errOut := runInProcess(t, nil, "migrate", "--config", cfgPath, "--drop-stream"); code != exitUsage || !strings.Contains(errOut, "name it with --tenant") {
+		t.Fatalf("migrate --drop-stream without --tenant: %d %s", code, errOut)
+	}
 	// Before migrate, each tenant's slot is missing: the check names it.
 	code, out, errOut := runInProcess(t, nil, "config", "check", "--config", cfgPath, "--connect")
 	if code != exitFailure || !strings.Contains(errOut, "3 tenant(s) failed") || lineOf(out, "d1", slotPrefix+"d1", "ERROR: source wal: ", slotPrefix+"d1") == "" {
