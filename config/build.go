@@ -136,7 +136,9 @@ func (c *Config) DatabaseDSN(getenv func(string) string) (DSN, error) {
 }
 
 // OpenStore connects to the configured database and returns the store.
-// It does not migrate. Errors never contain the DSN's password.
+// It does not migrate. Errors never contain the DSN's password. On a
+// configuration with tenants (not ForTenant's), database.dsn's store is
+// opened with database.source table: it is no tenant's outbox.
 func (c *Config) OpenStore(ctx context.Context, getenv func(string) string, logger *slog.Logger) (*Store, error) {
 	if getenv == nil {
 		getenv = os.Getenv
@@ -169,10 +171,16 @@ func (c *Config) OpenStore(ctx context.Context, getenv func(string) string, logg
 		if err != nil {
 			return nil, wrap("connect to", err)
 		}
+		source, wal := c.Database.Source, c.postgresWAL()
+		if c.HasTenants() {
+			// database.dsn is no tenant's outbox (ForTenant gives each
+			// its own slot): it is opened to connect, never to stream.
+			source, wal = SourceTable, postgres.WALConfig{}
+		}
 		d, err := postgres.New(pool, postgres.Config{
 			Schema: c.Database.Schema, TablePrefix: c.Database.TablePrefix, Logger: logger, NotifyTrigger: c.Database.NotifyTrigger,
-			Source: c.Database.Source,
-			WAL:    c.postgresWAL(),
+			Source: source,
+			WAL:    wal,
 		})
 		if err != nil {
 			pool.Close()

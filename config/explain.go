@@ -58,10 +58,7 @@ func (c *Config) Settings() []Setting {
 	eff.Relay.RecoverMaxInterval = rc.RecoverMaxInterval
 	eff.Relay.DeadLetterMaxInterval = rc.DeadLetterMaxInterval
 	eff.Cleanup = rc.Cleanup
-	// database.wal as WAL mode uses it, whatever the source, so that the
-	// defaults show before a switch to wal (and docs/configuration.md
-	// lists them).
-	eff.Database.WAL = c.effectiveWAL()
+	eff.Database.WAL = c.shownWAL()
 	if eff.Defaults.BatchSize == nil {
 		eff.Defaults.BatchSize = new(relay.DefaultBatchSize)
 	}
@@ -291,4 +288,17 @@ func (c *Config) recordOrigins(d *decoder) {
 			c.origins[p] = o + " (deprecated key " + old + ")"
 		}
 	}
+}
+
+// shownWAL is database.wal as Settings shows it: as WAL mode uses it,
+// whatever the source, so that the defaults show before a switch to wal
+// (and docs/configuration.md lists them); with tenants in WAL mode the
+// slot is the pattern of the tenants' own (TenantSlot), {tenant} for
+// the name.
+func (c *Config) shownWAL() WAL {
+	w := c.effectiveWAL()
+	if c.HasTenants() && c.Database.Source == SourceWAL {
+		w.Slot = c.TenantSlot(Tenant{Name: TenantPlaceholder})
+	}
+	return w
 }

@@ -111,10 +111,11 @@ func (c *Config) tenantSettings(src func(string) string, out *[]Setting) bool {
 // tenant; "" for the tenant as a whole) and what is wrong.
 type tenantProblem struct{ key, msg string }
 
-// checkTenant returns what is wrong with t on dialect. It checks a
-// tenant of the list and a row of tenants-query alike, so both follow one
-// rule.
-func checkTenant(t Tenant, dialect string) []tenantProblem {
+// checkTenant returns what is wrong with t in c (its dialect, and in WAL
+// mode its slot: checkTenantWAL). It checks a tenant of the list and a
+// row of tenants-query alike, so both follow one rule.
+func (c *Config) checkTenant(t Tenant) []tenantProblem {
+	dialect := c.Database.Dialect
 	var out []tenantProblem
 	add := func(key, format string, args ...any) {
 		out = append(out, tenantProblem{key, fmt.Sprintf(format, args...)})
@@ -144,6 +145,9 @@ func checkTenant(t Tenant, dialect string) []tenantProblem {
 	if t.MaxConns < 0 {
 		add("max-conns", "must be ≥ 0")
 	}
+	if len(out) == 0 {
+		out = c.checkTenantWAL(t)
+	}
 	return out
 }
 
@@ -156,9 +160,6 @@ func (c *Config) validateTenants(d *decoder) {
 	if !c.HasTenants() {
 		c.checkTenantPlaceholder(d)
 		return
-	}
-	if c.Database.Source == SourceWAL {
-		d.fail("tenants", nil, "WAL mode is not supported with tenants yet")
 	}
 	if strings.TrimSpace(c.TenantsQuery) == "" && c.TenantsQuery != "" {
 		d.fail("tenants-query", nil, "must be a query, not blank")
@@ -179,7 +180,7 @@ func (c *Config) validateTenants(d *decoder) {
 	sum := 0
 	for i, t := range c.Tenants {
 		p := fmt.Sprintf("tenants[%d]", i)
-		for _, pr := range checkTenant(t, c.Database.Dialect) {
+		for _, pr := range c.checkTenant(t) {
 			if pr.key != "" {
 				d.fail(join(p, pr.key), nil, "%s", pr.msg)
 			} else {
@@ -193,6 +194,9 @@ func (c *Config) validateTenants(d *decoder) {
 		}
 		sum += max(t.MaxConns, 0)
 	}
+	if i, j, slot := c.slotClash(c.Tenants); slot != "" {
+		d.fail(fmt.Sprintf("tenants[%d].name", j), nil, "its WAL slot %q is also tenants[%d]'s: slots are one namespace per PostgreSQL cluster", slot, i)
+	}
 	if m := c.Database.MaxConns; m > 0 && sum > m {
 		d.fail("tenants", nil, "the tenants' max-conns add up to %d, above database.max-conns (%d), the budget of the whole process", sum, m)
 	}
@@ -201,9 +205,10 @@ func (c *Config) validateTenants(d *decoder) {
 	}
 }
 
-// checkTenantPlaceholder reports each route field that holds {tenant}
-// while no tenants are configured: nothing would replace it, and the
-// destination would be named "{tenant}" literally.
+// checkTenantPlaceholder reports each route field (and WAL slot or
+// publication) that holds {tenant} while no tenants are configured:
+// nothing would replace it, and the destination would be named "{tenant}"
+// literally.
 func (c *Config) checkTenantPlaceholder(d *decoder) {
 	check := func(p string, r *sender.Route) {
 		if r == nil {
@@ -216,6 +221,11 @@ func (c *Config) checkTenantPlaceholder(d *decoder) {
 		}
 	}
 	check("defaults.route", c.Defaults.Route)
+	for key, name := range map[string]string{"slot": c.Database.WAL.Slot, "publication": c.Database.WAL.Publication} {
+		if strings.Contains(name, TenantPlaceholder) {
+			d.fail("database.wal."+key, nil, "%s is only replaced for tenants, and neither tenants nor tenants-query is configured", TenantPlaceholder)
+		}
+	}
 	for _, t := range c.EventTypes() {
 		ev := c.Events[t]
 		if ev == nil {
@@ -355,12 +365,15 @@ func fieldOf(r *sender.Route, key string) *string {
 //     max(2, database.max-conns / count); else 0 (the driver's default);
 //   - events: t's entries over the file's, type by type and key by key;
 //   - every route field's {tenant} replaced by t's name (defaults.route,
-//     events.<type>.route, events.<type>.routes).
+//     events.<type>.route, events.<type>.routes);
+//   - in WAL mode (database.source wal), database.wal.slot is t's own
+//     slot (TenantSlot), and database.wal.publication has {tenant}
+//     replaced by t's name.
 //
 // The result has no tenants of its own, and its Tenant method returns
 // t's name. c is not changed. t is checked as the file's tenants are.
 func (c *Config) ForTenant(t Tenant, count int) (*Config, error) {
-	if probs := checkTenant(t, c.Database.Dialect); len(probs) > 0 {
+	if probs := c.checkTenant(t); len(probs) > 0 {
 		var errs Errors
 		for _, pr := range probs {
 			errs = append(errs, &Error{Path: strings.TrimSuffix("tenant "+strconv.Quote(t.Name)+"."+pr.key, "."), Msg: pr.msg})
@@ -379,6 +392,9 @@ func (c *Config) ForTenant(t Tenant, count int) (*Config, error) {
 		db.Schema = t.Schema
 	}
 	db.MaxConns = tenantMaxConns(t, c.Database.MaxConns, count)
+	if c.Database.Source == SourceWAL {
+		db.WAL.Slot, db.WAL.Publication = c.TenantSlot(t), c.tenantPublication(t)
+	}
 	tc.expandTenant(t.Name)
 	tc.Tenants, tc.TenantsQuery, tc.tenant = nil, "", t.Name
 	return tc, nil
@@ -441,7 +457,7 @@ func (c *Config) ResolveTenants(ctx context.Context) ([]Tenant, error) {
 		if err != nil {
 			return nil, err
 		}
-		got, err := tenantsFromRows(cols, rows, c.Database.Dialect)
+		got, err := tenantsFromRows(cols, rows, c.checkTenant)
 		if err != nil {
 			return nil, err
 		}
@@ -460,13 +476,16 @@ func (c *Config) ResolveTenants(ctx context.Context) ([]Tenant, error) {
 	if len(out) > MaxTenants {
 		return nil, &Error{Path: "tenants-query", Msg: fmt.Sprintf("more than %d tenants", MaxTenants)}
 	}
+	if i, j, slot := c.slotClash(out); slot != "" {
+		return nil, &Error{Path: "tenants-query", Msg: fmt.Sprintf("tenants %q and %q would share the WAL slot %q: slots are one namespace per PostgreSQL cluster", out[i].Name, out[j].Name, slot)}
+	}
 	slices.SortFunc(out, func(a, b Tenant) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
 
 // tenantsFromRows turns the rows of tenants-query (nil for NULL) into
-// tenants, checked for dialect.
-func tenantsFromRows(cols []string, rows [][]*string, dialect string) ([]Tenant, error) {
+// tenants, each checked by check.
+func tenantsFromRows(cols []string, rows [][]*string, check func(Tenant) []tenantProblem) ([]Tenant, error) {
 	named := false
 	for i, col := range cols {
 		cols[i] = strings.ReplaceAll(strings.ToLower(col), "_", "-")
@@ -507,7 +526,7 @@ func tenantsFromRows(cols []string, rows [][]*string, dialect string) ([]Tenant,
 				t.MaxConns = m
 			}
 		}
-		if probs := checkTenant(t, dialect); len(probs) > 0 {
+		if probs := check(t); len(probs) > 0 {
 			pr := probs[0]
 			msg := pr.msg
 			if pr.key != "" {

@@ -41,7 +41,6 @@ func TestTenantsRejects(t *testing.T) {
 		{"max-conns above the budget", "database: { dialect: postgres, dsn: x, max-conns: 10 }\ntenants: [{ name: a, schema: a, max-conns: 6 }, { name: b, schema: b, max-conns: 6 }]",
 			"tenants: the tenants' max-conns add up to 12, above database.max-conns (10)"},
 		{"interval too short", pgTenants + "tenants: [{ name: a, schema: a }]\ntenants-interval: 500ms", "tenants-interval: must be ≥ 1s"},
-		{"wal", "database: { dialect: postgres, dsn: x, source: wal }\ntenants-query: SELECT name FROM t", "tenants: WAL mode is not supported with tenants yet"},
 		{"unknown tenant key", pgTenants + "tenants: [{ name: a, shema: a }]", "tenants[0].shema: unknown key"},
 		{"tenant event batch-size", pgTenants + "tenants: [{ name: a, schema: a, events: { orders: { batch-size: 0 } } }]",
 			"tenants[0].events.orders.batch-size: must be between 1 and 10000"},

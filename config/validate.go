@@ -407,8 +407,9 @@ func validateWAL(d *decoder, db *Database) {
 		d.fail("database.wal.pause-limit", nil, "must be below database.wal.sender-timeout (%s): a paused relay must drop its events before the server gives the stream to a standby", timeout)
 	}
 	for key, name := range map[string]string{"slot": w.Slot, "publication": w.Publication} {
-		if name != "" && !validSlotName(name) {
-			d.fail("database.wal."+key, nil, "must be 1 to 63 lower-case letters, digits and underscores, not %q", clip(name))
+		// {tenant} is a tenant's name (TenantSlot), checked per tenant.
+		if name != "" && !validSlotName(strings.ReplaceAll(name, TenantPlaceholder, "a")) {
+			d.fail("database.wal."+key, nil, "must be 1 to 63 lower-case letters, digits and underscores (and {tenant} with tenants), not %q", clip(name))
 		}
 	}
 }

@@ -612,28 +612,42 @@ func checkStream(ctx context.Context, cfg *config.Config, st *config.Store, e *e
 	if cfg.Database.Source != config.SourceWAL {
 		return nil, nil
 	}
+	f, warnings, err := streamChecks(ctx, st, timeout)
+	if err != nil {
+		return nil, fmt.Errorf("source wal: %w", err)
+	}
+	fmt.Fprintln(e.stdout, "source: wal: wal_level logical, the slot present and not invalidated, synchronous_standby_names clear "+
+		"(the replication connection itself, and the role's REPLICATION attribute, are not checked)")
+	if f != nil {
+		fmt.Fprintln(e.stdout, "source: wal: failover: "+failoverText(*f))
+	}
+	return warnings, nil
+}
+
+// streamChecks runs WAL mode's checks on st (CheckStream: wal_level, the
+// slot, synchronous_standby_names) and reads the slot's failover verdict:
+// nil, with a warning, when the slot could not be read. The verdict is a
+// warning unless the slot is shown safe or there is no standby.
+func streamChecks(ctx context.Context, st *config.Store, timeout time.Duration) (*store.StreamFailover, []string, error) {
 	sc, ok := st.Driver.(interface {
 		CheckStream(context.Context) error
 		StreamStatus(context.Context) (*store.StreamStatus, error)
 	})
 	if !ok {
-		return nil, fmt.Errorf("database.source: wal: the %s store cannot stream", st.Dialect())
+		return nil, nil, fmt.Errorf("the %s store cannot stream", st.Dialect())
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := sc.CheckStream(cctx); err != nil {
-		return nil, fmt.Errorf("source wal: %w", err)
+		return nil, nil, err
 	}
-	fmt.Fprintln(e.stdout, "source: wal: wal_level logical, the slot present and not invalidated, synchronous_standby_names clear "+
-		"(the replication connection itself, and the role's REPLICATION attribute, are not checked)")
 	ss, err := sc.StreamStatus(cctx)
 	if err != nil {
-		return []string{"failover: could not read the slot: " + err.Error()}, nil
+		return nil, []string{"failover: could not read the slot: " + err.Error()}, nil
 	}
 	f := ss.Failover
-	fmt.Fprintln(e.stdout, "source: wal: failover: "+failoverText(f))
 	if f.Verdict == store.FailoverSafe || f.Verdict == store.FailoverNoStandby {
-		return nil, nil
+		return &f, nil, nil
 	}
 	warnings := []string{"the WAL slot is not shown to survive a failover (" + f.Verdict + "): " + f.Note}
 	for _, p := range f.Problems[min(1, len(f.Problems)):] {
@@ -642,7 +656,7 @@ func checkStream(ctx context.Context, cfg *config.Config, st *config.Store, e *e
 	for _, u := range f.Unchecked {
 		warnings = append(warnings, "failover: not checked: "+u)
 	}
-	return warnings, nil
+	return &f, warnings, nil
 }
 
 func deref[T any](p *T) T {

@@ -33,10 +33,11 @@ func (c *checker) connectDatabase(ctx context.Context, types []string) ([]string
 }
 
 // tenants prints the TENANT table of a configuration with tenants: each
-// tenant, where its tables are and its pool size. Without --connect these
-// are the tenants list's, and tenants-query is said not to have run; with
-// it, the tenants are resolved (the query run) and each tenant's database
-// is opened and pinged, and its schema looked up, counting the failures.
+// tenant, where its tables are, its pool size and in WAL mode its slot.
+// Without --connect these are the tenants list's, and tenants-query is
+// said not to have run; with it, the tenants are resolved (the query run)
+// and each tenant's database is opened and pinged, and its schema looked
+// up (and in WAL mode its stream checked), counting the failures.
 func (c *checker) tenants(ctx context.Context, w *tabwriter.Writer) error {
 	cfg := c.cfg
 	if !cfg.HasTenants() {
@@ -53,7 +54,12 @@ func (c *checker) tenants(ctx context.Context, w *tabwriter.Writer) error {
 			return fmt.Errorf("tenants: %w", config.Scrub(err, c.e.secrets))
 		}
 	}
-	fmt.Fprintln(w, "\nTENANT\tTABLES\tMAX-CONNS\tSTATUS")
+	wal := cfg.Database.Source == config.SourceWAL
+	slotCol := ""
+	if wal {
+		slotCol = "\tWAL SLOT"
+	}
+	fmt.Fprintf(w, "\nTENANT\tTABLES\tMAX-CONNS%s\tSTATUS\n", slotCol)
 	var warnings []string
 	for _, t := range list {
 		status := "not checked (use --connect)"
@@ -69,7 +75,11 @@ func (c *checker) tenants(ctx context.Context, w *tabwriter.Writer) error {
 		if tc != nil && tc.Database.MaxConns > 0 {
 			conns = strconv.Itoa(tc.Database.MaxConns)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", t.Name, t.Where(), conns, status)
+		slot := ""
+		if wal {
+			slot = "\t" + cfg.TenantSlot(t)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s%s\t%s\n", t.Name, t.Where(), conns, slot, status)
 		if warn := tenantPoolWarning(t.Name, tc); warn != "" {
 			warnings = append(warnings, warn)
 		}
@@ -87,7 +97,9 @@ func (c *checker) tenants(ctx context.Context, w *tabwriter.Writer) error {
 }
 
 // tenant opens and pings the database of tenant t (its configuration tc)
-// and checks that its schema exists, and returns its status.
+// and checks that its schema exists and, in WAL mode, the checks of its
+// stream (streamChecks: wal_level, its slot, synchronous_standby_names,
+// the failover verdict as a warning), and returns its status.
 func (c *checker) tenant(ctx context.Context, tc *config.Config, t config.Tenant) string {
 	// The schema is the tenant's, or database.schema that a tenant with
 	// a database of its own keeps.
@@ -104,11 +116,24 @@ func (c *checker) tenant(ctx context.Context, tc *config.Config, t config.Tenant
 		if err := st.Ping(ctx); err != nil {
 			return err
 		}
-		return schemaExists(ctx, tc, st, key)
+		if err := schemaExists(ctx, tc, st, key); err != nil || tc.Database.Source != config.SourceWAL {
+			return err
+		}
+		_, warnings, err := streamChecks(ctx, st, c.timeout)
+		if err != nil {
+			return fmt.Errorf("source wal: %w", err)
+		}
+		for _, w := range warnings {
+			c.warnings = append(c.warnings, "tenant "+t.Name+": "+w)
+		}
+		return nil
 	})
 	if err != nil {
 		c.tenantsFailed++
 		return "ERROR: " + err.Error()
+	}
+	if tc.Database.Source == config.SourceWAL {
+		return "ok: connected; wal_level logical, the slot present and not invalidated, synchronous_standby_names clear"
 	}
 	return "ok: connected"
 }

@@ -19,6 +19,7 @@ import (
 type streamSetup interface {
 	CreateStreamWith(ctx context.Context, p postgres.CreateStreamParams) (*postgres.StreamSetup, error)
 	DropStream(ctx context.Context) error
+	WAL() postgres.WALConfig
 }
 
 func runMigrate(ctx context.Context, e *env, args []string) error {
@@ -46,8 +47,12 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 	if err := cf.requireNamed("`txbox migrate --dialect sqlite` creates " + config.DefaultSQLitePath); err != nil {
 		return err
 	}
+	params := postgres.CreateStreamParams{Timeout: *streamTimeout, RequireFailoverSafe: *requireSafe}
 	if cfg.HasTenants() && cf.tenant == "" {
-		return migrateTenants(ctx, e, cfg)
+		if *dropStream {
+			return usagef("--drop-stream drops one tenant's slot: name it with --tenant")
+		}
+		return migrateTenants(ctx, e, cfg, params)
 	}
 	st, err := cfg.OpenStore(ctx, e.getenv, cfg.NewLogger(e.stderr))
 	if err != nil {
@@ -81,32 +86,44 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 	if wal {
 		// Outside any writing transaction: creating a slot waits for every
 		// transaction open in the cluster.
-		res, err := setup.CreateStreamWith(ctx, postgres.CreateStreamParams{Timeout: *streamTimeout, RequireFailoverSafe: *requireSafe})
-		if res != nil {
-			printStreamSetup(e, res)
-		}
-		if err != nil {
-			return err
-		}
+		return createStream(ctx, e, setup, params, "")
 	}
 	return nil
 }
 
-// printStreamSetup says what migrate did to the slot and whether the
-// slot survives a failover; each warning on a line of its own.
-func printStreamSetup(e *env, res *postgres.StreamSetup) {
-	for _, n := range res.Notes {
-		fmt.Fprintf(e.stdout, "WAL mode: %s\n", n)
+// createStream creates (or adopts) the publication and the slot of a
+// WAL-mode store, outside any writing transaction (creating a slot waits
+// for every transaction open in the cluster), and prints what it did;
+// tenant, when set, names the tenant in each line.
+func createStream(ctx context.Context, e *env, setup streamSetup, p postgres.CreateStreamParams, tenant string) error {
+	res, err := setup.CreateStreamWith(ctx, p)
+	if res != nil {
+		printStreamSetup(e, res, tenant, setup.WAL().Slot)
 	}
-	fmt.Fprintln(e.stdout, "WAL mode: the publication and the replication slot are in place")
+	return err
+}
+
+// printStreamSetup says what migrate did to the slot and whether the
+// slot survives a failover; each warning on a line of its own. With a
+// tenant, each line names it, and a first line names its slot.
+func printStreamSetup(e *env, res *postgres.StreamSetup, tenant, slot string) {
+	head := "WAL mode: "
+	if tenant != "" {
+		head = "tenant " + tenant + ": WAL mode: "
+		fmt.Fprintf(e.stdout, "%sslot %s\n", head, slot)
+	}
+	for _, n := range res.Notes {
+		fmt.Fprintf(e.stdout, "%s%s\n", head, n)
+	}
+	fmt.Fprintf(e.stdout, "%sthe publication and the replication slot are in place\n", head)
 	f := res.Failover
-	line := "WAL mode: failover: " + failoverText(f)
+	line := head + "failover: " + failoverText(f)
 	if res.Waited > 0 {
 		line += fmt.Sprintf(" (checked after %s)", res.Waited.Round(time.Millisecond))
 	}
 	fmt.Fprintln(e.stdout, line)
 	for _, w := range res.Warnings {
-		fmt.Fprintf(e.stdout, "warning: %s\n", w)
+		fmt.Fprintf(e.stdout, "warning: %s%s\n", strings.TrimSuffix(head, "WAL mode: "), w)
 	}
 }
 
@@ -127,7 +144,7 @@ func failoverText(f store.StreamFailover) string {
 // migrateTenants migrates every tenant of cfg (docs/multi-tenant.md), one
 // after the other: a tenant that fails is reported and the others are
 // migrated still; the command fails when any did.
-func migrateTenants(ctx context.Context, e *env, cfg *config.Config) error {
+func migrateTenants(ctx context.Context, e *env, cfg *config.Config, p postgres.CreateStreamParams) error {
 	all, err := cfg.ResolveTenants(ctx)
 	if err != nil {
 		return err
@@ -135,7 +152,7 @@ func migrateTenants(ctx context.Context, e *env, cfg *config.Config) error {
 	log := cfg.NewLogger(e.stderr)
 	var failed []string
 	for _, t := range all {
-		if err := migrateTenant(ctx, e, cfg, t, len(all), log); err != nil {
+		if err := migrateTenant(ctx, e, cfg, t, len(all), log, p); err != nil {
 			fmt.Fprintf(e.stderr, "tenant %s: %v\n", t.Name, err)
 			failed = append(failed, t.Name)
 		}
@@ -146,8 +163,9 @@ func migrateTenants(ctx context.Context, e *env, cfg *config.Config) error {
 	return nil
 }
 
-// migrateTenant migrates one tenant's tables.
-func migrateTenant(ctx context.Context, e *env, cfg *config.Config, t config.Tenant, count int, log *slog.Logger) error {
+// migrateTenant migrates one tenant's tables, and in WAL mode creates its
+// publication and slot (p).
+func migrateTenant(ctx context.Context, e *env, cfg *config.Config, t config.Tenant, count int, log *slog.Logger, p postgres.CreateStreamParams) error {
 	tcfg, err := cfg.ForTenant(t, count)
 	if err != nil {
 		return err
@@ -167,5 +185,8 @@ func migrateTenant(ctx context.Context, e *env, cfg *config.Config, t config.Ten
 		}
 	}
 	fmt.Fprintf(e.stdout, "migrated tenant %s: %s%s\n", t.Name, st.Dialect(), v)
+	if setup, ok := st.Driver.(streamSetup); ok && tcfg.Database.Source == config.SourceWAL {
+		return createStream(ctx, e, setup, p, t.Name)
+	}
 	return nil
 }
