@@ -69,7 +69,7 @@ func TestBenchQuick(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	out := filepath.Join(t.TempDir(), "results")
-	scen := []string{"publish", "drain", "pickup", "idle", "watermill", "fanout", "tenants"}
+	scen := []string{"publish", "drain", "pickup", "idle", "watermill", "fanout", "tenants", "tenants-idle"}
 	cmd, stdout, stderr := child(t, ctx, "bench", "--quick", "--scenario", strings.Join(scen, ","),
 		"--dsn", testenv.PostgresURL, "--nats", testenv.NATSURL, "--out", out,
 		"--watermill-dir", filepath.Join(t.TempDir(), "no-harness-here"))

@@ -26,18 +26,19 @@ import (
 type scenarioFunc func(r *runner, ctx context.Context, s *Scenario) error
 
 var scenarios = map[string]scenarioFunc{
-	ScenarioPublish:   (*runner).scenarioPublish,
-	ScenarioDrain:     (*runner).scenarioDrain,
-	ScenarioPickup:    (*runner).scenarioPickup,
-	ScenarioIdle:      (*runner).scenarioIdle,
-	ScenarioInbox:     (*runner).scenarioInbox,
-	ScenarioXmin:      (*runner).scenarioXmin,
-	ScenarioScaling:   (*runner).scenarioScaling,
-	ScenarioRelays:    (*runner).scenarioRelays,
-	ScenarioWatermill: (*runner).scenarioWatermill,
-	ScenarioWAL:       (*runner).scenarioWAL,
-	ScenarioFanout:    (*runner).scenarioFanout,
-	ScenarioTenants:   (*runner).scenarioTenants,
+	ScenarioPublish:     (*runner).scenarioPublish,
+	ScenarioDrain:       (*runner).scenarioDrain,
+	ScenarioPickup:      (*runner).scenarioPickup,
+	ScenarioIdle:        (*runner).scenarioIdle,
+	ScenarioInbox:       (*runner).scenarioInbox,
+	ScenarioXmin:        (*runner).scenarioXmin,
+	ScenarioScaling:     (*runner).scenarioScaling,
+	ScenarioRelays:      (*runner).scenarioRelays,
+	ScenarioWatermill:   (*runner).scenarioWatermill,
+	ScenarioWAL:         (*runner).scenarioWAL,
+	ScenarioFanout:      (*runner).scenarioFanout,
+	ScenarioTenants:     (*runner).scenarioTenants,
+	ScenarioTenantsIdle: (*runner).scenarioTenantsIdle,
 }
 
 // runner holds what the scenarios share.

@@ -32,11 +32,13 @@ const (
 	ScenarioWAL       = "wal"
 	ScenarioFanout    = "fanout"
 	ScenarioTenants   = "tenants"
+	// ScenarioTenantsIdle is "tenants-idle".
+	ScenarioTenantsIdle = "tenants-idle"
 )
 
 // AllScenarios lists every scenario in running order.
 var AllScenarios = []string{ScenarioPublish, ScenarioDrain, ScenarioPickup, ScenarioIdle, ScenarioInbox,
-	ScenarioXmin, ScenarioScaling, ScenarioRelays, ScenarioWatermill, ScenarioWAL, ScenarioFanout, ScenarioTenants}
+	ScenarioXmin, ScenarioScaling, ScenarioRelays, ScenarioWatermill, ScenarioWAL, ScenarioFanout, ScenarioTenants, ScenarioTenantsIdle}
 
 // defaultScenarios are the ones a bare `txbox bench` runs: the main
 // comparisons of docs/benchmarks.md "Targets" that finish in minutes. The
@@ -65,6 +67,7 @@ type Options struct {
 	PickupFor     time.Duration
 	IdleWindow    time.Duration
 	IdleTypes     int
+	IdleTenants   int
 	PublishOps    int
 	InboxMessages int
 	InboxDups     float64
@@ -115,6 +118,7 @@ func (o *Options) applyQuick(set map[string]bool) {
 		"relays":            func() { o.Relays = []int{1, 2} },
 		"pickup-duration":   func() { o.PickupFor = time.Second },
 		"idle-window":       func() { o.IdleWindow = 3 * time.Second },
+		"idle-tenants":      func() { o.IdleTenants = 20 },
 		"publish-ops":       func() { o.PublishOps = 40 },
 		"inbox-messages":    func() { o.InboxMessages = 200 },
 		"watermill-backlog": func() { o.WatermillN = 1000 },
@@ -158,6 +162,7 @@ func Parse(args []string, w io.Writer) (*Options, error) {
 	fs.DurationVar(&o.PickupFor, "pickup-duration", 20*time.Second, "pickup scenario: how long each producer publishes")
 	fs.DurationVar(&o.IdleWindow, "idle-window", 10*time.Minute, "idle scenario: how long the idle relay is watched (over 10m: first 10 minutes and after are reported apart)")
 	fs.IntVar(&o.IdleTypes, "idle-types", 3, "idle scenario: configured event `types`")
+	fs.IntVar(&o.IdleTenants, "idle-tenants", 1000, "tenants-idle scenario: idle schema `tenants` (the window is --idle-window)")
 	fs.IntVar(&o.PublishOps, "publish-ops", 2000, "publish scenario: paired `operations` per comparison")
 	fs.IntVar(&o.InboxMessages, "inbox-messages", 4000, "inbox scenario: `messages` per variant")
 	fs.Float64Var(&o.InboxDups, "inbox-duplicates", 0.1, "inbox scenario: `fraction` of messages that repeat an earlier id")
@@ -273,7 +278,7 @@ func (o *Options) validate() error {
 	}{
 		{"--backlog", o.Backlog, 100}, {"--rounds", o.Rounds, 1}, {"--scaling-small", o.ScalingSmall, 100},
 		{"--scaling-large", o.ScalingLarge, 100}, {"--xmin-backlog", o.XminBacklog, 100}, {"--rate", o.PickupRate, 1},
-		{"--idle-types", o.IdleTypes, 1}, {"--publish-ops", o.PublishOps, 4}, {"--inbox-messages", o.InboxMessages, 10},
+		{"--idle-types", o.IdleTypes, 1}, {"--idle-tenants", o.IdleTenants, 1}, {"--publish-ops", o.PublishOps, 4}, {"--inbox-messages", o.InboxMessages, 10},
 		{"--watermill-backlog", o.WatermillN, 100}, {"--wal-rate", o.WALRate, 1},
 	}
 	for _, p := range pos {

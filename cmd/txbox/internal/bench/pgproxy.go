@@ -117,6 +117,13 @@ func startPGProxy(upstream string) (*pgProxy, error) {
 
 func (p *pgProxy) addr() string { return p.ln.Addr().String() }
 
+// openConns counts the client connections open now.
+func (p *pgProxy) openConns() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.open) / 2
+}
+
 // counts sums every connection's counts so far.
 func (p *pgProxy) counts() pgCounts {
 	p.mu.Lock()
