@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
 	"runtime/debug"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/txbox/txbox/admin"
@@ -90,9 +92,27 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	log.Info("relay started", "dialect", st.Dialect(), "event_types", cfg.EventTypes(), "senders", sortedKeys(senders))
-	<-ctx.Done()
+	waitIgnoringHangup(ctx, log)
 	defer stopAdmin()
 	return stopRelay(ctx, e, r, cfg.Relay.ShutdownTimeout, log)
+}
+
+// waitIgnoringHangup waits for ctx to end. A SIGHUP meanwhile is logged
+// and otherwise ignored: a relay without tenants has nothing to re-read
+// (a relay with tenants lists them again), and Go's default for SIGHUP,
+// exiting at once, would leave its claimed rows to their leases.
+func waitIgnoringHangup(ctx context.Context, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-hup:
+			log.Info("SIGHUP: this relay serves no tenants and re-reads nothing; restart it to apply a changed configuration")
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // checkRelayConfig refuses a configuration the relay cannot run: no

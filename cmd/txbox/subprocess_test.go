@@ -609,3 +609,32 @@ relay: { discover-interval: 100ms, shutdown-timeout: 15s }
 	}
 	sigterm(t, relayCmd, exited, 30*time.Second, relayErr)
 }
+
+// TestSubprocessRelaySurvivesSIGHUP: a relay without tenants logs a
+// SIGHUP and runs on (Go's default would exit at once, leaving claimed
+// rows to their leases); SIGTERM then stops it gracefully.
+func TestSubprocessRelaySurvivesSIGHUP(t *testing.T) {
+	t.Parallel()
+	testenv.RequireTCP(t, "NATS", strings.TrimPrefix(testenv.NATSURL, "nats://"))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "txbox.yaml")
+	yml := fmt.Sprintf("database: { dialect: sqlite, dsn: %q }\nsenders: { main: { type: nats, url: %q } }\n", filepath.Join(dir, "o.db"), testenv.NATSURL)
+	if err := os.WriteFile(cfgPath, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd, _, stderr := child(t, ctx, "relay", "--config", cfgPath, "--migrate")
+	exited := startChild(t, cmd)
+	testenv.WaitFor(t, 30*time.Second, "relay started", func() bool { return strings.Contains(stderr.String(), "relay started") })
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the SIGHUP logged", func() bool { return strings.Contains(stderr.String(), "SIGHUP: this relay serves no tenants") })
+	select {
+	case err := <-exited:
+		t.Fatalf("relay exited after SIGHUP: %v\n%s", err, stderr)
+	case <-time.After(300 * time.Millisecond):
+	}
+	sigterm(t, cmd, exited, 20*time.Second, stderr)
+}
