@@ -35,8 +35,15 @@ function fmtDur(s) {
 }
 function fmtTime(t) { return t ? new Date(t).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z") : "–"; }
 
+// A relay with tenants (docs/admin-api.md, "Tenants") serves every API
+// route under api/v1/tenants/NAME/: state.tenant is the tenant the page
+// shows, "" on a relay without tenants.
+function apiPath(path) {
+  return state.tenant ? path.replace(/^api\/v1\//, "api/v1/tenants/" + encodeURIComponent(state.tenant) + "/") : path;
+}
+
 async function api(path, opts) {
-  const res = await fetch(path, Object.assign({ credentials: "same-origin", headers: { "Accept": "application/json" } }, opts || {}));
+  const res = await fetch(apiPath(path), Object.assign({ credentials: "same-origin", headers: { "Accept": "application/json" } }, opts || {}));
   if (res.status === 401) { window.location.reload(); throw new Error("signed out"); }
   const body = res.headers.get("Content-Type") && res.headers.get("Content-Type").includes("json") ? await res.json() : null;
   if (!res.ok) {
@@ -288,7 +295,7 @@ async function showPreview(id, full) {
     for (const [k, v] of Object.entries(d.headers || {})) add("header " + k, v);
     $("#preview-body").textContent = d.payload.preview || "";
     $("#preview-full").hidden = !d.payload.truncated;
-    $("#preview-download").href = "api/v1/dead-letters/" + encodeURIComponent(d.id) + "/payload";
+    $("#preview-download").href = apiPath("api/v1/dead-letters/") + encodeURIComponent(d.id) + "/payload";
   } catch (e) {
     $("#dl-message").textContent = "Cannot show " + id + ": " + e.message;
   }
@@ -394,7 +401,65 @@ async function loadAudit(append) {
   }
 }
 
-document.addEventListener("DOMContentLoaded", () => {
+// Tenants: the first TENANT_PAGE of them, in the table and the picker.
+const TENANT_PAGE = 500;
+
+// loadTenants reads the tenants; false on a relay without tenants (the
+// route does not exist there).
+async function loadTenants() {
+  const res = await fetch("api/v1/tenants?limit=" + TENANT_PAGE, { credentials: "same-origin", headers: { "Accept": "application/json" } });
+  if (res.status === 404) return false;
+  if (res.status === 401) { window.location.reload(); throw new Error("signed out"); }
+  const page = await res.json();
+  if (!res.ok) throw new Error(page.detail || page.title);
+  const picker = $("#tenant-picker");
+  const names = page.tenants.map(t => t.name);
+  if (picker.options.length !== names.length || names.some((n, i) => picker.options[i].value !== n)) {
+    picker.replaceChildren(...page.tenants.map(t => el("option", { value: t.name }, t.name)));
+  }
+  if (!state.tenant || !names.includes(state.tenant)) {
+    const want = decodeURIComponent((window.location.hash.match(/tenant=([^&]*)/) || [])[1] || "");
+    const running = page.tenants.find(t => t.running);
+    state.tenant = names.includes(want) ? want : (running || page.tenants[0] || { name: "" }).name;
+  }
+  picker.value = state.tenant;
+  fill($("#tenants tbody"), page.tenants.map(t => el("tr", { "data-tenant": t.name, class: t.name === state.tenant ? "selected" : "" },
+    el("td", {}, el("a", { href: "#tenant=" + encodeURIComponent(t.name), onclick: (ev) => { ev.preventDefault(); pickTenant(t.name); } }, t.name)),
+    el("td", { class: t.running ? "ok" : "bad" }, t.state),
+    el("td", { class: "num" }, fmtNum(t.due)), el("td", { class: "num" }, fmtNum(t.scheduled)),
+    el("td", { class: "num" }, fmtNum(t.in_process)), el("td", { class: "num" }, fmtNum(t.failed)),
+    el("td", { class: "num" }, fmtDur(t.oldest_due_age_seconds)), el("td", { class: "num" }, fmtNum(t.dead_letters)),
+    el("td", { class: "err" }, t.error || t.counts_error || ""))));
+  $("#tenants-note").textContent = (page.next_cursor ? "the first " + TENANT_PAGE + " tenants are shown; " : "") +
+    (page.list_error ? "listing the tenants failed: " + page.list_error : "");
+  $("#tenants-section").hidden = false;
+  return true;
+}
+
+// pickTenant shows the tenant named name.
+function pickTenant(name) {
+  if (name === state.tenant) return;
+  state.tenant = name;
+  window.location.hash = "tenant=" + encodeURIComponent(name);
+  Object.assign(state, { history: {}, colors: {}, cursor: "", paged: false, preview: null });
+  state.audit.cursor = ""; state.audit.paged = false;
+  for (const r of document.querySelectorAll("#tenants tbody tr")) r.className = r.dataset.tenant === name ? "selected" : "";
+  $("#tenant-picker").value = name;
+  loadDeadLetters(false);
+  loadGroups();
+  loadAudit(false);
+}
+
+document.addEventListener("DOMContentLoaded", async () => {
+  state.tenant = "";
+  try {
+    if (await loadTenants()) {
+      $("#tenant-picker").addEventListener("change", ev => pickTenant(ev.target.value));
+      setInterval(() => loadTenants().catch(() => {}), 5000);
+    }
+  } catch (e) {
+    $("#relay-state").textContent = "error: " + e.message;
+  }
   $("#dl-filter").addEventListener("submit", ev => { ev.preventDefault(); state.filter = filterFromForm(); loadDeadLetters(false); });
   for (const b of document.querySelectorAll("[data-bulk]")) {
     b.addEventListener("click", () => {
