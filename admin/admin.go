@@ -232,6 +232,7 @@ func (h *Handler) routesInit() {
 	for _, rt := range apiRoutes() {
 		h.handle(rt.method+" "+apiPrefix+rt.path, rt.access, false, rt.serve(h))
 	}
+	h.handle("GET "+apiPrefix+"/tenants", AccessRead, false, http.HandlerFunc(h.noTenants))
 }
 
 // apiPrefix starts every API path; a relay with tenants serves them under

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 )
@@ -92,6 +93,11 @@ type TenantView struct {
 
 // TenantPage is a page of GET /api/v1/tenants, in name order.
 type TenantPage struct {
+	// Served reports whether the relay serves tenants. A relay without
+	// tenants answers the route too, with Served false and no tenants,
+	// so that a client (the dashboard) learns which API it talks to
+	// without a failed request.
+	Served  bool         `json:"served"`
 	Tenants []TenantView `json:"tenants"`
 	// NextCursor, when set, fetches the next page.
 	NextCursor string `json:"next_cursor,omitempty"`
@@ -160,6 +166,15 @@ func (h *Handler) tenantRoutesInit() {
 	}
 }
 
+// noTenants serves GET /api/v1/tenants on a relay without tenants.
+func (h *Handler) noTenants(w http.ResponseWriter, r *http.Request) {
+	if _, _, err := parseTenantQuery(r.URL.Query()); err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, TenantPage{Tenants: []TenantView{}})
+}
+
 // tenantRequired answers a route without a tenant on a relay with tenants.
 func (h *Handler) tenantRequired(w http.ResponseWriter, r *http.Request) {
 	rest := r.URL.Path[len(apiPrefix):]
@@ -199,20 +214,13 @@ const tenantCursorTag = 't'
 // tenantList serves GET /api/v1/tenants?limit=&cursor=: the tenants in
 // name order, keyset-paged on the name, each running one with its counts.
 func (h *Handler) tenantList(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	var errs paramErrors
-	checkParams(q, tenantParams, &errs)
-	limit := limitParam(q, DefaultTenantPage, MaxTenantPage, &errs)
-	after, err := decodeTenantCursor(q.Get("cursor"))
+	limit, after, err := parseTenantQuery(r.URL.Query())
 	if err != nil {
-		errs.add("cursor", "not a cursor returned by this API")
-	}
-	if err := errs.err(); err != nil {
 		h.writeError(w, r, err)
 		return
 	}
 	list, listErr := h.cfg.Tenants.List(after, limit+1)
-	page := TenantPage{Tenants: make([]TenantView, 0, min(len(list), limit)), ListError: listErr}
+	page := TenantPage{Served: true, Tenants: make([]TenantView, 0, min(len(list), limit)), ListError: listErr}
 	if len(list) > limit {
 		list = list[:limit]
 		page.NextCursor = encodeTenantCursor(list[limit-1].Name)
@@ -222,6 +230,19 @@ func (h *Handler) tenantList(w http.ResponseWriter, r *http.Request) {
 	}
 	h.countTenants(r.Context(), list, page.Tenants)
 	writeJSON(w, http.StatusOK, page)
+}
+
+// parseTenantQuery parses the query of GET /api/v1/tenants; bad values
+// are 400s naming the parameter.
+func parseTenantQuery(q url.Values) (limit int, after string, err error) {
+	var errs paramErrors
+	checkParams(q, tenantParams, &errs)
+	limit = limitParam(q, DefaultTenantPage, MaxTenantPage, &errs)
+	after, cerr := decodeTenantCursor(q.Get("cursor"))
+	if cerr != nil {
+		errs.add("cursor", "not a cursor returned by this API")
+	}
+	return limit, after, errs.err()
 }
 
 func tenantView(st TenantStatus) TenantView {

@@ -404,14 +404,17 @@ async function loadAudit(append) {
 // Tenants: the first TENANT_PAGE of them, in the table and the picker.
 const TENANT_PAGE = 500;
 
-// loadTenants reads the tenants; false on a relay without tenants (the
-// route does not exist there).
+// loadTenants reads the tenants; false on a relay without tenants.
 async function loadTenants() {
-  const res = await fetch("api/v1/tenants?limit=" + TENANT_PAGE, { credentials: "same-origin", headers: { "Accept": "application/json" } });
-  if (res.status === 404) return false;
-  if (res.status === 401) { window.location.reload(); throw new Error("signed out"); }
-  const page = await res.json();
-  if (!res.ok) throw new Error(page.detail || page.title);
+  const tenant = state.tenant;
+  state.tenant = ""; // the tenants' route takes none
+  let page;
+  try {
+    page = await api("api/v1/tenants?limit=" + TENANT_PAGE);
+  } finally {
+    state.tenant = tenant;
+  }
+  if (!page.served) return false;
   const picker = $("#tenant-picker");
   const names = page.tenants.map(t => t.name);
   if (picker.options.length !== names.length || names.some((n, i) => picker.options[i].value !== n)) {
