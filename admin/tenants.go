@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// A relay with tenants (docs/multi-tenant.md, docs/admin-api.md,
+// A relay with tenants (docs/multi-tenant.md, docs/operations.md,
 // "Tenants") serves every API route under /api/v1/tenants/{tenant}/, over
 // that tenant's store, and lists the tenants at GET /api/v1/tenants. A
 // route without a tenant answers 400 naming the tenants' route; an unknown

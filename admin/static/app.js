@@ -35,7 +35,7 @@ function fmtDur(s) {
 }
 function fmtTime(t) { return t ? new Date(t).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z") : "–"; }
 
-// A relay with tenants (docs/admin-api.md, "Tenants") serves every API
+// A relay with tenants (docs/operations.md, "Tenants") serves every API
 // route under api/v1/tenants/NAME/: state.tenant is the tenant the page
 // shows, "" on a relay without tenants.
 function apiPath(path) {

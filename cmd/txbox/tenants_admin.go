@@ -9,7 +9,7 @@ import (
 	"github.com/txbox/txbox/tenants"
 )
 
-// The admin API of txbox relay with tenants (docs/admin-api.md,
+// The admin API of txbox relay with tenants (docs/operations.md,
 // "Tenants"): one admin server whose routes name a tenant, each served
 // by the admin configuration of that tenant's running unit.
 
