@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -63,16 +64,11 @@ func TestTenantListPages(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer res.Body.Close()
-		var b strings.Builder
-		buf := make([]byte, 64<<10)
-		for {
-			n, err := res.Body.Read(buf)
-			b.Write(buf[:n])
-			if err != nil {
-				break
-			}
+		b, err := io.ReadAll(res.Body)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return res.StatusCode, []byte(b.String())
+		return res.StatusCode, b
 	}
 	var seen []string
 	cursor, pages := "", 0
