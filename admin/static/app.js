@@ -42,8 +42,19 @@ function apiPath(path) {
   return state.tenant ? path.replace(/^api\/v1\//, "api/v1/tenants/" + encodeURIComponent(state.tenant) + "/") : path;
 }
 
+// api calls the API for the tenant shown; an answer that arrives after
+// another tenant was picked is an error with stale set, which the callers
+// drop (the new tenant's answer is on its way).
 async function api(path, opts) {
-  const res = await fetch(apiPath(path), Object.assign({ credentials: "same-origin", headers: { "Accept": "application/json" } }, opts || {}));
+  const tenant = state.tenant;
+  const body = await apiAt(apiPath(path), opts);
+  if (tenant !== state.tenant) throw Object.assign(new Error("another tenant was picked"), { stale: true });
+  return body;
+}
+
+// apiAt calls the API at path as it is (the tenants' route takes no tenant).
+async function apiAt(path, opts) {
+  const res = await fetch(path, Object.assign({ credentials: "same-origin", headers: { "Accept": "application/json" } }, opts || {}));
   if (res.status === 401) { window.location.reload(); throw new Error("signed out"); }
   const body = res.headers.get("Content-Type") && res.headers.get("Content-Type").includes("json") ? await res.json() : null;
   if (!res.ok) {
@@ -219,8 +230,10 @@ async function poll() {
     render(ov);
     await loadParked();
   } catch (e) {
-    $("#relay-state").textContent = "error: " + e.message;
-    $("#relay-state").className = "badge bad";
+    if (!e.stale) {
+      $("#relay-state").textContent = "error: " + e.message;
+      $("#relay-state").className = "badge bad";
+    }
   }
   setTimeout(poll, POLL_MS);
 }
@@ -276,7 +289,7 @@ async function loadDeadLetters(append) {
     state.cursor = page.next_cursor || "";
     $("#dl-more").hidden = !state.cursor;
   } catch (e) {
-    $("#dl-message").textContent = "Cannot list dead letters: " + e.message;
+    if (!e.stale) $("#dl-message").textContent = "Cannot list dead letters: " + e.message;
   }
 }
 
@@ -297,7 +310,7 @@ async function showPreview(id, full) {
     $("#preview-full").hidden = !d.payload.truncated;
     $("#preview-download").href = apiPath("api/v1/dead-letters/") + encodeURIComponent(d.id) + "/payload";
   } catch (e) {
-    $("#dl-message").textContent = "Cannot show " + id + ": " + e.message;
+    if (!e.stale) $("#dl-message").textContent = "Cannot show " + id + ": " + e.message;
   }
 }
 
@@ -321,7 +334,7 @@ async function loadGroups() {
         el("button", { type: "button", class: "resolve-group-btn", onclick: () => actGroup("resolve", g) }, "Resolve"), " ",
         el("button", { type: "button", class: "delete-group-btn danger", onclick: () => actGroup("delete", g) }, "Delete")))));
   } catch (e) {
-    $("#groups-message").textContent = "Cannot list failure groups: " + e.message;
+    if (!e.stale) $("#groups-message").textContent = "Cannot list failure groups: " + e.message;
   }
 }
 
@@ -372,7 +385,7 @@ async function act(action, selector, question, msg) {
     await loadGroups();
     if (!state.audit.paged) await loadAudit(false);
   } catch (e) {
-    msg.textContent = action + " failed: " + e.message;
+    if (!e.stale) msg.textContent = action + " failed: " + e.message;
   }
 }
 
@@ -397,7 +410,7 @@ async function loadAudit(append) {
     $("#audit-more").hidden = !state.audit.cursor;
     $("#audit-message").textContent = "";
   } catch (e) {
-    $("#audit-message").textContent = "Cannot list the audit trail: " + e.message;
+    if (!e.stale) $("#audit-message").textContent = "Cannot list the audit trail: " + e.message;
   }
 }
 
@@ -406,14 +419,7 @@ const TENANT_PAGE = 500;
 
 // loadTenants reads the tenants; false on a relay without tenants.
 async function loadTenants() {
-  const tenant = state.tenant;
-  state.tenant = ""; // the tenants' route takes none
-  let page;
-  try {
-    page = await api("api/v1/tenants?limit=" + TENANT_PAGE);
-  } finally {
-    state.tenant = tenant;
-  }
+  const page = await apiAt("api/v1/tenants?limit=" + TENANT_PAGE);
   if (!page.served) return false;
   const picker = $("#tenant-picker");
   const names = page.tenants.map(t => t.name);
