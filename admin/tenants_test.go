@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -102,7 +104,9 @@ func TestTenantListPages(t *testing.T) {
 
 // TestDashboardTenantPicker: on a relay with tenants the dashboard lists
 // the tenants with their states, and picking one in the tenant picker
-// shows that tenant's dead letters, not the other's.
+// shows that tenant's dead letters, not the other's. With
+// TXBOX_UPDATE_SCREENSHOTS=1 its screenshot goes to
+// docs/images/dashboard-tenants.png.
 func TestDashboardTenantPicker(t *testing.T) {
 	t.Parallel()
 	node := requireBrowser(t)
@@ -123,7 +127,11 @@ func TestDashboardTenantPicker(t *testing.T) {
 	t.Cleanup(srv.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	res, stderr, err := runDashboard(t, ctx, node, "ADMIN_URL="+srv.URL+"/", "ADMIN_TOKEN="+adminToken,
+	shots := t.TempDir()
+	if os.Getenv("TXBOX_UPDATE_SCREENSHOTS") != "" {
+		shots, _ = filepath.Abs(filepath.Join("..", "docs", "images"))
+	}
+	res, stderr, err := runDashboard(t, ctx, node, "ADMIN_URL="+srv.URL+"/", "ADMIN_TOKEN="+adminToken, "SHOT_DIR="+shots,
 		"TENANT_PICK=globex", "DEAD_LETTER_ID="+globexID.String(), "OTHER_DEAD_LETTER_ID="+acmeID.String())
 	if err != nil {
 		t.Fatalf("dashboard script: %v\n%s\nresult %+v", err, stderr, res)

@@ -86,7 +86,10 @@ try {
     await page.locator(`#dead-letters tr[data-id="${deadLetter}"]`).waitFor();
     out.tenantPickedDeadLetter = await page.locator(`#dead-letters tr[data-id="${deadLetter}"]`).count();
     out.tenantOtherDeadLetter = await page.locator(`#dead-letters tr[data-id="${otherDeadLetter}"]`).count();
-    if (shots) await page.screenshot({ path: join(shots, "dashboard-tenants.png"), fullPage: true });
+    if (shots) {
+      await page.waitForTimeout(2500); // the picked tenant's overview
+      await page.screenshot({ path: join(shots, "dashboard-tenants.png"), fullPage: true });
+    }
   }
   if (failoverWant) {
     const line = page.locator("#stream-failover", { hasText: failoverWant });
@@ -108,8 +111,8 @@ try {
     out.chartLines = await page.locator("#chart-throughput polyline").count();
   }
   // For the documentation's screenshot, let the charts fill a little.
-  if (shots) await page.waitForTimeout(30000);
-  if (shots) await page.screenshot({ path: join(shots, "dashboard.png"), fullPage: true });
+  if (shots && !tenantPick) await page.waitForTimeout(30000);
+  if (shots && !tenantPick) await page.screenshot({ path: join(shots, "dashboard.png"), fullPage: true });
 
   if (deadLetter && !tenantPick) {
     const row = page.locator(`#dead-letters tr[data-id="${deadLetter}"]`);

@@ -223,7 +223,8 @@ async function loadParked() {
     el("td", { class: "err" }, p.last_error))));
 }
 
-async function poll() {
+// refresh reads the overview and the parked keys of the tenant shown.
+async function refresh() {
   try {
     const ov = await api("api/v1/overview");
     record(ov);
@@ -235,6 +236,10 @@ async function poll() {
       $("#relay-state").className = "badge bad";
     }
   }
+}
+
+async function poll() {
+  await refresh();
   setTimeout(poll, POLL_MS);
 }
 
@@ -454,6 +459,8 @@ function pickTenant(name) {
   state.audit.cursor = ""; state.audit.paged = false;
   for (const r of document.querySelectorAll("#tenants tbody tr")) r.className = r.dataset.tenant === name ? "selected" : "";
   $("#tenant-picker").value = name;
+  fill($("#parked tbody"), []);
+  refresh();
   loadDeadLetters(false);
   loadGroups();
   loadAudit(false);
