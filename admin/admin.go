@@ -39,12 +39,21 @@ type HealthSource interface {
 	Health() relay.Health
 }
 
-// Config configures a Handler. Store and at least one token are required.
+// Config configures a Handler. Store (or Tenants) and at least one
+// token are required.
 type Config struct {
 	// Store is the database the relay uses. Per-type details, parked
 	// keys and instances need a store implementing store.Inspector and
 	// store.Instances (every txbox dialect does).
 	Store store.Driver
+	// Tenants, instead of Store, serves a relay with tenants
+	// (docs/multi-tenant.md): every API route moves under
+	// /api/v1/tenants/{tenant}/ and serves that tenant's store, and
+	// GET /api/v1/tenants lists the tenants (tenants.go). The fields
+	// below that describe one relay (Relay, Recorder, Ordered,
+	// NoCommitHorizon, Fingerprinter, Retention, Routes) are each
+	// tenant's own, in its TenantStatus.Config, and ignored here.
+	Tenants Tenants
 	// Relay, when set, adds the relay's polling delays, circuits and job
 	// errors. Nil for a handler mounted in a service that does not run
 	// the relay.
@@ -133,6 +142,13 @@ type Handler struct {
 	access map[string]route
 
 	stats statsCache
+
+	// tenant is the tenant a handler of one tenant serves ("" for
+	// others); scopes caches those handlers in a handler serving tenants.
+	tenant string
+	scopes scopeCache
+	// cfgPtr is the TenantStatus.Config a tenant's handler was made of.
+	cfgPtr *Config
 }
 
 type route struct {
@@ -145,8 +161,11 @@ var staticFS embed.FS
 
 // New checks cfg and returns the handler.
 func New(cfg Config) (*Handler, error) {
-	if cfg.Store == nil {
-		return nil, fmt.Errorf("%w: Store is required", ErrInvalidConfig)
+	switch {
+	case cfg.Store == nil && cfg.Tenants == nil:
+		return nil, fmt.Errorf("%w: Store (or Tenants) is required", ErrInvalidConfig)
+	case cfg.Store != nil && cfg.Tenants != nil:
+		return nil, fmt.Errorf("%w: Store and Tenants exclude each other", ErrInvalidConfig)
 	}
 	if cfg.ReadToken == "" && cfg.AdminToken == "" {
 		return nil, fmt.Errorf("%w: a read token or an admin token is required", ErrInvalidConfig)
@@ -206,21 +225,53 @@ func (h *Handler) routesInit() {
 	h.handle("GET /assets/{file}", AccessRead, false, http.HandlerFunc(h.asset))
 	h.handle("POST /login", AccessRead, true, http.HandlerFunc(h.login))
 	h.handle("POST /logout", AccessRead, false, http.HandlerFunc(h.logout))
-	h.handle("GET /api/v1/overview", AccessRead, false, http.HandlerFunc(h.overview))
-	h.handle("GET /api/v1/types", AccessRead, false, http.HandlerFunc(h.types))
-	h.handle("GET /api/v1/instances", AccessRead, false, http.HandlerFunc(h.instances))
-	h.handle("GET /api/v1/parked-keys", AccessRead, false, http.HandlerFunc(h.parkedKeys))
-	h.handle("GET /api/v1/dead-letters", AccessRead, false, http.HandlerFunc(h.deadLetterList))
-	h.handle("GET /api/v1/dead-letters/count", AccessRead, false, http.HandlerFunc(h.deadLetterCount))
-	h.handle("GET /api/v1/dead-letters/groups", AccessRead, false, http.HandlerFunc(h.deadLetterGroups))
-	h.handle("GET /api/v1/dead-letters/{id}", AccessRead, false, http.HandlerFunc(h.deadLetterGet))
-	h.handle("GET /api/v1/dead-letters/{id}/payload", AccessRead, false, http.HandlerFunc(h.deadLetterPayload))
-	h.handle("GET /api/v1/audit", AccessRead, false, http.HandlerFunc(h.auditList))
-	for _, a := range actions {
-		h.handle("POST /api/v1/dead-letters/"+a.name, AccessAdmin, false, h.bulk(a))
-		h.handle("POST /api/v1/dead-letters/{id}/"+a.name, AccessAdmin, false, h.single(a))
+	if h.cfg.Tenants != nil {
+		h.tenantRoutesInit()
+		return
 	}
-	h.handle("POST /api/v1/redrive", AccessAdmin, false, http.HandlerFunc(h.redrive))
+	for _, rt := range apiRoutes() {
+		h.handle(rt.method+" "+apiPrefix+rt.path, rt.access, false, rt.serve(h))
+	}
+	h.handle("GET "+apiPrefix+"/tenants", AccessRead, false, http.HandlerFunc(h.noTenants))
+}
+
+// apiPrefix starts every API path; a relay with tenants serves them under
+// apiPrefix + "/tenants/{tenant}" (tenants.go).
+const apiPrefix = "/api/v1"
+
+// apiRoute is one route of the API, served by a Handler of one store:
+// serve binds it to that handler.
+type apiRoute struct {
+	method, path string
+	access       Access
+	serve        func(*Handler) http.Handler
+}
+
+// apiRoutes are the API's routes, paths after apiPrefix.
+func apiRoutes() []apiRoute {
+	fn := func(m func(*Handler, http.ResponseWriter, *http.Request)) func(*Handler) http.Handler {
+		return func(h *Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m(h, w, r) })
+		}
+	}
+	out := []apiRoute{
+		{"GET", "/overview", AccessRead, fn((*Handler).overview)},
+		{"GET", "/types", AccessRead, fn((*Handler).types)},
+		{"GET", "/instances", AccessRead, fn((*Handler).instances)},
+		{"GET", "/parked-keys", AccessRead, fn((*Handler).parkedKeys)},
+		{"GET", "/dead-letters", AccessRead, fn((*Handler).deadLetterList)},
+		{"GET", "/dead-letters/count", AccessRead, fn((*Handler).deadLetterCount)},
+		{"GET", "/dead-letters/groups", AccessRead, fn((*Handler).deadLetterGroups)},
+		{"GET", "/dead-letters/{id}", AccessRead, fn((*Handler).deadLetterGet)},
+		{"GET", "/dead-letters/{id}/payload", AccessRead, fn((*Handler).deadLetterPayload)},
+		{"GET", "/audit", AccessRead, fn((*Handler).auditList)},
+	}
+	for _, a := range actions {
+		out = append(out,
+			apiRoute{"POST", "/dead-letters/" + a.name, AccessAdmin, func(h *Handler) http.Handler { return h.bulk(a) }},
+			apiRoute{"POST", "/dead-letters/{id}/" + a.name, AccessAdmin, func(h *Handler) http.Handler { return h.single(a) }})
+	}
+	return append(out, apiRoute{"POST", "/redrive", AccessAdmin, fn((*Handler).redrive)})
 }
 
 func (h *Handler) handle(pattern string, access Access, login bool, hd http.Handler) {

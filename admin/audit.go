@@ -28,6 +28,9 @@ const auditSampleIDs = 10
 // (GET /api/v1/audit).
 type AuditEntry struct {
 	ID int64 `json:"id"`
+	// Tenant is the tenant whose trail holds the entry, on a relay with
+	// tenants (each tenant's trail is in its own store); absent otherwise.
+	Tenant string `json:"tenant,omitempty"`
 	// At is when the entry was written, on the database clock.
 	At time.Time `json:"at"`
 	// Who is the token's name (admin-token) or "cli:<OS user>".
@@ -78,7 +81,7 @@ func (h *Handler) auditList(w http.ResponseWriter, r *http.Request) {
 			page.NextCursor = encodeAuditCursor(rows[i-1].ID)
 			break
 		}
-		page.Entries = append(page.Entries, AuditEntry{ID: e.ID, At: e.At, Who: e.Who, Action: e.Action, Selector: e.Selector,
+		page.Entries = append(page.Entries, AuditEntry{ID: e.ID, Tenant: h.tenant, At: e.At, Who: e.Who, Action: e.Action, Selector: e.Selector,
 			Filter: e.Filter, DryRun: e.DryRun, Matched: e.Matched, Changed: e.Changed, Error: e.Error})
 	}
 	writeJSON(w, http.StatusOK, page)

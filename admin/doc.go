@@ -24,6 +24,11 @@
 // into the page as text, never as markup. Errors are RFC 9457 problem
 // details; bad input is a 4xx, never a 500.
 //
+// For a relay with tenants (Config.Tenants) every route moves under
+// /api/v1/tenants/{tenant}/ and serves that tenant's outbox, and
+// GET /api/v1/tenants lists the tenants with their states and counts
+// (docs/operations.md, "Tenants").
+//
 // Other handlers (metrics, health probes) mount on the same handler with
 // Handle, behind the same checks.
 package admin

@@ -92,6 +92,15 @@ type e2eResult struct {
 	AuditWho      string `json:"auditWho"`
 	AuditFilter   string `json:"auditFilter"`
 	AuditElements int    `json:"auditElements"`
+	// With TENANT_PICK: the tenants table's rows and their name and
+	// state cells; how many rows of OTHER_DEAD_LETTER_ID (the first
+	// tenant's) the dead-letter table showed before the pick; and after
+	// picking, the rows of DEAD_LETTER_ID and of OTHER_DEAD_LETTER_ID.
+	TenantRows             int    `json:"tenantRows"`
+	TenantStates           string `json:"tenantStates"`
+	TenantFirstDeadLetters int    `json:"tenantFirstDeadLetters"`
+	TenantPickedDeadLetter int    `json:"tenantPickedDeadLetter"`
+	TenantOtherDeadLetter  int    `json:"tenantOtherDeadLetter"`
 }
 
 // requireBrowser finds node, the npm package and Chromium, which

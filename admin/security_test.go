@@ -19,7 +19,7 @@ import (
 
 // concrete turns a route pattern into a path that reaches it.
 func concrete(path string, id txbox.ID) string {
-	r := strings.NewReplacer("{id}", id.String(), "{file}", "app.js", "{$}", "")
+	r := strings.NewReplacer("{id}", id.String(), "{file}", "app.js", "{$}", "", "{tenant}", "acme")
 	return r.Replace(path)
 }
 
@@ -27,10 +27,24 @@ func concrete(path string, id txbox.ID) string {
 // own registration list, and one mounted with Handle): without a token
 // 401; the read token on a mutating route 403; a cross-site POST 403; a
 // foreign Host 403. GET routes only read, mutating routes are POST, and
-// walking every GET route with the admin token changes nothing.
+// walking every GET route with the admin token changes nothing. The same
+// on a handler serving tenants, whose routes name the tenant acme.
 func TestEveryRouteAuthMatrix(t *testing.T) {
 	t.Parallel()
-	b := setup(t, storeharness.Postgres(), nil)
+	t.Run("one store", func(t *testing.T) { t.Parallel(); routeAuthMatrix(t, nil, "") })
+	t.Run("tenants", func(t *testing.T) {
+		t.Parallel()
+		routeAuthMatrix(t, func(cfg *admin.Config) {
+			cfg.Tenants = &fakeTenants{list: []admin.TenantStatus{{Name: "acme", State: "running", Config: &admin.Config{Store: cfg.Store}}}}
+			cfg.Store = nil
+		}, "/tenants/acme")
+	})
+}
+
+// routeAuthMatrix is TestEveryRouteAuthMatrix on the handler mod makes,
+// whose API routes are under /api/v1 + prefix.
+func routeAuthMatrix(t *testing.T, mod func(*admin.Config), prefix string) {
+	b := setup(t, storeharness.Postgres(), mod)
 	var extraHit atomic.Int32
 	b.admin.Handle("/extra-probe", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		extraHit.Add(1)
@@ -126,7 +140,7 @@ func TestEveryRouteAuthMatrix(t *testing.T) {
 		t.Errorf("walking the routes changed the database: %s -> %s", before, after)
 	}
 	// Same-origin POST from the dashboard passes the cross-origin check.
-	if st := send(http.MethodPost, "/api/v1/dead-letters/retry", adminToken, func(r *http.Request) {
+	if st := send(http.MethodPost, "/api/v1"+prefix+"/dead-letters/retry", adminToken, func(r *http.Request) {
 		r.Header.Set("Origin", b.srv.URL)
 		r.Header.Set("Sec-Fetch-Site", "same-origin")
 		r.Body = io.NopCloser(strings.NewReader(`{"all":true,"dry_run":true}`))

@@ -33,6 +33,12 @@ const failoverWant = env("FAILOVER_WANT", "");
 // its title, and retry the group through the page.
 const groupType = env("GROUP_TYPE", "");
 const auditHostile = env("AUDIT_HOSTILE", "");
+// TENANT_PICK, when set, replaces steps 2 to 4: on a relay with tenants,
+// read the tenants table, see OTHER_DEAD_LETTER_ID (the first running
+// tenant's) listed, pick TENANT_PICK in the tenant picker, and see
+// DEAD_LETTER_ID listed and OTHER_DEAD_LETTER_ID gone.
+const tenantPick = env("TENANT_PICK", "");
+const otherDeadLetter = env("OTHER_DEAD_LETTER_ID", "");
 
 const profile = mkdtempSync(join(tmpdir(), "txbox-e2e-chromium-"));
 // A fresh profile directory (Chromium's --user-data-dir, which
@@ -64,6 +70,27 @@ try {
   // error: only errors of the dashboard count.
   errors.length = 0;
 
+  if (tenantPick) {
+    await page.locator("#tenants tr[data-tenant]").first().waitFor();
+    const rows = page.locator("#tenants tr[data-tenant]");
+    out.tenantRows = await rows.count();
+    const states = [];
+    for (let i = 0; i < out.tenantRows; i++) {
+      const cells = await rows.nth(i).locator("td").allTextContents();
+      states.push(cells[0] + " " + cells[1]);
+    }
+    out.tenantStates = states.join(", ");
+    await page.locator(`#dead-letters tr[data-id="${otherDeadLetter}"]`).waitFor();
+    out.tenantFirstDeadLetters = await page.locator(`#dead-letters tr[data-id="${otherDeadLetter}"]`).count();
+    await page.selectOption("#tenant-picker", tenantPick);
+    await page.locator(`#dead-letters tr[data-id="${deadLetter}"]`).waitFor();
+    out.tenantPickedDeadLetter = await page.locator(`#dead-letters tr[data-id="${deadLetter}"]`).count();
+    out.tenantOtherDeadLetter = await page.locator(`#dead-letters tr[data-id="${otherDeadLetter}"]`).count();
+    if (shots) {
+      await page.waitForTimeout(2500); // the picked tenant's overview
+      await page.screenshot({ path: join(shots, "dashboard-tenants.png"), fullPage: true });
+    }
+  }
   if (failoverWant) {
     const line = page.locator("#stream-failover", { hasText: failoverWant });
     await line.waitFor();
@@ -72,7 +99,7 @@ try {
   }
   const sent = page.locator(`#types tr[data-type="${type}"] td.sent`);
   const read = async () => Number((await sent.textContent()).replace(/[^0-9]/g, ""));
-  if (!failoverWant) {
+  if (!failoverWant && !tenantPick) {
     await sent.waitFor();
     await page.waitForFunction(sel => /\d/.test(document.querySelector(sel)?.textContent || ""), `#types tr[data-type="${type}"] td.sent`);
     out.sentBefore = await read();
@@ -84,10 +111,10 @@ try {
     out.chartLines = await page.locator("#chart-throughput polyline").count();
   }
   // For the documentation's screenshot, let the charts fill a little.
-  if (shots) await page.waitForTimeout(30000);
-  if (shots) await page.screenshot({ path: join(shots, "dashboard.png"), fullPage: true });
+  if (shots && !tenantPick) await page.waitForTimeout(30000);
+  if (shots && !tenantPick) await page.screenshot({ path: join(shots, "dashboard.png"), fullPage: true });
 
-  if (deadLetter) {
+  if (deadLetter && !tenantPick) {
     const row = page.locator(`#dead-letters tr[data-id="${deadLetter}"]`);
     await row.waitFor();
     await row.locator(".preview-btn").click();

@@ -35,7 +35,25 @@ function fmtDur(s) {
 }
 function fmtTime(t) { return t ? new Date(t).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z") : "–"; }
 
+// A relay with tenants (docs/operations.md, "Tenants") serves every API
+// route under api/v1/tenants/NAME/: state.tenant is the tenant the page
+// shows, "" on a relay without tenants.
+function apiPath(path) {
+  return state.tenant ? path.replace(/^api\/v1\//, "api/v1/tenants/" + encodeURIComponent(state.tenant) + "/") : path;
+}
+
+// api calls the API for the tenant shown; an answer that arrives after
+// another tenant was picked is an error with stale set, which the callers
+// drop (the new tenant's answer is on its way).
 async function api(path, opts) {
+  const tenant = state.tenant;
+  const body = await apiAt(apiPath(path), opts);
+  if (tenant !== state.tenant) throw Object.assign(new Error("another tenant was picked"), { stale: true });
+  return body;
+}
+
+// apiAt calls the API at path as it is (the tenants' route takes no tenant).
+async function apiAt(path, opts) {
   const res = await fetch(path, Object.assign({ credentials: "same-origin", headers: { "Accept": "application/json" } }, opts || {}));
   if (res.status === 401) { window.location.reload(); throw new Error("signed out"); }
   const body = res.headers.get("Content-Type") && res.headers.get("Content-Type").includes("json") ? await res.json() : null;
@@ -205,16 +223,23 @@ async function loadParked() {
     el("td", { class: "err" }, p.last_error))));
 }
 
-async function poll() {
+// refresh reads the overview and the parked keys of the tenant shown.
+async function refresh() {
   try {
     const ov = await api("api/v1/overview");
     record(ov);
     render(ov);
     await loadParked();
   } catch (e) {
-    $("#relay-state").textContent = "error: " + e.message;
-    $("#relay-state").className = "badge bad";
+    if (!e.stale) {
+      $("#relay-state").textContent = "error: " + e.message;
+      $("#relay-state").className = "badge bad";
+    }
   }
+}
+
+async function poll() {
+  await refresh();
   setTimeout(poll, POLL_MS);
 }
 
@@ -269,7 +294,7 @@ async function loadDeadLetters(append) {
     state.cursor = page.next_cursor || "";
     $("#dl-more").hidden = !state.cursor;
   } catch (e) {
-    $("#dl-message").textContent = "Cannot list dead letters: " + e.message;
+    if (!e.stale) $("#dl-message").textContent = "Cannot list dead letters: " + e.message;
   }
 }
 
@@ -288,9 +313,9 @@ async function showPreview(id, full) {
     for (const [k, v] of Object.entries(d.headers || {})) add("header " + k, v);
     $("#preview-body").textContent = d.payload.preview || "";
     $("#preview-full").hidden = !d.payload.truncated;
-    $("#preview-download").href = "api/v1/dead-letters/" + encodeURIComponent(d.id) + "/payload";
+    $("#preview-download").href = apiPath("api/v1/dead-letters/") + encodeURIComponent(d.id) + "/payload";
   } catch (e) {
-    $("#dl-message").textContent = "Cannot show " + id + ": " + e.message;
+    if (!e.stale) $("#dl-message").textContent = "Cannot show " + id + ": " + e.message;
   }
 }
 
@@ -314,7 +339,7 @@ async function loadGroups() {
         el("button", { type: "button", class: "resolve-group-btn", onclick: () => actGroup("resolve", g) }, "Resolve"), " ",
         el("button", { type: "button", class: "delete-group-btn danger", onclick: () => actGroup("delete", g) }, "Delete")))));
   } catch (e) {
-    $("#groups-message").textContent = "Cannot list failure groups: " + e.message;
+    if (!e.stale) $("#groups-message").textContent = "Cannot list failure groups: " + e.message;
   }
 }
 
@@ -365,7 +390,7 @@ async function act(action, selector, question, msg) {
     await loadGroups();
     if (!state.audit.paged) await loadAudit(false);
   } catch (e) {
-    msg.textContent = action + " failed: " + e.message;
+    if (!e.stale) msg.textContent = action + " failed: " + e.message;
   }
 }
 
@@ -390,11 +415,67 @@ async function loadAudit(append) {
     $("#audit-more").hidden = !state.audit.cursor;
     $("#audit-message").textContent = "";
   } catch (e) {
-    $("#audit-message").textContent = "Cannot list the audit trail: " + e.message;
+    if (!e.stale) $("#audit-message").textContent = "Cannot list the audit trail: " + e.message;
   }
 }
 
-document.addEventListener("DOMContentLoaded", () => {
+// Tenants: the first TENANT_PAGE of them, in the table and the picker.
+const TENANT_PAGE = 500;
+
+// loadTenants reads the tenants; false on a relay without tenants.
+async function loadTenants() {
+  const page = await apiAt("api/v1/tenants?limit=" + TENANT_PAGE);
+  if (!page.served) return false;
+  const picker = $("#tenant-picker");
+  const names = page.tenants.map(t => t.name);
+  if (picker.options.length !== names.length || names.some((n, i) => picker.options[i].value !== n)) {
+    picker.replaceChildren(...page.tenants.map(t => el("option", { value: t.name }, t.name)));
+  }
+  if (!state.tenant || !names.includes(state.tenant)) {
+    const want = decodeURIComponent((window.location.hash.match(/tenant=([^&]*)/) || [])[1] || "");
+    const running = page.tenants.find(t => t.running);
+    state.tenant = names.includes(want) ? want : (running || page.tenants[0] || { name: "" }).name;
+  }
+  picker.value = state.tenant;
+  fill($("#tenants tbody"), page.tenants.map(t => el("tr", { "data-tenant": t.name, class: t.name === state.tenant ? "selected" : "" },
+    el("td", {}, el("a", { href: "#tenant=" + encodeURIComponent(t.name), onclick: (ev) => { ev.preventDefault(); pickTenant(t.name); } }, t.name)),
+    el("td", { class: t.running ? "ok" : "bad" }, t.state),
+    el("td", { class: "num" }, fmtNum(t.due)), el("td", { class: "num" }, fmtNum(t.scheduled)),
+    el("td", { class: "num" }, fmtNum(t.in_process)), el("td", { class: "num" }, fmtNum(t.failed)),
+    el("td", { class: "num" }, fmtDur(t.oldest_due_age_seconds)), el("td", { class: "num" }, fmtNum(t.dead_letters)),
+    el("td", { class: "err" }, t.error || t.counts_error || ""))));
+  $("#tenants-note").textContent = (page.next_cursor ? "the first " + TENANT_PAGE + " tenants are shown; " : "") +
+    (page.list_error ? "listing the tenants failed: " + page.list_error : "");
+  $("#tenants-section").hidden = false;
+  return true;
+}
+
+// pickTenant shows the tenant named name.
+function pickTenant(name) {
+  if (name === state.tenant) return;
+  state.tenant = name;
+  window.location.hash = "tenant=" + encodeURIComponent(name);
+  Object.assign(state, { history: {}, colors: {}, cursor: "", paged: false, preview: null });
+  state.audit.cursor = ""; state.audit.paged = false;
+  for (const r of document.querySelectorAll("#tenants tbody tr")) r.className = r.dataset.tenant === name ? "selected" : "";
+  $("#tenant-picker").value = name;
+  fill($("#parked tbody"), []);
+  refresh();
+  loadDeadLetters(false);
+  loadGroups();
+  loadAudit(false);
+}
+
+document.addEventListener("DOMContentLoaded", async () => {
+  state.tenant = "";
+  try {
+    if (await loadTenants()) {
+      $("#tenant-picker").addEventListener("change", ev => pickTenant(ev.target.value));
+      setInterval(() => loadTenants().catch(() => {}), 5000);
+    }
+  } catch (e) {
+    $("#relay-state").textContent = "error: " + e.message;
+  }
   $("#dl-filter").addEventListener("submit", ev => { ev.preventDefault(); state.filter = filterFromForm(); loadDeadLetters(false); });
   for (const b of document.querySelectorAll("[data-bulk]")) {
     b.addEventListener("click", () => {

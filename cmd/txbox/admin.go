@@ -25,6 +25,29 @@ func startAdmin(e *env, cfg *config.Config, st *config.Store, r *relay.Relay, re
 	if !cfg.Admin.Enabled {
 		return func() {}, nil
 	}
+	return serveAdmin(e, cfg, relayAdminConfig(cfg, st, r, rec), extra, log)
+}
+
+// relayAdminConfig is the admin configuration of relay r over st, with
+// the settings of cfg's types; the tokens, hosts and logger are
+// serveAdmin's.
+func relayAdminConfig(cfg *config.Config, st *config.Store, r *relay.Relay, rec *admin.Recorder) admin.Config {
+	return admin.Config{
+		Store: st.Driver, Relay: r, Recorder: rec,
+		Ordered: func(t string) bool {
+			o := cfg.Effective(t).Ordering
+			return o != nil && *o == txbox.OrderingKey
+		},
+		NoCommitHorizon: !cfg.HasCommitHorizon(),
+		Fingerprinter:   cfg.Fingerprinter(),
+		Retention:       typeRetention(cfg),
+		Routes:          adminRoutes(cfg),
+	}
+}
+
+// serveAdmin starts the admin server of ac, with the tokens and hosts of
+// cfg, and returns the function that stops it.
+func serveAdmin(e *env, cfg *config.Config, ac admin.Config, extra map[string]http.Handler, log *slog.Logger) (func(), error) {
 	read, adminTok, err := cfg.AdminTokens(e.getenv)
 	if err != nil {
 		return nil, &usageError{err.Error()}
@@ -39,18 +62,8 @@ func startAdmin(e *env, cfg *config.Config, st *config.Store, r *relay.Relay, re
 			}
 		}
 	}
-	h, err := admin.New(admin.Config{
-		Store: st.Driver, Relay: r, Recorder: rec,
-		ReadToken: read, AdminToken: adminTok, AllowedHosts: hosts, Logger: log,
-		Ordered: func(t string) bool {
-			o := cfg.Effective(t).Ordering
-			return o != nil && *o == txbox.OrderingKey
-		},
-		NoCommitHorizon: !cfg.HasCommitHorizon(),
-		Fingerprinter:   cfg.Fingerprinter(),
-		Retention:       typeRetention(cfg),
-		Routes:          adminRoutes(cfg),
-	})
+	ac.ReadToken, ac.AdminToken, ac.AllowedHosts, ac.Logger = read, adminTok, hosts, log
+	h, err := admin.New(ac)
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +83,7 @@ func startAdmin(e *env, cfg *config.Config, st *config.Store, r *relay.Relay, re
 		}
 	}()
 	log.Info("admin server listening", slog.String("addr", ln.Addr().String()), slog.Any("allowed_hosts", hosts),
-		slog.Bool("read_token", read != ""), slog.Bool("admin_token", adminTok != ""))
+		slog.Bool("read_token", read != ""), slog.Bool("admin_token", adminTok != ""), slog.Bool("tenants", ac.Tenants != nil))
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), adminShutdownTimeout)
 		defer cancel()

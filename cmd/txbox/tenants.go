@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/txbox/txbox/admin"
 	"github.com/txbox/txbox/config"
 	"github.com/txbox/txbox/health"
 	"github.com/txbox/txbox/relay"
@@ -69,6 +70,9 @@ type tenantUnit struct {
 	r       *relay.Relay
 	st      *config.Store
 	checker *health.Checker
+	// admin is the tenant's admin configuration (tenants_admin.go), nil
+	// when admin.enabled is off.
+	admin *admin.Config
 	// unregister removes the tenant's metrics from the registry.
 	unregister func()
 	// work tells when the relay last had work (tenants.Idler).
@@ -94,9 +98,6 @@ func (u *tenantUnit) Stop(ctx context.Context) error {
 
 // runTenantRelays is runRelay for a configuration with tenants.
 func runTenantRelays(ctx context.Context, e *env, cf *configFlags, cfg *config.Config, log *slog.Logger, tp *sdktrace.TracerProvider, migrate bool) error {
-	if cfg.Admin.Enabled {
-		return usagef("admin.enabled: the admin API does not serve tenants yet; use txbox status, dlq and publish with --tenant (docs/multi-tenant.md)")
-	}
 	senders, err := cfg.OpenSenders(ctx, e.getenv, log)
 	if err != nil {
 		return err
@@ -137,6 +138,12 @@ func runTenantRelays(ctx context.Context, e *env, cf *configFlags, cfg *config.C
 	hc := health.NewTenants(hcfg)
 	obs.mountProbes(hc.LivezHandler(), hc.ReadyzHandler())
 	obs.startServers()
+	stopAdmin, err := startTenantAdmin(e, cfg, sup, obs)
+	if err != nil {
+		_ = sup.Stop(context.WithoutCancel(ctx))
+		return err
+	}
+	defer stopAdmin()
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -227,6 +234,7 @@ func (tr *tenantRelays) open(ctx context.Context, spec tenants.Spec) (tenants.Un
 	u := &tenantUnit{name: spec.Name, st: st, unregister: func() {}, work: newActivity()}
 	rc := cfg.RelayConfig(st, tr.senders, tr.log)
 	rc.Hooks = append(rc.Hooks, u.work)
+	rec := tenantAdminHooks(cfg, &rc)
 
 	if tr.tp != nil {
 		rc.TracerProvider = tr.tp
@@ -253,6 +261,7 @@ func (tr *tenantRelays) open(ctx context.Context, spec tenants.Spec) (tenants.Un
 	if m != nil {
 		m.WatchRelay(u.r)
 	}
+	u.admin = tenantAdminConfig(cfg, st, u.r, rec)
 	if u.checker, err = newChecker(cfg, st, u.r); err != nil {
 		u.unregister()
 		st.Close()
