@@ -27,6 +27,8 @@ type Tenants interface {
 	// listing of the tenants ("" when it succeeded).
 	List(after string, limit int) (tenants []TenantStatus, listErr string)
 	// Tenant returns the tenant named name; false when there is none.
+	// A tenant in state "parked" (idle, its relay stopped) should be
+	// woken by the call: its routes answer 503 with Retry-After 1.
 	Tenant(name string) (TenantStatus, bool)
 }
 
@@ -191,6 +193,13 @@ func (h *Handler) tenantRoute(rt apiRoute) http.Handler {
 		if !ok {
 			h.forget(name)
 			writeProblem(w, r, http.StatusNotFound, fmt.Sprintf("no tenant %q; GET %s/tenants lists them", name, apiPrefix), nil)
+			return
+		}
+		if st.Config == nil && st.State == "parked" {
+			// Tenants.Tenant woke it: its relay starts in about a second.
+			w.Header().Set("Retry-After", "1")
+			writeProblem(w, r, http.StatusServiceUnavailable, fmt.Sprintf(
+				"tenant %q was parked (idle) and is being woken; retry in a second", name), nil)
 			return
 		}
 		if st.Config == nil {

@@ -31,12 +31,18 @@ func (ta tenantAdmin) List(after string, limit int) ([]admin.TenantStatus, strin
 	return out, listErr
 }
 
-// Tenant returns the tenant named name.
+// Tenant returns the tenant named name, and wakes it when it is parked.
 func (ta tenantAdmin) Tenant(name string) (admin.TenantStatus, bool) {
 	all, _ := ta.sup.Status()
 	i := sort.Search(len(all), func(i int) bool { return all[i].Name >= name })
 	if i == len(all) || all[i].Name != name {
 		return admin.TenantStatus{}, false
+	}
+	if all[i].State == tenants.StateParked {
+		// An operator asks about it: wake it, so that the retry the
+		// answer asks for finds its relay (docs/multi-tenant.md, "Idle
+		// tenants"). It parks again when idle.
+		ta.sup.Wake(name)
 	}
 	return ta.status(all[i]), true
 }
