@@ -243,18 +243,33 @@ func (w *ParkedWatch) runConn(ctx context.Context, watched map[string]*parkedWat
 	}
 	tick := time.NewTicker(w.cfg.Interval)
 	defer tick.Stop()
+	// soon fires parkedSweepDelay after a SweepSoon: the requests of a
+	// burst of parkings (a relay's start parks every tenant) make one
+	// sweep, and the watches they wait for are applied meanwhile.
+	var soon <-chan time.Time
 	for {
-		if err := w.serve(ctx, conn, watched, tick.C); err != nil {
+		asked, swept, err := w.serve(ctx, conn, watched, tick.C, soon)
+		if err != nil {
 			return err
+		}
+		if swept {
+			soon = nil
+		}
+		if asked && soon == nil {
+			soon = time.After(parkedSweepDelay)
 		}
 	}
 }
 
-// serve waits for one thing (a command, a sweep's time, a notification)
-// and handles it.
-func (w *ParkedWatch) serve(ctx context.Context, conn *pgx.Conn, watched map[string]*parkedWatched, tick <-chan time.Time) error {
+// parkedSweepDelay is how long after a SweepSoon its sweep runs.
+const parkedSweepDelay = 250 * time.Millisecond
+
+// serve applies the queued changes, then waits for one thing (a change,
+// a sweep's time, a SweepSoon, a notification) and handles it. It
+// reports a SweepSoon (asked) and a sweep it ran (swept).
+func (w *ParkedWatch) serve(ctx context.Context, conn *pgx.Conn, watched map[string]*parkedWatched, tick, soon <-chan time.Time) (asked, swept bool, err error) {
 	if err := w.apply(ctx, conn, watched); err != nil {
-		return err
+		return false, false, err
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	sweep := false
@@ -265,29 +280,31 @@ func (w *ParkedWatch) serve(ctx context.Context, conn *pgx.Conn, watched map[str
 		case <-w.changed:
 		case <-tick:
 			sweep = true
-		case <-w.sweep:
+		case <-soon:
 			sweep = true
+		case <-w.sweep:
+			asked = true
 		case <-stop:
 			return
 		}
 		cancel()
 	}()
-	n, err := conn.WaitForNotification(wctx)
+	n, werr := conn.WaitForNotification(wctx)
 	close(stop)
-	<-exited // sweep is set before it exits
+	<-exited // sweep and asked are set before it exits
 	cancel()
-	if err == nil {
-		// The goroutine may have taken a command or a sweep meanwhile.
+	if err = werr; err == nil {
+		// The goroutine may have taken a change or a sweep meanwhile.
 		w.notified(n, watched)
 	} else if ctx.Err() != nil {
-		return ctx.Err()
+		return false, false, ctx.Err()
 	} else if conn.IsClosed() {
-		return err
+		return false, false, err
 	}
 	if sweep {
-		return w.sweepAll(ctx, conn, watched)
+		return asked, true, w.sweepAll(ctx, conn, watched)
 	}
-	return nil
+	return asked, false, nil
 }
 
 // notified wakes the tenant whose channel a notification came on.
