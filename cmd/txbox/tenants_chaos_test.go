@@ -21,7 +21,7 @@ import (
 	"github.com/txbox/txbox/internal/natstest"
 	"github.com/txbox/txbox/internal/storeharness"
 	"github.com/txbox/txbox/internal/testenv"
-	"github.com/txbox/txbox/outbox"
+	"github.com/txbox/txbox/relay"
 )
 
 // tenantOracle is the delivery oracle of one tenant (docs/testing.md,
@@ -140,6 +140,7 @@ type chaosTenantsSetup struct {
 	names   []string          // tenants, sorted
 	dbs     map[string]string // tenant → its database
 	leased  map[string]string // tenants with lease claims → their schema
+	schemas map[string]string // tenant → its schema
 	uniq    string
 }
 
@@ -173,10 +174,11 @@ func (s *chaosTenantsSetup) environ(app string) []string {
 
 // newChaosTenants creates the databases and the configuration (lease
 // claims for 4 tenants, lock claims, the NATS default, for the others;
-// a 3s lease, recovered within 2s of its expiry), and migrates.
+// a 3s lease, recovered within 2s of its expiry; a tenant idle for 1s
+// parked, the parked ones swept every 1s), and migrates.
 func newChaosTenants(t *testing.T, ctx context.Context, prefix string) *chaosTenantsSetup {
 	t.Helper()
-	s := &chaosTenantsSetup{admin: storeharness.PostgresAdmin(t), dbs: map[string]string{}, leased: map[string]string{}, uniq: testenv.UniqueName("")}
+	s := &chaosTenantsSetup{admin: storeharness.PostgresAdmin(t), dbs: map[string]string{}, leased: map[string]string{}, schemas: map[string]string{}, uniq: testenv.UniqueName("")}
 	base := testenv.PostgresSchema(t, s.admin)
 	var b strings.Builder
 	fmt.Fprintf(&b, `database: { dialect: postgres, dsn-env: TXBOX_CHAOS_DSN, max-conns: 30 }
@@ -189,6 +191,8 @@ defaults:
 events: { orders: {} }
 relay: { discover-interval: 100ms, recover-interval: 1s, recover-max-interval: 2s, shutdown-timeout: 15s }
 cleanup: { interval: 1s }
+tenants-park-after: 1s
+tenants-sweep-interval: 1s
 tenants:
 `, testenv.NATSURL, prefix)
 	lease := " events: { orders: { claim: lease } },"
@@ -200,6 +204,7 @@ tenants:
 		t.Cleanup(func() { _, _ = s.admin.Exec("DROP DATABASE IF EXISTS " + db + " WITH (FORCE)") })
 		s.dbs[tn] = db
 		s.names = append(s.names, tn)
+		s.schemas[tn] = "public"
 		if i == 3 {
 			s.leased[tn] = "public"
 		}
@@ -209,6 +214,7 @@ tenants:
 		tn := fmt.Sprintf("s%d", i)
 		t.Cleanup(func() { _, _ = s.admin.Exec("DROP SCHEMA IF EXISTS " + base + "_" + tn + " CASCADE") })
 		s.names = append(s.names, tn)
+		s.schemas[tn] = base + "_" + tn
 		if i >= 5 {
 			s.leased[tn] = base + "_" + tn
 		}
@@ -268,13 +274,23 @@ func (s *chaosTenantsSetup) openClaims(t *testing.T, r *chaosRelay) int {
 func (s *chaosTenantsSetup) staleLeases(t *testing.T, ctx context.Context, stores map[string]*config.Store, left time.Duration) int {
 	t.Helper()
 	n := 0
+	for _, c := range s.staleLeasesBy(t, ctx, stores, left) {
+		n += c
+	}
+	return n
+}
+
+// staleLeasesBy is staleLeases per tenant.
+func (s *chaosTenantsSetup) staleLeasesBy(t *testing.T, ctx context.Context, stores map[string]*config.Store, left time.Duration) map[string]int {
+	t.Helper()
+	n := map[string]int{}
 	for tn, schema := range s.leased {
 		var c int
 		if err := stores[tn].Pool.QueryRow(ctx, `SELECT count(*) FROM `+schema+`.txbox_outbox
 			WHERE status = 'IN_PROCESS' AND lease_until < now() + make_interval(secs => $1)`, left.Seconds()).Scan(&c); err != nil {
 			t.Fatal(err)
 		}
-		n += c
+		n[tn] = c
 	}
 	return n
 }
@@ -300,14 +316,14 @@ func (s *chaosTenantsSetup) liveLeases(t *testing.T, ctx context.Context, stores
 // stopMidBatch stops r with SIGSTOP while it holds a lock claim and,
 // if 20 tries manage it, lease-claimed rows too; a stop that landed
 // between batches is undone and tried again.
-func (s *chaosTenantsSetup) stopMidBatch(t *testing.T, ctx context.Context, r *chaosRelay, stores map[string]*config.Store) {
+func (s *chaosTenantsSetup) stopMidBatch(t *testing.T, ctx context.Context, r *chaosRelay, stores map[string]*config.Store) (stoppedAt time.Time) {
 	t.Helper()
 	for try := 1; ; try++ {
 		testenv.WaitForEvery(t, 30*time.Second, time.Millisecond, "relay "+r.app+" with a claim open", func() bool { return s.openClaims(t, r) > 0 })
 		if err := r.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
-		stoppedAt := time.Now()
+		stoppedAt = time.Now()
 		var locks, leases int
 		// Polled for a short while: the other relays finish the batches
 		// they had in flight in milliseconds, the stopped one's stay.
@@ -317,7 +333,7 @@ func (s *chaosTenantsSetup) stopMidBatch(t *testing.T, ctx context.Context, r *c
 		})
 		if locks > 0 && (leases > 0 || try > 20) {
 			t.Logf("SIGSTOPped %s holding %d lock claims and about %d lease-claimed rows (try %d)", r.app, locks, leases, try)
-			return
+			return stoppedAt
 		}
 		if try == 40 {
 			t.Fatal("40 stops all landed between batches")
@@ -325,48 +341,6 @@ func (s *chaosTenantsSetup) stopMidBatch(t *testing.T, ctx context.Context, r *c
 		if err := r.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 			t.Fatal(err)
 		}
-	}
-}
-
-// publishTenant publishes to one tenant until stop is closed:
-// transactions of 10 events, every fourth rolled back. It returns the
-// error that ended it, if any.
-func publishTenant(ctx context.Context, st *config.Store, o *tenantOracle, stop <-chan struct{}) error {
-	pub, err := outbox.NewPublisher(st, outbox.Config{})
-	if err != nil {
-		return err
-	}
-	for j := 0; ; j++ {
-		select {
-		case <-stop:
-			return nil
-		case <-time.After(50 * time.Millisecond):
-		}
-		evs := make([]txbox.Event, 10)
-		for i := range evs {
-			evs[i] = txbox.Event{ID: txbox.NewID(), Type: "orders", Key: fmt.Sprintf("k%d", i%7), Payload: []byte(`{"chaos":true}`)}
-		}
-		tx, err := st.Begin(ctx)
-		if err != nil {
-			return err
-		}
-		ids, err := pub.Publish(ctx, tx.Native(), evs...)
-		if err != nil {
-			_ = tx.Rollback(ctx)
-			return err
-		}
-		commit := j%4 != 3
-		if commit {
-			err = tx.Commit(ctx)
-		} else {
-			err = tx.Rollback(ctx)
-		}
-		if err != nil {
-			// A failed commit may have committed: the oracle cannot
-			// judge these ids, and the run is not clean.
-			return fmt.Errorf("end transaction: %w", err)
-		}
-		o.published(ids, commit)
 	}
 }
 
@@ -479,14 +453,15 @@ func TestChaosTenants(t *testing.T) {
 	stop := make(chan struct{})
 	errs := make(chan error, len(stores))
 	var wg sync.WaitGroup
+	pubs := map[string]*chaosPublisher{}
 	for tn, st := range stores {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs <- publishTenant(ctx, st, oracles[tn], stop) }()
+		pubs[tn] = &chaosPublisher{st: st, o: oracles[tn], mode: chaosModes[tn], schema: s.schemas[tn]}
+		wg.Go(func() { errs <- pubs[tn].run(ctx, stop) })
 	}
 	stopPublishing := sync.OnceFunc(func() { close(stop); wg.Wait() })
 	t.Cleanup(stopPublishing)
 
-	chaosTenantsFaults(t, s, ctx, relays, oracles, stores)
+	all := chaosTenantsFaults(t, s, ctx, relays, oracles, stores, pubs)
 	stopPublishing()
 	close(errs)
 	for err := range errs {
@@ -507,17 +482,22 @@ func TestChaosTenants(t *testing.T) {
 		sigterm(t, r.cmd, r.exited, 30*time.Second, r.stderr)
 	}
 	chaosTenantsVerdict(t, ctx, stream, s, oracles, stores, total, misrouted)
+	chaosTenantsParked(t, s, all)
 	t.Logf("published for %s, run took %s", published.Round(time.Second), time.Since(began).Round(time.Second))
 }
 
 // chaosTenantsFaults SIGKILLs relays[0] while it holds a claim and
 // starts a replacement, then SIGSTOPs relays[1] with claims open; while
-// it is stopped, every event committed before the stop must arrive (its
-// claims taken over once its 3s lease ran out), and then it is SIGCONTed.
-func chaosTenantsFaults(t *testing.T, s *chaosTenantsSetup, ctx context.Context, relays []*chaosRelay, oracles map[string]*tenantOracle, stores map[string]*config.Store) {
-	testenv.WaitForEvery(t, 30*time.Second, 50*time.Millisecond, "deliveries under way in every tenant", func() bool {
-		for _, o := range oracles {
-			if o.arrived() < 200 {
+// it is stopped, with the tenants published in bursts held, every event
+// committed before the stop must arrive (its claims taken over once its
+// 3s lease ran out, by relays that parked the tenant and were woken by
+// their sweep), and then it is SIGCONTed. It returns every relay process
+// of the run, the killed one too.
+func chaosTenantsFaults(t *testing.T, s *chaosTenantsSetup, ctx context.Context, relays []*chaosRelay, oracles map[string]*tenantOracle,
+	stores map[string]*config.Store, pubs map[string]*chaosPublisher) (all []*chaosRelay) {
+	testenv.WaitForEvery(t, 60*time.Second, 50*time.Millisecond, "deliveries under way in every tenant", func() bool {
+		for tn, o := range oracles {
+			if o.arrived() < map[bool]int{true: 200, false: 60}[chaosModes[tn] == publishSteady] {
 				return false
 			}
 		}
@@ -529,10 +509,16 @@ func chaosTenantsFaults(t *testing.T, s *chaosTenantsSetup, ctx context.Context,
 	}
 	<-relays[0].exited
 	t.Logf("SIGKILLed %s holding a claim", relays[0].app)
+	all = append(all, relays[0])
 	relays[0] = s.startRelay(t, ctx, 4)
+	all = append(all, relays...)
 	testenv.WaitForEvery(t, 30*time.Second, time.Millisecond, "the replacement "+relays[0].app+" claiming", func() bool { return s.openClaims(t, relays[0]) > 0 })
-	s.stopMidBatch(t, ctx, relays[1], stores)
-	stopped := time.Now()
+	stopped := s.stopMidBatch(t, ctx, relays[1], stores)
+	release := holdBursts(pubs)
+	defer release()
+	others := []*chaosRelay{relays[0], relays[2]}
+	marks := []int{len(others[0].stderr.String()), len(others[1].stderr.String())}
+	held := s.staleLeasesBy(t, ctx, stores, 3*time.Second-time.Since(stopped))
 	before := map[string][]string{}
 	for tn, o := range oracles {
 		before[tn] = o.snapshot()
@@ -546,6 +532,8 @@ func chaosTenantsFaults(t *testing.T, s *chaosTenantsSetup, ctx context.Context,
 		return true
 	})
 	t.Logf("every event committed before the SIGSTOP arrived %s after it", time.Since(stopped).Round(100*time.Millisecond))
+	leaseWakes(t, held, others, marks)
+	release()
 	// Stopped until every lease it held ran out, whatever the takeover
 	// took: no row claimed before the stop is still under a live lease.
 	testenv.WaitForEvery(t, 30*time.Second, 50*time.Millisecond, "the stopped relay's leases run out", func() bool {
@@ -558,6 +546,47 @@ func chaosTenantsFaults(t *testing.T, s *chaosTenantsSetup, ctx context.Context,
 	// It resumes (its late finishes fenced) and claims again while
 	// publishing goes on.
 	testenv.WaitForEvery(t, 30*time.Second, time.Millisecond, "the resumed "+relays[1].app+" claiming again", func() bool { return s.openClaims(t, relays[1]) > 0 })
+	return all
+}
+
+// leaseWakes checks that each lease-claim tenant in which the stopped
+// relay held rows (held) was parked and woken again by one of the other
+// relays after the stop (their logs from marks on): with its publisher
+// held, nothing but the sweep's "lease running out" condition wakes it.
+func leaseWakes(t *testing.T, held map[string]int, others []*chaosRelay, marks []int) {
+	t.Helper()
+	n := 0
+	for tn, rows := range held {
+		if rows == 0 {
+			continue
+		}
+		n++
+		woken := false
+		for i, r := range others {
+			woken = woken || parkedThenWoken(r.stderr.String()[marks[i]:], tn)
+		}
+		t.Logf("tenant %s: the stopped relay held %d lease-claimed rows; parked and woken by another relay: %v", tn, rows, woken)
+		if !woken {
+			t.Errorf("tenant %s: no other relay parked it and woke it while the stopped relay's leases ran out", tn)
+		}
+	}
+	if n == 0 {
+		t.Log("the stopped relay held no lease-claimed rows: the lease wake-up was not exercised in this run")
+	}
+}
+
+// chaosTenantsParked checks that the tenants published in bursts parked
+// and woke at least 3 times (those of plain SQL woken by the sweep only),
+// and logs every tenant's parks and wakes.
+func chaosTenantsParked(t *testing.T, s *chaosTenantsSetup, all []*chaosRelay) {
+	t.Helper()
+	parks, wakes, desc := parkCounts(s.names, all)
+	t.Logf("parks/wakes per tenant:%s", desc)
+	for _, tn := range s.names {
+		if chaosModes[tn] != publishSteady && (parks[tn] < 3 || wakes[tn] < 3) {
+			t.Errorf("tenant %s (%v): parked %d and woken %d times, want at least 3 each", tn, chaosModes[tn], parks[tn], wakes[tn])
+		}
+	}
 }
 
 // chaosTenantsVerdict reads what is left on the stream and judges each
@@ -598,4 +627,10 @@ func chaosTenantsVerdict(t *testing.T, ctx context.Context, stream jetstream.Str
 		sum.unexpected += r.unexpected
 	}
 	t.Logf("all tenants: %v; %d messages on the stream", sum, info.State.Msgs)
+	// Redeliveries come from the two faults only (a parked tenant's relay
+	// is stopped gracefully, its batches finished): at most what the
+	// faulted relay had claimed, per tenant its in-flight batches of 50.
+	if bound := 2 * len(s.names) * relay.DefaultInFlight * 50; sum.extra > bound {
+		t.Errorf("%d extra arrivals, more than the two faulted relays' claims could hold (%d)", sum.extra, bound)
+	}
 }

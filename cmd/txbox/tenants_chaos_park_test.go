@@ -1,0 +1,239 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/txbox/txbox"
+	"github.com/txbox/txbox/config"
+	"github.com/txbox/txbox/outbox"
+)
+
+// Parking in TestChaosTenants (docs/multi-tenant.md, "Idle tenants"):
+// the relays park a tenant idle for 1s and sweep the parked ones every
+// 1s. The test publishes to some tenants steadily and to the others in
+// bursts with pauses past the park-after, so that these park and wake
+// many times during the run; two of them get plain-SQL inserts, with no
+// NOTIFY, that only the sweep finds.
+
+// chaosPublishMode is how the test publishes to a tenant.
+type chaosPublishMode int
+
+const (
+	// publishSteady: a transaction every 50ms through the Go publisher
+	// (with its NOTIFY); the tenant does not park.
+	publishSteady chaosPublishMode = iota
+	// publishBursts: bursts of 4 transactions 50ms apart through the Go
+	// publisher, then a pause of 1.5s to 2.5s, past tenants-park-after.
+	publishBursts
+	// publishBurstsSQL: bursts as publishBursts, each transaction one
+	// plain INSERT with no NOTIFY: only the parked tenants' sweep (or a
+	// relay still running the tenant) finds its rows.
+	publishBurstsSQL
+)
+
+func (m chaosPublishMode) String() string {
+	return [...]string{"steady", "bursts", "bursts of plain SQL"}[m]
+}
+
+// chaosModes are the tenants' publish modes: three lock-claim tenants
+// steady; the other lock-claim tenants and every lease-claim tenant
+// (d3, s5, s6, s7) in bursts, s4 and s7 with plain SQL.
+var chaosModes = map[string]chaosPublishMode{
+	"d1": publishSteady, "s1": publishSteady, "s2": publishSteady,
+	"d2": publishBursts, "d3": publishBursts, "s3": publishBursts, "s5": publishBursts, "s6": publishBursts,
+	"s4": publishBurstsSQL, "s7": publishBurstsSQL,
+}
+
+// chaosPublisher publishes to one tenant until stopped.
+type chaosPublisher struct {
+	st     *config.Store
+	o      *tenantOracle
+	mode   chaosPublishMode
+	schema string // the tenant's schema, for the plain-SQL inserts
+	// gate is held during each transaction; the test holds it to pause
+	// the publisher (after the transaction under way).
+	gate sync.Mutex
+}
+
+// run publishes until stop is closed: transactions of 10 events, every
+// fourth rolled back. It returns the error that ended it, if any.
+func (p *chaosPublisher) run(ctx context.Context, stop <-chan struct{}) error {
+	pub, err := outbox.NewPublisher(p.st, outbox.Config{})
+	if err != nil {
+		return err
+	}
+	for j := 0; ; j++ {
+		wait := 50 * time.Millisecond
+		if p.mode != publishSteady && j%4 == 0 && j > 0 {
+			wait = 1500*time.Millisecond + rand.N(time.Second)
+		}
+		select {
+		case <-stop:
+			return nil
+		case <-time.After(wait):
+		}
+		p.gate.Lock()
+		if p.mode == publishBurstsSQL {
+			err = p.insertSQL(ctx, j%4 != 3)
+		} else {
+			err = p.publish(ctx, pub, j%4 != 3)
+		}
+		p.gate.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func chaosEvents() []txbox.Event {
+	evs := make([]txbox.Event, 10)
+	for i := range evs {
+		evs[i] = txbox.Event{ID: txbox.NewID(), Type: "orders", Key: fmt.Sprintf("k%d", i%7), Payload: []byte(`{"chaos":true}`)}
+	}
+	return evs
+}
+
+// publish publishes one transaction with the Go publisher, committed or
+// rolled back.
+func (p *chaosPublisher) publish(ctx context.Context, pub *outbox.Publisher, commit bool) error {
+	tx, err := p.st.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	ids, err := pub.Publish(ctx, tx.Native(), chaosEvents()...)
+	if err != nil {
+		_ = tx.Rollback(ctx)
+		return err
+	}
+	if commit {
+		err = tx.Commit(ctx)
+	} else {
+		err = tx.Rollback(ctx)
+	}
+	if err != nil {
+		// A failed commit may have committed: the oracle cannot
+		// judge these ids, and the run is not clean.
+		return fmt.Errorf("end transaction: %w", err)
+	}
+	p.o.published(ids, commit)
+	return nil
+}
+
+// insertSQL inserts one transaction's events with a plain INSERT (no
+// NOTIFY: the tables have no notify trigger), committed or rolled back.
+func (p *chaosPublisher) insertSQL(ctx context.Context, commit bool) error {
+	evs := chaosEvents()
+	ids, strs, keys := make([]txbox.ID, len(evs)), make([]string, len(evs)), make([]string, len(evs))
+	for i, ev := range evs {
+		ids[i], strs[i], keys[i] = ev.ID, ev.ID.String(), ev.Key
+	}
+	tx, err := p.st.Pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO `+p.schema+`.txbox_outbox (id, event_type, event_key, payload)
+		SELECT i::uuid, 'orders', k, $3 FROM unnest($1::text[], $2::text[]) AS u(i, k)`, strs, keys, evs[0].Payload)
+	if err != nil {
+		_ = tx.Rollback(ctx)
+		return err
+	}
+	if commit {
+		err = tx.Commit(ctx)
+	} else {
+		err = tx.Rollback(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("end transaction: %w", err)
+	}
+	p.o.published(ids, commit)
+	return nil
+}
+
+// holdBursts pauses the publishers of the tenants published in bursts
+// (after their transaction under way) and returns what resumes them.
+func holdBursts(pubs map[string]*chaosPublisher) (release func()) {
+	var held []*chaosPublisher
+	for _, p := range pubs {
+		if p.mode != publishSteady {
+			p.gate.Lock()
+			held = append(held, p)
+		}
+	}
+	return sync.OnceFunc(func() {
+		for _, p := range held {
+			p.gate.Unlock()
+		}
+	})
+}
+
+// Log lines of the tenants' supervisor: a park, and a start, which with
+// parking on is a wake (a tenant is added parked).
+const (
+	logParked  = `msg="tenant parked: idle"`
+	logStarted = `msg="tenant started"`
+)
+
+// tenantOf is the tenant= field of a log line.
+func tenantOf(line string) string {
+	_, rest, ok := strings.Cut(line, " tenant=")
+	if !ok {
+		return ""
+	}
+	tn, _, _ := strings.Cut(rest, " ")
+	return tn
+}
+
+// countTenantLines counts, per tenant, the lines of log with msg.
+func countTenantLines(log, msg string) map[string]int {
+	n := map[string]int{}
+	for line := range strings.Lines(log) {
+		if strings.Contains(line, msg) {
+			n[tenantOf(strings.TrimSpace(line))]++
+		}
+	}
+	return n
+}
+
+// parkedThenWoken says whether log parks tenant tn and later starts it.
+func parkedThenWoken(log, tn string) bool {
+	parked := false
+	for line := range strings.Lines(log) {
+		if tenantOf(strings.TrimSpace(line)) != tn {
+			continue
+		}
+		if strings.Contains(line, logParked) {
+			parked = true
+		} else if parked && strings.Contains(line, logStarted) {
+			return true
+		}
+	}
+	return false
+}
+
+// parkCounts counts the parks and wakes of each tenant in the logs of
+// every relay process of the run, and describes them.
+func parkCounts(names []string, relays []*chaosRelay) (parks, wakes map[string]int, desc string) {
+	parks, wakes = map[string]int{}, map[string]int{}
+	for _, r := range relays {
+		log := r.stderr.String()
+		for tn, n := range countTenantLines(log, logParked) {
+			parks[tn] += n
+		}
+		for tn, n := range countTenantLines(log, logStarted) {
+			wakes[tn] += n
+		}
+	}
+	var b strings.Builder
+	names = append([]string(nil), names...)
+	sort.Strings(names)
+	for _, tn := range names {
+		fmt.Fprintf(&b, " %s (%v) %d/%d;", tn, chaosModes[tn], parks[tn], wakes[tn])
+	}
+	return parks, wakes, b.String()
+}
