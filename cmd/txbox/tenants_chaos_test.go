@@ -534,6 +534,12 @@ func chaosTenantsFaults(t *testing.T, s *chaosTenantsSetup, ctx context.Context,
 		return true
 	})
 	t.Logf("every event committed before the SIGSTOP arrived %s after it", time.Since(stopped).Round(100*time.Millisecond))
+	// The stopped relay's lease-claimed rows (sent or not) are taken
+	// back by another relay once their lease ran out.
+	testenv.WaitForEvery(t, 30*time.Second, 50*time.Millisecond, "the stopped relay's lease-claimed rows recovered by another relay", func() bool {
+		return s.staleLeases(t, ctx, stores, 3*time.Second-time.Since(stopped)-200*time.Millisecond) == 0
+	})
+	t.Logf("the stopped relay's lease-claimed rows recovered %s after the stop", time.Since(stopped).Round(100*time.Millisecond))
 	leaseWakes(t, held, others, marks)
 	release()
 	// Stopped until every lease it held ran out, whatever the takeover
