@@ -200,20 +200,37 @@ func countTenantLines(log, msg string) map[string]int {
 	return n
 }
 
-// parkedThenWoken says whether log parks tenant tn and later starts it.
-func parkedThenWoken(log, tn string) bool {
-	parked := false
+// wokenAfter says whether log starts tenant tn at or after offset from,
+// parked at the time (a tenant is added parked, and parked when idle).
+func wokenAfter(log string, from int, tn string) bool {
+	parked, at := false, 0
 	for line := range strings.Lines(log) {
+		at += len(line)
 		if tenantOf(strings.TrimSpace(line)) != tn {
 			continue
 		}
-		if strings.Contains(line, logParked) {
+		switch {
+		case strings.Contains(line, logParked) || strings.Contains(line, `msg="tenant added, parked until it has work"`):
 			parked = true
-		} else if parked && strings.Contains(line, logStarted) {
-			return true
+		case strings.Contains(line, logStarted):
+			if parked && at > from {
+				return true
+			}
+			parked = false
 		}
 	}
 	return false
+}
+
+// tenantLines are the lines of log from offset from on about tenant tn.
+func tenantLines(log string, from int, tn string) string {
+	var b strings.Builder
+	for line := range strings.Lines(log[from:]) {
+		if tenantOf(strings.TrimSpace(line)) == tn {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
 }
 
 // parkCounts counts the parks and wakes of each tenant in the logs of

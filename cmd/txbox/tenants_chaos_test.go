@@ -521,6 +521,7 @@ func chaosTenantsFaults(t *testing.T, s *chaosTenantsSetup, ctx context.Context,
 	others := []*chaosRelay{relays[0], relays[2]}
 	marks := []int{len(others[0].stderr.String()), len(others[1].stderr.String())}
 	held := s.staleLeasesBy(t, ctx, stores, 3*time.Second-time.Since(stopped)-200*time.Millisecond)
+	t.Logf("publishing held %s after the stop; the stopped relay's lease-claimed rows: %v", time.Since(stopped).Round(10*time.Millisecond), held)
 	before := map[string][]string{}
 	for tn, o := range oracles {
 		before[tn] = o.snapshot()
@@ -558,9 +559,10 @@ func chaosTenantsFaults(t *testing.T, s *chaosTenantsSetup, ctx context.Context,
 }
 
 // leaseWakes checks that each lease-claim tenant in which the stopped
-// relay held rows (held) was parked and woken again by one of the other
-// relays after the stop (their logs from marks on): with its publisher
-// held, nothing but the sweep's "lease running out" condition wakes it.
+// relay held rows (held) was woken from parked by one of the other
+// relays after the stop (their logs from marks on) and before its rows
+// were recovered: with publishing held, no notification wakes it, only
+// the sweep (the stopped relay's leases running out).
 func leaseWakes(t *testing.T, held map[string]int, others []*chaosRelay, marks []int) {
 	t.Helper()
 	n := 0
@@ -569,13 +571,15 @@ func leaseWakes(t *testing.T, held map[string]int, others []*chaosRelay, marks [
 			continue
 		}
 		n++
-		woken := false
+		woken, lines := false, ""
 		for i, r := range others {
-			woken = woken || parkedThenWoken(r.stderr.String()[marks[i]:], tn)
+			log := r.stderr.String()
+			woken = woken || wokenAfter(log, marks[i], tn)
+			lines += tenantLines(log, marks[i], tn)
 		}
-		t.Logf("tenant %s: the stopped relay held %d lease-claimed rows; parked and woken by another relay: %v", tn, rows, woken)
+		t.Logf("tenant %s: the stopped relay held %d lease-claimed rows; woken from parked by another relay: %v", tn, rows, woken)
 		if !woken {
-			t.Errorf("tenant %s: no other relay parked it and woke it while the stopped relay's leases ran out", tn)
+			t.Errorf("tenant %s: no other relay woke it from parked while the stopped relay's leases ran out; their lines since the stop:\n%s", tn, lines)
 		}
 	}
 	if n == 0 {
