@@ -314,7 +314,7 @@ func (s *chaosTenantsSetup) liveLeases(t *testing.T, ctx context.Context, stores
 }
 
 // stopMidBatch stops r with SIGSTOP while it holds a lock claim and,
-// if 20 tries manage it, lease-claimed rows too; a stop that landed
+// if 40 tries manage it, lease-claimed rows too; a stop that landed
 // between batches is undone and tried again.
 func (s *chaosTenantsSetup) stopMidBatch(t *testing.T, ctx context.Context, r *chaosRelay, stores map[string]*config.Store) (stoppedAt time.Time) {
 	t.Helper()
@@ -333,12 +333,12 @@ func (s *chaosTenantsSetup) stopMidBatch(t *testing.T, ctx context.Context, r *c
 			locks, leases = s.openClaims(t, r), s.staleLeases(t, ctx, stores, 3*time.Second-time.Since(stoppedAt)-200*time.Millisecond)
 			return time.Since(stoppedAt) > 400*time.Millisecond && locks > 0 && leases > 0
 		})
-		if locks > 0 && (leases > 0 || try > 20) {
+		if locks > 0 && (leases > 0 || try > 40) {
 			t.Logf("SIGSTOPped %s holding %d lock claims and about %d lease-claimed rows (try %d)", r.app, locks, leases, try)
 			return stoppedAt
 		}
-		if try == 40 {
-			t.Fatal("40 stops all landed between batches")
+		if try == 60 {
+			t.Fatal("60 stops all landed between batches")
 		}
 		if err := r.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 			t.Fatal(err)
