@@ -509,12 +509,18 @@ func chaosTenantsFaults(t *testing.T, s *chaosTenantsSetup, ctx context.Context,
 	if err := relays[0].cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+	killed := time.Now()
 	<-relays[0].exited
 	t.Logf("SIGKILLed %s holding a claim", relays[0].app)
 	all = append(all, relays[0])
 	relays[0] = s.startRelay(t, ctx, 4)
 	all = append(all, relays...)
 	testenv.WaitForEvery(t, 30*time.Second, time.Millisecond, "the replacement "+relays[0].app+" claiming", func() bool { return s.openClaims(t, relays[0]) > 0 })
+	// The killed relay's lease-claimed rows taken back first, so that
+	// the rows claimed before the stop below are the stopped relay's.
+	testenv.WaitForEvery(t, 30*time.Second, 50*time.Millisecond, "the killed relay's lease-claimed rows recovered", func() bool {
+		return s.staleLeases(t, ctx, stores, 3*time.Second-time.Since(killed)) == 0
+	})
 	stopped := s.stopMidBatch(t, ctx, relays[1], stores)
 	release := holdAll(pubs)
 	defer release()
