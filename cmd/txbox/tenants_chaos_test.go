@@ -330,7 +330,7 @@ func (s *chaosTenantsSetup) stopMidBatch(t *testing.T, ctx context.Context, r *c
 		// milliseconds (some hundreds on a loaded machine), the stopped
 		// one's stay.
 		testenv.Within(600*time.Millisecond, 10*time.Millisecond, func() bool {
-			locks, leases = s.openClaims(t, r), s.staleLeases(t, ctx, stores, 3*time.Second-time.Since(stoppedAt)-200*time.Millisecond)
+			locks, leases = s.openClaims(t, r), s.staleLeases(t, ctx, stores, 3*time.Second-time.Since(stoppedAt))
 			return time.Since(stoppedAt) > 400*time.Millisecond && locks > 0 && leases > 0
 		})
 		if locks > 0 && (leases > 0 || try > 40) {
@@ -526,7 +526,7 @@ func chaosTenantsFaults(t *testing.T, s *chaosTenantsSetup, ctx context.Context,
 	defer release()
 	others := []*chaosRelay{relays[0], relays[2]}
 	marks := []int{len(others[0].stderr.String()), len(others[1].stderr.String())}
-	held := s.staleLeasesBy(t, ctx, stores, 3*time.Second-time.Since(stopped)-200*time.Millisecond)
+	held := s.staleLeasesBy(t, ctx, stores, 3*time.Second-time.Since(stopped))
 	t.Logf("publishing held %s after the stop; the stopped relay's lease-claimed rows: %v", time.Since(stopped).Round(10*time.Millisecond), held)
 	before := map[string][]string{}
 	for tn, o := range oracles {
@@ -544,7 +544,7 @@ func chaosTenantsFaults(t *testing.T, s *chaosTenantsSetup, ctx context.Context,
 	// The stopped relay's lease-claimed rows (sent or not) are taken
 	// back by another relay once their lease ran out.
 	testenv.WaitForEvery(t, 30*time.Second, 50*time.Millisecond, "the stopped relay's lease-claimed rows recovered by another relay", func() bool {
-		return s.staleLeases(t, ctx, stores, 3*time.Second-time.Since(stopped)-200*time.Millisecond) == 0
+		return s.staleLeases(t, ctx, stores, 3*time.Second-time.Since(stopped)) == 0
 	})
 	t.Logf("the stopped relay's lease-claimed rows recovered %s after the stop", time.Since(stopped).Round(100*time.Millisecond))
 	leaseWakes(t, held, others, marks)
