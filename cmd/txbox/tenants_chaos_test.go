@@ -428,11 +428,14 @@ func consumeTenants(t *testing.T, ctx context.Context, stream jetstream.Stream, 
 
 // TestChaosTenants (issue 31): three relay processes serve ten tenants
 // (three databases, seven schemas; lock claims and lease claims) while
-// the test publishes to every tenant, some transactions rolled back. One
+// the test publishes to every tenant, some transactions rolled back,
+// to six of them in bursts (two with plain SQL, no NOTIFY) so that they
+// park and wake many times (tenants-park-after and the sweep 1s). One
 // relay is SIGKILLed and replaced; another is SIGSTOPped with claims
 // open, past its 3s lease, and resumed. Per tenant, the oracle finds
 // nothing lost and nothing unexpected (no rolled-back event arrives);
-// each message's subject and txbox-tenant header name the same tenant.
+// each message's subject and txbox-tenant header name the same tenant;
+// the bursty tenants parked and woke at least 3 times each.
 func TestChaosTenants(t *testing.T) {
 	if !testenv.Chaos(t, "long chaos run") {
 		return
