@@ -109,6 +109,18 @@ func (p *chaosPublisher) publish(ctx context.Context, pub *outbox.Publisher, com
 		return err
 	}
 	ids, err := pub.Publish(ctx, tx.Native(), chaosEvents()...)
+	return p.end(ctx, tx, ids, err, commit)
+}
+
+// chaosTx is a transaction of the Go publisher's or of pgx.
+type chaosTx interface {
+	Commit(ctx context.Context) error
+	Rollback(ctx context.Context) error
+}
+
+// end ends tx, which wrote ids unless err: rolled back on err, else
+// committed or rolled back as commit says, and tells the oracle.
+func (p *chaosPublisher) end(ctx context.Context, tx chaosTx, ids []txbox.ID, err error, commit bool) error {
 	if err != nil {
 		_ = tx.Rollback(ctx)
 		return err
@@ -141,20 +153,7 @@ func (p *chaosPublisher) insertSQL(ctx context.Context, commit bool) error {
 	}
 	_, err = tx.Exec(ctx, `INSERT INTO `+p.schema+`.txbox_outbox (id, event_type, event_key, payload)
 		SELECT i::uuid, 'orders', k, $3 FROM unnest($1::text[], $2::text[]) AS u(i, k)`, strs, keys, evs[0].Payload)
-	if err != nil {
-		_ = tx.Rollback(ctx)
-		return err
-	}
-	if commit {
-		err = tx.Commit(ctx)
-	} else {
-		err = tx.Rollback(ctx)
-	}
-	if err != nil {
-		return fmt.Errorf("end transaction: %w", err)
-	}
-	p.o.published(ids, commit)
-	return nil
+	return p.end(ctx, tx, ids, err, commit)
 }
 
 // holdAll pauses every publisher (after its transaction under way) and
