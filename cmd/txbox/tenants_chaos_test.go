@@ -460,8 +460,9 @@ func TestChaosTenants(t *testing.T) {
 	var wg sync.WaitGroup
 	pubs := map[string]*chaosPublisher{}
 	for tn, st := range stores {
-		pubs[tn] = &chaosPublisher{st: st, o: oracles[tn], mode: chaosModes[tn], schema: s.schemas[tn]}
-		wg.Go(func() { errs <- pubs[tn].run(ctx, stop) })
+		p := &chaosPublisher{st: st, o: oracles[tn], mode: chaosModes[tn], schema: s.schemas[tn]}
+		pubs[tn] = p
+		wg.Go(func() { errs <- p.run(ctx, stop) })
 	}
 	stopPublishing := sync.OnceFunc(func() { close(stop); wg.Wait() })
 	t.Cleanup(stopPublishing)
