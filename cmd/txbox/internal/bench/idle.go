@@ -180,12 +180,43 @@ func idleTexts(from, to map[string]int64, max int) string {
 // proxy counts only the relay). cleanup drops the database; call it
 // even on error.
 func (r *runner) idleDatabase(ctx context.Context, proxyAddr string) (name, cfg string, cleanup func(), err error) {
-	name = uniqueName("bench_idle_")
+	return r.proxiedDatabase(ctx, "bench_idle_", proxyAddr, r.idleConfig)
+}
+
+// proxiedDatabase creates a database of the scenario's own (ownDatabase),
+// migrates it directly with the configuration write makes, and returns
+// the configuration write makes on the DSN through the counting proxy.
+// cleanup drops the database; call it even on error.
+func (r *runner) proxiedDatabase(ctx context.Context, prefix, proxyAddr string,
+	write func(file, dsn string, tgt target) (string, error)) (name, cfg string, cleanup func(), err error) {
+	name, dsn, tgt, cleanup, err := r.ownDatabase(ctx, prefix, "the scenario's database")
+	if err != nil {
+		return "", "", cleanup, err
+	}
+	direct, err := write(name+"_migrate", dsn, tgt)
+	if err != nil {
+		return "", "", cleanup, err
+	}
+	if err := r.migrate(ctx, direct); err != nil {
+		return "", "", cleanup, err
+	}
+	proxied, err := proxiedDSN(dsn, proxyAddr)
+	if err != nil {
+		return "", "", cleanup, err
+	}
+	cfg, err = write(name, proxied, tgt)
+	return name, cfg, cleanup, err
+}
+
+// ownDatabase creates a database of the scenario's own (its name starts
+// with prefix) and a NATS target. cleanup closes the target and drops the
+// database; call it even on error.
+func (r *runner) ownDatabase(ctx context.Context, prefix, what string) (name, dsn string, tgt target, cleanup func(), err error) {
+	name = uniqueName(prefix)
 	cleanup = func() {}
 	if _, err := r.db.pool.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		return "", "", cleanup, fmt.Errorf("create the idle database: %w", err)
+		return "", "", nil, cleanup, fmt.Errorf("create %s: %w", what, err)
 	}
-	var tgt target
 	cleanup = func() {
 		if tgt != nil {
 			tgt.close()
@@ -199,26 +230,11 @@ func (r *runner) idleDatabase(ctx context.Context, proxyAddr string) (name, cfg 
 			return err
 		}, name)
 	}
-	dsn, err := dsnWithDatabase(r.o.DSN, name)
-	if err != nil {
-		return "", "", cleanup, err
+	if dsn, err = dsnWithDatabase(r.o.DSN, name); err != nil {
+		return "", "", nil, cleanup, err
 	}
-	if tgt, err = r.br.newTarget(ctx, "nats"); err != nil {
-		return "", "", cleanup, err
-	}
-	direct, err := r.idleConfig(name+"_migrate", dsn, tgt)
-	if err != nil {
-		return "", "", cleanup, err
-	}
-	if err := r.migrate(ctx, direct); err != nil {
-		return "", "", cleanup, err
-	}
-	proxied, err := proxiedDSN(dsn, proxyAddr)
-	if err != nil {
-		return "", "", cleanup, err
-	}
-	cfg, err = r.idleConfig(name, proxied, tgt)
-	return name, cfg, cleanup, err
+	tgt, err = r.br.newTarget(ctx, "nats")
+	return name, dsn, tgt, cleanup, err
 }
 
 // idleConfig writes a relay configuration on dsn with only the idle

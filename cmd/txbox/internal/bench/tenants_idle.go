@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/txbox/txbox/internal/testenv/pgdrop"
 )
 
 // The tenants-idle scenario (docs/multi-tenant.md, "Idle tenants"): one
@@ -163,44 +161,10 @@ func tenantsIdleSchema(i int) string { return fmt.Sprintf("tidle_%04d", i) }
 // that plain-SQL inserts wake their tenant, and writes the relay's
 // configuration through the proxy.
 func (r *runner) tenantsIdleDatabase(ctx context.Context, proxyAddr string, n int) (name, cfg string, cleanup func(), err error) {
-	name = uniqueName("bench_tidle_")
-	cleanup = func() {}
-	if _, err := r.db.pool.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		return "", "", cleanup, fmt.Errorf("create the tenants-idle database: %w", err)
-	}
-	var tgt target
-	cleanup = func() {
-		if tgt != nil {
-			tgt.close()
-		}
-		c, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_ = pgdrop.DropDatabase(c, func(ctx context.Context, q string, args ...any) error {
-			_, err := r.db.pool.Exec(ctx, q, args...)
-			return err
-		}, name)
-	}
-	dsn, err := dsnWithDatabase(r.o.DSN, name)
-	if err != nil {
-		return "", "", cleanup, err
-	}
-	if tgt, err = r.br.newTarget(ctx, "nats"); err != nil {
-		return "", "", cleanup, err
-	}
 	r.p.begin(fmt.Sprintf("tenants-idle: migrating %d tenant schemas", n))
-	direct, err := r.tenantsIdleConfig(name+"_migrate", dsn, tgt, n)
-	if err != nil {
-		return "", "", cleanup, err
-	}
-	if err := r.migrate(ctx, direct); err != nil {
-		return "", "", cleanup, err
-	}
-	proxied, err := proxiedDSN(dsn, proxyAddr)
-	if err != nil {
-		return "", "", cleanup, err
-	}
-	cfg, err = r.tenantsIdleConfig(name, proxied, tgt, n)
-	return name, cfg, cleanup, err
+	return r.proxiedDatabase(ctx, "bench_tidle_", proxyAddr, func(file, dsn string, tgt target) (string, error) {
+		return r.tenantsIdleConfig(file, dsn, tgt, n)
+	})
 }
 
 // tenantsIdleConfig writes the configuration of n schema tenants with one
