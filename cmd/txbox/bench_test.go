@@ -66,7 +66,7 @@ func TestBenchQuick(t *testing.T) {
 	t.Parallel()
 	testenv.RequireTCP(t, "PostgreSQL", testenv.PostgresAddr)
 	testenv.RequireTCP(t, "NATS", strings.TrimPrefix(testenv.NATSURL, "nats://"))
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	out := filepath.Join(t.TempDir(), "results")
 	scen := []string{"publish", "drain", "pickup", "idle", "watermill", "fanout", "tenants", "tenants-idle"}

@@ -31,6 +31,13 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	setRelayGC()
+	// From here a SIGHUP is the relay's (a relay with tenants lists them
+	// again, one without logs it), not Go's default, which exits at once;
+	// registered before "relay started" is logged, which a supervisor may
+	// take as the time to send it.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	stopProfile, err := cpuprofile.Start(*profile)
 	if err != nil {
 		return err
@@ -58,7 +65,7 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	}
 	defer stopTracing(ctx)
 	if cfg.HasTenants() {
-		return runTenantRelays(ctx, e, &cf, cfg, log, tp, *migrate)
+		return runTenantRelays(ctx, e, &cf, cfg, log, tp, *migrate, hup)
 	}
 	st, err := openRelayStore(ctx, cfg, e, log, *migrate)
 	if err != nil {
@@ -92,19 +99,17 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	log.Info("relay started", "dialect", st.Dialect(), "event_types", cfg.EventTypes(), "senders", sortedKeys(senders))
-	waitIgnoringHangup(ctx, log)
+	waitIgnoringHangup(ctx, hup, log)
 	defer stopAdmin()
 	return stopRelay(ctx, e, r, cfg.Relay.ShutdownTimeout, log)
 }
 
-// waitIgnoringHangup waits for ctx to end. A SIGHUP meanwhile is logged
-// and otherwise ignored: a relay without tenants has nothing to re-read
-// (a relay with tenants lists them again), and Go's default for SIGHUP,
-// exiting at once, would leave its claimed rows to their leases.
-func waitIgnoringHangup(ctx context.Context, log *slog.Logger) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+// waitIgnoringHangup waits for ctx to end. A SIGHUP (on hup) meanwhile
+// is logged and otherwise ignored: a relay without tenants has nothing
+// to re-read (a relay with tenants lists them again), and Go's default
+// for SIGHUP, exiting at once, would leave its claimed rows to their
+// leases.
+func waitIgnoringHangup(ctx context.Context, hup <-chan os.Signal, log *slog.Logger) {
 	for {
 		select {
 		case <-hup:

@@ -9,9 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -97,7 +95,7 @@ func (u *tenantUnit) Stop(ctx context.Context) error {
 }
 
 // runTenantRelays is runRelay for a configuration with tenants.
-func runTenantRelays(ctx context.Context, e *env, cf *configFlags, cfg *config.Config, log *slog.Logger, tp *sdktrace.TracerProvider, migrate bool) error {
+func runTenantRelays(ctx context.Context, e *env, cf *configFlags, cfg *config.Config, log *slog.Logger, tp *sdktrace.TracerProvider, migrate bool, hup <-chan os.Signal) error {
 	senders, err := cfg.OpenSenders(ctx, e.getenv, log)
 	if err != nil {
 		return err
@@ -144,9 +142,6 @@ func runTenantRelays(ctx context.Context, e *env, cf *configFlags, cfg *config.C
 		return err
 	}
 	defer stopAdmin()
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	st, _ := sup.Status()
 	log.Info("relay started", "tenants", len(st), "senders", sortedKeys(senders))
 	for ctx.Err() == nil {

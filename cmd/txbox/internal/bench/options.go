@@ -118,7 +118,7 @@ func (o *Options) applyQuick(set map[string]bool) {
 		"relays":            func() { o.Relays = []int{1, 2} },
 		"pickup-duration":   func() { o.PickupFor = time.Second },
 		"idle-window":       func() { o.IdleWindow = 3 * time.Second },
-		"idle-tenants":      func() { o.IdleTenants = 20 },
+		"idle-tenants":      func() { o.IdleTenants = 5 },
 		"publish-ops":       func() { o.PublishOps = 40 },
 		"inbox-messages":    func() { o.InboxMessages = 200 },
 		"watermill-backlog": func() { o.WatermillN = 1000 },
