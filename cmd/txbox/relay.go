@@ -31,13 +31,8 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	setRelayGC()
-	// From here a SIGHUP is the relay's (a relay with tenants lists them
-	// again, one without logs it), not Go's default, which exits at once;
-	// registered before "relay started" is logged, which a supervisor may
-	// take as the time to send it.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+	hup, stopHup := notifyHangup()
+	defer stopHup()
 	stopProfile, err := cpuprofile.Start(*profile)
 	if err != nil {
 		return err
@@ -102,6 +97,16 @@ func runRelay(ctx context.Context, e *env, args []string) error {
 	waitIgnoringHangup(ctx, hup, log)
 	defer stopAdmin()
 	return stopRelay(ctx, e, r, cfg.Relay.ShutdownTimeout, log)
+}
+
+// notifyHangup makes SIGHUP the relay's (a relay with tenants lists them
+// again, one without logs it), not Go's default, which exits at once. The
+// relay registers it before it logs "relay started", which a supervisor
+// may take as the time to send one.
+func notifyHangup() (<-chan os.Signal, func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	return hup, func() { signal.Stop(hup) }
 }
 
 // waitIgnoringHangup waits for ctx to end. A SIGHUP (on hup) meanwhile
