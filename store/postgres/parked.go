@@ -352,14 +352,19 @@ func (w *ParkedWatch) apply(ctx context.Context, conn *pgx.Conn, watched map[str
 	for key, pw := range pending {
 		if pw == nil {
 			delete(watched, key)
-			continue
+		} else {
+			watched[key] = pw
 		}
-		watched[key] = pw
-		pw.done <- nil
 	}
 	w.mu.Lock()
 	w.watched = len(watched)
 	w.mu.Unlock()
+	// Only now: a Watch that returns sees itself counted by Watched.
+	for _, pw := range pending {
+		if pw != nil {
+			pw.done <- nil
+		}
+	}
 	return nil
 }
 
