@@ -97,7 +97,7 @@ func TestParkedWatch(t *testing.T) {
 	}
 
 	exec(t, ctx, admin, fmt.Sprintf(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '%s'`, app))
-	waitFor(t, 10*time.Second, "the watch to reconnect", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the watch to reconnect", func() bool {
 		var n int
 		err := admin.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&n)
 		return err == nil && n == 1 && w.Err() == ""
@@ -165,13 +165,3 @@ func drain(wakes <-chan string) {
 	}
 }
 
-func waitFor(t *testing.T, within time.Duration, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
