@@ -164,4 +164,3 @@ func drain(wakes <-chan string) {
 		}
 	}
 }
-
