@@ -54,6 +54,13 @@ type TenantStatus struct {
 	// run. The same pointer for as long as the same relay of the tenant
 	// runs: a handler caches each tenant's counts per pointer.
 	Config *Config
+	// Hold, when set, keeps the tenant's relay and store from stopping
+	// while a request uses Config: the handler calls it before serving
+	// a route or counting the tenant, and calls release when done. ok
+	// false: the relay is stopping (parked, removed, changed), and the
+	// route answers 503 with Retry-After 1 instead of failing on a
+	// closed store. Nil: the tenant's Config outlives every request.
+	Hold func() (release func(), ok bool)
 }
 
 // Defaults of GET /api/v1/tenants.
@@ -209,8 +216,25 @@ func (h *Handler) tenantRoute(rt apiRoute) http.Handler {
 				"tenant %q is not running (state %s); GET %s/tenants shows its state and error", name, st.State, apiPrefix), nil)
 			return
 		}
+		release, ok := hold(st)
+		if !ok {
+			h.forget(name)
+			w.Header().Set("Retry-After", "1")
+			writeProblem(w, r, http.StatusServiceUnavailable, fmt.Sprintf(
+				"tenant %q is stopping (parked, removed or changed); retry in a second", name), nil)
+			return
+		}
+		defer release()
 		rt.serve(h.scope(st)).ServeHTTP(w, r)
 	})
+}
+
+// hold holds st's relay running for a request (TenantStatus.Hold).
+func hold(st TenantStatus) (release func(), ok bool) {
+	if st.Hold == nil {
+		return func() {}, true
+	}
+	return st.Hold()
 }
 
 // tenantParams are the parameters GET /api/v1/tenants accepts.
@@ -273,10 +297,15 @@ func (h *Handler) countTenants(ctx context.Context, list []TenantStatus, views [
 			h.forget(st.Name)
 			continue
 		}
+		release, ok := hold(st)
+		if !ok {
+			views[i].CountsError = "the tenant is stopping"
+			continue
+		}
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
-			defer func() { <-sem; wg.Done() }()
+			defer func() { release(); <-sem; wg.Done() }()
 			h.scope(st).tenantCounts(ctx, &views[i])
 		}()
 	}

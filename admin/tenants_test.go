@@ -144,3 +144,58 @@ func TestDashboardTenantPicker(t *testing.T) {
 			res.TenantFirstDeadLetters, res.TenantPickedDeadLetter, res.TenantOtherDeadLetter)
 	}
 }
+
+// TestTenantStoppingAnswers503: a tenant whose Hold refuses (its relay is
+// stopping: parked, removed, changed) gets a 503 with Retry-After 1 on
+// its routes and a counts error in the listing, never a request on its
+// closing store; a held route releases its hold when it is answered.
+func TestTenantStoppingAnswers503(t *testing.T) {
+	t.Parallel()
+	released := make(chan struct{}, 1)
+	src := &fakeTenants{list: []admin.TenantStatus{
+		{Name: "going", State: "running", Config: &admin.Config{}, Hold: func() (func(), bool) { return nil, false }},
+		{Name: "here", State: "running", Config: &admin.Config{Store: storeharness.SQLiteDriver(t)},
+			Hold: func() (func(), bool) { return func() { released <- struct{}{} }, true }},
+	}}
+	h, err := admin.New(admin.Config{Tenants: src, ReadToken: readToken, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	get := func(path string) (*http.Response, []byte) {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer "+readToken)
+		res, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res, b
+	}
+	res, body := get("/api/v1/tenants/going/dead-letters")
+	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") != "1" || !strings.Contains(string(body), "stopping") {
+		t.Errorf("a stopping tenant's route: %d Retry-After %q %s, want 503, Retry-After 1, stopping", res.StatusCode, res.Header.Get("Retry-After"), body)
+	}
+	res, body = get("/api/v1/tenants/here/dead-letters/count")
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("a held tenant's route: %d %s", res.StatusCode, body)
+	}
+	select {
+	case <-released:
+	default:
+		t.Error("the held route did not release its hold")
+	}
+	_, body = get("/api/v1/tenants")
+	var page admin.TenantPage
+	if err := json.Unmarshal(body, &page); err != nil || len(page.Tenants) != 2 {
+		t.Fatalf("listing: %v %s", err, body)
+	}
+	if page.Tenants[0].CountsError != "the tenant is stopping" || page.Tenants[0].DeadLetters != nil {
+		t.Errorf("a stopping tenant in the listing: %+v, want a counts error and no counts", page.Tenants[0])
+	}
+	if page.Tenants[1].CountsError != "" || page.Tenants[1].DeadLetters == nil {
+		t.Errorf("a held tenant in the listing: %+v, want its counts", page.Tenants[1])
+	}
+}

@@ -75,6 +75,9 @@ type tenantUnit struct {
 	unregister func()
 	// work tells when the relay last had work (tenants.Idler).
 	work *activity
+	// gate holds the relay and store open for admin requests.
+	gate useGate
+	log  *slog.Logger
 }
 
 // IdleSince is when the tenant's relay last had work (tenants.Idler).
@@ -82,9 +85,13 @@ func (u *tenantUnit) IdleSince() time.Time { return u.work.since() }
 
 func (u *tenantUnit) Start(ctx context.Context) error { return u.r.Start(context.WithoutCancel(ctx)) }
 
-// Stop stops the tenant's relay gracefully within ctx, then closes its
+// Stop waits (within ctx) for the admin requests using the tenant to
+// end, stops the tenant's relay gracefully within ctx, then closes its
 // store and removes its metrics.
 func (u *tenantUnit) Stop(ctx context.Context) error {
+	if !u.gate.close(ctx) {
+		u.log.Warn("tenant stopping with admin requests still using it: the stop's deadline passed")
+	}
 	err := u.r.Stop(ctx)
 	if errors.Is(err, relay.ErrNotStarted) {
 		err = nil
@@ -226,7 +233,8 @@ func (tr *tenantRelays) open(ctx context.Context, spec tenants.Spec) (tenants.Un
 	if tr.migrate {
 		tr.markMigrated(spec.Name)
 	}
-	u := &tenantUnit{name: spec.Name, st: st, unregister: func() {}, work: newActivity()}
+	u := &tenantUnit{name: spec.Name, st: st, unregister: func() {}, work: newActivity(), log: log}
+	u.gate.onUse = u.work.touch
 	rc := cfg.RelayConfig(st, tr.senders, tr.log)
 	rc.Hooks = append(rc.Hooks, u.work)
 	rec := tenantAdminHooks(cfg, &rc)

@@ -52,8 +52,8 @@ func (ta tenantAdmin) Tenant(name string) (admin.TenantStatus, bool) {
 func (ta tenantAdmin) status(st tenants.Status) admin.TenantStatus {
 	out := admin.TenantStatus{Name: st.Name, State: string(st.State), Since: st.Since, Err: st.Err, Failures: st.Failures, NextTry: st.NextTry}
 	if u, ok := ta.sup.Unit(st.Name); ok {
-		if tu, ok := u.(*tenantUnit); ok {
-			out.Config = tu.admin
+		if tu, ok := u.(*tenantUnit); ok && tu.admin != nil {
+			out.Config, out.Hold = tu.admin, tu.gate.enter
 		}
 	}
 	return out
