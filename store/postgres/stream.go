@@ -170,9 +170,9 @@ func streamError(err error) error {
 // askEvery for that. The connection's TCP keepalive and TCP_USER_TIMEOUT
 // (liveDial) fail it at the kernel's level too, status writes included.
 type pgStream struct {
-	d        *Driver
-	conn     *pgconn.PgConn
-	dec      *streamDecoder // the reader's own; nil with fan
+	d    *Driver
+	conn *pgconn.PgConn
+	dec  *streamDecoder // the reader's own; nil with fan
 	// fan is the shared slot this connection streams for its tenants,
 	// nil for a stream of one driver.
 	fan      *sharedStream
