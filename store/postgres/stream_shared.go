@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -230,6 +231,13 @@ func (sh *sharedStream) run(cur *pgStream) {
 	for {
 		<-cur.dead
 		err := cur.failure()
+		// No connection until the next is up: ServerPID says 0, which
+		// the relay's holder check takes as not known yet.
+		sh.mu.Lock()
+		if sh.cur == cur {
+			sh.cur = nil
+		}
+		sh.mu.Unlock()
 		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = cur.Close(cctx)
 		cancel()
@@ -464,26 +472,30 @@ func (d *Driver) sharedFloor(ctx context.Context, attached map[string]bool) (flo
 			rows.Close()
 			return 0, false, nil
 		}
-		union = append(union, `(SELECT confirmed_lsn::text FROM `+pgx.Identifier{nsp, d.prefix + walStateTable}.Sanitize()+` WHERE slot_name = $1)`)
+		union = append(union, `SELECT (SELECT confirmed_lsn FROM `+pgx.Identifier{nsp, d.prefix + walStateTable}.Sanitize()+` WHERE slot_name = $1) AS l`)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return 0, false, err
 	}
-	for _, q := range union {
-		var lsn *string
-		if err := d.pool.QueryRow(ctx, `SELECT `+q, d.wal.Slot).Scan(&lsn); err != nil {
-			return 0, false, err
-		}
-		if lsn == nil {
-			return 0, false, nil
-		}
-		p, err := pglogrepl.ParseLSN(*lsn)
-		if err != nil {
-			return 0, false, err
-		}
-		floor = min(floor, uint64(p))
+	if len(union) == 0 {
+		return floor, true, nil
 	}
+	// One query for every schema not attached: a row missing holds the
+	// slot, as a table without a state table does.
+	var missing int
+	var least *string
+	if err := d.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE l IS NULL), min(l)::text FROM (`+strings.Join(union, " UNION ALL ")+`) s`, d.wal.Slot).Scan(&missing, &least); err != nil {
+		return 0, false, err
+	}
+	if missing > 0 || least == nil {
+		return 0, false, nil
+	}
+	p, err := pglogrepl.ParseLSN(*least)
+	if err != nil {
+		return 0, false, err
+	}
+	floor = min(floor, uint64(p))
 	return floor, true, nil
 }
 
