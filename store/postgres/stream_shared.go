@@ -252,6 +252,12 @@ func (sh *sharedStream) run(cur *pgStream) {
 			sh.die(cerr)
 			return
 		}
+		if sh.failure() != nil { // the last view closed meanwhile
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = next.Close(cctx)
+			cancel()
+			return
+		}
 		cur = next
 	}
 }
