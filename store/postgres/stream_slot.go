@@ -444,65 +444,25 @@ func deref(s *string, def string) string {
 }
 
 // ensurePublication creates the publication, or alters an existing one to
-// the shape WAL mode needs.
+// the shape WAL mode needs. A shared one (WALConfig.Shared) gets the
+// outbox table added, the other schemas' tables left in place; a table
+// there with another row filter is dropped and added again in one
+// transaction.
 func (d *Driver) ensurePublication(ctx context.Context) error {
 	pub := pgx.Identifier{d.wal.Publication}.Sanitize()
 	outbox := d.table(d.tables.Outbox)
-	if d.wal.Shared {
-		return d.ensureSharedPublication(ctx, pub, outbox)
-	}
-	var exists, shaped bool
-	err := d.pool.QueryRow(ctx, `
-SELECT count(*) > 0,
-       coalesce(bool_and(NOT p.puballtables AND p.pubinsert AND NOT p.pubupdate AND NOT p.pubdelete AND NOT p.pubtruncate
-           AND NOT EXISTS (SELECT 1 FROM pg_publication_namespace pn WHERE pn.pnpubid = p.oid)
-           AND (SELECT count(*) FROM pg_publication_rel pr WHERE pr.prpubid = p.oid) = 1
-           AND EXISTS (SELECT 1 FROM pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid = to_regclass($2)
-                       AND pg_get_expr(pr.prqual, pr.prrelid) = '(stream_pos IS NULL)')), false)
-FROM pg_publication p WHERE p.pubname = $1`, d.wal.Publication, outbox).Scan(&exists, &shaped)
-	if err != nil {
-		return translate("create stream: read publication", err)
-	}
-	if shaped {
-		return nil
-	}
-	if !exists {
-		_, err := d.pool.Exec(ctx, `CREATE PUBLICATION `+pub+` FOR TABLE `+outbox+` WHERE (stream_pos IS NULL) WITH (publish = 'insert')`)
-		var pe *pgconn.PgError
-		if err == nil {
-			return nil
-		}
-		if !errors.As(err, &pe) || pe.Code != "42710" { // duplicate_object: another migrate created it meanwhile
-			return translate("create stream: create publication", err)
-		}
-	}
-	tx, err := d.pool.Begin(ctx)
-	if err != nil {
-		return translate("create stream: alter publication", err)
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	if _, err := tx.Exec(ctx, `ALTER PUBLICATION `+pub+` SET TABLE `+outbox+` WHERE (stream_pos IS NULL)`); err != nil {
-		return translate("create stream: alter publication", err)
-	}
-	if _, err := tx.Exec(ctx, `ALTER PUBLICATION `+pub+` SET (publish = 'insert')`); err != nil {
-		return translate("create stream: alter publication", err)
-	}
-	return translate("create stream: alter publication", tx.Commit(ctx))
-}
-
-// ensureSharedPublication creates the shared publication with the outbox
-// table, or adds the table to it, leaving the other schemas' tables in
-// place (WALConfig.Shared). A table that is there with another row filter
-// is dropped and added again in one transaction.
-func (d *Driver) ensureSharedPublication(ctx context.Context, pub, outbox string) error {
 	var exists, listed, shaped bool
+	// A shared publication (WALConfig.Shared) holds the other schemas'
+	// outbox tables too: only this one's is checked.
 	err := d.pool.QueryRow(ctx, `
 SELECT count(*) > 0,
        coalesce(bool_or(EXISTS (SELECT 1 FROM pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid = to_regclass($2))), false),
        coalesce(bool_and(NOT p.puballtables AND p.pubinsert AND NOT p.pubupdate AND NOT p.pubdelete AND NOT p.pubtruncate
+           AND ($3 OR NOT EXISTS (SELECT 1 FROM pg_publication_namespace pn WHERE pn.pnpubid = p.oid)
+               AND (SELECT count(*) FROM pg_publication_rel pr WHERE pr.prpubid = p.oid) = 1)
            AND EXISTS (SELECT 1 FROM pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid = to_regclass($2)
                        AND pg_get_expr(pr.prqual, pr.prrelid) = '(stream_pos IS NULL)')), false)
-FROM pg_publication p WHERE p.pubname = $1`, d.wal.Publication, outbox).Scan(&exists, &listed, &shaped)
+FROM pg_publication p WHERE p.pubname = $1`, d.wal.Publication, outbox, d.wal.Shared).Scan(&exists, &listed, &shaped)
 	if err != nil {
 		return translate("create stream: read publication", err)
 	}
@@ -524,13 +484,17 @@ FROM pg_publication p WHERE p.pubname = $1`, d.wal.Publication, outbox).Scan(&ex
 		return translate("create stream: alter publication", err)
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
-	if listed {
-		if _, err := tx.Exec(ctx, `ALTER PUBLICATION `+pub+` DROP TABLE `+outbox); err != nil {
-			return translate("create stream: alter publication", err)
+	alter := []string{`SET TABLE ` + outbox + ` WHERE (stream_pos IS NULL)`}
+	if d.wal.Shared { // the others' tables stay
+		alter = []string{`ADD TABLE ` + outbox + ` WHERE (stream_pos IS NULL)`}
+		if listed {
+			alter = append([]string{`DROP TABLE ` + outbox}, alter...)
 		}
 	}
-	if _, err := tx.Exec(ctx, `ALTER PUBLICATION `+pub+` ADD TABLE `+outbox+` WHERE (stream_pos IS NULL)`); err != nil {
-		return translate("create stream: alter publication", err)
+	for _, a := range alter {
+		if _, err := tx.Exec(ctx, `ALTER PUBLICATION `+pub+` `+a); err != nil {
+			return translate("create stream: alter publication", err)
+		}
 	}
 	if _, err := tx.Exec(ctx, `ALTER PUBLICATION `+pub+` SET (publish = 'insert')`); err != nil {
 		return translate("create stream: alter publication", err)
