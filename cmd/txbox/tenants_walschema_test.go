@@ -22,7 +22,8 @@ import (
 // creates the slot for the first schema and joins the others to it; one
 // relay streams it over one replication connection and delivers each
 // schema's events with its tenant's header, a transaction that emitted
-// into two schemas included. A tenant removed at run time holds the slot
+// into two schemas included; a tenant with a database of its own streams
+// its own slot next to them. A tenant removed at run time holds the slot
 // back at its position: what is emitted into its schema meanwhile is
 // delivered when it comes back. A tenant added before migrate joined it
 // streams once `txbox migrate --tenant` did. Every event is delivered
@@ -36,12 +37,23 @@ func TestRelayServesSchemaTenantsWAL(t *testing.T) {
 	for _, tn := range []string{"s1", "s2", "s3", "s4"} {
 		schemas[tn] = testenv.PostgresSchema(t, admin)
 	}
+	// d1 is a tenant with a database of its own, next to the schemas: it
+	// streams a slot of its own (slot_d1).
+	d1db := fmt.Sprintf("txs_%s_d1", uniq)
+	if _, err := admin.Exec("CREATE DATABASE " + d1db); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = admin.Exec("DROP DATABASE IF EXISTS " + d1db + " WITH (FORCE)") })
+	d1dsn := strings.Replace(testenv.PostgresURL, "/test?", "/"+d1db+"?", 1)
 	slot, pub := "txs_"+uniq+"_slot", "txs_"+uniq+"_pub"
 	t.Cleanup(func() {
 		dropSlots(t, admin, slot)
 		_, _ = admin.Exec("DROP PUBLICATION IF EXISTS " + pub)
 	})
-	if _, err := admin.Exec(fmt.Sprintf(`CREATE TABLE %s.tenants (name text, schema text)`, base)); err != nil {
+	if _, err := admin.Exec(fmt.Sprintf(`CREATE TABLE %s.tenants (name text, schema text, dsn text)`, base)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(fmt.Sprintf(`INSERT INTO %s.tenants VALUES ('d1', NULL, $1)`, base), d1dsn); err != nil {
 		t.Fatal(err)
 	}
 	addTenant := func(tn string) {
@@ -59,7 +71,7 @@ senders: { hooks: { type: webhook, url: %q } }
 defaults: { polling: { min-delay: 5ms, max-delay: 200ms } }
 events: { orders: {} }
 relay: { shutdown-timeout: 10s }
-tenants-query: "SELECT name, schema FROM %s.tenants"
+tenants-query: "SELECT name, schema, dsn FROM %s.tenants"
 tenants-interval: 1s
 `, testenv.PostgresURL, slot, pub, hook.srv.URL+"/in", base)
 	cfgPath := filepath.Join(t.TempDir(), "txbox.yaml")
@@ -67,20 +79,20 @@ tenants-interval: 1s
 		t.Fatal(err)
 	}
 	code, out, errOut := runInProcess(t, nil, "migrate", "--config", cfgPath)
-	if code != exitOK || strings.Count(out, "migrated tenant ") != 3 || strings.Count(out, "WAL mode: created the slot "+slot) != 1 ||
-		strings.Count(out, "joined the shared slot "+slot) != 2 {
+	if code != exitOK || strings.Count(out, "migrated tenant ") != 4 || strings.Count(out, "WAL mode: created the slot "+slot)-strings.Count(out, "created the slot "+slot+"_") != 1 ||
+		strings.Count(out, "joined the shared slot "+slot) != 2 || !strings.Contains(out, "tenant d1: WAL mode: created the slot "+slot+"_d1") {
 		t.Fatalf("migrate: %d\n%s\n%s", code, out, errOut)
 	}
 	code, out, errOut = runInProcess(t, nil, "config", "check", "--config", cfgPath, "--connect")
-	if code != exitOK || strings.Count(out, "ok: connected; wal_level logical, the slot present") != 3 ||
-		lineOf(out, "s2", slot+" (shared)", "ok: connected") == "" {
+	if code != exitOK || strings.Count(out, "ok: connected; wal_level logical, the slot present") != 4 ||
+		lineOf(out, "s2", slot+" (shared)", "ok: connected") == "" || lineOf(out, "d1", slot+"_d1", "ok: connected") == "" {
 		t.Fatalf("config check --connect: %d\n%s\n%s", code, out, errOut)
 	}
 
 	stderr, _, stop := startRelay(t, "--config", cfgPath, "--migrate")
 	all := map[string]string{}
 	want := map[string]string{}
-	for _, tn := range []string{"s1", "s2", "s3"} {
+	for _, tn := range []string{"s1", "s2", "s3", "d1"} {
 		publishTo(t, cfgPath, tn, 3, want)
 	}
 	// One transaction emits into two schemas.
@@ -90,8 +102,8 @@ tenants-interval: 1s
 	if _, wrong := hook.has(want); wrong != "" {
 		t.Fatal(wrong)
 	}
-	testenv.WaitFor(t, 10*time.Second, "one walsender streaming the shared slot", func() bool {
-		return maps.Equal(slots(t, admin, slot, true), map[string]string{slot: "test"})
+	testenv.WaitFor(t, 10*time.Second, "one walsender streaming the shared slot, one d1's", func() bool {
+		return maps.Equal(slots(t, admin, slot, true), map[string]string{slot: "test", slot + "_d1": d1db})
 	})
 
 	// s3 leaves: what is emitted into its schema meanwhile is kept (the
