@@ -54,7 +54,9 @@ func openSharedWAL(t *testing.T, n int) []*walEnv {
 // as its own part, with the same End); one schema's confirm does not move
 // the slot past another's unconfirmed transaction; a view that attaches
 // behind the stream gets its events; after every view closed, reopening
-// redelivers exactly what was not confirmed.
+// redelivers exactly what was not confirmed; a schema whose view left
+// holds the slot at its persisted position while the others confirm past
+// it, and gets what was emitted into it meanwhile when it comes back.
 func TestSharedSlotSchemas(t *testing.T) {
 	envs := openSharedWAL(t, 3)
 	a, b, c := envs[0], envs[1], envs[2]
@@ -148,8 +150,49 @@ func TestSharedSlotSchemas(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = sc2.Close(context.Background()) })
 	wantTx(t, next(t, sa2), []bool{false}, a3)
-	wantTx(t, next(t, sc2), []bool{false}, c2)
+	tc2 := next(t, sc2)
+	wantTx(t, tc2, []bool{false}, c2)
 	b3 := newEmitted("b.three", "k")
 	b.emit(t, b.pool, b3, true, b.prefix())
-	wantTx(t, next(t, sb2), []bool{false}, b3)
+	tb3 := next(t, sb2)
+	wantTx(t, tb3, []bool{false}, b3)
+
+	// c confirms and leaves; what is emitted into its schema meanwhile
+	// holds the slot back while a and b confirm past it, and reaches c
+	// when it comes back.
+	if err := sc2.Confirm(ctx, tc2.End, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := sc2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c3, a4 := newEmitted("c.three", "k"), newEmitted("a.four", "k")
+	c.emit(t, c.pool, c3, true, c.prefix())
+	a.emit(t, a.pool, a4, true, a.prefix())
+	ta4 := next(t, sa2)
+	wantTx(t, ta4, []bool{false}, a4)
+	if err := sb2.Confirm(ctx, tb3.End, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := sa2.Confirm(ctx, ta4.End, nil); err != nil {
+		t.Fatal(err)
+	}
+	var cLSN string
+	if err := c.pool.QueryRow(ctx, `SELECT confirmed_lsn::text FROM `+pgx.Identifier{c.schema, "txbox_wal_state"}.Sanitize()+` WHERE slot_name = $1`, c.slot).Scan(&cLSN); err != nil {
+		t.Fatal(err)
+	}
+	cPos, err := pglogrepl.ParseLSN(cLSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 30*time.Second, "the slot at c's persisted position", func() bool { return slotFlushed(t, a) >= uint64(cPos) })
+	if f := slotFlushed(t, a); f > uint64(cPos) {
+		t.Fatalf("the slot is at %s, past c's position %s and its event emitted while it was away", pglogrepl.LSN(f), cPos)
+	}
+	sc3, err := c.d.OpenStream(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sc3.Close(context.Background()) })
+	wantTx(t, next(t, sc3), []bool{false}, c3)
 }
