@@ -89,6 +89,12 @@ tenants-interval: 1s
 		t.Fatalf("config check --connect: %d\n%s\n%s", code, out, errOut)
 	}
 
+	// Dropping the shared slot through one schema tenant is refused.
+	if code, _, errOut := runInProcess(t, nil, "migrate", "--config", cfgPath, "--tenant", "s2", "--drop-stream"); code != exitUsage ||
+		!strings.Contains(errOut, "tenant s2 is in a schema of database.dsn, and those tenants share the slot "+slot) {
+		t.Fatalf("migrate --tenant s2 --drop-stream: %d %s", code, errOut)
+	}
+
 	stderr, _, stop := startRelay(t, "--config", cfgPath, "--migrate")
 	all := map[string]string{}
 	want := map[string]string{}
