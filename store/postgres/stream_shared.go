@@ -48,8 +48,12 @@ import (
 // views; each view skips what it already has), which the tenants'
 // relays do not see.
 //
-// Known weakness: the connection reads in order, so a view whose window
-// is full (a slow destination) stops it for every schema of the database.
+// Back-pressure: the connection hands each view its transactions through
+// a queue of Window transactions, ahead of the view's own window of
+// Window handed out and unconfirmed (so a view holds up to twice Window
+// transactions). Known weakness: the connection reads in order, so a
+// view whose queue is full (a slow or paused destination) stops it for
+// every schema of the database until that tenant's relay takes more.
 
 // errRestart is the reader's error when a view must attach behind the
 // connection's position: the connection starts again.
@@ -125,7 +129,7 @@ func (d *Driver) openShared(ctx context.Context, o store.StreamOptions) (store.S
 		return nil, err
 	}
 	v := &sharedView{d: d, nsp: start.nsp, rel: start.rel, snap: start.snapshot, confirmed: start.confirmed, last: start.confirmed,
-		txs: make(chan *store.StreamTx), tokens: make(chan struct{}, o.Window), closed: make(chan struct{})}
+		txs: make(chan *store.StreamTx, o.Window), tokens: make(chan struct{}, o.Window), closed: make(chan struct{})}
 	for range o.Window {
 		v.tokens <- struct{}{}
 	}

@@ -196,3 +196,58 @@ func TestSharedSlotSchemas(t *testing.T) {
 	t.Cleanup(func() { _ = sc3.Close(context.Background()) })
 	wantTx(t, next(t, sc3), []bool{false}, c3)
 }
+
+// TestSharedSlotConnectionLost: the shared connection ending (its
+// walsender terminated) ends every view's stream with the error; the
+// views open again, a new connection starts, and each gets what it had
+// not confirmed, once.
+func TestSharedSlotConnectionLost(t *testing.T) {
+	envs := openSharedWAL(t, 2)
+	a, b := envs[0], envs[1]
+	ctx := context.Background()
+	opts := &store.StreamOptions{StatusInterval: 50 * time.Millisecond}
+	var views []store.Stream
+	for _, e := range envs {
+		s, err := e.d.OpenStream(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		views = append(views, s)
+	}
+	a1, b1 := newEmitted("a.one", "k"), newEmitted("b.one", "k")
+	a.emit(t, a.pool, a1, true, a.prefix())
+	b.emit(t, b.pool, b1, true, b.prefix())
+	wantTx(t, next(t, views[0]), []bool{false}, a1)
+	wantTx(t, next(t, views[1]), []bool{false}, b1)
+	pid := views[0].ServerPID()
+	if pid == 0 || views[1].ServerPID() != pid {
+		t.Fatalf("the views' server pids %d and %d, want one walsender", pid, views[1].ServerPID())
+	}
+	if _, err := admin(t).Exec(`SELECT pg_terminate_backend($1)`, pid); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range views {
+		nctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err := s.Next(nctx)
+		cancel()
+		if err == nil || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("view %d after its walsender ended: %v", i, err)
+		}
+		_ = s.Close(ctx)
+	}
+	for i, e := range envs {
+		var s store.Stream
+		var err error
+		testenv.WaitFor(t, 30*time.Second, "the stream open again", func() bool {
+			s, err = e.d.OpenStream(ctx, opts)
+			return err == nil
+		})
+		t.Cleanup(func() { _ = s.Close(context.Background()) })
+		views[i] = s
+	}
+	a2 := newEmitted("a.two", "k")
+	a.emit(t, a.pool, a2, true, a.prefix())
+	wantTx(t, next(t, views[0]), []bool{false}, a1)
+	wantTx(t, next(t, views[0]), []bool{false}, a2)
+	wantTx(t, next(t, views[1]), []bool{false}, b1)
+}
