@@ -249,6 +249,7 @@ func (sh *sharedStream) run(cur *pgStream) {
 			sh.die(err)
 			return
 		}
+		cur.d.logger.Info("postgres: shared stream: a tenant attaches behind the stream's position: starting it again", "slot", cur.d.wal.Slot)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		next, cerr := sh.connect(ctx)
 		cancel()
