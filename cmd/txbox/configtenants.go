@@ -78,7 +78,7 @@ func (c *checker) tenants(ctx context.Context, w *tabwriter.Writer) error {
 		slot := ""
 		if wal {
 			slot = "\t" + cfg.TenantSlot(t)
-			if t.Where() != "" && tc != nil && tc.SharesWALSlot() {
+			if tc != nil && tc.SharesWALSlot() {
 				slot += " (shared)"
 			}
 		}
