@@ -187,7 +187,7 @@ func (d *Driver) CreateStreamWith(ctx context.Context, p CreateStreamParams) (*S
 		}
 	case st.rowExists:
 	case st.slot != nil && d.wal.Shared:
-		if err := d.joinSlot(ctx, p.Timeout, res); err != nil {
+		if err := d.joinSlot(ctx, st, p.Timeout, res); err != nil {
 			return nil, err
 		}
 	case st.slot != nil:
@@ -419,7 +419,13 @@ func (d *Driver) quietPosition(ctx context.Context, timeout time.Duration, op st
 // moving while a table of the publication has no state row
 // (sharedFloor), so nothing of this schema after the position is
 // confirmed before its relay attaches.
-func (d *Driver) joinSlot(ctx context.Context, timeout time.Duration, res *StreamSetup) error {
+func (d *Driver) joinSlot(ctx context.Context, st *slotSetup, timeout time.Duration, res *StreamSetup) error {
+	if sl := st.slot; sl.SlotType != "logical" || sl.Database == nil || *sl.Database != st.database || deref(sl.Plugin, "") != "pgoutput" ||
+		sl.InvalidationReason != nil || deref(sl.WALStatus, "") == "lost" {
+		return fmt.Errorf("postgres: create stream: the shared slot %s cannot be joined: it must be a pgoutput slot of the database %s, not invalidated "+
+			"(a %s slot of %s, plugin %s, wal_status %s); if it is lost, drop it and the other schemas' state rows of it, and migrate again (docs/multi-tenant.md, \"WAL mode\")",
+			d.wal.Slot, st.database, sl.SlotType, deref(sl.Database, "(none)"), deref(sl.Plugin, "(none)"), deref(sl.WALStatus, "(none)"))
+	}
 	pos, err := d.quietPosition(ctx, timeout, "join")
 	if err != nil {
 		return err
