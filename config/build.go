@@ -616,7 +616,7 @@ func (c *Config) streamConfig() relay.StreamConfig {
 func (c *Config) postgresWAL() postgres.WALConfig {
 	w := c.Database.WAL
 	return postgres.WALConfig{Slot: w.Slot, Publication: w.Publication, ApplicationName: w.ApplicationName, SenderTimeout: w.SenderTimeout,
-		DisableFailover: w.Failover != nil && !*w.Failover}
+		DisableFailover: w.Failover != nil && !*w.Failover, Shared: c.walShared}
 }
 
 // effectiveWAL is database.wal with every key the file leaves unset at the

@@ -144,6 +144,10 @@ type Config struct {
 	// tenant is the name of the tenant ForTenant derived this
 	// configuration for; "" for the file's own.
 	tenant string
+	// walShared is set by ForTenant for a tenant in a schema of
+	// database.dsn in WAL mode: its slot and publication are shared with
+	// the other schemas (postgres.WALConfig.Shared).
+	walShared bool
 }
 
 // RelaySettings are the relay-wide settings under the relay key; they

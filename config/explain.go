@@ -293,12 +293,19 @@ func (c *Config) recordOrigins(d *decoder) {
 // shownWAL is database.wal as Settings shows it: as WAL mode uses it,
 // whatever the source, so that the defaults show before a switch to wal
 // (and docs/configuration.md lists them); with tenants in WAL mode the
-// slot is the pattern of the tenants' own (TenantSlot), {tenant} for
-// the name.
+// slot is the pattern of the slots of the tenants with databases of their
+// own (TenantSlot), {tenant} for the name, unless every tenant listed is
+// in a schema of database.dsn (they share the slot shown).
 func (c *Config) shownWAL() WAL {
 	w := c.effectiveWAL()
 	if c.HasTenants() && c.Database.Source == SourceWAL {
-		w.Slot = c.TenantSlot(Tenant{Name: TenantPlaceholder})
+		schemasOnly := c.TenantsQuery == ""
+		for _, t := range c.Tenants {
+			schemasOnly = schemasOnly && t.inSchema()
+		}
+		if !schemasOnly {
+			w.Slot = c.TenantSlot(Tenant{Name: TenantPlaceholder, DSNEnv: TenantPlaceholder})
+		}
 	}
 	return w
 }

@@ -366,9 +366,10 @@ func fieldOf(r *sender.Route, key string) *string {
 //   - events: t's entries over the file's, type by type and key by key;
 //   - every route field's {tenant} replaced by t's name (defaults.route,
 //     events.<type>.route, events.<type>.routes);
-//   - in WAL mode (database.source wal), database.wal.slot is t's own
-//     slot (TenantSlot), and database.wal.publication has {tenant}
-//     replaced by t's name.
+//   - in WAL mode (database.source wal), database.wal.slot is t's slot
+//     (TenantSlot: its own for a tenant with a database of its own, the
+//     one slot of database.dsn's schemas for a tenant in a schema), and
+//     database.wal.publication is t's publication (tenantPublication).
 //
 // The result has no tenants of its own, and its Tenant method returns
 // t's name. c is not changed. t is checked as the file's tenants are.
@@ -394,6 +395,7 @@ func (c *Config) ForTenant(t Tenant, count int) (*Config, error) {
 	db.MaxConns = tenantMaxConns(t, c.Database.MaxConns, count)
 	if c.Database.Source == SourceWAL {
 		db.WAL.Slot, db.WAL.Publication = c.TenantSlot(t), c.tenantPublication(t)
+		tc.walShared = t.inSchema()
 	}
 	tc.expandTenant(t.Name)
 	tc.Tenants, tc.TenantsQuery, tc.tenant = nil, "", t.Name

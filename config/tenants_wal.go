@@ -11,12 +11,24 @@ import (
 // with a database of its own streams its own replication slot, created in
 // its database by `txbox migrate`. Slot names are one namespace per
 // PostgreSQL cluster, and tenants' databases often share a cluster, so
-// every tenant's slot gets a name of its own (TenantSlot). A tenant in a
-// schema of database.dsn is refused in WAL mode: the schemas of one
-// database would share one slot, which txbox does not do yet.
+// every such tenant's slot gets a name of its own (TenantSlot). The
+// tenants in schemas of database.dsn share one slot and one publication,
+// database.wal.slot and database.wal.publication as configured: one
+// replication connection streams it for all of them, and each message's
+// prefix names its schema (postgres.WALConfig.Shared).
 
-// TenantSlot returns the replication slot of tenant t in WAL mode:
-// database.wal.slot with {tenant} replaced by t's name when it holds
+// SharesWALSlot reports whether the configuration is a tenant's (ForTenant)
+// whose WAL slot the schemas of database.dsn share.
+func (c *Config) SharesWALSlot() bool { return c.walShared }
+
+// inSchema reports whether t is a tenant in a schema of database.dsn.
+func (t Tenant) inSchema() bool { return t.DSN == "" && t.DSNEnv == "" }
+
+// TenantSlot returns the replication slot of tenant t in WAL mode. For a
+// tenant in a schema of database.dsn, the slot its schema shares with the
+// others: database.wal.slot, by default "txbox_slot" (with database.schema
+// and the table prefix as for the file's own outbox). For a tenant with a
+// database of its own: database.wal.slot with {tenant} replaced by t's name when it holds
 // {tenant}, else database.wal.slot followed by "_" and t's name. With
 // database.wal.slot unset, that is its default for the tenant's schema
 // and table prefix: "txbox_slot_acme", or "billing_txbox_slot_acme" for
@@ -24,6 +36,9 @@ import (
 // (the tenant's check is: a slot of more than 63 bytes is an error at the
 // tenant's name).
 func (c *Config) TenantSlot(t Tenant) string {
+	if t.inSchema() {
+		return c.sharedWAL().Slot
+	}
 	slot := c.Database.WAL.Slot
 	if slot == "" {
 		schema := c.Database.Schema
@@ -42,21 +57,31 @@ func (c *Config) TenantSlot(t Tenant) string {
 // database.wal.publication with {tenant} replaced by t's name. A
 // publication belongs to one database, so tenants with databases of their
 // own need no names of their own; unset, it stays unset (the driver's
-// default for the tenant's schema).
+// default for the tenant's schema). The tenants in schemas of
+// database.dsn share database.wal.publication, by default "txbox_pub".
 func (c *Config) tenantPublication(t Tenant) string {
+	if t.inSchema() {
+		return c.sharedWAL().Publication
+	}
 	return strings.ReplaceAll(c.Database.WAL.Publication, TenantPlaceholder, t.Name)
 }
 
-// checkTenantWAL returns what is wrong with t in WAL mode: a schema of
-// database.dsn (not supported yet), or a slot or publication name that
-// the tenant's name makes invalid (too long).
+// checkTenantWAL returns what is wrong with t in WAL mode: a tenant in a
+// schema while database.wal.slot or publication holds {tenant} (the
+// schemas share one slot), or a slot or publication name that the
+// tenant's name makes invalid (too long).
 func (c *Config) checkTenantWAL(t Tenant) []tenantProblem {
 	if c.Database.Source != SourceWAL {
 		return nil
 	}
-	if t.DSN == "" && t.DSNEnv == "" {
-		return []tenantProblem{{"schema", "a tenant in a schema of database.dsn is not supported in WAL mode (database.source: wal) yet; " +
-			"a tenant with a database of its own (dsn or dsn-env) is (docs/multi-tenant.md, \"WAL mode\")"}}
+	if t.inSchema() {
+		for _, n := range []struct{ key, name string }{{"slot", c.Database.WAL.Slot}, {"publication", c.Database.WAL.Publication}} {
+			if key, name := n.key, n.name; strings.Contains(name, TenantPlaceholder) {
+				return []tenantProblem{{"schema", fmt.Sprintf("the tenants in schemas of database.dsn share one slot and one publication in WAL mode, "+
+					"and database.wal.%s (%q) holds %s, which gives each tenant its own: a slot of their own works for tenants with a database of their own (dsn or dsn-env) only; "+
+					"take %s out of database.wal.%s, or give the tenant a database (docs/multi-tenant.md, \"WAL mode\")", key, name, TenantPlaceholder, TenantPlaceholder, key)}}
+			}
+		}
 	}
 	var out []tenantProblem
 	for _, n := range []struct{ key, name string }{{"slot", c.TenantSlot(t)}, {"publication", c.tenantPublication(t)}} {
@@ -77,10 +102,18 @@ func (c *Config) slotClash(ts []Tenant) (i, j int, slot string) {
 	seen := make(map[string]int, len(ts))
 	for j, t := range ts {
 		s := c.TenantSlot(t)
-		if i, dup := seen[s]; dup && ts[i].Name != t.Name {
+		// The schemas of database.dsn share their slot on purpose.
+		if i, dup := seen[s]; dup && ts[i].Name != t.Name && !(t.inSchema() && ts[i].inSchema()) {
 			return i, j, s
 		}
 		seen[s] = j
 	}
 	return 0, 0, ""
+}
+
+// sharedWAL is database.wal with the slot and the publication that the
+// tenants in schemas of database.dsn share: as configured, or the
+// driver's defaults for database.schema and the table prefix.
+func (c *Config) sharedWAL() postgres.WALConfig {
+	return postgres.WALConfig{Slot: c.Database.WAL.Slot, Publication: c.Database.WAL.Publication}.WithDefaults(c.Database.Schema, c.Database.TablePrefix)
 }

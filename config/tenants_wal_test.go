@@ -27,6 +27,11 @@ func TestTenantSlots(t *testing.T) {
 		{"a slot without {tenant}", ", wal: { slot: relay, publication: events }", "{ name: acme, dsn-env: ACME }", "relay_acme", "events"},
 		{"{tenant}", ", wal: { slot: 'txbox_{tenant}_slot', publication: 'pub_{tenant}' }", "{ name: acme, dsn-env: ACME }", "txbox_acme_slot", "pub_acme"},
 		{"{tenant} alone", ", wal: { slot: '{tenant}' }", "{ name: acme, dsn-env: ACME }", "acme", "txbox_pub"},
+		// The tenants in schemas of database.dsn share one slot and one
+		// publication.
+		{"schema tenant", "", "{ name: globex, schema: globex }", "txbox_slot", "txbox_pub"},
+		{"schema tenant with database.schema", ", schema: billing", "{ name: globex, schema: globex }", "billing_txbox_slot", "billing_txbox_pub"},
+		{"schema tenant with names", ", wal: { slot: relay, publication: events }", "{ name: globex, schema: globex }", "relay", "events"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -43,6 +48,9 @@ func TestTenantSlots(t *testing.T) {
 			}
 			if w := tcfg.effectiveWAL(); w.Slot != tc.slot || w.Publication != tc.pub {
 				t.Errorf("the tenant's slot %q and publication %q, want %q and %q", w.Slot, w.Publication, tc.slot, tc.pub)
+			}
+			if shared := strings.Contains(tc.tenant, "schema:") && !strings.Contains(tc.tenant, "dsn"); tcfg.postgresWAL().Shared != shared {
+				t.Errorf("the tenant's WAL Shared %v, want %v", tcfg.postgresWAL().Shared, shared)
 			}
 			// config print shows the pattern, the name as {tenant}.
 			shown := ""
@@ -65,15 +73,16 @@ func TestTenantSlots(t *testing.T) {
 	}
 }
 
-// TestTenantsWALRejects: in WAL mode a schema tenant, a tenant whose slot
+// TestTenantsWALRejects: in WAL mode a schema tenant with {tenant} in the
+// slot or publication (the schemas share one), a tenant whose slot
 // would be no valid slot name, two tenants on one slot, and {tenant} in
 // the slot without tenants are errors at their key path.
 func TestTenantsWALRejects(t *testing.T) {
 	t.Parallel()
 	long := "a" + strings.Repeat("b", 59)
 	for _, tc := range []struct{ name, yaml, want string }{
-		{"schema tenant", pgWAL + " }\ntenants: [{ name: acme, dsn-env: ACME }, { name: globex, schema: globex }]",
-			`tenants[1].schema: a tenant in a schema of database.dsn is not supported in WAL mode (database.source: wal) yet; a tenant with a database of its own (dsn or dsn-env) is`},
+		{"schema tenant with {tenant} in the slot", pgWAL + ", wal: { slot: 's_{tenant}' } }\ntenants: [{ name: acme, dsn-env: ACME }, { name: globex, schema: globex }]",
+			`tenants[1].schema: the tenants in schemas of database.dsn share one slot and one publication in WAL mode, and database.wal.slot ("s_{tenant}") holds {tenant}`},
 		{"slot too long", pgWAL + " }\ntenants: [{ name: " + long + ", dsn-env: ACME }]",
 			`tenants[0].name: the tenant's WAL slot "txbox_slot_` + long + `" (71 bytes) is not 1 to 63 lower-case letters, digits and underscores: shorten the name, or set a shorter database.wal.slot (with {tenant} where the name goes)`},
 		{"publication too long", pgWAL + ", wal: { slot: 's_{tenant}', publication: 'publication_of_{tenant}' } }\ntenants: [{ name: " + long + ", dsn-env: ACME }]",
@@ -95,15 +104,31 @@ func TestTenantsWALRejects(t *testing.T) {
 	}
 
 	// tenants-query's rows and ForTenant follow the same rules.
-	c, err := Load(Source{Name: "f.yaml", YAML: []byte(pgWAL + " }\ntenants-query: SELECT name, schema FROM t\n")})
+	c, err := Load(Source{Name: "f.yaml", YAML: []byte(pgWAL + ", wal: { publication: 'p_{tenant}' } }\ntenants-query: SELECT name, schema FROM t\n")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = tenantsFromRows([]string{"name", "schema"}, [][]*string{{new("globex"), new("globex")}}, c.checkTenant)
-	if err == nil || !strings.Contains(err.Error(), "tenants-query row 1: schema: a tenant in a schema of database.dsn is not supported in WAL mode") {
+	if err == nil || !strings.Contains(err.Error(), "tenants-query row 1: schema: the tenants in schemas of database.dsn share one slot and one publication in WAL mode, and database.wal.publication") {
 		t.Errorf("a schema row in WAL mode: %v", err)
 	}
 	if _, err := c.ForTenant(Tenant{Name: long, DSNEnv: "A"}, 1); err == nil || !strings.Contains(err.Error(), `tenant "`+long+`".name: the tenant's WAL slot`) {
 		t.Errorf("ForTenant of a tenant whose slot is too long: %v", err)
+	}
+}
+
+// TestTenantsWALSharedSlot: the tenants in schemas of database.dsn share
+// one slot without a clash, next to tenants with databases of their own.
+func TestTenantsWALSharedSlot(t *testing.T) {
+	t.Parallel()
+	c, err := Load(Source{Name: "f.yaml", YAML: []byte(pgWAL + " }\ntenants: [{ name: acme, dsn-env: ACME }, { name: globex, schema: globex }, { name: initech, schema: initech }]\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"txbox_slot_acme", "txbox_slot", "txbox_slot"}
+	for i, tn := range c.Tenants {
+		if got := c.TenantSlot(tn); got != want[i] {
+			t.Errorf("tenant %s: slot %q, want %q", tn.Name, got, want[i])
+		}
 	}
 }

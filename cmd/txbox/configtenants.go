@@ -78,6 +78,9 @@ func (c *checker) tenants(ctx context.Context, w *tabwriter.Writer) error {
 		slot := ""
 		if wal {
 			slot = "\t" + cfg.TenantSlot(t)
+			if tc != nil && tc.SharesWALSlot() {
+				slot += " (shared)"
+			}
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s%s\t%s\n", t.Name, t.Where(), conns, slot, status)
 		if warn := tenantPoolWarning(t.Name, tc); warn != "" {

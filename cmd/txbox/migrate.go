@@ -54,6 +54,15 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 		}
 		return migrateTenants(ctx, e, cfg, params)
 	}
+	if *dropStream && cfg.SharesWALSlot() {
+		w, prefix := cfg.Database.WAL, cfg.Database.TablePrefix
+		if prefix == "" {
+			prefix = store.DefaultTablePrefix
+		}
+		return usagef("--drop-stream: tenant %s is in a schema of database.dsn, and those tenants share the slot %s: dropping it would stop them all; "+
+			"to take this tenant's schema off the slot, run ALTER PUBLICATION %s DROP TABLE %s.%soutbox and DELETE FROM %s.%swal_state (docs/multi-tenant.md, \"WAL mode\")",
+			cf.tenant, w.Slot, w.Publication, cfg.Database.Schema, prefix, cfg.Database.Schema, prefix)
+	}
 	st, err := cfg.OpenStore(ctx, e.getenv, cfg.NewLogger(e.stderr))
 	if err != nil {
 		return err

@@ -17,7 +17,7 @@ func (d *Driver) StartStreamUnchecked(ctx context.Context) (store.Stream, error)
 	if err != nil {
 		return nil, err
 	}
-	return d.startStream(ctx, start, store.StreamOptions{StatusInterval: DefaultStreamStatusInterval, Window: DefaultStreamWindow})
+	return d.startStream(ctx, start, store.StreamOptions{StatusInterval: DefaultStreamStatusInterval, Window: DefaultStreamWindow}, nil)
 }
 
 // checkStreamForTest reads what checkStream reads, without refusing a busy

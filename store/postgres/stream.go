@@ -58,19 +58,25 @@ func (d *Driver) OpenStream(ctx context.Context, opts *store.StreamOptions) (sto
 	if o.Window <= 0 {
 		o.Window = DefaultStreamWindow
 	}
-	start, err := d.checkStream(ctx)
+	if d.wal.Shared {
+		st, err := d.openShared(ctx, o)
+		return st, d.seen(err)
+	}
+	start, err := d.checkStream(ctx, false)
 	if err != nil {
 		return nil, d.seen(err)
 	}
-	st, err := d.startStream(ctx, start, o)
+	st, err := d.startStream(ctx, start, o, nil)
 	if err != nil {
 		return nil, d.seen(err)
 	}
 	return st, nil
 }
 
-// startStream connects and starts streaming at start.confirmed.
-func (d *Driver) startStream(ctx context.Context, start *streamStart, o store.StreamOptions) (*pgStream, error) {
+// startStream connects and starts streaming at start.confirmed. With fan
+// set, the stream is a shared slot's connection (stream_shared.go): fan
+// decodes it for its tenants, and start names no outbox table.
+func (d *Driver) startStream(ctx context.Context, start *streamStart, o store.StreamOptions, fan *sharedStream) (*pgStream, error) {
 	params := map[string]string{"application_name": d.wal.ApplicationName}
 	if d.wal.SenderTimeout > 0 {
 		params["wal_sender_timeout"] = strconv.FormatInt(d.wal.SenderTimeout.Milliseconds(), 10)
@@ -104,7 +110,7 @@ func (d *Driver) startStream(ctx context.Context, start *streamStart, o store.St
 	s := &pgStream{
 		d:           d,
 		conn:        conn,
-		dec:         newStreamDecoder(d.messagePrefix(), start.nsp, start.rel, start.confirmed).ownedBy(start.snapshot),
+		fan:         fan,
 		interval:    o.StatusInterval,
 		readTimeout: streamReadTimeout(timeout),
 		askEvery:    streamAskEvery(o.StatusInterval, timeout),
@@ -119,6 +125,9 @@ func (d *Driver) startStream(ctx context.Context, start *streamStart, o store.St
 	// The server streams from the slot's confirmed_flush_lsn when that is
 	// past the start asked for; reporting less would move it back.
 	s.confirmed, s.reported = start.confirmed, max(start.confirmed, start.flushed)
+	if fan == nil {
+		s.dec = newStreamDecoder(d.messagePrefix(), start.nsp, start.rel, start.confirmed).ownedBy(start.snapshot)
+	}
 	for range o.Window {
 		s.tokens <- struct{}{}
 	}
@@ -161,9 +170,12 @@ func streamError(err error) error {
 // askEvery for that. The connection's TCP keepalive and TCP_USER_TIMEOUT
 // (liveDial) fail it at the kernel's level too, status writes included.
 type pgStream struct {
-	d        *Driver
-	conn     *pgconn.PgConn
-	dec      *streamDecoder // the reader's own
+	d    *Driver
+	conn *pgconn.PgConn
+	dec  *streamDecoder // the reader's own; nil with fan
+	// fan is the shared slot this connection streams for its tenants,
+	// nil for a stream of one driver.
+	fan      *sharedStream
 	interval time.Duration
 	// readTimeout is how long the reader waits for a byte from the
 	// server before the stream fails (streamReadTimeout).
@@ -258,7 +270,32 @@ func (s *pgStream) Confirm(ctx context.Context, end uint64, captured []txbox.ID)
 	if end <= old {
 		return nil
 	}
-	d := s.d
+	if err := s.d.persistConfirm(ctx, end, captured); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.confirmed = end
+	s.reported = max(s.reported, end)
+	n := 0
+	for n < len(s.handed) && s.handed[n] <= end {
+		n++
+	}
+	s.handed = s.handed[n:]
+	s.mu.Unlock()
+	for range n {
+		select {
+		case s.tokens <- struct{}{}:
+		default: // never more than Window: a confirm of what Next did not hand out
+		}
+	}
+	s.report()
+	return nil
+}
+
+// persistConfirm deletes the acked captured rows and persists end as the
+// confirmed position of the driver's state row, in one durable
+// transaction (pgStream.Confirm, sharedView.Confirm).
+func (d *Driver) persistConfirm(ctx context.Context, end uint64, captured []txbox.ID) error {
 	tx, err := d.pool.Begin(ctx)
 	if err != nil {
 		return d.translate("stream confirm", err)
@@ -288,22 +325,6 @@ func (s *pgStream) Confirm(ctx context.Context, end uint64, captured []txbox.ID)
 	if err := tx.Commit(ctx); err != nil {
 		return d.translate("stream confirm", err)
 	}
-	s.mu.Lock()
-	s.confirmed = end
-	s.reported = max(s.reported, end)
-	n := 0
-	for n < len(s.handed) && s.handed[n] <= end {
-		n++
-	}
-	s.handed = s.handed[n:]
-	s.mu.Unlock()
-	for range n {
-		select {
-		case s.tokens <- struct{}{}:
-		default: // never more than Window: a confirm of what Next did not hand out
-		}
-	}
-	s.report()
 	return nil
 }
 
@@ -449,7 +470,13 @@ func (s *pgStream) copyData(data []byte) error {
 		if err != nil {
 			return fmt.Errorf("postgres: stream: keepalive: %w", err)
 		}
-		s.passed(uint64(ka.ServerWALEnd))
+		if s.fan != nil {
+			if err := s.fan.keepalive(uint64(ka.ServerWALEnd)); err != nil {
+				return err
+			}
+		} else {
+			s.passed(uint64(ka.ServerWALEnd))
+		}
 		if ka.ReplyRequested {
 			s.report()
 		}
@@ -463,6 +490,9 @@ func (s *pgStream) copyData(data []byte) error {
 		wal := xld.WALData
 		if len(wal) > 0 && (wal[0] == 'M' || wal[0] == 'I') {
 			wal = append([]byte(nil), wal...)
+		}
+		if s.fan != nil {
+			return s.fan.dispatch(s, uint64(xld.WALStart), wal)
 		}
 		res, err := s.dec.handle(uint64(xld.WALStart), wal)
 		if err != nil {

@@ -27,6 +27,9 @@ const maxAdvanceDecode = 64 << 20
 // standby's copy stays temporary. It reports whether an event (or more WAL
 // than maxAdvanceDecode) holds the slot back.
 func (d *Driver) advanceIdleSlot(ctx context.Context) (held bool, err error) {
+	if d.wal.Shared {
+		return false, nil // one schema's decoder would pass the others' events
+	}
 	var (
 		active              bool
 		behind              int64

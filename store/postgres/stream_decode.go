@@ -107,6 +107,12 @@ func (d *streamDecoder) handle(walStart uint64, data []byte) (res decodeResult, 
 	if err != nil {
 		return res, err
 	}
+	return d.handleMsg(walStart, msg)
+}
+
+// handleMsg decodes one parsed message (handle); a shared stream parses
+// each message once and hands it to every tenant's decoder.
+func (d *streamDecoder) handleMsg(walStart uint64, msg pglogrepl.Message) (res decodeResult, err error) {
 	switch m := msg.(type) {
 	case *pglogrepl.RelationMessage:
 		if m.Namespace != d.nsp || m.RelationName != d.rel {

@@ -46,6 +46,14 @@ func (d *Driver) recreateLocked(ctx context.Context, timeout time.Duration) (*st
 	if err != nil || loss == nil {
 		return nil, err
 	}
+	if d.wal.Shared {
+		// The other schemas' state rows would keep the lost slot's
+		// snapshots, and their captured rows written since would belong
+		// to no one.
+		return nil, fmt.Errorf("postgres: recreate stream: the slot %s was lost (%s), and it is shared by the schemas of the database: txbox does not recreate a shared slot yet; "+
+			"drop the slot if it is still there, delete its row in every tenant schema's wal_state (DELETE FROM <schema>.%swal_state WHERE slot_name = '%s') and run txbox migrate, "+
+			"which creates the slot for the first schema and joins the others to it (docs/multi-tenant.md, \"WAL mode\"): %w", d.wal.Slot, loss.Reason, d.prefix, d.wal.Slot, store.ErrStreamLost)
+	}
 	if err := d.createSlot(ctx, timeout); err != nil {
 		return nil, fmt.Errorf("postgres: recreate stream: %w", err)
 	}

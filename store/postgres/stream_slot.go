@@ -186,6 +186,10 @@ func (d *Driver) CreateStreamWith(ctx context.Context, p CreateStreamParams) (*S
 				d.wal.Slot, loss.Reason, pglogrepl.LSN(loss.From), loss.LastConfirm.Format(time.RFC3339), pglogrepl.LSN(loss.To)))
 		}
 	case st.rowExists:
+	case st.slot != nil && d.wal.Shared:
+		if err := d.joinSlot(ctx, st, p.Timeout, res); err != nil {
+			return nil, err
+		}
 	case st.slot != nil:
 		if err := d.adoptSlot(ctx, st, p.Timeout, res); err != nil {
 			return nil, err
@@ -344,37 +348,15 @@ func (d *Driver) adoptSlot(ctx context.Context, st *slotSetup, timeout time.Dura
 	case s.ConfirmedFlushLSN == nil:
 		return refuse("it is not consistent yet (being created)")
 	}
-	var pos, snap string
-	if err := d.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&pos); err != nil {
-		return translate("create stream: adopt: read the position", err)
-	}
-	if err := d.pool.QueryRow(ctx, `SELECT pg_current_snapshot()::text`).Scan(&snap); err != nil {
-		return translate("create stream: adopt: read the running transactions", err)
-	}
-	deadline := time.Now().Add(timeout)
-	for {
-		var ended bool
-		err := d.pool.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot()) >= pg_snapshot_xmax($1::pg_snapshot)`, snap).Scan(&ended)
-		if err != nil {
-			return translate("create stream: adopt: wait for the running transactions", err)
-		}
-		if ended {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("postgres: create stream: adopting the slot %s waited %s for the transactions open at %s to end: %s", d.wal.Slot, timeout, pos, adoptHint)
-		}
-		select {
-		case <-ctx.Done():
-			return translate("create stream: adopt", ctx.Err())
-		case <-time.After(50 * time.Millisecond): // polling the transactions up to the deadline
-		}
+	pos, err := d.quietPosition(ctx, timeout, "adopt")
+	if err != nil {
+		return err
 	}
 	// Moved only forward: a slot already past the position (read after
 	// it) stays where it is.
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	_, err := d.pool.Exec(actx, `SELECT pg_replication_slot_advance($1, $2::pg_lsn) FROM pg_replication_slots
+	_, err = d.pool.Exec(actx, `SELECT pg_replication_slot_advance($1, $2::pg_lsn) FROM pg_replication_slots
 		WHERE slot_name = $1 AND confirmed_flush_lsn < $2::pg_lsn`, d.wal.Slot, pos)
 	if err != nil {
 		return translate("create stream: adopt: move the slot to "+pos, err)
@@ -390,6 +372,72 @@ func (d *Driver) adoptSlot(ctx context.Context, st *slotSetup, timeout time.Dura
 	return nil
 }
 
+// quietPosition reads pg_current_wal_lsn(), then waits up to timeout
+// until every transaction that held a transaction id at that moment has
+// ended: a transaction that a snapshot taken afterwards does not see got
+// its id after the position, so it commits after it (adoptSlot,
+// joinSlot). op names the caller in errors.
+func (d *Driver) quietPosition(ctx context.Context, timeout time.Duration, op string) (string, error) {
+	var pos, snap string
+	if err := d.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&pos); err != nil {
+		return "", translate("create stream: "+op+": read the position", err)
+	}
+	if err := d.pool.QueryRow(ctx, `SELECT pg_current_snapshot()::text`).Scan(&snap); err != nil {
+		return "", translate("create stream: "+op+": read the running transactions", err)
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		var ended bool
+		err := d.pool.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot()) >= pg_snapshot_xmax($1::pg_snapshot)`, snap).Scan(&ended)
+		if err != nil {
+			return "", translate("create stream: "+op+": wait for the running transactions", err)
+		}
+		if ended {
+			break
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("postgres: create stream: %s: the slot %s waited %s for the transactions open at %s to end: %s", op, d.wal.Slot, timeout, pos, adoptHint)
+		}
+		select {
+		case <-ctx.Done():
+			return "", translate("create stream: "+op, ctx.Err())
+		case <-time.After(50 * time.Millisecond): // polling the transactions up to the deadline
+		}
+	}
+	return pos, nil
+}
+
+// joinSlot gives a schema a state row for a shared slot (WALConfig.Shared)
+// that other schemas of the database stream: its outbox table is already
+// in the publication (ensurePublication), and the slot is not moved (the
+// others' unconfirmed events are behind it). The row's position is a
+// quiet position read after the table joined the publication, and its
+// snapshot is taken after that: a captured row that the snapshot does not
+// show was written after the position, by a transaction that sees the
+// publication with the table in it, and the stream delivers it; the rows
+// the snapshot shows are the poller's. The stream keeps the slot from
+// moving while a table of the publication has no state row
+// (sharedFloor), so nothing of this schema after the position is
+// confirmed before its relay attaches.
+func (d *Driver) joinSlot(ctx context.Context, st *slotSetup, timeout time.Duration, res *StreamSetup) error {
+	if sl := st.slot; sl.SlotType != "logical" || sl.Database == nil || *sl.Database != st.database || deref(sl.Plugin, "") != "pgoutput" ||
+		sl.InvalidationReason != nil || deref(sl.WALStatus, "") == "lost" {
+		return fmt.Errorf("postgres: create stream: the shared slot %s cannot be joined: it must be a pgoutput slot of the database %s, not invalidated "+
+			"(a %s slot of %s, plugin %s, wal_status %s); if it is lost, drop it and the other schemas' state rows of it, and migrate again (docs/multi-tenant.md, \"WAL mode\")",
+			d.wal.Slot, st.database, sl.SlotType, deref(sl.Database, "(none)"), deref(sl.Plugin, "(none)"), deref(sl.WALStatus, "(none)"))
+	}
+	pos, err := d.quietPosition(ctx, timeout, "join")
+	if err != nil {
+		return err
+	}
+	if _, err := d.pool.Exec(ctx, `INSERT INTO `+d.walStateTable()+` (slot_name, publication, snapshot, confirmed_lsn) VALUES ($1, $2, pg_current_snapshot(), $3::text::pg_lsn)`,
+		d.wal.Slot, d.wal.Publication, pos); err != nil {
+		return translate("create stream: join: state", err)
+	}
+	res.Notes = append(res.Notes, fmt.Sprintf("joined the shared slot %s at %s", d.wal.Slot, pos))
+	return nil
+}
+
 // adoptHint tells an operator what an adoption waits for.
 const adoptHint = "adopting a slot waits for every transaction that held a transaction id when it started to end; " +
 	"find them with: SELECT pid, backend_xid, xact_start, state, query FROM pg_stat_activity WHERE backend_xid IS NOT NULL ORDER BY xact_start"
@@ -402,19 +450,25 @@ func deref(s *string, def string) string {
 }
 
 // ensurePublication creates the publication, or alters an existing one to
-// the shape WAL mode needs.
+// the shape WAL mode needs. A shared one (WALConfig.Shared) gets the
+// outbox table added, the other schemas' tables left in place; a table
+// there with another row filter is dropped and added again in one
+// transaction.
 func (d *Driver) ensurePublication(ctx context.Context) error {
 	pub := pgx.Identifier{d.wal.Publication}.Sanitize()
 	outbox := d.table(d.tables.Outbox)
-	var exists, shaped bool
+	var exists, listed, shaped bool
+	// A shared publication (WALConfig.Shared) holds the other schemas'
+	// outbox tables too: only this one's is checked.
 	err := d.pool.QueryRow(ctx, `
 SELECT count(*) > 0,
+       coalesce(bool_or(EXISTS (SELECT 1 FROM pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid = to_regclass($2))), false),
        coalesce(bool_and(NOT p.puballtables AND p.pubinsert AND NOT p.pubupdate AND NOT p.pubdelete AND NOT p.pubtruncate
-           AND NOT EXISTS (SELECT 1 FROM pg_publication_namespace pn WHERE pn.pnpubid = p.oid)
-           AND (SELECT count(*) FROM pg_publication_rel pr WHERE pr.prpubid = p.oid) = 1
+           AND ($3 OR NOT EXISTS (SELECT 1 FROM pg_publication_namespace pn WHERE pn.pnpubid = p.oid)
+               AND (SELECT count(*) FROM pg_publication_rel pr WHERE pr.prpubid = p.oid) = 1)
            AND EXISTS (SELECT 1 FROM pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid = to_regclass($2)
                        AND pg_get_expr(pr.prqual, pr.prrelid) = '(stream_pos IS NULL)')), false)
-FROM pg_publication p WHERE p.pubname = $1`, d.wal.Publication, outbox).Scan(&exists, &shaped)
+FROM pg_publication p WHERE p.pubname = $1`, d.wal.Publication, outbox, d.wal.Shared).Scan(&exists, &listed, &shaped)
 	if err != nil {
 		return translate("create stream: read publication", err)
 	}
@@ -436,8 +490,17 @@ FROM pg_publication p WHERE p.pubname = $1`, d.wal.Publication, outbox).Scan(&ex
 		return translate("create stream: alter publication", err)
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
-	if _, err := tx.Exec(ctx, `ALTER PUBLICATION `+pub+` SET TABLE `+outbox+` WHERE (stream_pos IS NULL)`); err != nil {
-		return translate("create stream: alter publication", err)
+	alter := []string{`SET TABLE ` + outbox + ` WHERE (stream_pos IS NULL)`}
+	if d.wal.Shared { // the others' tables stay
+		alter = []string{`ADD TABLE ` + outbox + ` WHERE (stream_pos IS NULL)`}
+		if listed {
+			alter = append([]string{`DROP TABLE ` + outbox}, alter...)
+		}
+	}
+	for _, a := range alter {
+		if _, err := tx.Exec(ctx, `ALTER PUBLICATION `+pub+` `+a); err != nil {
+			return translate("create stream: alter publication", err)
+		}
 	}
 	if _, err := tx.Exec(ctx, `ALTER PUBLICATION `+pub+` SET (publish = 'insert')`); err != nil {
 		return translate("create stream: alter publication", err)
@@ -644,7 +707,7 @@ type streamStart struct {
 
 // checkStream reads the slot and the stream's state and refuses to start
 // when streaming could not work or would be unsafe.
-func (d *Driver) checkStream(ctx context.Context) (*streamStart, error) {
+func (d *Driver) checkStream(ctx context.Context, busyOK bool) (*streamStart, error) {
 	var (
 		level, syncNames string
 		nsp, rel         *string
@@ -695,7 +758,7 @@ LEFT JOIN pg_replication_slots s ON s.slot_name = $1 AND s.database = current_da
 			"and every commit would then wait for the relay: take the name out of synchronous_standby_names or set a different WAL.ApplicationName",
 			syncNames, d.wal.ApplicationName)
 	}
-	if activePID != nil {
+	if activePID != nil && !busyOK {
 		return nil, fmt.Errorf("postgres: open stream: the slot %s is streamed by backend %d: %w", d.wal.Slot, *activePID, store.ErrStreamBusy)
 	}
 	start, err := pglogrepl.ParseLSN(*lsn)
@@ -724,7 +787,7 @@ LEFT JOIN pg_replication_slots s ON s.slot_name = $1 AND s.database = current_da
 // relay streams passes. It opens no replication connection, so it cannot
 // tell whether the role may replicate; `config check --connect` says so.
 func (d *Driver) CheckStream(ctx context.Context) error {
-	_, err := d.checkStream(ctx)
+	_, err := d.checkStream(ctx, false)
 	if errors.Is(err, store.ErrStreamBusy) {
 		return nil
 	}

@@ -58,6 +58,15 @@ type WALConfig struct {
 	// (synchronized_standby_slots), at the price of the slot on a
 	// failover. Defaults to false: failover slots.
 	DisableFailover bool
+	// Shared says that the slot and the publication are shared by the
+	// schemas of one database (schema-per-tenant, docs/multi-tenant.md,
+	// "WAL mode"): each schema's driver adds its outbox table to the
+	// publication without removing the others', joins an existing slot
+	// without moving it, and its OpenStream attaches to the one
+	// replication connection of the slot in the process
+	// (stream_shared.go). Defaults to false: the slot and the
+	// publication are this driver's alone.
+	Shared bool
 }
 
 // slotName is the rule for slot and publication names: PostgreSQL allows
