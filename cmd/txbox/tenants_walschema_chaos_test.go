@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -147,15 +148,60 @@ func (s *walChaosSetup) startRelay(t *testing.T, ctx context.Context, n int) *ch
 // the shared slot, and the walsender's pid; "" and 0 while none does.
 func (s *walChaosSetup) holder(t *testing.T) (app string, pid int) {
 	t.Helper()
-	err := s.admin.QueryRow(`SELECT r.application_name, r.pid FROM pg_replication_slots s JOIN pg_stat_replication r ON r.pid = s.active_pid
-		WHERE s.slot_name = $1`, s.slot).Scan(&app, &pid)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", 0
-	}
+	app, pid, err := s.queryHolder()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return app, pid
+}
+
+func (s *walChaosSetup) queryHolder() (app string, pid int, err error) {
+	err = s.admin.QueryRow(`SELECT r.application_name, r.pid FROM pg_replication_slots s JOIN pg_stat_replication r ON r.pid = s.active_pid
+		WHERE s.slot_name = $1`, s.slot).Scan(&app, &pid)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", 0, nil
+	}
+	return app, pid, err
+}
+
+// watchHolder records, every 20ms until the test ends, each change of
+// the relay streaming the slot; holders returns them, one a line, and
+// how many times the slot went from one relay to another.
+func (s *walChaosSetup) watchHolder(t *testing.T) (holders func() (string, int)) {
+	var mu sync.Mutex
+	var log strings.Builder
+	handovers, last, lastApp := 0, "", ""
+	start := time.Now()
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			app, pid, err := s.queryHolder()
+			now := fmt.Sprintf("%s %d", app, pid)
+			mu.Lock()
+			if err != nil {
+				fmt.Fprintf(&log, "  %6s: %v\n", time.Since(start).Round(10*time.Millisecond), err)
+			} else if now != last {
+				fmt.Fprintf(&log, "  %6s: %s (walsender %d)\n", time.Since(start).Round(10*time.Millisecond), cmp.Or(app, "none"), pid)
+				if app != "" && lastApp != "" && app != lastApp {
+					handovers++
+				}
+				last, lastApp = now, cmp.Or(app, lastApp)
+			}
+			mu.Unlock()
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	t.Cleanup(func() { close(done); <-stopped })
+	return func() (string, int) {
+		mu.Lock()
+		defer mu.Unlock()
+		return log.String(), handovers
+	}
 }
 
 // crossPublisher emits, every 100ms, one transaction into two schemas
@@ -258,6 +304,7 @@ func TestChaosSchemaTenantsWAL(t *testing.T) {
 	stopPublishing := sync.OnceFunc(func() { close(stop); wg.Wait() })
 	t.Cleanup(stopPublishing)
 
+	holders := s.watchHolder(t)
 	live := walChaosFaults(t, s, ctx, relays, oracles)
 	testenv.WaitForEvery(t, 2*time.Minute, 100*time.Millisecond, "75s of publishing", func() bool { return time.Since(began) > 75*time.Second })
 	published := drainTenants(t, began, stopPublishing, errs, oracles)
@@ -265,6 +312,7 @@ func TestChaosSchemaTenantsWAL(t *testing.T) {
 		sigterm(t, r.cmd, r.exited, 30*time.Second, r.stderr)
 	}
 	walChaosVerdict(t, ctx, stream, s, oracles, total, misrouted)
+	walChaosHandovers(t, holders, live)
 	t.Logf("published for %s; %s from the publishers' start to the verdict", published.Round(time.Second), time.Since(began).Round(time.Second))
 }
 
@@ -299,6 +347,13 @@ func walChaosFaults(t *testing.T, s *walChaosSetup, ctx context.Context, relays 
 		t.Fatal(err)
 	}
 	t.Logf("SIGCONTed %s after %s", stopped.app, time.Since(stoppedAt).Round(100*time.Millisecond))
+	// Each of its tenants' streams notices the pause (past
+	// database.wal.pause-limit, half the sender timeout), drops the
+	// events it holds unsent, and opens again.
+	testenv.WaitFor(t, 30*time.Second, "the resumed relay's streams noticing the pause", func() bool {
+		n := countTenantLines(stopped.stderr.String()[cont:], "the process was paused")
+		return !slices.ContainsFunc(s.names, func(tn string) bool { return n[tn] == 0 })
+	})
 	waitArrivals(t, oracles, 300, "deliveries after the SIGCONT")
 	t.Logf("extra arrivals so far (the SIGKILL, the SIGSTOP): %d; the resumed relay's stream lines since the SIGCONT:\n%s",
 		extraArrivals(oracles), grepLines(stopped.stderr.String()[cont:], "source=stream"))
@@ -444,4 +499,27 @@ func walChaosVerdict(t *testing.T, ctx context.Context, stream jetstream.Stream,
 		sum.add(r)
 	}
 	t.Logf("all tenants: %v; %d messages on the stream", sum, msgs)
+}
+
+// walChaosHandovers logs the slot's holders over the run (the relays
+// are named by their application_name, the times since the publishers
+// started). The two faults move the slot twice; a handover more moved it
+// with no fault, which the test reports, with the relays' stream lines,
+// and does not fail: nothing was lost.
+func walChaosHandovers(t *testing.T, holders func() (string, int), live []*chaosRelay) {
+	t.Helper()
+	log, n := holders()
+	t.Logf("the slot's holders over the run (%d handovers, 2 of them the faults'):\n%s", n, log)
+	if n <= 2 {
+		return
+	}
+	for _, r := range live {
+		var lines strings.Builder
+		for line := range strings.Lines(r.stderr.String()) {
+			if strings.Contains(line, "source=stream") && (strings.Contains(line, "level=WARN") || strings.Contains(line, `msg=streaming`)) {
+				lines.WriteString(line)
+			}
+		}
+		t.Logf("NOTE: the slot changed hands %d times without a fault; %s's stream lines:\n%s", n-2, r.app, lines.String())
+	}
 }
