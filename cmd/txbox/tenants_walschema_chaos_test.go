@@ -50,6 +50,7 @@ type walChaosSetup struct {
 	mu        sync.Mutex
 	listed    []string // the tenants the files list now
 	relayApps []string // the relays' application names, each with its file
+	watch     *holderWatch
 }
 
 // newWALChaos creates 5 schemas, the configuration and migrates: the
@@ -164,44 +165,80 @@ func (s *walChaosSetup) queryHolder() (app string, pid int, err error) {
 	return app, pid, err
 }
 
-// watchHolder records, every 20ms until the test ends, each change of
-// the relay streaming the slot; holders returns them, one a line, and
-// how many times the slot went from one relay to another.
-func (s *walChaosSetup) watchHolder(t *testing.T) (holders func() (string, int)) {
-	var mu sync.Mutex
-	var log strings.Builder
-	handovers, last, lastApp := 0, "", ""
-	start := time.Now()
-	done, stopped := make(chan struct{}), make(chan struct{})
+// holderWatch records, every 20ms, each change of the walsender
+// streaming the slot, and the test's marks (its faults), one a line.
+type holderWatch struct {
+	mu        sync.Mutex
+	log       strings.Builder
+	handovers int // the slot went from one relay to another
+	start     time.Time
+	done      chan struct{}
+	stopped   chan struct{}
+}
+
+// watchHolder starts a holderWatch; stop ends it (and the test's end).
+func (s *walChaosSetup) watchHolder(t *testing.T) *holderWatch {
+	w := &holderWatch{start: time.Now(), done: make(chan struct{}), stopped: make(chan struct{})}
 	go func() {
-		defer close(stopped)
+		defer close(w.stopped)
+		last, lastApp := "", ""
 		for {
-			app, pid, err := s.queryHolder()
-			now := fmt.Sprintf("%s %d", app, pid)
-			mu.Lock()
-			if err != nil {
-				fmt.Fprintf(&log, "  %6s: %v\n", time.Since(start).Round(10*time.Millisecond), err)
-			} else if now != last {
-				fmt.Fprintf(&log, "  %6s: %s (walsender %d)\n", time.Since(start).Round(10*time.Millisecond), cmp.Or(app, "none"), pid)
-				if app != "" && lastApp != "" && app != lastApp {
-					handovers++
-				}
-				last, lastApp = now, cmp.Or(app, lastApp)
+			var app string
+			var pid int
+			err := s.admin.QueryRow(`SELECT coalesce(r.application_name, '(no pg_stat_replication row)'), coalesce(s.active_pid, 0)
+				FROM pg_replication_slots s LEFT JOIN pg_stat_replication r ON r.pid = s.active_pid WHERE s.slot_name = $1`, s.slot).Scan(&app, &pid)
+			if pid == 0 {
+				app = ""
 			}
-			mu.Unlock()
+			now := fmt.Sprintf("%s %d", app, pid)
+			switch {
+			case err != nil:
+				w.mark(err.Error())
+			case now != last:
+				w.mark(fmt.Sprintf("%s (walsender %d)", cmp.Or(app, "none"), pid))
+				w.mu.Lock()
+				if strings.HasPrefix(app, "txw_") && lastApp != "" && app != lastApp {
+					w.handovers++
+				}
+				w.mu.Unlock()
+				last = now
+				if strings.HasPrefix(app, "txw_") {
+					lastApp = app
+				}
+			}
 			select {
-			case <-done:
+			case <-w.done:
 				return
 			case <-time.After(20 * time.Millisecond):
 			}
 		}
 	}()
-	t.Cleanup(func() { close(done); <-stopped })
-	return func() (string, int) {
-		mu.Lock()
-		defer mu.Unlock()
-		return log.String(), handovers
+	t.Cleanup(w.stop)
+	return w
+}
+
+// mark adds a line to the record.
+func (w *holderWatch) mark(what string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	fmt.Fprintf(&w.log, "  %8s: %s\n", time.Since(w.start).Round(10*time.Millisecond), what)
+}
+
+// stop ends the watch; it may be called again.
+func (w *holderWatch) stop() {
+	select {
+	case <-w.done:
+	default:
+		close(w.done)
 	}
+	<-w.stopped
+}
+
+// record is the record and how many handovers it holds.
+func (w *holderWatch) record() (string, int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.log.String(), w.handovers
 }
 
 // crossPublisher emits, every 100ms, one transaction into two schemas
@@ -304,15 +341,16 @@ func TestChaosSchemaTenantsWAL(t *testing.T) {
 	stopPublishing := sync.OnceFunc(func() { close(stop); wg.Wait() })
 	t.Cleanup(stopPublishing)
 
-	holders := s.watchHolder(t)
+	s.watch = s.watchHolder(t)
 	live := walChaosFaults(t, s, ctx, relays, oracles)
 	testenv.WaitForEvery(t, 2*time.Minute, 100*time.Millisecond, "75s of publishing", func() bool { return time.Since(began) > 75*time.Second })
 	published := drainTenants(t, began, stopPublishing, errs, oracles)
+	s.watch.stop()
+	walChaosHandovers(t, s.watch, live)
 	for _, r := range live {
 		sigterm(t, r.cmd, r.exited, 30*time.Second, r.stderr)
 	}
 	walChaosVerdict(t, ctx, stream, s, oracles, total, misrouted)
-	walChaosHandovers(t, holders, live)
 	t.Logf("published for %s; %s from the publishers' start to the verdict", published.Round(time.Second), time.Since(began).Round(time.Second))
 }
 
@@ -331,6 +369,7 @@ func walChaosFaults(t *testing.T, s *walChaosSetup, ctx context.Context, relays 
 	<-killed.exited
 	delete(byApp, killed.app)
 	r4 := s.startRelay(t, ctx, 4)
+	s.watch.mark("test: started " + r4.app)
 	byApp[r4.app] = r4
 	waitArrivals(t, oracles, 300, "deliveries after the SIGKILL")
 	t.Logf("extra arrivals so far (the SIGKILL): %d", extraArrivals(oracles))
@@ -346,6 +385,7 @@ func walChaosFaults(t *testing.T, s *walChaosSetup, ctx context.Context, relays 
 	if err := stopped.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
+	s.watch.mark("test: SIGCONT " + stopped.app)
 	t.Logf("SIGCONTed %s after %s", stopped.app, time.Since(stoppedAt).Round(100*time.Millisecond))
 	// Each of its tenants' streams notices the pause (past
 	// database.wal.pause-limit, half the sender timeout), drops the
@@ -413,6 +453,7 @@ func walChaosTakeover(t *testing.T, s *walChaosSetup, byApp map[string]*chaosRel
 		t.Fatal(err)
 	}
 	at := time.Now()
+	s.watch.mark(fmt.Sprintf("test: %s %s", map[syscall.Signal]string{syscall.SIGKILL: "SIGKILL", syscall.SIGSTOP: "SIGSTOP"}[sig], app))
 	var next string
 	var nextPID int
 	testenv.WaitForEvery(t, 60*time.Second, 10*time.Millisecond, "another relay streaming the slot after "+sig.String(), func() bool {
@@ -438,6 +479,7 @@ func walChaosRemoveTenant(t *testing.T, s *walChaosSetup, live []*chaosRelay, or
 			marks[i] = len(r.stderr.String())
 		}
 		s.relist(t, tenants)
+		s.watch.mark(fmt.Sprintf("test: SIGHUP, tenants %v", tenants))
 		for _, r := range live {
 			if err := r.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 				t.Fatal(err)
@@ -502,13 +544,13 @@ func walChaosVerdict(t *testing.T, ctx context.Context, stream jetstream.Stream,
 }
 
 // walChaosHandovers logs the slot's holders over the run (the relays
-// are named by their application_name, the times since the publishers
-// started). The two faults move the slot twice; a handover more moved it
-// with no fault, which the test reports, with the relays' stream lines,
-// and does not fail: nothing was lost.
-func walChaosHandovers(t *testing.T, holders func() (string, int), live []*chaosRelay) {
+// named by their application_name, the times since the publishers
+// started, the faults marked). The two faults move the slot twice; a
+// handover more moved it with no fault, which the test reports, with
+// the relays' stream lines, and does not fail: nothing was lost.
+func walChaosHandovers(t *testing.T, w *holderWatch, live []*chaosRelay) {
 	t.Helper()
-	log, n := holders()
+	log, n := w.record()
 	t.Logf("the slot's holders over the run (%d handovers, 2 of them the faults'):\n%s", n, log)
 	if n <= 2 {
 		return
@@ -516,7 +558,7 @@ func walChaosHandovers(t *testing.T, holders func() (string, int), live []*chaos
 	for _, r := range live {
 		var lines strings.Builder
 		for line := range strings.Lines(r.stderr.String()) {
-			if strings.Contains(line, "source=stream") && (strings.Contains(line, "level=WARN") || strings.Contains(line, `msg=streaming`)) {
+			if strings.Contains(line, "starting it again") || strings.Contains(line, "source=stream") && (strings.Contains(line, "level=WARN") || strings.Contains(line, `msg=streaming`)) {
 				lines.WriteString(line)
 			}
 		}
