@@ -310,7 +310,9 @@ func (p crossPublisher) emit(ctx context.Context, conn *pgx.Conn, commit bool, t
 // what is emitted into its schema meanwhile is not delivered, and is
 // once it is listed again. Per tenant, the oracle finds nothing lost
 // and nothing unexpected; duplicates are reported and bounded by what
-// the faulted relays held read and unconfirmed.
+// the relays that lost the slot held read and unconfirmed. The slot's
+// holders over the run are logged; a handover with no fault is reported
+// (a NOTE with the relays' stream lines) and does not fail the test.
 func TestChaosSchemaTenantsWAL(t *testing.T) {
 	if !chaosTenantsServices(t) {
 		return
@@ -523,8 +525,8 @@ func walChaosRemoveTenant(t *testing.T, s *walChaosSetup, live []*chaosRelay, or
 
 // walChaosVerdict reads what is left on the stream and judges each
 // tenant: nothing lost, nothing unexpected, nothing misrouted, and
-// duplicates (logged) at most what the two faulted relays held read and
-// unconfirmed: up to twice the window per tenant each.
+// duplicates (logged) at most what the relays that lost the slot held
+// read and unconfirmed: up to twice the window per tenant each time.
 func walChaosVerdict(t *testing.T, ctx context.Context, stream jetstream.Stream, s *walChaosSetup, oracles map[string]*tenantOracle, total func() int, misrouted func() []string) {
 	t.Helper()
 	msgs := streamRead(t, ctx, stream, total, misrouted)
@@ -535,8 +537,10 @@ func walChaosVerdict(t *testing.T, ctx context.Context, stream jetstream.Stream,
 		if r.lost != 0 || r.unexpected != 0 || r.committed == 0 {
 			t.Errorf("tenant %s: %v", tn, r)
 		}
-		if bound := 2 * 2 * walChaosWindow; r.extra > bound {
-			t.Errorf("tenant %s: %d extra arrivals, more than two faults' read and unconfirmed events could hold (%d)", tn, r.extra, bound)
+		// Each time the slot changes hands, the new holder may deliver
+		// again what the old one read and had not confirmed.
+		if _, n := s.watch.record(); r.extra > max(n, 2)*2*walChaosWindow {
+			t.Errorf("tenant %s: %d extra arrivals, more than %d handovers of the slot could deliver again (%d events each)", tn, r.extra, max(n, 2), 2*walChaosWindow)
 		}
 		sum.add(r)
 	}
