@@ -121,6 +121,16 @@ type chaosTx interface {
 // end ends tx, which wrote ids unless err: rolled back on err, else
 // committed or rolled back as commit says, and tells the oracle.
 func (p *chaosPublisher) end(ctx context.Context, tx chaosTx, ids []txbox.ID, err error, commit bool) error {
+	if err := endTx(ctx, tx, err, commit); err != nil {
+		return err
+	}
+	p.o.published(ids, commit)
+	return nil
+}
+
+// endTx ends tx: rolled back on err (returned), else committed or
+// rolled back as commit says.
+func endTx(ctx context.Context, tx chaosTx, err error, commit bool) error {
 	if err != nil {
 		_ = tx.Rollback(ctx)
 		return err
@@ -135,7 +145,6 @@ func (p *chaosPublisher) end(ctx context.Context, tx chaosTx, ids []txbox.ID, er
 		// judge these ids, and the run is not clean.
 		return fmt.Errorf("end transaction: %w", err)
 	}
-	p.o.published(ids, commit)
 	return nil
 }
 

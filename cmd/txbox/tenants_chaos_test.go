@@ -45,6 +45,33 @@ func (r tenantReport) String() string {
 		r.committed, r.rolledBack, r.lost, r.unexpected, r.rolledBackArrived, r.duplicated, r.extra)
 }
 
+// add adds o's counts to r's.
+func (r *tenantReport) add(o tenantReport) {
+	r.committed += o.committed
+	r.rolledBack += o.rolledBack
+	r.rolledBackArrived += o.rolledBackArrived
+	r.duplicated += o.duplicated
+	r.extra += o.extra
+	r.lost += o.lost
+	r.unexpected += o.unexpected
+}
+
+// streamRead waits until the consumer (total, misrouted: of
+// consumeTenants) read every message on the stream, fails the test on a
+// misrouted one, and returns how many the stream holds.
+func streamRead(t *testing.T, ctx context.Context, stream jetstream.Stream, total func() int, misrouted func() []string) uint64 {
+	t.Helper()
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 30*time.Second, "the consumer at the stream's end", func() bool { return uint64(total()) >= info.State.Msgs })
+	if bad := misrouted(); len(bad) > 0 {
+		t.Errorf("%d messages with a subject and a %s header of different tenants, e.g. %s", len(bad), txbox.HeaderTenant, bad[0])
+	}
+	return info.State.Msgs
+}
+
 func newTenantOracle(name string) *tenantOracle {
 	return &tenantOracle{name: name, committed: map[string]bool{}, rolledBack: map[string]bool{}, received: map[string]int{}}
 }
@@ -238,8 +265,16 @@ tenants:
 func (s *chaosTenantsSetup) startRelay(t *testing.T, ctx context.Context, n int) *chaosRelay {
 	t.Helper()
 	app := fmt.Sprintf("txc_%s_r%d", s.uniq, n)
-	cmd, _, stderr := child(t, ctx, "relay", "--config", s.cfgPath)
-	cmd.Env = append(cmd.Env, s.environ(app)...)
+	return startChaosRelay(t, ctx, app, s.cfgPath, s.environ(app))
+}
+
+// startChaosRelay starts `txbox relay --config cfgPath` named app, with
+// env added to its environment; it is killed when the test ends,
+// whatever state it is in.
+func startChaosRelay(t *testing.T, ctx context.Context, app, cfgPath string, env []string) *chaosRelay {
+	t.Helper()
+	cmd, _, stderr := child(t, ctx, "relay", "--config", cfgPath)
+	cmd.Env = append(cmd.Env, env...)
 	r := &chaosRelay{app: app, cmd: cmd, stderr: stderr, exited: make(chan error, 1)}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -437,11 +472,9 @@ func consumeTenants(t *testing.T, ctx context.Context, stream jetstream.Stream, 
 // each message's subject and txbox-tenant header name the same tenant;
 // the bursty tenants parked and woke at least 3 times each.
 func TestChaosTenants(t *testing.T) {
-	if !testenv.Chaos(t, "long chaos run") {
+	if !chaosTenantsServices(t) {
 		return
 	}
-	testenv.RequireTCP(t, "PostgreSQL", testenv.PostgresAddr)
-	testenv.RequireTCP(t, "NATS", strings.TrimPrefix(testenv.NATSURL, "nats://"))
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -468,6 +501,21 @@ func TestChaosTenants(t *testing.T) {
 	t.Cleanup(stopPublishing)
 
 	all := chaosTenantsFaults(t, s, ctx, relays, oracles, stores, pubs)
+	published := drainTenants(t, began, stopPublishing, errs, oracles)
+	for _, r := range relays {
+		sigterm(t, r.cmd, r.exited, 30*time.Second, r.stderr)
+	}
+	chaosTenantsVerdict(t, ctx, stream, s, oracles, stores, total, misrouted)
+	chaosTenantsParked(t, s, all)
+	t.Logf("published for %s, run took %s", published.Round(time.Second), time.Since(began).Round(time.Second))
+}
+
+// drainTenants stops the publishers (stopPublishing, which waits for
+// them), fails the test on an error one of them sent on errs, and waits
+// until every tenant's committed events arrived. It returns how long
+// publishing went on since began.
+func drainTenants(t *testing.T, began time.Time, stopPublishing func(), errs chan error, oracles map[string]*tenantOracle) time.Duration {
+	t.Helper()
 	stopPublishing()
 	close(errs)
 	for err := range errs {
@@ -484,12 +532,20 @@ func TestChaosTenants(t *testing.T) {
 		}
 		return true
 	})
-	for _, r := range relays {
-		sigterm(t, r.cmd, r.exited, 30*time.Second, r.stderr)
+	return published
+}
+
+// chaosTenantsServices gates a tenants chaos test on TXBOX_CHAOS
+// (testenv.Chaos) and requires PostgreSQL and NATS; false: the test
+// returns.
+func chaosTenantsServices(t *testing.T) bool {
+	t.Helper()
+	if !testenv.Chaos(t, "long chaos run") {
+		return false
 	}
-	chaosTenantsVerdict(t, ctx, stream, s, oracles, stores, total, misrouted)
-	chaosTenantsParked(t, s, all)
-	t.Logf("published for %s, run took %s", published.Round(time.Second), time.Since(began).Round(time.Second))
+	testenv.RequireTCP(t, "PostgreSQL", testenv.PostgresAddr)
+	testenv.RequireTCP(t, "NATS", strings.TrimPrefix(testenv.NATSURL, "nats://"))
+	return true
 }
 
 // chaosTenantsFaults SIGKILLs relays[0] while it holds a claim and
@@ -616,14 +672,7 @@ func chaosTenantsParked(t *testing.T, s *chaosTenantsSetup, all []*chaosRelay) {
 // left pending or claimed.
 func chaosTenantsVerdict(t *testing.T, ctx context.Context, stream jetstream.Stream, s *chaosTenantsSetup, oracles map[string]*tenantOracle,
 	stores map[string]*config.Store, total func() int, misrouted func() []string) {
-	info, err := stream.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.WaitFor(t, 30*time.Second, "the consumer at the stream's end", func() bool { return uint64(total()) >= info.State.Msgs })
-	if bad := misrouted(); len(bad) > 0 {
-		t.Errorf("%d messages with a subject and a %s header of different tenants, e.g. %s", len(bad), txbox.HeaderTenant, bad[0])
-	}
+	msgs := streamRead(t, ctx, stream, total, misrouted)
 	var sum tenantReport
 	for _, tn := range s.names {
 		r := oracles[tn].report()
@@ -640,15 +689,9 @@ func chaosTenantsVerdict(t *testing.T, ctx context.Context, stream jetstream.Str
 				t.Errorf("tenant %s: %d pending and %d claimed %s rows after the drain", tn, st.Pending, st.InProcess, st.EventType)
 			}
 		}
-		sum.committed += r.committed
-		sum.rolledBack += r.rolledBack
-		sum.rolledBackArrived += r.rolledBackArrived
-		sum.duplicated += r.duplicated
-		sum.extra += r.extra
-		sum.lost += r.lost
-		sum.unexpected += r.unexpected
+		sum.add(r)
 	}
-	t.Logf("all tenants: %v; %d messages on the stream", sum, info.State.Msgs)
+	t.Logf("all tenants: %v; %d messages on the stream", sum, msgs)
 	// Redeliveries come from the two faults only (a parked tenant's relay
 	// is stopped gracefully, its batches finished): at most what the
 	// faulted relay had claimed, per tenant its in-flight batches of 50.
