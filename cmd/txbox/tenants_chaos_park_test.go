@@ -230,6 +230,28 @@ func wokenAfter(log string, from int, tn string) bool {
 	return false
 }
 
+// ranThrough says whether tenant tn ran (started, not parked) in log at
+// offset from and stayed running to the end of log.
+func ranThrough(log string, from int, tn string) bool {
+	running, at := false, 0
+	for line := range strings.Lines(log) {
+		at += len(line)
+		if tenantOf(strings.TrimSpace(line)) != tn {
+			continue
+		}
+		switch {
+		case strings.Contains(line, logParked) || strings.Contains(line, `msg="tenant added, parked until it has work"`):
+			if at > from {
+				return false
+			}
+			running = false
+		case strings.Contains(line, logStarted):
+			running = true
+		}
+	}
+	return running
+}
+
 // tenantLines are the lines of log from offset from on about tenant tn.
 func tenantLines(log string, from int, tn string) string {
 	var b strings.Builder
