@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -92,8 +93,9 @@ type sharedStream struct {
 	rels map[uint32]*pglogrepl.RelationMessage
 	inTx bool
 
-	dead chan struct{} // closed when the stream ended; err says why
-	kick chan struct{} // asks the keeper to report now
+	dead  chan struct{} // closed when the stream ended; err says why
+	kick  chan struct{} // asks the keeper to report now
+	ready chan struct{} // closed when the first connection is up
 }
 
 // sharedView is one schema's store.Stream of a shared slot.
@@ -141,21 +143,41 @@ func (d *Driver) openShared(ctx context.Context, o store.StreamOptions) (store.S
 		if err != nil {
 			return nil, err
 		}
-		return v, nil
+		return sh.whenUp(ctx, v)
 	}
-	sh = &sharedStream{key: key, opts: o, dead: make(chan struct{}), kick: make(chan struct{}, 1)}
+	sh = &sharedStream{key: key, opts: o, dead: make(chan struct{}), kick: make(chan struct{}, 1), ready: make(chan struct{})}
 	v.sh = sh
 	sh.pending = []*sharedView{v}
 	sharedSlots.m[key] = sh
 	sharedSlots.mu.Unlock()
-	cur, err := sh.connect(ctx)
+	// The first connection does not wait for a busy slot: another relay
+	// streams it, and this one stands by (store.ErrStreamBusy), as a
+	// stream of one schema does.
+	cur, err := sh.connect(ctx, false)
 	if err != nil {
 		sh.die(err)
 		return nil, err
 	}
+	close(sh.ready)
 	go sh.run(cur)
 	go sh.keeper()
 	return v, nil
+}
+
+// whenUp returns v, attached to sh, once sh's first connection is up:
+// until then the slot may be another relay's, and a view returned early
+// would report its tenant streaming while it stands by. It returns sh's
+// error when that connection fails, and closes v when ctx ends first.
+func (sh *sharedStream) whenUp(ctx context.Context, v *sharedView) (store.Stream, error) {
+	select {
+	case <-sh.ready:
+		return v, nil
+	case <-sh.dead:
+		return nil, sh.failure()
+	case <-ctx.Done():
+		_ = v.Close(context.WithoutCancel(ctx))
+		return nil, ctx.Err()
+	}
 }
 
 // attach adds v to the views waiting to attach; a second view of one
@@ -179,8 +201,9 @@ func (sh *sharedStream) attach(v *sharedView) error {
 // connect starts a replication connection at the least position of the
 // views, every waiting view attached, each with a new decoder. The slot
 // may still be held by the walsender of the connection just closed: a
-// busy slot is retried for up to the sender timeout.
-func (sh *sharedStream) connect(ctx context.Context) (*pgStream, error) {
+// busy slot is retried for up to the sender timeout when retryBusy (a
+// restart), and returned at once otherwise (the first connection).
+func (sh *sharedStream) connect(ctx context.Context, retryBusy bool) (*pgStream, error) {
 	sh.mu.Lock()
 	sh.views = append(sh.views, sh.pending...)
 	sh.pending = nil
@@ -218,7 +241,7 @@ func (sh *sharedStream) connect(ctx context.Context) (*pgStream, error) {
 			sh.mu.Unlock()
 			return cur, nil
 		}
-		if !errors.Is(err, store.ErrStreamBusy) || time.Now().After(deadline) {
+		if !retryBusy || !errors.Is(err, store.ErrStreamBusy) || time.Now().After(deadline) {
 			return nil, err
 		}
 		select {
@@ -251,7 +274,7 @@ func (sh *sharedStream) run(cur *pgStream) {
 		}
 		cur.d.logger.Info("postgres: shared stream: a tenant attaches behind the stream's position: starting it again", "slot", cur.d.wal.Slot)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		next, cerr := sh.connect(ctx)
+		next, cerr := sh.connect(ctx, true)
 		cancel()
 		if cerr != nil {
 			sh.die(cerr)
@@ -573,7 +596,11 @@ func (v *sharedView) Close(ctx context.Context) error {
 		close(v.closed)
 		sh := v.sh
 		sh.mu.Lock()
-		caught := len(v.handed) == 0 && sh.err == nil
+		// Only an attached view has had every transaction of its schema
+		// up to pos handed to it; a view still waiting to attach has not
+		// (the connection read past its position without it), and
+		// persisting pos for it would skip its schema's events.
+		caught := len(v.handed) == 0 && sh.err == nil && slices.Contains(sh.views, v)
 		pos := sh.pos
 		sh.views = removeView(sh.views, v)
 		sh.pending = removeView(sh.pending, v)

@@ -251,3 +251,39 @@ func TestSharedSlotConnectionLost(t *testing.T) {
 	wantTx(t, next(t, views[0]), []bool{false}, a2)
 	wantTx(t, next(t, views[1]), []bool{false}, b1)
 }
+
+// TestSharedSlotPendingCloseKeepsPosition: a view that opens behind the
+// stream's position and closes before it attached (no transaction came
+// meanwhile, so none admitted it) keeps its schema's persisted position:
+// its schema's event read without it is delivered when it opens again.
+// Persisting the stream's position for it would skip that event.
+func TestSharedSlotPendingCloseKeepsPosition(t *testing.T) {
+	envs := openSharedWAL(t, 2)
+	a, b := envs[0], envs[1]
+	ctx := context.Background()
+	opts := &store.StreamOptions{StatusInterval: 50 * time.Millisecond}
+	sa, err := a.d.OpenStream(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sa.Close(ctx)
+	b1, a1 := newEmitted("b.one", "k"), newEmitted("a.one", "k")
+	b.emit(t, b.pool, b1, true, b.prefix())
+	a.emit(t, a.pool, a1, true, a.prefix())
+	ta1 := next(t, sa) // the stream read past b1 without b
+	wantTx(t, ta1, []bool{false}, a1)
+	sb, err := b.d.OpenStream(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sb, err = b.d.OpenStream(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(ctx)
+	a.emit(t, a.pool, newEmitted("a.two", "k"), true, a.prefix()) // a boundary: b attaches
+	wantTx(t, next(t, sb), []bool{false}, b1)
+}
