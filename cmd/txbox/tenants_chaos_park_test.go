@@ -208,10 +208,18 @@ func countTenantLines(log, msg string) map[string]int {
 	return n
 }
 
-// wokenAfter says whether log starts tenant tn at or after offset from,
-// parked at the time (a tenant is added parked, and parked when idle).
-func wokenAfter(log string, from int, tn string) bool {
-	parked, at := false, 0
+// parkEvent is a park (parked) or a start of one tenant in a relay's
+// log, at the offset just past its line.
+type parkEvent struct {
+	at     int
+	parked bool
+}
+
+// parkEvents are tenant tn's parks and starts in log, in order (a tenant
+// is added parked, and parked when idle).
+func parkEvents(log, tn string) []parkEvent {
+	var out []parkEvent
+	at := 0
 	for line := range strings.Lines(log) {
 		at += len(line)
 		if tenantOf(strings.TrimSpace(line)) != tn {
@@ -219,13 +227,23 @@ func wokenAfter(log string, from int, tn string) bool {
 		}
 		switch {
 		case strings.Contains(line, logParked) || strings.Contains(line, `msg="tenant added, parked until it has work"`):
-			parked = true
+			out = append(out, parkEvent{at, true})
 		case strings.Contains(line, logStarted):
-			if parked && at > from {
-				return true
-			}
-			parked = false
+			out = append(out, parkEvent{at, false})
 		}
+	}
+	return out
+}
+
+// wokenAfter says whether log starts tenant tn at or after offset from,
+// parked at the time.
+func wokenAfter(log string, from int, tn string) bool {
+	parked := false
+	for _, e := range parkEvents(log, tn) {
+		if !e.parked && parked && e.at > from {
+			return true
+		}
+		parked = e.parked
 	}
 	return false
 }
@@ -233,21 +251,12 @@ func wokenAfter(log string, from int, tn string) bool {
 // ranThrough says whether tenant tn ran (started, not parked) in log at
 // offset from and stayed running to the end of log.
 func ranThrough(log string, from int, tn string) bool {
-	running, at := false, 0
-	for line := range strings.Lines(log) {
-		at += len(line)
-		if tenantOf(strings.TrimSpace(line)) != tn {
-			continue
+	running := false
+	for _, e := range parkEvents(log, tn) {
+		if e.parked && e.at > from {
+			return false
 		}
-		switch {
-		case strings.Contains(line, logParked) || strings.Contains(line, `msg="tenant added, parked until it has work"`):
-			if at > from {
-				return false
-			}
-			running = false
-		case strings.Contains(line, logStarted):
-			running = true
-		}
+		running = !e.parked
 	}
 	return running
 }
